@@ -1,0 +1,327 @@
+//! Validated value types: job ids, owners, fences, timestamps and lease terms.
+//!
+//! Every value that crosses the boundary into the lease rules is checked here once,
+//! so the rules themselves never see a NaN time, an empty owner or a fence that
+//! cannot round-trip through a signed 64-bit database column.
+
+use std::fmt;
+
+/// Why a value given by a caller was refused before any rule ran.
+///
+/// Each message names the value that was wrong.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InputError {
+    /// A job id was empty.
+    #[error("job id is empty")]
+    EmptyJobId,
+    /// An owner name was empty.
+    #[error("owner is empty")]
+    EmptyOwner,
+    /// A text value contained a NUL character, which not every store can hold.
+    #[error("{what} contains a NUL character")]
+    NulInText {
+        /// Which value (job id, owner, result).
+        what: &'static str,
+    },
+    /// `now` was NaN or infinite.
+    #[error("now must be a finite number of seconds, got {0}")]
+    NonFiniteNow(f64),
+    /// `ttl` was NaN or infinite.
+    #[error("ttl must be a finite number of seconds, got {0}")]
+    NonFiniteTtl(f64),
+    /// `ttl` was zero or negative.
+    #[error("ttl must be greater than 0, got {0}")]
+    NonPositiveTtl(f64),
+    /// `now + ttl` rounds back to `now`, so the lease would be born expired.
+    #[error("ttl {ttl} is too small to extend a lease past now {now} (now + ttl == now)")]
+    TtlBelowResolution {
+        /// The caller's `now`.
+        now: f64,
+        /// The caller's `ttl`.
+        ttl: f64,
+    },
+    /// `now + ttl` overflows to infinity.
+    #[error("now {now} + ttl {ttl} is not a finite time")]
+    UntilOverflow {
+        /// The caller's `now`.
+        now: f64,
+        /// The caller's `ttl`.
+        ttl: f64,
+    },
+    /// A fence above `i64::MAX`, which no store can hold.
+    #[error("fence {0} is out of range (the largest fence is {max})", max = Fence::MAX.get())]
+    FenceOutOfRange(u64),
+}
+
+fn checked_text(value: String, what: &'static str) -> Result<String, InputError> {
+    if value.contains('\0') {
+        return Err(InputError::NulInText { what });
+    }
+    Ok(value)
+}
+
+/// The id of a job: any non-empty text without NUL characters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobId(String);
+
+impl JobId {
+    /// Checks and wraps a job id.
+    ///
+    /// # Errors
+    /// [`InputError::EmptyJobId`] or [`InputError::NulInText`].
+    pub fn new(id: impl Into<String>) -> Result<Self, InputError> {
+        let id = id.into();
+        if id.is_empty() {
+            return Err(InputError::EmptyJobId);
+        }
+        checked_text(id, "job id").map(Self)
+    }
+
+    /// The id as text.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The name of a worker that holds or asks for a lease: non-empty text without NUL characters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Owner(String);
+
+impl Owner {
+    /// Checks and wraps an owner name.
+    ///
+    /// # Errors
+    /// [`InputError::EmptyOwner`] or [`InputError::NulInText`].
+    pub fn new(owner: impl Into<String>) -> Result<Self, InputError> {
+        let owner = owner.into();
+        if owner.is_empty() {
+            return Err(InputError::EmptyOwner);
+        }
+        checked_text(owner, "owner").map(Self)
+    }
+
+    /// The owner as text.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A completion result: any text without NUL characters (the empty text is a valid result).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct JobResult(String);
+
+impl JobResult {
+    /// Checks and wraps a result.
+    ///
+    /// # Errors
+    /// [`InputError::NulInText`].
+    pub fn new(result: impl Into<String>) -> Result<Self, InputError> {
+        checked_text(result.into(), "result").map(Self)
+    }
+
+    /// The result as text.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The result as owned text.
+    #[must_use]
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+/// A fencing token: the per-job generation number, in `0..=i64::MAX`.
+///
+/// The upper bound lets a fence round-trip through SQLite `INTEGER` and PostgreSQL `BIGINT`.
+/// Fence 0 means "never claimed"; the first claim hands out fence 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Fence(u64);
+
+impl Fence {
+    /// The fence of a job that was never claimed.
+    pub const ZERO: Fence = Fence(0);
+    /// The largest fence any store can hold.
+    #[allow(clippy::cast_sign_loss)] // i64::MAX is positive.
+    pub const MAX: Fence = Fence(i64::MAX as u64);
+
+    /// Checks and wraps a fence.
+    ///
+    /// # Errors
+    /// [`InputError::FenceOutOfRange`] above `i64::MAX`.
+    pub fn new(value: u64) -> Result<Self, InputError> {
+        if value > Self::MAX.0 {
+            return Err(InputError::FenceOutOfRange(value));
+        }
+        Ok(Self(value))
+    }
+
+    /// The fence as a number.
+    #[must_use]
+    pub fn get(self) -> u64 {
+        self.0
+    }
+
+    /// The next fence, or `None` when this is [`Fence::MAX`].
+    #[must_use]
+    pub fn next(self) -> Option<Fence> {
+        (self.0 < Self::MAX.0).then_some(Self(self.0 + 1))
+    }
+}
+
+impl fmt::Display for Fence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl TryFrom<i64> for Fence {
+    type Error = i64;
+
+    /// A stored fence; a negative one is handed back as the error.
+    fn try_from(value: i64) -> Result<Self, i64> {
+        u64::try_from(value).map(Self).map_err(|_| value)
+    }
+}
+
+impl From<Fence> for i64 {
+    fn from(fence: Fence) -> i64 {
+        // Fence::new and Fence::next keep the value at or below i64::MAX.
+        i64::try_from(fence.0).unwrap_or(i64::MAX)
+    }
+}
+
+/// A point in time in seconds, as the caller gave it: any finite `f64`, compared exactly.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Default)]
+pub struct Timestamp(f64);
+
+impl Timestamp {
+    /// The `until` of a job that holds no lease.
+    pub const ZERO: Timestamp = Timestamp(0.0);
+
+    /// Checks and wraps a caller's `now`.
+    ///
+    /// # Errors
+    /// [`InputError::NonFiniteNow`] for NaN and infinities.
+    pub fn new(seconds: f64) -> Result<Self, InputError> {
+        if seconds.is_finite() {
+            Ok(Self(seconds))
+        } else {
+            Err(InputError::NonFiniteNow(seconds))
+        }
+    }
+
+    /// The time in seconds.
+    #[must_use]
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A lease duration in seconds: finite and greater than zero.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct Ttl(f64);
+
+impl Ttl {
+    /// Checks and wraps a ttl.
+    ///
+    /// # Errors
+    /// [`InputError::NonFiniteTtl`] or [`InputError::NonPositiveTtl`].
+    pub fn new(seconds: f64) -> Result<Self, InputError> {
+        if !seconds.is_finite() {
+            return Err(InputError::NonFiniteTtl(seconds));
+        }
+        if seconds <= 0.0 {
+            return Err(InputError::NonPositiveTtl(seconds));
+        }
+        Ok(Self(seconds))
+    }
+
+    /// The duration in seconds.
+    #[must_use]
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+/// The time window of a claim or renewal: `now` and the `until = now + ttl` it would set.
+///
+/// Built only when `until` is finite and strictly after `now`, so a granted lease is
+/// never born expired and a huge ttl never stores infinity.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LeaseTerm {
+    now: Timestamp,
+    until: Timestamp,
+}
+
+impl LeaseTerm {
+    /// Checks `now` and `ttl` and computes `until = now + ttl`.
+    ///
+    /// # Errors
+    /// Any of the `now` and `ttl` errors of [`Timestamp::new`] and [`Ttl::new`],
+    /// [`InputError::UntilOverflow`] when the sum is infinite, and
+    /// [`InputError::TtlBelowResolution`] when it rounds back to `now`.
+    pub fn new(now: f64, ttl: f64) -> Result<Self, InputError> {
+        let now = Timestamp::new(now)?;
+        let ttl = Ttl::new(ttl)?;
+        Self::from_parts(now, ttl)
+    }
+
+    /// Computes `until = now + ttl` from checked parts.
+    ///
+    /// # Errors
+    /// [`InputError::UntilOverflow`] or [`InputError::TtlBelowResolution`].
+    pub fn from_parts(now: Timestamp, ttl: Ttl) -> Result<Self, InputError> {
+        let until = now.0 + ttl.0;
+        if !until.is_finite() {
+            return Err(InputError::UntilOverflow {
+                now: now.0,
+                ttl: ttl.0,
+            });
+        }
+        if until <= now.0 {
+            return Err(InputError::TtlBelowResolution {
+                now: now.0,
+                ttl: ttl.0,
+            });
+        }
+        Ok(Self {
+            now,
+            until: Timestamp(until),
+        })
+    }
+
+    /// The caller's `now`.
+    #[must_use]
+    pub fn now(self) -> Timestamp {
+        self.now
+    }
+
+    /// The `until` this term grants.
+    #[must_use]
+    pub fn until(self) -> Timestamp {
+        self.until
+    }
+}
