@@ -1,1 +1,139 @@
-//! Placeholder
+//! The lease storage port: one async trait that every store implements, its error type,
+//! the in-memory reference store and (feature `conformance`) the shared behaviour suite.
+//!
+//! This crate names no database. Adapters (`lease-sqlite`, later `lease-postgres`) implement
+//! [`LeaseStore`] by loading a job, calling one `lease_domain::decide_*` function and storing
+//! its answer atomically; they never restate a lease rule.
+
+mod error;
+pub mod memory;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+use async_trait::async_trait;
+pub use error::StoreError;
+pub use lease_domain::{
+    ClaimRefused, Fence, InputError, Job, JobId, JobResult, LeaseTerm, Owner, Timestamp, Ttl,
+    WriteRefused,
+};
+
+/// The outcome of a claim that reached the store: the new fence, or why it was refused.
+pub type ClaimOutcome = Result<Fence, ClaimRefused>;
+
+/// The outcome of a renew, complete or release that reached the store.
+pub type WriteOutcome = Result<(), WriteRefused>;
+
+/// One stored job, as plain values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobState {
+    /// The job id.
+    pub id: String,
+    /// The holder of the lease, if any.
+    pub owner: Option<String>,
+    /// The lease is live while `until > now`.
+    pub until: f64,
+    /// The latest fence handed out; 0 before the first claim.
+    pub fence: u64,
+    /// The stored result, if any.
+    pub result: Option<String>,
+    /// Whether the job is done.
+    pub done: bool,
+}
+
+impl JobState {
+    /// The plain form of a stored job.
+    #[must_use]
+    pub fn new(id: &JobId, job: Job) -> Self {
+        Self {
+            id: id.as_str().to_owned(),
+            owner: job.owner.map(|o| o.as_str().to_owned()),
+            until: job.until.get(),
+            fence: job.fence.get(),
+            result: job.result,
+            done: job.done,
+        }
+    }
+}
+
+/// A durable store of fenced job leases.
+///
+/// # Contract
+/// - Each write MUST be atomic: the job is read, decided by `lease_domain` and written back
+///   with no other write to the same job in between, so two concurrent claims of a free job
+///   give exactly one fence.
+/// - An operation returns `Ok` iff it reached the store and was decided; a refusal by the
+///   lease rules (`Ok(Err(_))`) MUST change nothing.
+/// - A job's fence MUST strictly increase across claims and MUST never be handed out twice,
+///   not after release, restart or across processes.
+/// - An acknowledged write (`Ok(Ok(_))`, `enqueue` returning `true`) MUST be durable when it
+///   returns, as far as the adapter's documented settings allow.
+/// - `state` MUST read what is stored, not a process cache.
+///
+/// # Errors
+/// [`StoreError`]; every kind but [`StoreError::Indeterminate`] means "not applied".
+///
+/// # Cancellation
+/// Dropping a returned future does not undo a write that was already sent to the store:
+/// it may still commit. A caller that cancels must read [`LeaseStore::state`] to find out.
+#[async_trait]
+pub trait LeaseStore: Send + Sync {
+    /// Inserts the job in the default state and returns `true`; if the job exists,
+    /// changes nothing (never resets a lease or a result) and returns `false`.
+    async fn enqueue(&self, job: &JobId) -> Result<bool, StoreError>;
+
+    /// The stored job, or `None`.
+    async fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError>;
+
+    /// Claims the job for `owner` from `term.now()` to `term.until()` and returns the new fence,
+    /// as decided by [`lease_domain::decide_claim`].
+    async fn claim(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        term: LeaseTerm,
+    ) -> Result<ClaimOutcome, StoreError>;
+
+    /// Extends the live current lease, as decided by [`lease_domain::decide_renew`].
+    async fn renew(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        term: LeaseTerm,
+    ) -> Result<WriteOutcome, StoreError>;
+
+    /// Stores the result of the live current lease and marks the job done,
+    /// as decided by [`lease_domain::decide_complete`].
+    async fn complete(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        now: Timestamp,
+        result: &JobResult,
+    ) -> Result<WriteOutcome, StoreError>;
+
+    /// Gives the current lease back, keeping the fence, as decided by
+    /// [`lease_domain::decide_release`].
+    async fn release(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+    ) -> Result<WriteOutcome, StoreError>;
+}
+
+/// Runs one claim per owner concurrently and returns each outcome in input order.
+///
+/// How concurrent the claims really are is up to the store: an adapter that runs each call
+/// on its own thread and connection (as `lease-sqlite` does inside a Tokio runtime) races them.
+/// Each element is independent: an error for one owner says nothing about the others.
+pub async fn claim_many(
+    store: &dyn LeaseStore,
+    job: &JobId,
+    owners: &[Owner],
+    term: LeaseTerm,
+) -> Vec<Result<ClaimOutcome, StoreError>> {
+    futures::future::join_all(owners.iter().map(|owner| store.claim(job, owner, term))).await
+}
