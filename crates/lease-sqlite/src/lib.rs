@@ -1,1 +1,199 @@
-//! Placeholder
+//! The embedded SQLite lease store: rusqlite (bundled SQLite) with an r2d2 connection pool.
+//!
+//! Every write is one `BEGIN IMMEDIATE` transaction that loads the job, asks `lease_domain`
+//! for the decision, stores it and commits; no lease rule is written here a second time.
+//! Every connection runs in WAL mode with `synchronous=FULL` and a busy timeout.
+//!
+//! Two ways in:
+//! - [`SqliteLeaseStore`], which implements the [`LeaseStore`] port and keeps a pool open
+//!   (the fast path for library users);
+//! - the seed-contract functions ([`init_db`], [`enqueue`], [`state`], [`claim`], [`renew`],
+//!   [`complete`], [`release`], [`claim_many`]), synchronous and path-based: each call opens
+//!   the file afresh, so they stay correct when the file is replaced between calls.
+
+mod connection;
+mod error;
+mod ops;
+mod schema;
+mod seed;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use lease_domain::{Fence, JobId, JobResult, LeaseTerm, Owner, Timestamp};
+use lease_ports::{ClaimOutcome, LeaseStore, WriteOutcome};
+use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::Connection;
+
+pub use connection::{ConnectionSettings, SqliteOptions, Synchronous};
+pub use lease_ports::{JobState, StoreError};
+pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
+pub use seed::{claim, claim_many, complete, enqueue, init_db, release, renew, state};
+
+/// The error type of this crate: the port's [`StoreError`].
+pub type Error = StoreError;
+
+/// A lease store in one SQLite file, with a pool of configured connections.
+///
+/// Cloning is cheap and shares the pool.
+#[derive(Clone)]
+pub struct SqliteLeaseStore {
+    pool: r2d2::Pool<SqliteConnectionManager>,
+    path: Arc<PathBuf>,
+}
+
+impl std::fmt::Debug for SqliteLeaseStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteLeaseStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteLeaseStore {
+    /// Opens the store at `path` with the default options, creating and initialising the file
+    /// if it does not exist (its directory must exist).
+    ///
+    /// # Errors
+    /// [`StoreError::Incompatible`] for a directory, a file that is not an SQLite database or a
+    /// database that is not a lease database (left unchanged); [`StoreError::Unavailable`] when
+    /// the directory is missing or the file cannot be opened.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Self::open_with(path, SqliteOptions::default())
+    }
+
+    /// Opens an existing store; never creates a file.
+    ///
+    /// # Errors
+    /// As [`SqliteLeaseStore::open`], and [`StoreError::NotFound`] when there is no file.
+    pub fn open_existing(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Self::open_with(
+            path,
+            SqliteOptions {
+                create: false,
+                ..SqliteOptions::default()
+            },
+        )
+    }
+
+    /// Opens the store at `path` with explicit options.
+    ///
+    /// # Errors
+    /// As [`SqliteLeaseStore::open`].
+    pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        // Check, create and migrate with one connection first, so that problems surface here
+        // with a clear error instead of as pool time-outs later.
+        drop(connection::open(&path, &options)?);
+        let init_options = options.clone();
+        let manager = SqliteConnectionManager::file(&path)
+            .with_flags(connection::existing_file_flags())
+            .with_init(move |conn| connection::configure(conn, &init_options));
+        let pool = r2d2::Pool::builder()
+            .max_size(options.pool_size.max(1))
+            .min_idle(Some(0))
+            .connection_timeout(options.busy_timeout)
+            .build(manager)
+            .map_err(|e| error::pool(&e))?;
+        Ok(Self {
+            pool,
+            path: Arc::new(path),
+        })
+    }
+
+    /// The path of the database file.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The settings a pooled connection actually runs with, read back from SQLite.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when no connection can be had.
+    pub fn settings(&self) -> Result<ConnectionSettings, StoreError> {
+        let conn = self.pool.get().map_err(|e| error::pool(&e))?;
+        connection::read_settings(&conn)
+    }
+
+    /// Runs `body` with a pooled connection on a blocking thread when called inside a Tokio
+    /// runtime, inline otherwise. This is the one place where async meets rusqlite: the
+    /// connection is never held across an `.await`.
+    async fn run<T: Send + 'static>(
+        &self,
+        body: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let pool = self.pool.clone();
+        let task = move || {
+            let mut conn = pool.get().map_err(|e| error::pool(&e))?;
+            body(&mut conn)
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => runtime.spawn_blocking(task).await.map_err(|e| {
+                StoreError::Indeterminate(format!("the database thread did not finish: {e}"))
+            })?,
+            Err(_) => task(),
+        }
+    }
+}
+
+#[async_trait]
+impl LeaseStore for SqliteLeaseStore {
+    async fn enqueue(&self, job: &JobId) -> Result<bool, StoreError> {
+        let job = job.clone();
+        self.run(move |conn| ops::enqueue(conn, &job)).await
+    }
+
+    async fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
+        let job = job.clone();
+        self.run(move |conn| ops::state(conn, &job)).await
+    }
+
+    async fn claim(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        term: LeaseTerm,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let (job, owner) = (job.clone(), owner.clone());
+        self.run(move |conn| ops::claim(conn, &job, &owner, term))
+            .await
+    }
+
+    async fn renew(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        term: LeaseTerm,
+    ) -> Result<WriteOutcome, StoreError> {
+        let (job, owner) = (job.clone(), owner.clone());
+        self.run(move |conn| ops::renew(conn, &job, &owner, fence, term))
+            .await
+    }
+
+    async fn complete(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        now: Timestamp,
+        result: &JobResult,
+    ) -> Result<WriteOutcome, StoreError> {
+        let (job, owner, result) = (job.clone(), owner.clone(), result.clone());
+        self.run(move |conn| ops::complete(conn, &job, &owner, fence, now, &result))
+            .await
+    }
+
+    async fn release(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+    ) -> Result<WriteOutcome, StoreError> {
+        let (job, owner) = (job.clone(), owner.clone());
+        self.run(move |conn| ops::release(conn, &job, &owner, fence))
+            .await
+    }
+}

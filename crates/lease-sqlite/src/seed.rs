@@ -1,0 +1,213 @@
+//! The seed-contract API: synchronous, path-based functions over the store's operations.
+//!
+//! Inputs are checked before the file is touched, so bad input changes nothing. Each call
+//! opens the file afresh (no process cache), which keeps it correct when the file is deleted
+//! and re-created between calls; long-lived callers should use [`SqliteLeaseStore`](crate::SqliteLeaseStore).
+
+use std::path::Path;
+use std::sync::Barrier;
+use std::thread;
+
+use lease_domain::{Fence, JobId, JobResult, LeaseTerm, Owner, Timestamp};
+use lease_ports::{JobState, StoreError};
+use rusqlite::Connection;
+
+use crate::connection::{self, SqliteOptions};
+use crate::ops;
+
+/// Claim threads of [`claim_many`] at most; more owners share these threads.
+const MAX_CLAIM_THREADS: usize = 64;
+
+fn open_existing(path: &Path) -> Result<Connection, StoreError> {
+    connection::open(
+        path,
+        &SqliteOptions {
+            create: false,
+            ..SqliteOptions::default()
+        },
+    )
+}
+
+/// Creates the lease database at `path`, or checks and keeps an existing one.
+///
+/// Idempotent; never overwrites or truncates a file. The directory must exist.
+///
+/// # Errors
+/// [`StoreError::Incompatible`] for a directory or a file that is not a lease-compatible SQLite
+/// database (left byte-for-byte unchanged); [`StoreError::Unavailable`] for a missing directory.
+pub fn init_db(path: impl AsRef<Path>) -> Result<(), StoreError> {
+    connection::open(path.as_ref(), &SqliteOptions::default()).map(drop)
+}
+
+/// Inserts `job_id` in the default state and returns `true`; if it exists, changes nothing and
+/// returns `false`.
+///
+/// # Errors
+/// [`StoreError::InvalidInput`] for an empty id; [`StoreError::NotFound`] when there is no
+/// database (run [`init_db`] first); other [`StoreError`]s from storage.
+pub fn enqueue(path: impl AsRef<Path>, job_id: &str) -> Result<bool, StoreError> {
+    let id = JobId::new(job_id)?;
+    ops::enqueue(&mut open_existing(path.as_ref())?, &id)
+}
+
+/// The stored row of `job_id`, read from the file, or `None`.
+///
+/// # Errors
+/// As [`enqueue`].
+pub fn state(path: impl AsRef<Path>, job_id: &str) -> Result<Option<JobState>, StoreError> {
+    let id = JobId::new(job_id)?;
+    ops::state(&open_existing(path.as_ref())?, &id)
+}
+
+/// Claims `job_id` for `owner` until `now + ttl` and returns the new fence, or `None` when the
+/// job is missing, done, or leased (`until > now`).
+///
+/// # Errors
+/// [`StoreError::InvalidInput`] for `ttl <= 0`, a non-finite `now` or `ttl`, or empty names;
+/// nothing changes then. Other [`StoreError`]s as [`enqueue`].
+pub fn claim(
+    path: impl AsRef<Path>,
+    job_id: &str,
+    owner: &str,
+    now: f64,
+    ttl: f64,
+) -> Result<Option<u64>, StoreError> {
+    let (id, owner, term) = (
+        JobId::new(job_id)?,
+        Owner::new(owner)?,
+        LeaseTerm::new(now, ttl)?,
+    );
+    let outcome = ops::claim(&mut open_existing(path.as_ref())?, &id, &owner, term)?;
+    Ok(outcome.ok().map(Fence::get))
+}
+
+/// Extends the live current lease to `now + ttl`; `false` (and nothing changes) unless owner
+/// and fence match, the job is not done and `until > now`.
+///
+/// # Errors
+/// As [`claim`], and [`StoreError::InvalidInput`] for a fence above `i64::MAX`.
+pub fn renew(
+    path: impl AsRef<Path>,
+    job_id: &str,
+    owner: &str,
+    fence: u64,
+    now: f64,
+    ttl: f64,
+) -> Result<bool, StoreError> {
+    let (id, owner, fence) = (JobId::new(job_id)?, Owner::new(owner)?, Fence::new(fence)?);
+    let term = LeaseTerm::new(now, ttl)?;
+    let outcome = ops::renew(&mut open_existing(path.as_ref())?, &id, &owner, fence, term)?;
+    Ok(outcome.is_ok())
+}
+
+/// Stores `result` and marks the job done, only for the live current lease; otherwise `false`
+/// and the stored result is preserved.
+///
+/// # Errors
+/// As [`renew`], and [`StoreError::InvalidInput`] for a result containing NUL.
+pub fn complete(
+    path: impl AsRef<Path>,
+    job_id: &str,
+    owner: &str,
+    fence: u64,
+    now: f64,
+    result: &str,
+) -> Result<bool, StoreError> {
+    let (id, owner, fence) = (JobId::new(job_id)?, Owner::new(owner)?, Fence::new(fence)?);
+    let (now, result) = (Timestamp::new(now)?, JobResult::new(result)?);
+    let outcome = ops::complete(
+        &mut open_existing(path.as_ref())?,
+        &id,
+        &owner,
+        fence,
+        now,
+        &result,
+    )?;
+    Ok(outcome.is_ok())
+}
+
+/// Gives the lease back (owner cleared, `until = 0`, fence kept) where owner and fence match
+/// and the job is not done; otherwise `false`. There is no time condition.
+///
+/// # Errors
+/// As [`renew`].
+pub fn release(
+    path: impl AsRef<Path>,
+    job_id: &str,
+    owner: &str,
+    fence: u64,
+) -> Result<bool, StoreError> {
+    let (id, owner, fence) = (JobId::new(job_id)?, Owner::new(owner)?, Fence::new(fence)?);
+    let outcome = ops::release(&mut open_existing(path.as_ref())?, &id, &owner, fence)?;
+    Ok(outcome.is_ok())
+}
+
+/// Runs one claim per owner concurrently, on separate threads with separate connections, and
+/// returns the outcomes in input order. For a free job exactly one owner gets a fence.
+///
+/// At most 64 threads run; with more owners, each thread claims for several owners in turn.
+///
+/// # Errors
+/// Invalid input of any owner fails the whole call before anything is claimed. A storage error
+/// in any claim is returned; claims by other owners may have been applied, which
+/// [`state`] shows.
+pub fn claim_many(
+    path: impl AsRef<Path>,
+    job_id: &str,
+    owners: &[&str],
+    now: f64,
+    ttl: f64,
+) -> Result<Vec<Option<u64>>, StoreError> {
+    let id = JobId::new(job_id)?;
+    let term = LeaseTerm::new(now, ttl)?;
+    let owners = owners
+        .iter()
+        .map(|o| Owner::new(*o))
+        .collect::<Result<Vec<_>, _>>()?;
+    let path = path.as_ref();
+    // Check, create the schema if needed and surface open errors once, before any thread runs.
+    drop(open_existing(path)?);
+    let threads = owners.len().min(MAX_CLAIM_THREADS);
+    let options = SqliteOptions::default();
+    let start = Barrier::new(threads);
+    let mut outcomes: Vec<Option<Result<Option<u64>, StoreError>>> =
+        (0..owners.len()).map(|_| None).collect();
+    thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (owners, id, options, start) = (&owners, &id, &options, &start);
+                scope.spawn(move || {
+                    let conn = connection::connect(path, options);
+                    // Every thread waits here, even one that failed to connect, so none waits forever.
+                    start.wait();
+                    let mut answers = Vec::new();
+                    let mut conn = match conn {
+                        Ok(conn) => conn,
+                        Err(e) => return Err(e),
+                    };
+                    for i in (t..owners.len()).step_by(threads) {
+                        let outcome = ops::claim(&mut conn, id, &owners[i], term)
+                            .map(|o| o.ok().map(Fence::get));
+                        answers.push((i, outcome));
+                    }
+                    Ok(answers)
+                })
+            })
+            .collect();
+        for handle in handles {
+            let answers = handle
+                .join()
+                .map_err(|_| StoreError::Indeterminate("a claim thread panicked".to_owned()))??;
+            for (i, outcome) in answers {
+                outcomes[i] = Some(outcome);
+            }
+        }
+        Ok::<(), StoreError>(())
+    })?;
+    outcomes
+        .into_iter()
+        .map(|o| {
+            o.unwrap_or_else(|| Err(StoreError::Indeterminate("a claim did not run".to_owned())))
+        })
+        .collect()
+}

@@ -1,0 +1,427 @@
+//! The seed-contract functions, used as a caller would: through a path, with other programs
+//! touching the same file.
+
+use std::path::{Path, PathBuf};
+
+use lease_sqlite::{
+    Error, JobState, SqliteLeaseStore, claim, claim_many, complete, enqueue, init_db, release,
+    renew, state,
+};
+use rusqlite::Connection;
+use tempfile::TempDir;
+
+fn fresh_db() -> (TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lease.db");
+    init_db(&path).unwrap();
+    (dir, path)
+}
+
+fn row(path: &Path, id: &str) -> JobState {
+    state(path, id).unwrap().unwrap()
+}
+
+#[test]
+fn init_creates_the_contract_schema_and_is_idempotent() {
+    let (_dir, path) = fresh_db();
+    assert!(enqueue(&path, "j").unwrap());
+    claim(&path, "j", "a", 0.0, 5.0).unwrap();
+    let before = row(&path, "j");
+    init_db(&path).unwrap();
+    assert_eq!(row(&path, "j"), before, "a second init changed the data");
+    let conn = Connection::open(&path).unwrap();
+    let sql: String = conn
+        .query_row(
+            "SELECT sql FROM sqlite_schema WHERE name = 'jobs'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    for column in [
+        "id TEXT PRIMARY KEY",
+        "owner TEXT",
+        "until REAL NOT NULL DEFAULT 0",
+        "fence INTEGER NOT NULL DEFAULT 0",
+        "result TEXT",
+        "done INTEGER NOT NULL DEFAULT 0",
+    ] {
+        assert!(sql.contains(column), "schema {sql} lacks {column}");
+    }
+}
+
+#[test]
+fn the_stale_worker_story_through_the_api() {
+    let (_dir, path) = fresh_db();
+    assert!(enqueue(&path, "invoice-42").unwrap());
+    let a = claim(&path, "invoice-42", "A", 100.0, 30.0)
+        .unwrap()
+        .unwrap();
+    // A stalls past its lease; B takes over at until == now.
+    let b = claim(&path, "invoice-42", "B", 130.0, 30.0)
+        .unwrap()
+        .unwrap();
+    assert_eq!((a, b), (1, 2));
+    assert!(!renew(&path, "invoice-42", "A", a, 131.0, 30.0).unwrap());
+    assert!(complete(&path, "invoice-42", "B", b, 140.0, "paid by B").unwrap());
+    assert!(!complete(&path, "invoice-42", "A", a, 141.0, "paid by A").unwrap());
+    let s = row(&path, "invoice-42");
+    assert_eq!(
+        (s.owner.as_deref(), s.fence, s.result.as_deref(), s.done),
+        (Some("B"), 2, Some("paid by B"), true)
+    );
+}
+
+#[test]
+fn state_reads_what_another_program_wrote() {
+    let (_dir, path) = fresh_db();
+    assert!(enqueue(&path, "j").unwrap());
+    let other = Connection::open(&path).unwrap();
+    other
+        .execute(
+            "UPDATE jobs SET owner = 'x', until = 9.5, fence = 4 WHERE id = 'j'",
+            [],
+        )
+        .unwrap();
+    let s = row(&path, "j");
+    assert_eq!((s.owner.as_deref(), s.until, s.fence), (Some("x"), 9.5, 4));
+}
+
+#[test]
+fn row_inserted_with_only_an_id_is_a_job_in_the_default_state() {
+    let (_dir, path) = fresh_db();
+    Connection::open(&path)
+        .unwrap()
+        .execute("INSERT INTO jobs(id) VALUES ('outside')", [])
+        .unwrap();
+    assert_eq!(
+        row(&path, "outside"),
+        JobState {
+            id: "outside".into(),
+            owner: None,
+            until: 0.0,
+            fence: 0,
+            result: None,
+            done: false
+        }
+    );
+    assert_eq!(claim(&path, "outside", "a", 0.0, 1.0).unwrap(), Some(1));
+}
+
+#[test]
+fn a_database_created_by_the_python_seed_is_adopted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("seed.db");
+    let conn = Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE jobs(id TEXT PRIMARY KEY, owner TEXT, until REAL NOT NULL DEFAULT 0, \
+         fence INTEGER NOT NULL DEFAULT 0, result TEXT, done INTEGER NOT NULL DEFAULT 0);
+         INSERT INTO jobs(id, owner, until, fence) VALUES ('old', 'w', 5.0, 7);",
+    )
+    .unwrap();
+    drop(conn);
+    init_db(&path).unwrap();
+    assert_eq!(claim(&path, "old", "a", 5.0, 1.0).unwrap(), Some(8));
+}
+
+#[test]
+fn path_functions_stay_correct_when_the_file_is_deleted_and_recreated() {
+    let (_dir, path) = fresh_db();
+    assert!(enqueue(&path, "j").unwrap());
+    assert_eq!(claim(&path, "j", "a", 0.0, 5.0).unwrap(), Some(1));
+    for suffix in ["", "-wal", "-shm"] {
+        let file = PathBuf::from(format!("{}{suffix}", path.display()));
+        if file.exists() {
+            std::fs::remove_file(file).unwrap();
+        }
+    }
+    assert!(matches!(state(&path, "j"), Err(Error::NotFound { .. })));
+    init_db(&path).unwrap();
+    assert_eq!(state(&path, "j").unwrap(), None);
+    assert!(enqueue(&path, "j").unwrap());
+    assert_eq!(claim(&path, "j", "a", 0.0, 5.0).unwrap(), Some(1));
+}
+
+#[test]
+fn operations_on_a_missing_database_are_not_found_and_create_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("missing.db");
+    assert!(matches!(enqueue(&path, "j"), Err(Error::NotFound { .. })));
+    assert!(matches!(
+        claim(&path, "j", "a", 0.0, 1.0),
+        Err(Error::NotFound { .. })
+    ));
+    assert!(!path.exists());
+}
+
+#[test]
+fn fences_are_never_reused_after_release_or_reopen() {
+    let (_dir, path) = fresh_db();
+    enqueue(&path, "j").unwrap();
+    let mut fences = Vec::new();
+    for round in 0..5_u32 {
+        let now = f64::from(round) * 10.0;
+        let f = claim(&path, "j", "a", now, 5.0).unwrap().unwrap();
+        assert!(release(&path, "j", "a", f).unwrap());
+        fences.push(f);
+        // A long-lived store opened and dropped in between, as a restarted worker would.
+        drop(SqliteLeaseStore::open(&path).unwrap());
+    }
+    assert_eq!(fences, [1, 2, 3, 4, 5]);
+}
+
+/// The whole file, read back, so a test can show an error changed nothing stored.
+fn snapshot(path: &Path) -> Vec<JobState> {
+    let conn = Connection::open(path).unwrap();
+    let mut stmt = conn.prepare("SELECT id FROM jobs ORDER BY id").unwrap();
+    let ids: Vec<String> = stmt
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    ids.iter().map(|id| row(path, id)).collect()
+}
+
+#[test]
+fn invalid_ttl_and_now_are_typed_errors_that_change_nothing() {
+    let (_dir, path) = fresh_db();
+    enqueue(&path, "free").unwrap();
+    enqueue(&path, "held").unwrap();
+    let f = claim(&path, "held", "a", 0.0, 100.0).unwrap().unwrap();
+    let before = snapshot(&path);
+    let bad_ttls = [0.0, -0.0, -5.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY];
+    let bad_nows = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY];
+    let mut tried = 0;
+    for ttl in bad_ttls {
+        assert!(
+            matches!(
+                claim(&path, "free", "b", 1.0, ttl),
+                Err(Error::InvalidInput(_))
+            ),
+            "claim ttl {ttl}"
+        );
+        assert!(
+            matches!(
+                renew(&path, "held", "a", f, 1.0, ttl),
+                Err(Error::InvalidInput(_))
+            ),
+            "renew ttl {ttl}"
+        );
+        assert!(matches!(
+            claim_many(&path, "free", &["b", "c"], 1.0, ttl),
+            Err(Error::InvalidInput(_))
+        ));
+        tried += 3;
+    }
+    for now in bad_nows {
+        assert!(
+            matches!(
+                claim(&path, "free", "b", now, 1.0),
+                Err(Error::InvalidInput(_))
+            ),
+            "claim now {now}"
+        );
+        assert!(
+            matches!(
+                renew(&path, "held", "a", f, now, 1.0),
+                Err(Error::InvalidInput(_))
+            ),
+            "renew now {now}"
+        );
+        assert!(
+            matches!(
+                complete(&path, "held", "a", f, now, "r"),
+                Err(Error::InvalidInput(_))
+            ),
+            "complete now {now}"
+        );
+        assert!(matches!(
+            claim_many(&path, "free", &["b"], now, 1.0),
+            Err(Error::InvalidInput(_))
+        ));
+        tried += 4;
+    }
+    assert!(matches!(
+        claim(&path, "", "b", 1.0, 1.0),
+        Err(Error::InvalidInput(_))
+    ));
+    assert!(matches!(
+        claim(&path, "free", "", 1.0, 1.0),
+        Err(Error::InvalidInput(_))
+    ));
+    assert!(matches!(
+        release(&path, "held", "a", u64::MAX),
+        Err(Error::InvalidInput(_))
+    ));
+    assert!(matches!(
+        claim_many(&path, "free", &["b", ""], 1.0, 1.0),
+        Err(Error::InvalidInput(_))
+    ));
+    assert_eq!(tried, 30);
+    assert_eq!(snapshot(&path), before);
+}
+
+#[test]
+fn error_messages_name_the_bad_value() {
+    let (_dir, path) = fresh_db();
+    let message = claim(&path, "j", "a", 0.0, -5.0).unwrap_err().to_string();
+    assert!(
+        message.contains("ttl") && message.contains("-5"),
+        "{message}"
+    );
+    let message = claim(&path, "j", "a", f64::NAN, 1.0)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("now") && message.contains("NaN"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_file_that_is_not_a_database_is_refused_and_left_byte_for_byte_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.txt");
+    let bytes = b"these are my notes, not a database\n".repeat(200);
+    std::fs::write(&path, &bytes).unwrap();
+    assert!(matches!(init_db(&path), Err(Error::Incompatible { .. })));
+    assert!(matches!(
+        enqueue(&path, "j"),
+        Err(Error::Incompatible { .. })
+    ));
+    assert!(matches!(
+        SqliteLeaseStore::open(&path),
+        Err(Error::Incompatible { .. })
+    ));
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(leftovers.len(), 1, "open left side files behind");
+}
+
+#[test]
+fn a_short_file_that_is_not_a_database_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("short");
+    std::fs::write(&path, b"hi").unwrap();
+    assert!(matches!(init_db(&path), Err(Error::Incompatible { .. })));
+    assert_eq!(std::fs::read(&path).unwrap(), b"hi");
+}
+
+#[test]
+fn a_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = init_db(dir.path()).unwrap_err();
+    assert!(matches!(err, Error::Incompatible { .. }), "{err}");
+    assert!(err.to_string().contains("directory"), "{err}");
+}
+
+#[test]
+fn a_missing_parent_directory_is_an_error_and_is_not_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("no/such/dir/lease.db");
+    let err = init_db(&path).unwrap_err();
+    assert!(matches!(err, Error::Unavailable(_)), "{err}");
+    assert!(err.to_string().contains("does not exist"), "{err}");
+    assert!(!dir.path().join("no").exists());
+}
+
+#[test]
+fn a_jobs_table_with_other_columns_or_types_is_refused() {
+    let cases = [
+        "CREATE TABLE jobs(id TEXT PRIMARY KEY, owner TEXT, until TEXT NOT NULL DEFAULT 0, \
+         fence INTEGER NOT NULL DEFAULT 0, result TEXT, done INTEGER NOT NULL DEFAULT 0)",
+        "CREATE TABLE jobs(id TEXT PRIMARY KEY, owner TEXT, until REAL NOT NULL DEFAULT 0, \
+         fence INTEGER NOT NULL DEFAULT 0, result TEXT, done INTEGER NOT NULL DEFAULT 0, extra TEXT)",
+        "CREATE TABLE jobs(id TEXT PRIMARY KEY, owner TEXT, until REAL NOT NULL DEFAULT 0, result TEXT, \
+         done INTEGER NOT NULL DEFAULT 0)",
+        "CREATE TABLE jobs(id INTEGER PRIMARY KEY, payload BLOB)",
+    ];
+    for sql in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("other.db");
+        Connection::open(&path).unwrap().execute_batch(sql).unwrap();
+        let err = init_db(&path).unwrap_err();
+        assert!(matches!(err, Error::Incompatible { .. }), "{sql}: {err}");
+    }
+}
+
+#[test]
+fn a_database_marked_by_another_program_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("other.db");
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch("PRAGMA application_id = 1234; CREATE TABLE t(x);")
+        .unwrap();
+    let err = init_db(&path).unwrap_err();
+    assert!(err.to_string().contains("application_id"), "{err}");
+}
+
+#[test]
+fn corrupt_stored_values_are_reported_not_used() {
+    let (_dir, path) = fresh_db();
+    enqueue(&path, "neg").unwrap();
+    enqueue(&path, "flag").unwrap();
+    let other = Connection::open(&path).unwrap();
+    other
+        .execute("UPDATE jobs SET fence = -3 WHERE id = 'neg'", [])
+        .unwrap();
+    other
+        .execute("UPDATE jobs SET done = 7 WHERE id = 'flag'", [])
+        .unwrap();
+    assert!(matches!(
+        claim(&path, "neg", "a", 0.0, 1.0),
+        Err(Error::Corrupt(_))
+    ));
+    assert!(matches!(state(&path, "flag"), Err(Error::Corrupt(_))));
+}
+
+#[test]
+fn every_pooled_connection_runs_wal_full_sync_and_a_busy_timeout() {
+    let (_dir, path) = fresh_db();
+    let store = SqliteLeaseStore::open(&path).unwrap();
+    let settings = store.settings().unwrap();
+    assert_eq!(settings.journal_mode, "wal");
+    assert_eq!(settings.synchronous, 2, "synchronous must be FULL");
+    assert_eq!(settings.busy_timeout_ms, 30_000);
+    let marks = Connection::open(&path).unwrap();
+    let app: i32 = marks
+        .pragma_query_value(None, "application_id", |r| r.get(0))
+        .unwrap();
+    assert_eq!(app, lease_sqlite::APPLICATION_ID);
+}
+
+#[test]
+fn claim_many_of_a_new_job_has_exactly_one_winner_every_round() {
+    let (_dir, path) = fresh_db();
+    let owners: Vec<String> = (0..8).map(|i| format!("w{i}")).collect();
+    let owners: Vec<&str> = owners.iter().map(String::as_str).collect();
+    for round in 0..30 {
+        let job = format!("race-{round}");
+        enqueue(&path, &job).unwrap();
+        let outcomes = claim_many(&path, &job, &owners, 1.0, 60.0).unwrap();
+        assert_eq!(outcomes.len(), owners.len());
+        let winners: Vec<usize> = (0..outcomes.len())
+            .filter(|&i| outcomes[i].is_some())
+            .collect();
+        assert_eq!(winners.len(), 1, "round {round}: {outcomes:?}");
+        assert_eq!(outcomes[winners[0]], Some(1));
+        assert_eq!(row(&path, &job).owner.as_deref(), Some(owners[winners[0]]));
+    }
+}
+
+#[test]
+fn claim_many_keeps_input_order_with_more_owners_than_threads() {
+    let (_dir, path) = fresh_db();
+    enqueue(&path, "j").unwrap();
+    let names: Vec<String> = (0..100).map(|i| format!("w{i}")).collect();
+    let owners: Vec<&str> = names.iter().map(String::as_str).collect();
+    let outcomes = claim_many(&path, "j", &owners, 1.0, 60.0).unwrap();
+    assert_eq!(outcomes.len(), 100);
+    let winner = outcomes.iter().position(Option::is_some).unwrap();
+    assert_eq!(outcomes.iter().filter(|o| o.is_some()).count(), 1);
+    assert_eq!(row(&path, "j").owner, Some(names[winner].clone()));
+    assert_eq!(
+        claim_many(&path, "j", &[], 1.0, 60.0).unwrap(),
+        Vec::<Option<u64>>::new()
+    );
+}
