@@ -1,0 +1,332 @@
+//! The `lease` binary as a user runs it: exit codes, JSON shapes, bad input and the demo.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+fn lease(db: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lease"))
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .env_remove("LEASE_DB")
+        .output()
+        .expect("the lease binary runs")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Runs with `--json`, checks the exit code, and parses stdout as exactly one JSON value.
+fn json_of(db: &Path, args: &[&str], code: i32) -> Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let out = lease(db, &all);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{args:?}: stdout {} stderr {}",
+        stdout(&out),
+        stderr(&out)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", stdout(&out)))
+}
+
+fn fresh_db() -> (TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("lease.db");
+    assert_eq!(lease(&db, &["init"]).status.code(), Some(0));
+    (dir, db)
+}
+
+#[test]
+fn the_stale_worker_story_through_the_cli() {
+    let (_dir, db) = fresh_db();
+    assert_eq!(
+        json_of(&db, &["enqueue", "j"], 0),
+        json!({"inserted": true})
+    );
+    assert_eq!(
+        json_of(
+            &db,
+            &["claim", "j", "--owner", "A", "--now", "100", "--ttl", "30"],
+            0
+        ),
+        json!({"fence": 1})
+    );
+    assert_eq!(
+        json_of(
+            &db,
+            &["claim", "j", "--owner", "B", "--now", "130", "--ttl", "30"],
+            0
+        ),
+        json!({"fence": 2})
+    );
+    let complete_b = [
+        "complete", "j", "--owner", "B", "--fence", "2", "--now", "140", "--result", "by B",
+    ];
+    assert_eq!(json_of(&db, &complete_b, 0), json!({"ok": true}));
+    let complete_a = [
+        "complete", "j", "--owner", "A", "--fence", "1", "--now", "141", "--result", "by A",
+    ];
+    assert_eq!(json_of(&db, &complete_a, 3), json!({"ok": false}));
+    assert_eq!(
+        json_of(&db, &["state", "j"], 0),
+        json!({"id": "j", "owner": "B", "until": 160.0, "fence": 2, "result": "by B", "done": true})
+    );
+}
+
+#[test]
+fn every_command_prints_its_json_shape_and_exit_code() {
+    let (_dir, db) = fresh_db();
+    assert_eq!(
+        json_of(&db, &["enqueue", "j"], 0),
+        json!({"inserted": true})
+    );
+    assert_eq!(
+        json_of(&db, &["enqueue", "j"], 0),
+        json!({"inserted": false})
+    );
+    assert_eq!(json_of(&db, &["state", "missing"], 0), Value::Null);
+    assert_eq!(
+        json_of(
+            &db,
+            &[
+                "claim", "missing", "--owner", "a", "--now", "0", "--ttl", "5"
+            ],
+            3
+        ),
+        json!({"fence": null})
+    );
+    assert_eq!(
+        json_of(
+            &db,
+            &["claim", "j", "--owner", "a", "--now", "0", "--ttl", "5"],
+            0
+        ),
+        json!({"fence": 1})
+    );
+    assert_eq!(
+        json_of(
+            &db,
+            &["claim", "j", "--owner", "a", "--now", "1", "--ttl", "5"],
+            3
+        ),
+        json!({"fence": null})
+    );
+    assert_eq!(
+        json_of(
+            &db,
+            &[
+                "renew", "j", "--owner", "a", "--fence", "1", "--now", "4", "--ttl", "5"
+            ],
+            0
+        ),
+        json!({"ok": true})
+    );
+    assert_eq!(
+        json_of(
+            &db,
+            &[
+                "renew", "j", "--owner", "a", "--fence", "1", "--now", "9", "--ttl", "5"
+            ],
+            3
+        ),
+        json!({"ok": false})
+    );
+    assert_eq!(
+        json_of(&db, &["release", "j", "--owner", "b", "--fence", "1"], 3),
+        json!({"ok": false})
+    );
+    assert_eq!(
+        json_of(&db, &["release", "j", "--owner", "a", "--fence", "1"], 0),
+        json!({"ok": true})
+    );
+    assert_eq!(
+        json_of(&db, &["state", "j"], 0),
+        json!({"id": "j", "owner": null, "until": 0.0, "fence": 1, "result": null, "done": false})
+    );
+    let race = [
+        "claim-many",
+        "j",
+        "--owner",
+        "x",
+        "--owner",
+        "y",
+        "--owner",
+        "z",
+        "--now",
+        "0",
+        "--ttl",
+        "5",
+    ];
+    let fences = json_of(&db, &race, 0)["fences"].as_array().unwrap().clone();
+    assert_eq!(
+        fences.iter().filter(|f| f.is_u64()).count(),
+        1,
+        "{fences:?}"
+    );
+    assert!(fences.contains(&json!(2)));
+    assert_eq!(
+        json_of(&db, &race, 3),
+        json!({"fences": [null, null, null]})
+    );
+}
+
+#[test]
+fn human_output_is_one_sentence() {
+    let (_dir, db) = fresh_db();
+    let out = lease(&db, &["enqueue", "j"]);
+    assert_eq!(stdout(&out), "enqueued job j\n");
+    let out = lease(
+        &db,
+        &["claim", "j", "--owner", "a", "--now", "10", "--ttl", "5"],
+    );
+    assert_eq!(
+        stdout(&out),
+        "claimed job j for a: fence 1, lease until 15\n"
+    );
+    let out = lease(
+        &db,
+        &["claim", "j", "--owner", "b", "--now", "11", "--ttl", "5"],
+    );
+    assert_eq!(
+        stdout(&out),
+        "not claimed: the job is leased to a until 15\n"
+    );
+}
+
+#[test]
+fn invalid_values_exit_1_with_a_message_naming_the_problem_and_change_nothing() {
+    let (_dir, db) = fresh_db();
+    json_of(&db, &["enqueue", "j"], 0);
+    let before = json_of(&db, &["state", "j"], 0);
+    let cases: [(&[&str], &str); 9] = [
+        (&["claim", "j", "--owner", "a", "--ttl", "0"], "ttl"),
+        (&["claim", "j", "--owner", "a", "--ttl", "-5"], "ttl"),
+        (&["claim", "j", "--owner", "a", "--ttl", "nan"], "ttl"),
+        (&["claim", "j", "--owner", "a", "--ttl", "inf"], "ttl"),
+        (
+            &["claim", "j", "--owner", "a", "--now", "nan", "--ttl", "5"],
+            "now",
+        ),
+        (
+            &["claim", "j", "--owner", "a", "--now", "-inf", "--ttl", "5"],
+            "now",
+        ),
+        (
+            &["renew", "j", "--owner", "a", "--fence", "1", "--ttl", "-1"],
+            "ttl",
+        ),
+        (
+            &[
+                "complete", "j", "--owner", "a", "--fence", "1", "--now", "inf", "--result", "r",
+            ],
+            "now",
+        ),
+        (&["claim", "j", "--owner", "", "--ttl", "5"], "owner"),
+    ];
+    for (args, named) in cases {
+        let out = lease(&db, args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(stdout(&out), "", "{args:?}");
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(named), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    assert_eq!(json_of(&db, &["state", "j"], 0), before);
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let (_dir, db) = fresh_db();
+    let cases: [&[&str]; 6] = [
+        &["claim", "j", "--owner", "a", "--ttl", "5", "--bogus"],
+        &["claim", "j", "--owner", "a"],
+        &["claim", "j", "--owner", "a", "--ttl", "five"],
+        &["renew", "j", "--owner", "a", "--fence", "-1", "--ttl", "5"],
+        &["claim-many", "j", "--ttl", "5"],
+        &["frobnicate"],
+    ];
+    for args in cases {
+        let out = lease(&db, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert_eq!(stdout(&out), "", "{args:?}");
+    }
+}
+
+#[test]
+fn database_problems_exit_1_and_leave_files_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.db");
+    let out = lease(&missing, &["state", "j"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("no lease database"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!missing.exists());
+
+    let notes = dir.path().join("notes.txt");
+    std::fs::write(&notes, "not a database, just notes\n".repeat(100)).unwrap();
+    let before = std::fs::read(&notes).unwrap();
+    for args in [&["init"][..], &["enqueue", "j"]] {
+        let out = lease(&notes, args);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            stderr(&out).contains("not an SQLite database"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(std::fs::read(&notes).unwrap(), before);
+
+    let out = lease(dir.path(), &["init"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("directory"));
+}
+
+#[test]
+fn the_database_path_comes_from_lease_db_when_no_flag_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("from-env.db");
+    let out = Command::new(env!("CARGO_BIN_EXE_lease"))
+        .args(["init"])
+        .env("LEASE_DB", &db)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(db.exists());
+    assert!(!dir.path().join("lease.db").exists());
+}
+
+#[test]
+fn the_demo_narrates_the_story_and_the_result_survives() {
+    let out = Command::new(env!("CARGO_BIN_EXE_lease"))
+        .arg("demo")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("gets fence 1"), "{text}");
+    assert!(text.contains("gets fence 2"), "{text}");
+    assert!(text.contains("rejected"), "{text}");
+    assert!(text.contains("survived"), "{text}");
+    let out = Command::new(env!("CARGO_BIN_EXE_lease"))
+        .args(["demo", "--json"])
+        .output()
+        .unwrap();
+    let value: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(value["survived"], json!(true));
+}

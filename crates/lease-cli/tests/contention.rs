@@ -1,0 +1,66 @@
+//! Contention across separate OS processes: many `lease claim` processes race for one job,
+//! round after round; exactly one wins each round and none fails with a busy or locked error.
+
+use std::process::{Command, Stdio};
+
+const ROUNDS: usize = 30;
+const PROCESSES: usize = 8;
+
+#[test]
+fn racing_claim_processes_have_exactly_one_winner_and_no_busy_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("race.db");
+    let lease = env!("CARGO_BIN_EXE_lease");
+    let run = |args: &[&str]| {
+        Command::new(lease)
+            .arg("--db")
+            .arg(&db)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    assert!(run(&["init"]).status.success());
+    for round in 0..ROUNDS {
+        let job = format!("job-{round}");
+        assert!(run(&["enqueue", &job]).status.success());
+        let children: Vec<_> = (0..PROCESSES)
+            .map(|p| {
+                Command::new(lease)
+                    .arg("--db")
+                    .arg(&db)
+                    .args([
+                        "claim",
+                        &job,
+                        "--owner",
+                        &format!("p{p}"),
+                        "--now",
+                        "0",
+                        "--ttl",
+                        "60",
+                        "--json",
+                    ])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for (p, child) in children.into_iter().enumerate() {
+            let out = child.wait_with_output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            match out.status.code() {
+                Some(0) => {
+                    winners.push((p, String::from_utf8_lossy(&out.stdout).trim().to_owned()))
+                }
+                Some(3) => {}
+                other => panic!("round {round} process {p} exited {other:?}: {err}"),
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
+        assert_eq!(winners[0].1, r#"{"fence":1}"#);
+        let state = run(&["state", &job, "--json"]);
+        let state: serde_json::Value = serde_json::from_slice(&state.stdout).unwrap();
+        assert_eq!(state["owner"], format!("p{}", winners[0].0));
+    }
+}
