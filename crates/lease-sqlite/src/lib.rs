@@ -197,3 +197,8 @@ impl LeaseStore for SqliteLeaseStore {
             .await
     }
 }
+
+/// The README's Rust examples, compiled as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeExamples;
