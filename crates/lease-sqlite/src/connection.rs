@@ -110,10 +110,35 @@ fn parent_dir(path: &Path) -> &Path {
     }
 }
 
+/// The oldest SQLite this store runs on: 3.51.3 fixes the WAL-reset bug that could corrupt a
+/// WAL database when a checkpoint and a writer race.
+pub const MIN_SQLITE_VERSION: i32 = 3_051_003;
+
+/// Refuses an SQLite library older than [`MIN_SQLITE_VERSION`].
+pub(crate) fn check_sqlite_version(version: i32) -> Result<(), String> {
+    if version < MIN_SQLITE_VERSION {
+        return Err(format!(
+            "SQLite {}.{}.{} is older than 3.51.3, which fixes a WAL-reset corruption bug",
+            version / 1_000_000,
+            version / 1_000 % 1_000,
+            version % 1_000
+        ));
+    }
+    Ok(())
+}
+
 /// Applies and verifies the settings every connection must have.
 pub(crate) fn configure(conn: &Connection, options: &SqliteOptions) -> rusqlite::Result<()> {
+    check_sqlite_version(rusqlite::version_number()).map_err(setting_error)?;
     // The busy timeout goes first so that switching to WAL waits for other openers.
     conn.busy_timeout(options.busy_timeout)?;
+    let wanted_ms = i64::try_from(options.busy_timeout.as_millis()).unwrap_or(i64::MAX);
+    let busy_ms: i64 = conn.pragma_query_value(None, "busy_timeout", |r| r.get(0))?;
+    if busy_ms != wanted_ms.min(i64::from(i32::MAX)) {
+        return Err(setting_error(format!(
+            "busy_timeout is {busy_ms} ms, not {wanted_ms} ms"
+        )));
+    }
     let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(setting_error(format!("journal_mode is {mode}, not wal")));
@@ -132,7 +157,7 @@ pub(crate) fn configure(conn: &Connection, options: &SqliteOptions) -> rusqlite:
 fn setting_error(message: String) -> rusqlite::Error {
     rusqlite::Error::SqliteFailure(
         rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
-        Some(format!("unsafe connection setting: {message}")),
+        Some(format!("unsafe connection: {message}")),
     )
 }
 
@@ -197,4 +222,17 @@ pub(crate) fn read_settings(conn: &Connection) -> Result<ConnectionSettings, Sto
         })
     };
     read().map_err(error::before_commit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_older_than_3_51_3_is_refused() {
+        let err = check_sqlite_version(3_051_002).unwrap_err();
+        assert!(err.contains("3.51.2 is older than 3.51.3"), "{err}");
+        assert!(check_sqlite_version(3_051_003).is_ok());
+        assert!(check_sqlite_version(rusqlite::version_number()).is_ok());
+    }
 }

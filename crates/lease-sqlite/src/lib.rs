@@ -117,6 +117,21 @@ impl SqliteLeaseStore {
         connection::read_settings(&conn)
     }
 
+    /// The same operations as the [`LeaseStore`] port, synchronously on the calling thread:
+    /// for callers without an async runtime (workers, benchmarks, tools).
+    #[must_use]
+    pub fn blocking(&self) -> Blocking<'_> {
+        Blocking(self)
+    }
+
+    fn with_conn<T>(
+        pool: &r2d2::Pool<SqliteConnectionManager>,
+        body: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut conn = pool.get().map_err(|e| error::pool(&e))?;
+        body(&mut conn)
+    }
+
     /// Runs `body` with a pooled connection on a blocking thread when called inside a Tokio
     /// runtime, inline otherwise. This is the one place where async meets rusqlite: the
     /// connection is never held across an `.await`.
@@ -125,16 +140,79 @@ impl SqliteLeaseStore {
         body: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let pool = self.pool.clone();
-        let task = move || {
-            let mut conn = pool.get().map_err(|e| error::pool(&e))?;
-            body(&mut conn)
-        };
+        let task = move || Self::with_conn(&pool, body);
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => runtime.spawn_blocking(task).await.map_err(|e| {
                 StoreError::Indeterminate(format!("the database thread did not finish: {e}"))
             })?,
             Err(_) => task(),
         }
+    }
+}
+
+/// The synchronous face of a [`SqliteLeaseStore`]; see [`SqliteLeaseStore::blocking`].
+///
+/// Each method has the contract of the [`LeaseStore`] method of the same name.
+#[derive(Debug, Clone, Copy)]
+pub struct Blocking<'a>(&'a SqliteLeaseStore);
+
+#[allow(clippy::missing_errors_doc)] // The errors are the port's, documented on LeaseStore.
+impl Blocking<'_> {
+    /// See [`LeaseStore::enqueue`].
+    pub fn enqueue(&self, job: &JobId) -> Result<bool, StoreError> {
+        SqliteLeaseStore::with_conn(&self.0.pool, |conn| ops::enqueue(conn, job))
+    }
+
+    /// See [`LeaseStore::state`].
+    pub fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
+        SqliteLeaseStore::with_conn(&self.0.pool, |conn| ops::state(conn, job))
+    }
+
+    /// See [`LeaseStore::claim`].
+    pub fn claim(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        term: LeaseTerm,
+    ) -> Result<ClaimOutcome, StoreError> {
+        SqliteLeaseStore::with_conn(&self.0.pool, |conn| ops::claim(conn, job, owner, term))
+    }
+
+    /// See [`LeaseStore::renew`].
+    pub fn renew(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        term: LeaseTerm,
+    ) -> Result<WriteOutcome, StoreError> {
+        SqliteLeaseStore::with_conn(&self.0.pool, |conn| {
+            ops::renew(conn, job, owner, fence, term)
+        })
+    }
+
+    /// See [`LeaseStore::complete`].
+    pub fn complete(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        now: Timestamp,
+        result: &JobResult,
+    ) -> Result<WriteOutcome, StoreError> {
+        SqliteLeaseStore::with_conn(&self.0.pool, |conn| {
+            ops::complete(conn, job, owner, fence, now, result)
+        })
+    }
+
+    /// See [`LeaseStore::release`].
+    pub fn release(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+    ) -> Result<WriteOutcome, StoreError> {
+        SqliteLeaseStore::with_conn(&self.0.pool, |conn| ops::release(conn, job, owner, fence))
     }
 }
 
