@@ -6,6 +6,7 @@
 //! its answer atomically; they never restate a lease rule.
 
 mod error;
+pub mod history;
 pub mod memory;
 
 #[cfg(feature = "conformance")]

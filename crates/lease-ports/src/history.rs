@@ -1,0 +1,338 @@
+//! Recorded histories of store calls, and a linearizability checker against the sequential
+//! contract (the `lease_domain` rules applied one call at a time).
+//!
+//! A history is linearizable when every call can be given one instant between its invocation
+//! and its return such that, taken in that order, each call's answer is the one the sequential
+//! rules give. A call that never returned (its process was killed) may take effect at any time
+//! after its invocation, or never. The checker is a Wing & Gong search with memoisation, per job.
+
+use std::collections::{BTreeMap, HashSet};
+
+use lease_domain::{
+    Fence, Job, JobId, JobResult, LeaseTerm, Owner, Timestamp, decide_claim, decide_complete,
+    decide_release, decide_renew,
+};
+
+/// One call to a store, with the caller's inputs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Call {
+    /// `enqueue(job)`.
+    Enqueue,
+    /// `claim(job, owner, term)`.
+    Claim(Owner, LeaseTerm),
+    /// `renew(job, owner, fence, term)`.
+    Renew(Owner, Fence, LeaseTerm),
+    /// `complete(job, owner, fence, now, result)`.
+    Complete(Owner, Fence, Timestamp, JobResult),
+    /// `release(job, owner, fence)`.
+    Release(Owner, Fence),
+}
+
+/// What a call answered, reduced to what the contract pins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// `enqueue` inserted (`true`) or found the job (`false`).
+    Enqueued(bool),
+    /// `claim` gave this fence, or was refused.
+    Claimed(Option<Fence>),
+    /// `renew`, `complete` or `release` was accepted (`true`) or refused.
+    Wrote(bool),
+}
+
+/// One call in a history. Times are any monotonic clock shared by every caller (nanoseconds).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// The job the call was about.
+    pub job: JobId,
+    /// The call.
+    pub call: Call,
+    /// Its answer; `None` when it never returned (it may or may not have taken effect).
+    pub answer: Option<Answer>,
+    /// When the call was made.
+    pub invoked: u64,
+    /// When it returned; ignored when `answer` is `None`.
+    pub returned: u64,
+}
+
+/// Applies one call to the sequential model and gives the answer the contract requires.
+#[must_use]
+pub fn apply(state: Option<&Job>, call: &Call) -> (Option<Job>, Answer) {
+    let unchanged = || state.cloned();
+    match call {
+        Call::Enqueue => match state {
+            Some(job) => (Some(job.clone()), Answer::Enqueued(false)),
+            None => (Some(Job::new()), Answer::Enqueued(true)),
+        },
+        Call::Claim(owner, term) => match decide_claim(state, owner, *term) {
+            Ok(next) => {
+                let fence = next.fence;
+                (Some(next), Answer::Claimed(Some(fence)))
+            }
+            Err(_) => (unchanged(), Answer::Claimed(None)),
+        },
+        Call::Renew(owner, fence, term) => {
+            wrote(decide_renew(state, owner, *fence, *term).ok(), unchanged)
+        }
+        Call::Complete(owner, fence, now, result) => wrote(
+            decide_complete(state, owner, *fence, *now, result).ok(),
+            unchanged,
+        ),
+        Call::Release(owner, fence) => wrote(decide_release(state, owner, *fence).ok(), unchanged),
+    }
+}
+
+fn wrote(next: Option<Job>, unchanged: impl FnOnce() -> Option<Job>) -> (Option<Job>, Answer) {
+    match next {
+        Some(job) => (Some(job), Answer::Wrote(true)),
+        None => (unchanged(), Answer::Wrote(false)),
+    }
+}
+
+/// Why a history is not linearizable.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Violation {
+    /// The job whose history has no valid order.
+    pub job: JobId,
+    /// How many calls that job's history holds.
+    pub calls: usize,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the {} calls on job {} have no sequential order that explains every answer",
+            self.calls, self.job
+        )
+    }
+}
+
+/// Checks every job's history, each from the job's absence (`None`) as the start state.
+///
+/// # Errors
+/// The first job whose history cannot be linearized.
+pub fn check_linearizable(events: &[Event]) -> Result<usize, Violation> {
+    let mut by_job: BTreeMap<&JobId, Vec<&Event>> = BTreeMap::new();
+    for event in events {
+        by_job.entry(&event.job).or_default().push(event);
+    }
+    for (job, history) in &by_job {
+        if !linearizable(history) {
+            return Err(Violation {
+                job: (*job).clone(),
+                calls: history.len(),
+            });
+        }
+    }
+    Ok(by_job.len())
+}
+
+const NEVER: u64 = u64::MAX;
+
+fn returned(event: &Event) -> u64 {
+    if event.answer.is_some() {
+        event.returned
+    } else {
+        NEVER
+    }
+}
+
+/// Depth-first search over which pending call takes effect next.
+fn linearizable(history: &[&Event]) -> bool {
+    let mut order: Vec<&Event> = history.to_vec();
+    order.sort_by_key(|e| e.invoked);
+    let mut done = vec![false; order.len()];
+    let mut seen = HashSet::new();
+    search(&order, &mut done, None, &mut seen)
+}
+
+fn search(
+    order: &[&Event],
+    done: &mut [bool],
+    state: Option<Job>,
+    seen: &mut HashSet<(Vec<bool>, String)>,
+) -> bool {
+    // Every call that returned is placed; the ones that never returned may simply never happen.
+    if order
+        .iter()
+        .zip(done.iter())
+        .all(|(e, d)| *d || e.answer.is_none())
+    {
+        return true;
+    }
+    if !seen.insert((done.to_vec(), format!("{state:?}"))) {
+        return false;
+    }
+    // A call may go next only if it was invoked before every pending call returned.
+    let horizon = order
+        .iter()
+        .zip(done.iter())
+        .filter(|(_, d)| !**d)
+        .map(|(e, _)| returned(e))
+        .min()
+        .unwrap_or(NEVER);
+    for i in 0..order.len() {
+        if done[i] || order[i].invoked > horizon {
+            continue;
+        }
+        let (next, answer) = apply(state.as_ref(), &order[i].call);
+        if order[i].answer.is_some_and(|a| a != answer) {
+            continue;
+        }
+        done[i] = true;
+        if search(order, done, next, seen) {
+            return true;
+        }
+        done[i] = false;
+    }
+    false
+}
+
+/// A concurrent random workload whose history the checker can judge.
+#[derive(Debug, Clone, Copy)]
+pub struct Workload {
+    /// Concurrent callers.
+    pub workers: usize,
+    /// Calls per caller.
+    pub calls_per_worker: usize,
+    /// Jobs the callers share.
+    pub jobs: usize,
+    /// Seed of the callers' choices.
+    pub seed: u64,
+}
+
+/// A small xorshift generator: reproducible choices without a dependency.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from a seed (0 is replaced by a fixed odd constant).
+    #[must_use]
+    pub fn new(seed: u64) -> Self {
+        Self(if seed == 0 {
+            0x9E37_79B9_7F4A_7C15
+        } else {
+            seed
+        })
+    }
+
+    /// The next number in `0..bound` (`bound` > 0).
+    pub fn below(&mut self, bound: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % bound.max(1)
+    }
+}
+
+/// Picks the next call for a caller that remembers the fences it was granted.
+///
+/// Times come from a shared logical clock so leases expire as calls go by; owners are reused, and
+/// old fences are presented on purpose, so stale writers are common.
+pub fn random_call(rng: &mut Rng, me: &Owner, granted: &[Fence], now: u32) -> Call {
+    let now = f64::from(now);
+    let ttl = match rng.below(3) {
+        0 => 1.0,
+        1 => 2.0,
+        _ => 3.0,
+    };
+    let term = LeaseTerm::new(now, ttl).expect("a small whole now and ttl 1..=3 form a valid term");
+    let fence = match granted {
+        [] => Fence::ZERO,
+        [.., last] if rng.below(3) != 0 => *last,
+        _ => granted[usize::try_from(rng.below(granted.len() as u64)).unwrap_or(0)],
+    };
+    let result = JobResult::new(format!("{me}@{fence}")).expect("owner names hold no NUL");
+    match rng.below(10) {
+        0 => Call::Enqueue,
+        1..=3 => Call::Claim(me.clone(), term),
+        4 | 5 => Call::Renew(me.clone(), fence, term),
+        6 | 7 => Call::Complete(me.clone(), fence, term.now(), result),
+        _ => Call::Release(me.clone(), fence),
+    }
+}
+
+#[cfg(feature = "conformance")]
+mod workload {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Instant;
+
+    use super::{Answer, Call, Event, Rng, Workload, random_call};
+    use crate::{JobId, LeaseStore, Owner, StoreError};
+
+    /// Makes one call and reduces its answer; storage errors are returned as they are.
+    pub async fn perform(
+        store: &dyn LeaseStore,
+        job: &JobId,
+        call: &Call,
+    ) -> Result<Answer, StoreError> {
+        Ok(match call {
+            Call::Enqueue => Answer::Enqueued(store.enqueue(job).await?),
+            Call::Claim(owner, term) => Answer::Claimed(store.claim(job, owner, *term).await?.ok()),
+            Call::Renew(owner, fence, term) => {
+                Answer::Wrote(store.renew(job, owner, *fence, *term).await?.is_ok())
+            }
+            Call::Complete(owner, fence, now, result) => Answer::Wrote(
+                store
+                    .complete(job, owner, *fence, *now, result)
+                    .await?
+                    .is_ok(),
+            ),
+            Call::Release(owner, fence) => {
+                Answer::Wrote(store.release(job, owner, *fence).await?.is_ok())
+            }
+        })
+    }
+
+    /// Runs the workload with one Tokio task per caller and returns the recorded history.
+    ///
+    /// A call that fails with a storage error is recorded as never having returned.
+    pub async fn record(store: Arc<dyn LeaseStore>, workload: Workload) -> Vec<Event> {
+        let start = Instant::now();
+        let clock = Arc::new(AtomicU64::new(0));
+        let mut tasks = tokio::task::JoinSet::new();
+        for w in 0..workload.workers {
+            let (store, clock) = (Arc::clone(&store), Arc::clone(&clock));
+            tasks.spawn(async move {
+                let mut rng = Rng::new(workload.seed.wrapping_mul(31).wrapping_add(w as u64 + 1));
+                let me = Owner::new(format!("w{w}")).expect("w<n> is a valid owner");
+                let mut granted: Vec<Vec<crate::Fence>> = vec![Vec::new(); workload.jobs];
+                let mut events = Vec::new();
+                for _ in 0..workload.calls_per_worker {
+                    let j = usize::try_from(rng.below(workload.jobs as u64)).unwrap_or(0);
+                    let job = JobId::new(format!("job-{j}")).expect("job-<n> is a valid id");
+                    let now =
+                        u32::try_from(clock.fetch_add(1, Ordering::SeqCst) / 4).unwrap_or(u32::MAX);
+                    let call = random_call(&mut rng, &me, &granted[j], now);
+                    let invoked = elapsed(start);
+                    let answer = perform(store.as_ref(), &job, &call).await.ok();
+                    let returned = elapsed(start);
+                    if let Some(Answer::Claimed(Some(fence))) = answer {
+                        granted[j].push(fence);
+                    }
+                    events.push(Event {
+                        job,
+                        call,
+                        answer,
+                        invoked,
+                        returned,
+                    });
+                }
+                events
+            });
+        }
+        let mut history = Vec::new();
+        while let Some(done) = tasks.join_next().await {
+            history.extend(done.unwrap_or_default());
+        }
+        history
+    }
+
+    fn elapsed(start: Instant) -> u64 {
+        u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+#[cfg(feature = "conformance")]
+pub use workload::{perform, record};

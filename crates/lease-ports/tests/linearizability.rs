@@ -1,0 +1,265 @@
+//! The linearizability checker: it accepts what the contract allows, and it catches seeded bugs
+//! (a complete that skips the fence check; a claim answered before its write commits).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lease_ports::history::{Answer, Call, Event, Workload, check_linearizable, record};
+use lease_ports::memory::MemoryLeaseStore;
+use lease_ports::{
+    ClaimOutcome, Fence, JobId, JobResult, JobState, LeaseStore, LeaseTerm, Owner, StoreError,
+    Timestamp, WriteOutcome,
+};
+
+fn job() -> JobId {
+    JobId::new("j").unwrap()
+}
+
+fn owner(name: &str) -> Owner {
+    Owner::new(name).unwrap()
+}
+
+fn claim(name: &str, now: f64) -> Call {
+    Call::Claim(owner(name), LeaseTerm::new(now, 10.0).unwrap())
+}
+
+fn event(call: Call, answer: Option<Answer>, invoked: u64, returned: u64) -> Event {
+    Event {
+        job: job(),
+        call,
+        answer,
+        invoked,
+        returned,
+    }
+}
+
+fn fence(n: u64) -> Fence {
+    Fence::new(n).unwrap()
+}
+
+#[test]
+fn overlapping_claims_may_be_ordered_either_way() {
+    let history = [
+        event(Call::Enqueue, Some(Answer::Enqueued(true)), 0, 1),
+        event(claim("a", 0.0), Some(Answer::Claimed(None)), 2, 10),
+        event(claim("b", 0.0), Some(Answer::Claimed(Some(fence(1)))), 3, 9),
+    ];
+    assert_eq!(check_linearizable(&history), Ok(1));
+}
+
+#[test]
+fn two_winners_of_one_free_job_are_caught() {
+    let history = [
+        event(Call::Enqueue, Some(Answer::Enqueued(true)), 0, 1),
+        event(
+            claim("a", 0.0),
+            Some(Answer::Claimed(Some(fence(1)))),
+            2,
+            10,
+        ),
+        event(claim("b", 0.0), Some(Answer::Claimed(Some(fence(1)))), 3, 9),
+    ];
+    assert!(check_linearizable(&history).is_err());
+}
+
+#[test]
+fn real_time_order_is_respected() {
+    // b's claim started after a's returned, so it cannot go first.
+    let history = [
+        event(Call::Enqueue, Some(Answer::Enqueued(true)), 0, 1),
+        event(claim("a", 0.0), Some(Answer::Claimed(None)), 2, 3),
+        event(claim("b", 0.0), Some(Answer::Claimed(Some(fence(1)))), 4, 5),
+    ];
+    assert!(check_linearizable(&history).is_err());
+}
+
+#[test]
+fn a_call_that_never_returned_may_or_may_not_have_happened() {
+    let took_effect = [
+        event(Call::Enqueue, Some(Answer::Enqueued(true)), 0, 1),
+        event(claim("a", 0.0), None, 2, 0),
+        event(claim("b", 0.0), Some(Answer::Claimed(Some(fence(2)))), 3, 4),
+    ];
+    assert!(
+        check_linearizable(&took_effect).is_err(),
+        "b cannot get fence 2 at now 0 after a's live claim"
+    );
+    let took_effect = [
+        event(Call::Enqueue, Some(Answer::Enqueued(true)), 0, 1),
+        event(claim("a", 0.0), None, 2, 0),
+        event(
+            claim("b", 20.0),
+            Some(Answer::Claimed(Some(fence(2)))),
+            3,
+            4,
+        ),
+    ];
+    assert_eq!(check_linearizable(&took_effect), Ok(1));
+    let never = [
+        event(Call::Enqueue, Some(Answer::Enqueued(true)), 0, 1),
+        event(claim("a", 0.0), None, 2, 0),
+        event(claim("b", 0.0), Some(Answer::Claimed(Some(fence(1)))), 3, 4),
+    ];
+    assert_eq!(check_linearizable(&never), Ok(1));
+}
+
+#[test]
+fn a_stale_completion_that_was_accepted_is_caught() {
+    let history = [
+        event(Call::Enqueue, Some(Answer::Enqueued(true)), 0, 1),
+        event(claim("a", 0.0), Some(Answer::Claimed(Some(fence(1)))), 2, 3),
+        event(
+            claim("a", 10.0),
+            Some(Answer::Claimed(Some(fence(2)))),
+            4,
+            5,
+        ),
+        event(
+            Call::Complete(
+                owner("a"),
+                fence(1),
+                Timestamp::new(11.0).unwrap(),
+                JobResult::new("x").unwrap(),
+            ),
+            Some(Answer::Wrote(true)),
+            6,
+            7,
+        ),
+    ];
+    assert!(check_linearizable(&history).is_err());
+}
+
+/// A store with one seeded bug, over the correct in-memory store.
+struct Buggy {
+    inner: Arc<MemoryLeaseStore>,
+    bug: Bug,
+}
+
+#[derive(Clone, Copy)]
+enum Bug {
+    /// `complete` presents whatever fence is stored, so the caller's fence is never checked.
+    NoFenceCheckOnComplete,
+    /// `claim` answers from a snapshot at once and writes a moment later.
+    AnswerBeforeCommit,
+}
+
+fn job_of(state: JobState) -> lease_ports::Job {
+    lease_ports::Job {
+        owner: state.owner.map(|o| Owner::new(o).unwrap()),
+        until: Timestamp::new(state.until).unwrap(),
+        fence: Fence::new(state.fence).unwrap(),
+        result: state.result,
+        done: state.done,
+    }
+}
+
+#[async_trait]
+impl LeaseStore for Buggy {
+    async fn enqueue(&self, job: &JobId) -> Result<bool, StoreError> {
+        self.inner.enqueue(job).await
+    }
+    async fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
+        self.inner.state(job).await
+    }
+    async fn claim(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        term: LeaseTerm,
+    ) -> Result<ClaimOutcome, StoreError> {
+        if !matches!(self.bug, Bug::AnswerBeforeCommit) {
+            return self.inner.claim(job, owner, term).await;
+        }
+        let snapshot = self.inner.state(job).await?.map(job_of);
+        let answer =
+            lease_domain::decide_claim(snapshot.as_ref(), owner, term).map(|next| next.fence);
+        let (inner, job, owner) = (Arc::clone(&self.inner), job.clone(), owner.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            let _ = inner.claim(&job, &owner, term).await;
+        });
+        Ok(answer)
+    }
+    async fn renew(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        term: LeaseTerm,
+    ) -> Result<WriteOutcome, StoreError> {
+        self.inner.renew(job, owner, fence, term).await
+    }
+    async fn complete(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        now: Timestamp,
+        result: &JobResult,
+    ) -> Result<WriteOutcome, StoreError> {
+        let fence = match self.bug {
+            Bug::NoFenceCheckOnComplete => match self.inner.state(job).await? {
+                Some(state) => Fence::new(state.fence).unwrap(),
+                None => fence,
+            },
+            Bug::AnswerBeforeCommit => fence,
+        };
+        self.inner.complete(job, owner, fence, now, result).await
+    }
+    async fn release(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+    ) -> Result<WriteOutcome, StoreError> {
+        self.inner.release(job, owner, fence).await
+    }
+}
+
+fn workload(seed: u64) -> Workload {
+    Workload {
+        workers: 6,
+        calls_per_worker: 40,
+        jobs: 3,
+        seed,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn histories_of_the_memory_store_are_linearizable() {
+    for seed in 1..=20 {
+        let history = record(Arc::new(MemoryLeaseStore::new()), workload(seed)).await;
+        assert_eq!(history.len(), 240);
+        assert!(history.iter().all(|e| e.answer.is_some()));
+        check_linearizable(&history).unwrap_or_else(|v| panic!("seed {seed}: {v}"));
+    }
+}
+
+async fn caught(bug: Bug) -> usize {
+    let mut caught = 0;
+    for seed in 1..=20 {
+        let store = Buggy {
+            inner: Arc::new(MemoryLeaseStore::new()),
+            bug,
+        };
+        let history = record(Arc::new(store), workload(seed)).await;
+        if check_linearizable(&history).is_err() {
+            caught += 1;
+        }
+    }
+    eprintln!("caught {caught} of 20 histories");
+    caught
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_checker_catches_a_complete_without_fence_check() {
+    let caught = caught(Bug::NoFenceCheckOnComplete).await;
+    assert!(caught > 0, "no history out of 20 was flagged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_checker_catches_an_answer_before_commit() {
+    let caught = caught(Bug::AnswerBeforeCommit).await;
+    assert!(caught > 0, "no history out of 20 was flagged");
+}
