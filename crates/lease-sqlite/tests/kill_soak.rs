@@ -286,7 +286,7 @@ fn kill_soak() -> String {
             .iter()
             .map(|l| format!("fence acknowledged twice: {l}")),
     );
-    for ((job, fence), _) in &acks.claims {
+    for (job, fence) in acks.claims.keys() {
         let top = stored.get(job).map_or(-1, |s| s.0);
         if i64::try_from(*fence).unwrap() > top {
             violations.push(format!(
