@@ -4,8 +4,11 @@
 //! was acknowledged twice, no acknowledged write was lost, no stale write was accepted, and the
 //! database is intact.
 //!
+//! A second check records the histories of writer processes (some of them killed mid-call) and
+//! checks them for linearizability against the sequential contract.
+//!
 //! This is a `harness = false` test: the same binary is the driver and, re-executed with
-//! `LEASE_SOAK_ROLE=writer`, each writer.
+//! `LEASE_SOAK_ROLE=writer` or `history`, each writer.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::OpenOptions;
@@ -16,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lease_domain::{Fence, JobId, JobResult, LeaseTerm, Owner, Timestamp};
-use lease_ports::history::Rng;
+use lease_ports::history::{Answer, Call, Event, Rng, check_linearizable, random_call};
 use lease_sqlite::{SqliteLeaseStore, SqliteOptions};
 
 const SLOTS: u64 = 3;
@@ -360,21 +363,233 @@ fn kill_soak() -> String {
     )
 }
 
-fn main() {
-    if std::env::var("LEASE_SOAK_ROLE").as_deref() == Ok("writer") {
-        writer();
-        return;
+const HISTORY_PROCESSES: usize = 4;
+const HISTORY_CALLS: usize = 300;
+const HISTORY_JOBS: u64 = 3;
+/// One logical tick of the callers' `now`, in nanoseconds of the shared wall clock.
+const TICK_NS: u128 = 4_000_000;
+
+fn wall_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+fn call_text(call: &Call) -> String {
+    let term = |t: &LeaseTerm| format!("{} {}", t.now(), t.until().get() - t.now().get());
+    match call {
+        Call::Enqueue => "E".to_owned(),
+        Call::Claim(o, t) => format!("C {o} {}", term(t)),
+        Call::Renew(o, f, t) => format!("R {o} {f} {}", term(t)),
+        Call::Complete(o, f, now, r) => format!("P {o} {f} {now} {}", r.as_str()),
+        Call::Release(o, f) => format!("L {o} {f}"),
     }
-    let outcome = std::panic::catch_unwind(kill_soak);
-    match outcome {
-        Ok(summary) => {
-            println!("test kill_soak_keeps_every_fence_guarantee ... ok ({summary})");
-            println!("1 passed, 0 failed");
+}
+
+fn parse_call(parts: &[&str]) -> Call {
+    let owner = |s: &str| Owner::new(s).unwrap();
+    let fence = |s: &str| Fence::new(s.parse().unwrap()).unwrap();
+    let term =
+        |now: &str, ttl: &str| LeaseTerm::new(now.parse().unwrap(), ttl.parse().unwrap()).unwrap();
+    match parts {
+        ["E"] => Call::Enqueue,
+        ["C", o, now, ttl] => Call::Claim(owner(o), term(now, ttl)),
+        ["R", o, f, now, ttl] => Call::Renew(owner(o), fence(f), term(now, ttl)),
+        ["P", o, f, now, r] => Call::Complete(
+            owner(o),
+            fence(f),
+            Timestamp::new(now.parse().unwrap()).unwrap(),
+            JobResult::new(*r).unwrap(),
+        ),
+        ["L", o, f] => Call::Release(owner(o), fence(f)),
+        other => panic!("unreadable call {other:?}"),
+    }
+}
+
+fn perform_blocking(
+    store: &lease_sqlite::Blocking<'_>,
+    job: &JobId,
+    call: &Call,
+) -> Option<Answer> {
+    Some(match call {
+        Call::Enqueue => Answer::Enqueued(store.enqueue(job).ok()?),
+        Call::Claim(o, t) => Answer::Claimed(store.claim(job, o, *t).ok()?.ok()),
+        Call::Renew(o, f, t) => Answer::Wrote(store.renew(job, o, *f, *t).ok()?.is_ok()),
+        Call::Complete(o, f, now, r) => {
+            Answer::Wrote(store.complete(job, o, *f, *now, r).ok()?.is_ok())
         }
-        Err(_) => {
-            println!("test kill_soak_keeps_every_fence_guarantee ... FAILED");
-            println!("0 passed, 1 failed");
-            std::process::exit(1);
+        Call::Release(o, f) => Answer::Wrote(store.release(job, o, *f).ok()?.is_ok()),
+    })
+}
+
+fn answer_text(answer: Answer) -> String {
+    match answer {
+        Answer::Enqueued(b) => format!("e{}", u8::from(b)),
+        Answer::Claimed(Some(f)) => format!("c{f}"),
+        Answer::Claimed(None) => "c-".to_owned(),
+        Answer::Wrote(b) => format!("w{}", u8::from(b)),
+    }
+}
+
+fn parse_answer(text: &str) -> Answer {
+    match text {
+        "e1" => Answer::Enqueued(true),
+        "e0" => Answer::Enqueued(false),
+        "c-" => Answer::Claimed(None),
+        "w1" => Answer::Wrote(true),
+        "w0" => Answer::Wrote(false),
+        fence => Answer::Claimed(Some(Fence::new(fence[1..].parse().unwrap()).unwrap())),
+    }
+}
+
+/// One history writer: random calls on shared jobs, each logged before it is made and after it
+/// returns, so a kill leaves an invocation without a return.
+fn history_writer() {
+    let db = PathBuf::from(env("LEASE_SOAK_DB"));
+    let start: u128 = env("LEASE_SOAK_START").parse().unwrap();
+    let name = format!("h{}-{}", env("LEASE_SOAK_ID"), std::process::id());
+    let me = Owner::new(name.clone()).unwrap();
+    let mut log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(Path::new(&env("LEASE_SOAK_LOGS")).join(&name))
+        .unwrap();
+    let mut note = |line: String| log.write_all(format!("{line}\n").as_bytes()).unwrap();
+    let options = SqliteOptions {
+        create: false,
+        pool_size: 1,
+        ..SqliteOptions::default()
+    };
+    let store = SqliteLeaseStore::open_with(&db, options).unwrap();
+    let store = store.blocking();
+    let mut rng = Rng::new(u64::from(std::process::id()) * 104_729);
+    let mut granted: Vec<Vec<Fence>> = vec![Vec::new(); 3];
+    for seq in 0..HISTORY_CALLS {
+        let j = usize::try_from(rng.below(HISTORY_JOBS)).unwrap();
+        let job = JobId::new(format!("job-{j}")).unwrap();
+        let tick = u32::try_from(wall_ns().saturating_sub(start) / TICK_NS).unwrap();
+        let call = random_call(&mut rng, &me, &granted[j], tick);
+        note(format!(
+            "I {name}/{seq} {} {job} {}",
+            wall_ns(),
+            call_text(&call)
+        ));
+        let answer = perform_blocking(&store, &job, &call);
+        let returned = wall_ns();
+        if let Some(answer) = answer {
+            note(format!("A {name}/{seq} {returned} {}", answer_text(answer)));
+            if let Answer::Claimed(Some(fence)) = answer {
+                granted[j].push(fence);
+            }
         }
+    }
+}
+
+fn read_history(logs: &Path) -> Vec<Event> {
+    let mut invoked: BTreeMap<String, Event> = BTreeMap::new();
+    for entry in std::fs::read_dir(logs).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        for line in text.lines() {
+            let parts: Vec<&str> = line.split(' ').collect();
+            match parts.as_slice() {
+                ["I", id, at, job, call @ ..] => {
+                    let event = Event {
+                        job: JobId::new(*job).unwrap(),
+                        call: parse_call(call),
+                        answer: None,
+                        invoked: at.parse().unwrap(),
+                        returned: 0,
+                    };
+                    invoked.insert((*id).to_owned(), event);
+                }
+                ["A", id, at, answer] => {
+                    let event = invoked.get_mut(*id).unwrap();
+                    event.answer = Some(parse_answer(answer));
+                    event.returned = at.parse().unwrap();
+                }
+                _ => panic!("unreadable history line {line:?}"),
+            }
+        }
+    }
+    invoked.into_values().collect()
+}
+
+fn linearizable_across_killed_processes() -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("history.db");
+    let logs = dir.path().join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    lease_sqlite::init_db(&db).unwrap();
+    let start = wall_ns();
+    let spawn = |id: usize| {
+        Command::new(std::env::current_exe().unwrap())
+            .env("LEASE_SOAK_ROLE", "history")
+            .env("LEASE_SOAK_ID", id.to_string())
+            .env("LEASE_SOAK_DB", &db)
+            .env("LEASE_SOAK_LOGS", &logs)
+            .env("LEASE_SOAK_START", start.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut children: Vec<Child> = (0..HISTORY_PROCESSES).map(spawn).collect();
+    let mut rng = Rng::new(99);
+    let (mut kills, mut spawned) = (0, HISTORY_PROCESSES);
+    for _ in 0..12 {
+        std::thread::sleep(Duration::from_millis(2 + rng.below(20)));
+        let i = usize::try_from(rng.below(HISTORY_PROCESSES as u64)).unwrap();
+        if children[i].try_wait().unwrap().is_none() {
+            children[i].kill().unwrap();
+            kills += 1;
+        }
+        children[i].wait().unwrap();
+        children[i] = spawn(spawned);
+        spawned += 1;
+    }
+    for child in &mut children {
+        assert!(child.wait().unwrap().success(), "a history writer failed");
+    }
+    let history = read_history(&logs);
+    let unreturned = history.iter().filter(|e| e.answer.is_none()).count();
+    assert!(
+        history.len() >= HISTORY_PROCESSES * HISTORY_CALLS,
+        "only {} calls",
+        history.len()
+    );
+    let jobs = check_linearizable(&history).unwrap_or_else(|v| panic!("{v}"));
+    format!(
+        "{} calls from {spawned} processes ({kills} killed mid-run, {unreturned} calls never returned) on {jobs} jobs: linearizable",
+        history.len(),
+    )
+}
+
+fn main() {
+    match std::env::var("LEASE_SOAK_ROLE").as_deref() {
+        Ok("writer") => return writer(),
+        Ok("history") => return history_writer(),
+        _ => {}
+    }
+    type Check = (&'static str, fn() -> String);
+    let checks: [Check; 2] = [
+        ("kill_soak_keeps_every_fence_guarantee", kill_soak),
+        (
+            "histories_of_killed_processes_are_linearizable",
+            linearizable_across_killed_processes,
+        ),
+    ];
+    let mut failed = 0;
+    for (name, check) in checks {
+        match std::panic::catch_unwind(check) {
+            Ok(summary) => println!("test {name} ... ok ({summary})"),
+            Err(_) => {
+                println!("test {name} ... FAILED");
+                failed += 1;
+            }
+        }
+    }
+    println!("{} passed, {failed} failed", checks.len() - failed);
+    if failed > 0 {
+        std::process::exit(1);
     }
 }
