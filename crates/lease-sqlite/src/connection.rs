@@ -1,7 +1,7 @@
 //! Opening connections: the checks on the target path, the per-connection settings, and
 //! making a newly created file durable.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::path::Path;
 use std::time::Duration;
@@ -46,6 +46,9 @@ pub struct SqliteOptions {
     pub busy_timeout: Duration,
     /// The largest number of pooled connections.
     pub pool_size: u32,
+    /// A cap on the database size in pages (`PRAGMA max_page_count`); a write that would pass it
+    /// fails with [`StoreError::Full`] and changes nothing. `None` leaves SQLite's default.
+    pub max_pages: Option<u32>,
 }
 
 impl Default for SqliteOptions {
@@ -55,6 +58,7 @@ impl Default for SqliteOptions {
             synchronous: Synchronous::Full,
             busy_timeout: Duration::from_secs(30),
             pool_size: 16,
+            max_pages: None,
         }
     }
 }
@@ -82,6 +86,12 @@ pub(crate) fn check_target(path: &Path, create: bool) -> Result<bool, StoreError
             if read < header.len() || &header != SQLITE_HEADER {
                 return Err(incompatible("it is not an SQLite database"));
             }
+            // Opening for writing changes nothing, and tells a read-only file or file system
+            // apart from other open failures, which SQLite reports only as "unable to open".
+            OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(|e| read_only_or_unavailable(&shown, &e))?;
             Ok(false)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -95,11 +105,27 @@ pub(crate) fn check_target(path: &Path, create: bool) -> Result<bool, StoreError
                     parent.display()
                 )));
             }
+            // Create the (empty) file here so a read-only directory gets a clear error; SQLite
+            // treats an empty file as a new database.
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .map_err(|e| read_only_or_unavailable(&shown, &e))?;
             Ok(true)
         }
         Err(e) => Err(StoreError::Unavailable(format!(
             "cannot inspect {shown}: {e}"
         ))),
+    }
+}
+
+fn read_only_or_unavailable(shown: &str, err: &std::io::Error) -> StoreError {
+    match err.kind() {
+        std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied => {
+            StoreError::ReadOnly(format!("{shown} cannot be written: {err}"))
+        }
+        _ => StoreError::Unavailable(format!("cannot open {shown} for writing: {err}")),
     }
 }
 
@@ -142,6 +168,14 @@ pub(crate) fn configure(conn: &Connection, options: &SqliteOptions) -> rusqlite:
     let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(setting_error(format!("journal_mode is {mode}, not wal")));
+    }
+    if let Some(pages) = options.max_pages {
+        let set: u32 = conn.pragma_update_and_check(None, "max_page_count", pages, |r| r.get(0))?;
+        if set != pages {
+            return Err(setting_error(format!(
+                "max_page_count is {set}, not {pages} (the file is already larger)"
+            )));
+        }
     }
     let wanted = options.synchronous.pragma_value();
     conn.pragma_update(None, "synchronous", wanted)?;
