@@ -114,3 +114,17 @@ fn only_the_cli_main_reads_the_clock() {
         }
     }
 }
+
+#[test]
+fn unsafe_code_is_allowed_only_in_the_crash_simulating_vfs() {
+    let mut files = Vec::new();
+    for top in ["crates", "xtask", "benches"] {
+        rust_files(&workspace_root().join(top), &mut files);
+    }
+    let allowing: Vec<_> = files
+        .iter()
+        .filter(|f| std::fs::read_to_string(f).unwrap().contains(concat!("allow(", "unsafe_code)")))
+        .map(|f| f.strip_prefix(workspace_root()).unwrap().to_path_buf())
+        .collect();
+    assert_eq!(allowing, [PathBuf::from("crates/lease-sqlite/tests/power_loss/crash_vfs.rs")]);
+}
