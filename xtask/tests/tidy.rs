@@ -123,8 +123,17 @@ fn unsafe_code_is_allowed_only_in_the_crash_simulating_vfs() {
     }
     let allowing: Vec<_> = files
         .iter()
-        .filter(|f| std::fs::read_to_string(f).unwrap().contains(concat!("allow(", "unsafe_code)")))
+        .filter(|f| {
+            std::fs::read_to_string(f)
+                .unwrap()
+                .contains(concat!("allow(", "unsafe_code)"))
+        })
         .map(|f| f.strip_prefix(workspace_root()).unwrap().to_path_buf())
         .collect();
-    assert_eq!(allowing, [PathBuf::from("crates/lease-sqlite/tests/power_loss/crash_vfs.rs")]);
+    assert_eq!(
+        allowing,
+        [PathBuf::from(
+            "crates/lease-sqlite/tests/power_loss/crash_vfs.rs"
+        )]
+    );
 }
