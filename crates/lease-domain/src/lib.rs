@@ -10,9 +10,11 @@
 //! - a done job never changes again, so a stored result survives every stale writer;
 //! - a refused operation changes nothing.
 
+mod command;
 mod rules;
 mod values;
 
+pub use command::{Command, Outcome};
 pub use rules::{
     ClaimRefused, Job, WriteRefused, decide_claim, decide_complete, decide_release, decide_renew,
 };

@@ -290,3 +290,32 @@ fn empty_or_nul_text_is_an_error() {
     );
     assert!(JobResult::new("").is_ok());
 }
+
+#[test]
+fn commands_decide_like_the_rules_and_write_only_when_accepted() {
+    let a = owner("a");
+    assert_eq!(
+        Command::Enqueue.decide(None),
+        (Some(Job::new()), Outcome::Enqueued(true))
+    );
+    assert_eq!(
+        Command::Enqueue.decide(Some(&Job::new())),
+        (None, Outcome::Enqueued(false))
+    );
+    let claim = Command::Claim(a.clone(), term(0.0, 5.0));
+    let (next, outcome) = claim.decide(Some(&Job::new()));
+    assert_eq!(outcome, Outcome::Claimed(Ok(fence(1))));
+    let next = next.unwrap();
+    assert_eq!(
+        claim.decide(Some(&next)).0,
+        None,
+        "a refused claim writes nothing"
+    );
+    let release = Command::Release(a.clone(), fence(1));
+    assert_eq!(release.decide(Some(&next)).1, Outcome::Wrote(Ok(())));
+    let stale = Command::Complete(a, fence(0), at(1.0), JobResult::new("r").unwrap());
+    assert!(matches!(
+        stale.decide(Some(&next)),
+        (None, Outcome::Wrote(Err(WriteRefused::StaleFence { .. })))
+    ));
+}

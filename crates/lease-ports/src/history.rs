@@ -8,25 +8,10 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use lease_domain::{
-    Fence, Job, JobId, JobResult, LeaseTerm, Owner, Timestamp, decide_claim, decide_complete,
-    decide_release, decide_renew,
-};
+use lease_domain::{Fence, Job, JobId, JobResult, LeaseTerm, Outcome, Owner};
 
-/// One call to a store, with the caller's inputs.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Call {
-    /// `enqueue(job)`.
-    Enqueue,
-    /// `claim(job, owner, term)`.
-    Claim(Owner, LeaseTerm),
-    /// `renew(job, owner, fence, term)`.
-    Renew(Owner, Fence, LeaseTerm),
-    /// `complete(job, owner, fence, now, result)`.
-    Complete(Owner, Fence, Timestamp, JobResult),
-    /// `release(job, owner, fence)`.
-    Release(Owner, Fence),
-}
+/// One call to a store, with the caller's inputs: the domain's [`Command`].
+pub use lease_domain::Command as Call;
 
 /// What a call answered, reduced to what the contract pins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,38 +39,21 @@ pub struct Event {
     pub returned: u64,
 }
 
-/// Applies one call to the sequential model and gives the answer the contract requires.
-#[must_use]
-pub fn apply(state: Option<&Job>, call: &Call) -> (Option<Job>, Answer) {
-    let unchanged = || state.cloned();
-    match call {
-        Call::Enqueue => match state {
-            Some(job) => (Some(job.clone()), Answer::Enqueued(false)),
-            None => (Some(Job::new()), Answer::Enqueued(true)),
-        },
-        Call::Claim(owner, term) => match decide_claim(state, owner, *term) {
-            Ok(next) => {
-                let fence = next.fence;
-                (Some(next), Answer::Claimed(Some(fence)))
-            }
-            Err(_) => (unchanged(), Answer::Claimed(None)),
-        },
-        Call::Renew(owner, fence, term) => {
-            wrote(decide_renew(state, owner, *fence, *term).ok(), unchanged)
+impl From<&Outcome> for Answer {
+    fn from(outcome: &Outcome) -> Self {
+        match outcome {
+            Outcome::Enqueued(inserted) => Answer::Enqueued(*inserted),
+            Outcome::Claimed(claimed) => Answer::Claimed(claimed.as_ref().ok().copied()),
+            Outcome::Wrote(wrote) => Answer::Wrote(wrote.is_ok()),
         }
-        Call::Complete(owner, fence, now, result) => wrote(
-            decide_complete(state, owner, *fence, *now, result).ok(),
-            unchanged,
-        ),
-        Call::Release(owner, fence) => wrote(decide_release(state, owner, *fence).ok(), unchanged),
     }
 }
 
-fn wrote(next: Option<Job>, unchanged: impl FnOnce() -> Option<Job>) -> (Option<Job>, Answer) {
-    match next {
-        Some(job) => (Some(job), Answer::Wrote(true)),
-        None => (unchanged(), Answer::Wrote(false)),
-    }
+/// Applies one call to the sequential model and gives the answer the contract requires.
+#[must_use]
+pub fn apply(state: Option<&Job>, call: &Call) -> (Option<Job>, Answer) {
+    let (next, outcome) = call.decide(state);
+    (next.or_else(|| state.cloned()), Answer::from(&outcome))
 }
 
 /// Why a history is not linearizable.

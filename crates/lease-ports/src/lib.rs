@@ -15,8 +15,8 @@ pub mod conformance;
 use async_trait::async_trait;
 pub use error::StoreError;
 pub use lease_domain::{
-    ClaimRefused, Fence, InputError, Job, JobId, JobResult, LeaseTerm, Owner, Timestamp, Ttl,
-    WriteRefused,
+    ClaimRefused, Command, Fence, InputError, Job, JobId, JobResult, LeaseTerm, Outcome, Owner,
+    Timestamp, Ttl, WriteRefused,
 };
 
 /// The outcome of a claim that reached the store: the new fence, or why it was refused.
@@ -24,6 +24,53 @@ pub type ClaimOutcome = Result<Fence, ClaimRefused>;
 
 /// The outcome of a renew, complete or release that reached the store.
 pub type WriteOutcome = Result<(), WriteRefused>;
+
+/// A port method's return type, read back from the [`Outcome`] of the [`Command`] it ran.
+pub trait FromOutcome: Sized {
+    /// The value, or `None` when the outcome belongs to another kind of command.
+    fn from_outcome(outcome: Outcome) -> Option<Self>;
+}
+
+impl FromOutcome for bool {
+    fn from_outcome(outcome: Outcome) -> Option<Self> {
+        match outcome {
+            Outcome::Enqueued(inserted) => Some(inserted),
+            _ => None,
+        }
+    }
+}
+
+impl FromOutcome for ClaimOutcome {
+    fn from_outcome(outcome: Outcome) -> Option<Self> {
+        match outcome {
+            Outcome::Claimed(claimed) => Some(claimed),
+            _ => None,
+        }
+    }
+}
+
+impl FromOutcome for WriteOutcome {
+    fn from_outcome(outcome: Outcome) -> Option<Self> {
+        match outcome {
+            Outcome::Wrote(wrote) => Some(wrote),
+            _ => None,
+        }
+    }
+}
+
+/// Reads an outcome as the type a port method returns.
+///
+/// # Errors
+/// [`StoreError::Corrupt`] if the outcome is of another kind, which only a store that answered
+/// one command with another's outcome can cause.
+pub fn outcome_as<T: FromOutcome>(outcome: Outcome) -> Result<T, StoreError> {
+    let shown = format!("{outcome:?}");
+    T::from_outcome(outcome).ok_or_else(|| {
+        StoreError::Corrupt(format!(
+            "a command was answered with the wrong outcome {shown}"
+        ))
+    })
+}
 
 /// One stored job, as plain values.
 #[derive(Debug, Clone, PartialEq)]

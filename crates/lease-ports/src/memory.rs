@@ -6,12 +6,11 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use lease_domain::{
-    Fence, Job, JobId, JobResult, LeaseTerm, Owner, Timestamp, decide_claim, decide_complete,
-    decide_release, decide_renew,
-};
+use lease_domain::{Command, Fence, Job, JobId, JobResult, LeaseTerm, Owner, Timestamp};
 
-use crate::{ClaimOutcome, JobState, LeaseStore, StoreError, WriteOutcome};
+use crate::{
+    ClaimOutcome, FromOutcome, JobState, LeaseStore, StoreError, WriteOutcome, outcome_as,
+};
 
 /// A lease store held in process memory.
 #[derive(Debug, Default)]
@@ -32,29 +31,21 @@ impl MemoryLeaseStore {
             .map_err(|_| StoreError::Unavailable("the in-memory store's lock is poisoned".into()))
     }
 
-    /// Loads, decides and stores one write under the lock; a refusal stores nothing.
-    fn write<T, R>(
-        &self,
-        job: &JobId,
-        decide: impl FnOnce(Option<&Job>) -> Result<(Job, T), R>,
-    ) -> Result<Result<T, R>, StoreError> {
+    /// Decides and stores one command under the lock; a refusal stores nothing.
+    fn apply<T: FromOutcome>(&self, job: &JobId, command: Command) -> Result<T, StoreError> {
         let mut jobs = self.jobs()?;
-        Ok(decide(jobs.get(job)).map(|(next, answer)| {
+        let (next, outcome) = command.decide(jobs.get(job));
+        if let Some(next) = next {
             jobs.insert(job.clone(), next);
-            answer
-        }))
+        }
+        outcome_as(outcome)
     }
 }
 
 #[async_trait]
 impl LeaseStore for MemoryLeaseStore {
     async fn enqueue(&self, job: &JobId) -> Result<bool, StoreError> {
-        let mut jobs = self.jobs()?;
-        if jobs.contains_key(job) {
-            return Ok(false);
-        }
-        jobs.insert(job.clone(), Job::new());
-        Ok(true)
+        self.apply(job, Command::Enqueue)
     }
 
     async fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
@@ -67,12 +58,7 @@ impl LeaseStore for MemoryLeaseStore {
         owner: &Owner,
         term: LeaseTerm,
     ) -> Result<ClaimOutcome, StoreError> {
-        self.write(job, |current| {
-            decide_claim(current, owner, term).map(|next| {
-                let fence = next.fence;
-                (next, fence)
-            })
-        })
+        self.apply(job, Command::Claim(owner.clone(), term))
     }
 
     async fn renew(
@@ -82,9 +68,7 @@ impl LeaseStore for MemoryLeaseStore {
         fence: Fence,
         term: LeaseTerm,
     ) -> Result<WriteOutcome, StoreError> {
-        self.write(job, |current| {
-            decide_renew(current, owner, fence, term).map(|next| (next, ()))
-        })
+        self.apply(job, Command::Renew(owner.clone(), fence, term))
     }
 
     async fn complete(
@@ -95,9 +79,10 @@ impl LeaseStore for MemoryLeaseStore {
         now: Timestamp,
         result: &JobResult,
     ) -> Result<WriteOutcome, StoreError> {
-        self.write(job, |current| {
-            decide_complete(current, owner, fence, now, result).map(|next| (next, ()))
-        })
+        self.apply(
+            job,
+            Command::Complete(owner.clone(), fence, now, result.clone()),
+        )
     }
 
     async fn release(
@@ -106,8 +91,6 @@ impl LeaseStore for MemoryLeaseStore {
         owner: &Owner,
         fence: Fence,
     ) -> Result<WriteOutcome, StoreError> {
-        self.write(job, |current| {
-            decide_release(current, owner, fence).map(|next| (next, ()))
-        })
+        self.apply(job, Command::Release(owner.clone(), fence))
     }
 }

@@ -49,6 +49,10 @@ pub struct SqliteOptions {
     /// A cap on the database size in pages (`PRAGMA max_page_count`); a write that would pass it
     /// fails with [`StoreError::Full`] and changes nothing. `None` leaves SQLite's default.
     pub max_pages: Option<u32>,
+    /// Group commit: the most writes one transaction (one sync) may carry when callers of this
+    /// store write at the same time. 1 turns group commit off: each write then runs in its own
+    /// transaction on its own pooled connection, and concurrent writers wait on SQLite's lock.
+    pub max_batch: usize,
 }
 
 impl Default for SqliteOptions {
@@ -59,6 +63,7 @@ impl Default for SqliteOptions {
             busy_timeout: Duration::from_secs(30),
             pool_size: 16,
             max_pages: None,
+            max_batch: 128,
         }
     }
 }

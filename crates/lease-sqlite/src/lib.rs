@@ -13,6 +13,7 @@
 
 mod connection;
 mod error;
+mod group;
 mod ops;
 mod schema;
 mod seed;
@@ -21,12 +22,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lease_domain::{Fence, JobId, JobResult, LeaseTerm, Owner, Timestamp};
-use lease_ports::{ClaimOutcome, LeaseStore, WriteOutcome};
+use lease_domain::{Command, Fence, JobId, JobResult, LeaseTerm, Owner, Timestamp};
+use lease_ports::{ClaimOutcome, FromOutcome, LeaseStore, WriteOutcome, outcome_as};
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::Connection;
 
 pub use connection::{ConnectionSettings, SqliteOptions, Synchronous};
+pub use group::GroupCommitStats;
 pub use lease_ports::{JobState, StoreError};
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 pub use seed::{claim, claim_many, complete, enqueue, init_db, release, renew, state};
@@ -41,6 +43,8 @@ pub type Error = StoreError;
 pub struct SqliteLeaseStore {
     pool: r2d2::Pool<SqliteConnectionManager>,
     path: Arc<PathBuf>,
+    /// The write queue, when group commit is on.
+    group: Option<Arc<group::GroupCommit>>,
 }
 
 impl std::fmt::Debug for SqliteLeaseStore {
@@ -94,11 +98,16 @@ impl SqliteLeaseStore {
             .max_size(options.pool_size.max(1))
             .min_idle(Some(0))
             .connection_timeout(options.busy_timeout)
+            // Connections are checked when made; a check on every checkout costs a statement.
+            .test_on_check_out(false)
             .build(manager)
             .map_err(|e| error::pool(&e))?;
+        let group =
+            (options.max_batch > 1).then(|| Arc::new(group::GroupCommit::new(options.max_batch)));
         Ok(Self {
             pool,
             path: Arc::new(path),
+            group,
         })
     }
 
@@ -117,6 +126,12 @@ impl SqliteLeaseStore {
         connection::read_settings(&conn)
     }
 
+    /// What group commit has done so far; `None` when it is off (`max_batch` 1).
+    #[must_use]
+    pub fn group_commit_stats(&self) -> Option<GroupCommitStats> {
+        self.group.as_ref().map(|g| g.stats())
+    }
+
     /// The same operations as the [`LeaseStore`] port, synchronously on the calling thread:
     /// for callers without an async runtime (workers, benchmarks, tools).
     #[must_use]
@@ -132,15 +147,25 @@ impl SqliteLeaseStore {
         body(&mut conn)
     }
 
+    /// Runs one write on the calling thread: through the group-commit queue when it is on,
+    /// otherwise in a transaction of its own on a pooled connection.
+    fn write<T: FromOutcome>(&self, job: &JobId, command: Command) -> Result<T, StoreError> {
+        let outcome = match &self.group {
+            Some(group) => group.submit(&self.pool, job.clone(), command)?,
+            None => Self::with_conn(&self.pool, |conn| ops::execute(conn, job, &command))?,
+        };
+        outcome_as(outcome)
+    }
+
     /// Runs `body` with a pooled connection on a blocking thread when called inside a Tokio
     /// runtime, inline otherwise. This is the one place where async meets rusqlite: the
     /// connection is never held across an `.await`.
     async fn run<T: Send + 'static>(
         &self,
-        body: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+        body: impl FnOnce(&SqliteLeaseStore) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let pool = self.pool.clone();
-        let task = move || Self::with_conn(&pool, body);
+        let store = self.clone();
+        let task = move || body(&store);
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => runtime.spawn_blocking(task).await.map_err(|e| {
                 StoreError::Indeterminate(format!("the database thread did not finish: {e}"))
@@ -160,7 +185,7 @@ pub struct Blocking<'a>(&'a SqliteLeaseStore);
 impl Blocking<'_> {
     /// See [`LeaseStore::enqueue`].
     pub fn enqueue(&self, job: &JobId) -> Result<bool, StoreError> {
-        SqliteLeaseStore::with_conn(&self.0.pool, |conn| ops::enqueue(conn, job))
+        self.0.write(job, Command::Enqueue)
     }
 
     /// See [`LeaseStore::state`].
@@ -175,7 +200,7 @@ impl Blocking<'_> {
         owner: &Owner,
         term: LeaseTerm,
     ) -> Result<ClaimOutcome, StoreError> {
-        SqliteLeaseStore::with_conn(&self.0.pool, |conn| ops::claim(conn, job, owner, term))
+        self.0.write(job, Command::Claim(owner.clone(), term))
     }
 
     /// See [`LeaseStore::renew`].
@@ -186,9 +211,8 @@ impl Blocking<'_> {
         fence: Fence,
         term: LeaseTerm,
     ) -> Result<WriteOutcome, StoreError> {
-        SqliteLeaseStore::with_conn(&self.0.pool, |conn| {
-            ops::renew(conn, job, owner, fence, term)
-        })
+        self.0
+            .write(job, Command::Renew(owner.clone(), fence, term))
     }
 
     /// See [`LeaseStore::complete`].
@@ -200,9 +224,10 @@ impl Blocking<'_> {
         now: Timestamp,
         result: &JobResult,
     ) -> Result<WriteOutcome, StoreError> {
-        SqliteLeaseStore::with_conn(&self.0.pool, |conn| {
-            ops::complete(conn, job, owner, fence, now, result)
-        })
+        self.0.write(
+            job,
+            Command::Complete(owner.clone(), fence, now, result.clone()),
+        )
     }
 
     /// See [`LeaseStore::release`].
@@ -212,7 +237,7 @@ impl Blocking<'_> {
         owner: &Owner,
         fence: Fence,
     ) -> Result<WriteOutcome, StoreError> {
-        SqliteLeaseStore::with_conn(&self.0.pool, |conn| ops::release(conn, job, owner, fence))
+        self.0.write(job, Command::Release(owner.clone(), fence))
     }
 }
 
@@ -220,12 +245,12 @@ impl Blocking<'_> {
 impl LeaseStore for SqliteLeaseStore {
     async fn enqueue(&self, job: &JobId) -> Result<bool, StoreError> {
         let job = job.clone();
-        self.run(move |conn| ops::enqueue(conn, &job)).await
+        self.run(move |store| store.blocking().enqueue(&job)).await
     }
 
     async fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
         let job = job.clone();
-        self.run(move |conn| ops::state(conn, &job)).await
+        self.run(move |store| store.blocking().state(&job)).await
     }
 
     async fn claim(
@@ -235,7 +260,7 @@ impl LeaseStore for SqliteLeaseStore {
         term: LeaseTerm,
     ) -> Result<ClaimOutcome, StoreError> {
         let (job, owner) = (job.clone(), owner.clone());
-        self.run(move |conn| ops::claim(conn, &job, &owner, term))
+        self.run(move |store| store.blocking().claim(&job, &owner, term))
             .await
     }
 
@@ -247,7 +272,7 @@ impl LeaseStore for SqliteLeaseStore {
         term: LeaseTerm,
     ) -> Result<WriteOutcome, StoreError> {
         let (job, owner) = (job.clone(), owner.clone());
-        self.run(move |conn| ops::renew(conn, &job, &owner, fence, term))
+        self.run(move |store| store.blocking().renew(&job, &owner, fence, term))
             .await
     }
 
@@ -260,7 +285,7 @@ impl LeaseStore for SqliteLeaseStore {
         result: &JobResult,
     ) -> Result<WriteOutcome, StoreError> {
         let (job, owner, result) = (job.clone(), owner.clone(), result.clone());
-        self.run(move |conn| ops::complete(conn, &job, &owner, fence, now, &result))
+        self.run(move |store| store.blocking().complete(&job, &owner, fence, now, &result))
             .await
     }
 
@@ -271,7 +296,7 @@ impl LeaseStore for SqliteLeaseStore {
         fence: Fence,
     ) -> Result<WriteOutcome, StoreError> {
         let (job, owner) = (job.clone(), owner.clone());
-        self.run(move |conn| ops::release(conn, &job, &owner, fence))
+        self.run(move |store| store.blocking().release(&job, &owner, fence))
             .await
     }
 }

@@ -1,20 +1,19 @@
-//! The store operations over one connection: each write is one `BEGIN IMMEDIATE` transaction
-//! that loads the job, asks `lease_domain` for the decision, stores it and commits.
+//! The store operations over one connection. Every write is a `lease_domain::Command`: inside a
+//! `BEGIN IMMEDIATE` transaction the job is loaded, the command decides, the decision is stored,
+//! and the transaction commits before anyone is answered. A batch runs several commands in one
+//! transaction, each inside its own savepoint.
 
-use lease_domain::{
-    Fence, Job, JobId, JobResult, LeaseTerm, Owner, Timestamp, decide_claim, decide_complete,
-    decide_release, decide_renew,
-};
-use lease_ports::{ClaimOutcome, JobState, StoreError, WriteOutcome};
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
+use lease_domain::{Command, Fence, Job, JobId, Outcome, Owner, Timestamp};
+use lease_ports::{JobState, StoreError};
+use rusqlite::{Connection, OptionalExtension};
 
 use crate::error;
 
 const SELECT_JOB: &str = "SELECT owner, until, fence, result, done FROM jobs WHERE id = ?1";
 const UPDATE_JOB: &str =
     "UPDATE jobs SET owner = ?2, until = ?3, fence = ?4, result = ?5, done = ?6 WHERE id = ?1";
-const INSERT_JOB: &str = "INSERT INTO jobs(id, owner, until, fence, result, done) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(id) DO NOTHING";
+const INSERT_JOB: &str =
+    "INSERT INTO jobs(id, owner, until, fence, result, done) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 
 /// A stored row before its values are checked.
 type Row = (Option<String>, f64, i64, Option<String>, i64);
@@ -65,7 +64,7 @@ fn load(conn: &Connection, id: &JobId) -> Result<Option<Job>, StoreError> {
     row.map(|row| decode(id, row)).transpose()
 }
 
-fn bind_and_run(conn: &Connection, sql: &str, id: &JobId, job: &Job) -> Result<usize, StoreError> {
+fn store(conn: &Connection, sql: &str, id: &JobId, job: &Job) -> Result<(), StoreError> {
     conn.prepare_cached(sql)
         .and_then(|mut stmt| {
             stmt.execute(rusqlite::params![
@@ -77,97 +76,250 @@ fn bind_and_run(conn: &Connection, sql: &str, id: &JobId, job: &Job) -> Result<u
                 job.done,
             ])
         })
-        .map_err(error::before_commit)
-}
-
-/// Runs `body` inside one `BEGIN IMMEDIATE` transaction; commits iff it asks to.
-fn immediate<T>(
-    conn: &mut Connection,
-    body: impl FnOnce(&Connection) -> Result<(T, bool), StoreError>,
-) -> Result<T, StoreError> {
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(error::before_commit)?;
-    let (answer, commit) = body(&tx)?;
-    if commit {
-        tx.commit().map_err(error::at_commit)?;
-    }
-    // Otherwise dropping the transaction rolls it back: a refusal writes nothing.
-    Ok(answer)
+    Ok(())
 }
 
-/// Loads the job, decides, and stores the decision; a refusal stores nothing.
-fn write<T, R>(
+/// Loads, decides and stores one command inside the open transaction; says whether it wrote.
+fn apply(conn: &Connection, id: &JobId, command: &Command) -> Result<(Outcome, bool), StoreError> {
+    let current = load(conn, id)?;
+    let (next, outcome) = command.decide(current.as_ref());
+    let Some(next) = next else {
+        return Ok((outcome, false));
+    };
+    let sql = if current.is_some() {
+        UPDATE_JOB
+    } else {
+        INSERT_JOB
+    };
+    store(conn, sql, id, &next)?;
+    Ok((outcome, true))
+}
+
+fn run(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(drop)
+}
+
+/// Rolls back whatever is still open; used on every path that does not commit.
+fn roll_back(conn: &Connection) {
+    if !conn.is_autocommit() {
+        // A failed ROLLBACK leaves nothing to do: SQLite has already ended the transaction.
+        let _ = run(conn, "ROLLBACK");
+    }
+}
+
+/// Runs one command in its own `BEGIN IMMEDIATE` transaction; a refusal rolls back (no sync).
+pub(crate) fn execute(
     conn: &mut Connection,
     id: &JobId,
-    decide: impl FnOnce(Option<&Job>) -> Result<(Job, T), R>,
-) -> Result<Result<T, R>, StoreError> {
-    immediate(conn, |tx| match decide(load(tx, id)?.as_ref()) {
-        Ok((next, answer)) => {
-            bind_and_run(tx, UPDATE_JOB, id, &next)?;
-            Ok((Ok(answer), true))
+    command: &Command,
+) -> Result<Outcome, StoreError> {
+    run(conn, "BEGIN IMMEDIATE").map_err(error::before_commit)?;
+    match apply(conn, id, command) {
+        Ok((outcome, true)) => match run(conn, "COMMIT") {
+            Ok(()) => Ok(outcome),
+            Err(e) => {
+                roll_back(conn);
+                Err(error::at_commit(e))
+            }
+        },
+        Ok((outcome, false)) => {
+            roll_back(conn);
+            Ok(outcome)
         }
-        Err(refused) => Ok((Err(refused), false)),
-    })
+        Err(e) => {
+            roll_back(conn);
+            Err(e)
+        }
+    }
 }
 
-pub(crate) fn enqueue(conn: &mut Connection, id: &JobId) -> Result<bool, StoreError> {
-    immediate(conn, |tx| {
-        let inserted = bind_and_run(tx, INSERT_JOB, id, &Job::new())? == 1;
-        Ok((inserted, inserted))
-    })
+/// Runs several commands in one `BEGIN IMMEDIATE` transaction, in order, each in its own
+/// savepoint so a failing one leaves the others alone; one commit (one sync) covers them all.
+///
+/// If the transaction cannot begin or commit, or SQLite ends it early, every command of the
+/// batch fails: none of them is applied (or, for a failed commit, the outcome is unknown).
+pub(crate) fn execute_batch(
+    conn: &mut Connection,
+    batch: &[(JobId, Command)],
+) -> Vec<Result<Outcome, StoreError>> {
+    if let [(id, command)] = batch {
+        return vec![execute(conn, id, command)];
+    }
+    let fail_all = |err: &StoreError, why: &str| -> Vec<Result<Outcome, StoreError>> {
+        batch.iter().map(|_| Err(batch_error(err, why))).collect()
+    };
+    if let Err(e) = run(conn, "BEGIN IMMEDIATE") {
+        return fail_all(&error::before_commit(e), "the batch could not begin");
+    }
+    let mut results = Vec::with_capacity(batch.len());
+    let mut wrote = false;
+    for (id, command) in batch {
+        let attempt = run(conn, "SAVEPOINT op")
+            .map_err(error::before_commit)
+            .and_then(|()| apply(conn, id, command));
+        match attempt {
+            Ok((outcome, did_write)) => {
+                wrote |= did_write;
+                results.push(
+                    run(conn, "RELEASE op")
+                        .map(|()| outcome)
+                        .map_err(error::before_commit),
+                );
+            }
+            Err(e) => {
+                if conn.is_autocommit() {
+                    // SQLite rolled the whole transaction back (a full disk, say): nothing stands.
+                    return fail_all(&e, "the batch was rolled back");
+                }
+                let _ = run(conn, "ROLLBACK TO op").and_then(|()| run(conn, "RELEASE op"));
+                results.push(Err(e));
+            }
+        }
+    }
+    if !wrote {
+        roll_back(conn);
+        return results;
+    }
+    match run(conn, "COMMIT") {
+        Ok(()) => results,
+        Err(e) => {
+            roll_back(conn);
+            fail_all(&error::at_commit(e), "the batch's commit failed")
+        }
+    }
+}
+
+/// The error every command of a failed batch gets: it keeps the kind (so "not applied" stays
+/// determinate and an unknown commit stays indeterminate) and says what happened.
+fn batch_error(err: &StoreError, why: &str) -> StoreError {
+    let message = if err.is_determinate() {
+        format!("{why}, so this write was not applied: {err}")
+    } else {
+        format!("{why}: {err}")
+    };
+    match err {
+        StoreError::Full(_) => StoreError::Full(message),
+        StoreError::ReadOnly(_) => StoreError::ReadOnly(message),
+        StoreError::Corrupt(_) => StoreError::Corrupt(message),
+        StoreError::Indeterminate(_) => StoreError::Indeterminate(message),
+        _ => StoreError::Unavailable(message),
+    }
 }
 
 pub(crate) fn state(conn: &Connection, id: &JobId) -> Result<Option<JobState>, StoreError> {
     Ok(load(conn, id)?.map(|job| JobState::new(id, job)))
 }
 
-pub(crate) fn claim(
-    conn: &mut Connection,
-    id: &JobId,
-    owner: &Owner,
-    term: LeaseTerm,
-) -> Result<ClaimOutcome, StoreError> {
-    write(conn, id, |current| {
-        decide_claim(current, owner, term).map(|next| {
-            let fence = next.fence;
-            (next, fence)
-        })
-    })
-}
+#[cfg(test)]
+mod tests {
+    use lease_domain::{ClaimRefused, LeaseTerm};
 
-pub(crate) fn renew(
-    conn: &mut Connection,
-    id: &JobId,
-    owner: &Owner,
-    fence: Fence,
-    term: LeaseTerm,
-) -> Result<WriteOutcome, StoreError> {
-    write(conn, id, |current| {
-        decide_renew(current, owner, fence, term).map(|next| (next, ()))
-    })
-}
+    use super::*;
+    use crate::connection::{SqliteOptions, open};
 
-pub(crate) fn complete(
-    conn: &mut Connection,
-    id: &JobId,
-    owner: &Owner,
-    fence: Fence,
-    now: Timestamp,
-    result: &JobResult,
-) -> Result<WriteOutcome, StoreError> {
-    write(conn, id, |current| {
-        decide_complete(current, owner, fence, now, result).map(|next| (next, ()))
-    })
-}
+    fn fresh(dir: &tempfile::TempDir, options: &SqliteOptions) -> Connection {
+        open(&dir.path().join("batch.db"), options).unwrap()
+    }
 
-pub(crate) fn release(
-    conn: &mut Connection,
-    id: &JobId,
-    owner: &Owner,
-    fence: Fence,
-) -> Result<WriteOutcome, StoreError> {
-    write(conn, id, |current| {
-        decide_release(current, owner, fence).map(|next| (next, ()))
-    })
+    fn claim(owner: &str) -> Command {
+        Command::Claim(
+            Owner::new(owner).unwrap(),
+            LeaseTerm::new(0.0, 10.0).unwrap(),
+        )
+    }
+
+    fn id(name: &str) -> JobId {
+        JobId::new(name).unwrap()
+    }
+
+    #[test]
+    fn a_batch_decides_in_order_and_later_commands_see_earlier_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = fresh(&dir, &SqliteOptions::default());
+        let batch = [
+            (id("j"), Command::Enqueue),
+            (id("j"), claim("a")),
+            (id("j"), claim("b")),
+            (id("j"), Command::Enqueue),
+        ];
+        let answers: Vec<Outcome> = execute_batch(&mut conn, &batch)
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(answers[0], Outcome::Enqueued(true));
+        assert_eq!(answers[1], Outcome::Claimed(Ok(Fence::new(1).unwrap())));
+        assert!(matches!(
+            answers[2],
+            Outcome::Claimed(Err(ClaimRefused::Live { .. }))
+        ));
+        assert_eq!(answers[3], Outcome::Enqueued(false));
+        assert_eq!(
+            state(&conn, &id("j")).unwrap().unwrap().owner.as_deref(),
+            Some("a")
+        );
+    }
+
+    #[test]
+    fn a_failing_command_leaves_the_rest_of_its_batch_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = fresh(&dir, &SqliteOptions::default());
+        conn.execute_batch("INSERT INTO jobs(id) VALUES ('a'), ('b'); INSERT INTO jobs(id, fence) VALUES ('bad', -1);")
+            .unwrap();
+        let batch = [
+            (id("a"), claim("w")),
+            (id("bad"), claim("w")),
+            (id("b"), claim("w")),
+        ];
+        let answers = execute_batch(&mut conn, &batch);
+        assert!(matches!(answers[0], Ok(Outcome::Claimed(Ok(_)))));
+        assert!(
+            matches!(answers[1], Err(StoreError::Corrupt(_))),
+            "{:?}",
+            answers[1]
+        );
+        assert!(matches!(answers[2], Ok(Outcome::Claimed(Ok(_)))));
+        assert_eq!(state(&conn, &id("a")).unwrap().unwrap().fence, 1);
+        assert_eq!(state(&conn, &id("b")).unwrap().unwrap().fence, 1);
+        let bad: i64 = conn
+            .query_row("SELECT fence FROM jobs WHERE id = 'bad'", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(bad, -1);
+    }
+
+    #[test]
+    fn when_the_disk_fills_mid_batch_every_answer_matches_what_is_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = SqliteOptions {
+            max_pages: Some(6),
+            ..SqliteOptions::default()
+        };
+        let mut conn = fresh(&dir, &options);
+        // Small and large enqueues alternate; the large ones run out of pages.
+        let batch: Vec<(JobId, Command)> = (0..40)
+            .map(|i| {
+                (
+                    id(&format!(
+                        "{i:02}-{}",
+                        "x".repeat(if i % 2 == 0 { 1 } else { 3000 })
+                    )),
+                    Command::Enqueue,
+                )
+            })
+            .collect();
+        let answers = execute_batch(&mut conn, &batch);
+        let failures = answers.iter().filter(|a| a.is_err()).count();
+        assert!(failures > 0, "the cap never bit");
+        for ((job, _), answer) in batch.iter().zip(&answers) {
+            let stored = state(&conn, job).unwrap().is_some();
+            match answer {
+                Ok(Outcome::Enqueued(true)) => assert!(stored, "{job} acknowledged but not stored"),
+                Err(e) => {
+                    assert!(matches!(e, StoreError::Full(_)), "{e}");
+                    assert!(!stored, "{job} failed but was stored");
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
 }

@@ -8,8 +8,8 @@ use std::path::Path;
 use std::sync::Barrier;
 use std::thread;
 
-use lease_domain::{Fence, JobId, JobResult, LeaseTerm, Owner, Timestamp};
-use lease_ports::{JobState, StoreError};
+use lease_domain::{Command, Fence, JobId, JobResult, LeaseTerm, Owner, Timestamp};
+use lease_ports::{ClaimOutcome, FromOutcome, JobState, StoreError, WriteOutcome, outcome_as};
 use rusqlite::Connection;
 
 use crate::connection::{self, SqliteOptions};
@@ -17,6 +17,11 @@ use crate::ops;
 
 /// Claim threads of [`claim_many`] at most; more owners share these threads.
 const MAX_CLAIM_THREADS: usize = 64;
+
+/// Opens the file afresh and runs one write in its own transaction.
+fn execute<T: FromOutcome>(path: &Path, id: &JobId, command: Command) -> Result<T, StoreError> {
+    outcome_as(ops::execute(&mut open_existing(path)?, id, &command)?)
+}
 
 fn open_existing(path: &Path) -> Result<Connection, StoreError> {
     connection::open(
@@ -47,7 +52,7 @@ pub fn init_db(path: impl AsRef<Path>) -> Result<(), StoreError> {
 /// database (run [`init_db`] first); other [`StoreError`]s from storage.
 pub fn enqueue(path: impl AsRef<Path>, job_id: &str) -> Result<bool, StoreError> {
     let id = JobId::new(job_id)?;
-    ops::enqueue(&mut open_existing(path.as_ref())?, &id)
+    execute(path.as_ref(), &id, Command::Enqueue)
 }
 
 /// The stored row of `job_id`, read from the file, or `None`.
@@ -77,7 +82,7 @@ pub fn claim(
         Owner::new(owner)?,
         LeaseTerm::new(now, ttl)?,
     );
-    let outcome = ops::claim(&mut open_existing(path.as_ref())?, &id, &owner, term)?;
+    let outcome: ClaimOutcome = execute(path.as_ref(), &id, Command::Claim(owner, term))?;
     Ok(outcome.ok().map(Fence::get))
 }
 
@@ -96,7 +101,7 @@ pub fn renew(
 ) -> Result<bool, StoreError> {
     let (id, owner, fence) = (JobId::new(job_id)?, Owner::new(owner)?, Fence::new(fence)?);
     let term = LeaseTerm::new(now, ttl)?;
-    let outcome = ops::renew(&mut open_existing(path.as_ref())?, &id, &owner, fence, term)?;
+    let outcome: WriteOutcome = execute(path.as_ref(), &id, Command::Renew(owner, fence, term))?;
     Ok(outcome.is_ok())
 }
 
@@ -115,14 +120,8 @@ pub fn complete(
 ) -> Result<bool, StoreError> {
     let (id, owner, fence) = (JobId::new(job_id)?, Owner::new(owner)?, Fence::new(fence)?);
     let (now, result) = (Timestamp::new(now)?, JobResult::new(result)?);
-    let outcome = ops::complete(
-        &mut open_existing(path.as_ref())?,
-        &id,
-        &owner,
-        fence,
-        now,
-        &result,
-    )?;
+    let command = Command::Complete(owner, fence, now, result);
+    let outcome: WriteOutcome = execute(path.as_ref(), &id, command)?;
     Ok(outcome.is_ok())
 }
 
@@ -138,7 +137,7 @@ pub fn release(
     fence: u64,
 ) -> Result<bool, StoreError> {
     let (id, owner, fence) = (JobId::new(job_id)?, Owner::new(owner)?, Fence::new(fence)?);
-    let outcome = ops::release(&mut open_existing(path.as_ref())?, &id, &owner, fence)?;
+    let outcome: WriteOutcome = execute(path.as_ref(), &id, Command::Release(owner, fence))?;
     Ok(outcome.is_ok())
 }
 
@@ -186,7 +185,9 @@ pub fn claim_many(
                         Err(e) => return Err(e),
                     };
                     for i in (t..owners.len()).step_by(threads) {
-                        let outcome = ops::claim(&mut conn, id, &owners[i], term)
+                        let command = Command::Claim(owners[i].clone(), term);
+                        let outcome = ops::execute(&mut conn, id, &command)
+                            .and_then(outcome_as::<ClaimOutcome>)
                             .map(|o| o.ok().map(Fence::get));
                         answers.push((i, outcome));
                     }

@@ -24,6 +24,7 @@ use lease_sqlite::{SqliteLeaseStore, SqliteOptions};
 
 const SLOTS: u64 = 3;
 const WRITERS: usize = 4;
+const WRITER_THREADS: u64 = 3;
 const MIN_KILLS: usize = 100;
 const SOAK: Duration = Duration::from_secs(12);
 const HARD_LIMIT: Duration = Duration::from_secs(60);
@@ -41,8 +42,23 @@ fn env(name: &str) -> String {
 /// One writer process: runs until killed or until its deadline passes.
 fn writer() {
     let db = PathBuf::from(env("LEASE_SOAK_DB"));
+    let options = SqliteOptions {
+        create: false,
+        ..SqliteOptions::default()
+    };
+    let store = SqliteLeaseStore::open_with(&db, options).unwrap();
+    // Several threads per process, so group commit batches their writes and kills land mid-batch.
+    std::thread::scope(|scope| {
+        for thread in 0..WRITER_THREADS {
+            let store = &store;
+            scope.spawn(move || writer_thread(store, thread));
+        }
+    });
+}
+
+fn writer_thread(store: &SqliteLeaseStore, thread: u64) {
     let deadline: f64 = env("LEASE_SOAK_DEADLINE").parse().unwrap();
-    let name = format!("w{}-{}", env("LEASE_SOAK_ID"), std::process::id());
+    let name = format!("w{}-{}-t{thread}", env("LEASE_SOAK_ID"), std::process::id());
     let me = Owner::new(name.clone()).unwrap();
     let mut log = OpenOptions::new()
         .create(true)
@@ -51,14 +67,8 @@ fn writer() {
         .unwrap();
     // One write call per line, so a kill never leaves half a line.
     let mut note = |line: String| log.write_all(format!("{line}\n").as_bytes()).unwrap();
-    let options = SqliteOptions {
-        create: false,
-        pool_size: 1,
-        ..SqliteOptions::default()
-    };
-    let store = SqliteLeaseStore::open_with(&db, options).unwrap();
     let store = store.blocking();
-    let mut rng = Rng::new(u64::from(std::process::id()) * 7919);
+    let mut rng = Rng::new(u64::from(std::process::id()) * 7919 + thread);
     let mut generation = [0_u32; 3];
     let mut counter = 0_u64;
     while unix_now() < deadline {

@@ -36,12 +36,15 @@ struct State {
     ops_left: Option<u64>,
     crashed: bool,
     pending: BTreeMap<String, Vec<Pending>>,
+    /// Files open through this VFS; the cut waits for every one to close.
+    open_files: usize,
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
     ops_left: None,
     crashed: false,
     pending: BTreeMap::new(),
+    open_files: 0,
 });
 
 fn state() -> MutexGuard<'static, State> {
@@ -102,10 +105,9 @@ pub fn install() {
 /// Arms a cut after `ops` more writes and syncs, forgetting every earlier write.
 pub fn arm(ops: u64) {
     let mut s = state();
-    *s = State {
-        ops_left: Some(ops.max(1)),
-        ..State::default()
-    };
+    s.ops_left = Some(ops.max(1));
+    s.crashed = false;
+    s.pending.clear();
 }
 
 /// Whether the power has gone.
@@ -124,9 +126,22 @@ pub struct CutReport {
 /// Loses the power now (if it has not gone yet) and rewrites every file as the disk holds it:
 /// the synced content plus, in order, each unsynced write kept, dropped or torn. Then disarms.
 /// The database's `-shm` file is deleted, as memory is lost. Call it only after every connection
-/// is closed.
+/// is closed: a connection pool may close its last connection on a background thread, so this
+/// waits (up to 10 s) until no file is open through the VFS.
 pub fn power_cut(rng: &mut Rng, db: &Path) -> CutReport {
+    let waited = std::time::Instant::now();
     let mut s = state();
+    s.crashed = true;
+    while s.open_files > 0 {
+        assert!(
+            waited.elapsed().as_secs() < 10,
+            "{} files still open at the cut",
+            s.open_files
+        );
+        drop(s);
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        s = state();
+    }
     let mut report = CutReport::default();
     for (path, writes) in std::mem::take(&mut s.pending) {
         let Ok(file) = OpenOptions::new().read(true).write(true).open(&path) else {
@@ -159,7 +174,8 @@ pub fn power_cut(rng: &mut Rng, db: &Path) -> CutReport {
         file.sync_all().unwrap();
     }
     let _ = std::fs::remove_file(format!("{}-shm", db.display()));
-    *s = State::default();
+    s.ops_left = None;
+    s.crashed = false;
     report
 }
 
@@ -212,6 +228,7 @@ unsafe extern "C" fn x_open(
                 .into_raw()
         };
         (*ours).base.pMethods = &IO_METHODS;
+        state().open_files += 1;
         ffi::SQLITE_OK
     }
 }
@@ -242,6 +259,7 @@ unsafe extern "C" fn x_close(file: *mut ffi::sqlite3_file) -> c_int {
             drop(CString::from_raw((*ours).path));
         }
         (*ours).base.pMethods = ptr::null();
+        state().open_files -= 1;
         rc
     }
 }

@@ -18,6 +18,7 @@ use lease_sqlite::{SqliteLeaseStore, SqliteOptions, Synchronous};
 
 const TRIALS: u64 = 100;
 const JOBS: u32 = 4;
+const THREADS: u64 = 4;
 
 /// What one trial's workload was told before the power went.
 #[derive(Default)]
@@ -29,44 +30,62 @@ struct Acked {
     enqueued: Vec<String>,
 }
 
-/// Runs claims, completions and releases until the power goes (or 400 steps pass).
-fn workload(store: &SqliteLeaseStore, rng: &mut Rng) -> Acked {
-    let store = store.blocking();
-    let me = Owner::new("worker").unwrap();
-    let mut acked = Acked::default();
-    let mut generation = [0_u32; JOBS as usize];
-    for step in 0..400_u32 {
-        let slot = usize::try_from(rng.below(u64::from(JOBS))).unwrap();
-        let id = format!("job-{slot}-{}", generation[slot]);
-        let job = JobId::new(id.clone()).unwrap();
-        let now = f64::from(step);
-        match store.enqueue(&job) {
-            Ok(true) => acked.enqueued.push(id.clone()),
-            Ok(false) => {}
-            Err(_) => break,
+/// Runs claims, completions and releases from several threads at once (so group commit batches
+/// them) until the power goes or each thread has taken 150 steps.
+fn workload(store: &SqliteLeaseStore, seed: u64) -> Acked {
+    let acked = std::sync::Mutex::new(Acked::default());
+    std::thread::scope(|scope| {
+        for thread in 0..THREADS {
+            let acked = &acked;
+            scope.spawn(move || {
+                let mut rng = Rng::new(seed * 31 + thread + 1);
+                let store = store.blocking();
+                let me = Owner::new(format!("worker-{thread}")).unwrap();
+                let mut generation = [0_u32; JOBS as usize];
+                for step in 0..150_u32 {
+                    let slot = usize::try_from(rng.below(u64::from(JOBS))).unwrap();
+                    let id = format!("t{thread}-job-{slot}-{}", generation[slot]);
+                    let job = JobId::new(id.clone()).unwrap();
+                    let now = f64::from(step);
+                    match store.enqueue(&job) {
+                        Ok(true) => acked.lock().unwrap().enqueued.push(id.clone()),
+                        Ok(false) => {}
+                        Err(_) => return,
+                    }
+                    let fence = match store.claim(&job, &me, LeaseTerm::new(now, 0.5).unwrap()) {
+                        Ok(Ok(fence)) => fence,
+                        Ok(Err(_)) => continue,
+                        Err(_) => return,
+                    };
+                    acked.lock().unwrap().fences.insert(id.clone(), fence.get());
+                    if rng.below(3) == 0 {
+                        let result = JobResult::new(format!("{id}@{fence}")).unwrap();
+                        match store.complete(
+                            &job,
+                            &me,
+                            fence,
+                            Timestamp::new(now).unwrap(),
+                            &result,
+                        ) {
+                            Ok(Ok(())) => {
+                                acked
+                                    .lock()
+                                    .unwrap()
+                                    .results
+                                    .insert(id, result.as_str().to_owned());
+                                generation[slot] += 1;
+                            }
+                            Ok(Err(_)) => {}
+                            Err(_) => return,
+                        }
+                    } else if store.release(&job, &me, fence).is_err() {
+                        return;
+                    }
+                }
+            });
         }
-        let fence = match store.claim(&job, &me, LeaseTerm::new(now, 0.5).unwrap()) {
-            Ok(Ok(fence)) => fence,
-            Ok(Err(_)) => continue,
-            Err(_) => break,
-        };
-        acked.fences.insert(id.clone(), fence.get());
-        let outcome = if rng.below(3) == 0 {
-            let result = JobResult::new(format!("{id}@{fence}")).unwrap();
-            let done = store.complete(&job, &me, fence, Timestamp::new(now).unwrap(), &result);
-            if matches!(done, Ok(Ok(()))) {
-                acked.results.insert(id.clone(), result.as_str().to_owned());
-                generation[slot] += 1;
-            }
-            done
-        } else {
-            store.release(&job, &me, fence)
-        };
-        if outcome.is_err() {
-            break;
-        }
-    }
-    acked
+    });
+    acked.into_inner().unwrap()
 }
 
 /// Claims the job once more after the cut; its fence must be above every acknowledged one.
@@ -147,6 +166,7 @@ struct Totals {
     writes_kept: usize,
     writes_dropped: usize,
     writes_torn: usize,
+    batches: u64,
     acked_fences: usize,
     violations: Vec<String>,
 }
@@ -159,6 +179,7 @@ fn run_trials(synchronous: Synchronous) -> Totals {
         writes_kept: 0,
         writes_dropped: 0,
         writes_torn: 0,
+        batches: 0,
         acked_fences: 0,
         violations: Vec::new(),
     };
@@ -168,12 +189,12 @@ fn run_trials(synchronous: Synchronous) -> Totals {
         let db = dir.path().join("power.db");
         let options = SqliteOptions {
             synchronous,
-            pool_size: 1,
             ..SqliteOptions::default()
         };
         let store = SqliteLeaseStore::open_with(&db, options).unwrap();
-        crash_vfs::arm(1 + rng.below(300));
-        let acked = workload(&store, &mut rng);
+        crash_vfs::arm(1 + rng.below(600));
+        let acked = workload(&store, trial);
+        totals.batches += store.group_commit_stats().map_or(0, |s| s.batches_of_many);
         drop(store);
         totals.cut += u64::from(crash_vfs::crashed());
         let report = crash_vfs::power_cut(&mut rng, &db);
@@ -203,10 +224,12 @@ fn power_loss_keeps_every_acknowledged_fence_with_full_sync_and_loses_some_with_
             .filter(|v| v.contains("handed out again"))
             .count();
         eprintln!(
-            "synchronous={name}: {} trials, {} cut mid-run; unsynced writes kept {}, dropped {}, torn {}; \
-             {} jobs with acknowledged fences; {} violations, {} of them reissued fences",
+            "synchronous={name}: {} trials, {} cut mid-run; {} group commits of several writes; \
+             unsynced writes kept {}, dropped {}, torn {}; {} jobs with acknowledged fences; \
+             {} violations, {} of them reissued fences",
             t.trials,
             t.cut,
+            t.batches,
             t.writes_kept,
             t.writes_dropped,
             t.writes_torn,
@@ -219,6 +242,10 @@ fn power_loss_keeps_every_acknowledged_fence_with_full_sync_and_loses_some_with_
         full.cut >= full.trials / 2,
         "too few trials were cut: {}",
         full.cut
+    );
+    assert!(
+        full.batches > 0,
+        "group commit never batched writes before a cut"
     );
     assert!(
         full.violations.is_empty(),
