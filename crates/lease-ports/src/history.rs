@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use lease_domain::{Fence, Job, JobId, JobResult, LeaseTerm, Outcome, Owner};
 
-/// One call to a store, with the caller's inputs: the domain's [`Command`].
+/// One call to a store, with the caller's inputs: the domain's [`Command`](lease_domain::Command).
 pub use lease_domain::Command as Call;
 
 /// What a call answered, reduced to what the contract pins.

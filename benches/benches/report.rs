@@ -1,0 +1,674 @@
+//! The benchmark report: every store operation on SQLite against a raw rusqlite baseline run in
+//! the same process, concurrent callers with and without group commit, and tables of 1k to 1M
+//! jobs. Prints one table and writes it to `target/bench-report.md`. `-- --quick` shortens it.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use lease_domain::{Fence, Job, JobId, JobResult, LeaseTerm, Owner, Timestamp, decide_claim};
+use lease_sqlite::{SqliteLeaseStore, SqliteOptions};
+use rusqlite::Connection;
+
+/// How long each measured run lasts, and how many runs give the median.
+struct Plan {
+    window: Duration,
+    runs: usize,
+    big_table: u64,
+}
+
+/// One caller's share of a run.
+#[derive(Clone, Default)]
+struct Caller {
+    latencies: Vec<Duration>,
+    /// Completed operations in each whole second of the run.
+    per_second: Vec<u64>,
+}
+
+/// One measured run: every caller's latencies over the run's wall time.
+struct Run {
+    callers: Vec<Caller>,
+    wall: Duration,
+}
+
+impl Run {
+    fn ops(&self) -> usize {
+        self.callers.iter().map(|c| c.latencies.len()).sum()
+    }
+
+    /// Operations per second of measured time: wall time, or for a single caller whose loop also
+    /// does untimed set-up work, the summed time of the measured calls.
+    fn rate(&self, timed_only: bool) -> f64 {
+        let secs = if timed_only {
+            self.callers
+                .iter()
+                .flat_map(|c| &c.latencies)
+                .sum::<Duration>()
+                .as_secs_f64()
+        } else {
+            self.wall.as_secs_f64()
+        };
+        to_f64(self.ops()) / secs.max(1e-9)
+    }
+}
+
+fn to_f64(n: usize) -> f64 {
+    u32::try_from(n).map_or(f64::from(u32::MAX), f64::from)
+}
+
+/// Runs `callers` threads for one window; each calls `op(caller, i)`, which returns the time of
+/// the measured part of its iteration.
+fn measure(callers: usize, window: Duration, op: &(dyn Fn(usize, u64) -> Duration + Sync)) -> Run {
+    let start = Instant::now();
+    let results: Vec<Caller> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..callers)
+            .map(|c| {
+                scope.spawn(move || {
+                    let mut me = Caller::default();
+                    let mut i = 0;
+                    while start.elapsed() < window {
+                        let took = op(c, i);
+                        i += 1;
+                        me.latencies.push(took);
+                        let second = usize::try_from(start.elapsed().as_secs()).unwrap_or(0);
+                        if me.per_second.len() <= second {
+                            me.per_second.resize(second + 1, 0);
+                        }
+                        me.per_second[second] += 1;
+                    }
+                    me
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("bench thread"))
+            .collect()
+    });
+    Run {
+        callers: results,
+        wall: start.elapsed(),
+    }
+}
+
+fn timed(f: impl FnOnce()) -> Duration {
+    let start = Instant::now();
+    f();
+    start.elapsed()
+}
+
+/// A row of the report.
+struct Row {
+    operation: String,
+    callers: usize,
+    rows: u64,
+    ops_per_sec: f64,
+    p50: Duration,
+    p99: Duration,
+    /// Median wait, worst wait, fewest operations of any caller in any whole second.
+    worst_wait: Duration,
+    median_wait: Duration,
+    min_caller_ops: u64,
+    min_ops_in_a_second: Option<u64>,
+    baseline: Option<&'static str>,
+}
+
+fn summarize(operation: &str, callers: usize, rows: u64, runs: &[Run], timed_only: bool) -> Row {
+    let mut rates: Vec<f64> = runs.iter().map(|r| r.rate(timed_only)).collect();
+    rates.sort_by(f64::total_cmp);
+    let mut all: Vec<Duration> = runs
+        .iter()
+        .flat_map(|r| r.callers.iter().flat_map(|c| c.latencies.iter().copied()))
+        .collect();
+    all.sort();
+    let pick = |q: f64| {
+        let last = all.len().saturating_sub(1);
+        // q in 0..=1 times a length that fits in f64: the index rounds down on purpose.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let i = ((to_f64(last)) * q) as usize;
+        all.get(i).copied().unwrap_or_default()
+    };
+    let min_caller_ops = runs
+        .iter()
+        .flat_map(|r| {
+            r.callers
+                .iter()
+                .map(|c| u64::try_from(c.latencies.len()).unwrap_or(0))
+        })
+        .min()
+        .unwrap_or(0);
+    // Only whole seconds count: the last, partial second of a run is left out.
+    let min_ops_in_a_second = runs
+        .iter()
+        .flat_map(|r| {
+            let whole = usize::try_from(r.wall.as_secs()).unwrap_or(0);
+            r.callers.iter().flat_map(move |c| {
+                (0..whole).map(move |s| c.per_second.get(s).copied().unwrap_or(0))
+            })
+        })
+        .min();
+    Row {
+        operation: operation.to_owned(),
+        callers,
+        rows,
+        ops_per_sec: rates[rates.len() / 2],
+        p50: pick(0.5),
+        p99: pick(0.99),
+        worst_wait: all.last().copied().unwrap_or_default(),
+        median_wait: pick(0.5),
+        min_caller_ops,
+        min_ops_in_a_second,
+        baseline: None,
+    }
+}
+
+fn id(n: u64) -> JobId {
+    JobId::new(format!("job-{n:08}")).expect("valid id")
+}
+
+fn owner(n: usize) -> Owner {
+    Owner::new(format!("worker-{n}")).expect("valid owner")
+}
+
+fn term(now: f64, ttl: f64) -> LeaseTerm {
+    LeaseTerm::new(now, ttl).expect("valid term")
+}
+
+/// Creates a lease database with `fresh` new jobs (`job-00000000`...) and `done` finished jobs.
+fn populate(path: &Path, fresh: u64, done: u64) {
+    drop(SqliteLeaseStore::open(path).expect("create the database"));
+    let mut conn = Connection::open(path).expect("open for loading");
+    let tx = conn.transaction().expect("begin");
+    {
+        let mut insert = tx
+            .prepare("INSERT INTO jobs(id) VALUES (?1)")
+            .expect("prepare");
+        for n in 0..fresh {
+            insert.execute([id(n).as_str()]).expect("insert fresh");
+        }
+        let mut finished = tx
+            .prepare("INSERT INTO jobs(id, owner, until, fence, result, done) VALUES (?1, 'old', 1, 1, 'r', 1)")
+            .expect("prepare");
+        for n in 0..done {
+            finished
+                .execute([format!("done-{n:08}")])
+                .expect("insert done");
+        }
+    }
+    tx.commit().expect("commit");
+}
+
+/// The baseline: one raw rusqlite connection with the store's settings and the store's SQL.
+fn raw_connection(path: &Path) -> Connection {
+    let conn = Connection::open(path).expect("open raw");
+    conn.busy_timeout(Duration::from_secs(30))
+        .expect("busy timeout");
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .expect("wal");
+    conn.pragma_update(None, "synchronous", 2).expect("full");
+    conn
+}
+
+const SELECT: &str = "SELECT owner, until, fence, result, done FROM jobs WHERE id = ?1";
+const UPDATE: &str =
+    "UPDATE jobs SET owner = ?2, until = ?3, fence = ?4, result = ?5, done = ?6 WHERE id = ?1";
+const INSERT: &str =
+    "INSERT INTO jobs(id, owner, until, fence, result, done) VALUES (?1, NULL, 0, 0, NULL, 0)";
+
+type RawRow = (Option<String>, f64, i64, Option<String>, i64);
+
+fn raw_select(conn: &Connection, job: &JobId) -> Option<RawRow> {
+    let mut stmt = conn.prepare_cached(SELECT).expect("prepare select");
+    let mut rows = stmt.query([job.as_str()]).expect("query");
+    rows.next().expect("step").map(|r| {
+        (
+            r.get(0).expect("owner"),
+            r.get(1).expect("until"),
+            r.get(2).expect("fence"),
+            r.get(3).expect("result"),
+            r.get(4).expect("done"),
+        )
+    })
+}
+
+/// One durable single-row write, as the store's claim runs it: BEGIN IMMEDIATE, SELECT, UPDATE, COMMIT.
+fn raw_write(conn: &Connection, job: &JobId, now: f64) {
+    conn.execute_batch("BEGIN IMMEDIATE").expect("begin");
+    let (_, _, fence, result, _) = raw_select(conn, job).expect("row");
+    conn.prepare_cached(UPDATE)
+        .expect("prepare update")
+        .execute(rusqlite::params![
+            job.as_str(),
+            "raw",
+            now + 0.5,
+            fence + 1,
+            result,
+            false
+        ])
+        .expect("update");
+    conn.execute_batch("COMMIT").expect("commit");
+}
+
+fn raw_insert(conn: &Connection, job: &JobId) {
+    conn.execute_batch("BEGIN IMMEDIATE").expect("begin");
+    assert!(raw_select(conn, job).is_none());
+    conn.prepare_cached(INSERT)
+        .expect("prepare insert")
+        .execute([job.as_str()])
+        .expect("insert");
+    conn.execute_batch("COMMIT").expect("commit");
+}
+
+fn single_caller(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
+    const FRESH: u64 = 1_000;
+    let runs = |op: &(dyn Fn(usize, u64) -> Duration + Sync)| -> Vec<Run> {
+        (0..plan.runs)
+            .map(|_| measure(1, plan.window, op))
+            .collect()
+    };
+
+    // The baseline, on its own copy of the table.
+    let raw_path = dir.join("raw.db");
+    populate(&raw_path, FRESH, 0);
+    let raw = std::sync::Mutex::new(raw_connection(&raw_path));
+    let clock = AtomicU64::new(0);
+    let tick =
+        || f64::from(u32::try_from(clock.fetch_add(1, Ordering::SeqCst)).unwrap_or(u32::MAX));
+    let r = runs(&|_, i| {
+        let conn = raw.lock().expect("raw lock");
+        let now = tick();
+        timed(|| raw_write(&conn, &id(i % FRESH), now))
+    });
+    rows.push(summarize(
+        "raw write (BEGIN IMMEDIATE; SELECT; UPDATE; COMMIT)",
+        1,
+        FRESH,
+        &r,
+        false,
+    ));
+    let r = runs(&|_, i| {
+        let conn = raw.lock().expect("raw lock");
+        timed(|| drop(raw_select(&conn, &id(i % FRESH))))
+    });
+    rows.push(summarize("raw read (prepared SELECT)", 1, FRESH, &r, false));
+    let inserted = AtomicU64::new(0);
+    let r = runs(&|_, _| {
+        let conn = raw.lock().expect("raw lock");
+        let job = JobId::new(format!(
+            "raw-new-{}",
+            inserted.fetch_add(1, Ordering::SeqCst)
+        ))
+        .expect("id");
+        timed(|| raw_insert(&conn, &job))
+    });
+    rows.push(summarize(
+        "raw insert (BEGIN IMMEDIATE; SELECT; INSERT; COMMIT)",
+        1,
+        FRESH,
+        &r,
+        false,
+    ));
+    drop(raw);
+
+    // The store, on the same kind of table.
+    let path = dir.join("store.db");
+    populate(&path, FRESH, 0);
+    let store = SqliteLeaseStore::open(&path).expect("open store");
+    let b = store.blocking();
+    let me = owner(0);
+    let with = |row: Row, baseline| Row {
+        baseline: Some(baseline),
+        ..row
+    };
+
+    let added = AtomicU64::new(0);
+    let r = runs(&|_, _| {
+        let job = JobId::new(format!("new-{}", added.fetch_add(1, Ordering::SeqCst))).expect("id");
+        timed(|| assert!(b.enqueue(&job).expect("enqueue")))
+    });
+    rows.push(with(
+        summarize("enqueue", 1, FRESH, &r, false),
+        "raw insert",
+    ));
+    let r = runs(&|_, i| timed(|| drop(b.state(&id(i % FRESH)).expect("state"))));
+    rows.push(with(summarize("state", 1, FRESH, &r, false), "raw read"));
+    let r = runs(&|_, i| {
+        let now = tick();
+        timed(|| {
+            b.claim(&id(i % FRESH), &me, term(now, 0.5))
+                .expect("claim")
+                .expect("claimable");
+        })
+    });
+    rows.push(with(summarize("claim", 1, FRESH, &r, false), "raw write"));
+
+    // Renew one live lease over and over.
+    let held = id(0);
+    let now = tick() + 1e6;
+    let fence = b
+        .claim(&held, &me, term(now, 1e9))
+        .expect("claim")
+        .expect("claimable");
+    let r = runs(&|_, _| {
+        let t = tick() + 1e6;
+        timed(|| {
+            b.renew(&held, &me, fence, term(t, 1e9))
+                .expect("renew")
+                .expect("renewed")
+        })
+    });
+    rows.push(with(summarize("renew", 1, FRESH, &r, false), "raw write"));
+
+    // complete and release each need a fresh claim first; only the measured call is timed.
+    let next_job = AtomicU64::new(1);
+    let claim_fresh = || -> (JobId, Fence) {
+        let job =
+            JobId::new(format!("fresh-{}", next_job.fetch_add(1, Ordering::SeqCst))).expect("id");
+        b.enqueue(&job).expect("enqueue");
+        let fence = b
+            .claim(&job, &me, term(0.0, 1e9))
+            .expect("claim")
+            .expect("claimable");
+        (job, fence)
+    };
+    let result = JobResult::new("done").expect("result");
+    let r = runs(&|_, _| {
+        let (job, fence) = claim_fresh();
+        timed(|| {
+            b.complete(&job, &me, fence, Timestamp::new(1.0).expect("now"), &result)
+                .expect("complete")
+                .expect("completed")
+        })
+    });
+    rows.push(with(summarize("complete", 1, FRESH, &r, true), "raw write"));
+    let r = runs(&|_, _| {
+        let (job, fence) = claim_fresh();
+        timed(|| {
+            b.release(&job, &me, fence)
+                .expect("release")
+                .expect("released")
+        })
+    });
+    rows.push(with(summarize("release", 1, FRESH, &r, true), "raw write"));
+}
+
+fn concurrent(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
+    const FRESH: u64 = 20_000;
+    let path = dir.join("concurrent.db");
+    populate(&path, FRESH, 0);
+    // One clock for every scenario on this table, so no claim meets a lease an earlier one left.
+    let clock = AtomicU64::new(0);
+    for (label, max_batch) in [
+        ("claim, distinct jobs", 128),
+        ("claim, distinct jobs, group commit off", 1),
+    ] {
+        let options = SqliteOptions {
+            max_batch,
+            pool_size: 64,
+            ..SqliteOptions::default()
+        };
+        let store = SqliteLeaseStore::open_with(&path, options).expect("open store");
+        let b = store.blocking();
+        let callers: &[usize] = if max_batch == 1 {
+            &[8, 64]
+        } else {
+            &[1, 8, 64]
+        };
+        for &n in callers {
+            let owners: Vec<Owner> = (0..n).map(owner).collect();
+            let runs: Vec<Run> = (0..plan.runs)
+                .map(|_| {
+                    measure(n, plan.window, &|c, i| {
+                        // Caller c claims jobs c, c+n, c+2n, ...; now moves past every lease.
+                        let job = id((u64::try_from(c).unwrap_or(0)
+                            + i * u64::try_from(n).unwrap_or(1))
+                            % FRESH);
+                        let now = f64::from(
+                            u32::try_from(clock.fetch_add(1, Ordering::SeqCst)).unwrap_or(u32::MAX),
+                        );
+                        timed(|| {
+                            drop(
+                                b.claim(&job, &owners[c], term(now + 1e7, 0.5))
+                                    .expect("claim"),
+                            )
+                        })
+                    })
+                })
+                .collect();
+            rows.push(Row {
+                baseline: Some("raw write"),
+                ..summarize(label, n, FRESH, &runs, false)
+            });
+        }
+    }
+    // Everyone on one job: each claim comes after the previous lease expired, so each one writes.
+    let store = SqliteLeaseStore::open_with(
+        &path,
+        SqliteOptions {
+            pool_size: 64,
+            ..SqliteOptions::default()
+        },
+    )
+    .expect("open store");
+    let b = store.blocking();
+    let clock = AtomicU64::new(0);
+    let job = id(0);
+    for n in [8, 64] {
+        let owners: Vec<Owner> = (0..n).map(owner).collect();
+        let runs: Vec<Run> = (0..plan.runs)
+            .map(|_| {
+                measure(n, plan.window, &|c, _| {
+                    let now = f64::from(
+                        u32::try_from(clock.fetch_add(1, Ordering::SeqCst)).unwrap_or(u32::MAX),
+                    );
+                    timed(|| {
+                        drop(
+                            b.claim(&job, &owners[c], term(now + 2e7, 0.5))
+                                .expect("claim"),
+                        )
+                    })
+                })
+            })
+            .collect();
+        rows.push(Row {
+            baseline: Some("raw write"),
+            ..summarize("claim, all on one job", n, FRESH, &runs, false)
+        });
+    }
+}
+
+fn table_sizes(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
+    for (total, done) in [
+        (1_000, 0),
+        (100_000, 100_000 - 1_000),
+        (plan.big_table, plan.big_table - 1_000),
+    ] {
+        let path = dir.join(format!("size-{total}.db"));
+        populate(&path, 1_000, done);
+        let store = SqliteLeaseStore::open(&path).expect("open store");
+        let b = store.blocking();
+        let me = owner(0);
+        let clock = AtomicU64::new(0);
+        let runs: Vec<Run> = (0..plan.runs)
+            .map(|_| {
+                measure(1, plan.window, &|_, i| {
+                    let now = f64::from(
+                        u32::try_from(clock.fetch_add(1, Ordering::SeqCst)).unwrap_or(u32::MAX),
+                    );
+                    timed(|| drop(b.claim(&id(i % 1_000), &me, term(now, 0.5)).expect("claim")))
+                })
+            })
+            .collect();
+        rows.push(Row {
+            baseline: Some("raw write"),
+            ..summarize(
+                &format!("claim, {done} done jobs in the table"),
+                1,
+                total,
+                &runs,
+                false,
+            )
+        });
+        let runs: Vec<Run> = (0..plan.runs)
+            .map(|_| {
+                measure(1, plan.window, &|_, i| {
+                    timed(|| drop(b.state(&id(i % 1_000)).expect("state")))
+                })
+            })
+            .collect();
+        rows.push(Row {
+            baseline: Some("raw read"),
+            ..summarize(
+                &format!("state, {done} done jobs in the table"),
+                1,
+                total,
+                &runs,
+                false,
+            )
+        });
+    }
+}
+
+fn domain(plan: &Plan, rows: &mut Vec<Row>) {
+    let me = owner(0);
+    let job = Job::new();
+    let runs: Vec<Run> = (0..plan.runs)
+        .map(|_| {
+            measure(1, plan.window, &|_, i| {
+                let now = f64::from(u32::try_from(i % 1_000_000).unwrap_or(0));
+                timed(|| {
+                    drop(std::hint::black_box(decide_claim(
+                        Some(&job),
+                        &me,
+                        term(now, 0.5),
+                    )))
+                })
+            })
+        })
+        .collect();
+    rows.push(summarize("domain decide_claim (no I/O)", 1, 0, &runs, true));
+}
+
+fn human(d: Duration) -> String {
+    let us = d.as_secs_f64() * 1e6;
+    if us < 1.0 {
+        format!("{:.0} ns", us * 1000.0)
+    } else if us < 1000.0 {
+        format!("{us:.1} µs")
+    } else {
+        format!("{:.2} ms", us / 1000.0)
+    }
+}
+
+fn render(rows: &[Row]) -> String {
+    let base = |name: &str| {
+        rows.iter()
+            .find(|r| r.operation.starts_with(name))
+            .map(|r| r.ops_per_sec)
+    };
+    let mut out = String::from(
+        "| operation | callers | rows | ops/s (median) | p50 | p99 | ratio to raw | per caller: fewest ops, fewest in any second, worst wait / median wait |\n|---|---:|---:|---:|---:|---:|---:|---|\n",
+    );
+    for r in rows {
+        let ratio = r.baseline.and_then(base).map_or_else(
+            || "—".to_owned(),
+            |raw| {
+                format!(
+                    "{:.2}x {}",
+                    r.ops_per_sec / raw,
+                    r.baseline.unwrap_or_default()
+                )
+            },
+        );
+        let fairness = if r.callers > 1 {
+            format!(
+                "{}, {}, {} / {} ({:.1}x)",
+                r.min_caller_ops,
+                r.min_ops_in_a_second
+                    .map_or_else(|| "n/a".to_owned(), |n| n.to_string()),
+                human(r.worst_wait),
+                human(r.median_wait),
+                r.worst_wait.as_secs_f64() / r.median_wait.as_secs_f64().max(1e-12)
+            )
+        } else {
+            format!("worst wait {}", human(r.worst_wait))
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {:.0} | {} | {} | {} | {} |",
+            r.operation,
+            r.callers,
+            r.rows,
+            r.ops_per_sec,
+            human(r.p50),
+            human(r.p99),
+            ratio,
+            fairness
+        );
+    }
+    out
+}
+
+fn report_path() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"),
+        PathBuf::from,
+    );
+    target.join("bench-report.md")
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    // `cargo bench` passes --bench; `cargo test --benches` runs this as a test: do one tiny pass.
+    let quick = args.iter().any(|a| a == "--quick");
+    let smoke = !args.iter().any(|a| a == "--bench");
+    let plan = match (smoke, quick) {
+        (true, _) => Plan {
+            window: Duration::from_millis(50),
+            runs: 1,
+            big_table: 2_000,
+        },
+        (false, true) => Plan {
+            window: Duration::from_millis(1_000),
+            runs: 3,
+            big_table: 1_000_000,
+        },
+        (false, false) => Plan {
+            window: Duration::from_secs(3),
+            runs: 5,
+            big_table: 1_000_000,
+        },
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    domain(&plan, &mut rows);
+    single_caller(&plan, dir.path(), &mut rows);
+    concurrent(&plan, dir.path(), &mut rows);
+    table_sizes(&plan, dir.path(), &mut rows);
+    let table = render(&rows);
+    let header = format!(
+        "Bench report ({} mode, {} runs of {:.1} s each, median shown; SQLite {}, synchronous=FULL, WAL), took {:.0} s\n\n",
+        if smoke {
+            "smoke"
+        } else if quick {
+            "quick"
+        } else {
+            "full"
+        },
+        plan.runs,
+        plan.window.as_secs_f64(),
+        rusqlite::version(),
+        started.elapsed().as_secs_f64()
+    );
+    println!("{header}{table}");
+    if !smoke {
+        let path = report_path();
+        if let Err(e) = std::fs::write(&path, format!("{header}{table}")) {
+            eprintln!("cannot write {}: {e}", path.display());
+        } else {
+            println!("written to {}", path.display());
+        }
+    }
+}
