@@ -18,12 +18,15 @@ struct Plan {
     big_table: u64,
 }
 
+/// The width of the slots in which each caller's progress is counted, in milliseconds.
+const SLOT_MS: u128 = 100;
+
 /// One caller's share of a run.
 #[derive(Clone, Default)]
 struct Caller {
     latencies: Vec<Duration>,
-    /// Completed operations in each whole second of the run.
-    per_second: Vec<u64>,
+    /// Completed operations in each whole 100 ms slot of the run.
+    per_slot: Vec<u64>,
 }
 
 /// One measured run: every caller's latencies over the run's wall time.
@@ -71,11 +74,12 @@ fn measure(callers: usize, window: Duration, op: &(dyn Fn(usize, u64) -> Duratio
                         let took = op(c, i);
                         i += 1;
                         me.latencies.push(took);
-                        let second = usize::try_from(start.elapsed().as_secs()).unwrap_or(0);
-                        if me.per_second.len() <= second {
-                            me.per_second.resize(second + 1, 0);
+                        let slot =
+                            usize::try_from(start.elapsed().as_millis() / SLOT_MS).unwrap_or(0);
+                        if me.per_slot.len() <= slot {
+                            me.per_slot.resize(slot + 1, 0);
                         }
-                        me.per_second[second] += 1;
+                        me.per_slot[slot] += 1;
                     }
                     me
                 })
@@ -106,12 +110,14 @@ struct Row {
     ops_per_sec: f64,
     p50: Duration,
     p99: Duration,
-    /// Median wait, worst wait, fewest operations of any caller in any whole second.
+    /// Median wait, worst wait, fewest operations of any caller in any whole 100 ms slot.
     worst_wait: Duration,
     median_wait: Duration,
     min_caller_ops: u64,
-    min_ops_in_a_second: Option<u64>,
+    min_ops_in_a_slot: Option<u64>,
     baseline: Option<&'static str>,
+    /// The ratio to the baseline measured in alternating runs, when it was.
+    ratio: Option<f64>,
 }
 
 fn summarize(operation: &str, callers: usize, rows: u64, runs: &[Run], timed_only: bool) -> Row {
@@ -138,14 +144,14 @@ fn summarize(operation: &str, callers: usize, rows: u64, runs: &[Run], timed_onl
         })
         .min()
         .unwrap_or(0);
-    // Only whole seconds count: the last, partial second of a run is left out.
-    let min_ops_in_a_second = runs
+    // Only whole slots count: the last, partial slot of a run is left out.
+    let min_ops_in_a_slot = runs
         .iter()
         .flat_map(|r| {
-            let whole = usize::try_from(r.wall.as_secs()).unwrap_or(0);
-            r.callers.iter().flat_map(move |c| {
-                (0..whole).map(move |s| c.per_second.get(s).copied().unwrap_or(0))
-            })
+            let whole = usize::try_from(r.wall.as_millis() / SLOT_MS).unwrap_or(0);
+            r.callers
+                .iter()
+                .flat_map(move |c| (0..whole).map(move |s| c.per_slot.get(s).copied().unwrap_or(0)))
         })
         .min();
     Row {
@@ -158,8 +164,9 @@ fn summarize(operation: &str, callers: usize, rows: u64, runs: &[Run], timed_onl
         worst_wait: all.last().copied().unwrap_or_default(),
         median_wait: pick(0.5),
         min_caller_ops,
-        min_ops_in_a_second,
+        min_ops_in_a_slot,
         baseline: None,
+        ratio: None,
     }
 }
 
@@ -260,40 +267,91 @@ fn raw_insert(conn: &Connection, job: &JobId) {
     conn.execute_batch("COMMIT").expect("commit");
 }
 
+type Op<'a> = &'a (dyn Fn(usize, u64) -> Duration + Sync);
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Measures a store operation and its raw baseline in alternating runs, so drift in the disk's
+/// sync latency hits both alike; the ratio is the median of the per-pair ratios.
+struct Paired<'p> {
+    plan: &'p Plan,
+    raw_runs: Vec<(&'static str, Run)>,
+}
+
+impl Paired<'_> {
+    #[allow(clippy::too_many_arguments)]
+    fn measure(
+        &mut self,
+        name: &str,
+        op: Op<'_>,
+        timed_only: bool,
+        raw_name: &'static str,
+        raw: Op<'_>,
+    ) -> Row {
+        let (mut runs, mut ratios) = (Vec::new(), Vec::new());
+        for _ in 0..self.plan.runs {
+            let baseline = measure(1, self.plan.window, raw);
+            let run = measure(1, self.plan.window, op);
+            ratios.push(run.rate(timed_only) / baseline.rate(false));
+            runs.push(run);
+            self.raw_runs.push((raw_name, baseline));
+        }
+        Row {
+            ratio: Some(median(ratios)),
+            baseline: Some(raw_name),
+            ..summarize(name, 1, 1_000, &runs, timed_only)
+        }
+    }
+
+    /// One row per baseline, over every run of it.
+    fn baseline_rows(self, labels: &[(&'static str, &str)]) -> Vec<Row> {
+        labels
+            .iter()
+            .map(|(raw_name, label)| {
+                let runs: Vec<Run> = self
+                    .raw_runs
+                    .iter()
+                    .filter(|(n, _)| n == raw_name)
+                    .map(|(_, r)| Run {
+                        callers: r.callers.clone(),
+                        wall: r.wall,
+                    })
+                    .collect();
+                summarize(label, 1, 1_000, &runs, false)
+            })
+            .collect()
+    }
+}
+
 fn single_caller(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
     const FRESH: u64 = 1_000;
-    let runs = |op: &(dyn Fn(usize, u64) -> Duration + Sync)| -> Vec<Run> {
-        (0..plan.runs)
-            .map(|_| measure(1, plan.window, op))
-            .collect()
-    };
-
-    // The baseline, on its own copy of the table.
+    // The baseline, on its own copy of the table, and the store, on the same kind of table.
     let raw_path = dir.join("raw.db");
     populate(&raw_path, FRESH, 0);
     let raw = std::sync::Mutex::new(raw_connection(&raw_path));
+    let path = dir.join("store.db");
+    populate(&path, FRESH, 0);
+    let store = SqliteLeaseStore::open(&path).expect("open store");
+    let b = store.blocking();
+    let me = owner(0);
     let clock = AtomicU64::new(0);
     let tick =
         || f64::from(u32::try_from(clock.fetch_add(1, Ordering::SeqCst)).unwrap_or(u32::MAX));
-    let r = runs(&|_, i| {
+
+    let raw_write_op = |_, i| {
         let conn = raw.lock().expect("raw lock");
         let now = tick();
         timed(|| raw_write(&conn, &id(i % FRESH), now))
-    });
-    rows.push(summarize(
-        "raw write (BEGIN IMMEDIATE; SELECT; UPDATE; COMMIT)",
-        1,
-        FRESH,
-        &r,
-        false,
-    ));
-    let r = runs(&|_, i| {
+    };
+    let raw_read_op = |_, i| {
         let conn = raw.lock().expect("raw lock");
         timed(|| drop(raw_select(&conn, &id(i % FRESH))))
-    });
-    rows.push(summarize("raw read (prepared SELECT)", 1, FRESH, &r, false));
+    };
     let inserted = AtomicU64::new(0);
-    let r = runs(&|_, _| {
+    let raw_insert_op = |_, _| {
         let conn = raw.lock().expect("raw lock");
         let job = JobId::new(format!(
             "raw-new-{}",
@@ -301,64 +359,67 @@ fn single_caller(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
         ))
         .expect("id");
         timed(|| raw_insert(&conn, &job))
-    });
-    rows.push(summarize(
-        "raw insert (BEGIN IMMEDIATE; SELECT; INSERT; COMMIT)",
-        1,
-        FRESH,
-        &r,
-        false,
-    ));
-    drop(raw);
-
-    // The store, on the same kind of table.
-    let path = dir.join("store.db");
-    populate(&path, FRESH, 0);
-    let store = SqliteLeaseStore::open(&path).expect("open store");
-    let b = store.blocking();
-    let me = owner(0);
-    let with = |row: Row, baseline| Row {
-        baseline: Some(baseline),
-        ..row
     };
+    let mut paired = Paired {
+        plan,
+        raw_runs: Vec::new(),
+    };
+    let mut measured = Vec::new();
 
     let added = AtomicU64::new(0);
-    let r = runs(&|_, _| {
-        let job = JobId::new(format!("new-{}", added.fetch_add(1, Ordering::SeqCst))).expect("id");
-        timed(|| assert!(b.enqueue(&job).expect("enqueue")))
-    });
-    rows.push(with(
-        summarize("enqueue", 1, FRESH, &r, false),
+    measured.push(paired.measure(
+        "enqueue",
+        &|_, _| {
+            let job =
+                JobId::new(format!("new-{}", added.fetch_add(1, Ordering::SeqCst))).expect("id");
+            timed(|| assert!(b.enqueue(&job).expect("enqueue")))
+        },
+        false,
         "raw insert",
+        &raw_insert_op,
     ));
-    let r = runs(&|_, i| timed(|| drop(b.state(&id(i % FRESH)).expect("state"))));
-    rows.push(with(summarize("state", 1, FRESH, &r, false), "raw read"));
-    let r = runs(&|_, i| {
-        let now = tick();
-        timed(|| {
-            b.claim(&id(i % FRESH), &me, term(now, 0.5))
-                .expect("claim")
-                .expect("claimable");
-        })
-    });
-    rows.push(with(summarize("claim", 1, FRESH, &r, false), "raw write"));
+    measured.push(paired.measure(
+        "state",
+        &|_, i| timed(|| drop(b.state(&id(i % FRESH)).expect("state"))),
+        false,
+        "raw read",
+        &raw_read_op,
+    ));
+    measured.push(paired.measure(
+        "claim",
+        &|_, i| {
+            let now = tick();
+            timed(|| {
+                b.claim(&id(i % FRESH), &me, term(now, 0.5))
+                    .expect("claim")
+                    .expect("claimable");
+            })
+        },
+        false,
+        "raw write",
+        &raw_write_op,
+    ));
 
     // Renew one live lease over and over.
     let held = id(0);
-    let now = tick() + 1e6;
     let fence = b
-        .claim(&held, &me, term(now, 1e9))
+        .claim(&held, &me, term(tick() + 1e6, 1e9))
         .expect("claim")
         .expect("claimable");
-    let r = runs(&|_, _| {
-        let t = tick() + 1e6;
-        timed(|| {
-            b.renew(&held, &me, fence, term(t, 1e9))
-                .expect("renew")
-                .expect("renewed")
-        })
-    });
-    rows.push(with(summarize("renew", 1, FRESH, &r, false), "raw write"));
+    measured.push(paired.measure(
+        "renew",
+        &|_, _| {
+            let t = tick() + 1e6;
+            timed(|| {
+                b.renew(&held, &me, fence, term(t, 1e9))
+                    .expect("renew")
+                    .expect("renewed")
+            })
+        },
+        false,
+        "raw write",
+        &raw_write_op,
+    ));
 
     // complete and release each need a fresh claim first; only the measured call is timed.
     let next_job = AtomicU64::new(1);
@@ -373,24 +434,46 @@ fn single_caller(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
         (job, fence)
     };
     let result = JobResult::new("done").expect("result");
-    let r = runs(&|_, _| {
-        let (job, fence) = claim_fresh();
-        timed(|| {
-            b.complete(&job, &me, fence, Timestamp::new(1.0).expect("now"), &result)
-                .expect("complete")
-                .expect("completed")
-        })
-    });
-    rows.push(with(summarize("complete", 1, FRESH, &r, true), "raw write"));
-    let r = runs(&|_, _| {
-        let (job, fence) = claim_fresh();
-        timed(|| {
-            b.release(&job, &me, fence)
-                .expect("release")
-                .expect("released")
-        })
-    });
-    rows.push(with(summarize("release", 1, FRESH, &r, true), "raw write"));
+    measured.push(paired.measure(
+        "complete",
+        &|_, _| {
+            let (job, fence) = claim_fresh();
+            timed(|| {
+                b.complete(&job, &me, fence, Timestamp::new(1.0).expect("now"), &result)
+                    .expect("complete")
+                    .expect("completed")
+            })
+        },
+        true,
+        "raw write",
+        &raw_write_op,
+    ));
+    measured.push(paired.measure(
+        "release",
+        &|_, _| {
+            let (job, fence) = claim_fresh();
+            timed(|| {
+                b.release(&job, &me, fence)
+                    .expect("release")
+                    .expect("released")
+            })
+        },
+        true,
+        "raw write",
+        &raw_write_op,
+    ));
+    rows.extend(paired.baseline_rows(&[
+        (
+            "raw write",
+            "raw write (BEGIN IMMEDIATE; SELECT; UPDATE; COMMIT)",
+        ),
+        ("raw read", "raw read (prepared SELECT)"),
+        (
+            "raw insert",
+            "raw insert (BEGIN IMMEDIATE; SELECT; INSERT; COMMIT)",
+        ),
+    ]));
+    rows.extend(measured);
 }
 
 fn concurrent(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
@@ -568,24 +651,21 @@ fn render(rows: &[Row]) -> String {
             .map(|r| r.ops_per_sec)
     };
     let mut out = String::from(
-        "| operation | callers | rows | ops/s (median) | p50 | p99 | ratio to raw | per caller: fewest ops, fewest in any second, worst wait / median wait |\n|---|---:|---:|---:|---:|---:|---:|---|\n",
+        "| operation | callers | rows | ops/s (median) | p50 | p99 | ratio to raw | per caller: fewest ops, fewest in any 0.1 s, worst wait / median wait |\n|---|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for r in rows {
-        let ratio = r.baseline.and_then(base).map_or_else(
-            || "—".to_owned(),
-            |raw| {
-                format!(
-                    "{:.2}x {}",
-                    r.ops_per_sec / raw,
-                    r.baseline.unwrap_or_default()
-                )
-            },
-        );
+        let ratio = r
+            .ratio
+            .or_else(|| r.baseline.and_then(base).map(|raw| r.ops_per_sec / raw));
+        let ratio = match (ratio, r.baseline) {
+            (Some(x), Some(name)) => format!("{x:.2}x {name}"),
+            _ => "—".to_owned(),
+        };
         let fairness = if r.callers > 1 {
             format!(
                 "{}, {}, {} / {} ({:.1}x)",
                 r.min_caller_ops,
-                r.min_ops_in_a_second
+                r.min_ops_in_a_slot
                     .map_or_else(|| "n/a".to_owned(), |n| n.to_string()),
                 human(r.worst_wait),
                 human(r.median_wait),
@@ -630,7 +710,7 @@ fn main() {
             big_table: 2_000,
         },
         (false, true) => Plan {
-            window: Duration::from_millis(1_000),
+            window: Duration::from_millis(750),
             runs: 3,
             big_table: 1_000_000,
         },

@@ -38,12 +38,19 @@ fn ci() -> Result<(), String> {
     cargo(&["bench", "--workspace", "--no-run"], &[])
 }
 
+/// Runs the benchmark report (one table, also written to target/bench-report.md); without
+/// `--quick` it then runs the criterion micro-benchmarks too.
 fn bench(rest: &[String]) -> Result<(), String> {
-    let mut args = vec!["bench", "-p", "lease-benches", "--bench", "lease", "--"];
-    if rest.iter().any(|a| a == "--quick") {
-        args.extend(["--warm-up-time", "1", "--measurement-time", "2"]);
+    let quick = rest.iter().any(|a| a == "--quick");
+    let mut report = vec!["bench", "-p", "lease-benches", "--bench", "report", "--"];
+    if quick {
+        report.push("--quick");
     }
-    cargo(&args, &[])
+    cargo(&report, &[])?;
+    if !quick {
+        cargo(&["bench", "-p", "lease-benches", "--bench", "lease"], &[])?;
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {
