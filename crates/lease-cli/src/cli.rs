@@ -32,6 +32,29 @@ pub struct Holder {
     pub fence: u64,
 }
 
+impl Holder {
+    fn check(self) -> Result<(Owner, Fence), InputError> {
+        Ok((Owner::new(self.owner)?, Fence::new(self.fence)?))
+    }
+}
+
+/// The time window of a claim or renewal.
+#[derive(Debug, clap::Args)]
+pub struct Window {
+    /// The current time in seconds (default: the system clock, Unix seconds).
+    #[arg(long, allow_hyphen_values = true)]
+    pub now: Option<f64>,
+    /// The lease duration from now, in seconds (> 0).
+    #[arg(long, allow_hyphen_values = true)]
+    pub ttl: f64,
+}
+
+impl Window {
+    fn term(self, clock: impl FnOnce() -> f64) -> Result<LeaseTerm, InputError> {
+        LeaseTerm::new(self.now.unwrap_or_else(clock), self.ttl)
+    }
+}
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -54,12 +77,8 @@ pub enum Command {
         /// The worker asking for the lease.
         #[arg(long)]
         owner: String,
-        /// The current time in seconds (default: the system clock, Unix seconds).
-        #[arg(long, allow_hyphen_values = true)]
-        now: Option<f64>,
-        /// The lease duration in seconds (> 0).
-        #[arg(long, allow_hyphen_values = true)]
-        ttl: f64,
+        #[command(flatten)]
+        window: Window,
     },
     /// Extend the live current lease.
     Renew {
@@ -67,12 +86,8 @@ pub enum Command {
         job: String,
         #[command(flatten)]
         holder: Holder,
-        /// The current time in seconds (default: the system clock).
-        #[arg(long, allow_hyphen_values = true)]
-        now: Option<f64>,
-        /// The new lease duration from now, in seconds (> 0).
-        #[arg(long, allow_hyphen_values = true)]
-        ttl: f64,
+        #[command(flatten)]
+        window: Window,
     },
     /// Store the result of the live current lease and mark the job done.
     Complete {
@@ -101,12 +116,8 @@ pub enum Command {
         /// An owner (repeat for each).
         #[arg(long = "owner", required = true)]
         owners: Vec<String>,
-        /// The current time in seconds (default: the system clock).
-        #[arg(long, allow_hyphen_values = true)]
-        now: Option<f64>,
-        /// The lease duration in seconds (> 0).
-        #[arg(long, allow_hyphen_values = true)]
-        ttl: f64,
+        #[command(flatten)]
+        window: Window,
     },
     /// Replay the stale-worker story on a temporary database, step by step.
     Demo,
@@ -141,62 +152,47 @@ impl Command {
     /// # Errors
     /// The first [`InputError`], which names the bad value.
     pub fn into_request(self, clock: impl FnOnce() -> f64) -> Result<Request, InputError> {
-        let now = |given: Option<f64>| given.unwrap_or_else(clock);
         Ok(match self {
             Command::Init => Request::Init,
             Command::Demo => Request::Demo,
             Command::Enqueue { job } => Request::Enqueue(JobId::new(job)?),
             Command::State { job } => Request::State(JobId::new(job)?),
-            Command::Claim {
-                job,
-                owner,
-                now: t,
-                ttl,
-            } => Request::Claim(
-                JobId::new(job)?,
-                Owner::new(owner)?,
-                LeaseTerm::new(now(t), ttl)?,
-            ),
+            Command::Claim { job, owner, window } => {
+                Request::Claim(JobId::new(job)?, Owner::new(owner)?, window.term(clock)?)
+            }
             Command::Renew {
                 job,
                 holder,
-                now: t,
-                ttl,
-            } => Request::Renew(
-                JobId::new(job)?,
-                Owner::new(holder.owner)?,
-                Fence::new(holder.fence)?,
-                LeaseTerm::new(now(t), ttl)?,
-            ),
+                window,
+            } => {
+                let (owner, fence) = holder.check()?;
+                Request::Renew(JobId::new(job)?, owner, fence, window.term(clock)?)
+            }
             Command::Complete {
                 job,
                 holder,
-                now: t,
+                now,
                 result,
-            } => Request::Complete(
-                JobId::new(job)?,
-                Owner::new(holder.owner)?,
-                Fence::new(holder.fence)?,
-                Timestamp::new(now(t))?,
-                JobResult::new(result)?,
-            ),
-            Command::Release { job, holder } => Request::Release(
-                JobId::new(job)?,
-                Owner::new(holder.owner)?,
-                Fence::new(holder.fence)?,
-            ),
+            } => {
+                let (owner, fence) = holder.check()?;
+                let now = Timestamp::new(now.unwrap_or_else(clock))?;
+                Request::Complete(JobId::new(job)?, owner, fence, now, JobResult::new(result)?)
+            }
+            Command::Release { job, holder } => {
+                let (owner, fence) = holder.check()?;
+                Request::Release(JobId::new(job)?, owner, fence)
+            }
             Command::ClaimMany {
                 job,
                 owners,
-                now: t,
-                ttl,
+                window,
             } => Request::ClaimMany(
                 JobId::new(job)?,
                 owners
                     .into_iter()
                     .map(Owner::new)
                     .collect::<Result<_, _>>()?,
-                LeaseTerm::new(now(t), ttl)?,
+                window.term(clock)?,
             ),
         })
     }

@@ -56,17 +56,25 @@ fn writer() {
     });
 }
 
-fn writer_thread(store: &SqliteLeaseStore, thread: u64) {
-    let deadline: f64 = env("LEASE_SOAK_DEADLINE").parse().unwrap();
-    let name = format!("w{}-{}-t{thread}", env("LEASE_SOAK_ID"), std::process::id());
-    let me = Owner::new(name.clone()).unwrap();
+/// A writer's owner name and its log, in `LEASE_SOAK_LOGS`; each line is one write call, so a
+/// kill never leaves half a line.
+fn writer_log(name: &str) -> (Owner, impl FnMut(String) + use<>) {
     let mut log = OpenOptions::new()
         .create(true)
         .append(true)
-        .open(Path::new(&env("LEASE_SOAK_LOGS")).join(&name))
+        .open(Path::new(&env("LEASE_SOAK_LOGS")).join(name))
         .unwrap();
-    // One write call per line, so a kill never leaves half a line.
-    let mut note = |line: String| log.write_all(format!("{line}\n").as_bytes()).unwrap();
+    let note = move |line: String| log.write_all(format!("{line}\n").as_bytes()).unwrap();
+    (Owner::new(name).unwrap(), note)
+}
+
+fn writer_thread(store: &SqliteLeaseStore, thread: u64) {
+    let deadline: f64 = env("LEASE_SOAK_DEADLINE").parse().unwrap();
+    let (me, mut note) = writer_log(&format!(
+        "w{}-{}-t{thread}",
+        env("LEASE_SOAK_ID"),
+        std::process::id()
+    ));
     let store = store.blocking();
     let mut rng = Rng::new(u64::from(std::process::id()) * 7919 + thread);
     let mut generation = [0_u32; 3];
@@ -457,20 +465,8 @@ fn parse_answer(text: &str) -> Answer {
 fn history_writer() {
     let db = PathBuf::from(env("LEASE_SOAK_DB"));
     let start: u128 = env("LEASE_SOAK_START").parse().unwrap();
-    let name = format!("h{}-{}", env("LEASE_SOAK_ID"), std::process::id());
-    let me = Owner::new(name.clone()).unwrap();
-    let mut log = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(Path::new(&env("LEASE_SOAK_LOGS")).join(&name))
-        .unwrap();
-    let mut note = |line: String| log.write_all(format!("{line}\n").as_bytes()).unwrap();
-    let options = SqliteOptions {
-        create: false,
-        pool_size: 1,
-        ..SqliteOptions::default()
-    };
-    let store = SqliteLeaseStore::open_with(&db, options).unwrap();
+    let (me, mut note) = writer_log(&format!("h{}-{}", env("LEASE_SOAK_ID"), std::process::id()));
+    let store = SqliteLeaseStore::open_existing(&db).unwrap();
     let store = store.blocking();
     let mut rng = Rng::new(u64::from(std::process::id()) * 104_729);
     let mut granted: Vec<Vec<Fence>> = vec![Vec::new(); 3];
@@ -480,14 +476,14 @@ fn history_writer() {
         let tick = u32::try_from(wall_ns().saturating_sub(start) / TICK_NS).unwrap();
         let call = random_call(&mut rng, &me, &granted[j], tick);
         note(format!(
-            "I {name}/{seq} {} {job} {}",
+            "I {me}/{seq} {} {job} {}",
             wall_ns(),
             call_text(&call)
         ));
         let answer = perform_blocking(&store, &job, &call);
         let returned = wall_ns();
         if let Some(answer) = answer {
-            note(format!("A {name}/{seq} {returned} {}", answer_text(answer)));
+            note(format!("A {me}/{seq} {returned} {}", answer_text(answer)));
             if let Answer::Claimed(Some(fence)) = answer {
                 granted[j].push(fence);
             }
