@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
-use lease_sqlite::SqliteLeaseStore;
+use lease_sqlite::{SqliteLeaseStore, SqliteOptions};
 use serde_json::json;
 
 use crate::cli::{Cli, Request};
@@ -46,7 +46,21 @@ async fn run(cli: Cli) -> Result<Report, String> {
             })
         }
         request => {
-            let store = SqliteLeaseStore::open_existing(&cli.db).map_err(|e| e.to_string())?;
+            let options = match &request {
+                // The contract races each claim on its own thread and its own connection:
+                // group commit would serialize them inside one transaction instead.
+                Request::ClaimMany(_, owners, _) => SqliteOptions {
+                    create: false,
+                    max_batch: 1,
+                    pool_size: u32::try_from(owners.len().clamp(1, 64)).unwrap_or(64),
+                    ..SqliteOptions::default()
+                },
+                _ => SqliteOptions {
+                    create: false,
+                    ..SqliteOptions::default()
+                },
+            };
+            let store = SqliteLeaseStore::open_with(&cli.db, options).map_err(|e| e.to_string())?;
             execute::execute(&request, &store)
                 .await
                 .map_err(|e| e.to_string())

@@ -64,3 +64,49 @@ fn racing_claim_processes_have_exactly_one_winner_and_no_busy_errors() {
         assert_eq!(state["owner"], format!("p{}", winners[0].0));
     }
 }
+
+#[test]
+fn claim_many_races_32_owners_with_exactly_one_winner_and_no_busy_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("many.db");
+    let lease = env!("CARGO_BIN_EXE_lease");
+    let run = |args: &[&str]| {
+        Command::new(lease)
+            .arg("--db")
+            .arg(&db)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    assert!(run(&["init"]).status.success());
+    let owners: Vec<String> = (0..32).map(|i| format!("o{i}")).collect();
+    for round in 0..10 {
+        let job = format!("job-{round}");
+        assert!(run(&["enqueue", &job]).status.success());
+        let mut args = vec![
+            "claim-many",
+            job.as_str(),
+            "--now",
+            "0",
+            "--ttl",
+            "60",
+            "--json",
+        ];
+        for owner in &owners {
+            args.extend(["--owner", owner.as_str()]);
+        }
+        let out = run(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "round {round}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let fences = value["fences"].as_array().unwrap();
+        assert_eq!(fences.len(), 32);
+        let winners: Vec<usize> = (0..32).filter(|&i| !fences[i].is_null()).collect();
+        assert_eq!(winners.len(), 1, "round {round}: {fences:?}");
+        assert_eq!(fences[winners[0]], 1);
+    }
+}

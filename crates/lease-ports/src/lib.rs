@@ -174,8 +174,10 @@ pub trait LeaseStore: Send + Sync {
 
 /// Runs one claim per owner concurrently and returns each outcome in input order.
 ///
-/// How concurrent the claims really are is up to the store: an adapter that runs each call
-/// on its own thread and connection (as `lease-sqlite` does inside a Tokio runtime) races them.
+/// How concurrent the claims really are is up to the store: inside a Tokio runtime
+/// `lease-sqlite` runs each call on its own blocking thread, and with group commit off each on
+/// its own connection, racing for SQLite's lock; with group commit on they share a transaction
+/// and are decided in queue order. Either way exactly one claim of a free job wins.
 /// Each element is independent: an error for one owner says nothing about the others.
 pub async fn claim_many(
     store: &dyn LeaseStore,
