@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use lease_domain::{Fence, Job, JobId, JobResult, LeaseTerm, Owner, Timestamp, decide_claim};
+use lease_sqlite::sql::{INSERT_JOB as INSERT, SELECT_JOB as SELECT, UPDATE_JOB as UPDATE};
 use lease_sqlite::{SqliteLeaseStore, SqliteOptions};
 use rusqlite::Connection;
 
@@ -217,12 +218,6 @@ fn raw_connection(path: &Path) -> Connection {
     conn
 }
 
-const SELECT: &str = "SELECT owner, until, fence, result, done FROM jobs WHERE id = ?1";
-const UPDATE: &str =
-    "UPDATE jobs SET owner = ?2, until = ?3, fence = ?4, result = ?5, done = ?6 WHERE id = ?1";
-const INSERT: &str =
-    "INSERT INTO jobs(id, owner, until, fence, result, done) VALUES (?1, NULL, 0, 0, NULL, 0)";
-
 type RawRow = (Option<String>, f64, i64, Option<String>, i64);
 
 fn raw_select(conn: &Connection, job: &JobId) -> Option<RawRow> {
@@ -241,7 +236,7 @@ fn raw_select(conn: &Connection, job: &JobId) -> Option<RawRow> {
 
 /// One durable single-row write, as the store's claim runs it: BEGIN IMMEDIATE, SELECT, UPDATE, COMMIT.
 fn raw_write(conn: &Connection, job: &JobId, now: f64) {
-    conn.execute_batch("BEGIN IMMEDIATE").expect("begin");
+    run(conn, "BEGIN IMMEDIATE");
     let (_, _, fence, result, _) = raw_select(conn, job).expect("row");
     conn.prepare_cached(UPDATE)
         .expect("prepare update")
@@ -254,17 +249,31 @@ fn raw_write(conn: &Connection, job: &JobId, now: f64) {
             false
         ])
         .expect("update");
-    conn.execute_batch("COMMIT").expect("commit");
+    run(conn, "COMMIT");
+}
+
+/// Runs a statement from the connection's cache, as the store does for BEGIN and COMMIT.
+fn run(conn: &Connection, sql: &str) {
+    conn.prepare_cached(sql)
+        .and_then(|mut s| s.execute([]))
+        .expect(sql);
 }
 
 fn raw_insert(conn: &Connection, job: &JobId) {
-    conn.execute_batch("BEGIN IMMEDIATE").expect("begin");
+    run(conn, "BEGIN IMMEDIATE");
     assert!(raw_select(conn, job).is_none());
     conn.prepare_cached(INSERT)
         .expect("prepare insert")
-        .execute([job.as_str()])
+        .execute(rusqlite::params![
+            job.as_str(),
+            None::<&str>,
+            0.0,
+            0,
+            None::<&str>,
+            false
+        ])
         .expect("insert");
-    conn.execute_batch("COMMIT").expect("commit");
+    run(conn, "COMMIT");
 }
 
 type Op<'a> = &'a (dyn Fn(usize, u64) -> Duration + Sync);

@@ -35,7 +35,8 @@ fn ci() -> Result<(), String> {
         &["doc", "--workspace", "--no-deps"],
         &[("RUSTDOCFLAGS", "-D warnings")],
     )?;
-    cargo(&["bench", "--workspace", "--no-run"], &[])
+    cargo(&["bench", "--workspace", "--no-run"], &[])?;
+    cargo(&["test", "-p", "lease-benches", "--benches"], &[])
 }
 
 /// Runs the benchmark report (one table, also written to target/bench-report.md); without

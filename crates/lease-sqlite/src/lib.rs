@@ -33,6 +33,12 @@ pub use lease_ports::{JobState, StoreError};
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 pub use seed::{claim, claim_many, complete, enqueue, init_db, release, renew, state};
 
+/// The SQL the store runs for every operation, for benchmarks that compare it with raw SQLite.
+#[doc(hidden)]
+pub mod sql {
+    pub use crate::ops::{INSERT_JOB, SELECT_JOB, UPDATE_JOB};
+}
+
 /// The error type of this crate: the port's [`StoreError`].
 pub type Error = StoreError;
 

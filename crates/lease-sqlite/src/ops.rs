@@ -9,10 +9,13 @@ use rusqlite::{Connection, OptionalExtension};
 
 use crate::error;
 
-const SELECT_JOB: &str = "SELECT owner, until, fence, result, done FROM jobs WHERE id = ?1";
-const UPDATE_JOB: &str =
+/// Loads one job.
+pub const SELECT_JOB: &str = "SELECT owner, until, fence, result, done FROM jobs WHERE id = ?1";
+/// Stores a decided job over its row.
+pub const UPDATE_JOB: &str =
     "UPDATE jobs SET owner = ?2, until = ?3, fence = ?4, result = ?5, done = ?6 WHERE id = ?1";
-const INSERT_JOB: &str =
+/// Stores a decided job that had no row.
+pub const INSERT_JOB: &str =
     "INSERT INTO jobs(id, owner, until, fence, result, done) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 
 /// A stored row before its values are checked.
