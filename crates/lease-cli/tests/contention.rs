@@ -1,33 +1,31 @@
 //! Contention across separate OS processes: many `lease claim` processes race for one job,
 //! round after round; exactly one wins each round and none fails with a busy or locked error.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 const ROUNDS: usize = 30;
 const PROCESSES: usize = 8;
 
+/// The `lease` binary pointed at `db`.
+fn lease(db: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_lease"));
+    command.arg("--db").arg(db);
+    command
+}
+
 #[test]
 fn racing_claim_processes_have_exactly_one_winner_and_no_busy_errors() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("race.db");
-    let lease = env!("CARGO_BIN_EXE_lease");
-    let run = |args: &[&str]| {
-        Command::new(lease)
-            .arg("--db")
-            .arg(&db)
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&str]| lease(&db).args(args).output().unwrap();
     assert!(run(&["init"]).status.success());
     for round in 0..ROUNDS {
         let job = format!("job-{round}");
         assert!(run(&["enqueue", &job]).status.success());
         let children: Vec<_> = (0..PROCESSES)
             .map(|p| {
-                Command::new(lease)
-                    .arg("--db")
-                    .arg(&db)
+                lease(&db)
                     .args([
                         "claim",
                         &job,
@@ -69,15 +67,7 @@ fn racing_claim_processes_have_exactly_one_winner_and_no_busy_errors() {
 fn claim_many_races_32_owners_with_exactly_one_winner_and_no_busy_errors() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("many.db");
-    let lease = env!("CARGO_BIN_EXE_lease");
-    let run = |args: &[&str]| {
-        Command::new(lease)
-            .arg("--db")
-            .arg(&db)
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&str]| lease(&db).args(args).output().unwrap();
     assert!(run(&["init"]).status.success());
     let owners: Vec<String> = (0..32).map(|i| format!("o{i}")).collect();
     for round in 0..10 {
