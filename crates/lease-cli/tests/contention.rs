@@ -1,7 +1,8 @@
 //! Contention across separate OS processes: many `lease claim` processes race for one job,
-//! round after round; exactly one wins each round and none fails with a busy or locked error.
+//! round after round; exactly one wins each round and none fails with a busy or locked error,
+//! through any spelling of the path; and processes creating one new database at once all succeed.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 const ROUNDS: usize = 30;
@@ -14,6 +15,43 @@ fn lease(db: &Path) -> Command {
     command
 }
 
+/// One round: `PROCESSES` `lease claim` processes race for `job`, each through the next of
+/// `names` in turn (several names of one database file); returns the winner and its output.
+fn race_claims(names: &[&Path], job: &str, round: usize) -> (usize, String) {
+    let children: Vec<_> = (0..PROCESSES)
+        .map(|p| {
+            lease(names[p % names.len()])
+                .args([
+                    "claim",
+                    job,
+                    "--owner",
+                    &format!("p{p}"),
+                    "--now",
+                    "0",
+                    "--ttl",
+                    "60",
+                    "--json",
+                ])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut winners = Vec::new();
+    for (p, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        match out.status.code() {
+            Some(0) => winners.push((p, String::from_utf8_lossy(&out.stdout).trim().to_owned())),
+            Some(3) => {}
+            other => panic!("round {round} process {p} exited {other:?}: {err}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
+    winners.remove(0)
+}
+
 #[test]
 fn racing_claim_processes_have_exactly_one_winner_and_no_busy_errors() {
     let dir = tempfile::tempdir().unwrap();
@@ -23,43 +61,116 @@ fn racing_claim_processes_have_exactly_one_winner_and_no_busy_errors() {
     for round in 0..ROUNDS {
         let job = format!("job-{round}");
         assert!(run(&["enqueue", &job]).status.success());
-        let children: Vec<_> = (0..PROCESSES)
+        let (winner, out) = race_claims(&[&db], &job, round);
+        assert_eq!(out, r#"{"fence":1}"#);
+        let state = run(&["state", &job, "--json"]);
+        let state: serde_json::Value = serde_json::from_slice(&state.stdout).unwrap();
+        assert_eq!(state["owner"], format!("p{winner}"));
+    }
+}
+
+/// Mounts `from` onto `to` with a bind mount; the guard undoes it.
+struct BindMount(PathBuf);
+
+impl BindMount {
+    fn new(from: &Path, to: &Path) -> Self {
+        let out = Command::new("mount")
+            .arg("--bind")
+            .arg(from)
+            .arg(to)
+            .output()
+            .expect("mount runs");
+        assert!(
+            out.status.success(),
+            "mount --bind failed (this test needs root): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        BindMount(to.to_path_buf())
+    }
+}
+
+impl Drop for BindMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// Symlinks, `..` spellings and a bind mount of the directory all reach the same -wal and
+/// -shm files as the plain path, so processes racing through two names still exclude each other.
+#[test]
+fn other_spellings_of_one_path_still_give_one_winner_per_claim() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mounted = dir.path().join("mounted");
+    std::fs::create_dir_all(data.join("sub")).unwrap();
+    std::fs::create_dir(&mounted).unwrap();
+    let db = data.join("race.db");
+    let run = |args: &[&str]| lease(&db).args(args).output().unwrap();
+    assert!(run(&["init"]).status.success());
+    let symlink = dir.path().join("link.db");
+    std::os::unix::fs::symlink(&db, &symlink).unwrap();
+    let dotted = data.join("sub/../race.db");
+    let _mount = BindMount::new(&data, &mounted);
+    let through_mount = mounted.join("race.db");
+    let mut round = 0;
+    for other in [&symlink, &dotted, &through_mount] {
+        for _ in 0..5 {
+            let job = format!("job-{round}");
+            assert!(run(&["enqueue", &job]).status.success());
+            let (_, out) = race_claims(&[&db, other], &job, round);
+            assert_eq!(out, r#"{"fence":1}"#, "through {}", other.display());
+            round += 1;
+        }
+    }
+}
+
+/// A second hard link would give each name its own write-ahead log: every process refuses it.
+#[test]
+fn a_hard_linked_database_is_refused_by_every_command_and_left_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.db");
+    let b = dir.path().join("b.db");
+    assert!(lease(&a).arg("init").status().unwrap().success());
+    assert!(lease(&a).args(["enqueue", "j"]).status().unwrap().success());
+    std::fs::hard_link(&a, &b).unwrap();
+    let before = std::fs::read(&a).unwrap();
+    for name in [&a, &b] {
+        for args in [&["claim", "j", "--owner", "w", "--ttl", "5"][..], &["state", "j"]] {
+            let out = lease(name).args(args).output().unwrap();
+            assert_eq!(out.status.code(), Some(1), "{args:?}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains("hard links"), "{args:?}: {err}");
+        }
+    }
+    assert_eq!(std::fs::read(&a).unwrap(), before);
+}
+
+/// `init` processes (and `enqueue` processes racing them) on a path that does not exist yet:
+/// every `init` succeeds, and an `enqueue` either succeeds or says to run init first.
+#[test]
+fn concurrent_init_and_enqueue_processes_on_a_new_path_never_fail_spuriously() {
+    for round in 0..40 {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("new.db");
+        let children: Vec<_> = (0..4)
             .map(|p| {
-                lease(&db)
-                    .args([
-                        "claim",
-                        &job,
-                        "--owner",
-                        &format!("p{p}"),
-                        "--now",
-                        "0",
-                        "--ttl",
-                        "60",
-                        "--json",
-                    ])
+                let args: &[&str] = if p < 3 { &["init"] } else { &["enqueue", "j"] };
+                let child = lease(&db)
+                    .args(args)
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
                     .spawn()
-                    .unwrap()
+                    .unwrap();
+                (args, child)
             })
             .collect();
-        let mut winners = Vec::new();
-        for (p, child) in children.into_iter().enumerate() {
+        for (args, child) in children {
             let out = child.wait_with_output().unwrap();
             let err = String::from_utf8_lossy(&out.stderr);
-            match out.status.code() {
-                Some(0) => {
-                    winners.push((p, String::from_utf8_lossy(&out.stdout).trim().to_owned()))
-                }
-                Some(3) => {}
-                other => panic!("round {round} process {p} exited {other:?}: {err}"),
-            }
+            let fine = out.status.success()
+                || (args[0] == "enqueue" && err.contains("no lease database"));
+            assert!(fine, "round {round} {args:?}: {:?} {err}", out.status.code());
         }
-        assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
-        assert_eq!(winners[0].1, r#"{"fence":1}"#);
-        let state = run(&["state", &job, "--json"]);
-        let state: serde_json::Value = serde_json::from_slice(&state.stdout).unwrap();
-        assert_eq!(state["owner"], format!("p{}", winners[0].0));
     }
 }
 

@@ -1,15 +1,18 @@
-//! Opening connections: the checks on the target path, the per-connection settings, and
-//! making a newly created file durable.
+//! Opening connections: the checks on the target path and its file system, a look at what the
+//! file holds that writes nothing, the per-connection settings, and making a new file durable.
 
 use std::fs::{File, OpenOptions};
-use std::io::Read;
-use std::path::Path;
-use std::time::Duration;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use lease_ports::StoreError;
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::{Connection, ErrorCode, OpenFlags};
 
-use crate::{error, schema};
+use crate::error::{self, OpenError};
+use crate::schema::{self, Found, SCHEMA_VERSION};
 
 /// SQLite's `synchronous` setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -33,18 +36,32 @@ impl Synchronous {
     }
 }
 
+/// A function run on every new connection, after the store's own settings (for example to
+/// register SQL functions, or in tests to install hooks).
+#[derive(Clone)]
+pub struct ConnectHook(pub Arc<dyn Fn(&Connection) -> rusqlite::Result<()> + Send + Sync>);
+
+impl std::fmt::Debug for ConnectHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ConnectHook(..)")
+    }
+}
+
 /// How to open a SQLite lease store.
 #[derive(Debug, Clone)]
 pub struct SqliteOptions {
-    /// Create the database file when it does not exist (its directory must exist).
+    /// Create the database file when it does not exist (its directory must exist), and create
+    /// the lease schema in an empty database. Only `init` should set this: every other use of a
+    /// path refuses a file without the lease schema, so a mistyped path never becomes a database.
     pub create: bool,
     /// The `synchronous` setting; keep [`Synchronous::Full`] unless you accept reissued fences
     /// after a power cut.
     pub synchronous: Synchronous,
-    /// How long a writer waits for the database lock before failing with
-    /// [`StoreError::Unavailable`].
+    /// How long to wait for a lock another connection holds before failing with
+    /// [`StoreError::Unavailable`]: the database lock of a write, and the locks taken while
+    /// several processes create or open the same file.
     pub busy_timeout: Duration,
-    /// The largest number of pooled connections.
+    /// The largest number of pooled connections (1 in exclusive mode).
     pub pool_size: u32,
     /// A cap on the database size in pages (`PRAGMA max_page_count`); a write that would pass it
     /// fails with [`StoreError::Full`] and changes nothing. `None` leaves SQLite's default.
@@ -53,6 +70,19 @@ pub struct SqliteOptions {
     /// store write at the same time. 1 turns group commit off: each write then runs in its own
     /// transaction on its own pooled connection, and concurrent writers wait on SQLite's lock.
     pub max_batch: usize,
+    /// One process only: SQLite's exclusive locking mode. The store keeps one connection that
+    /// holds the file's lock until it is dropped, and the write-ahead log needs no shared memory
+    /// (no `-shm` file). Another process (or store) that opens the file meanwhile waits for the
+    /// busy timeout and then fails with [`StoreError::Unavailable`].
+    pub exclusive: bool,
+    /// Accept a file system that this build cannot vouch for (FUSE and unknown types; network
+    /// file systems are always refused). The write-ahead log keeps its lock and index in memory
+    /// that must be shared coherently by every process using the file; where it is not, two
+    /// processes can both be granted the same fence. Set this only if one process uses the file
+    /// (best with `exclusive`) or you know the file system keeps `mmap` coherent.
+    pub allow_unverified_filesystem: bool,
+    /// Run on every new connection after the store's settings.
+    pub on_connect: Option<ConnectHook>,
 }
 
 impl Default for SqliteOptions {
@@ -64,81 +94,180 @@ impl Default for SqliteOptions {
             pool_size: 16,
             max_pages: None,
             max_batch: 128,
+            exclusive: false,
+            allow_unverified_filesystem: false,
+            on_connect: None,
         }
     }
 }
 
-/// The first bytes of every SQLite database file.
-const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
+fn incompatible(shown: &str, reason: impl Into<String>) -> StoreError {
+    StoreError::Incompatible {
+        path: shown.to_owned(),
+        reason: reason.into(),
+    }
+}
 
-/// Checks the path before SQLite touches it, so a wrong target is refused without writing to it.
-/// Returns whether the file has yet to be created.
-pub(crate) fn check_target(path: &Path, create: bool) -> Result<bool, StoreError> {
-    let shown = path.display().to_string();
-    let incompatible = |reason: &str| StoreError::Incompatible {
-        path: shown.clone(),
-        reason: reason.to_owned(),
-    };
+/// Why a file with several names is refused.
+fn hard_link_reason(links: u64) -> String {
+    format!(
+        "it has {links} hard links; SQLite names its -wal and -shm files after the path, so each \
+         name of one file would get its own write-ahead log and lock, and two writers could both \
+         be granted the same fence (remove the extra links, or use one name only)"
+    )
+}
+
+/// What is at the target path, checked with `stat` only (no descriptor of the database file is
+/// opened and closed here: closing one would drop the POSIX locks SQLite holds on the file for
+/// other connections of this process).
+enum Target {
+    Missing,
+    File,
+}
+
+fn check_path(path: &Path, shown: &str) -> Result<Target, StoreError> {
     match std::fs::metadata(path) {
-        Ok(meta) if meta.is_dir() => Err(incompatible("it is a directory")),
-        Ok(meta) if !meta.is_file() => Err(incompatible("it is not a regular file")),
-        Ok(meta) if meta.len() == 0 => Ok(false),
-        Ok(_) => {
-            let mut header = [0_u8; 16];
-            let mut file = File::open(path)
-                .map_err(|e| StoreError::Unavailable(format!("cannot read {shown}: {e}")))?;
-            let read = file.read(&mut header).unwrap_or(0);
-            if read < header.len() || &header != SQLITE_HEADER {
-                return Err(incompatible("it is not an SQLite database"));
-            }
-            // Opening for writing changes nothing, and tells a read-only file or file system
-            // apart from other open failures, which SQLite reports only as "unable to open".
-            OpenOptions::new()
-                .write(true)
-                .open(path)
-                .map_err(|e| read_only_or_unavailable(&shown, &e))?;
-            Ok(false)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            if !create {
-                return Err(StoreError::NotFound { path: shown });
-            }
-            let parent = parent_dir(path);
-            if !parent.is_dir() {
-                return Err(StoreError::Unavailable(format!(
-                    "cannot create {shown}: directory {} does not exist",
-                    parent.display()
-                )));
-            }
-            // Create the (empty) file here so a read-only directory gets a clear error; SQLite
-            // treats an empty file as a new database.
-            OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(path)
-                .map_err(|e| read_only_or_unavailable(&shown, &e))?;
-            Ok(true)
-        }
+        Ok(meta) if meta.is_dir() => Err(incompatible(shown, "it is a directory")),
+        Ok(meta) if !meta.is_file() => Err(incompatible(shown, "it is not a regular file")),
+        Ok(meta) if meta.nlink() > 1 => Err(incompatible(shown, hard_link_reason(meta.nlink()))),
+        Ok(_) => Ok(Target::File),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Target::Missing),
         Err(e) => Err(StoreError::Unavailable(format!(
             "cannot inspect {shown}: {e}"
         ))),
     }
 }
 
-fn read_only_or_unavailable(shown: &str, err: &std::io::Error) -> StoreError {
-    match err.kind() {
-        std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied => {
-            StoreError::ReadOnly(format!("{shown} cannot be written: {err}"))
-        }
-        _ => StoreError::Unavailable(format!("cannot open {shown} for writing: {err}")),
+/// Checks the path of an open store again (for a hard link made since it was opened).
+pub(crate) fn recheck(path: &Path) -> Result<(), StoreError> {
+    check_path(path, &path.display().to_string()).map(drop)
+}
+
+/// A file system as `statfs` names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum FileSystem {
+    /// A local file system whose shared memory is coherent between processes.
+    Local(&'static str),
+    /// A network file system: shared memory is not shared between machines.
+    Network(&'static str),
+    /// FUSE, or a type this build does not know.
+    Unverified(String),
+}
+
+const LOCAL_FILE_SYSTEMS: [(u32, &str); 19] = [
+    (0xEF53, "ext4"),
+    (0x5846_5342, "xfs"),
+    (0x9123_683E, "btrfs"),
+    (0x0102_1994, "tmpfs"),
+    (0x8584_58F6, "ramfs"),
+    (0x2FC1_2FC1, "zfs"),
+    (0xF2F5_2010, "f2fs"),
+    (0x794C_7630, "overlayfs"),
+    (0xCA45_1A4E, "bcachefs"),
+    (0x3153_464A, "jfs"),
+    (0x5265_4973, "reiserfs"),
+    (0x3434, "nilfs2"),
+    (0x4D44, "vfat"),
+    (0x2011_BAB0, "exfat"),
+    (0x7366_746E, "ntfs3"),
+    (0x5346_544E, "ntfs"),
+    (0xE0F5_E1E2, "erofs"),
+    (0x7371_7368, "squashfs"),
+    (0x9660, "iso9660"),
+];
+
+const NETWORK_FILE_SYSTEMS: [(u32, &str); 13] = [
+    (0x6969, "NFS"),
+    (0x517B, "SMB"),
+    (0xFF53_4D42, "CIFS"),
+    (0xFE53_4D42, "SMB2"),
+    (0x5346_414F, "AFS"),
+    (0x6B41_4653, "kAFS"),
+    (0x7375_7245, "Coda"),
+    (0x564C, "NCP"),
+    (0x00C3_6400, "Ceph"),
+    (0x0102_1997, "9p"),
+    (0x0BD0_0BD0, "Lustre"),
+    (0x0116_1970, "GFS2"),
+    (0x7461_636F, "OCFS2"),
+];
+
+const FUSE_MAGIC: u32 = 0x6573_5546;
+
+/// Names a file system from its `statfs` magic number.
+pub(crate) fn classify_filesystem(magic: u32) -> FileSystem {
+    if let Some((_, name)) = LOCAL_FILE_SYSTEMS.iter().find(|(m, _)| *m == magic) {
+        return FileSystem::Local(name);
+    }
+    if let Some((_, name)) = NETWORK_FILE_SYSTEMS.iter().find(|(m, _)| *m == magic) {
+        return FileSystem::Network(name);
+    }
+    if magic == FUSE_MAGIC {
+        return FileSystem::Unverified("FUSE".to_owned());
+    }
+    FileSystem::Unverified(format!("unknown (statfs type {magic:#x})"))
+}
+
+/// Refuses a network file system always, and FUSE or an unknown type unless allowed.
+pub(crate) fn check_filesystem(
+    kind: &FileSystem,
+    shown: &str,
+    allow_unverified: bool,
+) -> Result<(), StoreError> {
+    match kind {
+        FileSystem::Local(_) => Ok(()),
+        FileSystem::Network(name) => Err(incompatible(
+            shown,
+            format!(
+                "it is on a {name} network file system; SQLite's write-ahead log keeps its lock \
+                 and index in shared memory, which is not shared between machines, so two \
+                 writers could both be granted the same fence (use a local file system)"
+            ),
+        )),
+        FileSystem::Unverified(_) if allow_unverified => Ok(()),
+        FileSystem::Unverified(name) => Err(incompatible(
+            shown,
+            format!(
+                "it is on a {name} file system, which this build cannot vouch for: SQLite's \
+                 write-ahead log needs memory shared coherently between processes, and where it \
+                 is not, two processes can both be granted the same fence; if one process uses \
+                 the file, accept the risk with allow_unverified_filesystem (--allow-unverified-fs), \
+                 best with exclusive mode (--exclusive)"
+            ),
+        )),
     }
 }
 
-fn parent_dir(path: &Path) -> &Path {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
+fn filesystem_of(path: &Path, shown: &str) -> Result<FileSystem, StoreError> {
+    let stat = rustix::fs::statfs(path).map_err(|e| {
+        StoreError::Unavailable(format!("cannot inspect the file system of {shown}: {e}"))
+    })?;
+    // The field's integer type differs between targets; the magic numbers are 32-bit.
+    #[allow(clippy::useless_conversion)]
+    let magic = i64::from(stat.f_type);
+    Ok(classify_filesystem(u32::try_from(magic & 0xFFFF_FFFF).unwrap_or(0)))
+}
+
+/// Why the database can only be read, when it can only be read: a read-only file system, or a
+/// file or directory that cannot be written (permissions, or `chattr +i`). Uses `access(2)`, so
+/// no descriptor of the file is opened.
+fn read_only_reason(path: &Path, shown: &str) -> Option<String> {
+    use rustix::fs::{Access, access};
+    use rustix::io::Errno;
+    let dir = parent_dir(path);
+    for (target, what) in [(path, "the file"), (dir, "its directory")] {
+        match access(target, Access::WRITE_OK) {
+            Err(Errno::ROFS) => return Some(format!("{shown} is on a read-only file system")),
+            Err(Errno::ACCESS | Errno::PERM) => {
+                return Some(format!(
+                    "{what} {} cannot be written (permissions, or marked immutable)",
+                    target.display()
+                ));
+            }
+            _ => {}
+        }
     }
+    None
 }
 
 /// The oldest SQLite this store runs on: 3.51.3 fixes the WAL-reset bug that could corrupt a
@@ -158,9 +287,18 @@ pub(crate) fn check_sqlite_version(version: i32) -> Result<(), String> {
     Ok(())
 }
 
-/// Applies and verifies the settings every connection must have.
+/// Applies and verifies the settings every read-write connection must have.
 pub(crate) fn configure(conn: &Connection, options: &SqliteOptions) -> rusqlite::Result<()> {
     check_sqlite_version(rusqlite::version_number()).map_err(setting_error)?;
+    // A second name may have been linked to the file since the store was opened.
+    if let Some(links) = conn
+        .path()
+        .and_then(|p| std::fs::metadata(p).ok())
+        .map(|m| m.nlink())
+        .filter(|links| *links > 1)
+    {
+        return Err(setting_error(hard_link_reason(links)));
+    }
     // The busy timeout goes first so that switching to WAL waits for other openers.
     conn.busy_timeout(options.busy_timeout)?;
     let wanted_ms = i64::try_from(options.busy_timeout.as_millis()).unwrap_or(i64::MAX);
@@ -169,6 +307,16 @@ pub(crate) fn configure(conn: &Connection, options: &SqliteOptions) -> rusqlite:
         return Err(setting_error(format!(
             "busy_timeout is {busy_ms} ms, not {wanted_ms} ms"
         )));
+    }
+    if options.exclusive {
+        // Before the first WAL access, so that SQLite keeps the WAL index in heap memory.
+        let mode: String =
+            conn.pragma_update_and_check(None, "locking_mode", "EXCLUSIVE", |r| r.get(0))?;
+        if !mode.eq_ignore_ascii_case("exclusive") {
+            return Err(setting_error(format!(
+                "locking_mode is {mode}, not exclusive"
+            )));
+        }
     }
     let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
@@ -190,6 +338,9 @@ pub(crate) fn configure(conn: &Connection, options: &SqliteOptions) -> rusqlite:
             "synchronous is {synchronous}, not {wanted}"
         )));
     }
+    if let Some(hook) = &options.on_connect {
+        (hook.0)(conn)?;
+    }
     Ok(())
 }
 
@@ -205,29 +356,272 @@ pub(crate) fn existing_file_flags() -> OpenFlags {
     OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX
 }
 
-/// Opens one configured connection without any schema check (the file was checked before).
+/// How the connections of a store reach the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// Read and write, with the settings of [`configure`].
+    ReadWrite,
+    /// Only read: the storage cannot be written, for the reason given. `target` is what SQLite
+    /// opens (a URI), `flags` how.
+    ReadOnly {
+        reason: String,
+        target: PathBuf,
+        flags: OpenFlags,
+    },
+}
+
+/// A file URI for `path` with `query`, escaping what URIs reserve.
+fn file_uri(path: &Path, query: &str) -> PathBuf {
+    let mut uri = String::from("file:");
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"/._-~".contains(&b) {
+            uri.push(char::from(b));
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri.push('?');
+    uri.push_str(query);
+    PathBuf::from(uri)
+}
+
+/// How to read a database on storage that cannot be written. Without a write-ahead log to
+/// replay (no `-wal` file, or an empty one) every committed write is in the main file, which is
+/// then opened `immutable` (no `-shm` file needed, no locks); otherwise read-only with SQLite's
+/// usual locking, which needs the `-shm` file to exist.
+fn read_only_access(path: &Path, reason: String) -> Access {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let wal_len = std::fs::metadata(&wal).map_or(0, |m| m.len());
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_URI
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let query = if wal_len == 0 { "immutable=1" } else { "mode=ro" };
+    Access::ReadOnly {
+        reason,
+        target: file_uri(path, query),
+        flags,
+    }
+}
+
+/// Opens one connection as `access` says; read-write connections get [`configure`]d.
+pub(crate) fn connect_as(
+    path: &Path,
+    access: &Access,
+    options: &SqliteOptions,
+) -> Result<Connection, StoreError> {
+    match access {
+        Access::ReadWrite => connect(path, options),
+        Access::ReadOnly { target, flags, .. } => {
+            let conn = Connection::open_with_flags(target, *flags).map_err(error::before_commit)?;
+            conn.busy_timeout(options.busy_timeout)
+                .map_err(error::sql(&conn))?;
+            Ok(conn)
+        }
+    }
+}
+
+/// Opens one configured read-write connection without any schema check (the file was checked
+/// when the store was opened).
 pub(crate) fn connect(path: &Path, options: &SqliteOptions) -> Result<Connection, StoreError> {
     let conn =
         Connection::open_with_flags(path, existing_file_flags()).map_err(error::before_commit)?;
-    configure(&conn, options).map_err(error::before_commit)?;
+    configure(&conn, options).map_err(error::sql(&conn))?;
     Ok(conn)
 }
 
+/// A checked database: one open connection, and how the store's connections reach the file.
+pub(crate) struct Opened {
+    pub(crate) conn: Connection,
+    pub(crate) access: Access,
+}
+
 /// Checks the target, opens (creating when allowed), configures, and makes sure the schema is
-/// there. A newly created file is made durable by syncing its directory.
-pub(crate) fn open(path: &Path, options: &SqliteOptions) -> Result<Connection, StoreError> {
-    let creating = check_target(path, options.create)?;
-    let mut flags = existing_file_flags();
-    if creating {
-        flags |= OpenFlags::SQLITE_OPEN_CREATE;
+/// there, writing nothing to a file before it is known to be a lease database (or, with
+/// `create`, an empty one). A newly created file is made durable by syncing its directory.
+///
+/// Any number of processes and threads may open (and create) the same path at once: a lock
+/// held by another opener is waited for, up to the busy timeout.
+pub(crate) fn open(path: &Path, options: &SqliteOptions) -> Result<Opened, StoreError> {
+    let shown = path.display().to_string();
+    let deadline = Instant::now() + options.busy_timeout;
+    let mut created = false;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match open_once(path, &shown, options, &mut created) {
+            Ok(opened) => {
+                if created {
+                    sync_dir(parent_dir(path))?;
+                }
+                return Ok(opened);
+            }
+            Err(OpenError::Fail(e)) => return Err(e),
+            Err(OpenError::Busy(e)) if Instant::now() < deadline => {
+                // SQLite returns BUSY at once (without its busy handler) in some races between
+                // openers, such as two connections switching a new file to WAL.
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(20));
+                let _ = e;
+            }
+            Err(OpenError::Busy(e)) => {
+                return Err(StoreError::Unavailable(format!(
+                    "{shown} stayed locked by another connection for the whole busy timeout \
+                     ({:?}): {e}",
+                    options.busy_timeout
+                )));
+            }
+        }
     }
-    let mut conn = Connection::open_with_flags(path, flags).map_err(error::before_commit)?;
-    configure(&conn, options).map_err(error::before_commit)?;
-    schema::ensure(&mut conn, &path.display().to_string())?;
-    if creating {
-        sync_dir(parent_dir(path))?;
+}
+
+fn open_once(
+    path: &Path,
+    shown: &str,
+    options: &SqliteOptions,
+    created: &mut bool,
+) -> Result<Opened, OpenError> {
+    if let Target::Missing = check_path(path, shown)? {
+        if !options.create {
+            return Err(StoreError::NotFound {
+                path: shown.to_owned(),
+            }
+            .into());
+        }
+        let parent = parent_dir(path);
+        if !parent.is_dir() {
+            return Err(StoreError::Unavailable(format!(
+                "cannot create {shown}: directory {} does not exist",
+                parent.display()
+            ))
+            .into());
+        }
+        check_filesystem(
+            &filesystem_of(parent, shown)?,
+            shown,
+            options.allow_unverified_filesystem,
+        )?;
+        // Create the (empty) file here so a read-only directory gets a clear error; SQLite
+        // treats an empty file as a new database. Another opener may create it first.
+        match OpenOptions::new().write(true).create_new(true).open(path) {
+            Ok(_) => *created = true,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(read_only_or_unavailable(shown, &e).into()),
+        }
+        check_path(path, shown)?;
+    } else {
+        check_filesystem(
+            &filesystem_of(path, shown)?,
+            shown,
+            options.allow_unverified_filesystem,
+        )?;
     }
-    Ok(conn)
+    let access = match read_only_reason(path, shown) {
+        Some(reason) => read_only_access(path, reason),
+        None => Access::ReadWrite,
+    };
+    let found = inspect(path, &access, options, shown)?;
+    if found == Found::Empty && !options.create {
+        return Err(StoreError::NotFound {
+            path: shown.to_owned(),
+        }
+        .into());
+    }
+    if let Access::ReadOnly { reason, .. } = &access {
+        return match found {
+            Found::Lease(SCHEMA_VERSION) | Found::Unmarked => Ok(Opened {
+                conn: connect_as(path, &access, options)?,
+                access,
+            }),
+            Found::Empty | Found::Lease(_) => Err(StoreError::ReadOnly(format!(
+                "{shown} must be initialised or upgraded before use, but {reason}"
+            ))
+            .into()),
+        };
+    }
+    let conn = Connection::open_with_flags(path, existing_file_flags())
+        .map_err(|e| OpenError::Fail(error::before_commit(e)))?;
+    configure(&conn, options).map_err(error::open_step(&conn))?;
+    if found != Found::Lease(SCHEMA_VERSION) {
+        // Create or mark under the write lock, judging the file again there: another process
+        // may have done it (or written something else) since the look above.
+        conn.execute_batch("BEGIN IMMEDIATE")
+            .map_err(error::open_step(&conn))?;
+        let prepared = schema::prepare(&conn, shown, options.create).and_then(|()| {
+            conn.execute_batch("COMMIT")
+                .map_err(|e| OpenError::Fail(error::at_commit(e)))
+        });
+        if prepared.is_err() && !conn.is_autocommit() {
+            // Nothing to do if the rollback fails: SQLite has then ended the transaction.
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        prepared?;
+    }
+    Ok(Opened {
+        conn,
+        access: Access::ReadWrite,
+    })
+}
+
+/// Reads what the file holds through a read-only connection, in one transaction, and judges it.
+/// Nothing is written to the file, whatever it turns out to be.
+fn inspect(
+    path: &Path,
+    access: &Access,
+    options: &SqliteOptions,
+    shown: &str,
+) -> Result<Found, OpenError> {
+    let (target, flags) = match access {
+        Access::ReadWrite => (
+            path.to_path_buf(),
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        ),
+        Access::ReadOnly { target, flags, .. } => (target.clone(), *flags),
+    };
+    let mut conn = Connection::open_with_flags(&target, flags)
+        .map_err(|e| OpenError::Fail(error::before_commit(e)))?;
+    conn.busy_timeout(options.busy_timeout)
+        .map_err(error::open_step(&conn))?;
+    let read = conn.transaction().and_then(|tx| {
+        let found = schema::read(&tx)?;
+        tx.commit()?;
+        Ok(found)
+    });
+    let found = match read {
+        Ok(found) => found,
+        Err(rusqlite::Error::SqliteFailure(f, _)) if f.code == ErrorCode::NotADatabase => {
+            return Err(incompatible(shown, "it is not an SQLite database").into());
+        }
+        Err(e) => {
+            return Err(match (error::open_step(&conn)(e), access) {
+                (OpenError::Fail(StoreError::Unavailable(why)), Access::ReadOnly { reason, .. }) => {
+                    StoreError::ReadOnly(format!(
+                        "cannot read {shown}: {reason}, and its write-ahead log holds changes \
+                         not yet in the main file, which SQLite can read only through a -shm \
+                         file it cannot create there ({why})"
+                    ))
+                    .into()
+                }
+                (other, _) => other,
+            });
+        }
+    };
+    Ok(schema::classify(&found, shown)?)
+}
+
+fn read_only_or_unavailable(shown: &str, err: &std::io::Error) -> StoreError {
+    match err.kind() {
+        std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied => {
+            StoreError::ReadOnly(format!("{shown} cannot be written: {err}"))
+        }
+        _ => StoreError::Unavailable(format!("cannot open {shown} for writing: {err}")),
+    }
+}
+
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
 }
 
 /// SQLite syncs the file but not the directory entry that names it; without this a power cut
@@ -266,6 +660,39 @@ pub(crate) fn read_settings(conn: &Connection) -> Result<ConnectionSettings, Sto
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn network_file_systems_are_refused_and_fuse_needs_an_opt_in() {
+        for (magic, name) in [(0x6969, "NFS"), (0xFF53_4D42, "CIFS"), (0x517B, "SMB")] {
+            let kind = classify_filesystem(magic);
+            assert_eq!(kind, FileSystem::Network(name));
+            for allow in [false, true] {
+                let err = check_filesystem(&kind, "f.db", allow).unwrap_err();
+                assert!(err.to_string().contains(name), "{err}");
+            }
+        }
+        for magic in [FUSE_MAGIC, 0x1234_5678] {
+            let kind = classify_filesystem(magic);
+            assert!(matches!(kind, FileSystem::Unverified(_)), "{kind:?}");
+            let err = check_filesystem(&kind, "f.db", false).unwrap_err();
+            assert!(err.to_string().contains("--allow-unverified-fs"), "{err}");
+            assert!(check_filesystem(&kind, "f.db", true).is_ok());
+        }
+        assert!(err_free(&classify_filesystem(0x0102_1994)));
+        assert!(err_free(&classify_filesystem(0xEF53)));
+    }
+
+    fn err_free(kind: &FileSystem) -> bool {
+        check_filesystem(kind, "f.db", false).is_ok()
+    }
+
+    #[test]
+    fn file_uris_escape_reserved_characters() {
+        assert_eq!(
+            file_uri(Path::new("/tmp/a b?#%.db"), "immutable=1"),
+            PathBuf::from("file:/tmp/a%20b%3F%23%25.db?immutable=1")
+        );
+    }
 
     #[test]
     fn sqlite_older_than_3_51_3_is_refused() {

@@ -1,16 +1,31 @@
 //! How rusqlite and r2d2 failures map onto the port's portable error kinds.
 
 use lease_ports::StoreError;
-use rusqlite::ErrorCode;
+use rusqlite::{Connection, ErrorCode};
+
+/// `ENOSPC` and `EDQUOT` on Linux: the file system (or the user's quota) is out of space.
+const OUT_OF_SPACE: [i32; 2] = [28, 122];
+
+/// The `errno` of the last failed system call SQLite made for this connection.
+#[allow(unsafe_code)]
+fn system_errno(conn: &Connection) -> i32 {
+    // SAFETY: `handle` is the live `sqlite3*` owned by `conn`, which outlives this call;
+    // `sqlite3_system_errno` only reads a field of it and is safe to call at any time.
+    unsafe { rusqlite::ffi::sqlite3_system_errno(conn.handle()) }
+}
 
 /// Maps an error from any statement before `COMMIT`: the transaction did not commit,
 /// so every kind here is determinate.
+///
+/// Prefer [`sql`], which also tells a full file system apart from other I/O errors.
 pub(crate) fn before_commit(err: rusqlite::Error) -> StoreError {
     match &err {
         rusqlite::Error::SqliteFailure(failure, _) => match failure.code {
-            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => StoreError::Unavailable(
-                format!("database stayed locked past the busy timeout: {err}"),
-            ),
+            // SQLite gives up on a lock either when its busy timeout passes or, to avoid a
+            // deadlock, at once; the message says which lock, not how long it waited.
+            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => {
+                StoreError::Unavailable(format!("the database is locked by another connection: {err}"))
+            }
             ErrorCode::DiskFull => StoreError::Full(err.to_string()),
             ErrorCode::ReadOnly => StoreError::ReadOnly(err.to_string()),
             ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase => {
@@ -20,10 +35,34 @@ pub(crate) fn before_commit(err: rusqlite::Error) -> StoreError {
         },
         rusqlite::Error::FromSqlConversionFailure(..)
         | rusqlite::Error::IntegralValueOutOfRange(..)
-        | rusqlite::Error::InvalidColumnType(..) => {
+        | rusqlite::Error::InvalidColumnType(..)
+        | rusqlite::Error::Utf8Error(..) => {
             StoreError::Corrupt(format!("a stored value has the wrong type: {err}"))
         }
         _ => StoreError::Unavailable(err.to_string()),
+    }
+}
+
+/// Whether SQLite reported an I/O or open failure whose system error was "no space left":
+/// growing the `-shm` file or the WAL on a full file system fails as an I/O error, not as
+/// `SQLITE_FULL`.
+fn out_of_space(conn: &Connection, err: &rusqlite::Error) -> bool {
+    matches!(
+        err,
+        rusqlite::Error::SqliteFailure(f, _)
+            if matches!(f.code, ErrorCode::SystemIoFailure | ErrorCode::CannotOpen)
+    ) && OUT_OF_SPACE.contains(&system_errno(conn))
+}
+
+/// [`before_commit`] for errors of statements on `conn`, reading the system error that SQLite
+/// saw so that a full file system is [`StoreError::Full`]. Call it right after the failure.
+pub(crate) fn sql(conn: &Connection) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+    move |err| {
+        if out_of_space(conn, &err) {
+            StoreError::Full(format!("{err}: no space left on the file system"))
+        } else {
+            before_commit(err)
+        }
     }
 }
 
@@ -46,4 +85,58 @@ pub(crate) fn at_commit(err: rusqlite::Error) -> StoreError {
 /// Maps a failure to get a pooled connection.
 pub(crate) fn pool(err: &r2d2::Error) -> StoreError {
     StoreError::Unavailable(format!("no database connection: {err}"))
+}
+
+/// A failure while opening or preparing a database: a lock held by another opener, which is
+/// worth trying again until the busy timeout, or a final answer.
+#[derive(Debug)]
+pub(crate) enum OpenError {
+    /// SQLite returned `SQLITE_BUSY` or `SQLITE_LOCKED` (sometimes at once, without waiting).
+    Busy(rusqlite::Error),
+    /// Any other failure.
+    Fail(StoreError),
+}
+
+impl From<StoreError> for OpenError {
+    fn from(err: StoreError) -> Self {
+        OpenError::Fail(err)
+    }
+}
+
+/// [`sql`] for the steps of opening: a busy database stays retryable.
+pub(crate) fn open_step(conn: &Connection) -> impl Fn(rusqlite::Error) -> OpenError + '_ {
+    move |err| match &err {
+        rusqlite::Error::SqliteFailure(f, _)
+            if matches!(f.code, ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) =>
+        {
+            OpenError::Busy(err)
+        }
+        _ => OpenError::Fail(sql(conn)(err)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failure(code: i32) -> rusqlite::Error {
+        rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None)
+    }
+
+    #[test]
+    fn a_lock_is_named_as_such_without_claiming_how_long_it_waited() {
+        let err = before_commit(failure(rusqlite::ffi::SQLITE_BUSY));
+        assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+        assert!(err.to_string().contains("locked by another connection"), "{err}");
+        assert!(!err.to_string().contains("past the busy timeout"), "{err}");
+    }
+
+    #[test]
+    fn invalid_utf8_in_a_stored_value_is_corrupt_data() {
+        let bad = std::str::from_utf8(&[0xc3, 0x28]).unwrap_err();
+        assert!(matches!(
+            before_commit(rusqlite::Error::Utf8Error(0, bad)),
+            StoreError::Corrupt(_)
+        ));
+    }
 }

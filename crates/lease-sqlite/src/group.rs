@@ -14,9 +14,10 @@ use lease_domain::{Command, JobId, Outcome};
 use lease_ports::StoreError;
 use r2d2_sqlite::SqliteConnectionManager;
 
-use crate::{error, ops};
+use crate::ops;
 
-type Pool = r2d2::Pool<SqliteConnectionManager>;
+/// Gets a pooled connection, or the error every command of the batch then gets.
+type Connect<'a> = &'a dyn Fn() -> Result<r2d2::PooledConnection<SqliteConnectionManager>, StoreError>;
 type Answer = Result<Outcome, StoreError>;
 
 /// What a queued caller is told.
@@ -96,7 +97,7 @@ impl GroupCommit {
     }
 
     /// Queues one command and returns its answer once the batch it ran in has committed.
-    pub(crate) fn submit(&self, pool: &Pool, job: JobId, command: Command) -> Answer {
+    pub(crate) fn submit(&self, connect: Connect<'_>, job: JobId, command: Command) -> Answer {
         let (reply, inbox): (SyncSender<Message>, Receiver<Message>) = sync_channel(1);
         let lead_now = {
             let mut queue = self.queue();
@@ -108,12 +109,12 @@ impl GroupCommit {
             !std::mem::replace(&mut queue.leading, true)
         };
         if lead_now {
-            self.lead(pool);
+            self.lead(connect);
         }
         loop {
             match inbox.recv() {
                 Ok(Message::Done(answer)) => return answer,
-                Ok(Message::Lead) => self.lead(pool),
+                Ok(Message::Lead) => self.lead(connect),
                 Err(_) => {
                     return Err(StoreError::Indeterminate(
                         "the writer that took this command stopped before answering".to_owned(),
@@ -124,7 +125,7 @@ impl GroupCommit {
     }
 
     /// Runs one batch from the head of the queue, answers it, and passes the lead on.
-    fn lead(&self, pool: &Pool) {
+    fn lead(&self, connect: Connect<'_>) {
         loop {
             let (commands, replies): (Vec<(JobId, Command)>, Vec<SyncSender<Message>>) = {
                 let mut queue = self.queue();
@@ -136,9 +137,12 @@ impl GroupCommit {
                     .unzip()
             };
             self.count(commands.len());
-            let answers = match pool.get() {
+            let answers = match connect() {
                 Ok(mut conn) => ops::execute_batch(&mut conn, &commands),
-                Err(e) => commands.iter().map(|_| Err(error::pool(&e))).collect(),
+                Err(e) => commands
+                    .iter()
+                    .map(|_| Err(ops::batch_error(&e, "no connection for the batch")))
+                    .collect(),
             };
             for (reply, answer) in replies.into_iter().zip(answers) {
                 // A caller that went away no longer needs its answer.

@@ -27,7 +27,8 @@ use lease_ports::{ClaimOutcome, FromOutcome, LeaseStore, WriteOutcome, outcome_a
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::Connection;
 
-pub use connection::{ConnectionSettings, SqliteOptions, Synchronous};
+use connection::Access;
+pub use connection::{ConnectHook, ConnectionSettings, SqliteOptions, Synchronous};
 pub use group::GroupCommitStats;
 pub use lease_ports::{JobState, StoreError};
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
@@ -51,6 +52,8 @@ pub struct SqliteLeaseStore {
     path: Arc<PathBuf>,
     /// The write queue, when group commit is on.
     group: Option<Arc<group::GroupCommit>>,
+    /// Why the store can only read, when its storage cannot be written.
+    read_only: Option<Arc<String>>,
 }
 
 impl std::fmt::Debug for SqliteLeaseStore {
@@ -95,13 +98,24 @@ impl SqliteLeaseStore {
         let path = path.as_ref().to_path_buf();
         // Check, create and migrate with one connection first, so that problems surface here
         // with a clear error instead of as pool time-outs later.
-        drop(connection::open(&path, &options)?);
+        let access = connection::open(&path, &options)?.access;
         let init_options = options.clone();
-        let manager = SqliteConnectionManager::file(&path)
-            .with_flags(connection::existing_file_flags())
-            .with_init(move |conn| connection::configure(conn, &init_options));
+        let manager = match &access {
+            Access::ReadWrite => SqliteConnectionManager::file(&path)
+                .with_flags(connection::existing_file_flags())
+                .with_init(move |conn| connection::configure(conn, &init_options)),
+            Access::ReadOnly { target, flags, .. } => SqliteConnectionManager::file(target)
+                .with_flags(*flags)
+                .with_init(move |conn| conn.busy_timeout(init_options.busy_timeout)),
+        };
+        // In exclusive mode the one connection holds the file's lock; a second would wait on it.
+        let pool_size = if options.exclusive {
+            1
+        } else {
+            options.pool_size.max(1)
+        };
         let pool = r2d2::Pool::builder()
-            .max_size(options.pool_size.max(1))
+            .max_size(pool_size)
             .min_idle(Some(0))
             .connection_timeout(options.busy_timeout)
             // Connections are checked when made; a check on every checkout costs a statement.
@@ -110,10 +124,15 @@ impl SqliteLeaseStore {
             .map_err(|e| error::pool(&e))?;
         let group =
             (options.max_batch > 1).then(|| Arc::new(group::GroupCommit::new(options.max_batch)));
+        let read_only = match access {
+            Access::ReadWrite => None,
+            Access::ReadOnly { reason, .. } => Some(Arc::new(reason)),
+        };
         Ok(Self {
             pool,
             path: Arc::new(path),
             group,
+            read_only,
         })
     }
 
@@ -128,8 +147,7 @@ impl SqliteLeaseStore {
     /// # Errors
     /// [`StoreError::Unavailable`] when no connection can be had.
     pub fn settings(&self) -> Result<ConnectionSettings, StoreError> {
-        let conn = self.pool.get().map_err(|e| error::pool(&e))?;
-        connection::read_settings(&conn)
+        self.with_conn(|conn| connection::read_settings(conn))
     }
 
     /// What group commit has done so far; `None` when it is off (`max_batch` 1).
@@ -145,20 +163,51 @@ impl SqliteLeaseStore {
         Blocking(self)
     }
 
+    /// Whether the store can only read (its storage cannot be written), and why.
+    #[must_use]
+    pub fn read_only_reason(&self) -> Option<&str> {
+        self.read_only.as_deref().map(String::as_str)
+    }
+
     fn with_conn<T>(
-        pool: &r2d2::Pool<SqliteConnectionManager>,
+        &self,
         body: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let mut conn = pool.get().map_err(|e| error::pool(&e))?;
+        let mut conn = self.connection()?;
         body(&mut conn)
+    }
+
+    /// A pooled connection. When the pool has to make a new one, the path is checked first,
+    /// so a second name linked since the store opened is refused at once (r2d2 would otherwise
+    /// retry the refused connection until its timeout).
+    fn connection(&self) -> Result<r2d2::PooledConnection<SqliteConnectionManager>, StoreError> {
+        if self.pool.state().idle_connections == 0 {
+            connection::recheck(&self.path)?;
+        }
+        self.pool.get().map_err(|e| self.no_connection(&e))
+    }
+
+    /// The error for a failure to get a pooled connection: the pool reports only a message, so
+    /// the path is checked again (a hard link made since the store opened is refused by name).
+    fn no_connection(&self, err: &r2d2::Error) -> StoreError {
+        match connection::recheck(&self.path) {
+            Err(named) => named,
+            Ok(()) => error::pool(err),
+        }
     }
 
     /// Runs one write on the calling thread: through the group-commit queue when it is on,
     /// otherwise in a transaction of its own on a pooled connection.
     fn write<T: FromOutcome>(&self, job: &JobId, command: Command) -> Result<T, StoreError> {
+        if let Some(reason) = &self.read_only {
+            return Err(StoreError::ReadOnly(format!(
+                "{} can only be read: {reason}",
+                self.path.display()
+            )));
+        }
         let outcome = match &self.group {
-            Some(group) => group.submit(&self.pool, job.clone(), command)?,
-            None => Self::with_conn(&self.pool, |conn| ops::execute(conn, job, &command))?,
+            Some(group) => group.submit(&|| self.connection(), job.clone(), command)?,
+            None => self.with_conn(|conn| ops::execute(conn, job, &command))?,
         };
         outcome_as(outcome)
     }
@@ -196,7 +245,7 @@ impl Blocking<'_> {
 
     /// See [`LeaseStore::state`].
     pub fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
-        SqliteLeaseStore::with_conn(&self.0.pool, |conn| ops::state(conn, job))
+        self.0.with_conn(|conn| ops::state(conn, job))
     }
 
     /// See [`LeaseStore::claim`].

@@ -5,7 +5,8 @@
 
 use lease_domain::{Command, Fence, Job, JobId, Outcome, Owner, Timestamp};
 use lease_ports::{JobState, StoreError};
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::Connection;
+use rusqlite::types::ValueRef;
 
 use crate::error;
 
@@ -18,24 +19,64 @@ pub const UPDATE_JOB: &str =
 pub const INSERT_JOB: &str =
     "INSERT INTO jobs(id, owner, until, fence, result, done) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 
-/// A stored row before its values are checked.
-type Row = (Option<String>, f64, i64, Option<String>, i64);
-
 fn corrupt(id: &JobId, what: String) -> StoreError {
     StoreError::Corrupt(format!("job {id}: {what}"))
 }
 
+/// Reads one column as text, or NULL; anything else (a number, a blob, text that is not UTF-8)
+/// is corrupt data that names the job and the column.
+fn text(id: &JobId, row: &rusqlite::Row<'_>, column: &'static str) -> Result<Option<String>, StoreError> {
+    match row.get_ref(column).map_err(error::before_commit)? {
+        ValueRef::Null => Ok(None),
+        ValueRef::Text(bytes) => String::from_utf8(bytes.to_vec())
+            .map(Some)
+            .map_err(|e| corrupt(id, format!("stored {column} is not valid UTF-8 text ({e})"))),
+        other => Err(corrupt(
+            id,
+            format!("stored {column} is {:?}, not text", other.data_type()),
+        )),
+    }
+}
+
+/// Reads one numeric column; `until` may be stored as an integer (`DEFAULT 0`).
+fn number(id: &JobId, row: &rusqlite::Row<'_>, column: &'static str) -> Result<f64, StoreError> {
+    match row.get_ref(column).map_err(error::before_commit)? {
+        ValueRef::Real(x) => Ok(x),
+        ValueRef::Integer(n) => {
+            // Integers of up to 2^53 convert exactly; a larger stored `until` is still a time.
+            #[allow(clippy::cast_precision_loss)]
+            Ok(n as f64)
+        }
+        other => Err(corrupt(
+            id,
+            format!("stored {column} is {:?}, not a number", other.data_type()),
+        )),
+    }
+}
+
+fn integer(id: &JobId, row: &rusqlite::Row<'_>, column: &'static str) -> Result<i64, StoreError> {
+    match row.get_ref(column).map_err(error::before_commit)? {
+        ValueRef::Integer(n) => Ok(n),
+        other => Err(corrupt(
+            id,
+            format!("stored {column} is {:?}, not an integer", other.data_type()),
+        )),
+    }
+}
+
 /// Turns a stored row into a job, refusing values no lease rule could have written.
-fn decode(id: &JobId, (owner, until, fence, result, done): Row) -> Result<Job, StoreError> {
-    let owner = owner
+fn decode(id: &JobId, row: &rusqlite::Row<'_>) -> Result<Job, StoreError> {
+    let owner = text(id, row, "owner")?
         .map(Owner::new)
         .transpose()
         .map_err(|e| corrupt(id, format!("stored owner: {e}")))?;
+    let until = number(id, row, "until")?;
     let until = Timestamp::new(until)
         .map_err(|_| corrupt(id, format!("stored until {until} is not finite")))?;
-    let fence =
-        Fence::try_from(fence).map_err(|f| corrupt(id, format!("stored fence {f} is negative")))?;
-    let done = match done {
+    let fence = Fence::try_from(integer(id, row, "fence")?)
+        .map_err(|f| corrupt(id, format!("stored fence {f} is negative")))?;
+    let result = text(id, row, "result")?;
+    let done = match integer(id, row, "done")? {
         0 => false,
         1 => true,
         other => {
@@ -55,16 +96,12 @@ fn decode(id: &JobId, (owner, until, fence, result, done): Row) -> Result<Job, S
 }
 
 fn load(conn: &Connection, id: &JobId) -> Result<Option<Job>, StoreError> {
-    let row: Option<Row> = conn
-        .prepare_cached(SELECT_JOB)
-        .and_then(|mut stmt| {
-            stmt.query_row([id.as_str()], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-            })
-            .optional()
-        })
-        .map_err(error::before_commit)?;
-    row.map(|row| decode(id, row)).transpose()
+    let mut stmt = conn.prepare_cached(SELECT_JOB).map_err(error::sql(conn))?;
+    let mut rows = stmt.query([id.as_str()]).map_err(error::sql(conn))?;
+    match rows.next().map_err(error::sql(conn))? {
+        Some(row) => decode(id, row).map(Some),
+        None => Ok(None),
+    }
 }
 
 fn store(conn: &Connection, sql: &str, id: &JobId, job: &Job) -> Result<(), StoreError> {
@@ -79,7 +116,7 @@ fn store(conn: &Connection, sql: &str, id: &JobId, job: &Job) -> Result<(), Stor
                 job.done,
             ])
         })
-        .map_err(error::before_commit)?;
+        .map_err(error::sql(conn))?;
     Ok(())
 }
 
@@ -117,7 +154,7 @@ pub(crate) fn execute(
     id: &JobId,
     command: &Command,
 ) -> Result<Outcome, StoreError> {
-    run(conn, "BEGIN IMMEDIATE").map_err(error::before_commit)?;
+    run(conn, "BEGIN IMMEDIATE").map_err(error::sql(conn))?;
     match apply(conn, id, command) {
         Ok((outcome, true)) => match run(conn, "COMMIT") {
             Ok(()) => Ok(outcome),
@@ -153,13 +190,13 @@ pub(crate) fn execute_batch(
         batch.iter().map(|_| Err(batch_error(err, why))).collect()
     };
     if let Err(e) = run(conn, "BEGIN IMMEDIATE") {
-        return fail_all(&error::before_commit(e), "the batch could not begin");
+        return fail_all(&error::sql(conn)(e), "the batch could not begin");
     }
     let mut results = Vec::with_capacity(batch.len());
     let mut wrote = false;
     for (id, command) in batch {
         let attempt = run(conn, "SAVEPOINT op")
-            .map_err(error::before_commit)
+            .map_err(error::sql(conn))
             .and_then(|()| apply(conn, id, command));
         match attempt {
             Ok((outcome, did_write)) => {
@@ -167,7 +204,7 @@ pub(crate) fn execute_batch(
                 results.push(
                     run(conn, "RELEASE op")
                         .map(|()| outcome)
-                        .map_err(error::before_commit),
+                        .map_err(error::sql(conn)),
                 );
             }
             Err(e) => {
@@ -195,7 +232,7 @@ pub(crate) fn execute_batch(
 
 /// The error every command of a failed batch gets: it keeps the kind (so "not applied" stays
 /// determinate and an unknown commit stays indeterminate) and says what happened.
-fn batch_error(err: &StoreError, why: &str) -> StoreError {
+pub(crate) fn batch_error(err: &StoreError, why: &str) -> StoreError {
     let message = if err.is_determinate() {
         format!("{why}, so this write was not applied: {err}")
     } else {
@@ -222,7 +259,7 @@ mod tests {
     use crate::connection::{SqliteOptions, open};
 
     fn fresh(dir: &tempfile::TempDir, options: &SqliteOptions) -> Connection {
-        open(&dir.path().join("batch.db"), options).unwrap()
+        open(&dir.path().join("batch.db"), options).unwrap().conn
     }
 
     fn claim(owner: &str) -> Command {

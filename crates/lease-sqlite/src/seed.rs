@@ -12,7 +12,7 @@ use lease_domain::{Command, Fence, JobId, JobResult, LeaseTerm, Owner, Timestamp
 use lease_ports::{ClaimOutcome, FromOutcome, JobState, StoreError, WriteOutcome, outcome_as};
 use rusqlite::Connection;
 
-use crate::connection::{self, SqliteOptions};
+use crate::connection::{self, Access, SqliteOptions};
 use crate::ops;
 
 /// Claim threads of [`claim_many`] at most; more owners share these threads.
@@ -20,17 +20,37 @@ const MAX_CLAIM_THREADS: usize = 64;
 
 /// Opens the file afresh and runs one write in its own transaction.
 fn execute<T: FromOutcome>(path: &Path, id: &JobId, command: Command) -> Result<T, StoreError> {
-    outcome_as(ops::execute(&mut open_existing(path)?, id, &command)?)
+    outcome_as(ops::execute(&mut open_for_writing(path)?, id, &command)?)
 }
 
 fn open_existing(path: &Path) -> Result<Connection, StoreError> {
-    connection::open(
+    let opened = connection::open(
         path,
         &SqliteOptions {
             create: false,
             ..SqliteOptions::default()
         },
-    )
+    )?;
+    Ok(opened.conn)
+}
+
+/// Opens an existing database for a write; storage that can only be read is refused here,
+/// before any statement runs.
+fn open_for_writing(path: &Path) -> Result<Connection, StoreError> {
+    let opened = connection::open(
+        path,
+        &SqliteOptions {
+            create: false,
+            ..SqliteOptions::default()
+        },
+    )?;
+    match opened.access {
+        Access::ReadWrite => Ok(opened.conn),
+        Access::ReadOnly { reason, .. } => Err(StoreError::ReadOnly(format!(
+            "{} can only be read: {reason}",
+            path.display()
+        ))),
+    }
 }
 
 /// Creates the lease database at `path`, or checks and keeps an existing one.
@@ -41,6 +61,8 @@ fn open_existing(path: &Path) -> Result<Connection, StoreError> {
 /// [`StoreError::Incompatible`] for a directory or a file that is not a lease-compatible SQLite
 /// database (left byte-for-byte unchanged); [`StoreError::Unavailable`] for a missing directory.
 pub fn init_db(path: impl AsRef<Path>) -> Result<(), StoreError> {
+    // On storage that can only be read, a database that is already current is ready (for
+    // reading); one that would need creating or marking is refused as read-only.
     connection::open(path.as_ref(), &SqliteOptions::default()).map(drop)
 }
 
@@ -165,7 +187,7 @@ pub fn claim_many(
         .collect::<Result<Vec<_>, _>>()?;
     let path = path.as_ref();
     // Check, create the schema if needed and surface open errors once, before any thread runs.
-    drop(open_existing(path)?);
+    drop(open_for_writing(path)?);
     let threads = owners.len().min(MAX_CLAIM_THREADS);
     let options = SqliteOptions::default();
     let start = Barrier::new(threads);

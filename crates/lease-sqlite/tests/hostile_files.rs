@@ -1,0 +1,198 @@
+//! Files a hostile or careless user points the store at: other programs' databases, empty files,
+//! a second name for one file, concurrent creators, stored values no lease rule could write.
+//! Every refusal is checked by the file's bytes: a refused file is left exactly as it was.
+
+use std::path::{Path, PathBuf};
+
+use lease_sqlite::{Error, SqliteLeaseStore, SqliteOptions, claim, enqueue, init_db, state};
+use rusqlite::Connection;
+
+/// The bytes of every file in the directory, so a test can show that nothing was changed or added.
+fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut found: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let path = e.unwrap().path();
+            let bytes = std::fs::read(&path).unwrap();
+            (path, bytes)
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// Every way in that must refuse `path`, each checked for the kind of error.
+fn every_open_refuses(path: &Path, expected: &dyn Fn(&Error) -> bool) {
+    let attempts: Vec<(&str, Result<(), Error>)> = vec![
+        ("init_db", init_db(path)),
+        ("enqueue", enqueue(path, "j").map(drop)),
+        ("state", state(path, "j").map(drop)),
+        ("claim", claim(path, "j", "w", 0.0, 1.0).map(drop)),
+        ("open", SqliteLeaseStore::open(path).map(drop)),
+        ("open_existing", SqliteLeaseStore::open_existing(path).map(drop)),
+    ];
+    for (how, attempt) in attempts {
+        let err = attempt.expect_err(how);
+        assert!(expected(&err), "{how}: {err}");
+    }
+}
+
+const CONTRACT: &str = "CREATE TABLE jobs(id TEXT PRIMARY KEY, owner TEXT, until REAL NOT NULL \
+    DEFAULT 0, fence INTEGER NOT NULL DEFAULT 0, result TEXT, done INTEGER NOT NULL DEFAULT 0)";
+
+#[test]
+fn a_foreign_database_is_refused_and_left_byte_for_byte_unchanged() {
+    let lease_id = lease_sqlite::APPLICATION_ID;
+    let cases = [
+        ("another program's application_id", "PRAGMA application_id = 1234; CREATE TABLE t(x);".to_owned()),
+        (
+            "jobs with other columns",
+            "CREATE TABLE jobs(id INTEGER PRIMARY KEY, payload BLOB)".to_owned(),
+        ),
+        (
+            "jobs with an extra column",
+            CONTRACT.replace("DEFAULT 0)", "DEFAULT 0, extra TEXT)"),
+        ),
+        ("jobs as a view", "CREATE VIEW jobs AS SELECT 1 AS id".to_owned()),
+        ("user_version 7", "PRAGMA user_version = 7; CREATE TABLE t(x);".to_owned()),
+        (
+            "a newer lease schema",
+            format!("PRAGMA application_id = {lease_id}; PRAGMA user_version = 99; {CONTRACT};"),
+        ),
+        ("until declared TEXT", CONTRACT.replace("until REAL", "until TEXT")),
+        (
+            "another program's tables and no markers",
+            "CREATE TABLE users(name); INSERT INTO users VALUES ('ann');".to_owned(),
+        ),
+        (
+            "the contract's table beside another program's",
+            format!("{CONTRACT}; CREATE TABLE users(name);"),
+        ),
+    ];
+    for (what, sql) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("other.db");
+        Connection::open(&path).unwrap().execute_batch(&sql).unwrap();
+        let before = files(dir.path());
+        every_open_refuses(&path, &|e| matches!(e, Error::Incompatible { .. }));
+        assert_eq!(files(dir.path()), before, "{what}: the file was changed");
+    }
+}
+
+#[test]
+fn only_init_turns_an_empty_file_into_a_lease_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("empty.db");
+    std::fs::write(&path, b"").unwrap();
+    for (how, attempt) in [
+        ("enqueue", enqueue(&path, "j").map(drop)),
+        ("state", state(&path, "j").map(drop)),
+        ("claim", claim(&path, "j", "w", 0.0, 1.0).map(drop)),
+        ("open_existing", SqliteLeaseStore::open_existing(&path).map(drop)),
+    ] {
+        let err = attempt.expect_err(how);
+        assert!(matches!(err, Error::NotFound { .. }), "{how}: {err}");
+        assert!(err.to_string().contains("init"), "{how}: {err}");
+    }
+    assert_eq!(files(dir.path()), [(path.clone(), Vec::new())]);
+    init_db(&path).unwrap();
+    assert!(enqueue(&path, "j").unwrap());
+}
+
+#[test]
+fn a_database_made_by_the_seed_is_still_adopted_by_any_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("seed.db");
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch(&format!("{CONTRACT}; INSERT INTO jobs(id, fence) VALUES ('old', 3);"))
+        .unwrap();
+    assert_eq!(state(&path, "old").unwrap().unwrap().fence, 3);
+    assert_eq!(claim(&path, "old", "a", 0.0, 1.0).unwrap(), Some(4));
+}
+
+#[test]
+fn a_file_with_a_second_hard_link_is_refused_under_both_names_and_left_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.db");
+    let b = dir.path().join("b.db");
+    init_db(&a).unwrap();
+    enqueue(&a, "j").unwrap();
+    std::fs::hard_link(&a, &b).unwrap();
+    let before = files(dir.path());
+    for name in [&a, &b] {
+        every_open_refuses(name, &|e| {
+            matches!(e, Error::Incompatible { .. }) && e.to_string().contains("2 hard links")
+        });
+    }
+    assert_eq!(files(dir.path()), before);
+    std::fs::remove_file(&b).unwrap();
+    assert_eq!(claim(&a, "j", "w", 0.0, 1.0).unwrap(), Some(1));
+}
+
+#[test]
+fn a_store_refuses_new_connections_once_a_second_name_is_linked() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.db");
+    let options = SqliteOptions {
+        max_batch: 1,
+        ..SqliteOptions::default()
+    };
+    let store = SqliteLeaseStore::open_with(&a, options).unwrap();
+    std::fs::hard_link(&a, dir.path().join("b.db")).unwrap();
+    // The store has no pooled connection yet; the first one is made now, and refused.
+    let job = lease_domain::JobId::new("j").unwrap();
+    let err = store.blocking().enqueue(&job).unwrap_err();
+    assert!(err.to_string().contains("hard links"), "{err}");
+}
+
+#[test]
+fn many_threads_opening_a_new_path_at_once_all_succeed() {
+    for round in 0..20 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("new.db");
+        let failures: Vec<String> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..8)
+                .map(|i| {
+                    let path = &path;
+                    scope.spawn(move || {
+                        if i % 2 == 0 {
+                            init_db(path).map(drop)
+                        } else {
+                            SqliteLeaseStore::open(path).map(drop)
+                        }
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .filter_map(|h| h.join().unwrap().err().map(|e| e.to_string()))
+                .collect()
+        });
+        assert!(failures.is_empty(), "round {round}: {failures:?}");
+        assert!(enqueue(&path, "j").unwrap());
+    }
+}
+
+#[test]
+fn a_stored_text_that_is_not_utf8_is_corrupt_data_naming_the_job_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lease.db");
+    init_db(&path).unwrap();
+    enqueue(&path, "bad-result").unwrap();
+    enqueue(&path, "bad-owner").unwrap();
+    let other = Connection::open(&path).unwrap();
+    other
+        .execute_batch(
+            "UPDATE jobs SET result = CAST(x'c328' AS TEXT) WHERE id = 'bad-result';
+             UPDATE jobs SET owner = x'4142' WHERE id = 'bad-owner';",
+        )
+        .unwrap();
+    drop(other);
+    for (job, column) in [("bad-result", "result"), ("bad-owner", "owner")] {
+        let err = state(&path, job).unwrap_err();
+        assert!(matches!(err, Error::Corrupt(_)), "{job}: {err}");
+        let message = err.to_string();
+        assert!(message.contains(job) && message.contains(column), "{message}");
+    }
+}
