@@ -135,7 +135,10 @@ fn a_hard_linked_database_is_refused_by_every_command_and_left_unchanged() {
     std::fs::hard_link(&a, &b).unwrap();
     let before = std::fs::read(&a).unwrap();
     for name in [&a, &b] {
-        for args in [&["claim", "j", "--owner", "w", "--ttl", "5"][..], &["state", "j"]] {
+        for args in [
+            &["claim", "j", "--owner", "w", "--ttl", "5"][..],
+            &["state", "j"],
+        ] {
             let out = lease(name).args(args).output().unwrap();
             assert_eq!(out.status.code(), Some(1), "{args:?}");
             let err = String::from_utf8_lossy(&out.stderr);
@@ -167,9 +170,13 @@ fn concurrent_init_and_enqueue_processes_on_a_new_path_never_fail_spuriously() {
         for (args, child) in children {
             let out = child.wait_with_output().unwrap();
             let err = String::from_utf8_lossy(&out.stderr);
-            let fine = out.status.success()
-                || (args[0] == "enqueue" && err.contains("no lease database"));
-            assert!(fine, "round {round} {args:?}: {:?} {err}", out.status.code());
+            let fine =
+                out.status.success() || (args[0] == "enqueue" && err.contains("no lease database"));
+            assert!(
+                fine,
+                "round {round} {args:?}: {:?} {err}",
+                out.status.code()
+            );
         }
     }
 }

@@ -245,7 +245,9 @@ fn filesystem_of(path: &Path, shown: &str) -> Result<FileSystem, StoreError> {
     // The field's integer type differs between targets; the magic numbers are 32-bit.
     #[allow(clippy::useless_conversion)]
     let magic = i64::from(stat.f_type);
-    Ok(classify_filesystem(u32::try_from(magic & 0xFFFF_FFFF).unwrap_or(0)))
+    Ok(classify_filesystem(
+        u32::try_from(magic & 0xFFFF_FFFF).unwrap_or(0),
+    ))
 }
 
 /// Why the database can only be read, when it can only be read: a read-only file system, or a
@@ -396,7 +398,11 @@ fn read_only_access(path: &Path, reason: String) -> Access {
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
         | OpenFlags::SQLITE_OPEN_URI
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let query = if wal_len == 0 { "immutable=1" } else { "mode=ro" };
+    let query = if wal_len == 0 {
+        "immutable=1"
+    } else {
+        "mode=ro"
+    };
     Access::ReadOnly {
         reason,
         target: file_uri(path, query),
@@ -593,14 +599,15 @@ fn inspect(
         }
         Err(e) => {
             return Err(match (error::open_step(&conn)(e), access) {
-                (OpenError::Fail(StoreError::Unavailable(why)), Access::ReadOnly { reason, .. }) => {
-                    StoreError::ReadOnly(format!(
-                        "cannot read {shown}: {reason}, and its write-ahead log holds changes \
+                (
+                    OpenError::Fail(StoreError::Unavailable(why)),
+                    Access::ReadOnly { reason, .. },
+                ) => StoreError::ReadOnly(format!(
+                    "cannot read {shown}: {reason}, and its write-ahead log holds changes \
                          not yet in the main file, which SQLite can read only through a -shm \
                          file it cannot create there ({why})"
-                    ))
-                    .into()
-                }
+                ))
+                .into(),
                 (other, _) => other,
             });
         }

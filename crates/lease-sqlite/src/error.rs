@@ -23,9 +23,9 @@ pub(crate) fn before_commit(err: rusqlite::Error) -> StoreError {
         rusqlite::Error::SqliteFailure(failure, _) => match failure.code {
             // SQLite gives up on a lock either when its busy timeout passes or, to avoid a
             // deadlock, at once; the message says which lock, not how long it waited.
-            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => {
-                StoreError::Unavailable(format!("the database is locked by another connection: {err}"))
-            }
+            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => StoreError::Unavailable(
+                format!("the database is locked by another connection: {err}"),
+            ),
             ErrorCode::DiskFull => StoreError::Full(err.to_string()),
             ErrorCode::ReadOnly => StoreError::ReadOnly(err.to_string()),
             ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase => {
@@ -127,7 +127,10 @@ mod tests {
     fn a_lock_is_named_as_such_without_claiming_how_long_it_waited() {
         let err = before_commit(failure(rusqlite::ffi::SQLITE_BUSY));
         assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
-        assert!(err.to_string().contains("locked by another connection"), "{err}");
+        assert!(
+            err.to_string().contains("locked by another connection"),
+            "{err}"
+        );
         assert!(!err.to_string().contains("past the busy timeout"), "{err}");
     }
 

@@ -17,7 +17,8 @@ use r2d2_sqlite::SqliteConnectionManager;
 use crate::ops;
 
 /// Gets a pooled connection, or the error every command of the batch then gets.
-type Connect<'a> = &'a dyn Fn() -> Result<r2d2::PooledConnection<SqliteConnectionManager>, StoreError>;
+type Connect<'a> =
+    &'a dyn Fn() -> Result<r2d2::PooledConnection<SqliteConnectionManager>, StoreError>;
 type Answer = Result<Outcome, StoreError>;
 
 /// What a queued caller is told.

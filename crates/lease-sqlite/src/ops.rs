@@ -25,7 +25,11 @@ fn corrupt(id: &JobId, what: String) -> StoreError {
 
 /// Reads one column as text, or NULL; anything else (a number, a blob, text that is not UTF-8)
 /// is corrupt data that names the job and the column.
-fn text(id: &JobId, row: &rusqlite::Row<'_>, column: &'static str) -> Result<Option<String>, StoreError> {
+fn text(
+    id: &JobId,
+    row: &rusqlite::Row<'_>,
+    column: &'static str,
+) -> Result<Option<String>, StoreError> {
     match row.get_ref(column).map_err(error::before_commit)? {
         ValueRef::Null => Ok(None),
         ValueRef::Text(bytes) => String::from_utf8(bytes.to_vec())

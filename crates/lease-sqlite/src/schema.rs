@@ -161,7 +161,13 @@ pub(crate) fn classify(schema: &Schema, path: &str) -> Result<Found, StoreError>
                 .objects
                 .iter()
                 .filter(|(name, _)| name != "jobs")
-                .map(|(name, kind)| if kind == "table" { name.as_str() } else { kind.as_str() })
+                .map(|(name, kind)| {
+                    if kind == "table" {
+                        name.as_str()
+                    } else {
+                        kind.as_str()
+                    }
+                })
                 .collect();
             if !others.is_empty() {
                 return Err(incompatible(
@@ -311,7 +317,10 @@ mod tests {
             Found::Lease(1)
         );
         let refused = [
-            (schema(0, 0, &[("users", "table")]), "another program (users)"),
+            (
+                schema(0, 0, &[("users", "table")]),
+                "another program (users)",
+            ),
             (
                 schema(0, 0, &[("jobs", "table"), ("users", "table")]),
                 "(users)",
@@ -319,7 +328,10 @@ mod tests {
             (schema(0, 0, &[("jobs", "view")]), "jobs is a view"),
             (schema(0, 7, &[]), "user_version 7"),
             (schema(1234, 0, &[]), "application_id 0x4d2"),
-            (schema(APPLICATION_ID, 2, &jobs), "schema version 2 is newer"),
+            (
+                schema(APPLICATION_ID, 2, &jobs),
+                "schema version 2 is newer",
+            ),
             (schema(APPLICATION_ID, 1, &[]), "no jobs table"),
         ];
         for (found, why) in refused {

@@ -130,6 +130,24 @@ fn a_read_only_database_gives_typed_errors_and_works_again_when_writable() {
         assert!(matches!(err, Error::ReadOnly(_)), "{err}");
         let err = lease_sqlite::init_db(dir.path().join("new.db")).unwrap_err();
         assert!(matches!(err, Error::ReadOnly(_)), "{err}");
+        // Reads work on storage that can only be read, through the path API and a store.
+        let s = lease_sqlite::state(&db, "j").unwrap().unwrap();
+        assert_eq!((s.owner.as_deref(), s.fence), (Some("w"), fence));
+        let store = SqliteLeaseStore::open_existing(&db).unwrap();
+        assert!(
+            store
+                .read_only_reason()
+                .unwrap()
+                .contains("read-only file system")
+        );
+        let job = JobId::new("j").unwrap();
+        assert_eq!(store.blocking().state(&job).unwrap().unwrap().fence, fence);
+        let err = store
+            .blocking()
+            .enqueue(&JobId::new("k").unwrap())
+            .unwrap_err();
+        assert!(matches!(err, Error::ReadOnly(_)), "{err}");
+        lease_sqlite::init_db(&db).unwrap();
     }
     assert_eq!(
         std::fs::read(&db).unwrap(),
@@ -138,4 +156,106 @@ fn a_read_only_database_gives_typed_errors_and_works_again_when_writable() {
     );
     assert!(lease_sqlite::complete(&db, "j", "w", fence, 1.0, "r").unwrap());
     assert_eq!(integrity(&db), "ok");
+}
+
+/// Mounts a tmpfs of `size` at `dir`; the guard unmounts it.
+struct Tmpfs<'a>(&'a Path);
+
+impl<'a> Tmpfs<'a> {
+    fn new(dir: &'a Path, size: &str) -> Self {
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .output()
+            .expect("mount runs");
+        assert!(
+            out.status.success(),
+            "mount -t tmpfs failed (this test needs root): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Tmpfs(dir)
+    }
+}
+
+impl Drop for Tmpfs<'_> {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0).status();
+    }
+}
+
+/// Writes to `path` until the file system has no byte left.
+fn fill(path: &Path) {
+    use std::io::Write;
+    let mut file = std::fs::File::create(path).unwrap();
+    for chunk in [65_536, 4096, 512, 1] {
+        let bytes = vec![0_u8; chunk];
+        while file.write_all(&bytes).is_ok() {}
+    }
+    let _ = file.sync_all();
+}
+
+#[test]
+fn a_file_system_filled_to_the_last_byte_is_reported_as_full_not_as_an_outage() {
+    let dir = tempfile::tempdir().unwrap();
+    let _mount = Tmpfs::new(dir.path(), "2m");
+    let db = dir.path().join("lease.db");
+    lease_sqlite::init_db(&db).unwrap();
+    assert!(lease_sqlite::enqueue(&db, "j").unwrap());
+    let filler = dir.path().join("filler");
+    fill(&filler);
+    // Each call opens the file afresh, so SQLite must create and grow the -shm file again.
+    let err = lease_sqlite::enqueue(&db, "x").unwrap_err();
+    assert!(matches!(err, Error::Full(_)), "enqueue: {err}");
+    match lease_sqlite::state(&db, "j") {
+        Ok(found) => assert!(found.is_some()),
+        Err(err) => assert!(matches!(err, Error::Full(_)), "state: {err}"),
+    }
+    let store = SqliteLeaseStore::open_existing(&db);
+    if let Ok(store) = &store {
+        let err = store
+            .blocking()
+            .enqueue(&JobId::new("y").unwrap())
+            .unwrap_err();
+        assert!(matches!(err, Error::Full(_)), "store enqueue: {err}");
+    } else if let Err(err) = store {
+        assert!(matches!(err, Error::Full(_)), "open: {err}");
+    }
+    std::fs::remove_file(&filler).unwrap();
+    assert!(lease_sqlite::enqueue(&db, "x").unwrap());
+    assert!(lease_sqlite::state(&db, "j").unwrap().is_some());
+    assert_eq!(integrity(&db), "ok");
+}
+
+#[test]
+fn exclusive_mode_needs_no_shared_memory_and_keeps_other_openers_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("alone.db");
+    let options = SqliteOptions {
+        exclusive: true,
+        busy_timeout: std::time::Duration::from_millis(200),
+        ..SqliteOptions::default()
+    };
+    let store = SqliteLeaseStore::open_with(&db, options.clone()).unwrap();
+    let job = JobId::new("j").unwrap();
+    let blocking = store.blocking();
+    assert!(blocking.enqueue(&job).unwrap());
+    let fence = blocking
+        .claim(
+            &job,
+            &Owner::new("w").unwrap(),
+            LeaseTerm::new(0.0, 10.0).unwrap(),
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(fence.get(), 1);
+    assert!(
+        !dir.path().join("alone.db-shm").exists(),
+        "exclusive mode made a -shm file"
+    );
+    let err = SqliteLeaseStore::open_with(&db, options.clone()).unwrap_err();
+    assert!(matches!(err, Error::Unavailable(_)), "{err}");
+    assert!(err.to_string().contains("locked"), "{err}");
+    drop(store);
+    let again = SqliteLeaseStore::open_with(&db, options).unwrap();
+    assert_eq!(again.blocking().state(&job).unwrap().unwrap().fence, 1);
 }

@@ -29,7 +29,10 @@ fn every_open_refuses(path: &Path, expected: &dyn Fn(&Error) -> bool) {
         ("state", state(path, "j").map(drop)),
         ("claim", claim(path, "j", "w", 0.0, 1.0).map(drop)),
         ("open", SqliteLeaseStore::open(path).map(drop)),
-        ("open_existing", SqliteLeaseStore::open_existing(path).map(drop)),
+        (
+            "open_existing",
+            SqliteLeaseStore::open_existing(path).map(drop),
+        ),
     ];
     for (how, attempt) in attempts {
         let err = attempt.expect_err(how);
@@ -44,7 +47,10 @@ const CONTRACT: &str = "CREATE TABLE jobs(id TEXT PRIMARY KEY, owner TEXT, until
 fn a_foreign_database_is_refused_and_left_byte_for_byte_unchanged() {
     let lease_id = lease_sqlite::APPLICATION_ID;
     let cases = [
-        ("another program's application_id", "PRAGMA application_id = 1234; CREATE TABLE t(x);".to_owned()),
+        (
+            "another program's application_id",
+            "PRAGMA application_id = 1234; CREATE TABLE t(x);".to_owned(),
+        ),
         (
             "jobs with other columns",
             "CREATE TABLE jobs(id INTEGER PRIMARY KEY, payload BLOB)".to_owned(),
@@ -53,13 +59,22 @@ fn a_foreign_database_is_refused_and_left_byte_for_byte_unchanged() {
             "jobs with an extra column",
             CONTRACT.replace("DEFAULT 0)", "DEFAULT 0, extra TEXT)"),
         ),
-        ("jobs as a view", "CREATE VIEW jobs AS SELECT 1 AS id".to_owned()),
-        ("user_version 7", "PRAGMA user_version = 7; CREATE TABLE t(x);".to_owned()),
+        (
+            "jobs as a view",
+            "CREATE VIEW jobs AS SELECT 1 AS id".to_owned(),
+        ),
+        (
+            "user_version 7",
+            "PRAGMA user_version = 7; CREATE TABLE t(x);".to_owned(),
+        ),
         (
             "a newer lease schema",
             format!("PRAGMA application_id = {lease_id}; PRAGMA user_version = 99; {CONTRACT};"),
         ),
-        ("until declared TEXT", CONTRACT.replace("until REAL", "until TEXT")),
+        (
+            "until declared TEXT",
+            CONTRACT.replace("until REAL", "until TEXT"),
+        ),
         (
             "another program's tables and no markers",
             "CREATE TABLE users(name); INSERT INTO users VALUES ('ann');".to_owned(),
@@ -72,7 +87,10 @@ fn a_foreign_database_is_refused_and_left_byte_for_byte_unchanged() {
     for (what, sql) in cases {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("other.db");
-        Connection::open(&path).unwrap().execute_batch(&sql).unwrap();
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch(&sql)
+            .unwrap();
         let before = files(dir.path());
         every_open_refuses(&path, &|e| matches!(e, Error::Incompatible { .. }));
         assert_eq!(files(dir.path()), before, "{what}: the file was changed");
@@ -88,7 +106,10 @@ fn only_init_turns_an_empty_file_into_a_lease_database() {
         ("enqueue", enqueue(&path, "j").map(drop)),
         ("state", state(&path, "j").map(drop)),
         ("claim", claim(&path, "j", "w", 0.0, 1.0).map(drop)),
-        ("open_existing", SqliteLeaseStore::open_existing(&path).map(drop)),
+        (
+            "open_existing",
+            SqliteLeaseStore::open_existing(&path).map(drop),
+        ),
     ] {
         let err = attempt.expect_err(how);
         assert!(matches!(err, Error::NotFound { .. }), "{how}: {err}");
@@ -105,7 +126,9 @@ fn a_database_made_by_the_seed_is_still_adopted_by_any_open() {
     let path = dir.path().join("seed.db");
     Connection::open(&path)
         .unwrap()
-        .execute_batch(&format!("{CONTRACT}; INSERT INTO jobs(id, fence) VALUES ('old', 3);"))
+        .execute_batch(&format!(
+            "{CONTRACT}; INSERT INTO jobs(id, fence) VALUES ('old', 3);"
+        ))
         .unwrap();
     assert_eq!(state(&path, "old").unwrap().unwrap().fence, 3);
     assert_eq!(claim(&path, "old", "a", 0.0, 1.0).unwrap(), Some(4));
@@ -193,6 +216,9 @@ fn a_stored_text_that_is_not_utf8_is_corrupt_data_naming_the_job_and_column() {
         let err = state(&path, job).unwrap_err();
         assert!(matches!(err, Error::Corrupt(_)), "{job}: {err}");
         let message = err.to_string();
-        assert!(message.contains(job) && message.contains(column), "{message}");
+        assert!(
+            message.contains(job) && message.contains(column),
+            "{message}"
+        );
     }
 }
