@@ -218,3 +218,61 @@ fn claim_many_races_32_owners_with_exactly_one_winner_and_no_busy_errors() {
         assert_eq!(fences[winners[0]], 1);
     }
 }
+
+/// `lease claim-many` races its claims at once, each on its own connection: while the test holds
+/// the write lock, the process has every owner's connection open at the same time.
+#[test]
+fn claim_many_process_has_every_claim_under_way_at_once() {
+    const OWNERS: usize = 8;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("overlap.db");
+    assert!(lease(&db).arg("init").status().unwrap().success());
+    assert!(
+        lease(&db)
+            .args(["enqueue", "j"])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let target = db.canonicalize().unwrap();
+    // Another process's view of SQLite's write lock: a connection of this test process.
+    let holder = rusqlite::Connection::open(&db).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let mut args = vec!["claim-many", "j", "--now", "0", "--ttl", "60", "--json"];
+    let owners: Vec<String> = (0..OWNERS).map(|i| format!("o{i}")).collect();
+    for owner in &owners {
+        args.extend(["--owner", owner.as_str()]);
+    }
+    let child = lease(&db)
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let fds = format!("/proc/{}/fd", child.id());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut most = 0;
+    while most < OWNERS && std::time::Instant::now() < deadline {
+        let open = std::fs::read_dir(&fds)
+            .map(|d| {
+                d.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+                    .filter(|link| *link == target)
+                    .count()
+            })
+            .unwrap_or(0);
+        most = most.max(open);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    holder.execute_batch("COMMIT").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        most >= OWNERS,
+        "at most {most} claims were under way at once"
+    );
+}

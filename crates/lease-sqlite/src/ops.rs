@@ -278,6 +278,30 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_batch_keeps_the_kind_of_its_error_for_every_command() {
+        let kinds = [
+            StoreError::Full("x".into()),
+            StoreError::ReadOnly("x".into()),
+            StoreError::Corrupt("x".into()),
+            StoreError::Indeterminate("x".into()),
+            StoreError::Unavailable("x".into()),
+        ];
+        for kind in kinds {
+            let batch = batch_error(&kind, "the batch's commit failed");
+            assert_eq!(
+                std::mem::discriminant(&batch),
+                std::mem::discriminant(&kind),
+                "{kind:?} became {batch:?}"
+            );
+            assert_eq!(batch.is_determinate(), kind.is_determinate());
+            assert!(
+                batch.to_string().contains("the batch's commit failed"),
+                "{batch}"
+            );
+        }
+    }
+
+    #[test]
     fn a_batch_decides_in_order_and_later_commands_see_earlier_writes() {
         let dir = tempfile::tempdir().unwrap();
         let mut conn = fresh(&dir, &SqliteOptions::default());

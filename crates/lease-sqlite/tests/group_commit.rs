@@ -1,8 +1,12 @@
 //! Group commit as callers see it: concurrent writers share transactions, every caller gets its
-//! own correct answer, a lone caller runs alone, and turning it off still works.
+//! own correct answer, a lone caller runs alone, turning it off still works, and nobody is
+//! answered from a batch whose commit failed.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use lease_domain::{JobId, LeaseTerm, Owner};
-use lease_sqlite::{SqliteLeaseStore, SqliteOptions};
+use lease_sqlite::{ConnectHook, SqliteLeaseStore, SqliteOptions, StoreError};
 
 const THREADS: usize = 16;
 const CLAIMS: usize = 40;
@@ -77,4 +81,72 @@ fn with_group_commit_off_concurrent_writers_still_get_correct_answers() {
     let store = SqliteLeaseStore::open_with(dir.path().join("off.db"), options).unwrap();
     claim_everything(&store);
     assert_eq!(store.group_commit_stats(), None);
+}
+
+/// A store whose commits SQLite turns into rollbacks while `fail` is set (its commit hook), to
+/// see what callers are told about a batch that never committed.
+fn store_with_failing_commits(path: &std::path::Path) -> (SqliteLeaseStore, Arc<AtomicBool>) {
+    let fail = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&fail);
+    let hook = ConnectHook(Arc::new(move |conn: &rusqlite::Connection| {
+        let flag = Arc::clone(&flag);
+        conn.commit_hook(Some(move || flag.load(Ordering::SeqCst)))
+    }));
+    let options = SqliteOptions {
+        on_connect: Some(hook),
+        ..SqliteOptions::default()
+    };
+    (SqliteLeaseStore::open_with(path, options).unwrap(), fail)
+}
+
+/// Nobody is answered from a batch before its COMMIT returns: when the commit fails, every
+/// caller of the batch hears that its outcome is unknown, none that its claim was granted.
+#[test]
+fn when_a_batch_commit_fails_no_caller_is_told_its_write_happened() {
+    const CALLERS: usize = 8;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fails.db");
+    let (store, fail) = store_with_failing_commits(&path);
+    let jobs: Vec<JobId> = (0..CALLERS)
+        .map(|i| JobId::new(format!("j{i}")).unwrap())
+        .collect();
+    for job in &jobs {
+        assert!(store.blocking().enqueue(job).unwrap());
+    }
+    fail.store(true, Ordering::SeqCst);
+    for round in 0..20 {
+        // Hold the write lock so that the callers queue up behind the first one and the rest
+        // of them are decided in one batch.
+        let holder = rusqlite::Connection::open(&path).unwrap();
+        holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let answers: Vec<_> = std::thread::scope(|scope| {
+            let handles: Vec<_> = jobs
+                .iter()
+                .map(|job| {
+                    let store = store.blocking();
+                    scope.spawn(move || {
+                        let owner = Owner::new(format!("w{round}")).unwrap();
+                        store.claim(job, &owner, LeaseTerm::new(0.0, 60.0).unwrap())
+                    })
+                })
+                .collect();
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            holder.execute_batch("COMMIT").unwrap();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for answer in answers {
+            assert!(
+                matches!(answer, Err(StoreError::Indeterminate(_))),
+                "round {round}: a caller was told {answer:?}"
+            );
+        }
+        if store.group_commit_stats().unwrap().batches_of_many > 0 {
+            break;
+        }
+    }
+    assert!(store.group_commit_stats().unwrap().batches_of_many > 0);
+    fail.store(false, Ordering::SeqCst);
+    for job in &jobs {
+        assert_eq!(store.blocking().state(job).unwrap().unwrap().fence, 0);
+    }
 }

@@ -425,3 +425,48 @@ fn claim_many_keeps_input_order_with_more_owners_than_threads() {
         Vec::<Option<u64>>::new()
     );
 }
+
+/// How many descriptors process `pid` has open on `path` itself (not its -wal or -shm).
+fn open_descriptors(pid: &str, path: &Path) -> usize {
+    let target = path.canonicalize().unwrap();
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|fds| {
+            fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+                .filter(|link| *link == target)
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// The claims of `claim_many` overlap in time: while another connection holds the write lock,
+/// every owner's claim is under way at once, each on its own connection. Claims run one after
+/// another would never have more than one connection open here.
+#[test]
+fn claim_many_runs_every_claim_at_the_same_time_on_its_own_connection() {
+    const OWNERS: usize = 8;
+    let (_dir, path) = fresh_db();
+    enqueue(&path, "j").unwrap();
+    let holder = Connection::open(&path).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let names: Vec<String> = (0..OWNERS).map(|i| format!("w{i}")).collect();
+    let racing = {
+        let path = path.clone();
+        std::thread::spawn(move || {
+            let owners: Vec<&str> = names.iter().map(String::as_str).collect();
+            claim_many(&path, "j", &owners, 1.0, 60.0)
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut most = 0;
+    while most < OWNERS + 1 && std::time::Instant::now() < deadline {
+        most = most.max(open_descriptors("self", &path));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    holder.execute_batch("COMMIT").unwrap();
+    let outcomes = racing.join().unwrap().unwrap();
+    assert_eq!(outcomes.iter().filter(|o| o.is_some()).count(), 1);
+    assert!(
+        most > OWNERS,
+        "at most {most} connections (the holder's included) were open at once"
+    );
+}
