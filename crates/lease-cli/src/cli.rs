@@ -10,9 +10,26 @@ use lease_domain::{Fence, InputError, JobId, JobResult, LeaseTerm, Owner, Timest
 #[derive(Debug, Parser)]
 #[command(name = "lease", version, about)]
 pub struct Cli {
-    /// The database file.
-    #[arg(long, global = true, env = "LEASE_DB", default_value = "lease.db")]
-    pub db: PathBuf,
+    /// The database file [env: LEASE_DB] [default: lease.db].
+    #[arg(long, global = true)]
+    pub db: Option<PathBuf>,
+    /// How long to wait for a lock another process holds, in seconds, before failing
+    /// [env: LEASE_BUSY_TIMEOUT] [default: 30].
+    #[arg(
+        long,
+        global = true,
+        value_name = "SECONDS",
+        allow_hyphen_values = true
+    )]
+    pub busy_timeout: Option<f64>,
+    /// Hold the database for this process alone (SQLite's exclusive locking mode: no -shm file;
+    /// other processes wait for the busy timeout and fail).
+    #[arg(long, global = true)]
+    pub exclusive: bool,
+    /// Accept a FUSE or unknown file system, whose shared memory may not be coherent between
+    /// processes; safe only when one process uses the database (see --exclusive).
+    #[arg(long, global = true)]
+    pub allow_unverified_fs: bool,
     /// Print exactly one JSON value on stdout instead of a sentence.
     #[arg(long, global = true)]
     pub json: bool,
@@ -36,6 +53,34 @@ impl Holder {
     fn check(self) -> Result<(Owner, Fence), InputError> {
         Ok((Owner::new(self.owner)?, Fence::new(self.fence)?))
     }
+}
+
+/// Where `complete` takes its result from: the command line, or a file (`-`: standard input)
+/// for results too large for the argument list.
+#[derive(Debug, clap::Args)]
+#[group(required = true, multiple = false)]
+pub struct ResultSource {
+    /// The result to store.
+    #[arg(long, allow_hyphen_values = true)]
+    pub result: Option<String>,
+    /// Read the result to store from this file (`-` for standard input); it must be UTF-8 text.
+    #[arg(long, value_name = "PATH")]
+    pub result_file: Option<PathBuf>,
+}
+
+/// Reads a named input (a result file) for [`Command::into_request`]; `main` provides it, so
+/// that only `main` touches the file system and standard input.
+pub type ReadInput<'a> = &'a dyn Fn(&std::path::Path) -> Result<String, String>;
+
+/// Why a command could not be turned into a request.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RequestError {
+    /// A value was invalid.
+    #[error("invalid input: {0}")]
+    Input(#[from] InputError),
+    /// An input could not be read.
+    #[error("{0}")]
+    Read(String),
 }
 
 /// The time window of a claim or renewal.
@@ -98,9 +143,8 @@ pub enum Command {
         /// The current time in seconds (default: the system clock).
         #[arg(long, allow_hyphen_values = true)]
         now: Option<f64>,
-        /// The result to store.
-        #[arg(long, allow_hyphen_values = true)]
-        result: String,
+        #[command(flatten)]
+        result: ResultSource,
     },
     /// Give the lease back; the fence is kept.
     Release {
@@ -147,11 +191,16 @@ pub enum Request {
 }
 
 impl Command {
-    /// Checks every value; `clock` is read only when a command needs `now` and none was given.
+    /// Checks every value; `clock` is read only when a command needs `now` and none was given,
+    /// and `read` only for a result file.
     ///
     /// # Errors
-    /// The first [`InputError`], which names the bad value.
-    pub fn into_request(self, clock: impl FnOnce() -> f64) -> Result<Request, InputError> {
+    /// The first [`InputError`], which names the bad value, or a file that cannot be read.
+    pub fn into_request(
+        self,
+        clock: impl FnOnce() -> f64,
+        read: ReadInput<'_>,
+    ) -> Result<Request, RequestError> {
         Ok(match self {
             Command::Init => Request::Init,
             Command::Demo => Request::Demo,
@@ -176,7 +225,14 @@ impl Command {
             } => {
                 let (owner, fence) = holder.check()?;
                 let now = Timestamp::new(now.unwrap_or_else(clock))?;
-                Request::Complete(JobId::new(job)?, owner, fence, now, JobResult::new(result)?)
+                let text = match (result.result, result.result_file) {
+                    (Some(text), _) => text,
+                    (None, Some(path)) => read(&path).map_err(RequestError::Read)?,
+                    (None, None) => {
+                        return Err(RequestError::Read("give --result or --result-file".into()));
+                    }
+                };
+                Request::Complete(JobId::new(job)?, owner, fence, now, JobResult::new(text)?)
             }
             Command::Release { job, holder } => {
                 let (owner, fence) = holder.check()?;

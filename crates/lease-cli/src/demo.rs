@@ -132,5 +132,6 @@ pub async fn run(store: &dyn LeaseStore, db: &str) -> Result<Report, String> {
         accepted: true,
         json: json!({"steps": n.steps, "survived": true}),
         human: n.lines.join("\n"),
+        multiline: true,
     })
 }

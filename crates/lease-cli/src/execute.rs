@@ -22,16 +22,35 @@ pub struct Report {
     pub json: Value,
     /// The sentence printed otherwise.
     pub human: String,
+    /// Whether `human` is several lines (the demo); otherwise a newline in it came from a value
+    /// and is escaped like any other control character.
+    pub multiline: bool,
 }
 
 impl Report {
-    fn new(accepted: bool, json: Value, human: String) -> Self {
+    /// A one-sentence report.
+    pub fn new(accepted: bool, json: Value, human: String) -> Self {
         Self {
             accepted,
             json,
             human,
+            multiline: false,
         }
     }
+}
+
+/// Escapes control characters (ESC, BEL, CR, newline, ...) so that a job id, owner or result
+/// cannot drive the terminal or forge a line of output; `--json` output is escaped by JSON.
+fn escape_controls(text: &str) -> String {
+    let mut shown = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            shown.extend(c.escape_default());
+        } else {
+            shown.push(c);
+        }
+    }
+    shown
 }
 
 /// What the process prints and how it exits.
@@ -52,8 +71,11 @@ pub fn respond(outcome: Result<Report, String>, json: bool) -> Response {
         Ok(report) => Response {
             stdout: if json {
                 format!("{}\n", report.json)
+            } else if report.multiline {
+                let lines: Vec<String> = report.human.lines().map(escape_controls).collect();
+                format!("{}\n", lines.join("\n"))
             } else {
-                format!("{}\n", report.human)
+                format!("{}\n", escape_controls(&report.human))
             },
             stderr: String::new(),
             code: if report.accepted {
@@ -64,7 +86,10 @@ pub fn respond(outcome: Result<Report, String>, json: bool) -> Response {
         },
         Err(message) => Response {
             stdout: String::new(),
-            stderr: format!("lease: error: {}\n", message.replace('\n', " ")),
+            stderr: format!(
+                "lease: error: {}\n",
+                escape_controls(&message.replace('\n', " "))
+            ),
             code: EXIT_ERROR,
         },
     }
@@ -261,6 +286,32 @@ mod tests {
             .block_on(execute(request, store))
             .map_err(|e| e.to_string());
         respond(outcome, json)
+    }
+
+    #[test]
+    fn control_characters_from_values_are_escaped_in_human_output_only() {
+        let mut store = MockStore::new();
+        store.expect_state().returning(|id| {
+            Ok(Some(JobState {
+                id: id.as_str().to_owned(),
+                owner: Some("evil\u{1b}]0;pwned\u{7}".into()),
+                until: 1.0,
+                fence: 1,
+                result: None,
+                done: false,
+            }))
+        });
+        let request = Request::State(JobId::new("j\nfake line\u{1b}[2J").unwrap());
+        let human = answer(&request, &store, false).stdout;
+        assert_eq!(human.lines().count(), 1, "{human}");
+        assert!(
+            !human.chars().any(|c| c.is_control() && c != '\n'),
+            "{human:?}"
+        );
+        assert!(human.contains("\\u{1b}]0;pwned\\u{7}"), "{human}");
+        let json = answer(&request, &store, true).stdout;
+        let value: Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(value["owner"], "evil\u{1b}]0;pwned\u{7}");
     }
 
     #[test]

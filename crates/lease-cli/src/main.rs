@@ -1,12 +1,14 @@
-//! The `lease` binary: parses arguments, reads the clock, opens the store and prints the answer.
+//! The `lease` binary: parses arguments, reads the clock and the environment, opens the store
+//! and prints the answer.
 
 mod cli;
 mod demo;
 mod execute;
 
-use std::io::Write;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
 use lease_sqlite::{SqliteLeaseStore, SqliteOptions};
@@ -23,12 +25,73 @@ fn unix_now() -> f64 {
     }
 }
 
+/// Reads a result file, or standard input for `-`, as UTF-8 text.
+fn read_input(path: &Path) -> Result<String, String> {
+    let mut bytes = Vec::new();
+    let read = if path == Path::new("-") {
+        std::io::stdin().read_to_end(&mut bytes).map(drop)
+    } else {
+        std::fs::File::open(path).and_then(|mut f| f.read_to_end(&mut bytes).map(drop))
+    };
+    let shown = if path == Path::new("-") {
+        "standard input".to_owned()
+    } else {
+        format!("result file {}", path.display())
+    };
+    read.map_err(|e| format!("cannot read {shown}: {e}"))?;
+    String::from_utf8(bytes).map_err(|e| format!("{shown} is not UTF-8 text: {e}"))
+}
+
+/// A setting given by a flag (clap refuses an empty one), else by an environment variable, whose
+/// empty value is an error that names the variable.
+fn setting(flag: Option<String>, env: &str) -> Result<Option<String>, String> {
+    if flag.is_some() {
+        return Ok(flag);
+    }
+    match std::env::var_os(env) {
+        None => Ok(None),
+        Some(value) if value.is_empty() => {
+            Err(format!("{env} is set but empty; unset it or give a value"))
+        }
+        Some(value) => value
+            .into_string()
+            .map(Some)
+            .map_err(|v| format!("{env} is not valid text: {v:?}")),
+    }
+}
+
+/// The database path and store options from the flags and the environment.
+fn store_settings(cli: &Cli) -> Result<(PathBuf, SqliteOptions), String> {
+    let db = setting(cli.db.as_ref().map(|p| p.display().to_string()), "LEASE_DB")?
+        .map_or_else(|| PathBuf::from("lease.db"), PathBuf::from);
+    let mut options = SqliteOptions {
+        create: false,
+        exclusive: cli.exclusive,
+        allow_unverified_filesystem: cli.allow_unverified_fs,
+        ..SqliteOptions::default()
+    };
+    let timeout = setting(
+        cli.busy_timeout.map(|t| t.to_string()),
+        "LEASE_BUSY_TIMEOUT",
+    )?;
+    if let Some(text) = timeout {
+        let seconds: f64 = text
+            .parse()
+            .map_err(|_| format!("busy timeout {text:?} is not a number of seconds"))?;
+        options.busy_timeout = Duration::try_from_secs_f64(seconds).map_err(|_| {
+            format!("busy timeout must be a finite number of seconds >= 0, got {text}")
+        })?;
+    }
+    Ok((db, options))
+}
+
 async fn run(cli: Cli) -> Result<Report, String> {
+    let (db_path, options) = store_settings(&cli)?;
     let request = cli
         .command
-        .into_request(unix_now)
-        .map_err(|e| format!("invalid input: {e}"))?;
-    let db = cli.db.display().to_string();
+        .into_request(unix_now, &read_input)
+        .map_err(|e| e.to_string())?;
+    let db = db_path.display().to_string();
     match request {
         Request::Demo => {
             let dir = tempfile::tempdir()
@@ -38,32 +101,61 @@ async fn run(cli: Cli) -> Result<Report, String> {
             demo::run(&store, &path.display().to_string()).await
         }
         Request::Init => {
-            SqliteLeaseStore::open(&cli.db).map_err(|e| e.to_string())?;
-            Ok(Report {
-                accepted: true,
-                json: json!({"ok": true, "db": db}),
-                human: format!("lease database ready at {db}"),
-            })
+            let options = SqliteOptions {
+                create: true,
+                ..options
+            };
+            SqliteLeaseStore::open_with(&db_path, options).map_err(|e| e.to_string())?;
+            Ok(Report::new(
+                true,
+                json!({"ok": true, "db": db}),
+                format!("lease database ready at {db}"),
+            ))
         }
         request => {
             let options = match &request {
                 // The contract races each claim on its own thread and its own connection:
                 // group commit would serialize them inside one transaction instead.
                 Request::ClaimMany(_, owners, _) => SqliteOptions {
-                    create: false,
                     max_batch: 1,
                     pool_size: u32::try_from(owners.len().clamp(1, 64)).unwrap_or(64),
-                    ..SqliteOptions::default()
+                    ..options
                 },
-                _ => SqliteOptions {
-                    create: false,
-                    ..SqliteOptions::default()
-                },
+                _ => options,
             };
-            let store = SqliteLeaseStore::open_with(&cli.db, options).map_err(|e| e.to_string())?;
+            let store =
+                SqliteLeaseStore::open_with(&db_path, options).map_err(|e| e.to_string())?;
             execute::execute(&request, &store)
                 .await
                 .map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// Writes the answer. If stdout cannot take it (a closed pipe), the operation has already
+/// happened: say so on stderr, with the answer, and exit 1.
+fn print(response: &Response, json_answer: Option<&str>) -> u8 {
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout
+        .write_all(response.stdout.as_bytes())
+        .and_then(|()| stdout.flush());
+    let mut stderr = std::io::stderr().lock();
+    // Nothing more can be done if stderr is closed too.
+    let _ = stderr.write_all(response.stderr.as_bytes());
+    match written {
+        Ok(()) => response.code,
+        Err(e) => {
+            let outcome = match response.code {
+                execute::EXIT_OK => "the operation was accepted",
+                execute::EXIT_REFUSED => "the operation was refused",
+                _ => "the operation failed",
+            };
+            let answer = json_answer.map(|a| format!(": {a}")).unwrap_or_default();
+            let _ = writeln!(
+                stderr,
+                "lease: error: cannot write the answer to stdout ({e}); {outcome}{answer}"
+            );
+            execute::EXIT_ERROR
         }
     }
 }
@@ -76,13 +168,7 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime.block_on(run(cli)),
         Err(e) => Err(format!("cannot start the runtime: {e}")),
     };
-    let Response {
-        stdout,
-        stderr,
-        code,
-    } = respond(outcome, json);
-    // A closed stdout (`lease state j | head -c0`) must not turn into a panic.
-    let _ = std::io::stdout().write_all(stdout.as_bytes());
-    let _ = std::io::stderr().write_all(stderr.as_bytes());
-    ExitCode::from(code)
+    let json_answer = outcome.as_ref().ok().map(|r| r.json.to_string());
+    let response = respond(outcome, json);
+    ExitCode::from(print(&response, json_answer.as_deref()))
 }

@@ -330,3 +330,224 @@ fn the_demo_narrates_the_story_and_the_result_survives() {
     let value: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(value["survived"], json!(true));
 }
+
+fn claim_fence_one(db: &Path) {
+    json_of(db, &["enqueue", "j"], 0);
+    assert_eq!(
+        json_of(
+            db,
+            &["claim", "j", "--owner", "a", "--now", "0", "--ttl", "100"],
+            0
+        ),
+        json!({"fence": 1})
+    );
+}
+
+#[test]
+fn a_result_larger_than_the_argument_limit_comes_from_a_file_or_stdin() {
+    let (dir, db) = fresh_db();
+    claim_fence_one(&db);
+    let big = "r".repeat(300 * 1024);
+    let file = dir.path().join("result.txt");
+    std::fs::write(&file, &big).unwrap();
+    let file_arg = file.display().to_string();
+    let args = [
+        "complete",
+        "j",
+        "--owner",
+        "a",
+        "--fence",
+        "1",
+        "--now",
+        "1",
+        "--result-file",
+        &file_arg,
+    ];
+    assert_eq!(json_of(&db, &args, 0), json!({"ok": true}));
+    assert_eq!(json_of(&db, &["state", "j"], 0)["result"], big);
+
+    json_of(&db, &["enqueue", "k"], 0);
+    json_of(
+        &db,
+        &["claim", "k", "--owner", "a", "--now", "0", "--ttl", "100"],
+        0,
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lease"))
+        .arg("--db")
+        .arg(&db)
+        .args([
+            "complete", "k", "--owner", "a", "--fence", "1", "--now", "1",
+        ])
+        .args(["--result-file", "-", "--json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(big.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(json_of(&db, &["state", "k"], 0)["result"], big);
+}
+
+#[test]
+fn an_unreadable_or_non_utf8_result_file_is_an_error_that_changes_nothing() {
+    let (dir, db) = fresh_db();
+    claim_fence_one(&db);
+    let before = json_of(&db, &["state", "j"], 0);
+    let binary = dir.path().join("binary");
+    std::fs::write(&binary, [0xff, 0xfe, 0x00]).unwrap();
+    for (path, named) in [
+        (dir.path().join("missing"), "cannot read result file"),
+        (binary, "is not UTF-8"),
+    ] {
+        let path = path.display().to_string();
+        let args = [
+            "complete",
+            "j",
+            "--owner",
+            "a",
+            "--fence",
+            "1",
+            "--result-file",
+            &path,
+        ];
+        let out = lease(&db, &args);
+        assert_eq!(out.status.code(), Some(1), "{path}");
+        assert!(stderr(&out).contains(named), "{}", stderr(&out));
+        assert_eq!(stdout(&out), "");
+    }
+    let both = [
+        "complete",
+        "j",
+        "--owner",
+        "a",
+        "--fence",
+        "1",
+        "--result",
+        "x",
+        "--result-file",
+        "-",
+    ];
+    assert_eq!(lease(&db, &both).status.code(), Some(2));
+    assert_eq!(json_of(&db, &["state", "j"], 0), before);
+}
+
+#[test]
+fn a_closed_stdout_is_an_error_that_reports_the_outcome_on_stderr() {
+    let (_dir, db) = fresh_db();
+    json_of(&db, &["enqueue", "j"], 0);
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_lease"))
+        .arg("--db")
+        .arg(&db)
+        .args([
+            "claim", "j", "--owner", "a", "--now", "0", "--ttl", "5", "--json",
+        ])
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("cannot write the answer to stdout")
+            && err.contains("accepted")
+            && err.contains(r#"{"fence":1}"#),
+        "{err}"
+    );
+    // The claim itself happened; the error only says its answer was lost.
+    assert_eq!(json_of(&db, &["state", "j"], 0)["fence"], 1);
+}
+
+#[test]
+fn an_empty_database_setting_names_where_it_came_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |env: Option<&str>, args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_lease"));
+        command
+            .current_dir(dir.path())
+            .args(args)
+            .env_remove("LEASE_DB");
+        if let Some(value) = env {
+            command.env("LEASE_DB", value);
+        }
+        command.output().unwrap()
+    };
+    let out = run(Some(""), &["state", "j"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("LEASE_DB is set but empty"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stderr(&out).contains("--db"), "{}", stderr(&out));
+    // An empty --db is a usage error that names the flag the user did type.
+    let out = run(None, &["--db", "", "state", "j"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--db"), "{}", stderr(&out));
+    // LEASE_DB names the database when --db is not given.
+    let db = dir.path().join("from-env.db");
+    let db_text = db.display().to_string();
+    assert_eq!(run(Some(&db_text), &["init"]).status.code(), Some(0));
+    assert!(db.exists());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}
+
+#[test]
+fn the_busy_timeout_can_be_shortened_by_flag_or_environment() {
+    let (_dir, db) = fresh_db();
+    json_of(&db, &["enqueue", "j"], 0);
+    let holder = rusqlite::Connection::open(&db).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let claim = ["claim", "j", "--owner", "a", "--ttl", "5"];
+    let started = std::time::Instant::now();
+    let out = lease(&db, &[&claim[..], &["--busy-timeout", "0.2"]].concat());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("locked"), "{}", stderr(&out));
+    let out = Command::new(env!("CARGO_BIN_EXE_lease"))
+        .arg("--db")
+        .arg(&db)
+        .args(claim)
+        .env("LEASE_BUSY_TIMEOUT", "0.2")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    // Both gave up long before the default 30 s; no timing is asserted beyond that.
+    assert!(started.elapsed() < std::time::Duration::from_secs(25));
+    for bad in ["-1", "nan", "soon"] {
+        let out = lease(&db, &[&claim[..], &["--busy-timeout", bad]].concat());
+        assert_ne!(out.status.code(), Some(0), "{bad}");
+        assert_eq!(stdout(&out), "", "{bad}");
+    }
+    holder.execute_batch("COMMIT").unwrap();
+    assert_eq!(json_of(&db, &["state", "j"], 0)["fence"], 0);
+}
+
+#[test]
+fn a_foreign_database_is_refused_by_the_cli_and_left_byte_for_byte_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("other.db");
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute_batch("PRAGMA application_id = 1234; CREATE TABLE t(x);")
+        .unwrap();
+    let before = std::fs::read(&db).unwrap();
+    for args in [&["state", "j"][..], &["enqueue", "j"], &["init"]] {
+        let out = lease(&db, args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(
+            stderr(&out).contains("application_id 0x4d2"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(std::fs::read(&db).unwrap(), before);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}

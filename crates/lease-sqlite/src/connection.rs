@@ -39,7 +39,10 @@ impl Synchronous {
 /// A function run on every new connection, after the store's own settings (for example to
 /// register SQL functions, or in tests to install hooks).
 #[derive(Clone)]
-pub struct ConnectHook(pub Arc<dyn Fn(&Connection) -> rusqlite::Result<()> + Send + Sync>);
+pub struct ConnectHook(pub Arc<ConnectFn>);
+
+/// The function a [`ConnectHook`] runs.
+pub type ConnectFn = dyn Fn(&Connection) -> rusqlite::Result<()> + Send + Sync;
 
 impl std::fmt::Debug for ConnectHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

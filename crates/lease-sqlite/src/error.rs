@@ -136,7 +136,9 @@ mod tests {
 
     #[test]
     fn invalid_utf8_in_a_stored_value_is_corrupt_data() {
-        let bad = std::str::from_utf8(&[0xc3, 0x28]).unwrap_err();
+        let bad = String::from_utf8(vec![0xc3, 0x28])
+            .unwrap_err()
+            .utf8_error();
         assert!(matches!(
             before_commit(rusqlite::Error::Utf8Error(0, bad)),
             StoreError::Corrupt(_)

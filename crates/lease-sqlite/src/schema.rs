@@ -277,7 +277,7 @@ mod tests {
     use super::*;
 
     fn schema(app: i32, version: i32, objects: &[(&str, &str)]) -> Schema {
-        let jobs_columns = if objects.iter().any(|o| *o == ("jobs", "table")) {
+        let jobs_columns = if objects.contains(&("jobs", "table")) {
             COLUMNS
                 .iter()
                 .map(|c| {
