@@ -1,4 +1,5 @@
-//! Project tasks: `cargo xtask ci` runs every check CI runs; `cargo xtask bench` runs the benchmarks.
+//! Project tasks: `cargo xtask ci` runs every check CI runs; `cargo xtask bench` runs the
+//! benchmarks; `cargo xtask mutants` runs mutation testing.
 
 use std::process::{Command, ExitCode};
 
@@ -54,12 +55,87 @@ fn bench(rest: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// The SQLite adapter's core files, whose mutants the fast tests must catch.
+const SQLITE_CORE: [&str; 5] = [
+    "crates/lease-sqlite/src/ops.rs",
+    "crates/lease-sqlite/src/group.rs",
+    "crates/lease-sqlite/src/schema.rs",
+    "crates/lease-sqlite/src/error.rs",
+    "crates/lease-sqlite/src/connection.rs",
+];
+
+/// The adapter's test binaries that take seconds, not the kill soak or the power-loss trials.
+const SQLITE_FAST_TESTS: [&str; 8] = [
+    "clock_edges",
+    "conformance",
+    "differential",
+    "full_and_read_only",
+    "group_commit",
+    "hostile_files",
+    "linearizability",
+    "seed_api",
+];
+
+/// Mutation testing with cargo-mutants: lease-domain against its own tests, then the SQLite
+/// adapter's core files against its fast tests. Reports go to target/mutants/.
+fn mutants(rest: &[String]) -> Result<(), String> {
+    let installed = Command::new(env!("CARGO"))
+        .args(["mutants", "--version"])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !installed {
+        return Err(
+            "cargo-mutants is not installed: run `cargo install --locked cargo-mutants`".into(),
+        );
+    }
+    let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("xtask has no parent directory")?
+        .join("target/mutants");
+    std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    let (domain_out, sqlite_out) = (
+        out.join("domain").display().to_string(),
+        out.join("sqlite").display().to_string(),
+    );
+    let extra: Vec<&str> = rest.iter().map(String::as_str).collect();
+    let mut domain = vec![
+        "mutants",
+        "--package",
+        "lease-domain",
+        "--output",
+        &domain_out,
+    ];
+    domain.extend(&extra);
+    let domain_result = cargo(&domain, &[]);
+    let mut sqlite = vec![
+        "mutants",
+        "--package",
+        "lease-sqlite",
+        "--output",
+        &sqlite_out,
+    ];
+    for file in SQLITE_CORE {
+        sqlite.extend(["--file", file]);
+    }
+    sqlite.extend(&extra);
+    sqlite.extend(["--", "--lib"]);
+    for test in SQLITE_FAST_TESTS {
+        sqlite.extend(["--test", test]);
+    }
+    let sqlite_result = cargo(&sqlite, &[]);
+    domain_result.and(sqlite_result)
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let outcome = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("bench") => bench(&args[1..]),
-        _ => Err("usage: cargo xtask <ci | bench [--quick]>".to_owned()),
+        Some("mutants") => mutants(&args[1..]),
+        _ => Err(
+            "usage: cargo xtask <ci | bench [--quick] | mutants [cargo-mutants options]>"
+                .to_owned(),
+        ),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -319,3 +319,55 @@ fn commands_decide_like_the_rules_and_write_only_when_accepted() {
         (None, Outcome::Wrote(Err(WriteRefused::StaleFence { .. })))
     ));
 }
+
+#[test]
+fn values_show_and_give_back_exactly_what_was_checked() {
+    let id = JobId::new("invoice-42").unwrap();
+    assert_eq!(
+        (id.as_str(), id.to_string().as_str()),
+        ("invoice-42", "invoice-42")
+    );
+    let who = owner("worker-A");
+    assert_eq!(
+        (who.as_str(), who.to_string().as_str()),
+        ("worker-A", "worker-A")
+    );
+    assert_eq!(JobResult::new("paid").unwrap().as_str(), "paid");
+    assert_eq!(fence(17).to_string(), "17");
+    assert_eq!(at(-2.5).get(), -2.5);
+    assert_eq!(at(130.25).to_string(), "130.25");
+    let term = term(100.0, 30.5);
+    assert_eq!((term.now().get(), term.until().get()), (100.0, 130.5));
+}
+
+#[test]
+fn refusals_name_the_holder_fences_and_times() {
+    let live = ClaimRefused::Live {
+        owner: Some(owner("a")),
+        until: at(15.0),
+    };
+    assert_eq!(live.to_string(), "the job is leased to a until 15");
+    let released = ClaimRefused::Live {
+        owner: None,
+        until: at(15.0),
+    };
+    assert_eq!(released.to_string(), "the job is leased until 15");
+    let stale = WriteRefused::StaleFence {
+        presented: fence(1),
+        current: fence(2),
+    };
+    assert_eq!(
+        stale.to_string(),
+        "fence 1 is stale (the current fence is 2)"
+    );
+    let not_owner = WriteRefused::NotOwner {
+        presented: owner("b"),
+        current: Some(owner("a")),
+    };
+    assert_eq!(not_owner.to_string(), "b is not the owner (the owner is a)");
+    let expired = WriteRefused::Expired {
+        until: at(10.0),
+        now: at(12.5),
+    };
+    assert_eq!(expired.to_string(), "the lease expired at 10 (now is 12.5)");
+}

@@ -139,12 +139,6 @@ impl JobResult {
     pub fn as_str(&self) -> &str {
         &self.0
     }
-
-    /// The result as owned text.
-    #[must_use]
-    pub fn into_string(self) -> String {
-        self.0
-    }
 }
 
 /// A fencing token: the per-job generation number, in `0..=i64::MAX`.
@@ -257,12 +251,6 @@ impl Ttl {
             return Err(InputError::NonPositiveTtl(seconds));
         }
         Ok(Self(seconds))
-    }
-
-    /// The duration in seconds.
-    #[must_use]
-    pub fn get(self) -> f64 {
-        self.0
     }
 }
 
