@@ -3,7 +3,10 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
-use lease_domain::{Fence, InputError, JobId, JobResult, LeaseTerm, Owner, Timestamp};
+use lease_domain::{
+    EnqueueSpec, ErrorText, Fence, InputError, JobId, JobResult, LeaseTerm, Owner, Payload,
+    QueueName, Retry, Status, Timestamp,
+};
 
 /// Fenced job leases on an embedded SQLite database: a stalled worker can never overwrite the
 /// result of the worker that took over.
@@ -68,9 +71,22 @@ pub struct ResultSource {
     pub result_file: Option<PathBuf>,
 }
 
-/// Reads a named input (a result file) for [`Command::into_request`]; `main` provides it, so
-/// that only `main` touches the file system and standard input.
-pub type ReadInput<'a> = &'a dyn Fn(&std::path::Path) -> Result<String, String>;
+/// Reads a named input (a result or payload file, `-` for standard input) as bytes for
+/// [`Command::into_request`]; `main` provides it, so that only `main` touches the file system
+/// and standard input.
+pub type ReadInput<'a> = &'a dyn Fn(&std::path::Path) -> Result<Vec<u8>, String>;
+
+/// Where `enqueue` takes a payload from, if anywhere.
+#[derive(Debug, Default, clap::Args)]
+#[group(required = false, multiple = false)]
+pub struct PayloadSource {
+    /// The payload, as text.
+    #[arg(long, allow_hyphen_values = true)]
+    pub payload: Option<String>,
+    /// Read the payload from this file (`-` for standard input); any bytes, up to 1 MiB.
+    #[arg(long, value_name = "PATH")]
+    pub payload_file: Option<PathBuf>,
+}
 
 /// Why a command could not be turned into a request.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -109,11 +125,105 @@ pub enum Command {
     Enqueue {
         /// The job id.
         job: String,
+        /// The queue it waits in.
+        #[arg(long, default_value = QueueName::DEFAULT)]
+        queue: String,
+        /// Higher is claimed first.
+        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+        priority: i64,
+        /// Not claimable before this time (seconds).
+        #[arg(long, allow_hyphen_values = true)]
+        run_at: Option<f64>,
+        /// How many times claim-next may lease it (0 or 1: no retry).
+        #[arg(long, default_value_t = EnqueueSpec::DEFAULT_MAX_ATTEMPTS)]
+        max_attempts: u32,
+        #[command(flatten)]
+        payload: PayloadSource,
     },
-    /// Show a job's stored row.
+    /// Lease up to --limit due jobs of a queue: highest priority, then earliest run-at, then FIFO.
+    ClaimNext {
+        /// The queue.
+        #[arg(long, default_value = QueueName::DEFAULT)]
+        queue: String,
+        /// The worker asking.
+        #[arg(long)]
+        owner: String,
+        #[command(flatten)]
+        window: Window,
+        /// The most leases to take.
+        #[arg(long, default_value_t = 1)]
+        limit: usize,
+    },
+    /// Report a failure of the live current lease: retried after a backoff while attempts
+    /// remain, else dead.
+    Fail {
+        /// The job id.
+        job: String,
+        #[command(flatten)]
+        holder: Holder,
+        /// What went wrong (kept with the job).
+        #[arg(long, allow_hyphen_values = true)]
+        error: String,
+        /// The current time in seconds (default: the system clock).
+        #[arg(long, allow_hyphen_values = true)]
+        now: Option<f64>,
+        /// Dead at once, whatever attempts remain.
+        #[arg(long)]
+        no_retry: bool,
+    },
+    /// Cancel a pending or running job; its holder's later writes are refused.
+    Cancel {
+        /// The job id.
+        job: String,
+        /// The current time in seconds (default: the system clock).
+        #[arg(long, allow_hyphen_values = true)]
+        now: Option<f64>,
+    },
+    /// Put a dead or cancelled job back to pending with fresh attempts (its fence goes on).
+    Retry {
+        /// The job id.
+        job: String,
+        /// The current time in seconds (default: the system clock).
+        #[arg(long, allow_hyphen_values = true)]
+        now: Option<f64>,
+    },
+    /// List jobs, in id order.
+    List {
+        /// Only this queue.
+        #[arg(long)]
+        queue: Option<String>,
+        /// Only this status: pending, running, done, dead or cancelled.
+        #[arg(long)]
+        status: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        /// The time statuses are judged at (default: the system clock).
+        #[arg(long, allow_hyphen_values = true)]
+        now: Option<f64>,
+    },
+    /// Count jobs per queue and status.
+    Stats {
+        /// The time statuses are judged at (default: the system clock).
+        #[arg(long, allow_hyphen_values = true)]
+        now: Option<f64>,
+    },
+    /// Delete finished jobs last changed before --before; a purged id never gets an old fence.
+    Purge {
+        /// The cutoff time (seconds).
+        #[arg(long, allow_hyphen_values = true)]
+        before: f64,
+        /// Only these statuses (done, dead, cancelled; repeat for several; default: all three).
+        #[arg(long = "status")]
+        statuses: Vec<String>,
+    },
+    /// Show a job's stored row, with its queue fields and its status at --now.
     State {
         /// The job id.
         job: String,
+        /// The time the status is judged at (default: the system clock).
+        #[arg(long, allow_hyphen_values = true)]
+        now: Option<f64>,
     },
     /// Take the job's lease if it is free or expired; prints the new fence.
     Claim {
@@ -173,9 +283,23 @@ pub enum Request {
     /// Create or check the database.
     Init,
     /// Enqueue a job.
-    Enqueue(JobId),
-    /// Read a job.
-    State(JobId),
+    Enqueue(JobId, EnqueueSpec),
+    /// Read a job, judging its status at a time.
+    State(JobId, Timestamp),
+    /// Lease the next jobs of a queue.
+    ClaimNext(QueueName, Owner, LeaseTerm, usize),
+    /// Report a failure.
+    Fail(JobId, Owner, Fence, Timestamp, ErrorText, Retry),
+    /// Cancel a job.
+    Cancel(JobId, Timestamp),
+    /// Retry a job.
+    Retry(JobId, Timestamp),
+    /// List jobs.
+    List(lease_ports::ListFilter),
+    /// Count jobs.
+    Stats(Timestamp),
+    /// Purge finished jobs.
+    Purge(Timestamp, Vec<Status>),
     /// Claim a job.
     Claim(JobId, Owner, LeaseTerm),
     /// Renew a lease.
@@ -204,8 +328,100 @@ impl Command {
         Ok(match self {
             Command::Init => Request::Init,
             Command::Demo => Request::Demo,
-            Command::Enqueue { job } => Request::Enqueue(JobId::new(job)?),
-            Command::State { job } => Request::State(JobId::new(job)?),
+            Command::Enqueue {
+                job,
+                queue,
+                priority,
+                run_at,
+                max_attempts,
+                payload,
+            } => {
+                let payload = match (payload.payload, payload.payload_file) {
+                    (Some(text), _) => Some(text.into_bytes()),
+                    (None, Some(path)) => Some(read(&path).map_err(RequestError::Read)?),
+                    (None, None) => None,
+                };
+                let spec = EnqueueSpec {
+                    queue: QueueName::new(queue)?,
+                    priority,
+                    run_at: run_at.map(Timestamp::new).transpose()?,
+                    max_attempts: Some(max_attempts),
+                    payload: payload
+                        .map(|bytes| Payload::new(bytes, Payload::DEFAULT_LIMIT))
+                        .transpose()?,
+                };
+                Request::Enqueue(JobId::new(job)?, spec)
+            }
+            Command::State { job, now } => {
+                Request::State(JobId::new(job)?, Timestamp::new(now.unwrap_or_else(clock))?)
+            }
+            Command::ClaimNext {
+                queue,
+                owner,
+                window,
+                limit,
+            } => Request::ClaimNext(
+                QueueName::new(queue)?,
+                Owner::new(owner)?,
+                window.term(clock)?,
+                limit,
+            ),
+            Command::Fail {
+                job,
+                holder,
+                error,
+                now,
+                no_retry,
+            } => {
+                let (owner, fence) = holder.check()?;
+                let retry = if no_retry {
+                    Retry::No
+                } else {
+                    Retry::default()
+                };
+                Request::Fail(
+                    JobId::new(job)?,
+                    owner,
+                    fence,
+                    Timestamp::new(now.unwrap_or_else(clock))?,
+                    ErrorText::new(error)?,
+                    retry,
+                )
+            }
+            Command::Cancel { job, now } => {
+                Request::Cancel(JobId::new(job)?, Timestamp::new(now.unwrap_or_else(clock))?)
+            }
+            Command::Retry { job, now } => {
+                Request::Retry(JobId::new(job)?, Timestamp::new(now.unwrap_or_else(clock))?)
+            }
+            Command::List {
+                queue,
+                status,
+                limit,
+                now,
+            } => Request::List(lease_ports::ListFilter {
+                queue: queue.map(QueueName::new).transpose()?,
+                status: status.as_deref().map(Status::parse).transpose()?,
+                limit,
+                now: Timestamp::new(now.unwrap_or_else(clock))?,
+            }),
+            Command::Stats { now } => Request::Stats(Timestamp::new(now.unwrap_or_else(clock))?),
+            Command::Purge { before, statuses } => {
+                let statuses = if statuses.is_empty() {
+                    vec![Status::Done, Status::Dead, Status::Cancelled]
+                } else {
+                    statuses
+                        .iter()
+                        .map(|s| match Status::parse(s)? {
+                            status if status.is_finished() => Ok(status),
+                            _ => Err(InputError::UnknownStatus(format!(
+                                "{s} (purge takes done, dead or cancelled)"
+                            ))),
+                        })
+                        .collect::<Result<_, _>>()?
+                };
+                Request::Purge(Timestamp::new(before)?, statuses)
+            }
             Command::Claim { job, owner, window } => {
                 Request::Claim(JobId::new(job)?, Owner::new(owner)?, window.term(clock)?)
             }
@@ -227,7 +443,15 @@ impl Command {
                 let now = Timestamp::new(now.unwrap_or_else(clock))?;
                 let text = match (result.result, result.result_file) {
                     (Some(text), _) => text,
-                    (None, Some(path)) => read(&path).map_err(RequestError::Read)?,
+                    (None, Some(path)) => {
+                        let bytes = read(&path).map_err(RequestError::Read)?;
+                        String::from_utf8(bytes).map_err(|e| {
+                            RequestError::Read(format!(
+                                "result file {} is not UTF-8 text: {e}",
+                                path.display()
+                            ))
+                        })?
+                    }
                     (None, None) => {
                         return Err(RequestError::Read("give --result or --result-file".into()));
                     }

@@ -133,5 +133,6 @@ pub async fn run(store: &dyn LeaseStore, db: &str) -> Result<Report, String> {
         json: json!({"steps": n.steps, "survived": true}),
         human: n.lines.join("\n"),
         multiline: true,
+        note: None,
     })
 }

@@ -1,7 +1,7 @@
 //! Runs a checked request against any [`LeaseStore`] and renders the answer as JSON and prose.
 
-use lease_domain::{Fence, JobId, Owner};
-use lease_ports::{JobState, LeaseStore, StoreError, WriteOutcome};
+use lease_domain::{Fence, JobId, Owner, Status, Timestamp};
+use lease_ports::{JobRecord, JobState, Lease, LeaseStore, StoreError, WriteOutcome};
 use serde_json::{Value, json};
 
 use crate::cli::Request;
@@ -22,9 +22,11 @@ pub struct Report {
     pub json: Value,
     /// The sentence printed otherwise.
     pub human: String,
-    /// Whether `human` is several lines (the demo); otherwise a newline in it came from a value
-    /// and is escaped like any other control character.
+    /// Whether `human` is several lines (the demo, tables); otherwise a newline in it came from
+    /// a value and is escaped like any other control character.
     pub multiline: bool,
+    /// Printed on stderr (the reason a queue command was refused).
+    pub note: Option<String>,
 }
 
 impl Report {
@@ -35,7 +37,14 @@ impl Report {
             json,
             human,
             multiline: false,
+            note: None,
         }
+    }
+
+    /// A report whose refusal reason also goes to stderr.
+    fn refused_with(mut self, reason: Option<String>) -> Self {
+        self.note = reason.map(|r| format!("lease: refused: {r}\n"));
+        self
     }
 }
 
@@ -77,7 +86,11 @@ pub fn respond(outcome: Result<Report, String>, json: bool) -> Response {
             } else {
                 format!("{}\n", escape_controls(&report.human))
             },
-            stderr: String::new(),
+            stderr: report
+                .note
+                .as_deref()
+                .map(escape_controls_but_newline)
+                .unwrap_or_default(),
             code: if report.accepted {
                 EXIT_OK
             } else {
@@ -93,6 +106,86 @@ pub fn respond(outcome: Result<Report, String>, json: bool) -> Response {
             code: EXIT_ERROR,
         },
     }
+}
+
+fn escape_controls_but_newline(text: &str) -> String {
+    let lines: Vec<String> = text.split('\n').map(escape_controls).collect();
+    lines.join("\n")
+}
+
+/// A payload as JSON: `payload` when it is UTF-8 text, else `payload_base64`.
+fn payload_json(payload: Option<&[u8]>, into: &mut serde_json::Map<String, Value>) {
+    use base64::Engine;
+    match payload.map(std::str::from_utf8) {
+        None => {
+            into.insert("payload".into(), Value::Null);
+        }
+        Some(Ok(text)) => {
+            into.insert("payload".into(), json!(text));
+        }
+        Some(Err(_)) => {
+            let bytes = payload.unwrap_or_default();
+            into.insert("payload".into(), Value::Null);
+            into.insert(
+                "payload_base64".into(),
+                json!(base64::engine::general_purpose::STANDARD.encode(bytes)),
+            );
+        }
+    }
+}
+
+/// A job as JSON: the seed's six keys, then the queue's, with the status judged at `now`.
+fn record_json(record: &JobRecord, now: Timestamp) -> Value {
+    let j = &record.job;
+    let mut object = serde_json::Map::new();
+    if let Value::Object(seed) = state_json(Some(&record.state())) {
+        object.extend(seed);
+    }
+    object.extend([
+        ("queue".to_owned(), json!(j.queue.as_str())),
+        ("priority".to_owned(), json!(j.priority)),
+        ("run_at".to_owned(), json!(j.run_at.map(Timestamp::get))),
+        ("attempts".to_owned(), json!(j.attempts)),
+        ("max_attempts".to_owned(), json!(j.max_attempts)),
+        ("status".to_owned(), json!(j.status_at(now).as_str())),
+        (
+            "result_fence".to_owned(),
+            json!(j.result_fence.map(Fence::get)),
+        ),
+        ("error".to_owned(), json!(j.error)),
+    ]);
+    payload_json(j.payload.as_deref(), &mut object);
+    Value::Object(object)
+}
+
+fn lease_json(lease: &Lease) -> Value {
+    let mut object = serde_json::Map::new();
+    object.extend([
+        ("id".to_owned(), json!(lease.job.as_str())),
+        ("fence".to_owned(), json!(lease.fence.get())),
+        ("until".to_owned(), json!(lease.until.get())),
+        ("attempt".to_owned(), json!(lease.attempt)),
+    ]);
+    payload_json(lease.payload.as_deref(), &mut object);
+    Value::Object(object)
+}
+
+/// One line of `list`: id, queue, status, fence, attempts, and the error if any.
+fn record_line(record: &JobRecord, now: Timestamp) -> String {
+    let j = &record.job;
+    let mut line = format!(
+        "{:<24} {:<12} {:<9} fence {:<4} attempts {}/{}",
+        record.id,
+        j.queue,
+        j.status_at(now).as_str(),
+        j.fence,
+        j.attempts,
+        j.max_attempts.max(1)
+    );
+    if let Some(error) = &j.error {
+        line.push_str(&format!(" error {error:?}"));
+    }
+    line
 }
 
 fn state_json(state: Option<&JobState>) -> Value {
@@ -145,6 +238,18 @@ fn write_report(
     }
 }
 
+fn queue_write_report(outcome: WriteOutcome, verb: &str, id: &JobId) -> Report {
+    match outcome {
+        Ok(()) => Report::new(true, json!({"ok": true}), format!("{verb} job {id}")),
+        Err(refused) => Report::new(
+            false,
+            json!({"ok": false}),
+            format!("not {verb}: {refused}"),
+        )
+        .refused_with(Some(refused.to_string())),
+    }
+}
+
 /// Runs one request that needs a store (everything but `init` and `demo`, which `main` handles).
 ///
 /// # Errors
@@ -156,8 +261,8 @@ pub async fn execute(request: &Request, store: &dyn LeaseStore) -> Result<Report
                 "init and demo are run by main".to_owned(),
             ));
         }
-        Request::Enqueue(id) => {
-            let inserted = store.enqueue(id).await?;
+        Request::Enqueue(id, spec) => {
+            let inserted = store.enqueue_with(id, spec).await?;
             let human = if inserted {
                 format!("enqueued job {id}")
             } else {
@@ -165,12 +270,131 @@ pub async fn execute(request: &Request, store: &dyn LeaseStore) -> Result<Report
             };
             Report::new(true, json!({"inserted": inserted}), human)
         }
-        Request::State(id) => {
-            let state = store.state(id).await?;
+        Request::State(id, now) => {
+            let record = store.record(id).await?;
+            let state = record.as_ref().map(JobRecord::state);
+            let mut human = state_sentence(id, state.as_ref());
+            if let Some(record) = &record {
+                let j = &record.job;
+                human.push_str(&format!(
+                    "; {} in queue {}, attempts {}/{}",
+                    j.status_at(*now),
+                    j.queue,
+                    j.attempts,
+                    j.max_attempts.max(1)
+                ));
+                if let Some(error) = &j.error {
+                    human.push_str(&format!(", last error {error:?}"));
+                }
+            }
             Report::new(
                 true,
-                state_json(state.as_ref()),
-                state_sentence(id, state.as_ref()),
+                record.map_or(Value::Null, |r| record_json(&r, *now)),
+                human,
+            )
+        }
+        Request::ClaimNext(queue, owner, term, limit) => {
+            let leases = store.claim_next(queue, owner, *term, *limit).await?;
+            let human = if leases.is_empty() {
+                format!("no due job in queue {queue}")
+            } else {
+                let taken: Vec<String> = leases
+                    .iter()
+                    .map(|l| format!("{} (fence {}, attempt {})", l.job, l.fence, l.attempt))
+                    .collect();
+                format!(
+                    "leased to {owner} until {}: {}",
+                    term.until(),
+                    taken.join(", ")
+                )
+            };
+            let json = json!({"leases": leases.iter().map(lease_json).collect::<Vec<_>>()});
+            Report::new(!leases.is_empty(), json, human)
+        }
+        Request::Fail(id, owner, fence, now, error, retry) => {
+            match store.fail(id, owner, *fence, *now, error, *retry).await? {
+                Ok(failed) => {
+                    let run_at = failed.run_at.map(Timestamp::get);
+                    let human = match failed.run_at {
+                        Some(at) => format!("job {id} failed; it will be retried at {at}"),
+                        None => format!("job {id} failed and is dead"),
+                    };
+                    Report::new(
+                        true,
+                        json!({"ok": true, "state": failed.status.as_str(), "run_at": run_at}),
+                        human,
+                    )
+                }
+                Err(refused) => Report::new(
+                    false,
+                    json!({"ok": false, "state": null, "run_at": null}),
+                    format!("not failed: {refused}"),
+                )
+                .refused_with(Some(refused.to_string())),
+            }
+        }
+        Request::Cancel(id, now) => {
+            queue_write_report(store.cancel(id, *now).await?, "cancelled", id)
+        }
+        Request::Retry(id, now) => queue_write_report(store.retry(id, *now).await?, "retried", id),
+        Request::List(filter) => {
+            let records = store.list(filter).await?;
+            let lines: Vec<String> = records.iter().map(|r| record_line(r, filter.now)).collect();
+            let json = json!({"jobs": records.iter().map(|r| record_json(r, filter.now)).collect::<Vec<_>>()});
+            let mut report = Report::new(
+                true,
+                json,
+                if lines.is_empty() {
+                    "no jobs".to_owned()
+                } else {
+                    lines.join("\n")
+                },
+            );
+            report.multiline = true;
+            report
+        }
+        Request::Stats(now) => {
+            let rows = store.stats(*now).await?;
+            let mut queues = serde_json::Map::new();
+            let mut lines = Vec::new();
+            for row in &rows {
+                let counts = queues
+                    .entry(row.queue.as_str().to_owned())
+                    .or_insert_with(|| {
+                        Value::Object(
+                            Status::ALL
+                                .iter()
+                                .map(|s| (s.as_str().to_owned(), json!(0)))
+                                .collect(),
+                        )
+                    });
+                counts[row.status.as_str()] = json!(row.count);
+            }
+            for (queue, counts) in &queues {
+                let shown: Vec<String> = Status::ALL
+                    .iter()
+                    .map(|s| format!("{} {}", counts[s.as_str()], s.as_str()))
+                    .collect();
+                lines.push(format!("{queue}: {}", shown.join(", ")));
+            }
+            let mut report = Report::new(
+                true,
+                json!({"queues": queues}),
+                if lines.is_empty() {
+                    "no jobs".to_owned()
+                } else {
+                    lines.join("\n")
+                },
+            );
+            report.multiline = true;
+            report
+        }
+        Request::Purge(before, statuses) => {
+            let purged = store.purge(*before, statuses).await?;
+            Report::new(
+                true,
+                json!({"purged": purged}),
+                format!("purged {purged} job(s) finished before {before}"),
             )
         }
         Request::Claim(id, owner, term) => match store.claim(id, owner, *term).await? {
@@ -251,8 +475,10 @@ mod tests {
     //! How the CLI reacts to outcomes a real store rarely gives on demand: storage errors,
     //! unknown commit outcomes, and refusals. The store is a mockall double.
 
-    use lease_domain::{ClaimRefused, JobResult, LeaseTerm, Timestamp, WriteRefused};
-    use lease_ports::{ClaimOutcome, JobState};
+    use lease_domain::{
+        ClaimRefused, EnqueueSpec, ErrorText, JobResult, LeaseTerm, QueueName, Retry, WriteRefused,
+    };
+    use lease_ports::{ClaimOutcome, FailOutcome, ListFilter, StatsRow};
     use mockall::mock;
 
     use super::*;
@@ -267,6 +493,15 @@ mod tests {
             async fn renew(&self, job: &JobId, owner: &Owner, fence: Fence, term: LeaseTerm) -> Result<WriteOutcome, StoreError>;
             async fn complete(&self, job: &JobId, owner: &Owner, fence: Fence, now: Timestamp, result: &JobResult) -> Result<WriteOutcome, StoreError>;
             async fn release(&self, job: &JobId, owner: &Owner, fence: Fence) -> Result<WriteOutcome, StoreError>;
+            async fn enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError>;
+            async fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError>;
+            async fn claim_next(&self, queue: &QueueName, owner: &Owner, term: LeaseTerm, limit: usize) -> Result<Vec<Lease>, StoreError>;
+            async fn fail(&self, job: &JobId, owner: &Owner, fence: Fence, now: Timestamp, error: &ErrorText, retry: Retry) -> Result<FailOutcome, StoreError>;
+            async fn cancel(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError>;
+            async fn retry(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError>;
+            async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError>;
+            async fn list(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError>;
+            async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError>;
         }
     }
 
@@ -291,17 +526,20 @@ mod tests {
     #[test]
     fn control_characters_from_values_are_escaped_in_human_output_only() {
         let mut store = MockStore::new();
-        store.expect_state().returning(|id| {
-            Ok(Some(JobState {
-                id: id.as_str().to_owned(),
-                owner: Some("evil\u{1b}]0;pwned\u{7}".into()),
-                until: 1.0,
-                fence: 1,
-                result: None,
-                done: false,
+        store.expect_record().returning(|id| {
+            Ok(Some(JobRecord {
+                id: id.clone(),
+                job: lease_domain::Job {
+                    owner: Some(Owner::new("evil\u{1b}]0;pwned\u{7}").unwrap()),
+                    until: Timestamp::new(1.0).unwrap(),
+                    ..lease_domain::Job::new()
+                },
             }))
         });
-        let request = Request::State(JobId::new("j\nfake line\u{1b}[2J").unwrap());
+        let request = Request::State(
+            JobId::new("j\nfake line\u{1b}[2J").unwrap(),
+            Timestamp::new(0.0).unwrap(),
+        );
         let human = answer(&request, &store, false).stdout;
         assert_eq!(human.lines().count(), 1, "{human}");
         assert!(
@@ -372,7 +610,7 @@ mod tests {
     fn a_refused_release_exits_3_and_names_the_reason() {
         let mut store = MockStore::new();
         store.expect_release().returning(|_, _, fence| {
-            Ok(Err(WriteRefused::StaleFence {
+            Ok(Err(WriteRefused::Stale {
                 presented: fence,
                 current: Fence::new(9).unwrap(),
             }))

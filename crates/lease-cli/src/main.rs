@@ -25,8 +25,8 @@ fn unix_now() -> f64 {
     }
 }
 
-/// Reads a result file, or standard input for `-`, as UTF-8 text.
-fn read_input(path: &Path) -> Result<String, String> {
+/// Reads a result or payload file, or standard input for `-`.
+fn read_input(path: &Path) -> Result<Vec<u8>, String> {
     let mut bytes = Vec::new();
     let read = if path == Path::new("-") {
         std::io::stdin().read_to_end(&mut bytes).map(drop)
@@ -36,10 +36,10 @@ fn read_input(path: &Path) -> Result<String, String> {
     let shown = if path == Path::new("-") {
         "standard input".to_owned()
     } else {
-        format!("result file {}", path.display())
+        path.display().to_string()
     };
     read.map_err(|e| format!("cannot read {shown}: {e}"))?;
-    String::from_utf8(bytes).map_err(|e| format!("{shown} is not UTF-8 text: {e}"))
+    Ok(bytes)
 }
 
 /// A setting given by a flag (clap refuses an empty one), else by an environment variable, whose

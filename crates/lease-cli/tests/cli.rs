@@ -78,10 +78,24 @@ fn the_stale_worker_story_through_the_cli() {
         "complete", "j", "--owner", "A", "--fence", "1", "--now", "141", "--result", "by A",
     ];
     assert_eq!(json_of(&db, &complete_a, 3), json!({"ok": false}));
+    let state = json_of(&db, &["state", "j"], 0);
     assert_eq!(
-        json_of(&db, &["state", "j"], 0),
+        seed_keys(&state),
         json!({"id": "j", "owner": "B", "until": 160.0, "fence": 2, "result": "by B", "done": true})
     );
+    assert_eq!(
+        (&state["status"], &state["result_fence"]),
+        (&json!("done"), &json!(2))
+    );
+}
+
+/// The six keys of the seed contract, in order, from a `state --json` answer.
+fn seed_keys(state: &Value) -> Value {
+    let mut seed = serde_json::Map::new();
+    for key in ["id", "owner", "until", "fence", "result", "done"] {
+        seed.insert(key.to_owned(), state[key].clone());
+    }
+    Value::Object(seed)
 }
 
 #[test]
@@ -151,8 +165,12 @@ fn every_command_prints_its_json_shape_and_exit_code() {
         json!({"ok": true})
     );
     assert_eq!(
-        json_of(&db, &["state", "j"], 0),
-        json!({"id": "j", "owner": null, "until": 0.0, "fence": 1, "result": null, "done": false})
+        json_of(&db, &["state", "j", "--now", "100"], 0),
+        json!({
+            "id": "j", "owner": null, "until": 0.0, "fence": 1, "result": null, "done": false,
+            "queue": "default", "priority": 0, "run_at": null, "attempts": 0, "max_attempts": 5,
+            "status": "pending", "result_fence": null, "error": null, "payload": null
+        })
     );
     let race = [
         "claim-many",
@@ -403,7 +421,7 @@ fn an_unreadable_or_non_utf8_result_file_is_an_error_that_changes_nothing() {
     let binary = dir.path().join("binary");
     std::fs::write(&binary, [0xff, 0xfe, 0x00]).unwrap();
     for (path, named) in [
-        (dir.path().join("missing"), "cannot read result file"),
+        (dir.path().join("missing"), "cannot read"),
         (binary, "is not UTF-8"),
     ] {
         let path = path.display().to_string();

@@ -1,16 +1,20 @@
 //! Every write as a value: a [`Command`] decided against the stored job gives the job to store
 //! (if any) and the caller's [`Outcome`]. Stores that queue, batch or replay writes use this.
 
+use crate::queue::{EnqueueSpec, ErrorText, Retry};
 use crate::rules::{
-    ClaimRefused, Job, WriteRefused, decide_claim, decide_complete, decide_release, decide_renew,
+    ClaimRefused, Failed, Job, WriteRefused, decide_cancel, decide_claim, decide_complete,
+    decide_fail, decide_release, decide_renew, decide_retry,
 };
-use crate::values::{Fence, JobResult, LeaseTerm, Owner, Timestamp};
+use crate::values::{Fence, JobId, JobResult, LeaseTerm, Owner, Timestamp};
 
 /// One write to one job, with the caller's checked inputs.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
-    /// Insert the job in the default state if it is missing.
+    /// Insert the job in the default state if it is missing (the seed's `enqueue`).
     Enqueue,
+    /// Insert the job with queue fields if it is missing.
+    EnqueueWith(EnqueueSpec),
     /// Claim the job.
     Claim(Owner, LeaseTerm),
     /// Renew the live current lease.
@@ -19,6 +23,12 @@ pub enum Command {
     Complete(Owner, Fence, Timestamp, JobResult),
     /// Release the lease.
     Release(Owner, Fence),
+    /// Report a failure of the live current lease.
+    Fail(Owner, Fence, Timestamp, ErrorText, Retry),
+    /// Cancel the job.
+    Cancel(Timestamp),
+    /// Put a dead or cancelled job back to pending.
+    Retry(Timestamp),
 }
 
 /// What a command answers its caller.
@@ -28,20 +38,32 @@ pub enum Outcome {
     Enqueued(bool),
     /// `claim`: the new fence, or why not.
     Claimed(Result<Fence, ClaimRefused>),
-    /// `renew`, `complete`, `release`: accepted, or why not.
+    /// `renew`, `complete`, `release`, `cancel`, `retry`: accepted, or why not.
     Wrote(Result<(), WriteRefused>),
+    /// `fail`: where the job went, or why not.
+    Failed(Result<Failed, WriteRefused>),
 }
 
 impl Command {
-    /// Decides the command against the stored job: the job to store (`None`: write nothing)
-    /// and the outcome.
+    /// Whether the command inserts a missing job (and so needs the id's purge mark).
     #[must_use]
-    pub fn decide(&self, current: Option<&Job>) -> (Option<Job>, Outcome) {
+    pub fn is_enqueue(&self) -> bool {
+        matches!(self, Command::Enqueue | Command::EnqueueWith(_))
+    }
+
+    /// Decides the command against the stored job `current` of job `id`: the job to store
+    /// (`None`: write nothing) and the outcome. `purged` is the fence the id had when it was
+    /// last purged, if it was; only an enqueue of a missing job uses it.
+    #[must_use]
+    pub fn decide(
+        &self,
+        id: &JobId,
+        current: Option<&Job>,
+        purged: Option<Fence>,
+    ) -> (Option<Job>, Outcome) {
         match self {
-            Command::Enqueue => match current {
-                Some(_) => (None, Outcome::Enqueued(false)),
-                None => (Some(Job::new()), Outcome::Enqueued(true)),
-            },
+            Command::Enqueue => enqueue(current, &EnqueueSpec::default(), purged),
+            Command::EnqueueWith(spec) => enqueue(current, spec, purged),
             Command::Claim(owner, term) => match decide_claim(current, owner, *term) {
                 Ok(next) => {
                     let fence = next.fence;
@@ -56,7 +78,26 @@ impl Command {
                 wrote(decide_complete(current, owner, *fence, *now, result))
             }
             Command::Release(owner, fence) => wrote(decide_release(current, owner, *fence)),
+            Command::Fail(owner, fence, now, error, retry) => {
+                match decide_fail(id, current, owner, *fence, *now, error, *retry) {
+                    Ok((next, failed)) => (Some(next), Outcome::Failed(Ok(failed))),
+                    Err(refused) => (None, Outcome::Failed(Err(refused))),
+                }
+            }
+            Command::Cancel(now) => wrote(decide_cancel(current, *now)),
+            Command::Retry(now) => wrote(decide_retry(current, *now)),
         }
+    }
+}
+
+fn enqueue(
+    current: Option<&Job>,
+    spec: &EnqueueSpec,
+    purged: Option<Fence>,
+) -> (Option<Job>, Outcome) {
+    match current {
+        Some(_) => (None, Outcome::Enqueued(false)),
+        None => (Some(Job::enqueued(spec, purged)), Outcome::Enqueued(true)),
     }
 }
 

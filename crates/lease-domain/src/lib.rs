@@ -1,4 +1,5 @@
-//! Pure lease rules: who may claim, renew, complete or release a job, and the fence invariants.
+//! Pure lease and queue rules: who may claim, renew, complete, release, fail, cancel or retry a
+//! job, which job `claim_next` leases, and the fence invariants.
 //!
 //! This crate has no I/O, no clock and no async: `now` is always a parameter.
 //! Adapters load a job, call one `decide_*` function, and store what it returns,
@@ -8,15 +9,21 @@
 //! - a job's fence only goes up, by one per successful claim, and is never reused;
 //! - only the holder of the current fence can renew, complete or release;
 //! - a done job never changes again, so a stored result survives every stale writer;
-//! - a refused operation changes nothing.
+//! - a refused operation changes nothing;
+//! - no job is leased before its `run_at`, a cancelled or dead job is never leased, and
+//!   `claim_next` never leases a job more than its `max_attempts` times.
 
 mod command;
+mod queue;
 mod rules;
 mod values;
 
 pub use command::{Command, Outcome};
+pub use queue::{Backoff, Ended, EnqueueSpec, ErrorText, Payload, QueueName, Retry, Status};
 pub use rules::{
-    ClaimRefused, Job, WriteRefused, decide_claim, decide_complete, decide_release, decide_renew,
+    ClaimRefused, Failed, Job, LEASE_EXPIRED, NextDecision, WriteRefused, claim_order,
+    decide_cancel, decide_claim, decide_claim_next, decide_complete, decide_fail, decide_release,
+    decide_renew, decide_retry, is_purgeable,
 };
 pub use values::{Fence, InputError, JobId, JobResult, LeaseTerm, Owner, Timestamp, Ttl};
 

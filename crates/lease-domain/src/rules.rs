@@ -1,13 +1,14 @@
-//! The lease state machine: one pure decision function per operation.
+//! The lease and queue state machine: one pure decision function per operation.
 //!
 //! Each function takes the stored job (or `None` when it does not exist) and the
 //! caller's checked inputs, and returns either the job as it must be stored next or
 //! the reason the operation is refused. A refusal means nothing may be written.
 
-use crate::values::{Fence, JobResult, LeaseTerm, Owner, Timestamp};
+use crate::queue::{Ended, EnqueueSpec, ErrorText, QueueName, Retry, Status};
+use crate::values::{Fence, JobId, JobResult, LeaseTerm, Owner, Timestamp};
 
-/// The stored state of one job, without its id.
-#[derive(Debug, Clone, PartialEq, Default)]
+/// The stored state of one job, without its id: the seed's six columns and the queue's fields.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Job {
     /// The worker holding (or last holding) the lease; `None` when never claimed or released.
     pub owner: Option<Owner>,
@@ -19,19 +20,119 @@ pub struct Job {
     pub result: Option<String>,
     /// Whether the job was completed; a done job never changes again.
     pub done: bool,
+    /// The queue it waits in.
+    pub queue: QueueName,
+    /// Higher is claimed first by `claim_next`.
+    pub priority: i64,
+    /// Not claimable before this time; `None`: due at once.
+    pub run_at: Option<Timestamp>,
+    /// Leases `claim_next` has handed out since the job was enqueued or last retried.
+    pub attempts: u32,
+    /// The most leases `claim_next` may hand out (0 counts as 1).
+    pub max_attempts: u32,
+    /// Opaque bytes for the worker.
+    pub payload: Option<Vec<u8>>,
+    /// Dead or cancelled; `None` while the job can still run or is done.
+    pub ended: Option<Ended>,
+    /// The text of the last failure.
+    pub error: Option<String>,
+    /// The fence of the lease that completed the job.
+    pub result_fence: Option<Fence>,
+    /// When a queue rule last changed the job (for `purge`); `None` before any such change.
+    pub updated: Option<Timestamp>,
+}
+
+impl Default for Job {
+    fn default() -> Self {
+        Self {
+            owner: None,
+            until: Timestamp::ZERO,
+            fence: Fence::ZERO,
+            result: None,
+            done: false,
+            queue: QueueName::default(),
+            priority: 0,
+            run_at: None,
+            attempts: 0,
+            max_attempts: EnqueueSpec::DEFAULT_MAX_ATTEMPTS,
+            payload: None,
+            ended: None,
+            error: None,
+            result_fence: None,
+            updated: None,
+        }
+    }
 }
 
 impl Job {
-    /// A job as `enqueue` inserts it: no owner, `until = 0`, fence 0, no result, not done.
+    /// A job as `enqueue` inserts it: no owner, `until = 0`, fence 0, no result, not done,
+    /// in the default queue.
     #[must_use]
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A job as `enqueue` inserts it with `spec`. A job id that was purged before starts from
+    /// the fence it had (`purged`), so no fence it was ever given is handed out again.
+    #[must_use]
+    pub fn enqueued(spec: &EnqueueSpec, purged: Option<Fence>) -> Self {
+        Self {
+            fence: purged.unwrap_or(Fence::ZERO),
+            queue: spec.queue.clone(),
+            priority: spec.priority,
+            run_at: spec.run_at,
+            max_attempts: spec
+                .max_attempts
+                .unwrap_or(EnqueueSpec::DEFAULT_MAX_ATTEMPTS),
+            payload: spec.payload.as_ref().map(|p| p.as_bytes().to_vec()),
+            ..Self::default()
+        }
     }
 
     /// Whether the lease is live at `now` (`until > now`); `until == now` is expired.
     #[must_use]
     pub fn is_live_at(&self, now: Timestamp) -> bool {
         self.until > now
+    }
+
+    /// Whether the job may be claimed at `now` as far as its schedule goes (`run_at <= now`).
+    #[must_use]
+    pub fn is_due_at(&self, now: Timestamp) -> bool {
+        self.run_at.is_none_or(|t| t <= now)
+    }
+
+    /// Whether `claim_next` may lease the job again (0 attempts allowed counts as 1).
+    #[must_use]
+    pub fn has_attempts_left(&self) -> bool {
+        self.attempts < self.max_attempts.max(1)
+    }
+
+    /// Where the job stands at `now`. A job whose last lease expired with no attempts left is
+    /// dead: `claim_next` will never lease it again.
+    #[must_use]
+    pub fn status_at(&self, now: Timestamp) -> Status {
+        if self.done {
+            return Status::Done;
+        }
+        match self.ended {
+            Some(Ended::Dead) => Status::Dead,
+            Some(Ended::Cancelled) => Status::Cancelled,
+            None if self.is_live_at(now) => Status::Running,
+            None if self.has_attempts_left() => Status::Pending,
+            None => Status::Dead,
+        }
+    }
+
+    /// The status stored in the job, without judging time: done, dead or cancelled, else `None`.
+    #[must_use]
+    pub fn finished(&self) -> Option<Status> {
+        if self.done {
+            return Some(Status::Done);
+        }
+        self.ended.map(|ended| match ended {
+            Ended::Dead => Status::Dead,
+            Ended::Cancelled => Status::Cancelled,
+        })
     }
 }
 
@@ -44,6 +145,18 @@ pub enum ClaimRefused {
     /// The job is done.
     #[error("the job is already done")]
     Done,
+    /// The job is dead (out of attempts, or failed without retry).
+    #[error("the job is dead")]
+    Dead,
+    /// The job was cancelled.
+    #[error("the job was cancelled")]
+    Cancelled,
+    /// The job is scheduled for later.
+    #[error("the job is not due until {run_at}")]
+    NotDue {
+        /// When it becomes due.
+        run_at: Timestamp,
+    },
     /// Another lease (possibly the caller's own) is live.
     #[error("the job is leased{} until {until}", holder_suffix(owner.as_ref()))]
     Live {
@@ -68,8 +181,23 @@ pub enum WriteRefused {
     #[error("the job does not exist")]
     Missing,
     /// The job is done; its result is kept.
-    #[error("the job is already done")]
-    Done,
+    #[error("the job is already done{}", result_fence.map(|f| format!(" (completed with fence {f})")).unwrap_or_default())]
+    Done {
+        /// The fence of the lease that completed it, when known.
+        result_fence: Option<Fence>,
+    },
+    /// The job was cancelled; its holder must stop.
+    #[error("the job was cancelled")]
+    Cancelled,
+    /// The job is dead.
+    #[error("the job is dead")]
+    Dead,
+    /// `retry` of a job that is still pending or running.
+    #[error("the job is {status}; only dead or cancelled jobs can be retried")]
+    Active {
+        /// Its status.
+        status: Status,
+    },
     /// The caller is not the current owner.
     #[error("{presented} is not the owner (the owner is {})", current.as_ref().map_or("nobody", Owner::as_str))]
     NotOwner {
@@ -80,7 +208,7 @@ pub enum WriteRefused {
     },
     /// The caller's fence is not the current one: a newer claim happened.
     #[error("fence {presented} is stale (the current fence is {current})")]
-    StaleFence {
+    Stale {
         /// The fence the caller presented.
         presented: Fence,
         /// The stored fence.
@@ -112,21 +240,84 @@ pub fn decide_claim(
     if job.done {
         return Err(ClaimRefused::Done);
     }
+    match job.ended {
+        Some(Ended::Dead) => return Err(ClaimRefused::Dead),
+        Some(Ended::Cancelled) => return Err(ClaimRefused::Cancelled),
+        None => {}
+    }
     if job.is_live_at(term.now()) {
         return Err(ClaimRefused::Live {
             owner: job.owner.clone(),
             until: job.until,
         });
     }
+    if let Some(run_at) = job.run_at.filter(|_| !job.is_due_at(term.now())) {
+        return Err(ClaimRefused::NotDue { run_at });
+    }
     let fence = job.fence.next().ok_or(ClaimRefused::FenceExhausted)?;
     Ok(Job {
         owner: Some(owner.clone()),
         until: term.until(),
         fence,
-        result: job.result.clone(),
-        done: false,
+        updated: Some(term.now()),
+        ..job.clone()
     })
 }
+
+/// What `claim_next` does with one candidate job.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NextDecision {
+    /// Lease it: store this job (new owner, `until`, fence and attempt count).
+    Lease(Job),
+    /// Its last lease expired with no attempts left: store it dead ("lease expired").
+    Bury(Job),
+    /// Not claimable now (done, ended, live, not due, or its fence is exhausted): leave it.
+    Skip,
+}
+
+/// Decides one candidate of `claim_next`: a job that is not done or ended, not live and due
+/// is leased with the next fence and one more attempt, unless it has used every attempt, in
+/// which case it goes dead. The attempt limit belongs here, never to `claim` by id.
+#[must_use]
+pub fn decide_claim_next(job: &Job, owner: &Owner, term: LeaseTerm) -> NextDecision {
+    let now = term.now();
+    if job.done || job.ended.is_some() || job.is_live_at(now) || !job.is_due_at(now) {
+        return NextDecision::Skip;
+    }
+    if !job.has_attempts_left() {
+        return NextDecision::Bury(Job {
+            ended: Some(Ended::Dead),
+            error: Some(LEASE_EXPIRED.to_owned()),
+            updated: Some(now),
+            ..job.clone()
+        });
+    }
+    let Some(fence) = job.fence.next() else {
+        return NextDecision::Skip;
+    };
+    NextDecision::Lease(Job {
+        owner: Some(owner.clone()),
+        until: term.until(),
+        fence,
+        attempts: job.attempts + 1,
+        updated: Some(now),
+        ..job.clone()
+    })
+}
+
+/// The order in which `claim_next` considers due jobs: highest priority first, then earliest
+/// `run_at` (a job with none counts as earliest), then enqueue order (`seq`, increasing).
+#[must_use]
+pub fn claim_order(a: (&Job, u64), b: (&Job, u64)) -> std::cmp::Ordering {
+    let run_at = |job: &Job| job.run_at.map_or(f64::NEG_INFINITY, Timestamp::get);
+    b.0.priority
+        .cmp(&a.0.priority)
+        .then_with(|| run_at(a.0).total_cmp(&run_at(b.0)))
+        .then_with(|| a.1.cmp(&b.1))
+}
+
+/// The error a job gets when its last allowed lease expired.
+pub const LEASE_EXPIRED: &str = "lease expired";
 
 /// Checks that `owner` and `fence` name the current holder of a job that is not done.
 fn check_holder<'a>(
@@ -136,7 +327,14 @@ fn check_holder<'a>(
 ) -> Result<&'a Job, WriteRefused> {
     let job = current.ok_or(WriteRefused::Missing)?;
     if job.done {
-        return Err(WriteRefused::Done);
+        return Err(WriteRefused::Done {
+            result_fence: job.result_fence,
+        });
+    }
+    match job.ended {
+        Some(Ended::Cancelled) => return Err(WriteRefused::Cancelled),
+        Some(Ended::Dead) => return Err(WriteRefused::Dead),
+        None => {}
     }
     if job.owner.as_ref() != Some(owner) {
         return Err(WriteRefused::NotOwner {
@@ -145,7 +343,7 @@ fn check_holder<'a>(
         });
     }
     if job.fence != fence {
-        return Err(WriteRefused::StaleFence {
+        return Err(WriteRefused::Stale {
             presented: fence,
             current: job.fence,
         });
@@ -203,8 +401,127 @@ pub fn decide_complete(
     Ok(Job {
         result: Some(result.as_str().to_owned()),
         done: true,
+        result_fence: Some(fence),
+        updated: Some(now),
         ..job.clone()
     })
+}
+
+/// Where a failed job went.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Failed {
+    /// `Pending` (it will be retried) or `Dead`.
+    pub status: Status,
+    /// When it becomes due again, when pending.
+    pub run_at: Option<Timestamp>,
+}
+
+/// Decides a failure reported by the live current holder: while attempts remain (and `retry`
+/// allows) the job goes back to pending, due after the backoff delay; otherwise it goes dead.
+/// Either way the lease is given up and the fence kept, so the failed holder's later writes
+/// stay refused; the error text is kept.
+///
+/// # Errors
+/// The [`WriteRefused`] reason; the stored job must then be left as it is.
+pub fn decide_fail(
+    id: &JobId,
+    current: Option<&Job>,
+    owner: &Owner,
+    fence: Fence,
+    now: Timestamp,
+    error: &ErrorText,
+    retry: Retry,
+) -> Result<(Job, Failed), WriteRefused> {
+    let job = check_live_holder(current, owner, fence, now)?;
+    let released = Job {
+        owner: None,
+        until: Timestamp::ZERO,
+        error: Some(error.as_str().to_owned()),
+        updated: Some(now),
+        ..job.clone()
+    };
+    match retry {
+        Retry::Backoff(policy) if job.has_attempts_left() => {
+            let delay = policy.delay(id, job.attempts.max(1));
+            // A delay that would pass the largest time retries at once instead.
+            let run_at = Timestamp::new(now.get() + delay).unwrap_or(now);
+            let failed = Failed {
+                status: Status::Pending,
+                run_at: Some(run_at),
+            };
+            Ok((
+                Job {
+                    run_at: Some(run_at),
+                    ..released
+                },
+                failed,
+            ))
+        }
+        _ => Ok((
+            Job {
+                ended: Some(Ended::Dead),
+                ..released
+            },
+            Failed {
+                status: Status::Dead,
+                run_at: None,
+            },
+        )),
+    }
+}
+
+/// Decides a cancel: a pending or running job becomes cancelled at once (its holder's later
+/// writes are refused as `Cancelled`); done, dead and cancelled jobs are refused.
+///
+/// # Errors
+/// The [`WriteRefused`] reason; the stored job must then be left as it is.
+pub fn decide_cancel(current: Option<&Job>, now: Timestamp) -> Result<Job, WriteRefused> {
+    let job = current.ok_or(WriteRefused::Missing)?;
+    match job.status_at(now) {
+        Status::Done => Err(WriteRefused::Done {
+            result_fence: job.result_fence,
+        }),
+        Status::Dead => Err(WriteRefused::Dead),
+        Status::Cancelled => Err(WriteRefused::Cancelled),
+        Status::Pending | Status::Running => Ok(Job {
+            ended: Some(Ended::Cancelled),
+            updated: Some(now),
+            ..job.clone()
+        }),
+    }
+}
+
+/// Decides a retry: a dead or cancelled job goes back to pending, due at once, with fresh
+/// attempts and no lease; its fence continues (never reset).
+///
+/// # Errors
+/// The [`WriteRefused`] reason (`Active` for a pending or running job).
+pub fn decide_retry(current: Option<&Job>, now: Timestamp) -> Result<Job, WriteRefused> {
+    let job = current.ok_or(WriteRefused::Missing)?;
+    match job.status_at(now) {
+        Status::Dead | Status::Cancelled => Ok(Job {
+            owner: None,
+            until: Timestamp::ZERO,
+            run_at: None,
+            attempts: 0,
+            ended: None,
+            updated: Some(now),
+            ..job.clone()
+        }),
+        Status::Done => Err(WriteRefused::Done {
+            result_fence: job.result_fence,
+        }),
+        status => Err(WriteRefused::Active { status }),
+    }
+}
+
+/// Whether `purge` deletes the job: it is stored done, dead or cancelled, that status is one
+/// of `statuses`, and its last change is before `before` (a job never changed by a queue rule
+/// counts as older than any time).
+#[must_use]
+pub fn is_purgeable(job: &Job, before: Timestamp, statuses: &[Status]) -> bool {
+    job.finished().is_some_and(|s| statuses.contains(&s))
+        && job.updated.is_none_or(|changed| changed < before)
 }
 
 /// Decides a release: the current holder (owner and fence match, not done) gives the lease

@@ -23,15 +23,20 @@ fn held(by: &str, fence_no: u64, until: f64) -> Job {
         owner: Some(owner(by)),
         until: at(until),
         fence: fence(fence_no),
-        result: None,
-        done: false,
+        ..Job::new()
     }
 }
 
 #[test]
 fn claim_of_new_job_sets_owner_until_and_fence_one() {
     let job = decide_claim(Some(&Job::new()), &owner("a"), term(10.0, 5.0)).unwrap();
-    assert_eq!(job, held("a", 1, 15.0));
+    assert_eq!(
+        job,
+        Job {
+            updated: Some(at(10.0)),
+            ..held("a", 1, 15.0)
+        }
+    );
 }
 
 #[test]
@@ -71,7 +76,13 @@ fn claim_while_live_is_refused_even_for_the_owner() {
 #[test]
 fn claim_at_until_equal_now_succeeds_with_next_fence() {
     let job = decide_claim(Some(&held("a", 1, 15.0)), &owner("b"), term(15.0, 5.0)).unwrap();
-    assert_eq!(job, held("b", 2, 20.0));
+    assert_eq!(
+        job,
+        Job {
+            updated: Some(at(15.0)),
+            ..held("b", 2, 20.0)
+        }
+    );
 }
 
 #[test]
@@ -122,7 +133,7 @@ fn renew_with_wrong_owner_or_stale_fence_is_refused() {
     ));
     assert_eq!(
         decide_renew(Some(&job), &owner("a"), fence(1), term(10.0, 1.0)),
-        Err(WriteRefused::StaleFence {
+        Err(WriteRefused::Stale {
             presented: fence(1),
             current: fence(2)
         })
@@ -144,6 +155,8 @@ fn complete_stores_result_and_done_for_live_current_lease() {
         Ok(Job {
             result: Some("r".into()),
             done: true,
+            result_fence: Some(fence(1)),
+            updated: Some(at(14.0)),
             ..held("a", 1, 15.0)
         })
     );
@@ -174,7 +187,7 @@ fn complete_of_done_job_is_refused_even_for_its_holder() {
     let result = JobResult::new("second").unwrap();
     assert_eq!(
         decide_complete(Some(&done), &owner("a"), fence(1), at(1.0), &result),
-        Err(WriteRefused::Done)
+        Err(WriteRefused::Done { result_fence: None })
     );
 }
 
@@ -295,28 +308,33 @@ fn empty_or_nul_text_is_an_error() {
 fn commands_decide_like_the_rules_and_write_only_when_accepted() {
     let a = owner("a");
     assert_eq!(
-        Command::Enqueue.decide(None),
+        Command::Enqueue.decide(&JobId::new("j").unwrap(), None, None),
         (Some(Job::new()), Outcome::Enqueued(true))
     );
     assert_eq!(
-        Command::Enqueue.decide(Some(&Job::new())),
+        Command::Enqueue.decide(&JobId::new("j").unwrap(), Some(&Job::new()), None),
         (None, Outcome::Enqueued(false))
     );
     let claim = Command::Claim(a.clone(), term(0.0, 5.0));
-    let (next, outcome) = claim.decide(Some(&Job::new()));
+    let (next, outcome) = claim.decide(&JobId::new("j").unwrap(), Some(&Job::new()), None);
     assert_eq!(outcome, Outcome::Claimed(Ok(fence(1))));
     let next = next.unwrap();
     assert_eq!(
-        claim.decide(Some(&next)).0,
+        claim.decide(&JobId::new("j").unwrap(), Some(&next), None).0,
         None,
         "a refused claim writes nothing"
     );
     let release = Command::Release(a.clone(), fence(1));
-    assert_eq!(release.decide(Some(&next)).1, Outcome::Wrote(Ok(())));
+    assert_eq!(
+        release
+            .decide(&JobId::new("j").unwrap(), Some(&next), None)
+            .1,
+        Outcome::Wrote(Ok(()))
+    );
     let stale = Command::Complete(a, fence(0), at(1.0), JobResult::new("r").unwrap());
     assert!(matches!(
-        stale.decide(Some(&next)),
-        (None, Outcome::Wrote(Err(WriteRefused::StaleFence { .. })))
+        stale.decide(&JobId::new("j").unwrap(), Some(&next), None),
+        (None, Outcome::Wrote(Err(WriteRefused::Stale { .. })))
     ));
 }
 
@@ -352,7 +370,7 @@ fn refusals_name_the_holder_fences_and_times() {
         until: at(15.0),
     };
     assert_eq!(released.to_string(), "the job is leased until 15");
-    let stale = WriteRefused::StaleFence {
+    let stale = WriteRefused::Stale {
         presented: fence(1),
         current: fence(2),
     };
@@ -370,4 +388,488 @@ fn refusals_name_the_holder_fences_and_times() {
         now: at(12.5),
     };
     assert_eq!(expired.to_string(), "the lease expired at 10 (now is 12.5)");
+}
+
+// ---- The queue rules ----
+
+fn id(name: &str) -> JobId {
+    JobId::new(name).unwrap()
+}
+
+fn due(max_attempts: u32) -> Job {
+    Job {
+        max_attempts,
+        ..Job::new()
+    }
+}
+
+fn leased(decision: NextDecision) -> Job {
+    match decision {
+        NextDecision::Lease(job) => job,
+        other => panic!("expected a lease, got {other:?}"),
+    }
+}
+
+fn error_text(text: &str) -> ErrorText {
+    ErrorText::new(text).unwrap()
+}
+
+#[test]
+fn claim_next_leases_a_due_job_with_the_next_fence_and_one_more_attempt() {
+    let job = leased(decide_claim_next(&due(3), &owner("w"), term(10.0, 5.0)));
+    assert_eq!(
+        (job.owner, job.until, job.fence, job.attempts, job.updated),
+        (Some(owner("w")), at(15.0), fence(1), 1, Some(at(10.0)))
+    );
+}
+
+#[test]
+fn claim_next_skips_live_scheduled_done_and_ended_jobs() {
+    let w = owner("w");
+    let skipped = [
+        held("a", 1, 15.0),
+        Job {
+            run_at: Some(at(10.5)),
+            ..Job::new()
+        },
+        Job {
+            done: true,
+            ..Job::new()
+        },
+        Job {
+            ended: Some(Ended::Dead),
+            ..Job::new()
+        },
+        Job {
+            ended: Some(Ended::Cancelled),
+            ..Job::new()
+        },
+        Job {
+            fence: Fence::MAX,
+            ..Job::new()
+        },
+    ];
+    for job in skipped {
+        assert_eq!(
+            decide_claim_next(&job, &w, term(10.0, 5.0)),
+            NextDecision::Skip,
+            "{job:?}"
+        );
+    }
+    // Due exactly at run_at, and claimable exactly at until.
+    let at_run_at = Job {
+        run_at: Some(at(10.0)),
+        ..Job::new()
+    };
+    leased(decide_claim_next(&at_run_at, &w, term(10.0, 5.0)));
+    leased(decide_claim_next(&held("a", 1, 10.0), &w, term(10.0, 5.0)));
+}
+
+#[test]
+fn an_expired_lease_with_no_attempts_left_is_buried_by_claim_next() {
+    let w = owner("w");
+    let mut job = due(2);
+    for round in 0..2 {
+        let now = f64::from(round) * 10.0;
+        job = leased(decide_claim_next(&job, &w, term(now, 5.0)));
+    }
+    assert_eq!(job.attempts, 2);
+    let NextDecision::Bury(dead) = decide_claim_next(&job, &w, term(20.0, 5.0)) else {
+        panic!("the job was not buried");
+    };
+    assert_eq!(
+        (dead.ended, dead.error.as_deref(), dead.fence, dead.attempts),
+        (Some(Ended::Dead), Some(LEASE_EXPIRED), fence(2), 2)
+    );
+    assert_eq!(job.status_at(at(20.0)), Status::Dead);
+    assert_eq!(job.status_at(at(14.0)), Status::Running);
+}
+
+#[test]
+fn zero_max_attempts_means_one_attempt() {
+    let job = leased(decide_claim_next(&due(0), &owner("w"), term(0.0, 1.0)));
+    assert!(!job.has_attempts_left());
+    assert!(matches!(
+        decide_claim_next(&job, &owner("w"), term(1.0, 1.0)),
+        NextDecision::Bury(_)
+    ));
+}
+
+#[test]
+fn claim_by_id_refuses_dead_cancelled_and_scheduled_jobs_but_never_counts_attempts() {
+    let w = owner("w");
+    for (ended, refused) in [
+        (Ended::Dead, ClaimRefused::Dead),
+        (Ended::Cancelled, ClaimRefused::Cancelled),
+    ] {
+        let job = Job {
+            ended: Some(ended),
+            ..Job::new()
+        };
+        assert_eq!(decide_claim(Some(&job), &w, term(0.0, 1.0)), Err(refused));
+    }
+    let scheduled = Job {
+        run_at: Some(at(5.0)),
+        ..Job::new()
+    };
+    assert_eq!(
+        decide_claim(Some(&scheduled), &w, term(4.5, 1.0)),
+        Err(ClaimRefused::NotDue { run_at: at(5.0) })
+    );
+    assert!(decide_claim(Some(&scheduled), &w, term(5.0, 1.0)).is_ok());
+    // Out of attempts: claim by id is an operator's decision and still leases it.
+    let exhausted = Job {
+        attempts: 5,
+        ..held("a", 5, 1.0)
+    };
+    let claimed = decide_claim(Some(&exhausted), &w, term(2.0, 1.0)).unwrap();
+    assert_eq!((claimed.fence, claimed.attempts), (fence(6), 5));
+    // A seed job (no queue fields) is claimable however often it was claimed.
+    let mut seed = Job::new();
+    for round in 0..10 {
+        let now = f64::from(round) * 10.0;
+        seed = decide_claim(Some(&seed), &w, term(now, 1.0)).unwrap();
+    }
+    assert_eq!((seed.fence, seed.attempts), (fence(10), 0));
+}
+
+#[test]
+fn fail_puts_the_job_back_after_a_backoff_while_attempts_remain_then_kills_it() {
+    let w = owner("w");
+    let policy = Backoff::new(2.0, 3.0, 100.0, 0.0).unwrap();
+    let first = leased(decide_claim_next(&due(2), &w, term(0.0, 10.0)));
+    let (pending, failed) = decide_fail(
+        &id("j"),
+        Some(&first),
+        &w,
+        fence(1),
+        at(1.0),
+        &error_text("boom"),
+        Retry::Backoff(policy),
+    )
+    .unwrap();
+    assert_eq!(
+        failed,
+        Failed {
+            status: Status::Pending,
+            run_at: Some(at(3.0))
+        }
+    );
+    assert_eq!(
+        (
+            pending.owner.as_ref(),
+            pending.until,
+            pending.fence,
+            pending.error.as_deref()
+        ),
+        (None, Timestamp::ZERO, fence(1), Some("boom"))
+    );
+    assert_eq!(pending.status_at(at(2.0)), Status::Pending);
+    assert_eq!(
+        decide_claim_next(&pending, &w, term(2.9, 10.0)),
+        NextDecision::Skip
+    );
+    // The failed holder's later writes stay refused.
+    assert!(
+        decide_complete(
+            Some(&pending),
+            &w,
+            fence(1),
+            at(1.5),
+            &JobResult::new("late").unwrap()
+        )
+        .is_err()
+    );
+    let second = leased(decide_claim_next(&pending, &w, term(3.0, 10.0)));
+    let (dead, failed) = decide_fail(
+        &id("j"),
+        Some(&second),
+        &w,
+        fence(2),
+        at(4.0),
+        &error_text("boom again"),
+        Retry::Backoff(policy),
+    )
+    .unwrap();
+    assert_eq!(failed.status, Status::Dead);
+    assert_eq!(
+        (dead.ended, dead.error.as_deref()),
+        (Some(Ended::Dead), Some("boom again"))
+    );
+}
+
+#[test]
+fn fail_without_retry_kills_the_job_and_only_the_live_holder_may_fail() {
+    let w = owner("w");
+    let job = leased(decide_claim_next(&due(5), &w, term(0.0, 10.0)));
+    let boom = error_text("boom");
+    let (dead, failed) = decide_fail(
+        &id("j"),
+        Some(&job),
+        &w,
+        fence(1),
+        at(1.0),
+        &boom,
+        Retry::No,
+    )
+    .unwrap();
+    assert_eq!(
+        (failed.status, dead.ended),
+        (Status::Dead, Some(Ended::Dead))
+    );
+    let refused = [
+        (owner("x"), fence(1), 1.0),
+        (w.clone(), fence(0), 1.0),
+        (w.clone(), fence(1), 10.0),
+    ];
+    for (who, f, now) in refused {
+        assert!(
+            decide_fail(
+                &id("j"),
+                Some(&job),
+                &who,
+                f,
+                at(now),
+                &boom,
+                Retry::default()
+            )
+            .is_err(),
+            "{who} {f} {now}"
+        );
+    }
+}
+
+#[test]
+fn cancel_stops_pending_and_running_jobs_and_refuses_finished_ones() {
+    let w = owner("w");
+    let pending = Job::new();
+    let cancelled = decide_cancel(Some(&pending), at(1.0)).unwrap();
+    assert_eq!(cancelled.status_at(at(1.0)), Status::Cancelled);
+    let running = held("w", 3, 10.0);
+    let cancelled = decide_cancel(Some(&running), at(1.0)).unwrap();
+    assert_eq!(
+        decide_renew(Some(&cancelled), &w, fence(3), term(2.0, 5.0)),
+        Err(WriteRefused::Cancelled)
+    );
+    assert_eq!(
+        decide_complete(
+            Some(&cancelled),
+            &w,
+            fence(3),
+            at(2.0),
+            &JobResult::new("r").unwrap()
+        ),
+        Err(WriteRefused::Cancelled)
+    );
+    assert_eq!(
+        decide_fail(
+            &id("j"),
+            Some(&cancelled),
+            &w,
+            fence(3),
+            at(2.0),
+            &error_text("e"),
+            Retry::No
+        )
+        .unwrap_err(),
+        WriteRefused::Cancelled
+    );
+    assert_eq!(
+        decide_claim(Some(&cancelled), &w, term(20.0, 1.0)),
+        Err(ClaimRefused::Cancelled)
+    );
+    let done = Job {
+        done: true,
+        result_fence: Some(fence(2)),
+        ..Job::new()
+    };
+    assert_eq!(
+        decide_cancel(Some(&done), at(1.0)),
+        Err(WriteRefused::Done {
+            result_fence: Some(fence(2))
+        })
+    );
+    assert_eq!(
+        decide_cancel(Some(&cancelled), at(1.0)),
+        Err(WriteRefused::Cancelled)
+    );
+    let dead = Job {
+        ended: Some(Ended::Dead),
+        ..Job::new()
+    };
+    assert_eq!(decide_cancel(Some(&dead), at(1.0)), Err(WriteRefused::Dead));
+    assert_eq!(decide_cancel(None, at(1.0)), Err(WriteRefused::Missing));
+}
+
+#[test]
+fn retry_revives_dead_and_cancelled_jobs_with_fresh_attempts_and_the_same_fence() {
+    for ended in [Ended::Dead, Ended::Cancelled] {
+        let job = Job {
+            ended: Some(ended),
+            attempts: 5,
+            error: Some("boom".into()),
+            ..held("w", 4, 100.0)
+        };
+        let revived = decide_retry(Some(&job), at(1.0)).unwrap();
+        assert_eq!(
+            (
+                revived.status_at(at(1.0)),
+                revived.attempts,
+                revived.fence,
+                revived.owner.clone()
+            ),
+            (Status::Pending, 0, fence(4), None)
+        );
+        assert_eq!(
+            leased(decide_claim_next(&revived, &owner("x"), term(1.0, 1.0))).fence,
+            fence(5)
+        );
+    }
+    // A job out of attempts by expiry is dead too, and can be retried.
+    let exhausted = Job {
+        attempts: 1,
+        max_attempts: 1,
+        ..held("w", 1, 1.0)
+    };
+    assert!(decide_retry(Some(&exhausted), at(2.0)).is_ok());
+    assert_eq!(
+        decide_retry(Some(&Job::new()), at(1.0)),
+        Err(WriteRefused::Active {
+            status: Status::Pending
+        })
+    );
+    assert_eq!(
+        decide_retry(Some(&held("w", 1, 5.0)), at(1.0)),
+        Err(WriteRefused::Active {
+            status: Status::Running
+        })
+    );
+}
+
+#[test]
+fn purge_takes_only_stored_finished_jobs_changed_before_the_cutoff() {
+    let all = Status::ALL;
+    let done = Job {
+        done: true,
+        updated: Some(at(10.0)),
+        ..Job::new()
+    };
+    assert!(is_purgeable(&done, at(10.5), &all));
+    assert!(
+        !is_purgeable(&done, at(10.0), &all),
+        "changed exactly at the cutoff"
+    );
+    assert!(!is_purgeable(&done, at(11.0), &[Status::Dead]));
+    let never_changed = Job {
+        done: true,
+        ..Job::new()
+    };
+    assert!(is_purgeable(&never_changed, at(-1e9), &all));
+    assert!(!is_purgeable(&Job::new(), at(1e9), &all));
+    assert!(!is_purgeable(&held("w", 1, 5.0), at(1e9), &all));
+}
+
+#[test]
+fn an_id_enqueued_again_after_a_purge_continues_from_its_old_fence() {
+    let (job, outcome) = Command::Enqueue.decide(&id("j"), None, Some(fence(7)));
+    assert_eq!(outcome, Outcome::Enqueued(true));
+    let job = job.unwrap();
+    assert_eq!(job.fence, fence(7));
+    assert_eq!(
+        decide_claim(Some(&job), &owner("w"), term(0.0, 1.0))
+            .unwrap()
+            .fence,
+        fence(8)
+    );
+}
+
+#[test]
+fn backoff_grows_exponentially_is_capped_and_jitters_within_bounds_deterministically() {
+    let exact = Backoff::new(1.0, 2.0, 10.0, 0.0).unwrap();
+    let delays: Vec<f64> = (1..=6).map(|n| exact.delay(&id("j"), n)).collect();
+    assert_eq!(delays, [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]);
+    let jittered = Backoff::new(8.0, 2.0, 1000.0, 0.5).unwrap();
+    let spread: Vec<f64> = (0..50)
+        .map(|i| jittered.delay(&id(&format!("job-{i}")), 1))
+        .collect();
+    assert!(spread.iter().all(|d| (4.0..=8.0).contains(d)), "{spread:?}");
+    assert!(
+        spread.iter().any(|d| *d != spread[0]),
+        "no jitter across jobs"
+    );
+    assert_eq!(jittered.delay(&id("x"), 3), jittered.delay(&id("x"), 3));
+    for (base, factor, max, jitter) in [
+        (0.0, 2.0, 1.0, 0.1),
+        (1.0, 0.5, 1.0, 0.1),
+        (1.0, 2.0, f64::INFINITY, 0.1),
+        (1.0, 2.0, 1.0, 1.5),
+        (f64::NAN, 2.0, 1.0, 0.1),
+    ] {
+        assert!(matches!(
+            Backoff::new(base, factor, max, jitter),
+            Err(InputError::InvalidBackoff(_))
+        ));
+    }
+}
+
+#[test]
+fn queue_values_are_checked_at_the_boundary() {
+    assert_eq!(QueueName::new(""), Err(InputError::EmptyQueue));
+    assert_eq!(QueueName::default().as_str(), "default");
+    assert_eq!(QueueName::new("mail").unwrap().to_string(), "mail");
+    assert!(Payload::new(vec![0; 10], 10).is_ok());
+    assert_eq!(
+        Payload::new(vec![0; 11], 10),
+        Err(InputError::PayloadTooLarge { len: 11, limit: 10 })
+    );
+    assert_eq!(Payload::new(vec![1, 2], 10).unwrap().as_bytes(), [1, 2]);
+    assert!(ErrorText::new("a\0b").is_err());
+    assert_eq!(error_text("e").as_str(), "e");
+    for status in Status::ALL {
+        assert_eq!(Status::parse(status.as_str()), Ok(status));
+        assert_eq!(status.to_string(), status.as_str());
+    }
+    assert!(Status::parse("sleeping").is_err());
+    assert_eq!(
+        Status::ALL.map(Status::is_finished),
+        [false, false, true, true, true]
+    );
+    let spec = EnqueueSpec {
+        queue: QueueName::new("mail").unwrap(),
+        priority: -3,
+        run_at: Some(at(9.0)),
+        max_attempts: Some(2),
+        payload: Some(Payload::new(b"hi".to_vec(), 10).unwrap()),
+    };
+    let job = Job::enqueued(&spec, None);
+    assert_eq!(
+        (
+            job.queue.as_str(),
+            job.priority,
+            job.run_at,
+            job.max_attempts,
+            job.payload.as_deref()
+        ),
+        ("mail", -3, Some(at(9.0)), 2, Some(&b"hi"[..]))
+    );
+    assert_eq!(Job::enqueued(&EnqueueSpec::default(), None), Job::new());
+}
+
+#[test]
+fn claim_order_is_priority_then_run_at_then_enqueue_order() {
+    let job = |priority: i64, run_at: Option<f64>| Job {
+        priority,
+        run_at: run_at.map(at),
+        ..Job::new()
+    };
+    let mut jobs = [
+        (job(0, Some(5.0)), 1),
+        (job(1, Some(9.0)), 2),
+        (job(0, None), 3),
+        (job(0, Some(5.0)), 0),
+        (job(-2, None), 4),
+    ];
+    jobs.sort_by(|a, b| claim_order((&a.0, a.1), (&b.0, b.1)));
+    let order: Vec<u64> = jobs.iter().map(|(_, seq)| *seq).collect();
+    assert_eq!(order, [2, 3, 0, 1, 4]);
 }

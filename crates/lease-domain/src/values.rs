@@ -49,6 +49,23 @@ pub enum InputError {
         /// The caller's `ttl`.
         ttl: f64,
     },
+    /// A queue name was empty.
+    #[error("queue name is empty")]
+    EmptyQueue,
+    /// A payload over the size limit.
+    #[error("payload is {len} bytes, over the limit of {limit} bytes")]
+    PayloadTooLarge {
+        /// Its size.
+        len: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// A status name that is not one of the five.
+    #[error("unknown status {0:?} (expected pending, running, done, dead or cancelled)")]
+    UnknownStatus(String),
+    /// A backoff policy value out of range.
+    #[error("invalid backoff: {0}")]
+    InvalidBackoff(String),
     /// A fence above `i64::MAX`, which no store can hold.
     #[error("fence {0} is out of range (the largest fence is {max})", max = Fence::MAX.get())]
     FenceOutOfRange(u64),

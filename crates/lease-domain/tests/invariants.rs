@@ -1,8 +1,9 @@
 //! Property tests: random operation sequences against the rules keep the fence invariants.
 
 use lease_domain::{
-    Fence, Job, JobResult, LeaseTerm, Owner, Timestamp, decide_claim, decide_complete,
-    decide_release, decide_renew,
+    Backoff, Ended, EnqueueSpec, ErrorText, Fence, Job, JobId, JobResult, LeaseTerm, NextDecision,
+    Owner, Retry, Timestamp, decide_cancel, decide_claim, decide_claim_next, decide_complete,
+    decide_fail, decide_release, decide_renew, decide_retry,
 };
 use proptest::prelude::*;
 
@@ -29,6 +30,23 @@ enum Op {
         owner: u8,
         fence: u8,
     },
+    ClaimNext {
+        owner: u8,
+        now: i8,
+        ttl: u8,
+    },
+    Fail {
+        owner: u8,
+        fence: u8,
+        now: i8,
+        retry: bool,
+    },
+    Cancel {
+        now: i8,
+    },
+    Retry {
+        now: i8,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -48,7 +66,30 @@ fn op() -> impl Strategy<Value = Op> {
             result
         }),
         (0..3u8, 0..6u8).prop_map(|(owner, fence)| Op::Release { owner, fence }),
+        (0..3u8, -5..40i8, 1..10u8).prop_map(|(owner, now, ttl)| Op::ClaimNext { owner, now, ttl }),
+        (0..3u8, 0..6u8, -5..40i8, any::<bool>()).prop_map(|(owner, fence, now, retry)| Op::Fail {
+            owner,
+            fence,
+            now,
+            retry
+        }),
+        (-5..40i8).prop_map(|now| Op::Cancel { now }),
+        (-5..40i8).prop_map(|now| Op::Retry { now }),
     ]
+}
+
+/// A job as `enqueue` may make it: sometimes scheduled, with 0 to 3 attempts allowed.
+fn enqueued() -> impl Strategy<Value = Job> {
+    (proptest::option::of(-5..30i8), 0..4u32).prop_map(|(run_at, max_attempts)| {
+        Job::enqueued(
+            &EnqueueSpec {
+                run_at: run_at.map(|t| Timestamp::new(f64::from(t)).unwrap()),
+                max_attempts: Some(max_attempts),
+                ..EnqueueSpec::default()
+            },
+            None,
+        )
+    })
 }
 
 fn owner(n: u8) -> Owner {
@@ -63,8 +104,13 @@ fn term(now: i8, ttl: u8) -> LeaseTerm {
     LeaseTerm::new(f64::from(now), f64::from(ttl)).unwrap()
 }
 
+fn at(now: i8) -> Timestamp {
+    Timestamp::new(f64::from(now)).unwrap()
+}
+
 /// Applies one operation; returns the next job (unchanged when refused) and whether it was accepted.
 fn apply(job: &Job, op: &Op) -> (Job, bool) {
+    let id = JobId::new("j").unwrap();
     let decided = match *op {
         Op::Claim { owner: o, now, ttl } => decide_claim(Some(job), &owner(o), term(now, ttl)).ok(),
         Op::Renew {
@@ -90,6 +136,30 @@ fn apply(job: &Job, op: &Op) -> (Job, bool) {
             .ok()
         }
         Op::Release { owner: o, fence: f } => decide_release(Some(job), &owner(o), fence(f)).ok(),
+        Op::ClaimNext { owner: o, now, ttl } => {
+            match decide_claim_next(job, &owner(o), term(now, ttl)) {
+                NextDecision::Lease(next) | NextDecision::Bury(next) => Some(next),
+                NextDecision::Skip => None,
+            }
+        }
+        Op::Fail {
+            owner: o,
+            fence: f,
+            now,
+            retry,
+        } => {
+            let retry = if retry {
+                Retry::Backoff(Backoff::new(1.0, 2.0, 8.0, 0.5).unwrap())
+            } else {
+                Retry::No
+            };
+            let error = ErrorText::new("e").unwrap();
+            decide_fail(&id, Some(job), &owner(o), fence(f), at(now), &error, retry)
+                .ok()
+                .map(|(next, _)| next)
+        }
+        Op::Cancel { now } => decide_cancel(Some(job), at(now)).ok(),
+        Op::Retry { now } => decide_retry(Some(job), at(now)).ok(),
     };
     match decided {
         Some(next) => (next, true),
@@ -101,8 +171,11 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
 
     #[test]
-    fn random_sequences_keep_the_fence_invariants(ops in prop::collection::vec(op(), 1..60)) {
-        let mut job = Job::new();
+    fn random_sequences_keep_the_fence_invariants(
+        start in enqueued(),
+        ops in prop::collection::vec(op(), 1..60),
+    ) {
+        let mut job = start;
         // Every (owner, fence) ever granted by a claim.
         let mut granted: Vec<(Owner, Fence)> = Vec::new();
         for op in &ops {
@@ -113,17 +186,37 @@ proptest! {
             if !accepted {
                 prop_assert_eq!(&after, &before);
             }
-            // Fences never go down; they go up by exactly one, and only on an accepted claim.
-            let is_claim = matches!(op, Op::Claim { .. });
-            if accepted && is_claim {
+            // Fences never go down; they go up by exactly one, and only on an accepted claim
+            // (by id, or a lease of claim_next).
+            let claimed_at = match op {
+                Op::Claim { now, .. } | Op::ClaimNext { now, .. } => Some(at(*now)),
+                _ => None,
+            };
+            let leased = accepted && claimed_at.is_some() && after.fence != before.fence;
+            if let (true, Some(now)) = (leased, claimed_at) {
                 prop_assert_eq!(after.fence.get(), before.fence.get() + 1);
-                // A claim is only granted over a lease that is not live.
-                if let Op::Claim { now, .. } = op {
-                    prop_assert!(!before.is_live_at(Timestamp::new(f64::from(*now)).unwrap()));
-                }
+                // A lease is only granted over a lease that is not live, to a job that is due,
+                // neither done nor dead nor cancelled.
+                prop_assert!(!before.is_live_at(now));
+                prop_assert!(before.is_due_at(now), "leased before run_at");
+                prop_assert!(!before.done && before.ended.is_none());
                 granted.push((after.owner.clone().unwrap(), after.fence));
             } else {
                 prop_assert_eq!(after.fence, before.fence);
+            }
+            // claim_next never leases a job more than its max_attempts (0 counts as 1) times.
+            prop_assert!(after.attempts <= after.max_attempts.max(1));
+            if matches!(op, Op::Claim { .. }) {
+                prop_assert_eq!(after.attempts, before.attempts, "claim by id counted an attempt");
+            }
+            // done = 1 if and only if the job completed, and never together with dead/cancelled.
+            prop_assert!(!(after.done && after.ended.is_some()));
+            if after.done && !before.done {
+                let completed = matches!(op, Op::Complete { .. });
+                prop_assert!(completed, "done without a completion");
+            }
+            if before.ended == Some(Ended::Cancelled) && after.ended == Some(Ended::Cancelled) {
+                prop_assert_eq!(after.fence, before.fence, "a cancelled job was leased");
             }
             // A done job's result never changes, and it stays done.
             if before.done {
@@ -140,6 +233,9 @@ proptest! {
                     prop_assert!(decide_renew(Some(&after), stale_owner, *stale_fence, LeaseTerm::from_parts(now, lease_domain::Ttl::new(1.0).unwrap()).unwrap()).is_err());
                 }
                 prop_assert!(decide_release(Some(&after), stale_owner, *stale_fence).is_err());
+                let error = ErrorText::new("stale").unwrap();
+                let id = JobId::new("j").unwrap();
+                prop_assert!(decide_fail(&id, Some(&after), stale_owner, *stale_fence, Timestamp::new(0.0).unwrap(), &error, Retry::No).is_err());
             }
             job = after;
         }

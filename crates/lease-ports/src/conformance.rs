@@ -9,8 +9,9 @@
 use std::sync::Arc;
 
 use crate::{
-    ClaimRefused, Fence, JobId, JobResult, JobState, LeaseStore, LeaseTerm, Owner, Timestamp,
-    WriteRefused,
+    Backoff, ClaimRefused, EnqueueSpec, ErrorText, Fence, JobId, JobResult, JobState, Lease,
+    LeaseStore, LeaseTerm, ListFilter, Owner, Payload, QueueName, Retry, StatsRow, Status,
+    Timestamp, WriteRefused,
 };
 
 /// A shared handle to the store under test.
@@ -234,7 +235,9 @@ pub async fn stale_completion_is_rejected_and_result_survives(store: Store) {
         .await;
     assert_eq!(
         late.expect("complete reaches the store"),
-        Err(WriteRefused::Done)
+        Err(WriteRefused::Done {
+            result_fence: Some(fb)
+        })
     );
     let s = state(&store, &id).await;
     assert_eq!(
@@ -291,7 +294,9 @@ pub async fn complete_is_refused_unless_current_and_live(store: Store) {
         .await;
     assert_eq!(
         again.expect("complete reaches the store"),
-        Err(WriteRefused::Done)
+        Err(WriteRefused::Done {
+            result_fence: Some(f)
+        })
     );
     assert_eq!(state(&store, &id).await.result.as_deref(), Some("first"));
 }
@@ -341,7 +346,9 @@ pub async fn release_is_refused_unless_current_holder(store: Store) {
     let done = store.release(&id, &owner("a"), f).await;
     assert_eq!(
         done.expect("release reaches the store"),
-        Err(WriteRefused::Done)
+        Err(WriteRefused::Done {
+            result_fence: Some(f)
+        })
     );
     let missing = store.release(&job("ghost"), &owner("a"), f).await;
     assert_eq!(
@@ -403,6 +410,556 @@ pub async fn concurrent_claims_have_exactly_one_winner(store: Store) {
     }
 }
 
+// ---- The work queue ----
+
+fn queue(name: &str) -> QueueName {
+    QueueName::new(name).expect("valid queue")
+}
+
+fn spec(queue_name: &str, priority: i64, run_at: Option<f64>, max_attempts: u32) -> EnqueueSpec {
+    EnqueueSpec {
+        queue: queue(queue_name),
+        priority,
+        run_at: run_at.map(at),
+        max_attempts: Some(max_attempts),
+        payload: None,
+    }
+}
+
+async fn enqueued_with(store: &Store, id: &str, spec: &EnqueueSpec) -> JobId {
+    let id = job(id);
+    assert!(store.enqueue_with(&id, spec).await.expect("enqueue works"));
+    id
+}
+
+async fn next(store: &Store, q: &str, who: &str, now: f64, limit: usize) -> Vec<Lease> {
+    store
+        .claim_next(&queue(q), &owner(who), term(now, 10.0), limit)
+        .await
+        .expect("claim_next reaches the store")
+}
+
+fn ids(leases: &[Lease]) -> Vec<&str> {
+    leases.iter().map(|l| l.job.as_str()).collect()
+}
+
+async fn status(store: &Store, id: &JobId, now: f64) -> Status {
+    store
+        .record(id)
+        .await
+        .expect("record reads")
+        .expect("job exists")
+        .job
+        .status_at(at(now))
+}
+
+fn no_jitter(base: f64) -> Retry {
+    Retry::Backoff(Backoff::new(base, 2.0, 1000.0, 0.0).expect("valid backoff"))
+}
+
+/// `enqueue_with` stores the queue fields; the seed's `state` of that job still shows the
+/// default row, and a second enqueue changes nothing.
+pub async fn enqueue_with_stores_the_queue_fields(store: Store) {
+    let payload = Payload::new(vec![0, 159, 146, 150], 16).expect("small payload");
+    let with = EnqueueSpec {
+        payload: Some(payload),
+        ..spec("mail", 7, Some(50.0), 3)
+    };
+    let id = enqueued_with(&store, "j", &with).await;
+    let record = store
+        .record(&id)
+        .await
+        .expect("record reads")
+        .expect("job exists");
+    let j = &record.job;
+    assert_eq!(
+        (
+            j.queue.as_str(),
+            j.priority,
+            j.run_at,
+            j.max_attempts,
+            j.attempts
+        ),
+        ("mail", 7, Some(at(50.0)), 3, 0)
+    );
+    assert_eq!(j.payload.as_deref(), Some(&[0, 159, 146, 150][..]));
+    assert_eq!(
+        state(&store, &id).await,
+        JobState::new(&id, lease_domain::Job::new())
+    );
+    assert!(
+        !store
+            .enqueue_with(&id, &EnqueueSpec::default())
+            .await
+            .expect("enqueue works")
+    );
+    assert_eq!(store.record(&id).await.expect("record reads"), Some(record));
+    let plain = enqueued(&store, "plain").await;
+    let record = store
+        .record(&plain)
+        .await
+        .expect("record reads")
+        .expect("job exists");
+    assert_eq!(record.job, lease_domain::Job::new());
+}
+
+/// `claim_next` takes the highest priority first, then the earliest `run_at`, then enqueue order.
+pub async fn claim_next_takes_priority_then_run_at_then_enqueue_order(store: Store) {
+    for (id, priority, run_at) in [
+        ("low", -1, None),
+        ("fifo-1", 0, None),
+        ("late", 0, Some(5.0)),
+        ("fifo-2", 0, None),
+        ("early", 0, Some(1.0)),
+        ("urgent", 9, Some(8.0)),
+    ] {
+        enqueued_with(&store, id, &spec("q", priority, run_at, 5)).await;
+    }
+    let leases = next(&store, "q", "w", 10.0, 10).await;
+    assert_eq!(
+        ids(&leases),
+        ["urgent", "fifo-1", "fifo-2", "early", "late", "low"]
+    );
+    assert!(leases.iter().all(|l| l.fence == fence(1) && l.attempt == 1));
+    assert!(leases.iter().all(|l| l.until == at(20.0)));
+}
+
+/// `claim_next` leases only due jobs of its own queue that are not running, done, dead or
+/// cancelled, and returns none when there are none.
+pub async fn claim_next_leases_only_due_free_jobs_of_its_queue(store: Store) {
+    enqueued_with(&store, "other-queue", &spec("elsewhere", 0, None, 5)).await;
+    enqueued_with(&store, "scheduled", &spec("q", 0, Some(100.0), 5)).await;
+    let running = enqueued_with(&store, "running", &spec("q", 0, None, 5)).await;
+    claimed(&store, &running, "a", 0.0, 500.0).await;
+    let done = enqueued_with(&store, "done", &spec("q", 0, None, 5)).await;
+    let f = claimed(&store, &done, "a", 0.0, 50.0).await;
+    store
+        .complete(&done, &owner("a"), f, at(1.0), &result("r"))
+        .await
+        .expect("complete reaches the store")
+        .expect("complete is granted");
+    let cancelled = enqueued_with(&store, "cancelled", &spec("q", 0, None, 5)).await;
+    store
+        .cancel(&cancelled, at(1.0))
+        .await
+        .expect("cancel reaches the store")
+        .expect("cancel is granted");
+    assert!(next(&store, "q", "w", 10.0, 10).await.is_empty());
+    let due = enqueued_with(&store, "due-at-100", &spec("q", 0, Some(100.0), 5)).await;
+    let leases = next(&store, "q", "w", 100.0, 10).await;
+    assert_eq!(ids(&leases), ["scheduled", "due-at-100"]);
+    assert_eq!(status(&store, &due, 100.0).await, Status::Running);
+}
+
+/// `claim_next` hands out at most `limit` leases, each job to one holder at a time.
+pub async fn claim_next_respects_its_limit_and_never_leases_a_live_job_twice(store: Store) {
+    for i in 0..3 {
+        enqueued_with(&store, &format!("j{i}"), &spec("q", 0, None, 5)).await;
+    }
+    assert!(next(&store, "q", "w", 0.0, 0).await.is_empty());
+    assert_eq!(ids(&next(&store, "q", "a", 0.0, 2).await), ["j0", "j1"]);
+    assert_eq!(ids(&next(&store, "q", "b", 1.0, 2).await), ["j2"]);
+    assert!(next(&store, "q", "c", 2.0, 2).await.is_empty());
+}
+
+/// An expired lease is claimed again by `claim_next` (a dead worker's job is rescued) and counts
+/// as an attempt; once every attempt is used the job goes dead with "lease expired".
+pub async fn an_expired_lease_counts_as_an_attempt_and_then_the_job_dies(store: Store) {
+    let id = enqueued_with(&store, "j", &spec("q", 0, None, 2)).await;
+    let first = next(&store, "q", "a", 0.0, 1).await;
+    assert_eq!((first[0].fence, first[0].attempt), (fence(1), 1));
+    let second = next(&store, "q", "b", 10.0, 1).await;
+    assert_eq!((second[0].fence, second[0].attempt), (fence(2), 2));
+    assert!(next(&store, "q", "c", 20.0, 1).await.is_empty());
+    let record = store
+        .record(&id)
+        .await
+        .expect("record reads")
+        .expect("job exists");
+    assert_eq!(record.job.status_at(at(20.0)), Status::Dead);
+    assert_eq!(
+        record.job.error.as_deref(),
+        Some(lease_domain::LEASE_EXPIRED)
+    );
+    assert_eq!(record.job.fence, fence(2));
+    let late = store
+        .complete(&id, &owner("b"), fence(2), at(19.0), &result("late"))
+        .await;
+    assert_eq!(
+        late.expect("complete reaches the store"),
+        Err(WriteRefused::Dead)
+    );
+}
+
+/// `claim` by id refuses dead, cancelled and not-yet-due jobs, but never counts or applies the
+/// attempt limit.
+pub async fn claim_by_id_refuses_dead_cancelled_and_scheduled_jobs_but_ignores_attempts(
+    store: Store,
+) {
+    let scheduled = enqueued_with(&store, "scheduled", &spec("q", 0, Some(5.0), 5)).await;
+    let refused = store.claim(&scheduled, &owner("a"), term(4.0, 1.0)).await;
+    assert_eq!(
+        refused.expect("claim reaches the store"),
+        Err(ClaimRefused::NotDue { run_at: at(5.0) })
+    );
+    let cancelled = enqueued_with(&store, "cancelled", &spec("q", 0, None, 5)).await;
+    store
+        .cancel(&cancelled, at(0.0))
+        .await
+        .expect("cancel reaches the store")
+        .expect("cancelled");
+    let refused = store.claim(&cancelled, &owner("a"), term(1.0, 1.0)).await;
+    assert_eq!(
+        refused.expect("claim reaches the store"),
+        Err(ClaimRefused::Cancelled)
+    );
+    let once = enqueued_with(&store, "once", &spec("q", 0, None, 1)).await;
+    for round in 0..4_u32 {
+        let f = claimed(&store, &once, "a", f64::from(round) * 10.0, 5.0).await;
+        assert_eq!(f.get(), u64::from(round) + 1);
+    }
+    let record = store
+        .record(&once)
+        .await
+        .expect("record reads")
+        .expect("job exists");
+    assert_eq!(record.job.attempts, 0);
+    let f = claimed(&store, &once, "a", 100.0, 5.0).await;
+    let boom = ErrorText::new("boom").expect("valid error");
+    store
+        .fail(&once, &owner("a"), f, at(101.0), &boom, Retry::No)
+        .await
+        .expect("fail reaches the store")
+        .expect("fail is granted");
+    let refused = store.claim(&once, &owner("a"), term(200.0, 1.0)).await;
+    assert_eq!(
+        refused.expect("claim reaches the store"),
+        Err(ClaimRefused::Dead)
+    );
+}
+
+/// `fail` puts the job back after the backoff while attempts remain, then dead-letters it; the
+/// error is kept and the failed holder's later writes stay refused.
+pub async fn fail_retries_with_backoff_then_dead_letters(store: Store) {
+    let id = enqueued_with(&store, "j", &spec("q", 0, None, 2)).await;
+    let lease = next(&store, "q", "a", 0.0, 1).await.remove(0);
+    let boom = ErrorText::new("boom").expect("valid error");
+    let failed = store
+        .fail(
+            &id,
+            &owner("a"),
+            lease.fence,
+            at(1.0),
+            &boom,
+            no_jitter(10.0),
+        )
+        .await
+        .expect("fail reaches the store")
+        .expect("fail is granted");
+    assert_eq!(
+        (failed.status, failed.run_at),
+        (Status::Pending, Some(at(11.0)))
+    );
+    let late = store
+        .complete(&id, &owner("a"), lease.fence, at(2.0), &result("late"))
+        .await;
+    assert!(late.expect("complete reaches the store").is_err());
+    assert!(next(&store, "q", "b", 10.9, 1).await.is_empty());
+    let again = next(&store, "q", "b", 11.0, 1).await.remove(0);
+    assert_eq!((again.fence, again.attempt), (fence(2), 2));
+    let failed = store
+        .fail(
+            &id,
+            &owner("b"),
+            again.fence,
+            at(12.0),
+            &boom,
+            no_jitter(10.0),
+        )
+        .await
+        .expect("fail reaches the store")
+        .expect("fail is granted");
+    assert_eq!((failed.status, failed.run_at), (Status::Dead, None));
+    let record = store
+        .record(&id)
+        .await
+        .expect("record reads")
+        .expect("job exists");
+    assert_eq!(record.job.error.as_deref(), Some("boom"));
+    assert_eq!(record.job.status_at(at(1000.0)), Status::Dead);
+    assert!(next(&store, "q", "c", 1000.0, 1).await.is_empty());
+}
+
+/// `fail` by anyone but the live current holder is refused and changes nothing.
+pub async fn fail_is_refused_unless_current_and_live(store: Store) {
+    let id = enqueued_with(&store, "j", &spec("q", 0, None, 5)).await;
+    let lease = next(&store, "q", "a", 0.0, 1).await.remove(0);
+    let before = store.record(&id).await.expect("record reads");
+    let boom = ErrorText::new("boom").expect("valid error");
+    for (who, f, now, why) in [
+        ("b", lease.fence, 1.0, "wrong owner"),
+        ("a", fence(0), 1.0, "stale fence"),
+        ("a", lease.fence, 10.0, "expired"),
+    ] {
+        let outcome = store
+            .fail(&id, &owner(who), f, at(now), &boom, Retry::No)
+            .await;
+        assert!(outcome.expect("fail reaches the store").is_err(), "{why}");
+        assert_eq!(
+            store.record(&id).await.expect("record reads"),
+            before,
+            "{why}"
+        );
+    }
+}
+
+/// Cancelling a running job refuses every later write of its holder with `Cancelled`, and the
+/// job is never leased again.
+pub async fn cancel_of_a_running_job_refuses_its_holder(store: Store) {
+    let id = enqueued_with(&store, "j", &spec("q", 0, None, 5)).await;
+    let lease = next(&store, "q", "a", 0.0, 1).await.remove(0);
+    let cancelled = store
+        .cancel(&id, at(1.0))
+        .await
+        .expect("cancel reaches the store");
+    assert_eq!(cancelled, Ok(()));
+    let a = owner("a");
+    let renew = store.renew(&id, &a, lease.fence, term(2.0, 10.0)).await;
+    assert_eq!(
+        renew.expect("renew reaches the store"),
+        Err(WriteRefused::Cancelled)
+    );
+    let done = store
+        .complete(&id, &a, lease.fence, at(2.0), &result("r"))
+        .await;
+    assert_eq!(
+        done.expect("complete reaches the store"),
+        Err(WriteRefused::Cancelled)
+    );
+    let boom = ErrorText::new("boom").expect("valid error");
+    let failed = store
+        .fail(&id, &a, lease.fence, at(2.0), &boom, Retry::No)
+        .await;
+    assert_eq!(
+        failed.expect("fail reaches the store"),
+        Err(WriteRefused::Cancelled)
+    );
+    assert!(next(&store, "q", "b", 100.0, 1).await.is_empty());
+    assert_eq!(status(&store, &id, 100.0).await, Status::Cancelled);
+    let again = store
+        .cancel(&id, at(2.0))
+        .await
+        .expect("cancel reaches the store");
+    assert_eq!(again, Err(WriteRefused::Cancelled));
+    let gone = store
+        .cancel(&job("ghost"), at(2.0))
+        .await
+        .expect("cancel reaches the store");
+    assert_eq!(gone, Err(WriteRefused::Missing));
+}
+
+/// `retry` puts a dead or cancelled job back to pending with fresh attempts; its fence goes on.
+pub async fn retry_revives_dead_and_cancelled_jobs_and_the_fence_continues(store: Store) {
+    let id = enqueued_with(&store, "j", &spec("q", 0, None, 1)).await;
+    let lease = next(&store, "q", "a", 0.0, 1).await.remove(0);
+    let boom = ErrorText::new("boom").expect("valid error");
+    store
+        .fail(
+            &id,
+            &owner("a"),
+            lease.fence,
+            at(1.0),
+            &boom,
+            Retry::default(),
+        )
+        .await
+        .expect("fail reaches the store")
+        .expect("fail is granted");
+    assert_eq!(status(&store, &id, 1.0).await, Status::Dead);
+    assert_eq!(
+        store
+            .retry(&id, at(2.0))
+            .await
+            .expect("retry reaches the store"),
+        Ok(())
+    );
+    let again = next(&store, "q", "b", 2.0, 1).await.remove(0);
+    assert_eq!((again.fence, again.attempt), (fence(2), 1));
+    let refused = store
+        .retry(&id, at(3.0))
+        .await
+        .expect("retry reaches the store");
+    assert_eq!(
+        refused,
+        Err(WriteRefused::Active {
+            status: Status::Running
+        })
+    );
+    store
+        .cancel(&id, at(3.0))
+        .await
+        .expect("cancel reaches the store")
+        .expect("cancelled");
+    assert_eq!(
+        store
+            .retry(&id, at(4.0))
+            .await
+            .expect("retry reaches the store"),
+        Ok(())
+    );
+    assert_eq!(next(&store, "q", "c", 4.0, 1).await[0].fence, fence(3));
+}
+
+/// `purge` deletes finished jobs changed before the cutoff; an id enqueued again after a purge
+/// never receives a fence it had before.
+pub async fn purge_deletes_finished_jobs_and_a_purged_id_never_reuses_a_fence(store: Store) {
+    let done = enqueued(&store, "done").await;
+    for round in 0..3 {
+        claimed(&store, &done, "a", f64::from(round) * 10.0, 5.0).await;
+    }
+    store
+        .complete(&done, &owner("a"), fence(3), at(21.0), &result("r"))
+        .await
+        .expect("complete reaches the store")
+        .expect("complete is granted");
+    let cancelled = enqueued(&store, "cancelled").await;
+    store
+        .cancel(&cancelled, at(30.0))
+        .await
+        .expect("cancel reaches the store")
+        .expect("ok");
+    let pending = enqueued(&store, "pending").await;
+    let all = Status::ALL;
+    assert_eq!(store.purge(at(21.0), &all).await.expect("purge works"), 0);
+    assert_eq!(
+        store
+            .purge(at(25.0), &[Status::Dead])
+            .await
+            .expect("purge works"),
+        0
+    );
+    assert_eq!(store.purge(at(25.0), &all).await.expect("purge works"), 1);
+    assert_eq!(store.state(&done).await.expect("state reads"), None);
+    assert_eq!(store.purge(at(31.0), &all).await.expect("purge works"), 1);
+    assert!(store.state(&pending).await.expect("state reads").is_some());
+    assert!(store.enqueue(&done).await.expect("enqueue works"));
+    assert_eq!(state(&store, &done).await.fence, 3);
+    assert_eq!(claimed(&store, &done, "b", 100.0, 5.0).await, fence(4));
+}
+
+/// `list` and `stats` judge each job's status at the given time.
+pub async fn list_and_stats_judge_status_at_now(store: Store) {
+    let running = enqueued_with(&store, "running", &spec("q", 0, None, 5)).await;
+    claimed(&store, &running, "a", 0.0, 10.0).await;
+    enqueued_with(&store, "pending", &spec("q", 0, None, 5)).await;
+    enqueued_with(&store, "mail", &spec("mail", 0, None, 5)).await;
+    let listed = |status, now, q: Option<&str>| ListFilter {
+        queue: q.map(queue),
+        status,
+        limit: 10,
+        now: at(now),
+    };
+    let names = |records: Vec<crate::JobRecord>| -> Vec<String> {
+        records
+            .into_iter()
+            .map(|r| r.id.as_str().to_owned())
+            .collect()
+    };
+    let all = store
+        .list(&listed(None, 5.0, None))
+        .await
+        .expect("list works");
+    assert_eq!(names(all), ["mail", "pending", "running"]);
+    let run = store
+        .list(&listed(Some(Status::Running), 5.0, Some("q")))
+        .await
+        .expect("list");
+    assert_eq!(names(run), ["running"]);
+    let later = store
+        .list(&listed(Some(Status::Pending), 10.0, Some("q")))
+        .await
+        .expect("list");
+    assert_eq!(names(later), ["pending", "running"]);
+    let limited = ListFilter {
+        limit: 1,
+        ..listed(None, 5.0, None)
+    };
+    assert_eq!(store.list(&limited).await.expect("list works").len(), 1);
+    let row = |q: &str, status, count| StatsRow {
+        queue: queue(q),
+        status,
+        count,
+    };
+    assert_eq!(
+        store.stats(at(5.0)).await.expect("stats works"),
+        [
+            row("mail", Status::Pending, 1),
+            row("q", Status::Pending, 1),
+            row("q", Status::Running, 1)
+        ]
+    );
+    assert_eq!(
+        store.stats(at(10.0)).await.expect("stats works"),
+        [
+            row("mail", Status::Pending, 1),
+            row("q", Status::Pending, 2)
+        ]
+    );
+}
+
+/// `complete` stores the fence of the completing lease with the result.
+pub async fn complete_stores_the_result_fence(store: Store) {
+    let id = enqueued(&store, "j").await;
+    claimed(&store, &id, "a", 0.0, 5.0).await;
+    let f = claimed(&store, &id, "b", 5.0, 5.0).await;
+    store
+        .complete(&id, &owner("b"), f, at(6.0), &result("r"))
+        .await
+        .expect("complete reaches the store")
+        .expect("complete is granted");
+    let record = store
+        .record(&id)
+        .await
+        .expect("record reads")
+        .expect("job exists");
+    assert_eq!(record.job.result_fence, Some(fence(2)));
+    let late = store
+        .complete(&id, &owner("a"), fence(1), at(4.0), &result("x"))
+        .await;
+    assert_eq!(
+        late.expect("complete reaches the store"),
+        Err(WriteRefused::Done {
+            result_fence: Some(fence(2))
+        })
+    );
+}
+
+/// Concurrent `claim_next` callers never get the same job: every job goes to exactly one.
+pub async fn concurrent_claim_next_gives_each_job_to_exactly_one_caller(store: Store) {
+    const JOBS: usize = 30;
+    for i in 0..JOBS {
+        enqueued_with(&store, &format!("j{i:02}"), &spec("q", 0, None, 5)).await;
+    }
+    let callers = (0..8).map(|w| {
+        let store = Arc::clone(&store);
+        async move {
+            store
+                .claim_next(&queue("q"), &owner(&format!("w{w}")), term(1.0, 60.0), 4)
+                .await
+                .expect("claim_next reaches the store")
+        }
+    });
+    let mut leased: Vec<String> = futures::future::join_all(callers)
+        .await
+        .into_iter()
+        .flatten()
+        .map(|l| l.job.as_str().to_owned())
+        .collect();
+    leased.sort();
+    let expected: Vec<String> = (0..JOBS).map(|i| format!("j{i:02}")).collect();
+    assert_eq!(leased, expected);
+}
+
 /// Expands to one `#[tokio::test]` per conformance check, named after the check.
 ///
 /// `$factory` is a function returning `(Arc<dyn LeaseStore>, guard)`; the guard (for example a
@@ -436,6 +993,20 @@ macro_rules! conformance_tests {
             fences_strictly_increase_and_are_never_reused,
             jobs_are_independent,
             concurrent_claims_have_exactly_one_winner,
+            enqueue_with_stores_the_queue_fields,
+            claim_next_takes_priority_then_run_at_then_enqueue_order,
+            claim_next_leases_only_due_free_jobs_of_its_queue,
+            claim_next_respects_its_limit_and_never_leases_a_live_job_twice,
+            an_expired_lease_counts_as_an_attempt_and_then_the_job_dies,
+            claim_by_id_refuses_dead_cancelled_and_scheduled_jobs_but_ignores_attempts,
+            fail_retries_with_backoff_then_dead_letters,
+            fail_is_refused_unless_current_and_live,
+            cancel_of_a_running_job_refuses_its_holder,
+            retry_revives_dead_and_cancelled_jobs_and_the_fence_continues,
+            purge_deletes_finished_jobs_and_a_purged_id_never_reuses_a_fence,
+            list_and_stats_judge_status_at_now,
+            complete_stores_the_result_fence,
+            concurrent_claim_next_gives_each_job_to_exactly_one_caller,
         );
     };
     (@each $factory:path; $($check:ident),* $(,)?) => {

@@ -45,14 +45,16 @@ impl From<&Outcome> for Answer {
             Outcome::Enqueued(inserted) => Answer::Enqueued(*inserted),
             Outcome::Claimed(claimed) => Answer::Claimed(claimed.as_ref().ok().copied()),
             Outcome::Wrote(wrote) => Answer::Wrote(wrote.is_ok()),
+            Outcome::Failed(failed) => Answer::Wrote(failed.is_ok()),
         }
     }
 }
 
 /// Applies one call to the sequential model and gives the answer the contract requires.
+/// (Histories start from the job's absence and never purge, so no purge mark is involved.)
 #[must_use]
-pub fn apply(state: Option<&Job>, call: &Call) -> (Option<Job>, Answer) {
-    let (next, outcome) = call.decide(state);
+pub fn apply(job: &JobId, state: Option<&Job>, call: &Call) -> (Option<Job>, Answer) {
+    let (next, outcome) = call.decide(job, state, None);
     (next.or_else(|| state.cloned()), Answer::from(&outcome))
 }
 
@@ -143,7 +145,7 @@ fn search(
         if done[i] || order[i].invoked > horizon {
             continue;
         }
-        let (next, answer) = apply(state.as_ref(), &order[i].call);
+        let (next, answer) = apply(&order[i].job, state.as_ref(), &order[i].call);
         if order[i].answer.is_some_and(|a| a != answer) {
             continue;
         }
@@ -250,6 +252,15 @@ mod workload {
             Call::Release(owner, fence) => {
                 Answer::Wrote(store.release(job, owner, *fence).await?.is_ok())
             }
+            Call::EnqueueWith(spec) => Answer::Enqueued(store.enqueue_with(job, spec).await?),
+            Call::Fail(owner, fence, now, error, retry) => Answer::Wrote(
+                store
+                    .fail(job, owner, *fence, *now, error, *retry)
+                    .await?
+                    .is_ok(),
+            ),
+            Call::Cancel(now) => Answer::Wrote(store.cancel(job, *now).await?.is_ok()),
+            Call::Retry(now) => Answer::Wrote(store.retry(job, *now).await?.is_ok()),
         })
     }
 

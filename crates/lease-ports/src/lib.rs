@@ -15,8 +15,9 @@ pub mod conformance;
 use async_trait::async_trait;
 pub use error::StoreError;
 pub use lease_domain::{
-    ClaimRefused, Command, Fence, InputError, Job, JobId, JobResult, LeaseTerm, Outcome, Owner,
-    Timestamp, Ttl, WriteRefused,
+    Backoff, ClaimRefused, Command, Ended, EnqueueSpec, ErrorText, Failed, Fence, InputError, Job,
+    JobId, JobResult, LeaseTerm, Outcome, Owner, Payload, QueueName, Retry, Status, Timestamp, Ttl,
+    WriteRefused,
 };
 
 /// The outcome of a claim that reached the store: the new fence, or why it was refused.
@@ -24,6 +25,9 @@ pub type ClaimOutcome = Result<Fence, ClaimRefused>;
 
 /// The outcome of a renew, complete or release that reached the store.
 pub type WriteOutcome = Result<(), WriteRefused>;
+
+/// The outcome of a `fail` that reached the store: where the job went, or why it was refused.
+pub type FailOutcome = Result<Failed, WriteRefused>;
 
 /// A port method's return type, read back from the [`Outcome`] of the [`Command`] it ran.
 pub trait FromOutcome: Sized {
@@ -53,6 +57,15 @@ impl FromOutcome for WriteOutcome {
     fn from_outcome(outcome: Outcome) -> Option<Self> {
         match outcome {
             Outcome::Wrote(wrote) => Some(wrote),
+            _ => None,
+        }
+    }
+}
+
+impl FromOutcome for FailOutcome {
+    fn from_outcome(outcome: Outcome) -> Option<Self> {
+        match outcome {
+            Outcome::Failed(failed) => Some(failed),
             _ => None,
         }
     }
@@ -102,6 +115,82 @@ impl JobState {
             done: job.done,
         }
     }
+}
+
+/// One stored job with every field, the queue's included (`state` gives the seed's six).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRecord {
+    /// The job id.
+    pub id: JobId,
+    /// The stored job.
+    pub job: Job,
+}
+
+impl JobRecord {
+    /// The seed's view of the record.
+    #[must_use]
+    pub fn state(&self) -> JobState {
+        JobState::new(&self.id, self.job.clone())
+    }
+}
+
+/// A lease handed out by `claim_next`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lease {
+    /// The job.
+    pub job: JobId,
+    /// Its new fence: present it with every write.
+    pub fence: Fence,
+    /// The lease is live until then.
+    pub until: Timestamp,
+    /// Which attempt this is (1 for the first).
+    pub attempt: u32,
+    /// The job's payload.
+    pub payload: Option<Vec<u8>>,
+}
+
+/// Which jobs `list` returns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListFilter {
+    /// Only this queue, if given.
+    pub queue: Option<QueueName>,
+    /// Only this status (judged at `now`), if given.
+    pub status: Option<Status>,
+    /// At most this many jobs, in id order.
+    pub limit: usize,
+    /// The time statuses are judged at.
+    pub now: Timestamp,
+}
+
+/// How many jobs of one queue have one status, judged at a given time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatsRow {
+    /// The queue.
+    pub queue: QueueName,
+    /// The status.
+    pub status: Status,
+    /// How many jobs.
+    pub count: u64,
+}
+
+/// Tallies judged jobs into `StatsRow`s ordered by queue, then status.
+#[must_use]
+pub fn tally<'a>(jobs: impl IntoIterator<Item = &'a Job>, now: Timestamp) -> Vec<StatsRow> {
+    let mut counts: std::collections::BTreeMap<(QueueName, Status), u64> =
+        std::collections::BTreeMap::new();
+    for job in jobs {
+        *counts
+            .entry((job.queue.clone(), job.status_at(now)))
+            .or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .map(|((queue, status), count)| StatsRow {
+            queue,
+            status,
+            count,
+        })
+        .collect()
 }
 
 /// A durable store of fenced job leases.
@@ -170,6 +259,52 @@ pub trait LeaseStore: Send + Sync {
         owner: &Owner,
         fence: Fence,
     ) -> Result<WriteOutcome, StoreError>;
+
+    /// Inserts the job with the queue fields of `spec` and returns `true`; if the job exists,
+    /// changes nothing and returns `false`. An id that was purged continues from its old fence.
+    async fn enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError>;
+
+    /// The stored job with every field, or `None`.
+    async fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError>;
+
+    /// Leases up to `limit` due jobs of `queue` in one transaction, in
+    /// [`lease_domain::claim_order`], each as decided by [`lease_domain::decide_claim_next`]
+    /// (which may also bury a job out of attempts). Returns the leases, possibly none.
+    async fn claim_next(
+        &self,
+        queue: &QueueName,
+        owner: &Owner,
+        term: LeaseTerm,
+        limit: usize,
+    ) -> Result<Vec<Lease>, StoreError>;
+
+    /// Reports a failure of the live current lease, as decided by [`lease_domain::decide_fail`].
+    async fn fail(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        now: Timestamp,
+        error: &ErrorText,
+        retry: Retry,
+    ) -> Result<FailOutcome, StoreError>;
+
+    /// Cancels a pending or running job, as decided by [`lease_domain::decide_cancel`].
+    async fn cancel(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError>;
+
+    /// Puts a dead or cancelled job back to pending, as decided by
+    /// [`lease_domain::decide_retry`].
+    async fn retry(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError>;
+
+    /// Deletes the jobs [`lease_domain::is_purgeable`] picks, keeping each one's fence so that
+    /// the id, if enqueued again, never receives a fence it had before. Returns how many.
+    async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError>;
+
+    /// The jobs that `filter` selects, in id order.
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError>;
+
+    /// How many jobs each queue has in each status at `now` (statuses with no job left out).
+    async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError>;
 }
 
 /// Runs one claim per owner concurrently and returns each outcome in input order.

@@ -1,4 +1,4 @@
-//! The in-memory reference store: the lease rules over a map behind a mutex.
+//! The in-memory reference store: the lease and queue rules over a map behind a mutex.
 //!
 //! It is the model the SQLite store is checked against; it keeps nothing across restarts.
 
@@ -6,16 +6,43 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use lease_domain::{Command, Fence, Job, JobId, JobResult, LeaseTerm, Owner, Timestamp};
+use lease_domain::{
+    Command, EnqueueSpec, ErrorText, Fence, Job, JobId, JobResult, LeaseTerm, NextDecision, Owner,
+    QueueName, Retry, Status, Timestamp, claim_order, decide_claim_next, is_purgeable,
+};
 
 use crate::{
-    ClaimOutcome, FromOutcome, JobState, LeaseStore, StoreError, WriteOutcome, outcome_as,
+    ClaimOutcome, FailOutcome, FromOutcome, JobRecord, JobState, Lease, LeaseStore, ListFilter,
+    StatsRow, StoreError, WriteOutcome, outcome_as, tally,
 };
+
+#[derive(Debug, Default)]
+struct Jobs {
+    /// Each job with its enqueue order.
+    jobs: HashMap<JobId, (Job, u64)>,
+    /// The fence each purged id had, until it is enqueued again.
+    purged: HashMap<JobId, Fence>,
+    next_seq: u64,
+}
+
+impl Jobs {
+    fn store(&mut self, id: &JobId, job: Job) {
+        match self.jobs.get_mut(id) {
+            Some(slot) => slot.0 = job,
+            None => {
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                self.purged.remove(id);
+                self.jobs.insert(id.clone(), (job, seq));
+            }
+        }
+    }
+}
 
 /// A lease store held in process memory.
 #[derive(Debug, Default)]
 pub struct MemoryLeaseStore {
-    jobs: Mutex<HashMap<JobId, Job>>,
+    jobs: Mutex<Jobs>,
 }
 
 impl MemoryLeaseStore {
@@ -25,7 +52,7 @@ impl MemoryLeaseStore {
         Self::default()
     }
 
-    fn jobs(&self) -> Result<MutexGuard<'_, HashMap<JobId, Job>>, StoreError> {
+    fn jobs(&self) -> Result<MutexGuard<'_, Jobs>, StoreError> {
         self.jobs
             .lock()
             .map_err(|_| StoreError::Unavailable("the in-memory store's lock is poisoned".into()))
@@ -34,9 +61,14 @@ impl MemoryLeaseStore {
     /// Decides and stores one command under the lock; a refusal stores nothing.
     fn apply<T: FromOutcome>(&self, job: &JobId, command: Command) -> Result<T, StoreError> {
         let mut jobs = self.jobs()?;
-        let (next, outcome) = command.decide(jobs.get(job));
+        let current = jobs.jobs.get(job).map(|(j, _)| j);
+        let purged = match current {
+            None if command.is_enqueue() => jobs.purged.get(job).copied(),
+            _ => None,
+        };
+        let (next, outcome) = command.decide(job, current, purged);
         if let Some(next) = next {
-            jobs.insert(job.clone(), next);
+            jobs.store(job, next);
         }
         outcome_as(outcome)
     }
@@ -49,7 +81,11 @@ impl LeaseStore for MemoryLeaseStore {
     }
 
     async fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
-        Ok(self.jobs()?.get(job).map(|j| JobState::new(job, j.clone())))
+        Ok(self
+            .jobs()?
+            .jobs
+            .get(job)
+            .map(|(j, _)| JobState::new(job, j.clone())))
     }
 
     async fn claim(
@@ -92,5 +128,114 @@ impl LeaseStore for MemoryLeaseStore {
         fence: Fence,
     ) -> Result<WriteOutcome, StoreError> {
         self.apply(job, Command::Release(owner.clone(), fence))
+    }
+
+    async fn enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError> {
+        self.apply(job, Command::EnqueueWith(spec.clone()))
+    }
+
+    async fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError> {
+        Ok(self.jobs()?.jobs.get(job).map(|(j, _)| JobRecord {
+            id: job.clone(),
+            job: j.clone(),
+        }))
+    }
+
+    async fn claim_next(
+        &self,
+        queue: &QueueName,
+        owner: &Owner,
+        term: LeaseTerm,
+        limit: usize,
+    ) -> Result<Vec<Lease>, StoreError> {
+        let mut jobs = self.jobs()?;
+        let mut candidates: Vec<(JobId, Job, u64)> = jobs
+            .jobs
+            .iter()
+            .filter(|(_, (job, _))| job.queue == *queue)
+            .map(|(id, (job, seq))| (id.clone(), job.clone(), *seq))
+            .collect();
+        candidates.sort_by(|a, b| claim_order((&a.1, a.2), (&b.1, b.2)));
+        let mut leases = Vec::new();
+        for (id, job, _) in candidates {
+            if leases.len() >= limit {
+                break;
+            }
+            match decide_claim_next(&job, owner, term) {
+                NextDecision::Lease(next) => {
+                    leases.push(Lease {
+                        job: id.clone(),
+                        fence: next.fence,
+                        until: next.until,
+                        attempt: next.attempts,
+                        payload: next.payload.clone(),
+                    });
+                    jobs.store(&id, next);
+                }
+                NextDecision::Bury(next) => jobs.store(&id, next),
+                NextDecision::Skip => {}
+            }
+        }
+        Ok(leases)
+    }
+
+    async fn fail(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        now: Timestamp,
+        error: &ErrorText,
+        retry: Retry,
+    ) -> Result<FailOutcome, StoreError> {
+        self.apply(
+            job,
+            Command::Fail(owner.clone(), fence, now, error.clone(), retry),
+        )
+    }
+
+    async fn cancel(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
+        self.apply(job, Command::Cancel(now))
+    }
+
+    async fn retry(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
+        self.apply(job, Command::Retry(now))
+    }
+
+    async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError> {
+        let mut jobs = self.jobs()?;
+        let doomed: Vec<(JobId, Fence)> = jobs
+            .jobs
+            .iter()
+            .filter(|(_, (job, _))| is_purgeable(job, before, statuses))
+            .map(|(id, (job, _))| (id.clone(), job.fence))
+            .collect();
+        for (id, fence) in &doomed {
+            jobs.jobs.remove(id);
+            jobs.purged.insert(id.clone(), *fence);
+        }
+        Ok(u64::try_from(doomed.len()).unwrap_or(u64::MAX))
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError> {
+        let jobs = self.jobs()?;
+        let mut found: Vec<JobRecord> = jobs
+            .jobs
+            .iter()
+            .filter(|(_, (job, _))| filter.queue.as_ref().is_none_or(|q| job.queue == *q))
+            .filter(|(_, (job, _))| filter.status.is_none_or(|s| job.status_at(filter.now) == s))
+            .map(|(id, (job, _))| JobRecord {
+                id: id.clone(),
+                job: job.clone(),
+            })
+            .collect();
+        found.sort_by(|a, b| a.id.cmp(&b.id));
+        found.truncate(filter.limit);
+        Ok(found)
+    }
+
+    async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
+        let jobs = self.jobs()?;
+        Ok(tally(jobs.jobs.values().map(|(job, _)| job), now))
     }
 }

@@ -8,8 +8,9 @@ use async_trait::async_trait;
 use lease_ports::history::{Answer, Call, Event, Workload, check_linearizable, record};
 use lease_ports::memory::MemoryLeaseStore;
 use lease_ports::{
-    ClaimOutcome, Fence, JobId, JobResult, JobState, LeaseStore, LeaseTerm, Owner, StoreError,
-    Timestamp, WriteOutcome,
+    ClaimOutcome, EnqueueSpec, ErrorText, FailOutcome, Fence, JobId, JobRecord, JobResult,
+    JobState, Lease, LeaseStore, LeaseTerm, ListFilter, Owner, QueueName, Retry, StatsRow, Status,
+    StoreError, Timestamp, WriteOutcome,
 };
 
 fn job() -> JobId {
@@ -144,16 +145,6 @@ enum Bug {
     AnswerBeforeCommit,
 }
 
-fn job_of(state: JobState) -> lease_ports::Job {
-    lease_ports::Job {
-        owner: state.owner.map(|o| Owner::new(o).unwrap()),
-        until: Timestamp::new(state.until).unwrap(),
-        fence: Fence::new(state.fence).unwrap(),
-        result: state.result,
-        done: state.done,
-    }
-}
-
 #[async_trait]
 impl LeaseStore for Buggy {
     async fn enqueue(&self, job: &JobId) -> Result<bool, StoreError> {
@@ -171,7 +162,7 @@ impl LeaseStore for Buggy {
         if !matches!(self.bug, Bug::AnswerBeforeCommit) {
             return self.inner.claim(job, owner, term).await;
         }
-        let snapshot = self.inner.state(job).await?.map(job_of);
+        let snapshot = self.inner.record(job).await?.map(|r| r.job);
         let answer =
             lease_domain::decide_claim(snapshot.as_ref(), owner, term).map(|next| next.fence);
         let (inner, job, owner) = (Arc::clone(&self.inner), job.clone(), owner.clone());
@@ -214,6 +205,47 @@ impl LeaseStore for Buggy {
         fence: Fence,
     ) -> Result<WriteOutcome, StoreError> {
         self.inner.release(job, owner, fence).await
+    }
+    async fn enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError> {
+        self.inner.enqueue_with(job, spec).await
+    }
+    async fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError> {
+        self.inner.record(job).await
+    }
+    async fn claim_next(
+        &self,
+        queue: &QueueName,
+        owner: &Owner,
+        term: LeaseTerm,
+        limit: usize,
+    ) -> Result<Vec<Lease>, StoreError> {
+        self.inner.claim_next(queue, owner, term, limit).await
+    }
+    async fn fail(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        now: Timestamp,
+        error: &ErrorText,
+        retry: Retry,
+    ) -> Result<FailOutcome, StoreError> {
+        self.inner.fail(job, owner, fence, now, error, retry).await
+    }
+    async fn cancel(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
+        self.inner.cancel(job, now).await
+    }
+    async fn retry(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
+        self.inner.retry(job, now).await
+    }
+    async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError> {
+        self.inner.purge(before, statuses).await
+    }
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError> {
+        self.inner.list(filter).await
+    }
+    async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
+        self.inner.stats(now).await
     }
 }
 

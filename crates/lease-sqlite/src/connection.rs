@@ -537,11 +537,11 @@ fn open_once(
     }
     if let Access::ReadOnly { reason, .. } = &access {
         return match found {
-            Found::Lease(SCHEMA_VERSION) | Found::Unmarked => Ok(Opened {
+            Found::Lease(SCHEMA_VERSION) => Ok(Opened {
                 conn: connect_as(path, &access, options)?,
                 access,
             }),
-            Found::Empty | Found::Lease(_) => Err(StoreError::ReadOnly(format!(
+            Found::Empty | Found::Unmarked | Found::Lease(_) => Err(StoreError::ReadOnly(format!(
                 "{shown} must be initialised or upgraded before use, but {reason}"
             ))
             .into()),

@@ -10,16 +10,15 @@ use std::collections::VecDeque;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Mutex, MutexGuard};
 
-use lease_domain::{Command, JobId, Outcome};
 use lease_ports::StoreError;
 use r2d2_sqlite::SqliteConnectionManager;
 
-use crate::ops;
+use crate::ops::{self, Op, Reply};
 
 /// Gets a pooled connection, or the error every command of the batch then gets.
 type Connect<'a> =
     &'a dyn Fn() -> Result<r2d2::PooledConnection<SqliteConnectionManager>, StoreError>;
-type Answer = Result<Outcome, StoreError>;
+type Answer = Result<Reply, StoreError>;
 
 /// What a queued caller is told.
 enum Message {
@@ -30,8 +29,7 @@ enum Message {
 }
 
 struct Waiting {
-    job: JobId,
-    command: Command,
+    op: Op,
     reply: SyncSender<Message>,
 }
 
@@ -97,16 +95,12 @@ impl GroupCommit {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Queues one command and returns its answer once the batch it ran in has committed.
-    pub(crate) fn submit(&self, connect: Connect<'_>, job: JobId, command: Command) -> Answer {
+    /// Queues one op and returns its answer once the batch it ran in has committed.
+    pub(crate) fn submit(&self, connect: Connect<'_>, op: Op) -> Answer {
         let (reply, inbox): (SyncSender<Message>, Receiver<Message>) = sync_channel(1);
         let lead_now = {
             let mut queue = self.queue();
-            queue.waiting.push_back(Waiting {
-                job,
-                command,
-                reply,
-            });
+            queue.waiting.push_back(Waiting { op, reply });
             !std::mem::replace(&mut queue.leading, true)
         };
         if lead_now {
@@ -128,14 +122,10 @@ impl GroupCommit {
     /// Runs one batch from the head of the queue, answers it, and passes the lead on.
     fn lead(&self, connect: Connect<'_>) {
         loop {
-            let (commands, replies): (Vec<(JobId, Command)>, Vec<SyncSender<Message>>) = {
+            let (commands, replies): (Vec<Op>, Vec<SyncSender<Message>>) = {
                 let mut queue = self.queue();
                 let n = queue.waiting.len().min(self.max_batch);
-                queue
-                    .waiting
-                    .drain(..n)
-                    .map(|w| ((w.job, w.command), w.reply))
-                    .unzip()
+                queue.waiting.drain(..n).map(|w| (w.op, w.reply)).unzip()
             };
             self.count(commands.len());
             let answers = match connect() {

@@ -22,8 +22,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lease_domain::{Command, Fence, JobId, JobResult, LeaseTerm, Owner, Timestamp};
-use lease_ports::{ClaimOutcome, FromOutcome, LeaseStore, WriteOutcome, outcome_as};
+use lease_domain::{
+    Command, EnqueueSpec, ErrorText, Fence, JobId, JobResult, LeaseTerm, Owner, QueueName, Retry,
+    Status, Timestamp,
+};
+use lease_ports::{
+    ClaimOutcome, FailOutcome, FromOutcome, JobRecord, Lease, LeaseStore, ListFilter, StatsRow,
+    WriteOutcome, outcome_as,
+};
+use ops::Op;
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::Connection;
 
@@ -37,7 +44,7 @@ pub use seed::{claim, claim_many, complete, enqueue, init_db, release, renew, st
 /// The SQL the store runs for every operation, for benchmarks that compare it with raw SQLite.
 #[doc(hidden)]
 pub mod sql {
-    pub use crate::ops::{INSERT_JOB, SELECT_JOB, UPDATE_JOB};
+    pub use crate::ops::{INSERT_JOB, SELECT_CANDIDATES, SELECT_JOB, UPDATE_JOB, UPSERT_QUEUE};
 }
 
 /// The error type of this crate: the port's [`StoreError`].
@@ -198,18 +205,22 @@ impl SqliteLeaseStore {
 
     /// Runs one write on the calling thread: through the group-commit queue when it is on,
     /// otherwise in a transaction of its own on a pooled connection.
-    fn write<T: FromOutcome>(&self, job: &JobId, command: Command) -> Result<T, StoreError> {
+    fn submit(&self, op: Op) -> Result<ops::Reply, StoreError> {
         if let Some(reason) = &self.read_only {
             return Err(StoreError::ReadOnly(format!(
                 "{} can only be read: {reason}",
                 self.path.display()
             )));
         }
-        let outcome = match &self.group {
-            Some(group) => group.submit(&|| self.connection(), job.clone(), command)?,
-            None => self.with_conn(|conn| ops::execute(conn, job, &command))?,
-        };
-        outcome_as(outcome)
+        match &self.group {
+            Some(group) => group.submit(&|| self.connection(), op),
+            None => self.with_conn(|conn| ops::execute(conn, &op)),
+        }
+    }
+
+    /// Runs one command on one job and reads its outcome as the port method's type.
+    fn write<T: FromOutcome>(&self, job: &JobId, command: Command) -> Result<T, StoreError> {
+        outcome_as(self.submit(Op::Job(job.clone(), command))?.into_outcome()?)
     }
 
     /// Runs `body` with a pooled connection on a blocking thread when called inside a Tokio
@@ -294,6 +305,83 @@ impl Blocking<'_> {
     ) -> Result<WriteOutcome, StoreError> {
         self.0.write(job, Command::Release(owner.clone(), fence))
     }
+
+    /// See [`LeaseStore::enqueue_with`].
+    pub fn enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError> {
+        self.0.write(job, Command::EnqueueWith(spec.clone()))
+    }
+
+    /// See [`LeaseStore::record`].
+    pub fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError> {
+        self.0.with_conn(|conn| ops::record(conn, job))
+    }
+
+    /// See [`LeaseStore::claim_next`].
+    pub fn claim_next(
+        &self,
+        queue: &QueueName,
+        owner: &Owner,
+        term: LeaseTerm,
+        limit: usize,
+    ) -> Result<Vec<Lease>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        self.0
+            .submit(Op::ClaimNext {
+                queue: queue.clone(),
+                owner: owner.clone(),
+                term,
+                limit,
+            })?
+            .into_leases()
+    }
+
+    /// See [`LeaseStore::fail`].
+    pub fn fail(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        now: Timestamp,
+        error: &ErrorText,
+        retry: Retry,
+    ) -> Result<FailOutcome, StoreError> {
+        self.0.write(
+            job,
+            Command::Fail(owner.clone(), fence, now, error.clone(), retry),
+        )
+    }
+
+    /// See [`LeaseStore::cancel`].
+    pub fn cancel(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
+        self.0.write(job, Command::Cancel(now))
+    }
+
+    /// See [`LeaseStore::retry`].
+    pub fn retry(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
+        self.0.write(job, Command::Retry(now))
+    }
+
+    /// See [`LeaseStore::purge`].
+    pub fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError> {
+        self.0
+            .submit(Op::Purge {
+                before,
+                statuses: statuses.to_vec(),
+            })?
+            .into_purged()
+    }
+
+    /// See [`LeaseStore::list`].
+    pub fn list(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError> {
+        self.0.with_conn(|conn| ops::list(conn, filter))
+    }
+
+    /// See [`LeaseStore::stats`].
+    pub fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
+        self.0.with_conn(|conn| ops::stats(conn, now))
+    }
 }
 
 #[async_trait]
@@ -353,6 +441,74 @@ impl LeaseStore for SqliteLeaseStore {
         let (job, owner) = (job.clone(), owner.clone());
         self.run(move |store| store.blocking().release(&job, &owner, fence))
             .await
+    }
+
+    async fn enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError> {
+        let (job, spec) = (job.clone(), spec.clone());
+        self.run(move |store| store.blocking().enqueue_with(&job, &spec))
+            .await
+    }
+
+    async fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError> {
+        let job = job.clone();
+        self.run(move |store| store.blocking().record(&job)).await
+    }
+
+    async fn claim_next(
+        &self,
+        queue: &QueueName,
+        owner: &Owner,
+        term: LeaseTerm,
+        limit: usize,
+    ) -> Result<Vec<Lease>, StoreError> {
+        let (queue, owner) = (queue.clone(), owner.clone());
+        self.run(move |store| store.blocking().claim_next(&queue, &owner, term, limit))
+            .await
+    }
+
+    async fn fail(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        now: Timestamp,
+        error: &ErrorText,
+        retry: Retry,
+    ) -> Result<FailOutcome, StoreError> {
+        let (job, owner, error) = (job.clone(), owner.clone(), error.clone());
+        self.run(move |store| {
+            store
+                .blocking()
+                .fail(&job, &owner, fence, now, &error, retry)
+        })
+        .await
+    }
+
+    async fn cancel(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
+        let job = job.clone();
+        self.run(move |store| store.blocking().cancel(&job, now))
+            .await
+    }
+
+    async fn retry(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
+        let job = job.clone();
+        self.run(move |store| store.blocking().retry(&job, now))
+            .await
+    }
+
+    async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError> {
+        let statuses = statuses.to_vec();
+        self.run(move |store| store.blocking().purge(before, &statuses))
+            .await
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError> {
+        let filter = filter.clone();
+        self.run(move |store| store.blocking().list(&filter)).await
+    }
+
+    async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
+        self.run(move |store| store.blocking().stats(now)).await
     }
 }
 

@@ -1,23 +1,118 @@
-//! The store operations over one connection. Every write is a `lease_domain::Command`: inside a
-//! `BEGIN IMMEDIATE` transaction the job is loaded, the command decides, the decision is stored,
-//! and the transaction commits before anyone is answered. A batch runs several commands in one
-//! transaction, each inside its own savepoint.
+//! The store operations over one connection. Every write is an [`Op`]: a `lease_domain::Command`
+//! on one job, or a `claim_next` or `purge` over many. Inside a `BEGIN IMMEDIATE` transaction
+//! each job is loaded, the domain decides, the decision is stored, and the transaction commits
+//! before anyone is answered. A batch runs several ops in one transaction, each inside its own
+//! savepoint.
 
-use lease_domain::{Command, Fence, Job, JobId, Outcome, Owner, Timestamp};
-use lease_ports::{JobState, StoreError};
+use lease_domain::{
+    Command, Ended, Fence, Job, JobId, LeaseTerm, NextDecision, Outcome, Owner, QueueName, Status,
+    Timestamp, decide_claim_next, is_purgeable,
+};
+use lease_ports::{JobRecord, JobState, Lease, ListFilter, StatsRow, StoreError};
 use rusqlite::Connection;
 use rusqlite::types::ValueRef;
 
 use crate::error;
 
-/// Loads one job.
-pub const SELECT_JOB: &str = "SELECT owner, until, fence, result, done FROM jobs WHERE id = ?1";
-/// Stores a decided job over its row.
+/// Loads one job, its queue fields joined (a missing queue row reads as the defaults).
+pub const SELECT_JOB: &str = "SELECT j.owner, j.until, j.fence, j.result, j.done, q.queue, \
+    q.priority, q.run_at, q.attempts, q.max_attempts, q.payload, q.finished, q.error, \
+    q.result_fence, q.updated FROM jobs j LEFT JOIN jobs_queue q ON q.id = j.id WHERE j.id = ?1";
+/// Stores the contract's columns of a decided job over its row.
 pub const UPDATE_JOB: &str =
     "UPDATE jobs SET owner = ?2, until = ?3, fence = ?4, result = ?5, done = ?6 WHERE id = ?1";
-/// Stores a decided job that had no row.
+/// Stores the contract's columns of a decided job that had no row (a trigger adds its queue row).
 pub const INSERT_JOB: &str =
     "INSERT INTO jobs(id, owner, until, fence, result, done) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+/// Stores the queue's columns of a decided job, keeping its enqueue order (`seq`).
+pub const UPSERT_QUEUE: &str = "INSERT INTO jobs_queue(id, queue, priority, run_at, attempts, \
+    max_attempts, payload, finished, error, result_fence, updated) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT(id) DO UPDATE SET \
+    queue = excluded.queue, priority = excluded.priority, run_at = excluded.run_at, \
+    attempts = excluded.attempts, max_attempts = excluded.max_attempts, \
+    payload = excluded.payload, finished = excluded.finished, error = excluded.error, \
+    result_fence = excluded.result_fence, updated = excluded.updated";
+/// The candidates of `claim_next`, in the domain's claim order, from the ready index: jobs of
+/// the queue that can still run, whose lease is not live and that are due. The domain then
+/// decides each one; the differential tests check that this filter and the rule agree.
+pub const SELECT_CANDIDATES: &str = "SELECT q.id FROM jobs_queue q JOIN jobs j ON j.id = q.id \
+    WHERE q.queue = ?1 AND q.finished IS NULL AND j.done = 0 AND j.until <= ?2 \
+    AND (q.run_at IS NULL OR q.run_at <= ?2) \
+    ORDER BY q.priority DESC, q.run_at, q.seq LIMIT ?3";
+
+const SELECT_PURGED: &str = "SELECT fence FROM purged WHERE id = ?1";
+const FORGET_PURGED: &str = "DELETE FROM purged WHERE id = ?1";
+const REMEMBER_PURGED: &str = "INSERT INTO purged(id, fence) VALUES (?1, ?2) \
+    ON CONFLICT(id) DO UPDATE SET fence = max(fence, excluded.fence)";
+const DELETE_JOB: &str = "DELETE FROM jobs WHERE id = ?1";
+/// Finished jobs changed before the cutoff; the domain decides each one.
+const SELECT_PURGEABLE: &str = "SELECT id FROM jobs_queue WHERE finished IS NOT NULL \
+    AND (updated IS NULL OR updated < ?1)";
+const SELECT_IDS: &str = "SELECT id FROM jobs WHERE ?1 IS NULL OR id IN \
+    (SELECT id FROM jobs_queue WHERE queue = ?1) ORDER BY id";
+/// The inputs of the status rule, grouped: the domain judges each group.
+const SELECT_STATS: &str = "SELECT coalesce(q.queue, 'default'), j.done, q.finished, \
+    j.until > ?1, coalesce(q.attempts, 0) >= max(coalesce(q.max_attempts, 5), 1), count(*) \
+    FROM jobs j LEFT JOIN jobs_queue q ON q.id = j.id GROUP BY 1, 2, 3, 4, 5";
+
+/// One write: a command on one job, or an operation over many jobs.
+#[derive(Debug, Clone)]
+pub(crate) enum Op {
+    /// A command on one job.
+    Job(JobId, Command),
+    /// Lease up to `limit` due jobs of a queue.
+    ClaimNext {
+        queue: QueueName,
+        owner: Owner,
+        term: LeaseTerm,
+        limit: usize,
+    },
+    /// Delete finished jobs changed before `before`.
+    Purge {
+        before: Timestamp,
+        statuses: Vec<Status>,
+    },
+}
+
+/// What an [`Op`] answers.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Reply {
+    /// The outcome of a command.
+    Job(Outcome),
+    /// The leases `claim_next` handed out.
+    Leases(Vec<Lease>),
+    /// How many jobs `purge` deleted.
+    Purged(u64),
+}
+
+impl Reply {
+    pub(crate) fn into_outcome(self) -> Result<Outcome, StoreError> {
+        match self {
+            Reply::Job(outcome) => Ok(outcome),
+            other => Err(wrong_reply(&other)),
+        }
+    }
+
+    pub(crate) fn into_leases(self) -> Result<Vec<Lease>, StoreError> {
+        match self {
+            Reply::Leases(leases) => Ok(leases),
+            other => Err(wrong_reply(&other)),
+        }
+    }
+
+    pub(crate) fn into_purged(self) -> Result<u64, StoreError> {
+        match self {
+            Reply::Purged(n) => Ok(n),
+            other => Err(wrong_reply(&other)),
+        }
+    }
+}
+
+fn wrong_reply(reply: &Reply) -> StoreError {
+    StoreError::Corrupt(format!(
+        "an operation was answered with the wrong reply {reply:?}"
+    ))
+}
 
 fn corrupt(id: &JobId, what: String) -> StoreError {
     StoreError::Corrupt(format!("job {id}: {what}"))
@@ -28,9 +123,10 @@ fn corrupt(id: &JobId, what: String) -> StoreError {
 fn text(
     id: &JobId,
     row: &rusqlite::Row<'_>,
+    index: usize,
     column: &'static str,
 ) -> Result<Option<String>, StoreError> {
-    match row.get_ref(column).map_err(error::before_commit)? {
+    match row.get_ref(index).map_err(error::before_commit)? {
         ValueRef::Null => Ok(None),
         ValueRef::Text(bytes) => String::from_utf8(bytes.to_vec())
             .map(Some)
@@ -42,25 +138,43 @@ fn text(
     }
 }
 
-/// Reads one numeric column; `until` may be stored as an integer (`DEFAULT 0`).
-fn number(id: &JobId, row: &rusqlite::Row<'_>, column: &'static str) -> Result<f64, StoreError> {
-    match row.get_ref(column).map_err(error::before_commit)? {
-        ValueRef::Real(x) => Ok(x),
+/// Reads one numeric column, or NULL; `until` may be stored as an integer (`DEFAULT 0`).
+fn number(
+    id: &JobId,
+    row: &rusqlite::Row<'_>,
+    index: usize,
+    column: &'static str,
+) -> Result<Option<Timestamp>, StoreError> {
+    let value = match row.get_ref(index).map_err(error::before_commit)? {
+        ValueRef::Null => return Ok(None),
+        ValueRef::Real(x) => x,
         ValueRef::Integer(n) => {
-            // Integers of up to 2^53 convert exactly; a larger stored `until` is still a time.
+            // Integers of up to 2^53 convert exactly; a larger stored time is still a time.
             #[allow(clippy::cast_precision_loss)]
-            Ok(n as f64)
+            let x = n as f64;
+            x
         }
-        other => Err(corrupt(
-            id,
-            format!("stored {column} is {:?}, not a number", other.data_type()),
-        )),
-    }
+        other => {
+            return Err(corrupt(
+                id,
+                format!("stored {column} is {:?}, not a number", other.data_type()),
+            ));
+        }
+    };
+    Timestamp::new(value)
+        .map(Some)
+        .map_err(|_| corrupt(id, format!("stored {column} {value} is not finite")))
 }
 
-fn integer(id: &JobId, row: &rusqlite::Row<'_>, column: &'static str) -> Result<i64, StoreError> {
-    match row.get_ref(column).map_err(error::before_commit)? {
-        ValueRef::Integer(n) => Ok(n),
+fn integer(
+    id: &JobId,
+    row: &rusqlite::Row<'_>,
+    index: usize,
+    column: &'static str,
+) -> Result<Option<i64>, StoreError> {
+    match row.get_ref(index).map_err(error::before_commit)? {
+        ValueRef::Null => Ok(None),
+        ValueRef::Integer(n) => Ok(Some(n)),
         other => Err(corrupt(
             id,
             format!("stored {column} is {:?}, not an integer", other.data_type()),
@@ -68,19 +182,39 @@ fn integer(id: &JobId, row: &rusqlite::Row<'_>, column: &'static str) -> Result<
     }
 }
 
-/// Turns a stored row into a job, refusing values no lease rule could have written.
+fn required<T>(id: &JobId, value: Option<T>, column: &'static str) -> Result<T, StoreError> {
+    value.ok_or_else(|| corrupt(id, format!("stored {column} is NULL")))
+}
+
+fn fence_of(id: &JobId, stored: i64, column: &'static str) -> Result<Fence, StoreError> {
+    Fence::try_from(stored).map_err(|f| corrupt(id, format!("stored {column} {f} is negative")))
+}
+
+fn count(
+    id: &JobId,
+    stored: Option<i64>,
+    column: &'static str,
+    default: u32,
+) -> Result<u32, StoreError> {
+    stored.map_or(Ok(default), |n| {
+        u32::try_from(n).map_err(|_| corrupt(id, format!("stored {column} {n} is out of range")))
+    })
+}
+
+/// Turns a stored row into a job, refusing values no rule could have written.
 fn decode(id: &JobId, row: &rusqlite::Row<'_>) -> Result<Job, StoreError> {
-    let owner = text(id, row, "owner")?
+    let owner = text(id, row, 0, "owner")?
         .map(Owner::new)
         .transpose()
         .map_err(|e| corrupt(id, format!("stored owner: {e}")))?;
-    let until = number(id, row, "until")?;
-    let until = Timestamp::new(until)
-        .map_err(|_| corrupt(id, format!("stored until {until} is not finite")))?;
-    let fence = Fence::try_from(integer(id, row, "fence")?)
-        .map_err(|f| corrupt(id, format!("stored fence {f} is negative")))?;
-    let result = text(id, row, "result")?;
-    let done = match integer(id, row, "done")? {
+    let until = required(id, number(id, row, 1, "until")?, "until")?;
+    let fence = fence_of(
+        id,
+        required(id, integer(id, row, 2, "fence")?, "fence")?,
+        "fence",
+    )?;
+    let result = text(id, row, 3, "result")?;
+    let done = match required(id, integer(id, row, 4, "done")?, "done")? {
         0 => false,
         1 => true,
         other => {
@@ -90,16 +224,60 @@ fn decode(id: &JobId, row: &rusqlite::Row<'_>) -> Result<Job, StoreError> {
             ));
         }
     };
+    let queue = match text(id, row, 5, "queue")? {
+        Some(name) => {
+            QueueName::new(name).map_err(|e| corrupt(id, format!("stored queue: {e}")))?
+        }
+        None => QueueName::default(),
+    };
+    let ended = match (text(id, row, 11, "finished")?.as_deref(), done) {
+        (None | Some("done"), _) => None,
+        (Some("dead"), false) => Some(Ended::Dead),
+        (Some("cancelled"), false) => Some(Ended::Cancelled),
+        (Some(other), _) => {
+            return Err(corrupt(
+                id,
+                format!("stored finished {other:?} does not fit done = {done}"),
+            ));
+        }
+    };
+    let payload = match row.get_ref(10).map_err(error::before_commit)? {
+        ValueRef::Null => None,
+        ValueRef::Blob(bytes) => Some(bytes.to_vec()),
+        other => {
+            return Err(corrupt(
+                id,
+                format!("stored payload is {:?}, not a blob", other.data_type()),
+            ));
+        }
+    };
     Ok(Job {
         owner,
         until,
         fence,
         result,
         done,
+        queue,
+        priority: integer(id, row, 6, "priority")?.unwrap_or(0),
+        run_at: number(id, row, 7, "run_at")?,
+        attempts: count(id, integer(id, row, 8, "attempts")?, "attempts", 0)?,
+        max_attempts: count(
+            id,
+            integer(id, row, 9, "max_attempts")?,
+            "max_attempts",
+            lease_domain::EnqueueSpec::DEFAULT_MAX_ATTEMPTS,
+        )?,
+        payload,
+        ended,
+        error: text(id, row, 12, "error")?,
+        result_fence: integer(id, row, 13, "result_fence")?
+            .map(|f| fence_of(id, f, "result_fence"))
+            .transpose()?,
+        updated: number(id, row, 14, "updated")?,
     })
 }
 
-fn load(conn: &Connection, id: &JobId) -> Result<Option<Job>, StoreError> {
+pub(crate) fn load(conn: &Connection, id: &JobId) -> Result<Option<Job>, StoreError> {
     let mut stmt = conn.prepare_cached(SELECT_JOB).map_err(error::sql(conn))?;
     let mut rows = stmt.query([id.as_str()]).map_err(error::sql(conn))?;
     match rows.next().map_err(error::sql(conn))? {
@@ -108,7 +286,12 @@ fn load(conn: &Connection, id: &JobId) -> Result<Option<Job>, StoreError> {
     }
 }
 
-fn store(conn: &Connection, sql: &str, id: &JobId, job: &Job) -> Result<(), StoreError> {
+fn finished_text(job: &Job) -> Option<&'static str> {
+    job.finished().map(Status::as_str)
+}
+
+fn store(conn: &Connection, inserting: bool, id: &JobId, job: &Job) -> Result<(), StoreError> {
+    let sql = if inserting { INSERT_JOB } else { UPDATE_JOB };
     conn.prepare_cached(sql)
         .and_then(|mut stmt| {
             stmt.execute(rusqlite::params![
@@ -121,23 +304,180 @@ fn store(conn: &Connection, sql: &str, id: &JobId, job: &Job) -> Result<(), Stor
             ])
         })
         .map_err(error::sql(conn))?;
+    conn.prepare_cached(UPSERT_QUEUE)
+        .and_then(|mut stmt| {
+            stmt.execute(rusqlite::params![
+                id.as_str(),
+                job.queue.as_str(),
+                job.priority,
+                job.run_at.map(Timestamp::get),
+                job.attempts,
+                job.max_attempts,
+                job.payload.as_deref(),
+                finished_text(job),
+                job.error.as_deref(),
+                job.result_fence.map(i64::from),
+                job.updated.map(Timestamp::get),
+            ])
+        })
+        .map_err(error::sql(conn))?;
     Ok(())
 }
 
+fn run_with(conn: &Connection, sql: &str, id: &str) -> Result<(), StoreError> {
+    conn.prepare_cached(sql)
+        .and_then(|mut stmt| stmt.execute([id]))
+        .map(drop)
+        .map_err(error::sql(conn))
+}
+
+/// The fence a purged id had, when it was purged and not enqueued since.
+fn purged_fence(conn: &Connection, id: &JobId) -> Result<Option<Fence>, StoreError> {
+    let stored: Option<i64> = conn
+        .prepare_cached(SELECT_PURGED)
+        .and_then(|mut stmt| {
+            let mut rows = stmt.query([id.as_str()])?;
+            rows.next()?.map(|r| r.get(0)).transpose()
+        })
+        .map_err(error::sql(conn))?;
+    stored.map(|f| fence_of(id, f, "purged fence")).transpose()
+}
+
 /// Loads, decides and stores one command inside the open transaction; says whether it wrote.
-fn apply(conn: &Connection, id: &JobId, command: &Command) -> Result<(Outcome, bool), StoreError> {
+fn apply_command(
+    conn: &Connection,
+    id: &JobId,
+    command: &Command,
+) -> Result<(Outcome, bool), StoreError> {
     let current = load(conn, id)?;
-    let (next, outcome) = command.decide(current.as_ref());
+    let purged = match current {
+        None if command.is_enqueue() => purged_fence(conn, id)?,
+        _ => None,
+    };
+    let (next, outcome) = command.decide(id, current.as_ref(), purged);
     let Some(next) = next else {
         return Ok((outcome, false));
     };
-    let sql = if current.is_some() {
-        UPDATE_JOB
-    } else {
-        INSERT_JOB
-    };
-    store(conn, sql, id, &next)?;
+    store(conn, current.is_none(), id, &next)?;
+    if current.is_none() && purged.is_some() {
+        run_with(conn, FORGET_PURGED, id.as_str())?;
+    }
     Ok((outcome, true))
+}
+
+fn candidates(
+    conn: &Connection,
+    queue: &QueueName,
+    now: Timestamp,
+    limit: usize,
+) -> Result<Vec<JobId>, StoreError> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut stmt = conn
+        .prepare_cached(SELECT_CANDIDATES)
+        .map_err(error::sql(conn))?;
+    let ids = stmt
+        .query_map(rusqlite::params![queue.as_str(), now.get(), limit], |r| {
+            r.get::<_, String>(0)
+        })
+        .and_then(Iterator::collect::<Result<Vec<String>, _>>)
+        .map_err(error::sql(conn))?;
+    ids.into_iter()
+        .map(|id| JobId::new(id).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}"))))
+        .collect()
+}
+
+/// Leases up to `limit` jobs: candidates come from the ready index in claim order, and the
+/// domain decides each (lease, bury, or skip). Leased and buried jobs leave the candidate set,
+/// so the query is repeated until enough leases are made or a round makes no change.
+fn claim_next(
+    conn: &Connection,
+    queue: &QueueName,
+    owner: &Owner,
+    term: LeaseTerm,
+    limit: usize,
+) -> Result<(Vec<Lease>, bool), StoreError> {
+    let mut leases = Vec::new();
+    let mut wrote = false;
+    while leases.len() < limit {
+        let mut changed = false;
+        for id in candidates(conn, queue, term.now(), limit - leases.len())? {
+            let Some(job) = load(conn, &id)? else {
+                continue;
+            };
+            match decide_claim_next(&job, owner, term) {
+                NextDecision::Lease(next) => {
+                    store(conn, false, &id, &next)?;
+                    leases.push(Lease {
+                        job: id,
+                        fence: next.fence,
+                        until: next.until,
+                        attempt: next.attempts,
+                        payload: next.payload,
+                    });
+                    changed = true;
+                }
+                NextDecision::Bury(next) => {
+                    store(conn, false, &id, &next)?;
+                    changed = true;
+                }
+                NextDecision::Skip => {}
+            }
+        }
+        wrote |= changed;
+        if !changed {
+            break;
+        }
+    }
+    Ok((leases, wrote))
+}
+
+fn purge(
+    conn: &Connection,
+    before: Timestamp,
+    statuses: &[Status],
+) -> Result<(u64, bool), StoreError> {
+    let ids: Vec<String> = conn
+        .prepare_cached(SELECT_PURGEABLE)
+        .and_then(|mut stmt| {
+            stmt.query_map([before.get()], |r| r.get(0))?
+                .collect::<Result<_, _>>()
+        })
+        .map_err(error::sql(conn))?;
+    let mut purged = 0_u64;
+    for id in ids {
+        let id = JobId::new(id).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}")))?;
+        let Some(job) = load(conn, &id)? else {
+            continue;
+        };
+        if !is_purgeable(&job, before, statuses) {
+            continue;
+        }
+        conn.prepare_cached(REMEMBER_PURGED)
+            .and_then(|mut stmt| stmt.execute(rusqlite::params![id.as_str(), i64::from(job.fence)]))
+            .map_err(error::sql(conn))?;
+        run_with(conn, DELETE_JOB, id.as_str())?;
+        purged += 1;
+    }
+    Ok((purged, purged > 0))
+}
+
+/// Runs one op inside the open transaction; says whether it wrote.
+fn apply(conn: &Connection, op: &Op) -> Result<(Reply, bool), StoreError> {
+    match op {
+        Op::Job(id, command) => {
+            apply_command(conn, id, command).map(|(outcome, wrote)| (Reply::Job(outcome), wrote))
+        }
+        Op::ClaimNext {
+            queue,
+            owner,
+            term,
+            limit,
+        } => claim_next(conn, queue, owner, *term, *limit)
+            .map(|(leases, wrote)| (Reply::Leases(leases), wrote)),
+        Op::Purge { before, statuses } => {
+            purge(conn, *before, statuses).map(|(n, wrote)| (Reply::Purged(n), wrote))
+        }
+    }
 }
 
 fn run(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
@@ -152,24 +492,21 @@ fn roll_back(conn: &Connection) {
     }
 }
 
-/// Runs one command in its own `BEGIN IMMEDIATE` transaction; a refusal rolls back (no sync).
-pub(crate) fn execute(
-    conn: &mut Connection,
-    id: &JobId,
-    command: &Command,
-) -> Result<Outcome, StoreError> {
+/// Runs one op in its own `BEGIN IMMEDIATE` transaction; one that writes nothing rolls back (no
+/// sync).
+pub(crate) fn execute(conn: &mut Connection, op: &Op) -> Result<Reply, StoreError> {
     run(conn, "BEGIN IMMEDIATE").map_err(error::sql(conn))?;
-    match apply(conn, id, command) {
-        Ok((outcome, true)) => match run(conn, "COMMIT") {
-            Ok(()) => Ok(outcome),
+    match apply(conn, op) {
+        Ok((reply, true)) => match run(conn, "COMMIT") {
+            Ok(()) => Ok(reply),
             Err(e) => {
                 roll_back(conn);
                 Err(error::at_commit(e))
             }
         },
-        Ok((outcome, false)) => {
+        Ok((reply, false)) => {
             roll_back(conn);
-            Ok(outcome)
+            Ok(reply)
         }
         Err(e) => {
             roll_back(conn);
@@ -178,19 +515,16 @@ pub(crate) fn execute(
     }
 }
 
-/// Runs several commands in one `BEGIN IMMEDIATE` transaction, in order, each in its own
-/// savepoint so a failing one leaves the others alone; one commit (one sync) covers them all.
+/// Runs several ops in one `BEGIN IMMEDIATE` transaction, in order, each in its own savepoint
+/// so a failing one leaves the others alone; one commit (one sync) covers them all.
 ///
-/// If the transaction cannot begin or commit, or SQLite ends it early, every command of the
-/// batch fails: none of them is applied (or, for a failed commit, the outcome is unknown).
-pub(crate) fn execute_batch(
-    conn: &mut Connection,
-    batch: &[(JobId, Command)],
-) -> Vec<Result<Outcome, StoreError>> {
-    if let [(id, command)] = batch {
-        return vec![execute(conn, id, command)];
+/// If the transaction cannot begin or commit, or SQLite ends it early, every op of the batch
+/// fails: none of them is applied (or, for a failed commit, the outcome is unknown).
+pub(crate) fn execute_batch(conn: &mut Connection, batch: &[Op]) -> Vec<Result<Reply, StoreError>> {
+    if let [op] = batch {
+        return vec![execute(conn, op)];
     }
-    let fail_all = |err: &StoreError, why: &str| -> Vec<Result<Outcome, StoreError>> {
+    let fail_all = |err: &StoreError, why: &str| -> Vec<Result<Reply, StoreError>> {
         batch.iter().map(|_| Err(batch_error(err, why))).collect()
     };
     if let Err(e) = run(conn, "BEGIN IMMEDIATE") {
@@ -198,16 +532,16 @@ pub(crate) fn execute_batch(
     }
     let mut results = Vec::with_capacity(batch.len());
     let mut wrote = false;
-    for (id, command) in batch {
+    for op in batch {
         let attempt = run(conn, "SAVEPOINT op")
             .map_err(error::sql(conn))
-            .and_then(|()| apply(conn, id, command));
+            .and_then(|()| apply(conn, op));
         match attempt {
-            Ok((outcome, did_write)) => {
+            Ok((reply, did_write)) => {
                 wrote |= did_write;
                 results.push(
                     run(conn, "RELEASE op")
-                        .map(|()| outcome)
+                        .map(|()| reply)
                         .map_err(error::sql(conn)),
                 );
             }
@@ -234,7 +568,7 @@ pub(crate) fn execute_batch(
     }
 }
 
-/// The error every command of a failed batch gets: it keeps the kind (so "not applied" stays
+/// The error every op of a failed batch gets: it keeps the kind (so "not applied" stays
 /// determinate and an unknown commit stays indeterminate) and says what happened.
 pub(crate) fn batch_error(err: &StoreError, why: &str) -> StoreError {
     let message = if err.is_determinate() {
@@ -253,6 +587,103 @@ pub(crate) fn batch_error(err: &StoreError, why: &str) -> StoreError {
 
 pub(crate) fn state(conn: &Connection, id: &JobId) -> Result<Option<JobState>, StoreError> {
     Ok(load(conn, id)?.map(|job| JobState::new(id, job)))
+}
+
+pub(crate) fn record(conn: &Connection, id: &JobId) -> Result<Option<JobRecord>, StoreError> {
+    Ok(load(conn, id)?.map(|job| JobRecord {
+        id: id.clone(),
+        job,
+    }))
+}
+
+/// Runs `body` in a read transaction, so that a multi-row read sees one snapshot.
+fn reading<T>(
+    conn: &Connection,
+    body: impl FnOnce(&Connection) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    run(conn, "BEGIN").map_err(error::sql(conn))?;
+    let result = body(conn);
+    roll_back(conn);
+    result
+}
+
+pub(crate) fn list(conn: &Connection, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError> {
+    reading(conn, |conn| {
+        let mut stmt = conn.prepare_cached(SELECT_IDS).map_err(error::sql(conn))?;
+        let queue = filter.queue.as_ref().map(QueueName::as_str);
+        let mut rows = stmt.query([queue]).map_err(error::sql(conn))?;
+        let mut found = Vec::new();
+        while found.len() < filter.limit {
+            let Some(row) = rows.next().map_err(error::sql(conn))? else {
+                break;
+            };
+            let id: String = row.get(0).map_err(error::sql(conn))?;
+            let id =
+                JobId::new(id).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}")))?;
+            let Some(job) = load(conn, &id)? else {
+                continue;
+            };
+            if filter.status.is_none_or(|s| job.status_at(filter.now) == s) {
+                found.push(JobRecord { id, job });
+            }
+        }
+        Ok(found)
+    })
+}
+
+pub(crate) fn stats(conn: &Connection, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
+    reading(conn, |conn| {
+        let mut stmt = conn
+            .prepare_cached(SELECT_STATS)
+            .map_err(error::sql(conn))?;
+        let groups = stmt
+            .query_map([now.get()], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, bool>(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                    r.get::<_, bool>(3)?,
+                    r.get::<_, bool>(4)?,
+                    r.get::<_, i64>(5)?,
+                ))
+            })
+            .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+            .map_err(error::sql(conn))?;
+        let mut tallied: std::collections::BTreeMap<(QueueName, Status), u64> =
+            std::collections::BTreeMap::new();
+        for (queue, done, finished, live, exhausted, n) in groups {
+            let queue = QueueName::new(queue)
+                .map_err(|e| StoreError::Corrupt(format!("stored queue: {e}")))?;
+            // A job with the group's inputs to the status rule, judged by the domain.
+            let representative = Job {
+                done,
+                ended: match finished.as_deref() {
+                    Some("dead") => Some(Ended::Dead),
+                    Some("cancelled") => Some(Ended::Cancelled),
+                    _ => None,
+                },
+                until: if live {
+                    Timestamp::new(f64::MAX).unwrap_or(now)
+                } else {
+                    now
+                },
+                attempts: u32::from(exhausted),
+                max_attempts: 1,
+                ..Job::new()
+            };
+            *tallied
+                .entry((queue, representative.status_at(now)))
+                .or_default() += u64::try_from(n).unwrap_or(0);
+        }
+        Ok(tallied
+            .into_iter()
+            .map(|((queue, status), count)| StatsRow {
+                queue,
+                status,
+                count,
+            })
+            .collect())
+    })
 }
 
 #[cfg(test)]
@@ -275,6 +706,32 @@ mod tests {
 
     fn id(name: &str) -> JobId {
         JobId::new(name).unwrap()
+    }
+
+    #[test]
+    fn claim_next_candidates_come_from_the_ready_index_without_a_scan_or_a_sort() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = fresh(&dir, &SqliteOptions::default());
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {SELECT_CANDIDATES}"))
+            .unwrap()
+            .query_map(rusqlite::params!["q", 0.0, 10], |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let shown = plan.join("; ");
+        assert!(
+            plan.iter()
+                .any(|step| step.contains("USING INDEX jobs_queue_ready")),
+            "{shown}"
+        );
+        assert!(
+            plan.iter()
+                .any(|step| step.starts_with("SEARCH j USING INDEX sqlite_autoindex_jobs_1")),
+            "{shown}"
+        );
+        assert!(!plan.iter().any(|step| step.starts_with("SCAN")), "{shown}");
+        assert!(!shown.contains("TEMP B-TREE"), "{shown}");
     }
 
     #[test]
@@ -306,14 +763,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut conn = fresh(&dir, &SqliteOptions::default());
         let batch = [
-            (id("j"), Command::Enqueue),
-            (id("j"), claim("a")),
-            (id("j"), claim("b")),
-            (id("j"), Command::Enqueue),
+            Op::Job(id("j"), Command::Enqueue),
+            Op::Job(id("j"), claim("a")),
+            Op::Job(id("j"), claim("b")),
+            Op::Job(id("j"), Command::Enqueue),
         ];
         let answers: Vec<Outcome> = execute_batch(&mut conn, &batch)
             .into_iter()
-            .map(Result::unwrap)
+            .map(|r| r.unwrap().into_outcome().unwrap())
             .collect();
         assert_eq!(answers[0], Outcome::Enqueued(true));
         assert_eq!(answers[1], Outcome::Claimed(Ok(Fence::new(1).unwrap())));
@@ -335,18 +792,24 @@ mod tests {
         conn.execute_batch("INSERT INTO jobs(id) VALUES ('a'), ('b'); INSERT INTO jobs(id, fence) VALUES ('bad', -1);")
             .unwrap();
         let batch = [
-            (id("a"), claim("w")),
-            (id("bad"), claim("w")),
-            (id("b"), claim("w")),
+            Op::Job(id("a"), claim("w")),
+            Op::Job(id("bad"), claim("w")),
+            Op::Job(id("b"), claim("w")),
         ];
         let answers = execute_batch(&mut conn, &batch);
-        assert!(matches!(answers[0], Ok(Outcome::Claimed(Ok(_)))));
+        assert!(matches!(
+            answers[0],
+            Ok(Reply::Job(Outcome::Claimed(Ok(_))))
+        ));
         assert!(
             matches!(answers[1], Err(StoreError::Corrupt(_))),
             "{:?}",
             answers[1]
         );
-        assert!(matches!(answers[2], Ok(Outcome::Claimed(Ok(_)))));
+        assert!(matches!(
+            answers[2],
+            Ok(Reply::Job(Outcome::Claimed(Ok(_))))
+        ));
         assert_eq!(state(&conn, &id("a")).unwrap().unwrap().fence, 1);
         assert_eq!(state(&conn, &id("b")).unwrap().unwrap().fence, 1);
         let bad: i64 = conn
@@ -359,14 +822,14 @@ mod tests {
     fn when_the_disk_fills_mid_batch_every_answer_matches_what_is_stored() {
         let dir = tempfile::tempdir().unwrap();
         let options = SqliteOptions {
-            max_pages: Some(6),
+            max_pages: Some(12),
             ..SqliteOptions::default()
         };
         let mut conn = fresh(&dir, &options);
         // Small and large enqueues alternate; the large ones run out of pages.
-        let batch: Vec<(JobId, Command)> = (0..40)
+        let batch: Vec<Op> = (0..40)
             .map(|i| {
-                (
+                Op::Job(
                     id(&format!(
                         "{i:02}-{}",
                         "x".repeat(if i % 2 == 0 { 1 } else { 3000 })
@@ -378,10 +841,13 @@ mod tests {
         let answers = execute_batch(&mut conn, &batch);
         let failures = answers.iter().filter(|a| a.is_err()).count();
         assert!(failures > 0, "the cap never bit");
-        for ((job, _), answer) in batch.iter().zip(&answers) {
+        for (op, answer) in batch.iter().zip(&answers) {
+            let Op::Job(job, _) = op else { unreachable!() };
             let stored = state(&conn, job).unwrap().is_some();
             match answer {
-                Ok(Outcome::Enqueued(true)) => assert!(stored, "{job} acknowledged but not stored"),
+                Ok(Reply::Job(Outcome::Enqueued(true))) => {
+                    assert!(stored, "{job} acknowledged but not stored")
+                }
                 Err(e) => {
                     assert!(matches!(e, StoreError::Full(_)), "{e}");
                     assert!(!stored, "{job} failed but was stored");

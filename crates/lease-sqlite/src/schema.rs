@@ -12,8 +12,9 @@ use crate::error::{self, OpenError};
 /// `PRAGMA application_id` of a lease database ("LEAS").
 pub const APPLICATION_ID: i32 = 0x4C45_4153;
 
-/// `PRAGMA user_version`: the schema version this code writes and reads.
-pub const SCHEMA_VERSION: i32 = 1;
+/// `PRAGMA user_version`: the schema version this code writes and reads. Version 1 had the
+/// contract's `jobs` table only; version 2 adds the work queue beside it.
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// The contract's table. Other programs may insert rows with only `id`.
 pub(crate) const CREATE_JOBS: &str = "CREATE TABLE IF NOT EXISTS jobs(
@@ -24,6 +25,40 @@ pub(crate) const CREATE_JOBS: &str = "CREATE TABLE IF NOT EXISTS jobs(
     result TEXT,
     done INTEGER NOT NULL DEFAULT 0
 )";
+
+/// The work queue (version 2), beside the contract's table so that `jobs` keeps exactly the
+/// contract's columns. One `jobs_queue` row per job, kept in step by triggers when another
+/// program inserts or deletes `jobs` rows; `finished` mirrors done/dead/cancelled so that the
+/// partial index holds only jobs that can still run; `purged` keeps the fence of each purged id.
+/// Idempotent, and it backfills a queue row for every existing job in the default queue.
+pub(crate) const CREATE_QUEUE: &str = "
+CREATE TABLE IF NOT EXISTS jobs_queue(
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    queue TEXT NOT NULL DEFAULT 'default',
+    priority INTEGER NOT NULL DEFAULT 0,
+    run_at REAL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    max_attempts INTEGER NOT NULL DEFAULT 5,
+    payload BLOB,
+    finished TEXT,
+    error TEXT,
+    result_fence INTEGER,
+    updated REAL
+);
+CREATE INDEX IF NOT EXISTS jobs_queue_ready
+    ON jobs_queue(queue, priority DESC, run_at, seq) WHERE finished IS NULL;
+CREATE TABLE IF NOT EXISTS purged(id TEXT PRIMARY KEY, fence INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS jobs_queue_insert AFTER INSERT ON jobs BEGIN
+    INSERT OR IGNORE INTO jobs_queue(id, finished)
+        VALUES (new.id, CASE WHEN new.done = 1 THEN 'done' END);
+END;
+CREATE TRIGGER IF NOT EXISTS jobs_queue_delete AFTER DELETE ON jobs BEGIN
+    DELETE FROM jobs_queue WHERE id = old.id;
+END;
+INSERT OR IGNORE INTO jobs_queue(id, finished)
+    SELECT id, CASE WHEN done = 1 THEN 'done' END FROM jobs ORDER BY rowid;
+";
 
 /// One column as `PRAGMA table_info` describes it: name, declared type, NOT NULL, default, key.
 struct Column {
@@ -101,7 +136,8 @@ pub(crate) enum Found {
     /// An unmarked database holding exactly the contract's `jobs` table (made by the seed's
     /// `init_db`): a lease database that is marked when first opened for writing.
     Unmarked,
-    /// A database marked as a lease database, at this schema version.
+    /// A database marked as a lease database, at this schema version (older ones are
+    /// upgraded when first opened for writing).
     Lease(i32),
 }
 
@@ -266,8 +302,11 @@ pub(crate) fn prepare(conn: &Connection, path: &str, create: bool) -> Result<(),
     }
 }
 
+/// Creates what is missing of the current schema (every statement is idempotent, so the same
+/// code creates a new file, marks a seed file and upgrades version 1) and marks the file.
 fn create_and_mark(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch(CREATE_JOBS)?;
+    conn.execute_batch(CREATE_QUEUE)?;
     conn.pragma_update(None, "application_id", APPLICATION_ID)?;
     conn.pragma_update(None, "user_version", SCHEMA_VERSION)
 }
@@ -316,6 +355,10 @@ mod tests {
             classify(&schema(APPLICATION_ID, 1, &jobs), "f").unwrap(),
             Found::Lease(1)
         );
+        assert_eq!(
+            classify(&schema(APPLICATION_ID, 2, &jobs), "f").unwrap(),
+            Found::Lease(2)
+        );
         let refused = [
             (
                 schema(0, 0, &[("users", "table")]),
@@ -329,8 +372,8 @@ mod tests {
             (schema(0, 7, &[]), "user_version 7"),
             (schema(1234, 0, &[]), "application_id 0x4d2"),
             (
-                schema(APPLICATION_ID, 2, &jobs),
-                "schema version 2 is newer",
+                schema(APPLICATION_ID, 3, &jobs),
+                "schema version 3 is newer",
             ),
             (schema(APPLICATION_ID, 1, &[]), "no jobs table"),
         ];

@@ -13,14 +13,15 @@ use lease_ports::{ClaimOutcome, FromOutcome, JobState, StoreError, WriteOutcome,
 use rusqlite::Connection;
 
 use crate::connection::{self, Access, SqliteOptions};
-use crate::ops;
+use crate::ops::{self, Op, Reply};
 
 /// Claim threads of [`claim_many`] at most; more owners share these threads.
 const MAX_CLAIM_THREADS: usize = 64;
 
 /// Opens the file afresh and runs one write in its own transaction.
 fn execute<T: FromOutcome>(path: &Path, id: &JobId, command: Command) -> Result<T, StoreError> {
-    outcome_as(ops::execute(&mut open_for_writing(path)?, id, &command)?)
+    let op = Op::Job(id.clone(), command);
+    outcome_as(ops::execute(&mut open_for_writing(path)?, &op)?.into_outcome()?)
 }
 
 fn open_existing(path: &Path) -> Result<Connection, StoreError> {
@@ -207,8 +208,9 @@ pub fn claim_many(
                         Err(e) => return Err(e),
                     };
                     for i in (t..owners.len()).step_by(threads) {
-                        let command = Command::Claim(owners[i].clone(), term);
-                        let outcome = ops::execute(&mut conn, id, &command)
+                        let op = Op::Job(id.clone(), Command::Claim(owners[i].clone(), term));
+                        let outcome = ops::execute(&mut conn, &op)
+                            .and_then(Reply::into_outcome)
                             .and_then(outcome_as::<ClaimOutcome>)
                             .map(|o| o.ok().map(Fence::get));
                         answers.push((i, outcome));

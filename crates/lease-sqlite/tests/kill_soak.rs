@@ -401,6 +401,7 @@ fn call_text(call: &Call) -> String {
         Call::Renew(o, f, t) => format!("R {o} {f} {}", term(t)),
         Call::Complete(o, f, now, r) => format!("P {o} {f} {now} {}", r.as_str()),
         Call::Release(o, f) => format!("L {o} {f}"),
+        other => panic!("random_call never makes {other:?}, and the soak logs only its calls"),
     }
 }
 
@@ -437,6 +438,7 @@ fn perform_blocking(
             Answer::Wrote(store.complete(job, o, *f, *now, r).ok()?.is_ok())
         }
         Call::Release(o, f) => Answer::Wrote(store.release(job, o, *f).ok()?.is_ok()),
+        other => panic!("random_call never makes {other:?}"),
     })
 }
 

@@ -1,0 +1,326 @@
+//! The queue commands of the `lease` binary, as a user (or a held-out test) drives them: their
+//! JSON shapes, exit codes, refusals on stderr, and bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+fn lease(db: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lease"))
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .env_remove("LEASE_DB")
+        .output()
+        .expect("the lease binary runs")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Runs with `--json`, checks the exit code, and parses stdout as exactly one JSON value.
+fn json_of(db: &Path, args: &[&str], code: i32) -> Value {
+    let out = lease(db, &[args, &["--json"]].concat());
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+fn fresh_db() -> (TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("queue.db");
+    assert_eq!(lease(&db, &["init"]).status.code(), Some(0));
+    (dir, db)
+}
+
+fn claim_next(db: &Path, queue: &str, owner: &str, now: &str, limit: &str) -> Value {
+    let args = [
+        "claim-next",
+        "--queue",
+        queue,
+        "--owner",
+        owner,
+        "--ttl",
+        "10",
+        "--now",
+        now,
+        "--limit",
+        limit,
+    ];
+    let out = lease(db, &[&args[..], &["--json"]].concat());
+    let value: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let leases = value["leases"].as_array().unwrap();
+    let expected = if leases.is_empty() { 3 } else { 0 };
+    assert_eq!(out.status.code(), Some(expected), "{}", stderr(&out));
+    value
+}
+
+#[test]
+fn enqueue_with_queue_fields_and_claim_next_in_priority_order() {
+    let (dir, db) = fresh_db();
+    let enqueue = |args: &[&str]| json_of(&db, &[&["enqueue"][..], args].concat(), 0);
+    assert_eq!(
+        enqueue(&["low", "--queue", "mail", "--priority", "-1"]),
+        json!({"inserted": true})
+    );
+    enqueue(&["first", "--queue", "mail", "--payload", "hello"]);
+    enqueue(&["later", "--queue", "mail", "--run-at", "50"]);
+    let binary = dir.path().join("payload.bin");
+    std::fs::write(&binary, [0_u8, 159, 146, 150]).unwrap();
+    let binary = binary.display().to_string();
+    enqueue(&[
+        "urgent",
+        "--queue",
+        "mail",
+        "--priority",
+        "5",
+        "--payload-file",
+        &binary,
+    ]);
+    assert_eq!(
+        enqueue(&["first", "--queue", "mail"]),
+        json!({"inserted": false})
+    );
+
+    let state = json_of(&db, &["state", "later", "--now", "10"], 0);
+    assert_eq!(
+        (
+            &state["queue"],
+            &state["run_at"],
+            &state["status"],
+            &state["max_attempts"]
+        ),
+        (&json!("mail"), &json!(50.0), &json!("pending"), &json!(5))
+    );
+
+    let taken = claim_next(&db, "mail", "w", "10", "10");
+    let ids: Vec<&str> = taken["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["urgent", "first", "low"]);
+    let urgent = &taken["leases"][0];
+    assert_eq!(
+        (
+            &urgent["fence"],
+            &urgent["until"],
+            &urgent["attempt"],
+            &urgent["payload_base64"]
+        ),
+        (&json!(1), &json!(20.0), &json!(1), &json!("AJ+Slg=="))
+    );
+    assert_eq!(taken["leases"][1]["payload"], "hello");
+    assert_eq!(
+        claim_next(&db, "mail", "w", "11", "10"),
+        json!({"leases": []})
+    );
+    // At 50 the leases of time 10 have expired (a dead worker's jobs are rescued, as attempt 2),
+    // and "later" is due.
+    let rescued = claim_next(&db, "mail", "v", "50", "10");
+    let taken: Vec<(&str, u64)> = rescued["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["id"].as_str().unwrap(), l["attempt"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        taken,
+        [("urgent", 2), ("first", 2), ("later", 1), ("low", 2)]
+    );
+    assert_eq!(
+        claim_next(&db, "other", "w", "50", "1"),
+        json!({"leases": []})
+    );
+}
+
+#[test]
+fn fail_retries_then_dead_letters_and_retry_revives() {
+    let (_dir, db) = fresh_db();
+    json_of(&db, &["enqueue", "j", "--max-attempts", "2"], 0);
+    claim_next(&db, "default", "w", "0", "1");
+    let fail = |fence: &str, now: &str, extra: &[&str], code| {
+        let args = [
+            "fail", "j", "--owner", "w", "--fence", fence, "--error", "boom", "--now", now,
+        ];
+        json_of(&db, &[&args[..], extra].concat(), code)
+    };
+    let failed = fail("1", "1", &[], 0);
+    assert_eq!(
+        (&failed["ok"], &failed["state"]),
+        (&json!(true), &json!("pending"))
+    );
+    let run_at = failed["run_at"].as_f64().unwrap();
+    assert!((1.75..=2.0).contains(&run_at), "{run_at}");
+    // The failed holder's fence is stale now; a refusal exits 3 and says why on stderr.
+    let out = lease(
+        &db,
+        &[
+            "fail", "j", "--owner", "w", "--fence", "1", "--error", "x", "--now", "1.5",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(3));
+    assert!(stderr(&out).contains("not the owner"), "{}", stderr(&out));
+    claim_next(&db, "default", "w", "3", "1");
+    let dead = fail("2", "4", &[], 0);
+    assert_eq!(dead, json!({"ok": true, "state": "dead", "run_at": null}));
+    let state = json_of(&db, &["state", "j", "--now", "5"], 0);
+    assert_eq!(
+        (&state["status"], &state["error"], &state["attempts"]),
+        (&json!("dead"), &json!("boom"), &json!(2))
+    );
+    assert_eq!(
+        json_of(&db, &["retry", "j", "--now", "6"], 0),
+        json!({"ok": true})
+    );
+    assert_eq!(
+        claim_next(&db, "default", "w", "6", "1")["leases"][0]["fence"],
+        3
+    );
+    let dead = fail("3", "7", &["--no-retry"], 0);
+    assert_eq!(dead["state"], "dead");
+}
+
+#[test]
+fn cancel_refuses_the_holder_and_refusals_exit_3_with_the_reason_on_stderr() {
+    let (_dir, db) = fresh_db();
+    json_of(&db, &["enqueue", "j"], 0);
+    claim_next(&db, "default", "w", "0", "1");
+    assert_eq!(
+        json_of(&db, &["cancel", "j", "--now", "1"], 0),
+        json!({"ok": true})
+    );
+    let out = lease(
+        &db,
+        &[
+            "complete", "j", "--owner", "w", "--fence", "1", "--now", "2", "--result", "r",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(3));
+    let out = lease(&db, &["cancel", "j", "--now", "2", "--json"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        r#"{"ok":false}"#
+    );
+    assert!(stderr(&out).contains("cancelled"), "{}", stderr(&out));
+    let out = lease(&db, &["retry", "missing", "--now", "2"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(stderr(&out).contains("does not exist"), "{}", stderr(&out));
+    let state = json_of(&db, &["state", "j", "--now", "3"], 0);
+    assert_eq!(state["status"], "cancelled");
+}
+
+#[test]
+fn list_stats_and_purge() {
+    let (_dir, db) = fresh_db();
+    for job in ["a", "b", "c"] {
+        json_of(&db, &["enqueue", job], 0);
+    }
+    json_of(&db, &["enqueue", "m", "--queue", "mail"], 0);
+    json_of(
+        &db,
+        &["claim", "a", "--owner", "w", "--now", "0", "--ttl", "100"],
+        0,
+    );
+    json_of(
+        &db,
+        &[
+            "complete", "a", "--owner", "w", "--fence", "1", "--now", "1", "--result", "r",
+        ],
+        0,
+    );
+    json_of(
+        &db,
+        &["claim", "b", "--owner", "w", "--now", "0", "--ttl", "100"],
+        0,
+    );
+
+    let listed = json_of(&db, &["list", "--status", "pending", "--now", "5"], 0);
+    let ids: Vec<&str> = listed["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["c", "m"]);
+    let mail = json_of(&db, &["list", "--queue", "mail", "--now", "5"], 0);
+    assert_eq!(mail["jobs"][0]["queue"], "mail");
+    let human = lease(&db, &["list", "--now", "5"]);
+    assert_eq!(String::from_utf8_lossy(&human.stdout).lines().count(), 4);
+
+    let stats = json_of(&db, &["stats", "--now", "5"], 0);
+    assert_eq!(
+        stats,
+        json!({"queues": {
+            "default": {"pending": 1, "running": 1, "done": 1, "dead": 0, "cancelled": 0},
+            "mail": {"pending": 1, "running": 0, "done": 0, "dead": 0, "cancelled": 0}
+        }})
+    );
+    assert_eq!(
+        json_of(&db, &["purge", "--before", "1"], 0),
+        json!({"purged": 0})
+    );
+    assert_eq!(
+        json_of(&db, &["purge", "--before", "2", "--status", "dead"], 0),
+        json!({"purged": 0})
+    );
+    assert_eq!(
+        json_of(&db, &["purge", "--before", "2", "--status", "done"], 0),
+        json!({"purged": 1})
+    );
+    assert_eq!(json_of(&db, &["state", "a"], 0), Value::Null);
+    json_of(&db, &["enqueue", "a"], 0);
+    assert_eq!(
+        json_of(
+            &db,
+            &["claim", "a", "--owner", "w", "--now", "9", "--ttl", "5"],
+            0
+        ),
+        json!({"fence": 2}),
+        "a purged id got a fence it had before"
+    );
+}
+
+#[test]
+fn bad_queue_input_is_refused_with_a_message_and_changes_nothing() {
+    let (dir, db) = fresh_db();
+    let big = dir.path().join("big");
+    std::fs::write(&big, vec![b'x'; (1 << 20) + 1]).unwrap();
+    let big = big.display().to_string();
+    let cases: [(&[&str], i32, &str); 7] = [
+        (
+            &["enqueue", "j", "--payload-file", &big],
+            1,
+            "payload is 1048577 bytes",
+        ),
+        (&["enqueue", "j", "--queue", ""], 1, "queue name is empty"),
+        (
+            &["enqueue", "j", "--run-at", "nan"],
+            1,
+            "now must be a finite",
+        ),
+        (&["enqueue", "j", "--max-attempts", "-1"], 2, "'-1'"),
+        (&["list", "--status", "sleeping"], 1, "unknown status"),
+        (
+            &["purge", "--before", "5", "--status", "pending"],
+            1,
+            "purge takes done, dead or cancelled",
+        ),
+        (
+            &["enqueue", "j", "--payload", "a", "--payload-file", "-"],
+            2,
+            "cannot be used with",
+        ),
+    ];
+    for (args, code, named) in cases {
+        let out = lease(&db, args);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(named), "{args:?}: {}", stderr(&out));
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    assert_eq!(json_of(&db, &["state", "j"], 0), Value::Null);
+}

@@ -1,0 +1,289 @@
+//! The work-queue values: queue names, payloads, what `enqueue` may set, job statuses, and the
+//! retry policy with its backoff. All pure; `now` is always a parameter.
+
+use std::fmt;
+
+use crate::values::{InputError, JobId, Timestamp};
+
+/// The queue a job waits in: any non-empty text without NUL characters; `default` by default.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QueueName(String);
+
+impl QueueName {
+    /// The queue a job is in when `enqueue` names none.
+    pub const DEFAULT: &'static str = "default";
+
+    /// Checks and wraps a queue name.
+    ///
+    /// # Errors
+    /// [`InputError::EmptyQueue`] or [`InputError::NulInText`].
+    pub fn new(name: impl Into<String>) -> Result<Self, InputError> {
+        let name = name.into();
+        if name.is_empty() {
+            return Err(InputError::EmptyQueue);
+        }
+        if name.contains('\0') {
+            return Err(InputError::NulInText { what: "queue" });
+        }
+        Ok(Self(name))
+    }
+
+    /// The name as text.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for QueueName {
+    fn default() -> Self {
+        Self(Self::DEFAULT.to_owned())
+    }
+}
+
+impl fmt::Display for QueueName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A job's payload: opaque bytes up to a size limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Payload(Vec<u8>);
+
+impl Payload {
+    /// The default size limit: 1 MiB.
+    pub const DEFAULT_LIMIT: usize = 1 << 20;
+
+    /// Checks the size of a payload against `limit` bytes.
+    ///
+    /// # Errors
+    /// [`InputError::PayloadTooLarge`].
+    pub fn new(bytes: Vec<u8>, limit: usize) -> Result<Self, InputError> {
+        if bytes.len() > limit {
+            return Err(InputError::PayloadTooLarge {
+                len: bytes.len(),
+                limit,
+            });
+        }
+        Ok(Self(bytes))
+    }
+
+    /// The bytes.
+    #[must_use]
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// The text of a failure, kept with the job: any text without NUL characters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorText(String);
+
+impl ErrorText {
+    /// Checks and wraps an error text.
+    ///
+    /// # Errors
+    /// [`InputError::NulInText`].
+    pub fn new(text: impl Into<String>) -> Result<Self, InputError> {
+        let text = text.into();
+        if text.contains('\0') {
+            return Err(InputError::NulInText { what: "error" });
+        }
+        Ok(Self(text))
+    }
+
+    /// The text.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// What `enqueue` stores with a new job besides the seed's defaults.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct EnqueueSpec {
+    /// The queue (`default` unless given).
+    pub queue: QueueName,
+    /// Higher first; 0 by default.
+    pub priority: i64,
+    /// Not claimable before this time; `None` (the default) means due at once.
+    pub run_at: Option<Timestamp>,
+    /// How many times `claim_next` may lease the job; `None` means [`EnqueueSpec::DEFAULT_MAX_ATTEMPTS`].
+    /// 0 and 1 both mean one attempt, no retry.
+    pub max_attempts: Option<u32>,
+    /// The payload, if any.
+    pub payload: Option<Payload>,
+}
+
+impl EnqueueSpec {
+    /// The attempts a job gets when `enqueue` names none.
+    pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+}
+
+/// How a job ended without completing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Ended {
+    /// Out of attempts, or failed without retry.
+    Dead,
+    /// Cancelled.
+    Cancelled,
+}
+
+/// Where a job stands at a given `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Status {
+    /// Waiting to be claimed (due or scheduled).
+    Pending,
+    /// Leased: a live lease.
+    Running,
+    /// Completed (the seed's `done = 1`).
+    Done,
+    /// Out of attempts, or failed without retry.
+    Dead,
+    /// Cancelled.
+    Cancelled,
+}
+
+impl Status {
+    /// Every status, in the order they are listed.
+    pub const ALL: [Status; 5] = [
+        Status::Pending,
+        Status::Running,
+        Status::Done,
+        Status::Dead,
+        Status::Cancelled,
+    ];
+
+    /// The lowercase name (`pending`, `running`, `done`, `dead`, `cancelled`).
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Running => "running",
+            Status::Done => "done",
+            Status::Dead => "dead",
+            Status::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parses a lowercase name.
+    ///
+    /// # Errors
+    /// [`InputError::UnknownStatus`].
+    pub fn parse(name: &str) -> Result<Self, InputError> {
+        Self::ALL
+            .into_iter()
+            .find(|s| s.as_str() == name)
+            .ok_or_else(|| InputError::UnknownStatus(name.to_owned()))
+    }
+
+    /// Whether the job has finished for good unless retried (done, dead or cancelled).
+    #[must_use]
+    pub fn is_finished(self) -> bool {
+        matches!(self, Status::Done | Status::Dead | Status::Cancelled)
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Exponential backoff with jitter, capped: attempt `n` (from 1) waits
+/// `min(base * factor^(n-1), max)`, shortened by up to `jitter` of itself.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backoff {
+    base: f64,
+    factor: f64,
+    max: f64,
+    jitter: f64,
+}
+
+impl Default for Backoff {
+    /// 1 s, doubling, at most 1 hour, up to 25% shorter.
+    fn default() -> Self {
+        Self {
+            base: 1.0,
+            factor: 2.0,
+            max: 3600.0,
+            jitter: 0.25,
+        }
+    }
+}
+
+impl Backoff {
+    /// Checks and builds a policy: `base` and `max` finite and > 0, `factor` finite and >= 1,
+    /// `jitter` in `0..=1`.
+    ///
+    /// # Errors
+    /// [`InputError::InvalidBackoff`] naming the value.
+    pub fn new(base: f64, factor: f64, max: f64, jitter: f64) -> Result<Self, InputError> {
+        let bad = |what: &str, value: f64| {
+            Err(InputError::InvalidBackoff(format!(
+                "{what} must be {}, got {value}",
+                match what {
+                    "factor" => "a finite number >= 1",
+                    "jitter" => "between 0 and 1",
+                    _ => "a finite number of seconds > 0",
+                }
+            )))
+        };
+        if !(base.is_finite() && base > 0.0) {
+            return bad("base", base);
+        }
+        if !(factor.is_finite() && factor >= 1.0) {
+            return bad("factor", factor);
+        }
+        if !(max.is_finite() && max > 0.0) {
+            return bad("max", max);
+        }
+        if !(0.0..=1.0).contains(&jitter) {
+            return bad("jitter", jitter);
+        }
+        Ok(Self {
+            base,
+            factor,
+            max,
+            jitter,
+        })
+    }
+
+    /// The delay before the retry that follows failed attempt `attempt` (1 for the first) of
+    /// job `id`. The jitter is a fixed function of the job and the attempt, so the same failure
+    /// always gives the same delay (stores agree), while jobs that fail together spread out.
+    #[must_use]
+    pub fn delay(&self, id: &JobId, attempt: u32) -> f64 {
+        let exponent = i32::try_from(attempt.saturating_sub(1)).unwrap_or(i32::MAX);
+        let full = (self.base * self.factor.powi(exponent)).min(self.max);
+        full * (1.0 - self.jitter * unit_fraction(id, attempt))
+    }
+}
+
+/// A number in `0..1` from the job id and attempt (FNV-1a): no randomness, so decisions stay pure.
+fn unit_fraction(id: &JobId, attempt: u32) -> f64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in id.as_str().bytes().chain(attempt.to_le_bytes()) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    // The top 21 bits, exactly representable.
+    let top = u32::try_from(hash >> 43).unwrap_or(0);
+    f64::from(top) / f64::from(1_u32 << 21)
+}
+
+/// What `fail` does with a job that has attempts left.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Retry {
+    /// Back to pending after this backoff's delay.
+    Backoff(Backoff),
+    /// Straight to dead.
+    No,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Retry::Backoff(Backoff::default())
+    }
+}
