@@ -43,6 +43,7 @@ fn the_domain_depends_on_no_database_runtime_or_async_crate() {
         "r2d2",
         "r2d2_sqlite",
         "tokio",
+        "tokio-util",
         "async-trait",
         "futures",
         "lease-ports",
@@ -99,13 +100,14 @@ fn every_rust_file_starts_with_a_module_doc_line() {
 }
 
 #[test]
-fn only_the_cli_main_reads_the_clock() {
+fn only_the_cli_main_and_the_worker_clock_read_the_clock() {
     let mut files = Vec::new();
     rust_files(&workspace_root().join("crates"), &mut files);
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
-        let is_cli_main = file.ends_with("lease-cli/src/main.rs");
-        if !is_cli_main && !file.to_string_lossy().contains("/tests/") {
+        let allowed =
+            file.ends_with("lease-cli/src/main.rs") || file.ends_with("lease-worker/src/clock.rs");
+        if !allowed && !file.to_string_lossy().contains("/tests/") {
             assert!(
                 !text.contains("SystemTime::now"),
                 "{} reads the clock",
@@ -141,4 +143,19 @@ fn unsafe_code_is_allowed_only_in_the_crash_simulating_vfs_and_the_errno_read() 
             PathBuf::from("crates/lease-sqlite/tests/power_loss/crash_vfs.rs"),
         ]
     );
+}
+
+#[test]
+fn the_worker_runtime_names_no_database() {
+    let deps = dependency_names("lease-worker");
+    assert!(
+        deps.contains(&"lease-ports".to_owned()),
+        "cargo tree gave {deps:?}"
+    );
+    for forbidden in ["rusqlite", "r2d2", "lease-sqlite", "clap"] {
+        assert!(
+            !deps.iter().any(|d| d == forbidden),
+            "lease-worker depends on {forbidden}"
+        );
+    }
 }

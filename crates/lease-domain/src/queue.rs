@@ -93,6 +93,12 @@ impl ErrorText {
         Ok(Self(text))
     }
 
+    /// Wraps any text, replacing NUL characters (which not every store can hold) with U+FFFD.
+    #[must_use]
+    pub fn lossy(text: impl Into<String>) -> Self {
+        Self(text.into().replace('\0', "\u{FFFD}"))
+    }
+
     /// The text.
     #[must_use]
     pub fn as_str(&self) -> &str {

@@ -824,6 +824,8 @@ fn queue_values_are_checked_at_the_boundary() {
     );
     assert_eq!(Payload::new(vec![1, 2], 10).unwrap().as_bytes(), [1, 2]);
     assert!(ErrorText::new("a\0b").is_err());
+    assert_eq!(ErrorText::lossy("a\0b").as_str(), "a\u{FFFD}b");
+    assert_eq!(Ttl::new(2.5).unwrap().get(), 2.5);
     assert_eq!(error_text("e").as_str(), "e");
     for status in Status::ALL {
         assert_eq!(Status::parse(status.as_str()), Ok(status));

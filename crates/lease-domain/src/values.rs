@@ -269,6 +269,12 @@ impl Ttl {
         }
         Ok(Self(seconds))
     }
+
+    /// The duration in seconds.
+    #[must_use]
+    pub fn get(self) -> f64 {
+        self.0
+    }
 }
 
 /// The time window of a claim or renewal: `now` and the `until = now + ttl` it would set.

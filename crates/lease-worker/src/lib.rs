@@ -1,0 +1,441 @@
+//! A worker runtime over any [`LeaseStore`]: it claims due jobs of a queue in batches up to its
+//! free slots, runs a handler for each, keeps every lease alive with a heartbeat, and stops a
+//! job the moment its lease is lost (a renewal refused, or the store unreachable until the lease
+//! would run out): the job's [`CancellationToken`] is cancelled at once and nothing is ever
+//! reported for it. The handler's `Ok(result)` completes the job, `Err(error)` fails it (retried
+//! with backoff, then dead-lettered, by the store's rules), and a panic fails it too.
+//!
+//! The runtime owns tasks and timers, never a rule: every decision is the store's, made by
+//! `lease_domain`.
+//!
+//! Shutdown has three steps: stop claiming, let running jobs finish until the drain deadline,
+//! then cancel what is left and release its leases.
+
+mod clock;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use lease_domain::{
+    ErrorText, Failed, Fence, JobId, JobResult, LeaseTerm, Owner, QueueName, Retry, Timestamp, Ttl,
+};
+use lease_ports::{Lease, LeaseStore, StoreError};
+use tokio::task::JoinSet;
+pub use tokio_util::sync::CancellationToken;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+
+/// What a handler is given for one job.
+#[derive(Debug, Clone)]
+pub struct JobContext {
+    /// The job.
+    pub job: JobId,
+    /// The fence of this lease: present it to every system the handler writes to.
+    pub fence: Fence,
+    /// Which attempt this is (1 for the first).
+    pub attempt: u32,
+    /// The job's payload.
+    pub payload: Option<Vec<u8>>,
+    /// Cancelled the moment the lease is lost or the job is cancelled: stop then, because no
+    /// result of this run will be reported.
+    pub cancel: CancellationToken,
+}
+
+/// What a handler answers: the result to store, or the error to fail the job with.
+pub type HandlerResult = Result<String, String>;
+
+/// The work done for each job.
+pub trait Handler: Send + Sync + 'static {
+    /// Runs one job.
+    fn handle(&self, job: JobContext) -> BoxFuture<'static, HandlerResult>;
+}
+
+impl<F, Fut> Handler for F
+where
+    F: Fn(JobContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = HandlerResult> + Send + 'static,
+{
+    fn handle(&self, job: JobContext) -> BoxFuture<'static, HandlerResult> {
+        Box::pin(self(job))
+    }
+}
+
+/// How a worker runs.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// The queue it takes jobs from.
+    pub queue: QueueName,
+    /// Its name as a lease holder.
+    pub owner: Owner,
+    /// How many jobs run at once.
+    pub concurrency: usize,
+    /// The lease duration of each claim and renewal.
+    pub ttl: Ttl,
+    /// Renew every `ttl * renew_fraction` (default one third).
+    pub renew_fraction: f64,
+    /// How long to wait before looking again when no job is due.
+    pub idle_poll: Duration,
+    /// What a failure does while attempts remain.
+    pub retry: Retry,
+    /// Stop after starting this many jobs (and finishing them).
+    pub max_jobs: Option<usize>,
+    /// Stop when no job is due and none is running.
+    pub exit_when_empty: bool,
+    /// At shutdown, how long running jobs may go on before they are cancelled and released.
+    pub drain: Duration,
+    /// After a job's token is cancelled, how long its handler may run before it is dropped.
+    pub cancel_grace: Duration,
+}
+
+impl WorkerConfig {
+    /// One job at a time, renewing every third of `ttl`, the store's default backoff.
+    #[must_use]
+    pub fn new(queue: QueueName, owner: Owner, ttl: Ttl) -> Self {
+        Self {
+            queue,
+            owner,
+            concurrency: 1,
+            ttl,
+            renew_fraction: 1.0 / 3.0,
+            idle_poll: Duration::from_millis(500),
+            retry: Retry::default(),
+            max_jobs: None,
+            exit_when_empty: false,
+            drain: Duration::from_secs(30),
+            cancel_grace: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What became of one job this worker ran.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobOutcome {
+    /// The handler's result was stored.
+    Completed,
+    /// The handler's error was stored; the job was retried later or went dead.
+    Failed(Failed),
+    /// The lease was lost (or the job cancelled) before a result could be reported: the handler
+    /// was told to stop, and nothing was written for this run.
+    Lost(String),
+    /// Shut down before the handler finished; the lease was given back.
+    Released,
+    /// The store could not be reached to report the result, or its answer was lost; the lease
+    /// will expire and the job be retried if nothing was written.
+    Unreported(String),
+}
+
+/// One job's report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobReport {
+    /// The job.
+    pub job: JobId,
+    /// The fence of the lease it ran under.
+    pub fence: Fence,
+    /// The attempt.
+    pub attempt: u32,
+    /// What became of it.
+    pub outcome: JobOutcome,
+    /// How long it ran, in seconds of the worker's clock.
+    pub seconds: f64,
+}
+
+/// Counts of what a worker did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Summary {
+    /// Jobs completed.
+    pub completed: usize,
+    /// Jobs failed (retried later or dead).
+    pub failed: usize,
+    /// Jobs whose lease was lost.
+    pub lost: usize,
+    /// Jobs released at shutdown.
+    pub released: usize,
+    /// Jobs whose result could not be reported.
+    pub unreported: usize,
+}
+
+impl Summary {
+    fn count(&mut self, outcome: &JobOutcome) {
+        match outcome {
+            JobOutcome::Completed => self.completed += 1,
+            JobOutcome::Failed(_) => self.failed += 1,
+            JobOutcome::Lost(_) => self.lost += 1,
+            JobOutcome::Released => self.released += 1,
+            JobOutcome::Unreported(_) => self.unreported += 1,
+        }
+    }
+}
+
+type Observer = Arc<dyn Fn(&JobReport) + Send + Sync>;
+
+/// A worker: a store, a handler, a clock and a configuration.
+pub struct Worker {
+    store: Arc<dyn LeaseStore>,
+    handler: Arc<dyn Handler>,
+    clock: Arc<dyn Clock>,
+    config: WorkerConfig,
+    observer: Option<Observer>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What every job task of one worker shares.
+struct Shared {
+    store: Arc<dyn LeaseStore>,
+    handler: Arc<dyn Handler>,
+    clock: Arc<dyn Clock>,
+    config: WorkerConfig,
+}
+
+impl Worker {
+    /// A worker on the system clock.
+    pub fn new(store: Arc<dyn LeaseStore>, handler: impl Handler, config: WorkerConfig) -> Self {
+        Self {
+            store,
+            handler: Arc::new(handler),
+            clock: Arc::new(SystemClock),
+            config,
+            observer: None,
+        }
+    }
+
+    /// Uses `clock` instead of the system clock.
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Calls `observe` with every job's report as it finishes (for progress output or metrics).
+    #[must_use]
+    pub fn on_report(mut self, observe: impl Fn(&JobReport) + Send + Sync + 'static) -> Self {
+        self.observer = Some(Arc::new(observe));
+        self
+    }
+
+    /// Runs until `shutdown` is cancelled (or `max_jobs` are done, or the queue is empty with
+    /// `exit_when_empty`), then drains and releases as described in the crate docs.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidInput`] when `now + ttl` is not a valid lease term. A store that
+    /// cannot be reached is waited out, not an error.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<Summary, StoreError> {
+        let shared = Arc::new(Shared {
+            store: self.store,
+            handler: self.handler,
+            clock: self.clock,
+            config: self.config,
+        });
+        let config = &shared.config;
+        let abort = CancellationToken::new();
+        let mut running: JoinSet<JobReport> = JoinSet::new();
+        let mut summary = Summary::default();
+        let mut started = 0_usize;
+        let record = |report: Result<JobReport, tokio::task::JoinError>, summary: &mut Summary| {
+            if let Ok(report) = report {
+                summary.count(&report.outcome);
+                if let Some(observe) = &self.observer {
+                    observe(&report);
+                }
+            }
+        };
+        loop {
+            if shutdown.is_cancelled() {
+                break;
+            }
+            let budget = config.max_jobs.map_or(usize::MAX, |m| m - started.min(m));
+            if budget == 0 && running.is_empty() {
+                break;
+            }
+            let free = config
+                .concurrency
+                .max(1)
+                .saturating_sub(running.len())
+                .min(budget);
+            let mut idle = false;
+            if free > 0 {
+                let term = LeaseTerm::from_parts(Timestamp::new(shared.clock.now())?, config.ttl)?;
+                match shared
+                    .store
+                    .claim_next(&config.queue, &config.owner, term, free)
+                    .await
+                {
+                    Ok(leases) => {
+                        idle = leases.len() < free;
+                        for lease in leases {
+                            started += 1;
+                            running.spawn(run_job(Arc::clone(&shared), lease, abort.clone()));
+                        }
+                    }
+                    // An unreachable store is waited out like an empty queue.
+                    Err(_) => idle = true,
+                }
+                if idle && running.is_empty() && config.exit_when_empty {
+                    break;
+                }
+            }
+            tokio::select! {
+                Some(done) = running.join_next(), if !running.is_empty() => record(done, &mut summary),
+                () = shared.clock.sleep(config.idle_poll.as_secs_f64()), if idle => {}
+                () = shutdown.cancelled() => {}
+            }
+        }
+        // Drain: running jobs may finish until the deadline; then cancel and release the rest.
+        let deadline = tokio::time::sleep(config.drain);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                done = running.join_next() => match done {
+                    Some(done) => record(done, &mut summary),
+                    None => break,
+                },
+                () = &mut deadline => {
+                    abort.cancel();
+                    break;
+                }
+            }
+        }
+        while let Some(done) = running.join_next().await {
+            record(done, &mut summary);
+        }
+        Ok(summary)
+    }
+}
+
+/// Runs one job: the handler in its own task, and the heartbeat here.
+async fn run_job(shared: Arc<Shared>, lease: Lease, abort: CancellationToken) -> JobReport {
+    let config = &shared.config;
+    let started = shared.clock.now();
+    let token = CancellationToken::new();
+    let mut handle = tokio::spawn(shared.handler.handle(JobContext {
+        job: lease.job.clone(),
+        fence: lease.fence,
+        attempt: lease.attempt,
+        payload: lease.payload.clone(),
+        cancel: token.clone(),
+    }));
+    let interval = config.ttl.get() * config.renew_fraction;
+    let mut until = lease.until.get();
+    let outcome = loop {
+        tokio::select! {
+            joined = &mut handle => break finish(&shared, &lease, joined).await,
+            () = shared.clock.sleep(interval) => {
+                let now = shared.clock.now();
+                let renewed = match Timestamp::new(now).and_then(|t| LeaseTerm::from_parts(t, config.ttl)) {
+                    Ok(term) => shared.store.renew(&lease.job, &config.owner, lease.fence, term).await,
+                    Err(e) => Err(StoreError::InvalidInput(e)),
+                };
+                match renewed {
+                    Ok(Ok(())) => until = now + config.ttl.get(),
+                    Ok(Err(refused)) => {
+                        break stop(&token, handle, config.cancel_grace, format!("renewal refused: {refused}")).await;
+                    }
+                    // The next try would come after the lease ran out: stop now, while it may
+                    // still be live, rather than let the handler outlive it.
+                    Err(e) if now + interval >= until => {
+                        break stop(&token, handle, config.cancel_grace, format!("the lease could not be renewed before it ran out: {e}")).await;
+                    }
+                    Err(_) => {}
+                }
+            }
+            () = abort.cancelled() => {
+                let _ = stop(&token, handle, config.cancel_grace, String::new()).await;
+                break match shared.store.release(&lease.job, &config.owner, lease.fence).await {
+                    Ok(_) => JobOutcome::Released,
+                    Err(e) => JobOutcome::Unreported(format!("could not release the lease: {e}")),
+                };
+            }
+        }
+    };
+    JobReport {
+        job: lease.job,
+        fence: lease.fence,
+        attempt: lease.attempt,
+        outcome,
+        seconds: shared.clock.now() - started,
+    }
+}
+
+/// Tells the handler to stop, gives it `grace` to do so, then drops it; nothing is reported.
+async fn stop(
+    token: &CancellationToken,
+    mut handle: tokio::task::JoinHandle<HandlerResult>,
+    grace: Duration,
+    why: String,
+) -> JobOutcome {
+    token.cancel();
+    if tokio::time::timeout(grace, &mut handle).await.is_err() {
+        handle.abort();
+    }
+    JobOutcome::Lost(why)
+}
+
+/// Reports what the handler answered: complete, or fail (a panic is a failure too).
+async fn finish(
+    shared: &Shared,
+    lease: &Lease,
+    joined: Result<HandlerResult, tokio::task::JoinError>,
+) -> JobOutcome {
+    let config = &shared.config;
+    let error = match joined {
+        Ok(Ok(result)) => match JobResult::new(result) {
+            Ok(result) => {
+                let now = match Timestamp::new(shared.clock.now()) {
+                    Ok(now) => now,
+                    Err(e) => return JobOutcome::Unreported(e.to_string()),
+                };
+                return match shared
+                    .store
+                    .complete(&lease.job, &config.owner, lease.fence, now, &result)
+                    .await
+                {
+                    Ok(Ok(())) => JobOutcome::Completed,
+                    Ok(Err(refused)) => JobOutcome::Lost(format!("completion refused: {refused}")),
+                    Err(e) => JobOutcome::Unreported(e.to_string()),
+                };
+            }
+            Err(e) => format!("the handler's result cannot be stored: {e}"),
+        },
+        Ok(Err(error)) => error,
+        Err(e) if e.is_panic() => format!("the handler panicked: {}", panic_text(e)),
+        Err(e) => format!("the handler did not finish: {e}"),
+    };
+    let error = ErrorText::lossy(error);
+    let now = match Timestamp::new(shared.clock.now()) {
+        Ok(now) => now,
+        Err(e) => return JobOutcome::Unreported(e.to_string()),
+    };
+    match shared
+        .store
+        .fail(
+            &lease.job,
+            &config.owner,
+            lease.fence,
+            now,
+            &error,
+            config.retry,
+        )
+        .await
+    {
+        Ok(Ok(failed)) => JobOutcome::Failed(failed),
+        Ok(Err(refused)) => JobOutcome::Lost(format!("failure refused: {refused}")),
+        Err(e) => JobOutcome::Unreported(e.to_string()),
+    }
+}
+
+fn panic_text(error: tokio::task::JoinError) -> String {
+    let payload = error.into_panic();
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-text panic".to_owned())
+}

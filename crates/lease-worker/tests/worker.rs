@@ -1,0 +1,536 @@
+//! The worker runtime against real stores: a stalled worker is stopped and its late result never
+//! lands, killed workers leave every job completed exactly once, failures retry then
+//! dead-letter, cancel stops a handler, a panic fails one job, and shutdown drains then releases.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lease_domain::{
+    Backoff, EnqueueSpec, ErrorText, Fence, JobId, JobResult, LeaseTerm, Owner, QueueName, Retry,
+    Status, Timestamp, Ttl,
+};
+use lease_ports::memory::MemoryLeaseStore;
+use lease_ports::{
+    ClaimOutcome, FailOutcome, JobRecord, JobState, Lease, LeaseStore, ListFilter, StatsRow,
+    StoreError, WriteOutcome,
+};
+use lease_worker::{
+    CancellationToken, Clock, JobContext, JobOutcome, JobReport, ManualClock, SystemClock, Worker,
+    WorkerConfig,
+};
+
+/// A store in front of another: it can cut one owner off from renewing (a partition, or a
+/// stalled process whose heartbeats never arrive), and it counts the completions it accepted.
+struct Watched {
+    inner: Arc<dyn LeaseStore>,
+    cut_off: Mutex<Option<Owner>>,
+    completed: Mutex<HashMap<JobId, Vec<Owner>>>,
+    complete_calls: Mutex<Vec<Owner>>,
+}
+
+impl Watched {
+    fn new(inner: Arc<dyn LeaseStore>) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            cut_off: Mutex::new(None),
+            completed: Mutex::new(HashMap::new()),
+            complete_calls: Mutex::new(Vec::new()),
+        })
+    }
+}
+
+#[async_trait]
+impl LeaseStore for Watched {
+    async fn enqueue(&self, job: &JobId) -> Result<bool, StoreError> {
+        self.inner.enqueue(job).await
+    }
+    async fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
+        self.inner.state(job).await
+    }
+    async fn claim(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        term: LeaseTerm,
+    ) -> Result<ClaimOutcome, StoreError> {
+        self.inner.claim(job, owner, term).await
+    }
+    async fn renew(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        term: LeaseTerm,
+    ) -> Result<WriteOutcome, StoreError> {
+        if self.cut_off.lock().unwrap().as_ref() == Some(owner) {
+            return Err(StoreError::Unavailable("partitioned".into()));
+        }
+        self.inner.renew(job, owner, fence, term).await
+    }
+    async fn complete(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        now: Timestamp,
+        result: &JobResult,
+    ) -> Result<WriteOutcome, StoreError> {
+        self.complete_calls.lock().unwrap().push(owner.clone());
+        let outcome = self.inner.complete(job, owner, fence, now, result).await;
+        if let Ok(Ok(())) = outcome {
+            self.completed
+                .lock()
+                .unwrap()
+                .entry(job.clone())
+                .or_default()
+                .push(owner.clone());
+        }
+        outcome
+    }
+    async fn release(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+    ) -> Result<WriteOutcome, StoreError> {
+        self.inner.release(job, owner, fence).await
+    }
+    async fn enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError> {
+        self.inner.enqueue_with(job, spec).await
+    }
+    async fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError> {
+        self.inner.record(job).await
+    }
+    async fn claim_next(
+        &self,
+        queue: &QueueName,
+        owner: &Owner,
+        term: LeaseTerm,
+        limit: usize,
+    ) -> Result<Vec<Lease>, StoreError> {
+        self.inner.claim_next(queue, owner, term, limit).await
+    }
+    async fn fail(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        now: Timestamp,
+        error: &ErrorText,
+        retry: Retry,
+    ) -> Result<FailOutcome, StoreError> {
+        self.inner.fail(job, owner, fence, now, error, retry).await
+    }
+    async fn cancel(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
+        self.inner.cancel(job, now).await
+    }
+    async fn retry(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
+        self.inner.retry(job, now).await
+    }
+    async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError> {
+        self.inner.purge(before, statuses).await
+    }
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError> {
+        self.inner.list(filter).await
+    }
+    async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
+        self.inner.stats(now).await
+    }
+}
+
+fn job(id: &str) -> JobId {
+    JobId::new(id).unwrap()
+}
+
+fn owner(name: &str) -> Owner {
+    Owner::new(name).unwrap()
+}
+
+fn config(name: &str, ttl: f64) -> WorkerConfig {
+    let mut config = WorkerConfig::new(QueueName::default(), owner(name), Ttl::new(ttl).unwrap());
+    config.idle_poll = Duration::from_millis(20);
+    config.cancel_grace = Duration::from_millis(500);
+    config
+}
+
+fn collect(reports: &Arc<Mutex<Vec<JobReport>>>) -> impl Fn(&JobReport) + Send + Sync + 'static {
+    let reports = Arc::clone(reports);
+    move |report| reports.lock().unwrap().push(report.clone())
+}
+
+async fn record(store: &dyn LeaseStore, id: &str) -> lease_domain::Job {
+    store.record(&job(id)).await.unwrap().unwrap().job
+}
+
+/// Waits (a bounded number of short sleeps) until `check` holds.
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    for _ in 0..1000 {
+        if check() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("never happened: {what}");
+}
+
+/// The stale-worker story with the runtime: A's heartbeats stop reaching the store, so A stops
+/// its handler before its lease can run out and never reports; B takes the job over and
+/// completes it; A's late result is refused by the store too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_cannot_renew_stops_its_handler_and_its_late_result_never_lands() {
+    let store = Watched::new(Arc::new(MemoryLeaseStore::new()));
+    store.enqueue(&job("j")).await.unwrap();
+    *store.cut_off.lock().unwrap() = Some(owner("A"));
+    let a_saw_cancel = Arc::new(AtomicBool::new(false));
+    let saw = Arc::clone(&a_saw_cancel);
+    let a_reports = Arc::new(Mutex::new(Vec::new()));
+    let mut a_config = config("A", 0.6);
+    a_config.max_jobs = Some(1);
+    let a = Worker::new(
+        store.clone(),
+        move |ctx: JobContext| {
+            let saw = Arc::clone(&saw);
+            async move {
+                ctx.cancel.cancelled().await;
+                saw.store(true, Ordering::SeqCst);
+                Ok::<_, String>("late, from A".to_owned())
+            }
+        },
+        a_config,
+    )
+    .on_report(collect(&a_reports));
+    let a = tokio::spawn(a.run(CancellationToken::new()));
+    eventually("A holds the job", || {
+        a_reports.lock().unwrap().is_empty() && store.completed.lock().unwrap().is_empty()
+    })
+    .await;
+    let summary = a.await.unwrap().unwrap();
+    assert_eq!(summary.lost, 1);
+    assert!(
+        a_saw_cancel.load(Ordering::SeqCst),
+        "A's handler was never told to stop"
+    );
+    assert!(
+        matches!(&a_reports.lock().unwrap()[0].outcome, JobOutcome::Lost(why) if why.contains("could not be renewed")),
+        "{:?}",
+        a_reports.lock().unwrap()
+    );
+
+    let mut b_config = config("B", 5.0);
+    b_config.exit_when_empty = true;
+    let b = Worker::new(
+        store.clone(),
+        |ctx: JobContext| async move { Ok::<_, String>(format!("from B with fence {}", ctx.fence)) },
+        b_config,
+    );
+    // A's lease (0.6 s) has run out by the time B looks, since A gave up before it ended.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(b.run(CancellationToken::new()).await.unwrap().completed, 1);
+    let stored = record(store.as_ref(), "j").await;
+    assert_eq!(stored.result.as_deref(), Some("from B with fence 2"));
+    assert_eq!(stored.result_fence, Some(Fence::new(2).unwrap()));
+    assert_eq!(
+        *store.complete_calls.lock().unwrap(),
+        [owner("B")],
+        "A reported a result"
+    );
+    let late = store
+        .complete(
+            &job("j"),
+            &owner("A"),
+            Fence::new(1).unwrap(),
+            Timestamp::new(1e12).unwrap(),
+            &JobResult::new("late").unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(late.is_err(), "the store accepted A's late result");
+}
+
+/// Workers are killed at random while they run many jobs; the survivors rescue the expired
+/// leases, and every job ends completed exactly once (one accepted result each), none lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_killed_at_random_leave_every_job_completed_exactly_once() {
+    const JOBS: usize = 60;
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = lease_sqlite::SqliteLeaseStore::open(dir.path().join("work.db")).unwrap();
+    let store = Watched::new(Arc::new(sqlite));
+    let spec = EnqueueSpec {
+        max_attempts: Some(100),
+        ..EnqueueSpec::default()
+    };
+    for i in 0..JOBS {
+        store
+            .enqueue_with(&job(&format!("j{i:02}")), &spec)
+            .await
+            .unwrap();
+    }
+    let spawn_worker = |n: usize| {
+        let mut config = config(&format!("w{n}"), 0.4);
+        config.concurrency = 3;
+        config.exit_when_empty = true;
+        let worker = Worker::new(
+            store.clone(),
+            move |ctx: JobContext| async move {
+                let pause = 5 + (ctx.fence.get() % 3) * 10;
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+                Ok::<_, String>(format!("{} done by w{n}", ctx.job))
+            },
+            config,
+        );
+        tokio::spawn(worker.run(CancellationToken::new()))
+    };
+    let mut workers: Vec<_> = (0..4).map(spawn_worker).collect();
+    let mut killed = 0;
+    let mut seed = 0x2545_F491_u64;
+    for next in 4..16 {
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let victim = usize::try_from(seed % 4).unwrap();
+        workers[victim].abort();
+        killed += 1;
+        workers[victim] = spawn_worker(next);
+    }
+    for worker in workers {
+        let _ = worker.await;
+    }
+    // Whatever the killed workers left is rescued once their leases expire.
+    let mut last = config("finisher", 0.4);
+    last.concurrency = 4;
+    last.exit_when_empty = true;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    Worker::new(
+        store.clone(),
+        |ctx: JobContext| async move { Ok::<_, String>(format!("{} done late", ctx.job)) },
+        last,
+    )
+    .run(CancellationToken::new())
+    .await
+    .unwrap();
+    assert!(killed >= 10);
+    // Every job is done, with one result. (A completion whose caller was killed may commit
+    // without being heard; the store, not the callers' tallies, says what happened.)
+    for i in 0..JOBS {
+        let stored = record(store.as_ref(), &format!("j{i:02}")).await;
+        assert!(stored.done, "j{i:02} is not done");
+        assert!(stored.result.is_some() && stored.result_fence.is_some());
+    }
+    let completed = store.completed.lock().unwrap();
+    assert!(completed.len() <= JOBS);
+    assert!(
+        completed.values().all(|owners| owners.len() == 1),
+        "a job was completed twice: {completed:?}"
+    );
+}
+
+/// A handler that always fails is retried after its backoff until its attempts run out, then
+/// the job is dead with the error kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_are_retried_with_backoff_then_dead_lettered() {
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    let spec = EnqueueSpec {
+        max_attempts: Some(3),
+        ..EnqueueSpec::default()
+    };
+    store.enqueue_with(&job("j"), &spec).await.unwrap();
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    let mut config = config("w", 5.0);
+    config.max_jobs = Some(3);
+    config.retry = Retry::Backoff(Backoff::new(0.05, 2.0, 1.0, 0.0).unwrap());
+    let summary =
+        Worker::new(
+            Arc::clone(&store),
+            |ctx: JobContext| async move {
+                Err::<String, _>(format!("boom on attempt {}", ctx.attempt))
+            },
+            config,
+        )
+        .on_report(collect(&reports))
+        .run(CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(summary.failed, 3);
+    let statuses: Vec<(u32, Status)> = reports
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| match &r.outcome {
+            JobOutcome::Failed(failed) => (r.attempt, failed.status),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            (1, Status::Pending),
+            (2, Status::Pending),
+            (3, Status::Dead)
+        ]
+    );
+    let stored = record(store.as_ref(), "j").await;
+    assert_eq!(stored.error.as_deref(), Some("boom on attempt 3"));
+    assert_eq!(
+        stored.status_at(Timestamp::new(1e12).unwrap()),
+        Status::Dead
+    );
+}
+
+/// Cancelling a running job stops its handler at the next heartbeat, and nothing is written
+/// for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_of_a_running_job_stops_its_handler() {
+    let store = Watched::new(Arc::new(MemoryLeaseStore::new()));
+    store.enqueue(&job("j")).await.unwrap();
+    let stopped = Arc::new(AtomicBool::new(false));
+    let seen = Arc::clone(&stopped);
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    let mut config = config("w", 0.6);
+    config.max_jobs = Some(1);
+    let worker = Worker::new(
+        store.clone(),
+        move |ctx: JobContext| {
+            let seen = Arc::clone(&seen);
+            async move {
+                ctx.cancel.cancelled().await;
+                seen.store(true, Ordering::SeqCst);
+                Ok::<_, String>("ignored".into())
+            }
+        },
+        config,
+    )
+    .on_report(collect(&reports));
+    let running = tokio::spawn(worker.run(CancellationToken::new()));
+    for _ in 0..500 {
+        if record(store.as_ref(), "j").await.owner.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let now = Timestamp::new(SystemClock.now()).unwrap();
+    assert_eq!(store.cancel(&job("j"), now).await.unwrap(), Ok(()));
+    running.await.unwrap().unwrap();
+    assert!(stopped.load(Ordering::SeqCst));
+    assert!(
+        matches!(&reports.lock().unwrap()[0].outcome, JobOutcome::Lost(why) if why.contains("cancelled")),
+        "{:?}",
+        reports.lock().unwrap()
+    );
+    assert!(store.complete_calls.lock().unwrap().is_empty());
+    let stored = record(store.as_ref(), "j").await;
+    assert_eq!(
+        (stored.result.clone(), stored.status_at(now)),
+        (None, Status::Cancelled)
+    );
+}
+
+/// A handler that panics fails its own job; the worker goes on with the next one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_fails_its_job_and_the_worker_goes_on() {
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    store.enqueue(&job("bad")).await.unwrap();
+    store.enqueue(&job("good")).await.unwrap();
+    let mut config = config("w", 5.0);
+    config.max_jobs = Some(2);
+    config.retry = Retry::No;
+    let summary = Worker::new(
+        Arc::clone(&store),
+        |ctx: JobContext| async move {
+            assert!(
+                ctx.job.as_str() != "bad",
+                "this handler cannot take bad jobs"
+            );
+            Ok::<_, String>("fine".into())
+        },
+        config,
+    )
+    .run(CancellationToken::new())
+    .await
+    .unwrap();
+    assert_eq!((summary.failed, summary.completed), (1, 1));
+    let bad = record(store.as_ref(), "bad").await;
+    assert!(
+        bad.error
+            .as_deref()
+            .is_some_and(|e| e.contains("panicked") && e.contains("cannot take bad jobs")),
+        "{:?}",
+        bad.error
+    );
+    assert_eq!(
+        record(store.as_ref(), "good").await.result.as_deref(),
+        Some("fine")
+    );
+}
+
+/// Shutdown stops claiming, lets running jobs finish until the drain deadline, then cancels the
+/// rest and releases their leases (fence kept).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_running_jobs_then_releases_the_rest() {
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    for id in ["quick", "stuck", "waiting"] {
+        store.enqueue(&job(id)).await.unwrap();
+    }
+    let mut config = config("w", 5.0);
+    config.concurrency = 2;
+    config.drain = Duration::from_millis(300);
+    let shutdown = CancellationToken::new();
+    let worker = Worker::new(
+        Arc::clone(&store),
+        |ctx: JobContext| async move {
+            if ctx.job.as_str() == "stuck" {
+                ctx.cancel.cancelled().await;
+                return Err::<String, _>("stopped".into());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Ok("quick result".into())
+        },
+        config,
+    );
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    shutdown.cancel();
+    let summary = running.await.unwrap().unwrap();
+    assert_eq!((summary.completed, summary.released), (1, 1));
+    let stuck = record(store.as_ref(), "stuck").await;
+    assert_eq!(
+        (stuck.owner, stuck.fence.get(), stuck.done),
+        (None, 1, false)
+    );
+    let waiting = record(store.as_ref(), "waiting").await;
+    assert_eq!(waiting.fence.get(), 0, "a job was claimed after shutdown");
+}
+
+/// The manual clock drives sleeps: a worker's idle poll ends only when the clock passes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_clock_ends_sleeps_only_when_advanced() {
+    let clock = Arc::new(ManualClock::new(100.0));
+    let sleeper = tokio::spawn(clock.sleep(5.0));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!sleeper.is_finished());
+    clock.advance(4.9);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!sleeper.is_finished());
+    clock.advance(0.1);
+    sleeper.await.unwrap();
+    assert_eq!(clock.now(), 105.0);
+
+    // A worker on it claims with the clock's time.
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    store.enqueue(&job("j")).await.unwrap();
+    let mut config = config("w", 10.0);
+    config.max_jobs = Some(1);
+    Worker::new(
+        Arc::clone(&store),
+        |_ctx: JobContext| async { Ok::<_, String>("r".into()) },
+        config,
+    )
+    .with_clock(clock)
+    .run(CancellationToken::new())
+    .await
+    .unwrap();
+    assert_eq!(record(store.as_ref(), "j").await.until.get(), 115.0);
+}
