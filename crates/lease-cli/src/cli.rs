@@ -275,6 +275,63 @@ pub enum Command {
     },
     /// Replay the stale-worker story on a temporary database, step by step.
     Demo,
+    /// Run a program for each job of a queue: the payload on its stdin; LEASE_JOB, LEASE_FENCE
+    /// and LEASE_ATTEMPT in its environment; exit 0 completes the job with its stdout, another
+    /// exit fails it (stderr's last lines are the error). If the lease is lost or the job
+    /// cancelled, the program gets SIGTERM, then SIGKILL after --grace, and nothing is written.
+    /// Ctrl-C stops claiming, lets running jobs finish for --drain, then releases the rest.
+    Work {
+        /// The queue.
+        #[arg(long, default_value = QueueName::DEFAULT)]
+        queue: String,
+        /// This worker's name.
+        #[arg(long)]
+        owner: String,
+        /// The lease duration, renewed every third of it.
+        #[arg(long, allow_hyphen_values = true)]
+        ttl: f64,
+        /// How many programs run at once.
+        #[arg(long, default_value_t = 1)]
+        concurrency: usize,
+        /// Stop after this many jobs.
+        #[arg(long)]
+        max_jobs: Option<usize>,
+        /// Stop when no job is due and none is running.
+        #[arg(long)]
+        exit_when_empty: bool,
+        /// Seconds between SIGTERM and SIGKILL for a program whose lease was lost.
+        #[arg(long, default_value_t = 5.0, allow_hyphen_values = true)]
+        grace: f64,
+        /// Seconds running jobs may go on after Ctrl-C before they are stopped and released.
+        #[arg(long, default_value_t = 30.0, allow_hyphen_values = true)]
+        drain: f64,
+        /// The program and its arguments (after `--`).
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+}
+
+/// What `lease work` runs, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkRequest {
+    /// The queue.
+    pub queue: QueueName,
+    /// The worker's name.
+    pub owner: Owner,
+    /// The lease duration.
+    pub ttl: lease_domain::Ttl,
+    /// Programs at once.
+    pub concurrency: usize,
+    /// Stop after this many jobs.
+    pub max_jobs: Option<usize>,
+    /// Stop when the queue is empty.
+    pub exit_when_empty: bool,
+    /// SIGTERM to SIGKILL.
+    pub grace: std::time::Duration,
+    /// The drain deadline after Ctrl-C.
+    pub drain: std::time::Duration,
+    /// The program and its arguments.
+    pub command: Vec<String>,
 }
 
 /// A command whose inputs passed every check.
@@ -312,6 +369,8 @@ pub enum Request {
     ClaimMany(JobId, Vec<Owner>, LeaseTerm),
     /// Run the demo.
     Demo,
+    /// Run a worker.
+    Work(WorkRequest),
 }
 
 impl Command {
@@ -328,6 +387,39 @@ impl Command {
         Ok(match self {
             Command::Init => Request::Init,
             Command::Demo => Request::Demo,
+            Command::Work {
+                queue,
+                owner,
+                ttl,
+                concurrency,
+                max_jobs,
+                exit_when_empty,
+                grace,
+                drain,
+                command,
+            } => {
+                let seconds = |what: &str, value: f64| {
+                    std::time::Duration::try_from_secs_f64(value).map_err(|_| {
+                        RequestError::Read(format!(
+                            "{what} must be a finite number of seconds >= 0, got {value}"
+                        ))
+                    })
+                };
+                if concurrency == 0 {
+                    return Err(RequestError::Read("concurrency must be at least 1".into()));
+                }
+                Request::Work(WorkRequest {
+                    queue: QueueName::new(queue)?,
+                    owner: Owner::new(owner)?,
+                    ttl: lease_domain::Ttl::new(ttl)?,
+                    concurrency,
+                    max_jobs,
+                    exit_when_empty,
+                    grace: seconds("grace", grace)?,
+                    drain: seconds("drain", drain)?,
+                    command,
+                })
+            }
             Command::Enqueue {
                 job,
                 queue,

@@ -256,9 +256,9 @@ fn queue_write_report(outcome: WriteOutcome, verb: &str, id: &JobId) -> Report {
 /// The store's error; nothing is printed here.
 pub async fn execute(request: &Request, store: &dyn LeaseStore) -> Result<Report, StoreError> {
     Ok(match request {
-        Request::Init | Request::Demo => {
+        Request::Init | Request::Demo | Request::Work(_) => {
             return Err(StoreError::Unavailable(
-                "init and demo are run by main".to_owned(),
+                "init, demo and work are run by main".to_owned(),
             ));
         }
         Request::Enqueue(id, spec) => {

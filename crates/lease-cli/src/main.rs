@@ -4,6 +4,7 @@
 mod cli;
 mod demo;
 mod execute;
+mod work;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -112,6 +113,15 @@ async fn run(cli: Cli) -> Result<Report, String> {
                 format!("lease database ready at {db}"),
             ))
         }
+        Request::Work(work) => {
+            let store =
+                SqliteLeaseStore::open_with(&db_path, options).map_err(|e| e.to_string())?;
+            work::run(&work, std::sync::Arc::new(store), |line| {
+                // Progress is best effort: a closed stderr does not stop the worker.
+                let _ = writeln!(std::io::stderr(), "{line}");
+            })
+            .await
+        }
         request => {
             let options = match &request {
                 // The contract races each claim on its own thread and its own connection:
@@ -164,7 +174,17 @@ fn main() -> ExitCode {
     // Usage errors exit 2 and --help exits 0, both printed by clap.
     let cli = Cli::try_parse().unwrap_or_else(|e| e.exit());
     let json = cli.json;
-    let outcome = match tokio::runtime::Builder::new_current_thread().build() {
+    // `work` runs programs and heartbeats side by side: it gets a multi-threaded runtime.
+    let runtime = if matches!(cli.command, cli::Command::Work { .. }) {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    };
+    let outcome = match runtime {
         Ok(runtime) => runtime.block_on(run(cli)),
         Err(e) => Err(format!("cannot start the runtime: {e}")),
     };
