@@ -141,9 +141,14 @@ fn check_path(path: &Path, shown: &str) -> Result<Target, StoreError> {
     }
 }
 
-/// Checks the path of an open store again (for a hard link made since it was opened).
+/// Checks the path of an open store again before a new connection is made: a hard link made
+/// since it was opened, or the file deleted under it (never silently made anew).
 pub(crate) fn recheck(path: &Path) -> Result<(), StoreError> {
-    check_path(path, &path.display().to_string()).map(drop)
+    let shown = path.display().to_string();
+    match check_path(path, &shown)? {
+        Target::File => Ok(()),
+        Target::Missing => Err(StoreError::NotFound { path: shown }),
+    }
 }
 
 /// A file system as `statfs` names it.
@@ -453,30 +458,38 @@ pub(crate) struct Opened {
 /// held by another opener is waited for, up to the busy timeout.
 pub(crate) fn open(path: &Path, options: &SqliteOptions) -> Result<Opened, StoreError> {
     let shown = path.display().to_string();
-    let deadline = Instant::now() + options.busy_timeout;
     let mut created = false;
+    let opened = retry_while_busy(&shown, options.busy_timeout, || {
+        open_once(path, &shown, options, &mut created)
+    })?;
+    if created {
+        sync_dir(parent_dir(path))?;
+    }
+    Ok(opened)
+}
+
+/// Runs `attempt` until it succeeds, fails for good, or stays busy past `timeout`. SQLite
+/// returns BUSY at once (without its busy handler) in some races between openers, such as two
+/// connections switching a new file to WAL; waiting a little and trying again resolves them.
+pub(crate) fn retry_while_busy<T>(
+    shown: &str,
+    timeout: Duration,
+    mut attempt: impl FnMut() -> Result<T, OpenError>,
+) -> Result<T, StoreError> {
+    let deadline = Instant::now() + timeout;
     let mut pause = Duration::from_millis(1);
     loop {
-        match open_once(path, &shown, options, &mut created) {
-            Ok(opened) => {
-                if created {
-                    sync_dir(parent_dir(path))?;
-                }
-                return Ok(opened);
-            }
+        match attempt() {
+            Ok(done) => return Ok(done),
             Err(OpenError::Fail(e)) => return Err(e),
-            Err(OpenError::Busy(e)) if Instant::now() < deadline => {
-                // SQLite returns BUSY at once (without its busy handler) in some races between
-                // openers, such as two connections switching a new file to WAL.
+            Err(OpenError::Busy(_)) if Instant::now() < deadline => {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(20));
-                let _ = e;
             }
             Err(OpenError::Busy(e)) => {
                 return Err(StoreError::Unavailable(format!(
                     "{shown} stayed locked by another connection for the whole busy timeout \
-                     ({:?}): {e}",
-                    options.busy_timeout
+                     ({timeout:?}): {e}"
                 )));
             }
         }
@@ -489,13 +502,7 @@ fn open_once(
     options: &SqliteOptions,
     created: &mut bool,
 ) -> Result<Opened, OpenError> {
-    if let Target::Missing = check_path(path, shown)? {
-        if !options.create {
-            return Err(StoreError::NotFound {
-                path: shown.to_owned(),
-            }
-            .into());
-        }
+    if options.create {
         let parent = parent_dir(path);
         if !parent.is_dir() {
             return Err(StoreError::Unavailable(format!(
@@ -509,21 +516,26 @@ fn open_once(
             shown,
             options.allow_unverified_filesystem,
         )?;
-        // Create the (empty) file here so a read-only directory gets a clear error; SQLite
-        // treats an empty file as a new database. Another opener may create it first.
+        // Create the (empty) file exclusively: SQLite treats an empty file as a new database,
+        // a read-only directory gets a clear error here, and when the path already exists
+        // (made by another opener a moment ago, or long ago) this is the ordinary way on.
         match OpenOptions::new().write(true).create_new(true).open(path) {
             Ok(_) => *created = true,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(read_only_or_unavailable(shown, &e).into()),
         }
-        check_path(path, shown)?;
-    } else {
-        check_filesystem(
-            &filesystem_of(path, shown)?,
-            shown,
-            options.allow_unverified_filesystem,
-        )?;
     }
+    if let Target::Missing = check_path(path, shown)? {
+        return Err(StoreError::NotFound {
+            path: shown.to_owned(),
+        }
+        .into());
+    }
+    check_filesystem(
+        &filesystem_of(path, shown)?,
+        shown,
+        options.allow_unverified_filesystem,
+    )?;
     let access = match read_only_reason(path, shown) {
         Some(reason) => read_only_access(path, reason),
         None => Access::ReadWrite,
@@ -694,6 +706,78 @@ mod tests {
 
     fn err_free(kind: &FileSystem) -> bool {
         check_filesystem(kind, "f.db", false).is_ok()
+    }
+
+    #[test]
+    fn fuse_and_unknown_file_systems_are_named_as_such() {
+        assert_eq!(
+            classify_filesystem(FUSE_MAGIC),
+            FileSystem::Unverified("FUSE".to_owned())
+        );
+        assert_eq!(
+            classify_filesystem(0x1234_5678),
+            FileSystem::Unverified("unknown (statfs type 0x12345678)".to_owned())
+        );
+    }
+
+    fn busy() -> OpenError {
+        OpenError::Busy(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+            None,
+        ))
+    }
+
+    #[test]
+    fn a_busy_open_is_tried_again_until_it_succeeds_within_the_timeout() {
+        let mut tries = 0;
+        let opened = retry_while_busy("f.db", Duration::from_secs(5), || {
+            tries += 1;
+            if tries < 3 { Err(busy()) } else { Ok(tries) }
+        });
+        assert_eq!(opened.unwrap(), 3);
+    }
+
+    #[test]
+    fn an_open_that_stays_busy_fails_after_the_timeout_and_says_so() {
+        let started = Instant::now();
+        let err = retry_while_busy("f.db", Duration::from_millis(50), || Err::<(), _>(busy()))
+            .unwrap_err();
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+        assert!(
+            err.to_string()
+                .contains("for the whole busy timeout (50ms)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_final_failure_is_returned_at_once() {
+        let mut tries = 0;
+        let err = retry_while_busy("f.db", Duration::from_secs(5), || {
+            tries += 1;
+            Err::<(), _>(OpenError::Fail(StoreError::Corrupt("x".into())))
+        })
+        .unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt(_)));
+        assert_eq!(tries, 1);
+    }
+
+    #[test]
+    fn the_connect_hook_shows_without_its_closure() {
+        let hook = ConnectHook(Arc::new(|_: &Connection| Ok(())));
+        assert_eq!(format!("{hook:?}"), "ConnectHook(..)");
+    }
+
+    #[test]
+    fn every_new_connection_refuses_a_file_with_a_second_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.db");
+        drop(open(&path, &SqliteOptions::default()).unwrap());
+        assert!(connect(&path, &SqliteOptions::default()).is_ok());
+        std::fs::hard_link(&path, dir.path().join("b.db")).unwrap();
+        let err = connect(&path, &SqliteOptions::default()).unwrap_err();
+        assert!(err.to_string().contains("2 hard links"), "{err}");
     }
 
     #[test]

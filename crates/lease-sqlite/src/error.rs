@@ -135,6 +135,78 @@ mod tests {
     }
 
     #[test]
+    fn each_sqlite_failure_maps_to_its_kind() {
+        use rusqlite::ffi;
+        let cases: [(i32, fn(&StoreError) -> bool); 6] = [
+            (ffi::SQLITE_FULL, |e| matches!(e, StoreError::Full(_))),
+            (ffi::SQLITE_READONLY, |e| {
+                matches!(e, StoreError::ReadOnly(_))
+            }),
+            (ffi::SQLITE_CORRUPT, |e| matches!(e, StoreError::Corrupt(_))),
+            (ffi::SQLITE_NOTADB, |e| matches!(e, StoreError::Corrupt(_))),
+            (ffi::SQLITE_LOCKED, |e| {
+                matches!(e, StoreError::Unavailable(_))
+            }),
+            (ffi::SQLITE_IOERR, |e| {
+                matches!(e, StoreError::Unavailable(_))
+            }),
+        ];
+        for (code, expected) in cases {
+            let err = before_commit(failure(code));
+            assert!(expected(&err), "code {code}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_commit_that_failed_for_space_or_a_lock_did_not_happen_and_any_other_is_unknown() {
+        use rusqlite::ffi;
+        assert!(matches!(
+            at_commit(failure(ffi::SQLITE_FULL)),
+            StoreError::Full(_)
+        ));
+        assert!(matches!(
+            at_commit(failure(ffi::SQLITE_BUSY)),
+            StoreError::Unavailable(_)
+        ));
+        assert!(matches!(
+            at_commit(failure(ffi::SQLITE_LOCKED)),
+            StoreError::Unavailable(_)
+        ));
+        let unknown = at_commit(failure(ffi::SQLITE_IOERR));
+        assert!(matches!(unknown, StoreError::Indeterminate(_)), "{unknown}");
+        assert!(!unknown.is_determinate());
+    }
+
+    #[test]
+    fn only_a_lock_is_worth_retrying_while_opening() {
+        let conn = Connection::open_in_memory().unwrap();
+        let step = open_step(&conn);
+        assert!(matches!(
+            step(failure(rusqlite::ffi::SQLITE_BUSY)),
+            OpenError::Busy(_)
+        ));
+        assert!(matches!(
+            step(failure(rusqlite::ffi::SQLITE_LOCKED)),
+            OpenError::Busy(_)
+        ));
+        assert!(matches!(
+            step(failure(rusqlite::ffi::SQLITE_CORRUPT)),
+            OpenError::Fail(StoreError::Corrupt(_))
+        ));
+    }
+
+    #[test]
+    fn an_io_error_that_is_not_out_of_space_is_not_full() {
+        let conn = Connection::open_in_memory().unwrap();
+        // Opening a file in a missing directory fails with CANTOPEN and errno ENOENT.
+        let err = conn
+            .execute_batch("ATTACH '/no/such/directory/x.db' AS other")
+            .unwrap_err();
+        let mapped = sql(&conn)(err);
+        assert!(matches!(mapped, StoreError::Unavailable(_)), "{mapped}");
+    }
+
+    #[test]
     fn invalid_utf8_in_a_stored_value_is_corrupt_data() {
         let bad = String::from_utf8(vec![0xc3, 0x28])
             .unwrap_err()

@@ -66,8 +66,13 @@ fn a_lone_caller_commits_each_write_by_itself() {
     }
     let stats = store.group_commit_stats().unwrap();
     assert_eq!(
-        (stats.batches, stats.writes, stats.largest_batch),
-        (20, 20, 1)
+        (
+            stats.batches,
+            stats.writes,
+            stats.largest_batch,
+            stats.batches_of_many
+        ),
+        (20, 20, 1, 0)
     );
 }
 

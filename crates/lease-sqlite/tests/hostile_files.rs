@@ -83,6 +83,21 @@ fn a_foreign_database_is_refused_and_left_byte_for_byte_unchanged() {
             "the contract's table beside another program's",
             format!("{CONTRACT}; CREATE TABLE users(name);"),
         ),
+        (
+            "owner declared NOT NULL",
+            CONTRACT.replace("owner TEXT", "owner TEXT NOT NULL"),
+        ),
+        (
+            "fence with another default",
+            CONTRACT.replace(
+                "fence INTEGER NOT NULL DEFAULT 0",
+                "fence INTEGER NOT NULL DEFAULT 1",
+            ),
+        ),
+        (
+            "id without a primary key",
+            CONTRACT.replace("id TEXT PRIMARY KEY", "id TEXT"),
+        ),
     ];
     for (what, sql) in cases {
         let dir = tempfile::tempdir().unwrap();
@@ -221,4 +236,113 @@ fn a_stored_text_that_is_not_utf8_is_corrupt_data_naming_the_job_and_column() {
             "{message}"
         );
     }
+}
+
+#[test]
+fn a_mismatched_column_is_named_with_what_was_found_and_what_was_expected() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("other.db");
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch(&CONTRACT.replace("until REAL", "until TEXT"))
+        .unwrap();
+    let err = init_db(&path).unwrap_err().to_string();
+    assert!(
+        err.contains(
+            "jobs.until is declared TEXT NOT NULL DEFAULT 0, expected REAL NOT NULL DEFAULT 0"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_path_that_is_not_a_regular_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("pipe.db");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    for err in [init_db(&fifo).unwrap_err(), state(&fifo, "j").unwrap_err()] {
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+    }
+}
+
+#[test]
+fn a_path_under_a_file_is_an_error_that_names_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("notes.txt");
+    std::fs::write(&file, b"notes").unwrap();
+    let err = state(file.join("lease.db"), "j").unwrap_err();
+    assert!(matches!(err, Error::Unavailable(_)), "{err}");
+    assert!(err.to_string().contains("cannot inspect"), "{err}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"notes");
+}
+
+#[test]
+fn a_store_never_recreates_a_database_deleted_under_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gone.db");
+    let options = SqliteOptions {
+        max_batch: 1,
+        ..SqliteOptions::default()
+    };
+    let store = SqliteLeaseStore::open_with(&path, options).unwrap();
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    let job = lease_domain::JobId::new("j").unwrap();
+    let err = store.blocking().enqueue(&job).unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err}");
+    assert!(!path.exists(), "the store made a new, empty database");
+}
+
+/// Marks a file immutable (`chattr +i`); the guard clears it.
+struct Immutable<'a>(&'a Path);
+
+impl<'a> Immutable<'a> {
+    fn new(path: &'a Path) -> Self {
+        let out = std::process::Command::new("chattr")
+            .arg("+i")
+            .arg(path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "chattr +i failed (this test needs root and a file system with attributes): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Immutable(path)
+    }
+}
+
+impl Drop for Immutable<'_> {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("chattr")
+            .arg("-i")
+            .arg(self.0)
+            .status();
+    }
+}
+
+#[test]
+fn an_immutable_database_can_be_read_and_refuses_writes_naming_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("frozen.db");
+    init_db(&path).unwrap();
+    enqueue(&path, "j").unwrap();
+    assert_eq!(claim(&path, "j", "w", 0.0, 5.0).unwrap(), Some(1));
+    let before = files(dir.path());
+    {
+        let _frozen = Immutable::new(&path);
+        assert_eq!(state(&path, "j").unwrap().unwrap().fence, 1);
+        let err = claim(&path, "j", "x", 10.0, 5.0).unwrap_err();
+        assert!(matches!(err, Error::ReadOnly(_)), "{err}");
+        assert!(err.to_string().contains("immutable"), "{err}");
+    }
+    assert_eq!(files(dir.path()), before);
+    assert_eq!(claim(&path, "j", "x", 10.0, 5.0).unwrap(), Some(2));
 }
