@@ -137,7 +137,8 @@ mod tests {
     #[test]
     fn each_sqlite_failure_maps_to_its_kind() {
         use rusqlite::ffi;
-        let cases: [(i32, fn(&StoreError) -> bool); 6] = [
+        type Expected = fn(&StoreError) -> bool;
+        let cases: [(i32, Expected); 6] = [
             (ffi::SQLITE_FULL, |e| matches!(e, StoreError::Full(_))),
             (ffi::SQLITE_READONLY, |e| {
                 matches!(e, StoreError::ReadOnly(_))
