@@ -478,7 +478,7 @@ mod tests {
     use lease_domain::{
         ClaimRefused, EnqueueSpec, ErrorText, JobResult, LeaseTerm, QueueName, Retry, WriteRefused,
     };
-    use lease_ports::{ClaimOutcome, FailOutcome, ListFilter, StatsRow};
+    use lease_ports::{ClaimOutcome, CompleteAndClaim, FailOutcome, ListFilter, StatsRow};
     use mockall::mock;
 
     use super::*;
@@ -502,6 +502,7 @@ mod tests {
             async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError>;
             async fn list(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError>;
             async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError>;
+            async fn complete_and_claim_next(&self, job: &JobId, owner: &Owner, fence: Fence, result: &JobResult, queue: &QueueName, term: LeaseTerm, limit: usize) -> Result<CompleteAndClaim, StoreError>;
         }
     }
 

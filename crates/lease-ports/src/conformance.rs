@@ -960,6 +960,54 @@ pub async fn concurrent_claim_next_gives_each_job_to_exactly_one_caller(store: S
     assert_eq!(leased, expected);
 }
 
+/// `complete_and_claim_next` completes the job and leases the next due ones in one call; the
+/// claim is made even when the completion is refused.
+pub async fn complete_and_claim_next_hands_back_one_job_and_takes_the_next(store: Store) {
+    for id in ["a", "b", "c"] {
+        enqueued_with(&store, id, &spec("q", 0, None, 5)).await;
+    }
+    let first = next(&store, "q", "w", 0.0, 1).await.remove(0);
+    let (completed, leases) = store
+        .complete_and_claim_next(
+            &first.job,
+            &owner("w"),
+            first.fence,
+            &result("a done"),
+            &queue("q"),
+            term(1.0, 10.0),
+            1,
+        )
+        .await
+        .expect("the call reaches the store");
+    assert_eq!(completed, Ok(()));
+    let leases = leases.expect("the claim reaches the store");
+    assert_eq!(ids(&leases), ["b"]);
+    assert_eq!(leases[0].until, at(11.0));
+    assert_eq!(
+        state(&store, &first.job).await.result.as_deref(),
+        Some("a done")
+    );
+    // A stale completion is refused, and the claim still happens.
+    let (completed, leases) = store
+        .complete_and_claim_next(
+            &first.job,
+            &owner("w"),
+            first.fence,
+            &result("again"),
+            &queue("q"),
+            term(2.0, 10.0),
+            5,
+        )
+        .await
+        .expect("the call reaches the store");
+    assert!(completed.is_err());
+    assert_eq!(ids(&leases.expect("the claim reaches the store")), ["c"]);
+    assert_eq!(
+        state(&store, &first.job).await.result.as_deref(),
+        Some("a done")
+    );
+}
+
 /// Expands to one `#[tokio::test]` per conformance check, named after the check.
 ///
 /// `$factory` is a function returning `(Arc<dyn LeaseStore>, guard)`; the guard (for example a
@@ -1007,6 +1055,7 @@ macro_rules! conformance_tests {
             list_and_stats_judge_status_at_now,
             complete_stores_the_result_fence,
             concurrent_claim_next_gives_each_job_to_exactly_one_caller,
+            complete_and_claim_next_hands_back_one_job_and_takes_the_next,
         );
     };
     (@each $factory:path; $($check:ident),* $(,)?) => {

@@ -305,7 +305,28 @@ pub trait LeaseStore: Send + Sync {
 
     /// How many jobs each queue has in each status at `now` (statuses with no job left out).
     async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError>;
+
+    /// Completes `job` as [`LeaseStore::complete`] would at `term.now()`, then leases up to
+    /// `limit` due jobs of `queue` as [`LeaseStore::claim_next`] would, in one transaction: a
+    /// worker hands back one job and takes the next with one commit. The claim is made whether
+    /// or not the completion was accepted; its own error (the completion stands) is the inner
+    /// `Err`.
+    #[allow(clippy::too_many_arguments)] // A completion's four and a claim's three, together.
+    async fn complete_and_claim_next(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        result: &JobResult,
+        queue: &QueueName,
+        term: LeaseTerm,
+        limit: usize,
+    ) -> Result<CompleteAndClaim, StoreError>;
 }
+
+/// What [`LeaseStore::complete_and_claim_next`] answers: the completion's outcome, and the
+/// leases (or why the claim failed; the completion stands either way).
+pub type CompleteAndClaim = (WriteOutcome, Result<Vec<Lease>, StoreError>);
 
 /// Runs one claim per owner concurrently and returns each outcome in input order.
 ///

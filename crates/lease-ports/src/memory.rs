@@ -12,8 +12,8 @@ use lease_domain::{
 };
 
 use crate::{
-    ClaimOutcome, FailOutcome, FromOutcome, JobRecord, JobState, Lease, LeaseStore, ListFilter,
-    StatsRow, StoreError, WriteOutcome, outcome_as, tally,
+    ClaimOutcome, CompleteAndClaim, FailOutcome, FromOutcome, JobRecord, JobState, Lease,
+    LeaseStore, ListFilter, StatsRow, StoreError, WriteOutcome, outcome_as, tally,
 };
 
 #[derive(Debug, Default)]
@@ -60,18 +60,22 @@ impl MemoryLeaseStore {
 
     /// Decides and stores one command under the lock; a refusal stores nothing.
     fn apply<T: FromOutcome>(&self, job: &JobId, command: Command) -> Result<T, StoreError> {
-        let mut jobs = self.jobs()?;
-        let current = jobs.jobs.get(job).map(|(j, _)| j);
-        let purged = match current {
-            None if command.is_enqueue() => jobs.purged.get(job).copied(),
-            _ => None,
-        };
-        let (next, outcome) = command.decide(job, current, purged);
-        if let Some(next) = next {
-            jobs.store(job, next);
-        }
-        outcome_as(outcome)
+        apply(&mut *self.jobs()?, job, command)
     }
+}
+
+/// Decides and stores one command over the locked jobs; a refusal stores nothing.
+fn apply<T: FromOutcome>(jobs: &mut Jobs, job: &JobId, command: Command) -> Result<T, StoreError> {
+    let current = jobs.jobs.get(job).map(|(j, _)| j);
+    let purged = match current {
+        None if command.is_enqueue() => jobs.purged.get(job).copied(),
+        _ => None,
+    };
+    let (next, outcome) = command.decide(job, current, purged);
+    if let Some(next) = next {
+        jobs.store(job, next);
+    }
+    outcome_as(outcome)
 }
 
 #[async_trait]
@@ -148,35 +152,27 @@ impl LeaseStore for MemoryLeaseStore {
         term: LeaseTerm,
         limit: usize,
     ) -> Result<Vec<Lease>, StoreError> {
+        Ok(claim_next(&mut *self.jobs()?, queue, owner, term, limit))
+    }
+
+    async fn complete_and_claim_next(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        result: &JobResult,
+        queue: &QueueName,
+        term: LeaseTerm,
+        limit: usize,
+    ) -> Result<CompleteAndClaim, StoreError> {
         let mut jobs = self.jobs()?;
-        let mut candidates: Vec<(JobId, Job, u64)> = jobs
-            .jobs
-            .iter()
-            .filter(|(_, (job, _))| job.queue == *queue)
-            .map(|(id, (job, seq))| (id.clone(), job.clone(), *seq))
-            .collect();
-        candidates.sort_by(|a, b| claim_order((&a.1, a.2), (&b.1, b.2)));
-        let mut leases = Vec::new();
-        for (id, job, _) in candidates {
-            if leases.len() >= limit {
-                break;
-            }
-            match decide_claim_next(&job, owner, term) {
-                NextDecision::Lease(next) => {
-                    leases.push(Lease {
-                        job: id.clone(),
-                        fence: next.fence,
-                        until: next.until,
-                        attempt: next.attempts,
-                        payload: next.payload.clone(),
-                    });
-                    jobs.store(&id, next);
-                }
-                NextDecision::Bury(next) => jobs.store(&id, next),
-                NextDecision::Skip => {}
-            }
-        }
-        Ok(leases)
+        let completed: WriteOutcome = apply(
+            &mut jobs,
+            job,
+            Command::Complete(owner.clone(), fence, term.now(), result.clone()),
+        )?;
+        let leases = claim_next(&mut jobs, queue, owner, term, limit);
+        Ok((completed, Ok(leases)))
     }
 
     async fn fail(
@@ -238,4 +234,42 @@ impl LeaseStore for MemoryLeaseStore {
         let jobs = self.jobs()?;
         Ok(tally(jobs.jobs.values().map(|(job, _)| job), now))
     }
+}
+
+/// `claim_next` over the locked jobs.
+fn claim_next(
+    jobs: &mut Jobs,
+    queue: &QueueName,
+    owner: &Owner,
+    term: LeaseTerm,
+    limit: usize,
+) -> Vec<Lease> {
+    let mut candidates: Vec<(JobId, Job, u64)> = jobs
+        .jobs
+        .iter()
+        .filter(|(_, (job, _))| job.queue == *queue)
+        .map(|(id, (job, seq))| (id.clone(), job.clone(), *seq))
+        .collect();
+    candidates.sort_by(|a, b| claim_order((&a.1, a.2), (&b.1, b.2)));
+    let mut leases = Vec::new();
+    for (id, job, _) in candidates {
+        if leases.len() >= limit {
+            break;
+        }
+        match decide_claim_next(&job, owner, term) {
+            NextDecision::Lease(next) => {
+                leases.push(Lease {
+                    job: id.clone(),
+                    fence: next.fence,
+                    until: next.until,
+                    attempt: next.attempts,
+                    payload: next.payload.clone(),
+                });
+                jobs.store(&id, next);
+            }
+            NextDecision::Bury(next) => jobs.store(&id, next),
+            NextDecision::Skip => {}
+        }
+    }
+    leases
 }

@@ -8,9 +8,9 @@ use async_trait::async_trait;
 use lease_ports::history::{Answer, Call, Event, Workload, check_linearizable, record};
 use lease_ports::memory::MemoryLeaseStore;
 use lease_ports::{
-    ClaimOutcome, EnqueueSpec, ErrorText, FailOutcome, Fence, JobId, JobRecord, JobResult,
-    JobState, Lease, LeaseStore, LeaseTerm, ListFilter, Owner, QueueName, Retry, StatsRow, Status,
-    StoreError, Timestamp, WriteOutcome,
+    ClaimOutcome, CompleteAndClaim, EnqueueSpec, ErrorText, FailOutcome, Fence, JobId, JobRecord,
+    JobResult, JobState, Lease, LeaseStore, LeaseTerm, ListFilter, Owner, QueueName, Retry,
+    StatsRow, Status, StoreError, Timestamp, WriteOutcome,
 };
 
 fn job() -> JobId {
@@ -246,6 +246,20 @@ impl LeaseStore for Buggy {
     }
     async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
         self.inner.stats(now).await
+    }
+    async fn complete_and_claim_next(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        result: &JobResult,
+        queue: &QueueName,
+        term: LeaseTerm,
+        limit: usize,
+    ) -> Result<CompleteAndClaim, StoreError> {
+        self.inner
+            .complete_and_claim_next(job, owner, fence, result, queue, term, limit)
+            .await
     }
 }
 

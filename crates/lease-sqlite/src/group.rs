@@ -1,10 +1,15 @@
 //! Group commit: concurrent writers of one store share transactions, and so share syncs.
 //!
-//! Callers queue their commands. One of them, the leader, takes every queued command (up to a
-//! batch limit), runs them in one `BEGIN IMMEDIATE` transaction with a savepoint each, commits,
-//! and only then answers each caller. It then hands the lead to the caller at the head of the
+//! Callers queue their ops. One of them, the leader, takes every queued op (up to a batch
+//! limit), runs them in one `BEGIN IMMEDIATE` transaction with a savepoint each, commits, and
+//! only then answers each caller. It then hands the lead to the caller at the head of the
 //! queue, so every caller leads at most one batch and nobody waits behind an endless leader.
 //! A lone caller leads a batch of one: no waiting, no savepoint.
+//!
+//! Async callers have no thread to lead with: they queue their ops and await a one-shot answer.
+//! If nobody leads, one leader is started on the blocking pool; a leader whose queue head is an
+//! async caller leads the next batch itself. So async callers pay a thread hop per burst of
+//! writes, not per write.
 
 use std::collections::VecDeque;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
@@ -22,15 +27,24 @@ type Answer = Result<Reply, StoreError>;
 
 /// What a queued caller is told.
 enum Message {
-    /// Its command ran; here is the answer.
-    Done(Answer),
+    /// Its ops ran; here are the answers.
+    Done(Vec<Answer>),
     /// It is at the head of the queue and must lead the next batch.
     Lead,
 }
 
+/// Where a queued caller waits.
+enum Waiter {
+    /// A thread, which can also be asked to lead.
+    Thread(SyncSender<Message>),
+    /// An async task, which only takes its answers.
+    Task(tokio::sync::oneshot::Sender<Vec<Answer>>),
+}
+
+/// One caller's ops: they run in order in the same batch (one commit).
 struct Waiting {
-    op: Op,
-    reply: SyncSender<Message>,
+    ops: Vec<Op>,
+    reply: Waiter,
 }
 
 #[derive(Default)]
@@ -95,54 +109,92 @@ impl GroupCommit {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Queues one op and returns its answer once the batch it ran in has committed.
-    pub(crate) fn submit(&self, connect: Connect<'_>, op: Op) -> Answer {
+    /// Queues ops (run in order, in one batch) and returns their answers once that batch has
+    /// committed; the calling thread may lead batches meanwhile.
+    pub(crate) fn submit(&self, connect: Connect<'_>, ops: Vec<Op>) -> Vec<Answer> {
+        let count = ops.len();
         let (reply, inbox): (SyncSender<Message>, Receiver<Message>) = sync_channel(1);
-        let lead_now = {
-            let mut queue = self.queue();
-            queue.waiting.push_back(Waiting { op, reply });
-            !std::mem::replace(&mut queue.leading, true)
-        };
-        if lead_now {
+        if self.enqueue(ops, Waiter::Thread(reply)) {
             self.lead(connect);
         }
         loop {
             match inbox.recv() {
-                Ok(Message::Done(answer)) => return answer,
+                Ok(Message::Done(answers)) => return answers,
                 Ok(Message::Lead) => self.lead(connect),
-                Err(_) => {
-                    return Err(StoreError::Indeterminate(
-                        "the writer that took this command stopped before answering".to_owned(),
-                    ));
-                }
+                Err(_) => return lost(count),
             }
         }
     }
 
-    /// Runs one batch from the head of the queue, answers it, and passes the lead on.
-    fn lead(&self, connect: Connect<'_>) {
+    /// Queues ops for an async caller. Returns the receiver of their answers, and whether the
+    /// caller must start a leader (nobody leads).
+    pub(crate) fn submit_async(
+        &self,
+        ops: Vec<Op>,
+    ) -> (tokio::sync::oneshot::Receiver<Vec<Answer>>, bool) {
+        let (reply, inbox) = tokio::sync::oneshot::channel();
+        let lead = self.enqueue(ops, Waiter::Task(reply));
+        (inbox, lead)
+    }
+
+    /// Queues a caller; says whether it must lead (nobody was leading).
+    fn enqueue(&self, ops: Vec<Op>, reply: Waiter) -> bool {
+        let mut queue = self.queue();
+        queue.waiting.push_back(Waiting { ops, reply });
+        !std::mem::replace(&mut queue.leading, true)
+    }
+
+    /// Runs batches from the head of the queue, answers them, and passes the lead on to the
+    /// thread at the head; while the head is an async caller, leads the next batch here.
+    pub(crate) fn lead(&self, connect: Connect<'_>) {
         loop {
-            let (commands, replies): (Vec<Op>, Vec<SyncSender<Message>>) = {
+            let callers: Vec<Waiting> = {
                 let mut queue = self.queue();
-                let n = queue.waiting.len().min(self.max_batch);
-                queue.waiting.drain(..n).map(|w| (w.op, w.reply)).unzip()
+                // Whole callers, up to the batch limit in ops (at least one caller).
+                let mut ops = 0;
+                let mut n = 0;
+                for waiting in &queue.waiting {
+                    if n > 0 && ops + waiting.ops.len() > self.max_batch {
+                        break;
+                    }
+                    ops += waiting.ops.len();
+                    n += 1;
+                }
+                queue.waiting.drain(..n).collect()
             };
-            self.count(commands.len());
-            let answers = match connect() {
-                Ok(mut conn) => ops::execute_batch(&mut conn, &commands),
-                Err(e) => commands
+            let ops: Vec<Op> = callers.iter().flat_map(|w| w.ops.iter().cloned()).collect();
+            self.count(ops.len());
+            let mut answers = match connect() {
+                Ok(mut conn) => ops::execute_batch(&mut conn, &ops),
+                Err(e) => ops
                     .iter()
                     .map(|_| Err(ops::batch_error(&e, "no connection for the batch")))
                     .collect(),
-            };
-            for (reply, answer) in replies.into_iter().zip(answers) {
-                // A caller that went away no longer needs its answer.
-                let _ = reply.send(Message::Done(answer));
+            }
+            .into_iter();
+            for waiting in callers {
+                let mine: Vec<Answer> = answers.by_ref().take(waiting.ops.len()).collect();
+                // A caller that went away no longer needs its answers.
+                match waiting.reply {
+                    Waiter::Thread(reply) => {
+                        let _ = reply.send(Message::Done(mine));
+                    }
+                    Waiter::Task(reply) => {
+                        let _ = reply.send(mine);
+                    }
+                }
             }
             let head = {
                 let mut queue = self.queue();
                 match queue.waiting.front() {
-                    Some(head) => head.reply.clone(),
+                    Some(Waiting {
+                        reply: Waiter::Thread(head),
+                        ..
+                    }) => Some(head.clone()),
+                    Some(Waiting {
+                        reply: Waiter::Task(_),
+                        ..
+                    }) => None,
                     None => {
                         queue.leading = false;
                         return;
@@ -150,10 +202,23 @@ impl GroupCommit {
                 }
             };
             // The head has not been answered and only a leader sends, so its channel is empty.
-            // If the head went away, lead the next batch here instead.
-            if head.send(Message::Lead).is_ok() {
-                return;
+            // If the head went away, or is an async caller, lead the next batch here instead.
+            if let Some(head) = head {
+                if head.send(Message::Lead).is_ok() {
+                    return;
+                }
             }
         }
     }
+}
+
+/// The answers for ops whose leader stopped before answering.
+pub(crate) fn lost(count: usize) -> Vec<Answer> {
+    (0..count)
+        .map(|_| {
+            Err(StoreError::Indeterminate(
+                "the writer that took this write stopped before answering".to_owned(),
+            ))
+        })
+        .collect()
 }

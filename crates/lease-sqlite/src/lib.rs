@@ -27,8 +27,8 @@ use lease_domain::{
     Status, Timestamp,
 };
 use lease_ports::{
-    ClaimOutcome, FailOutcome, FromOutcome, JobRecord, Lease, LeaseStore, ListFilter, StatsRow,
-    WriteOutcome, outcome_as,
+    ClaimOutcome, CompleteAndClaim, FailOutcome, FromOutcome, JobRecord, Lease, LeaseStore,
+    ListFilter, StatsRow, WriteOutcome, outcome_as,
 };
 use ops::Op;
 use r2d2_sqlite::SqliteConnectionManager;
@@ -203,19 +203,66 @@ impl SqliteLeaseStore {
         }
     }
 
-    /// Runs one write on the calling thread: through the group-commit queue when it is on,
-    /// otherwise in a transaction of its own on a pooled connection.
-    fn submit(&self, op: Op) -> Result<ops::Reply, StoreError> {
-        if let Some(reason) = &self.read_only {
-            return Err(StoreError::ReadOnly(format!(
+    fn refuse_if_read_only(&self) -> Result<(), StoreError> {
+        match &self.read_only {
+            Some(reason) => Err(StoreError::ReadOnly(format!(
                 "{} can only be read: {reason}",
                 self.path.display()
-            )));
+            ))),
+            None => Ok(()),
         }
+    }
+
+    /// Runs writes on the calling thread, in order and in one transaction (one commit): through
+    /// the group-commit queue when it is on, otherwise on a pooled connection of their own.
+    fn submit_all(&self, ops: Vec<Op>) -> Result<Vec<Result<ops::Reply, StoreError>>, StoreError> {
+        self.refuse_if_read_only()?;
         match &self.group {
-            Some(group) => group.submit(&|| self.connection(), op),
-            None => self.with_conn(|conn| ops::execute(conn, &op)),
+            Some(group) => Ok(group.submit(&|| self.connection(), ops)),
+            None => self.with_conn(|conn| Ok(ops::execute_batch(conn, &ops))),
         }
+    }
+
+    /// Runs one write on the calling thread.
+    fn submit(&self, op: Op) -> Result<ops::Reply, StoreError> {
+        one(self.submit_all(vec![op])?)
+    }
+
+    /// Runs writes for an async caller, in one transaction. With group commit the caller joins
+    /// the queue and awaits its answers (a leader is started on the blocking pool only when
+    /// nobody leads), so there is no thread hop per write; otherwise a blocking task runs them.
+    async fn write_async(
+        &self,
+        ops: Vec<Op>,
+    ) -> Result<Vec<Result<ops::Reply, StoreError>>, StoreError> {
+        self.refuse_if_read_only()?;
+        let (Some(group), Ok(runtime)) = (&self.group, tokio::runtime::Handle::try_current())
+        else {
+            return self.run(move |store| store.submit_all(ops)).await;
+        };
+        let count = ops.len();
+        let (answers, lead) = group.submit_async(ops);
+        if lead {
+            let store = self.clone();
+            runtime.spawn_blocking(move || {
+                if let Some(group) = &store.group {
+                    group.lead(&|| store.connection());
+                }
+            });
+        }
+        Ok(answers.await.unwrap_or_else(|_| group::lost(count)))
+    }
+
+    /// One command on one job for an async caller.
+    async fn write_one<T: FromOutcome>(
+        &self,
+        job: &JobId,
+        command: Command,
+    ) -> Result<T, StoreError> {
+        let reply = one(self
+            .write_async(vec![Op::Job(job.clone(), command)])
+            .await?)?;
+        outcome_as(reply.into_outcome()?)
     }
 
     /// Runs one command on one job and reads its outcome as the port method's type.
@@ -238,6 +285,16 @@ impl SqliteLeaseStore {
             })?,
             Err(_) => task(),
         }
+    }
+}
+
+/// The one answer of a one-op unit.
+fn one(mut answers: Vec<Result<ops::Reply, StoreError>>) -> Result<ops::Reply, StoreError> {
+    match (answers.pop(), answers.is_empty()) {
+        (Some(answer), true) => answer,
+        _ => Err(StoreError::Corrupt(
+            "a write was answered with the wrong number of answers".to_owned(),
+        )),
     }
 }
 
@@ -382,13 +439,28 @@ impl Blocking<'_> {
     pub fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
         self.0.with_conn(|conn| ops::stats(conn, now))
     }
+
+    /// See [`LeaseStore::complete_and_claim_next`].
+    #[allow(clippy::too_many_arguments)] // The port method's arguments, as they are there.
+    pub fn complete_and_claim_next(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        result: &JobResult,
+        queue: &QueueName,
+        term: LeaseTerm,
+        limit: usize,
+    ) -> Result<CompleteAndClaim, StoreError> {
+        let ops = complete_and_claim_ops(job, owner, fence, result, queue, term, limit);
+        split_complete_and_claim(self.0.submit_all(ops)?)
+    }
 }
 
 #[async_trait]
 impl LeaseStore for SqliteLeaseStore {
     async fn enqueue(&self, job: &JobId) -> Result<bool, StoreError> {
-        let job = job.clone();
-        self.run(move |store| store.blocking().enqueue(&job)).await
+        self.write_one(job, Command::Enqueue).await
     }
 
     async fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
@@ -402,8 +474,7 @@ impl LeaseStore for SqliteLeaseStore {
         owner: &Owner,
         term: LeaseTerm,
     ) -> Result<ClaimOutcome, StoreError> {
-        let (job, owner) = (job.clone(), owner.clone());
-        self.run(move |store| store.blocking().claim(&job, &owner, term))
+        self.write_one(job, Command::Claim(owner.clone(), term))
             .await
     }
 
@@ -414,8 +485,7 @@ impl LeaseStore for SqliteLeaseStore {
         fence: Fence,
         term: LeaseTerm,
     ) -> Result<WriteOutcome, StoreError> {
-        let (job, owner) = (job.clone(), owner.clone());
-        self.run(move |store| store.blocking().renew(&job, &owner, fence, term))
+        self.write_one(job, Command::Renew(owner.clone(), fence, term))
             .await
     }
 
@@ -427,9 +497,11 @@ impl LeaseStore for SqliteLeaseStore {
         now: Timestamp,
         result: &JobResult,
     ) -> Result<WriteOutcome, StoreError> {
-        let (job, owner, result) = (job.clone(), owner.clone(), result.clone());
-        self.run(move |store| store.blocking().complete(&job, &owner, fence, now, &result))
-            .await
+        self.write_one(
+            job,
+            Command::Complete(owner.clone(), fence, now, result.clone()),
+        )
+        .await
     }
 
     async fn release(
@@ -438,14 +510,12 @@ impl LeaseStore for SqliteLeaseStore {
         owner: &Owner,
         fence: Fence,
     ) -> Result<WriteOutcome, StoreError> {
-        let (job, owner) = (job.clone(), owner.clone());
-        self.run(move |store| store.blocking().release(&job, &owner, fence))
+        self.write_one(job, Command::Release(owner.clone(), fence))
             .await
     }
 
     async fn enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError> {
-        let (job, spec) = (job.clone(), spec.clone());
-        self.run(move |store| store.blocking().enqueue_with(&job, &spec))
+        self.write_one(job, Command::EnqueueWith(spec.clone()))
             .await
     }
 
@@ -461,9 +531,16 @@ impl LeaseStore for SqliteLeaseStore {
         term: LeaseTerm,
         limit: usize,
     ) -> Result<Vec<Lease>, StoreError> {
-        let (queue, owner) = (queue.clone(), owner.clone());
-        self.run(move |store| store.blocking().claim_next(&queue, &owner, term, limit))
-            .await
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let op = Op::ClaimNext {
+            queue: queue.clone(),
+            owner: owner.clone(),
+            term,
+            limit,
+        };
+        one(self.write_async(vec![op]).await?)?.into_leases()
     }
 
     async fn fail(
@@ -475,31 +552,27 @@ impl LeaseStore for SqliteLeaseStore {
         error: &ErrorText,
         retry: Retry,
     ) -> Result<FailOutcome, StoreError> {
-        let (job, owner, error) = (job.clone(), owner.clone(), error.clone());
-        self.run(move |store| {
-            store
-                .blocking()
-                .fail(&job, &owner, fence, now, &error, retry)
-        })
+        self.write_one(
+            job,
+            Command::Fail(owner.clone(), fence, now, error.clone(), retry),
+        )
         .await
     }
 
     async fn cancel(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
-        let job = job.clone();
-        self.run(move |store| store.blocking().cancel(&job, now))
-            .await
+        self.write_one(job, Command::Cancel(now)).await
     }
 
     async fn retry(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
-        let job = job.clone();
-        self.run(move |store| store.blocking().retry(&job, now))
-            .await
+        self.write_one(job, Command::Retry(now)).await
     }
 
     async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError> {
-        let statuses = statuses.to_vec();
-        self.run(move |store| store.blocking().purge(before, &statuses))
-            .await
+        let op = Op::Purge {
+            before,
+            statuses: statuses.to_vec(),
+        };
+        one(self.write_async(vec![op]).await?)?.into_purged()
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError> {
@@ -510,6 +583,58 @@ impl LeaseStore for SqliteLeaseStore {
     async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
         self.run(move |store| store.blocking().stats(now)).await
     }
+
+    async fn complete_and_claim_next(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        result: &JobResult,
+        queue: &QueueName,
+        term: LeaseTerm,
+        limit: usize,
+    ) -> Result<CompleteAndClaim, StoreError> {
+        let ops = complete_and_claim_ops(job, owner, fence, result, queue, term, limit);
+        split_complete_and_claim(self.write_async(ops).await?)
+    }
+}
+
+/// The two ops of `complete_and_claim_next`, run in one transaction.
+fn complete_and_claim_ops(
+    job: &JobId,
+    owner: &Owner,
+    fence: Fence,
+    result: &JobResult,
+    queue: &QueueName,
+    term: LeaseTerm,
+    limit: usize,
+) -> Vec<Op> {
+    vec![
+        Op::Job(
+            job.clone(),
+            Command::Complete(owner.clone(), fence, term.now(), result.clone()),
+        ),
+        Op::ClaimNext {
+            queue: queue.clone(),
+            owner: owner.clone(),
+            term,
+            limit,
+        },
+    ]
+}
+
+fn split_complete_and_claim(
+    answers: Vec<Result<ops::Reply, StoreError>>,
+) -> Result<CompleteAndClaim, StoreError> {
+    let mut answers = answers.into_iter();
+    let (Some(completed), Some(claimed), None) = (answers.next(), answers.next(), answers.next())
+    else {
+        return Err(StoreError::Corrupt(
+            "complete_and_claim_next was answered with the wrong number of answers".to_owned(),
+        ));
+    };
+    let completed: WriteOutcome = outcome_as(completed?.into_outcome()?)?;
+    Ok((completed, claimed.and_then(ops::Reply::into_leases)))
 }
 
 /// The README's Rust examples, compiled as doctests so they stay true.

@@ -15,6 +15,7 @@ mod clock;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -193,6 +194,33 @@ struct Shared {
     handler: Arc<dyn Handler>,
     clock: Arc<dyn Clock>,
     config: WorkerConfig,
+    /// Jobs that may still be started (`max_jobs`, or unbounded).
+    budget: AtomicUsize,
+    /// Cancelled when the worker stops claiming.
+    stopping: CancellationToken,
+    /// Leases a finishing job claimed for its slot, to be run by the main loop.
+    handed_over: tokio::sync::mpsc::UnboundedSender<Lease>,
+    /// Handed-over leases not yet running: their slots are taken.
+    in_flight: AtomicUsize,
+}
+
+impl Shared {
+    /// Takes up to `wanted` starts from the budget; returns how many were taken.
+    fn take(&self, wanted: usize) -> usize {
+        let mut taken = 0;
+        let _ = self
+            .budget
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                taken = left.min(wanted);
+                Some(left - taken)
+            });
+        taken
+    }
+
+    /// Returns starts that were taken but not used.
+    fn give_back(&self, unused: usize) {
+        self.budget.fetch_add(unused, Ordering::SeqCst);
+    }
 }
 
 impl Worker {
@@ -228,17 +256,21 @@ impl Worker {
     /// [`StoreError::InvalidInput`] when `now + ttl` is not a valid lease term. A store that
     /// cannot be reached is waited out, not an error.
     pub async fn run(self, shutdown: CancellationToken) -> Result<Summary, StoreError> {
+        let (handed_over, mut handovers) = tokio::sync::mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             store: self.store,
             handler: self.handler,
             clock: self.clock,
+            budget: AtomicUsize::new(self.config.max_jobs.unwrap_or(usize::MAX)),
             config: self.config,
+            stopping: CancellationToken::new(),
+            handed_over,
+            in_flight: AtomicUsize::new(0),
         });
         let config = &shared.config;
         let abort = CancellationToken::new();
         let mut running: JoinSet<JobReport> = JoinSet::new();
         let mut summary = Summary::default();
-        let mut started = 0_usize;
         let record = |report: Result<JobReport, tokio::task::JoinError>, summary: &mut Summary| {
             if let Ok(report) = report {
                 summary.count(&report.outcome);
@@ -251,32 +283,32 @@ impl Worker {
             if shutdown.is_cancelled() {
                 break;
             }
-            let budget = config.max_jobs.map_or(usize::MAX, |m| m - started.min(m));
-            if budget == 0 && running.is_empty() {
+            if shared.budget.load(Ordering::SeqCst) == 0 && running.is_empty() {
                 break;
             }
-            let free = config
-                .concurrency
-                .max(1)
-                .saturating_sub(running.len())
-                .min(budget);
+            let occupied = running.len() + shared.in_flight.load(Ordering::SeqCst);
+            let free = config.concurrency.max(1).saturating_sub(occupied);
+            let taken = shared.take(free);
             let mut idle = false;
-            if free > 0 {
+            if taken > 0 {
                 let term = LeaseTerm::from_parts(Timestamp::new(shared.clock.now())?, config.ttl)?;
                 match shared
                     .store
-                    .claim_next(&config.queue, &config.owner, term, free)
+                    .claim_next(&config.queue, &config.owner, term, taken)
                     .await
                 {
                     Ok(leases) => {
-                        idle = leases.len() < free;
+                        idle = leases.len() < taken;
+                        shared.give_back(taken - leases.len());
                         for lease in leases {
-                            started += 1;
                             running.spawn(run_job(Arc::clone(&shared), lease, abort.clone()));
                         }
                     }
                     // An unreachable store is waited out like an empty queue.
-                    Err(_) => idle = true,
+                    Err(_) => {
+                        idle = true;
+                        shared.give_back(taken);
+                    }
                 }
                 if idle && running.is_empty() && config.exit_when_empty {
                     break;
@@ -284,11 +316,17 @@ impl Worker {
             }
             tokio::select! {
                 Some(done) = running.join_next(), if !running.is_empty() => record(done, &mut summary),
+                Some(lease) = handovers.recv() => {
+                    shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+                    running.spawn(run_job(Arc::clone(&shared), lease, abort.clone()));
+                }
                 () = shared.clock.sleep(config.idle_poll.as_secs_f64()), if idle => {}
                 () = shutdown.cancelled() => {}
             }
         }
-        // Drain: running jobs may finish until the deadline; then cancel and release the rest.
+        // Stop claiming (finishing jobs no longer take a next one); drain until the deadline;
+        // then cancel and release the rest.
+        shared.stopping.cancel();
         let deadline = tokio::time::sleep(config.drain);
         tokio::pin!(deadline);
         loop {
@@ -297,6 +335,10 @@ impl Worker {
                     Some(done) => record(done, &mut summary),
                     None => break,
                 },
+                Some(lease) = handovers.recv() => {
+                    shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+                    running.spawn(run_job(Arc::clone(&shared), lease, abort.clone()));
+                }
                 () = &mut deadline => {
                     abort.cancel();
                     break;
@@ -305,6 +347,15 @@ impl Worker {
         }
         while let Some(done) = running.join_next().await {
             record(done, &mut summary);
+        }
+        // A lease claimed by a job that finished as the worker stopped is given back unrun.
+        handovers.close();
+        while let Ok(lease) = handovers.try_recv() {
+            let _ = shared
+                .store
+                .release(&lease.job, &config.owner, lease.fence)
+                .await;
+            shared.give_back(1);
         }
         Ok(summary)
     }
@@ -364,6 +415,70 @@ async fn run_job(shared: Arc<Shared>, lease: Lease, abort: CancellationToken) ->
     }
 }
 
+/// Stores the handler's result. While the worker is still claiming, the completion and the
+/// claim of this slot's next job share one transaction (one commit); the next lease goes to the
+/// main loop.
+async fn report_result(shared: &Shared, lease: &Lease, result: &JobResult) -> JobOutcome {
+    let config = &shared.config;
+    let Ok(now) = Timestamp::new(shared.clock.now()) else {
+        return JobOutcome::Unreported("the clock is not a finite time".to_owned());
+    };
+    let term = match LeaseTerm::from_parts(now, config.ttl) {
+        Ok(term) if !shared.stopping.is_cancelled() && shared.take(1) == 1 => term,
+        _ => {
+            return match shared
+                .store
+                .complete(&lease.job, &config.owner, lease.fence, now, result)
+                .await
+            {
+                Ok(Ok(())) => JobOutcome::Completed,
+                Ok(Err(refused)) => JobOutcome::Lost(format!("completion refused: {refused}")),
+                Err(e) => JobOutcome::Unreported(e.to_string()),
+            };
+        }
+    };
+    let answer = shared
+        .store
+        .complete_and_claim_next(
+            &lease.job,
+            &config.owner,
+            lease.fence,
+            result,
+            &config.queue,
+            term,
+            1,
+        )
+        .await;
+    let (completed, next) = match answer {
+        Ok(answer) => answer,
+        Err(e) => {
+            shared.give_back(1);
+            return JobOutcome::Unreported(e.to_string());
+        }
+    };
+    let next = next.unwrap_or_default();
+    if next.is_empty() {
+        shared.give_back(1);
+    }
+    for lease in next {
+        // Counted before it is sent, so the slot is never seen free in between.
+        shared.in_flight.fetch_add(1, Ordering::SeqCst);
+        if let Err(unsent) = shared.handed_over.send(lease) {
+            shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+            // The worker is gone: give the lease back at once.
+            let lease = unsent.0;
+            let _ = shared
+                .store
+                .release(&lease.job, &config.owner, lease.fence)
+                .await;
+        }
+    }
+    match completed {
+        Ok(()) => JobOutcome::Completed,
+        Err(refused) => JobOutcome::Lost(format!("completion refused: {refused}")),
+    }
+}
+
 /// Tells the handler to stop, gives it `grace` to do so, then drops it; nothing is reported.
 async fn stop(
     token: &CancellationToken,
@@ -387,21 +502,7 @@ async fn finish(
     let config = &shared.config;
     let error = match joined {
         Ok(Ok(result)) => match JobResult::new(result) {
-            Ok(result) => {
-                let now = match Timestamp::new(shared.clock.now()) {
-                    Ok(now) => now,
-                    Err(e) => return JobOutcome::Unreported(e.to_string()),
-                };
-                return match shared
-                    .store
-                    .complete(&lease.job, &config.owner, lease.fence, now, &result)
-                    .await
-                {
-                    Ok(Ok(())) => JobOutcome::Completed,
-                    Ok(Err(refused)) => JobOutcome::Lost(format!("completion refused: {refused}")),
-                    Err(e) => JobOutcome::Unreported(e.to_string()),
-                };
-            }
+            Ok(result) => return report_result(shared, lease, &result).await,
             Err(e) => format!("the handler's result cannot be stored: {e}"),
         },
         Ok(Err(error)) => error,

@@ -14,8 +14,8 @@ use lease_domain::{
 };
 use lease_ports::memory::MemoryLeaseStore;
 use lease_ports::{
-    ClaimOutcome, FailOutcome, JobRecord, JobState, Lease, LeaseStore, ListFilter, StatsRow,
-    StoreError, WriteOutcome,
+    ClaimOutcome, CompleteAndClaim, FailOutcome, JobRecord, JobState, Lease, LeaseStore,
+    ListFilter, StatsRow, StoreError, WriteOutcome,
 };
 use lease_worker::{
     CancellationToken, Clock, JobContext, JobOutcome, JobReport, ManualClock, SystemClock, Worker,
@@ -138,6 +138,31 @@ impl LeaseStore for Watched {
     }
     async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
         self.inner.stats(now).await
+    }
+    async fn complete_and_claim_next(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        result: &JobResult,
+        queue: &QueueName,
+        term: LeaseTerm,
+        limit: usize,
+    ) -> Result<CompleteAndClaim, StoreError> {
+        self.complete_calls.lock().unwrap().push(owner.clone());
+        let answer = self
+            .inner
+            .complete_and_claim_next(job, owner, fence, result, queue, term, limit)
+            .await;
+        if let Ok((Ok(()), _)) = &answer {
+            self.completed
+                .lock()
+                .unwrap()
+                .entry(job.clone())
+                .or_default()
+                .push(owner.clone());
+        }
+        answer
     }
 }
 
@@ -533,4 +558,42 @@ async fn a_manual_clock_ends_sleeps_only_when_advanced() {
     .await
     .unwrap();
     assert_eq!(record(store.as_ref(), "j").await.until.get(), 115.0);
+}
+
+/// A finishing job's completion and the claim of the next job for its slot share one
+/// transaction (one commit): with one worker running one job at a time, nearly every commit
+/// carries both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_and_the_next_claim_share_one_commit() {
+    const JOBS: u64 = 20;
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = lease_sqlite::SqliteLeaseStore::open(dir.path().join("pairs.db")).unwrap();
+    for i in 0..JOBS {
+        sqlite
+            .blocking()
+            .enqueue(&job(&format!("j{i:02}")))
+            .unwrap();
+    }
+    let before = sqlite.group_commit_stats().unwrap();
+    let mut config = config("w", 30.0);
+    config.exit_when_empty = true;
+    let summary = Worker::new(
+        Arc::new(sqlite.clone()),
+        |ctx: JobContext| async move { Ok::<_, String>(ctx.job.to_string()) },
+        config,
+    )
+    .run(CancellationToken::new())
+    .await
+    .unwrap();
+    assert_eq!(summary.completed, usize::try_from(JOBS).unwrap());
+    let after = sqlite.group_commit_stats().unwrap();
+    let shared = after.batches_of_many - before.batches_of_many;
+    assert!(
+        shared >= JOBS - 1,
+        "only {shared} commits carried a completion and a claim"
+    );
+    assert!(
+        after.batches - before.batches <= JOBS + 2,
+        "{before:?} {after:?}"
+    );
 }
