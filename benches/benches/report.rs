@@ -8,11 +8,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use lease_domain::{Fence, Job, JobId, JobResult, LeaseTerm, Owner, Timestamp, decide_claim};
+use lease_ports::{LeaseStore, QueueName};
 use lease_sqlite::sql::{
-    INSERT_JOB as INSERT, SELECT_JOB as SELECT, UPDATE_JOB as UPDATE, UPSERT_QUEUE,
+    INSERT_JOB as INSERT, SELECT_CANDIDATES, SELECT_JOB as SELECT, UPDATE_JOB as UPDATE,
+    UPSERT_QUEUE,
 };
-use lease_sqlite::{SqliteLeaseStore, SqliteOptions};
+use lease_sqlite::{SqliteLeaseStore, SqliteOptions, Synchronous};
+use lease_worker::{CancellationToken, JobContext, Worker, WorkerConfig};
 use rusqlite::Connection;
+use std::sync::Arc;
 
 /// How long each measured run lasts, and how many runs give the median.
 struct Plan {
@@ -648,6 +652,334 @@ fn table_sizes(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
     }
 }
 
+/// Jobs of the end-to-end queue rows.
+fn queue_jobs(plan: &Plan) -> u64 {
+    if plan.runs == 1 && plan.window < Duration::from_millis(100) {
+        200
+    } else {
+        5_000
+    }
+}
+
+/// A store with `jobs` pending jobs in the default queue.
+fn queue_store(path: &Path, jobs: u64, synchronous: Synchronous) -> SqliteLeaseStore {
+    let _ = std::fs::remove_file(path);
+    populate(path, jobs, 0);
+    let options = SqliteOptions {
+        synchronous,
+        pool_size: 64,
+        ..SqliteOptions::default()
+    };
+    SqliteLeaseStore::open_with(path, options).expect("open store")
+}
+
+/// The raw baseline of a worker's loop: per job, the store's claim-next SQL in one FULL
+/// transaction and the completion's SQL in another (two syncs per job).
+fn raw_queue_loop(path: &Path, jobs: u64) -> Run {
+    let _ = std::fs::remove_file(path);
+    populate(path, jobs, 0);
+    let conn = raw_connection(path);
+    let mut me = Caller::default();
+    let start = Instant::now();
+    let mut now = 1.0;
+    loop {
+        now += 1e-6;
+        let began = Instant::now();
+        run(&conn, "BEGIN IMMEDIATE");
+        let next: Option<String> = conn
+            .prepare_cached(SELECT_CANDIDATES)
+            .expect("prepare candidates")
+            .query_row(rusqlite::params!["default", now, 1], |r| r.get(0))
+            .ok();
+        let Some(next) = next else {
+            run(&conn, "ROLLBACK");
+            break;
+        };
+        let job = JobId::new(next).expect("id");
+        let (_, _, fence, _, _) = raw_select(&conn, &job).expect("row");
+        conn.prepare_cached(UPDATE)
+            .expect("prepare update")
+            .execute(rusqlite::params![
+                job.as_str(),
+                "raw",
+                now + 60.0,
+                fence + 1,
+                None::<&str>,
+                false
+            ])
+            .expect("claim");
+        raw_upsert_queue(&conn, &job, now);
+        run(&conn, "COMMIT");
+        run(&conn, "BEGIN IMMEDIATE");
+        drop(raw_select(&conn, &job));
+        conn.prepare_cached(UPDATE)
+            .expect("prepare update")
+            .execute(rusqlite::params![
+                job.as_str(),
+                "raw",
+                now + 60.0,
+                fence + 1,
+                "done",
+                true
+            ])
+            .expect("complete");
+        raw_upsert_queue(&conn, &job, now);
+        run(&conn, "COMMIT");
+        me.latencies.push(began.elapsed());
+    }
+    Run {
+        callers: vec![me],
+        wall: start.elapsed(),
+    }
+}
+
+/// W threads, each taking one job with claim_next and then looping
+/// complete_and_claim_next (one commit per job) until the queue is empty.
+fn blocking_workers(store: &SqliteLeaseStore, workers: usize) -> Run {
+    let queue = QueueName::default();
+    let start = Instant::now();
+    let callers: Vec<Caller> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                let (b, queue) = (store.blocking(), &queue);
+                scope.spawn(move || {
+                    let me = owner(w);
+                    let mut caller = Caller::default();
+                    let now = || 1.0 + start.elapsed().as_secs_f64();
+                    let mut lease = b
+                        .claim_next(queue, &me, term(now(), 60.0), 1)
+                        .expect("claim_next")
+                        .pop();
+                    while let Some(held) = lease {
+                        let began = Instant::now();
+                        let (done, next) = b
+                            .complete_and_claim_next(
+                                &held.job,
+                                &me,
+                                held.fence,
+                                &JobResult::new("r").expect("result"),
+                                queue,
+                                term(now(), 60.0),
+                                1,
+                            )
+                            .expect("complete and claim");
+                        done.expect("completed");
+                        lease = next.expect("claimed").pop();
+                        caller.latencies.push(began.elapsed());
+                    }
+                    caller
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("worker"))
+            .collect()
+    });
+    Run {
+        callers,
+        wall: start.elapsed(),
+    }
+}
+
+/// The same loop through the async port: W tasks on a multi-threaded runtime.
+fn async_workers(store: &SqliteLeaseStore, workers: usize) -> Run {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let start = Instant::now();
+    let callers = runtime.block_on(async {
+        let store: Arc<dyn LeaseStore> = Arc::new(store.clone());
+        let tasks: Vec<_> = (0..workers)
+            .map(|w| {
+                let store = Arc::clone(&store);
+                tokio::spawn(async move {
+                    let (me, queue) = (owner(w), QueueName::default());
+                    let mut caller = Caller::default();
+                    let now = || 1.0 + start.elapsed().as_secs_f64();
+                    let mut lease = store
+                        .claim_next(&queue, &me, term(now(), 60.0), 1)
+                        .await
+                        .expect("claim_next")
+                        .pop();
+                    while let Some(held) = lease {
+                        let began = Instant::now();
+                        let result = JobResult::new("r").expect("result");
+                        let (done, next) = store
+                            .complete_and_claim_next(
+                                &held.job,
+                                &me,
+                                held.fence,
+                                &result,
+                                &queue,
+                                term(now(), 60.0),
+                                1,
+                            )
+                            .await
+                            .expect("complete and claim");
+                        done.expect("completed");
+                        lease = next.expect("claimed").pop();
+                        caller.latencies.push(began.elapsed());
+                    }
+                    caller
+                })
+            })
+            .collect();
+        let mut callers = Vec::new();
+        for task in tasks {
+            callers.push(task.await.expect("task"));
+        }
+        callers
+    });
+    Run {
+        callers,
+        wall: start.elapsed(),
+    }
+}
+
+/// The worker runtime with `workers` slots and an immediate handler, until the queue is empty.
+fn runtime_worker(store: &SqliteLeaseStore, workers: usize) -> Run {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let start = Instant::now();
+    let mut config = WorkerConfig::new(
+        QueueName::default(),
+        owner(0),
+        lease_domain::Ttl::new(60.0).expect("ttl"),
+    );
+    config.concurrency = workers;
+    config.exit_when_empty = true;
+    let latencies = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&latencies);
+    let worker = Worker::new(
+        Arc::new(store.clone()),
+        |_job: JobContext| async { Ok::<_, String>("r".to_owned()) },
+        config,
+    )
+    .on_report(move |report| {
+        if let Ok(mut seen) = seen.lock() {
+            seen.push(Duration::try_from_secs_f64(report.seconds).unwrap_or_default());
+        }
+    });
+    runtime
+        .block_on(worker.run(CancellationToken::new()))
+        .expect("worker");
+    // The runtime reports each job's time from lease to report; all slots count as one caller.
+    let latencies = latencies.lock().map(|l| l.clone()).unwrap_or_default();
+    Run {
+        callers: vec![Caller {
+            latencies,
+            per_slot: Vec::new(),
+        }],
+        wall: start.elapsed(),
+    }
+}
+
+/// Jobs per second of a run that processed `jobs` jobs.
+fn jobs_row(operation: String, callers: usize, jobs: u64, run: &Run, baseline: Option<f64>) -> Row {
+    let per_second =
+        to_f64(usize::try_from(jobs).unwrap_or(usize::MAX)) / run.wall.as_secs_f64().max(1e-9);
+    let base = summarize(&operation, callers, jobs, std::slice::from_ref(run), false);
+    Row {
+        operation,
+        ops_per_sec: per_second,
+        ratio: baseline.map(|b| per_second / b),
+        baseline: baseline.map(|_| "raw queue loop"),
+        ..base
+    }
+}
+
+fn queue(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
+    let jobs = queue_jobs(plan);
+    let raw = raw_queue_loop(&dir.join("raw-queue.db"), jobs);
+    let raw_rate =
+        to_f64(usize::try_from(jobs).unwrap_or(usize::MAX)) / raw.wall.as_secs_f64().max(1e-9);
+    rows.push(jobs_row(
+        "raw queue loop (claim-next SQL; COMMIT; complete SQL; COMMIT), jobs/s".to_owned(),
+        1,
+        jobs,
+        &raw,
+        None,
+    ));
+    let path = dir.join("queue.db");
+    for (sync, label) in [(Synchronous::Full, "FULL"), (Synchronous::Normal, "NORMAL")] {
+        for workers in [1, 4, 16, 64] {
+            let store = queue_store(&path, jobs, sync);
+            let run = blocking_workers(&store, workers);
+            rows.push(jobs_row(
+                format!("claim-next + complete, blocking, {label}, jobs/s"),
+                workers,
+                jobs,
+                &run,
+                Some(raw_rate),
+            ));
+            drop(store);
+            let store = queue_store(&path, jobs, sync);
+            let run = async_workers(&store, workers);
+            rows.push(jobs_row(
+                format!("claim-next + complete, async port, {label}, jobs/s"),
+                workers,
+                jobs,
+                &run,
+                Some(raw_rate),
+            ));
+            drop(store);
+            let store = queue_store(&path, jobs, sync);
+            let run = runtime_worker(&store, workers);
+            rows.push(jobs_row(
+                format!("claim-next + complete, worker runtime, {label}, jobs/s"),
+                workers,
+                jobs,
+                &run,
+                Some(raw_rate),
+            ));
+        }
+    }
+}
+
+/// `claim_next` latency with a small table, and with 100k pending and many finished jobs.
+fn claim_next_sizes(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
+    let big_pending = if plan.big_table > 10_000 {
+        100_000
+    } else {
+        2_000
+    };
+    for (pending, done) in [(1_000, 0), (big_pending, plan.big_table)] {
+        let path = dir.join(format!("next-{pending}-{done}.db"));
+        populate(&path, pending, done);
+        let store = SqliteLeaseStore::open(&path).expect("open store");
+        let b = store.blocking();
+        let (me, queue) = (owner(0), QueueName::default());
+        let clock = AtomicU64::new(0);
+        let runs: Vec<Run> = (0..plan.runs)
+            .map(|_| {
+                measure(1, plan.window, &|_, _| {
+                    // Each lease lasts one tick, so the queue never runs dry.
+                    let now = f64::from(
+                        u32::try_from(clock.fetch_add(1, Ordering::SeqCst)).unwrap_or(u32::MAX),
+                    );
+                    timed(|| {
+                        drop(
+                            b.claim_next(&queue, &me, term(now, 0.5), 1)
+                                .expect("claim_next"),
+                        )
+                    })
+                })
+            })
+            .collect();
+        rows.push(summarize(
+            &format!("claim_next, {pending} pending and {done} done jobs"),
+            1,
+            pending + done,
+            &runs,
+            false,
+        ));
+    }
+}
+
 fn domain(plan: &Plan, rows: &mut Vec<Row>) {
     let me = owner(0);
     let job = Job::new();
@@ -762,6 +1094,8 @@ fn main() {
     single_caller(&plan, dir.path(), &mut rows);
     concurrent(&plan, dir.path(), &mut rows);
     table_sizes(&plan, dir.path(), &mut rows);
+    queue(&plan, dir.path(), &mut rows);
+    claim_next_sizes(&plan, dir.path(), &mut rows);
     let table = render(&rows);
     let header = format!(
         "Bench report ({} mode, {} runs of {:.1} s each, median shown; SQLite {}, synchronous=FULL, WAL), took {:.0} s\n\n",
