@@ -878,6 +878,9 @@ fn runtime_worker(store: &SqliteLeaseStore, workers: usize) -> Run {
     }
 }
 
+/// One way to drive the queue loop: the blocking API, the async port, or the worker runtime.
+type Drive = fn(&SqliteLeaseStore, usize) -> Run;
+
 /// Jobs per second of a run that processed `jobs` jobs.
 fn jobs_row(operation: String, callers: usize, jobs: u64, run: &Run, baseline: Option<f64>) -> Row {
     let per_second =
@@ -907,35 +910,22 @@ fn queue(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
     let path = dir.join("queue.db");
     for (sync, label) in [(Synchronous::Full, "FULL"), (Synchronous::Normal, "NORMAL")] {
         for workers in [1, 4, 16, 64] {
-            let store = queue_store(&path, jobs, sync);
-            let run = blocking_workers(&store, workers);
-            rows.push(jobs_row(
-                format!("claim-next + complete, blocking, {label}, jobs/s"),
-                workers,
-                jobs,
-                &run,
-                Some(raw_rate),
-            ));
-            drop(store);
-            let store = queue_store(&path, jobs, sync);
-            let run = async_workers(&store, workers);
-            rows.push(jobs_row(
-                format!("claim-next + complete, async port, {label}, jobs/s"),
-                workers,
-                jobs,
-                &run,
-                Some(raw_rate),
-            ));
-            drop(store);
-            let store = queue_store(&path, jobs, sync);
-            let run = runtime_worker(&store, workers);
-            rows.push(jobs_row(
-                format!("claim-next + complete, worker runtime, {label}, jobs/s"),
-                workers,
-                jobs,
-                &run,
-                Some(raw_rate),
-            ));
+            let paths: [(&str, Drive); 3] = [
+                ("blocking", blocking_workers),
+                ("async port", async_workers),
+                ("worker runtime", runtime_worker),
+            ];
+            for (path_label, drive) in paths {
+                let store = queue_store(&path, jobs, sync);
+                let run = drive(&store, workers);
+                rows.push(jobs_row(
+                    format!("claim-next + complete, {path_label}, {label}, jobs/s"),
+                    workers,
+                    jobs,
+                    &run,
+                    Some(raw_rate),
+                ));
+            }
         }
     }
 }

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::future::BoxFuture;
 use lease_domain::{
     Backoff, EnqueueSpec, ErrorText, Fence, JobId, JobResult, LeaseTerm, Owner, QueueName, Retry,
     Status, Timestamp, Ttl,
@@ -18,8 +19,8 @@ use lease_ports::{
     ListFilter, StatsRow, StoreError, WriteOutcome,
 };
 use lease_worker::{
-    CancellationToken, Clock, JobContext, JobOutcome, JobReport, ManualClock, SystemClock, Worker,
-    WorkerConfig,
+    CancellationToken, Clock, HandlerResult, JobContext, JobOutcome, JobReport, ManualClock,
+    SystemClock, Worker, WorkerConfig,
 };
 
 /// A store in front of another: it can cut one owner off from renewing (a partition, or a
@@ -190,6 +191,23 @@ async fn record(store: &dyn LeaseStore, id: &str) -> lease_domain::Job {
     store.record(&job(id)).await.unwrap().unwrap().job
 }
 
+/// A handler that waits until its token is cancelled, notes that it was, then answers `answer`
+/// (which the runtime must never report).
+fn waits_for_cancel(
+    flag: &Arc<AtomicBool>,
+    answer: &'static str,
+) -> impl Fn(JobContext) -> BoxFuture<'static, HandlerResult> + Send + Sync + 'static {
+    let flag = Arc::clone(flag);
+    move |ctx: JobContext| {
+        let flag = Arc::clone(&flag);
+        Box::pin(async move {
+            ctx.cancel.cancelled().await;
+            flag.store(true, Ordering::SeqCst);
+            Ok::<_, String>(answer.to_owned())
+        })
+    }
+}
+
 /// Waits (a bounded number of short sleeps) until `check` holds.
 async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     for _ in 0..1000 {
@@ -210,20 +228,12 @@ async fn a_worker_that_cannot_renew_stops_its_handler_and_its_late_result_never_
     store.enqueue(&job("j")).await.unwrap();
     *store.cut_off.lock().unwrap() = Some(owner("A"));
     let a_saw_cancel = Arc::new(AtomicBool::new(false));
-    let saw = Arc::clone(&a_saw_cancel);
     let a_reports = Arc::new(Mutex::new(Vec::new()));
     let mut a_config = config("A", 0.6);
     a_config.max_jobs = Some(1);
     let a = Worker::new(
         store.clone(),
-        move |ctx: JobContext| {
-            let saw = Arc::clone(&saw);
-            async move {
-                ctx.cancel.cancelled().await;
-                saw.store(true, Ordering::SeqCst);
-                Ok::<_, String>("late, from A".to_owned())
-            }
-        },
+        waits_for_cancel(&a_saw_cancel, "late, from A"),
         a_config,
     )
     .on_report(collect(&a_reports));
@@ -412,23 +422,11 @@ async fn cancel_of_a_running_job_stops_its_handler() {
     let store = Watched::new(Arc::new(MemoryLeaseStore::new()));
     store.enqueue(&job("j")).await.unwrap();
     let stopped = Arc::new(AtomicBool::new(false));
-    let seen = Arc::clone(&stopped);
     let reports = Arc::new(Mutex::new(Vec::new()));
     let mut config = config("w", 0.6);
     config.max_jobs = Some(1);
-    let worker = Worker::new(
-        store.clone(),
-        move |ctx: JobContext| {
-            let seen = Arc::clone(&seen);
-            async move {
-                ctx.cancel.cancelled().await;
-                seen.store(true, Ordering::SeqCst);
-                Ok::<_, String>("ignored".into())
-            }
-        },
-        config,
-    )
-    .on_report(collect(&reports));
+    let worker = Worker::new(store.clone(), waits_for_cancel(&stopped, "ignored"), config)
+        .on_report(collect(&reports));
     let running = tokio::spawn(worker.run(CancellationToken::new()));
     for _ in 0..500 {
         if record(store.as_ref(), "j").await.owner.is_some() {
