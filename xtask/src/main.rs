@@ -65,7 +65,7 @@ const SQLITE_CORE: [&str; 5] = [
 ];
 
 /// The adapter's test binaries that take seconds, not the kill soak or the power-loss trials.
-const SQLITE_FAST_TESTS: [&str; 8] = [
+const SQLITE_FAST_TESTS: [&str; 9] = [
     "clock_edges",
     "conformance",
     "differential",
@@ -73,6 +73,7 @@ const SQLITE_FAST_TESTS: [&str; 8] = [
     "group_commit",
     "hostile_files",
     "linearizability",
+    "relative_path",
     "seed_api",
 ];
 

@@ -875,3 +875,62 @@ fn claim_order_is_priority_then_run_at_then_enqueue_order() {
     let order: Vec<u64> = jobs.iter().map(|(_, seq)| *seq).collect();
     assert_eq!(order, [2, 3, 0, 1, 4]);
 }
+
+#[test]
+fn only_enqueues_need_the_purge_mark_and_the_payload_limit_is_one_mebibyte() {
+    assert!(Command::Enqueue.is_enqueue());
+    assert!(Command::EnqueueWith(EnqueueSpec::default()).is_enqueue());
+    assert!(!Command::Claim(owner("a"), term(0.0, 1.0)).is_enqueue());
+    assert!(!Command::Cancel(at(0.0)).is_enqueue());
+    assert_eq!(Payload::DEFAULT_LIMIT, 1_048_576);
+}
+
+#[test]
+fn backoff_jitter_spreads_evenly_over_its_range() {
+    let full_jitter = Backoff::new(1.0, 1.0, 1.0, 1.0).unwrap();
+    let delays: Vec<f64> = (0..2000)
+        .map(|i| full_jitter.delay(&id(&format!("job-{i}")), 1))
+        .collect();
+    let mean = delays.iter().sum::<f64>() / 2000.0;
+    assert!((0.45..=0.55).contains(&mean), "mean delay {mean}");
+    let low = delays.iter().filter(|d| **d < 0.25).count();
+    assert!((400..=600).contains(&low), "{low} of 2000 below a quarter");
+}
+
+#[test]
+fn every_queue_rule_stamps_its_time_and_retry_makes_the_job_due_at_once() {
+    let w = owner("w");
+    let exhausted = Job {
+        attempts: 1,
+        max_attempts: 1,
+        ..held("w", 1, 5.0)
+    };
+    let NextDecision::Bury(buried) = decide_claim_next(&exhausted, &w, term(7.0, 1.0)) else {
+        panic!("not buried");
+    };
+    assert_eq!(buried.updated, Some(at(7.0)));
+    let running = held("w", 1, 50.0);
+    let (failed, _) = decide_fail(
+        &id("j"),
+        Some(&running),
+        &w,
+        fence(1),
+        at(8.0),
+        &error_text("e"),
+        Retry::default(),
+    )
+    .unwrap();
+    assert_eq!(failed.updated, Some(at(8.0)));
+    assert_eq!(
+        decide_cancel(Some(&running), at(9.0)).unwrap().updated,
+        Some(at(9.0))
+    );
+    let dead_and_scheduled = Job {
+        ended: Some(Ended::Dead),
+        run_at: Some(at(500.0)),
+        ..Job::new()
+    };
+    let retried = decide_retry(Some(&dead_and_scheduled), at(10.0)).unwrap();
+    assert_eq!((retried.updated, retried.run_at), (Some(at(10.0)), None));
+    assert!(retried.is_due_at(at(10.0)));
+}

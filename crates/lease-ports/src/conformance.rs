@@ -907,6 +907,73 @@ pub async fn list_and_stats_judge_status_at_now(store: Store) {
     );
 }
 
+/// `stats` counts done, dead and cancelled jobs under their own statuses.
+pub async fn stats_count_every_status(store: Store) {
+    let done = enqueued_with(&store, "done", &spec("q", 0, None, 5)).await;
+    let f = claimed(&store, &done, "a", 0.0, 10.0).await;
+    store
+        .complete(&done, &owner("a"), f, at(1.0), &result("r"))
+        .await
+        .expect("complete reaches the store")
+        .expect("complete is granted");
+    let dead = enqueued_with(&store, "dead", &spec("q", 0, None, 5)).await;
+    let f = claimed(&store, &dead, "a", 0.0, 10.0).await;
+    let boom = ErrorText::new("boom").expect("valid error");
+    store
+        .fail(&dead, &owner("a"), f, at(1.0), &boom, Retry::No)
+        .await
+        .expect("fail reaches the store")
+        .expect("fail is granted");
+    let cancelled = enqueued_with(&store, "cancelled", &spec("q", 0, None, 5)).await;
+    store
+        .cancel(&cancelled, at(1.0))
+        .await
+        .expect("cancel reaches the store")
+        .expect("ok");
+    let expired = enqueued_with(&store, "expired", &spec("q", 0, None, 1)).await;
+    next(&store, "q", "a", 0.0, 1).await;
+    let row = |status, count| StatsRow {
+        queue: queue("q"),
+        status,
+        count,
+    };
+    assert_eq!(
+        store.stats(at(20.0)).await.expect("stats works"),
+        [
+            row(Status::Done, 1),
+            row(Status::Dead, 2),
+            row(Status::Cancelled, 1)
+        ]
+    );
+    let dead_now = ListFilter {
+        queue: None,
+        status: Some(Status::Dead),
+        limit: 10,
+        now: at(20.0),
+    };
+    let names: Vec<String> = store
+        .list(&dead_now)
+        .await
+        .expect("list works")
+        .into_iter()
+        .map(|r| r.id.as_str().to_owned())
+        .collect();
+    assert_eq!(names, ["dead", expired.as_str()]);
+}
+
+/// Only leases count against `claim_next`'s limit: a job it buries on the way (out of attempts)
+/// does not make it lease more or fewer than `limit`.
+pub async fn claim_next_counts_only_leases_against_its_limit(store: Store) {
+    let once = enqueued_with(&store, "a-once", &spec("q", 5, None, 1)).await;
+    next(&store, "q", "w", 0.0, 1).await;
+    for id in ["b", "c", "d"] {
+        enqueued_with(&store, id, &spec("q", 0, None, 5)).await;
+    }
+    let leases = next(&store, "q", "w", 20.0, 2).await;
+    assert_eq!(ids(&leases), ["b", "c"]);
+    assert_eq!(status(&store, &once, 20.0).await, Status::Dead);
+}
+
 /// `complete` stores the fence of the completing lease with the result.
 pub async fn complete_stores_the_result_fence(store: Store) {
     let id = enqueued(&store, "j").await;
@@ -1056,6 +1123,8 @@ macro_rules! conformance_tests {
             complete_stores_the_result_fence,
             concurrent_claim_next_gives_each_job_to_exactly_one_caller,
             complete_and_claim_next_hands_back_one_job_and_takes_the_next,
+            stats_count_every_status,
+            claim_next_counts_only_leases_against_its_limit,
         );
     };
     (@each $factory:path; $($check:ident),* $(,)?) => {

@@ -222,3 +222,19 @@ pub(crate) fn lost(count: usize) -> Vec<Answer> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_whose_leader_stopped_are_each_answered_as_unknown() {
+        let answers = lost(3);
+        assert_eq!(answers.len(), 3);
+        assert!(
+            answers
+                .iter()
+                .all(|a| matches!(a, Err(StoreError::Indeterminate(_))))
+        );
+    }
+}

@@ -155,3 +155,33 @@ fn when_a_batch_commit_fails_no_caller_is_told_its_write_happened() {
         assert_eq!(store.blocking().state(job).unwrap().unwrap().fence, 0);
     }
 }
+
+/// A batch never carries more writes than `max_batch`, and fills up to it when enough callers
+/// wait.
+#[test]
+fn a_batch_takes_queued_writes_up_to_max_batch_and_no_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bounded.db");
+    let options = SqliteOptions {
+        max_batch: 4,
+        ..SqliteOptions::default()
+    };
+    let store = SqliteLeaseStore::open_with(&path, options).unwrap();
+    let jobs: Vec<JobId> = (0..16)
+        .map(|i| JobId::new(format!("j{i}")).unwrap())
+        .collect();
+    // Hold the write lock so that every caller queues behind the first.
+    let holder = rusqlite::Connection::open(&path).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    std::thread::scope(|scope| {
+        for job in &jobs {
+            let store = store.blocking();
+            scope.spawn(move || assert!(store.enqueue(job).unwrap()));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        holder.execute_batch("COMMIT").unwrap();
+    });
+    let stats = store.group_commit_stats().unwrap();
+    assert_eq!(stats.writes, 16);
+    assert_eq!(stats.largest_batch, 4, "{stats:?}");
+}
