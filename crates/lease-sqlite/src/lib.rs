@@ -229,8 +229,10 @@ impl SqliteLeaseStore {
     }
 
     /// Runs writes for an async caller, in one transaction. With group commit the caller joins
-    /// the queue and awaits its answers (a leader is started on the blocking pool only when
-    /// nobody leads), so there is no thread hop per write; otherwise a blocking task runs them.
+    /// the queue and awaits its answers; when nobody leads, it leads in place on a
+    /// multi-threaded runtime (`block_in_place`) or starts a leader on the blocking pool on a
+    /// current-thread one, so there is no thread hop per write. Without group commit a blocking
+    /// task runs them.
     async fn write_async(
         &self,
         ops: Vec<Op>,
@@ -243,12 +245,19 @@ impl SqliteLeaseStore {
         let count = ops.len();
         let (answers, lead) = group.submit_async(ops);
         if lead {
-            let store = self.clone();
-            runtime.spawn_blocking(move || {
-                if let Some(group) = &store.group {
-                    group.lead(&|| store.connection());
-                }
-            });
+            if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
+                // Lead here: block_in_place hands this worker thread's other tasks to the rest
+                // of the runtime first, so the executor is not stalled, and a lone caller pays
+                // no thread hop at all.
+                tokio::task::block_in_place(|| group.lead(&|| self.connection()));
+            } else {
+                let store = self.clone();
+                runtime.spawn_blocking(move || {
+                    if let Some(group) = &store.group {
+                        group.lead(&|| store.connection());
+                    }
+                });
+            }
         }
         Ok(answers.await.unwrap_or_else(|_| group::lost(count)))
     }
