@@ -114,13 +114,17 @@ impl GroupCommit {
     pub(crate) fn submit(&self, connect: Connect<'_>, ops: Vec<Op>) -> Vec<Answer> {
         let count = ops.len();
         let (reply, inbox): (SyncSender<Message>, Receiver<Message>) = sync_channel(1);
+        // A thread leads until the head of the queue is another thread (mixing blocking and
+        // async callers of one store is rare; then this thread also leads the async ones).
         if self.enqueue(ops, Waiter::Thread(reply)) {
-            self.lead(connect);
+            self.lead(connect, true);
         }
         loop {
             match inbox.recv() {
                 Ok(Message::Done(answers)) => return answers,
-                Ok(Message::Lead) => self.lead(connect),
+                Ok(Message::Lead) => {
+                    self.lead(connect, true);
+                }
                 Err(_) => return lost(count),
             }
         }
@@ -145,8 +149,11 @@ impl GroupCommit {
     }
 
     /// Runs batches from the head of the queue, answers them, and passes the lead on to the
-    /// thread at the head; while the head is an async caller, leads the next batch here.
-    pub(crate) fn lead(&self, connect: Connect<'_>) {
+    /// thread at the head. While the head is an async caller, a dedicated leader (`stay`) leads
+    /// the next batch itself; a caller leading in place returns `true` instead, and must start
+    /// a dedicated leader: it has its own work to go back to, and an async caller that kept
+    /// leading other callers' batches would starve.
+    pub(crate) fn lead(&self, connect: Connect<'_>, stay: bool) -> bool {
         loop {
             let callers: Vec<Waiting> = {
                 let mut queue = self.queue();
@@ -197,16 +204,20 @@ impl GroupCommit {
                     }) => None,
                     None => {
                         queue.leading = false;
-                        return;
+                        return false;
                     }
                 }
             };
             // The head has not been answered and only a leader sends, so its channel is empty.
-            // If the head went away, or is an async caller, lead the next batch here instead.
-            if let Some(head) = head {
-                if head.send(Message::Lead).is_ok() {
-                    return;
+            // If the head went away, lead the next batch here instead.
+            match head {
+                Some(head) => {
+                    if head.send(Message::Lead).is_ok() {
+                        return false;
+                    }
                 }
+                None if !stay => return true,
+                None => {}
             }
         }
     }

@@ -245,16 +245,18 @@ impl SqliteLeaseStore {
         let count = ops.len();
         let (answers, lead) = group.submit_async(ops);
         if lead {
-            if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
-                // Lead here: block_in_place hands this worker thread's other tasks to the rest
-                // of the runtime first, so the executor is not stalled, and a lone caller pays
-                // no thread hop at all.
-                tokio::task::block_in_place(|| group.lead(&|| self.connection()));
-            } else {
+            // Lead here when the runtime allows it: block_in_place hands this worker thread's
+            // other tasks to the rest of the runtime first, so the executor is not stalled, and
+            // a lone caller pays no thread hop at all. If async callers are still queued after
+            // this batch, a dedicated leader on the blocking pool takes over.
+            let finished_here = runtime.runtime_flavor()
+                == tokio::runtime::RuntimeFlavor::MultiThread
+                && !tokio::task::block_in_place(|| group.lead(&|| self.connection(), false));
+            if !finished_here {
                 let store = self.clone();
                 runtime.spawn_blocking(move || {
                     if let Some(group) = &store.group {
-                        group.lead(&|| store.connection());
+                        group.lead(&|| store.connection(), true);
                     }
                 });
             }
