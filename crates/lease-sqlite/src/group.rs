@@ -211,11 +211,8 @@ impl GroupCommit {
             // The head has not been answered and only a leader sends, so its channel is empty.
             // If the head went away, lead the next batch here instead.
             match head {
-                Some(head) => {
-                    if head.send(Message::Lead).is_ok() {
-                        return false;
-                    }
-                }
+                Some(head) if head.send(Message::Lead).is_ok() => return false,
+                Some(_) => {}
                 None if !stay => return true,
                 None => {}
             }
