@@ -198,10 +198,8 @@ struct Shared {
     budget: AtomicUsize,
     /// Cancelled when the worker stops claiming.
     stopping: CancellationToken,
-    /// Leases a finishing job claimed for its slot, to be run by the main loop.
-    handed_over: tokio::sync::mpsc::UnboundedSender<Lease>,
-    /// Handed-over leases not yet running: their slots are taken.
-    in_flight: AtomicUsize,
+    /// Where slots send the report of every job they ran.
+    reports: tokio::sync::mpsc::UnboundedSender<JobReport>,
 }
 
 impl Shared {
@@ -256,7 +254,7 @@ impl Worker {
     /// [`StoreError::InvalidInput`] when `now + ttl` is not a valid lease term. A store that
     /// cannot be reached is waited out, not an error.
     pub async fn run(self, shutdown: CancellationToken) -> Result<Summary, StoreError> {
-        let (handed_over, mut handovers) = tokio::sync::mpsc::unbounded_channel();
+        let (reports, mut reported) = tokio::sync::mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             store: self.store,
             handler: self.handler,
@@ -264,30 +262,27 @@ impl Worker {
             budget: AtomicUsize::new(self.config.max_jobs.unwrap_or(usize::MAX)),
             config: self.config,
             stopping: CancellationToken::new(),
-            handed_over,
-            in_flight: AtomicUsize::new(0),
+            reports,
         });
         let config = &shared.config;
         let abort = CancellationToken::new();
-        let mut running: JoinSet<JobReport> = JoinSet::new();
+        // One task per busy slot: it runs its lease, and the next one its completion claimed.
+        let mut slots: JoinSet<()> = JoinSet::new();
         let mut summary = Summary::default();
-        let record = |report: Result<JobReport, tokio::task::JoinError>, summary: &mut Summary| {
-            if let Ok(report) = report {
-                summary.count(&report.outcome);
-                if let Some(observe) = &self.observer {
-                    observe(&report);
-                }
+        let record = |report: JobReport, summary: &mut Summary| {
+            summary.count(&report.outcome);
+            if let Some(observe) = &self.observer {
+                observe(&report);
             }
         };
         loop {
             if shutdown.is_cancelled() {
                 break;
             }
-            if shared.budget.load(Ordering::SeqCst) == 0 && running.is_empty() {
+            if shared.budget.load(Ordering::SeqCst) == 0 && slots.is_empty() {
                 break;
             }
-            let occupied = running.len() + shared.in_flight.load(Ordering::SeqCst);
-            let free = config.concurrency.max(1).saturating_sub(occupied);
+            let free = config.concurrency.max(1).saturating_sub(slots.len());
             let taken = shared.take(free);
             let mut idle = false;
             if taken > 0 {
@@ -301,7 +296,7 @@ impl Worker {
                         idle = leases.len() < taken;
                         shared.give_back(taken - leases.len());
                         for lease in leases {
-                            running.spawn(run_job(Arc::clone(&shared), lease, abort.clone()));
+                            slots.spawn(run_slot(Arc::clone(&shared), lease, abort.clone()));
                         }
                     }
                     // An unreachable store is waited out like an empty queue.
@@ -310,16 +305,13 @@ impl Worker {
                         shared.give_back(taken);
                     }
                 }
-                if idle && running.is_empty() && config.exit_when_empty {
+                if idle && slots.is_empty() && config.exit_when_empty {
                     break;
                 }
             }
             tokio::select! {
-                Some(done) = running.join_next(), if !running.is_empty() => record(done, &mut summary),
-                Some(lease) = handovers.recv() => {
-                    shared.in_flight.fetch_sub(1, Ordering::SeqCst);
-                    running.spawn(run_job(Arc::clone(&shared), lease, abort.clone()));
-                }
+                Some(_) = slots.join_next(), if !slots.is_empty() => {}
+                Some(report) = reported.recv() => record(report, &mut summary),
                 () = shared.clock.sleep(config.idle_poll.as_secs_f64()), if idle => {}
                 () = shutdown.cancelled() => {}
             }
@@ -331,38 +323,52 @@ impl Worker {
         tokio::pin!(deadline);
         loop {
             tokio::select! {
-                done = running.join_next() => match done {
-                    Some(done) => record(done, &mut summary),
-                    None => break,
-                },
-                Some(lease) = handovers.recv() => {
-                    shared.in_flight.fetch_sub(1, Ordering::SeqCst);
-                    running.spawn(run_job(Arc::clone(&shared), lease, abort.clone()));
-                }
+                done = slots.join_next() => if done.is_none() { break },
+                Some(report) = reported.recv() => record(report, &mut summary),
                 () = &mut deadline => {
                     abort.cancel();
                     break;
                 }
             }
         }
-        while let Some(done) = running.join_next().await {
-            record(done, &mut summary);
-        }
-        // A lease claimed by a job that finished as the worker stopped is given back unrun.
-        handovers.close();
-        while let Ok(lease) = handovers.try_recv() {
-            let _ = shared
-                .store
-                .release(&lease.job, &config.owner, lease.fence)
-                .await;
-            shared.give_back(1);
+        while slots.join_next().await.is_some() {}
+        while let Ok(report) = reported.try_recv() {
+            record(report, &mut summary);
         }
         Ok(summary)
     }
 }
 
+/// One busy slot: runs its lease, then each lease the completion claimed for the slot, until
+/// there is none (or the worker stops: a lease claimed as it stopped is given back unrun).
+async fn run_slot(shared: Arc<Shared>, first: Lease, abort: CancellationToken) {
+    let mut lease = first;
+    loop {
+        let (report, next) = run_job(&shared, lease, &abort).await;
+        // The receiver lives as long as the worker's run.
+        let _ = shared.reports.send(report);
+        match next {
+            Some(next) if !shared.stopping.is_cancelled() => lease = next,
+            Some(next) => {
+                let config = &shared.config;
+                let _ = shared
+                    .store
+                    .release(&next.job, &config.owner, next.fence)
+                    .await;
+                shared.give_back(1);
+                return;
+            }
+            None => return,
+        }
+    }
+}
+
 /// Runs one job: the handler in its own task, and the heartbeat here.
-async fn run_job(shared: Arc<Shared>, lease: Lease, abort: CancellationToken) -> JobReport {
+async fn run_job(
+    shared: &Shared,
+    lease: Lease,
+    abort: &CancellationToken,
+) -> (JobReport, Option<Lease>) {
     let config = &shared.config;
     let started = shared.clock.now();
     let token = CancellationToken::new();
@@ -375,9 +381,14 @@ async fn run_job(shared: Arc<Shared>, lease: Lease, abort: CancellationToken) ->
     }));
     let interval = config.ttl.get() * config.renew_fraction;
     let mut until = lease.until.get();
+    let mut next = None;
     let outcome = loop {
         tokio::select! {
-            joined = &mut handle => break finish(&shared, &lease, joined).await,
+            joined = &mut handle => {
+                let (outcome, following) = finish(shared, &lease, joined).await;
+                next = following;
+                break outcome;
+            }
             () = shared.clock.sleep(interval) => {
                 let now = shared.clock.now();
                 let renewed = match Timestamp::new(now).and_then(|t| LeaseTerm::from_parts(t, config.ttl)) {
@@ -406,27 +417,35 @@ async fn run_job(shared: Arc<Shared>, lease: Lease, abort: CancellationToken) ->
             }
         }
     };
-    JobReport {
+    let report = JobReport {
         job: lease.job,
         fence: lease.fence,
         attempt: lease.attempt,
         outcome,
         seconds: shared.clock.now() - started,
-    }
+    };
+    (report, next)
 }
 
 /// Stores the handler's result. While the worker is still claiming, the completion and the
-/// claim of this slot's next job share one transaction (one commit); the next lease goes to the
-/// main loop.
-async fn report_result(shared: &Shared, lease: &Lease, result: &JobResult) -> JobOutcome {
+/// claim of this slot's next job share one transaction (one commit); the next lease, if any,
+/// is returned for the slot to run.
+async fn report_result(
+    shared: &Shared,
+    lease: &Lease,
+    result: &JobResult,
+) -> (JobOutcome, Option<Lease>) {
     let config = &shared.config;
     let Ok(now) = Timestamp::new(shared.clock.now()) else {
-        return JobOutcome::Unreported("the clock is not a finite time".to_owned());
+        return (
+            JobOutcome::Unreported("the clock is not a finite time".to_owned()),
+            None,
+        );
     };
     let term = match LeaseTerm::from_parts(now, config.ttl) {
         Ok(term) if !shared.stopping.is_cancelled() && shared.take(1) == 1 => term,
         _ => {
-            return match shared
+            let outcome = match shared
                 .store
                 .complete(&lease.job, &config.owner, lease.fence, now, result)
                 .await
@@ -435,6 +454,7 @@ async fn report_result(shared: &Shared, lease: &Lease, result: &JobResult) -> Jo
                 Ok(Err(refused)) => JobOutcome::Lost(format!("completion refused: {refused}")),
                 Err(e) => JobOutcome::Unreported(e.to_string()),
             };
+            return (outcome, None);
         }
     };
     let answer = shared
@@ -453,30 +473,18 @@ async fn report_result(shared: &Shared, lease: &Lease, result: &JobResult) -> Jo
         Ok(answer) => answer,
         Err(e) => {
             shared.give_back(1);
-            return JobOutcome::Unreported(e.to_string());
+            return (JobOutcome::Unreported(e.to_string()), None);
         }
     };
-    let next = next.unwrap_or_default();
-    if next.is_empty() {
+    let next = next.unwrap_or_default().pop();
+    if next.is_none() {
         shared.give_back(1);
     }
-    for lease in next {
-        // Counted before it is sent, so the slot is never seen free in between.
-        shared.in_flight.fetch_add(1, Ordering::SeqCst);
-        if let Err(unsent) = shared.handed_over.send(lease) {
-            shared.in_flight.fetch_sub(1, Ordering::SeqCst);
-            // The worker is gone: give the lease back at once.
-            let lease = unsent.0;
-            let _ = shared
-                .store
-                .release(&lease.job, &config.owner, lease.fence)
-                .await;
-        }
-    }
-    match completed {
+    let outcome = match completed {
         Ok(()) => JobOutcome::Completed,
         Err(refused) => JobOutcome::Lost(format!("completion refused: {refused}")),
-    }
+    };
+    (outcome, next)
 }
 
 /// Tells the handler to stop, gives it `grace` to do so, then drops it; nothing is reported.
@@ -498,9 +506,8 @@ async fn finish(
     shared: &Shared,
     lease: &Lease,
     joined: Result<HandlerResult, tokio::task::JoinError>,
-) -> JobOutcome {
-    let config = &shared.config;
-    let error = match joined {
+) -> (JobOutcome, Option<Lease>) {
+    let outcome = match joined {
         Ok(Ok(result)) => match JobResult::new(result) {
             Ok(result) => return report_result(shared, lease, &result).await,
             Err(e) => format!("the handler's result cannot be stored: {e}"),
@@ -509,6 +516,12 @@ async fn finish(
         Err(e) if e.is_panic() => format!("the handler panicked: {}", panic_text(e)),
         Err(e) => format!("the handler did not finish: {e}"),
     };
+    (report_failure(shared, lease, outcome).await, None)
+}
+
+/// Fails the job with the handler's error (retried or dead by the store's rules).
+async fn report_failure(shared: &Shared, lease: &Lease, error: String) -> JobOutcome {
+    let config = &shared.config;
     let error = ErrorText::lossy(error);
     let now = match Timestamp::new(shared.clock.now()) {
         Ok(now) => now,
