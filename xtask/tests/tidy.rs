@@ -159,3 +159,18 @@ fn the_worker_runtime_names_no_database() {
         );
     }
 }
+
+#[test]
+fn the_guard_kit_carries_no_http_or_postgres_library() {
+    let deps = dependency_names("lease-guard");
+    assert!(
+        deps.contains(&"lease-domain".to_owned()),
+        "cargo tree gave {deps:?}"
+    );
+    for forbidden in ["hyper", "axum", "reqwest", "tokio-postgres", "postgres"] {
+        assert!(
+            !deps.iter().any(|d| d == forbidden),
+            "lease-guard depends on {forbidden}"
+        );
+    }
+}

@@ -14,11 +14,13 @@
 //!   `claim_next` never leases a job more than its `max_attempts` times.
 
 mod command;
+mod guard;
 mod queue;
 mod rules;
 mod values;
 
 pub use command::{Command, Outcome};
+pub use guard::{GuardRefused, decide_guard};
 pub use queue::{Backoff, Ended, EnqueueSpec, ErrorText, Payload, QueueName, Retry, Status};
 pub use rules::{
     ClaimRefused, Failed, Job, LEASE_EXPIRED, NextDecision, WriteRefused, claim_order,
