@@ -63,6 +63,14 @@ async fn claimed(store: &Store, id: &JobId, who: &str, now: f64, ttl: f64) -> Fe
         .expect("claim is granted")
 }
 
+async fn complete_granted(store: &Store, id: &JobId, who: &str, f: Fence, now: f64, text: &str) {
+    store
+        .complete(id, &owner(who), f, at(now), &result(text))
+        .await
+        .expect("complete reaches the store")
+        .expect("complete is granted");
+}
+
 /// `enqueue` inserts the default state once and returns `true`; again it returns `false`.
 pub async fn enqueue_inserts_default_state_once(store: Store) {
     let id = enqueued(&store, "j").await;
@@ -90,11 +98,7 @@ pub async fn enqueue_never_resets_a_lease_or_a_result(store: Store) {
 
     let done = enqueued(&store, "done").await;
     let f = claimed(&store, &done, "a", 10.0, 5.0).await;
-    store
-        .complete(&done, &owner("a"), f, at(11.0), &result("r"))
-        .await
-        .expect("complete reaches the store")
-        .expect("complete is granted");
+    complete_granted(&store, &done, "a", f, 11.0, "r").await;
     let before = state(&store, &done).await;
     assert!(!store.enqueue(&done).await.expect("enqueue works"));
     assert_eq!(state(&store, &done).await, before);
@@ -155,11 +159,7 @@ pub async fn lease_is_claimable_when_until_equals_now(store: Store) {
 pub async fn done_job_is_not_claimable(store: Store) {
     let id = enqueued(&store, "j").await;
     let f = claimed(&store, &id, "a", 0.0, 5.0).await;
-    store
-        .complete(&id, &owner("a"), f, at(1.0), &result("r"))
-        .await
-        .expect("complete reaches the store")
-        .expect("complete is granted");
+    complete_granted(&store, &id, "a", f, 1.0, "r").await;
     let outcome = store.claim(&id, &owner("b"), term(1000.0, 5.0)).await;
     assert_eq!(
         outcome.expect("claim reaches the store"),
@@ -284,11 +284,7 @@ pub async fn complete_is_refused_unless_current_and_live(store: Store) {
             "complete with {why} changed the job"
         );
     }
-    store
-        .complete(&id, &owner("a"), f, at(1.0), &result("first"))
-        .await
-        .expect("complete reaches the store")
-        .expect("complete is granted");
+    complete_granted(&store, &id, "a", f, 1.0, "first").await;
     let again = store
         .complete(&id, &owner("a"), f, at(1.0), &result("second"))
         .await;
@@ -338,11 +334,7 @@ pub async fn release_is_refused_unless_current_holder(store: Store) {
         assert!(outcome.expect("release reaches the store").is_err());
         assert_eq!(state(&store, &id).await, before);
     }
-    store
-        .complete(&id, &owner("a"), f, at(1.0), &result("r"))
-        .await
-        .expect("complete reaches the store")
-        .expect("complete is granted");
+    complete_granted(&store, &id, "a", f, 1.0, "r").await;
     let done = store.release(&id, &owner("a"), f).await;
     assert_eq!(
         done.expect("release reaches the store"),
@@ -430,6 +422,14 @@ async fn enqueued_with(store: &Store, id: &str, spec: &EnqueueSpec) -> JobId {
     let id = job(id);
     assert!(store.enqueue_with(&id, spec).await.expect("enqueue works"));
     id
+}
+
+async fn cancel_granted(store: &Store, id: &JobId, now: f64) {
+    store
+        .cancel(id, at(now))
+        .await
+        .expect("cancel reaches the store")
+        .expect("cancel is granted");
 }
 
 async fn next(store: &Store, q: &str, who: &str, now: f64, limit: usize) -> Vec<Lease> {
@@ -533,17 +533,9 @@ pub async fn claim_next_leases_only_due_free_jobs_of_its_queue(store: Store) {
     claimed(&store, &running, "a", 0.0, 500.0).await;
     let done = enqueued_with(&store, "done", &spec("q", 0, None, 5)).await;
     let f = claimed(&store, &done, "a", 0.0, 50.0).await;
-    store
-        .complete(&done, &owner("a"), f, at(1.0), &result("r"))
-        .await
-        .expect("complete reaches the store")
-        .expect("complete is granted");
+    complete_granted(&store, &done, "a", f, 1.0, "r").await;
     let cancelled = enqueued_with(&store, "cancelled", &spec("q", 0, None, 5)).await;
-    store
-        .cancel(&cancelled, at(1.0))
-        .await
-        .expect("cancel reaches the store")
-        .expect("cancel is granted");
+    cancel_granted(&store, &cancelled, 1.0).await;
     assert!(next(&store, "q", "w", 10.0, 10).await.is_empty());
     let due = enqueued_with(&store, "due-at-100", &spec("q", 0, Some(100.0), 5)).await;
     let leases = next(&store, "q", "w", 100.0, 10).await;
@@ -603,11 +595,7 @@ pub async fn claim_by_id_refuses_dead_cancelled_and_scheduled_jobs_but_ignores_a
         Err(ClaimRefused::NotDue { run_at: at(5.0) })
     );
     let cancelled = enqueued_with(&store, "cancelled", &spec("q", 0, None, 5)).await;
-    store
-        .cancel(&cancelled, at(0.0))
-        .await
-        .expect("cancel reaches the store")
-        .expect("cancelled");
+    cancel_granted(&store, &cancelled, 0.0).await;
     let refused = store.claim(&cancelled, &owner("a"), term(1.0, 1.0)).await;
     assert_eq!(
         refused.expect("claim reaches the store"),
@@ -795,11 +783,7 @@ pub async fn retry_revives_dead_and_cancelled_jobs_and_the_fence_continues(store
             status: Status::Running
         })
     );
-    store
-        .cancel(&id, at(3.0))
-        .await
-        .expect("cancel reaches the store")
-        .expect("cancelled");
+    cancel_granted(&store, &id, 3.0).await;
     assert_eq!(
         store
             .retry(&id, at(4.0))
@@ -823,11 +807,7 @@ pub async fn purge_deletes_finished_jobs_and_a_purged_id_never_reuses_a_fence(st
         .expect("complete reaches the store")
         .expect("complete is granted");
     let cancelled = enqueued(&store, "cancelled").await;
-    store
-        .cancel(&cancelled, at(30.0))
-        .await
-        .expect("cancel reaches the store")
-        .expect("ok");
+    cancel_granted(&store, &cancelled, 30.0).await;
     let pending = enqueued(&store, "pending").await;
     let all = Status::ALL;
     assert_eq!(store.purge(at(21.0), &all).await.expect("purge works"), 0);
@@ -911,11 +891,7 @@ pub async fn list_and_stats_judge_status_at_now(store: Store) {
 pub async fn stats_count_every_status(store: Store) {
     let done = enqueued_with(&store, "done", &spec("q", 0, None, 5)).await;
     let f = claimed(&store, &done, "a", 0.0, 10.0).await;
-    store
-        .complete(&done, &owner("a"), f, at(1.0), &result("r"))
-        .await
-        .expect("complete reaches the store")
-        .expect("complete is granted");
+    complete_granted(&store, &done, "a", f, 1.0, "r").await;
     let dead = enqueued_with(&store, "dead", &spec("q", 0, None, 5)).await;
     let f = claimed(&store, &dead, "a", 0.0, 10.0).await;
     let boom = ErrorText::new("boom").expect("valid error");
@@ -925,11 +901,7 @@ pub async fn stats_count_every_status(store: Store) {
         .expect("fail reaches the store")
         .expect("fail is granted");
     let cancelled = enqueued_with(&store, "cancelled", &spec("q", 0, None, 5)).await;
-    store
-        .cancel(&cancelled, at(1.0))
-        .await
-        .expect("cancel reaches the store")
-        .expect("ok");
+    cancel_granted(&store, &cancelled, 1.0).await;
     let expired = enqueued_with(&store, "expired", &spec("q", 0, None, 1)).await;
     next(&store, "q", "a", 0.0, 1).await;
     let row = |status, count| StatsRow {
@@ -979,11 +951,7 @@ pub async fn complete_stores_the_result_fence(store: Store) {
     let id = enqueued(&store, "j").await;
     claimed(&store, &id, "a", 0.0, 5.0).await;
     let f = claimed(&store, &id, "b", 5.0, 5.0).await;
-    store
-        .complete(&id, &owner("b"), f, at(6.0), &result("r"))
-        .await
-        .expect("complete reaches the store")
-        .expect("complete is granted");
+    complete_granted(&store, &id, "b", f, 6.0, "r").await;
     let record = store
         .record(&id)
         .await
