@@ -380,6 +380,11 @@ pub(crate) enum Access {
     },
 }
 
+/// The error for a write to a store whose storage can only be read.
+pub(crate) fn can_only_be_read(path: &Path, reason: &str) -> StoreError {
+    StoreError::ReadOnly(format!("{} can only be read: {reason}", path.display()))
+}
+
 /// A file URI for `path` with `query`, escaping what URIs reserve.
 fn file_uri(path: &Path, query: &str) -> PathBuf {
     let mut uri = String::from("file:");

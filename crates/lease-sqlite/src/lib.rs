@@ -205,10 +205,7 @@ impl SqliteLeaseStore {
 
     fn refuse_if_read_only(&self) -> Result<(), StoreError> {
         match &self.read_only {
-            Some(reason) => Err(StoreError::ReadOnly(format!(
-                "{} can only be read: {reason}",
-                self.path.display()
-            ))),
+            Some(reason) => Err(connection::can_only_be_read(&self.path, reason)),
             None => Ok(()),
         }
     }

@@ -24,33 +24,28 @@ fn execute<T: FromOutcome>(path: &Path, id: &JobId, command: Command) -> Result<
     outcome_as(ops::execute(&mut open_for_writing(path)?, &op)?.into_outcome()?)
 }
 
-fn open_existing(path: &Path) -> Result<Connection, StoreError> {
-    let opened = connection::open(
+/// Opens an existing database afresh (never creates one).
+fn opened(path: &Path) -> Result<connection::Opened, StoreError> {
+    connection::open(
         path,
         &SqliteOptions {
             create: false,
             ..SqliteOptions::default()
         },
-    )?;
-    Ok(opened.conn)
+    )
+}
+
+fn open_existing(path: &Path) -> Result<Connection, StoreError> {
+    Ok(opened(path)?.conn)
 }
 
 /// Opens an existing database for a write; storage that can only be read is refused here,
 /// before any statement runs.
 fn open_for_writing(path: &Path) -> Result<Connection, StoreError> {
-    let opened = connection::open(
-        path,
-        &SqliteOptions {
-            create: false,
-            ..SqliteOptions::default()
-        },
-    )?;
+    let opened = opened(path)?;
     match opened.access {
         Access::ReadWrite => Ok(opened.conn),
-        Access::ReadOnly { reason, .. } => Err(StoreError::ReadOnly(format!(
-            "{} can only be read: {reason}",
-            path.display()
-        ))),
+        Access::ReadOnly { reason, .. } => Err(connection::can_only_be_read(path, &reason)),
     }
 }
 
