@@ -13,12 +13,14 @@
 //! - no job is leased before its `run_at`, a cancelled or dead job is never leased, and
 //!   `claim_next` never leases a job more than its `max_attempts` times.
 
+mod clock;
 mod command;
 mod guard;
 mod queue;
 mod rules;
 mod values;
 
+pub use clock::{ClockMode, ClockRefused, ClockSkew};
 pub use command::{Command, Outcome};
 pub use guard::{GuardRefused, decide_guard};
 pub use queue::{Backoff, Ended, EnqueueSpec, ErrorText, Payload, QueueName, Retry, Status};

@@ -1,6 +1,6 @@
 //! The port's error type, with portable kinds every adapter maps its failures into.
 
-use lease_domain::InputError;
+use lease_domain::{ClockRefused, ClockSkew, InputError};
 
 /// Why a store operation failed (as opposed to being refused by the lease rules,
 /// which is an ordinary outcome and never an error).
@@ -40,9 +40,22 @@ pub enum StoreError {
     /// read the job's `state` to find out.
     #[error("outcome unknown, the write may or may not have been applied: {0}")]
     Indeterminate(String),
+    /// The caller's `now` is further from the store's clock than the store's skew bound
+    /// allows; nothing was read or written. Both clocks are named.
+    #[error(transparent)]
+    ClockSkew(#[from] ClockSkew),
     /// Stored data breaks the schema's rules (for example a negative fence).
     #[error("corrupt data: {0}")]
     Corrupt(String),
+}
+
+impl From<ClockRefused> for StoreError {
+    fn from(refused: ClockRefused) -> Self {
+        match refused {
+            ClockRefused::Skew(skew) => StoreError::ClockSkew(skew),
+            ClockRefused::Input(input) => StoreError::InvalidInput(input),
+        }
+    }
 }
 
 impl StoreError {

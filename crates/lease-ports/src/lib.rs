@@ -15,9 +15,9 @@ pub mod conformance;
 use async_trait::async_trait;
 pub use error::StoreError;
 pub use lease_domain::{
-    Backoff, ClaimRefused, Command, Ended, EnqueueSpec, ErrorText, Failed, Fence, InputError, Job,
-    JobId, JobResult, LeaseTerm, Outcome, Owner, Payload, QueueName, Retry, Status, Timestamp, Ttl,
-    WriteRefused,
+    Backoff, ClaimRefused, ClockMode, ClockRefused, ClockSkew, Command, Ended, EnqueueSpec,
+    ErrorText, Failed, Fence, InputError, Job, JobId, JobResult, LeaseTerm, Outcome, Owner,
+    Payload, QueueName, Retry, Status, Timestamp, Ttl, WriteRefused,
 };
 
 /// The outcome of a claim that reached the store: the new fence, or why it was refused.
@@ -141,7 +141,10 @@ pub struct Lease {
     pub job: JobId,
     /// Its new fence: present it with every write.
     pub fence: Fence,
-    /// The lease is live until then.
+    /// When it was granted, by the clock the store decides with (the caller's `now`, or the
+    /// store's own clock in [`ClockMode::Store`]).
+    pub now: Timestamp,
+    /// The lease is live until then, by the same clock.
     pub until: Timestamp,
     /// Which attempt this is (1 for the first).
     pub attempt: u32,

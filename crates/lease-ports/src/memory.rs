@@ -260,6 +260,7 @@ fn claim_next(
             NextDecision::Lease(next) => {
                 leases.push(Lease {
                     job: id.clone(),
+                    now: term.now(),
                     fence: next.fence,
                     until: next.until,
                     attempt: next.attempts,

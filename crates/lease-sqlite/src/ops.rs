@@ -409,6 +409,7 @@ fn claim_next(
                     store(conn, false, &id, &next)?;
                     leases.push(Lease {
                         job: id,
+                        now: term.now(),
                         fence: next.fence,
                         until: next.until,
                         attempt: next.attempts,

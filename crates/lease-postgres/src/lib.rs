@@ -1,0 +1,895 @@
+//! The lease store on PostgreSQL: the same fenced guarantees as the SQLite store, for workers
+//! on many machines, with one authoritative clock when asked.
+//!
+//! Every write is one transaction that locks the job's row (`SELECT ... FOR UPDATE`), lets
+//! `lease_domain` decide, stores the decision and commits; `claim_next` takes its candidates
+//! with `FOR UPDATE SKIP LOCKED` from the ready index and lets the domain decide each. No lease
+//! rule is written in SQL. Requests are pipelined: a write costs two round trips (BEGIN with
+//! the locking read, then the write with COMMIT), where a plain loop of the same statements
+//! costs four. See docs/ARCHITECTURE.md for why READ COMMITTED is enough.
+
+mod config;
+mod error;
+mod schema;
+mod scratch;
+mod sql;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deadpool_postgres::{Hook, HookError, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use futures::future::{try_join, try_join_all};
+use lease_domain::{
+    ClockMode, Command, EnqueueSpec, ErrorText, Fence, Job, JobId, JobResult, LeaseTerm,
+    NextDecision, Outcome, Owner, QueueName, Retry, Status, Timestamp, Ttl, decide_claim_next,
+    is_purgeable,
+};
+use lease_ports::{
+    ClaimOutcome, CompleteAndClaim, FailOutcome, FromOutcome, JobRecord, JobState, Lease,
+    LeaseStore, ListFilter, StatsRow, StoreError, WriteOutcome, outcome_as,
+};
+use tokio_postgres::{NoTls, Statement};
+
+pub use config::{connection_config, describe, is_postgres_url, redact};
+pub use schema::{CURRENT_VERSION, check_schema_name};
+pub use scratch::ScratchDatabase;
+
+use error::Stage;
+use sql::{Encoded, Sql};
+
+/// How a [`PgLeaseStore`] is opened.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// The PostgreSQL schema holding the lease tables (default `lease`).
+    pub schema: String,
+    /// The most connections the store's pool opens (default 16).
+    pub pool_size: usize,
+    /// Whose clock decides `now` (default: the caller's, unchecked).
+    pub clock: ClockMode,
+    /// How long an operation waits for a free pooled connection (default 30 s).
+    pub wait_timeout: Duration,
+    /// The server ends a session that sits idle inside a transaction this long, so a stalled
+    /// client cannot hold a job's row lock (default 30 s). Its write is then never committed.
+    pub idle_in_transaction_timeout: Duration,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        Self {
+            schema: "lease".to_owned(),
+            pool_size: 16,
+            clock: ClockMode::default(),
+            wait_timeout: Duration::from_secs(30),
+            idle_in_transaction_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl PgOptions {
+    /// The defaults with the store's clock deciding `now`.
+    #[must_use]
+    pub fn store_clock(mut self) -> Self {
+        self.clock = ClockMode::Store;
+        self
+    }
+
+    /// The defaults with the caller's clock, refused when further than `bound` from the
+    /// server's.
+    #[must_use]
+    pub fn skew_bound(mut self, bound: Ttl) -> Self {
+        self.clock = ClockMode::Caller {
+            max_skew: Some(bound),
+        };
+        self
+    }
+}
+
+/// A lease store in a PostgreSQL database.
+#[derive(Clone)]
+pub struct PgLeaseStore {
+    pool: Pool,
+    sql: Arc<Sql>,
+    clock: ClockMode,
+    target: Arc<str>,
+    schema: Arc<str>,
+}
+
+impl std::fmt::Debug for PgLeaseStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgLeaseStore")
+            .field("target", &self.target)
+            .field("schema", &self.schema)
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Sets up every new pooled connection: durable commits, read back, and a bound on idling
+/// inside a transaction.
+async fn setup(
+    client: &mut deadpool_postgres::ClientWrapper,
+    idle: Duration,
+) -> Result<(), HookError> {
+    client
+        .batch_execute(&format!(
+            "SET synchronous_commit = on; SET idle_in_transaction_session_timeout = {}",
+            idle.as_millis().max(1)
+        ))
+        .await
+        .map_err(HookError::Backend)?;
+    let row = client
+        .query_one(
+            "SELECT current_setting('synchronous_commit'), current_setting('fsync')",
+            &[],
+        )
+        .await
+        .map_err(HookError::Backend)?;
+    let (sync, fsync): (String, String) = (row.get(0), row.get(1));
+    if sync != "on" {
+        return Err(HookError::message(format!(
+            "synchronous_commit reads back as {sync:?}, not on: commits would not be durable"
+        )));
+    }
+    if fsync != "on" {
+        return Err(HookError::message(
+            "the server runs with fsync = off: acknowledged writes would not survive a crash",
+        ));
+    }
+    Ok(())
+}
+
+impl PgLeaseStore {
+    /// Opens the lease schema in the database `target` names (a `postgres://` URL or libpq's
+    /// `key=value` form; `PG*` variables fill what it leaves out), bringing an older schema up
+    /// to date.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`] without a lease schema (create it with [`PgLeaseStore::init`])
+    /// or without the database; [`StoreError::Incompatible`] for a schema holding anything
+    /// else (left untouched) or a malformed target; [`StoreError::Unavailable`] when the
+    /// server cannot be reached.
+    pub async fn open(target: &str, options: PgOptions) -> Result<Self, StoreError> {
+        Self::connect(target, options, false).await
+    }
+
+    /// As [`PgLeaseStore::open`], creating the schema if it is missing or empty.
+    ///
+    /// # Errors
+    /// As [`PgLeaseStore::open`], except that a missing schema is created.
+    pub async fn init(target: &str, options: PgOptions) -> Result<Self, StoreError> {
+        Self::connect(target, options, true).await
+    }
+
+    async fn connect(target: &str, options: PgOptions, create: bool) -> Result<Self, StoreError> {
+        check_schema_name(&options.schema)?;
+        let config = connection_config(target)?;
+        let shown = describe(&config);
+        let idle = options.idle_in_transaction_timeout;
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size.max(1))
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(options.wait_timeout))
+            .create_timeout(Some(Duration::from_secs(15)))
+            .post_create(Hook::async_fn(move |client, _| {
+                Box::pin(async move { setup(client, idle).await })
+            }))
+            .build()
+            .map_err(|e| StoreError::Unavailable(format!("cannot build the pool: {e}")))?;
+        let store = Self {
+            pool,
+            sql: Arc::new(Sql::new(&options.schema)),
+            clock: options.clock,
+            target: shown.into(),
+            schema: options.schema.as_str().into(),
+        };
+        let mut conn = store.conn().await?;
+        schema::prepare(conn.client_mut(), &options.schema, create, &store.target).await?;
+        conn.clean();
+        Ok(store)
+    }
+
+    /// The target as it can be shown (no password).
+    #[must_use]
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    /// The PostgreSQL schema the store uses.
+    #[must_use]
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// Whose clock decides `now`.
+    #[must_use]
+    pub fn clock_mode(&self) -> ClockMode {
+        self.clock
+    }
+
+    /// The server's clock (`clock_timestamp()`), in seconds since the Unix epoch.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the server cannot be reached.
+    pub async fn server_now(&self) -> Result<Timestamp, StoreError> {
+        let mut conn = self.conn().await?;
+        let stmt = conn.prepare(&self.sql.clock).await?;
+        let row = conn
+            .client()
+            .query_one(&stmt, &[])
+            .await
+            .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+        conn.clean();
+        stored_now(row.get(0))
+    }
+
+    /// Closes the pool: open connections are dropped, later calls fail.
+    pub fn close(&self) {
+        self.pool.close();
+    }
+
+    async fn conn(&self) -> Result<Conn, StoreError> {
+        match self.pool.get().await {
+            Ok(object) => Ok(Conn {
+                object: Some(object),
+                clean: false,
+            }),
+            Err(e) => Err(error::pool(e, &self.target)),
+        }
+    }
+
+    /// Loads, decides and stores one command on one job.
+    async fn write<T: FromOutcome>(&self, id: &JobId, command: Command) -> Result<T, StoreError> {
+        let mut conn = self.conn().await?;
+        let outcome = self.write_on(&mut conn, id, command).await?;
+        conn.clean();
+        outcome_as(outcome)
+    }
+
+    async fn write_on(
+        &self,
+        conn: &mut Conn,
+        id: &JobId,
+        command: Command,
+    ) -> Result<Outcome, StoreError> {
+        let s = Statements::prepare(conn, &self.sql).await?;
+        let c = conn.client();
+        let key = id.as_str();
+        let needs_clock = self.clock.needs_clock(&command);
+        let enqueue = command.is_enqueue();
+        // One round trip: BEGIN, the row lock, the clock after it, the purge mark.
+        let (((_, row), now), purged) = try_join(
+            try_join(
+                try_join(c.execute(&s.begin, &[]), c.query_opt(&s.lock, &[&key])),
+                async {
+                    if needs_clock {
+                        c.query_one(&s.clock, &[])
+                            .await
+                            .map(|r| Some(r.get::<_, f64>(0)))
+                    } else {
+                        Ok(None)
+                    }
+                },
+            ),
+            async {
+                if enqueue {
+                    c.query_opt(&s.lock_purged, &[&key])
+                        .await
+                        .map(|r| r.map(|r| r.get::<_, i64>(0)))
+                } else {
+                    Ok(None)
+                }
+            },
+        )
+        .await
+        .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+        let current = row.map(|r| sql::decode(id, &r, 0)).transpose()?;
+        let purged = purged
+            .map(|f| {
+                Fence::try_from(f).map_err(|f| {
+                    StoreError::Corrupt(format!("job {id}: stored purged fence {f} is negative"))
+                })
+            })
+            .transpose()?;
+        let command = match now {
+            Some(now) => match self.clock.resolve(&command, stored_now(now)?) {
+                Ok(command) => command,
+                Err(refused) => {
+                    rollback(c, &s).await?;
+                    return Err(refused.into());
+                }
+            },
+            None => command,
+        };
+        let (next, outcome) = command.decide(id, current.as_ref(), purged);
+        let Some(next) = next else {
+            rollback(c, &s).await?;
+            return Ok(outcome);
+        };
+        let encoded = Encoded::new(id, &next);
+        let params = encoded.params();
+        let inserting = current.is_none();
+        let stmt = if inserting { &s.insert } else { &s.update };
+        // One round trip: the write, the purge mark's removal, COMMIT.
+        let ((written, _), _) = try_join(
+            try_join(c.execute(stmt, &params), async {
+                if inserting && purged.is_some() {
+                    c.execute(&s.forget_purged, &[&key]).await
+                } else {
+                    Ok(0)
+                }
+            }),
+            c.execute(&s.commit, &[]),
+        )
+        .await
+        .map_err(|e| error::map(&e, Stage::Commit))?;
+        match (written, outcome) {
+            (1, outcome) => Ok(outcome),
+            // Another enqueue of the same new id committed first: this one changed nothing.
+            (0, Outcome::Enqueued(_)) => Ok(Outcome::Enqueued(false)),
+            (n, _) => Err(StoreError::Corrupt(format!(
+                "job {id}: a locked write changed {n} rows"
+            ))),
+        }
+    }
+
+    /// Leases up to `limit` candidates inside the open transaction (BEGIN already pipelined
+    /// by the caller when `begin` is set), returning the leases and the rows to write.
+    #[allow(clippy::too_many_arguments)] // claim_next's four, the connection, and BEGIN or not.
+    async fn claim_next_on(
+        &self,
+        conn: &Conn,
+        s: &Statements,
+        queue: &QueueName,
+        owner: &Owner,
+        term: LeaseTerm,
+        limit: usize,
+        begin: bool,
+    ) -> Result<Claimed, StoreError> {
+        let c = conn.client();
+        if limit == 0 {
+            if begin {
+                c.execute(&s.begin, &[])
+                    .await
+                    .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+            }
+            return Ok(Claimed::default());
+        }
+        let caller_now = match self.clock {
+            ClockMode::Store => None,
+            ClockMode::Caller { .. } => Some(term.now().get()),
+        };
+        let check_skew = matches!(self.clock, ClockMode::Caller { max_skew: Some(_) });
+        let mut leases = Vec::new();
+        // Rows decided in the previous pass, sent before the next candidates are read.
+        let mut written: Vec<Encoded> = Vec::new();
+        let mut wrote = false;
+        let mut first = true;
+        loop {
+            let want = i64::try_from(limit - leases.len()).unwrap_or(i64::MAX);
+            let ((_, clock), rows) = try_join(
+                try_join(
+                    async {
+                        if begin && first {
+                            c.execute(&s.begin, &[]).await?;
+                        }
+                        try_join_all(written.iter().map(|w| update(c, &s.update, w))).await
+                    },
+                    async {
+                        if check_skew && first {
+                            c.query_one(&s.clock, &[])
+                                .await
+                                .map(|r| Some(r.get::<_, f64>(0)))
+                        } else {
+                            Ok(None)
+                        }
+                    },
+                ),
+                c.query(&s.candidates, &[&queue.as_str(), &caller_now, &want]),
+            )
+            .await
+            .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+            first = false;
+            if let Some(now) = clock {
+                self.clock.resolve_term(term, stored_now(now)?)?;
+            }
+            let mut buried = false;
+            let mut pending = Vec::new();
+            for row in &rows {
+                let (id, job) = sql::decode_with_id(row, 1)?;
+                let now: f64 = row
+                    .try_get(0)
+                    .map_err(|e| StoreError::Corrupt(format!("the clock column: {e}")))?;
+                let term = self.clock.resolve_term(term, stored_now(now)?)?;
+                match decide_claim_next(&job, owner, term) {
+                    NextDecision::Lease(next) => {
+                        leases.push(Lease {
+                            job: id.clone(),
+                            fence: next.fence,
+                            now: term.now(),
+                            until: next.until,
+                            attempt: next.attempts,
+                            payload: next.payload.clone(),
+                        });
+                        pending.push(Encoded::new(&id, &next));
+                    }
+                    NextDecision::Bury(next) => {
+                        buried = true;
+                        pending.push(Encoded::new(&id, &next));
+                    }
+                    NextDecision::Skip => {}
+                }
+            }
+            // Another pass only when a buried job took a place and more may be waiting.
+            let full = i64::try_from(rows.len()).unwrap_or(i64::MAX) >= want;
+            if !(buried && full) || leases.len() >= limit {
+                return Ok(Claimed {
+                    leases,
+                    writes: pending,
+                    wrote: wrote || !written.is_empty(),
+                });
+            }
+            wrote |= !written.is_empty();
+            written = pending;
+        }
+    }
+}
+
+/// What `claim_next` decided inside a transaction.
+#[derive(Default)]
+struct Claimed {
+    leases: Vec<Lease>,
+    /// Rows still to write before COMMIT.
+    writes: Vec<Encoded>,
+    /// Whether rows were already written in the transaction (so it must commit).
+    wrote: bool,
+}
+
+/// The server's clock as a time; a non-finite one is the server's fault.
+fn stored_now(now: f64) -> Result<Timestamp, StoreError> {
+    Timestamp::new(now)
+        .map_err(|_| StoreError::Corrupt(format!("the server's clock reads {now}, not a time")))
+}
+
+/// Sends one job's row; the parameters live as long as the request.
+async fn update(
+    c: &tokio_postgres::Client,
+    stmt: &Statement,
+    job: &Encoded,
+) -> Result<u64, tokio_postgres::Error> {
+    let params = job.params();
+    c.execute(stmt, &params).await
+}
+
+async fn rollback(c: &tokio_postgres::Client, s: &Statements) -> Result<(), StoreError> {
+    c.execute(&s.rollback, &[])
+        .await
+        .map(|_| ())
+        .map_err(|e| error::map(&e, Stage::BeforeCommit))
+}
+
+/// Writes `writes` and commits, pipelined in one round trip; with nothing to write, rolls
+/// back.
+async fn commit(
+    c: &tokio_postgres::Client,
+    s: &Statements,
+    writes: &[Encoded],
+    wrote: bool,
+) -> Result<(), StoreError> {
+    if writes.is_empty() && !wrote {
+        return rollback(c, s).await;
+    }
+    try_join(
+        try_join_all(writes.iter().map(|w| update(c, &s.update, w))),
+        c.execute(&s.commit, &[]),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| error::map(&e, Stage::Commit))
+}
+
+/// A pooled connection that is dropped from the pool unless the operation ended its
+/// transaction cleanly: a connection left inside a transaction (a cancelled call, an error)
+/// is closed, so the server rolls it back, and never reused.
+struct Conn {
+    object: Option<deadpool_postgres::Object>,
+    clean: bool,
+}
+
+impl Conn {
+    fn client(&self) -> &tokio_postgres::Client {
+        match self.object.as_ref() {
+            Some(o) => o,
+            None => unreachable_client(),
+        }
+    }
+
+    fn client_mut(&mut self) -> &mut tokio_postgres::Client {
+        match self.object.as_mut() {
+            Some(o) => o,
+            None => unreachable_client(),
+        }
+    }
+
+    async fn prepare(&self, query: &str) -> Result<Statement, StoreError> {
+        match self.object.as_ref() {
+            Some(o) => o
+                .prepare_cached(query)
+                .await
+                .map_err(|e| error::map(&e, Stage::BeforeCommit)),
+            None => Err(StoreError::Unavailable(
+                "the connection was already given back".into(),
+            )),
+        }
+    }
+
+    fn clean(&mut self) {
+        self.clean = true;
+    }
+}
+
+/// `Conn` holds its object from creation until drop; no method runs after drop.
+#[allow(clippy::panic)]
+fn unreachable_client() -> ! {
+    panic!("a pooled connection was used after it was given back")
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if !self.clean {
+            if let Some(object) = self.object.take() {
+                drop(deadpool_postgres::Object::take(object));
+            }
+        }
+    }
+}
+
+/// The prepared statements of one connection (prepared once, then taken from its cache).
+struct Statements {
+    begin: Statement,
+    commit: Statement,
+    rollback: Statement,
+    lock: Statement,
+    lock_purged: Statement,
+    forget_purged: Statement,
+    insert: Statement,
+    update: Statement,
+    clock: Statement,
+    candidates: Statement,
+}
+
+impl Statements {
+    async fn prepare(conn: &Conn, sql: &Sql) -> Result<Self, StoreError> {
+        Ok(Self {
+            begin: conn.prepare("BEGIN").await?,
+            commit: conn.prepare("COMMIT").await?,
+            rollback: conn.prepare("ROLLBACK").await?,
+            lock: conn.prepare(&sql.lock).await?,
+            lock_purged: conn.prepare(&sql.lock_purged).await?,
+            forget_purged: conn.prepare(&sql.forget_purged).await?,
+            insert: conn.prepare(&sql.insert).await?,
+            update: conn.prepare(&sql.update).await?,
+            clock: conn.prepare(&sql.clock).await?,
+            candidates: conn.prepare(&sql.candidates).await?,
+        })
+    }
+}
+
+#[async_trait]
+impl LeaseStore for PgLeaseStore {
+    async fn enqueue(&self, job: &JobId) -> Result<bool, StoreError> {
+        self.write(job, Command::Enqueue).await
+    }
+
+    async fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
+        Ok(self.record(job).await?.map(|r| r.state()))
+    }
+
+    async fn claim(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        term: LeaseTerm,
+    ) -> Result<ClaimOutcome, StoreError> {
+        self.write(job, Command::Claim(owner.clone(), term)).await
+    }
+
+    async fn renew(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        term: LeaseTerm,
+    ) -> Result<WriteOutcome, StoreError> {
+        self.write(job, Command::Renew(owner.clone(), fence, term))
+            .await
+    }
+
+    async fn complete(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        now: Timestamp,
+        result: &JobResult,
+    ) -> Result<WriteOutcome, StoreError> {
+        self.write(
+            job,
+            Command::Complete(owner.clone(), fence, now, result.clone()),
+        )
+        .await
+    }
+
+    async fn release(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+    ) -> Result<WriteOutcome, StoreError> {
+        self.write(job, Command::Release(owner.clone(), fence))
+            .await
+    }
+
+    async fn enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError> {
+        self.write(job, Command::EnqueueWith(spec.clone())).await
+    }
+
+    async fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError> {
+        let mut conn = self.conn().await?;
+        let stmt = conn.prepare(&self.sql.select).await?;
+        let row = conn
+            .client()
+            .query_opt(&stmt, &[&job.as_str()])
+            .await
+            .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+        conn.clean();
+        row.map(|r| {
+            Ok(JobRecord {
+                id: job.clone(),
+                job: sql::decode(job, &r, 0)?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn claim_next(
+        &self,
+        queue: &QueueName,
+        owner: &Owner,
+        term: LeaseTerm,
+        limit: usize,
+    ) -> Result<Vec<Lease>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.conn().await?;
+        let s = Statements::prepare(&conn, &self.sql).await?;
+        let claimed = self
+            .claim_next_on(&conn, &s, queue, owner, term, limit, true)
+            .await?;
+        commit(conn.client(), &s, &claimed.writes, claimed.wrote).await?;
+        conn.clean();
+        Ok(claimed.leases)
+    }
+
+    async fn complete_and_claim_next(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        result: &JobResult,
+        queue: &QueueName,
+        term: LeaseTerm,
+        limit: usize,
+    ) -> Result<CompleteAndClaim, StoreError> {
+        let mut conn = self.conn().await?;
+        let s = Statements::prepare(&conn, &self.sql).await?;
+        let c = conn.client();
+        let key = job.as_str();
+        let command = Command::Complete(owner.clone(), fence, term.now(), result.clone());
+        let needs_clock = self.clock.needs_clock(&command);
+        let ((_, row), now) = try_join(
+            try_join(c.execute(&s.begin, &[]), c.query_opt(&s.lock, &[&key])),
+            async {
+                if needs_clock {
+                    c.query_one(&s.clock, &[])
+                        .await
+                        .map(|r| Some(r.get::<_, f64>(0)))
+                } else {
+                    Ok(None)
+                }
+            },
+        )
+        .await
+        .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+        let current = row.map(|r| sql::decode(job, &r, 0)).transpose()?;
+        let command = match now {
+            Some(now) => match self.clock.resolve(&command, stored_now(now)?) {
+                Ok(command) => command,
+                Err(refused) => {
+                    rollback(c, &s).await?;
+                    return Err(refused.into());
+                }
+            },
+            None => command,
+        };
+        let (next, outcome) = command.decide(job, current.as_ref(), None);
+        let completed: WriteOutcome = outcome_as(outcome)?;
+        let encoded = next.map(|next| Encoded::new(job, &next));
+        // The completion is written before the candidates are read, in the same round trip.
+        let (_, claimed) = try_join(
+            async {
+                match &encoded {
+                    Some(e) => c
+                        .execute(&s.update, &e.params())
+                        .await
+                        .map_err(|e| error::map(&e, Stage::BeforeCommit)),
+                    None => Ok(0),
+                }
+            },
+            self.claim_next_on(&conn, &s, queue, owner, term, limit, false),
+        )
+        .await?;
+        commit(c, &s, &claimed.writes, claimed.wrote || encoded.is_some()).await?;
+        conn.clean();
+        Ok((completed, Ok(claimed.leases)))
+    }
+
+    async fn fail(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        now: Timestamp,
+        error: &ErrorText,
+        retry: Retry,
+    ) -> Result<FailOutcome, StoreError> {
+        self.write(
+            job,
+            Command::Fail(owner.clone(), fence, now, error.clone(), retry),
+        )
+        .await
+    }
+
+    async fn cancel(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
+        self.write(job, Command::Cancel(now)).await
+    }
+
+    async fn retry(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
+        self.write(job, Command::Retry(now)).await
+    }
+
+    async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError> {
+        let mut conn = self.conn().await?;
+        let s = Statements::prepare(&conn, &self.sql).await?;
+        let purgeable = conn.prepare(&self.sql.purgeable).await?;
+        let remember = conn.prepare(&self.sql.remember_purged).await?;
+        let delete = conn.prepare(&self.sql.delete).await?;
+        let c = conn.client();
+        let (_, rows) = try_join(
+            c.execute(&s.begin, &[]),
+            c.query(&purgeable, &[&before.get()]),
+        )
+        .await
+        .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+        let mut ids = Vec::new();
+        let mut fences = Vec::new();
+        for row in &rows {
+            let (id, job) = sql::decode_with_id(row, 0)?;
+            if is_purgeable(&job, before, statuses) {
+                ids.push(id.as_str().to_owned());
+                fences.push(i64::from(job.fence));
+            }
+        }
+        if ids.is_empty() {
+            rollback(c, &s).await?;
+        } else {
+            try_join(
+                try_join(
+                    c.execute(&remember, &[&ids, &fences]),
+                    c.execute(&delete, &[&ids]),
+                ),
+                c.execute(&s.commit, &[]),
+            )
+            .await
+            .map_err(|e| error::map(&e, Stage::Commit))?;
+        }
+        conn.clean();
+        Ok(u64::try_from(ids.len()).unwrap_or(u64::MAX))
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError> {
+        const PAGE: i64 = 512;
+        let mut conn = self.conn().await?;
+        let page = conn.prepare(&self.sql.page).await?;
+        let c = conn.client();
+        c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await
+            .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+        let queue = filter.queue.as_ref().map(QueueName::as_str);
+        let mut after: Option<String> = None;
+        let mut found = Vec::new();
+        while found.len() < filter.limit {
+            let rows = c
+                .query(&page, &[&queue, &after, &PAGE])
+                .await
+                .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+            for row in &rows {
+                let (id, job) = sql::decode_with_id(row, 0)?;
+                after = Some(id.as_str().to_owned());
+                if found.len() < filter.limit
+                    && filter.status.is_none_or(|s| job.status_at(filter.now) == s)
+                {
+                    found.push(JobRecord { id, job });
+                }
+            }
+            if i64::try_from(rows.len()).unwrap_or(i64::MAX) < PAGE {
+                break;
+            }
+        }
+        c.batch_execute("COMMIT")
+            .await
+            .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+        conn.clean();
+        Ok(found)
+    }
+
+    async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
+        let mut conn = self.conn().await?;
+        let stmt = conn.prepare(&self.sql.stats).await?;
+        let rows = conn
+            .client()
+            .query(&stmt, &[&now.get()])
+            .await
+            .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+        conn.clean();
+        let mut tallied: std::collections::BTreeMap<(QueueName, Status), u64> =
+            std::collections::BTreeMap::new();
+        for row in &rows {
+            let read = |e: tokio_postgres::Error| StoreError::Corrupt(format!("stats: {e}"));
+            let queue: String = row.try_get(0).map_err(read)?;
+            let done: bool = row.try_get(1).map_err(read)?;
+            let ended: Option<String> = row.try_get(2).map_err(read)?;
+            let live: bool = row.try_get(3).map_err(read)?;
+            let exhausted: bool = row.try_get(4).map_err(read)?;
+            let n: i64 = row.try_get(5).map_err(read)?;
+            let queue = QueueName::new(queue)
+                .map_err(|e| StoreError::Corrupt(format!("stored queue: {e}")))?;
+            // A job with the group's inputs to the status rule, judged by the domain.
+            let representative = Job {
+                done,
+                ended: match ended.as_deref() {
+                    Some("dead") => Some(lease_domain::Ended::Dead),
+                    Some("cancelled") => Some(lease_domain::Ended::Cancelled),
+                    _ => None,
+                },
+                until: if live {
+                    Timestamp::new(f64::MAX).unwrap_or(now)
+                } else {
+                    now
+                },
+                attempts: u32::from(exhausted),
+                max_attempts: 1,
+                ..Job::new()
+            };
+            *tallied
+                .entry((queue, representative.status_at(now)))
+                .or_default() += u64::try_from(n).unwrap_or(0);
+        }
+        Ok(tallied
+            .into_iter()
+            .map(|((queue, status), count)| StatsRow {
+                queue,
+                status,
+                count,
+            })
+            .collect())
+    }
+}

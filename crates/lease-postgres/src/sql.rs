@@ -1,0 +1,234 @@
+//! The statements, spelled for one schema, and the conversion of a row to a job and back.
+//! No lease rule is written here: the filters only pick candidates, and the domain decides.
+
+use lease_domain::{Ended, Fence, Job, JobId, Owner, QueueName, Timestamp};
+use lease_ports::StoreError;
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+
+/// Every column of a job after its id, in the order `decode` reads them.
+const COLUMNS: &str = "owner, until, fence, result, done, queue, priority, run_at, attempts, \
+    max_attempts, payload, ended, error, result_fence, updated";
+
+/// The statements of one schema.
+#[derive(Debug, Clone)]
+pub(crate) struct Sql {
+    pub(crate) select: String,
+    pub(crate) lock: String,
+    pub(crate) lock_purged: String,
+    pub(crate) forget_purged: String,
+    pub(crate) insert: String,
+    pub(crate) update: String,
+    pub(crate) clock: String,
+    pub(crate) candidates: String,
+    pub(crate) purgeable: String,
+    pub(crate) remember_purged: String,
+    pub(crate) delete: String,
+    pub(crate) page: String,
+    pub(crate) stats: String,
+}
+
+impl Sql {
+    pub(crate) fn new(s: &str) -> Self {
+        Self {
+            select: format!("SELECT {COLUMNS} FROM {s}.jobs WHERE id = $1"),
+            lock: format!("SELECT {COLUMNS} FROM {s}.jobs WHERE id = $1 FOR UPDATE"),
+            lock_purged: format!("SELECT fence FROM {s}.purged WHERE id = $1 FOR UPDATE"),
+            forget_purged: format!("DELETE FROM {s}.purged WHERE id = $1"),
+            insert: format!(
+                "INSERT INTO {s}.jobs (id, {COLUMNS}) VALUES \
+                 ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
+                 ON CONFLICT (id) DO NOTHING"
+            ),
+            update: format!(
+                "UPDATE {s}.jobs SET owner = $2, until = $3, fence = $4, result = $5, done = $6, \
+                 queue = $7, priority = $8, run_at = $9, attempts = $10, max_attempts = $11, \
+                 payload = $12, ended = $13, error = $14, result_fence = $15, updated = $16 \
+                 WHERE id = $1"
+            ),
+            // Read after the statements before it in the transaction (and so after any row
+            // lock they waited for).
+            clock: "SELECT extract(epoch FROM clock_timestamp())::float8".to_owned(),
+            // The candidates of claim_next from the ready index, in the domain's claim order,
+            // skipping rows another transaction holds. `$2` is the caller's now, or NULL for
+            // the store's clock, read once for the whole statement and returned with each row.
+            candidates: format!(
+                "WITH clock AS MATERIALIZED \
+                 (SELECT coalesce($2, extract(epoch FROM clock_timestamp())::float8) AS now) \
+                 SELECT (SELECT now FROM clock), id, {COLUMNS} FROM {s}.jobs \
+                 WHERE queue = $1 AND NOT done AND ended IS NULL \
+                 AND until <= (SELECT now FROM clock) \
+                 AND (run_at IS NULL OR run_at <= (SELECT now FROM clock)) \
+                 ORDER BY priority DESC, run_at ASC NULLS FIRST, seq LIMIT $3 \
+                 FOR UPDATE SKIP LOCKED"
+            ),
+            purgeable: format!(
+                "SELECT id, {COLUMNS} FROM {s}.jobs WHERE (done OR ended IS NOT NULL) \
+                 AND (updated IS NULL OR updated < $1) FOR UPDATE SKIP LOCKED"
+            ),
+            remember_purged: format!(
+                "INSERT INTO {s}.purged (id, fence) SELECT * FROM unnest($1::text[], $2::bigint[]) \
+                 ON CONFLICT (id) DO UPDATE SET fence = greatest({s}.purged.fence, excluded.fence)"
+            ),
+            delete: format!("DELETE FROM {s}.jobs WHERE id = ANY($1::text[])"),
+            page: format!(
+                "SELECT id, {COLUMNS} FROM {s}.jobs WHERE ($1::text IS NULL OR queue = $1) \
+                 AND ($2::text IS NULL OR id > $2) ORDER BY id LIMIT $3"
+            ),
+            // The inputs of the status rule, grouped: the domain judges each group.
+            stats: format!(
+                "SELECT queue, done, ended, until > $1, attempts >= greatest(max_attempts, 1), \
+                 count(*) FROM {s}.jobs GROUP BY 1, 2, 3, 4, 5"
+            ),
+        }
+    }
+}
+
+fn corrupt(id: &JobId, what: String) -> StoreError {
+    StoreError::Corrupt(format!("job {id}: {what}"))
+}
+
+fn time(id: &JobId, value: f64, column: &str) -> Result<Timestamp, StoreError> {
+    Timestamp::new(value).map_err(|_| corrupt(id, format!("stored {column} {value} is not finite")))
+}
+
+fn count(id: &JobId, value: i64, column: &str) -> Result<u32, StoreError> {
+    u32::try_from(value)
+        .map_err(|_| corrupt(id, format!("stored {column} {value} is out of range")))
+}
+
+fn fence(id: &JobId, value: i64, column: &str) -> Result<Fence, StoreError> {
+    Fence::try_from(value).map_err(|f| corrupt(id, format!("stored {column} {f} is negative")))
+}
+
+fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
+    id: &JobId,
+    row: &'a Row,
+    index: usize,
+) -> Result<T, StoreError> {
+    row.try_get(index).map_err(|e| {
+        corrupt(
+            id,
+            format!(
+                "stored column {} cannot be read: {e}",
+                row.columns()[index].name()
+            ),
+        )
+    })
+}
+
+/// Reads a job from `row`, whose columns from `at` on are [`COLUMNS`].
+pub(crate) fn decode(id: &JobId, row: &Row, at: usize) -> Result<Job, StoreError> {
+    let owner: Option<String> = get(id, row, at)?;
+    let owner = owner
+        .map(Owner::new)
+        .transpose()
+        .map_err(|e| corrupt(id, format!("stored owner: {e}")))?;
+    let queue: String = get(id, row, at + 5)?;
+    let ended: Option<String> = get(id, row, at + 11)?;
+    let ended = match ended.as_deref() {
+        None => None,
+        Some("dead") => Some(Ended::Dead),
+        Some("cancelled") => Some(Ended::Cancelled),
+        Some(other) => return Err(corrupt(id, format!("stored ended {other:?} is unknown"))),
+    };
+    let run_at: Option<f64> = get(id, row, at + 7)?;
+    let result_fence: Option<i64> = get(id, row, at + 13)?;
+    let updated: Option<f64> = get(id, row, at + 14)?;
+    Ok(Job {
+        owner,
+        until: time(id, get(id, row, at + 1)?, "until")?,
+        fence: fence(id, get(id, row, at + 2)?, "fence")?,
+        result: get(id, row, at + 3)?,
+        done: get(id, row, at + 4)?,
+        queue: QueueName::new(queue).map_err(|e| corrupt(id, format!("stored queue: {e}")))?,
+        priority: get(id, row, at + 6)?,
+        run_at: run_at.map(|t| time(id, t, "run_at")).transpose()?,
+        attempts: count(id, get(id, row, at + 8)?, "attempts")?,
+        max_attempts: count(id, get(id, row, at + 9)?, "max_attempts")?,
+        payload: get(id, row, at + 10)?,
+        ended,
+        error: get(id, row, at + 12)?,
+        result_fence: result_fence
+            .map(|f| fence(id, f, "result_fence"))
+            .transpose()?,
+        updated: updated.map(|t| time(id, t, "updated")).transpose()?,
+    })
+}
+
+/// Reads a row whose first column is the id and the rest [`COLUMNS`].
+pub(crate) fn decode_with_id(row: &Row, at: usize) -> Result<(JobId, Job), StoreError> {
+    let id: String = row
+        .try_get(at)
+        .map_err(|e| StoreError::Corrupt(format!("stored job id: {e}")))?;
+    let id = JobId::new(id).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}")))?;
+    let job = decode(&id, row, at + 1)?;
+    Ok((id, job))
+}
+
+/// The values of one job's row, in the order of `$1..$16` of `insert` and `update`.
+pub(crate) struct Encoded {
+    id: String,
+    owner: Option<String>,
+    until: f64,
+    fence: i64,
+    result: Option<String>,
+    done: bool,
+    queue: String,
+    priority: i64,
+    run_at: Option<f64>,
+    attempts: i64,
+    max_attempts: i64,
+    payload: Option<Vec<u8>>,
+    ended: Option<&'static str>,
+    error: Option<String>,
+    result_fence: Option<i64>,
+    updated: Option<f64>,
+}
+
+impl Encoded {
+    pub(crate) fn new(id: &JobId, job: &Job) -> Self {
+        Self {
+            id: id.as_str().to_owned(),
+            owner: job.owner.as_ref().map(|o| o.as_str().to_owned()),
+            until: job.until.get(),
+            fence: i64::from(job.fence),
+            result: job.result.clone(),
+            done: job.done,
+            queue: job.queue.as_str().to_owned(),
+            priority: job.priority,
+            run_at: job.run_at.map(Timestamp::get),
+            attempts: i64::from(job.attempts),
+            max_attempts: i64::from(job.max_attempts),
+            payload: job.payload.clone(),
+            ended: job.ended.map(|e| match e {
+                Ended::Dead => "dead",
+                Ended::Cancelled => "cancelled",
+            }),
+            error: job.error.clone(),
+            result_fence: job.result_fence.map(i64::from),
+            updated: job.updated.map(Timestamp::get),
+        }
+    }
+
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 16] {
+        [
+            &self.id,
+            &self.owner,
+            &self.until,
+            &self.fence,
+            &self.result,
+            &self.done,
+            &self.queue,
+            &self.priority,
+            &self.run_at,
+            &self.attempts,
+            &self.max_attempts,
+            &self.payload,
+            &self.ended,
+            &self.error,
+            &self.result_fence,
+            &self.updated,
+        ]
+    }
+}
