@@ -11,6 +11,8 @@ pub mod memory;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+#[cfg(feature = "conformance")]
+pub mod differential;
 
 use async_trait::async_trait;
 pub use error::StoreError;
