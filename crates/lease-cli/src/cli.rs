@@ -8,14 +8,27 @@ use lease_domain::{
     QueueName, Retry, Status, Timestamp,
 };
 
-/// Fenced job leases on an embedded SQLite database: a stalled worker can never overwrite the
-/// result of the worker that took over.
+/// Fenced job leases on an embedded SQLite database or on PostgreSQL: a stalled worker can
+/// never overwrite the result of the worker that took over.
 #[derive(Debug, Parser)]
 #[command(name = "lease", version, about)]
 pub struct Cli {
-    /// The database file [env: LEASE_DB] [default: lease.db].
+    /// The database: a SQLite file, or a postgres:// URL (PG* variables fill what it leaves
+    /// out) [env: LEASE_DB] [default: lease.db].
     #[arg(long, global = true)]
     pub db: Option<PathBuf>,
+    /// Whose clock decides now: `caller` (the --now given, or this machine's clock) or `store`
+    /// (PostgreSQL's clock; for SQLite the clock of the machine writing) [env: LEASE_CLOCK]
+    /// [default: caller].
+    #[arg(long, global = true, value_name = "caller|store")]
+    pub clock: Option<String>,
+    /// With the caller's clock: refuse a now further than this many seconds from the store's
+    /// clock, changing nothing [env: LEASE_MAX_SKEW].
+    #[arg(long, global = true, value_name = "SECONDS")]
+    pub max_skew: Option<f64>,
+    /// The PostgreSQL schema holding the lease tables [env: LEASE_PG_SCHEMA] [default: lease].
+    #[arg(long, global = true, value_name = "NAME")]
+    pub pg_schema: Option<String>,
     /// How long to wait for a lock another process holds, in seconds, before failing
     /// [env: LEASE_BUSY_TIMEOUT] [default: 30].
     #[arg(
@@ -119,8 +132,23 @@ impl Window {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Create the database (idempotent; never overwrites a file).
+    /// Create the database (idempotent; never overwrites a file); on PostgreSQL, create the
+    /// lease schema.
     Init,
+    /// Copy every job (fences, results, queue fields) and every purged id's fence from one
+    /// store to another (SQLite file or postgres:// URL, either way), then verify the copy.
+    Migrate {
+        /// The store to copy from.
+        #[arg(long, value_name = "PATH_OR_URL")]
+        from: String,
+        /// The store to copy into (created if missing); it must be empty unless --merge.
+        #[arg(long, value_name = "PATH_OR_URL")]
+        to: String,
+        /// Copy into a store that already holds jobs: a job on both sides keeps the larger
+        /// fence (and is reported).
+        #[arg(long)]
+        merge: bool,
+    },
     /// Add a job in the default state; an existing job is left as it is.
     Enqueue {
         /// The job id.
@@ -339,6 +367,15 @@ pub struct WorkRequest {
 pub enum Request {
     /// Create or check the database.
     Init,
+    /// Copy one store into another.
+    Migrate {
+        /// The source.
+        from: String,
+        /// The target.
+        to: String,
+        /// Merge into a non-empty target.
+        merge: bool,
+    },
     /// Enqueue a job.
     Enqueue(JobId, EnqueueSpec),
     /// Read a job, judging its status at a time.
@@ -386,6 +423,7 @@ impl Command {
     ) -> Result<Request, RequestError> {
         Ok(match self {
             Command::Init => Request::Init,
+            Command::Migrate { from, to, merge } => Request::Migrate { from, to, merge },
             Command::Demo => Request::Demo,
             Command::Work {
                 queue,

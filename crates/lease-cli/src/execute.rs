@@ -256,7 +256,7 @@ fn queue_write_report(outcome: WriteOutcome, verb: &str, id: &JobId) -> Report {
 /// The store's error; nothing is printed here.
 pub async fn execute(request: &Request, store: &dyn LeaseStore) -> Result<Report, StoreError> {
     Ok(match request {
-        Request::Init | Request::Demo | Request::Work(_) => {
+        Request::Init | Request::Demo | Request::Work(_) | Request::Migrate { .. } => {
             return Err(StoreError::Unavailable(
                 "init, demo and work are run by main".to_owned(),
             ));

@@ -4,10 +4,11 @@
 mod cli;
 mod demo;
 mod execute;
+mod target;
 mod work;
 
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -17,6 +18,7 @@ use serde_json::json;
 
 use crate::cli::{Cli, Request};
 use crate::execute::{Report, Response, respond};
+use crate::target::{Settings, clock_mode};
 
 /// The system clock in Unix seconds; a clock before 1970 reads as negative seconds.
 fn unix_now() -> f64 {
@@ -61,14 +63,19 @@ fn setting(flag: Option<String>, env: &str) -> Result<Option<String>, String> {
     }
 }
 
-/// The database path and store options from the flags and the environment.
-fn store_settings(cli: &Cli) -> Result<(PathBuf, SqliteOptions), String> {
+/// The named database and the settings of either store from the flags and the environment.
+fn store_settings(cli: &Cli) -> Result<(String, Settings), String> {
     let db = setting(cli.db.as_ref().map(|p| p.display().to_string()), "LEASE_DB")?
-        .map_or_else(|| PathBuf::from("lease.db"), PathBuf::from);
-    let mut options = SqliteOptions {
+        .unwrap_or_else(|| "lease.db".to_owned());
+    let clock = clock_mode(
+        setting(cli.clock.clone(), "LEASE_CLOCK")?.as_deref(),
+        setting(cli.max_skew.map(|t| t.to_string()), "LEASE_MAX_SKEW")?.as_deref(),
+    )?;
+    let mut sqlite = SqliteOptions {
         create: false,
         exclusive: cli.exclusive,
         allow_unverified_filesystem: cli.allow_unverified_fs,
+        clock,
         ..SqliteOptions::default()
     };
     let timeout = setting(
@@ -79,20 +86,25 @@ fn store_settings(cli: &Cli) -> Result<(PathBuf, SqliteOptions), String> {
         let seconds: f64 = text
             .parse()
             .map_err(|_| format!("busy timeout {text:?} is not a number of seconds"))?;
-        options.busy_timeout = Duration::try_from_secs_f64(seconds).map_err(|_| {
+        sqlite.busy_timeout = Duration::try_from_secs_f64(seconds).map_err(|_| {
             format!("busy timeout must be a finite number of seconds >= 0, got {text}")
         })?;
     }
-    Ok((db, options))
+    let schema = setting(cli.pg_schema.clone(), "LEASE_PG_SCHEMA")?;
+    if let Some(name) = &schema {
+        lease_postgres::check_schema_name(name).map_err(|e| e.to_string())?;
+    }
+    let postgres = target::pg_options(schema, sqlite.busy_timeout, clock);
+    Ok((db, Settings { sqlite, postgres }))
 }
 
 async fn run(cli: Cli) -> Result<Report, String> {
-    let (db_path, options) = store_settings(&cli)?;
+    let (db, settings) = store_settings(&cli)?;
     let request = cli
         .command
         .into_request(unix_now, &read_input)
         .map_err(|e| e.to_string())?;
-    let db = db_path.display().to_string();
+    let target = settings.target(&db);
     match request {
         Request::Demo => {
             let dir = tempfile::tempdir()
@@ -102,40 +114,33 @@ async fn run(cli: Cli) -> Result<Report, String> {
             demo::run(&store, &path.display().to_string()).await
         }
         Request::Init => {
-            let options = SqliteOptions {
-                create: true,
-                ..options
-            };
-            SqliteLeaseStore::open_with(&db_path, options).map_err(|e| e.to_string())?;
+            target.open(true).await?;
+            let shown = target.shown();
             Ok(Report::new(
                 true,
-                json!({"ok": true, "db": db}),
-                format!("lease database ready at {db}"),
+                json!({"ok": true, "db": shown}),
+                format!("lease database ready at {shown}"),
             ))
         }
+        Request::Migrate { from, to, merge } => {
+            target::run_migrate(&settings.target(&from), &settings.target(&to), merge).await
+        }
         Request::Work(work) => {
-            let store =
-                SqliteLeaseStore::open_with(&db_path, options).map_err(|e| e.to_string())?;
-            work::run(&work, std::sync::Arc::new(store), |line| {
+            let store = target.open(false).await?.store();
+            work::run(&work, store, |line| {
                 // Progress is best effort: a closed stderr does not stop the worker.
                 let _ = writeln!(std::io::stderr(), "{line}");
             })
             .await
         }
         request => {
-            let options = match &request {
-                // The contract races each claim on its own thread and its own connection:
-                // group commit would serialize them inside one transaction instead.
-                Request::ClaimMany(_, owners, _) => SqliteOptions {
-                    max_batch: 1,
-                    pool_size: u32::try_from(owners.len().clamp(1, 64)).unwrap_or(64),
-                    ..options
-                },
-                _ => options,
+            let target = match &request {
+                // The contract races each claim on its own connection.
+                Request::ClaimMany(_, owners, _) => target.for_racing(owners.len()),
+                _ => target,
             };
-            let store =
-                SqliteLeaseStore::open_with(&db_path, options).map_err(|e| e.to_string())?;
-            execute::execute(&request, &store)
+            let store = target.open(false).await?.store();
+            execute::execute(&request, store.as_ref())
                 .await
                 .map_err(|e| e.to_string())
         }

@@ -16,6 +16,7 @@
 mod clock;
 mod command;
 mod guard;
+mod migrate;
 mod queue;
 mod rules;
 mod values;
@@ -23,6 +24,7 @@ mod values;
 pub use clock::{ClockMode, ClockRefused, ClockSkew};
 pub use command::{Command, Outcome};
 pub use guard::{GuardRefused, decide_guard};
+pub use migrate::{ImportDecision, decide_import, raise_fence};
 pub use queue::{Backoff, Ended, EnqueueSpec, ErrorText, Payload, QueueName, Retry, Status};
 pub use rules::{
     ClaimRefused, Failed, Job, LEASE_EXPIRED, NextDecision, WriteRefused, claim_order,

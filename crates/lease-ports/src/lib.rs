@@ -8,6 +8,7 @@
 mod error;
 pub mod history;
 pub mod memory;
+pub mod transfer;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;

@@ -7,8 +7,9 @@ use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use lease_domain::{
-    Command, EnqueueSpec, ErrorText, Fence, Job, JobId, JobResult, LeaseTerm, NextDecision, Owner,
-    QueueName, Retry, Status, Timestamp, claim_order, decide_claim_next, is_purgeable,
+    ClockMode, Command, EnqueueSpec, ErrorText, Fence, Job, JobId, JobResult, LeaseTerm,
+    NextDecision, Owner, QueueName, Retry, Status, Timestamp, claim_order, decide_claim_next,
+    is_purgeable,
 };
 
 use crate::{
@@ -39,10 +40,22 @@ impl Jobs {
     }
 }
 
+/// The clock a [`MemoryLeaseStore`] reads in store-clock mode or to bound a caller's skew.
+pub type StoreClock = std::sync::Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
 /// A lease store held in process memory.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct MemoryLeaseStore {
     jobs: Mutex<Jobs>,
+    clock: Option<(ClockMode, StoreClock)>,
+}
+
+impl std::fmt::Debug for MemoryLeaseStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryLeaseStore")
+            .field("clock", &self.clock.as_ref().map(|(mode, _)| mode))
+            .finish_non_exhaustive()
+    }
 }
 
 impl MemoryLeaseStore {
@@ -58,9 +71,40 @@ impl MemoryLeaseStore {
             .map_err(|_| StoreError::Unavailable("the in-memory store's lock is poisoned".into()))
     }
 
+    /// An empty store whose `now` is decided by `mode`, with `clock` as the store's clock.
+    #[must_use]
+    pub fn with_clock(mode: ClockMode, clock: StoreClock) -> Self {
+        Self {
+            jobs: Mutex::default(),
+            clock: Some((mode, clock)),
+        }
+    }
+
     /// Decides and stores one command under the lock; a refusal stores nothing.
     fn apply<T: FromOutcome>(&self, job: &JobId, command: Command) -> Result<T, StoreError> {
-        apply(&mut *self.jobs()?, job, command)
+        let mut jobs = self.jobs()?;
+        let command = self.timed(command)?;
+        apply(&mut jobs, job, command)
+    }
+
+    /// The command as the clock mode decides it (read under the lock).
+    fn timed(&self, command: Command) -> Result<Command, StoreError> {
+        match &self.clock {
+            Some((mode, clock)) if mode.needs_clock(&command) => {
+                Ok(mode.resolve(&command, clock())?)
+            }
+            _ => Ok(command),
+        }
+    }
+
+    /// The lease term as the clock mode decides it.
+    fn timed_term(&self, term: LeaseTerm) -> Result<LeaseTerm, StoreError> {
+        match &self.clock {
+            Some((mode, clock)) if mode.needs_clock_for_term() => {
+                Ok(mode.resolve_term(term, clock())?)
+            }
+            _ => Ok(term),
+        }
     }
 }
 
@@ -152,7 +196,9 @@ impl LeaseStore for MemoryLeaseStore {
         term: LeaseTerm,
         limit: usize,
     ) -> Result<Vec<Lease>, StoreError> {
-        Ok(claim_next(&mut *self.jobs()?, queue, owner, term, limit))
+        let mut jobs = self.jobs()?;
+        let term = self.timed_term(term)?;
+        Ok(claim_next(&mut jobs, queue, owner, term, limit))
     }
 
     async fn complete_and_claim_next(
@@ -166,6 +212,7 @@ impl LeaseStore for MemoryLeaseStore {
         limit: usize,
     ) -> Result<CompleteAndClaim, StoreError> {
         let mut jobs = self.jobs()?;
+        let term = self.timed_term(term)?;
         let completed: WriteOutcome = apply(
             &mut jobs,
             job,

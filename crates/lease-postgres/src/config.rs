@@ -158,7 +158,9 @@ fn names_a_port(target: &str) -> bool {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, ""),
     };
-    let hosts = authority.rsplit_once('@').map_or(authority, |(_, hosts)| hosts);
+    let hosts = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, hosts)| hosts);
     let in_hosts = hosts.split(',').any(|h| {
         h.rsplit_once(':')
             .is_some_and(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))

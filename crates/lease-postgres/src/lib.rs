@@ -13,6 +13,7 @@ mod error;
 mod schema;
 mod scratch;
 mod sql;
+mod transfer;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -233,6 +234,10 @@ impl PgLeaseStore {
     /// Closes the pool: open connections are dropped, later calls fail.
     pub fn close(&self) {
         self.pool.close();
+    }
+
+    async fn conn_statement(&self, conn: &Conn, query: &str) -> Result<Statement, StoreError> {
+        conn.prepare(query).await
     }
 
     async fn conn(&self) -> Result<Conn, StoreError> {
@@ -459,7 +464,7 @@ fn stored_now(now: f64) -> Result<Timestamp, StoreError> {
 }
 
 /// Sends one job's row; the parameters live as long as the request.
-async fn update(
+pub(crate) async fn update(
     c: &tokio_postgres::Client,
     stmt: &Statement,
     job: &Encoded,

@@ -7,7 +7,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 /// Every column of a job after its id, in the order `decode` reads them.
-const COLUMNS: &str = "owner, until, fence, result, done, queue, priority, run_at, attempts, \
+pub(crate) const COLUMNS: &str = "owner, until, fence, result, done, queue, priority, run_at, attempts, \
     max_attempts, payload, ended, error, result_fence, updated";
 
 /// The statements of one schema.

@@ -86,6 +86,9 @@ pub struct SqliteOptions {
     pub allow_unverified_filesystem: bool,
     /// Run on every new connection after the store's settings.
     pub on_connect: Option<ConnectHook>,
+    /// Whose clock decides `now`: the caller's (default), the caller's within a skew bound of
+    /// this host's clock, or this host's clock (read inside each write's transaction).
+    pub clock: lease_domain::ClockMode,
 }
 
 impl Default for SqliteOptions {
@@ -100,6 +103,7 @@ impl Default for SqliteOptions {
             exclusive: false,
             allow_unverified_filesystem: false,
             on_connect: None,
+            clock: lease_domain::ClockMode::default(),
         }
     }
 }

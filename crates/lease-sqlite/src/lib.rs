@@ -11,12 +11,14 @@
 //!   [`complete`], [`release`], [`claim_many`]), synchronous and path-based: each call opens
 //!   the file afresh, so they stay correct when the file is replaced between calls.
 
+mod clock;
 mod connection;
 mod error;
 mod group;
 mod ops;
 mod schema;
 mod seed;
+mod transfer;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -61,6 +63,8 @@ pub struct SqliteLeaseStore {
     group: Option<Arc<group::GroupCommit>>,
     /// Why the store can only read, when its storage cannot be written.
     read_only: Option<Arc<String>>,
+    /// Whose clock decides `now`.
+    clock: lease_domain::ClockMode,
 }
 
 impl std::fmt::Debug for SqliteLeaseStore {
@@ -140,6 +144,7 @@ impl SqliteLeaseStore {
             path: Arc::new(path),
             group,
             read_only,
+            clock: options.clock,
         })
     }
 
@@ -214,10 +219,24 @@ impl SqliteLeaseStore {
     /// the group-commit queue when it is on, otherwise on a pooled connection of their own.
     fn submit_all(&self, ops: Vec<Op>) -> Result<Vec<Result<ops::Reply, StoreError>>, StoreError> {
         self.refuse_if_read_only()?;
+        let ops = self.clocked(ops);
         match &self.group {
             Some(group) => Ok(group.submit(&|| self.connection(), ops)),
             None => self.with_conn(|conn| Ok(ops::execute_batch(conn, &ops))),
         }
+    }
+
+    /// The ops as the store's clock mode decides them (unchanged in the default mode).
+    fn clocked(&self, ops: Vec<Op>) -> Vec<Op> {
+        if self.clock == lease_domain::ClockMode::default() {
+            return ops;
+        }
+        ops.into_iter()
+            .map(|op| match op {
+                Op::Clocked(..) => op,
+                op => Op::Clocked(self.clock, Box::new(op)),
+            })
+            .collect()
     }
 
     /// Runs one write on the calling thread.
@@ -235,6 +254,7 @@ impl SqliteLeaseStore {
         ops: Vec<Op>,
     ) -> Result<Vec<Result<ops::Reply, StoreError>>, StoreError> {
         self.refuse_if_read_only()?;
+        let ops = self.clocked(ops);
         let (Some(group), Ok(runtime)) = (&self.group, tokio::runtime::Handle::try_current())
         else {
             return self.run(move |store| store.submit_all(ops)).await;

@@ -5,8 +5,8 @@
 //! savepoint.
 
 use lease_domain::{
-    Command, Ended, Fence, Job, JobId, LeaseTerm, NextDecision, Outcome, Owner, QueueName, Status,
-    Timestamp, decide_claim_next, is_purgeable,
+    ClockMode, Command, Ended, Fence, Job, JobId, LeaseTerm, NextDecision, Outcome, Owner,
+    QueueName, Status, Timestamp, decide_claim_next, is_purgeable,
 };
 use lease_ports::{JobRecord, JobState, Lease, ListFilter, StatsRow, StoreError};
 use rusqlite::Connection;
@@ -41,8 +41,8 @@ pub const SELECT_CANDIDATES: &str = "SELECT q.id FROM jobs_queue q JOIN jobs j O
     ORDER BY q.priority DESC, q.run_at, q.seq LIMIT ?3";
 
 const SELECT_PURGED: &str = "SELECT fence FROM purged WHERE id = ?1";
-const FORGET_PURGED: &str = "DELETE FROM purged WHERE id = ?1";
-const REMEMBER_PURGED: &str = "INSERT INTO purged(id, fence) VALUES (?1, ?2) \
+pub(crate) const FORGET_PURGED: &str = "DELETE FROM purged WHERE id = ?1";
+pub(crate) const REMEMBER_PURGED: &str = "INSERT INTO purged(id, fence) VALUES (?1, ?2) \
     ON CONFLICT(id) DO UPDATE SET fence = max(fence, excluded.fence)";
 const DELETE_JOB: &str = "DELETE FROM jobs WHERE id = ?1";
 /// Finished jobs changed before the cutoff; the domain decides each one.
@@ -67,6 +67,8 @@ pub(crate) enum Op {
         term: LeaseTerm,
         limit: usize,
     },
+    /// An op decided under a clock mode: the host's clock is read inside the transaction.
+    Clocked(ClockMode, Box<Op>),
     /// Delete finished jobs changed before `before`.
     Purge {
         before: Timestamp,
@@ -290,7 +292,12 @@ fn finished_text(job: &Job) -> Option<&'static str> {
     job.finished().map(Status::as_str)
 }
 
-fn store(conn: &Connection, inserting: bool, id: &JobId, job: &Job) -> Result<(), StoreError> {
+pub(crate) fn store(
+    conn: &Connection,
+    inserting: bool,
+    id: &JobId,
+    job: &Job,
+) -> Result<(), StoreError> {
     let sql = if inserting { INSERT_JOB } else { UPDATE_JOB };
     conn.prepare_cached(sql)
         .and_then(|mut stmt| {
@@ -324,7 +331,7 @@ fn store(conn: &Connection, inserting: bool, id: &JobId, job: &Job) -> Result<()
     Ok(())
 }
 
-fn run_with(conn: &Connection, sql: &str, id: &str) -> Result<(), StoreError> {
+pub(crate) fn run_with(conn: &Connection, sql: &str, id: &str) -> Result<(), StoreError> {
     conn.prepare_cached(sql)
         .and_then(|mut stmt| stmt.execute([id]))
         .map(drop)
@@ -332,7 +339,7 @@ fn run_with(conn: &Connection, sql: &str, id: &str) -> Result<(), StoreError> {
 }
 
 /// The fence a purged id had, when it was purged and not enqueued since.
-fn purged_fence(conn: &Connection, id: &JobId) -> Result<Option<Fence>, StoreError> {
+pub(crate) fn purged_fence(conn: &Connection, id: &JobId) -> Result<Option<Fence>, StoreError> {
     let stored: Option<i64> = conn
         .prepare_cached(SELECT_PURGED)
         .and_then(|mut stmt| {
@@ -478,15 +485,38 @@ fn apply(conn: &Connection, op: &Op) -> Result<(Reply, bool), StoreError> {
         Op::Purge { before, statuses } => {
             purge(conn, *before, statuses).map(|(n, wrote)| (Reply::Purged(n), wrote))
         }
+        Op::Clocked(mode, op) => apply(conn, &clocked(*mode, op, crate::clock::host_now()?)?),
     }
 }
 
-fn run(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+/// The op to decide under `mode` when the store's clock reads `now`; a skewed caller is
+/// refused before anything is read.
+fn clocked(mode: ClockMode, op: &Op, now: Timestamp) -> Result<Op, StoreError> {
+    Ok(match op {
+        Op::Job(id, command) if mode.needs_clock(command) => {
+            Op::Job(id.clone(), mode.resolve(command, now)?)
+        }
+        Op::ClaimNext {
+            queue,
+            owner,
+            term,
+            limit,
+        } if mode.needs_clock_for_term() => Op::ClaimNext {
+            queue: queue.clone(),
+            owner: owner.clone(),
+            term: mode.resolve_term(*term, now)?,
+            limit: *limit,
+        },
+        other => other.clone(),
+    })
+}
+
+pub(crate) fn run(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(drop)
 }
 
 /// Rolls back whatever is still open; used on every path that does not commit.
-fn roll_back(conn: &Connection) {
+pub(crate) fn roll_back(conn: &Connection) {
     if !conn.is_autocommit() {
         // A failed ROLLBACK leaves nothing to do: SQLite has already ended the transaction.
         let _ = run(conn, "ROLLBACK");
@@ -598,7 +628,7 @@ pub(crate) fn record(conn: &Connection, id: &JobId) -> Result<Option<JobRecord>,
 }
 
 /// Runs `body` in a read transaction, so that a multi-row read sees one snapshot.
-fn reading<T>(
+pub(crate) fn reading<T>(
     conn: &Connection,
     body: impl FnOnce(&Connection) -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {

@@ -1,0 +1,236 @@
+//! Which store a command runs against: a SQLite file or a PostgreSQL database (`postgres://`),
+//! with the settings the flags and the environment give; and `migrate` between two of them.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_domain::{ClockMode, Ttl};
+use lease_ports::LeaseStore;
+use lease_ports::transfer::{Migration, Transfer, migrate};
+use lease_postgres::{PgLeaseStore, PgOptions, is_postgres_url};
+use lease_sqlite::{SqliteLeaseStore, SqliteOptions};
+use serde_json::json;
+
+use crate::execute::Report;
+
+/// A store to open.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// A SQLite database file.
+    Sqlite(PathBuf, SqliteOptions),
+    /// A PostgreSQL database.
+    Postgres(String, PgOptions),
+}
+
+/// The settings that apply to whichever store is named.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The SQLite options (create is off).
+    pub sqlite: SqliteOptions,
+    /// The PostgreSQL options.
+    pub postgres: PgOptions,
+}
+
+/// The clock mode from `--clock` and `--max-skew` (or their variables).
+///
+/// # Errors
+/// A message naming the bad value.
+pub fn clock_mode(clock: Option<&str>, max_skew: Option<&str>) -> Result<ClockMode, String> {
+    let bound = max_skew
+        .map(|text| {
+            let seconds: f64 = text
+                .parse()
+                .map_err(|_| format!("max skew {text:?} is not a number of seconds"))?;
+            Ttl::new(seconds).map_err(|e| format!("max skew: {e}"))
+        })
+        .transpose()?;
+    match (clock.unwrap_or("caller"), bound) {
+        ("caller", bound) => Ok(ClockMode::Caller { max_skew: bound }),
+        ("store", None) => Ok(ClockMode::Store),
+        ("store", Some(_)) => Err(
+            "--max-skew bounds the caller's clock; it has no meaning with --clock store".to_owned(),
+        ),
+        (other, _) => Err(format!("clock {other:?} is not one of caller or store")),
+    }
+}
+
+impl Settings {
+    /// The target `db` names.
+    #[must_use]
+    pub fn target(&self, db: &str) -> Target {
+        if is_postgres_url(db) {
+            Target::Postgres(db.to_owned(), self.postgres.clone())
+        } else {
+            Target::Sqlite(PathBuf::from(db), self.sqlite.clone())
+        }
+    }
+}
+
+impl Target {
+    /// What the user named, as it can be shown (no password).
+    #[must_use]
+    pub fn shown(&self) -> String {
+        match self {
+            Target::Sqlite(path, _) => path.display().to_string(),
+            Target::Postgres(url, _) => lease_postgres::redact(url),
+        }
+    }
+
+    /// The same target with a pool large enough for `callers` concurrent claims, each on its
+    /// own connection (SQLite's group commit off, so they race for the lock as the contract
+    /// describes).
+    #[must_use]
+    pub fn for_racing(self, callers: usize) -> Self {
+        let callers = callers.clamp(1, 64);
+        match self {
+            Target::Sqlite(path, options) => Target::Sqlite(
+                path,
+                SqliteOptions {
+                    max_batch: 1,
+                    pool_size: u32::try_from(callers).unwrap_or(64),
+                    ..options
+                },
+            ),
+            Target::Postgres(url, options) => Target::Postgres(
+                url,
+                PgOptions {
+                    pool_size: callers,
+                    ..options
+                },
+            ),
+        }
+    }
+
+    /// Opens the store; with `create`, makes the file or schema if it is missing.
+    ///
+    /// # Errors
+    /// The store's error, as text.
+    pub async fn open(&self, create: bool) -> Result<Opened, String> {
+        match self {
+            Target::Sqlite(path, options) => {
+                let options = SqliteOptions {
+                    create,
+                    ..options.clone()
+                };
+                SqliteLeaseStore::open_with(path, options)
+                    .map(|s| Opened::Sqlite(Arc::new(s)))
+                    .map_err(|e| e.to_string())
+            }
+            Target::Postgres(url, options) => {
+                let store = if create {
+                    PgLeaseStore::init(url, options.clone()).await
+                } else {
+                    PgLeaseStore::open(url, options.clone()).await
+                };
+                store
+                    .map(|s| Opened::Postgres(Arc::new(s)))
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+}
+
+/// An open store.
+pub enum Opened {
+    /// SQLite.
+    Sqlite(Arc<SqliteLeaseStore>),
+    /// PostgreSQL.
+    Postgres(Arc<PgLeaseStore>),
+}
+
+impl Opened {
+    /// The store through the port.
+    #[must_use]
+    pub fn store(&self) -> Arc<dyn LeaseStore> {
+        match self {
+            Opened::Sqlite(s) => Arc::clone(s) as Arc<dyn LeaseStore>,
+            Opened::Postgres(s) => Arc::clone(s) as Arc<dyn LeaseStore>,
+        }
+    }
+
+    fn transfer(&self) -> &dyn Transfer {
+        match self {
+            Opened::Sqlite(s) => s.as_ref(),
+            Opened::Postgres(s) => s.as_ref(),
+        }
+    }
+}
+
+/// Copies `from` into `to` (created if missing) and reports what was copied and verified.
+///
+/// # Errors
+/// Either store's error, a refused non-empty target, or a failed verification, as text.
+pub async fn run_migrate(from: &Target, to: &Target, merge: bool) -> Result<Report, String> {
+    if from.shown() == to.shown() {
+        return Err(format!(
+            "--from and --to both name {}; a store cannot be migrated into itself",
+            from.shown()
+        ));
+    }
+    let source = from.open(false).await?;
+    let target = to.open(true).await?;
+    let done: Migration = migrate(source.transfer(), target.transfer(), merge)
+        .await
+        .map_err(|e| e.to_string())?;
+    let conflicts: Vec<_> = done
+        .imported
+        .conflicts
+        .iter()
+        .map(|c| {
+            json!({
+                "job": c.job.as_str(),
+                "source_fence": c.source_fence.get(),
+                "target_fence": c.target_fence.get(),
+                "kept": if c.replaced { "source" } else { "target" },
+            })
+        })
+        .collect();
+    let mut human = format!(
+        "copied {} of {} jobs and {} purge marks from {} to {}; verified: every fence carried \
+         forward, the target holds {} jobs",
+        done.imported.inserted,
+        done.source_jobs,
+        done.imported.marks,
+        from.shown(),
+        to.shown(),
+        done.target_jobs
+    );
+    for c in &done.imported.conflicts {
+        human.push_str(&format!(
+            "; merged job {} (source fence {}, target fence {}, kept the {})",
+            c.job,
+            c.source_fence,
+            c.target_fence,
+            if c.replaced { "source's" } else { "target's" }
+        ));
+    }
+    Ok(Report::new(
+        true,
+        json!({
+            "ok": true,
+            "from": from.shown(),
+            "to": to.shown(),
+            "source_jobs": done.source_jobs,
+            "source_purge_marks": done.source_marks,
+            "copied": done.imported.inserted,
+            "purge_marks": done.imported.marks,
+            "merged": conflicts,
+            "target_jobs": done.target_jobs,
+            "verified": true,
+        }),
+        human,
+    ))
+}
+
+/// Waits at most this long for the PostgreSQL pool (the CLI's busy timeout).
+#[must_use]
+pub fn pg_options(schema: Option<String>, wait: Duration, clock: ClockMode) -> PgOptions {
+    PgOptions {
+        schema: schema.unwrap_or_else(|| "lease".to_owned()),
+        pool_size: 4,
+        clock,
+        wait_timeout: wait,
+        ..PgOptions::default()
+    }
+}

@@ -1,0 +1,169 @@
+//! Moving every job between stores (SQLite to PostgreSQL and back) with its fence, result,
+//! queue fields and the fence of every purged id, so that no fence is ever handed out twice.
+//!
+//! Adapters implement [`Transfer`] (read everything; write everything in one transaction, each
+//! job as [`lease_domain::decide_import`] decides); [`migrate`] copies, then verifies the copy.
+
+use async_trait::async_trait;
+use lease_domain::{Fence, JobId};
+
+use crate::{JobRecord, LeaseStore, StoreError};
+
+/// Everything a store holds.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// Every job, in enqueue order (the order `claim_next` breaks ties by).
+    pub jobs: Vec<JobRecord>,
+    /// The fence each purged id had.
+    pub purged: Vec<(JobId, Fence)>,
+}
+
+impl Snapshot {
+    /// Whether the store holds no job and no purge mark.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty() && self.purged.is_empty()
+    }
+}
+
+/// A job present on both sides of a merge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    /// The job.
+    pub job: JobId,
+    /// Its fence in the source.
+    pub source_fence: Fence,
+    /// Its fence in the target before the merge.
+    pub target_fence: Fence,
+    /// Whether the source's job replaced the target's (its fence was larger).
+    pub replaced: bool,
+}
+
+/// What an import wrote.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Imported {
+    /// Jobs the target did not have.
+    pub inserted: u64,
+    /// Jobs present on both sides.
+    pub conflicts: Vec<Conflict>,
+    /// Purge marks written or raised.
+    pub marks: u64,
+}
+
+/// A store whose whole contents can be read and written for a migration.
+#[async_trait]
+pub trait Transfer: LeaseStore {
+    /// Every job and purge mark, read in one snapshot.
+    async fn export(&self) -> Result<Snapshot, StoreError>;
+
+    /// Writes `snapshot` in one transaction: each job as [`lease_domain::decide_import`]
+    /// decides against the target's job and purge mark, each purge mark raised to the larger
+    /// fence (and a target job under a mark raised with [`lease_domain::raise_fence`]). Unless
+    /// `merge` is set, a target that holds anything is refused and left as it is.
+    async fn import(&self, snapshot: &Snapshot, merge: bool) -> Result<Imported, StoreError>;
+}
+
+/// What [`migrate`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Migration {
+    /// Jobs read from the source.
+    pub source_jobs: u64,
+    /// Purge marks read from the source.
+    pub source_marks: u64,
+    /// What the import wrote.
+    pub imported: Imported,
+    /// Jobs the target holds afterwards.
+    pub target_jobs: u64,
+}
+
+/// Copies `from` into `to` and verifies the copy: the target holds every source job with a
+/// fence at least as large (equal, with the same record, unless merged with a larger one), and
+/// every purge mark at least as large; job counts add up.
+///
+/// # Errors
+/// The store's errors; [`StoreError::Incompatible`] for a non-empty target without `merge`;
+/// [`StoreError::Corrupt`] when the verification finds a difference (naming the job).
+pub async fn migrate(
+    from: &dyn Transfer,
+    to: &dyn Transfer,
+    merge: bool,
+) -> Result<Migration, StoreError> {
+    let source = from.export().await?;
+    let before = to.export().await?;
+    let imported = to.import(&source, merge).await?;
+    let after = to.export().await?;
+    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    let merged: std::collections::HashSet<&JobId> =
+        imported.conflicts.iter().map(|c| &c.job).collect();
+    let stored: std::collections::HashMap<&JobId, &JobRecord> =
+        after.jobs.iter().map(|r| (&r.id, r)).collect();
+    let marks: std::collections::HashMap<&JobId, Fence> =
+        after.purged.iter().map(|(id, f)| (id, *f)).collect();
+    for record in &source.jobs {
+        let Some(copy) = stored.get(&record.id) else {
+            return Err(StoreError::Corrupt(format!(
+                "verification: job {} is missing from the target after the copy",
+                record.id
+            )));
+        };
+        if copy.job.fence < record.job.fence {
+            return Err(StoreError::Corrupt(format!(
+                "verification: job {} has fence {} in the target but {} in the source",
+                record.id, copy.job.fence, record.job.fence
+            )));
+        }
+        if !merged.contains(&record.id) && copy.job.fence == record.job.fence && *copy != record {
+            return Err(StoreError::Corrupt(format!(
+                "verification: job {} differs between source and target",
+                record.id
+            )));
+        }
+    }
+    for (id, fence) in &source.purged {
+        let floor = stored
+            .get(id)
+            .map(|r| r.job.fence)
+            .or_else(|| marks.get(id).copied());
+        if floor.is_none_or(|f| f < *fence) {
+            return Err(StoreError::Corrupt(format!(
+                "verification: purged job {id} had fence {fence} in the source; the target \
+                 keeps {floor:?}"
+            )));
+        }
+    }
+    let expected = count(before.jobs.len()).saturating_add(imported.inserted);
+    if count(after.jobs.len()) != expected {
+        return Err(StoreError::Corrupt(format!(
+            "verification: the target holds {} jobs, expected {expected}",
+            after.jobs.len()
+        )));
+    }
+    Ok(Migration {
+        source_jobs: count(source.jobs.len()),
+        source_marks: count(source.purged.len()),
+        imported,
+        target_jobs: count(after.jobs.len()),
+    })
+}
+
+/// Refuses a non-empty target of an import without `merge`.
+///
+/// # Errors
+/// [`StoreError::Incompatible`] naming what the target holds.
+pub fn refuse_unless_empty(
+    target: &str,
+    jobs: u64,
+    marks: u64,
+    merge: bool,
+) -> Result<(), StoreError> {
+    if merge || (jobs == 0 && marks == 0) {
+        return Ok(());
+    }
+    Err(StoreError::Incompatible {
+        path: target.to_owned(),
+        reason: format!(
+            "the target already holds {jobs} jobs and {marks} purge marks; migrate into an \
+             empty store, or pass --merge to keep the larger fence of each job on both sides"
+        ),
+    })
+}

@@ -1,0 +1,151 @@
+//! Export and import of every job and purge mark, for `lease migrate`.
+
+use async_trait::async_trait;
+use lease_domain::{Fence, ImportDecision, Job, JobId, decide_import, raise_fence};
+use lease_ports::transfer::{Conflict, Imported, Snapshot, Transfer, refuse_unless_empty};
+use lease_ports::{JobRecord, StoreError};
+use rusqlite::Connection;
+
+use crate::{SqliteLeaseStore, error, ops};
+
+/// Every job id in enqueue order (a job without a queue row last, in id order).
+const SELECT_ORDER: &str = "SELECT j.id FROM jobs j LEFT JOIN jobs_queue q ON q.id = j.id \
+    ORDER BY q.seq IS NULL, q.seq, j.id";
+const SELECT_MARKS: &str = "SELECT id, fence FROM purged ORDER BY id";
+
+fn ids(conn: &Connection) -> Result<Vec<JobId>, StoreError> {
+    let texts: Vec<String> = conn
+        .prepare_cached(SELECT_ORDER)
+        .and_then(|mut stmt| stmt.query_map([], |r| r.get(0))?.collect())
+        .map_err(error::sql(conn))?;
+    texts
+        .into_iter()
+        .map(|t| JobId::new(t).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}"))))
+        .collect()
+}
+
+fn snapshot(conn: &Connection) -> Result<Snapshot, StoreError> {
+    let mut snapshot = Snapshot::default();
+    for id in ids(conn)? {
+        if let Some(job) = ops::load(conn, &id)? {
+            snapshot.jobs.push(JobRecord { id, job });
+        }
+    }
+    let marks: Vec<(String, i64)> = conn
+        .prepare_cached(SELECT_MARKS)
+        .and_then(|mut stmt| {
+            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect()
+        })
+        .map_err(error::sql(conn))?;
+    for (id, fence) in marks {
+        let id = JobId::new(id).map_err(|e| StoreError::Corrupt(format!("purged id: {e}")))?;
+        let fence = Fence::try_from(fence)
+            .map_err(|f| StoreError::Corrupt(format!("purged job {id}: fence {f} is negative")))?;
+        snapshot.purged.push((id, fence));
+    }
+    Ok(snapshot)
+}
+
+fn conflict(record: &JobRecord, current: &Job, replaced: bool) -> Conflict {
+    Conflict {
+        job: record.id.clone(),
+        source_fence: record.job.fence,
+        target_fence: current.fence,
+        replaced,
+    }
+}
+
+/// Writes the snapshot inside the open transaction.
+fn write(
+    conn: &Connection,
+    target: &str,
+    incoming: &Snapshot,
+    merge: bool,
+) -> Result<Imported, StoreError> {
+    let held = snapshot(conn)?;
+    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    refuse_unless_empty(
+        target,
+        count(held.jobs.len()),
+        count(held.purged.len()),
+        merge,
+    )?;
+    let mut imported = Imported::default();
+    for record in &incoming.jobs {
+        let current = ops::load(conn, &record.id)?;
+        let mark = ops::purged_fence(conn, &record.id)?;
+        match decide_import(&record.job, current.as_ref(), mark) {
+            ImportDecision::Insert(job) => {
+                ops::store(conn, true, &record.id, &job)?;
+                ops::run_with(conn, ops::FORGET_PURGED, record.id.as_str())?;
+                imported.inserted += 1;
+            }
+            ImportDecision::Replace(job) => {
+                if let Some(current) = &current {
+                    imported.conflicts.push(conflict(record, current, true));
+                }
+                ops::store(conn, false, &record.id, &job)?;
+            }
+            ImportDecision::Keep => {
+                if let Some(current) = &current {
+                    imported.conflicts.push(conflict(record, current, false));
+                }
+            }
+        }
+    }
+    for (id, fence) in &incoming.purged {
+        match ops::load(conn, id)? {
+            Some(job) if job.fence < *fence => {
+                ops::store(conn, false, id, &raise_fence(&job, Some(*fence)))?;
+                imported.marks += 1;
+            }
+            Some(_) => {}
+            None => {
+                conn.prepare_cached(ops::REMEMBER_PURGED)
+                    .and_then(|mut stmt| {
+                        stmt.execute(rusqlite::params![id.as_str(), i64::from(*fence)])
+                    })
+                    .map_err(error::sql(conn))?;
+                imported.marks += 1;
+            }
+        }
+    }
+    Ok(imported)
+}
+
+#[async_trait]
+impl Transfer for SqliteLeaseStore {
+    async fn export(&self) -> Result<Snapshot, StoreError> {
+        self.run(|store| store.with_conn(|conn| ops::reading(conn, snapshot)))
+            .await
+    }
+
+    async fn import(&self, incoming: &Snapshot, merge: bool) -> Result<Imported, StoreError> {
+        self.refuse_if_read_only()?;
+        let incoming = incoming.clone();
+        self.run(move |store| {
+            let target = store.path().display().to_string();
+            store.with_conn(|conn| {
+                ops::run(conn, "BEGIN IMMEDIATE").map_err(error::sql(conn))?;
+                match write(conn, &target, &incoming, merge) {
+                    Ok(imported) => match ops::run(conn, "COMMIT") {
+                        Ok(()) => Ok(imported),
+                        Err(e) => {
+                            let err = error::sql(conn)(e);
+                            ops::roll_back(conn);
+                            Err(StoreError::Indeterminate(format!(
+                                "the migration's commit failed: {err}"
+                            )))
+                        }
+                    },
+                    Err(e) => {
+                        ops::roll_back(conn);
+                        Err(e)
+                    }
+                }
+            })
+        })
+        .await
+    }
+}
