@@ -231,6 +231,22 @@ impl PgLeaseStore {
         stored_now(row.get(0))
     }
 
+    /// A server setting as a pooled connection of this store sees it (for example
+    /// `synchronous_commit`, which every connection sets to `on` and reads back).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the server cannot be reached or has no such setting.
+    pub async fn setting(&self, name: &str) -> Result<String, StoreError> {
+        let mut conn = self.conn().await?;
+        let row = conn
+            .client()
+            .query_one("SELECT current_setting($1)", &[&name])
+            .await
+            .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+        conn.clean();
+        Ok(row.get(0))
+    }
+
     /// Closes the pool: open connections are dropped, later calls fail.
     pub fn close(&self) {
         self.pool.close();

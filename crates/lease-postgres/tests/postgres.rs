@@ -1,0 +1,314 @@
+//! The PostgreSQL store against the real server: the stale-worker story, what it refuses to
+//! open, concurrent creators, durable settings, clock modes, and calls cancelled mid-transaction.
+//! Each test makes its own database and drops it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_domain::{
+    ClaimRefused, ClockMode, JobId, JobResult, LeaseTerm, Owner, QueueName, Ttl, WriteRefused,
+};
+use lease_ports::{LeaseStore, StoreError};
+use lease_postgres::{PgLeaseStore, PgOptions, ScratchDatabase};
+
+fn id(s: &str) -> JobId {
+    JobId::new(s).unwrap()
+}
+
+fn owner(s: &str) -> Owner {
+    Owner::new(s).unwrap()
+}
+
+fn term(now: f64, ttl: f64) -> LeaseTerm {
+    LeaseTerm::new(now, ttl).unwrap()
+}
+
+async fn init(db: &ScratchDatabase, options: PgOptions) -> PgLeaseStore {
+    PgLeaseStore::init(db.url(), options).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_worker_cannot_overwrite_the_result_of_the_worker_that_took_over() {
+    let db = ScratchDatabase::create();
+    let store = init(&db, PgOptions::default()).await;
+    let job = id("invoice-42");
+    assert!(store.enqueue(&job).await.unwrap());
+    let a = store
+        .claim(&job, &owner("A"), term(100.0, 10.0))
+        .await
+        .unwrap()
+        .unwrap();
+    // A stalls past its lease; B takes over and completes.
+    let b = store
+        .claim(&job, &owner("B"), term(111.0, 10.0))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(b > a);
+    let from_b = JobResult::new("paid by B").unwrap();
+    store
+        .complete(
+            &job,
+            &owner("B"),
+            b,
+            lease_domain::Timestamp::new(112.0).unwrap(),
+            &from_b,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    // A wakes and writes: refused as stale, and B's result survives.
+    let late = store
+        .complete(
+            &job,
+            &owner("A"),
+            a,
+            lease_domain::Timestamp::new(113.0).unwrap(),
+            &JobResult::new("paid by A").unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            late,
+            Err(WriteRefused::Done { .. }) | Err(WriteRefused::Stale { .. })
+        ),
+        "{late:?}"
+    );
+    let state = store.state(&job).await.unwrap().unwrap();
+    assert_eq!(
+        (state.result.as_deref(), state.fence, state.done),
+        (Some("paid by B"), 2, true)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_without_init_is_not_found_and_creates_nothing() {
+    let db = ScratchDatabase::create();
+    let err = PgLeaseStore::open(db.url(), PgOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::NotFound { .. }), "{err}");
+    assert!(err.to_string().contains("init"), "{err}");
+    let missing = PgLeaseStore::open(&format!("{}_nope", db.url()), PgOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(missing, StoreError::NotFound { .. }), "{missing}");
+    // Still nothing there: init works from scratch.
+    init(&db, PgOptions::default()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_holding_anything_else_is_refused_and_left_untouched() {
+    let db = ScratchDatabase::create();
+    db.execute("CREATE SCHEMA lease; CREATE TABLE lease.invoices(n int); INSERT INTO lease.invoices VALUES (7)").unwrap();
+    let err = PgLeaseStore::init(db.url(), PgOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Incompatible { .. }), "{err}");
+    assert!(err.to_string().contains("invoices"), "{err}");
+    // Untouched: the foreign table is there with its row, and no lease table was added.
+    db.execute("DO $$ BEGIN IF (SELECT n FROM lease.invoices) <> 7 OR to_regclass('lease.jobs') IS NOT NULL THEN RAISE EXCEPTION 'touched'; END IF; END $$").unwrap();
+    // Another schema name in the same database is fine.
+    let options = PgOptions {
+        schema: "work".into(),
+        ..PgOptions::default()
+    };
+    init(&db, options).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_from_a_newer_lease_is_refused() {
+    let db = ScratchDatabase::create();
+    init(&db, PgOptions::default()).await;
+    db.execute("INSERT INTO lease.migrations(version) VALUES (99)")
+        .unwrap();
+    let err = PgLeaseStore::open(db.url(), PgOptions::default())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("newer"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_creators_apply_each_migration_once() {
+    let db = ScratchDatabase::create();
+    let url = db.url().to_owned();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let url = url.clone();
+        tasks.spawn(async move {
+            let options = PgOptions {
+                pool_size: 1,
+                ..PgOptions::default()
+            };
+            let store = PgLeaseStore::init(&url, options).await?;
+            store.enqueue(&id("shared")).await
+        });
+    }
+    let mut inserted = 0;
+    while let Some(done) = tasks.join_next().await {
+        inserted += usize::from(done.unwrap().unwrap());
+    }
+    assert_eq!(inserted, 1, "exactly one creator inserted the shared job");
+    db.execute(&format!(
+        "DO $$ BEGIN IF (SELECT count(*) FROM lease.migrations) <> {} THEN RAISE EXCEPTION 'migrated twice'; END IF; END $$",
+        lease_postgres::CURRENT_VERSION
+    ))
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_connection_commits_synchronously_even_when_the_database_says_otherwise() {
+    let db = ScratchDatabase::create();
+    db.execute(&format!(
+        "ALTER DATABASE {} SET synchronous_commit = off",
+        db.name()
+    ))
+    .unwrap();
+    let store = init(&db, PgOptions::default()).await;
+    assert_eq!(store.setting("synchronous_commit").await.unwrap(), "on");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_store_clock_mode_a_fast_caller_clock_cannot_reclaim_a_live_lease() {
+    let db = ScratchDatabase::create();
+    let store = init(&db, PgOptions::default().store_clock()).await;
+    let server = store.server_now().await.unwrap().get();
+    let job = id("j");
+    store.enqueue(&job).await.unwrap();
+    // A's clock is an hour slow, B's an hour fast: the store's clock decides both.
+    store
+        .claim(&job, &owner("A"), term(server - 3600.0, 30.0))
+        .await
+        .unwrap()
+        .unwrap();
+    let stolen = store
+        .claim(&job, &owner("B"), term(server + 3600.0, 30.0))
+        .await
+        .unwrap();
+    assert!(
+        matches!(stolen, Err(ClaimRefused::Live { .. })),
+        "{stolen:?}"
+    );
+    let state = store.state(&job).await.unwrap().unwrap();
+    assert_eq!(state.owner.as_deref(), Some("A"));
+    // The lease runs 30 s from the server's clock, not from A's.
+    assert!(
+        (state.until - (server + 30.0)).abs() < 5.0,
+        "until {} vs server {server}",
+        state.until
+    );
+    // claim_next answers with the store's now and until.
+    store.enqueue(&id("k")).await.unwrap();
+    let leases = store
+        .claim_next(&QueueName::default(), &owner("C"), term(0.0, 10.0), 1)
+        .await
+        .unwrap();
+    assert_eq!(leases.len(), 1);
+    assert!((leases[0].now.get() - server).abs() < 5.0);
+    assert!((leases[0].until.get() - leases[0].now.get() - 10.0).abs() < 1e-6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_skew_bound_a_skewed_caller_is_refused_naming_both_clocks_and_nothing_changes() {
+    let db = ScratchDatabase::create();
+    let store = init(&db, PgOptions::default().skew_bound(Ttl::new(5.0).unwrap())).await;
+    let server = store.server_now().await.unwrap().get();
+    let job = id("j");
+    store.enqueue(&job).await.unwrap();
+    let fence = store
+        .claim(&job, &owner("A"), term(server, 30.0))
+        .await
+        .unwrap()
+        .unwrap();
+    let before = store.record(&job).await.unwrap();
+    let err = store
+        .claim(&job, &owner("B"), term(server + 120.0, 30.0))
+        .await
+        .unwrap_err();
+    let StoreError::ClockSkew(skew) = &err else {
+        panic!("expected a clock skew, got {err}")
+    };
+    assert_eq!(skew.caller, server + 120.0);
+    assert!((skew.store - server).abs() < 5.0);
+    assert!(
+        err.to_string().contains(&format!("{}", server + 120.0)),
+        "{err}"
+    );
+    let release = store.release(&job, &owner("A"), fence).await;
+    assert!(
+        release.is_ok(),
+        "release carries no time and is never refused for skew"
+    );
+    let err = store
+        .claim_next(
+            &QueueName::default(),
+            &owner("B"),
+            term(server - 60.0, 30.0),
+            1,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::ClockSkew(_)), "{err}");
+    let after = store.record(&job).await.unwrap().unwrap();
+    assert_eq!(
+        after.job.fence,
+        before.unwrap().job.fence,
+        "no claim went through"
+    );
+    assert_eq!(
+        store.clock_mode(),
+        ClockMode::Caller {
+            max_skew: Some(Ttl::new(5.0).unwrap())
+        }
+    );
+}
+
+/// An admin connection of the test's own, outside any store.
+async fn admin(db: &ScratchDatabase) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cancelled_inside_its_transaction_leaves_no_lock_behind() {
+    let db = ScratchDatabase::create();
+    let store = Arc::new(init(&db, PgOptions::default()).await);
+    let job = id("j");
+    store.enqueue(&job).await.unwrap();
+    // Someone else holds the row, so the claim waits inside its transaction; it is then
+    // cancelled there, and the row is given back.
+    let holder = admin(&db).await;
+    holder
+        .batch_execute("BEGIN; SELECT * FROM lease.jobs WHERE id = 'j' FOR UPDATE")
+        .await
+        .unwrap();
+    let waiting = {
+        let (s, job) = (Arc::clone(&store), job.clone());
+        tokio::spawn(async move { s.claim(&job, &owner("gone"), term(1e9, 1.0)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    waiting.abort();
+    let _ = waiting.await;
+    holder.batch_execute("COMMIT").await.unwrap();
+    // Another process (its own pool) can take the row at once: the cancelled transaction did
+    // not get the lock after the holder let go and keep it while idle in the pool.
+    let other = PgLeaseStore::open(db.url(), PgOptions::default())
+        .await
+        .unwrap();
+    let claimed = tokio::time::timeout(
+        Duration::from_secs(5),
+        other.claim(&job, &owner("next"), term(2e9, 1.0)),
+    )
+    .await
+    .expect("the cancelled call left the row locked")
+    .unwrap();
+    assert!(claimed.is_ok(), "{claimed:?}");
+    assert_eq!(
+        store.state(&job).await.unwrap().unwrap().owner.as_deref(),
+        Some("next")
+    );
+}
