@@ -315,3 +315,121 @@ mod workload {
 
 #[cfg(feature = "conformance")]
 pub use workload::{perform, record};
+
+/// One line per call in a history log, so that processes (and processes killed mid-call) can
+/// record histories in files: `I <caller>/<seq> <ns> <job> <call>` before a call is made and
+/// `A <caller>/<seq> <ns> <answer>` after it returns.
+#[cfg(feature = "conformance")]
+pub mod log {
+    #![allow(clippy::missing_panics_doc, clippy::unwrap_used)]
+
+    use std::collections::BTreeMap;
+    use std::path::Path;
+
+    use super::{Answer, Call, Event};
+    use crate::{Fence, JobId, JobResult, LeaseTerm, Owner, Timestamp};
+
+    /// The text of a call that [`super::random_call`] makes.
+    ///
+    /// # Panics
+    /// For a queue call, which `random_call` never makes.
+    #[must_use]
+    pub fn call_text(call: &Call) -> String {
+        let term = |t: &LeaseTerm| format!("{} {}", t.now(), t.until().get() - t.now().get());
+        match call {
+            Call::Enqueue => "E".to_owned(),
+            Call::Claim(o, t) => format!("C {o} {}", term(t)),
+            Call::Renew(o, f, t) => format!("R {o} {f} {}", term(t)),
+            Call::Complete(o, f, now, r) => format!("P {o} {f} {now} {}", r.as_str()),
+            Call::Release(o, f) => format!("L {o} {f}"),
+            other => panic!("random_call never makes {other:?}, and the soak logs only its calls"),
+        }
+    }
+
+    /// Reads [`call_text`] split at spaces.
+    ///
+    /// # Panics
+    /// For text that `call_text` did not write.
+    #[must_use]
+    pub fn parse_call(parts: &[&str]) -> Call {
+        let owner = |s: &str| Owner::new(s).unwrap();
+        let fence = |s: &str| Fence::new(s.parse().unwrap()).unwrap();
+        let term = |now: &str, ttl: &str| {
+            LeaseTerm::new(now.parse().unwrap(), ttl.parse().unwrap()).unwrap()
+        };
+        match parts {
+            ["E"] => Call::Enqueue,
+            ["C", o, now, ttl] => Call::Claim(owner(o), term(now, ttl)),
+            ["R", o, f, now, ttl] => Call::Renew(owner(o), fence(f), term(now, ttl)),
+            ["P", o, f, now, r] => Call::Complete(
+                owner(o),
+                fence(f),
+                Timestamp::new(now.parse().unwrap()).unwrap(),
+                JobResult::new(*r).unwrap(),
+            ),
+            ["L", o, f] => Call::Release(owner(o), fence(f)),
+            other => panic!("unreadable call {other:?}"),
+        }
+    }
+
+    /// The text of an answer.
+    #[must_use]
+    pub fn answer_text(answer: Answer) -> String {
+        match answer {
+            Answer::Enqueued(b) => format!("e{}", u8::from(b)),
+            Answer::Claimed(Some(f)) => format!("c{f}"),
+            Answer::Claimed(None) => "c-".to_owned(),
+            Answer::Wrote(b) => format!("w{}", u8::from(b)),
+        }
+    }
+
+    /// Reads [`answer_text`].
+    ///
+    /// # Panics
+    /// For text that `answer_text` did not write.
+    #[must_use]
+    pub fn parse_answer(text: &str) -> Answer {
+        match text {
+            "e1" => Answer::Enqueued(true),
+            "e0" => Answer::Enqueued(false),
+            "c-" => Answer::Claimed(None),
+            "w1" => Answer::Wrote(true),
+            "w0" => Answer::Wrote(false),
+            fence => Answer::Claimed(Some(Fence::new(fence[1..].parse().unwrap()).unwrap())),
+        }
+    }
+
+    /// Every event logged in the files of `logs`; a call without an `A` line never returned.
+    ///
+    /// # Panics
+    /// For an unreadable directory or line.
+    #[must_use]
+    pub fn read_history(logs: &Path) -> Vec<Event> {
+        let mut invoked: BTreeMap<String, Event> = BTreeMap::new();
+        for entry in std::fs::read_dir(logs).unwrap() {
+            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+            for line in text.lines() {
+                let parts: Vec<&str> = line.split(' ').collect();
+                match parts.as_slice() {
+                    ["I", id, at, job, call @ ..] => {
+                        let event = Event {
+                            job: JobId::new(*job).unwrap(),
+                            call: parse_call(call),
+                            answer: None,
+                            invoked: at.parse().unwrap(),
+                            returned: 0,
+                        };
+                        invoked.insert((*id).to_owned(), event);
+                    }
+                    ["A", id, at, answer] => {
+                        let event = invoked.get_mut(*id).unwrap();
+                        event.answer = Some(parse_answer(answer));
+                        event.returned = at.parse().unwrap();
+                    }
+                    _ => panic!("unreadable history line {line:?}"),
+                }
+            }
+        }
+        invoked.into_values().collect()
+    }
+}

@@ -19,7 +19,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lease_domain::{Fence, JobId, JobResult, LeaseTerm, Owner, Timestamp};
-use lease_ports::history::{Answer, Call, Event, Rng, check_linearizable, random_call};
+use lease_ports::history::log::{answer_text, call_text, read_history};
+use lease_ports::history::{Answer, Call, Rng, check_linearizable, random_call};
 use lease_sqlite::{SqliteLeaseStore, SqliteOptions};
 
 const SLOTS: u64 = 3;
@@ -393,38 +394,6 @@ fn wall_ns() -> u128 {
         .map_or(0, |d| d.as_nanos())
 }
 
-fn call_text(call: &Call) -> String {
-    let term = |t: &LeaseTerm| format!("{} {}", t.now(), t.until().get() - t.now().get());
-    match call {
-        Call::Enqueue => "E".to_owned(),
-        Call::Claim(o, t) => format!("C {o} {}", term(t)),
-        Call::Renew(o, f, t) => format!("R {o} {f} {}", term(t)),
-        Call::Complete(o, f, now, r) => format!("P {o} {f} {now} {}", r.as_str()),
-        Call::Release(o, f) => format!("L {o} {f}"),
-        other => panic!("random_call never makes {other:?}, and the soak logs only its calls"),
-    }
-}
-
-fn parse_call(parts: &[&str]) -> Call {
-    let owner = |s: &str| Owner::new(s).unwrap();
-    let fence = |s: &str| Fence::new(s.parse().unwrap()).unwrap();
-    let term =
-        |now: &str, ttl: &str| LeaseTerm::new(now.parse().unwrap(), ttl.parse().unwrap()).unwrap();
-    match parts {
-        ["E"] => Call::Enqueue,
-        ["C", o, now, ttl] => Call::Claim(owner(o), term(now, ttl)),
-        ["R", o, f, now, ttl] => Call::Renew(owner(o), fence(f), term(now, ttl)),
-        ["P", o, f, now, r] => Call::Complete(
-            owner(o),
-            fence(f),
-            Timestamp::new(now.parse().unwrap()).unwrap(),
-            JobResult::new(*r).unwrap(),
-        ),
-        ["L", o, f] => Call::Release(owner(o), fence(f)),
-        other => panic!("unreadable call {other:?}"),
-    }
-}
-
 fn perform_blocking(
     store: &lease_sqlite::Blocking<'_>,
     job: &JobId,
@@ -440,26 +409,6 @@ fn perform_blocking(
         Call::Release(o, f) => Answer::Wrote(store.release(job, o, *f).ok()?.is_ok()),
         other => panic!("random_call never makes {other:?}"),
     })
-}
-
-fn answer_text(answer: Answer) -> String {
-    match answer {
-        Answer::Enqueued(b) => format!("e{}", u8::from(b)),
-        Answer::Claimed(Some(f)) => format!("c{f}"),
-        Answer::Claimed(None) => "c-".to_owned(),
-        Answer::Wrote(b) => format!("w{}", u8::from(b)),
-    }
-}
-
-fn parse_answer(text: &str) -> Answer {
-    match text {
-        "e1" => Answer::Enqueued(true),
-        "e0" => Answer::Enqueued(false),
-        "c-" => Answer::Claimed(None),
-        "w1" => Answer::Wrote(true),
-        "w0" => Answer::Wrote(false),
-        fence => Answer::Claimed(Some(Fence::new(fence[1..].parse().unwrap()).unwrap())),
-    }
 }
 
 /// One history writer: random calls on shared jobs, each logged before it is made and after it
@@ -491,35 +440,6 @@ fn history_writer() {
             }
         }
     }
-}
-
-fn read_history(logs: &Path) -> Vec<Event> {
-    let mut invoked: BTreeMap<String, Event> = BTreeMap::new();
-    for entry in std::fs::read_dir(logs).unwrap() {
-        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-        for line in text.lines() {
-            let parts: Vec<&str> = line.split(' ').collect();
-            match parts.as_slice() {
-                ["I", id, at, job, call @ ..] => {
-                    let event = Event {
-                        job: JobId::new(*job).unwrap(),
-                        call: parse_call(call),
-                        answer: None,
-                        invoked: at.parse().unwrap(),
-                        returned: 0,
-                    };
-                    invoked.insert((*id).to_owned(), event);
-                }
-                ["A", id, at, answer] => {
-                    let event = invoked.get_mut(*id).unwrap();
-                    event.answer = Some(parse_answer(answer));
-                    event.returned = at.parse().unwrap();
-                }
-                _ => panic!("unreadable history line {line:?}"),
-            }
-        }
-    }
-    invoked.into_values().collect()
 }
 
 fn linearizable_across_killed_processes() -> String {
