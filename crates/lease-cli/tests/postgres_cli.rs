@@ -1,0 +1,314 @@
+//! The `lease` binary against PostgreSQL: every command through a `postgres://` URL (or `PG*`
+//! variables), several `lease work` processes sharing one queue, and `lease migrate` between
+//! SQLite and PostgreSQL, which never lets a fence be handed out twice. Each test makes its own
+//! database and drops it.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use lease_postgres::ScratchDatabase;
+use serde_json::Value;
+
+fn lease(db: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_lease"));
+    command.arg("--db").arg(db).env_remove("LEASE_DB");
+    command
+}
+
+fn run(db: &str, args: &[&str]) -> Output {
+    lease(db).args(args).output().unwrap()
+}
+
+fn json_of(db: &str, args: &[&str]) -> Value {
+    let out = lease(db).args(args).arg("--json").output().unwrap();
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+fn ok(out: &Output) {
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_stale_worker_story_through_the_cli_on_postgres() {
+    let db = ScratchDatabase::create();
+    let url = db.url();
+    let before = run(url, &["state", "j"]);
+    assert_eq!(before.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&before.stderr).contains("init"));
+    ok(&run(url, &["init"]));
+    ok(&run(url, &["init"]));
+    ok(&run(url, &["enqueue", "j"]));
+    let a = json_of(
+        url,
+        &["claim", "j", "--owner", "A", "--ttl", "10", "--now", "100"],
+    );
+    assert_eq!(a["fence"], 1);
+    let b = json_of(
+        url,
+        &["claim", "j", "--owner", "B", "--ttl", "10", "--now", "111"],
+    );
+    assert_eq!(b["fence"], 2);
+    ok(&run(
+        url,
+        &[
+            "complete", "j", "--owner", "B", "--fence", "2", "--now", "112", "--result", "B's",
+        ],
+    ));
+    let late = run(
+        url,
+        &[
+            "complete", "j", "--owner", "A", "--fence", "1", "--now", "113", "--result", "A's",
+        ],
+    );
+    assert_eq!(late.status.code(), Some(3), "a refused write exits 3");
+    let state = json_of(url, &["state", "j"]);
+    assert_eq!(
+        (state["result"].as_str(), state["fence"].as_u64()),
+        (Some("B's"), Some(2))
+    );
+}
+
+#[test]
+fn lease_db_and_pg_variables_name_the_database() {
+    let db = ScratchDatabase::create();
+    let out = Command::new(env!("CARGO_BIN_EXE_lease"))
+        .args(["init"])
+        .env("LEASE_DB", "postgres://")
+        .env("PGHOST", "127.0.0.1")
+        .env("PGPORT", "5432")
+        .env("PGUSER", "postgres")
+        .env("PGDATABASE", db.name())
+        .output()
+        .unwrap();
+    ok(&out);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(db.name()));
+    // The same database by its URL: init made the schema there.
+    ok(&run(db.url(), &["enqueue", "seen"]));
+    assert_eq!(json_of(db.url(), &["state", "seen"])["status"], "pending");
+}
+
+#[test]
+fn several_worker_processes_share_one_postgres_queue() {
+    let db = ScratchDatabase::create();
+    let url = db.url();
+    ok(&run(url, &["init"]));
+    for i in 0..30 {
+        ok(&run(url, &["enqueue", &format!("job-{i}"), "--queue", "q"]));
+    }
+    let spawned: Vec<std::process::Child> = (0..3)
+        .map(|w| {
+            lease(url)
+                .args([
+                    "work",
+                    "--queue",
+                    "q",
+                    "--owner",
+                    &format!("w{w}"),
+                    "--ttl",
+                    "10",
+                    "--json",
+                ])
+                .args([
+                    "--exit-when-empty",
+                    "--",
+                    "sh",
+                    "-c",
+                    r#"printf '%s:%s' "$LEASE_JOB" "$LEASE_FENCE""#,
+                ])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut completed = 0;
+    for child in spawned {
+        let out = child.wait_with_output().unwrap();
+        ok(&out);
+        let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+        completed += summary["completed"].as_u64().unwrap();
+    }
+    assert_eq!(completed, 30, "each job completed by exactly one worker");
+    for i in 0..30 {
+        let state = json_of(url, &["state", &format!("job-{i}")]);
+        assert_eq!(state["status"], "done", "{state}");
+        assert_eq!(
+            state["result"],
+            format!("job-{i}:{}", state["result_fence"]),
+            "{state}"
+        );
+    }
+}
+
+fn sqlite(dir: &Path, name: &str) -> String {
+    dir.join(name).display().to_string()
+}
+
+#[test]
+fn migrate_carries_every_fence_forward_both_ways_and_never_reissues_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = sqlite(dir.path(), "first.db");
+    ok(&run(&first, &["init"]));
+    for job in ["a", "b", "c"] {
+        ok(&run(&first, &["enqueue", job]));
+    }
+    // a: fence 2, released; b: done with fence 1; c: claimed (fence 1), cancelled, purged.
+    json_of(
+        &first,
+        &["claim", "a", "--owner", "w", "--ttl", "5", "--now", "1"],
+    );
+    ok(&run(
+        &first,
+        &["release", "a", "--owner", "w", "--fence", "1"],
+    ));
+    json_of(
+        &first,
+        &["claim", "a", "--owner", "w", "--ttl", "5", "--now", "2"],
+    );
+    ok(&run(
+        &first,
+        &["release", "a", "--owner", "w", "--fence", "2"],
+    ));
+    json_of(
+        &first,
+        &["claim", "b", "--owner", "w", "--ttl", "5", "--now", "3"],
+    );
+    ok(&run(
+        &first,
+        &[
+            "complete", "b", "--owner", "w", "--fence", "1", "--now", "4", "--result", "kept",
+        ],
+    ));
+    json_of(
+        &first,
+        &["claim", "c", "--owner", "w", "--ttl", "5", "--now", "5"],
+    );
+    ok(&run(&first, &["cancel", "c", "--now", "6"]));
+    ok(&run(
+        &first,
+        &["purge", "--before", "100", "--status", "cancelled"],
+    ));
+
+    let pg = ScratchDatabase::create();
+    let summary = json_of(&first, &["migrate", "--from", &first, "--to", pg.url()]);
+    assert_eq!(
+        (summary["copied"].as_u64(), summary["purge_marks"].as_u64()),
+        (Some(2), Some(1)),
+        "{summary}"
+    );
+    assert_eq!(summary["verified"], true);
+    let b = json_of(pg.url(), &["state", "b"]);
+    assert_eq!(
+        (b["result"].as_str(), b["result_fence"].as_u64()),
+        (Some("kept"), Some(1))
+    );
+    // On PostgreSQL the next fences are above every fence SQLite handed out.
+    assert_eq!(
+        json_of(
+            pg.url(),
+            &["claim", "a", "--owner", "x", "--ttl", "5", "--now", "10"]
+        )["fence"],
+        3
+    );
+    ok(&run(pg.url(), &["enqueue", "c"]));
+    assert_eq!(
+        json_of(
+            pg.url(),
+            &["claim", "c", "--owner", "x", "--ttl", "5", "--now", "10"]
+        )["fence"],
+        2
+    );
+
+    // Back to a new SQLite file, which then continues from PostgreSQL's fences.
+    let back = sqlite(dir.path(), "back.db");
+    ok(&run(&back, &["migrate", "--from", pg.url(), "--to", &back]));
+    assert_eq!(
+        json_of(
+            &back,
+            &["claim", "a", "--owner", "y", "--ttl", "5", "--now", "20"]
+        )["fence"],
+        4
+    );
+    assert_eq!(
+        json_of(
+            &back,
+            &["claim", "c", "--owner", "y", "--ttl", "5", "--now", "20"]
+        )["fence"],
+        3
+    );
+    assert_eq!(json_of(&back, &["state", "b"])["result"], "kept");
+
+    // A non-empty target is refused and left as it is; with --merge the larger fence wins.
+    let refused = run(&first, &["migrate", "--from", &back, "--to", pg.url()]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--merge"));
+    assert_eq!(
+        json_of(pg.url(), &["state", "a"])["fence"],
+        3,
+        "the refused migration changed nothing"
+    );
+    let merged = json_of(
+        &first,
+        &["migrate", "--from", &back, "--to", pg.url(), "--merge"],
+    );
+    let kept: Vec<(String, String)> = merged["merged"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["job"].as_str().unwrap().to_owned(),
+                m["kept"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        kept.contains(&("a".to_owned(), "source".to_owned())),
+        "{merged}"
+    );
+    assert!(
+        kept.contains(&("b".to_owned(), "target".to_owned())),
+        "{merged}"
+    );
+    assert_eq!(json_of(pg.url(), &["state", "a"])["fence"], 4);
+    assert_eq!(
+        json_of(
+            pg.url(),
+            &["claim", "a", "--owner", "z", "--ttl", "5", "--now", "30"]
+        )["fence"],
+        5
+    );
+}
+
+#[test]
+fn migrate_into_itself_or_from_nothing_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = sqlite(dir.path(), "one.db");
+    ok(&run(&file, &["init"]));
+    let same = run(&file, &["migrate", "--from", &file, "--to", &file]);
+    assert_eq!(same.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&same.stderr).contains("itself"));
+    let missing = sqlite(dir.path(), "missing.db");
+    let out = run(
+        &file,
+        &[
+            "migrate",
+            "--from",
+            &missing,
+            "--to",
+            &sqlite(dir.path(), "new.db"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.db"));
+    assert!(
+        !dir.path().join("new.db").exists(),
+        "nothing is created when the source is missing"
+    );
+}
