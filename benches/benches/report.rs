@@ -2,6 +2,9 @@
 //! the same process, concurrent callers with and without group commit, and tables of 1k to 1M
 //! jobs. Prints one table and writes it to `target/bench-report.md`. `-- --quick` shortens it.
 
+#[path = "support/pg.rs"]
+mod pg;
+
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -1065,6 +1068,9 @@ fn report_path() -> PathBuf {
 }
 
 fn main() {
+    if pg::child() {
+        return;
+    }
     let args: Vec<String> = std::env::args().collect();
     // `cargo bench` passes --bench; `cargo test --benches` runs this as a test: do one tiny pass.
     let quick = args.iter().any(|a| a == "--quick");
@@ -1089,13 +1095,20 @@ fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
     let started = Instant::now();
     let mut rows = Vec::new();
-    domain(&plan, &mut rows);
-    single_caller(&plan, dir.path(), &mut rows);
-    concurrent(&plan, dir.path(), &mut rows);
-    table_sizes(&plan, dir.path(), &mut rows);
-    queue(&plan, dir.path(), &mut rows);
-    claim_next_sizes(&plan, dir.path(), &mut rows);
-    let table = render(&rows);
+    // `-- --pg-only` runs the PostgreSQL rows alone.
+    if !args.iter().any(|a| a == "--pg-only") {
+        domain(&plan, &mut rows);
+        single_caller(&plan, dir.path(), &mut rows);
+        concurrent(&plan, dir.path(), &mut rows);
+        table_sizes(&plan, dir.path(), &mut rows);
+        queue(&plan, dir.path(), &mut rows);
+        claim_next_sizes(&plan, dir.path(), &mut rows);
+    }
+    let pg_note = pg::rows(&plan, &mut rows);
+    let mut table = render(&rows);
+    if let Some(note) = pg_note {
+        table.push_str(&format!("\nPostgreSQL: {note}\n"));
+    }
     let header = format!(
         "Bench report ({} mode, {} runs of {:.1} s each, median shown; SQLite {}, synchronous=FULL, WAL), took {:.0} s\n\n",
         if smoke {

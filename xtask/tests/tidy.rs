@@ -62,11 +62,38 @@ fn the_port_names_no_database() {
         deps.contains(&"lease-domain".to_owned()),
         "cargo tree gave {deps:?}"
     );
-    for forbidden in ["rusqlite", "r2d2", "r2d2_sqlite", "lease-sqlite"] {
+    for forbidden in [
+        "rusqlite",
+        "r2d2",
+        "r2d2_sqlite",
+        "lease-sqlite",
+        "tokio-postgres",
+        "lease-postgres",
+    ] {
         assert!(
             !deps.iter().any(|d| d == forbidden),
             "lease-ports depends on {forbidden}"
         );
+    }
+}
+
+#[test]
+fn only_the_postgres_adapter_and_the_cli_depend_on_a_postgres_client() {
+    assert!(dependency_names("lease-postgres").contains(&"tokio-postgres".to_owned()));
+    for package in [
+        "lease-domain",
+        "lease-ports",
+        "lease-sqlite",
+        "lease-worker",
+        "lease-guard",
+    ] {
+        let deps = dependency_names(package);
+        for forbidden in ["tokio-postgres", "postgres-protocol", "deadpool-postgres"] {
+            assert!(
+                !deps.iter().any(|d| d == forbidden),
+                "{package} depends on {forbidden}"
+            );
+        }
     }
 }
 

@@ -73,8 +73,10 @@ impl Target {
     pub fn shown(&self) -> String {
         match self {
             Target::Sqlite(path, _) => path.display().to_string(),
-            Target::Postgres(url, _) => lease_postgres::connection_config(url)
-                .map_or_else(|_| lease_postgres::redact(url), |c| lease_postgres::describe(&c)),
+            Target::Postgres(url, _) => lease_postgres::connection_config(url).map_or_else(
+                |_| lease_postgres::redact(url),
+                |c| lease_postgres::describe(&c),
+            ),
         }
     }
 

@@ -10,26 +10,41 @@ use tokio_postgres::types::ToSql;
 pub(crate) const COLUMNS: &str = "owner, until, fence, result, done, queue, priority, run_at, attempts, \
     max_attempts, payload, ended, error, result_fence, updated";
 
-/// The statements of one schema.
+/// The statements of one schema (public so that benchmarks can run the same SQL raw).
 #[derive(Debug, Clone)]
-pub(crate) struct Sql {
-    pub(crate) select: String,
-    pub(crate) lock: String,
-    pub(crate) lock_purged: String,
-    pub(crate) forget_purged: String,
-    pub(crate) insert: String,
-    pub(crate) update: String,
-    pub(crate) clock: String,
-    pub(crate) candidates: String,
-    pub(crate) purgeable: String,
-    pub(crate) remember_purged: String,
-    pub(crate) delete: String,
-    pub(crate) page: String,
-    pub(crate) stats: String,
+pub struct Sql {
+    /// Reads one job.
+    pub select: String,
+    /// Reads and locks one job (`FOR UPDATE`).
+    pub lock: String,
+    /// Reads and locks the purge mark of an id.
+    pub lock_purged: String,
+    /// Deletes the purge mark of an id.
+    pub forget_purged: String,
+    /// Inserts a job (all columns; nothing on conflict).
+    pub insert: String,
+    /// Writes every column of a job.
+    pub update: String,
+    /// Reads the server's clock.
+    pub clock: String,
+    /// The candidates of `claim_next` (`$1` queue, `$2` caller's now or NULL, `$3` limit).
+    pub candidates: String,
+    /// Finished jobs changed before `$1`, locked (`SKIP LOCKED`).
+    pub purgeable: String,
+    /// Records purge marks (`$1` ids, `$2` fences), keeping the larger fence.
+    pub remember_purged: String,
+    /// Deletes jobs by id (`$1` ids).
+    pub delete: String,
+    /// A page of jobs in id order (`$1` queue or NULL, `$2` after this id or NULL, `$3` limit).
+    pub page: String,
+    /// The inputs of the status rule, grouped (`$1` now).
+    pub stats: String,
 }
 
 impl Sql {
-    pub(crate) fn new(s: &str) -> Self {
+    /// The statements for schema `s`.
+    #[must_use]
+    pub fn new(s: &str) -> Self {
         Self {
             select: format!("SELECT {COLUMNS} FROM {s}.jobs WHERE id = $1"),
             lock: format!("SELECT {COLUMNS} FROM {s}.jobs WHERE id = $1 FOR UPDATE"),

@@ -312,3 +312,31 @@ async fn a_call_cancelled_inside_its_transaction_leaves_no_lock_behind() {
         Some("next")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_next_reads_candidates_in_index_order_even_with_stale_statistics() {
+    let db = ScratchDatabase::create();
+    init(&db, PgOptions::default()).await;
+    // Statistics taken while every job was done, then a burst of enqueues they have not
+    // seen, and live leases in front.
+    db.execute(
+        "INSERT INTO lease.jobs(id, queue, done) SELECT 'a' || g, 'q', true FROM generate_series(1, 5000) g; \
+         ANALYZE lease.jobs; \
+         INSERT INTO lease.jobs(id, queue) SELECT 'j' || g, 'q' FROM generate_series(1, 100000) g; \
+         UPDATE lease.jobs SET owner = 'w', until = 1e12, fence = 1 WHERE seq <= 1000",
+    )
+    .unwrap();
+    let client = admin(&db).await;
+    client.batch_execute(lease_postgres::SESSION_SETTINGS).await.unwrap();
+    let candidates = lease_postgres::StatementTexts::new("lease").candidates;
+    let plan: Vec<String> = client
+        .query(&format!("EXPLAIN {candidates}"), &[&"q", &Some(5.0_f64), &1_i64])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect();
+    let plan = plan.join("\n");
+    assert!(plan.contains("Index Scan using jobs_ready"), "{plan}");
+    assert!(!plan.contains("Sort"), "{plan}");
+}

@@ -1,0 +1,556 @@
+//! The PostgreSQL rows of the report: claim, claim + complete, and claim-next + complete
+//! through the store, against a raw tokio-postgres loop of the same statements (one statement
+//! per round trip, as a hand-written loop does), with 1, 16 and 64 callers in one process and
+//! spread over four; and the round trips each operation makes, counted by a relay between the
+//! client and the server.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use lease_domain::{JobId, JobResult, LeaseTerm, Owner, QueueName};
+use lease_ports::LeaseStore;
+use lease_postgres::{PgLeaseStore, PgOptions, ScratchDatabase, StatementTexts};
+
+use super::{Caller, Plan, Row, Run, SLOT_MS, median, summarize};
+
+/// What one measured operation does.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Op {
+    Claim,
+    ClaimComplete,
+    NextComplete,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Claim => "claim",
+            Op::ClaimComplete => "claim + complete",
+            Op::NextComplete => "claim-next + complete",
+        }
+    }
+
+    fn parse(text: &str) -> Op {
+        match text {
+            "claim" => Op::Claim,
+            "claim + complete" => Op::ClaimComplete,
+            _ => Op::NextComplete,
+        }
+    }
+}
+
+/// Jobs one process's run may need: more than it can finish in its window (about 4,000
+/// operations a second at most on this kind of machine).
+fn jobs_for(window: Duration) -> u64 {
+    u64::try_from(window.as_millis()).unwrap_or(1000) * 4 + 500
+}
+
+/// Makes `n` pending jobs named `{prefix}{k}` in one statement: in queue `q` for claim-next,
+/// elsewhere for the claims by id, whose leases would otherwise crowd the front of `q`.
+fn make_jobs(url: &str, prefix: &str, n: u64, op: Op) {
+    let queue = if op == Op::NextComplete { "q" } else { "by-id" };
+    let sql = format!(
+        "INSERT INTO lease.jobs(id, queue) SELECT '{prefix}' || g, '{queue}' FROM generate_series(0, {}) g",
+        n.saturating_sub(1)
+    );
+    let runtime = rt();
+    runtime.block_on(async {
+        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        tokio::spawn(conn);
+        client.batch_execute(&sql).await.expect("make jobs");
+    });
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// The raw loop: one connection per caller, statements prepared once, each awaited in turn.
+struct Raw {
+    client: tokio_postgres::Client,
+    begin: tokio_postgres::Statement,
+    commit: tokio_postgres::Statement,
+    lock: tokio_postgres::Statement,
+    claim: tokio_postgres::Statement,
+    complete: tokio_postgres::Statement,
+    candidates: tokio_postgres::Statement,
+}
+
+impl Raw {
+    async fn connect(url: &str) -> Raw {
+        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        tokio::spawn(conn);
+        client
+            .batch_execute("SET synchronous_commit = on")
+            .await
+            .expect("set");
+        let sql = StatementTexts::new("lease");
+        let prepare = |q: String| {
+            let client = &client;
+            async move { client.prepare(&q).await.expect("prepare") }
+        };
+        Raw {
+            begin: prepare("BEGIN".into()).await,
+            commit: prepare("COMMIT".into()).await,
+            lock: prepare(sql.lock.clone()).await,
+            claim: prepare(
+                "UPDATE lease.jobs SET owner = $2, until = $3, fence = fence + 1 WHERE id = $1"
+                    .into(),
+            )
+            .await,
+            complete: prepare(
+                "UPDATE lease.jobs SET done = true, result = $2, result_fence = fence WHERE id = $1"
+                    .into(),
+            )
+            .await,
+            candidates: prepare(sql.candidates.clone()).await,
+            client,
+        }
+    }
+
+    async fn tx(
+        &self,
+        job: &str,
+        write: &tokio_postgres::Statement,
+        value: &(dyn tokio_postgres::types::ToSql + Sync),
+        until: Option<f64>,
+    ) {
+        let c = &self.client;
+        c.execute(&self.begin, &[]).await.expect("begin");
+        c.query_opt(&self.lock, &[&job]).await.expect("lock");
+        match until {
+            Some(until) => c
+                .execute(write, &[&job, value, &until])
+                .await
+                .expect("write"),
+            None => c.execute(write, &[&job, value]).await.expect("write"),
+        };
+        c.execute(&self.commit, &[]).await.expect("commit");
+    }
+
+    async fn run(&self, op: Op, job: &str, now: f64) {
+        match op {
+            Op::Claim => self.tx(job, &self.claim, &"w", Some(now + 1e9)).await,
+            Op::ClaimComplete => {
+                self.tx(job, &self.claim, &"w", Some(now + 1e9)).await;
+                self.tx(job, &self.complete, &"r", None).await;
+            }
+            Op::NextComplete => {
+                let c = &self.client;
+                c.execute(&self.begin, &[]).await.expect("begin");
+                let rows = c
+                    .query(&self.candidates, &[&"q", &Some(now), &1_i64])
+                    .await
+                    .expect("candidates");
+                let id: Option<String> = rows.first().map(|r| r.get(1));
+                if let Some(id) = &id {
+                    c.execute(&self.claim, &[id, &"w", &(now + 1e9)])
+                        .await
+                        .expect("claim");
+                }
+                c.execute(&self.commit, &[]).await.expect("commit");
+                if let Some(id) = id {
+                    self.tx(&id, &self.complete, &"r", None).await;
+                }
+            }
+        }
+    }
+}
+
+async fn adapter_op(store: &PgLeaseStore, op: Op, job: &JobId, now: f64) {
+    let me = Owner::new("w").expect("owner");
+    let term = LeaseTerm::new(now, 1e9).expect("term");
+    let result = JobResult::new("r").expect("result");
+    match op {
+        Op::Claim => {
+            store.claim(job, &me, term).await.expect("claim").ok();
+        }
+        Op::ClaimComplete => {
+            let fence = store
+                .claim(job, &me, term)
+                .await
+                .expect("claim")
+                .expect("granted");
+            store
+                .complete(job, &me, fence, term.now(), &result)
+                .await
+                .expect("complete")
+                .expect("accepted");
+        }
+        Op::NextComplete => {
+            let q = QueueName::new("q").expect("queue");
+            let leases = store
+                .claim_next(&q, &me, term, 1)
+                .await
+                .expect("claim next");
+            for lease in leases {
+                store
+                    .complete(&lease.job, &me, lease.fence, term.now(), &result)
+                    .await
+                    .expect("complete")
+                    .expect("accepted");
+            }
+        }
+    }
+}
+
+/// Runs `callers` tasks in this process for `window`, through the store or raw, on jobs
+/// `{prefix}{k}` drawn from a shared counter; returns each caller's latencies.
+fn run_here(url: &str, op: Op, raw: bool, callers: usize, window: Duration, prefix: &str) -> Run {
+    make_jobs(url, prefix, jobs_for(window), op);
+    let runtime = rt();
+    runtime.block_on(async {
+        let store = if raw {
+            None
+        } else {
+            let options = PgOptions {
+                pool_size: callers,
+                ..PgOptions::default()
+            };
+            Some(Arc::new(
+                PgLeaseStore::open(url, options).await.expect("open"),
+            ))
+        };
+        let next = Arc::new(AtomicU64::new(0));
+        let mut raws = Vec::new();
+        if raw {
+            for _ in 0..callers {
+                raws.push(Some(Raw::connect(url).await));
+            }
+        }
+        // Warm-up, untimed: the pool opens its connections and each prepares its statements.
+        if let Some(store) = &store {
+            let me = Owner::new("warm-up").expect("owner");
+            let term = LeaseTerm::new(0.0, 1.0).expect("term");
+            let ids: Vec<JobId> = (0..callers)
+                .map(|c| JobId::new(format!("warm-up-{c}")).expect("id"))
+                .collect();
+            futures::future::join_all(ids.iter().map(|id| store.claim(id, &me, term))).await;
+            let q = QueueName::new("warm-up").expect("queue");
+            futures::future::join_all((0..callers).map(|_| store.claim_next(&q, &me, term, 1)))
+                .await;
+        }
+        // A logical clock: claims on expired leases never wait on time.
+        let clock = Arc::new(AtomicU64::new(1));
+        let start = Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for c in 0..callers {
+            let (store, next, clock) = (store.clone(), Arc::clone(&next), Arc::clone(&clock));
+            let raw_client = raws.get_mut(c).and_then(Option::take);
+            let prefix = prefix.to_owned();
+            tasks.spawn(async move {
+                let mut me = Caller::default();
+                while start.elapsed() < window {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    let job = format!("{prefix}{k}");
+                    #[allow(clippy::cast_precision_loss)]
+                    let now = clock.fetch_add(2, Ordering::Relaxed) as f64;
+                    let began = Instant::now();
+                    match (&store, &raw_client) {
+                        (Some(store), _) => {
+                            adapter_op(store, op, &JobId::new(job).expect("id"), now).await;
+                        }
+                        (None, Some(raw)) => raw.run(op, &job, now).await,
+                        (None, None) => unreachable!("a caller has the store or a raw client"),
+                    }
+                    me.latencies.push(began.elapsed());
+                    let slot = usize::try_from(start.elapsed().as_millis() / SLOT_MS).unwrap_or(0);
+                    if me.per_slot.len() <= slot {
+                        me.per_slot.resize(slot + 1, 0);
+                    }
+                    me.per_slot[slot] += 1;
+                }
+                me
+            });
+        }
+        let mut all = Vec::new();
+        while let Some(done) = tasks.join_next().await {
+            all.push(done.expect("caller"));
+        }
+        if let Some(store) = store {
+            store.close();
+        }
+        Run {
+            callers: all,
+            wall: start.elapsed(),
+        }
+    })
+}
+
+/// The same, spread over `processes` child processes started at once.
+fn run_spread(
+    url: &str,
+    op: Op,
+    raw: bool,
+    callers: usize,
+    processes: usize,
+    window: Duration,
+    prefix: &str,
+) -> Run {
+    if processes == 1 {
+        return run_here(url, op, raw, callers, window, prefix);
+    }
+    let start = Instant::now();
+    let children: Vec<_> = (0..processes)
+        .map(|p| {
+            Command::new(std::env::current_exe().expect("exe"))
+                .env("LEASE_BENCH_PG_CHILD", "1")
+                .env("LEASE_BENCH_PG_URL", url)
+                .env("LEASE_BENCH_PG_OP", op.name())
+                .env("LEASE_BENCH_PG_RAW", if raw { "1" } else { "0" })
+                .env("LEASE_BENCH_PG_CALLERS", (callers / processes).to_string())
+                .env("LEASE_BENCH_PG_WINDOW_MS", window.as_millis().to_string())
+                .env("LEASE_BENCH_PG_PREFIX", format!("{prefix}p{p}-"))
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    let mut callers_out = Vec::new();
+    for child in children {
+        let out = child.wait_with_output().expect("child");
+        assert!(out.status.success(), "a bench child failed");
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let latencies: Vec<Duration> = line
+                .split(' ')
+                .filter(|t| !t.is_empty())
+                .map(|t| Duration::from_nanos(t.parse().expect("ns")))
+                .collect();
+            // Slots are not reported across processes; each call counts in one slot.
+            callers_out.push(Caller {
+                per_slot: Vec::new(),
+                latencies,
+            });
+        }
+    }
+    Run {
+        callers: callers_out,
+        wall: start
+            .elapsed()
+            .min(window + Duration::from_millis(50))
+            .max(window),
+    }
+}
+
+/// The child side of [`run_spread`]: prints one line of latencies (ns) per caller.
+pub fn child() -> bool {
+    if std::env::var_os("LEASE_BENCH_PG_CHILD").is_none() {
+        return false;
+    }
+    let var = |n: &str| std::env::var(n).expect(n);
+    let window = Duration::from_millis(var("LEASE_BENCH_PG_WINDOW_MS").parse().expect("ms"));
+    let run = run_here(
+        &var("LEASE_BENCH_PG_URL"),
+        Op::parse(&var("LEASE_BENCH_PG_OP")),
+        var("LEASE_BENCH_PG_RAW") == "1",
+        var("LEASE_BENCH_PG_CALLERS").parse().expect("callers"),
+        window,
+        &var("LEASE_BENCH_PG_PREFIX"),
+    );
+    let mut out = std::io::stdout().lock();
+    for caller in run.callers {
+        let line: Vec<String> = caller
+            .latencies
+            .iter()
+            .map(|d| d.as_nanos().to_string())
+            .collect();
+        let _ = writeln!(out, "{}", line.join(" "));
+    }
+    true
+}
+
+/// A relay between clients and the server that counts round trips: each time a client sends
+/// after the server has answered, one more exchange began.
+struct Relay {
+    port: u16,
+    exchanges: Arc<AtomicU64>,
+}
+
+impl Relay {
+    fn start() -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let exchanges = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&exchanges);
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let server = TcpStream::connect("127.0.0.1:5432").expect("server");
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                // Whether the server spoke last on this connection.
+                let answered = Arc::new(AtomicBool::new(true));
+                let pipe = |mut from: TcpStream, mut to: TcpStream, from_client: bool| {
+                    let (answered, counted) = (Arc::clone(&answered), Arc::clone(&counted));
+                    std::thread::spawn(move || {
+                        let mut buf = [0_u8; 65536];
+                        while let Ok(n) = from.read(&mut buf) {
+                            if n == 0 {
+                                break;
+                            }
+                            if from_client {
+                                if answered.swap(false, Ordering::SeqCst) {
+                                    counted.fetch_add(1, Ordering::SeqCst);
+                                }
+                            } else {
+                                answered.store(true, Ordering::SeqCst);
+                            }
+                            if to.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                };
+                pipe(
+                    client.try_clone().expect("clone"),
+                    server.try_clone().expect("clone"),
+                    true,
+                );
+                pipe(server, client, false);
+            }
+        });
+        Relay { port, exchanges }
+    }
+}
+
+/// Round trips per operation: `ops` operations through the relay after a warm-up (which
+/// prepares the statements), single caller.
+fn round_trips(db: &ScratchDatabase, op: Op, raw: bool, prefix: &str) -> f64 {
+    const OPS: u64 = 50;
+    let relay = Relay::start();
+    let url = format!("postgres://postgres@127.0.0.1:{}/{}", relay.port, db.name());
+    make_jobs(db.url(), prefix, 2 * OPS + 10, op);
+    let runtime = rt();
+    let exchanges = runtime.block_on(async {
+        let options = PgOptions {
+            pool_size: 1,
+            ..PgOptions::default()
+        };
+        let store = if raw {
+            None
+        } else {
+            Some(PgLeaseStore::open(&url, options).await.expect("open"))
+        };
+        let client = if raw {
+            Some(Raw::connect(&url).await)
+        } else {
+            None
+        };
+        let mut k = 0_u64;
+        let one = |k: &mut u64| {
+            *k += 1;
+            (
+                format!("{prefix}{}", *k - 1),
+                f64::from(u32::try_from(*k * 2).unwrap_or(0)),
+            )
+        };
+        // Warm-up: statements are prepared once per connection.
+        for _ in 0..5 {
+            let (job, now) = one(&mut k);
+            match (&store, &client) {
+                (Some(s), _) => adapter_op(s, op, &JobId::new(job).expect("id"), now).await,
+                (_, Some(c)) => c.run(op, &job, now).await,
+                _ => {}
+            }
+        }
+        let before = relay.exchanges.load(Ordering::SeqCst);
+        for _ in 0..OPS {
+            let (job, now) = one(&mut k);
+            match (&store, &client) {
+                (Some(s), _) => adapter_op(s, op, &JobId::new(job).expect("id"), now).await,
+                (_, Some(c)) => c.run(op, &job, now).await,
+                _ => {}
+            }
+        }
+        relay.exchanges.load(Ordering::SeqCst) - before
+    });
+    #[allow(clippy::cast_precision_loss)]
+    let per = exchanges as f64 / OPS as f64;
+    per
+}
+
+/// The PostgreSQL rows; skipped, with a note, when no server answers.
+pub fn rows(plan: &Plan, rows: &mut Vec<Row>) -> Option<String> {
+    if TcpStream::connect("127.0.0.1:5432").is_err() {
+        return Some("PostgreSQL rows skipped: no server on 127.0.0.1:5432".to_owned());
+    }
+    let db = ScratchDatabase::create();
+    rt().block_on(PgLeaseStore::init(db.url(), PgOptions::default()))
+        .expect("init");
+    let url = db.url().to_owned();
+    let mut round = 0_u32;
+    let mut prefix = || {
+        round += 1;
+        format!("r{round}-")
+    };
+    let mut notes = Vec::new();
+    for op in [Op::Claim, Op::ClaimComplete, Op::NextComplete] {
+        let rt_adapter = round_trips(&db, op, false, &prefix());
+        let rt_raw = round_trips(&db, op, true, &prefix());
+        notes.push(format!(
+            "{}: {rt_adapter:.1} round trips per operation through the store, {rt_raw:.1} raw",
+            op.name()
+        ));
+        let mut single = None;
+        for (callers, processes) in [(1, 1), (16, 1), (64, 1), (16, 4), (64, 4)] {
+            let (mut runs, mut ratios) = (Vec::new(), Vec::new());
+            for _ in 0..plan.runs {
+                let p = prefix();
+                let raw = run_spread(
+                    &url,
+                    op,
+                    true,
+                    callers,
+                    processes,
+                    plan.window,
+                    &format!("{p}a"),
+                );
+                let run = run_spread(
+                    &url,
+                    op,
+                    false,
+                    callers,
+                    processes,
+                    plan.window,
+                    &format!("{p}b"),
+                );
+                ratios.push(run.rate(false) / raw.rate(false));
+                runs.push(run);
+            }
+            let name = format!(
+                "pg {}{}",
+                op.name(),
+                if processes > 1 {
+                    format!(" ({processes} processes)")
+                } else {
+                    String::new()
+                }
+            );
+            let mut row = Row {
+                ratio: Some(median(ratios)),
+                baseline: Some("raw tokio-postgres loop"),
+                ..summarize(&name, callers, 0, &runs, false)
+            };
+            if callers == 1 {
+                single = Some(row.ops_per_sec);
+            } else if let Some(single) = single {
+                row.operation
+                    .push_str(&format!(" [{:.1}x one caller]", row.ops_per_sec / single));
+            }
+            rows.push(row);
+        }
+    }
+    Some(notes.join("; "))
+}
