@@ -92,8 +92,12 @@ impl Raw {
             .await
             .expect("connect");
         tokio::spawn(conn);
+        // The store's session settings, so that both run the same plans.
         client
-            .batch_execute("SET synchronous_commit = on")
+            .batch_execute(&format!(
+                "SET synchronous_commit = on; {}",
+                lease_postgres::SESSION_SETTINGS
+            ))
             .await
             .expect("set");
         let sql = StatementTexts::new("lease");

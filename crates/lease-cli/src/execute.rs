@@ -252,6 +252,16 @@ fn queue_write_report(outcome: WriteOutcome, verb: &str, id: &JobId) -> Report {
 
 /// Runs one request that needs a store (everything but `init` and `demo`, which `main` handles).
 ///
+/// The stored `until` of a lease just granted or renewed (in store-clock mode it is the
+/// store's, not the caller's `now + ttl`); `None` if the lease has moved on meanwhile or the
+/// read failed (the write itself stands).
+async fn stored_until(store: &dyn LeaseStore, id: &JobId, fence: Fence) -> Option<Timestamp> {
+    match store.record(id).await {
+        Ok(Some(record)) if record.job.fence == fence => Some(record.job.until),
+        _ => None,
+    }
+}
+
 /// # Errors
 /// The store's error; nothing is printed here.
 pub async fn execute(request: &Request, store: &dyn LeaseStore) -> Result<Report, StoreError> {
@@ -403,7 +413,7 @@ pub async fn execute(request: &Request, store: &dyn LeaseStore) -> Result<Report
                 json!({"fence": fence.get()}),
                 format!(
                     "claimed job {id} for {owner}: fence {fence}, lease until {}",
-                    term.until()
+                    stored_until(store, id, fence).await.unwrap_or(term.until())
                 ),
             ),
             Err(refused) => Report::new(
@@ -421,7 +431,10 @@ pub async fn execute(request: &Request, store: &dyn LeaseStore) -> Result<Report
                 *fence,
             );
             if report.accepted {
-                report.human.push_str(&format!(" until {}", term.until()));
+                let until = stored_until(store, id, *fence)
+                    .await
+                    .unwrap_or(term.until());
+                report.human.push_str(&format!(" until {until}"));
             }
             report
         }

@@ -327,10 +327,16 @@ async fn claim_next_reads_candidates_in_index_order_even_with_stale_statistics()
     )
     .unwrap();
     let client = admin(&db).await;
-    client.batch_execute(lease_postgres::SESSION_SETTINGS).await.unwrap();
+    client
+        .batch_execute(lease_postgres::SESSION_SETTINGS)
+        .await
+        .unwrap();
     let candidates = lease_postgres::StatementTexts::new("lease").candidates;
     let plan: Vec<String> = client
-        .query(&format!("EXPLAIN {candidates}"), &[&"q", &Some(5.0_f64), &1_i64])
+        .query(
+            &format!("EXPLAIN {candidates}"),
+            &[&"q", &Some(5.0_f64), &1_i64],
+        )
         .await
         .unwrap()
         .iter()
