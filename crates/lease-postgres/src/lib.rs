@@ -10,6 +10,7 @@
 
 mod config;
 mod error;
+pub mod guard;
 mod schema;
 mod scratch;
 mod sql;

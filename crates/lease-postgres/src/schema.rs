@@ -9,10 +9,10 @@ use tokio_postgres::{Client, GenericClient};
 use crate::error::{self, Stage};
 
 /// The schema version this build makes and uses.
-pub const CURRENT_VERSION: i32 = 1;
+pub const CURRENT_VERSION: i32 = 2;
 
 /// The tables (and their sequences) lease makes; anything else in the schema is foreign.
-const OURS: [&str; 4] = ["jobs", "purged", "migrations", "jobs_seq_seq"];
+const OURS: [&str; 5] = ["jobs", "purged", "migrations", "jobs_seq_seq", "fences"];
 
 /// Version 1: every job in one row (fences are columns, incremented in the row, never taken
 /// from a sequence; `seq` only orders enqueues), the ready index of `claim_next`, and the
@@ -42,7 +42,9 @@ CREATE INDEX jobs_ready ON {s}.jobs (queue, priority DESC, run_at ASC NULLS FIRS
 CREATE TABLE {s}.purged (id text PRIMARY KEY, fence bigint NOT NULL CHECK (fence >= 0));
 ";
 
-const MIGRATIONS: [(i32, &str); 1] = [(1, V1)];
+/// Version 2: the resource-side guard (`fences` and `admit_fence`), so that a resource kept in
+/// the same database needs nothing else.
+const MIGRATIONS: [(i32, &str); 2] = [(1, V1), (2, crate::guard::GUARD_SQL)];
 
 /// What a schema holds, read in one snapshot.
 #[derive(Debug, PartialEq, Eq)]
