@@ -49,6 +49,14 @@ pub struct Cli {
     /// Print exactly one JSON value on stdout instead of a sentence.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Record every refused holder write in the store's audit trail (each refusal then
+    /// writes and syncs; see `lease audit`) [env: LEASE_AUDIT=1].
+    #[arg(long, global = true)]
+    pub audit: bool,
+    /// Log store operations on stderr (-v: refusals and errors, -vv: every operation);
+    /// RUST_LOG, when set, chooses instead.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -235,6 +243,21 @@ pub enum Command {
         /// The time statuses are judged at (default: the system clock).
         #[arg(long, allow_hyphen_values = true)]
         now: Option<f64>,
+        /// Print the counts in the Prometheus text format (gauge `lease_jobs`).
+        #[arg(long, conflicts_with = "json")]
+        prometheus: bool,
+    },
+    /// Show the audit trail of refused holder writes (recorded by stores opened with --audit).
+    Audit {
+        /// Only this job.
+        #[arg(long)]
+        job: Option<String>,
+        /// Only refusals at or after this time (Unix seconds).
+        #[arg(long, allow_hyphen_values = true)]
+        since: Option<f64>,
+        /// At most this many, the newest.
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
     },
     /// Delete finished jobs last changed before --before; a purged id never gets an old fence.
     Purge {
@@ -333,6 +356,9 @@ pub enum Command {
         /// Seconds running jobs may go on after Ctrl-C before they are stopped and released.
         #[arg(long, default_value_t = 30.0, allow_hyphen_values = true)]
         drain: f64,
+        /// Serve the metrics (Prometheus text) at http://ADDR/metrics while working.
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<std::net::SocketAddr>,
         /// The program and its arguments (after `--`).
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<String>,
@@ -358,6 +384,8 @@ pub struct WorkRequest {
     pub grace: std::time::Duration,
     /// The drain deadline after Ctrl-C.
     pub drain: std::time::Duration,
+    /// Where to serve /metrics, if anywhere.
+    pub metrics: Option<std::net::SocketAddr>,
     /// The program and its arguments.
     pub command: Vec<String>,
 }
@@ -391,7 +419,9 @@ pub enum Request {
     /// List jobs.
     List(lease_ports::ListFilter),
     /// Count jobs.
-    Stats(Timestamp),
+    Stats(Timestamp, bool),
+    /// Show the audit trail.
+    Audit(lease_ports::audit::AuditFilter),
     /// Purge finished jobs.
     Purge(Timestamp, Vec<Status>),
     /// Claim a job.
@@ -434,6 +464,7 @@ impl Command {
                 exit_when_empty,
                 grace,
                 drain,
+                metrics,
                 command,
             } => {
                 let seconds = |what: &str, value: f64| {
@@ -455,6 +486,7 @@ impl Command {
                     exit_when_empty,
                     grace: seconds("grace", grace)?,
                     drain: seconds("drain", drain)?,
+                    metrics,
                     command,
                 })
             }
@@ -535,7 +567,16 @@ impl Command {
                 limit,
                 now: Timestamp::new(now.unwrap_or_else(clock))?,
             }),
-            Command::Stats { now } => Request::Stats(Timestamp::new(now.unwrap_or_else(clock))?),
+            Command::Stats { now, prometheus } => {
+                Request::Stats(Timestamp::new(now.unwrap_or_else(clock))?, prometheus)
+            }
+            Command::Audit { job, since, limit } => {
+                Request::Audit(lease_ports::audit::AuditFilter {
+                    job: job.map(JobId::new).transpose()?,
+                    since: since.map(Timestamp::new).transpose()?,
+                    limit,
+                })
+            }
             Command::Purge { before, statuses } => {
                 let statuses = if statuses.is_empty() {
                     vec![Status::Done, Status::Dead, Status::Cancelled]

@@ -252,6 +252,35 @@ fn queue_write_report(outcome: WriteOutcome, verb: &str, id: &JobId) -> Report {
 
 /// Runs one request that needs a store (everything but `init` and `demo`, which `main` handles).
 ///
+/// A Prometheus label value: backslash, double quote and newline escaped.
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Job counts in the Prometheus text format (every status of every queue, zeros included).
+pub fn prometheus(rows: &[lease_ports::StatsRow]) -> String {
+    let mut out =
+        String::from("# HELP lease_jobs Jobs per queue and status.\n# TYPE lease_jobs gauge\n");
+    let queues: std::collections::BTreeSet<&str> = rows.iter().map(|r| r.queue.as_str()).collect();
+    for queue in queues {
+        for status in Status::ALL {
+            let count = rows
+                .iter()
+                .find(|r| r.queue.as_str() == queue && r.status == status)
+                .map_or(0, |r| r.count);
+            out.push_str(&format!(
+                "lease_jobs{{queue=\"{}\",status=\"{}\"}} {count}\n",
+                label(queue),
+                status.as_str()
+            ));
+        }
+    }
+    out
+}
+
 /// The stored `until` of a lease just granted or renewed (in store-clock mode it is the
 /// store's, not the caller's `now + ttl`); `None` if the lease has moved on meanwhile or the
 /// read failed (the write itself stands).
@@ -266,7 +295,11 @@ async fn stored_until(store: &dyn LeaseStore, id: &JobId, fence: Fence) -> Optio
 /// The store's error; nothing is printed here.
 pub async fn execute(request: &Request, store: &dyn LeaseStore) -> Result<Report, StoreError> {
     Ok(match request {
-        Request::Init | Request::Demo | Request::Work(_) | Request::Migrate { .. } => {
+        Request::Init
+        | Request::Demo
+        | Request::Work(_)
+        | Request::Migrate { .. }
+        | Request::Audit(_) => {
             return Err(StoreError::Unavailable(
                 "init, demo and work are run by main".to_owned(),
             ));
@@ -363,7 +396,13 @@ pub async fn execute(request: &Request, store: &dyn LeaseStore) -> Result<Report
             report.multiline = true;
             report
         }
-        Request::Stats(now) => {
+        Request::Stats(now, true) => {
+            let rows = store.stats(*now).await?;
+            let mut report = Report::new(true, json!({}), prometheus(&rows));
+            report.multiline = true;
+            report
+        }
+        Request::Stats(now, false) => {
             let rows = store.stats(*now).await?;
             let mut queues = serde_json::Map::new();
             let mut lines = Vec::new();

@@ -94,7 +94,17 @@ fn store_settings(cli: &Cli) -> Result<(String, Settings), String> {
     if let Some(name) = &schema {
         lease_postgres::check_schema_name(name).map_err(|e| e.to_string())?;
     }
-    let postgres = target::pg_options(schema, sqlite.busy_timeout, clock);
+    let mut postgres = target::pg_options(schema, sqlite.busy_timeout, clock);
+    let audit = cli.audit
+        || match setting(None, "LEASE_AUDIT")?.as_deref() {
+            None | Some("0") => false,
+            Some("1") => true,
+            Some(other) => return Err(format!("LEASE_AUDIT must be 0 or 1, got {other:?}")),
+        };
+    if audit {
+        sqlite.audit = Some(lease_ports::audit::DEFAULT_RETENTION);
+        postgres.audit = Some(lease_ports::audit::DEFAULT_RETENTION);
+    }
     Ok((db, Settings { sqlite, postgres }))
 }
 
@@ -122,10 +132,17 @@ async fn run(cli: Cli) -> Result<Report, String> {
                 format!("lease database ready at {shown}"),
             ))
         }
+        Request::Audit(filter) => target::run_audit(&target, &filter).await,
         Request::Migrate { from, to, merge } => {
             target::run_migrate(&settings.target(&from), &settings.target(&to), merge).await
         }
         Request::Work(work) => {
+            if let Some(addr) = work.metrics {
+                metrics_exporter_prometheus::PrometheusBuilder::new()
+                    .with_http_listener(addr)
+                    .install()
+                    .map_err(|e| format!("cannot serve metrics at {addr}: {e}"))?;
+            }
             let store = target.open(false).await?.store();
             work::run(&work, store, |line| {
                 // Progress is best effort: a closed stderr does not stop the worker.
@@ -175,9 +192,26 @@ fn print(response: &Response, json_answer: Option<&str>) -> u8 {
     }
 }
 
+/// Logs store operations on stderr when asked (`-v`, `-vv`, or `RUST_LOG`); otherwise no
+/// subscriber is installed and spans cost next to nothing.
+fn start_logging(verbose: u8) {
+    let filter = match (std::env::var("RUST_LOG"), verbose) {
+        (Ok(spec), _) if !spec.is_empty() => tracing_subscriber::EnvFilter::new(spec),
+        (_, 0) => return,
+        (_, 1) => tracing_subscriber::EnvFilter::new("lease_ports=info,lease_worker=info"),
+        (_, _) => tracing_subscriber::EnvFilter::new("lease_ports=debug,lease_worker=debug"),
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}
+
 fn main() -> ExitCode {
     // Usage errors exit 2 and --help exits 0, both printed by clap.
     let cli = Cli::try_parse().unwrap_or_else(|e| e.exit());
+    start_logging(cli.verbose);
     let json = cli.json;
     // `work` runs programs and heartbeats side by side: it gets a multi-threaded runtime.
     let runtime = if matches!(cli.command, cli::Command::Work { .. }) {

@@ -143,12 +143,22 @@ pub enum Opened {
 }
 
 impl Opened {
-    /// The store through the port.
+    /// The store through the port, each operation a span, counted and timed.
     #[must_use]
     pub fn store(&self) -> Arc<dyn LeaseStore> {
-        match self {
+        let inner: Arc<dyn LeaseStore> = match self {
             Opened::Sqlite(s) => Arc::clone(s) as Arc<dyn LeaseStore>,
             Opened::Postgres(s) => Arc::clone(s) as Arc<dyn LeaseStore>,
+        };
+        Arc::new(lease_ports::observe::Observed::new(inner))
+    }
+
+    /// The store's audit trail.
+    #[must_use]
+    pub fn audit(&self) -> &dyn lease_ports::audit::AuditTrail {
+        match self {
+            Opened::Sqlite(s) => s.as_ref(),
+            Opened::Postgres(s) => s.as_ref(),
         }
     }
 
@@ -236,4 +246,65 @@ pub fn pg_options(schema: Option<String>, wait: Duration, clock: ClockMode) -> P
         wait_timeout: wait,
         ..PgOptions::default()
     }
+}
+
+/// Shows the audit trail.
+///
+/// # Errors
+/// The store's error, as text.
+pub async fn run_audit(
+    target: &Target,
+    filter: &lease_ports::audit::AuditFilter,
+) -> Result<Report, String> {
+    let opened = target.open(false).await?;
+    let rows = opened
+        .audit()
+        .refusals(filter)
+        .await
+        .map_err(|e| e.to_string())?;
+    let refusals: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|r| {
+            json!({
+                "time": r.time,
+                "job": r.job,
+                "owner": r.owner,
+                "operation": r.operation,
+                "presented_fence": r.presented_fence,
+                "current_fence": r.current_fence,
+                "reason": r.reason,
+                "late_by": r.late_by,
+            })
+        })
+        .collect();
+    let lines: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {} {} by {} with fence {} (current {}): {}{}",
+                r.time,
+                r.operation,
+                r.job,
+                r.owner,
+                r.presented_fence,
+                r.current_fence
+                    .map_or_else(|| "none".to_owned(), |f| f.to_string()),
+                r.reason,
+                r.late_by
+                    .map(|l| format!(", {l} s late"))
+                    .unwrap_or_default()
+            )
+        })
+        .collect();
+    let mut report = Report::new(
+        true,
+        json!({ "refusals": refusals }),
+        if lines.is_empty() {
+            "no refused writes recorded".to_owned()
+        } else {
+            lines.join("\n")
+        },
+    );
+    report.multiline = true;
+    Ok(report)
 }

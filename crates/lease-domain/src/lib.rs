@@ -13,6 +13,7 @@
 //! - no job is leased before its `run_at`, a cancelled or dead job is never leased, and
 //!   `claim_next` never leases a job more than its `max_attempts` times.
 
+mod audit;
 mod clock;
 mod command;
 mod guard;
@@ -21,6 +22,7 @@ mod queue;
 mod rules;
 mod values;
 
+pub use audit::{AuditReason, Refusal, reclaim_delay, reclaim_delay_at, refusal};
 pub use clock::{ClockMode, ClockRefused, ClockSkew};
 pub use command::{Command, Outcome};
 pub use guard::{GuardRefused, decide_guard};

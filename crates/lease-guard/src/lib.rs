@@ -30,6 +30,18 @@ pub enum GuardError {
     Corrupt(String),
 }
 
+/// The counter of writes a guard refused (the same name as
+/// `lease_ports::observe::names::GUARD_REFUSALS`).
+pub const GUARD_REFUSALS: &str = "lease_guard_refusals_total";
+
+/// Counts a refused admission (every guard here calls it).
+fn counted(admission: Admission) -> Admission {
+    if admission.is_err() {
+        metrics::counter!(GUARD_REFUSALS).increment(1);
+    }
+    admission
+}
+
 /// What a guard answers: admitted, or refused with the fences involved.
 pub type Admission = Result<(), GuardRefused>;
 
@@ -63,9 +75,11 @@ impl FenceGuard for MemoryGuard {
             .seen
             .lock()
             .map_err(|_| GuardError::Storage("the in-memory guard's lock is poisoned".into()))?;
-        Ok(decide_guard(seen.get(key).copied(), fence).map(|keep| {
-            seen.insert(key.to_owned(), keep);
-        }))
+        Ok(counted(decide_guard(seen.get(key).copied(), fence).map(
+            |keep| {
+                seen.insert(key.to_owned(), keep);
+            },
+        )))
     }
 }
 

@@ -65,7 +65,7 @@ impl FenceGuard for SqliteGuard<'_> {
                     .map_err(storage)?;
                 Ok(Ok(()))
             }
-            Err(refused) => Ok(Err(refused)),
+            Err(refused) => Ok(crate::counted(Err(refused))),
         }
     }
 }

@@ -5,15 +5,19 @@
 //! [`LeaseStore`] by loading a job, calling one `lease_domain::decide_*` function and storing
 //! its answer atomically; they never restate a lease rule.
 
+pub mod audit;
 mod error;
 pub mod history;
 pub mod memory;
+pub mod observe;
 pub mod transfer;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
 #[cfg(feature = "conformance")]
 pub mod differential;
+#[cfg(feature = "conformance")]
+pub mod observed_story;
 
 use async_trait::async_trait;
 pub use error::StoreError;

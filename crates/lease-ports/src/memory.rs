@@ -116,6 +116,7 @@ fn apply<T: FromOutcome>(jobs: &mut Jobs, job: &JobId, command: Command) -> Resu
         _ => None,
     };
     let (next, outcome) = command.decide(job, current, purged);
+    crate::observe::decided(&command, current, &outcome);
     if let Some(next) = next {
         jobs.store(job, next);
     }
@@ -305,6 +306,7 @@ fn claim_next(
         }
         match decide_claim_next(&job, owner, term) {
             NextDecision::Lease(next) => {
+                crate::observe::leased_next(&job, term.now());
                 leases.push(Lease {
                     job: id.clone(),
                     now: term.now(),

@@ -110,6 +110,9 @@ pub async fn admit(
                 .map_err(fail)?;
             Ok(Ok(()))
         }
-        Err(refused) => Ok(Err(refused)),
+        Err(refused) => {
+            metrics::counter!(lease_ports::observe::names::GUARD_REFUSALS).increment(1);
+            Ok(Err(refused))
+        }
     }
 }

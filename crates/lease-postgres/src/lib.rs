@@ -55,6 +55,10 @@ pub struct PgOptions {
     /// The server ends a session that sits idle inside a transaction this long, so a stalled
     /// client cannot hold a job's row lock (default 30 s). Its write is then never committed.
     pub idle_in_transaction_timeout: Duration,
+    /// The audit trail of refused holder writes: `Some(n)` records each refusal in the
+    /// refusing transaction (which then commits: one more write and flush per refusal) and
+    /// keeps the newest `n` rows; `None` (the default) records nothing.
+    pub audit: Option<u64>,
 }
 
 impl Default for PgOptions {
@@ -65,6 +69,7 @@ impl Default for PgOptions {
             clock: ClockMode::default(),
             wait_timeout: Duration::from_secs(30),
             idle_in_transaction_timeout: Duration::from_secs(30),
+            audit: None,
         }
     }
 }
@@ -96,6 +101,7 @@ pub struct PgLeaseStore {
     clock: ClockMode,
     target: Arc<str>,
     schema: Arc<str>,
+    audit: Option<u64>,
 }
 
 impl std::fmt::Debug for PgLeaseStore {
@@ -200,6 +206,7 @@ impl PgLeaseStore {
             clock: options.clock,
             target: shown.into(),
             schema: options.schema.as_str().into(),
+            audit: options.audit,
         };
         let mut conn = store.conn().await?;
         schema::prepare(conn.client_mut(), &options.schema, create, &store.target).await?;
@@ -340,8 +347,14 @@ impl PgLeaseStore {
             None => command,
         };
         let (next, outcome) = command.decide(id, current.as_ref(), purged);
+        let refused = lease_ports::observe::decided(&command, current.as_ref(), &outcome);
         let Some(next) = next else {
-            rollback(c, &s).await?;
+            match (refused, self.audit) {
+                (Some(entry), Some(retention)) => {
+                    self.record_refusal(c, &s, id, &entry, retention).await?;
+                }
+                _ => rollback(c, &s).await?,
+            }
             return Ok(outcome);
         };
         let encoded = Encoded::new(id, &next);
@@ -369,6 +382,41 @@ impl PgLeaseStore {
                 "job {id}: a locked write changed {n} rows"
             ))),
         }
+    }
+
+    /// Records a refused holder write in the audit trail and commits (one round trip).
+    async fn record_refusal(
+        &self,
+        c: &tokio_postgres::Client,
+        s: &Statements,
+        id: &JobId,
+        entry: &lease_domain::Refusal,
+        retention: u64,
+    ) -> Result<(), StoreError> {
+        let (insert, trim) = (&s.insert_audit, &s.trim_audit);
+        let current = entry.current.map(i64::from);
+        let retention = i64::try_from(retention).unwrap_or(i64::MAX);
+        try_join(
+            try_join(
+                c.execute(
+                    insert,
+                    &[
+                        &id.as_str(),
+                        &entry.owner.as_str(),
+                        &entry.operation,
+                        &i64::from(entry.presented),
+                        &current,
+                        &entry.reason.as_str(),
+                        &entry.late_by,
+                    ],
+                ),
+                c.execute(trim, &[&retention]),
+            ),
+            c.execute(&s.commit, &[]),
+        )
+        .await
+        .map(drop)
+        .map_err(|e| error::map(&e, Stage::Commit))
     }
 
     /// Leases up to `limit` candidates inside the open transaction (BEGIN already pipelined
@@ -441,6 +489,7 @@ impl PgLeaseStore {
                 let term = self.clock.resolve_term(term, stored_now(now)?)?;
                 match decide_claim_next(&job, owner, term) {
                     NextDecision::Lease(next) => {
+                        lease_ports::observe::leased_next(&job, term.now());
                         leases.push(Lease {
                             job: id.clone(),
                             fence: next.fence,
@@ -594,6 +643,8 @@ struct Statements {
     update: Statement,
     clock: Statement,
     candidates: Statement,
+    insert_audit: Statement,
+    trim_audit: Statement,
 }
 
 impl Statements {
@@ -609,6 +660,8 @@ impl Statements {
             update: conn.prepare(&sql.update).await?,
             clock: conn.prepare(&sql.clock).await?,
             candidates: conn.prepare(&sql.candidates).await?,
+            insert_audit: conn.prepare(&sql.insert_audit).await?,
+            trim_audit: conn.prepare(&sql.trim_audit).await?,
         })
     }
 }
@@ -752,7 +805,15 @@ impl LeaseStore for PgLeaseStore {
             None => command,
         };
         let (next, outcome) = command.decide(job, current.as_ref(), None);
+        let refused = lease_ports::observe::decided(&command, current.as_ref(), &outcome);
         let completed: WriteOutcome = outcome_as(outcome)?;
+        if let (Some(entry), Some(retention)) = (&refused, self.audit) {
+            // The refusal is recorded in its own transaction; the claim goes on in a new one.
+            self.record_refusal(c, &s, job, entry, retention).await?;
+            c.execute(&s.begin, &[])
+                .await
+                .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+        }
         let encoded = next.map(|next| Encoded::new(job, &next));
         // The completion is written before the candidates are read, in the same round trip.
         let (_, claimed) = try_join(
@@ -922,5 +983,55 @@ impl LeaseStore for PgLeaseStore {
                 count,
             })
             .collect())
+    }
+}
+
+#[async_trait]
+impl lease_ports::audit::AuditTrail for PgLeaseStore {
+    async fn refusals(
+        &self,
+        filter: &lease_ports::audit::AuditFilter,
+    ) -> Result<Vec<lease_ports::audit::AuditRow>, StoreError> {
+        let mut conn = self.conn().await?;
+        let limit = if filter.limit == 0 {
+            i64::MAX
+        } else {
+            i64::try_from(filter.limit).unwrap_or(i64::MAX)
+        };
+        let rows = conn
+            .client()
+            .query(
+                &format!(
+                    "SELECT time, job, owner, operation, presented, current, reason, late_by \
+                     FROM {}.audit WHERE ($1::text IS NULL OR job = $1) \
+                     AND ($2::float8 IS NULL OR time >= $2) ORDER BY seq DESC LIMIT $3",
+                    self.schema
+                ),
+                &[
+                    &filter.job.as_ref().map(JobId::as_str),
+                    &filter.since.map(Timestamp::get),
+                    &limit,
+                ],
+            )
+            .await
+            .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+        conn.clean();
+        let mut found: Vec<lease_ports::audit::AuditRow> = rows
+            .iter()
+            .map(|r| lease_ports::audit::AuditRow {
+                time: r.get(0),
+                job: r.get(1),
+                owner: r.get(2),
+                operation: r.get(3),
+                presented_fence: u64::try_from(r.get::<_, i64>(4)).unwrap_or(0),
+                current_fence: r
+                    .get::<_, Option<i64>>(5)
+                    .and_then(|f| u64::try_from(f).ok()),
+                reason: r.get(6),
+                late_by: r.get(7),
+            })
+            .collect();
+        found.reverse();
+        Ok(found)
     }
 }

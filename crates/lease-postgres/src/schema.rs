@@ -9,10 +9,18 @@ use tokio_postgres::{Client, GenericClient};
 use crate::error::{self, Stage};
 
 /// The schema version this build makes and uses.
-pub const CURRENT_VERSION: i32 = 2;
+pub const CURRENT_VERSION: i32 = 3;
 
 /// The tables (and their sequences) lease makes; anything else in the schema is foreign.
-const OURS: [&str; 5] = ["jobs", "purged", "migrations", "jobs_seq_seq", "fences"];
+const OURS: [&str; 7] = [
+    "jobs",
+    "purged",
+    "migrations",
+    "jobs_seq_seq",
+    "fences",
+    "audit",
+    "audit_seq_seq",
+];
 
 /// Version 1: every job in one row (fences are columns, incremented in the row, never taken
 /// from a sequence; `seq` only orders enqueues), the ready index of `claim_next`, and the
@@ -44,7 +52,25 @@ CREATE TABLE {s}.purged (id text PRIMARY KEY, fence bigint NOT NULL CHECK (fence
 
 /// Version 2: the resource-side guard (`fences` and `admit_fence`), so that a resource kept in
 /// the same database needs nothing else.
-const MIGRATIONS: [(i32, &str); 2] = [(1, V1), (2, crate::guard::GUARD_SQL)];
+///
+/// Version 3: the audit trail of refused holder writes (written only by stores opened with
+/// it on).
+const MIGRATIONS: [(i32, &str); 3] = [(1, V1), (2, crate::guard::GUARD_SQL), (3, V3)];
+
+const V3: &str = "
+CREATE TABLE {s}.audit (
+    seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    time double precision NOT NULL,
+    job text NOT NULL,
+    owner text NOT NULL,
+    operation text NOT NULL,
+    presented bigint NOT NULL,
+    current bigint,
+    reason text NOT NULL,
+    late_by double precision
+);
+CREATE INDEX audit_job ON {s}.audit (job, seq);
+";
 
 /// What a schema holds, read in one snapshot.
 #[derive(Debug, PartialEq, Eq)]

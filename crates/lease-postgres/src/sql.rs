@@ -39,6 +39,10 @@ pub struct Sql {
     pub page: String,
     /// The inputs of the status rule, grouped (`$1` now).
     pub stats: String,
+    /// Records a refused holder write, at the server's clock.
+    pub insert_audit: String,
+    /// Keeps the newest `$1` audit rows.
+    pub trim_audit: String,
 }
 
 impl Sql {
@@ -94,6 +98,14 @@ impl Sql {
             stats: format!(
                 "SELECT queue, done, ended, until > $1, attempts >= greatest(max_attempts, 1), \
                  count(*) FROM {s}.jobs GROUP BY 1, 2, 3, 4, 5"
+            ),
+            insert_audit: format!(
+                "INSERT INTO {s}.audit (time, job, owner, operation, presented, current, reason, \
+                 late_by) VALUES (extract(epoch FROM clock_timestamp())::float8, \
+                 $1, $2, $3, $4, $5, $6, $7)"
+            ),
+            trim_audit: format!(
+                "DELETE FROM {s}.audit WHERE seq <= (SELECT max(seq) FROM {s}.audit) - $1"
             ),
         }
     }

@@ -210,7 +210,9 @@ async fn the_lease_schema_carries_the_guard_so_sql_in_its_database_can_call_it()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_1_schema_gains_the_guard_when_opened_and_keeps_its_jobs() {
     let db = ScratchDatabase::create();
-    let store = PgLeaseStore::init(db.url(), PgOptions::default()).await.unwrap();
+    let store = PgLeaseStore::init(db.url(), PgOptions::default())
+        .await
+        .unwrap();
     store.enqueue(&JobId::new("kept").unwrap()).await.unwrap();
     store.close();
     // Back to what version 1 made.
@@ -219,8 +221,16 @@ async fn a_version_1_schema_gains_the_guard_when_opened_and_keeps_its_jobs() {
          DELETE FROM lease.migrations WHERE version = 2",
     )
     .unwrap();
-    let store = PgLeaseStore::open(db.url(), PgOptions::default()).await.unwrap();
-    assert!(store.state(&JobId::new("kept").unwrap()).await.unwrap().is_some());
+    let store = PgLeaseStore::open(db.url(), PgOptions::default())
+        .await
+        .unwrap();
+    assert!(
+        store
+            .state(&JobId::new("kept").unwrap())
+            .await
+            .unwrap()
+            .is_some()
+    );
     let client = connect(&db).await;
     let admitted: i64 = client
         .query_one("SELECT lease.admit_fence('k', 1)", &[])

@@ -65,6 +65,8 @@ pub struct SqliteLeaseStore {
     read_only: Option<Arc<String>>,
     /// Whose clock decides `now`.
     clock: lease_domain::ClockMode,
+    /// The audit trail's retention, when it is on.
+    audit: Option<u64>,
 }
 
 impl std::fmt::Debug for SqliteLeaseStore {
@@ -139,13 +141,21 @@ impl SqliteLeaseStore {
             Access::ReadWrite => None,
             Access::ReadOnly { reason, .. } => Some(Arc::new(reason)),
         };
-        Ok(Self {
+        let store = Self {
             pool,
             path: Arc::new(path),
             group,
             read_only,
             clock: options.clock,
-        })
+            audit: options.audit,
+        };
+        if store.audit.is_some() && store.read_only.is_none() {
+            store.with_conn(|conn| {
+                conn.execute_batch(ops::CREATE_AUDIT)
+                    .map_err(error::sql(conn))
+            })?;
+        }
+        Ok(store)
     }
 
     /// The path of the database file.
@@ -228,13 +238,18 @@ impl SqliteLeaseStore {
 
     /// The ops as the store's clock mode decides them (unchanged in the default mode).
     fn clocked(&self, ops: Vec<Op>) -> Vec<Op> {
-        if self.clock == lease_domain::ClockMode::default() {
-            return ops;
-        }
+        let clocked = self.clock != lease_domain::ClockMode::default();
         ops.into_iter()
-            .map(|op| match op {
-                Op::Clocked(..) => op,
-                op => Op::Clocked(self.clock, Box::new(op)),
+            .map(|op| {
+                let op = match op {
+                    Op::Clocked(..) | Op::Audited(..) => return op,
+                    op if clocked => Op::Clocked(self.clock, Box::new(op)),
+                    op => op,
+                };
+                match self.audit {
+                    Some(retention) => Op::Audited(retention, Box::new(op)),
+                    None => op,
+                }
             })
             .collect()
     }
@@ -669,3 +684,15 @@ fn split_complete_and_claim(
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeExamples;
+
+#[async_trait::async_trait]
+impl lease_ports::audit::AuditTrail for SqliteLeaseStore {
+    async fn refusals(
+        &self,
+        filter: &lease_ports::audit::AuditFilter,
+    ) -> Result<Vec<lease_ports::audit::AuditRow>, StoreError> {
+        let filter = filter.clone();
+        self.run(move |store| store.with_conn(|conn| ops::audit_rows(conn, &filter)))
+            .await
+    }
+}

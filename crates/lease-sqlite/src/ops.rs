@@ -69,6 +69,9 @@ pub(crate) enum Op {
     },
     /// An op decided under a clock mode: the host's clock is read inside the transaction.
     Clocked(ClockMode, Box<Op>),
+    /// An op whose refused holder writes are recorded in the audit trail, keeping at most
+    /// this many rows.
+    Audited(u64, Box<Op>),
     /// Delete finished jobs changed before `before`.
     Purge {
         before: Timestamp,
@@ -362,6 +365,7 @@ fn apply_command(
         _ => None,
     };
     let (next, outcome) = command.decide(id, current.as_ref(), purged);
+    lease_ports::observe::decided(command, current.as_ref(), &outcome);
     let Some(next) = next else {
         return Ok((outcome, false));
     };
@@ -413,6 +417,7 @@ fn claim_next(
             };
             match decide_claim_next(&job, owner, term) {
                 NextDecision::Lease(next) => {
+                    lease_ports::observe::leased_next(&job, term.now());
                     store(conn, false, &id, &next)?;
                     leases.push(Lease {
                         job: id,
@@ -486,7 +491,59 @@ fn apply(conn: &Connection, op: &Op) -> Result<(Reply, bool), StoreError> {
             purge(conn, *before, statuses).map(|(n, wrote)| (Reply::Purged(n), wrote))
         }
         Op::Clocked(mode, op) => apply(conn, &clocked(*mode, op, crate::clock::host_now()?)?),
+        Op::Audited(retention, op) => audited(conn, *retention, op),
     }
+}
+
+/// The audit trail's table (made when a store is opened with the trail on).
+pub(crate) const CREATE_AUDIT: &str = "CREATE TABLE IF NOT EXISTS lease_audit(\
+    seq INTEGER PRIMARY KEY, time REAL NOT NULL, job TEXT NOT NULL, owner TEXT NOT NULL, \
+    operation TEXT NOT NULL, presented INTEGER NOT NULL, current INTEGER, reason TEXT NOT NULL, \
+    late_by REAL)";
+const INSERT_AUDIT: &str = "INSERT INTO lease_audit(time, job, owner, operation, presented, \
+    current, reason, late_by) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+const TRIM_AUDIT: &str =
+    "DELETE FROM lease_audit WHERE seq <= (SELECT max(seq) FROM lease_audit) - ?1";
+
+/// Runs `op`; if it is a holder's write that was refused, records the refusal (and trims the
+/// trail to `retention` rows) in the same transaction, which then commits.
+fn audited(conn: &Connection, retention: u64, op: &Op) -> Result<(Reply, bool), StoreError> {
+    let op = match op {
+        Op::Clocked(mode, inner) => clocked(*mode, inner, crate::clock::host_now()?)?,
+        other => other.clone(),
+    };
+    let Op::Job(id, command) = &op else {
+        return apply(conn, &op);
+    };
+    let before = load(conn, id)?;
+    let (reply, wrote) = apply(conn, &op)?;
+    let refused = match &reply {
+        Reply::Job(Outcome::Wrote(Err(refused)) | Outcome::Failed(Err(refused))) => refused,
+        _ => return Ok((reply, wrote)),
+    };
+    let Some(entry) = lease_domain::refusal(command, before.as_ref(), refused) else {
+        return Ok((reply, wrote));
+    };
+    let now = crate::clock::host_now()?;
+    conn.prepare_cached(INSERT_AUDIT)
+        .and_then(|mut stmt| {
+            stmt.execute(rusqlite::params![
+                now.get(),
+                id.as_str(),
+                entry.owner.as_str(),
+                entry.operation,
+                i64::from(entry.presented),
+                entry.current.map(i64::from),
+                entry.reason.as_str(),
+                entry.late_by,
+            ])
+        })
+        .and_then(|_| {
+            conn.prepare_cached(TRIM_AUDIT)?
+                .execute([i64::try_from(retention).unwrap_or(i64::MAX)])
+        })
+        .map_err(error::sql(conn))?;
+    Ok((reply, true))
 }
 
 /// The op to decide under `mode` when the store's clock reads `now`; a skewed caller is
@@ -714,6 +771,63 @@ pub(crate) fn stats(conn: &Connection, now: Timestamp) -> Result<Vec<StatsRow>, 
                 count,
             })
             .collect())
+    })
+}
+
+/// The audit trail, oldest first (empty when the table was never made).
+pub(crate) fn audit_rows(
+    conn: &Connection,
+    filter: &lease_ports::audit::AuditFilter,
+) -> Result<Vec<lease_ports::audit::AuditRow>, StoreError> {
+    reading(conn, |conn| {
+        let exists: bool = conn
+            .query_row(
+                "SELECT count(*) > 0 FROM sqlite_schema WHERE type = 'table' AND name = 'lease_audit'",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(error::sql(conn))?;
+        if !exists {
+            return Ok(Vec::new());
+        }
+        let limit = if filter.limit == 0 {
+            i64::MAX
+        } else {
+            i64::try_from(filter.limit).unwrap_or(i64::MAX)
+        };
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT time, job, owner, operation, presented, current, reason, late_by \
+                 FROM lease_audit WHERE (?1 IS NULL OR job = ?1) AND (?2 IS NULL OR time >= ?2) \
+                 ORDER BY seq DESC LIMIT ?3",
+            )
+            .map_err(error::sql(conn))?;
+        let mut rows: Vec<lease_ports::audit::AuditRow> = stmt
+            .query_map(
+                rusqlite::params![
+                    filter.job.as_ref().map(JobId::as_str),
+                    filter.since.map(Timestamp::get),
+                    limit
+                ],
+                |r| {
+                    Ok(lease_ports::audit::AuditRow {
+                        time: r.get(0)?,
+                        job: r.get(1)?,
+                        owner: r.get(2)?,
+                        operation: r.get(3)?,
+                        presented_fence: u64::try_from(r.get::<_, i64>(4)?).unwrap_or(0),
+                        current_fence: r
+                            .get::<_, Option<i64>>(5)?
+                            .and_then(|f| u64::try_from(f).ok()),
+                        reason: r.get(6)?,
+                        late_by: r.get(7)?,
+                    })
+                },
+            )
+            .and_then(Iterator::collect)
+            .map_err(error::sql(conn))?;
+        rows.reverse();
+        Ok(rows)
     })
 }
 

@@ -162,7 +162,11 @@ impl Summary {
         match outcome {
             JobOutcome::Completed => self.completed += 1,
             JobOutcome::Failed(_) => self.failed += 1,
-            JobOutcome::Lost(_) => self.lost += 1,
+            JobOutcome::Lost(why) => {
+                metrics::counter!(lease_ports::observe::names::LEASES_LOST).increment(1);
+                tracing::warn!(why = why.as_str(), "a worker lost its lease");
+                self.lost += 1;
+            }
             JobOutcome::Released => self.released += 1,
             JobOutcome::Unreported(_) => self.unreported += 1,
         }

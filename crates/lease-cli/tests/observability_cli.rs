@@ -1,0 +1,253 @@
+//! Observability through the binary: `--audit` and `lease audit` (the pinned JSON shape),
+//! `stats --prometheus`, `-v` logging, and `lease work --metrics ADDR` serving /metrics.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn lease(db: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_lease"));
+    command
+        .arg("--db")
+        .arg(db)
+        .env_remove("LEASE_DB")
+        .env_remove("RUST_LOG")
+        .env_remove("LEASE_AUDIT");
+    command
+}
+
+fn run(db: &Path, args: &[&str]) -> Output {
+    lease(db).args(args).output().unwrap()
+}
+
+fn json_of(db: &Path, args: &[&str]) -> Value {
+    let out = lease(db).args(args).arg("--json").output().unwrap();
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+#[test]
+fn refused_writes_are_audited_with_audit_on_and_shown_in_the_pinned_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("a.db");
+    assert!(run(&db, &["init"]).status.success());
+    assert!(run(&db, &["enqueue", "j"]).status.success());
+    json_of(
+        &db,
+        &["claim", "j", "--owner", "A", "--ttl", "10", "--now", "100"],
+    );
+    json_of(
+        &db,
+        &["claim", "j", "--owner", "B", "--ttl", "10", "--now", "111"],
+    );
+    // Without --audit a refusal leaves no row.
+    let quiet = run(
+        &db,
+        &[
+            "complete", "j", "--owner", "A", "--fence", "1", "--now", "112", "--result", "x",
+        ],
+    );
+    assert_eq!(quiet.status.code(), Some(3));
+    assert_eq!(json_of(&db, &["audit"])["refusals"], serde_json::json!([]));
+    // With it, each refusal is a row.
+    let stale = run(
+        &db,
+        &[
+            "--audit", "renew", "j", "--owner", "B", "--fence", "1", "--ttl", "5", "--now", "113",
+        ],
+    );
+    assert_eq!(stale.status.code(), Some(3));
+    let late = run(
+        &db,
+        &[
+            "--audit", "complete", "j", "--owner", "B", "--fence", "2", "--now", "125.5",
+            "--result", "y",
+        ],
+    );
+    assert_eq!(late.status.code(), Some(3));
+    let audit = json_of(&db, &["audit"]);
+    let refusals = audit["refusals"].as_array().unwrap();
+    assert_eq!(refusals.len(), 2, "{audit}");
+    let keys: Vec<&str> = refusals[0]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "time",
+            "job",
+            "owner",
+            "operation",
+            "presented_fence",
+            "current_fence",
+            "reason",
+            "late_by"
+        ]
+    );
+    assert_eq!(
+        (
+            &refusals[0]["operation"],
+            &refusals[0]["presented_fence"],
+            &refusals[0]["current_fence"],
+            &refusals[0]["reason"],
+            &refusals[0]["late_by"]
+        ),
+        (
+            &Value::from("renew"),
+            &Value::from(1),
+            &Value::from(2),
+            &Value::from("stale"),
+            &Value::Null
+        )
+    );
+    assert_eq!(
+        (&refusals[1]["reason"], &refusals[1]["late_by"]),
+        (&Value::from("expired"), &Value::from(4.5))
+    );
+    // Filters: by job, and by time.
+    assert_eq!(
+        json_of(&db, &["audit", "--job", "other"])["refusals"],
+        serde_json::json!([])
+    );
+    let since = refusals[1]["time"].as_f64().unwrap().to_string();
+    assert_eq!(
+        json_of(&db, &["audit", "--since", &since])["refusals"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let human = run(&db, &["audit"]);
+    assert!(String::from_utf8_lossy(&human.stdout).contains("expired"));
+}
+
+#[test]
+fn stats_prints_prometheus_text_and_v_logs_refusals_on_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("p.db");
+    assert!(run(&db, &["init"]).status.success());
+    assert!(
+        run(&db, &["enqueue", "a", "--queue", "mail"])
+            .status
+            .success()
+    );
+    assert!(run(&db, &["enqueue", "b"]).status.success());
+    json_of(
+        &db,
+        &[
+            "claim",
+            "b",
+            "--owner",
+            "w",
+            "--ttl",
+            "1000000000000",
+            "--now",
+            "1",
+        ],
+    );
+    let out = run(&db, &["stats", "--prometheus"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("# HELP lease_jobs "), "{text}");
+    assert!(text.contains("# TYPE lease_jobs gauge\n"));
+    assert!(
+        text.contains("lease_jobs{queue=\"mail\",status=\"pending\"} 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("lease_jobs{queue=\"default\",status=\"running\"} 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("lease_jobs{queue=\"default\",status=\"dead\"} 0\n"),
+        "{text}"
+    );
+    let quiet = run(
+        &db,
+        &["renew", "b", "--owner", "x", "--fence", "1", "--ttl", "5"],
+    );
+    assert!(quiet.stderr.is_empty(), "no logging without -v");
+    let loud = run(
+        &db,
+        &[
+            "-v", "renew", "b", "--owner", "x", "--fence", "1", "--ttl", "5",
+        ],
+    );
+    let log = String::from_utf8_lossy(&loud.stderr);
+    assert!(
+        log.contains("renew refused") && log.contains("job=\"b\"") || log.contains("job=b"),
+        "{log}"
+    );
+}
+
+fn get(addr: &str, path: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(addr).ok()?;
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .ok()?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body).ok()?;
+    Some(body)
+}
+
+#[test]
+fn lease_work_serves_its_metrics_while_it_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("w.db");
+    assert!(run(&db, &["init"]).status.success());
+    assert!(run(&db, &["enqueue", "j", "--queue", "q"]).status.success());
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let mut worker = lease(&db)
+        .args([
+            "work",
+            "--queue",
+            "q",
+            "--owner",
+            "w",
+            "--ttl",
+            "10",
+            "--metrics",
+            &addr,
+            "--",
+            "sh",
+            "-c",
+            "echo ok",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = String::new();
+    while Instant::now() < deadline {
+        if let Some(body) = get(&addr, "/metrics") {
+            seen = body;
+            if seen
+                .contains("lease_operations_total{operation=\"complete_and_claim_next\",outcome=\"accepted\"} 1")
+            {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    worker.kill().unwrap();
+    worker.wait().unwrap();
+    assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
+    assert!(
+        seen.contains("lease_operations_total{operation=\"complete_and_claim_next\",outcome=\"accepted\"} 1"),
+        "{seen}"
+    );
+}

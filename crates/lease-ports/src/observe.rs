@@ -1,0 +1,398 @@
+//! Observability for every store, through facades the application wires up: `tracing` spans
+//! (no output unless a subscriber is installed) and `metrics` (no cost beyond a check unless a
+//! recorder is installed; the application picks the exporter).
+//!
+//! - [`decided`] is called by every adapter where a command is decided, with the stored job it
+//!   was decided against: it counts refusals by reason and records how late an expired write
+//!   came and how long an expired lease waited to be claimed again; it returns the
+//!   [`Refusal`] an audit trail stores.
+//! - [`Observed`] wraps any store: one span per operation (job, owner, fence, outcome, refusal
+//!   reason), an operation counter by kind and outcome, and a latency histogram; `stats` also
+//!   sets the jobs-per-queue-and-status gauges.
+
+use std::future::Future;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use lease_domain::{
+    Command, EnqueueSpec, ErrorText, Fence, Job, JobId, JobResult, LeaseTerm, Outcome, Owner,
+    QueueName, Refusal, Retry, Status, Timestamp, WriteRefused, reclaim_delay, reclaim_delay_at,
+    refusal,
+};
+use tracing::Instrument;
+
+use crate::{
+    ClaimOutcome, CompleteAndClaim, FailOutcome, JobRecord, JobState, Lease, LeaseStore,
+    ListFilter, StatsRow, StoreError, WriteOutcome,
+};
+
+/// The metric names (Prometheus style).
+pub mod names {
+    /// Counter: store operations, labelled `operation` and `outcome` (accepted, refused,
+    /// unchanged, empty, read, error).
+    pub const OPERATIONS: &str = "lease_operations_total";
+    /// Histogram: seconds per store operation, labelled `operation`.
+    pub const OPERATION_SECONDS: &str = "lease_operation_seconds";
+    /// Counter: refused writes of lease holders, labelled `operation` and `reason` (stale,
+    /// expired, not_owner, done, cancelled, dead, missing).
+    pub const REFUSALS: &str = "lease_refusals_total";
+    /// Histogram: how late a write refused for an expired lease came (its `now` minus the
+    /// lease's `until`), in seconds.
+    pub const REFUSED_LATE_SECONDS: &str = "lease_refused_late_seconds";
+    /// Histogram: from a lease's expiry to its job being claimed again, in seconds.
+    pub const RECLAIM_DELAY_SECONDS: &str = "lease_reclaim_delay_seconds";
+    /// Gauge: jobs per `queue` and `status`, as the last `stats` call counted them.
+    pub const JOBS: &str = "lease_jobs";
+    /// Counter: leases a worker lost (a refused renewal, or the store unreachable until the
+    /// lease ran out).
+    pub const LEASES_LOST: &str = "lease_worker_leases_lost_total";
+    /// Counter: writes a fence guard refused at a protected resource.
+    pub const GUARD_REFUSALS: &str = "lease_guard_refusals_total";
+}
+
+/// Records what a decision says (see the module documentation) and returns the refusal an
+/// audit trail stores, if the command was a holder's write that was refused.
+pub fn decided(command: &Command, current: Option<&Job>, outcome: &Outcome) -> Option<Refusal> {
+    let refused: Option<&WriteRefused> = match outcome {
+        Outcome::Wrote(Err(refused)) | Outcome::Failed(Err(refused)) => Some(refused),
+        Outcome::Claimed(Ok(_)) => {
+            if let Some(delay) = reclaim_delay(command, current) {
+                metrics::histogram!(names::RECLAIM_DELAY_SECONDS).record(delay);
+            }
+            None
+        }
+        _ => None,
+    };
+    let entry = refusal(command, current, refused?)?;
+    metrics::counter!(names::REFUSALS, "operation" => entry.operation, "reason" => entry.reason.as_str())
+        .increment(1);
+    if let Some(late) = entry.late_by {
+        metrics::histogram!(names::REFUSED_LATE_SECONDS).record(late);
+    }
+    tracing::debug!(
+        operation = entry.operation,
+        owner = %entry.owner,
+        presented = %entry.presented,
+        current = ?entry.current.map(Fence::get),
+        reason = entry.reason.as_str(),
+        late_by = ?entry.late_by,
+        "refused a holder's write"
+    );
+    Some(entry)
+}
+
+/// Records how long `job`'s lease had been expired when `claim_next` leased it at `now`.
+pub fn leased_next(job: &Job, now: Timestamp) {
+    if let Some(delay) = reclaim_delay_at(job, now) {
+        metrics::histogram!(names::RECLAIM_DELAY_SECONDS).record(delay);
+    }
+}
+
+/// A store whose every operation is a span, counted and timed.
+#[derive(Debug)]
+pub struct Observed<S: ?Sized> {
+    inner: std::sync::Arc<S>,
+}
+
+impl<S: ?Sized> Clone for Observed<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: std::sync::Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<S: ?Sized> Observed<S> {
+    /// Wraps `inner` (any store, `dyn LeaseStore` included).
+    pub fn new(inner: std::sync::Arc<S>) -> Self {
+        Self { inner }
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+/// Runs one operation inside `span`, then records its outcome (from `judge`) on the span and
+/// in the metrics.
+async fn observe<T>(
+    operation: &'static str,
+    span: tracing::Span,
+    call: impl Future<Output = Result<T, StoreError>>,
+    judge: impl FnOnce(&T) -> (&'static str, Option<String>),
+) -> Result<T, StoreError> {
+    let started = Instant::now();
+    let answer = call.instrument(span.clone()).await;
+    let (outcome, reason) = match &answer {
+        Ok(value) => judge(value),
+        Err(e) => ("error", Some(e.to_string())),
+    };
+    span.record("outcome", outcome);
+    if let Some(reason) = &reason {
+        span.record("reason", reason.as_str());
+    }
+    metrics::counter!(names::OPERATIONS, "operation" => operation, "outcome" => outcome)
+        .increment(1);
+    metrics::histogram!(names::OPERATION_SECONDS, "operation" => operation)
+        .record(started.elapsed().as_secs_f64());
+    let _entered = span.enter();
+    match outcome {
+        "error" => tracing::warn!(reason = reason.as_deref(), "{operation} failed"),
+        "refused" => tracing::info!(reason = reason.as_deref(), "{operation} refused"),
+        _ => tracing::debug!("{operation} {outcome}"),
+    }
+    answer
+}
+
+fn span(
+    operation: &'static str,
+    job: Option<&JobId>,
+    owner: Option<&Owner>,
+    fence: Option<Fence>,
+) -> tracing::Span {
+    tracing::info_span!(
+        "lease",
+        operation,
+        job = job.map(JobId::as_str),
+        owner = owner.map(Owner::as_str),
+        fence = fence.map(Fence::get),
+        outcome = tracing::field::Empty,
+        reason = tracing::field::Empty,
+    )
+}
+
+fn wrote<E: std::fmt::Display>(answer: &Result<(), E>) -> (&'static str, Option<String>) {
+    match answer {
+        Ok(()) => ("accepted", None),
+        Err(refused) => ("refused", Some(refused.to_string())),
+    }
+}
+
+#[async_trait]
+impl<S: LeaseStore + ?Sized> LeaseStore for Observed<S> {
+    async fn enqueue(&self, job: &JobId) -> Result<bool, StoreError> {
+        let span = span("enqueue", Some(job), None, None);
+        observe("enqueue", span, self.inner.enqueue(job), |inserted| {
+            (if *inserted { "accepted" } else { "unchanged" }, None)
+        })
+        .await
+    }
+
+    async fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
+        let span = span("state", Some(job), None, None);
+        observe("state", span, self.inner.state(job), |_| ("read", None)).await
+    }
+
+    async fn claim(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        term: LeaseTerm,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let span = span("claim", Some(job), Some(owner), None);
+        let recorded = span.clone();
+        observe(
+            "claim",
+            span,
+            self.inner.claim(job, owner, term),
+            move |answer| match answer {
+                Ok(fence) => {
+                    recorded.record("fence", fence.get());
+                    ("accepted", None)
+                }
+                Err(refused) => ("refused", Some(refused.to_string())),
+            },
+        )
+        .await
+    }
+
+    async fn renew(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        term: LeaseTerm,
+    ) -> Result<WriteOutcome, StoreError> {
+        let span = span("renew", Some(job), Some(owner), Some(fence));
+        observe(
+            "renew",
+            span,
+            self.inner.renew(job, owner, fence, term),
+            wrote,
+        )
+        .await
+    }
+
+    async fn complete(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        now: Timestamp,
+        result: &JobResult,
+    ) -> Result<WriteOutcome, StoreError> {
+        let span = span("complete", Some(job), Some(owner), Some(fence));
+        observe(
+            "complete",
+            span,
+            self.inner.complete(job, owner, fence, now, result),
+            wrote,
+        )
+        .await
+    }
+
+    async fn release(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+    ) -> Result<WriteOutcome, StoreError> {
+        let span = span("release", Some(job), Some(owner), Some(fence));
+        observe(
+            "release",
+            span,
+            self.inner.release(job, owner, fence),
+            wrote,
+        )
+        .await
+    }
+
+    async fn enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError> {
+        let span = span("enqueue", Some(job), None, None);
+        observe(
+            "enqueue",
+            span,
+            self.inner.enqueue_with(job, spec),
+            |inserted| (if *inserted { "accepted" } else { "unchanged" }, None),
+        )
+        .await
+    }
+
+    async fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError> {
+        let span = span("record", Some(job), None, None);
+        observe("record", span, self.inner.record(job), |_| ("read", None)).await
+    }
+
+    async fn claim_next(
+        &self,
+        queue: &QueueName,
+        owner: &Owner,
+        term: LeaseTerm,
+        limit: usize,
+    ) -> Result<Vec<Lease>, StoreError> {
+        let span = span("claim_next", None, Some(owner), None);
+        observe(
+            "claim_next",
+            span,
+            self.inner.claim_next(queue, owner, term, limit),
+            |leases| {
+                (
+                    if leases.is_empty() {
+                        "empty"
+                    } else {
+                        "accepted"
+                    },
+                    None,
+                )
+            },
+        )
+        .await
+    }
+
+    async fn fail(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        now: Timestamp,
+        error: &ErrorText,
+        retry: Retry,
+    ) -> Result<FailOutcome, StoreError> {
+        let span = span("fail", Some(job), Some(owner), Some(fence));
+        observe(
+            "fail",
+            span,
+            self.inner.fail(job, owner, fence, now, error, retry),
+            |answer| match answer {
+                Ok(_) => ("accepted", None),
+                Err(refused) => ("refused", Some(refused.to_string())),
+            },
+        )
+        .await
+    }
+
+    async fn cancel(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
+        let span = span("cancel", Some(job), None, None);
+        observe("cancel", span, self.inner.cancel(job, now), wrote).await
+    }
+
+    async fn retry(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
+        let span = span("retry", Some(job), None, None);
+        observe("retry", span, self.inner.retry(job, now), wrote).await
+    }
+
+    async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError> {
+        let span = span("purge", None, None, None);
+        observe("purge", span, self.inner.purge(before, statuses), |_| {
+            ("accepted", None)
+        })
+        .await
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError> {
+        let span = span("list", None, None, None);
+        observe("list", span, self.inner.list(filter), |_| ("read", None)).await
+    }
+
+    async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
+        let span = span("stats", None, None, None);
+        let rows = observe("stats", span, self.inner.stats(now), |_| ("read", None)).await?;
+        set_gauges(&rows);
+        Ok(rows)
+    }
+
+    async fn complete_and_claim_next(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        result: &JobResult,
+        queue: &QueueName,
+        term: LeaseTerm,
+        limit: usize,
+    ) -> Result<CompleteAndClaim, StoreError> {
+        let span = span(
+            "complete_and_claim_next",
+            Some(job),
+            Some(owner),
+            Some(fence),
+        );
+        observe(
+            "complete_and_claim_next",
+            span,
+            self.inner
+                .complete_and_claim_next(job, owner, fence, result, queue, term, limit),
+            |(completed, _)| wrote(completed),
+        )
+        .await
+    }
+}
+
+/// Sets the jobs-per-queue-and-status gauges from `stats` rows (a status a queue has no job
+/// in reads 0).
+pub fn set_gauges(rows: &[StatsRow]) {
+    let queues: std::collections::BTreeSet<&QueueName> = rows.iter().map(|r| &r.queue).collect();
+    for queue in queues {
+        for status in Status::ALL {
+            let count = rows
+                .iter()
+                .find(|r| &r.queue == queue && r.status == status)
+                .map_or(0, |r| r.count);
+            #[allow(clippy::cast_precision_loss)] // A job count fits an f64 exactly below 2^53.
+            let value = count as f64;
+            metrics::gauge!(names::JOBS, "queue" => queue.as_str().to_owned(), "status" => status.as_str())
+                .set(value);
+        }
+    }
+}

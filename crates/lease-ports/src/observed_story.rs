@@ -1,0 +1,246 @@
+//! A scripted stale-worker story whose metrics and audit rows every adapter must produce:
+//! claims that take over expired leases, a stale renewal, a completion after its lease
+//! expired, a renewal by a worker that is not the owner, and a completion after the job was
+//! done.
+
+#![allow(clippy::missing_panics_doc, clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use metrics_util::CompositeKey;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+
+use crate::audit::{AuditFilter, AuditRow, AuditTrail};
+use crate::observe::{Observed, names};
+use crate::{Fence, JobId, JobResult, LeaseStore, LeaseTerm, Owner, Timestamp};
+
+/// Installs a debugging recorder as the process's recorder and returns its snapshotter. Call it
+/// once per test binary, before the store is used.
+#[must_use]
+pub fn capture() -> Snapshotter {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    recorder
+        .install()
+        .expect("the first recorder of this process");
+    snapshotter
+}
+
+/// An audit row without its time: job, owner, operation, presented, current, reason, late by.
+type Shape = (
+    String,
+    String,
+    String,
+    u64,
+    Option<u64>,
+    String,
+    Option<f64>,
+);
+
+fn key_of(key: &CompositeKey) -> String {
+    let mut labels: Vec<String> = key
+        .key()
+        .labels()
+        .map(|l| format!("{}={}", l.key(), l.value()))
+        .collect();
+    labels.sort();
+    format!("{}{{{}}}", key.key().name(), labels.join(","))
+}
+
+/// Runs the story on `store` (through [`Observed`]) and checks what `snapshotter` counted and
+/// what `trail` recorded.
+pub async fn check(store: Arc<dyn LeaseStore>, trail: &dyn AuditTrail, snapshotter: &Snapshotter) {
+    let store = Observed::new(store);
+    let job = JobId::new("story").unwrap();
+    let (a, b, c) = (
+        Owner::new("A").unwrap(),
+        Owner::new("B").unwrap(),
+        Owner::new("C").unwrap(),
+    );
+    let term = |now: f64, ttl: f64| LeaseTerm::new(now, ttl).unwrap();
+    let at = |now: f64| Timestamp::new(now).unwrap();
+    assert!(store.enqueue(&job).await.unwrap());
+    let fa = store
+        .claim(&job, &a, term(100.0, 10.0))
+        .await
+        .unwrap()
+        .unwrap();
+    // A's process stalls; its lease runs out at 110; A restarted takes the job again 1 s later.
+    let fa2 = store
+        .claim(&job, &a, term(111.0, 10.0))
+        .await
+        .unwrap()
+        .unwrap();
+    // The stalled A wakes and renews with its old fence: stale.
+    assert!(
+        store
+            .renew(&job, &a, fa, term(111.5, 10.0))
+            .await
+            .unwrap()
+            .is_err()
+    );
+    // The restarted A stalls past its lease (until 121) and completes 4 s late: expired.
+    let late = JobResult::new("A late").unwrap();
+    assert!(
+        store
+            .complete(&job, &a, fa2, at(125.0), &late)
+            .await
+            .unwrap()
+            .is_err()
+    );
+    // C takes over 4 s after that lease ran out; B, who never held it, tries to renew.
+    let fc = store
+        .claim(&job, &c, term(125.0, 10.0))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        store
+            .renew(&job, &b, fc, term(125.5, 10.0))
+            .await
+            .unwrap()
+            .is_err()
+    );
+    let done = JobResult::new("C").unwrap();
+    store
+        .complete(&job, &c, fc, at(126.0), &done)
+        .await
+        .unwrap()
+        .unwrap();
+    // The stalled A writes once more: the job is done.
+    let a_result = JobResult::new("A").unwrap();
+    assert!(
+        store
+            .complete(&job, &a, fa, at(127.0), &a_result)
+            .await
+            .unwrap()
+            .is_err()
+    );
+
+    let snapshot: HashMap<String, DebugValue> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, value)| (key_of(&key), value))
+        .collect();
+    let counter = |name: &str| match snapshot.get(name) {
+        Some(DebugValue::Counter(n)) => *n,
+        None => 0,
+        other => panic!("{name} is {other:?}"),
+    };
+    let histogram = |name: &str| -> Vec<f64> {
+        match snapshot.get(name) {
+            Some(DebugValue::Histogram(values)) => {
+                let mut v: Vec<f64> = values.iter().map(|x| x.into_inner()).collect();
+                v.sort_by(f64::total_cmp);
+                v
+            }
+            None => Vec::new(),
+            other => panic!("{name} is {other:?}"),
+        }
+    };
+    let refusals = names::REFUSALS;
+    assert_eq!(
+        counter(&format!("{refusals}{{operation=renew,reason=stale}}")),
+        1,
+        "{snapshot:?}"
+    );
+    assert_eq!(
+        counter(&format!("{refusals}{{operation=complete,reason=expired}}")),
+        1
+    );
+    assert_eq!(
+        counter(&format!("{refusals}{{operation=complete,reason=done}}")),
+        1
+    );
+    assert_eq!(
+        counter(&format!("{refusals}{{operation=renew,reason=not_owner}}")),
+        1
+    );
+    let ops = names::OPERATIONS;
+    assert_eq!(
+        counter(&format!("{ops}{{operation=claim,outcome=accepted}}")),
+        3
+    );
+    assert_eq!(
+        counter(&format!("{ops}{{operation=complete,outcome=refused}}")),
+        2
+    );
+    assert_eq!(
+        counter(&format!("{ops}{{operation=complete,outcome=accepted}}")),
+        1
+    );
+    assert_eq!(
+        counter(&format!("{ops}{{operation=renew,outcome=refused}}")),
+        2
+    );
+    assert_eq!(
+        histogram(&format!("{}{{}}", names::REFUSED_LATE_SECONDS)),
+        [4.0]
+    );
+    assert_eq!(
+        histogram(&format!("{}{{}}", names::RECLAIM_DELAY_SECONDS)),
+        [1.0, 4.0]
+    );
+    assert_eq!(
+        histogram(&format!("{}{{operation=claim}}", names::OPERATION_SECONDS)).len(),
+        3,
+        "every claim is timed"
+    );
+
+    let rows = trail.refusals(&AuditFilter::default()).await.unwrap();
+    let shape: Vec<Shape> = rows
+        .iter()
+        .map(|r: &AuditRow| {
+            (
+                r.job.clone(),
+                r.owner.clone(),
+                r.operation.clone(),
+                r.presented_fence,
+                r.current_fence,
+                r.reason.clone(),
+                r.late_by,
+            )
+        })
+        .collect();
+    let row = |owner: &str,
+               op: &str,
+               presented: Fence,
+               current: Fence,
+               reason: &str,
+               late: Option<f64>| {
+        (
+            "story".to_owned(),
+            owner.to_owned(),
+            op.to_owned(),
+            presented.get(),
+            Some(current.get()),
+            reason.to_owned(),
+            late,
+        )
+    };
+    assert_eq!(
+        shape,
+        vec![
+            row("A", "renew", fa, fa2, "stale", None),
+            row("A", "complete", fa2, fa2, "expired", Some(4.0)),
+            row("B", "renew", fc, fc, "not_owner", None),
+            row("A", "complete", fa, fc, "done", None),
+        ]
+    );
+    assert!(
+        rows.iter().all(|r| r.time > 1e9),
+        "times are the store's clock: {rows:?}"
+    );
+    let only_b = trail
+        .refusals(&AuditFilter {
+            job: Some(job.clone()),
+            since: Some(Timestamp::new(rows[2].time).unwrap()),
+            limit: 1,
+        })
+        .await
+        .unwrap();
+    assert_eq!(only_b.len(), 1);
+    assert_eq!(only_b[0].reason, "done", "limit keeps the newest");
+}
