@@ -247,7 +247,9 @@ fn lease_work_serves_its_metrics_while_it_works() {
     worker.wait().unwrap();
     assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
     assert!(
-        seen.contains("lease_operations_total{operation=\"complete_and_claim_next\",outcome=\"accepted\"} 1"),
+        seen.contains(
+            "lease_operations_total{operation=\"complete_and_claim_next\",outcome=\"accepted\"} 1"
+        ),
         "{seen}"
     );
 }
