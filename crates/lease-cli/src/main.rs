@@ -138,10 +138,7 @@ async fn run(cli: Cli) -> Result<Report, String> {
         }
         Request::Work(work) => {
             if let Some(addr) = work.metrics {
-                metrics_exporter_prometheus::PrometheusBuilder::new()
-                    .with_http_listener(addr)
-                    .install()
-                    .map_err(|e| format!("cannot serve metrics at {addr}: {e}"))?;
+                lease_worker::serve_metrics(addr)?;
             }
             let store = target.open(false).await?.store();
             work::run(&work, store, |line| {

@@ -218,7 +218,7 @@ async fn a_version_1_schema_gains_the_guard_when_opened_and_keeps_its_jobs() {
     // Back to what version 1 made.
     db.execute(
         "DROP FUNCTION lease.admit_fence(text, bigint); DROP TABLE lease.fences; \
-         DELETE FROM lease.migrations WHERE version = 2",
+         DROP TABLE lease.audit; DELETE FROM lease.migrations WHERE version > 1",
     )
     .unwrap();
     let store = PgLeaseStore::open(db.url(), PgOptions::default())

@@ -557,3 +557,19 @@ fn panic_text(error: tokio::task::JoinError) -> String {
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a non-text panic".to_owned())
 }
+
+/// Serves this process's metrics (everything recorded through the `metrics` facade: store
+/// operations, refusals, leases lost) in the Prometheus text format at `http://addr/metrics`,
+/// by installing the Prometheus exporter as the process's recorder. Call it once, inside a
+/// Tokio runtime, before the worker runs (feature `prometheus`).
+///
+/// # Errors
+/// A message naming the address when it cannot listen there, or when a recorder is already
+/// installed.
+#[cfg(feature = "prometheus")]
+pub fn serve_metrics(addr: std::net::SocketAddr) -> Result<(), String> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .install()
+        .map_err(|e| format!("cannot serve metrics at {addr}: {e}"))
+}
