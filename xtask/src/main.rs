@@ -36,7 +36,6 @@ fn ci() -> Result<(), String> {
         &["doc", "--workspace", "--no-deps"],
         &[("RUSTDOCFLAGS", "-D warnings")],
     )?;
-    cargo(&["bench", "--workspace", "--no-run"], &[])?;
     cargo(&["test", "-p", "lease-benches", "--benches"], &[])
 }
 

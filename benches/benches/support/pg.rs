@@ -92,11 +92,11 @@ impl Raw {
             .await
             .expect("connect");
         tokio::spawn(conn);
-        // The store's session settings, so that both run the same plans.
+        // The store's planner setting for claim-next, so that both run the same plans.
         client
             .batch_execute(&format!(
-                "SET synchronous_commit = on; {}",
-                lease_postgres::SESSION_SETTINGS
+                "SET synchronous_commit = on; SET {}",
+                lease_postgres::CLAIM_NEXT_SETTING
             ))
             .await
             .expect("set");

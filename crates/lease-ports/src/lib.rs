@@ -203,6 +203,59 @@ pub fn tally<'a>(jobs: impl IntoIterator<Item = &'a Job>, now: Timestamp) -> Vec
         .collect()
 }
 
+/// The inputs of the status rule for a group of jobs, as a store's grouping query gives them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusGroup {
+    /// The queue.
+    pub queue: QueueName,
+    /// Whether the jobs are done.
+    pub done: bool,
+    /// Whether they are dead or cancelled.
+    pub ended: Option<Ended>,
+    /// Whether their lease is live at the time judged.
+    pub live: bool,
+    /// Whether they used every attempt.
+    pub exhausted: bool,
+    /// How many jobs.
+    pub count: u64,
+}
+
+/// Tallies grouped inputs of the status rule into `StatsRow`s: the domain judges one
+/// representative job per group (`Job::status_at`), so stores never restate the rule in SQL.
+#[must_use]
+pub fn tally_groups(
+    groups: impl IntoIterator<Item = StatusGroup>,
+    now: Timestamp,
+) -> Vec<StatsRow> {
+    let mut counts: std::collections::BTreeMap<(QueueName, Status), u64> =
+        std::collections::BTreeMap::new();
+    for group in groups {
+        let representative = Job {
+            done: group.done,
+            ended: group.ended,
+            until: if group.live {
+                Timestamp::new(f64::MAX).unwrap_or(now)
+            } else {
+                now
+            },
+            attempts: u32::from(group.exhausted),
+            max_attempts: 1,
+            ..Job::new()
+        };
+        *counts
+            .entry((group.queue, representative.status_at(now)))
+            .or_default() += group.count;
+    }
+    counts
+        .into_iter()
+        .map(|((queue, status), count)| StatsRow {
+            queue,
+            status,
+            count,
+        })
+        .collect()
+}
+
 /// A durable store of fenced job leases.
 ///
 /// # Contract

@@ -1,15 +1,12 @@
 //! Differential test: random operation sequences against the in-memory reference store and the
 //! PostgreSQL store give identical outcomes, stored jobs, `list` and `stats` answers (the
-//! harness is `lease_ports::differential`). Each case gets its own schema in one fresh database.
-
-use std::sync::atomic::{AtomicU32, Ordering};
+//! harness is `lease_ports::differential`). One fresh database; each case starts from empty
+//! tables (`TRUNCATE ... RESTART IDENTITY`, so enqueue order restarts too).
 
 use lease_ports::differential::{op, run};
 use lease_ports::memory::MemoryLeaseStore;
 use lease_postgres::{PgLeaseStore, PgOptions, ScratchDatabase};
 use proptest::prelude::*;
-
-static CASE: AtomicU32 = AtomicU32::new(0);
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(160))]
@@ -19,10 +16,16 @@ proptest! {
         thread_local! {
             static DB: ScratchDatabase = ScratchDatabase::create();
         }
-        let url = DB.with(|db| db.url().to_owned());
+        let url = DB.with(|db| {
+            db.execute(
+                "DO $$ BEGIN IF to_regclass('lease.jobs') IS NOT NULL THEN \
+                 TRUNCATE lease.jobs, lease.purged RESTART IDENTITY; END IF; END $$",
+            )
+            .unwrap();
+            db.url().to_owned()
+        });
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let options = PgOptions {
-            schema: format!("case{}", CASE.fetch_add(1, Ordering::Relaxed)),
             pool_size: 2,
             ..PgOptions::default()
         };

@@ -328,7 +328,7 @@ async fn claim_next_reads_candidates_in_index_order_even_with_stale_statistics()
     .unwrap();
     let client = admin(&db).await;
     client
-        .batch_execute(lease_postgres::SESSION_SETTINGS)
+        .batch_execute(&format!("SET {}", lease_postgres::CLAIM_NEXT_SETTING))
         .await
         .unwrap();
     let candidates = lease_postgres::StatementTexts::new("lease").candidates;

@@ -737,40 +737,23 @@ pub(crate) fn stats(conn: &Connection, now: Timestamp) -> Result<Vec<StatsRow>, 
             })
             .and_then(Iterator::collect::<Result<Vec<_>, _>>)
             .map_err(error::sql(conn))?;
-        let mut tallied: std::collections::BTreeMap<(QueueName, Status), u64> =
-            std::collections::BTreeMap::new();
+        let mut judged = Vec::new();
         for (queue, done, finished, live, exhausted, n) in groups {
-            let queue = QueueName::new(queue)
-                .map_err(|e| StoreError::Corrupt(format!("stored queue: {e}")))?;
-            // A job with the group's inputs to the status rule, judged by the domain.
-            let representative = Job {
+            judged.push(lease_ports::StatusGroup {
+                queue: QueueName::new(queue)
+                    .map_err(|e| StoreError::Corrupt(format!("stored queue: {e}")))?,
                 done,
                 ended: match finished.as_deref() {
                     Some("dead") => Some(Ended::Dead),
                     Some("cancelled") => Some(Ended::Cancelled),
                     _ => None,
                 },
-                until: if live {
-                    Timestamp::new(f64::MAX).unwrap_or(now)
-                } else {
-                    now
-                },
-                attempts: u32::from(exhausted),
-                max_attempts: 1,
-                ..Job::new()
-            };
-            *tallied
-                .entry((queue, representative.status_at(now)))
-                .or_default() += u64::try_from(n).unwrap_or(0);
+                live,
+                exhausted,
+                count: u64::try_from(n).unwrap_or(0),
+            });
         }
-        Ok(tallied
-            .into_iter()
-            .map(|((queue, status), count)| StatsRow {
-                queue,
-                status,
-                count,
-            })
-            .collect())
+        Ok(lease_ports::tally_groups(judged, now))
     })
 }
 
