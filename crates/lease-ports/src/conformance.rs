@@ -1058,48 +1058,13 @@ pub async fn complete_and_claim_next_hands_back_one_job_and_takes_the_next(store
 #[macro_export]
 macro_rules! conformance_tests {
     (async $factory:path) => {
-        $crate::conformance_tests!(@each_async $factory;
-            enqueue_inserts_default_state_once,
-            enqueue_never_resets_a_lease_or_a_result,
-            state_of_missing_job_is_none,
-            claim_of_missing_job_is_refused,
-            first_claim_returns_fence_one,
-            live_lease_is_not_claimable_even_by_its_owner,
-            lease_is_claimable_when_until_equals_now,
-            done_job_is_not_claimable,
-            renew_extends_the_live_current_lease,
-            renew_is_refused_unless_current_and_live,
-            complete_stores_result_for_the_current_lease,
-            stale_completion_is_rejected_and_result_survives,
-            stale_completion_is_rejected_while_new_lease_is_live,
-            complete_is_refused_unless_current_and_live,
-            release_keeps_the_fence_and_next_claim_increments_it,
-            expired_lease_can_be_released_by_its_holder,
-            release_is_refused_unless_current_holder,
-            fences_strictly_increase_and_are_never_reused,
-            jobs_are_independent,
-            concurrent_claims_have_exactly_one_winner,
-            enqueue_with_stores_the_queue_fields,
-            claim_next_takes_priority_then_run_at_then_enqueue_order,
-            claim_next_leases_only_due_free_jobs_of_its_queue,
-            claim_next_respects_its_limit_and_never_leases_a_live_job_twice,
-            an_expired_lease_counts_as_an_attempt_and_then_the_job_dies,
-            claim_by_id_refuses_dead_cancelled_and_scheduled_jobs_but_ignores_attempts,
-            fail_retries_with_backoff_then_dead_letters,
-            fail_is_refused_unless_current_and_live,
-            cancel_of_a_running_job_refuses_its_holder,
-            retry_revives_dead_and_cancelled_jobs_and_the_fence_continues,
-            purge_deletes_finished_jobs_and_a_purged_id_never_reuses_a_fence,
-            list_and_stats_judge_status_at_now,
-            complete_stores_the_result_fence,
-            concurrent_claim_next_gives_each_job_to_exactly_one_caller,
-            complete_and_claim_next_hands_back_one_job_and_takes_the_next,
-            stats_count_every_status,
-            claim_next_counts_only_leases_against_its_limit,
-        );
+        $crate::conformance_tests!(@names (async) $factory);
     };
     ($factory:path) => {
-        $crate::conformance_tests!(@each $factory;
+        $crate::conformance_tests!(@names () $factory);
+    };
+    (@names ($($mode:tt)?) $factory:path) => {
+        $crate::conformance_tests!(@each ($($mode)?) $factory;
             enqueue_inserts_default_state_once,
             enqueue_never_resets_a_lease_or_a_result,
             state_of_missing_job_is_none,
@@ -1139,7 +1104,7 @@ macro_rules! conformance_tests {
             claim_next_counts_only_leases_against_its_limit,
         );
     };
-        (@each $factory:path; $($check:ident),* $(,)?) => {
+    (@each () $factory:path; $($check:ident),* $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $check() {
@@ -1148,7 +1113,7 @@ macro_rules! conformance_tests {
             }
         )*
     };
-    (@each_async $factory:path; $($check:ident),* $(,)?) => {
+    (@each (async) $factory:path; $($check:ident),* $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $check() {

@@ -267,10 +267,6 @@ impl PgLeaseStore {
         self.pool.close();
     }
 
-    async fn conn_statement(&self, conn: &Conn, query: &str) -> Result<Statement, StoreError> {
-        conn.prepare(query).await
-    }
-
     async fn conn(&self) -> Result<Conn, StoreError> {
         match self.pool.get().await {
             Ok(object) => Ok(Conn {

@@ -153,8 +153,8 @@ impl Transfer for PgLeaseStore {
                 }
             }
         }
-        let insert = self.conn_statement(&conn, &self.sql.insert).await?;
-        let update_stmt = self.conn_statement(&conn, &self.sql.update).await?;
+        let insert = conn.prepare(&self.sql.insert).await?;
+        let update_stmt = conn.prepare(&self.sql.update).await?;
         let forget = format!("DELETE FROM {s}.purged WHERE id = ANY($1::text[])");
         let (mark_ids, mark_fences): (Vec<String>, Vec<i64>) = new_marks.into_iter().unzip();
         let commit = |e: tokio_postgres::Error| error::map(&e, Stage::Commit);

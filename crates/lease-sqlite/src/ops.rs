@@ -359,21 +359,30 @@ fn apply_command(
     id: &JobId,
     command: &Command,
 ) -> Result<(Outcome, bool), StoreError> {
+    decide_command(conn, id, command).map(|(outcome, wrote, _)| (outcome, wrote))
+}
+
+/// [`apply_command`], also giving the refusal of a holder's write (for the audit trail).
+fn decide_command(
+    conn: &Connection,
+    id: &JobId,
+    command: &Command,
+) -> Result<(Outcome, bool, Option<lease_domain::Refusal>), StoreError> {
     let current = load(conn, id)?;
     let purged = match current {
         None if command.is_enqueue() => purged_fence(conn, id)?,
         _ => None,
     };
     let (next, outcome) = command.decide(id, current.as_ref(), purged);
-    lease_ports::observe::decided(command, current.as_ref(), &outcome);
+    let refused = lease_ports::observe::decided(command, current.as_ref(), &outcome);
     let Some(next) = next else {
-        return Ok((outcome, false));
+        return Ok((outcome, false, refused));
     };
     store(conn, current.is_none(), id, &next)?;
     if current.is_none() && purged.is_some() {
         run_with(conn, FORGET_PURGED, id.as_str())?;
     }
-    Ok((outcome, true))
+    Ok((outcome, true, None))
 }
 
 fn candidates(
@@ -515,13 +524,9 @@ fn audited(conn: &Connection, retention: u64, op: &Op) -> Result<(Reply, bool), 
     let Op::Job(id, command) = &op else {
         return apply(conn, &op);
     };
-    let before = load(conn, id)?;
-    let (reply, wrote) = apply(conn, &op)?;
-    let refused = match &reply {
-        Reply::Job(Outcome::Wrote(Err(refused)) | Outcome::Failed(Err(refused))) => refused,
-        _ => return Ok((reply, wrote)),
-    };
-    let Some(entry) = lease_domain::refusal(command, before.as_ref(), refused) else {
+    let (outcome, wrote, refused) = decide_command(conn, id, command)?;
+    let reply = Reply::Job(outcome);
+    let Some(entry) = refused else {
         return Ok((reply, wrote));
     };
     let now = crate::clock::host_now()?;
