@@ -136,6 +136,26 @@ pub enum Ended {
     Cancelled,
 }
 
+impl Ended {
+    /// Both ways a job ends without completing.
+    pub const ALL: [Ended; 2] = [Ended::Dead, Ended::Cancelled];
+
+    /// The stored text (`dead`, `cancelled`): the one spelling every store writes and reads.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ended::Dead => Status::Dead.as_str(),
+            Ended::Cancelled => Status::Cancelled.as_str(),
+        }
+    }
+
+    /// Reads the stored text back; `None` for any other text.
+    #[must_use]
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|e| e.as_str() == text)
+    }
+}
+
 /// Where a job stands at a given `now`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Status {

@@ -107,6 +107,20 @@ impl Job {
         self.attempts < self.max_attempts.max(1)
     }
 
+    /// Whether `claim_next` acts on the job at `now` (leases it, or buries it when no attempt
+    /// is left): not done, not ended, no live lease, due, and a fence that can still go up.
+    /// Every store's candidate query selects exactly these jobs, and
+    /// [`decide_claim_next`] skips exactly the others, so a job the query returns is never
+    /// skipped (a due job whose fence is at [`Fence::MAX`] is not a candidate).
+    #[must_use]
+    pub fn is_claim_candidate(&self, now: Timestamp) -> bool {
+        !self.done
+            && self.ended.is_none()
+            && !self.is_live_at(now)
+            && self.is_due_at(now)
+            && self.fence < Fence::MAX
+    }
+
     /// Where the job stands at `now`. A job whose last lease expired with no attempts left is
     /// dead: `claim_next` will never lease it again.
     #[must_use]
@@ -281,7 +295,7 @@ pub enum NextDecision {
 #[must_use]
 pub fn decide_claim_next(job: &Job, owner: &Owner, term: LeaseTerm) -> NextDecision {
     let now = term.now();
-    if job.done || job.ended.is_some() || job.is_live_at(now) || !job.is_due_at(now) {
+    if !job.is_claim_candidate(now) {
         return NextDecision::Skip;
     }
     if !job.has_attempts_left() {

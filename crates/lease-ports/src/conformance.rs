@@ -8,14 +8,17 @@
 
 use std::sync::Arc;
 
+use crate::memory::MemoryLeaseStore;
+use crate::transfer::{Snapshot, Transfer};
 use crate::{
-    Backoff, ClaimRefused, EnqueueSpec, ErrorText, Fence, JobId, JobResult, JobState, Lease,
-    LeaseStore, LeaseTerm, ListFilter, Owner, Payload, QueueName, Retry, StatsRow, Status,
-    Timestamp, WriteRefused,
+    Backoff, ClaimRefused, EnqueueSpec, ErrorText, Fence, Job, JobId, JobRecord, JobResult,
+    JobState, Lease, LeaseStore, LeaseTerm, ListFilter, Owner, Payload, QueueName, Retry, StatsRow,
+    Status, Timestamp, WriteRefused,
 };
 
-/// A shared handle to the store under test.
-pub type Store = Arc<dyn LeaseStore>;
+/// A shared handle to the store under test: a store whose contents can also be moved
+/// ([`Transfer`]), which the migration checks use.
+pub type Store = Arc<dyn Transfer>;
 
 fn job(id: &str) -> JobId {
     JobId::new(id).expect("valid job id")
@@ -384,7 +387,8 @@ pub async fn concurrent_claims_have_exactly_one_winner(store: Store) {
     for round in 0..ROUNDS {
         let id = enqueued(&store, &format!("race-{round}")).await;
         let owners: Vec<Owner> = (0..CLAIMERS).map(|i| owner(&format!("w{i}"))).collect();
-        let outcomes = crate::claim_many(store.as_ref(), &id, &owners, term(1.0, 30.0)).await;
+        let outcomes =
+            crate::claim_many(&*store as &dyn LeaseStore, &id, &owners, term(1.0, 30.0)).await;
         let mut winners = Vec::new();
         for (i, outcome) in outcomes.into_iter().enumerate() {
             match outcome.expect("no claim fails with a storage error") {
@@ -946,6 +950,153 @@ pub async fn claim_next_counts_only_leases_against_its_limit(store: Store) {
     assert_eq!(status(&store, &once, 20.0).await, Status::Dead);
 }
 
+/// A due job whose fence is at its maximum cannot be leased, and does not hide the due jobs
+/// behind it: `claim_next` with limit 1 leases the next one (such a row can come from a merge
+/// or from another program).
+pub async fn claim_next_reads_past_a_job_whose_fence_is_exhausted(store: Store) {
+    let exhausted = Job {
+        fence: Fence::MAX,
+        queue: queue("q"),
+        priority: 9,
+        ..Job::new()
+    };
+    let due = Job {
+        queue: queue("q"),
+        ..Job::new()
+    };
+    let snapshot = Snapshot {
+        jobs: vec![
+            JobRecord {
+                id: job("a-exhausted"),
+                job: exhausted.clone(),
+            },
+            JobRecord {
+                id: job("b"),
+                job: due.clone(),
+            },
+            JobRecord {
+                id: job("c"),
+                job: due,
+            },
+        ],
+        purged: Vec::new(),
+    };
+    store
+        .import(&snapshot, false)
+        .await
+        .expect("import into an empty store works");
+    assert_eq!(ids(&next(&store, "q", "w", 1.0, 1).await), ["b"]);
+    assert_eq!(ids(&next(&store, "q", "w", 1.0, 5).await), ["c"]);
+    assert!(next(&store, "q", "w", 1.0, 5).await.is_empty());
+    let record = store
+        .record(&job("a-exhausted"))
+        .await
+        .expect("record reads")
+        .expect("job exists");
+    assert_eq!(record.job, exhausted, "the exhausted job is left as it was");
+}
+
+/// A store's contents, moved into the reference store and back into a fresh one, read back
+/// exactly: every job in enqueue order with every field, and every purge mark.
+pub async fn export_and_import_round_trip_every_job_and_purge_mark(store: Store) {
+    let done = enqueued(&store, "done").await;
+    let f = claimed(&store, &done, "w", 1.0, 10.0).await;
+    complete_granted(&store, &done, "w", f, 2.0, "r").await;
+    assert_eq!(
+        store
+            .purge(at(100.0), &[Status::Done])
+            .await
+            .expect("purge"),
+        1
+    );
+    let mut with_payload = spec("mail", 3, Some(5.0), 2);
+    with_payload.payload =
+        Some(Payload::new(vec![0, 159, 146, 150], Payload::DEFAULT_LIMIT).expect("payload"));
+    enqueued_with(&store, "scheduled", &with_payload).await;
+    enqueued_with(&store, "running", &spec("mail", 0, None, 5)).await;
+    assert_eq!(ids(&next(&store, "mail", "w", 3.0, 1).await), ["running"]);
+    let cancelled = enqueued(&store, "cancelled").await;
+    cancel_granted(&store, &cancelled, 4.0).await;
+    let exported = store.export().await.expect("export works");
+    let names: Vec<&str> = exported.jobs.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(
+        names,
+        ["scheduled", "running", "cancelled"],
+        "enqueue order"
+    );
+    assert_eq!(exported.purged, vec![(done.clone(), f)]);
+    let reference = MemoryLeaseStore::new();
+    let imported = reference.import(&exported, false).await.expect("import");
+    assert_eq!((imported.inserted, imported.marks), (3, 1));
+    assert_eq!(reference.export().await.expect("export"), exported);
+    assert_eq!(
+        store
+            .import(&exported, false)
+            .await
+            .map(|_| ())
+            .map_err(|e| matches!(e, crate::StoreError::Incompatible { .. })),
+        Err(true),
+        "a store that holds jobs refuses an import without merge"
+    );
+    assert_eq!(
+        store.export().await.expect("export"),
+        exported,
+        "nothing changed"
+    );
+}
+
+/// `import` with `merge` keeps the larger fence of a job on both sides, raises a target job
+/// under a larger purge mark (ending its lease), and answers what it did.
+pub async fn import_with_merge_keeps_the_larger_fence(store: Store) {
+    let low = enqueued(&store, "low").await;
+    claimed(&store, &low, "w", 1.0, 10.0).await;
+    let high = enqueued(&store, "high").await;
+    for now in [1.0, 20.0, 40.0] {
+        claimed(&store, &high, "w", now, 10.0).await;
+    }
+    let raised = enqueued(&store, "raised").await;
+    claimed(&store, &raised, "w", 1.0, 100.0).await;
+    let incoming = |id: &str, fence_value: u64| JobRecord {
+        id: job(id),
+        job: Job {
+            fence: fence(fence_value),
+            ..Job::new()
+        },
+    };
+    let snapshot = Snapshot {
+        jobs: vec![incoming("low", 7), incoming("high", 2), incoming("new", 4)],
+        purged: vec![(job("raised"), fence(9)), (job("gone"), fence(11))],
+    };
+    let imported = store.import(&snapshot, true).await.expect("merge works");
+    assert_eq!((imported.inserted, imported.marks), (1, 2));
+    let merged: Vec<(&str, u64, u64, bool)> = imported
+        .conflicts
+        .iter()
+        .map(|c| {
+            (
+                c.job.as_str(),
+                c.source_fence.get(),
+                c.target_fence.get(),
+                c.replaced,
+            )
+        })
+        .collect();
+    assert_eq!(merged, [("low", 7, 1, true), ("high", 2, 3, false)]);
+    assert_eq!(state(&store, &low).await.fence, 7);
+    assert_eq!(state(&store, &high).await.fence, 3);
+    let lifted = state(&store, &raised).await;
+    assert_eq!((lifted.fence, lifted.owner, lifted.until), (9, None, 0.0));
+    assert_eq!(claimed(&store, &raised, "v", 2.0, 10.0).await, fence(10));
+    let exported = store.export().await.expect("export");
+    assert!(exported.purged.contains(&(job("gone"), fence(11))));
+    // A purged id comes back above its mark.
+    assert!(store.enqueue(&job("gone")).await.expect("enqueue"));
+    assert_eq!(
+        claimed(&store, &job("gone"), "v", 2.0, 10.0).await,
+        fence(12)
+    );
+}
+
 /// `complete` stores the fence of the completing lease with the result.
 pub async fn complete_stores_the_result_fence(store: Store) {
     let id = enqueued(&store, "j").await;
@@ -1102,6 +1253,9 @@ macro_rules! conformance_tests {
             complete_and_claim_next_hands_back_one_job_and_takes_the_next,
             stats_count_every_status,
             claim_next_counts_only_leases_against_its_limit,
+            claim_next_reads_past_a_job_whose_fence_is_exhausted,
+            export_and_import_round_trip_every_job_and_purge_mark,
+            import_with_merge_keeps_the_larger_fence,
         );
     };
     (@each () $factory:path; $($check:ident),* $(,)?) => {

@@ -6,9 +6,11 @@
 //! its answer atomically; they never restate a lease rule.
 
 pub mod audit;
+pub mod codec;
 mod error;
 pub mod history;
 pub mod memory;
+pub mod next;
 pub mod observe;
 pub mod transfer;
 

@@ -7,11 +7,12 @@ use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use lease_domain::{
-    ClockMode, Command, EnqueueSpec, ErrorText, Fence, Job, JobId, JobResult, LeaseTerm,
-    NextDecision, Owner, QueueName, Retry, Status, Timestamp, claim_order, decide_claim_next,
-    is_purgeable,
+    ClockMode, Command, EnqueueSpec, ErrorText, Fence, Job, JobId, JobResult, LeaseTerm, Owner,
+    QueueName, Retry, Status, Timestamp, claim_order, is_purgeable,
 };
 
+use crate::next::ClaimNextLoop;
+use crate::transfer::{Imported, Snapshot, TargetView, plan_import};
 use crate::{
     ClaimOutcome, CompleteAndClaim, FailOutcome, FromOutcome, JobRecord, JobState, Lease,
     LeaseStore, ListFilter, StatsRow, StoreError, WriteOutcome, outcome_as, tally,
@@ -284,7 +285,7 @@ impl LeaseStore for MemoryLeaseStore {
     }
 }
 
-/// `claim_next` over the locked jobs.
+/// `claim_next` over the locked jobs: the shared loop, fed with the candidates in claim order.
 fn claim_next(
     jobs: &mut Jobs,
     queue: &QueueName,
@@ -292,34 +293,69 @@ fn claim_next(
     term: LeaseTerm,
     limit: usize,
 ) -> Vec<Lease> {
-    let mut candidates: Vec<(JobId, Job, u64)> = jobs
-        .jobs
-        .iter()
-        .filter(|(_, (job, _))| job.queue == *queue)
-        .map(|(id, (job, seq))| (id.clone(), job.clone(), *seq))
-        .collect();
-    candidates.sort_by(|a, b| claim_order((&a.1, a.2), (&b.1, b.2)));
-    let mut leases = Vec::new();
-    for (id, job, _) in candidates {
-        if leases.len() >= limit {
-            break;
-        }
-        match decide_claim_next(&job, owner, term) {
-            NextDecision::Lease(next) => {
-                crate::observe::leased_next(&job, term.now());
-                leases.push(Lease {
-                    job: id.clone(),
-                    now: term.now(),
-                    fence: next.fence,
-                    until: next.until,
-                    attempt: next.attempts,
-                    payload: next.payload.clone(),
-                });
-                jobs.store(&id, next);
-            }
-            NextDecision::Bury(next) => jobs.store(&id, next),
-            NextDecision::Skip => {}
+    let mut next = ClaimNextLoop::new(owner, limit);
+    while let Some(want) = next.want() {
+        let mut candidates: Vec<(&JobId, &Job, u64)> = jobs
+            .jobs
+            .iter()
+            .filter(|(_, (job, _))| job.queue == *queue && job.is_claim_candidate(term.now()))
+            .map(|(id, (job, seq))| (id, job, *seq))
+            .collect();
+        candidates.sort_by(|a, b| claim_order((a.1, a.2), (b.1, b.2)));
+        let page = candidates
+            .into_iter()
+            .take(want)
+            .map(|(id, job, _)| (id.clone(), job.clone()))
+            .collect();
+        for (id, job) in next.page(term, page) {
+            jobs.store(&id, job);
         }
     }
-    leases
+    next.into_leases()
+}
+
+#[async_trait]
+impl crate::transfer::Transfer for MemoryLeaseStore {
+    async fn export(&self) -> Result<Snapshot, StoreError> {
+        let jobs = self.jobs()?;
+        let mut ordered: Vec<(&JobId, &(Job, u64))> = jobs.jobs.iter().collect();
+        ordered.sort_by_key(|(_, (_, seq))| *seq);
+        let mut purged: Vec<(JobId, Fence)> =
+            jobs.purged.iter().map(|(id, f)| (id.clone(), *f)).collect();
+        purged.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(Snapshot {
+            jobs: ordered
+                .into_iter()
+                .map(|(id, (job, _))| JobRecord {
+                    id: id.clone(),
+                    job: job.clone(),
+                })
+                .collect(),
+            purged,
+        })
+    }
+
+    async fn import(&self, incoming: &Snapshot, merge: bool) -> Result<Imported, StoreError> {
+        let mut jobs = self.jobs()?;
+        let view = TargetView {
+            jobs: jobs
+                .jobs
+                .iter()
+                .map(|(id, (job, _))| (id.clone(), job.clone()))
+                .collect(),
+            marks: jobs.purged.clone(),
+            total_jobs: u64::try_from(jobs.jobs.len()).unwrap_or(u64::MAX),
+            total_marks: u64::try_from(jobs.purged.len()).unwrap_or(u64::MAX),
+        };
+        let plan = plan_import("the memory store", view, incoming, merge)?;
+        // `store` gives a new job the next enqueue order and drops its purge mark.
+        for (id, job) in plan.inserts.into_iter().chain(plan.updates) {
+            jobs.store(&id, job);
+        }
+        for (id, fence) in plan.marks {
+            let mark = jobs.purged.entry(id).or_insert(fence);
+            *mark = (*mark).max(fence);
+        }
+        Ok(plan.imported)
+    }
 }

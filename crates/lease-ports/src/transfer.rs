@@ -4,8 +4,10 @@
 //! Adapters implement [`Transfer`] (read everything; write everything in one transaction, each
 //! job as [`lease_domain::decide_import`] decides); [`migrate`] copies, then verifies the copy.
 
+use std::collections::HashMap;
+
 use async_trait::async_trait;
-use lease_domain::{Fence, JobId};
+use lease_domain::{Fence, ImportDecision, Job, JobId, decide_import, raise_fence};
 
 use crate::{JobRecord, LeaseStore, StoreError};
 
@@ -144,6 +146,117 @@ pub async fn migrate(
         imported,
         target_jobs: count(after.jobs.len()),
     })
+}
+
+/// What the target of an import holds of the ids a snapshot names, read inside the import's
+/// transaction, with how much it holds in all.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TargetView {
+    /// The target's jobs among the snapshot's ids (jobs and purge marks).
+    pub jobs: HashMap<JobId, Job>,
+    /// The target's purge marks among the snapshot's ids.
+    pub marks: HashMap<JobId, Fence>,
+    /// How many jobs the target holds in all.
+    pub total_jobs: u64,
+    /// How many purge marks the target holds in all.
+    pub total_marks: u64,
+}
+
+impl TargetView {
+    /// The view of a whole store's snapshot.
+    #[must_use]
+    pub fn of(snapshot: &Snapshot) -> Self {
+        Self {
+            jobs: snapshot
+                .jobs
+                .iter()
+                .map(|r| (r.id.clone(), r.job.clone()))
+                .collect(),
+            marks: snapshot.purged.iter().cloned().collect(),
+            total_jobs: count(snapshot.jobs.len()),
+            total_marks: count(snapshot.purged.len()),
+        }
+    }
+}
+
+/// The writes of one import, in the order they are to be made, and what they amount to.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ImportPlan {
+    /// New jobs, in the snapshot's enqueue order (a store gives them the next enqueue order in
+    /// that order); each one's purge mark in the target goes.
+    pub inserts: Vec<(JobId, Job)>,
+    /// Existing jobs to overwrite (replaced by a larger fence, or raised to a purge mark),
+    /// after the inserts, in order.
+    pub updates: Vec<(JobId, Job)>,
+    /// Purge marks to record (keeping the larger fence where one exists).
+    pub marks: Vec<(JobId, Fence)>,
+    /// The summary the import answers.
+    pub imported: Imported,
+}
+
+/// Plans an import of `incoming` into a target that holds `target`: each job as
+/// [`decide_import`] decides against the target's job and purge mark (the larger fence wins),
+/// then each purge mark, raising a job under it with [`raise_fence`] or recording the mark.
+/// This is the one import algorithm; every store's `import` reads the view, calls this and
+/// writes the plan in one transaction.
+///
+/// # Errors
+/// [`StoreError::Incompatible`] for a target that holds anything when `merge` is not set.
+pub fn plan_import(
+    target_name: &str,
+    target: TargetView,
+    incoming: &Snapshot,
+    merge: bool,
+) -> Result<ImportPlan, StoreError> {
+    refuse_unless_empty(target_name, target.total_jobs, target.total_marks, merge)?;
+    let TargetView {
+        jobs: mut existing,
+        marks,
+        ..
+    } = target;
+    let mut plan = ImportPlan::default();
+    for record in &incoming.jobs {
+        let current = existing.get(&record.id);
+        let conflict = |replaced| Conflict {
+            job: record.id.clone(),
+            source_fence: record.job.fence,
+            target_fence: current.map_or(Fence::ZERO, |j| j.fence),
+            replaced,
+        };
+        match decide_import(&record.job, current, marks.get(&record.id).copied()) {
+            ImportDecision::Insert(job) => {
+                plan.imported.inserted += 1;
+                plan.inserts.push((record.id.clone(), job.clone()));
+                existing.insert(record.id.clone(), job);
+            }
+            ImportDecision::Replace(job) => {
+                plan.imported.conflicts.push(conflict(true));
+                plan.updates.push((record.id.clone(), job.clone()));
+                existing.insert(record.id.clone(), job);
+            }
+            ImportDecision::Keep => plan.imported.conflicts.push(conflict(false)),
+        }
+    }
+    for (id, fence) in &incoming.purged {
+        match existing.get(id) {
+            Some(job) if job.fence < *fence => {
+                let raised = raise_fence(job, Some(*fence));
+                plan.updates.push((id.clone(), raised.clone()));
+                existing.insert(id.clone(), raised);
+                plan.imported.marks += 1;
+            }
+            Some(_) => {}
+            None => {
+                plan.marks.push((id.clone(), *fence));
+                plan.imported.marks += 1;
+            }
+        }
+    }
+    Ok(plan)
+}
+
+fn count(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
 }
 
 /// Refuses a non-empty target of an import without `merge`.

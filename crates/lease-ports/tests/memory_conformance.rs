@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use lease_ports::LeaseStore;
 use lease_ports::memory::MemoryLeaseStore;
+use lease_ports::transfer::Transfer;
 
-fn fresh_store() -> (Arc<dyn LeaseStore>, ()) {
+fn fresh_store() -> (Arc<dyn Transfer>, ()) {
     (Arc::new(MemoryLeaseStore::new()), ())
 }
 

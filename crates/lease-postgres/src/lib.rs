@@ -23,9 +23,11 @@ use async_trait::async_trait;
 use deadpool_postgres::{Hook, HookError, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use futures::future::{try_join, try_join_all};
 use lease_domain::{
-    ClockMode, Command, EnqueueSpec, ErrorText, Fence, JobId, JobResult, LeaseTerm, NextDecision,
-    Outcome, Owner, QueueName, Retry, Status, Timestamp, Ttl, decide_claim_next, is_purgeable,
+    ClockMode, Command, EnqueueSpec, ErrorText, Fence, JobId, JobResult, LeaseTerm, Outcome, Owner,
+    QueueName, Retry, Status, Timestamp, Ttl, is_purgeable,
 };
+use lease_ports::codec::{StoredAudit, StoredGroup};
+use lease_ports::next::ClaimNextLoop;
 use lease_ports::{
     ClaimOutcome, CompleteAndClaim, FailOutcome, FromOutcome, JobRecord, JobState, Lease,
     LeaseStore, ListFilter, StatsRow, StoreError, WriteOutcome, outcome_as,
@@ -452,13 +454,13 @@ impl PgLeaseStore {
             ClockMode::Caller { .. } => Some(term.now().get()),
         };
         let check_skew = matches!(self.clock, ClockMode::Caller { max_skew: Some(_) });
-        let mut leases = Vec::new();
-        // Rows decided in the previous pass, sent before the next candidates are read.
+        let mut next = ClaimNextLoop::new(owner, limit);
+        // Rows decided in the previous page, sent before the next candidates are read.
         let mut written: Vec<Encoded> = Vec::new();
         let mut wrote = false;
         let mut first = true;
-        loop {
-            let want = i64::try_from(limit - leases.len()).unwrap_or(i64::MAX);
+        while let Some(want) = next.want() {
+            let want = i64::try_from(want).unwrap_or(i64::MAX);
             let ((_, clock), rows) = try_join(
                 try_join(
                     async {
@@ -485,49 +487,31 @@ impl PgLeaseStore {
             .await
             .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
             first = false;
+            wrote |= !written.is_empty();
             if let Some(now) = clock {
                 self.clock.resolve_term(term, stored_now(now)?)?;
             }
-            let mut buried = false;
-            let mut pending = Vec::new();
+            // Every row of a page carries the same clock reading (one per statement).
+            let mut page_term = term;
+            let mut page = Vec::with_capacity(rows.len());
             for row in &rows {
-                let (id, job) = sql::decode_with_id(row, 1)?;
                 let now: f64 = row
                     .try_get(0)
                     .map_err(|e| StoreError::Corrupt(format!("the clock column: {e}")))?;
-                let term = self.clock.resolve_term(term, stored_now(now)?)?;
-                match decide_claim_next(&job, owner, term) {
-                    NextDecision::Lease(next) => {
-                        lease_ports::observe::leased_next(&job, term.now());
-                        leases.push(Lease {
-                            job: id.clone(),
-                            fence: next.fence,
-                            now: term.now(),
-                            until: next.until,
-                            attempt: next.attempts,
-                            payload: next.payload.clone(),
-                        });
-                        pending.push(Encoded::new(&id, &next));
-                    }
-                    NextDecision::Bury(next) => {
-                        buried = true;
-                        pending.push(Encoded::new(&id, &next));
-                    }
-                    NextDecision::Skip => {}
-                }
+                page_term = self.clock.resolve_term(term, stored_now(now)?)?;
+                page.push(sql::decode_with_id(row, 1)?);
             }
-            // Another pass only when a buried job took a place and more may be waiting.
-            let full = i64::try_from(rows.len()).unwrap_or(i64::MAX) >= want;
-            if !(buried && full) || leases.len() >= limit {
-                return Ok(Claimed {
-                    leases,
-                    writes: pending,
-                    wrote: wrote || !written.is_empty(),
-                });
-            }
-            wrote |= !written.is_empty();
-            written = pending;
+            written = next
+                .page(page_term, page)
+                .iter()
+                .map(|(id, job)| Encoded::new(id, job))
+                .collect();
         }
+        Ok(Claimed {
+            leases: next.into_leases(),
+            writes: written,
+            wrote,
+        })
     }
 }
 
@@ -942,25 +926,18 @@ impl LeaseStore for PgLeaseStore {
             .await
             .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
         conn.clean();
+        let read = |e: tokio_postgres::Error| StoreError::Corrupt(format!("stats: {e}"));
         let mut groups = Vec::new();
         for row in &rows {
-            let read = |e: tokio_postgres::Error| StoreError::Corrupt(format!("stats: {e}"));
-            let queue: String = row.try_get(0).map_err(read)?;
-            let ended: Option<String> = row.try_get(2).map_err(read)?;
-            let n: i64 = row.try_get(5).map_err(read)?;
-            groups.push(lease_ports::StatusGroup {
-                queue: QueueName::new(queue)
-                    .map_err(|e| StoreError::Corrupt(format!("stored queue: {e}")))?,
+            let stored = StoredGroup {
+                queue: row.try_get(0).map_err(read)?,
                 done: row.try_get(1).map_err(read)?,
-                ended: match ended.as_deref() {
-                    Some("dead") => Some(lease_domain::Ended::Dead),
-                    Some("cancelled") => Some(lease_domain::Ended::Cancelled),
-                    _ => None,
-                },
+                ended: row.try_get(2).map_err(read)?,
                 live: row.try_get(3).map_err(read)?,
                 exhausted: row.try_get(4).map_err(read)?,
-                count: u64::try_from(n).unwrap_or(0),
-            });
+                count: row.try_get(5).map_err(read)?,
+            };
+            groups.push(stored.decode()?);
         }
         Ok(lease_ports::tally_groups(groups, now))
     }
@@ -996,21 +973,21 @@ impl lease_ports::audit::AuditTrail for PgLeaseStore {
             .await
             .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
         conn.clean();
-        let mut found: Vec<lease_ports::audit::AuditRow> = rows
-            .iter()
-            .map(|r| lease_ports::audit::AuditRow {
-                time: r.get(0),
-                job: r.get(1),
-                owner: r.get(2),
-                operation: r.get(3),
-                presented_fence: u64::try_from(r.get::<_, i64>(4)).unwrap_or(0),
-                current_fence: r
-                    .get::<_, Option<i64>>(5)
-                    .and_then(|f| u64::try_from(f).ok()),
-                reason: r.get(6),
-                late_by: r.get(7),
-            })
-            .collect();
+        let read = |e: tokio_postgres::Error| StoreError::Corrupt(format!("audit row: {e}"));
+        let mut found = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let stored = StoredAudit {
+                time: r.try_get(0).map_err(read)?,
+                job: r.try_get(1).map_err(read)?,
+                owner: r.try_get(2).map_err(read)?,
+                operation: r.try_get(3).map_err(read)?,
+                presented: r.try_get(4).map_err(read)?,
+                current: r.try_get(5).map_err(read)?,
+                reason: r.try_get(6).map_err(read)?,
+                late_by: r.try_get(7).map_err(read)?,
+            };
+            found.push(stored.decode()?);
+        }
         found.reverse();
         Ok(found)
     }

@@ -68,7 +68,8 @@ impl Sql {
             // Read after the statements before it in the transaction (and so after any row
             // lock they waited for).
             clock: "SELECT extract(epoch FROM clock_timestamp())::float8".to_owned(),
-            // The candidates of claim_next from the ready index, in the domain's claim order,
+            // The candidates of claim_next from the ready index, in the domain's claim order
+            // (exactly the jobs `Job::is_claim_candidate` selects),
             // skipping rows another transaction holds. `$2` is the caller's now, or NULL for
             // the store's clock, read once for the whole statement and returned with each row.
             candidates: format!(
@@ -78,6 +79,7 @@ impl Sql {
                  WHERE queue = $1 AND NOT done AND ended IS NULL \
                  AND until <= (SELECT now FROM clock) \
                  AND (run_at IS NULL OR run_at <= (SELECT now FROM clock)) \
+                 AND fence < 9223372036854775807 \
                  ORDER BY priority DESC, run_at ASC NULLS FIRST, seq LIMIT $3 \
                  FOR UPDATE SKIP LOCKED"
             ),
@@ -153,12 +155,11 @@ pub(crate) fn decode(id: &JobId, row: &Row, at: usize) -> Result<Job, StoreError
         .map_err(|e| corrupt(id, format!("stored owner: {e}")))?;
     let queue: String = get(id, row, at + 5)?;
     let ended: Option<String> = get(id, row, at + 11)?;
-    let ended = match ended.as_deref() {
-        None => None,
-        Some("dead") => Some(Ended::Dead),
-        Some("cancelled") => Some(Ended::Cancelled),
-        Some(other) => return Err(corrupt(id, format!("stored ended {other:?} is unknown"))),
-    };
+    let ended =
+        lease_ports::codec::ended(ended.as_deref(), "stored ended").map_err(|e| match e {
+            StoreError::Corrupt(what) => corrupt(id, what),
+            other => other,
+        })?;
     let run_at: Option<f64> = get(id, row, at + 7)?;
     let result_fence: Option<i64> = get(id, row, at + 13)?;
     let updated: Option<f64> = get(id, row, at + 14)?;
@@ -228,10 +229,7 @@ impl Encoded {
             attempts: i64::from(job.attempts),
             max_attempts: i64::from(job.max_attempts),
             payload: job.payload.clone(),
-            ended: job.ended.map(|e| match e {
-                Ended::Dead => "dead",
-                Ended::Cancelled => "cancelled",
-            }),
+            ended: job.ended.map(Ended::as_str),
             error: job.error.clone(),
             result_fence: job.result_fence.map(i64::from),
             updated: job.updated.map(Timestamp::get),

@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use lease_ports::LeaseStore;
+use lease_ports::transfer::Transfer;
 use lease_postgres::{PgLeaseStore, PgOptions, ScratchDatabase};
 
-async fn fresh_store() -> (Arc<dyn LeaseStore>, ScratchDatabase) {
+async fn fresh_store() -> (Arc<dyn Transfer>, ScratchDatabase) {
     let db = ScratchDatabase::create();
     let options = PgOptions {
         pool_size: 8,

@@ -5,9 +5,11 @@
 //! savepoint.
 
 use lease_domain::{
-    ClockMode, Command, Ended, Fence, Job, JobId, LeaseTerm, NextDecision, Outcome, Owner,
-    QueueName, Status, Timestamp, decide_claim_next, is_purgeable,
+    ClockMode, Command, Fence, Job, JobId, LeaseTerm, Outcome, Owner, QueueName, Status, Timestamp,
+    is_purgeable,
 };
+use lease_ports::codec::{self, StoredAudit, StoredGroup};
+use lease_ports::next::ClaimNextLoop;
 use lease_ports::{JobRecord, JobState, Lease, ListFilter, StatsRow, StoreError};
 use rusqlite::Connection;
 use rusqlite::types::ValueRef;
@@ -32,12 +34,13 @@ pub const UPSERT_QUEUE: &str = "INSERT INTO jobs_queue(id, queue, priority, run_
     attempts = excluded.attempts, max_attempts = excluded.max_attempts, \
     payload = excluded.payload, finished = excluded.finished, error = excluded.error, \
     result_fence = excluded.result_fence, updated = excluded.updated";
-/// The candidates of `claim_next`, in the domain's claim order, from the ready index: jobs of
-/// the queue that can still run, whose lease is not live and that are due. The domain then
-/// decides each one; the differential tests check that this filter and the rule agree.
+/// The candidates of `claim_next`, in the domain's claim order, from the ready index: exactly
+/// the jobs `Job::is_claim_candidate` selects (the queue's jobs that can still run, whose
+/// lease is not live, that are due and whose fence can still go up). The domain then decides
+/// each one; the differential tests check that this filter and the rule agree.
 pub const SELECT_CANDIDATES: &str = "SELECT q.id FROM jobs_queue q JOIN jobs j ON j.id = q.id \
     WHERE q.queue = ?1 AND q.finished IS NULL AND j.done = 0 AND j.until <= ?2 \
-    AND (q.run_at IS NULL OR q.run_at <= ?2) \
+    AND (q.run_at IS NULL OR q.run_at <= ?2) AND j.fence < 9223372036854775807 \
     ORDER BY q.priority DESC, q.run_at, q.seq LIMIT ?3";
 
 const SELECT_PURGED: &str = "SELECT fence FROM purged WHERE id = ?1";
@@ -235,17 +238,14 @@ fn decode(id: &JobId, row: &rusqlite::Row<'_>) -> Result<Job, StoreError> {
         }
         None => QueueName::default(),
     };
-    let ended = match (text(id, row, 11, "finished")?.as_deref(), done) {
-        (None | Some("done"), _) => None,
-        (Some("dead"), false) => Some(Ended::Dead),
-        (Some("cancelled"), false) => Some(Ended::Cancelled),
-        (Some(other), _) => {
-            return Err(corrupt(
-                id,
-                format!("stored finished {other:?} does not fit done = {done}"),
-            ));
-        }
-    };
+    let finished = text(id, row, 11, "finished")?;
+    let ended = codec::ended(finished.as_deref(), "stored finished")?;
+    if ended.is_some() && done {
+        return Err(corrupt(
+            id,
+            format!("stored finished {finished:?} does not fit done = {done}"),
+        ));
+    }
     let payload = match row.get_ref(10).map_err(error::before_commit)? {
         ValueRef::Null => None,
         ValueRef::Blob(bytes) => Some(bytes.to_vec()),
@@ -406,9 +406,8 @@ fn candidates(
         .collect()
 }
 
-/// Leases up to `limit` jobs: candidates come from the ready index in claim order, and the
-/// domain decides each (lease, bury, or skip). Leased and buried jobs leave the candidate set,
-/// so the query is repeated until enough leases are made or a round makes no change.
+/// Leases up to `limit` jobs: the shared loop (`lease_ports::next`) reads pages of candidates
+/// from the ready index in claim order and decides each; the decided rows are stored here.
 fn claim_next(
     conn: &Connection,
     queue: &QueueName,
@@ -416,41 +415,21 @@ fn claim_next(
     term: LeaseTerm,
     limit: usize,
 ) -> Result<(Vec<Lease>, bool), StoreError> {
-    let mut leases = Vec::new();
+    let mut next = ClaimNextLoop::new(owner, limit);
     let mut wrote = false;
-    while leases.len() < limit {
-        let mut changed = false;
-        for id in candidates(conn, queue, term.now(), limit - leases.len())? {
-            let Some(job) = load(conn, &id)? else {
-                continue;
-            };
-            match decide_claim_next(&job, owner, term) {
-                NextDecision::Lease(next) => {
-                    lease_ports::observe::leased_next(&job, term.now());
-                    store(conn, false, &id, &next)?;
-                    leases.push(Lease {
-                        job: id,
-                        now: term.now(),
-                        fence: next.fence,
-                        until: next.until,
-                        attempt: next.attempts,
-                        payload: next.payload,
-                    });
-                    changed = true;
-                }
-                NextDecision::Bury(next) => {
-                    store(conn, false, &id, &next)?;
-                    changed = true;
-                }
-                NextDecision::Skip => {}
+    while let Some(want) = next.want() {
+        let mut page = Vec::new();
+        for id in candidates(conn, queue, term.now(), want)? {
+            if let Some(job) = load(conn, &id)? {
+                page.push((id, job));
             }
         }
-        wrote |= changed;
-        if !changed {
-            break;
+        for (id, job) in next.page(term, page) {
+            store(conn, false, &id, &job)?;
+            wrote = true;
         }
     }
-    Ok((leases, wrote))
+    Ok((next.into_leases(), wrote))
 }
 
 fn purge(
@@ -731,33 +710,21 @@ pub(crate) fn stats(conn: &Connection, now: Timestamp) -> Result<Vec<StatsRow>, 
             .map_err(error::sql(conn))?;
         let groups = stmt
             .query_map([now.get()], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, bool>(1)?,
-                    r.get::<_, Option<String>>(2)?,
-                    r.get::<_, bool>(3)?,
-                    r.get::<_, bool>(4)?,
-                    r.get::<_, i64>(5)?,
-                ))
+                Ok(StoredGroup {
+                    queue: r.get(0)?,
+                    done: r.get(1)?,
+                    ended: r.get(2)?,
+                    live: r.get(3)?,
+                    exhausted: r.get(4)?,
+                    count: r.get(5)?,
+                })
             })
             .and_then(Iterator::collect::<Result<Vec<_>, _>>)
             .map_err(error::sql(conn))?;
-        let mut judged = Vec::new();
-        for (queue, done, finished, live, exhausted, n) in groups {
-            judged.push(lease_ports::StatusGroup {
-                queue: QueueName::new(queue)
-                    .map_err(|e| StoreError::Corrupt(format!("stored queue: {e}")))?,
-                done,
-                ended: match finished.as_deref() {
-                    Some("dead") => Some(Ended::Dead),
-                    Some("cancelled") => Some(Ended::Cancelled),
-                    _ => None,
-                },
-                live,
-                exhausted,
-                count: u64::try_from(n).unwrap_or(0),
-            });
-        }
+        let judged = groups
+            .into_iter()
+            .map(StoredGroup::decode)
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(lease_ports::tally_groups(judged, now))
     })
 }
@@ -790,7 +757,7 @@ pub(crate) fn audit_rows(
                  ORDER BY seq DESC LIMIT ?3",
             )
             .map_err(error::sql(conn))?;
-        let mut rows: Vec<lease_ports::audit::AuditRow> = stmt
+        let rows = stmt
             .query_map(
                 rusqlite::params![
                     filter.job.as_ref().map(JobId::as_str),
@@ -798,22 +765,24 @@ pub(crate) fn audit_rows(
                     limit
                 ],
                 |r| {
-                    Ok(lease_ports::audit::AuditRow {
+                    Ok(StoredAudit {
                         time: r.get(0)?,
                         job: r.get(1)?,
                         owner: r.get(2)?,
                         operation: r.get(3)?,
-                        presented_fence: u64::try_from(r.get::<_, i64>(4)?).unwrap_or(0),
-                        current_fence: r
-                            .get::<_, Option<i64>>(5)?
-                            .and_then(|f| u64::try_from(f).ok()),
+                        presented: r.get(4)?,
+                        current: r.get(5)?,
                         reason: r.get(6)?,
                         late_by: r.get(7)?,
                     })
                 },
             )
-            .and_then(Iterator::collect)
+            .and_then(Iterator::collect::<Result<Vec<_>, _>>)
             .map_err(error::sql(conn))?;
+        let mut rows = rows
+            .into_iter()
+            .map(StoredAudit::decode)
+            .collect::<Result<Vec<_>, _>>()?;
         rows.reverse();
         Ok(rows)
     })

@@ -1,8 +1,8 @@
 //! Export and import of every job and purge mark, for `lease migrate`.
 
 use async_trait::async_trait;
-use lease_domain::{Fence, ImportDecision, Job, JobId, decide_import, raise_fence};
-use lease_ports::transfer::{Conflict, Imported, Snapshot, Transfer, refuse_unless_empty};
+use lease_domain::{Fence, JobId};
+use lease_ports::transfer::{Imported, Snapshot, TargetView, Transfer, plan_import};
 use lease_ports::{JobRecord, StoreError};
 use rusqlite::Connection;
 
@@ -47,71 +47,28 @@ fn snapshot(conn: &Connection) -> Result<Snapshot, StoreError> {
     Ok(snapshot)
 }
 
-fn conflict(record: &JobRecord, current: &Job, replaced: bool) -> Conflict {
-    Conflict {
-        job: record.id.clone(),
-        source_fence: record.job.fence,
-        target_fence: current.fence,
-        replaced,
-    }
-}
-
-/// Writes the snapshot inside the open transaction.
+/// Writes the snapshot inside the open transaction, as the shared plan says.
 fn write(
     conn: &Connection,
     target: &str,
     incoming: &Snapshot,
     merge: bool,
 ) -> Result<Imported, StoreError> {
-    let held = snapshot(conn)?;
-    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
-    refuse_unless_empty(
-        target,
-        count(held.jobs.len()),
-        count(held.purged.len()),
-        merge,
-    )?;
-    let mut imported = Imported::default();
-    for record in &incoming.jobs {
-        let current = ops::load(conn, &record.id)?;
-        let mark = ops::purged_fence(conn, &record.id)?;
-        match decide_import(&record.job, current.as_ref(), mark) {
-            ImportDecision::Insert(job) => {
-                ops::store(conn, true, &record.id, &job)?;
-                ops::run_with(conn, ops::FORGET_PURGED, record.id.as_str())?;
-                imported.inserted += 1;
-            }
-            ImportDecision::Replace(job) => {
-                if let Some(current) = &current {
-                    imported.conflicts.push(conflict(record, current, true));
-                }
-                ops::store(conn, false, &record.id, &job)?;
-            }
-            ImportDecision::Keep => {
-                if let Some(current) = &current {
-                    imported.conflicts.push(conflict(record, current, false));
-                }
-            }
-        }
+    let held = TargetView::of(&snapshot(conn)?);
+    let plan = plan_import(target, held, incoming, merge)?;
+    for (id, job) in &plan.inserts {
+        ops::store(conn, true, id, job)?;
+        ops::run_with(conn, ops::FORGET_PURGED, id.as_str())?;
     }
-    for (id, fence) in &incoming.purged {
-        match ops::load(conn, id)? {
-            Some(job) if job.fence < *fence => {
-                ops::store(conn, false, id, &raise_fence(&job, Some(*fence)))?;
-                imported.marks += 1;
-            }
-            Some(_) => {}
-            None => {
-                conn.prepare_cached(ops::REMEMBER_PURGED)
-                    .and_then(|mut stmt| {
-                        stmt.execute(rusqlite::params![id.as_str(), i64::from(*fence)])
-                    })
-                    .map_err(error::sql(conn))?;
-                imported.marks += 1;
-            }
-        }
+    for (id, job) in &plan.updates {
+        ops::store(conn, false, id, job)?;
     }
-    Ok(imported)
+    for (id, fence) in &plan.marks {
+        conn.prepare_cached(ops::REMEMBER_PURGED)
+            .and_then(|mut stmt| stmt.execute(rusqlite::params![id.as_str(), i64::from(*fence)]))
+            .map_err(error::sql(conn))?;
+    }
+    Ok(plan.imported)
 }
 
 #[async_trait]

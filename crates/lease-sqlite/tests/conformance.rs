@@ -2,11 +2,11 @@
 
 use std::sync::Arc;
 
-use lease_ports::LeaseStore;
+use lease_ports::transfer::Transfer;
 use lease_sqlite::SqliteLeaseStore;
 use tempfile::TempDir;
 
-fn fresh_store() -> (Arc<dyn LeaseStore>, TempDir) {
+fn fresh_store() -> (Arc<dyn Transfer>, TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");
     let store = SqliteLeaseStore::open(dir.path().join("lease.db")).expect("open store");
     (Arc::new(store), dir)

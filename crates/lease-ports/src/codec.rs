@@ -1,0 +1,203 @@
+//! Decoding what stores keep as plain columns (statuses as text, fences and counts as signed
+//! integers, `stats` groups, audit rows) into the port's types, once for every store. A value no
+//! store could have written (an unknown status, a negative fence or count) is
+//! [`StoreError::Corrupt`], never read as 0 or dropped.
+
+use lease_domain::{AuditReason, Ended, Fence, QueueName, Status};
+
+use crate::StatusGroup;
+use crate::StoreError;
+use crate::audit::AuditRow;
+
+/// A stored count (`count(*)`, attempts) that must not be negative.
+///
+/// # Errors
+/// [`StoreError::Corrupt`] naming `what` for a negative value.
+pub fn count(n: i64, what: &str) -> Result<u64, StoreError> {
+    u64::try_from(n).map_err(|_| StoreError::Corrupt(format!("{what} is {n}, below 0")))
+}
+
+/// A stored fence, `0..=i64::MAX`.
+///
+/// # Errors
+/// [`StoreError::Corrupt`] naming `what` for a negative value.
+pub fn fence(n: i64, what: &str) -> Result<Fence, StoreError> {
+    Fence::try_from(n).map_err(|_| StoreError::Corrupt(format!("{what} is {n}, below 0")))
+}
+
+/// The stored text of how a job ended: `None` (or `done`, which the SQLite store writes for a
+/// completed job beside its `done` flag) is no end, `dead` and `cancelled` are [`Ended`] ([`Ended::as_str`]).
+///
+/// # Errors
+/// [`StoreError::Corrupt`] naming `what` for any other text.
+pub fn ended(text: Option<&str>, what: &str) -> Result<Option<Ended>, StoreError> {
+    match text {
+        None => Ok(None),
+        Some(text) if text == Status::Done.as_str() => Ok(None),
+        Some(text) => Ended::parse(text)
+            .map(Some)
+            .ok_or_else(|| StoreError::Corrupt(format!("{what} {text:?} is not a known status"))),
+    }
+}
+
+/// One row of a store's `stats` grouping query: the inputs of the status rule, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredGroup {
+    /// The queue.
+    pub queue: String,
+    /// Whether the jobs are done.
+    pub done: bool,
+    /// The stored end (`dead`, `cancelled`) or `None`.
+    pub ended: Option<String>,
+    /// Whether their lease is live at the time judged.
+    pub live: bool,
+    /// Whether they used every attempt.
+    pub exhausted: bool,
+    /// How many jobs (`count(*)`).
+    pub count: i64,
+}
+
+impl StoredGroup {
+    /// The group as the status rule reads it.
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`] for an invalid queue name, an unknown end or a negative count.
+    pub fn decode(self) -> Result<StatusGroup, StoreError> {
+        Ok(StatusGroup {
+            queue: QueueName::new(self.queue)
+                .map_err(|e| StoreError::Corrupt(format!("stored queue: {e}")))?,
+            done: self.done,
+            ended: ended(self.ended.as_deref(), "stored end")?,
+            live: self.live,
+            exhausted: self.exhausted,
+            count: count(self.count, "a stats group's count")?,
+        })
+    }
+}
+
+/// One stored audit row, as its columns hold it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredAudit {
+    /// When it was refused (Unix seconds).
+    pub time: f64,
+    /// The job.
+    pub job: String,
+    /// The writer.
+    pub owner: String,
+    /// The operation.
+    pub operation: String,
+    /// The fence presented.
+    pub presented: i64,
+    /// The job's fence then, if it existed.
+    pub current: Option<i64>,
+    /// The reason's name ([`AuditReason::as_str`]).
+    pub reason: String,
+    /// How late an expired write came.
+    pub late_by: Option<f64>,
+}
+
+/// The operations a holder's refused write can be.
+const AUDITED_OPERATIONS: [&str; 4] = ["renew", "complete", "release", "fail"];
+
+impl StoredAudit {
+    /// The row as the port shows it.
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`] for a negative fence, an unknown operation or reason.
+    pub fn decode(self) -> Result<AuditRow, StoreError> {
+        let reason = AuditReason::parse(&self.reason).ok_or_else(|| {
+            StoreError::Corrupt(format!("audit reason {:?} is unknown", self.reason))
+        })?;
+        if !AUDITED_OPERATIONS.contains(&self.operation.as_str()) {
+            return Err(StoreError::Corrupt(format!(
+                "audit operation {:?} is unknown",
+                self.operation
+            )));
+        }
+        Ok(AuditRow {
+            time: self.time,
+            job: self.job,
+            owner: self.owner,
+            operation: self.operation,
+            presented_fence: fence(self.presented, "an audit row's presented fence")?.get(),
+            current_fence: self
+                .current
+                .map(|f| fence(f, "an audit row's current fence").map(Fence::get))
+                .transpose()?,
+            reason: reason.as_str().to_owned(),
+            late_by: self.late_by,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(ended: Option<&str>, count: i64) -> StoredGroup {
+        StoredGroup {
+            queue: "q".into(),
+            done: false,
+            ended: ended.map(str::to_owned),
+            live: false,
+            exhausted: false,
+            count,
+        }
+    }
+
+    #[test]
+    fn every_end_reads_back_as_it_is_written() {
+        for end in Ended::ALL {
+            assert_eq!(ended(Some(end.as_str()), "end").unwrap(), Some(end));
+        }
+        assert_eq!(ended(None, "end").unwrap(), None);
+    }
+
+    #[test]
+    fn an_unknown_status_or_a_negative_count_is_corrupt_not_zero() {
+        assert!(matches!(
+            group(Some("zombie"), 1).decode(),
+            Err(StoreError::Corrupt(m)) if m.contains("zombie")
+        ));
+        assert!(matches!(
+            group(None, -3).decode(),
+            Err(StoreError::Corrupt(m)) if m.contains("-3")
+        ));
+        assert_eq!(group(Some("dead"), 2).decode().unwrap().count, 2);
+    }
+
+    #[test]
+    fn an_audit_row_with_a_negative_fence_or_unknown_reason_is_corrupt() {
+        let row = StoredAudit {
+            time: 1.0,
+            job: "j".into(),
+            owner: "w".into(),
+            operation: "complete".into(),
+            presented: 1,
+            current: Some(2),
+            reason: "stale".into(),
+            late_by: None,
+        };
+        assert_eq!(row.clone().decode().unwrap().current_fence, Some(2));
+        for bad in [
+            StoredAudit {
+                presented: -1,
+                ..row.clone()
+            },
+            StoredAudit {
+                current: Some(-5),
+                ..row.clone()
+            },
+            StoredAudit {
+                reason: "bored".into(),
+                ..row.clone()
+            },
+            StoredAudit {
+                operation: "dance".into(),
+                ..row
+            },
+        ] {
+            assert!(matches!(bad.decode(), Err(StoreError::Corrupt(_))));
+        }
+    }
+}

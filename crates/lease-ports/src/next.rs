@@ -1,0 +1,176 @@
+//! The one `claim_next` loop every store runs: how many candidates to read, when to read more
+//! and when to stop. A store only reads pages of candidates (in claim order, as
+//! [`lease_domain::Job::is_claim_candidate`] selects them) and writes the rows this loop
+//! returns, so no two stores can stop on different rules.
+
+use std::collections::HashSet;
+
+use lease_domain::{Job, JobId, LeaseTerm, NextDecision, Owner, decide_claim_next};
+
+use crate::Lease;
+
+/// One `claim_next` call: feed it pages of candidates until [`ClaimNextLoop::want`] says
+/// stop, write the rows each page returns, then take the leases.
+///
+/// The stopping rule: a page asks for as many candidates as leases are still wanted, plus one
+/// for each candidate the domain skipped (a skipped job stays a candidate, so the next page
+/// must reach past it). After a page the loop stops when it has `limit` leases, when the page
+/// came back shorter than asked (no candidate is left), or when the page changed nothing and
+/// showed no candidate it had not seen (another page would read the same rows). Each page
+/// that goes on leases or buries a job (which leaves the candidates) or sees a new one, so the
+/// loop ends.
+#[derive(Debug)]
+pub struct ClaimNextLoop {
+    owner: Owner,
+    limit: usize,
+    leases: Vec<Lease>,
+    skipped: HashSet<JobId>,
+    asked: usize,
+    over: bool,
+}
+
+impl ClaimNextLoop {
+    /// A loop leasing up to `limit` jobs to `owner`.
+    #[must_use]
+    pub fn new(owner: &Owner, limit: usize) -> Self {
+        Self {
+            owner: owner.clone(),
+            limit,
+            leases: Vec::new(),
+            skipped: HashSet::new(),
+            asked: 0,
+            over: limit == 0,
+        }
+    }
+
+    /// How many candidates the next page should read, or `None` when the loop is over.
+    #[must_use]
+    pub fn want(&self) -> Option<usize> {
+        if self.over {
+            return None;
+        }
+        Some(
+            (self.limit - self.leases.len())
+                .saturating_add(self.skipped.len())
+                .max(1),
+        )
+    }
+
+    /// Decides a page of candidates read with [`ClaimNextLoop::want`] (in claim order, at
+    /// `term`), and returns the jobs to write: those leased and those buried, in page order.
+    pub fn page(&mut self, term: LeaseTerm, candidates: Vec<(JobId, Job)>) -> Vec<(JobId, Job)> {
+        let asked = self.want().unwrap_or(0);
+        self.asked = asked;
+        let read = candidates.len();
+        let mut writes = Vec::new();
+        let mut progressed = false;
+        for (id, job) in candidates {
+            if self.leases.len() >= self.limit {
+                break;
+            }
+            match decide_claim_next(&job, &self.owner, term) {
+                NextDecision::Lease(next) => {
+                    crate::observe::leased_next(&job, term.now());
+                    self.leases.push(Lease {
+                        job: id.clone(),
+                        now: term.now(),
+                        fence: next.fence,
+                        until: next.until,
+                        attempt: next.attempts,
+                        payload: next.payload.clone(),
+                    });
+                    writes.push((id, next));
+                    progressed = true;
+                }
+                NextDecision::Bury(next) => {
+                    writes.push((id, next));
+                    progressed = true;
+                }
+                NextDecision::Skip => progressed |= self.skipped.insert(id),
+            }
+        }
+        self.over = self.leases.len() >= self.limit || read < asked || !progressed;
+        writes
+    }
+
+    /// The leases handed out, in claim order.
+    #[must_use]
+    pub fn into_leases(self) -> Vec<Lease> {
+        self.leases
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lease_domain::Fence;
+
+    use super::*;
+
+    fn term(now: f64) -> LeaseTerm {
+        LeaseTerm::new(now, 10.0).unwrap()
+    }
+
+    fn due(id: &str) -> (JobId, Job) {
+        (JobId::new(id).unwrap(), Job::new())
+    }
+
+    fn exhausted(id: &str) -> (JobId, Job) {
+        let job = Job {
+            fence: Fence::MAX,
+            ..Job::new()
+        };
+        (JobId::new(id).unwrap(), job)
+    }
+
+    /// Runs the loop over a candidate list that, like a store's query, drops leased and
+    /// buried jobs and keeps skipped ones; returns the leased ids and the pages read.
+    fn run(mut jobs: Vec<(JobId, Job)>, limit: usize) -> (Vec<String>, usize) {
+        let mut next = ClaimNextLoop::new(&Owner::new("w").unwrap(), limit);
+        let mut pages = 0;
+        while let Some(want) = next.want() {
+            pages += 1;
+            let page: Vec<_> = jobs.iter().take(want).cloned().collect();
+            for (id, _) in next.page(term(100.0), page) {
+                jobs.retain(|(j, _)| *j != id);
+            }
+        }
+        let leased = next
+            .into_leases()
+            .into_iter()
+            .map(|l| l.job.as_str().to_owned())
+            .collect();
+        (leased, pages)
+    }
+
+    #[test]
+    fn a_skipped_head_does_not_hide_the_jobs_behind_it() {
+        let (leased, pages) = run(vec![exhausted("a"), due("b"), due("c")], 1);
+        assert_eq!(leased, ["b"]);
+        assert_eq!(pages, 2, "the second page reads past the skipped head");
+    }
+
+    #[test]
+    fn the_loop_stops_at_the_limit_and_when_the_candidates_run_out() {
+        assert_eq!(
+            run(vec![due("a"), due("b"), due("c")], 2),
+            (vec!["a".into(), "b".into()], 1)
+        );
+        let (leased, pages) = run(vec![due("a")], 5);
+        assert_eq!((leased, pages), (vec!["a".to_owned()], 1));
+        assert_eq!(run(vec![exhausted("a"), exhausted("b")], 1), (vec![], 3));
+        assert_eq!(run(vec![due("a")], 0), (vec![], 0));
+    }
+
+    #[test]
+    fn a_page_that_repeats_only_skipped_rows_ends_the_loop() {
+        // A store that ignores `want` and returns the same skipped row forever.
+        let mut next = ClaimNextLoop::new(&Owner::new("w").unwrap(), 3);
+        let mut pages = 0;
+        while let Some(want) = next.want() {
+            pages += 1;
+            let page = vec![exhausted("a"); want];
+            assert!(next.page(term(1.0), page).is_empty());
+        }
+        assert_eq!(pages, 2);
+    }
+}
