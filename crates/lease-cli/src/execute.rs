@@ -301,7 +301,7 @@ pub async fn execute(request: &Request, store: &dyn LeaseStore) -> Result<Report
         | Request::Migrate { .. }
         | Request::Audit(_) => {
             return Err(StoreError::Unavailable(
-                "init, demo and work are run by main".to_owned(),
+                "init, demo and work are run by main".to_owned().into(),
             ));
         }
         Request::Enqueue(id, spec) => {

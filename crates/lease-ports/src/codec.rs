@@ -14,7 +14,7 @@ use crate::audit::AuditRow;
 /// # Errors
 /// [`StoreError::Corrupt`] naming `what` for a negative value.
 pub fn count(n: i64, what: &str) -> Result<u64, StoreError> {
-    u64::try_from(n).map_err(|_| StoreError::Corrupt(format!("{what} is {n}, below 0")))
+    u64::try_from(n).map_err(|_| StoreError::Corrupt(format!("{what} is {n}, below 0").into()))
 }
 
 /// A stored fence, `0..=i64::MAX`.
@@ -22,7 +22,7 @@ pub fn count(n: i64, what: &str) -> Result<u64, StoreError> {
 /// # Errors
 /// [`StoreError::Corrupt`] naming `what` for a negative value.
 pub fn fence(n: i64, what: &str) -> Result<Fence, StoreError> {
-    Fence::try_from(n).map_err(|_| StoreError::Corrupt(format!("{what} is {n}, below 0")))
+    Fence::try_from(n).map_err(|_| StoreError::Corrupt(format!("{what} is {n}, below 0").into()))
 }
 
 /// The stored text of how a job ended: `None` (or `done`, which the SQLite store writes for a
@@ -34,9 +34,9 @@ pub fn ended(text: Option<&str>, what: &str) -> Result<Option<Ended>, StoreError
     match text {
         None => Ok(None),
         Some(text) if text == Status::Done.as_str() => Ok(None),
-        Some(text) => Ended::parse(text)
-            .map(Some)
-            .ok_or_else(|| StoreError::Corrupt(format!("{what} {text:?} is not a known status"))),
+        Some(text) => Ended::parse(text).map(Some).ok_or_else(|| {
+            StoreError::Corrupt(format!("{what} {text:?} is not a known status").into())
+        }),
     }
 }
 
@@ -65,7 +65,7 @@ impl StoredGroup {
     pub fn decode(self) -> Result<StatusGroup, StoreError> {
         Ok(StatusGroup {
             queue: QueueName::new(self.queue)
-                .map_err(|e| StoreError::Corrupt(format!("stored queue: {e}")))?,
+                .map_err(|e| StoreError::Corrupt(format!("stored queue: {e}").into()))?,
             done: self.done,
             ended: ended(self.ended.as_deref(), "stored end")?,
             live: self.live,
@@ -106,13 +106,12 @@ impl StoredAudit {
     /// [`StoreError::Corrupt`] for a negative fence, an unknown operation or reason.
     pub fn decode(self) -> Result<AuditRow, StoreError> {
         let reason = AuditReason::parse(&self.reason).ok_or_else(|| {
-            StoreError::Corrupt(format!("audit reason {:?} is unknown", self.reason))
+            StoreError::Corrupt(format!("audit reason {:?} is unknown", self.reason).into())
         })?;
         if !AUDITED_OPERATIONS.contains(&self.operation.as_str()) {
-            return Err(StoreError::Corrupt(format!(
-                "audit operation {:?} is unknown",
-                self.operation
-            )));
+            return Err(StoreError::Corrupt(
+                format!("audit operation {:?} is unknown", self.operation).into(),
+            ));
         }
         Ok(AuditRow {
             time: self.time,

@@ -1,25 +1,28 @@
 //! The port's error type, with portable kinds every adapter maps its failures into.
 
+use std::error::Error;
+use std::fmt;
+use std::sync::Arc;
+
 use lease_domain::{ClockRefused, ClockSkew, InputError};
 
 /// Why a store operation failed (as opposed to being refused by the lease rules,
 /// which is an ordinary outcome and never an error).
 ///
 /// Every kind except [`StoreError::Indeterminate`] is determinate: the operation was not applied.
-#[derive(Debug, thiserror::Error)]
+/// The message names what went wrong; where a library error caused it, that error is the
+/// [`Error::source`], so a log can show the whole chain.
+#[derive(Debug)]
 #[non_exhaustive]
 pub enum StoreError {
     /// A value given by the caller was invalid; nothing was read or written.
-    #[error("invalid input: {0}")]
-    InvalidInput(#[from] InputError),
+    InvalidInput(InputError),
     /// There is no database where one must already exist.
-    #[error("no lease database at {path} (create it with init)")]
     NotFound {
         /// The path that was looked at.
         path: String,
     },
     /// The target exists but is not a lease database this version can use; it was left as it is.
-    #[error("{path} is not a usable lease database: {reason}")]
     Incompatible {
         /// The path that was opened.
         path: String,
@@ -28,25 +31,69 @@ pub enum StoreError {
     },
     /// The store could not be reached or did not answer in time (busy, I/O error, pool exhausted);
     /// the operation was not applied.
-    #[error("storage unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(Detail),
     /// The storage is full; the operation was not applied.
-    #[error("storage full: {0}")]
-    Full(String),
+    Full(Detail),
     /// The storage is read-only; the operation was not applied.
-    #[error("storage is read-only: {0}")]
-    ReadOnly(String),
+    ReadOnly(Detail),
     /// The operation may or may not have been applied (for example the commit itself failed);
     /// read the job's `state` to find out.
-    #[error("outcome unknown, the write may or may not have been applied: {0}")]
-    Indeterminate(String),
+    Indeterminate(Detail),
     /// The caller's `now` is further from the store's clock than the store's skew bound
     /// allows; nothing was read or written. Both clocks are named.
-    #[error(transparent)]
-    ClockSkew(#[from] ClockSkew),
+    ClockSkew(ClockSkew),
     /// Stored data breaks the schema's rules (for example a negative fence).
-    #[error("corrupt data: {0}")]
-    Corrupt(String),
+    Corrupt(Detail),
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::InvalidInput(e) => write!(f, "invalid input: {e}"),
+            StoreError::NotFound { path } => {
+                write!(f, "no lease database at {path} (create it with init)")
+            }
+            StoreError::Incompatible { path, reason } => {
+                write!(f, "{path} is not a usable lease database: {reason}")
+            }
+            StoreError::Unavailable(d) => write!(f, "storage unavailable: {d}"),
+            StoreError::Full(d) => write!(f, "storage full: {d}"),
+            StoreError::ReadOnly(d) => write!(f, "storage is read-only: {d}"),
+            StoreError::Indeterminate(d) => write!(
+                f,
+                "outcome unknown, the write may or may not have been applied: {d}"
+            ),
+            StoreError::ClockSkew(skew) => fmt::Display::fmt(skew, f),
+            StoreError::Corrupt(d) => write!(f, "corrupt data: {d}"),
+        }
+    }
+}
+
+impl Error for StoreError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        match self {
+            StoreError::InvalidInput(e) => Some(e),
+            StoreError::ClockSkew(skew) => skew.source(),
+            StoreError::Unavailable(d)
+            | StoreError::Full(d)
+            | StoreError::ReadOnly(d)
+            | StoreError::Indeterminate(d)
+            | StoreError::Corrupt(d) => d.cause(),
+            StoreError::NotFound { .. } | StoreError::Incompatible { .. } => None,
+        }
+    }
+}
+
+impl From<InputError> for StoreError {
+    fn from(e: InputError) -> Self {
+        StoreError::InvalidInput(e)
+    }
+}
+
+impl From<ClockSkew> for StoreError {
+    fn from(skew: ClockSkew) -> Self {
+        StoreError::ClockSkew(skew)
+    }
 }
 
 impl From<ClockRefused> for StoreError {
@@ -63,5 +110,108 @@ impl StoreError {
     #[must_use]
     pub fn is_determinate(&self) -> bool {
         !matches!(self, StoreError::Indeterminate(_))
+    }
+}
+
+/// What a storage failure says, and the library error behind it, if any (shared, so a failed
+/// batch can answer each of its callers with the same cause).
+#[derive(Clone)]
+pub struct Detail {
+    message: String,
+    cause: Option<Arc<dyn Error + Send + Sync + 'static>>,
+}
+
+impl Detail {
+    /// A message with no underlying error.
+    #[must_use]
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            cause: None,
+        }
+    }
+
+    /// A message caused by `cause`, which becomes the error's [`Error::source`].
+    #[must_use]
+    pub fn caused_by(
+        message: impl Into<String>,
+        cause: impl Error + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            message: message.into(),
+            cause: Some(Arc::new(cause)),
+        }
+    }
+
+    /// Another message with the same cause (a failed batch tells each caller its own story
+    /// of one failure).
+    #[must_use]
+    pub fn retold(&self, message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            cause: self.cause.clone(),
+        }
+    }
+
+    /// The message.
+    #[must_use]
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The underlying error.
+    #[must_use]
+    pub fn cause(&self) -> Option<&(dyn Error + 'static)> {
+        self.cause.as_deref().map(|e| e as &(dyn Error + 'static))
+    }
+}
+
+impl fmt::Debug for Detail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.cause {
+            Some(cause) => write!(f, "{:?} (caused by {cause:?})", self.message),
+            None => write!(f, "{:?}", self.message),
+        }
+    }
+}
+
+impl fmt::Display for Detail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::ops::Deref for Detail {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.message
+    }
+}
+
+impl From<String> for Detail {
+    fn from(message: String) -> Self {
+        Self::new(message)
+    }
+}
+
+impl From<&str> for Detail {
+    fn from(message: &str) -> Self {
+        Self::new(message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_message_stays_and_the_cause_is_the_source() {
+        let io = std::io::Error::other("disk on fire");
+        let err = StoreError::Unavailable(Detail::caused_by("cannot read", io));
+        assert_eq!(err.to_string(), "storage unavailable: cannot read");
+        let source = err.source().expect("a source");
+        assert_eq!(source.to_string(), "disk on fire");
+        assert!(StoreError::Corrupt("x".into()).source().is_none());
     }
 }

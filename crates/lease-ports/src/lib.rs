@@ -22,7 +22,7 @@ pub mod differential;
 pub mod observed_story;
 
 use async_trait::async_trait;
-pub use error::StoreError;
+pub use error::{Detail, StoreError};
 pub use lease_domain::{
     Backoff, ClaimRefused, ClockMode, ClockRefused, ClockSkew, Command, Ended, EnqueueSpec,
     ErrorText, Failed, Fence, InputError, Job, JobId, JobResult, LeaseTerm, Outcome, Owner,
@@ -88,9 +88,7 @@ impl FromOutcome for FailOutcome {
 pub fn outcome_as<T: FromOutcome>(outcome: Outcome) -> Result<T, StoreError> {
     let shown = format!("{outcome:?}");
     T::from_outcome(outcome).ok_or_else(|| {
-        StoreError::Corrupt(format!(
-            "a command was answered with the wrong outcome {shown}"
-        ))
+        StoreError::Corrupt(format!("a command was answered with the wrong outcome {shown}").into())
     })
 }
 

@@ -103,22 +103,31 @@ pub async fn migrate(
         after.purged.iter().map(|(id, f)| (id, *f)).collect();
     for record in &source.jobs {
         let Some(copy) = stored.get(&record.id) else {
-            return Err(StoreError::Corrupt(format!(
-                "verification: job {} is missing from the target after the copy",
-                record.id
-            )));
+            return Err(StoreError::Corrupt(
+                format!(
+                    "verification: job {} is missing from the target after the copy",
+                    record.id
+                )
+                .into(),
+            ));
         };
         if copy.job.fence < record.job.fence {
-            return Err(StoreError::Corrupt(format!(
-                "verification: job {} has fence {} in the target but {} in the source",
-                record.id, copy.job.fence, record.job.fence
-            )));
+            return Err(StoreError::Corrupt(
+                format!(
+                    "verification: job {} has fence {} in the target but {} in the source",
+                    record.id, copy.job.fence, record.job.fence
+                )
+                .into(),
+            ));
         }
         if !merged.contains(&record.id) && copy.job.fence == record.job.fence && *copy != record {
-            return Err(StoreError::Corrupt(format!(
-                "verification: job {} differs between source and target",
-                record.id
-            )));
+            return Err(StoreError::Corrupt(
+                format!(
+                    "verification: job {} differs between source and target",
+                    record.id
+                )
+                .into(),
+            ));
         }
     }
     for (id, fence) in &source.purged {
@@ -127,18 +136,24 @@ pub async fn migrate(
             .map(|r| r.job.fence)
             .or_else(|| marks.get(id).copied());
         if floor.is_none_or(|f| f < *fence) {
-            return Err(StoreError::Corrupt(format!(
-                "verification: purged job {id} had fence {fence} in the source; the target \
+            return Err(StoreError::Corrupt(
+                format!(
+                    "verification: purged job {id} had fence {fence} in the source; the target \
                  keeps {floor:?}"
-            )));
+                )
+                .into(),
+            ));
         }
     }
     let expected = count(before.jobs.len()).saturating_add(imported.inserted);
     if count(after.jobs.len()) != expected {
-        return Err(StoreError::Corrupt(format!(
-            "verification: the target holds {} jobs, expected {expected}",
-            after.jobs.len()
-        )));
+        return Err(StoreError::Corrupt(
+            format!(
+                "verification: the target holds {} jobs, expected {expected}",
+                after.jobs.len()
+            )
+            .into(),
+        ));
     }
     Ok(Migration {
         source_jobs: count(source.jobs.len()),

@@ -1,7 +1,7 @@
 //! PostgreSQL failures as the port's error kinds. What matters most is whether the server can
 //! have committed: only a failure that can hide the answer to a COMMIT is `Indeterminate`.
 
-use lease_ports::StoreError;
+use lease_ports::{Detail, StoreError};
 use tokio_postgres::error::SqlState;
 
 /// Where in a transaction a failure happened.
@@ -35,35 +35,45 @@ pub(crate) fn is_connection_loss(error: &tokio_postgres::Error) -> bool {
 }
 
 /// Maps a failure at `stage` to the port's kinds.
-pub(crate) fn map(error: &tokio_postgres::Error, stage: Stage) -> StoreError {
-    let text = describe(error);
-    if is_connection_loss(error) {
-        return match stage {
-            Stage::BeforeCommit => StoreError::Unavailable(format!(
-                "the connection to PostgreSQL failed before commit, nothing was applied: {text}"
-            )),
-            Stage::Commit => StoreError::Indeterminate(format!(
-                "the connection to PostgreSQL failed while committing: {text}"
-            )),
-        };
-    }
-    let Some(code) = error.code() else {
-        return StoreError::Unavailable(text);
-    };
-    if *code == SqlState::DISK_FULL {
-        StoreError::Full(text)
-    } else if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
-        StoreError::ReadOnly(text)
-    } else if *code == SqlState::CHECK_VIOLATION || *code == SqlState::NOT_NULL_VIOLATION {
-        StoreError::Corrupt(text)
-    } else if *code == SqlState::UNDEFINED_TABLE || *code == SqlState::INVALID_SCHEMA_NAME {
-        StoreError::Incompatible {
-            path: "the PostgreSQL database".to_owned(),
-            reason: format!("the lease tables are gone ({text})"),
+pub(crate) fn map(error: tokio_postgres::Error, stage: Stage) -> StoreError {
+    let text = describe(&error);
+    type Kind = fn(Detail) -> StoreError;
+    let (kind, message): (Kind, String) = if is_connection_loss(&error) {
+        match stage {
+            Stage::BeforeCommit => (
+                StoreError::Unavailable,
+                format!(
+                    "the connection to PostgreSQL failed before commit, nothing was applied: {text}"
+                ),
+            ),
+            Stage::Commit => (
+                StoreError::Indeterminate,
+                format!("the connection to PostgreSQL failed while committing: {text}"),
+            ),
         }
     } else {
-        StoreError::Unavailable(text)
-    }
+        match error.code() {
+            Some(code) if *code == SqlState::DISK_FULL => (StoreError::Full, text),
+            Some(code) if *code == SqlState::READ_ONLY_SQL_TRANSACTION => {
+                (StoreError::ReadOnly, text)
+            }
+            Some(code)
+                if *code == SqlState::CHECK_VIOLATION || *code == SqlState::NOT_NULL_VIOLATION =>
+            {
+                (StoreError::Corrupt, text)
+            }
+            Some(code)
+                if *code == SqlState::UNDEFINED_TABLE || *code == SqlState::INVALID_SCHEMA_NAME =>
+            {
+                return StoreError::Incompatible {
+                    path: "the PostgreSQL database".to_owned(),
+                    reason: format!("the lease tables are gone ({text})"),
+                };
+            }
+            _ => (StoreError::Unavailable, text),
+        }
+    };
+    kind(Detail::caused_by(message, error))
 }
 
 /// The error's text with the server's message, code and detail when there is one.
@@ -100,14 +110,17 @@ pub(crate) fn pool(error: deadpool_postgres::PoolError, target: &str) -> StoreEr
                     path: target.to_owned(),
                 };
             }
-            StoreError::Unavailable(format!("cannot connect to {target}: {}", describe(&e)))
+            StoreError::Unavailable(Detail::caused_by(
+                format!("cannot connect to {target}: {}", describe(&e)),
+                e,
+            ))
         }
-        PoolError::Timeout(kind) => StoreError::Unavailable(format!(
-            "no connection to {target} in time ({kind:?} timeout)"
-        )),
-        PoolError::PostCreateHook(e) => StoreError::Unavailable(format!(
-            "a new connection to {target} could not be set up: {e}"
-        )),
-        other => StoreError::Unavailable(format!("connection pool for {target}: {other}")),
+        PoolError::Timeout(kind) => StoreError::Unavailable(
+            format!("no connection to {target} in time ({kind:?} timeout)").into(),
+        ),
+        PoolError::PostCreateHook(e) => StoreError::Unavailable(
+            format!("a new connection to {target} could not be set up: {e}").into(),
+        ),
+        other => StoreError::Unavailable(format!("connection pool for {target}: {other}").into()),
     }
 }

@@ -63,7 +63,7 @@ pub async fn install(client: &impl GenericClient, schema: &str) -> Result<(), St
             GUARD_SQL.replace("{s}", schema)
         ))
         .await
-        .map_err(|e| error::map(&e, Stage::BeforeCommit))
+        .map_err(|e| error::map(e, Stage::BeforeCommit))
 }
 
 /// Admits a write to `key` from a holder of `fence` inside the caller's open transaction
@@ -80,7 +80,7 @@ pub async fn admit(
     fence: Fence,
 ) -> Result<Result<(), GuardRefused>, StoreError> {
     check_schema_name(schema)?;
-    let fail = |e: tokio_postgres::Error| error::map(&e, Stage::BeforeCommit);
+    let fail = |e: tokio_postgres::Error| error::map(e, Stage::BeforeCommit);
     client
         .execute(
             &format!(
@@ -98,7 +98,7 @@ pub async fn admit(
         .await
         .map_err(fail)?;
     let current = Fence::try_from(row.get::<_, i64>(0))
-        .map_err(|f| StoreError::Corrupt(format!("guard key {key}: stored fence {f}")))?;
+        .map_err(|f| StoreError::Corrupt(format!("guard key {key}: stored fence {f}").into()))?;
     match decide_guard(Some(current), fence) {
         Ok(keep) => {
             client

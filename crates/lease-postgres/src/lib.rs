@@ -199,7 +199,12 @@ impl PgLeaseStore {
                 Box::pin(async move { setup(client, idle).await })
             }))
             .build()
-            .map_err(|e| StoreError::Unavailable(format!("cannot build the pool: {e}")))?;
+            .map_err(|e| {
+                StoreError::Unavailable(lease_ports::Detail::caused_by(
+                    format!("cannot build the pool: {e}"),
+                    e,
+                ))
+            })?;
         let store = Self {
             pool,
             sql: Arc::new(Sql::new(&options.schema)),
@@ -243,7 +248,7 @@ impl PgLeaseStore {
             .client()
             .query_one(&stmt, &[])
             .await
-            .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
         conn.clean();
         stored_now(row.get(0))
     }
@@ -259,7 +264,7 @@ impl PgLeaseStore {
             .client()
             .query_one("SELECT current_setting($1)", &[&name])
             .await
-            .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
         conn.clean();
         Ok(row.get(0))
     }
@@ -323,12 +328,14 @@ impl PgLeaseStore {
             },
         )
         .await
-        .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+        .map_err(|e| error::map(e, Stage::BeforeCommit))?;
         let current = row.map(|r| sql::decode(id, &r, 0)).transpose()?;
         let purged = purged
             .map(|f| {
                 Fence::try_from(f).map_err(|f| {
-                    StoreError::Corrupt(format!("job {id}: stored purged fence {f} is negative"))
+                    StoreError::Corrupt(
+                        format!("job {id}: stored purged fence {f} is negative").into(),
+                    )
                 })
             })
             .transpose()?;
@@ -360,14 +367,14 @@ impl PgLeaseStore {
             c.execute(&s.commit, &[]),
         )
         .await
-        .map_err(|e| error::map(&e, Stage::Commit))?;
+        .map_err(|e| error::map(e, Stage::Commit))?;
         match (written, outcome) {
             (1, outcome) => Ok(outcome),
             // Another enqueue of the same new id committed first: this one changed nothing.
             (0, Outcome::Enqueued(_)) => Ok(Outcome::Enqueued(false)),
-            (n, _) => Err(StoreError::Corrupt(format!(
-                "job {id}: a locked write changed {n} rows"
-            ))),
+            (n, _) => Err(StoreError::Corrupt(
+                format!("job {id}: a locked write changed {n} rows").into(),
+            )),
         }
     }
 
@@ -424,7 +431,7 @@ impl PgLeaseStore {
         )
         .await
         .map(drop)
-        .map_err(|e| error::map(&e, Stage::Commit))
+        .map_err(|e| error::map(e, Stage::Commit))
     }
 
     /// Leases up to `limit` candidates inside the open transaction (BEGIN already pipelined
@@ -445,7 +452,7 @@ impl PgLeaseStore {
             if begin {
                 c.execute(&s.begin, &[])
                     .await
-                    .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+                    .map_err(|e| error::map(e, Stage::BeforeCommit))?;
             }
             return Ok(Claimed::default());
         }
@@ -485,7 +492,7 @@ impl PgLeaseStore {
                 c.query(&s.candidates, &[&queue.as_str(), &caller_now, &want]),
             )
             .await
-            .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
             first = false;
             wrote |= !written.is_empty();
             if let Some(now) = clock {
@@ -495,9 +502,12 @@ impl PgLeaseStore {
             let mut page_term = term;
             let mut page = Vec::with_capacity(rows.len());
             for row in &rows {
-                let now: f64 = row
-                    .try_get(0)
-                    .map_err(|e| StoreError::Corrupt(format!("the clock column: {e}")))?;
+                let now: f64 = row.try_get(0).map_err(|e| {
+                    StoreError::Corrupt(lease_ports::Detail::caused_by(
+                        format!("the clock column: {e}"),
+                        e,
+                    ))
+                })?;
                 page_term = self.clock.resolve_term(term, stored_now(now)?)?;
                 page.push(sql::decode_with_id(row, 1)?);
             }
@@ -527,8 +537,9 @@ struct Claimed {
 
 /// The server's clock as a time; a non-finite one is the server's fault.
 fn stored_now(now: f64) -> Result<Timestamp, StoreError> {
-    Timestamp::new(now)
-        .map_err(|_| StoreError::Corrupt(format!("the server's clock reads {now}, not a time")))
+    Timestamp::new(now).map_err(|_| {
+        StoreError::Corrupt(format!("the server's clock reads {now}, not a time").into())
+    })
 }
 
 /// Sends one job's row; the parameters live as long as the request.
@@ -545,7 +556,7 @@ async fn rollback(c: &tokio_postgres::Client, s: &Statements) -> Result<(), Stor
     c.execute(&s.rollback, &[])
         .await
         .map(|_| ())
-        .map_err(|e| error::map(&e, Stage::BeforeCommit))
+        .map_err(|e| error::map(e, Stage::BeforeCommit))
 }
 
 /// Writes `writes` and commits, pipelined in one round trip; with nothing to write, rolls
@@ -565,7 +576,7 @@ async fn commit(
     )
     .await
     .map(|_| ())
-    .map_err(|e| error::map(&e, Stage::Commit))
+    .map_err(|e| error::map(e, Stage::Commit))
 }
 
 /// A pooled connection that is dropped from the pool unless the operation ended its
@@ -596,7 +607,7 @@ impl Conn {
             Some(o) => o
                 .prepare_cached(query)
                 .await
-                .map_err(|e| error::map(&e, Stage::BeforeCommit)),
+                .map_err(|e| error::map(e, Stage::BeforeCommit)),
             None => Err(StoreError::Unavailable(
                 "the connection was already given back".into(),
             )),
@@ -725,7 +736,7 @@ impl LeaseStore for PgLeaseStore {
             .client()
             .query_opt(&stmt, &[&job.as_str()])
             .await
-            .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
         conn.clean();
         row.map(|r| {
             Ok(JobRecord {
@@ -785,7 +796,7 @@ impl LeaseStore for PgLeaseStore {
             },
         )
         .await
-        .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+        .map_err(|e| error::map(e, Stage::BeforeCommit))?;
         let current = row.map(|r| sql::decode(job, &r, 0)).transpose()?;
         let command = self.resolved(c, &s, command, now).await?;
         let (next, outcome) = command.decide(job, current.as_ref(), None);
@@ -796,7 +807,7 @@ impl LeaseStore for PgLeaseStore {
             self.record_refusal(c, &s, job, entry, retention).await?;
             c.execute(&s.begin, &[])
                 .await
-                .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+                .map_err(|e| error::map(e, Stage::BeforeCommit))?;
         }
         let encoded = next.map(|next| Encoded::new(job, &next));
         // The completion is written before the candidates are read, in the same round trip.
@@ -806,7 +817,7 @@ impl LeaseStore for PgLeaseStore {
                     Some(e) => c
                         .execute(&s.update, &e.params())
                         .await
-                        .map_err(|e| error::map(&e, Stage::BeforeCommit)),
+                        .map_err(|e| error::map(e, Stage::BeforeCommit)),
                     None => Ok(0),
                 }
             },
@@ -854,7 +865,7 @@ impl LeaseStore for PgLeaseStore {
             c.query(&purgeable, &[&before.get()]),
         )
         .await
-        .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+        .map_err(|e| error::map(e, Stage::BeforeCommit))?;
         let mut ids = Vec::new();
         let mut fences = Vec::new();
         for row in &rows {
@@ -875,7 +886,7 @@ impl LeaseStore for PgLeaseStore {
                 c.execute(&s.commit, &[]),
             )
             .await
-            .map_err(|e| error::map(&e, Stage::Commit))?;
+            .map_err(|e| error::map(e, Stage::Commit))?;
         }
         conn.clean();
         Ok(u64::try_from(ids.len()).unwrap_or(u64::MAX))
@@ -888,7 +899,7 @@ impl LeaseStore for PgLeaseStore {
         let c = conn.client();
         c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .await
-            .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
         let queue = filter.queue.as_ref().map(QueueName::as_str);
         let mut after: Option<String> = None;
         let mut found = Vec::new();
@@ -896,7 +907,7 @@ impl LeaseStore for PgLeaseStore {
             let rows = c
                 .query(&page, &[&queue, &after, &PAGE])
                 .await
-                .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+                .map_err(|e| error::map(e, Stage::BeforeCommit))?;
             for row in &rows {
                 let (id, job) = sql::decode_with_id(row, 0)?;
                 after = Some(id.as_str().to_owned());
@@ -912,7 +923,7 @@ impl LeaseStore for PgLeaseStore {
         }
         c.batch_execute("COMMIT")
             .await
-            .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
         conn.clean();
         Ok(found)
     }
@@ -924,9 +935,11 @@ impl LeaseStore for PgLeaseStore {
             .client()
             .query(&stmt, &[&now.get()])
             .await
-            .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
         conn.clean();
-        let read = |e: tokio_postgres::Error| StoreError::Corrupt(format!("stats: {e}"));
+        let read = |e: tokio_postgres::Error| {
+            StoreError::Corrupt(lease_ports::Detail::caused_by(format!("stats: {e}"), e))
+        };
         let mut groups = Vec::new();
         for row in &rows {
             let stored = StoredGroup {
@@ -971,9 +984,11 @@ impl lease_ports::audit::AuditTrail for PgLeaseStore {
                 ],
             )
             .await
-            .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
         conn.clean();
-        let read = |e: tokio_postgres::Error| StoreError::Corrupt(format!("audit row: {e}"));
+        let read = |e: tokio_postgres::Error| {
+            StoreError::Corrupt(lease_ports::Detail::caused_by(format!("audit row: {e}"), e))
+        };
         let mut found = Vec::with_capacity(rows.len());
         for r in &rows {
             let stored = StoredAudit {

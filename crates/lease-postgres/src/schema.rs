@@ -118,7 +118,7 @@ async fn inspect(client: &impl GenericClient, schema: &str) -> Result<Found, Sto
             &[&schema],
         )
         .await
-        .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+        .map_err(|e| error::map(e, Stage::BeforeCommit))?;
     let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
     if let Some(foreign) = names.iter().find(|n| !OURS.contains(&n.as_str())) {
         return Ok(Found::Foreign(format!(
@@ -140,7 +140,7 @@ async fn inspect(client: &impl GenericClient, schema: &str) -> Result<Found, Sto
             &[],
         )
         .await
-        .map_err(|e| error::map(&e, Stage::BeforeCommit))?
+        .map_err(|e| error::map(e, Stage::BeforeCommit))?
         .get(0);
     Ok(Found::Lease(version.unwrap_or(0)))
 }
@@ -161,13 +161,13 @@ pub(crate) async fn prepare(
     let tx = client
         .transaction()
         .await
-        .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+        .map_err(|e| error::map(e, Stage::BeforeCommit))?;
     tx.execute(
         "SELECT pg_advisory_xact_lock(hashtextextended('lease migrations ' || $1, 0))",
         &[&schema],
     )
     .await
-    .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+    .map_err(|e| error::map(e, Stage::BeforeCommit))?;
     // Judged again under the lock: another process may have migrated meanwhile.
     let found = inspect(&tx, schema).await?;
     judge(&found, schema, create, target)?;
@@ -181,21 +181,21 @@ pub(crate) async fn prepare(
          (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
     ))
     .await
-    .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+    .map_err(|e| error::map(e, Stage::BeforeCommit))?;
     for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > from) {
         tx.batch_execute(&sql.replace("{s}", schema))
             .await
-            .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
         tx.execute(
             &format!("INSERT INTO {schema}.migrations(version) VALUES ($1)"),
             &[version],
         )
         .await
-        .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
+        .map_err(|e| error::map(e, Stage::BeforeCommit))?;
     }
     tx.commit()
         .await
-        .map_err(|e| error::map(&e, Stage::Commit))?;
+        .map_err(|e| error::map(e, Stage::Commit))?;
     Ok(from == 0)
 }
 

@@ -114,7 +114,7 @@ impl Sql {
 }
 
 fn corrupt(id: &JobId, what: String) -> StoreError {
-    StoreError::Corrupt(format!("job {id}: {what}"))
+    StoreError::Corrupt(format!("job {id}: {what}").into())
 }
 
 fn time(id: &JobId, value: f64, column: &str) -> Result<Timestamp, StoreError> {
@@ -157,7 +157,7 @@ pub(crate) fn decode(id: &JobId, row: &Row, at: usize) -> Result<Job, StoreError
     let ended: Option<String> = get(id, row, at + 11)?;
     let ended =
         lease_ports::codec::ended(ended.as_deref(), "stored ended").map_err(|e| match e {
-            StoreError::Corrupt(what) => corrupt(id, what),
+            StoreError::Corrupt(what) => corrupt(id, what.to_string()),
             other => other,
         })?;
     let run_at: Option<f64> = get(id, row, at + 7)?;
@@ -188,8 +188,9 @@ pub(crate) fn decode(id: &JobId, row: &Row, at: usize) -> Result<Job, StoreError
 pub(crate) fn decode_with_id(row: &Row, at: usize) -> Result<(JobId, Job), StoreError> {
     let id: String = row
         .try_get(at)
-        .map_err(|e| StoreError::Corrupt(format!("stored job id: {e}")))?;
-    let id = JobId::new(id).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}")))?;
+        .map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))?;
+    let id =
+        JobId::new(id).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))?;
     let job = decode(&id, row, at + 1)?;
     Ok((id, job))
 }

@@ -11,9 +11,11 @@ use crate::sql::{self, Encoded};
 use crate::{PgLeaseStore, update};
 
 fn mark_fence(id: &str, fence: i64) -> Result<(JobId, Fence), StoreError> {
-    let id = JobId::new(id).map_err(|e| StoreError::Corrupt(format!("stored purged id: {e}")))?;
-    let fence = Fence::try_from(fence)
-        .map_err(|f| StoreError::Corrupt(format!("purged job {id}: fence {f} is negative")))?;
+    let id =
+        JobId::new(id).map_err(|e| StoreError::Corrupt(format!("stored purged id: {e}").into()))?;
+    let fence = Fence::try_from(fence).map_err(|f| {
+        StoreError::Corrupt(format!("purged job {id}: fence {f} is negative").into())
+    })?;
     Ok((id, fence))
 }
 
@@ -25,8 +27,8 @@ impl Transfer for PgLeaseStore {
         let s = &self.schema;
         c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .await
-            .map_err(|e| error::map(&e, Stage::BeforeCommit))?;
-        let read = |e: tokio_postgres::Error| error::map(&e, Stage::BeforeCommit);
+            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+        let read = |e: tokio_postgres::Error| error::map(e, Stage::BeforeCommit);
         let jobs = c
             .query(
                 &format!("SELECT id, {} FROM {s}.jobs ORDER BY seq", sql::COLUMNS),
@@ -60,7 +62,7 @@ impl Transfer for PgLeaseStore {
         let mut conn = self.conn().await?;
         let c = conn.client();
         let s = &self.schema;
-        let before = |e: tokio_postgres::Error| error::map(&e, Stage::BeforeCommit);
+        let before = |e: tokio_postgres::Error| error::map(e, Stage::BeforeCommit);
         // Writers wait while the copy runs; readers do not.
         c.batch_execute(&format!(
             "BEGIN; LOCK TABLE {s}.jobs, {s}.purged IN SHARE ROW EXCLUSIVE MODE"
@@ -135,7 +137,7 @@ impl Transfer for PgLeaseStore {
         let insert = conn.prepare(&self.sql.insert).await?;
         let update_stmt = conn.prepare(&self.sql.update).await?;
         let forget = format!("DELETE FROM {s}.purged WHERE id = ANY($1::text[])");
-        let commit = |e: tokio_postgres::Error| error::map(&e, Stage::Commit);
+        let commit = |e: tokio_postgres::Error| error::map(e, Stage::Commit);
         // In order: inserts keep the source's enqueue order.
         try_join_all(inserts.iter().map(|job| update(c, &insert, job)))
             .await

@@ -346,3 +346,28 @@ async fn claim_next_reads_candidates_in_index_order_even_with_stale_statistics()
     assert!(plan.contains("Index Scan using jobs_ready"), "{plan}");
     assert!(!plan.contains("Sort"), "{plan}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_error_stays_as_the_source_of_the_store_error() {
+    let db = ScratchDatabase::create();
+    let store = init(&db, PgOptions::default()).await;
+    store.enqueue(&id("j")).await.unwrap();
+    admin(&db)
+        .await
+        .batch_execute("ALTER TABLE lease.jobs ADD CONSTRAINT low CHECK (fence < 1) NOT VALID")
+        .await
+        .unwrap();
+    let err = store
+        .claim(&id("j"), &owner("a"), term(1.0, 5.0))
+        .await
+        .expect_err("the constraint refuses fence 1");
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
+    let source = std::error::Error::source(&err).expect("the server's error is the source");
+    let server = source
+        .downcast_ref::<tokio_postgres::Error>()
+        .expect("a tokio-postgres error");
+    assert_eq!(
+        server.code(),
+        Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION)
+    );
+}

@@ -144,9 +144,9 @@ fn check_path(path: &Path, shown: &str) -> Result<Target, StoreError> {
         Ok(meta) if meta.nlink() > 1 => Err(incompatible(shown, hard_link_reason(meta.nlink()))),
         Ok(_) => Ok(Target::File),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Target::Missing),
-        Err(e) => Err(StoreError::Unavailable(format!(
-            "cannot inspect {shown}: {e}"
-        ))),
+        Err(e) => Err(StoreError::Unavailable(
+            format!("cannot inspect {shown}: {e}").into(),
+        )),
     }
 }
 
@@ -257,7 +257,10 @@ pub(crate) fn check_filesystem(
 
 fn filesystem_of(path: &Path, shown: &str) -> Result<FileSystem, StoreError> {
     let stat = rustix::fs::statfs(path).map_err(|e| {
-        StoreError::Unavailable(format!("cannot inspect the file system of {shown}: {e}"))
+        StoreError::Unavailable(lease_ports::Detail::caused_by(
+            format!("cannot inspect the file system of {shown}: {e}"),
+            e,
+        ))
     })?;
     // The field's integer type differs between targets; the magic numbers are 32-bit.
     #[allow(clippy::useless_conversion)]
@@ -391,7 +394,7 @@ pub(crate) enum Access {
 
 /// The error for a write to a store whose storage can only be read.
 pub(crate) fn can_only_be_read(path: &Path, reason: &str) -> StoreError {
-    StoreError::ReadOnly(format!("{} can only be read: {reason}", path.display()))
+    StoreError::ReadOnly(format!("{} can only be read: {reason}", path.display()).into())
 }
 
 /// A file URI for `path` with `query`, escaping what URIs reserve.
@@ -501,10 +504,13 @@ pub(crate) fn retry_while_busy<T>(
                 pause = (pause * 2).min(Duration::from_millis(20));
             }
             Err(OpenError::Busy(e)) => {
-                return Err(StoreError::Unavailable(format!(
-                    "{shown} stayed locked by another connection for the whole busy timeout \
+                return Err(StoreError::Unavailable(
+                    format!(
+                        "{shown} stayed locked by another connection for the whole busy timeout \
                      ({timeout:?}): {e}"
-                )));
+                    )
+                    .into(),
+                ));
             }
         }
     }
@@ -519,10 +525,13 @@ fn open_once(
     if options.create {
         let parent = parent_dir(path);
         if !parent.is_dir() {
-            return Err(StoreError::Unavailable(format!(
-                "cannot create {shown}: directory {} does not exist",
-                parent.display()
-            ))
+            return Err(StoreError::Unavailable(
+                format!(
+                    "cannot create {shown}: directory {} does not exist",
+                    parent.display()
+                )
+                .into(),
+            )
             .into());
         }
         check_filesystem(
@@ -536,7 +545,7 @@ fn open_once(
         match OpenOptions::new().write(true).create_new(true).open(path) {
             Ok(_) => *created = true,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(read_only_or_unavailable(shown, &e).into()),
+            Err(e) => return Err(read_only_or_unavailable(shown, e).into()),
         }
     }
     if let Target::Missing = check_path(path, shown)? {
@@ -567,9 +576,9 @@ fn open_once(
                 conn: connect_as(path, &access, options)?,
                 access,
             }),
-            Found::Empty | Found::Unmarked | Found::Lease(_) => Err(StoreError::ReadOnly(format!(
-                "{shown} must be initialised or upgraded before use, but {reason}"
-            ))
+            Found::Empty | Found::Unmarked | Found::Lease(_) => Err(StoreError::ReadOnly(
+                format!("{shown} must be initialised or upgraded before use, but {reason}").into(),
+            )
             .into()),
         };
     }
@@ -631,11 +640,14 @@ fn inspect(
                 (
                     OpenError::Fail(StoreError::Unavailable(why)),
                     Access::ReadOnly { reason, .. },
-                ) => StoreError::ReadOnly(format!(
-                    "cannot read {shown}: {reason}, and its write-ahead log holds changes \
+                ) => StoreError::ReadOnly(
+                    format!(
+                        "cannot read {shown}: {reason}, and its write-ahead log holds changes \
                          not yet in the main file, which SQLite can read only through a -shm \
                          file it cannot create there ({why})"
-                ))
+                    )
+                    .into(),
+                )
                 .into(),
                 (other, _) => other,
             });
@@ -644,12 +656,18 @@ fn inspect(
     Ok(schema::classify(&found, shown)?)
 }
 
-fn read_only_or_unavailable(shown: &str, err: &std::io::Error) -> StoreError {
+fn read_only_or_unavailable(shown: &str, err: std::io::Error) -> StoreError {
     match err.kind() {
         std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied => {
-            StoreError::ReadOnly(format!("{shown} cannot be written: {err}"))
+            StoreError::ReadOnly(lease_ports::Detail::caused_by(
+                format!("{shown} cannot be written: {err}"),
+                err,
+            ))
         }
-        _ => StoreError::Unavailable(format!("cannot open {shown} for writing: {err}")),
+        _ => StoreError::Unavailable(lease_ports::Detail::caused_by(
+            format!("cannot open {shown} for writing: {err}"),
+            err,
+        )),
     }
 }
 
@@ -664,7 +682,7 @@ fn parent_dir(path: &Path) -> &Path {
 /// can lose a new database file and every fence in it.
 fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(|e| {
-        StoreError::Unavailable(format!("cannot sync directory {}: {e}", dir.display()))
+        StoreError::Unavailable(format!("cannot sync directory {}: {e}", dir.display()).into())
     })
 }
 

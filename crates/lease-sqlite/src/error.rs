@@ -1,6 +1,6 @@
 //! How rusqlite and r2d2 failures map onto the port's portable error kinds.
 
-use lease_ports::StoreError;
+use lease_ports::{Detail, StoreError};
 use rusqlite::{Connection, ErrorCode};
 
 /// `ENOSPC` and `EDQUOT` on Linux: the file system (or the user's quota) is out of space.
@@ -19,28 +19,32 @@ fn system_errno(conn: &Connection) -> i32 {
 ///
 /// Prefer [`sql`], which also tells a full file system apart from other I/O errors.
 pub(crate) fn before_commit(err: rusqlite::Error) -> StoreError {
-    match &err {
+    type Kind = fn(Detail) -> StoreError;
+    let (kind, message): (Kind, String) = match &err {
         rusqlite::Error::SqliteFailure(failure, _) => match failure.code {
             // SQLite gives up on a lock either when its busy timeout passes or, to avoid a
             // deadlock, at once; the message says which lock, not how long it waited.
-            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => StoreError::Unavailable(
+            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => (
+                StoreError::Unavailable,
                 format!("the database is locked by another connection: {err}"),
             ),
-            ErrorCode::DiskFull => StoreError::Full(err.to_string()),
-            ErrorCode::ReadOnly => StoreError::ReadOnly(err.to_string()),
+            ErrorCode::DiskFull => (StoreError::Full, err.to_string()),
+            ErrorCode::ReadOnly => (StoreError::ReadOnly, err.to_string()),
             ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase => {
-                StoreError::Corrupt(err.to_string())
+                (StoreError::Corrupt, err.to_string())
             }
-            _ => StoreError::Unavailable(err.to_string()),
+            _ => (StoreError::Unavailable, err.to_string()),
         },
         rusqlite::Error::FromSqlConversionFailure(..)
         | rusqlite::Error::IntegralValueOutOfRange(..)
         | rusqlite::Error::InvalidColumnType(..)
-        | rusqlite::Error::Utf8Error(..) => {
-            StoreError::Corrupt(format!("a stored value has the wrong type: {err}"))
-        }
-        _ => StoreError::Unavailable(err.to_string()),
-    }
+        | rusqlite::Error::Utf8Error(..) => (
+            StoreError::Corrupt,
+            format!("a stored value has the wrong type: {err}"),
+        ),
+        _ => (StoreError::Unavailable, err.to_string()),
+    };
+    kind(Detail::caused_by(message, err))
 }
 
 /// Whether SQLite reported an I/O or open failure whose system error was "no space left":
@@ -59,7 +63,10 @@ fn out_of_space(conn: &Connection, err: &rusqlite::Error) -> bool {
 pub(crate) fn sql(conn: &Connection) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
     move |err| {
         if out_of_space(conn, &err) {
-            StoreError::Full(format!("{err}: no space left on the file system"))
+            StoreError::Full(Detail::caused_by(
+                format!("{err}: no space left on the file system"),
+                err,
+            ))
         } else {
             before_commit(err)
         }
@@ -78,13 +85,16 @@ pub(crate) fn at_commit(err: rusqlite::Error) -> StoreError {
         {
             before_commit(err)
         }
-        _ => StoreError::Indeterminate(format!("commit failed: {err}")),
+        _ => StoreError::Indeterminate(Detail::caused_by(format!("commit failed: {err}"), err)),
     }
 }
 
 /// Maps a failure to get a pooled connection.
-pub(crate) fn pool(err: &r2d2::Error) -> StoreError {
-    StoreError::Unavailable(format!("no database connection: {err}"))
+pub(crate) fn pool(err: r2d2::Error) -> StoreError {
+    StoreError::Unavailable(Detail::caused_by(
+        format!("no database connection: {err}"),
+        err,
+    ))
 }
 
 /// A failure while opening or preparing a database: a lock held by another opener, which is
@@ -118,6 +128,23 @@ pub(crate) fn open_step(conn: &Connection) -> impl Fn(rusqlite::Error) -> OpenEr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sqlite_error_stays_as_the_source() {
+        let conn = Connection::open_in_memory().expect("memory database");
+        let err = conn
+            .execute("SELECT * FROM nowhere", [])
+            .expect_err("no such table");
+        let text = err.to_string();
+        let mapped = sql(&conn)(err);
+        assert!(matches!(mapped, StoreError::Unavailable(_)), "{mapped}");
+        assert!(
+            mapped.to_string().ends_with(&text),
+            "the message is unchanged"
+        );
+        let source = std::error::Error::source(&mapped).map(ToString::to_string);
+        assert_eq!(source, Some(text));
+    }
 
     fn failure(code: i32) -> rusqlite::Error {
         rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None)

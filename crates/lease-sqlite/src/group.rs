@@ -225,7 +225,9 @@ pub(crate) fn lost(count: usize) -> Vec<Answer> {
     (0..count)
         .map(|_| {
             Err(StoreError::Indeterminate(
-                "the writer that took this write stopped before answering".to_owned(),
+                "the writer that took this write stopped before answering"
+                    .to_owned()
+                    .into(),
             ))
         })
         .collect()

@@ -134,7 +134,7 @@ impl SqliteLeaseStore {
             // Connections are checked when made; a check on every checkout costs a statement.
             .test_on_check_out(false)
             .build(manager)
-            .map_err(|e| error::pool(&e))?;
+            .map_err(error::pool)?;
         let group =
             (options.max_batch > 1).then(|| Arc::new(group::GroupCommit::new(options.max_batch)));
         let read_only = match access {
@@ -206,12 +206,12 @@ impl SqliteLeaseStore {
         if self.pool.state().idle_connections == 0 {
             connection::recheck(&self.path)?;
         }
-        self.pool.get().map_err(|e| self.no_connection(&e))
+        self.pool.get().map_err(|e| self.no_connection(e))
     }
 
     /// The error for a failure to get a pooled connection: the pool reports only a message, so
     /// the path is checked again (a hard link made since the store opened is refused by name).
-    fn no_connection(&self, err: &r2d2::Error) -> StoreError {
+    fn no_connection(&self, err: r2d2::Error) -> StoreError {
         match connection::recheck(&self.path) {
             Err(named) => named,
             Ok(()) => error::pool(err),
@@ -324,7 +324,10 @@ impl SqliteLeaseStore {
         let task = move || body(&store);
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => runtime.spawn_blocking(task).await.map_err(|e| {
-                StoreError::Indeterminate(format!("the database thread did not finish: {e}"))
+                StoreError::Indeterminate(lease_ports::Detail::caused_by(
+                    format!("the database thread did not finish: {e}"),
+                    e,
+                ))
             })?,
             Err(_) => task(),
         }
@@ -336,7 +339,9 @@ fn one(mut answers: Vec<Result<ops::Reply, StoreError>>) -> Result<ops::Reply, S
     match (answers.pop(), answers.is_empty()) {
         (Some(answer), true) => answer,
         _ => Err(StoreError::Corrupt(
-            "a write was answered with the wrong number of answers".to_owned(),
+            "a write was answered with the wrong number of answers"
+                .to_owned()
+                .into(),
         )),
     }
 }
@@ -673,7 +678,9 @@ fn split_complete_and_claim(
     let (Some(completed), Some(claimed), None) = (answers.next(), answers.next(), answers.next())
     else {
         return Err(StoreError::Corrupt(
-            "complete_and_claim_next was answered with the wrong number of answers".to_owned(),
+            "complete_and_claim_next was answered with the wrong number of answers"
+                .to_owned()
+                .into(),
         ));
     };
     let completed: WriteOutcome = outcome_as(completed?.into_outcome()?)?;

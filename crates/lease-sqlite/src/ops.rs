@@ -117,13 +117,11 @@ impl Reply {
 }
 
 fn wrong_reply(reply: &Reply) -> StoreError {
-    StoreError::Corrupt(format!(
-        "an operation was answered with the wrong reply {reply:?}"
-    ))
+    StoreError::Corrupt(format!("an operation was answered with the wrong reply {reply:?}").into())
 }
 
 fn corrupt(id: &JobId, what: String) -> StoreError {
-    StoreError::Corrupt(format!("job {id}: {what}"))
+    StoreError::Corrupt(format!("job {id}: {what}").into())
 }
 
 /// Reads one column as text, or NULL; anything else (a number, a blob, text that is not UTF-8)
@@ -402,7 +400,9 @@ fn candidates(
         .and_then(Iterator::collect::<Result<Vec<String>, _>>)
         .map_err(error::sql(conn))?;
     ids.into_iter()
-        .map(|id| JobId::new(id).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}"))))
+        .map(|id| {
+            JobId::new(id).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))
+        })
         .collect()
 }
 
@@ -446,7 +446,8 @@ fn purge(
         .map_err(error::sql(conn))?;
     let mut purged = 0_u64;
     for id in ids {
-        let id = JobId::new(id).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}")))?;
+        let id = JobId::new(id)
+            .map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))?;
         let Some(job) = load(conn, &id)? else {
             continue;
         };
@@ -649,11 +650,12 @@ pub(crate) fn batch_error(err: &StoreError, why: &str) -> StoreError {
         format!("{why}: {err}")
     };
     match err {
-        StoreError::Full(_) => StoreError::Full(message),
-        StoreError::ReadOnly(_) => StoreError::ReadOnly(message),
-        StoreError::Corrupt(_) => StoreError::Corrupt(message),
-        StoreError::Indeterminate(_) => StoreError::Indeterminate(message),
-        _ => StoreError::Unavailable(message),
+        StoreError::Full(d) => StoreError::Full(d.retold(message)),
+        StoreError::ReadOnly(d) => StoreError::ReadOnly(d.retold(message)),
+        StoreError::Corrupt(d) => StoreError::Corrupt(d.retold(message)),
+        StoreError::Indeterminate(d) => StoreError::Indeterminate(d.retold(message)),
+        StoreError::Unavailable(d) => StoreError::Unavailable(d.retold(message)),
+        _ => StoreError::Unavailable(message.into()),
     }
 }
 
@@ -690,8 +692,8 @@ pub(crate) fn list(conn: &Connection, filter: &ListFilter) -> Result<Vec<JobReco
                 break;
             };
             let id: String = row.get(0).map_err(error::sql(conn))?;
-            let id =
-                JobId::new(id).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}")))?;
+            let id = JobId::new(id)
+                .map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))?;
             let Some(job) = load(conn, &id)? else {
                 continue;
             };

@@ -215,9 +215,9 @@ pub fn claim_many(
             })
             .collect();
         for handle in handles {
-            let answers = handle
-                .join()
-                .map_err(|_| StoreError::Indeterminate("a claim thread panicked".to_owned()))??;
+            let answers = handle.join().map_err(|_| {
+                StoreError::Indeterminate("a claim thread panicked".to_owned().into())
+            })??;
             for (i, outcome) in answers {
                 outcomes[i] = Some(outcome);
             }
@@ -227,7 +227,11 @@ pub fn claim_many(
     outcomes
         .into_iter()
         .map(|o| {
-            o.unwrap_or_else(|| Err(StoreError::Indeterminate("a claim did not run".to_owned())))
+            o.unwrap_or_else(|| {
+                Err(StoreError::Indeterminate(
+                    "a claim did not run".to_owned().into(),
+                ))
+            })
         })
         .collect()
 }

@@ -20,7 +20,9 @@ fn ids(conn: &Connection) -> Result<Vec<JobId>, StoreError> {
         .map_err(error::sql(conn))?;
     texts
         .into_iter()
-        .map(|t| JobId::new(t).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}"))))
+        .map(|t| {
+            JobId::new(t).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))
+        })
         .collect()
 }
 
@@ -39,9 +41,11 @@ fn snapshot(conn: &Connection) -> Result<Snapshot, StoreError> {
         })
         .map_err(error::sql(conn))?;
     for (id, fence) in marks {
-        let id = JobId::new(id).map_err(|e| StoreError::Corrupt(format!("purged id: {e}")))?;
-        let fence = Fence::try_from(fence)
-            .map_err(|f| StoreError::Corrupt(format!("purged job {id}: fence {f} is negative")))?;
+        let id =
+            JobId::new(id).map_err(|e| StoreError::Corrupt(format!("purged id: {e}").into()))?;
+        let fence = Fence::try_from(fence).map_err(|f| {
+            StoreError::Corrupt(format!("purged job {id}: fence {f} is negative").into())
+        })?;
         snapshot.purged.push((id, fence));
     }
     Ok(snapshot)
@@ -91,9 +95,9 @@ impl Transfer for SqliteLeaseStore {
                         Err(e) => {
                             let err = error::sql(conn)(e);
                             ops::roll_back(conn);
-                            Err(StoreError::Indeterminate(format!(
-                                "the migration's commit failed: {err}"
-                            )))
+                            Err(StoreError::Indeterminate(
+                                format!("the migration's commit failed: {err}").into(),
+                            ))
                         }
                     },
                     Err(e) => {
