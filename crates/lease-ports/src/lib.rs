@@ -10,6 +10,7 @@ pub mod codec;
 mod error;
 pub mod history;
 pub mod memory;
+pub mod migrations;
 pub mod next;
 pub mod observe;
 pub mod transfer;

@@ -22,8 +22,10 @@ use crate::schema::check_schema_name;
 /// The SQLSTATE the SQL function raises for a stale fence.
 pub const STALE_FENCE_SQLSTATE: &str = "LF409";
 
-/// The guard's table and SQL function in schema `{s}` (idempotent).
-pub(crate) const GUARD_SQL: &str = "
+/// The guard's table and SQL function in schema `{s}` (idempotent), as [`install`] makes them.
+/// The lease schema gets them from its own frozen migration 2 (`migrations/0002_guard.sql`);
+/// this text may change in a later release, that one never does.
+const GUARD_SQL: &str = "
 CREATE TABLE IF NOT EXISTS {s}.fences (key text PRIMARY KEY, fence bigint NOT NULL CHECK (fence >= 0));
 CREATE OR REPLACE FUNCTION {s}.admit_fence(p_key text, p_fence bigint) RETURNS bigint
 LANGUAGE plpgsql AS $fn$

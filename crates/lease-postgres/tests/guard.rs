@@ -215,10 +215,11 @@ async fn a_version_1_schema_gains_the_guard_when_opened_and_keeps_its_jobs() {
         .unwrap();
     store.enqueue(&JobId::new("kept").unwrap()).await.unwrap();
     store.close();
-    // Back to what version 1 made.
+    // Back to what version 1 made, before checksums were recorded.
     db.execute(
         "DROP FUNCTION lease.admit_fence(text, bigint); DROP TABLE lease.fences; \
-         DROP TABLE lease.audit; DELETE FROM lease.migrations WHERE version > 1",
+         DROP TABLE lease.audit; DELETE FROM lease.migrations WHERE version > 1; \
+         ALTER TABLE lease.migrations DROP COLUMN checksum",
     )
     .unwrap();
     let store = PgLeaseStore::open(db.url(), PgOptions::default())
@@ -238,4 +239,21 @@ async fn a_version_1_schema_gains_the_guard_when_opened_and_keeps_its_jobs() {
         .unwrap()
         .get(0);
     assert_eq!(admitted, 1);
+    let recorded: Vec<(i32, Option<String>)> = client
+        .query(
+            "SELECT version, checksum FROM lease.migrations ORDER BY version",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(recorded.len(), 3);
+    assert!(
+        recorded
+            .iter()
+            .all(|(_, c)| c.as_ref().is_some_and(|c| c.len() == 64)),
+        "every migration has its checksum: {recorded:?}"
+    );
 }

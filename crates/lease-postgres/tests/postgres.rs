@@ -371,3 +371,48 @@ async fn the_server_error_stays_as_the_source_of_the_store_error() {
         Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_edited_after_it_was_applied_is_refused_at_open() {
+    let db = ScratchDatabase::create();
+    let store = init(&db, PgOptions::default()).await;
+    store.enqueue(&id("kept")).await.unwrap();
+    store.close();
+    let client = admin(&db).await;
+    client
+        .batch_execute("UPDATE lease.migrations SET checksum = repeat('0', 64) WHERE version = 2")
+        .await
+        .unwrap();
+    let err = PgLeaseStore::open(db.url(), PgOptions::default())
+        .await
+        .expect_err("an edited migration is refused");
+    assert!(matches!(err, StoreError::Incompatible { .. }), "{err}");
+    assert!(err.to_string().contains("migration 2 was changed"), "{err}");
+    // Nothing was touched: the recorded checksum and the job stay.
+    let recorded: String = client
+        .query_one(
+            "SELECT checksum FROM lease.migrations WHERE version = 2",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(recorded, "0".repeat(64));
+    let jobs: i64 = client
+        .query_one("SELECT count(*) FROM lease.jobs", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(jobs, 1);
+    // A migration no build of this one knows is refused the same way.
+    client
+        .batch_execute(
+            "UPDATE lease.migrations SET checksum = NULL WHERE version = 2; \
+             INSERT INTO lease.migrations(version, checksum) VALUES (2, NULL) ON CONFLICT DO NOTHING",
+        )
+        .await
+        .unwrap();
+    PgLeaseStore::open(db.url(), PgOptions::default())
+        .await
+        .expect("a missing checksum is recorded, not refused");
+}

@@ -572,7 +572,9 @@ fn open_once(
     }
     if let Access::ReadOnly { reason, .. } = &access {
         return match found {
-            Found::Lease(SCHEMA_VERSION) => Ok(Opened {
+            // Version 2 has every table a read needs (version 3 adds the audit trail, which
+            // reads as empty where it is missing).
+            Found::Lease(v) if v >= 2 => Ok(Opened {
                 conn: connect_as(path, &access, options)?,
                 access,
             }),

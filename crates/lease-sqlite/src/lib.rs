@@ -149,12 +149,6 @@ impl SqliteLeaseStore {
             clock: options.clock,
             audit: options.audit,
         };
-        if store.audit.is_some() && store.read_only.is_none() {
-            store.with_conn(|conn| {
-                conn.execute_batch(ops::CREATE_AUDIT)
-                    .map_err(error::sql(conn))
-            })?;
-        }
         Ok(store)
     }
 

@@ -485,10 +485,6 @@ fn apply(conn: &Connection, op: &Op) -> Result<(Reply, bool), StoreError> {
 }
 
 /// The audit trail's table (made when a store is opened with the trail on).
-pub(crate) const CREATE_AUDIT: &str = "CREATE TABLE IF NOT EXISTS lease_audit(\
-    seq INTEGER PRIMARY KEY, time REAL NOT NULL, job TEXT NOT NULL, owner TEXT NOT NULL, \
-    operation TEXT NOT NULL, presented INTEGER NOT NULL, current INTEGER, reason TEXT NOT NULL, \
-    late_by REAL)";
 const INSERT_AUDIT: &str = "INSERT INTO lease_audit(time, job, owner, operation, presented, \
     current, reason, late_by) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
 const TRIM_AUDIT: &str =

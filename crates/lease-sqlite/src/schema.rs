@@ -5,6 +5,7 @@
 //! anything is written, and again inside the write transaction that creates or marks it.
 
 use lease_ports::StoreError;
+use lease_ports::migrations::{self, Applied, Migration};
 use rusqlite::Connection;
 
 use crate::error::{self, OpenError};
@@ -12,53 +13,40 @@ use crate::error::{self, OpenError};
 /// `PRAGMA application_id` of a lease database ("LEAS").
 pub const APPLICATION_ID: i32 = 0x4C45_4153;
 
-/// `PRAGMA user_version`: the schema version this code writes and reads. Version 1 had the
-/// contract's `jobs` table only; version 2 adds the work queue beside it.
-pub const SCHEMA_VERSION: i32 = 2;
+/// The released migrations, frozen (`migrations/*.sql`). Version 1 is the contract's `jobs`
+/// table, version 2 the work queue beside it, version 3 the audit trail's table.
+pub(crate) const MIGRATIONS: [Migration; 3] = [
+    Migration {
+        version: 1,
+        sql: include_str!("../migrations/0001_jobs.sql"),
+    },
+    Migration {
+        version: 2,
+        sql: include_str!("../migrations/0002_queue.sql"),
+    },
+    Migration {
+        version: 3,
+        sql: include_str!("../migrations/0003_audit.sql"),
+    },
+];
 
-/// The contract's table. Other programs may insert rows with only `id`.
-pub(crate) const CREATE_JOBS: &str = "CREATE TABLE IF NOT EXISTS jobs(
-    id TEXT PRIMARY KEY,
-    owner TEXT,
-    until REAL NOT NULL DEFAULT 0,
-    fence INTEGER NOT NULL DEFAULT 0,
-    result TEXT,
-    done INTEGER NOT NULL DEFAULT 0
-)";
+/// `PRAGMA user_version`: the schema version this code writes and reads (the newest migration).
+pub const SCHEMA_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].version;
 
-/// The work queue (version 2), beside the contract's table so that `jobs` keeps exactly the
-/// contract's columns. One `jobs_queue` row per job, kept in step by triggers when another
-/// program inserts or deletes `jobs` rows; `finished` mirrors done/dead/cancelled so that the
-/// partial index holds only jobs that can still run; `purged` keeps the fence of each purged id.
-/// Idempotent, and it backfills a queue row for every existing job in the default queue.
-pub(crate) const CREATE_QUEUE: &str = "
-CREATE TABLE IF NOT EXISTS jobs_queue(
-    seq INTEGER PRIMARY KEY,
-    id TEXT NOT NULL UNIQUE,
-    queue TEXT NOT NULL DEFAULT 'default',
-    priority INTEGER NOT NULL DEFAULT 0,
-    run_at REAL,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    max_attempts INTEGER NOT NULL DEFAULT 5,
-    payload BLOB,
-    finished TEXT,
-    error TEXT,
-    result_fence INTEGER,
-    updated REAL
-);
-CREATE INDEX IF NOT EXISTS jobs_queue_ready
-    ON jobs_queue(queue, priority DESC, run_at, seq) WHERE finished IS NULL;
-CREATE TABLE IF NOT EXISTS purged(id TEXT PRIMARY KEY, fence INTEGER NOT NULL) WITHOUT ROWID;
-CREATE TRIGGER IF NOT EXISTS jobs_queue_insert AFTER INSERT ON jobs BEGIN
-    INSERT OR IGNORE INTO jobs_queue(id, finished)
-        VALUES (new.id, CASE WHEN new.done = 1 THEN 'done' END);
-END;
-CREATE TRIGGER IF NOT EXISTS jobs_queue_delete AFTER DELETE ON jobs BEGIN
-    DELETE FROM jobs_queue WHERE id = old.id;
-END;
-INSERT OR IGNORE INTO jobs_queue(id, finished)
-    SELECT id, CASE WHEN done = 1 THEN 'done' END FROM jobs ORDER BY rowid;
-";
+/// The first version that records its migrations (with checksums) in `lease_migrations`.
+const RECORDED_SINCE: i32 = 3;
+
+/// The migration record, made by the migration runner itself.
+const CREATE_RECORD: &str = "CREATE TABLE IF NOT EXISTS lease_migrations(\
+    version INTEGER PRIMARY KEY, checksum TEXT NOT NULL)";
+
+/// The tables each version has, beside `jobs`: a marked file missing one is corrupt.
+const TABLES: [(i32, &str); 4] = [
+    (2, "jobs_queue"),
+    (2, "purged"),
+    (3, "lease_audit"),
+    (3, "lease_migrations"),
+];
 
 /// One column as `PRAGMA table_info` describes it: name, declared type, NOT NULL, default, key.
 struct Column {
@@ -126,6 +114,8 @@ pub(crate) struct Schema {
     objects: Vec<(String, String)>,
     /// The columns of `jobs`, when it is a table.
     jobs_columns: Vec<FoundColumn>,
+    /// What `lease_migrations` records, when it exists.
+    migrations: Option<Vec<Applied>>,
 }
 
 /// What a file is, judged from its [`Schema`].
@@ -164,11 +154,26 @@ pub(crate) fn read(conn: &Connection) -> rusqlite::Result<Schema> {
             ))
         })?
         .collect::<Result<Vec<FoundColumn>, _>>()?;
+    let migrations = if objects.iter().any(|(name, _)| name == "lease_migrations") {
+        Some(
+            conn.prepare("SELECT version, checksum FROM lease_migrations ORDER BY version")?
+                .query_map([], |r| {
+                    Ok(Applied {
+                        version: r.get(0)?,
+                        checksum: r.get(1)?,
+                    })
+                })?
+                .collect::<Result<Vec<Applied>, _>>()?,
+        )
+    } else {
+        None
+    };
     Ok(Schema {
         application_id,
         user_version,
         objects,
         jobs_columns,
+        migrations,
     })
 }
 
@@ -189,6 +194,23 @@ pub(crate) fn classify(schema: &Schema, path: &str) -> Result<Found, StoreError>
         )),
         (APPLICATION_ID, v) => {
             check_jobs_table(schema, path)?;
+            check_version_tables(schema, v, path)?;
+            if v >= RECORDED_SINCE {
+                let Some(applied) = &schema.migrations else {
+                    return Err(corrupt(path, v, "lease_migrations"));
+                };
+                let plan = migrations::plan(&MIGRATIONS, applied, path)?;
+                if !plan.is_empty() || applied.len() != usize::try_from(v).unwrap_or(0) {
+                    return Err(incompatible(
+                        path,
+                        format!(
+                            "it is marked as version {v} but lease_migrations records versions \
+                             {:?}",
+                            applied.iter().map(|a| a.version).collect::<Vec<_>>()
+                        ),
+                    ));
+                }
+            }
             Ok(Found::Lease(v))
         }
         (0, 0) if schema.objects.is_empty() => Ok(Found::Empty),
@@ -227,6 +249,30 @@ pub(crate) fn classify(schema: &Schema, path: &str) -> Result<Found, StoreError>
             format!("application_id {other:#x} belongs to another program"),
         )),
     }
+}
+
+fn corrupt(path: &str, version: i32, table: &str) -> StoreError {
+    StoreError::Corrupt(
+        format!(
+            "{path} is marked as a lease database of version {version} but has no {table} \
+             table; it was left as it is"
+        )
+        .into(),
+    )
+}
+
+/// A marked file at `version` must hold every table that version made.
+fn check_version_tables(schema: &Schema, version: i32, path: &str) -> Result<(), StoreError> {
+    for (since, table) in TABLES {
+        let present = schema
+            .objects
+            .iter()
+            .any(|(name, kind)| name == table && kind == "table");
+        if version >= since && !present {
+            return Err(corrupt(path, version, table));
+        }
+    }
+    Ok(())
 }
 
 fn check_jobs_table(schema: &Schema, path: &str) -> Result<(), StoreError> {
@@ -282,31 +328,43 @@ fn declared(kind: &str, not_null: bool, default: Option<&str>, primary_key: bool
     )
 }
 
-/// Inside an open write transaction: creates the table (when `create` and the file is empty),
-/// marks an unmarked contract database, or leaves a current lease database alone.
+/// Inside an open write transaction: creates the schema (when `create` and the file is empty),
+/// marks an unmarked contract database, upgrades an older lease database, or leaves a current
+/// one alone.
 ///
 /// # Errors
 /// [`StoreError::NotFound`] for an empty database when `create` is false; the refusals of
 /// [`classify`]; SQLite errors. The caller rolls back on any error.
 pub(crate) fn prepare(conn: &Connection, path: &str, create: bool) -> Result<(), OpenError> {
     let schema = read(conn).map_err(error::open_step(conn))?;
-    match classify(&schema, path)? {
-        Found::Lease(SCHEMA_VERSION) => Ok(()),
-        Found::Empty if !create => Err(StoreError::NotFound {
-            path: path.to_owned(),
+    let from = match classify(&schema, path)? {
+        Found::Lease(SCHEMA_VERSION) => return Ok(()),
+        Found::Empty if !create => {
+            return Err(StoreError::NotFound {
+                path: path.to_owned(),
+            }
+            .into());
         }
-        .into()),
-        Found::Empty | Found::Unmarked | Found::Lease(_) => {
-            create_and_mark(conn).map_err(error::open_step(conn))
-        }
-    }
+        Found::Empty | Found::Unmarked => 0,
+        Found::Lease(version) => version,
+    };
+    migrate(conn, from).map_err(error::open_step(conn))
 }
 
-/// Creates what is missing of the current schema (every statement is idempotent, so the same
-/// code creates a new file, marks a seed file and upgrades version 1) and marks the file.
-fn create_and_mark(conn: &Connection) -> rusqlite::Result<()> {
-    conn.execute_batch(CREATE_JOBS)?;
-    conn.execute_batch(CREATE_QUEUE)?;
+/// Applies the migrations after `from` (recording each with its checksum, and the checksums
+/// of those applied before the record existed: a released migration's text never changes)
+/// and marks the file.
+fn migrate(conn: &Connection, from: i32) -> rusqlite::Result<()> {
+    conn.execute_batch(CREATE_RECORD)?;
+    for migration in &MIGRATIONS {
+        if migration.version > from {
+            conn.execute_batch(migration.sql)?;
+        }
+        conn.execute(
+            "INSERT OR IGNORE INTO lease_migrations(version, checksum) VALUES (?1, ?2)",
+            rusqlite::params![migration.version, migration.checksum()],
+        )?;
+    }
     conn.pragma_update(None, "application_id", APPLICATION_ID)?;
     conn.pragma_update(None, "user_version", SCHEMA_VERSION)
 }
@@ -340,7 +398,84 @@ mod tests {
                 .map(|(n, k)| ((*n).to_owned(), (*k).to_owned()))
                 .collect(),
             jobs_columns,
+            migrations: None,
         }
+    }
+
+    /// A file at version 3 as `migrate` leaves it, with `checksums` recorded.
+    fn current(checksums: [String; 3]) -> Schema {
+        let mut found = schema(
+            APPLICATION_ID,
+            3,
+            &[
+                ("jobs", "table"),
+                ("jobs_queue", "table"),
+                ("purged", "table"),
+                ("lease_audit", "table"),
+                ("lease_migrations", "table"),
+            ],
+        );
+        found.migrations = Some(
+            (1..=3)
+                .zip(checksums)
+                .map(|(version, checksum)| Applied {
+                    version,
+                    checksum: Some(checksum),
+                })
+                .collect(),
+        );
+        found
+    }
+
+    #[test]
+    fn the_released_migrations_are_frozen() {
+        // A released migration is never edited: these are the checksums files record.
+        let pinned = MIGRATIONS.map(|m| m.checksum());
+        assert_eq!(pinned, PINNED.map(str::to_owned));
+    }
+
+    const PINNED: [&str; 3] = [
+        "c878484aeb0818a54dffb888a21f5d3cd8d52a3f63db5a4214c0cc7bd9ee83cb",
+        "8c0d06a026396a17df9ec1349a99ba3645ab58379280df82ccc3d7bcf0b0440a",
+        "921260be82b4a9a3180ddbb59bd347469d61457937659996082d1d84db6e1646",
+    ];
+
+    #[test]
+    fn a_current_file_is_checked_against_its_recorded_migrations() {
+        let checksums = MIGRATIONS.map(|m| m.checksum());
+        assert_eq!(
+            classify(&current(checksums.clone()), "f").unwrap(),
+            Found::Lease(3)
+        );
+        let mut edited = checksums.clone();
+        edited[1] = "0".repeat(64);
+        let err = classify(&current(edited), "f").unwrap_err();
+        assert!(err.to_string().contains("migration 2 was changed"), "{err}");
+        let mut unrecorded = current(checksums.clone());
+        unrecorded.migrations = None;
+        unrecorded
+            .objects
+            .retain(|(name, _)| name != "lease_migrations");
+        let err = classify(&unrecorded, "f").unwrap_err();
+        assert!(
+            matches!(err, StoreError::Corrupt(_))
+                && err.to_string().contains("no lease_migrations"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_marked_file_missing_a_table_of_its_version_is_corrupt() {
+        let err = classify(
+            &schema(APPLICATION_ID, 2, &[("jobs", "table"), ("purged", "table")]),
+            "f",
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, StoreError::Corrupt(_))
+                && err.to_string().contains("no jobs_queue table"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -355,8 +490,13 @@ mod tests {
             classify(&schema(APPLICATION_ID, 1, &jobs), "f").unwrap(),
             Found::Lease(1)
         );
+        let v2 = [
+            ("jobs", "table"),
+            ("jobs_queue", "table"),
+            ("purged", "table"),
+        ];
         assert_eq!(
-            classify(&schema(APPLICATION_ID, 2, &jobs), "f").unwrap(),
+            classify(&schema(APPLICATION_ID, 2, &v2), "f").unwrap(),
             Found::Lease(2)
         );
         let refused = [
@@ -372,8 +512,8 @@ mod tests {
             (schema(0, 7, &[]), "user_version 7"),
             (schema(1234, 0, &[]), "application_id 0x4d2"),
             (
-                schema(APPLICATION_ID, 3, &jobs),
-                "schema version 3 is newer",
+                schema(APPLICATION_ID, 4, &jobs),
+                "schema version 4 is newer",
             ),
             (schema(APPLICATION_ID, 1, &[]), "no jobs table"),
         ];

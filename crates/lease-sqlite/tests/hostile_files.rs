@@ -346,3 +346,79 @@ fn an_immutable_database_can_be_read_and_refuses_writes_naming_why() {
     assert_eq!(files(dir.path()), before);
     assert_eq!(claim(&path, "j", "x", 10.0, 5.0).unwrap(), Some(2));
 }
+
+/// A lease database of an earlier version, as that version's build left it.
+fn older(dir: &Path, version: i32, extra: &str) -> PathBuf {
+    let path = dir.join("old.db");
+    init_db(&path).unwrap();
+    enqueue(&path, "kept").unwrap();
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch(&format!(
+            "DROP TABLE lease_migrations; DROP TABLE lease_audit; {extra} \
+             PRAGMA user_version = {version};"
+        ))
+        .unwrap();
+    path
+}
+
+#[test]
+fn a_version_2_file_is_upgraded_on_open_and_records_every_migration() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = older(dir.path(), 2, "");
+    let store = SqliteLeaseStore::open(&path).unwrap();
+    drop(store);
+    let conn = Connection::open(&path).unwrap();
+    let version: i32 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, lease_sqlite::SCHEMA_VERSION);
+    let recorded: Vec<(i32, String)> = conn
+        .prepare("SELECT version, checksum FROM lease_migrations ORDER BY version")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        recorded.iter().map(|(v, _)| *v).collect::<Vec<_>>(),
+        [1, 2, 3]
+    );
+    assert!(recorded.iter().all(|(_, c)| c.len() == 64));
+    assert!(state(&path, "kept").unwrap().is_some());
+}
+
+#[test]
+fn a_marked_file_missing_its_queue_table_is_refused_untouched_as_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = older(dir.path(), 2, "DROP TABLE jobs_queue;");
+    // Back to a rollback journal, so that opening for writing would show as a WAL switch.
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch("PRAGMA journal_mode = DELETE")
+        .unwrap();
+    let before = files(dir.path());
+    every_open_refuses(&path, &|e| {
+        matches!(e, Error::Corrupt(_)) && e.to_string().contains("no jobs_queue table")
+    });
+    assert_eq!(files(dir.path()), before, "the file was changed");
+}
+
+#[test]
+fn a_file_whose_recorded_migration_was_edited_is_refused_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("edited.db");
+    init_db(&path).unwrap();
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch(
+            "UPDATE lease_migrations SET checksum = 'x' WHERE version = 2; \
+             PRAGMA journal_mode = DELETE",
+        )
+        .unwrap();
+    let before = files(dir.path());
+    every_open_refuses(&path, &|e| {
+        matches!(e, Error::Incompatible { .. }) && e.to_string().contains("migration 2 was changed")
+    });
+    assert_eq!(files(dir.path()), before, "the file was changed");
+}
