@@ -416,3 +416,21 @@ async fn a_migration_edited_after_it_was_applied_is_refused_at_open() {
         .await
         .expect("a missing checksum is recorded, not refused");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_another_program_inserts_gets_the_domains_defaults() {
+    let db = ScratchDatabase::create();
+    let store = init(&db, PgOptions::default()).await;
+    admin(&db)
+        .await
+        .batch_execute("INSERT INTO lease.jobs(id) VALUES ('foreign')")
+        .await
+        .unwrap();
+    let record = store.record(&id("foreign")).await.unwrap().unwrap();
+    assert_eq!(record.job.queue, QueueName::default());
+    assert_eq!(record.job.queue.as_str(), QueueName::DEFAULT);
+    assert_eq!(
+        record.job.max_attempts,
+        lease_domain::EnqueueSpec::DEFAULT_MAX_ATTEMPTS
+    );
+}

@@ -422,3 +422,41 @@ fn a_file_whose_recorded_migration_was_edited_is_refused_untouched() {
     });
     assert_eq!(files(dir.path()), before, "the file was changed");
 }
+
+#[test]
+fn a_row_another_program_inserts_gets_the_domains_defaults() {
+    use lease_ports::{EnqueueSpec, QueueName, Status, Timestamp};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("defaults.db");
+    init_db(&path).unwrap();
+    let conn = Connection::open(&path).unwrap();
+    // Through the trigger (the schema's column defaults), and with no queue row at all (the
+    // defaults the reading statements fill in).
+    conn.execute_batch(
+        "INSERT INTO jobs(id) VALUES ('by-trigger'); \
+         INSERT INTO jobs(id) VALUES ('no-queue-row'); \
+         DELETE FROM jobs_queue WHERE id = 'no-queue-row';",
+    )
+    .unwrap();
+    let store = SqliteLeaseStore::open_existing(&path).unwrap();
+    let blocking = store.blocking();
+    for id in ["by-trigger", "no-queue-row"] {
+        let record = blocking
+            .record(&lease_ports::JobId::new(id).unwrap())
+            .unwrap()
+            .unwrap();
+        assert_eq!(record.job.queue, QueueName::default(), "{id}");
+        assert_eq!(record.job.queue.as_str(), QueueName::DEFAULT);
+        assert_eq!(
+            record.job.max_attempts,
+            EnqueueSpec::DEFAULT_MAX_ATTEMPTS,
+            "{id}"
+        );
+    }
+    let stats = blocking.stats(Timestamp::new(1.0).unwrap()).unwrap();
+    assert_eq!(stats.len(), 1, "{stats:?}");
+    assert_eq!(
+        (stats[0].queue.as_str(), stats[0].status, stats[0].count),
+        (QueueName::DEFAULT, Status::Pending, 2)
+    );
+}
