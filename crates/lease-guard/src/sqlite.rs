@@ -2,7 +2,7 @@
 //! commit or roll back together.
 
 use lease_domain::{Fence, decide_guard};
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::{Connection, OptionalExtension, Transaction};
 
 use crate::{Admission, FenceGuard, GuardError};
 
@@ -21,19 +21,22 @@ fn storage(err: rusqlite::Error) -> GuardError {
     GuardError::Storage(err.to_string())
 }
 
-/// A guard over an open transaction (or any connection whose transaction the caller manages).
-/// Use it inside the transaction that makes the protected write, before the write; when it
-/// refuses, roll back (or simply do not write).
+/// A guard over an open transaction: it takes a `rusqlite::Transaction`, so the check and the
+/// protected write cannot end up in different transactions. Use it in the transaction that
+/// makes the protected write, before the write; when it refuses, roll back (or simply do not
+/// write). Begin the transaction with `TransactionBehavior::Immediate` when other connections
+/// write the same database, so that the check does not read a version another writer is about
+/// to replace.
 #[derive(Debug, Clone, Copy)]
 pub struct SqliteGuard<'a> {
     conn: &'a Connection,
 }
 
 impl<'a> SqliteGuard<'a> {
-    /// A guard working in `conn`'s current transaction (a `rusqlite::Transaction` derefs to it).
+    /// A guard working in the transaction `tx`.
     #[must_use]
-    pub fn new(conn: &'a Connection) -> Self {
-        Self { conn }
+    pub fn new(tx: &'a Transaction<'_>) -> Self {
+        Self { conn: tx }
     }
 }
 
@@ -55,6 +58,8 @@ impl FenceGuard for SqliteGuard<'_> {
             })
             .transpose()?;
         match decide_guard(current, fence) {
+            // The fence is the one already kept: nothing to write.
+            Ok(keep) if current == Some(keep) => Ok(Ok(())),
             Ok(keep) => {
                 self.conn
                     .execute(

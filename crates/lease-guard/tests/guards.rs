@@ -78,21 +78,18 @@ fn a_guard_check_rolled_back_with_its_write_leaves_no_trace() {
         assert!(SqliteGuard::new(&tx).admit("k", fence(5)).unwrap().is_ok());
         // The resource's own write fails, so the transaction is dropped: fence 5 is not kept.
     }
-    assert!(
-        SqliteGuard::new(&conn)
-            .admit("k", fence(3))
-            .unwrap()
-            .is_ok()
-    );
+    let tx = conn.transaction().unwrap();
+    assert!(SqliteGuard::new(&tx).admit("k", fence(3)).unwrap().is_ok());
 }
 
 #[test]
 fn a_corrupt_stored_fence_is_an_error_not_a_decision() {
-    let conn = Connection::open_in_memory().unwrap();
+    let mut conn = Connection::open_in_memory().unwrap();
     install(&conn).unwrap();
     conn.execute("INSERT INTO lease_fences VALUES ('k', -4)", [])
         .unwrap();
-    let err = SqliteGuard::new(&conn).admit("k", fence(1)).unwrap_err();
+    let tx = conn.transaction().unwrap();
+    let err = SqliteGuard::new(&tx).admit("k", fence(1)).unwrap_err();
     assert!(err.to_string().contains("-4"), "{err}");
 }
 
@@ -124,4 +121,18 @@ fn http_headers_are_checked_and_refusals_carry_their_status() {
         assert!(refusal.to_string().contains(named), "{refusal}");
     }
     assert!(http::check(Some("j"), Some(" 3 "), &guard).is_ok());
+}
+
+#[test]
+fn a_guard_writes_nothing_when_the_fence_is_the_one_it_keeps() {
+    let mut conn = Connection::open_in_memory().unwrap();
+    install(&conn).unwrap();
+    let tx = conn.transaction().unwrap();
+    assert!(SqliteGuard::new(&tx).admit("k", fence(4)).unwrap().is_ok());
+    tx.commit().unwrap();
+    let before = conn.total_changes();
+    let tx = conn.transaction().unwrap();
+    assert!(SqliteGuard::new(&tx).admit("k", fence(4)).unwrap().is_ok());
+    tx.commit().unwrap();
+    assert_eq!(conn.total_changes(), before, "the same fence wrote a row");
 }
