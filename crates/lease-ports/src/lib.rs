@@ -8,6 +8,7 @@
 pub mod audit;
 pub mod codec;
 mod error;
+#[cfg(feature = "conformance")]
 pub mod history;
 pub mod memory;
 pub mod migrations;

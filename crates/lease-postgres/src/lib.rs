@@ -12,6 +12,7 @@ mod config;
 mod error;
 pub mod guard;
 mod schema;
+#[cfg(feature = "test-support")]
 mod scratch;
 mod sql;
 mod transfer;
@@ -36,7 +37,9 @@ use tokio_postgres::{NoTls, Statement};
 
 pub use config::{connection_config, describe, is_postgres_url, redact};
 pub use schema::{CURRENT_VERSION, check_schema_name};
+#[cfg(feature = "test-support")]
 pub use scratch::ScratchDatabase;
+#[cfg(feature = "test-support")]
 pub use sql::Sql as StatementTexts;
 
 use error::Stage;

@@ -43,8 +43,9 @@ pub use lease_ports::{JobState, StoreError};
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 pub use seed::{claim, claim_many, complete, enqueue, init_db, release, renew, state};
 
-/// The SQL the store runs for every operation, for benchmarks that compare it with raw SQLite.
-#[doc(hidden)]
+/// The SQL the store runs for every operation, for benchmarks that compare it with raw SQLite
+/// (feature `test-support`).
+#[cfg(feature = "test-support")]
 pub mod sql {
     pub use crate::ops::{INSERT_JOB, SELECT_CANDIDATES, SELECT_JOB, UPDATE_JOB, UPSERT_QUEUE};
 }
