@@ -328,7 +328,7 @@ struct Paired<'p> {
 }
 
 impl Paired<'_> {
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)] // The two sides of a pair and how to run and report them.
     fn measure(
         &mut self,
         name: &str,

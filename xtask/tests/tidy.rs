@@ -202,3 +202,179 @@ fn the_guard_kit_carries_no_http_or_postgres_library() {
         );
     }
 }
+
+/// Every Rust file of the workspace (crates, xtask, benches).
+fn all_rust_files() -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for top in ["crates", "xtask", "benches"] {
+        rust_files(&workspace_root().join(top), &mut files);
+    }
+    files
+}
+
+#[test]
+fn the_domains_only_runtime_dependency_is_thiserror() {
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "tree",
+            "--edges",
+            "normal",
+            "--prefix",
+            "none",
+            "--format",
+            "{p}",
+            "--depth",
+            "1",
+            "-p",
+            "lease-domain",
+        ])
+        .current_dir(workspace_root())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let direct: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .filter(|name| name != "lease-domain")
+        .collect();
+    assert_eq!(direct, ["thiserror"]);
+}
+
+#[test]
+fn no_test_is_ignored_or_expects_a_panic() {
+    let (ignore, should_panic) = (concat!("#[", "ignore"), concat!("#[", "should_panic"));
+    for file in all_rust_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(
+            !text.contains(ignore) && !text.contains(should_panic),
+            "{} ignores a test or expects a panic: assert the Err instead",
+            file.display()
+        );
+    }
+}
+
+/// The lints an `allow` may name: those the workspace enables (its lint table, clippy's
+/// default groups that the code has met, and the library-only run of `.ci/run`), so that an
+/// `allow` never silences a lint that could not fire.
+const ENABLED: [&str; 13] = [
+    "unsafe_code",
+    "missing_docs",
+    "unreachable_pub",
+    "clippy::cast_possible_truncation",
+    "clippy::cast_possible_wrap",
+    "clippy::cast_sign_loss",
+    "clippy::dbg_macro",
+    "clippy::unwrap_used",
+    "clippy::expect_used",
+    "clippy::panic",
+    "clippy::too_many_arguments",
+    "clippy::useless_conversion",
+    "clippy::large_enum_variant",
+];
+
+#[test]
+fn every_lint_allowed_is_enabled_and_the_exception_is_justified_in_place() {
+    let attribute = concat!("allow", "(");
+    for file in all_rust_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            let Some(start) = code.find(attribute) else {
+                continue;
+            };
+            if !code.trim_start().starts_with("#") {
+                continue;
+            }
+            let inside = &code[start + attribute.len()..];
+            let names = inside.split(')').next().unwrap_or_default();
+            for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                assert!(
+                    ENABLED.contains(&name),
+                    "{}:{}: allows {name}, which is never enabled",
+                    file.display(),
+                    i + 1
+                );
+            }
+            let commented = line.contains("//")
+                || i.checked_sub(1)
+                    .and_then(|p| lines.get(p))
+                    .is_some_and(|p| p.trim_start().starts_with("//"));
+            assert!(
+                commented,
+                "{}:{}: say why the lint is allowed, on the line or the line above",
+                file.display(),
+                i + 1
+            );
+        }
+    }
+}
+
+/// Every backticked path `docs/ARCHITECTURE.md` names exists: relative to the workspace, to
+/// the crate whose section names it, or (a bare file name) somewhere in that crate.
+#[test]
+fn every_path_the_architecture_names_exists() {
+    let root = workspace_root();
+    let text = std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).unwrap();
+    let mut section = root.clone();
+    let mut checked = 0;
+    for line in text.lines() {
+        if let Some(heading) = line.strip_prefix("### `") {
+            section = root.join(heading.trim_end_matches('`'));
+        }
+        // The test list names each crate at the start of its line: "- lease-sqlite: ...".
+        if let Some(first) = line
+            .strip_prefix("- ")
+            .and_then(|l| l.split([' ', ':']).next())
+            .filter(|name| name.starts_with("lease-"))
+        {
+            section = root.join("crates").join(first);
+        }
+        for (k, token) in line.split('`').enumerate() {
+            let looks_like_path = k % 2 == 1
+                && !token.contains(' ')
+                && !token.contains("::")
+                && !token.contains("://")
+                // What a command writes (target/...) is not in the tree.
+                && !token.starts_with("target/")
+                && (token.ends_with(".rs")
+                    || token.ends_with(".md")
+                    || token.ends_with(".sql")
+                    || token.ends_with('/'));
+            if !looks_like_path {
+                continue;
+            }
+            checked += 1;
+            assert!(
+                path_exists(&root, &section, token),
+                "ARCHITECTURE.md names {token}, which does not exist"
+            );
+        }
+    }
+    assert!(checked > 20, "only {checked} paths found");
+}
+
+fn path_exists(root: &Path, section: &Path, token: &str) -> bool {
+    let matches = |base: &Path| -> bool {
+        match token.split_once("*") {
+            // A glob such as migrations/*.sql: its folder holds a file with that ending.
+            Some((dir, ending)) => std::fs::read_dir(base.join(dir)).is_ok_and(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .any(|e| e.file_name().to_string_lossy().ends_with(ending))
+            }),
+            None => base.join(token).exists(),
+        }
+    };
+    if matches(root) || matches(section) {
+        return true;
+    }
+    if token.contains('/') {
+        return false;
+    }
+    let mut files = Vec::new();
+    if section.is_dir() && section != root {
+        rust_files(section, &mut files);
+    }
+    files.iter().any(|f| f.ends_with(token))
+}

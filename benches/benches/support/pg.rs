@@ -259,7 +259,6 @@ fn run_here(url: &str, op: Op, raw: bool, callers: usize, window: Duration, pref
                 while start.elapsed() < window {
                     let k = next.fetch_add(1, Ordering::Relaxed);
                     let job = format!("{prefix}{k}");
-                    #[allow(clippy::cast_precision_loss)]
                     let now = clock.fetch_add(2, Ordering::Relaxed) as f64;
                     let began = Instant::now();
                     match (&store, &raw_client) {
@@ -480,9 +479,7 @@ fn round_trips(db: &ScratchDatabase, op: Op, raw: bool, prefix: &str) -> f64 {
         }
         relay.exchanges.load(Ordering::SeqCst) - before
     });
-    #[allow(clippy::cast_precision_loss)]
-    let per = exchanges as f64 / OPS as f64;
-    per
+    exchanges as f64 / OPS as f64
 }
 
 /// The PostgreSQL rows; skipped, with a note, when no server answers.

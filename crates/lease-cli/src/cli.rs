@@ -12,7 +12,7 @@ use lease_domain::{
 /// never overwrite the result of the worker that took over.
 #[derive(Debug, Parser)]
 #[command(name = "lease", version, about)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// The database: a SQLite file, or a postgres:// URL (PG* variables fill what it leaves
     /// out) [env: LEASE_DB] [default: lease.db].
     #[arg(long, global = true)]
@@ -64,7 +64,7 @@ pub struct Cli {
 
 /// The lease-holder's identity and token, shared by renew, complete and release.
 #[derive(Debug, clap::Args)]
-pub struct Holder {
+pub(crate) struct Holder {
     /// The worker that holds the lease.
     #[arg(long)]
     pub owner: String,
@@ -83,7 +83,7 @@ impl Holder {
 /// for results too large for the argument list.
 #[derive(Debug, clap::Args)]
 #[group(required = true, multiple = false)]
-pub struct ResultSource {
+pub(crate) struct ResultSource {
     /// The result to store.
     #[arg(long, allow_hyphen_values = true)]
     pub result: Option<String>,
@@ -95,12 +95,12 @@ pub struct ResultSource {
 /// Reads a named input (a result or payload file, `-` for standard input) as bytes for
 /// [`Command::into_request`]; `main` provides it, so that only `main` touches the file system
 /// and standard input.
-pub type ReadInput<'a> = &'a dyn Fn(&std::path::Path) -> Result<Vec<u8>, String>;
+pub(crate) type ReadInput<'a> = &'a dyn Fn(&std::path::Path) -> Result<Vec<u8>, String>;
 
 /// Where `enqueue` takes a payload from, if anywhere.
 #[derive(Debug, Default, clap::Args)]
 #[group(required = false, multiple = false)]
-pub struct PayloadSource {
+pub(crate) struct PayloadSource {
     /// The payload, as text.
     #[arg(long, allow_hyphen_values = true)]
     pub payload: Option<String>,
@@ -111,7 +111,7 @@ pub struct PayloadSource {
 
 /// Why a command could not be turned into a request.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum RequestError {
+pub(crate) enum RequestError {
     /// A value was invalid.
     #[error("invalid input: {0}")]
     Input(#[from] InputError),
@@ -122,7 +122,7 @@ pub enum RequestError {
 
 /// The time window of a claim or renewal.
 #[derive(Debug, clap::Args)]
-pub struct Window {
+pub(crate) struct Window {
     /// The current time in seconds (default: the system clock, Unix seconds).
     #[arg(long, allow_hyphen_values = true)]
     pub now: Option<f64>,
@@ -139,7 +139,7 @@ impl Window {
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Create the database (idempotent; never overwrites a file); on PostgreSQL, create the
     /// lease schema.
     Init,
@@ -367,7 +367,7 @@ pub enum Command {
 
 /// What `lease work` runs, checked.
 #[derive(Debug, Clone, PartialEq)]
-pub struct WorkRequest {
+pub(crate) struct WorkRequest {
     /// The queue.
     pub queue: QueueName,
     /// The worker's name.
@@ -392,7 +392,7 @@ pub struct WorkRequest {
 
 /// A command whose inputs passed every check.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Request {
+pub(crate) enum Request {
     /// Create or check the database.
     Init,
     /// Copy one store into another.
@@ -446,7 +446,7 @@ impl Command {
     ///
     /// # Errors
     /// The first [`InputError`], which names the bad value, or a file that cannot be read.
-    pub fn into_request(
+    pub(crate) fn into_request(
         self,
         clock: impl FnOnce() -> f64,
         read: ReadInput<'_>,

@@ -35,7 +35,7 @@ fn stored(err: StoreError) -> String {
 ///
 /// # Errors
 /// A message naming the step that did not behave, or the storage error.
-pub async fn run(store: &dyn LeaseStore, db: &str) -> Result<Report, String> {
+pub(crate) async fn run(store: &dyn LeaseStore, db: &str) -> Result<Report, String> {
     let job = checked(JobId::new("invoice-42"))?;
     let (a, b) = (
         checked(Owner::new("worker-A"))?,

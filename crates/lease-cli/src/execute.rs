@@ -7,15 +7,15 @@ use serde_json::{Value, json};
 use crate::cli::Request;
 
 /// Exit code: the operation was accepted (or was a read).
-pub const EXIT_OK: u8 = 0;
+pub(crate) const EXIT_OK: u8 = 0;
 /// Exit code: any error other than a usage error.
-pub const EXIT_ERROR: u8 = 1;
+pub(crate) const EXIT_ERROR: u8 = 1;
 /// Exit code: the lease rules refused the operation.
-pub const EXIT_REFUSED: u8 = 3;
+pub(crate) const EXIT_REFUSED: u8 = 3;
 
 /// What a command answered: whether the lease rules accepted it, and its two renderings.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Report {
+pub(crate) struct Report {
     /// `false` when the lease rules refused the operation.
     pub accepted: bool,
     /// The one JSON value printed with `--json`.
@@ -31,7 +31,7 @@ pub struct Report {
 
 impl Report {
     /// A one-sentence report.
-    pub fn new(accepted: bool, json: Value, human: String) -> Self {
+    pub(crate) fn new(accepted: bool, json: Value, human: String) -> Self {
         Self {
             accepted,
             json,
@@ -64,7 +64,7 @@ fn escape_controls(text: &str) -> String {
 
 /// What the process prints and how it exits.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Response {
+pub(crate) struct Response {
     /// Printed on stdout.
     pub stdout: String,
     /// Printed on stderr.
@@ -75,7 +75,7 @@ pub struct Response {
 
 /// Turns a report or an error into output and an exit code: 0 accepted, 3 refused, 1 error
 /// (one line on stderr and nothing on stdout).
-pub fn respond(outcome: Result<Report, String>, json: bool) -> Response {
+pub(crate) fn respond(outcome: Result<Report, String>, json: bool) -> Response {
     match outcome {
         Ok(report) => Response {
             stdout: if json {
@@ -261,7 +261,7 @@ fn label(value: &str) -> String {
 }
 
 /// Job counts in the Prometheus text format (every status of every queue, zeros included).
-pub fn prometheus(rows: &[lease_ports::StatsRow]) -> String {
+pub(crate) fn prometheus(rows: &[lease_ports::StatsRow]) -> String {
     let mut out =
         String::from("# HELP lease_jobs Jobs per queue and status.\n# TYPE lease_jobs gauge\n");
     let queues: std::collections::BTreeSet<&str> = rows.iter().map(|r| r.queue.as_str()).collect();
@@ -293,7 +293,10 @@ async fn stored_until(store: &dyn LeaseStore, id: &JobId, fence: Fence) -> Optio
 
 /// # Errors
 /// The store's error; nothing is printed here.
-pub async fn execute(request: &Request, store: &dyn LeaseStore) -> Result<Report, StoreError> {
+pub(crate) async fn execute(
+    request: &Request,
+    store: &dyn LeaseStore,
+) -> Result<Report, StoreError> {
     Ok(match request {
         Request::Init
         | Request::Demo

@@ -16,7 +16,7 @@ use crate::execute::Report;
 
 /// A store to open.
 #[derive(Debug, Clone)]
-pub enum Target {
+pub(crate) enum Target {
     /// A SQLite database file.
     Sqlite(PathBuf, SqliteOptions),
     /// A PostgreSQL database.
@@ -25,7 +25,7 @@ pub enum Target {
 
 /// The settings that apply to whichever store is named.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// The SQLite options (create is off).
     pub sqlite: SqliteOptions,
     /// The PostgreSQL options.
@@ -36,7 +36,7 @@ pub struct Settings {
 ///
 /// # Errors
 /// A message naming the bad value.
-pub fn clock_mode(clock: Option<&str>, max_skew: Option<&str>) -> Result<ClockMode, String> {
+pub(crate) fn clock_mode(clock: Option<&str>, max_skew: Option<&str>) -> Result<ClockMode, String> {
     let bound = max_skew
         .map(|text| {
             let seconds: f64 = text
@@ -58,7 +58,7 @@ pub fn clock_mode(clock: Option<&str>, max_skew: Option<&str>) -> Result<ClockMo
 impl Settings {
     /// The target `db` names.
     #[must_use]
-    pub fn target(&self, db: &str) -> Target {
+    pub(crate) fn target(&self, db: &str) -> Target {
         if is_postgres_url(db) {
             Target::Postgres(db.to_owned(), self.postgres.clone())
         } else {
@@ -70,7 +70,7 @@ impl Settings {
 impl Target {
     /// What the user named, as it can be shown (no password).
     #[must_use]
-    pub fn shown(&self) -> String {
+    pub(crate) fn shown(&self) -> String {
         match self {
             Target::Sqlite(path, _) => path.display().to_string(),
             Target::Postgres(url, _) => lease_postgres::connection_config(url).map_or_else(
@@ -84,7 +84,7 @@ impl Target {
     /// own connection (SQLite's group commit off, so they race for the lock as the contract
     /// describes).
     #[must_use]
-    pub fn for_racing(self, callers: usize) -> Self {
+    pub(crate) fn for_racing(self, callers: usize) -> Self {
         let callers = callers.clamp(1, 64);
         match self {
             Target::Sqlite(path, options) => Target::Sqlite(
@@ -109,7 +109,7 @@ impl Target {
     ///
     /// # Errors
     /// The store's error, as text.
-    pub async fn open(&self, create: bool) -> Result<Opened, String> {
+    pub(crate) async fn open(&self, create: bool) -> Result<Opened, String> {
         match self {
             Target::Sqlite(path, options) => {
                 let options = SqliteOptions {
@@ -135,7 +135,7 @@ impl Target {
 }
 
 /// An open store.
-pub enum Opened {
+pub(crate) enum Opened {
     /// SQLite.
     Sqlite(Arc<SqliteLeaseStore>),
     /// PostgreSQL.
@@ -145,7 +145,7 @@ pub enum Opened {
 impl Opened {
     /// The store through the port, each operation a span, counted and timed.
     #[must_use]
-    pub fn store(&self) -> Arc<dyn LeaseStore> {
+    pub(crate) fn store(&self) -> Arc<dyn LeaseStore> {
         let inner: Arc<dyn LeaseStore> = match self {
             Opened::Sqlite(s) => Arc::clone(s) as Arc<dyn LeaseStore>,
             Opened::Postgres(s) => Arc::clone(s) as Arc<dyn LeaseStore>,
@@ -155,7 +155,7 @@ impl Opened {
 
     /// The store's audit trail.
     #[must_use]
-    pub fn audit(&self) -> &dyn lease_ports::audit::AuditTrail {
+    pub(crate) fn audit(&self) -> &dyn lease_ports::audit::AuditTrail {
         match self {
             Opened::Sqlite(s) => s.as_ref(),
             Opened::Postgres(s) => s.as_ref(),
@@ -174,7 +174,7 @@ impl Opened {
 ///
 /// # Errors
 /// Either store's error, a refused non-empty target, or a failed verification, as text.
-pub async fn run_migrate(from: &Target, to: &Target, merge: bool) -> Result<Report, String> {
+pub(crate) async fn run_migrate(from: &Target, to: &Target, merge: bool) -> Result<Report, String> {
     if from.shown() == to.shown() {
         return Err(format!(
             "--from and --to both name {}; a store cannot be migrated into itself",
@@ -238,7 +238,7 @@ pub async fn run_migrate(from: &Target, to: &Target, merge: bool) -> Result<Repo
 
 /// Waits at most this long for the PostgreSQL pool (the CLI's busy timeout).
 #[must_use]
-pub fn pg_options(schema: Option<String>, wait: Duration, clock: ClockMode) -> PgOptions {
+pub(crate) fn pg_options(schema: Option<String>, wait: Duration, clock: ClockMode) -> PgOptions {
     PgOptions {
         schema: schema.unwrap_or_else(|| "lease".to_owned()),
         pool_size: 4,
@@ -252,7 +252,7 @@ pub fn pg_options(schema: Option<String>, wait: Duration, clock: ClockMode) -> P
 ///
 /// # Errors
 /// The store's error, as text.
-pub async fn run_audit(
+pub(crate) async fn run_audit(
     target: &Target,
     filter: &lease_ports::audit::AuditFilter,
 ) -> Result<Report, String> {

@@ -89,7 +89,7 @@ async fn run_program(command: Arc<Vec<String>>, grace: Duration, job: JobContext
 }
 
 /// One progress line for a finished job.
-pub fn progress_line(report: &JobReport) -> String {
+pub(crate) fn progress_line(report: &JobReport) -> String {
     let what = match &report.outcome {
         JobOutcome::Completed => "completed".to_owned(),
         JobOutcome::Failed(failed) => match failed.run_at {
@@ -108,7 +108,7 @@ pub fn progress_line(report: &JobReport) -> String {
 
 /// Runs the worker until it stops, printing a line per job on stderr; Ctrl-C or SIGTERM
 /// shut it down gracefully.
-pub async fn run(
+pub(crate) async fn run(
     request: &WorkRequest,
     store: Arc<dyn LeaseStore>,
     progress: impl Fn(String) + Send + Sync + 'static,

@@ -4,8 +4,6 @@
 //! turns them into one named `#[tokio::test]` per check in the adapter's own test crate,
 //! so a failure names the behaviour that broke. Checks panic with a message on a violation.
 
-#![allow(clippy::missing_panics_doc)]
-
 use std::sync::Arc;
 
 use crate::memory::MemoryLeaseStore;

@@ -5,8 +5,6 @@
 //! It also checks an adapter's SQL candidate filter of `claim_next` against the domain rule:
 //! a job the filter missed, or let through out of order, changes the leases.
 
-#![allow(clippy::missing_panics_doc, clippy::unwrap_used)]
-
 use proptest::prelude::*;
 
 use crate::{

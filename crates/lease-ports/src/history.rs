@@ -321,7 +321,6 @@ pub use workload::{perform, record};
 /// `A <caller>/<seq> <ns> <answer>` after it returns.
 #[cfg(feature = "conformance")]
 pub mod log {
-    #![allow(clippy::missing_panics_doc, clippy::unwrap_used)]
 
     use std::collections::BTreeMap;
     use std::path::Path;

@@ -389,7 +389,6 @@ pub fn set_gauges(rows: &[StatsRow]) {
                 .iter()
                 .find(|r| &r.queue == queue && r.status == status)
                 .map_or(0, |r| r.count);
-            #[allow(clippy::cast_precision_loss)] // A job count fits an f64 exactly below 2^53.
             let value = count as f64;
             metrics::gauge!(names::JOBS, "queue" => queue.as_str().to_owned(), "status" => status.as_str())
                 .set(value);

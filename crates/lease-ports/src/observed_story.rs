@@ -3,8 +3,6 @@
 //! expired, a renewal by a worker that is not the owner, and a completion after the job was
 //! done.
 
-#![allow(clippy::missing_panics_doc, clippy::unwrap_used)]
-
 use std::collections::HashMap;
 use std::sync::Arc;
 

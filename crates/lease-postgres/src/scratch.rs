@@ -20,7 +20,6 @@ impl ScratchDatabase {
     /// # Panics
     /// If the server cannot be reached or refuses: a test cannot go on without it.
     #[must_use]
-    #[allow(clippy::expect_used, clippy::panic)]
     pub fn create() -> Self {
         let admin = std::env::var("LEASE_TEST_PG")
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());

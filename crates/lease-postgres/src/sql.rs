@@ -10,8 +10,11 @@ use tokio_postgres::types::ToSql;
 pub(crate) const COLUMNS: &str = "owner, until, fence, result, done, queue, priority, run_at, attempts, \
     max_attempts, payload, ended, error, result_fence, updated";
 
-/// The statements of one schema (public so that benchmarks can run the same SQL raw).
+/// The statements of one schema (exported as `StatementTexts` with the feature `test-support`,
+/// so that benchmarks can run the same SQL raw).
 #[derive(Debug, Clone)]
+// Public only through `StatementTexts` (feature `test-support`).
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub struct Sql {
     /// Reads one job.
     pub select: String,
@@ -45,6 +48,8 @@ pub struct Sql {
     pub trim_audit: String,
 }
 
+// Public only through `StatementTexts` (feature `test-support`).
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 impl Sql {
     /// The statements for schema `s`.
     #[must_use]

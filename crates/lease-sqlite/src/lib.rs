@@ -37,7 +37,9 @@ use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::Connection;
 
 use connection::Access;
-pub use connection::{ConnectHook, ConnectionSettings, SqliteOptions, Synchronous};
+pub use connection::{
+    ConnectFn, ConnectHook, ConnectionSettings, MIN_SQLITE_VERSION, SqliteOptions, Synchronous,
+};
 pub use group::GroupCommitStats;
 pub use lease_ports::{JobState, StoreError};
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
@@ -347,7 +349,6 @@ fn one(mut answers: Vec<Result<ops::Reply, StoreError>>) -> Result<ops::Reply, S
 #[derive(Debug, Clone, Copy)]
 pub struct Blocking<'a>(&'a SqliteLeaseStore);
 
-#[allow(clippy::missing_errors_doc)] // The errors are the port's, documented on LeaseStore.
 impl Blocking<'_> {
     /// See [`LeaseStore::enqueue`].
     pub fn enqueue(&self, job: &JobId) -> Result<bool, StoreError> {

@@ -17,16 +17,24 @@ use rusqlite::types::ValueRef;
 use crate::error;
 
 /// Loads one job, its queue fields joined (a missing queue row reads as the defaults).
+// Exported by `lease_sqlite::sql` (feature `test-support`) for the benchmarks' baselines.
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub const SELECT_JOB: &str = "SELECT j.owner, j.until, j.fence, j.result, j.done, q.queue, \
     q.priority, q.run_at, q.attempts, q.max_attempts, q.payload, q.finished, q.error, \
     q.result_fence, q.updated FROM jobs j LEFT JOIN jobs_queue q ON q.id = j.id WHERE j.id = ?1";
 /// Stores the contract's columns of a decided job over its row.
+// Exported by `lease_sqlite::sql` (feature `test-support`) for the benchmarks' baselines.
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub const UPDATE_JOB: &str =
     "UPDATE jobs SET owner = ?2, until = ?3, fence = ?4, result = ?5, done = ?6 WHERE id = ?1";
 /// Stores the contract's columns of a decided job that had no row (a trigger adds its queue row).
+// Exported by `lease_sqlite::sql` (feature `test-support`) for the benchmarks' baselines.
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub const INSERT_JOB: &str =
     "INSERT INTO jobs(id, owner, until, fence, result, done) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 /// Stores the queue's columns of a decided job, keeping its enqueue order (`seq`).
+// Exported by `lease_sqlite::sql` (feature `test-support`) for the benchmarks' baselines.
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub const UPSERT_QUEUE: &str = "INSERT INTO jobs_queue(id, queue, priority, run_at, attempts, \
     max_attempts, payload, finished, error, result_fence, updated) \
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT(id) DO UPDATE SET \
@@ -38,6 +46,8 @@ pub const UPSERT_QUEUE: &str = "INSERT INTO jobs_queue(id, queue, priority, run_
 /// the jobs `Job::is_claim_candidate` selects (the queue's jobs that can still run, whose
 /// lease is not live, that are due and whose fence can still go up). The domain then decides
 /// each one; the differential tests check that this filter and the rule agree.
+// Exported by `lease_sqlite::sql` (feature `test-support`) for the benchmarks' baselines.
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub const SELECT_CANDIDATES: &str = "SELECT q.id FROM jobs_queue q JOIN jobs j ON j.id = q.id \
     WHERE q.queue = ?1 AND q.finished IS NULL AND j.done = 0 AND j.until <= ?2 \
     AND (q.run_at IS NULL OR q.run_at <= ?2) AND j.fence < 9223372036854775807 \
@@ -154,12 +164,8 @@ fn number(
     let value = match row.get_ref(index).map_err(error::before_commit)? {
         ValueRef::Null => return Ok(None),
         ValueRef::Real(x) => x,
-        ValueRef::Integer(n) => {
-            // Integers of up to 2^53 convert exactly; a larger stored time is still a time.
-            #[allow(clippy::cast_precision_loss)]
-            let x = n as f64;
-            x
-        }
+        // Integers of up to 2^53 convert exactly; a larger stored time is still a time.
+        ValueRef::Integer(n) => n as f64,
         other => {
             return Err(corrupt(
                 id,
