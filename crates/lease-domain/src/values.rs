@@ -185,7 +185,7 @@ impl Fence {
 
     /// The fence as a number.
     #[must_use]
-    pub fn get(self) -> u64 {
+    pub const fn get(self) -> u64 {
         self.0
     }
 

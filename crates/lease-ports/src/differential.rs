@@ -3,13 +3,19 @@
 //! exactly as the in-memory reference store does. Adapters drive it from a `proptest!`.
 //!
 //! It also checks an adapter's SQL candidate filter of `claim_next` against the domain rule:
-//! a job the filter missed, or let through out of order, changes the leases.
+//! a job the filter missed, or let through out of order, changes the leases. Imports put jobs
+//! at fences next to `i64::MAX`; `complete_and_claim_next` runs as one call; `stats` is judged
+//! at three times; and a [`Harness`] can move both stores into fresh ones mid-sequence
+//! ([`crate::transfer::migrate`]) and go on with the copies.
 
+use futures::future::LocalBoxFuture;
 use proptest::prelude::*;
 
+use crate::memory::MemoryLeaseStore;
+use crate::transfer::{Snapshot, Transfer, migrate};
 use crate::{
-    Backoff, EnqueueSpec, ErrorText, Fence, JobId, JobResult, LeaseStore, LeaseTerm, ListFilter,
-    Owner, Payload, QueueName, Retry, Status, Timestamp,
+    Backoff, EnqueueSpec, ErrorText, Fence, Job, JobId, JobRecord, JobResult, LeaseTerm,
+    ListFilter, Owner, Payload, QueueName, Retry, Status, Timestamp,
 };
 
 /// One operation of a random sequence, with small numbers for ids, owners, fences and times.
@@ -27,6 +33,35 @@ pub enum Op {
     Cancel(u8, i8),
     Retry(u8, i8),
     Purge(i8, u8),
+    /// A merge import of one job at a fence picked from [`IMPORTED_FENCES`], in a queue.
+    Import(u8, u8, u8),
+    CompleteAndClaimNext(u8, u8, u8, i8, u8, u8),
+    /// Both stores moved into fresh ones, which the sequence goes on with.
+    Migrate,
+    /// Another program inserts a row for a job that does not exist yet, with a fence from
+    /// [`IMPORTED_FENCES`] (through [`Harness::with_foreign_writes`]; the reference imports it).
+    Foreign(u8, u8),
+}
+
+/// The fences an [`Op::Import`] gives its job: a small one, and the two at the top of the range.
+pub const IMPORTED_FENCES: [u64; 3] = [3, Fence::MAX.get() - 1, Fence::MAX.get()];
+
+impl Op {
+    /// The time the operation carries (its `now`), if any.
+    #[must_use]
+    pub fn time(&self) -> Option<i8> {
+        match *self {
+            Op::Claim(_, _, n, _)
+            | Op::Renew(_, _, _, n, _)
+            | Op::Complete(_, _, _, n, _)
+            | Op::ClaimNext(_, _, n, _, _)
+            | Op::Fail(_, _, _, n, _)
+            | Op::Cancel(_, n)
+            | Op::Retry(_, n)
+            | Op::CompleteAndClaimNext(_, _, _, n, _, _) => Some(n),
+            _ => None,
+        }
+    }
 }
 
 /// Random operations over three jobs, three owners and two queues.
@@ -54,6 +89,22 @@ pub fn op() -> impl Strategy<Value = Op> {
         (0..3u8, -5..30i8).prop_map(|(j, n)| Op::Cancel(j, n)),
         (0..3u8, -5..30i8).prop_map(|(j, n)| Op::Retry(j, n)),
         (-5..40i8, 0..4u8).prop_map(|(b, s)| Op::Purge(b, s)),
+        (0..3u8, 0..3u8, 0..2u8).prop_map(|(j, k, q)| Op::Import(j, k, q)),
+        (0..3u8, 0..3u8, 0..5u8, -5..30i8, 0..2u8, 0..4u8)
+            .prop_map(|(j, o, f, n, q, l)| Op::CompleteAndClaimNext(j, o, f, n, q, l)),
+        Just(Op::Migrate),
+    ]
+}
+
+/// [`op`] with rows another program inserts ([`Op::Foreign`]), without purges (a foreign row
+/// under a purged id is outside every store's guarantee) or migrations (the foreign writer
+/// knows one store).
+pub fn op_with_foreign_writes() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => op().prop_filter("no purge or migration", |op| {
+            !matches!(op, Op::Purge(..) | Op::Migrate)
+        }),
+        1 => (0..3u8, 0..3u8).prop_map(|(j, k)| Op::Foreign(j, k)),
     ]
 }
 
@@ -78,9 +129,15 @@ fn fence(n: u8) -> Fence {
 }
 
 /// Runs one operation and renders its outcome, refusal reason included, then every job's
-/// record, a `list` and the `stats`, as text: two stores agree iff the texts are equal.
-pub async fn run(store: &dyn LeaseStore, op: &Op) -> String {
-    let outcome = match *op {
+/// record, a `list` and the `stats` at three times, as text: two stores agree iff the texts
+/// are equal. [`Op::Migrate`] needs fresh stores: run it through a [`Harness`].
+pub async fn run(store: &dyn Transfer, op: &Op) -> String {
+    let outcome = outcome(store, op).await;
+    format!("{outcome} then {}", contents(store).await)
+}
+
+async fn outcome(store: &dyn Transfer, op: &Op) -> String {
+    match *op {
         Op::Enqueue(j) => format!("{:?}", store.enqueue(&job(j)).await),
         Op::Claim(j, o, n, t) => {
             let term = LeaseTerm::new(f64::from(n), f64::from(t)).unwrap();
@@ -146,7 +203,45 @@ pub async fn run(store: &dyn LeaseStore, op: &Op) -> String {
             };
             format!("{:?}", store.purge(at(before), &statuses).await)
         }
-    };
+        Op::Import(j, k, q) => {
+            let fence = Fence::new(IMPORTED_FENCES[usize::from(k % 3)]).unwrap();
+            let snapshot = Snapshot {
+                jobs: vec![JobRecord {
+                    id: job(j),
+                    job: Job {
+                        fence,
+                        queue: queue(q),
+                        ..Job::new()
+                    },
+                }],
+                purged: Vec::new(),
+            };
+            format!("{:?}", store.import(&snapshot, true).await)
+        }
+        Op::CompleteAndClaimNext(j, o, f, n, q, limit) => {
+            let term = LeaseTerm::new(f64::from(n), 5.0).unwrap();
+            let result = JobResult::new(format!("result-{j}")).unwrap();
+            format!(
+                "{:?}",
+                store
+                    .complete_and_claim_next(
+                        &job(j),
+                        &owner(o),
+                        fence(f),
+                        &result,
+                        &queue(q),
+                        term,
+                        usize::from(limit)
+                    )
+                    .await
+            )
+        }
+        Op::Migrate | Op::Foreign(..) => format!("{op:?} needs a harness"),
+    }
+}
+
+/// Every job's record, the pending jobs `list` shows at 10, and the `stats` at -5, 10 and 30.
+async fn contents(store: &dyn Transfer) -> String {
     let mut states = Vec::new();
     for j in 0..3 {
         states.push(format!("{:?}", store.record(&job(j)).await));
@@ -164,9 +259,138 @@ pub async fn run(store: &dyn LeaseStore, op: &Op) -> String {
             .map(|r| r.id.as_str().to_owned())
             .collect::<Vec<_>>()
     });
-    let stats = store.stats(now).await;
+    let mut stats = Vec::new();
+    for when in [-5, 10, 30] {
+        stats.push(format!("{:?}", store.stats(at(when)).await));
+    }
     format!(
-        "{outcome} then {} listed {listed:?} stats {stats:?}",
-        states.join(" ")
+        "{} listed {listed:?} stats {}",
+        states.join(" "),
+        stats.join(" ")
     )
+}
+
+/// Makes a fresh, empty store of one kind (the same clock mode as the first).
+pub type Fresh = Box<dyn FnMut() -> LocalBoxFuture<'static, Box<dyn Transfer>>>;
+
+/// A [`Fresh`] from a function that makes the store at once.
+pub fn fresh_now(mut make: impl FnMut() -> Box<dyn Transfer> + 'static) -> Fresh {
+    Box::new(move || {
+        let store = make();
+        Box::pin(async move { store })
+    })
+}
+
+/// Inserts a row as another program would (the job id and its fence) into the store under test.
+pub type ForeignWrite = Box<dyn FnMut(&JobId, Fence)>;
+
+/// A reference store and a store under test, run through the same operations; on
+/// [`Op::Migrate`] each is migrated into a fresh store of its kind, which takes its place.
+pub struct Harness {
+    reference: Box<dyn Transfer>,
+    subject: Box<dyn Transfer>,
+    fresh_reference: Fresh,
+    fresh_subject: Fresh,
+    foreign: Option<ForeignWrite>,
+}
+
+impl Harness {
+    /// A harness over fresh stores from the two factories.
+    pub async fn new(mut fresh_reference: Fresh, mut fresh_subject: Fresh) -> Self {
+        Self {
+            reference: fresh_reference().await,
+            subject: fresh_subject().await,
+            fresh_reference,
+            fresh_subject,
+            foreign: None,
+        }
+    }
+
+    /// The same harness, running [`Op::Foreign`] on the store under test through `write`.
+    #[must_use]
+    pub fn with_foreign_writes(mut self, write: ForeignWrite) -> Self {
+        self.foreign = Some(write);
+        self
+    }
+
+    /// A harness whose reference is a plain [`MemoryLeaseStore`].
+    pub async fn against_memory(fresh_subject: Fresh) -> Self {
+        Self::new(
+            fresh_now(|| Box::new(MemoryLeaseStore::new())),
+            fresh_subject,
+        )
+        .await
+    }
+
+    /// Runs `op` on both stores and compares what they render.
+    ///
+    /// # Errors
+    /// The two renderings, when they differ.
+    pub async fn step(&mut self, op: &Op) -> Result<(), String> {
+        let (expected, actual) = if let Op::Migrate = op {
+            let expected = moved(&mut self.reference, &mut self.fresh_reference).await;
+            let actual = moved(&mut self.subject, &mut self.fresh_subject).await;
+            (expected, actual)
+        } else if let Op::Foreign(j, k) = *op {
+            let (id, fence) = (
+                job(j),
+                Fence::new(IMPORTED_FENCES[usize::from(k % 3)]).unwrap(),
+            );
+            let write = self
+                .foreign
+                .as_mut()
+                .ok_or("Op::Foreign needs with_foreign_writes")?;
+            if self.reference.record(&id).await.ok().flatten().is_none() {
+                write(&id, fence);
+                let snapshot = Snapshot {
+                    jobs: vec![JobRecord {
+                        id,
+                        job: Job {
+                            fence,
+                            ..Job::new()
+                        },
+                    }],
+                    purged: Vec::new(),
+                };
+                // What the foreign row amounts to, in the reference.
+                let _ = self.reference.import(&snapshot, true).await;
+            }
+            (
+                contents(&*self.reference).await,
+                contents(&*self.subject).await,
+            )
+        } else {
+            (
+                run(&*self.reference, op).await,
+                run(&*self.subject, op).await,
+            )
+        };
+        if expected == actual {
+            Ok(())
+        } else {
+            Err(format!("expected {expected}\n  actual {actual}"))
+        }
+    }
+
+    /// Runs every op in order, stopping at the first disagreement.
+    ///
+    /// # Errors
+    /// The step, the op and both renderings of the first disagreement.
+    pub async fn run_all(&mut self, ops: &[Op]) -> Result<(), String> {
+        for (step, op) in ops.iter().enumerate() {
+            self.step(op)
+                .await
+                .map_err(|diff| format!("step {step} {op:?}: {diff}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Migrates `store` into a fresh one, which replaces it; renders what the migration did and
+/// what the copy holds.
+async fn moved(store: &mut Box<dyn Transfer>, fresh: &mut Fresh) -> String {
+    let target = fresh().await;
+    let migration = migrate(&**store, &*target, false).await;
+    *store = target;
+    format!("{migration:?} then {}", contents(&**store).await)
 }

@@ -89,6 +89,9 @@ pub struct SqliteOptions {
     /// Whose clock decides `now`: the caller's (default), the caller's within a skew bound of
     /// this host's clock, or this host's clock (read inside each write's transaction).
     pub clock: lease_domain::ClockMode,
+    /// The clock read in store-clock mode and for a skew bound; `None` (the default) is this
+    /// host's system clock.
+    pub host_clock: Option<crate::HostClock>,
     /// The audit trail of refused holder writes: `Some(n)` records each refusal in the
     /// refusing transaction (which then commits and syncs) and keeps the newest `n` rows;
     /// `None` (the default) records nothing.
@@ -108,6 +111,7 @@ impl Default for SqliteOptions {
             allow_unverified_filesystem: false,
             on_connect: None,
             clock: lease_domain::ClockMode::default(),
+            host_clock: None,
             audit: None,
         }
     }

@@ -36,6 +36,7 @@ use ops::Op;
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::Connection;
 
+pub use clock::HostClock;
 use connection::Access;
 pub use connection::{
     ConnectFn, ConnectHook, ConnectionSettings, MIN_SQLITE_VERSION, SqliteOptions, Synchronous,
@@ -68,6 +69,7 @@ pub struct SqliteLeaseStore {
     read_only: Option<Arc<String>>,
     /// Whose clock decides `now`.
     clock: lease_domain::ClockMode,
+    host_clock: Option<HostClock>,
     /// The audit trail's retention, when it is on.
     audit: Option<u64>,
 }
@@ -150,6 +152,7 @@ impl SqliteLeaseStore {
             group,
             read_only,
             clock: options.clock,
+            host_clock: options.host_clock.clone(),
             audit: options.audit,
         };
         Ok(store)
@@ -240,7 +243,7 @@ impl SqliteLeaseStore {
             .map(|op| {
                 let op = match op {
                     Op::Clocked(..) | Op::Audited(..) => return op,
-                    op if clocked => Op::Clocked(self.clock, Box::new(op)),
+                    op if clocked => Op::Clocked(self.clock, self.host_clock.clone(), Box::new(op)),
                     op => op,
                 };
                 match self.audit {

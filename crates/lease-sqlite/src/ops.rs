@@ -81,7 +81,7 @@ pub(crate) enum Op {
         limit: usize,
     },
     /// An op decided under a clock mode: the host's clock is read inside the transaction.
-    Clocked(ClockMode, Box<Op>),
+    Clocked(ClockMode, Option<crate::HostClock>, Box<Op>),
     /// An op whose refused holder writes are recorded in the audit trail, keeping at most
     /// this many rows.
     Audited(u64, Box<Op>),
@@ -485,7 +485,10 @@ fn apply(conn: &Connection, op: &Op) -> Result<(Reply, bool), StoreError> {
         Op::Purge { before, statuses } => {
             purge(conn, *before, statuses).map(|(n, wrote)| (Reply::Purged(n), wrote))
         }
-        Op::Clocked(mode, op) => apply(conn, &clocked(*mode, op, crate::clock::host_now()?)?),
+        Op::Clocked(mode, clock, op) => apply(
+            conn,
+            &clocked(*mode, op, crate::clock::now(clock.as_ref())?)?,
+        ),
         Op::Audited(retention, op) => audited(conn, *retention, op),
     }
 }
@@ -500,7 +503,9 @@ const TRIM_AUDIT: &str =
 /// trail to `retention` rows) in the same transaction, which then commits.
 fn audited(conn: &Connection, retention: u64, op: &Op) -> Result<(Reply, bool), StoreError> {
     let op = match op {
-        Op::Clocked(mode, inner) => clocked(*mode, inner, crate::clock::host_now()?)?,
+        Op::Clocked(mode, clock, inner) => {
+            clocked(*mode, inner, crate::clock::now(clock.as_ref())?)?
+        }
         other => other.clone(),
     };
     let Op::Job(id, command) = &op else {
