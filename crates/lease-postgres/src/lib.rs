@@ -8,32 +8,35 @@
 //! the locking read, then the write with COMMIT), where a plain loop of the same statements
 //! costs four. See docs/ARCHITECTURE.md for why READ COMMITTED is enough.
 
+mod audit;
 mod config;
+mod connection;
 mod error;
 pub mod guard;
+mod next;
 mod schema;
 #[cfg(feature = "test-support")]
 mod scratch;
 mod sql;
 mod transfer;
+mod write;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deadpool_postgres::{Hook, HookError, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use futures::future::{try_join, try_join_all};
+use deadpool_postgres::{Hook, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use futures::future::try_join;
 use lease_domain::{
-    ClockMode, Command, EnqueueSpec, ErrorText, Fence, JobId, JobResult, LeaseTerm, Outcome, Owner,
+    ClockMode, Command, EnqueueSpec, ErrorText, Fence, JobId, JobResult, LeaseTerm, Owner,
     QueueName, Retry, Status, Timestamp, Ttl, is_purgeable,
 };
-use lease_ports::codec::{StoredAudit, StoredGroup};
-use lease_ports::next::ClaimNextLoop;
+use lease_ports::codec::StoredGroup;
 use lease_ports::{
-    ClaimOutcome, CompleteAndClaim, FailOutcome, FromOutcome, JobRecord, JobState, Lease,
-    LeaseStore, ListFilter, StatsRow, StoreError, WriteOutcome, outcome_as,
+    ClaimOutcome, CompleteAndClaim, FailOutcome, JobRecord, JobState, Lease, LeaseStore,
+    ListFilter, StatsRow, StoreError, WriteOutcome, outcome_as,
 };
-use tokio_postgres::{NoTls, Statement};
+use tokio_postgres::NoTls;
 
 pub use config::{connection_config, describe, is_postgres_url, redact};
 pub use schema::{CURRENT_VERSION, check_schema_name};
@@ -41,6 +44,12 @@ pub use schema::{CURRENT_VERSION, check_schema_name};
 pub use scratch::ScratchDatabase;
 #[cfg(feature = "test-support")]
 pub use sql::Sql as StatementTexts;
+
+pub use next::CLAIM_NEXT_SETTING;
+
+use connection::{Conn, Statements, setup};
+use next::stored_now;
+use write::{commit, rollback};
 
 use error::Stage;
 use sql::{Encoded, Sql};
@@ -116,47 +125,6 @@ impl std::fmt::Debug for PgLeaseStore {
             .field("clock", &self.clock)
             .finish_non_exhaustive()
     }
-}
-
-/// The planner setting of every `claim_next` transaction (`SET LOCAL`): it keeps the
-/// candidates on the ordered scan of the ready index, which stops at the limit. With
-/// statistics that lag a burst of enqueues, the planner otherwise estimates one row and sorts
-/// every pending job of the queue instead (seen: over two minutes on 2M jobs). It is local to
-/// those transactions because, session-wide, it also turned a catalog query into 300 ms.
-pub const CLAIM_NEXT_SETTING: &str = "enable_sort = off";
-
-/// Sets up every new pooled connection: durable commits, read back, and a bound on idling
-/// inside a transaction.
-async fn setup(
-    client: &mut deadpool_postgres::ClientWrapper,
-    idle: Duration,
-) -> Result<(), HookError> {
-    client
-        .batch_execute(&format!(
-            "SET synchronous_commit = on; SET idle_in_transaction_session_timeout = {}",
-            idle.as_millis().max(1)
-        ))
-        .await
-        .map_err(HookError::Backend)?;
-    let row = client
-        .query_one(
-            "SELECT current_setting('synchronous_commit'), current_setting('fsync')",
-            &[],
-        )
-        .await
-        .map_err(HookError::Backend)?;
-    let (sync, fsync): (String, String) = (row.get(0), row.get(1));
-    if sync != "on" {
-        return Err(HookError::message(format!(
-            "synchronous_commit reads back as {sync:?}, not on: commits would not be durable"
-        )));
-    }
-    if fsync != "on" {
-        return Err(HookError::message(
-            "the server runs with fsync = off: acknowledged writes would not survive a crash",
-        ));
-    }
-    Ok(())
 }
 
 impl PgLeaseStore {
@@ -285,391 +253,6 @@ impl PgLeaseStore {
             }),
             Err(e) => Err(error::pool(e, &self.target)),
         }
-    }
-
-    /// Loads, decides and stores one command on one job.
-    async fn write<T: FromOutcome>(&self, id: &JobId, command: Command) -> Result<T, StoreError> {
-        let mut conn = self.conn().await?;
-        let outcome = self.write_on(&mut conn, id, command).await?;
-        conn.clean();
-        outcome_as(outcome)
-    }
-
-    async fn write_on(
-        &self,
-        conn: &mut Conn,
-        id: &JobId,
-        command: Command,
-    ) -> Result<Outcome, StoreError> {
-        let s = Statements::prepare(conn, &self.sql).await?;
-        let c = conn.client();
-        let key = id.as_str();
-        let needs_clock = self.clock.needs_clock(&command);
-        let enqueue = command.is_enqueue();
-        // One round trip: BEGIN, the row lock, the clock after it, the purge mark.
-        let (((_, row), now), purged) = try_join(
-            try_join(
-                try_join(c.execute(&s.begin, &[]), c.query_opt(&s.lock, &[&key])),
-                async {
-                    if needs_clock {
-                        c.query_one(&s.clock, &[])
-                            .await
-                            .map(|r| Some(r.get::<_, f64>(0)))
-                    } else {
-                        Ok(None)
-                    }
-                },
-            ),
-            async {
-                if enqueue {
-                    c.query_opt(&s.lock_purged, &[&key])
-                        .await
-                        .map(|r| r.map(|r| r.get::<_, i64>(0)))
-                } else {
-                    Ok(None)
-                }
-            },
-        )
-        .await
-        .map_err(|e| error::map(e, Stage::BeforeCommit))?;
-        let current = row.map(|r| sql::decode(id, &r, 0)).transpose()?;
-        let purged = purged
-            .map(|f| {
-                Fence::try_from(f).map_err(|f| {
-                    StoreError::Corrupt(
-                        format!("job {id}: stored purged fence {f} is negative").into(),
-                    )
-                })
-            })
-            .transpose()?;
-        let command = self.resolved(c, &s, command, now).await?;
-        let (next, outcome) = command.decide(id, current.as_ref(), purged);
-        let refused = lease_ports::observe::decided(&command, current.as_ref(), &outcome);
-        let Some(next) = next else {
-            match (refused, self.audit) {
-                (Some(entry), Some(retention)) => {
-                    self.record_refusal(c, &s, id, &entry, retention).await?;
-                }
-                _ => rollback(c, &s).await?,
-            }
-            return Ok(outcome);
-        };
-        let encoded = Encoded::new(id, &next);
-        let params = encoded.params();
-        let inserting = current.is_none();
-        let stmt = if inserting { &s.insert } else { &s.update };
-        // One round trip: the write, the purge mark's removal, COMMIT.
-        let ((written, _), _) = try_join(
-            try_join(c.execute(stmt, &params), async {
-                if inserting && purged.is_some() {
-                    c.execute(&s.forget_purged, &[&key]).await
-                } else {
-                    Ok(0)
-                }
-            }),
-            c.execute(&s.commit, &[]),
-        )
-        .await
-        .map_err(|e| error::map(e, Stage::Commit))?;
-        match (written, outcome) {
-            (1, outcome) => Ok(outcome),
-            // Another enqueue of the same new id committed first: this one changed nothing.
-            (0, Outcome::Enqueued(_)) => Ok(Outcome::Enqueued(false)),
-            (n, _) => Err(StoreError::Corrupt(
-                format!("job {id}: a locked write changed {n} rows").into(),
-            )),
-        }
-    }
-
-    /// The command to decide under the clock mode, given the server's clock when it was read;
-    /// a refused caller's transaction is rolled back.
-    async fn resolved(
-        &self,
-        c: &tokio_postgres::Client,
-        s: &Statements,
-        command: Command,
-        now: Option<f64>,
-    ) -> Result<Command, StoreError> {
-        let Some(now) = now else {
-            return Ok(command);
-        };
-        match self.clock.resolve(&command, stored_now(now)?) {
-            Ok(command) => Ok(command),
-            Err(refused) => {
-                rollback(c, s).await?;
-                Err(refused.into())
-            }
-        }
-    }
-
-    /// Records a refused holder write in the audit trail and commits (one round trip).
-    async fn record_refusal(
-        &self,
-        c: &tokio_postgres::Client,
-        s: &Statements,
-        id: &JobId,
-        entry: &lease_domain::Refusal,
-        retention: u64,
-    ) -> Result<(), StoreError> {
-        let (insert, trim) = (&s.insert_audit, &s.trim_audit);
-        let current = entry.current.map(i64::from);
-        let retention = i64::try_from(retention).unwrap_or(i64::MAX);
-        try_join(
-            try_join(
-                c.execute(
-                    insert,
-                    &[
-                        &id.as_str(),
-                        &entry.owner.as_str(),
-                        &entry.operation,
-                        &i64::from(entry.presented),
-                        &current,
-                        &entry.reason.as_str(),
-                        &entry.late_by,
-                    ],
-                ),
-                c.execute(trim, &[&retention]),
-            ),
-            c.execute(&s.commit, &[]),
-        )
-        .await
-        .map(drop)
-        .map_err(|e| error::map(e, Stage::Commit))
-    }
-
-    /// Leases up to `limit` candidates inside the open transaction (BEGIN already pipelined
-    /// by the caller when `begin` is set), returning the leases and the rows to write.
-    #[allow(clippy::too_many_arguments)] // claim_next's four, the connection, and BEGIN or not.
-    async fn claim_next_on(
-        &self,
-        conn: &Conn,
-        s: &Statements,
-        queue: &QueueName,
-        owner: &Owner,
-        term: LeaseTerm,
-        limit: usize,
-        begin: bool,
-    ) -> Result<Claimed, StoreError> {
-        let c = conn.client();
-        if limit == 0 {
-            if begin {
-                c.execute(&s.begin, &[])
-                    .await
-                    .map_err(|e| error::map(e, Stage::BeforeCommit))?;
-            }
-            return Ok(Claimed::default());
-        }
-        let caller_now = match self.clock {
-            ClockMode::Store => None,
-            ClockMode::Caller { .. } => Some(term.now().get()),
-        };
-        let check_skew = matches!(self.clock, ClockMode::Caller { max_skew: Some(_) });
-        let mut next = ClaimNextLoop::new(owner, limit);
-        // Rows decided in the previous page, sent before the next candidates are read.
-        let mut written: Vec<Encoded> = Vec::new();
-        let mut wrote = false;
-        let mut first = true;
-        while let Some(want) = next.want() {
-            let want = i64::try_from(want).unwrap_or(i64::MAX);
-            let ((_, clock), rows) = try_join(
-                try_join(
-                    async {
-                        if first {
-                            // Pipelined with the candidates: no extra round trip.
-                            let begin = if begin { "BEGIN; " } else { "" };
-                            c.batch_execute(&format!("{begin}SET LOCAL {CLAIM_NEXT_SETTING}"))
-                                .await?;
-                        }
-                        try_join_all(written.iter().map(|w| update(c, &s.update, w))).await
-                    },
-                    async {
-                        if check_skew && first {
-                            c.query_one(&s.clock, &[])
-                                .await
-                                .map(|r| Some(r.get::<_, f64>(0)))
-                        } else {
-                            Ok(None)
-                        }
-                    },
-                ),
-                c.query(&s.candidates, &[&queue.as_str(), &caller_now, &want]),
-            )
-            .await
-            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
-            first = false;
-            wrote |= !written.is_empty();
-            if let Some(now) = clock {
-                self.clock.resolve_term(term, stored_now(now)?)?;
-            }
-            // Every row of a page carries the same clock reading (one per statement).
-            let mut page_term = term;
-            let mut page = Vec::with_capacity(rows.len());
-            for row in &rows {
-                let now: f64 = row.try_get(0).map_err(|e| {
-                    StoreError::Corrupt(lease_ports::Detail::caused_by(
-                        format!("the clock column: {e}"),
-                        e,
-                    ))
-                })?;
-                page_term = self.clock.resolve_term(term, stored_now(now)?)?;
-                page.push(sql::decode_with_id(row, 1)?);
-            }
-            written = next
-                .page(page_term, page)
-                .iter()
-                .map(|(id, job)| Encoded::new(id, job))
-                .collect();
-        }
-        Ok(Claimed {
-            leases: next.into_leases(),
-            writes: written,
-            wrote,
-        })
-    }
-}
-
-/// What `claim_next` decided inside a transaction.
-#[derive(Default)]
-struct Claimed {
-    leases: Vec<Lease>,
-    /// Rows still to write before COMMIT.
-    writes: Vec<Encoded>,
-    /// Whether rows were already written in the transaction (so it must commit).
-    wrote: bool,
-}
-
-/// The server's clock as a time; a non-finite one is the server's fault.
-fn stored_now(now: f64) -> Result<Timestamp, StoreError> {
-    Timestamp::new(now).map_err(|_| {
-        StoreError::Corrupt(format!("the server's clock reads {now}, not a time").into())
-    })
-}
-
-/// Sends one job's row; the parameters live as long as the request.
-pub(crate) async fn update(
-    c: &tokio_postgres::Client,
-    stmt: &Statement,
-    job: &Encoded,
-) -> Result<u64, tokio_postgres::Error> {
-    let params = job.params();
-    c.execute(stmt, &params).await
-}
-
-async fn rollback(c: &tokio_postgres::Client, s: &Statements) -> Result<(), StoreError> {
-    c.execute(&s.rollback, &[])
-        .await
-        .map(|_| ())
-        .map_err(|e| error::map(e, Stage::BeforeCommit))
-}
-
-/// Writes `writes` and commits, pipelined in one round trip; with nothing to write, rolls
-/// back.
-async fn commit(
-    c: &tokio_postgres::Client,
-    s: &Statements,
-    writes: &[Encoded],
-    wrote: bool,
-) -> Result<(), StoreError> {
-    if writes.is_empty() && !wrote {
-        return rollback(c, s).await;
-    }
-    try_join(
-        try_join_all(writes.iter().map(|w| update(c, &s.update, w))),
-        c.execute(&s.commit, &[]),
-    )
-    .await
-    .map(|_| ())
-    .map_err(|e| error::map(e, Stage::Commit))
-}
-
-/// A pooled connection that is dropped from the pool unless the operation ended its
-/// transaction cleanly: a connection left inside a transaction (a cancelled call, an error)
-/// is closed, so the server rolls it back, and never reused.
-struct Conn {
-    object: Option<deadpool_postgres::Object>,
-    clean: bool,
-}
-
-impl Conn {
-    fn client(&self) -> &tokio_postgres::Client {
-        match self.object.as_ref() {
-            Some(o) => o,
-            None => unreachable_client(),
-        }
-    }
-
-    fn client_mut(&mut self) -> &mut tokio_postgres::Client {
-        match self.object.as_mut() {
-            Some(o) => o,
-            None => unreachable_client(),
-        }
-    }
-
-    async fn prepare(&self, query: &str) -> Result<Statement, StoreError> {
-        match self.object.as_ref() {
-            Some(o) => o
-                .prepare_cached(query)
-                .await
-                .map_err(|e| error::map(e, Stage::BeforeCommit)),
-            None => Err(StoreError::Unavailable(
-                "the connection was already given back".into(),
-            )),
-        }
-    }
-
-    fn clean(&mut self) {
-        self.clean = true;
-    }
-}
-
-/// `Conn` holds its object from creation until drop; no method runs after drop.
-#[allow(clippy::panic)] // Unreachable by construction (see above); there is no error to return.
-fn unreachable_client() -> ! {
-    panic!("a pooled connection was used after it was given back")
-}
-
-impl Drop for Conn {
-    fn drop(&mut self) {
-        if !self.clean {
-            if let Some(object) = self.object.take() {
-                drop(deadpool_postgres::Object::take(object));
-            }
-        }
-    }
-}
-
-/// The prepared statements of one connection (prepared once, then taken from its cache).
-struct Statements {
-    begin: Statement,
-    commit: Statement,
-    rollback: Statement,
-    lock: Statement,
-    lock_purged: Statement,
-    forget_purged: Statement,
-    insert: Statement,
-    update: Statement,
-    clock: Statement,
-    candidates: Statement,
-    insert_audit: Statement,
-    trim_audit: Statement,
-}
-
-impl Statements {
-    async fn prepare(conn: &Conn, sql: &Sql) -> Result<Self, StoreError> {
-        Ok(Self {
-            begin: conn.prepare("BEGIN").await?,
-            commit: conn.prepare("COMMIT").await?,
-            rollback: conn.prepare("ROLLBACK").await?,
-            lock: conn.prepare(&sql.lock).await?,
-            lock_purged: conn.prepare(&sql.lock_purged).await?,
-            forget_purged: conn.prepare(&sql.forget_purged).await?,
-            insert: conn.prepare(&sql.insert).await?,
-            update: conn.prepare(&sql.update).await?,
-            clock: conn.prepare(&sql.clock).await?,
-            candidates: conn.prepare(&sql.candidates).await?,
-            insert_audit: conn.prepare(&sql.insert_audit).await?,
-            trim_audit: conn.prepare(&sql.trim_audit).await?,
-        })
     }
 }
 
@@ -956,57 +539,5 @@ impl LeaseStore for PgLeaseStore {
             groups.push(stored.decode()?);
         }
         Ok(lease_ports::tally_groups(groups, now))
-    }
-}
-
-#[async_trait]
-impl lease_ports::audit::AuditTrail for PgLeaseStore {
-    async fn refusals(
-        &self,
-        filter: &lease_ports::audit::AuditFilter,
-    ) -> Result<Vec<lease_ports::audit::AuditRow>, StoreError> {
-        let mut conn = self.conn().await?;
-        let limit = if filter.limit == 0 {
-            i64::MAX
-        } else {
-            i64::try_from(filter.limit).unwrap_or(i64::MAX)
-        };
-        let rows = conn
-            .client()
-            .query(
-                &format!(
-                    "SELECT time, job, owner, operation, presented, current, reason, late_by \
-                     FROM {}.audit WHERE ($1::text IS NULL OR job = $1) \
-                     AND ($2::float8 IS NULL OR time >= $2) ORDER BY seq DESC LIMIT $3",
-                    self.schema
-                ),
-                &[
-                    &filter.job.as_ref().map(JobId::as_str),
-                    &filter.since.map(Timestamp::get),
-                    &limit,
-                ],
-            )
-            .await
-            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
-        conn.clean();
-        let read = |e: tokio_postgres::Error| {
-            StoreError::Corrupt(lease_ports::Detail::caused_by(format!("audit row: {e}"), e))
-        };
-        let mut found = Vec::with_capacity(rows.len());
-        for r in &rows {
-            let stored = StoredAudit {
-                time: r.try_get(0).map_err(read)?,
-                job: r.try_get(1).map_err(read)?,
-                owner: r.try_get(2).map_err(read)?,
-                operation: r.try_get(3).map_err(read)?,
-                presented: r.try_get(4).map_err(read)?,
-                current: r.try_get(5).map_err(read)?,
-                reason: r.try_get(6).map_err(read)?,
-                late_by: r.try_get(7).map_err(read)?,
-            };
-            found.push(stored.decode()?);
-        }
-        found.reverse();
-        Ok(found)
     }
 }

@@ -6,9 +6,10 @@ use lease_domain::{Fence, JobId};
 use lease_ports::transfer::{Imported, Snapshot, TargetView, Transfer, plan_import};
 use lease_ports::{JobRecord, StoreError};
 
+use crate::PgLeaseStore;
 use crate::error::{self, Stage};
 use crate::sql::{self, Encoded};
-use crate::{PgLeaseStore, update};
+use crate::write::update;
 
 fn mark_fence(id: &str, fence: i64) -> Result<(JobId, Fence), StoreError> {
     let id =

@@ -1,0 +1,172 @@
+//! The write path: one command on one job in one transaction (lock the row, let the domain
+//! decide under the clock mode, write the decided row with COMMIT), pipelined into two round
+//! trips.
+
+use futures::future::{try_join, try_join_all};
+use lease_domain::{Command, Fence, JobId, Outcome};
+use lease_ports::{FromOutcome, StoreError, outcome_as};
+use tokio_postgres::Statement;
+
+use crate::PgLeaseStore;
+use crate::connection::{Conn, Statements};
+use crate::error::{self, Stage};
+use crate::next::stored_now;
+use crate::sql::{self, Encoded};
+
+impl PgLeaseStore {
+    /// Loads, decides and stores one command on one job.
+    pub(crate) async fn write<T: FromOutcome>(
+        &self,
+        id: &JobId,
+        command: Command,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.conn().await?;
+        let outcome = self.write_on(&mut conn, id, command).await?;
+        conn.clean();
+        outcome_as(outcome)
+    }
+
+    pub(crate) async fn write_on(
+        &self,
+        conn: &mut Conn,
+        id: &JobId,
+        command: Command,
+    ) -> Result<Outcome, StoreError> {
+        let s = Statements::prepare(conn, &self.sql).await?;
+        let c = conn.client();
+        let key = id.as_str();
+        let needs_clock = self.clock.needs_clock(&command);
+        let enqueue = command.is_enqueue();
+        // One round trip: BEGIN, the row lock, the clock after it, the purge mark.
+        let (((_, row), now), purged) = try_join(
+            try_join(
+                try_join(c.execute(&s.begin, &[]), c.query_opt(&s.lock, &[&key])),
+                async {
+                    if needs_clock {
+                        c.query_one(&s.clock, &[])
+                            .await
+                            .map(|r| Some(r.get::<_, f64>(0)))
+                    } else {
+                        Ok(None)
+                    }
+                },
+            ),
+            async {
+                if enqueue {
+                    c.query_opt(&s.lock_purged, &[&key])
+                        .await
+                        .map(|r| r.map(|r| r.get::<_, i64>(0)))
+                } else {
+                    Ok(None)
+                }
+            },
+        )
+        .await
+        .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+        let current = row.map(|r| sql::decode(id, &r, 0)).transpose()?;
+        let purged = purged
+            .map(|f| {
+                Fence::try_from(f).map_err(|f| {
+                    StoreError::Corrupt(
+                        format!("job {id}: stored purged fence {f} is negative").into(),
+                    )
+                })
+            })
+            .transpose()?;
+        let command = self.resolved(c, &s, command, now).await?;
+        let (next, outcome) = command.decide(id, current.as_ref(), purged);
+        let refused = lease_ports::observe::decided(&command, current.as_ref(), &outcome);
+        let Some(next) = next else {
+            match (refused, self.audit) {
+                (Some(entry), Some(retention)) => {
+                    self.record_refusal(c, &s, id, &entry, retention).await?;
+                }
+                _ => rollback(c, &s).await?,
+            }
+            return Ok(outcome);
+        };
+        let encoded = Encoded::new(id, &next);
+        let params = encoded.params();
+        let inserting = current.is_none();
+        let stmt = if inserting { &s.insert } else { &s.update };
+        // One round trip: the write, the purge mark's removal, COMMIT.
+        let ((written, _), _) = try_join(
+            try_join(c.execute(stmt, &params), async {
+                if inserting && purged.is_some() {
+                    c.execute(&s.forget_purged, &[&key]).await
+                } else {
+                    Ok(0)
+                }
+            }),
+            c.execute(&s.commit, &[]),
+        )
+        .await
+        .map_err(|e| error::map(e, Stage::Commit))?;
+        match (written, outcome) {
+            (1, outcome) => Ok(outcome),
+            // Another enqueue of the same new id committed first: this one changed nothing.
+            (0, Outcome::Enqueued(_)) => Ok(Outcome::Enqueued(false)),
+            (n, _) => Err(StoreError::Corrupt(
+                format!("job {id}: a locked write changed {n} rows").into(),
+            )),
+        }
+    }
+
+    /// The command to decide under the clock mode, given the server's clock when it was read;
+    /// a refused caller's transaction is rolled back.
+    pub(crate) async fn resolved(
+        &self,
+        c: &tokio_postgres::Client,
+        s: &Statements,
+        command: Command,
+        now: Option<f64>,
+    ) -> Result<Command, StoreError> {
+        let Some(now) = now else {
+            return Ok(command);
+        };
+        match self.clock.resolve(&command, stored_now(now)?) {
+            Ok(command) => Ok(command),
+            Err(refused) => {
+                rollback(c, s).await?;
+                Err(refused.into())
+            }
+        }
+    }
+}
+
+/// Sends one job's row; the parameters live as long as the request.
+pub(crate) async fn update(
+    c: &tokio_postgres::Client,
+    stmt: &Statement,
+    job: &Encoded,
+) -> Result<u64, tokio_postgres::Error> {
+    let params = job.params();
+    c.execute(stmt, &params).await
+}
+
+pub(crate) async fn rollback(c: &tokio_postgres::Client, s: &Statements) -> Result<(), StoreError> {
+    c.execute(&s.rollback, &[])
+        .await
+        .map(|_| ())
+        .map_err(|e| error::map(e, Stage::BeforeCommit))
+}
+
+/// Writes `writes` and commits, pipelined in one round trip; with nothing to write, rolls
+/// back.
+pub(crate) async fn commit(
+    c: &tokio_postgres::Client,
+    s: &Statements,
+    writes: &[Encoded],
+    wrote: bool,
+) -> Result<(), StoreError> {
+    if writes.is_empty() && !wrote {
+        return rollback(c, s).await;
+    }
+    try_join(
+        try_join_all(writes.iter().map(|w| update(c, &s.update, w))),
+        c.execute(&s.commit, &[]),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| error::map(e, Stage::Commit))
+}
