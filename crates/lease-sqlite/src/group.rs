@@ -18,7 +18,8 @@ use std::sync::{Mutex, MutexGuard};
 use lease_ports::StoreError;
 use r2d2_sqlite::SqliteConnectionManager;
 
-use crate::ops::{self, Op, Reply};
+use crate::ops::{Op, Reply};
+use crate::tx;
 
 /// Gets a pooled connection, or the error every command of the batch then gets.
 type Connect<'a> =
@@ -172,10 +173,10 @@ impl GroupCommit {
             let ops: Vec<Op> = callers.iter().flat_map(|w| w.ops.iter().cloned()).collect();
             self.count(ops.len());
             let mut answers = match connect() {
-                Ok(mut conn) => ops::execute_batch(&mut conn, &ops),
+                Ok(mut conn) => tx::execute_batch(&mut conn, &ops),
                 Err(e) => ops
                     .iter()
-                    .map(|_| Err(ops::batch_error(&e, "no connection for the batch")))
+                    .map(|_| Err(tx::batch_error(&e, "no connection for the batch")))
                     .collect(),
             }
             .into_iter();

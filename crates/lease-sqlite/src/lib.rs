@@ -16,9 +16,12 @@ mod connection;
 mod error;
 mod group;
 mod ops;
+mod reads;
+mod row;
 mod schema;
 mod seed;
 mod transfer;
+mod tx;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -232,7 +235,7 @@ impl SqliteLeaseStore {
         let ops = self.clocked(ops);
         match &self.group {
             Some(group) => Ok(group.submit(&|| self.connection(), ops)),
-            None => self.with_conn(|conn| Ok(ops::execute_batch(conn, &ops))),
+            None => self.with_conn(|conn| Ok(tx::execute_batch(conn, &ops))),
         }
     }
 
@@ -360,7 +363,7 @@ impl Blocking<'_> {
 
     /// See [`LeaseStore::state`].
     pub fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
-        self.0.with_conn(|conn| ops::state(conn, job))
+        self.0.with_conn(|conn| reads::state(conn, job))
     }
 
     /// See [`LeaseStore::claim`].
@@ -417,7 +420,7 @@ impl Blocking<'_> {
 
     /// See [`LeaseStore::record`].
     pub fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError> {
-        self.0.with_conn(|conn| ops::record(conn, job))
+        self.0.with_conn(|conn| reads::record(conn, job))
     }
 
     /// See [`LeaseStore::claim_next`].
@@ -479,12 +482,12 @@ impl Blocking<'_> {
 
     /// See [`LeaseStore::list`].
     pub fn list(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError> {
-        self.0.with_conn(|conn| ops::list(conn, filter))
+        self.0.with_conn(|conn| reads::list(conn, filter))
     }
 
     /// See [`LeaseStore::stats`].
     pub fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
-        self.0.with_conn(|conn| ops::stats(conn, now))
+        self.0.with_conn(|conn| reads::stats(conn, now))
     }
 
     /// See [`LeaseStore::complete_and_claim_next`].
@@ -698,7 +701,7 @@ impl lease_ports::audit::AuditTrail for SqliteLeaseStore {
         filter: &lease_ports::audit::AuditFilter,
     ) -> Result<Vec<lease_ports::audit::AuditRow>, StoreError> {
         let filter = filter.clone();
-        self.run(move |store| store.with_conn(|conn| ops::audit_rows(conn, &filter)))
+        self.run(move |store| store.with_conn(|conn| reads::audit_rows(conn, &filter)))
             .await
     }
 }

@@ -13,7 +13,9 @@ use lease_ports::{ClaimOutcome, FromOutcome, JobState, StoreError, WriteOutcome,
 use rusqlite::Connection;
 
 use crate::connection::{self, Access, SqliteOptions};
-use crate::ops::{self, Op, Reply};
+use crate::ops::{Op, Reply};
+use crate::reads;
+use crate::tx;
 
 /// Claim threads of [`claim_many`] at most; more owners share these threads.
 const MAX_CLAIM_THREADS: usize = 64;
@@ -21,7 +23,7 @@ const MAX_CLAIM_THREADS: usize = 64;
 /// Opens the file afresh and runs one write in its own transaction.
 fn execute<T: FromOutcome>(path: &Path, id: &JobId, command: Command) -> Result<T, StoreError> {
     let op = Op::Job(id.clone(), command);
-    outcome_as(ops::execute(&mut open_for_writing(path)?, &op)?.into_outcome()?)
+    outcome_as(tx::execute(&mut open_for_writing(path)?, &op)?.into_outcome()?)
 }
 
 /// Opens an existing database afresh (never creates one).
@@ -79,7 +81,7 @@ pub fn enqueue(path: impl AsRef<Path>, job_id: &str) -> Result<bool, StoreError>
 /// As [`enqueue`].
 pub fn state(path: impl AsRef<Path>, job_id: &str) -> Result<Option<JobState>, StoreError> {
     let id = JobId::new(job_id)?;
-    ops::state(&open_existing(path.as_ref())?, &id)
+    reads::state(&open_existing(path.as_ref())?, &id)
 }
 
 /// Claims `job_id` for `owner` until `now + ttl` and returns the new fence, or `None` when the
@@ -204,7 +206,7 @@ pub fn claim_many(
                     };
                     for i in (t..owners.len()).step_by(threads) {
                         let op = Op::Job(id.clone(), Command::Claim(owners[i].clone(), term));
-                        let outcome = ops::execute(&mut conn, &op)
+                        let outcome = tx::execute(&mut conn, &op)
                             .and_then(Reply::into_outcome)
                             .and_then(outcome_as::<ClaimOutcome>)
                             .map(|o| o.ok().map(Fence::get));

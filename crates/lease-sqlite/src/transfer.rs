@@ -6,7 +6,7 @@ use lease_ports::transfer::{Imported, Snapshot, TargetView, Transfer, plan_impor
 use lease_ports::{JobRecord, StoreError};
 use rusqlite::Connection;
 
-use crate::{SqliteLeaseStore, error, ops};
+use crate::{SqliteLeaseStore, error, ops, row, tx};
 
 /// Every job id in enqueue order (a job without a queue row last, in id order).
 const SELECT_ORDER: &str = "SELECT j.id FROM jobs j LEFT JOIN jobs_queue q ON q.id = j.id \
@@ -29,7 +29,7 @@ fn ids(conn: &Connection) -> Result<Vec<JobId>, StoreError> {
 fn snapshot(conn: &Connection) -> Result<Snapshot, StoreError> {
     let mut snapshot = Snapshot::default();
     for id in ids(conn)? {
-        if let Some(job) = ops::load(conn, &id)? {
+        if let Some(job) = row::load(conn, &id)? {
             snapshot.jobs.push(JobRecord { id, job });
         }
     }
@@ -61,11 +61,11 @@ fn write(
     let held = TargetView::of(&snapshot(conn)?);
     let plan = plan_import(target, held, incoming, merge)?;
     for (id, job) in &plan.inserts {
-        ops::store(conn, true, id, job)?;
+        row::store(conn, true, id, job)?;
         ops::run_with(conn, ops::FORGET_PURGED, id.as_str())?;
     }
     for (id, job) in &plan.updates {
-        ops::store(conn, false, id, job)?;
+        row::store(conn, false, id, job)?;
     }
     for (id, fence) in &plan.marks {
         conn.prepare_cached(ops::REMEMBER_PURGED)
@@ -78,7 +78,7 @@ fn write(
 #[async_trait]
 impl Transfer for SqliteLeaseStore {
     async fn export(&self) -> Result<Snapshot, StoreError> {
-        self.run(|store| store.with_conn(|conn| ops::reading(conn, snapshot)))
+        self.run(|store| store.with_conn(|conn| tx::reading(conn, snapshot)))
             .await
     }
 
@@ -88,20 +88,20 @@ impl Transfer for SqliteLeaseStore {
         self.run(move |store| {
             let target = store.path().display().to_string();
             store.with_conn(|conn| {
-                ops::run(conn, "BEGIN IMMEDIATE").map_err(error::sql(conn))?;
+                tx::run(conn, "BEGIN IMMEDIATE").map_err(error::sql(conn))?;
                 match write(conn, &target, &incoming, merge) {
-                    Ok(imported) => match ops::run(conn, "COMMIT") {
+                    Ok(imported) => match tx::run(conn, "COMMIT") {
                         Ok(()) => Ok(imported),
                         Err(e) => {
                             let err = error::sql(conn)(e);
-                            ops::roll_back(conn);
+                            tx::roll_back(conn);
                             Err(StoreError::Indeterminate(
                                 format!("the migration's commit failed: {err}").into(),
                             ))
                         }
                     },
                     Err(e) => {
-                        ops::roll_back(conn);
+                        tx::roll_back(conn);
                         Err(e)
                     }
                 }

@@ -1,0 +1,139 @@
+//! Reads outside any write: a job's state or record, a page of `list`, the `stats` groups
+//! judged by the domain, and the audit trail.
+
+use lease_domain::{JobId, QueueName, Timestamp};
+use lease_ports::codec::{StoredAudit, StoredGroup};
+use lease_ports::{JobRecord, JobState, ListFilter, StatsRow, StoreError};
+use rusqlite::Connection;
+
+use crate::error;
+use crate::row::load;
+use crate::tx::reading;
+
+pub(crate) const SELECT_IDS: &str = "SELECT id FROM jobs WHERE ?1 IS NULL OR id IN \
+    (SELECT id FROM jobs_queue WHERE queue = ?1) ORDER BY id";
+
+/// The inputs of the status rule, grouped: the domain judges each group.
+pub(crate) const SELECT_STATS: &str = "SELECT coalesce(q.queue, 'default'), j.done, q.finished, \
+    j.until > ?1, coalesce(q.attempts, 0) >= max(coalesce(q.max_attempts, 5), 1), count(*) \
+    FROM jobs j LEFT JOIN jobs_queue q ON q.id = j.id GROUP BY 1, 2, 3, 4, 5";
+
+pub(crate) fn state(conn: &Connection, id: &JobId) -> Result<Option<JobState>, StoreError> {
+    Ok(load(conn, id)?.map(|job| JobState::new(id, job)))
+}
+
+pub(crate) fn record(conn: &Connection, id: &JobId) -> Result<Option<JobRecord>, StoreError> {
+    Ok(load(conn, id)?.map(|job| JobRecord {
+        id: id.clone(),
+        job,
+    }))
+}
+
+pub(crate) fn list(conn: &Connection, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError> {
+    reading(conn, |conn| {
+        let mut stmt = conn.prepare_cached(SELECT_IDS).map_err(error::sql(conn))?;
+        let queue = filter.queue.as_ref().map(QueueName::as_str);
+        let mut rows = stmt.query([queue]).map_err(error::sql(conn))?;
+        let mut found = Vec::new();
+        while found.len() < filter.limit {
+            let Some(row) = rows.next().map_err(error::sql(conn))? else {
+                break;
+            };
+            let id: String = row.get(0).map_err(error::sql(conn))?;
+            let id = JobId::new(id)
+                .map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))?;
+            let Some(job) = load(conn, &id)? else {
+                continue;
+            };
+            if filter.status.is_none_or(|s| job.status_at(filter.now) == s) {
+                found.push(JobRecord { id, job });
+            }
+        }
+        Ok(found)
+    })
+}
+
+pub(crate) fn stats(conn: &Connection, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
+    reading(conn, |conn| {
+        let mut stmt = conn
+            .prepare_cached(SELECT_STATS)
+            .map_err(error::sql(conn))?;
+        let groups = stmt
+            .query_map([now.get()], |r| {
+                Ok(StoredGroup {
+                    queue: r.get(0)?,
+                    done: r.get(1)?,
+                    ended: r.get(2)?,
+                    live: r.get(3)?,
+                    exhausted: r.get(4)?,
+                    count: r.get(5)?,
+                })
+            })
+            .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+            .map_err(error::sql(conn))?;
+        let judged = groups
+            .into_iter()
+            .map(StoredGroup::decode)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(lease_ports::tally_groups(judged, now))
+    })
+}
+
+/// The audit trail, oldest first (empty when the table was never made).
+pub(crate) fn audit_rows(
+    conn: &Connection,
+    filter: &lease_ports::audit::AuditFilter,
+) -> Result<Vec<lease_ports::audit::AuditRow>, StoreError> {
+    reading(conn, |conn| {
+        let exists: bool = conn
+            .query_row(
+                "SELECT count(*) > 0 FROM sqlite_schema WHERE type = 'table' AND name = 'lease_audit'",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(error::sql(conn))?;
+        if !exists {
+            return Ok(Vec::new());
+        }
+        let limit = if filter.limit == 0 {
+            i64::MAX
+        } else {
+            i64::try_from(filter.limit).unwrap_or(i64::MAX)
+        };
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT time, job, owner, operation, presented, current, reason, late_by \
+                 FROM lease_audit WHERE (?1 IS NULL OR job = ?1) AND (?2 IS NULL OR time >= ?2) \
+                 ORDER BY seq DESC LIMIT ?3",
+            )
+            .map_err(error::sql(conn))?;
+        let rows = stmt
+            .query_map(
+                rusqlite::params![
+                    filter.job.as_ref().map(JobId::as_str),
+                    filter.since.map(Timestamp::get),
+                    limit
+                ],
+                |r| {
+                    Ok(StoredAudit {
+                        time: r.get(0)?,
+                        job: r.get(1)?,
+                        owner: r.get(2)?,
+                        operation: r.get(3)?,
+                        presented: r.get(4)?,
+                        current: r.get(5)?,
+                        reason: r.get(6)?,
+                        late_by: r.get(7)?,
+                    })
+                },
+            )
+            .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+            .map_err(error::sql(conn))?;
+        let mut rows = rows
+            .into_iter()
+            .map(StoredAudit::decode)
+            .collect::<Result<Vec<_>, _>>()?;
+        rows.reverse();
+        Ok(rows)
+    })
+}

@@ -1,0 +1,126 @@
+//! The transaction runner: one op in its own `BEGIN IMMEDIATE` transaction, or a batch in
+//! one transaction with a savepoint per op; answers only after `COMMIT` returned, and a failed
+//! batch commit fails every op of the batch with the kind of its error.
+
+use lease_ports::StoreError;
+use rusqlite::Connection;
+
+use crate::error;
+use crate::ops::{Op, Reply, apply};
+
+pub(crate) fn run(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(drop)
+}
+
+/// Rolls back whatever is still open; used on every path that does not commit.
+pub(crate) fn roll_back(conn: &Connection) {
+    if !conn.is_autocommit() {
+        // A failed ROLLBACK leaves nothing to do: SQLite has already ended the transaction.
+        let _ = run(conn, "ROLLBACK");
+    }
+}
+
+/// Runs one op in its own `BEGIN IMMEDIATE` transaction; one that writes nothing rolls back (no
+/// sync).
+pub(crate) fn execute(conn: &mut Connection, op: &Op) -> Result<Reply, StoreError> {
+    run(conn, "BEGIN IMMEDIATE").map_err(error::sql(conn))?;
+    match apply(conn, op) {
+        Ok((reply, true)) => match run(conn, "COMMIT") {
+            Ok(()) => Ok(reply),
+            Err(e) => {
+                roll_back(conn);
+                Err(error::at_commit(e))
+            }
+        },
+        Ok((reply, false)) => {
+            roll_back(conn);
+            Ok(reply)
+        }
+        Err(e) => {
+            roll_back(conn);
+            Err(e)
+        }
+    }
+}
+
+/// Runs several ops in one `BEGIN IMMEDIATE` transaction, in order, each in its own savepoint
+/// so a failing one leaves the others alone; one commit (one sync) covers them all.
+///
+/// If the transaction cannot begin or commit, or SQLite ends it early, every op of the batch
+/// fails: none of them is applied (or, for a failed commit, the outcome is unknown).
+pub(crate) fn execute_batch(conn: &mut Connection, batch: &[Op]) -> Vec<Result<Reply, StoreError>> {
+    if let [op] = batch {
+        return vec![execute(conn, op)];
+    }
+    let fail_all = |err: &StoreError, why: &str| -> Vec<Result<Reply, StoreError>> {
+        batch.iter().map(|_| Err(batch_error(err, why))).collect()
+    };
+    if let Err(e) = run(conn, "BEGIN IMMEDIATE") {
+        return fail_all(&error::sql(conn)(e), "the batch could not begin");
+    }
+    let mut results = Vec::with_capacity(batch.len());
+    let mut wrote = false;
+    for op in batch {
+        let attempt = run(conn, "SAVEPOINT op")
+            .map_err(error::sql(conn))
+            .and_then(|()| apply(conn, op));
+        match attempt {
+            Ok((reply, did_write)) => {
+                wrote |= did_write;
+                results.push(
+                    run(conn, "RELEASE op")
+                        .map(|()| reply)
+                        .map_err(error::sql(conn)),
+                );
+            }
+            Err(e) => {
+                if conn.is_autocommit() {
+                    // SQLite rolled the whole transaction back (a full disk, say): nothing stands.
+                    return fail_all(&e, "the batch was rolled back");
+                }
+                let _ = run(conn, "ROLLBACK TO op").and_then(|()| run(conn, "RELEASE op"));
+                results.push(Err(e));
+            }
+        }
+    }
+    if !wrote {
+        roll_back(conn);
+        return results;
+    }
+    match run(conn, "COMMIT") {
+        Ok(()) => results,
+        Err(e) => {
+            roll_back(conn);
+            fail_all(&error::at_commit(e), "the batch's commit failed")
+        }
+    }
+}
+
+/// The error every op of a failed batch gets: it keeps the kind (so "not applied" stays
+/// determinate and an unknown commit stays indeterminate) and says what happened.
+pub(crate) fn batch_error(err: &StoreError, why: &str) -> StoreError {
+    let message = if err.is_determinate() {
+        format!("{why}, so this write was not applied: {err}")
+    } else {
+        format!("{why}: {err}")
+    };
+    match err {
+        StoreError::Full(d) => StoreError::Full(d.retold(message)),
+        StoreError::ReadOnly(d) => StoreError::ReadOnly(d.retold(message)),
+        StoreError::Corrupt(d) => StoreError::Corrupt(d.retold(message)),
+        StoreError::Indeterminate(d) => StoreError::Indeterminate(d.retold(message)),
+        StoreError::Unavailable(d) => StoreError::Unavailable(d.retold(message)),
+        _ => StoreError::Unavailable(message.into()),
+    }
+}
+
+/// Runs `body` in a read transaction, so that a multi-row read sees one snapshot.
+pub(crate) fn reading<T>(
+    conn: &Connection,
+    body: impl FnOnce(&Connection) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    run(conn, "BEGIN").map_err(error::sql(conn))?;
+    let result = body(conn);
+    roll_back(conn);
+    result
+}
