@@ -1,300 +1,22 @@
 //! Opening connections: the checks on the target path and its file system, a look at what the
 //! file holds that writes nothing, the per-connection settings, and making a new file durable.
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lease_ports::StoreError;
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use crate::error::{self, OpenError};
+use crate::filesystem::{
+    Target, check_filesystem, check_path, filesystem_of, hard_link_reason, incompatible,
+    parent_dir, read_only_reason, sync_dir,
+};
+use crate::options::SqliteOptions;
 use crate::schema::{self, Found, SCHEMA_VERSION};
-
-/// SQLite's `synchronous` setting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Synchronous {
-    /// Every commit is synced before it is acknowledged: an acknowledged fence survives power
-    /// loss. The default, and the only setting under which the fence guarantees hold.
-    #[default]
-    Full,
-    /// Explicit opt-in: faster commits, but a power cut can roll back commits that were already
-    /// acknowledged, and a rolled-back fence is then handed out a second time.
-    /// Process crashes (`kill -9`) are still safe.
-    Normal,
-}
-
-impl Synchronous {
-    fn pragma_value(self) -> i64 {
-        match self {
-            Synchronous::Full => 2,
-            Synchronous::Normal => 1,
-        }
-    }
-}
-
-/// A function run on every new connection, after the store's own settings (for example to
-/// register SQL functions, or in tests to install hooks).
-#[derive(Clone)]
-pub struct ConnectHook(pub Arc<ConnectFn>);
-
-/// The function a [`ConnectHook`] runs.
-pub type ConnectFn = dyn Fn(&Connection) -> rusqlite::Result<()> + Send + Sync;
-
-impl std::fmt::Debug for ConnectHook {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ConnectHook(..)")
-    }
-}
-
-/// How to open a SQLite lease store.
-#[derive(Debug, Clone)]
-pub struct SqliteOptions {
-    /// Create the database file when it does not exist (its directory must exist), and create
-    /// the lease schema in an empty database. Only `init` should set this: every other use of a
-    /// path refuses a file without the lease schema, so a mistyped path never becomes a database.
-    pub create: bool,
-    /// The `synchronous` setting; keep [`Synchronous::Full`] unless you accept reissued fences
-    /// after a power cut.
-    pub synchronous: Synchronous,
-    /// How long to wait for a lock another connection holds before failing with
-    /// [`StoreError::Unavailable`]: the database lock of a write, and the locks taken while
-    /// several processes create or open the same file.
-    pub busy_timeout: Duration,
-    /// The largest number of pooled connections (1 in exclusive mode).
-    pub pool_size: u32,
-    /// A cap on the database size in pages (`PRAGMA max_page_count`); a write that would pass it
-    /// fails with [`StoreError::Full`] and changes nothing. `None` leaves SQLite's default.
-    pub max_pages: Option<u32>,
-    /// Group commit: the most writes one transaction (one sync) may carry when callers of this
-    /// store write at the same time. 1 turns group commit off: each write then runs in its own
-    /// transaction on its own pooled connection, and concurrent writers wait on SQLite's lock.
-    pub max_batch: usize,
-    /// One process only: SQLite's exclusive locking mode. The store keeps one connection that
-    /// holds the file's lock until it is dropped, and the write-ahead log needs no shared memory
-    /// (no `-shm` file). Another process (or store) that opens the file meanwhile waits for the
-    /// busy timeout and then fails with [`StoreError::Unavailable`].
-    pub exclusive: bool,
-    /// Accept a file system that this build cannot vouch for (FUSE and unknown types; network
-    /// file systems are always refused). The write-ahead log keeps its lock and index in memory
-    /// that must be shared coherently by every process using the file; where it is not, two
-    /// processes can both be granted the same fence. Set this only if one process uses the file
-    /// (best with `exclusive`) or you know the file system keeps `mmap` coherent.
-    pub allow_unverified_filesystem: bool,
-    /// Run on every new connection after the store's settings.
-    pub on_connect: Option<ConnectHook>,
-    /// Whose clock decides `now`: the caller's (default), the caller's within a skew bound of
-    /// this host's clock, or this host's clock (read inside each write's transaction).
-    pub clock: lease_domain::ClockMode,
-    /// The clock read in store-clock mode and for a skew bound; `None` (the default) is this
-    /// host's system clock.
-    pub host_clock: Option<crate::HostClock>,
-    /// The audit trail of refused holder writes: `Some(n)` records each refusal in the
-    /// refusing transaction (which then commits and syncs) and keeps the newest `n` rows;
-    /// `None` (the default) records nothing.
-    pub audit: Option<u64>,
-}
-
-impl Default for SqliteOptions {
-    fn default() -> Self {
-        Self {
-            create: true,
-            synchronous: Synchronous::Full,
-            busy_timeout: Duration::from_secs(30),
-            pool_size: 16,
-            max_pages: None,
-            max_batch: 128,
-            exclusive: false,
-            allow_unverified_filesystem: false,
-            on_connect: None,
-            clock: lease_domain::ClockMode::default(),
-            host_clock: None,
-            audit: None,
-        }
-    }
-}
-
-fn incompatible(shown: &str, reason: impl Into<String>) -> StoreError {
-    StoreError::Incompatible {
-        path: shown.to_owned(),
-        reason: reason.into(),
-    }
-}
-
-/// Why a file with several names is refused.
-fn hard_link_reason(links: u64) -> String {
-    format!(
-        "it has {links} hard links; SQLite names its -wal and -shm files after the path, so each \
-         name of one file would get its own write-ahead log and lock, and two writers could both \
-         be granted the same fence (remove the extra links, or use one name only)"
-    )
-}
-
-/// What is at the target path, checked with `stat` only (no descriptor of the database file is
-/// opened and closed here: closing one would drop the POSIX locks SQLite holds on the file for
-/// other connections of this process).
-enum Target {
-    Missing,
-    File,
-}
-
-fn check_path(path: &Path, shown: &str) -> Result<Target, StoreError> {
-    match std::fs::metadata(path) {
-        Ok(meta) if meta.is_dir() => Err(incompatible(shown, "it is a directory")),
-        Ok(meta) if !meta.is_file() => Err(incompatible(shown, "it is not a regular file")),
-        Ok(meta) if meta.nlink() > 1 => Err(incompatible(shown, hard_link_reason(meta.nlink()))),
-        Ok(_) => Ok(Target::File),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Target::Missing),
-        Err(e) => Err(StoreError::Unavailable(
-            format!("cannot inspect {shown}: {e}").into(),
-        )),
-    }
-}
-
-/// Checks the path of an open store again before a new connection is made: a hard link made
-/// since it was opened, or the file deleted under it (never silently made anew).
-pub(crate) fn recheck(path: &Path) -> Result<(), StoreError> {
-    let shown = path.display().to_string();
-    match check_path(path, &shown)? {
-        Target::File => Ok(()),
-        Target::Missing => Err(StoreError::NotFound { path: shown }),
-    }
-}
-
-/// A file system as `statfs` names it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum FileSystem {
-    /// A local file system whose shared memory is coherent between processes.
-    Local(&'static str),
-    /// A network file system: shared memory is not shared between machines.
-    Network(&'static str),
-    /// FUSE, or a type this build does not know.
-    Unverified(String),
-}
-
-const LOCAL_FILE_SYSTEMS: [(u32, &str); 19] = [
-    (0xEF53, "ext4"),
-    (0x5846_5342, "xfs"),
-    (0x9123_683E, "btrfs"),
-    (0x0102_1994, "tmpfs"),
-    (0x8584_58F6, "ramfs"),
-    (0x2FC1_2FC1, "zfs"),
-    (0xF2F5_2010, "f2fs"),
-    (0x794C_7630, "overlayfs"),
-    (0xCA45_1A4E, "bcachefs"),
-    (0x3153_464A, "jfs"),
-    (0x5265_4973, "reiserfs"),
-    (0x3434, "nilfs2"),
-    (0x4D44, "vfat"),
-    (0x2011_BAB0, "exfat"),
-    (0x7366_746E, "ntfs3"),
-    (0x5346_544E, "ntfs"),
-    (0xE0F5_E1E2, "erofs"),
-    (0x7371_7368, "squashfs"),
-    (0x9660, "iso9660"),
-];
-
-const NETWORK_FILE_SYSTEMS: [(u32, &str); 13] = [
-    (0x6969, "NFS"),
-    (0x517B, "SMB"),
-    (0xFF53_4D42, "CIFS"),
-    (0xFE53_4D42, "SMB2"),
-    (0x5346_414F, "AFS"),
-    (0x6B41_4653, "kAFS"),
-    (0x7375_7245, "Coda"),
-    (0x564C, "NCP"),
-    (0x00C3_6400, "Ceph"),
-    (0x0102_1997, "9p"),
-    (0x0BD0_0BD0, "Lustre"),
-    (0x0116_1970, "GFS2"),
-    (0x7461_636F, "OCFS2"),
-];
-
-const FUSE_MAGIC: u32 = 0x6573_5546;
-
-/// Names a file system from its `statfs` magic number.
-pub(crate) fn classify_filesystem(magic: u32) -> FileSystem {
-    if let Some((_, name)) = LOCAL_FILE_SYSTEMS.iter().find(|(m, _)| *m == magic) {
-        return FileSystem::Local(name);
-    }
-    if let Some((_, name)) = NETWORK_FILE_SYSTEMS.iter().find(|(m, _)| *m == magic) {
-        return FileSystem::Network(name);
-    }
-    if magic == FUSE_MAGIC {
-        return FileSystem::Unverified("FUSE".to_owned());
-    }
-    FileSystem::Unverified(format!("unknown (statfs type {magic:#x})"))
-}
-
-/// Refuses a network file system always, and FUSE or an unknown type unless allowed.
-pub(crate) fn check_filesystem(
-    kind: &FileSystem,
-    shown: &str,
-    allow_unverified: bool,
-) -> Result<(), StoreError> {
-    match kind {
-        FileSystem::Local(_) => Ok(()),
-        FileSystem::Network(name) => Err(incompatible(
-            shown,
-            format!(
-                "it is on a {name} network file system; SQLite's write-ahead log keeps its lock \
-                 and index in shared memory, which is not shared between machines, so two \
-                 writers could both be granted the same fence (use a local file system)"
-            ),
-        )),
-        FileSystem::Unverified(_) if allow_unverified => Ok(()),
-        FileSystem::Unverified(name) => Err(incompatible(
-            shown,
-            format!(
-                "it is on a {name} file system, which this build cannot vouch for: SQLite's \
-                 write-ahead log needs memory shared coherently between processes, and where it \
-                 is not, two processes can both be granted the same fence; if one process uses \
-                 the file, accept the risk with allow_unverified_filesystem (--allow-unverified-fs), \
-                 best with exclusive mode (--exclusive)"
-            ),
-        )),
-    }
-}
-
-fn filesystem_of(path: &Path, shown: &str) -> Result<FileSystem, StoreError> {
-    let stat = rustix::fs::statfs(path).map_err(|e| {
-        StoreError::Unavailable(lease_ports::Detail::caused_by(
-            format!("cannot inspect the file system of {shown}: {e}"),
-            e,
-        ))
-    })?;
-    // The field's integer type differs between targets; the magic numbers are 32-bit.
-    #[allow(clippy::useless_conversion)]
-    let magic = i64::from(stat.f_type);
-    Ok(classify_filesystem(
-        u32::try_from(magic & 0xFFFF_FFFF).unwrap_or(0),
-    ))
-}
-
-/// Why the database can only be read, when it can only be read: a read-only file system, or a
-/// file or directory that cannot be written (permissions, or `chattr +i`). Uses `access(2)`, so
-/// no descriptor of the file is opened.
-fn read_only_reason(path: &Path, shown: &str) -> Option<String> {
-    use rustix::fs::{Access, access};
-    use rustix::io::Errno;
-    let dir = parent_dir(path);
-    for (target, what) in [(path, "the file"), (dir, "its directory")] {
-        match access(target, Access::WRITE_OK) {
-            Err(Errno::ROFS) => return Some(format!("{shown} is on a read-only file system")),
-            Err(Errno::ACCESS | Errno::PERM) => {
-                return Some(format!(
-                    "{what} {} cannot be written (permissions, or marked immutable)",
-                    target.display()
-                ));
-            }
-            _ => {}
-        }
-    }
-    None
-}
 
 /// The oldest SQLite this store runs on: 3.51.3 fixes the WAL-reset bug that could corrupt a
 /// WAL database when a checkpoint and a writer race.
@@ -677,21 +399,6 @@ fn read_only_or_unavailable(shown: &str, err: std::io::Error) -> StoreError {
     }
 }
 
-fn parent_dir(path: &Path) -> &Path {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    }
-}
-
-/// SQLite syncs the file but not the directory entry that names it; without this a power cut
-/// can lose a new database file and every fence in it.
-fn sync_dir(dir: &Path) -> Result<(), StoreError> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| {
-        StoreError::Unavailable(format!("cannot sync directory {}: {e}", dir.display()).into())
-    })
-}
-
 /// The settings of one connection, as SQLite reports them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionSettings {
@@ -719,7 +426,11 @@ pub(crate) fn read_settings(conn: &Connection) -> Result<ConnectionSettings, Sto
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use crate::filesystem::{FUSE_MAGIC, FileSystem, check_filesystem, classify_filesystem};
+    use crate::options::ConnectHook;
 
     #[test]
     fn network_file_systems_are_refused_and_fuse_needs_an_opt_in() {

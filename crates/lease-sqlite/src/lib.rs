@@ -14,8 +14,10 @@
 mod clock;
 mod connection;
 mod error;
+mod filesystem;
 mod group;
 mod ops;
+mod options;
 mod reads;
 mod row;
 mod schema;
@@ -41,11 +43,10 @@ use rusqlite::Connection;
 
 pub use clock::HostClock;
 use connection::Access;
-pub use connection::{
-    ConnectFn, ConnectHook, ConnectionSettings, MIN_SQLITE_VERSION, SqliteOptions, Synchronous,
-};
+pub use connection::{ConnectionSettings, MIN_SQLITE_VERSION};
 pub use group::GroupCommitStats;
 pub use lease_ports::{JobState, StoreError};
+pub use options::{ConnectFn, ConnectHook, SqliteOptions, Synchronous};
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 pub use seed::{claim, claim_many, complete, enqueue, init_db, release, renew, state};
 
@@ -207,7 +208,7 @@ impl SqliteLeaseStore {
     /// retry the refused connection until its timeout).
     fn connection(&self) -> Result<r2d2::PooledConnection<SqliteConnectionManager>, StoreError> {
         if self.pool.state().idle_connections == 0 {
-            connection::recheck(&self.path)?;
+            filesystem::recheck(&self.path)?;
         }
         self.pool.get().map_err(|e| self.no_connection(e))
     }
@@ -215,7 +216,7 @@ impl SqliteLeaseStore {
     /// The error for a failure to get a pooled connection: the pool reports only a message, so
     /// the path is checked again (a hard link made since the store opened is refused by name).
     fn no_connection(&self, err: r2d2::Error) -> StoreError {
-        match connection::recheck(&self.path) {
+        match filesystem::recheck(&self.path) {
             Err(named) => named,
             Ok(()) => error::pool(err),
         }

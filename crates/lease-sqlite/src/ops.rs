@@ -332,7 +332,8 @@ mod tests {
     use lease_domain::{ClaimRefused, LeaseTerm};
 
     use super::*;
-    use crate::connection::{SqliteOptions, open};
+    use crate::connection::open;
+    use crate::options::SqliteOptions;
     use crate::reads::state;
     use crate::tx::{batch_error, execute_batch};
 

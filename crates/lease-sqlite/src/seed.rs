@@ -12,8 +12,9 @@ use lease_domain::{Command, Fence, JobId, JobResult, LeaseTerm, Owner, Timestamp
 use lease_ports::{ClaimOutcome, FromOutcome, JobState, StoreError, WriteOutcome, outcome_as};
 use rusqlite::Connection;
 
-use crate::connection::{self, Access, SqliteOptions};
+use crate::connection::{self, Access};
 use crate::ops::{Op, Reply};
+use crate::options::SqliteOptions;
 use crate::reads;
 use crate::tx;
 
