@@ -4,7 +4,7 @@ use lease_domain::{JobId, JobResult, LeaseTerm, Owner, Timestamp};
 use lease_ports::{LeaseStore, StoreError};
 use serde_json::{Value, json};
 
-use crate::execute::Report;
+use crate::render::Report;
 
 struct Narration {
     lines: Vec<String>,

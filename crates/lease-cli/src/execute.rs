@@ -1,285 +1,15 @@
-//! Runs a checked request against any [`LeaseStore`] and renders the answer as JSON and prose.
+//! Runs a checked request against any [`LeaseStore`] and builds its report (rendered by
+//! `render`).
 
-use lease_domain::{Fence, JobId, Owner, Status, Timestamp};
-use lease_ports::{JobRecord, JobState, Lease, LeaseStore, StoreError, WriteOutcome};
+use lease_domain::{Fence, JobId, Status, Timestamp};
+use lease_ports::{JobRecord, LeaseStore, StoreError};
 use serde_json::{Value, json};
 
 use crate::cli::Request;
-
-/// Exit code: the operation was accepted (or was a read).
-pub(crate) const EXIT_OK: u8 = 0;
-/// Exit code: any error other than a usage error.
-pub(crate) const EXIT_ERROR: u8 = 1;
-/// Exit code: the lease rules refused the operation.
-pub(crate) const EXIT_REFUSED: u8 = 3;
-
-/// What a command answered: whether the lease rules accepted it, and its two renderings.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Report {
-    /// `false` when the lease rules refused the operation.
-    pub accepted: bool,
-    /// The one JSON value printed with `--json`.
-    pub json: Value,
-    /// The sentence printed otherwise.
-    pub human: String,
-    /// Whether `human` is several lines (the demo, tables); otherwise a newline in it came from
-    /// a value and is escaped like any other control character.
-    pub multiline: bool,
-    /// Printed on stderr (the reason a queue command was refused).
-    pub note: Option<String>,
-}
-
-impl Report {
-    /// A one-sentence report.
-    pub(crate) fn new(accepted: bool, json: Value, human: String) -> Self {
-        Self {
-            accepted,
-            json,
-            human,
-            multiline: false,
-            note: None,
-        }
-    }
-
-    /// A report whose refusal reason also goes to stderr.
-    fn refused_with(mut self, reason: Option<String>) -> Self {
-        self.note = reason.map(|r| format!("lease: refused: {r}\n"));
-        self
-    }
-}
-
-/// Escapes control characters (ESC, BEL, CR, newline, ...) so that a job id, owner or result
-/// cannot drive the terminal or forge a line of output; `--json` output is escaped by JSON.
-fn escape_controls(text: &str) -> String {
-    let mut shown = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c.is_control() {
-            shown.extend(c.escape_default());
-        } else {
-            shown.push(c);
-        }
-    }
-    shown
-}
-
-/// What the process prints and how it exits.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Response {
-    /// Printed on stdout.
-    pub stdout: String,
-    /// Printed on stderr.
-    pub stderr: String,
-    /// The exit code.
-    pub code: u8,
-}
-
-/// Turns a report or an error into output and an exit code: 0 accepted, 3 refused, 1 error
-/// (one line on stderr and nothing on stdout).
-pub(crate) fn respond(outcome: Result<Report, String>, json: bool) -> Response {
-    match outcome {
-        Ok(report) => Response {
-            stdout: if json {
-                format!("{}\n", report.json)
-            } else if report.multiline {
-                let lines: Vec<String> = report.human.lines().map(escape_controls).collect();
-                format!("{}\n", lines.join("\n"))
-            } else {
-                format!("{}\n", escape_controls(&report.human))
-            },
-            stderr: report
-                .note
-                .as_deref()
-                .map(escape_controls_but_newline)
-                .unwrap_or_default(),
-            code: if report.accepted {
-                EXIT_OK
-            } else {
-                EXIT_REFUSED
-            },
-        },
-        Err(message) => Response {
-            stdout: String::new(),
-            stderr: format!(
-                "lease: error: {}\n",
-                escape_controls(&message.replace('\n', " "))
-            ),
-            code: EXIT_ERROR,
-        },
-    }
-}
-
-fn escape_controls_but_newline(text: &str) -> String {
-    let lines: Vec<String> = text.split('\n').map(escape_controls).collect();
-    lines.join("\n")
-}
-
-/// A payload as JSON: `payload` when it is UTF-8 text, else `payload_base64`.
-fn payload_json(payload: Option<&[u8]>, into: &mut serde_json::Map<String, Value>) {
-    use base64::Engine;
-    match payload.map(std::str::from_utf8) {
-        None => {
-            into.insert("payload".into(), Value::Null);
-        }
-        Some(Ok(text)) => {
-            into.insert("payload".into(), json!(text));
-        }
-        Some(Err(_)) => {
-            let bytes = payload.unwrap_or_default();
-            into.insert("payload".into(), Value::Null);
-            into.insert(
-                "payload_base64".into(),
-                json!(base64::engine::general_purpose::STANDARD.encode(bytes)),
-            );
-        }
-    }
-}
-
-/// A job as JSON: the seed's six keys, then the queue's, with the status judged at `now`.
-fn record_json(record: &JobRecord, now: Timestamp) -> Value {
-    let j = &record.job;
-    let mut object = serde_json::Map::new();
-    if let Value::Object(seed) = state_json(Some(&record.state())) {
-        object.extend(seed);
-    }
-    object.extend([
-        ("queue".to_owned(), json!(j.queue.as_str())),
-        ("priority".to_owned(), json!(j.priority)),
-        ("run_at".to_owned(), json!(j.run_at.map(Timestamp::get))),
-        ("attempts".to_owned(), json!(j.attempts)),
-        ("max_attempts".to_owned(), json!(j.max_attempts)),
-        ("status".to_owned(), json!(j.status_at(now).as_str())),
-        (
-            "result_fence".to_owned(),
-            json!(j.result_fence.map(Fence::get)),
-        ),
-        ("error".to_owned(), json!(j.error)),
-    ]);
-    payload_json(j.payload.as_deref(), &mut object);
-    Value::Object(object)
-}
-
-fn lease_json(lease: &Lease) -> Value {
-    let mut object = serde_json::Map::new();
-    object.extend([
-        ("id".to_owned(), json!(lease.job.as_str())),
-        ("fence".to_owned(), json!(lease.fence.get())),
-        ("until".to_owned(), json!(lease.until.get())),
-        ("attempt".to_owned(), json!(lease.attempt)),
-    ]);
-    payload_json(lease.payload.as_deref(), &mut object);
-    Value::Object(object)
-}
-
-/// One line of `list`: id, queue, status, fence, attempts, and the error if any.
-fn record_line(record: &JobRecord, now: Timestamp) -> String {
-    let j = &record.job;
-    let mut line = format!(
-        "{:<24} {:<12} {:<9} fence {:<4} attempts {}/{}",
-        record.id,
-        j.queue,
-        j.status_at(now).as_str(),
-        j.fence,
-        j.attempts,
-        j.max_attempts.max(1)
-    );
-    if let Some(error) = &j.error {
-        line.push_str(&format!(" error {error:?}"));
-    }
-    line
-}
-
-fn state_json(state: Option<&JobState>) -> Value {
-    state.map_or(Value::Null, |s| {
-        json!({
-            "id": s.id,
-            "owner": s.owner,
-            "until": s.until,
-            "fence": s.fence,
-            "result": s.result,
-            "done": s.done,
-        })
-    })
-}
-
-fn state_sentence(id: &JobId, state: Option<&JobState>) -> String {
-    let Some(s) = state else {
-        return format!("job {id} does not exist");
-    };
-    let holder = match &s.owner {
-        Some(owner) => format!("held by {owner} until {}", s.until),
-        None => "not held".to_owned(),
-    };
-    let done = match (&s.result, s.done) {
-        (Some(result), true) => format!("done with result {result:?}"),
-        (None, true) => "done".to_owned(),
-        (_, false) => "not done".to_owned(),
-    };
-    format!("job {id}: {holder}, fence {}, {done}", s.fence)
-}
-
-fn write_report(
-    outcome: WriteOutcome,
-    verb: &str,
-    id: &JobId,
-    owner: &Owner,
-    fence: Fence,
-) -> Report {
-    match outcome {
-        Ok(()) => Report::new(
-            true,
-            json!({"ok": true}),
-            format!("{verb} job {id} as {owner} with fence {fence}"),
-        ),
-        Err(refused) => Report::new(
-            false,
-            json!({"ok": false}),
-            format!("not {verb}: {refused}"),
-        ),
-    }
-}
-
-fn queue_write_report(outcome: WriteOutcome, verb: &str, id: &JobId) -> Report {
-    match outcome {
-        Ok(()) => Report::new(true, json!({"ok": true}), format!("{verb} job {id}")),
-        Err(refused) => Report::new(
-            false,
-            json!({"ok": false}),
-            format!("not {verb}: {refused}"),
-        )
-        .refused_with(Some(refused.to_string())),
-    }
-}
-
-/// Runs one request that needs a store (everything but `init` and `demo`, which `main` handles).
-///
-/// A Prometheus label value: backslash, double quote and newline escaped.
-fn label(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// Job counts in the Prometheus text format (every status of every queue, zeros included).
-pub(crate) fn prometheus(rows: &[lease_ports::StatsRow]) -> String {
-    let mut out =
-        String::from("# HELP lease_jobs Jobs per queue and status.\n# TYPE lease_jobs gauge\n");
-    let queues: std::collections::BTreeSet<&str> = rows.iter().map(|r| r.queue.as_str()).collect();
-    for queue in queues {
-        for status in Status::ALL {
-            let count = rows
-                .iter()
-                .find(|r| r.queue.as_str() == queue && r.status == status)
-                .map_or(0, |r| r.count);
-            out.push_str(&format!(
-                "lease_jobs{{queue=\"{}\",status=\"{}\"}} {count}\n",
-                label(queue),
-                status.as_str()
-            ));
-        }
-    }
-    out
-}
+use crate::render::{
+    Report, lease_json, prometheus, queue_write_report, record_json, record_line, state_sentence,
+    write_report,
+};
 
 /// The stored `until` of a lease just granted or renewed (in store-clock mode it is the
 /// store's, not the caller's `now + ttl`); `None` if the lease has moved on meanwhile or the
@@ -533,10 +263,15 @@ mod tests {
     use lease_domain::{
         ClaimRefused, EnqueueSpec, ErrorText, JobResult, LeaseTerm, QueueName, Retry, WriteRefused,
     };
-    use lease_ports::{ClaimOutcome, CompleteAndClaim, FailOutcome, ListFilter, StatsRow};
+    use lease_domain::{Fence, JobId, Owner, Status, Timestamp};
+    use lease_ports::{
+        ClaimOutcome, CompleteAndClaim, FailOutcome, JobRecord, JobState, Lease, ListFilter,
+        StatsRow, WriteOutcome,
+    };
     use mockall::mock;
 
     use super::*;
+    use crate::render::{EXIT_ERROR, EXIT_OK, EXIT_REFUSED, Response, respond};
 
     mock! {
         Store {}

@@ -4,6 +4,7 @@
 mod cli;
 mod demo;
 mod execute;
+mod render;
 mod target;
 mod work;
 
@@ -17,7 +18,7 @@ use lease_sqlite::{SqliteLeaseStore, SqliteOptions};
 use serde_json::json;
 
 use crate::cli::{Cli, Request};
-use crate::execute::{Report, Response, respond};
+use crate::render::{Report, Response, respond};
 use crate::target::{Settings, clock_mode};
 
 /// The system clock in Unix seconds; a clock before 1970 reads as negative seconds.
@@ -175,8 +176,8 @@ fn print(response: &Response, json_answer: Option<&str>) -> u8 {
         Ok(()) => response.code,
         Err(e) => {
             let outcome = match response.code {
-                execute::EXIT_OK => "the operation was accepted",
-                execute::EXIT_REFUSED => "the operation was refused",
+                render::EXIT_OK => "the operation was accepted",
+                render::EXIT_REFUSED => "the operation was refused",
                 _ => "the operation failed",
             };
             let answer = json_answer.map(|a| format!(": {a}")).unwrap_or_default();
@@ -184,7 +185,7 @@ fn print(response: &Response, json_answer: Option<&str>) -> u8 {
                 stderr,
                 "lease: error: cannot write the answer to stdout ({e}); {outcome}{answer}"
             );
-            execute::EXIT_ERROR
+            render::EXIT_ERROR
         }
     }
 }

@@ -12,7 +12,7 @@ use lease_postgres::{PgLeaseStore, PgOptions, is_postgres_url};
 use lease_sqlite::{SqliteLeaseStore, SqliteOptions};
 use serde_json::json;
 
-use crate::execute::Report;
+use crate::render::Report;
 
 /// A store to open.
 #[derive(Debug, Clone)]

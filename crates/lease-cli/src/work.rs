@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
 use crate::cli::WorkRequest;
-use crate::execute::Report;
+use crate::render::Report;
 
 /// How many of the program's last stderr lines become the job's error.
 const ERROR_LINES: usize = 5;
