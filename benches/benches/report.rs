@@ -2,183 +2,27 @@
 //! the same process, concurrent callers with and without group commit, and tables of 1k to 1M
 //! jobs. Prints one table and writes it to `target/bench-report.md`. `-- --quick` shortens it.
 
+#[path = "support/harness.rs"]
+mod harness;
 #[path = "support/pg.rs"]
 mod pg;
+#[path = "support/raw.rs"]
+mod raw;
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::harness::{
+    Caller, Paired, Plan, Row, Run, jobs_row, measure, render, summarize, timed, to_f64,
+};
+use crate::raw::{populate, raw_connection, raw_insert, raw_queue_loop, raw_select, raw_write};
 use lease_domain::{Fence, Job, JobId, JobResult, LeaseTerm, Owner, Timestamp, decide_claim};
 use lease_ports::{LeaseStore, QueueName};
-use lease_sqlite::sql::{
-    INSERT_JOB as INSERT, SELECT_CANDIDATES, SELECT_JOB as SELECT, UPDATE_JOB as UPDATE,
-    UPSERT_QUEUE,
-};
 use lease_sqlite::{SqliteLeaseStore, SqliteOptions, Synchronous};
 use lease_worker::{CancellationToken, JobContext, Worker, WorkerConfig};
 use rusqlite::Connection;
 use std::sync::Arc;
-
-/// How long each measured run lasts, and how many runs give the median.
-struct Plan {
-    window: Duration,
-    runs: usize,
-    big_table: u64,
-}
-
-/// The width of the slots in which each caller's progress is counted, in milliseconds.
-const SLOT_MS: u128 = 100;
-
-/// One caller's share of a run.
-#[derive(Clone, Default)]
-struct Caller {
-    latencies: Vec<Duration>,
-    /// Completed operations in each whole 100 ms slot of the run.
-    per_slot: Vec<u64>,
-}
-
-/// One measured run: every caller's latencies over the run's wall time.
-struct Run {
-    callers: Vec<Caller>,
-    wall: Duration,
-}
-
-impl Run {
-    fn ops(&self) -> usize {
-        self.callers.iter().map(|c| c.latencies.len()).sum()
-    }
-
-    /// Operations per second of measured time: wall time, or for a single caller whose loop also
-    /// does untimed set-up work, the summed time of the measured calls.
-    fn rate(&self, timed_only: bool) -> f64 {
-        let secs = if timed_only {
-            self.callers
-                .iter()
-                .flat_map(|c| &c.latencies)
-                .sum::<Duration>()
-                .as_secs_f64()
-        } else {
-            self.wall.as_secs_f64()
-        };
-        to_f64(self.ops()) / secs.max(1e-9)
-    }
-}
-
-fn to_f64(n: usize) -> f64 {
-    u32::try_from(n).map_or(f64::from(u32::MAX), f64::from)
-}
-
-/// Runs `callers` threads for one window; each calls `op(caller, i)`, which returns the time of
-/// the measured part of its iteration.
-fn measure(callers: usize, window: Duration, op: &(dyn Fn(usize, u64) -> Duration + Sync)) -> Run {
-    let start = Instant::now();
-    let results: Vec<Caller> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..callers)
-            .map(|c| {
-                scope.spawn(move || {
-                    let mut me = Caller::default();
-                    let mut i = 0;
-                    while start.elapsed() < window {
-                        let took = op(c, i);
-                        i += 1;
-                        me.latencies.push(took);
-                        let slot =
-                            usize::try_from(start.elapsed().as_millis() / SLOT_MS).unwrap_or(0);
-                        if me.per_slot.len() <= slot {
-                            me.per_slot.resize(slot + 1, 0);
-                        }
-                        me.per_slot[slot] += 1;
-                    }
-                    me
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("bench thread"))
-            .collect()
-    });
-    Run {
-        callers: results,
-        wall: start.elapsed(),
-    }
-}
-
-fn timed(f: impl FnOnce()) -> Duration {
-    let start = Instant::now();
-    f();
-    start.elapsed()
-}
-
-/// A row of the report.
-struct Row {
-    operation: String,
-    callers: usize,
-    rows: u64,
-    ops_per_sec: f64,
-    p50: Duration,
-    p99: Duration,
-    /// Median wait, worst wait, fewest operations of any caller in any whole 100 ms slot.
-    worst_wait: Duration,
-    median_wait: Duration,
-    min_caller_ops: u64,
-    min_ops_in_a_slot: Option<u64>,
-    baseline: Option<&'static str>,
-    /// The ratio to the baseline measured in alternating runs, when it was.
-    ratio: Option<f64>,
-}
-
-fn summarize(operation: &str, callers: usize, rows: u64, runs: &[Run], timed_only: bool) -> Row {
-    let mut rates: Vec<f64> = runs.iter().map(|r| r.rate(timed_only)).collect();
-    rates.sort_by(f64::total_cmp);
-    let mut all: Vec<Duration> = runs
-        .iter()
-        .flat_map(|r| r.callers.iter().flat_map(|c| c.latencies.iter().copied()))
-        .collect();
-    all.sort();
-    let pick = |q: f64| {
-        let last = all.len().saturating_sub(1);
-        // q in 0..=1 times a length that fits in f64: the index rounds down on purpose.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        let i = ((to_f64(last)) * q) as usize;
-        all.get(i).copied().unwrap_or_default()
-    };
-    let min_caller_ops = runs
-        .iter()
-        .flat_map(|r| {
-            r.callers
-                .iter()
-                .map(|c| u64::try_from(c.latencies.len()).unwrap_or(0))
-        })
-        .min()
-        .unwrap_or(0);
-    // Only whole slots count: the last, partial slot of a run is left out.
-    let min_ops_in_a_slot = runs
-        .iter()
-        .flat_map(|r| {
-            let whole = usize::try_from(r.wall.as_millis() / SLOT_MS).unwrap_or(0);
-            r.callers
-                .iter()
-                .flat_map(move |c| (0..whole).map(move |s| c.per_slot.get(s).copied().unwrap_or(0)))
-        })
-        .min();
-    Row {
-        operation: operation.to_owned(),
-        callers,
-        rows,
-        ops_per_sec: rates[rates.len() / 2],
-        p50: pick(0.5),
-        p99: pick(0.99),
-        worst_wait: all.last().copied().unwrap_or_default(),
-        median_wait: pick(0.5),
-        min_caller_ops,
-        min_ops_in_a_slot,
-        baseline: None,
-        ratio: None,
-    }
-}
 
 fn id(n: u64) -> JobId {
     JobId::new(format!("job-{n:08}")).expect("valid id")
@@ -190,186 +34,6 @@ fn owner(n: usize) -> Owner {
 
 fn term(now: f64, ttl: f64) -> LeaseTerm {
     LeaseTerm::new(now, ttl).expect("valid term")
-}
-
-/// Creates a lease database with `fresh` new jobs (`job-00000000`...) and `done` finished jobs.
-fn populate(path: &Path, fresh: u64, done: u64) {
-    drop(SqliteLeaseStore::open(path).expect("create the database"));
-    let mut conn = Connection::open(path).expect("open for loading");
-    let tx = conn.transaction().expect("begin");
-    {
-        let mut insert = tx
-            .prepare("INSERT INTO jobs(id) VALUES (?1)")
-            .expect("prepare");
-        for n in 0..fresh {
-            insert.execute([id(n).as_str()]).expect("insert fresh");
-        }
-        let mut finished = tx
-            .prepare("INSERT INTO jobs(id, owner, until, fence, result, done) VALUES (?1, 'old', 1, 1, 'r', 1)")
-            .expect("prepare");
-        for n in 0..done {
-            finished
-                .execute([format!("done-{n:08}")])
-                .expect("insert done");
-        }
-    }
-    tx.commit().expect("commit");
-}
-
-/// The baseline: one raw rusqlite connection with the store's settings and the store's SQL.
-fn raw_connection(path: &Path) -> Connection {
-    let conn = Connection::open(path).expect("open raw");
-    conn.busy_timeout(Duration::from_secs(30))
-        .expect("busy timeout");
-    conn.pragma_update(None, "journal_mode", "WAL")
-        .expect("wal");
-    conn.pragma_update(None, "synchronous", 2).expect("full");
-    conn
-}
-
-type RawRow = (Option<String>, f64, i64, Option<String>, i64);
-
-fn raw_select(conn: &Connection, job: &JobId) -> Option<RawRow> {
-    let mut stmt = conn.prepare_cached(SELECT).expect("prepare select");
-    let mut rows = stmt.query([job.as_str()]).expect("query");
-    rows.next().expect("step").map(|r| {
-        (
-            r.get(0).expect("owner"),
-            r.get(1).expect("until"),
-            r.get(2).expect("fence"),
-            r.get(3).expect("result"),
-            r.get(4).expect("done"),
-        )
-    })
-}
-
-/// One durable single-job write, as the store's claim runs it: BEGIN IMMEDIATE, SELECT (jobs
-/// joined with its queue row), UPDATE jobs, upsert the queue row, COMMIT.
-fn raw_write(conn: &Connection, job: &JobId, now: f64) {
-    run(conn, "BEGIN IMMEDIATE");
-    let (_, _, fence, result, _) = raw_select(conn, job).expect("row");
-    conn.prepare_cached(UPDATE)
-        .expect("prepare update")
-        .execute(rusqlite::params![
-            job.as_str(),
-            "raw",
-            now + 0.5,
-            fence + 1,
-            result,
-            false
-        ])
-        .expect("update");
-    raw_upsert_queue(conn, job, now);
-    run(conn, "COMMIT");
-}
-
-/// The queue row's half of every store write (default queue fields), as the store runs it.
-fn raw_upsert_queue(conn: &Connection, job: &JobId, now: f64) {
-    raw_upsert_queue_as(conn, job, now, None);
-}
-
-/// The same, with the job's finished status (`done` once completed: it leaves the ready index).
-fn raw_upsert_queue_as(conn: &Connection, job: &JobId, now: f64, finished: Option<&str>) {
-    conn.prepare_cached(UPSERT_QUEUE)
-        .expect("prepare upsert")
-        .execute(rusqlite::params![
-            job.as_str(),
-            "default",
-            0,
-            None::<f64>,
-            0,
-            5,
-            None::<Vec<u8>>,
-            finished,
-            None::<&str>,
-            None::<i64>,
-            now
-        ])
-        .expect("upsert queue row");
-}
-
-/// Runs a statement from the connection's cache, as the store does for BEGIN and COMMIT.
-fn run(conn: &Connection, sql: &str) {
-    conn.prepare_cached(sql)
-        .and_then(|mut s| s.execute([]))
-        .expect(sql);
-}
-
-fn raw_insert(conn: &Connection, job: &JobId) {
-    run(conn, "BEGIN IMMEDIATE");
-    assert!(raw_select(conn, job).is_none());
-    conn.prepare_cached(INSERT)
-        .expect("prepare insert")
-        .execute(rusqlite::params![
-            job.as_str(),
-            None::<&str>,
-            0.0,
-            0,
-            None::<&str>,
-            false
-        ])
-        .expect("insert");
-    raw_upsert_queue(conn, job, 0.0);
-    run(conn, "COMMIT");
-}
-
-type Op<'a> = &'a (dyn Fn(usize, u64) -> Duration + Sync);
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-/// Measures a store operation and its raw baseline in alternating runs, so drift in the disk's
-/// sync latency hits both alike; the ratio is the median of the per-pair ratios.
-struct Paired<'p> {
-    plan: &'p Plan,
-    raw_runs: Vec<(&'static str, Run)>,
-}
-
-impl Paired<'_> {
-    #[allow(clippy::too_many_arguments)] // The two sides of a pair and how to run and report them.
-    fn measure(
-        &mut self,
-        name: &str,
-        op: Op<'_>,
-        timed_only: bool,
-        raw_name: &'static str,
-        raw: Op<'_>,
-    ) -> Row {
-        let (mut runs, mut ratios) = (Vec::new(), Vec::new());
-        for _ in 0..self.plan.runs {
-            let baseline = measure(1, self.plan.window, raw);
-            let run = measure(1, self.plan.window, op);
-            ratios.push(run.rate(timed_only) / baseline.rate(false));
-            runs.push(run);
-            self.raw_runs.push((raw_name, baseline));
-        }
-        Row {
-            ratio: Some(median(ratios)),
-            baseline: Some(raw_name),
-            ..summarize(name, 1, 1_000, &runs, timed_only)
-        }
-    }
-
-    /// One row per baseline, over every run of it.
-    fn baseline_rows(self, labels: &[(&'static str, &str)]) -> Vec<Row> {
-        labels
-            .iter()
-            .map(|(raw_name, label)| {
-                let runs: Vec<Run> = self
-                    .raw_runs
-                    .iter()
-                    .filter(|(n, _)| n == raw_name)
-                    .map(|(_, r)| Run {
-                        callers: r.callers.clone(),
-                        wall: r.wall,
-                    })
-                    .collect();
-                summarize(label, 1, 1_000, &runs, false)
-            })
-            .collect()
-    }
 }
 
 fn single_caller(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
@@ -681,66 +345,6 @@ fn queue_store(path: &Path, jobs: u64, synchronous: Synchronous) -> SqliteLeaseS
     SqliteLeaseStore::open_with(path, options).expect("open store")
 }
 
-/// The raw baseline of a worker's loop: per job, the store's claim-next SQL in one FULL
-/// transaction and the completion's SQL in another (two syncs per job).
-fn raw_queue_loop(path: &Path, jobs: u64) -> Run {
-    let _ = std::fs::remove_file(path);
-    populate(path, jobs, 0);
-    let conn = raw_connection(path);
-    let mut me = Caller::default();
-    let start = Instant::now();
-    let mut now = 1.0;
-    loop {
-        now += 1e-6;
-        let began = Instant::now();
-        run(&conn, "BEGIN IMMEDIATE");
-        let next: Option<String> = conn
-            .prepare_cached(SELECT_CANDIDATES)
-            .expect("prepare candidates")
-            .query_row(rusqlite::params!["default", now, 1], |r| r.get(0))
-            .ok();
-        let Some(next) = next else {
-            run(&conn, "ROLLBACK");
-            break;
-        };
-        let job = JobId::new(next).expect("id");
-        let (_, _, fence, _, _) = raw_select(&conn, &job).expect("row");
-        conn.prepare_cached(UPDATE)
-            .expect("prepare update")
-            .execute(rusqlite::params![
-                job.as_str(),
-                "raw",
-                now + 60.0,
-                fence + 1,
-                None::<&str>,
-                false
-            ])
-            .expect("claim");
-        raw_upsert_queue(&conn, &job, now);
-        run(&conn, "COMMIT");
-        run(&conn, "BEGIN IMMEDIATE");
-        drop(raw_select(&conn, &job));
-        conn.prepare_cached(UPDATE)
-            .expect("prepare update")
-            .execute(rusqlite::params![
-                job.as_str(),
-                "raw",
-                now + 60.0,
-                fence + 1,
-                "done",
-                true
-            ])
-            .expect("complete");
-        raw_upsert_queue_as(&conn, &job, now, Some("done"));
-        run(&conn, "COMMIT");
-        me.latencies.push(began.elapsed());
-    }
-    Run {
-        callers: vec![me],
-        wall: start.elapsed(),
-    }
-}
-
 /// W threads, each taking one job with claim_next and then looping
 /// complete_and_claim_next (one commit per job) until the queue is empty.
 fn blocking_workers(store: &SqliteLeaseStore, workers: usize) -> Run {
@@ -889,20 +493,6 @@ fn runtime_worker(store: &SqliteLeaseStore, workers: usize) -> Run {
 /// One way to drive the queue loop: the blocking API, the async port, or the worker runtime.
 type Drive = fn(&SqliteLeaseStore, usize) -> Run;
 
-/// Jobs per second of a run that processed `jobs` jobs.
-fn jobs_row(operation: String, callers: usize, jobs: u64, run: &Run, baseline: Option<f64>) -> Row {
-    let per_second =
-        to_f64(usize::try_from(jobs).unwrap_or(usize::MAX)) / run.wall.as_secs_f64().max(1e-9);
-    let base = summarize(&operation, callers, jobs, std::slice::from_ref(run), false);
-    Row {
-        operation,
-        ops_per_sec: per_second,
-        ratio: baseline.map(|b| per_second / b),
-        baseline: baseline.map(|_| "raw queue loop"),
-        ..base
-    }
-}
-
 fn queue(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
     let jobs = queue_jobs(plan);
     let raw = raw_queue_loop(&dir.join("raw-queue.db"), jobs);
@@ -1000,63 +590,6 @@ fn domain(plan: &Plan, rows: &mut Vec<Row>) {
         })
         .collect();
     rows.push(summarize("domain decide_claim (no I/O)", 1, 0, &runs, true));
-}
-
-fn human(d: Duration) -> String {
-    let us = d.as_secs_f64() * 1e6;
-    if us < 1.0 {
-        format!("{:.0} ns", us * 1000.0)
-    } else if us < 1000.0 {
-        format!("{us:.1} µs")
-    } else {
-        format!("{:.2} ms", us / 1000.0)
-    }
-}
-
-fn render(rows: &[Row]) -> String {
-    let base = |name: &str| {
-        rows.iter()
-            .find(|r| r.operation.starts_with(name))
-            .map(|r| r.ops_per_sec)
-    };
-    let mut out = String::from(
-        "| operation | callers | rows | ops/s (median) | p50 | p99 | ratio to raw | per caller: fewest ops, fewest in any 0.1 s, worst wait / median wait |\n|---|---:|---:|---:|---:|---:|---:|---|\n",
-    );
-    for r in rows {
-        let ratio = r
-            .ratio
-            .or_else(|| r.baseline.and_then(base).map(|raw| r.ops_per_sec / raw));
-        let ratio = match (ratio, r.baseline) {
-            (Some(x), Some(name)) => format!("{x:.2}x {name}"),
-            _ => "—".to_owned(),
-        };
-        let fairness = if r.callers > 1 {
-            format!(
-                "{}, {}, {} / {} ({:.1}x)",
-                r.min_caller_ops,
-                r.min_ops_in_a_slot
-                    .map_or_else(|| "n/a".to_owned(), |n| n.to_string()),
-                human(r.worst_wait),
-                human(r.median_wait),
-                r.worst_wait.as_secs_f64() / r.median_wait.as_secs_f64().max(1e-12)
-            )
-        } else {
-            format!("worst wait {}", human(r.worst_wait))
-        };
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {:.0} | {} | {} | {} | {} |",
-            r.operation,
-            r.callers,
-            r.rows,
-            r.ops_per_sec,
-            human(r.p50),
-            human(r.p99),
-            ratio,
-            fairness
-        );
-    }
-    out
 }
 
 fn report_path() -> PathBuf {

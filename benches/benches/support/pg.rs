@@ -15,7 +15,7 @@ use lease_domain::{JobId, JobResult, LeaseTerm, Owner, QueueName};
 use lease_ports::LeaseStore;
 use lease_postgres::{PgLeaseStore, PgOptions, ScratchDatabase, StatementTexts};
 
-use super::{Caller, Plan, Row, Run, SLOT_MS, median, summarize};
+use crate::harness::{Caller, Plan, Row, Run, SLOT_MS, median, summarize};
 
 /// What one measured operation does.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

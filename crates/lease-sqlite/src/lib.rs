@@ -54,7 +54,8 @@ pub use seed::{claim, claim_many, complete, enqueue, init_db, release, renew, st
 /// (feature `test-support`).
 #[cfg(feature = "test-support")]
 pub mod sql {
-    pub use crate::ops::{INSERT_JOB, SELECT_CANDIDATES, SELECT_JOB, UPDATE_JOB, UPSERT_QUEUE};
+    pub use crate::ops::SELECT_CANDIDATES;
+    pub use crate::row::{INSERT_JOB, SELECT_JOB, UPDATE_JOB, UPSERT_QUEUE};
 }
 
 /// The error type of this crate: the port's [`StoreError`].
