@@ -4,6 +4,7 @@
 mod cli;
 mod demo;
 mod execute;
+mod processes;
 mod render;
 mod target;
 mod work;

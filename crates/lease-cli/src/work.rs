@@ -13,6 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
 use crate::cli::WorkRequest;
+use crate::processes;
 use crate::render::Report;
 
 /// How many of the program's last stderr lines become the job's error.
@@ -25,21 +26,33 @@ fn last_lines(text: &str, n: usize) -> String {
 }
 
 /// Runs the program for one job; see the `work` subcommand's help for the contract.
+///
+/// The program runs in a process group of its own (so a Ctrl-C at the terminal does not reach
+/// it, and a signal to the group reaches everything it started there), marked with a
+/// `LEASE_RUN` value of its own that its descendants inherit. When the run ends, however it
+/// ends, every process of the group and every orphan of the run (re-parented to `lease work`,
+/// which is their subreaper) is sent SIGTERM, then SIGKILL after `grace`.
 async fn run_program(command: Arc<Vec<String>>, grace: Duration, job: JobContext) -> HandlerResult {
     let (program, args) = command
         .split_first()
         .ok_or_else(|| "no program to run".to_owned())?;
+    let marker = processes::next_marker();
     let mut child = Command::new(program)
         .args(args)
         .env("LEASE_JOB", job.job.as_str())
         .env("LEASE_FENCE", job.fence.to_string())
         .env("LEASE_ATTEMPT", job.attempt.to_string())
+        .env(processes::MARKER, &marker)
+        .process_group(0)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| format!("cannot start {program}: {e}"))?;
+    // The group's id is the program's pid; it stays a program of this worker until reaped.
+    let group = child.id().and_then(|id| i32::try_from(id).ok());
+    let _running = group.map(processes::Running::new);
     let payload = job.payload.clone().unwrap_or_default();
     let stdin = child.stdin.take();
     tokio::spawn(async move {
@@ -64,9 +77,12 @@ async fn run_program(command: Arc<Vec<String>>, grace: Duration, job: JobContext
         }
         bytes
     });
-    tokio::select! {
+    let outcome = tokio::select! {
         status = child.wait() => {
             let status = status.map_err(|e| format!("cannot wait for {program}: {e}"))?;
+            // What the program left running goes with it (before its output is awaited: a
+            // background process holding the pipes open would keep it from ending).
+            processes::end_run(group, &marker, grace).await;
             let out = out.await.unwrap_or_default();
             let err = String::from_utf8_lossy(&err.await.unwrap_or_default()).into_owned();
             if status.success() {
@@ -76,16 +92,15 @@ async fn run_program(command: Arc<Vec<String>>, grace: Duration, job: JobContext
             }
         }
         () = job.cancel.cancelled() => {
-            if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()).and_then(rustix::process::Pid::from_raw) {
-                // The program may already be gone; then there is nothing to stop.
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-            }
+            processes::signal_run(group, &marker, rustix::process::Signal::TERM);
             if tokio::time::timeout(grace, child.wait()).await.is_err() {
                 let _ = child.kill().await;
             }
+            processes::end_run(group, &marker, grace).await;
             Err(format!("{program} was stopped: the lease is gone"))
         }
-    }
+    };
+    outcome
 }
 
 /// One progress line for a finished job.
@@ -107,12 +122,13 @@ pub(crate) fn progress_line(report: &JobReport) -> String {
 }
 
 /// Runs the worker until it stops, printing a line per job on stderr; Ctrl-C or SIGTERM
-/// shut it down gracefully.
+/// shut it down gracefully, a second one at once.
 pub(crate) async fn run(
     request: &WorkRequest,
     store: Arc<dyn LeaseStore>,
     progress: impl Fn(String) + Send + Sync + 'static,
 ) -> Result<Report, String> {
+    processes::become_subreaper();
     let mut config = WorkerConfig::new(request.queue.clone(), request.owner.clone(), request.ttl);
     config.concurrency = request.concurrency;
     config.max_jobs = request.max_jobs;
@@ -129,24 +145,32 @@ pub(crate) async fn run(
         config,
     )
     .on_report(move |report| progress(progress_line(report)));
+    // The first Ctrl-C or SIGTERM stops claiming and lets running jobs finish for --drain
+    // seconds; a second one stops them at once (their leases are released).
     let shutdown = CancellationToken::new();
-    let on_signal = shutdown.clone();
+    let hurry = CancellationToken::new();
+    let (on_signal, on_second) = (shutdown.clone(), hurry.clone());
     tokio::spawn(async move {
         let mut terminate =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        let terminated = async {
-            match terminate.as_mut() {
-                Some(signal) => signal.recv().await.map(drop),
-                None => std::future::pending().await,
+        for token in [on_signal, on_second] {
+            let terminated = async {
+                match terminate.as_mut() {
+                    Some(signal) => signal.recv().await.map(drop),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = terminated => {}
             }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = terminated => {}
+            token.cancel();
         }
-        on_signal.cancel();
     });
-    let summary: Summary = worker.run(shutdown).await.map_err(|e| e.to_string())?;
+    let summary: Summary = worker
+        .run_with_abort(shutdown, hurry)
+        .await
+        .map_err(|e| e.to_string())?;
     Ok(Report::new(
         true,
         json!({

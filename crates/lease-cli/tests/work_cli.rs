@@ -230,3 +230,184 @@ fn work_refuses_bad_settings_before_touching_the_queue() {
     );
     assert_eq!(json_of(&db, &["state", "j"])["fence"], 0);
 }
+
+/// Whether `pid` is gone (or only a zombie waiting to be reaped).
+fn gone(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rfind(')')
+            .is_some_and(|i| stat[i + 1..].trim_start().starts_with('Z')),
+    }
+}
+
+#[test]
+fn a_lost_lease_stops_everything_the_program_started_in_its_group_and_out_of_it() {
+    let (dir, db) = fresh_db();
+    json_of(&db, &["enqueue", "j", "--queue", "q"]);
+    let pids = dir.path().join("pids");
+    // A background sleep, one that leaves the process group and session (setsid), and a
+    // foreground sleep the shell waits for.
+    let program = format!(
+        "sleep 300 & echo $! >> {p}; setsid sleep 301 & echo $! >> {p}; \
+         sleep 302 & echo $! >> {p}; wait",
+        p = pids.display()
+    );
+    let worker = lease(&db)
+        .args([
+            "work",
+            "--queue",
+            "q",
+            "--owner",
+            "w",
+            "--ttl",
+            "1",
+            "--grace",
+            "1",
+            "--max-jobs",
+            "1",
+            "--json",
+        ])
+        .args(["--", "sh", "-c", &program])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let started = loop {
+        let text = std::fs::read_to_string(&pids).unwrap_or_default();
+        let found: Vec<String> = text.lines().map(str::to_owned).collect();
+        if found.len() == 3 {
+            break found;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the program never started its sleeps"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(started.iter().all(|pid| !gone(pid)), "{started:?}");
+    assert_eq!(json_of(&db, &["cancel", "j"]), json!({"ok": true}));
+    let out = worker.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["lost"],
+        1
+    );
+    let left: Vec<&String> = started.iter().filter(|pid| !gone(pid)).collect();
+    for pid in &left {
+        // Do not leave them behind if the test fails.
+        let _ = Command::new("kill").args(["-9", pid]).status();
+    }
+    assert!(
+        left.is_empty(),
+        "still running after the lease was lost: {left:?}"
+    );
+}
+
+#[test]
+fn a_store_error_ends_lease_work_with_exit_1_and_says_why() {
+    let (_dir, db) = fresh_db();
+    json_of(&db, &["enqueue", "j", "--queue", "q"]);
+    let out = lease(&db)
+        .args(["--max-skew", "0.000001"])
+        .args([
+            "work",
+            "--queue",
+            "q",
+            "--owner",
+            "w",
+            "--ttl",
+            "5",
+            "--exit-when-empty",
+        ])
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("clock"), "{stderr}");
+    assert_eq!(json_of(&db, &["state", "j"])["fence"], 0);
+}
+
+/// Ctrl-C at a terminal: the signal goes to the whole foreground process group.
+fn interrupt_group(pgid: u32) {
+    assert!(
+        Command::new("kill")
+            .args(["-INT", "--", &format!("-{pgid}")])
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
+fn work_in_own_group(db: &Path, program: &str) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    lease(db)
+        .args([
+            "work", "--queue", "q", "--owner", "w", "--ttl", "5", "--drain", "20", "--json",
+        ])
+        .args(["--", "sh", "-c", program])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap()
+}
+
+fn wait_running(db: &Path, job: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while json_of(db, &["state", job])["status"] != "running" {
+        assert!(Instant::now() < deadline, "the job never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn ctrl_c_at_a_terminal_drains_and_a_second_one_releases_at_once() {
+    let (_dir, db) = fresh_db();
+    // The first Ctrl-C reaches lease work's group but not the program: the job finishes.
+    json_of(&db, &["enqueue", "first", "--queue", "q"]);
+    let worker = work_in_own_group(&db, "sleep 1; echo done");
+    wait_running(&db, "first");
+    interrupt_group(worker.id());
+    let out = worker.wait_with_output().unwrap();
+    let summary: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(summary["completed"], 1, "{summary}");
+    assert_eq!(json_of(&db, &["state", "first"])["result"], "done\n");
+
+    // A second Ctrl-C stops the running job at once and gives its lease back; at its last
+    // allowed attempt it is not dead-lettered as "lease expired".
+    json_of(
+        &db,
+        &["enqueue", "second", "--queue", "q", "--max-attempts", "1"],
+    );
+    let worker = work_in_own_group(&db, "sleep 60");
+    wait_running(&db, "second");
+    interrupt_group(worker.id());
+    std::thread::sleep(Duration::from_millis(300));
+    interrupt_group(worker.id());
+    let out = worker.wait_with_output().unwrap();
+    let summary: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(summary["released"], 1, "{summary}");
+    let state = json_of(&db, &["state", "second"]);
+    assert_eq!(
+        (&state["owner"], &state["result"]),
+        (&Value::Null, &Value::Null)
+    );
+    let next = json_of(
+        &db,
+        &["claim-next", "--queue", "q", "--owner", "v", "--ttl", "5"],
+    );
+    assert_eq!(next["leases"], json!([]));
+    let state = json_of(&db, &["state", "second"]);
+    assert_eq!(state["status"], "dead");
+    assert_ne!(state["error"], "lease expired");
+}

@@ -29,9 +29,9 @@ pub use guard::{GuardRefused, decide_guard};
 pub use migrate::{ImportDecision, decide_import, raise_fence};
 pub use queue::{Backoff, Ended, EnqueueSpec, ErrorText, Payload, QueueName, Retry, Status};
 pub use rules::{
-    ClaimRefused, Failed, Job, LEASE_EXPIRED, NextDecision, WriteRefused, claim_order,
-    decide_cancel, decide_claim, decide_claim_next, decide_complete, decide_fail, decide_release,
-    decide_renew, decide_retry, is_purgeable,
+    ClaimRefused, Failed, Job, LEASE_EXPIRED, NextDecision, RELEASED_AT_LAST_ATTEMPT, WriteRefused,
+    claim_order, decide_cancel, decide_claim, decide_claim_next, decide_complete, decide_fail,
+    decide_release, decide_renew, decide_retry, is_purgeable,
 };
 pub use values::{Fence, InputError, JobId, JobResult, LeaseTerm, Owner, Timestamp, Ttl};
 

@@ -299,9 +299,15 @@ pub fn decide_claim_next(job: &Job, owner: &Owner, term: LeaseTerm) -> NextDecis
         return NextDecision::Skip;
     }
     if !job.has_attempts_left() {
+        // An expired lease keeps its owner; a released one (a worker shutting down) has none.
+        let why = if job.owner.is_some() {
+            LEASE_EXPIRED
+        } else {
+            RELEASED_AT_LAST_ATTEMPT
+        };
         return NextDecision::Bury(Job {
             ended: Some(Ended::Dead),
-            error: Some(LEASE_EXPIRED.to_owned()),
+            error: Some(why.to_owned()),
             updated: Some(now),
             ..job.clone()
         });
@@ -332,6 +338,11 @@ pub fn claim_order(a: (&Job, u64), b: (&Job, u64)) -> std::cmp::Ordering {
 
 /// The error a job gets when its last allowed lease expired.
 pub const LEASE_EXPIRED: &str = "lease expired";
+
+/// The error a job gets when its last allowed lease was given back (a worker shut down before
+/// it finished); `retry` runs it again.
+pub const RELEASED_AT_LAST_ATTEMPT: &str =
+    "its last allowed attempt was released unfinished (a worker shut down); retry it to run again";
 
 /// Checks that `owner` and `fence` name the current holder of a job that is not done.
 fn check_holder<'a>(

@@ -486,6 +486,18 @@ fn an_expired_lease_with_no_attempts_left_is_buried_by_claim_next() {
 }
 
 #[test]
+fn a_last_attempt_released_at_shutdown_is_buried_as_released_not_as_expired() {
+    let w = owner("w");
+    let job = leased(decide_claim_next(&due(1), &w, term(0.0, 5.0)));
+    let released = decide_release(Some(&job), &w, job.fence).unwrap();
+    let NextDecision::Bury(dead) = decide_claim_next(&released, &w, term(1.0, 5.0)) else {
+        panic!("the job was not buried");
+    };
+    assert_eq!(dead.error.as_deref(), Some(RELEASED_AT_LAST_ATTEMPT));
+    assert_ne!(dead.error.as_deref(), Some(LEASE_EXPIRED));
+}
+
+#[test]
 fn zero_max_attempts_means_one_attempt() {
     let job = leased(decide_claim_next(&due(0), &owner("w"), term(0.0, 1.0)));
     assert!(!job.has_attempts_left());

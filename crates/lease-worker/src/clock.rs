@@ -30,7 +30,12 @@ impl Clock for SystemClock {
     }
 
     fn sleep(&self, seconds: f64) -> BoxFuture<'static, ()> {
-        let duration = Duration::try_from_secs_f64(seconds).unwrap_or(Duration::ZERO);
+        // A negative (or NaN) time has passed already; one too long for a Duration is forever.
+        let duration = Duration::try_from_secs_f64(seconds).unwrap_or(if seconds > 0.0 {
+            Duration::MAX
+        } else {
+            Duration::ZERO
+        });
         Box::pin(tokio::time::sleep(duration))
     }
 }

@@ -74,7 +74,8 @@ pub struct WorkerConfig {
     pub concurrency: usize,
     /// The lease duration of each claim and renewal.
     pub ttl: Ttl,
-    /// Renew every `ttl * renew_fraction` (default one third).
+    /// Renew every `ttl * renew_fraction` (default one third), bounded to
+    /// [`MIN_RENEW_INTERVAL`]..=[`MAX_RENEW_INTERVAL`] seconds.
     pub renew_fraction: f64,
     /// How long to wait before looking again when no job is due.
     pub idle_poll: Duration,
@@ -108,6 +109,31 @@ impl WorkerConfig {
             cancel_grace: Duration::from_secs(5),
         }
     }
+}
+
+/// The shortest time between two renewals of one lease, whatever the ttl: a tiny ttl does not
+/// turn the heartbeat into a busy loop of commits.
+pub const MIN_RENEW_INTERVAL: f64 = 0.05;
+
+/// The longest time between two renewals of one lease, whatever the ttl (a huge ttl is renewed
+/// hourly, not never).
+pub const MAX_RENEW_INTERVAL: f64 = 3600.0;
+
+/// How often a lease of `ttl` seconds is renewed.
+#[must_use]
+pub fn renew_interval(ttl: Ttl, renew_fraction: f64) -> f64 {
+    let interval = ttl.get() * renew_fraction;
+    if interval.is_nan() {
+        return (ttl.get() / 3.0).clamp(MIN_RENEW_INTERVAL, MAX_RENEW_INTERVAL);
+    }
+    interval.clamp(MIN_RENEW_INTERVAL, MAX_RENEW_INTERVAL)
+}
+
+/// How long before its lease ends, by the worker's own clock, a job is stopped when the lease
+/// could not be renewed (whatever the store is doing): a tenth of the ttl, at most 2 s.
+#[must_use]
+pub fn stop_margin(ttl: Ttl) -> f64 {
+    (ttl.get() / 10.0).min(2.0)
 }
 
 /// What became of one job this worker ran.
@@ -258,6 +284,22 @@ impl Worker {
     /// [`StoreError::InvalidInput`] when `now + ttl` is not a valid lease term. A store that
     /// cannot be reached is waited out, not an error.
     pub async fn run(self, shutdown: CancellationToken) -> Result<Summary, StoreError> {
+        self.run_with_abort(shutdown, CancellationToken::new())
+            .await
+    }
+
+    /// [`Worker::run`], and cancelling `abort` during the drain ends it at once: running jobs
+    /// are cancelled and released without waiting for the drain deadline (a second Ctrl-C).
+    ///
+    /// # Errors
+    /// As [`Worker::run`]; and the store's error when claiming failed for any reason but an
+    /// unreachable store (or for any reason with `exit_when_empty`), after the running jobs
+    /// were drained.
+    pub async fn run_with_abort(
+        self,
+        shutdown: CancellationToken,
+        hurry: CancellationToken,
+    ) -> Result<Summary, StoreError> {
         let (reports, mut reported) = tokio::sync::mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             store: self.store,
@@ -273,6 +315,7 @@ impl Worker {
         // One task per busy slot: it runs its lease, and the next one its completion claimed.
         let mut slots: JoinSet<()> = JoinSet::new();
         let mut summary = Summary::default();
+        let mut failure = None;
         let record = |report: JobReport, summary: &mut Summary| {
             summary.count(&report.outcome);
             if let Some(observe) = &self.observer {
@@ -303,10 +346,16 @@ impl Worker {
                             slots.spawn(run_slot(Arc::clone(&shared), lease, abort.clone()));
                         }
                     }
-                    // An unreachable store is waited out like an empty queue.
-                    Err(_) => {
-                        idle = true;
+                    // An unreachable store is waited out like an empty queue, unless the worker
+                    // is to stop once nothing is due: then it cannot know, and says so. Any
+                    // other error (bad input, a skewed clock, corrupt data) ends the run.
+                    Err(e) => {
                         shared.give_back(taken);
+                        if config.exit_when_empty || !is_transient(&e) {
+                            failure = Some(e);
+                            break;
+                        }
+                        idle = true;
                     }
                 }
                 if idle && slots.is_empty() && config.exit_when_empty {
@@ -333,13 +382,20 @@ impl Worker {
                     abort.cancel();
                     break;
                 }
+                () = hurry.cancelled() => {
+                    abort.cancel();
+                    break;
+                }
             }
         }
         while slots.join_next().await.is_some() {}
         while let Ok(report) = reported.try_recv() {
             record(report, &mut summary);
         }
-        Ok(summary)
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(summary),
+        }
     }
 }
 
@@ -383,8 +439,11 @@ async fn run_job(
         payload: lease.payload.clone(),
         cancel: token.clone(),
     }));
-    let interval = config.ttl.get() * config.renew_fraction;
-    let mut until = lease.until.get();
+    let interval = renew_interval(config.ttl, config.renew_fraction);
+    let margin = stop_margin(config.ttl);
+    // When the lease ends by the worker's clock: the store's `until` measured from the grant
+    // (in store-clock mode the store's `now` and the worker's differ).
+    let mut until = shared.clock.now() + (lease.until.get() - lease.now.get());
     let mut next = None;
     let outcome = loop {
         tokio::select! {
@@ -393,11 +452,25 @@ async fn run_job(
                 next = following;
                 break outcome;
             }
+            // The lease is about to end by the worker's clock and was not renewed: stop now.
+            () = shared.clock.sleep(until - margin - shared.clock.now()) => {
+                break stop(&token, handle, config.cancel_grace, "the lease ran out before it could be renewed".to_owned()).await;
+            }
             () = shared.clock.sleep(interval) => {
                 let now = shared.clock.now();
-                let renewed = match Timestamp::new(now).and_then(|t| LeaseTerm::from_parts(t, config.ttl)) {
-                    Ok(term) => shared.store.renew(&lease.job, &config.owner, lease.fence, term).await,
-                    Err(e) => Err(StoreError::InvalidInput(e)),
+                let renew = async {
+                    match Timestamp::new(now).and_then(|t| LeaseTerm::from_parts(t, config.ttl)) {
+                        Ok(term) => shared.store.renew(&lease.job, &config.owner, lease.fence, term).await,
+                        Err(e) => Err(StoreError::InvalidInput(e)),
+                    }
+                };
+                // A store that does not answer cannot keep the handler past the lease's end.
+                let renewed = tokio::select! {
+                    renewed = renew => Some(renewed),
+                    () = shared.clock.sleep(until - margin - now) => None,
+                };
+                let Some(renewed) = renewed else {
+                    break stop(&token, handle, config.cancel_grace, "the store did not answer the renewal before the lease ran out".to_owned()).await;
                 };
                 match renewed {
                     Ok(Ok(())) => until = now + config.ttl.get(),
@@ -547,6 +620,15 @@ async fn report_failure(shared: &Shared, lease: &Lease, error: String) -> JobOut
         Ok(Err(refused)) => JobOutcome::Lost(format!("failure refused: {refused}")),
         Err(e) => JobOutcome::Unreported(e.to_string()),
     }
+}
+
+/// Whether a store error is worth waiting out (the store is unreachable or busy), rather than
+/// one that will not change by waiting.
+fn is_transient(error: &StoreError) -> bool {
+    matches!(
+        error,
+        StoreError::Unavailable(_) | StoreError::Indeterminate(_)
+    )
 }
 
 fn panic_text(error: tokio::task::JoinError) -> String {

@@ -3,7 +3,7 @@
 //! dead-letter, cancel stops a handler, a panic fails one job, and shutdown drains then releases.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,10 +24,15 @@ use lease_worker::{
 };
 
 /// A store in front of another: it can cut one owner off from renewing (a partition, or a
-/// stalled process whose heartbeats never arrive), and it counts the completions it accepted.
+/// stalled process whose heartbeats never arrive), leave every renewal unanswered (a store
+/// locked by another process), make `claim_next` fail, and it counts renewals and the
+/// completions it accepted.
 struct Watched {
     inner: Arc<dyn LeaseStore>,
     cut_off: Mutex<Option<Owner>>,
+    hang_renewals: AtomicBool,
+    claim_error: Mutex<Option<fn() -> StoreError>>,
+    renewals: AtomicUsize,
     completed: Mutex<HashMap<JobId, Vec<Owner>>>,
     complete_calls: Mutex<Vec<Owner>>,
 }
@@ -37,6 +42,9 @@ impl Watched {
         Arc::new(Self {
             inner,
             cut_off: Mutex::new(None),
+            hang_renewals: AtomicBool::new(false),
+            claim_error: Mutex::new(None),
+            renewals: AtomicUsize::new(0),
             completed: Mutex::new(HashMap::new()),
             complete_calls: Mutex::new(Vec::new()),
         })
@@ -66,8 +74,12 @@ impl LeaseStore for Watched {
         fence: Fence,
         term: LeaseTerm,
     ) -> Result<WriteOutcome, StoreError> {
+        self.renewals.fetch_add(1, Ordering::SeqCst);
         if self.cut_off.lock().unwrap().as_ref() == Some(owner) {
             return Err(StoreError::Unavailable("partitioned".into()));
+        }
+        if self.hang_renewals.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
         }
         self.inner.renew(job, owner, fence, term).await
     }
@@ -112,6 +124,9 @@ impl LeaseStore for Watched {
         term: LeaseTerm,
         limit: usize,
     ) -> Result<Vec<Lease>, StoreError> {
+        if let Some(error) = *self.claim_error.lock().unwrap() {
+            return Err(error());
+        }
         self.inner.claim_next(queue, owner, term, limit).await
     }
     async fn fail(
@@ -594,4 +609,129 @@ async fn a_completion_and_the_next_claim_share_one_commit() {
         after.batches - before.batches <= JOBS + 2,
         "{before:?} {after:?}"
     );
+}
+
+/// A store that never answers a renewal (its write lock held by another process, say) cannot
+/// keep a job running past its lease: by the worker's own clock, the handler is told to stop
+/// before the lease ends, and nothing is reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_never_answers_a_renewal_cannot_keep_a_job_past_its_lease() {
+    let store = Watched::new(Arc::new(MemoryLeaseStore::new()));
+    store.enqueue(&job("j")).await.unwrap();
+    store.hang_renewals.store(true, Ordering::SeqCst);
+    let clock = Arc::new(ManualClock::new(1000.0));
+    let saw_cancel = Arc::new(AtomicBool::new(false));
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    let mut config = config("A", 3.0);
+    config.max_jobs = Some(1);
+    let worker = Worker::new(store.clone(), waits_for_cancel(&saw_cancel, "late"), config)
+        .with_clock(clock.clone())
+        .on_report(collect(&reports));
+    let run = tokio::spawn(worker.run(CancellationToken::new()));
+    for _ in 0..500 {
+        if record(store.as_ref(), "j").await.owner.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let until = record(store.as_ref(), "j").await.until.get();
+    assert_eq!(until, 1003.0);
+    // The first renewal (due at 1001) never comes back; until just before the lease ends
+    // (1003 less the margin of 0.3 s) the handler goes on.
+    for step in [1.0, 1.0, 0.5] {
+        clock.advance(step);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            !saw_cancel.load(Ordering::SeqCst),
+            "stopped early, at {}",
+            clock.now()
+        );
+    }
+    assert!(
+        store.renewals.load(Ordering::SeqCst) >= 1,
+        "no renewal was tried"
+    );
+    clock.advance(0.25);
+    assert!(clock.now() < until);
+    eventually("the handler is told to stop before its lease ends", || {
+        saw_cancel.load(Ordering::SeqCst)
+    })
+    .await;
+    let summary = run.await.unwrap().unwrap();
+    assert_eq!(summary.lost, 1);
+    assert!(
+        matches!(&reports.lock().unwrap()[0].outcome, JobOutcome::Lost(why) if why.contains("did not answer")),
+        "{:?}",
+        reports.lock().unwrap()
+    );
+    assert!(store.complete_calls.lock().unwrap().is_empty());
+}
+
+/// A huge ttl is renewed at most hourly, not in a loop: over a short job, no renewal at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_ttl_does_not_turn_the_heartbeat_into_a_loop() {
+    let store = Watched::new(Arc::new(MemoryLeaseStore::new()));
+    store.enqueue(&job("j")).await.unwrap();
+    let mut config = config("A", 1e20);
+    config.exit_when_empty = true;
+    let worker = Worker::new(
+        store.clone(),
+        |_ctx: JobContext| async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Ok::<_, String>("done".to_owned())
+        },
+        config,
+    );
+    assert_eq!(
+        worker
+            .run(CancellationToken::new())
+            .await
+            .unwrap()
+            .completed,
+        1
+    );
+    assert_eq!(store.renewals.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        lease_worker::renew_interval(Ttl::new(1e20).unwrap(), 1.0 / 3.0),
+        3600.0
+    );
+    assert_eq!(
+        lease_worker::renew_interval(Ttl::new(0.001).unwrap(), 1.0 / 3.0),
+        0.05
+    );
+    assert_eq!(
+        lease_worker::renew_interval(Ttl::new(30.0).unwrap(), f64::NAN),
+        10.0
+    );
+}
+
+/// A store error is an error: with `exit_when_empty` even an unreachable store ends the run
+/// with its error (it cannot tell that nothing is due), and corrupt data or a skewed clock end
+/// any run, instead of being waited out as an empty queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_errors_end_the_run_instead_of_looking_like_an_empty_queue() {
+    let cases: [(fn() -> StoreError, bool); 3] = [
+        (|| StoreError::Unavailable("locked".into()), true),
+        (|| StoreError::Corrupt("stored queue: empty".into()), true),
+        (|| StoreError::Corrupt("stored queue: empty".into()), false),
+    ];
+    for (error, exit_when_empty) in cases {
+        let store = Watched::new(Arc::new(MemoryLeaseStore::new()));
+        *store.claim_error.lock().unwrap() = Some(error);
+        let mut config = config("A", 5.0);
+        config.exit_when_empty = exit_when_empty;
+        let worker = Worker::new(
+            store.clone(),
+            |_ctx: JobContext| async move { Ok::<_, String>("done".to_owned()) },
+            config,
+        );
+        let outcome = tokio::time::timeout(
+            Duration::from_secs(10),
+            worker.run(CancellationToken::new()),
+        )
+        .await
+        .expect("the run ended");
+        let err = outcome.expect_err("a store error is an error");
+        assert_eq!(err.to_string(), error().to_string());
+    }
 }
