@@ -628,16 +628,23 @@ fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
     let started = Instant::now();
     let mut rows = Vec::new();
-    // `-- --pg-only` runs the PostgreSQL rows alone.
+    // `-- --pg-only` runs the PostgreSQL rows alone; `-- --queue-only` the SQLite queue rows.
+    let queue_only = args.iter().any(|a| a == "--queue-only");
     if !args.iter().any(|a| a == "--pg-only") {
-        domain(&plan, &mut rows);
-        single_caller(&plan, dir.path(), &mut rows);
-        concurrent(&plan, dir.path(), &mut rows);
-        table_sizes(&plan, dir.path(), &mut rows);
+        if !queue_only {
+            domain(&plan, &mut rows);
+            single_caller(&plan, dir.path(), &mut rows);
+            concurrent(&plan, dir.path(), &mut rows);
+            table_sizes(&plan, dir.path(), &mut rows);
+        }
         queue(&plan, dir.path(), &mut rows);
         claim_next_sizes(&plan, dir.path(), &mut rows);
     }
-    let pg_note = pg::rows(&plan, &mut rows);
+    let pg_note = if queue_only {
+        None
+    } else {
+        pg::rows(&plan, &mut rows)
+    };
     let mut table = render(&rows);
     if let Some(note) = pg_note {
         table.push_str(&format!("\nPostgreSQL: {note}\n"));

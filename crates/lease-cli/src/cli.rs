@@ -95,7 +95,11 @@ pub(crate) struct ResultSource {
 /// Reads a named input (a result or payload file, `-` for standard input) as bytes for
 /// [`Command::into_request`]; `main` provides it, so that only `main` touches the file system
 /// and standard input.
-pub(crate) type ReadInput<'a> = &'a dyn Fn(&std::path::Path) -> Result<Vec<u8>, String>;
+/// The most a `--result-file` may hold (a result is stored whole, in one row).
+const RESULT_FILE_LIMIT: usize = 64 << 20;
+
+/// Reads a file (or standard input for `-`), at most the given number of bytes.
+pub(crate) type ReadInput<'a> = &'a dyn Fn(&std::path::Path, usize) -> Result<Vec<u8>, String>;
 
 /// Where `enqueue` takes a payload from, if anywhere.
 #[derive(Debug, Default, clap::Args)]
@@ -500,7 +504,10 @@ impl Command {
             } => {
                 let payload = match (payload.payload, payload.payload_file) {
                     (Some(text), _) => Some(text.into_bytes()),
-                    (None, Some(path)) => Some(read(&path).map_err(RequestError::Read)?),
+                    (None, Some(path)) => Some(
+                        read(&path, Payload::DEFAULT_LIMIT)
+                            .map_err(|e| RequestError::Read(format!("--payload-file: {e}")))?,
+                    ),
                     (None, None) => None,
                 };
                 let spec = EnqueueSpec {
@@ -615,7 +622,7 @@ impl Command {
                 let text = match (result.result, result.result_file) {
                     (Some(text), _) => text,
                     (None, Some(path)) => {
-                        let bytes = read(&path).map_err(RequestError::Read)?;
+                        let bytes = read(&path, RESULT_FILE_LIMIT).map_err(RequestError::Read)?;
                         String::from_utf8(bytes).map_err(|e| {
                             RequestError::Read(format!(
                                 "result file {} is not UTF-8 text: {e}",

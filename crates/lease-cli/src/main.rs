@@ -30,13 +30,15 @@ fn unix_now() -> f64 {
     }
 }
 
-/// Reads a result or payload file, or standard input for `-`.
-fn read_input(path: &Path) -> Result<Vec<u8>, String> {
+/// Reads a result or payload file, or standard input for `-`: at most `limit` bytes (one more
+/// is read to tell that there are more, and then nothing else).
+fn read_input(path: &Path, limit: usize) -> Result<Vec<u8>, String> {
     let mut bytes = Vec::new();
+    let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
     let read = if path == Path::new("-") {
-        std::io::stdin().read_to_end(&mut bytes).map(drop)
+        std::io::stdin().take(cap).read_to_end(&mut bytes).map(drop)
     } else {
-        std::fs::File::open(path).and_then(|mut f| f.read_to_end(&mut bytes).map(drop))
+        std::fs::File::open(path).and_then(|f| f.take(cap).read_to_end(&mut bytes).map(drop))
     };
     let shown = if path == Path::new("-") {
         "standard input".to_owned()
@@ -44,6 +46,11 @@ fn read_input(path: &Path) -> Result<Vec<u8>, String> {
         path.display().to_string()
     };
     read.map_err(|e| format!("cannot read {shown}: {e}"))?;
+    if bytes.len() > limit {
+        return Err(format!(
+            "{shown} holds more than {limit} bytes, the most it may hold here"
+        ));
+    }
     Ok(bytes)
 }
 

@@ -295,7 +295,7 @@ fn bad_queue_input_is_refused_with_a_message_and_changes_nothing() {
         (
             &["enqueue", "j", "--payload-file", &big],
             1,
-            "payload is 1048577 bytes",
+            "--payload-file: ",
         ),
         (&["enqueue", "j", "--queue", ""], 1, "queue name is empty"),
         (
@@ -323,4 +323,55 @@ fn bad_queue_input_is_refused_with_a_message_and_changes_nothing() {
         assert!(out.stdout.is_empty(), "{args:?}");
     }
     assert_eq!(json_of(&db, &["state", "j"], 0), Value::Null);
+}
+
+#[test]
+fn an_endless_payload_on_stdin_is_refused_after_the_limit_without_reading_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("q.db");
+    assert_eq!(lease(&db, &["init"]).status.code(), Some(0));
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lease"))
+        .arg("--db")
+        .arg(&db)
+        .args(["enqueue", "j", "--payload-file", "-"])
+        .stdin(std::fs::File::open("/dev/zero").unwrap())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Bounded: a reader that reads the whole stream never ends.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("lease read /dev/zero past the payload limit");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("--payload-file: standard input holds more than 1048576 bytes"),
+        "{text}"
+    );
+    assert_eq!(json_of(&db, &["state", "j"], 0), Value::Null);
+}
+
+#[test]
+fn purge_and_list_agree_about_a_job_whose_last_lease_expired() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("q.db");
+    assert_eq!(lease(&db, &["init"]).status.code(), Some(0));
+    json_of(&db, &["enqueue", "d", "--max-attempts", "1"], 0);
+    json_of(
+        &db,
+        &["claim-next", "--now", "100", "--ttl", "10", "--owner", "w"],
+        0,
+    );
+    let listed = json_of(&db, &["list", "--now", "200", "--status", "dead"], 0);
+    assert_eq!(listed["jobs"].as_array().unwrap().len(), 1, "{listed}");
+    let purged = json_of(&db, &["purge", "--before", "1e12", "--status", "dead"], 0);
+    assert_eq!(purged, serde_json::json!({"purged": 1}));
+    assert_eq!(json_of(&db, &["state", "d"], 0), Value::Null);
 }

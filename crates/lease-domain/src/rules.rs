@@ -540,12 +540,16 @@ pub fn decide_retry(current: Option<&Job>, now: Timestamp) -> Result<Job, WriteR
     }
 }
 
-/// Whether `purge` deletes the job: it is stored done, dead or cancelled, that status is one
-/// of `statuses`, and its last change is before `before` (a job never changed by a queue rule
-/// counts as older than any time).
+/// Whether `purge` deletes the job: its status at `before` ([`Job::status_at`], as `list`
+/// judges it) is done, dead or cancelled and one of `statuses`, and its last change is before
+/// `before` (a job never changed by a queue rule counts as older than any time). A job whose
+/// last allowed lease expired is dead from then on, whether or not `claim_next` has buried it
+/// yet.
 #[must_use]
 pub fn is_purgeable(job: &Job, before: Timestamp, statuses: &[Status]) -> bool {
-    job.finished().is_some_and(|s| statuses.contains(&s))
+    let status = job.status_at(before);
+    status.is_finished()
+        && statuses.contains(&status)
         && job.updated.is_none_or(|changed| changed < before)
 }
 

@@ -42,7 +42,9 @@ async fn put_entry(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    let header = |name: &str| headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}"));
+    // Every value of each header, as sent: `check` refuses a repeated or non-UTF-8 one.
+    let header =
+        |name: &str| -> Vec<&[u8]> { headers.get_all(name).iter().map(|v| v.as_bytes()).collect() };
     let Ok(text) = String::from_utf8(body.to_vec()) else {
         return failed(StatusCode::BAD_REQUEST, "the entry's text is not UTF-8");
     };
@@ -58,8 +60,8 @@ async fn put_entry(
     };
     // The guard's check and the entry commit together, or not at all.
     let fence = match check(
-        header(JOB_HEADER),
-        header(FENCE_HEADER),
+        &header(JOB_HEADER),
+        &header(FENCE_HEADER),
         &SqliteGuard::new(&tx),
     ) {
         Ok((_job, fence)) => fence,

@@ -42,26 +42,42 @@ impl Refusal {
     }
 }
 
-/// Checks the two header values against `guard`: the job id and fence of an admitted write.
+/// The one value of header `name`, as text: every value the request carries is passed, so
+/// that a repeated header is refused rather than read by its first value, and the raw bytes,
+/// so that a value that is not UTF-8 is refused rather than read lossily (which would make
+/// two different job ids one key).
+fn one_value<'a>(name: &str, values: &[&'a [u8]]) -> Result<&'a str, Refusal> {
+    match values {
+        [] => Err(Refusal::BadRequest(format!("the {name} header is missing"))),
+        [value] => std::str::from_utf8(value)
+            .map(str::trim)
+            .map_err(|_| Refusal::BadRequest(format!("the {name} header is not UTF-8 text"))),
+        more => Err(Refusal::BadRequest(format!(
+            "the {name} header is sent {} times; send it once",
+            more.len()
+        ))),
+    }
+}
+
+/// Checks the header values a request carries (every value of each, as raw bytes: with
+/// the `http` crate, `headers.get_all(JOB_HEADER).iter().map(|v| v.as_bytes())`) against
+/// `guard`: the job id and fence of an admitted write.
 ///
 /// # Errors
-/// [`Refusal`], which says which status to answer.
+/// [`Refusal`], which says which status to answer: 400 for a header missing, repeated, not
+/// UTF-8 or malformed, 409 for a stale fence.
 pub fn check(
-    job: Option<&str>,
-    fence: Option<&str>,
+    job: &[&[u8]],
+    fence: &[&[u8]],
     guard: &dyn FenceGuard,
 ) -> Result<(String, Fence), Refusal> {
-    let job = match job.map(str::trim) {
-        Some(job) if !job.is_empty() => job,
-        _ => {
-            return Err(Refusal::BadRequest(format!(
-                "the {JOB_HEADER} header is missing"
-            )));
-        }
-    };
-    let text = fence
-        .map(str::trim)
-        .ok_or_else(|| Refusal::BadRequest(format!("the {FENCE_HEADER} header is missing")))?;
+    let job = one_value(JOB_HEADER, job)?;
+    if job.is_empty() {
+        return Err(Refusal::BadRequest(format!(
+            "the {JOB_HEADER} header is missing"
+        )));
+    }
+    let text = one_value(FENCE_HEADER, fence)?;
     let fence = text
         .parse::<u64>()
         .ok()

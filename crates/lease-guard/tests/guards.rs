@@ -96,11 +96,16 @@ fn a_corrupt_stored_fence_is_an_error_not_a_decision() {
 #[test]
 fn http_headers_are_checked_and_refusals_carry_their_status() {
     let guard = MemoryGuard::new();
+    let check = |job: Option<&str>, fence: Option<&str>, guard: &MemoryGuard| {
+        let job: Vec<&[u8]> = job.map(str::as_bytes).into_iter().collect();
+        let fence: Vec<&[u8]> = fence.map(str::as_bytes).into_iter().collect();
+        http::check(&job, &fence, guard)
+    };
     assert_eq!(
-        http::check(Some("j"), Some("2"), &guard).unwrap(),
+        check(Some("j"), Some("2"), &guard).unwrap(),
         ("j".to_owned(), fence(2))
     );
-    let stale = http::check(Some("j"), Some("1"), &guard).unwrap_err();
+    let stale = check(Some("j"), Some("1"), &guard).unwrap_err();
     assert_eq!(stale.status(), 409);
     assert!(
         matches!(stale, Refusal::Stale { presented, current } if presented == fence(1) && current == fence(2))
@@ -116,11 +121,41 @@ fn http_headers_are_checked_and_refusals_carry_their_status() {
         (Some("j"), Some("9223372036854775808"), "decimal fence"),
     ];
     for (job, fence_text, named) in bad {
-        let refusal = http::check(job, fence_text, &guard).unwrap_err();
+        let refusal = check(job, fence_text, &guard).unwrap_err();
         assert_eq!(refusal.status(), 400, "{job:?} {fence_text:?}");
         assert!(refusal.to_string().contains(named), "{refusal}");
     }
-    assert!(http::check(Some("j"), Some(" 3 "), &guard).is_ok());
+    assert!(check(Some("j"), Some(" 3 "), &guard).is_ok());
+}
+
+#[test]
+fn a_repeated_or_non_utf8_header_is_refused_never_read_in_part() {
+    let guard = MemoryGuard::new();
+    // Two fences, two job ids: which one would count is not the service's guess to make.
+    let twice = http::check(&[b"j"], &[b"1", b"9"], &guard).unwrap_err();
+    assert_eq!(twice.status(), 400);
+    assert!(
+        twice
+            .to_string()
+            .contains("Lease-Fence header is sent 2 times"),
+        "{twice}"
+    );
+    let twice = http::check(&[b"j", b"k"], &[b"1"], &guard).unwrap_err();
+    assert!(
+        twice
+            .to_string()
+            .contains("Lease-Job header is sent 2 times"),
+        "{twice}"
+    );
+    // A non-UTF-8 job id is refused, not read as U+FFFD (which made every such id one key).
+    let latin1: &[u8] = b"j\xf6b-A";
+    let refused = http::check(&[latin1], &[b"5"], &guard).unwrap_err();
+    assert_eq!(refused.status(), 400);
+    assert!(refused.to_string().contains("not UTF-8"), "{refused}");
+    // Distinct UTF-8 ids are distinct keys.
+    assert!(http::check(&["jöb-A".as_bytes()], &[b"5"], &guard).is_ok());
+    assert!(http::check(&["jöb-B".as_bytes()], &[b"1"], &guard).is_ok());
+    assert!(guard.admit("jöb-A", fence(4)).unwrap().is_err());
 }
 
 #[test]

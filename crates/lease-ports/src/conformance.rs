@@ -1095,6 +1095,37 @@ pub async fn import_with_merge_keeps_the_larger_fence(store: Store) {
     );
 }
 
+/// `purge` judges a job's status as `list` does: a job whose last allowed lease expired is
+/// dead, and purged as dead, before `claim_next` has buried it.
+pub async fn purge_judges_status_as_list_does(store: Store) {
+    let d = enqueued_with(&store, "d", &spec("q", 0, None, 1)).await;
+    assert_eq!(ids(&next(&store, "q", "w", 100.0, 1).await), ["d"]);
+    let dead = ListFilter {
+        queue: None,
+        status: Some(Status::Dead),
+        limit: 10,
+        now: at(200.0),
+    };
+    let listed = store.list(&dead).await.expect("list works");
+    assert_eq!(listed.len(), 1, "list shows the job dead");
+    assert_eq!(
+        store
+            .purge(at(105.0), &[Status::Dead])
+            .await
+            .expect("purge works"),
+        0,
+        "still running at 105"
+    );
+    assert_eq!(
+        store
+            .purge(at(1e12), &[Status::Dead])
+            .await
+            .expect("purge works"),
+        1
+    );
+    assert!(store.record(&d).await.expect("record reads").is_none());
+}
+
 /// `complete` stores the fence of the completing lease with the result.
 pub async fn complete_stores_the_result_fence(store: Store) {
     let id = enqueued(&store, "j").await;
@@ -1254,6 +1285,7 @@ macro_rules! conformance_tests {
             claim_next_reads_past_a_job_whose_fence_is_exhausted,
             export_and_import_round_trip_every_job_and_purge_mark,
             import_with_merge_keeps_the_larger_fence,
+            purge_judges_status_as_list_does,
         );
     };
     (@each () $factory:path; $($check:ident),* $(,)?) => {

@@ -89,7 +89,8 @@ impl Sql {
                  FOR UPDATE SKIP LOCKED"
             ),
             purgeable: format!(
-                "SELECT id, {COLUMNS} FROM {s}.jobs WHERE (done OR ended IS NOT NULL) \
+                "SELECT id, {COLUMNS} FROM {s}.jobs WHERE (done OR ended IS NOT NULL \
+                 OR (attempts >= greatest(max_attempts, 1) AND until <= $1)) \
                  AND (updated IS NULL OR updated < $1) FOR UPDATE SKIP LOCKED"
             ),
             remember_purged: format!(

@@ -34,9 +34,11 @@ pub(crate) const REMEMBER_PURGED: &str = "INSERT INTO purged(id, fence) VALUES (
 
 pub(crate) const DELETE_JOB: &str = "DELETE FROM jobs WHERE id = ?1";
 
-/// Finished jobs changed before the cutoff; the domain decides each one.
-pub(crate) const SELECT_PURGEABLE: &str = "SELECT id FROM jobs_queue WHERE finished IS NOT NULL \
-    AND (updated IS NULL OR updated < ?1)";
+/// Jobs finished (or dead because their last allowed lease expired) and changed before the
+/// cutoff; the domain decides each one.
+pub(crate) const SELECT_PURGEABLE: &str = "SELECT q.id FROM jobs_queue q JOIN jobs j ON j.id = q.id \
+    WHERE (q.finished IS NOT NULL OR (j.done = 0 AND q.attempts >= max(q.max_attempts, 1) \
+    AND j.until <= ?1)) AND (q.updated IS NULL OR q.updated < ?1)";
 
 /// One write: a command on one job, or an operation over many jobs.
 #[derive(Debug, Clone)]
