@@ -312,3 +312,32 @@ fn migrate_into_itself_or_from_nothing_is_a_clear_error() {
         "nothing is created when the source is missing"
     );
 }
+
+#[test]
+fn pgconnect_timeout_bounds_the_whole_connect_to_a_server_that_never_answers() {
+    // A listener that accepts the connection and then says nothing, as a hung server would.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let held = std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for stream in listener.incoming().take(4) {
+            open.push(stream);
+        }
+        std::thread::sleep(std::time::Duration::from_secs(20));
+        drop(open);
+    });
+    let url = format!("postgres://postgres@127.0.0.1:{port}/nowhere");
+    let started = std::time::Instant::now();
+    let out = lease(&url)
+        .env("PGCONNECT_TIMEOUT", "1")
+        .args(["state", "j"])
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("connect timeout"), "{stderr}");
+    // Loosely: the 1 s bound, not the fixed 15 s of the pool, ended the wait.
+    assert!(took < std::time::Duration::from_secs(10), "took {took:?}");
+    drop(held);
+}

@@ -375,3 +375,61 @@ fn purge_and_list_agree_about_a_job_whose_last_lease_expired() {
     assert_eq!(purged, serde_json::json!({"purged": 1}));
     assert_eq!(json_of(&db, &["state", "d"], 0), Value::Null);
 }
+
+#[test]
+fn names_over_the_limit_are_refused_the_same_on_every_store_and_block_a_migration() {
+    let (dir, db) = fresh_db();
+    let long = "x".repeat(9000);
+    for (args, named) in [
+        (vec!["enqueue", long.as_str()], "job id is 9000 bytes long"),
+        (
+            vec!["enqueue", "j", "--queue", long.as_str()],
+            "queue name is 9000 bytes long",
+        ),
+        (
+            vec!["claim-next", "--owner", long.as_str(), "--ttl", "5"],
+            "owner is 9000 bytes long",
+        ),
+    ] {
+        let out = lease(&db, &args);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(stderr(&out).contains(named), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("limit of 1024 bytes"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    // A store written before the limit (here by hand) still reads, and a migration names the
+    // long id before it copies anything.
+    json_of(&db, &["enqueue", "short"], 0);
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute("INSERT INTO jobs(id) VALUES (?1)", [&long])
+        .unwrap();
+    let listed = json_of(&db, &["list"], 0);
+    assert_eq!(listed["jobs"].as_array().unwrap().len(), 2);
+    let target = dir.path().join("target.db");
+    let out = lease(
+        &db,
+        &[
+            "migrate",
+            "--from",
+            db.to_str().unwrap(),
+            "--to",
+            target.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("longer than 1024 bytes"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("xxxxxxxx"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("(9000 bytes)"), "{}", stderr(&out));
+    if target.exists() {
+        let copied = json_of(&target, &["list"], 0);
+        assert_eq!(copied["jobs"], json!([]), "something was copied");
+    }
+}

@@ -33,7 +33,9 @@ pub use rules::{
     claim_order, decide_cancel, decide_claim, decide_claim_next, decide_complete, decide_fail,
     decide_release, decide_renew, decide_retry, is_purgeable,
 };
-pub use values::{Fence, InputError, JobId, JobResult, LeaseTerm, Owner, Timestamp, Ttl};
+pub use values::{
+    Fence, InputError, JobId, JobResult, LeaseTerm, MAX_NAME_BYTES, Owner, Timestamp, Ttl,
+};
 
 #[cfg(test)]
 mod tests;

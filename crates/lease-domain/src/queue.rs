@@ -16,8 +16,23 @@ impl QueueName {
     /// Checks and wraps a queue name.
     ///
     /// # Errors
-    /// [`InputError::EmptyQueue`] or [`InputError::NulInText`].
+    /// [`InputError::EmptyQueue`], [`InputError::NameTooLong`] or [`InputError::NulInText`].
     pub fn new(name: impl Into<String>) -> Result<Self, InputError> {
+        let name = name.into();
+        if name.len() > crate::values::MAX_NAME_BYTES {
+            return Err(InputError::NameTooLong {
+                what: "queue name",
+                len: name.len(),
+            });
+        }
+        Self::stored(name)
+    }
+
+    /// Wraps a queue name read back from a store (no length limit; see `JobId::stored`).
+    ///
+    /// # Errors
+    /// [`InputError::EmptyQueue`] or [`InputError::NulInText`].
+    pub fn stored(name: impl Into<String>) -> Result<Self, InputError> {
         let name = name.into();
         if name.is_empty() {
             return Err(InputError::EmptyQueue);

@@ -946,3 +946,26 @@ fn every_queue_rule_stamps_its_time_and_retry_makes_the_job_due_at_once() {
     assert_eq!((retried.updated, retried.run_at), (Some(at(10.0)), None));
     assert!(retried.is_due_at(at(10.0)));
 }
+
+#[test]
+fn names_are_limited_to_max_name_bytes_on_input_but_read_back_whatever_their_length() {
+    let at_limit = "é".repeat(MAX_NAME_BYTES / 2);
+    let over = format!("{at_limit}x");
+    assert!(JobId::new(at_limit.clone()).is_ok());
+    assert!(Owner::new(at_limit.clone()).is_ok());
+    assert!(QueueName::new(at_limit).is_ok());
+    for refused in [
+        JobId::new(over.clone()).map(drop),
+        Owner::new(over.clone()).map(drop),
+        QueueName::new(over.clone()).map(drop),
+    ] {
+        assert!(
+            matches!(refused, Err(InputError::NameTooLong { len, .. }) if len == MAX_NAME_BYTES + 1),
+            "{refused:?}"
+        );
+    }
+    assert!(JobId::stored(over.clone()).is_ok());
+    assert!(Owner::stored(over.clone()).is_ok());
+    assert!(QueueName::stored(over).is_ok());
+    assert!(JobId::stored("").is_err());
+}

@@ -66,9 +66,32 @@ pub enum InputError {
     /// A backoff policy value out of range.
     #[error("invalid backoff: {0}")]
     InvalidBackoff(String),
+    /// A job id, owner or queue name longer than [`MAX_NAME_BYTES`].
+    #[error("{what} is {len} bytes long, over the limit of {max} bytes", max = MAX_NAME_BYTES)]
+    NameTooLong {
+        /// Which value (job id, owner, queue name).
+        what: &'static str,
+        /// Its length in bytes.
+        len: usize,
+    },
     /// A fence above `i64::MAX`, which no store can hold.
     #[error("fence {0} is out of range (the largest fence is {max})", max = Fence::MAX.get())]
     FenceOutOfRange(u64),
+}
+
+/// The longest job id, owner or queue name every store accepts, in bytes of UTF-8: the same
+/// on every store (PostgreSQL indexes refuse a key of a few kilobytes).
+pub const MAX_NAME_BYTES: usize = 1024;
+
+/// A name as given by a caller: within [`MAX_NAME_BYTES`].
+fn checked_name(value: String, what: &'static str) -> Result<String, InputError> {
+    if value.len() > MAX_NAME_BYTES {
+        return Err(InputError::NameTooLong {
+            what,
+            len: value.len(),
+        });
+    }
+    checked_text(value, what)
 }
 
 fn checked_text(value: String, what: &'static str) -> Result<String, InputError> {
@@ -86,8 +109,22 @@ impl JobId {
     /// Checks and wraps a job id.
     ///
     /// # Errors
-    /// [`InputError::EmptyJobId`] or [`InputError::NulInText`].
+    /// [`InputError::EmptyJobId`], [`InputError::NameTooLong`] or [`InputError::NulInText`].
     pub fn new(id: impl Into<String>) -> Result<Self, InputError> {
+        let id = id.into();
+        if id.is_empty() {
+            return Err(InputError::EmptyJobId);
+        }
+        checked_name(id, "job id").map(Self)
+    }
+
+    /// Wraps a job id read back from a store: checked as [`JobId::new`] checks it but for the
+    /// length, so that an id stored before the limit existed can still be read (and a
+    /// migration can name it).
+    ///
+    /// # Errors
+    /// [`InputError::EmptyJobId`] or [`InputError::NulInText`].
+    pub fn stored(id: impl Into<String>) -> Result<Self, InputError> {
         let id = id.into();
         if id.is_empty() {
             return Err(InputError::EmptyJobId);
@@ -116,8 +153,20 @@ impl Owner {
     /// Checks and wraps an owner name.
     ///
     /// # Errors
-    /// [`InputError::EmptyOwner`] or [`InputError::NulInText`].
+    /// [`InputError::EmptyOwner`], [`InputError::NameTooLong`] or [`InputError::NulInText`].
     pub fn new(owner: impl Into<String>) -> Result<Self, InputError> {
+        let owner = owner.into();
+        if owner.is_empty() {
+            return Err(InputError::EmptyOwner);
+        }
+        checked_name(owner, "owner").map(Self)
+    }
+
+    /// Wraps an owner read back from a store (no length limit; see [`JobId::stored`]).
+    ///
+    /// # Errors
+    /// [`InputError::EmptyOwner`] or [`InputError::NulInText`].
+    pub fn stored(owner: impl Into<String>) -> Result<Self, InputError> {
         let owner = owner.into();
         if owner.is_empty() {
             return Err(InputError::EmptyOwner);

@@ -64,7 +64,7 @@ impl StoredGroup {
     /// [`StoreError::Corrupt`] for an invalid queue name, an unknown end or a negative count.
     pub fn decode(self) -> Result<StatusGroup, StoreError> {
         Ok(StatusGroup {
-            queue: QueueName::new(self.queue)
+            queue: QueueName::stored(self.queue)
                 .map_err(|e| StoreError::Corrupt(format!("stored queue: {e}").into()))?,
             done: self.done,
             ended: ended(self.ended.as_deref(), "stored end")?,

@@ -91,6 +91,7 @@ pub async fn migrate(
     merge: bool,
 ) -> Result<Migration, StoreError> {
     let source = from.export().await?;
+    refuse_long_names(&source)?;
     let before = to.export().await?;
     let imported = to.import(&source, merge).await?;
     let after = to.export().await?;
@@ -272,6 +273,45 @@ pub fn plan_import(
 
 fn count(n: usize) -> u64 {
     u64::try_from(n).unwrap_or(u64::MAX)
+}
+
+/// Refuses a snapshot that holds a job id, owner or queue name longer than
+/// [`lease_domain::MAX_NAME_BYTES`] (stored before the limit existed): no store accepts one
+/// now, so it is named before anything is copied.
+///
+/// # Errors
+/// [`StoreError::Incompatible`] naming each long name (its start and its length).
+pub fn refuse_long_names(snapshot: &Snapshot) -> Result<(), StoreError> {
+    let max = lease_domain::MAX_NAME_BYTES;
+    let mut long = Vec::new();
+    let mut note = |what: &str, name: &str| {
+        if name.len() > max {
+            let start: String = name.chars().take(24).collect();
+            long.push(format!("{what} {start:?}... ({} bytes)", name.len()));
+        }
+    };
+    for record in &snapshot.jobs {
+        note("job id", record.id.as_str());
+        note("queue", record.job.queue.as_str());
+        if let Some(owner) = &record.job.owner {
+            note("owner", owner.as_str());
+        }
+    }
+    for (id, _) in &snapshot.purged {
+        note("purged job id", id.as_str());
+    }
+    if long.is_empty() {
+        return Ok(());
+    }
+    Err(StoreError::Incompatible {
+        path: "the source".to_owned(),
+        reason: format!(
+            "it holds {} name(s) longer than {max} bytes, which no store accepts: {}; shorten \
+             or purge them, then migrate again (nothing was copied)",
+            long.len(),
+            long.join(", ")
+        ),
+    })
 }
 
 /// Refuses a non-empty target of an import without `merge`.

@@ -108,7 +108,7 @@ pub(crate) fn config_with(
                     format!("PGCONNECT_TIMEOUT {s:?} is not a number of seconds"),
                 )
             })?,
-            None => 10,
+            None => 10, // DEFAULT_CONNECT_TIMEOUT
         };
         config.connect_timeout(Duration::from_secs(timeout.max(1)));
     }

@@ -115,6 +115,13 @@ pub(crate) fn pool(error: deadpool_postgres::PoolError, target: &str) -> StoreEr
                 e,
             ))
         }
+        PoolError::Timeout(deadpool_postgres::TimeoutType::Create) => StoreError::Unavailable(
+            format!(
+                "no connection to {target} within the connect timeout (connect_timeout in the \
+                 target, or PGCONNECT_TIMEOUT; 10 s when neither is set)"
+            )
+            .into(),
+        ),
         PoolError::Timeout(kind) => StoreError::Unavailable(
             format!("no connection to {target} in time ({kind:?} timeout)").into(),
         ),

@@ -54,6 +54,10 @@ use write::{commit, rollback};
 use error::Stage;
 use sql::{Encoded, Sql};
 
+/// How long making a connection may take when neither the target (`connect_timeout`) nor
+/// `PGCONNECT_TIMEOUT` says.
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How a [`PgLeaseStore`] is opened.
 #[derive(Debug, Clone)]
 pub struct PgOptions {
@@ -153,6 +157,12 @@ impl PgLeaseStore {
         check_schema_name(&options.schema)?;
         let config = connection_config(target)?;
         let shown = describe(&config);
+        // The whole making of a connection (TCP, TLS, startup, authentication, the session
+        // settings) is bounded by the connect timeout, not only the TCP connect.
+        let connect_timeout = config
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(DEFAULT_CONNECT_TIMEOUT);
         let idle = options.idle_in_transaction_timeout;
         let manager = Manager::from_config(
             config,
@@ -165,7 +175,7 @@ impl PgLeaseStore {
             .max_size(options.pool_size.max(1))
             .runtime(Runtime::Tokio1)
             .wait_timeout(Some(options.wait_timeout))
-            .create_timeout(Some(Duration::from_secs(15)))
+            .create_timeout(Some(connect_timeout))
             .post_create(Hook::async_fn(move |client, _| {
                 Box::pin(async move { setup(client, idle).await })
             }))

@@ -76,20 +76,54 @@ pub fn check_schema_name(schema: &str) -> Result<(), StoreError> {
     }
 }
 
+/// The functions lease makes in its schema (by migration 2).
+const OUR_FUNCTIONS: [&str; 1] = ["admit_fence"];
+
+/// Every object of the schema but indexes and the row types of its tables: relations
+/// (tables, sequences, views, materialized views, foreign tables), functions and procedures,
+/// and types (enums, domains, composites, ranges; an array type goes with its element), as
+/// (kind, name).
+const OBJECTS: &str = "SELECT CASE c.relkind WHEN 'S' THEN 'sequence' WHEN 'v' THEN 'view' \
+     WHEN 'm' THEN 'materialized view' WHEN 'f' THEN 'foreign table' ELSE 'table' END, \
+     c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+     WHERE n.nspname = $1 AND c.relkind NOT IN ('i', 'I', 'c', 't') \
+     UNION ALL SELECT CASE p.prokind WHEN 'p' THEN 'procedure' WHEN 'a' THEN 'aggregate' \
+     ELSE 'function' END, p.proname::text FROM pg_proc p \
+     JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 \
+     UNION ALL SELECT 'type', t.typname::text FROM pg_type t \
+     JOIN pg_namespace n ON n.oid = t.typnamespace WHERE n.nspname = $1 \
+     AND t.typelem = 0 AND (t.typrelid = 0 OR EXISTS (SELECT 1 FROM pg_class r \
+     WHERE r.oid = t.typrelid AND r.relkind = 'c')) ORDER BY 1, 2";
+
 async fn inspect(client: &impl GenericClient, schema: &str) -> Result<Found, StoreError> {
     let rows = client
-        .query(
-            "SELECT c.relname::text, c.relkind::text FROM pg_class c \
-             JOIN pg_namespace n ON n.oid = c.relnamespace \
-             WHERE n.nspname = $1 AND c.relkind NOT IN ('i', 'I') ORDER BY 1",
-            &[&schema],
-        )
+        .query(OBJECTS, &[&schema])
         .await
         .map_err(|e| error::map(e, Stage::BeforeCommit))?;
-    let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
-    if let Some(foreign) = names.iter().find(|n| !OURS.contains(&n.as_str())) {
+    let objects: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let ours = |(kind, name): &&(String, String)| match kind.as_str() {
+        "table" | "sequence" => OURS.contains(&name.as_str()),
+        "function" => OUR_FUNCTIONS.contains(&name.as_str()),
+        _ => false,
+    };
+    if let Some((kind, name)) = objects.iter().find(|o| !ours(o)) {
         return Ok(Found::Foreign(format!(
-            "schema {schema} holds {foreign:?}, which lease did not make"
+            "schema {schema} holds the {kind} {name:?}, which lease did not make"
+        )));
+    }
+    let names: Vec<String> = objects
+        .iter()
+        .filter(|(kind, _)| kind == "table")
+        .map(|(_, name)| name.clone())
+        .collect();
+    if objects.iter().any(|(kind, _)| kind != "table") && names.is_empty() {
+        return Ok(Found::Foreign(format!(
+            "schema {schema} holds {} but no lease table",
+            objects
+                .iter()
+                .map(|(kind, name)| format!("the {kind} {name:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         )));
     }
     if names.is_empty() {

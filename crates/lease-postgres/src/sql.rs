@@ -156,7 +156,7 @@ fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
 pub(crate) fn decode(id: &JobId, row: &Row, at: usize) -> Result<Job, StoreError> {
     let owner: Option<String> = get(id, row, at)?;
     let owner = owner
-        .map(Owner::new)
+        .map(Owner::stored)
         .transpose()
         .map_err(|e| corrupt(id, format!("stored owner: {e}")))?;
     let queue: String = get(id, row, at + 5)?;
@@ -175,7 +175,7 @@ pub(crate) fn decode(id: &JobId, row: &Row, at: usize) -> Result<Job, StoreError
         fence: fence(id, get(id, row, at + 2)?, "fence")?,
         result: get(id, row, at + 3)?,
         done: get(id, row, at + 4)?,
-        queue: QueueName::new(queue).map_err(|e| corrupt(id, format!("stored queue: {e}")))?,
+        queue: QueueName::stored(queue).map_err(|e| corrupt(id, format!("stored queue: {e}")))?,
         priority: get(id, row, at + 6)?,
         run_at: run_at.map(|t| time(id, t, "run_at")).transpose()?,
         attempts: count(id, get(id, row, at + 8)?, "attempts")?,
@@ -196,7 +196,7 @@ pub(crate) fn decode_with_id(row: &Row, at: usize) -> Result<(JobId, Job), Store
         .try_get(at)
         .map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))?;
     let id =
-        JobId::new(id).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))?;
+        JobId::stored(id).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))?;
     let job = decode(&id, row, at + 1)?;
     Ok((id, job))
 }

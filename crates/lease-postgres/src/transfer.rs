@@ -12,8 +12,8 @@ use crate::sql::{self, Encoded};
 use crate::write::update;
 
 fn mark_fence(id: &str, fence: i64) -> Result<(JobId, Fence), StoreError> {
-    let id =
-        JobId::new(id).map_err(|e| StoreError::Corrupt(format!("stored purged id: {e}").into()))?;
+    let id = JobId::stored(id)
+        .map_err(|e| StoreError::Corrupt(format!("stored purged id: {e}").into()))?;
     let fence = Fence::try_from(fence).map_err(|f| {
         StoreError::Corrupt(format!("purged job {id}: fence {f} is negative").into())
     })?;

@@ -434,3 +434,57 @@ async fn a_row_another_program_inserts_gets_the_domains_defaults() {
         lease_domain::EnqueueSpec::DEFAULT_MAX_ATTEMPTS
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_holding_a_function_a_type_a_view_or_a_sequence_is_refused_untouched() {
+    let cases = [
+        (
+            "CREATE FUNCTION lease.admit_fence(text, bigint) RETURNS bigint LANGUAGE sql \
+             AS 'select 42'",
+            "admit_fence",
+            "SELECT lease.admit_fence('k', 1) = 42",
+        ),
+        (
+            "CREATE TYPE lease.mood AS ENUM ('ok')",
+            "mood",
+            "SELECT 'ok'::lease.mood = 'ok'",
+        ),
+        (
+            "CREATE PROCEDURE lease.tidy() LANGUAGE sql AS 'select 1'",
+            "tidy",
+            "SELECT count(*) = 1 FROM pg_proc WHERE proname = 'tidy'",
+        ),
+        (
+            "CREATE VIEW lease.v AS SELECT 1 AS one",
+            "\"v\"",
+            "SELECT one = 1 FROM lease.v",
+        ),
+        (
+            "CREATE SEQUENCE lease.counter",
+            "counter",
+            "SELECT to_regclass('lease.counter') IS NOT NULL",
+        ),
+    ];
+    for (make, named, still) in cases {
+        let db = ScratchDatabase::create();
+        db.execute(&format!("CREATE SCHEMA lease; {make}")).unwrap();
+        let err = PgLeaseStore::init(db.url(), PgOptions::default())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Incompatible { .. }), "{err}");
+        assert!(err.to_string().contains(named), "{make}: {err}");
+        let client = admin(&db).await;
+        let kept: bool = client.query_one(still, &[]).await.unwrap().get(0);
+        assert!(kept, "{make}: the object was changed");
+        let tables: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = 'lease' AND c.relkind = 'r'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(tables, 0, "{make}: lease added its tables");
+    }
+}

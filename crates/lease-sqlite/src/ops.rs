@@ -171,7 +171,7 @@ pub(crate) fn candidates(
         .map_err(error::sql(conn))?;
     ids.into_iter()
         .map(|id| {
-            JobId::new(id).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))
+            JobId::stored(id).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))
         })
         .collect()
 }
@@ -216,7 +216,7 @@ pub(crate) fn purge(
         .map_err(error::sql(conn))?;
     let mut purged = 0_u64;
     for id in ids {
-        let id = JobId::new(id)
+        let id = JobId::stored(id)
             .map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))?;
         let Some(job) = load(conn, &id)? else {
             continue;
@@ -478,7 +478,7 @@ mod tests {
                 Op::Job(
                     id(&format!(
                         "{i:02}-{}",
-                        "x".repeat(if i % 2 == 0 { 1 } else { 3000 })
+                        "x".repeat(if i % 2 == 0 { 1 } else { 1000 })
                     )),
                     Command::Enqueue,
                 )

@@ -129,7 +129,7 @@ pub(crate) fn count(
 /// Turns a stored row into a job, refusing values no rule could have written.
 pub(crate) fn decode(id: &JobId, row: &rusqlite::Row<'_>) -> Result<Job, StoreError> {
     let owner = text(id, row, 0, "owner")?
-        .map(Owner::new)
+        .map(Owner::stored)
         .transpose()
         .map_err(|e| corrupt(id, format!("stored owner: {e}")))?;
     let until = required(id, number(id, row, 1, "until")?, "until")?;
@@ -151,7 +151,7 @@ pub(crate) fn decode(id: &JobId, row: &rusqlite::Row<'_>) -> Result<Job, StoreEr
     };
     let queue = match text(id, row, 5, "queue")? {
         Some(name) => {
-            QueueName::new(name).map_err(|e| corrupt(id, format!("stored queue: {e}")))?
+            QueueName::stored(name).map_err(|e| corrupt(id, format!("stored queue: {e}")))?
         }
         None => QueueName::default(),
     };

@@ -21,7 +21,7 @@ fn ids(conn: &Connection) -> Result<Vec<JobId>, StoreError> {
     texts
         .into_iter()
         .map(|t| {
-            JobId::new(t).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))
+            JobId::stored(t).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))
         })
         .collect()
 }
@@ -42,7 +42,7 @@ fn snapshot(conn: &Connection) -> Result<Snapshot, StoreError> {
         .map_err(error::sql(conn))?;
     for (id, fence) in marks {
         let id =
-            JobId::new(id).map_err(|e| StoreError::Corrupt(format!("purged id: {e}").into()))?;
+            JobId::stored(id).map_err(|e| StoreError::Corrupt(format!("purged id: {e}").into()))?;
         let fence = Fence::try_from(fence).map_err(|f| {
             StoreError::Corrupt(format!("purged job {id}: fence {f} is negative").into())
         })?;
