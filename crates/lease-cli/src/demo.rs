@@ -128,11 +128,10 @@ pub(crate) async fn run(store: &dyn LeaseStore, db: &str) -> Result<Report, Stri
         ),
         json!({"step": "state", "owner": state.owner, "fence": state.fence, "result": state.result, "done": state.done}),
     );
-    Ok(Report {
-        accepted: true,
-        json: json!({"steps": n.steps, "survived": true}),
-        human: n.lines.join("\n"),
-        multiline: true,
-        note: None,
-    })
+    Ok(Report::lines(
+        true,
+        json!({"steps": n.steps, "survived": true}),
+        n.lines,
+        "",
+    ))
 }

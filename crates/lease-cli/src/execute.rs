@@ -117,23 +117,11 @@ pub(crate) async fn execute(
             let records = store.list(filter).await?;
             let lines: Vec<String> = records.iter().map(|r| record_line(r, filter.now)).collect();
             let json = json!({"jobs": records.iter().map(|r| record_json(r, filter.now)).collect::<Vec<_>>()});
-            let mut report = Report::new(
-                true,
-                json,
-                if lines.is_empty() {
-                    "no jobs".to_owned()
-                } else {
-                    lines.join("\n")
-                },
-            );
-            report.multiline = true;
-            report
+            Report::lines(true, json, lines, "no jobs")
         }
         Request::Stats(now, true) => {
             let rows = store.stats(*now).await?;
-            let mut report = Report::new(true, json!({}), prometheus(&rows));
-            report.multiline = true;
-            report
+            Report::verbatim(json!({}), prometheus(&rows))
         }
         Request::Stats(now, false) => {
             let rows = store.stats(*now).await?;
@@ -159,17 +147,7 @@ pub(crate) async fn execute(
                     .collect();
                 lines.push(format!("{queue}: {}", shown.join(", ")));
             }
-            let mut report = Report::new(
-                true,
-                json!({"queues": queues}),
-                if lines.is_empty() {
-                    "no jobs".to_owned()
-                } else {
-                    lines.join("\n")
-                },
-            );
-            report.multiline = true;
-            report
+            Report::lines(true, json!({"queues": queues}), lines, "no jobs")
         }
         Request::Purge(before, statuses) => {
             let purged = store.purge(*before, statuses).await?;

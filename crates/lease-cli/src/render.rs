@@ -24,9 +24,8 @@ pub(crate) struct Report {
     pub json: Value,
     /// The sentence printed otherwise.
     pub human: String,
-    /// Whether `human` is several lines (the demo, tables); otherwise a newline in it came from
-    /// a value and is escaped like any other control character.
-    pub multiline: bool,
+    /// How `human` is printed.
+    pub layout: Layout,
     /// Printed on stderr (the reason a queue command was refused).
     pub note: Option<String>,
 }
@@ -38,8 +37,32 @@ impl Report {
             accepted,
             json,
             human,
-            multiline: false,
+            layout: Layout::Sentence,
             note: None,
+        }
+    }
+
+    /// A report printed as lines (a table): each line is escaped on its own, so a newline in
+    /// a value is shown as `\n` and cannot start a line of its own.
+    pub(crate) fn lines(accepted: bool, json: Value, lines: Vec<String>, empty: &str) -> Self {
+        let lines = if lines.is_empty() {
+            vec![empty.to_owned()]
+        } else {
+            lines
+        };
+        Self {
+            human: lines.join("\n"),
+            layout: Layout::Lines(lines),
+            ..Self::new(accepted, json, String::new())
+        }
+    }
+
+    /// A report printed exactly as it is (text in a format of its own, such as Prometheus
+    /// exposition, which escapes values its own way).
+    pub(crate) fn verbatim(json: Value, text: String) -> Self {
+        Self {
+            layout: Layout::Verbatim,
+            ..Self::new(true, json, text)
         }
     }
 
@@ -48,6 +71,17 @@ impl Report {
         self.note = reason.map(|r| format!("lease: refused: {r}\n"));
         self
     }
+}
+
+/// How a report's human text is printed.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Layout {
+    /// One sentence: every control character in it (newlines included) is escaped.
+    Sentence,
+    /// Lines, each escaped on its own.
+    Lines(Vec<String>),
+    /// As it is.
+    Verbatim,
 }
 
 /// Escapes control characters (ESC, BEL, CR, newline, ...) so that a job id, owner or result
@@ -80,13 +114,14 @@ pub(crate) struct Response {
 pub(crate) fn respond(outcome: Result<Report, String>, json: bool) -> Response {
     match outcome {
         Ok(report) => Response {
-            stdout: if json {
-                format!("{}\n", report.json)
-            } else if report.multiline {
-                let lines: Vec<String> = report.human.lines().map(escape_controls).collect();
-                format!("{}\n", lines.join("\n"))
-            } else {
-                format!("{}\n", escape_controls(&report.human))
+            stdout: match (json, &report.layout) {
+                (true, _) => format!("{}\n", report.json),
+                (false, Layout::Lines(lines)) => {
+                    let lines: Vec<String> = lines.iter().map(|l| escape_controls(l)).collect();
+                    format!("{}\n", lines.join("\n"))
+                }
+                (false, Layout::Verbatim) => report.human.clone(),
+                (false, Layout::Sentence) => format!("{}\n", escape_controls(&report.human)),
             },
             stderr: report
                 .note

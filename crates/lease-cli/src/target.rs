@@ -296,15 +296,10 @@ pub(crate) async fn run_audit(
             )
         })
         .collect();
-    let mut report = Report::new(
+    Ok(Report::lines(
         true,
         json!({ "refusals": refusals }),
-        if lines.is_empty() {
-            "no refused writes recorded".to_owned()
-        } else {
-            lines.join("\n")
-        },
-    );
-    report.multiline = true;
-    Ok(report)
+        lines,
+        "no refused writes recorded",
+    ))
 }

@@ -14,7 +14,7 @@ use tokio::process::Command;
 
 use crate::cli::WorkRequest;
 use crate::processes;
-use crate::render::Report;
+use crate::render::{Report, escape_controls};
 
 /// How many of the program's last stderr lines become the job's error.
 const ERROR_LINES: usize = 5;
@@ -115,9 +115,14 @@ pub(crate) fn progress_line(report: &JobReport) -> String {
         JobOutcome::Released => "released at shutdown".to_owned(),
         JobOutcome::Unreported(why) => format!("result not reported ({why})"),
     };
+    // The job id and the reasons come from outside: no control character reaches stderr.
     format!(
-        "lease work: {} fence {} attempt {}: {what} after {:.2} s",
-        report.job, report.fence, report.attempt, report.seconds
+        "lease work: {} fence {} attempt {}: {} after {:.2} s",
+        escape_controls(report.job.as_str()),
+        report.fence,
+        report.attempt,
+        escape_controls(&what),
+        report.seconds
     )
 }
 

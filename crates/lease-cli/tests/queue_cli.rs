@@ -433,3 +433,33 @@ fn names_over_the_limit_are_refused_the_same_on_every_store_and_block_a_migratio
         assert_eq!(copied["jobs"], json!([]), "something was copied");
     }
 }
+
+#[test]
+fn values_from_outside_cannot_forge_lines_in_tables_or_break_prometheus_text() {
+    let (_dir, db) = fresh_db();
+    json_of(
+        &db,
+        &["enqueue", "a\nFORGED line", "--queue", "q\nFAKE: 9 pending"],
+        0,
+    );
+    json_of(&db, &["enqueue", "tab", "--queue", "t\tr\re\u{1b}[2J"], 0);
+    let list = lease(&db, &["list"]);
+    let text = String::from_utf8_lossy(&list.stdout).into_owned();
+    assert_eq!(text.lines().count(), 2, "{text}");
+    assert!(text.contains("a\\nFORGED line"), "{text}");
+    assert!(!text.contains('\u{1b}'), "{text:?}");
+    let stats = lease(&db, &["stats"]);
+    let text = String::from_utf8_lossy(&stats.stdout).into_owned();
+    assert_eq!(text.lines().count(), 2, "{text}");
+    assert!(!text.lines().any(|l| l.starts_with("FAKE")), "{text}");
+    // Prometheus text: backslash, quote and newline escaped as the format says; every other
+    // character kept as it is (a parser reads "\t" or "\u{1b}" escapes as invalid).
+    let prom = lease(&db, &["stats", "--prometheus"]);
+    let text = String::from_utf8(prom.stdout).unwrap();
+    assert!(text.contains("queue=\"q\\nFAKE: 9 pending\""), "{text}");
+    assert!(text.contains("queue=\"t\tr\re\u{1b}[2J\""), "{text:?}");
+    assert!(!text.contains("\\t") && !text.contains("\\u{"), "{text:?}");
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        assert!(line.starts_with("lease_jobs{"), "a forged line: {line:?}");
+    }
+}

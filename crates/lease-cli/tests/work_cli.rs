@@ -411,3 +411,24 @@ fn ctrl_c_at_a_terminal_drains_and_a_second_one_releases_at_once() {
     assert_eq!(state["status"], "dead");
     assert_ne!(state["error"], "lease expired");
 }
+
+#[test]
+fn progress_lines_escape_control_characters_from_job_ids() {
+    let (_dir, db) = fresh_db();
+    json_of(
+        &db,
+        &["enqueue", "evil\u{1b}]0;pwned\u{7}\nforged", "--queue", "q"],
+    );
+    let out = work(&db, &["--exit-when-empty"], "echo ok");
+    assert_eq!(out.status.code(), Some(0));
+    let progress = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !progress.chars().any(|c| c.is_control() && c != '\n'),
+        "{progress:?}"
+    );
+    assert_eq!(progress.lines().count(), 1, "{progress}");
+    assert!(
+        progress.contains("evil\\u{1b}]0;pwned\\u{7}\\nforged"),
+        "{progress}"
+    );
+}
