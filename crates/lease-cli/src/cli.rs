@@ -122,6 +122,40 @@ pub(crate) enum RequestError {
     /// An input could not be read.
     #[error("{0}")]
     Read(String),
+    /// A flag's value is out of range; the message names the flag.
+    #[error("{0}")]
+    Flag(String),
+}
+
+/// The most seconds a duration flag takes (`--grace`, `--drain`, `--busy-timeout`): a year.
+pub(crate) const MAX_FLAG_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
+
+/// A duration flag's value: finite, 0 or more, and at most [`MAX_FLAG_SECONDS`]; the message
+/// names the flag and what is wrong with the value.
+pub(crate) fn duration_flag(flag: &str, value: f64) -> Result<std::time::Duration, String> {
+    if !value.is_finite() {
+        return Err(format!(
+            "{flag} must be a finite number of seconds, got {value}"
+        ));
+    }
+    if value < 0.0 {
+        return Err(format!("{flag} must be 0 or more seconds, got {value}"));
+    }
+    if value > MAX_FLAG_SECONDS {
+        return Err(format!(
+            "{flag} is {value} seconds, more than the most it takes ({MAX_FLAG_SECONDS} s, a year)"
+        ));
+    }
+    Ok(std::time::Duration::from_secs_f64(value))
+}
+
+/// A time flag's value (Unix seconds): a finite number; the message names the flag.
+fn time_flag(flag: &str, value: f64) -> Result<Timestamp, RequestError> {
+    Timestamp::new(value).map_err(|_| {
+        RequestError::Flag(format!(
+            "{flag} must be a finite time in Unix seconds, got {value}"
+        ))
+    })
 }
 
 /// The time window of a claim or renewal.
@@ -471,13 +505,8 @@ impl Command {
                 metrics,
                 command,
             } => {
-                let seconds = |what: &str, value: f64| {
-                    std::time::Duration::try_from_secs_f64(value).map_err(|_| {
-                        RequestError::Read(format!(
-                            "{what} must be a finite number of seconds >= 0, got {value}"
-                        ))
-                    })
-                };
+                let seconds =
+                    |flag: &str, value: f64| duration_flag(flag, value).map_err(RequestError::Flag);
                 if concurrency == 0 {
                     return Err(RequestError::Read("concurrency must be at least 1".into()));
                 }
@@ -488,8 +517,8 @@ impl Command {
                     concurrency,
                     max_jobs,
                     exit_when_empty,
-                    grace: seconds("grace", grace)?,
-                    drain: seconds("drain", drain)?,
+                    grace: seconds("--grace", grace)?,
+                    drain: seconds("--drain", drain)?,
                     metrics,
                     command,
                 })
@@ -513,7 +542,7 @@ impl Command {
                 let spec = EnqueueSpec {
                     queue: QueueName::new(queue)?,
                     priority,
-                    run_at: run_at.map(Timestamp::new).transpose()?,
+                    run_at: run_at.map(|t| time_flag("--run-at", t)).transpose()?,
                     max_attempts: Some(max_attempts),
                     payload: payload
                         .map(|bytes| Payload::new(bytes, Payload::DEFAULT_LIMIT))
@@ -580,7 +609,7 @@ impl Command {
             Command::Audit { job, since, limit } => {
                 Request::Audit(lease_ports::audit::AuditFilter {
                     job: job.map(JobId::new).transpose()?,
-                    since: since.map(Timestamp::new).transpose()?,
+                    since: since.map(|t| time_flag("--since", t)).transpose()?,
                     limit,
                 })
             }
@@ -598,7 +627,7 @@ impl Command {
                         })
                         .collect::<Result<_, _>>()?
                 };
-                Request::Purge(Timestamp::new(before)?, statuses)
+                Request::Purge(time_flag("--before", before)?, statuses)
             }
             Command::Claim { job, owner, window } => {
                 Request::Claim(JobId::new(job)?, Owner::new(owner)?, window.term(clock)?)

@@ -78,9 +78,11 @@ pub(crate) async fn execute(
                     .iter()
                     .map(|l| format!("{} (fence {}, attempt {})", l.job, l.fence, l.attempt))
                     .collect();
+                // The stored until, by the clock that decided (the store's in store-clock
+                // mode), not the caller's now + ttl.
                 format!(
                     "leased to {owner} until {}: {}",
-                    term.until(),
+                    leases[0].until,
                     taken.join(", ")
                 )
             };

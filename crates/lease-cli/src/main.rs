@@ -12,7 +12,7 @@ mod work;
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
 use lease_sqlite::{SqliteLeaseStore, SqliteOptions};
@@ -94,10 +94,8 @@ fn store_settings(cli: &Cli) -> Result<(String, Settings), String> {
     if let Some(text) = timeout {
         let seconds: f64 = text
             .parse()
-            .map_err(|_| format!("busy timeout {text:?} is not a number of seconds"))?;
-        sqlite.busy_timeout = Duration::try_from_secs_f64(seconds).map_err(|_| {
-            format!("busy timeout must be a finite number of seconds >= 0, got {text}")
-        })?;
+            .map_err(|_| format!("--busy-timeout {text:?} is not a number of seconds"))?;
+        sqlite.busy_timeout = cli::duration_flag("--busy-timeout", seconds)?;
     }
     let schema = setting(cli.pg_schema.clone(), "LEASE_PG_SCHEMA")?;
     if let Some(name) = &schema {
@@ -217,6 +215,24 @@ fn start_logging(verbose: u8) {
 fn main() -> ExitCode {
     // Usage errors exit 2 and --help exits 0, both printed by clap.
     let cli = Cli::try_parse().unwrap_or_else(|e| e.exit());
+    // `--prometheus` conflicts with `--json` however they are placed; clap sees the conflict
+    // only when both follow `stats`.
+    if cli.json
+        && matches!(
+            cli.command,
+            cli::Command::Stats {
+                prometheus: true,
+                ..
+            }
+        )
+    {
+        <Cli as clap::CommandFactory>::command()
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--json and --prometheus cannot be used together: each picks the output format",
+            )
+            .exit();
+    }
     start_logging(cli.verbose);
     let json = cli.json;
     // `work` runs programs and heartbeats side by side: it gets a multi-threaded runtime.

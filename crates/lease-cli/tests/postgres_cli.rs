@@ -341,3 +341,15 @@ fn pgconnect_timeout_bounds_the_whole_connect_to_a_server_that_never_answers() {
     assert!(took < std::time::Duration::from_secs(10), "took {took:?}");
     drop(held);
 }
+
+#[test]
+fn init_on_a_missing_postgres_database_says_to_create_the_database() {
+    let db = ScratchDatabase::create();
+    let url = format!("{}_missing", db.url());
+    let out = run(&url, &["init"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("does not exist"), "{stderr}");
+    assert!(stderr.contains("createdb"), "{stderr}");
+    assert!(!stderr.contains("create it with init"), "{stderr}");
+}

@@ -301,7 +301,7 @@ fn bad_queue_input_is_refused_with_a_message_and_changes_nothing() {
         (
             &["enqueue", "j", "--run-at", "nan"],
             1,
-            "now must be a finite",
+            "--run-at must be a finite time",
         ),
         (&["enqueue", "j", "--max-attempts", "-1"], 2, "'-1'"),
         (&["list", "--status", "sleeping"], 1, "unknown status"),
@@ -462,4 +462,91 @@ fn values_from_outside_cannot_forge_lines_in_tables_or_break_prometheus_text() {
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         assert!(line.starts_with("lease_jobs{"), "a forged line: {line:?}");
     }
+}
+
+#[test]
+fn each_bad_flag_is_named_with_what_is_wrong_with_it() {
+    let (_dir, db) = fresh_db();
+    let cases: [(&[&str], i32, &str); 8] = [
+        (
+            &["enqueue", "j", "--run-at", "NaN"],
+            1,
+            "--run-at must be a finite time",
+        ),
+        (
+            &["purge", "--before", "inf", "--status", "done"],
+            1,
+            "--before must be a finite time",
+        ),
+        (
+            &["audit", "--since", "NaN"],
+            1,
+            "--since must be a finite time",
+        ),
+        (
+            &[
+                "work", "--owner", "w", "--ttl", "5", "--grace", "1e20", "--", "true",
+            ],
+            1,
+            "--grace is 100000000000000000000 seconds, more than the most it takes",
+        ),
+        (
+            &[
+                "work", "--owner", "w", "--ttl", "5", "--drain", "1e20", "--", "true",
+            ],
+            1,
+            "--drain is 100000000000000000000 seconds",
+        ),
+        (
+            &["--busy-timeout", "1e20", "state", "j"],
+            1,
+            "--busy-timeout is 100000000000000000000 seconds",
+        ),
+        (
+            &["--busy-timeout", "-1", "state", "j"],
+            1,
+            "--busy-timeout must be 0 or more",
+        ),
+        (
+            &["--json", "stats", "--prometheus"],
+            2,
+            "--json and --prometheus cannot be used together",
+        ),
+    ];
+    for (args, code, named) in cases {
+        let out = lease(&db, args);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(named), "{args:?}: {}", stderr(&out));
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
+
+#[test]
+fn claim_next_in_store_clock_mode_reports_the_stored_until() {
+    let (_dir, db) = fresh_db();
+    json_of(&db, &["enqueue", "j"], 0);
+    let out = lease(
+        &db,
+        &[
+            "--clock",
+            "store",
+            "claim-next",
+            "--now",
+            "5",
+            "--ttl",
+            "30",
+            "--owner",
+            "w",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let human = String::from_utf8_lossy(&out.stdout).into_owned();
+    let state = json_of(&db, &["state", "j"], 0);
+    let until = state["until"].as_f64().unwrap();
+    assert!(until > 1e9, "the store's clock decided: {until}");
+    assert!(
+        human.contains(&format!("until {until}")),
+        "{human} / {until}"
+    );
+    assert!(!human.contains("until 35"), "{human}");
 }

@@ -22,6 +22,14 @@ pub enum StoreError {
         /// The path that was looked at.
         path: String,
     },
+    /// The database server has no database of that name (a lease schema is made inside an
+    /// existing database, which `init` does not create).
+    NoSuchDatabase {
+        /// The target that was named.
+        path: String,
+        /// What the server said.
+        reason: String,
+    },
     /// The target exists but is not a lease database this version can use; it was left as it is.
     Incompatible {
         /// The path that was opened.
@@ -53,6 +61,11 @@ impl fmt::Display for StoreError {
             StoreError::NotFound { path } => {
                 write!(f, "no lease database at {path} (create it with init)")
             }
+            StoreError::NoSuchDatabase { path, reason } => write!(
+                f,
+                "{path}: {reason}; create the database first (createdb, or CREATE DATABASE), \
+                 then run lease init"
+            ),
             StoreError::Incompatible { path, reason } => {
                 write!(f, "{path} is not a usable lease database: {reason}")
             }
@@ -79,7 +92,9 @@ impl Error for StoreError {
             | StoreError::ReadOnly(d)
             | StoreError::Indeterminate(d)
             | StoreError::Corrupt(d) => d.cause(),
-            StoreError::NotFound { .. } | StoreError::Incompatible { .. } => None,
+            StoreError::NotFound { .. }
+            | StoreError::NoSuchDatabase { .. }
+            | StoreError::Incompatible { .. } => None,
         }
     }
 }

@@ -106,8 +106,9 @@ pub(crate) fn pool(error: deadpool_postgres::PoolError, target: &str) -> StoreEr
     match error {
         PoolError::Backend(e) => {
             if e.code() == Some(&SqlState::INVALID_CATALOG_NAME) {
-                return StoreError::NotFound {
+                return StoreError::NoSuchDatabase {
                     path: target.to_owned(),
+                    reason: describe(&e),
                 };
             }
             StoreError::Unavailable(Detail::caused_by(

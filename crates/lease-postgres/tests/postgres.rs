@@ -93,7 +93,16 @@ async fn open_without_init_is_not_found_and_creates_nothing() {
     let missing = PgLeaseStore::open(&format!("{}_nope", db.url()), PgOptions::default())
         .await
         .unwrap_err();
-    assert!(matches!(missing, StoreError::NotFound { .. }), "{missing}");
+    assert!(
+        matches!(missing, StoreError::NoSuchDatabase { .. }),
+        "{missing}"
+    );
+    assert!(missing.to_string().contains("does not exist"), "{missing}");
+    assert!(missing.to_string().contains("createdb"), "{missing}");
+    assert!(
+        !missing.to_string().contains("create it with init"),
+        "{missing}"
+    );
     // Still nothing there: init works from scratch.
     init(&db, PgOptions::default()).await;
 }
