@@ -74,8 +74,14 @@ fn setting(flag: Option<String>, env: &str) -> Result<Option<String>, String> {
 
 /// The named database and the settings of either store from the flags and the environment.
 fn store_settings(cli: &Cli) -> Result<(String, Settings), String> {
-    let db = setting(cli.db.as_ref().map(|p| p.display().to_string()), "LEASE_DB")?
-        .unwrap_or_else(|| "lease.db".to_owned());
+    // A path is used as given or refused: read lossily, it would name another file.
+    let flag = match &cli.db {
+        Some(path) => Some(path.to_str().map(str::to_owned).ok_or_else(|| {
+            format!("--db {path:?} is not valid UTF-8; name the database with a UTF-8 path")
+        })?),
+        None => None,
+    };
+    let db = setting(flag, "LEASE_DB")?.unwrap_or_else(|| "lease.db".to_owned());
     let clock = clock_mode(
         setting(cli.clock.clone(), "LEASE_CLOCK")?.as_deref(),
         setting(cli.max_skew.map(|t| t.to_string()), "LEASE_MAX_SKEW")?.as_deref(),

@@ -569,3 +569,30 @@ fn a_foreign_database_is_refused_by_the_cli_and_left_byte_for_byte_unchanged() {
     assert_eq!(std::fs::read(&db).unwrap(), before);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
 }
+
+#[test]
+fn a_db_path_that_is_not_utf8_is_refused_and_no_file_is_made() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir
+        .path()
+        .join(std::ffi::OsStr::from_bytes(b"x\xff\xfe.db"));
+    let out = Command::new(env!("CARGO_BIN_EXE_lease"))
+        .arg("--db")
+        .arg(&path)
+        .arg("init")
+        .env_remove("LEASE_DB")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--db") && stderr.contains("not valid UTF-8"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "a file was made"
+    );
+}
