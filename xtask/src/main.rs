@@ -75,30 +75,74 @@ fn bench(rest: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// The SQLite adapter's core files, whose mutants the fast tests must catch.
-const SQLITE_CORE: [&str; 5] = [
-    "crates/lease-sqlite/src/ops.rs",
-    "crates/lease-sqlite/src/group.rs",
-    "crates/lease-sqlite/src/schema.rs",
-    "crates/lease-sqlite/src/error.rs",
-    "crates/lease-sqlite/src/connection.rs",
+/// One scope of mutation testing: a package, the files whose mutants count (all when empty),
+/// and the test binaries that must catch them (the package's own tests when empty).
+struct Scope {
+    name: &'static str,
+    package: &'static str,
+    files: &'static [&'static str],
+    tests: &'static [&'static str],
+}
+
+/// What `cargo xtask mutants` runs, in order: the rules, the SQLite adapter's core against its
+/// fast tests (not the kill soak or the power-loss trials), the worker runtime against its own
+/// tests, and the PostgreSQL adapter's core against its conformance and differential tests and
+/// the store's own tests (they need the local server).
+const SCOPES: [Scope; 4] = [
+    Scope {
+        name: "domain",
+        package: "lease-domain",
+        files: &[],
+        tests: &[],
+    },
+    Scope {
+        name: "sqlite",
+        package: "lease-sqlite",
+        files: &[
+            "crates/lease-sqlite/src/ops.rs",
+            "crates/lease-sqlite/src/tx.rs",
+            "crates/lease-sqlite/src/row.rs",
+            "crates/lease-sqlite/src/reads.rs",
+            "crates/lease-sqlite/src/group.rs",
+            "crates/lease-sqlite/src/schema.rs",
+            "crates/lease-sqlite/src/error.rs",
+            "crates/lease-sqlite/src/connection.rs",
+            "crates/lease-sqlite/src/filesystem.rs",
+        ],
+        tests: &[
+            "clock_edges",
+            "conformance",
+            "differential",
+            "full_and_read_only",
+            "group_commit",
+            "hostile_files",
+            "linearizability",
+            "relative_path",
+            "seed_api",
+        ],
+    },
+    Scope {
+        name: "worker",
+        package: "lease-worker",
+        files: &[],
+        tests: &[],
+    },
+    Scope {
+        name: "postgres",
+        package: "lease-postgres",
+        files: &[
+            "crates/lease-postgres/src/write.rs",
+            "crates/lease-postgres/src/next.rs",
+            "crates/lease-postgres/src/schema.rs",
+            "crates/lease-postgres/src/error.rs",
+            "crates/lease-postgres/src/sql.rs",
+        ],
+        tests: &["conformance", "differential", "postgres"],
+    },
 ];
 
-/// The adapter's test binaries that take seconds, not the kill soak or the power-loss trials.
-const SQLITE_FAST_TESTS: [&str; 9] = [
-    "clock_edges",
-    "conformance",
-    "differential",
-    "full_and_read_only",
-    "group_commit",
-    "hostile_files",
-    "linearizability",
-    "relative_path",
-    "seed_api",
-];
-
-/// Mutation testing with cargo-mutants: lease-domain against its own tests, then the SQLite
-/// adapter's core files against its fast tests. Reports go to target/mutants/.
+/// Mutation testing with cargo-mutants over [`SCOPES`] (`cargo xtask mutants [SCOPE...]
+/// [-- cargo-mutants options]` runs the named scopes only). Reports go to target/mutants/.
 fn mutants(rest: &[String]) -> Result<(), String> {
     let installed = Command::new(env!("CARGO"))
         .args(["mutants", "--version"])
@@ -114,37 +158,34 @@ fn mutants(rest: &[String]) -> Result<(), String> {
         .ok_or("xtask has no parent directory")?
         .join("target/mutants");
     std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
-    let (domain_out, sqlite_out) = (
-        out.join("domain").display().to_string(),
-        out.join("sqlite").display().to_string(),
-    );
-    let extra: Vec<&str> = rest.iter().map(String::as_str).collect();
-    let mut domain = vec![
-        "mutants",
-        "--package",
-        "lease-domain",
-        "--output",
-        &domain_out,
-    ];
-    domain.extend(&extra);
-    let domain_result = cargo(&domain, &[]);
-    let mut sqlite = vec![
-        "mutants",
-        "--package",
-        "lease-sqlite",
-        "--output",
-        &sqlite_out,
-    ];
-    for file in SQLITE_CORE {
-        sqlite.extend(["--file", file]);
+    let split = rest.iter().position(|a| a == "--").unwrap_or(rest.len());
+    let (names, extra) = rest.split_at(split);
+    let extra: Vec<&str> = extra.iter().skip(1).map(String::as_str).collect();
+    if let Some(unknown) = names.iter().find(|n| !SCOPES.iter().any(|s| s.name == *n)) {
+        return Err(format!(
+            "no mutation scope {unknown:?}: the scopes are domain, sqlite, worker, postgres"
+        ));
     }
-    sqlite.extend(&extra);
-    sqlite.extend(["--", "--lib"]);
-    for test in SQLITE_FAST_TESTS {
-        sqlite.extend(["--test", test]);
+    let mut result = Ok(());
+    for scope in SCOPES
+        .iter()
+        .filter(|s| names.is_empty() || names.iter().any(|n| n == s.name))
+    {
+        let dir = out.join(scope.name).display().to_string();
+        let mut args = vec!["mutants", "--package", scope.package, "--output", &dir];
+        for file in scope.files {
+            args.extend(["--file", file]);
+        }
+        args.extend(&extra);
+        if !scope.tests.is_empty() {
+            args.extend(["--", "--lib"]);
+            for test in scope.tests {
+                args.extend(["--test", test]);
+            }
+        }
+        result = result.and(cargo(&args, &[]));
     }
-    let sqlite_result = cargo(&sqlite, &[]);
-    domain_result.and(sqlite_result)
+    result
 }
 
 fn main() -> ExitCode {
@@ -154,7 +195,7 @@ fn main() -> ExitCode {
         Some("bench") => bench(&args[1..]),
         Some("mutants") => mutants(&args[1..]),
         _ => Err(
-            "usage: cargo xtask <ci | bench [--quick] | mutants [cargo-mutants options]>"
+            "usage: cargo xtask <ci | bench [--quick] | mutants [SCOPE...] [-- cargo-mutants options]>"
                 .to_owned(),
         ),
     };

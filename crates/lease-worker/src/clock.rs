@@ -17,16 +17,22 @@ pub trait Clock: Send + Sync {
     fn sleep(&self, seconds: f64) -> BoxFuture<'static, ()>;
 }
 
+/// A time as Unix seconds: negative before 1970.
+#[must_use]
+pub fn unix_seconds(time: SystemTime) -> f64 {
+    match time.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_secs_f64(),
+        Err(e) => -e.duration().as_secs_f64(),
+    }
+}
+
 /// The system clock (Unix seconds) with Tokio's timers.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> f64 {
-        match SystemTime::now().duration_since(UNIX_EPOCH) {
-            Ok(d) => d.as_secs_f64(),
-            Err(e) => -e.duration().as_secs_f64(),
-        }
+        unix_seconds(SystemTime::now())
     }
 
     fn sleep(&self, seconds: f64) -> BoxFuture<'static, ()> {
@@ -83,5 +89,32 @@ impl Clock for ManualClock {
             // The sender lives as long as the clock; if it is dropped, the sleep ends.
             let _ = moved.wait_for(|now| *now >= until).await;
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_before_1970_are_negative_seconds() {
+        assert_eq!(unix_seconds(UNIX_EPOCH + Duration::from_millis(1500)), 1.5);
+        assert_eq!(unix_seconds(UNIX_EPOCH - Duration::from_millis(2500)), -2.5);
+        assert_eq!(unix_seconds(UNIX_EPOCH), 0.0);
+    }
+
+    #[test]
+    fn a_sleep_too_long_for_a_duration_is_forever_and_a_negative_one_is_over() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let clock = SystemClock;
+            let forever = tokio::time::timeout(Duration::from_millis(50), clock.sleep(1e20)).await;
+            assert!(forever.is_err(), "a sleep of 1e20 s ended at once");
+            let over = tokio::time::timeout(Duration::from_millis(500), clock.sleep(-3.0)).await;
+            assert!(over.is_ok());
+        });
     }
 }

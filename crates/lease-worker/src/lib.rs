@@ -26,7 +26,7 @@ use lease_ports::{Lease, LeaseStore, StoreError};
 use tokio::task::JoinSet;
 pub use tokio_util::sync::CancellationToken;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, SystemClock, unix_seconds};
 
 /// What a handler is given for one job.
 #[derive(Debug, Clone)]

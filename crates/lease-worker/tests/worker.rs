@@ -31,6 +31,8 @@ struct Watched {
     inner: Arc<dyn LeaseStore>,
     cut_off: Mutex<Option<Owner>>,
     hang_renewals: AtomicBool,
+    slow_completions: AtomicBool,
+    complete_error: AtomicBool,
     claim_error: Mutex<Option<fn() -> StoreError>>,
     renewals: AtomicUsize,
     completed: Mutex<HashMap<JobId, Vec<Owner>>>,
@@ -43,6 +45,8 @@ impl Watched {
             inner,
             cut_off: Mutex::new(None),
             hang_renewals: AtomicBool::new(false),
+            slow_completions: AtomicBool::new(false),
+            complete_error: AtomicBool::new(false),
             claim_error: Mutex::new(None),
             renewals: AtomicUsize::new(0),
             completed: Mutex::new(HashMap::new()),
@@ -92,6 +96,9 @@ impl LeaseStore for Watched {
         result: &JobResult,
     ) -> Result<WriteOutcome, StoreError> {
         self.complete_calls.lock().unwrap().push(owner.clone());
+        if self.complete_error.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("the store went away".into()));
+        }
         let outcome = self.inner.complete(job, owner, fence, now, result).await;
         if let Ok(Ok(())) = outcome {
             self.completed
@@ -166,6 +173,12 @@ impl LeaseStore for Watched {
         limit: usize,
     ) -> Result<CompleteAndClaim, StoreError> {
         self.complete_calls.lock().unwrap().push(owner.clone());
+        if self.complete_error.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("the store went away".into()));
+        }
+        if self.slow_completions.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
         let answer = self
             .inner
             .complete_and_claim_next(job, owner, fence, result, queue, term, limit)
@@ -494,7 +507,7 @@ async fn a_panicking_handler_fails_its_job_and_the_worker_goes_on() {
     assert!(
         bad.error
             .as_deref()
-            .is_some_and(|e| e.contains("panicked") && e.contains("cannot take bad jobs")),
+            .is_some_and(|e| e == "the handler panicked: this handler cannot take bad jobs"),
         "{:?}",
         bad.error
     );
@@ -734,4 +747,83 @@ async fn claim_errors_end_the_run_instead_of_looking_like_an_empty_queue() {
         let err = outcome.expect_err("a store error is an error");
         assert_eq!(err.to_string(), error().to_string());
     }
+}
+
+/// A slot that got its next lease from the completion's commit while the worker began to stop
+/// gives that lease back unrun: the handler never sees the second job, whose lease is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_next_lease_claimed_as_the_worker_stops_is_released_not_run() {
+    let store = Watched::new(Arc::new(MemoryLeaseStore::new()));
+    for id in ["first", "second"] {
+        store.enqueue(&job(id)).await.unwrap();
+    }
+    store.slow_completions.store(true, Ordering::SeqCst);
+    let shutdown = CancellationToken::new();
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let handler = {
+        let (shutdown, ran) = (shutdown.clone(), Arc::clone(&ran));
+        move |ctx: JobContext| {
+            let (shutdown, ran) = (shutdown.clone(), Arc::clone(&ran));
+            async move {
+                ran.lock().unwrap().push(ctx.job.as_str().to_owned());
+                // Stop the worker while this job's completion (and the next claim) is under
+                // way: the store takes 300 ms to answer it.
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    shutdown.cancel();
+                });
+                Ok::<_, String>("done".to_owned())
+            }
+        }
+    };
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    let worker =
+        Worker::new(store.clone(), handler, config("A", 30.0)).on_report(collect(&reports));
+    let summary = worker.run(shutdown).await.unwrap();
+    assert_eq!(*ran.lock().unwrap(), ["first"], "the second job was run");
+    assert_eq!(summary.completed, 1);
+    let second = record(store.as_ref(), "second").await;
+    assert_eq!(
+        second.fence,
+        Fence::new(1).unwrap(),
+        "the second job was leased"
+    );
+    assert_eq!(second.owner, None, "the lease was not given back");
+    assert_eq!(second.result, None);
+}
+
+/// A result the store could not take is counted as unreported, not as completed or lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_the_store_cannot_take_is_counted_as_unreported() {
+    let store = Watched::new(Arc::new(MemoryLeaseStore::new()));
+    store.enqueue(&job("j")).await.unwrap();
+    store.complete_error.store(true, Ordering::SeqCst);
+    let mut config = config("A", 30.0);
+    config.max_jobs = Some(1);
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    let worker = Worker::new(
+        store.clone(),
+        |_ctx: JobContext| async move { Ok::<_, String>("done".to_owned()) },
+        config,
+    )
+    .on_report(collect(&reports));
+    let summary = worker.run(CancellationToken::new()).await.unwrap();
+    assert_eq!(
+        (summary.unreported, summary.completed, summary.lost),
+        (1, 0, 0)
+    );
+    assert!(
+        matches!(&reports.lock().unwrap()[0].outcome, JobOutcome::Unreported(why) if why.contains("went away")),
+        "{:?}",
+        reports.lock().unwrap()
+    );
+}
+
+#[test]
+fn the_renewal_interval_is_the_ttl_times_the_fraction_within_its_bounds() {
+    let ttl = |t: f64| Ttl::new(t).unwrap();
+    assert_eq!(lease_worker::renew_interval(ttl(30.0), 0.5), 15.0);
+    assert_eq!(lease_worker::renew_interval(ttl(30.0), 1.0 / 3.0), 10.0);
+    assert_eq!(lease_worker::stop_margin(ttl(3.0)), 0.3);
+    assert_eq!(lease_worker::stop_margin(ttl(300.0)), 2.0);
 }
