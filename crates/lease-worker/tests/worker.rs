@@ -35,6 +35,7 @@ struct Watched {
     complete_error: AtomicBool,
     claim_error: Mutex<Option<fn() -> StoreError>>,
     renewals: AtomicUsize,
+    empty_claims: AtomicUsize,
     completed: Mutex<HashMap<JobId, Vec<Owner>>>,
     complete_calls: Mutex<Vec<Owner>>,
 }
@@ -49,6 +50,7 @@ impl Watched {
             complete_error: AtomicBool::new(false),
             claim_error: Mutex::new(None),
             renewals: AtomicUsize::new(0),
+            empty_claims: AtomicUsize::new(0),
             completed: Mutex::new(HashMap::new()),
             complete_calls: Mutex::new(Vec::new()),
         })
@@ -133,6 +135,9 @@ impl LeaseStore for Watched {
     ) -> Result<Vec<Lease>, StoreError> {
         if let Some(error) = *self.claim_error.lock().unwrap() {
             return Err(error());
+        }
+        if limit == 0 {
+            self.empty_claims.fetch_add(1, Ordering::SeqCst);
         }
         self.inner.claim_next(queue, owner, term, limit).await
     }
@@ -826,4 +831,38 @@ fn the_renewal_interval_is_the_ttl_times_the_fraction_within_its_bounds() {
     assert_eq!(lease_worker::renew_interval(ttl(30.0), 1.0 / 3.0), 10.0);
     assert_eq!(lease_worker::stop_margin(ttl(3.0)), 0.3);
     assert_eq!(lease_worker::stop_margin(ttl(300.0)), 2.0);
+}
+
+/// A worker whose slots are all busy asks the store for nothing (a claim of no job would
+/// still be a transaction), and it shows its configuration when debugged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_with_no_free_slot_does_not_call_the_store_to_claim() {
+    let store = Watched::new(Arc::new(MemoryLeaseStore::new()));
+    for id in ["a", "b"] {
+        store.enqueue(&job(id)).await.unwrap();
+    }
+    let mut config = config("A", 30.0);
+    config.exit_when_empty = true;
+    let worker = Worker::new(
+        store.clone(),
+        |_ctx: JobContext| async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            Ok::<_, String>("done".to_owned())
+        },
+        config,
+    );
+    let shown = format!("{worker:?}");
+    assert!(
+        shown.contains("Worker") && shown.contains("concurrency: 1"),
+        "{shown}"
+    );
+    assert_eq!(
+        worker
+            .run(CancellationToken::new())
+            .await
+            .unwrap()
+            .completed,
+        2
+    );
+    assert_eq!(store.empty_claims.load(Ordering::SeqCst), 0);
 }
