@@ -12,8 +12,8 @@ use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use crate::error::{self, OpenError};
 use crate::filesystem::{
-    Target, check_filesystem, check_path, filesystem_of, hard_link_reason, incompatible,
-    parent_dir, read_only_reason, sync_dir,
+    FileSystem, Target, check_filesystem, check_path, filesystem_of, hard_link_reason,
+    incompatible, parent_dir, read_only_reason, sync_dir,
 };
 use crate::options::SqliteOptions;
 use crate::schema::{self, Found, SCHEMA_VERSION};
@@ -66,9 +66,12 @@ pub(crate) fn configure(conn: &Connection, options: &SqliteOptions) -> rusqlite:
             )));
         }
     }
-    let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        return Err(setting_error(format!("journal_mode is {mode}, not wal")));
+    let journal = journal_mode(conn, options);
+    let mode: String = conn.pragma_update_and_check(None, "journal_mode", journal, |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case(journal) {
+        return Err(setting_error(format!(
+            "journal_mode is {mode}, not {journal}"
+        )));
     }
     if let Some(pages) = options.max_pages {
         let set: u32 = conn.pragma_update_and_check(None, "max_page_count", pages, |r| r.get(0))?;
@@ -90,6 +93,30 @@ pub(crate) fn configure(conn: &Connection, options: &SqliteOptions) -> rusqlite:
         (hook.0)(conn)?;
     }
     Ok(())
+}
+
+/// The journal a read-write connection uses: the write-ahead log, except on a file system this
+/// build cannot vouch for (FUSE, unknown; allowed only with `allow_unverified_filesystem`)
+/// without `exclusive`. There the WAL index lives in memory mapped from the `-shm` file, which
+/// such a file system may not keep coherent between processes (two of them were seen granting
+/// one fence); the rollback journal uses file locks only. With `exclusive` one process holds
+/// the file and keeps the WAL index in its own heap, so WAL is safe there.
+pub(crate) fn journal_mode(conn: &Connection, options: &SqliteOptions) -> &'static str {
+    let unverified = conn
+        .path()
+        .filter(|p| !p.is_empty())
+        .and_then(|p| filesystem_of(Path::new(p), p).ok())
+        .is_some_and(|kind| matches!(kind, FileSystem::Unverified(_)));
+    journal_for(unverified, options.exclusive)
+}
+
+/// [`journal_mode`]'s rule, as a pure function.
+pub(crate) fn journal_for(unverified_filesystem: bool, exclusive: bool) -> &'static str {
+    if unverified_filesystem && !exclusive {
+        "delete"
+    } else {
+        "wal"
+    }
 }
 
 fn setting_error(message: String) -> rusqlite::Error {
@@ -431,6 +458,14 @@ mod tests {
     use super::*;
     use crate::filesystem::{FUSE_MAGIC, FileSystem, check_filesystem, classify_filesystem};
     use crate::options::ConnectHook;
+
+    #[test]
+    fn the_rollback_journal_is_used_exactly_on_unverified_file_systems_without_exclusive() {
+        assert_eq!(journal_for(true, false), "delete");
+        assert_eq!(journal_for(true, true), "wal");
+        assert_eq!(journal_for(false, false), "wal");
+        assert_eq!(journal_for(false, true), "wal");
+    }
 
     #[test]
     fn network_file_systems_are_refused_and_fuse_needs_an_opt_in() {
