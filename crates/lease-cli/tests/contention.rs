@@ -276,3 +276,40 @@ fn claim_many_process_has_every_claim_under_way_at_once() {
         "at most {most} claims were under way at once"
     );
 }
+
+#[test]
+fn exclusive_processes_at_once_each_wait_their_turn_instead_of_failing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("e.db");
+    let exclusive = |args: &[&str]| {
+        lease(&db)
+            .args(["--exclusive", "--busy-timeout", "5"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    assert!(exclusive(&["init"]).wait().unwrap().success());
+    for round in 0..10 {
+        let jobs = [format!("a{round}"), format!("b{round}")];
+        for job in &jobs {
+            assert!(exclusive(&["enqueue", job]).wait().unwrap().success());
+        }
+        // Two processes, each holding the file exclusively for a moment: the second waits for
+        // the first (they used to wait for each other until one gave up after 5 s).
+        let racing: Vec<_> = jobs
+            .iter()
+            .map(|job| exclusive(&["claim", job, "--owner", "w", "--ttl", "30"]))
+            .collect();
+        for child in racing {
+            let out = child.wait_with_output().unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "round {round}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}

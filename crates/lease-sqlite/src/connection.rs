@@ -47,15 +47,6 @@ pub(crate) fn configure(conn: &Connection, options: &SqliteOptions) -> rusqlite:
     {
         return Err(setting_error(hard_link_reason(links)));
     }
-    // The busy timeout goes first so that switching to WAL waits for other openers.
-    conn.busy_timeout(options.busy_timeout)?;
-    let wanted_ms = i64::try_from(options.busy_timeout.as_millis()).unwrap_or(i64::MAX);
-    let busy_ms: i64 = conn.pragma_query_value(None, "busy_timeout", |r| r.get(0))?;
-    if busy_ms != wanted_ms.min(i64::from(i32::MAX)) {
-        return Err(setting_error(format!(
-            "busy_timeout is {busy_ms} ms, not {wanted_ms} ms"
-        )));
-    }
     if options.exclusive {
         // Before the first WAL access, so that SQLite keeps the WAL index in heap memory.
         let mode: String =
@@ -65,6 +56,23 @@ pub(crate) fn configure(conn: &Connection, options: &SqliteOptions) -> rusqlite:
                 "locking_mode is {mode}, not exclusive"
             )));
         }
+        // Take the file's exclusive lock first, without waiting: a connection in exclusive
+        // locking mode keeps the shared lock of its first read, so two processes that each
+        // read first and then wait for the exclusive lock wait for each other until one gives
+        // up after the whole busy timeout. Busy here, the caller drops this connection (and
+        // its lock) and tries again with a new one until the busy timeout.
+        conn.busy_timeout(Duration::ZERO)?;
+        conn.execute_batch("BEGIN EXCLUSIVE; COMMIT")?;
+    }
+    // The busy timeout goes before the journal mode so that switching to WAL waits for other
+    // openers.
+    conn.busy_timeout(options.busy_timeout)?;
+    let wanted_ms = i64::try_from(options.busy_timeout.as_millis()).unwrap_or(i64::MAX);
+    let busy_ms: i64 = conn.pragma_query_value(None, "busy_timeout", |r| r.get(0))?;
+    if busy_ms != wanted_ms.min(i64::from(i32::MAX)) {
+        return Err(setting_error(format!(
+            "busy_timeout is {busy_ms} ms, not {wanted_ms} ms"
+        )));
     }
     let journal = journal_mode(conn, options);
     let mode: String = conn.pragma_update_and_check(None, "journal_mode", journal, |r| r.get(0))?;
