@@ -866,3 +866,69 @@ async fn a_worker_with_no_free_slot_does_not_call_the_store_to_claim() {
     );
     assert_eq!(store.empty_claims.load(Ordering::SeqCst), 0);
 }
+
+/// A report says how long its job ran, by the worker's clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_carries_how_long_the_job_ran_by_the_workers_clock() {
+    let store = Watched::new(Arc::new(MemoryLeaseStore::new()));
+    store.enqueue(&job("j")).await.unwrap();
+    let clock = Arc::new(ManualClock::new(1000.0));
+    let release = Arc::new(tokio::sync::Notify::new());
+    let handler = {
+        let release = Arc::clone(&release);
+        move |_ctx: JobContext| {
+            let release = Arc::clone(&release);
+            async move {
+                release.notified().await;
+                Ok::<_, String>("done".to_owned())
+            }
+        }
+    };
+    let mut config = config("A", 30.0);
+    config.max_jobs = Some(1);
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    let worker = Worker::new(store.clone(), handler, config)
+        .with_clock(clock.clone())
+        .on_report(collect(&reports));
+    let run = tokio::spawn(worker.run(CancellationToken::new()));
+    for _ in 0..500 {
+        if record(store.as_ref(), "j").await.owner.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    clock.advance(2.5);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    release.notify_one();
+    assert_eq!(run.await.unwrap().unwrap().completed, 1);
+    assert_eq!(reports.lock().unwrap()[0].seconds, 2.5);
+}
+
+/// Without `exit_when_empty`, an unreachable store is waited out: once it answers again, the
+/// worker takes the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_store_is_waited_out_without_exit_when_empty() {
+    let store = Watched::new(Arc::new(MemoryLeaseStore::new()));
+    store.enqueue(&job("j")).await.unwrap();
+    *store.claim_error.lock().unwrap() = Some(|| StoreError::Unavailable("restarting".into()));
+    let mut config = config("A", 30.0);
+    config.max_jobs = Some(1);
+    let worker = Worker::new(
+        store.clone(),
+        |_ctx: JobContext| async move { Ok::<_, String>("done".to_owned()) },
+        config,
+    );
+    let run = tokio::spawn(worker.run(CancellationToken::new()));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !run.is_finished(),
+        "the worker gave up on a store that was restarting"
+    );
+    *store.claim_error.lock().unwrap() = None;
+    let summary = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("the worker took the job once the store answered")
+        .unwrap()
+        .unwrap();
+    assert_eq!(summary.completed, 1);
+}
