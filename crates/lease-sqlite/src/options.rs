@@ -53,13 +53,13 @@ pub struct SqliteOptions {
     /// after a power cut.
     pub synchronous: Synchronous,
     /// How long to wait for a lock another connection holds before failing with
-    /// [`StoreError::Unavailable`]: the database lock of a write, and the locks taken while
+    /// [`StoreError::Unavailable`](lease_ports::StoreError::Unavailable): the database lock of a write, and the locks taken while
     /// several processes create or open the same file.
     pub busy_timeout: Duration,
     /// The largest number of pooled connections (1 in exclusive mode).
     pub pool_size: u32,
     /// A cap on the database size in pages (`PRAGMA max_page_count`); a write that would pass it
-    /// fails with [`StoreError::Full`] and changes nothing. `None` leaves SQLite's default.
+    /// fails with [`StoreError::Full`](lease_ports::StoreError::Full) and changes nothing. `None` leaves SQLite's default.
     pub max_pages: Option<u32>,
     /// Group commit: the most writes one transaction (one sync) may carry when callers of this
     /// store write at the same time. 1 turns group commit off: each write then runs in its own
@@ -68,7 +68,7 @@ pub struct SqliteOptions {
     /// One process only: SQLite's exclusive locking mode. The store keeps one connection that
     /// holds the file's lock until it is dropped, and the write-ahead log needs no shared memory
     /// (no `-shm` file). Another process (or store) that opens the file meanwhile waits for the
-    /// busy timeout and then fails with [`StoreError::Unavailable`].
+    /// busy timeout and then fails with [`StoreError::Unavailable`](lease_ports::StoreError::Unavailable).
     pub exclusive: bool,
     /// Accept a file system that this build cannot vouch for (FUSE and unknown types; network
     /// file systems are always refused). The write-ahead log keeps its lock and index in memory
