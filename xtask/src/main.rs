@@ -86,8 +86,8 @@ struct Scope {
 
 /// What `cargo xtask mutants` runs, in order: the rules, the SQLite adapter's core against its
 /// fast tests (not the kill soak or the power-loss trials), the worker runtime against its own
-/// tests, and the PostgreSQL adapter's core against its conformance and differential tests and
-/// the store's own tests (they need the local server).
+/// tests, and the PostgreSQL adapter's core against its conformance, differential, audit and
+/// store tests (they need the local server).
 const SCOPES: [Scope; 4] = [
     Scope {
         name: "domain",
@@ -137,7 +137,7 @@ const SCOPES: [Scope; 4] = [
             "crates/lease-postgres/src/error.rs",
             "crates/lease-postgres/src/sql.rs",
         ],
-        tests: &["conformance", "differential", "postgres"],
+        tests: &["conformance", "differential", "observability", "postgres"],
     },
 ];
 

@@ -183,6 +183,12 @@ async fn in_store_clock_mode_a_fast_caller_clock_cannot_reclaim_a_live_lease() {
     let db = ScratchDatabase::create();
     let store = init(&db, PgOptions::default().store_clock()).await;
     let server = store.server_now().await.unwrap().get();
+    // The server runs on this machine: its clock is this one's.
+    let here = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!((server - here).abs() < 60.0, "server {server}, here {here}");
     let job = id("j");
     store.enqueue(&job).await.unwrap();
     // A's clock is an hour slow, B's an hour fast: the store's clock decides both.
