@@ -137,7 +137,13 @@ const SCOPES: [Scope; 4] = [
             "crates/lease-postgres/src/error.rs",
             "crates/lease-postgres/src/sql.rs",
         ],
-        tests: &["conformance", "differential", "observability", "postgres"],
+        tests: &[
+            "conformance",
+            "differential",
+            "faults",
+            "observability",
+            "postgres",
+        ],
     },
 ];
 

@@ -17,63 +17,86 @@ pub(crate) enum Stage {
 /// Whether the error is the connection itself failing (closed, I/O, the server terminating
 /// the session) rather than the server answering a statement with an error.
 pub(crate) fn is_connection_loss(error: &tokio_postgres::Error) -> bool {
-    if error.is_closed() {
-        return true;
-    }
-    match error.as_db_error() {
-        // An answer from the server: only a FATAL or PANIC one (or an operator intervention
-        // or connection failure class) ends the session.
-        Some(db) => {
-            let code = db.code().code();
-            matches!(db.severity(), "FATAL" | "PANIC")
+    let answer = error
+        .as_db_error()
+        .map(|db| (db.severity(), db.code().code()));
+    ends_session(error.is_closed(), answer)
+}
+
+/// [`is_connection_loss`]'s rule: a closed connection, no answer from the server at all (I/O,
+/// a protocol failure, a timeout), or an answer that ends the session (FATAL or PANIC, or the
+/// operator intervention or connection exception classes, `57` and `08`).
+fn ends_session(closed: bool, answer: Option<(&str, &str)>) -> bool {
+    match answer {
+        _ if closed => true,
+        Some((severity, code)) => {
+            matches!(severity, "FATAL" | "PANIC")
                 || code.starts_with("57")
                 || code.starts_with("08")
         }
-        // No server answer at all: I/O, a protocol failure, a timeout.
         None => true,
+    }
+}
+
+/// What a failure amounts to, before its text is attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Unavailable,
+    Indeterminate,
+    Full,
+    ReadOnly,
+    Corrupt,
+    TablesGone,
+}
+
+/// The kind of a failure at `stage`: a lost connection is unavailable before COMMIT and
+/// unknown during it; otherwise the server's SQLSTATE decides.
+fn kind_of(lost: bool, code: Option<&SqlState>, stage: Stage) -> Kind {
+    if lost {
+        return match stage {
+            Stage::BeforeCommit => Kind::Unavailable,
+            Stage::Commit => Kind::Indeterminate,
+        };
+    }
+    match code {
+        Some(code) if *code == SqlState::DISK_FULL => Kind::Full,
+        Some(code) if *code == SqlState::READ_ONLY_SQL_TRANSACTION => Kind::ReadOnly,
+        Some(code)
+            if *code == SqlState::CHECK_VIOLATION || *code == SqlState::NOT_NULL_VIOLATION =>
+        {
+            Kind::Corrupt
+        }
+        Some(code)
+            if *code == SqlState::UNDEFINED_TABLE || *code == SqlState::INVALID_SCHEMA_NAME =>
+        {
+            Kind::TablesGone
+        }
+        _ => Kind::Unavailable,
     }
 }
 
 /// Maps a failure at `stage` to the port's kinds.
 pub(crate) fn map(error: tokio_postgres::Error, stage: Stage) -> StoreError {
     let text = describe(&error);
-    type Kind = fn(Detail) -> StoreError;
-    let (kind, message): (Kind, String) = if is_connection_loss(&error) {
-        match stage {
-            Stage::BeforeCommit => (
-                StoreError::Unavailable,
-                format!(
-                    "the connection to PostgreSQL failed before commit, nothing was applied: {text}"
-                ),
-            ),
-            Stage::Commit => (
-                StoreError::Indeterminate,
-                format!("the connection to PostgreSQL failed while committing: {text}"),
-            ),
-        }
-    } else {
-        match error.code() {
-            Some(code) if *code == SqlState::DISK_FULL => (StoreError::Full, text),
-            Some(code) if *code == SqlState::READ_ONLY_SQL_TRANSACTION => {
-                (StoreError::ReadOnly, text)
-            }
-            Some(code)
-                if *code == SqlState::CHECK_VIOLATION || *code == SqlState::NOT_NULL_VIOLATION =>
-            {
-                (StoreError::Corrupt, text)
-            }
-            Some(code)
-                if *code == SqlState::UNDEFINED_TABLE || *code == SqlState::INVALID_SCHEMA_NAME =>
-            {
-                return StoreError::Incompatible {
-                    path: "the PostgreSQL database".to_owned(),
-                    reason: format!("the lease tables are gone ({text})"),
-                };
-            }
-            _ => (StoreError::Unavailable, text),
-        }
-    };
-    kind(Detail::caused_by(message, error))
+    let lost = is_connection_loss(&error);
+    let kind = kind_of(lost, error.code(), stage);
+    let detail = |message: String| Detail::caused_by(message, error);
+    match kind {
+        Kind::Unavailable if lost => StoreError::Unavailable(detail(format!(
+            "the connection to PostgreSQL failed before commit, nothing was applied: {text}"
+        ))),
+        Kind::Indeterminate => StoreError::Indeterminate(detail(format!(
+            "the connection to PostgreSQL failed while committing: {text}"
+        ))),
+        Kind::Unavailable => StoreError::Unavailable(detail(text)),
+        Kind::Full => StoreError::Full(detail(text)),
+        Kind::ReadOnly => StoreError::ReadOnly(detail(text)),
+        Kind::Corrupt => StoreError::Corrupt(detail(text)),
+        Kind::TablesGone => StoreError::Incompatible {
+            path: "the PostgreSQL database".to_owned(),
+            reason: format!("the lease tables are gone ({text})"),
+        },
+    }
 }
 
 /// The error's text with the server's message, code and detail when there is one.
@@ -130,5 +153,60 @@ pub(crate) fn pool(error: deadpool_postgres::PoolError, target: &str) -> StoreEr
             format!("a new connection to {target} could not be set up: {e}").into(),
         ),
         other => StoreError::Unavailable(format!("connection pool for {target}: {other}").into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_closed_connection_no_answer_or_a_session_ending_answer_is_a_lost_connection() {
+        assert!(ends_session(true, Some(("ERROR", "23514"))));
+        assert!(ends_session(false, None));
+        for (severity, code) in [
+            ("FATAL", "XX000"),
+            ("PANIC", "XX000"),
+            ("ERROR", "57P01"),
+            ("ERROR", "08006"),
+        ] {
+            assert!(
+                ends_session(false, Some((severity, code))),
+                "{severity} {code}"
+            );
+        }
+        for (severity, code) in [("ERROR", "23514"), ("ERROR", "40001"), ("ERROR", "53100")] {
+            assert!(
+                !ends_session(false, Some((severity, code))),
+                "{severity} {code}"
+            );
+        }
+    }
+
+    #[test]
+    fn each_failure_maps_to_its_kind() {
+        use Stage::{BeforeCommit, Commit};
+        assert_eq!(kind_of(true, None, BeforeCommit), Kind::Unavailable);
+        assert_eq!(kind_of(true, None, Commit), Kind::Indeterminate);
+        let cases = [
+            (SqlState::DISK_FULL, Kind::Full),
+            (SqlState::READ_ONLY_SQL_TRANSACTION, Kind::ReadOnly),
+            (SqlState::CHECK_VIOLATION, Kind::Corrupt),
+            (SqlState::NOT_NULL_VIOLATION, Kind::Corrupt),
+            (SqlState::UNDEFINED_TABLE, Kind::TablesGone),
+            (SqlState::INVALID_SCHEMA_NAME, Kind::TablesGone),
+            (SqlState::T_R_SERIALIZATION_FAILURE, Kind::Unavailable),
+            (SqlState::UNIQUE_VIOLATION, Kind::Unavailable),
+        ];
+        for (code, kind) in cases {
+            assert_eq!(kind_of(false, Some(&code), Commit), kind, "{}", code.code());
+            assert_eq!(
+                kind_of(false, Some(&code), BeforeCommit),
+                kind,
+                "{}",
+                code.code()
+            );
+        }
+        assert_eq!(kind_of(false, None, Commit), Kind::Unavailable);
     }
 }

@@ -74,6 +74,11 @@ async fn a_backend_terminated_inside_its_transaction_applies_nothing_and_the_sto
     let err = claimed.unwrap_err();
     assert!(err.is_determinate(), "{err}");
     assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+    assert!(
+        err.to_string()
+            .contains("the connection to PostgreSQL failed before commit, nothing was applied"),
+        "the lost connection is named as such: {err}"
+    );
     holder.batch_execute("COMMIT").await.unwrap();
     assert_eq!(
         store.state(&job).await.unwrap().unwrap().fence,
