@@ -111,10 +111,7 @@ fn rust_files(dir: &Path, found: &mut Vec<PathBuf>) {
 
 #[test]
 fn every_rust_file_starts_with_a_module_doc_line() {
-    let mut files = Vec::new();
-    for top in ["crates", "xtask", "benches"] {
-        rust_files(&workspace_root().join(top), &mut files);
-    }
+    let files = all_rust_files();
     assert!(files.len() > 10, "found only {files:?}");
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
@@ -147,10 +144,7 @@ fn only_the_cli_main_the_worker_clock_and_the_sqlite_store_clock_read_the_clock(
 
 #[test]
 fn unsafe_code_is_allowed_only_in_the_crash_simulating_vfs_and_the_errno_read() {
-    let mut files = Vec::new();
-    for top in ["crates", "xtask", "benches"] {
-        rust_files(&workspace_root().join(top), &mut files);
-    }
+    let files = all_rust_files();
     let allowing: Vec<_> = files
         .iter()
         .filter(|f| {

@@ -129,41 +129,36 @@ pub(crate) fn signal_run(group: Option<i32>, marker: &str, signal: Signal) {
     }
 }
 
-/// Whether anything of the run is still alive: a member of its group, or a marked orphan.
-fn run_alive(group: Option<i32>, marker: &str) -> bool {
-    let group_alive = group
-        .and_then(Pid::from_raw)
-        .is_some_and(|g| rustix::process::test_kill_process_group(g).is_ok());
-    group_alive
-        || adopted()
-            .iter()
-            .any(|c| !c.zombie && c.marker.as_deref() == Some(marker))
-}
-
 /// Reaps every zombie this process adopted (their runs are over; their exit status is of no
-/// use to anyone).
-fn reap_adopted() {
+/// use to anyone), and answers whether anything of the run is still alive: a member of its
+/// group, or a marked orphan. One look at `/proc` does both.
+fn reap_and_check(group: Option<i32>, marker: &str) -> bool {
+    let mut orphan_alive = false;
     for child in adopted() {
         if child.zombie {
             if let Some(pid) = Pid::from_raw(child.pid) {
                 let _ = rustix::process::waitpid(Some(pid), WaitOptions::NOHANG);
             }
+        } else if child.marker.as_deref() == Some(marker) {
+            orphan_alive = true;
         }
     }
+    orphan_alive
+        || group
+            .and_then(Pid::from_raw)
+            .is_some_and(|g| rustix::process::test_kill_process_group(g).is_ok())
 }
 
 /// Ends a run: SIGTERM to whatever of it is alive, up to `grace` for it to go, then SIGKILL,
 /// and the adopted zombies reaped.
 pub(crate) async fn end_run(group: Option<i32>, marker: &str, grace: Duration) {
-    reap_adopted();
-    if !run_alive(group, marker) {
+    if !reap_and_check(group, marker) {
         return;
     }
     signal_run(group, marker, Signal::TERM);
     let deadline = Instant::now() + grace;
     while Instant::now() < deadline {
-        reap_adopted();
-        if !run_alive(group, marker) {
+        if !reap_and_check(group, marker) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -171,8 +166,7 @@ pub(crate) async fn end_run(group: Option<i32>, marker: &str, grace: Duration) {
     signal_run(group, marker, Signal::KILL);
     // SIGKILL cannot be caught; give the kernel a moment, then reap.
     for _ in 0..50 {
-        reap_adopted();
-        if !run_alive(group, marker) {
+        if !reap_and_check(group, marker) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -77,7 +77,7 @@ async fn run_program(command: Arc<Vec<String>>, grace: Duration, job: JobContext
         }
         bytes
     });
-    let outcome = tokio::select! {
+    tokio::select! {
         status = child.wait() => {
             let status = status.map_err(|e| format!("cannot wait for {program}: {e}"))?;
             // What the program left running goes with it (before its output is awaited: a
@@ -99,8 +99,7 @@ async fn run_program(command: Arc<Vec<String>>, grace: Duration, job: JobContext
             processes::end_run(group, &marker, grace).await;
             Err(format!("{program} was stopped: the lease is gone"))
         }
-    };
-    outcome
+    }
 }
 
 /// One progress line for a finished job.

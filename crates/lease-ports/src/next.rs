@@ -25,7 +25,6 @@ pub struct ClaimNextLoop {
     limit: usize,
     leases: Vec<Lease>,
     skipped: HashSet<JobId>,
-    asked: usize,
     over: bool,
 }
 
@@ -38,7 +37,6 @@ impl ClaimNextLoop {
             limit,
             leases: Vec::new(),
             skipped: HashSet::new(),
-            asked: 0,
             over: limit == 0,
         }
     }
@@ -60,7 +58,6 @@ impl ClaimNextLoop {
     /// `term`), and returns the jobs to write: those leased and those buried, in page order.
     pub fn page(&mut self, term: LeaseTerm, candidates: Vec<(JobId, Job)>) -> Vec<(JobId, Job)> {
         let asked = self.want().unwrap_or(0);
-        self.asked = asked;
         let read = candidates.len();
         let mut writes = Vec::new();
         let mut progressed = false;
