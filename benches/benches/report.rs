@@ -543,29 +543,77 @@ fn claim_next_sizes(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
             .and_then(|c| c.execute("UPDATE jobs_queue SET max_attempts = 1000000000", []))
             .expect("raise max_attempts");
         let store = SqliteLeaseStore::open(&path).expect("open store");
-        let b = store.blocking();
-        let (me, queue) = (owner(0), QueueName::default());
-        let clock = AtomicU64::new(0);
-        let runs: Vec<Run> = (0..plan.runs)
-            .map(|_| {
-                measure(1, plan.window, &|_, _| {
-                    // Each lease lasts one tick, so the queue never runs dry.
-                    let now = f64::from(
-                        u32::try_from(clock.fetch_add(1, Ordering::SeqCst)).unwrap_or(u32::MAX),
-                    );
-                    timed(|| {
-                        drop(
-                            b.claim_next(&queue, &me, term(now, 0.5), 1)
-                                .expect("claim_next"),
-                        )
-                    })
-                })
-            })
-            .collect();
+        let runs = claim_next_each_tick(plan, &store);
         rows.push(summarize(
             &format!("claim_next, {pending} pending and {done} done jobs"),
             1,
             pending + done,
+            &runs,
+            false,
+        ));
+    }
+}
+
+/// Runs of `claim_next(limit 1)` on the default queue at a clock that ticks once per call;
+/// each lease lasts one tick, so the queue never runs dry.
+fn claim_next_each_tick(plan: &Plan, store: &SqliteLeaseStore) -> Vec<Run> {
+    let (b, me, queue) = (store.blocking(), owner(0), QueueName::default());
+    let clock = AtomicU64::new(1);
+    (0..plan.runs)
+        .map(|_| {
+            measure(1, plan.window, &|_, _| {
+                let now = f64::from(
+                    u32::try_from(clock.fetch_add(1, Ordering::SeqCst)).unwrap_or(u32::MAX),
+                );
+                timed(|| {
+                    let leases = b
+                        .claim_next(&queue, &me, term(now, 0.5), 1)
+                        .expect("claim_next");
+                    assert_eq!(leases.len(), 1, "a due job each call");
+                })
+            })
+        })
+        .collect()
+}
+
+/// Live leases held ahead of the next due job in claim order: 100,000 (2,000 in the smoke
+/// pass) in quick and full mode.
+pub(crate) fn live_leases(plan: &Plan) -> u64 {
+    if plan.big_table > 10_000 {
+        100_000
+    } else {
+        2_000
+    }
+}
+
+/// `claim_next(limit 1)` latency with no live lease, and with [`live_leases`] live leases
+/// ahead of the next due job in claim order (taken through the store with a lease that
+/// outlasts the run); 1,000 pending jobs behind them in both. Each measured lease lasts one
+/// tick, so it has ended (and is found again) by the next call.
+fn claim_next_live_leases(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
+    let pending = 1_000;
+    for live in [0, live_leases(plan)] {
+        let path = dir.join(format!("live-{live}.db"));
+        populate(&path, live + pending, 0);
+        Connection::open(&path)
+            .and_then(|c| c.execute("UPDATE jobs_queue SET max_attempts = 1000000000", []))
+            .expect("raise max_attempts");
+        let store = SqliteLeaseStore::open(&path).expect("open store");
+        let b = store.blocking();
+        let (holder, queue) = (owner(1), QueueName::default());
+        let mut held = 0;
+        while held < live {
+            let want = usize::try_from((live - held).min(1_000)).unwrap_or(1_000);
+            let taken = b
+                .claim_next(&queue, &holder, term(0.0, 1e12), want)
+                .expect("take the live leases");
+            held += u64::try_from(taken.len()).unwrap_or(0);
+        }
+        let runs = claim_next_each_tick(plan, &store);
+        rows.push(summarize(
+            &format!("claim_next, {live} live leases ahead, {pending} pending jobs"),
+            1,
+            live + pending,
             &runs,
             false,
         ));
@@ -630,7 +678,12 @@ fn main() {
     let mut rows = Vec::new();
     // `-- --pg-only` runs the PostgreSQL rows alone; `-- --queue-only` the SQLite queue rows.
     let queue_only = args.iter().any(|a| a == "--queue-only");
-    if !args.iter().any(|a| a == "--pg-only") {
+    // `-- --live-only` runs the live-lease claim_next rows alone, on SQLite and PostgreSQL.
+    let live_only = args.iter().any(|a| a == "--live-only");
+    if live_only {
+        claim_next_live_leases(&plan, dir.path(), &mut rows);
+        pg::live_rows_only(&plan, &mut rows);
+    } else if !args.iter().any(|a| a == "--pg-only") {
         if !queue_only {
             domain(&plan, &mut rows);
             single_caller(&plan, dir.path(), &mut rows);
@@ -639,8 +692,9 @@ fn main() {
         }
         queue(&plan, dir.path(), &mut rows);
         claim_next_sizes(&plan, dir.path(), &mut rows);
+        claim_next_live_leases(&plan, dir.path(), &mut rows);
     }
-    let pg_note = if queue_only {
+    let pg_note = if queue_only || live_only {
         None
     } else {
         pg::rows(&plan, &mut rows)

@@ -141,6 +141,7 @@ const SCOPES: [Scope; 4] = [
             "conformance",
             "differential",
             "faults",
+            "guard",
             "observability",
             "postgres",
         ],

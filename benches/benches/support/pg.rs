@@ -53,18 +53,94 @@ fn jobs_for(window: Duration) -> u64 {
 /// elsewhere for the claims by id, whose leases would otherwise crowd the front of `q`.
 fn make_jobs(url: &str, prefix: &str, n: u64, op: Op) {
     let queue = if op == Op::NextComplete { "q" } else { "by-id" };
-    let sql = format!(
-        "INSERT INTO lease.jobs(id, queue) SELECT '{prefix}' || g, '{queue}' FROM generate_series(0, {}) g",
-        n.saturating_sub(1)
+    execute(
+        url,
+        &format!(
+            "INSERT INTO lease.jobs(id, queue) SELECT '{prefix}' || g, '{queue}' \
+             FROM generate_series(0, {}) g",
+            n.saturating_sub(1)
+        ),
     );
-    let runtime = rt();
-    runtime.block_on(async {
+}
+
+/// Runs `sql` on a connection of its own.
+fn execute(url: &str, sql: &str) {
+    rt().block_on(async {
         let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
             .await
             .expect("connect");
         tokio::spawn(conn);
-        client.batch_execute(&sql).await.expect("make jobs");
+        client.batch_execute(sql).await.expect("statement");
     });
+}
+
+/// `claim_next(limit 1)` latency with no live lease, and with [`crate::live_leases`] live
+/// leases ahead of the next due job (taken through the store, outlasting the run); 1,000
+/// pending jobs behind them. Each measured lease lasts one tick, so it has ended (and is found
+/// again) by the next call.
+fn live_lease_rows(plan: &Plan, url: &str, rows: &mut Vec<Row>) {
+    let pending = 1_000_u64;
+    for live in [0, crate::live_leases(plan)] {
+        let queue = format!("live-{live}");
+        execute(
+            url,
+            &format!(
+                "INSERT INTO lease.jobs(id, queue, max_attempts) SELECT '{queue}-' || g, \
+                 '{queue}', 1000000000 FROM generate_series(0, {}) g; ANALYZE lease.jobs",
+                live + pending - 1
+            ),
+        );
+        let runs: Vec<Run> = rt().block_on(async {
+            let store = PgLeaseStore::open(url, PgOptions::default())
+                .await
+                .expect("open");
+            let q = QueueName::new(queue.clone()).expect("queue");
+            let (holder, me) = (
+                Owner::new("holder").expect("owner"),
+                Owner::new("w").expect("owner"),
+            );
+            let mut held = 0;
+            while held < live {
+                let want = usize::try_from((live - held).min(1_000)).unwrap_or(1_000);
+                let term = LeaseTerm::new(0.0, 1e12).expect("term");
+                let taken = store
+                    .claim_next(&q, &holder, term, want)
+                    .await
+                    .expect("take");
+                held += u64::try_from(taken.len()).unwrap_or(0);
+            }
+            let mut tick = 1.0;
+            let mut runs = Vec::new();
+            for _ in 0..plan.runs {
+                let mut me_caller = Caller::default();
+                let start = Instant::now();
+                while start.elapsed() < plan.window {
+                    let term = LeaseTerm::new(tick, 0.5).expect("term");
+                    tick += 1.0;
+                    let began = Instant::now();
+                    let leases = store
+                        .claim_next(&q, &me, term, 1)
+                        .await
+                        .expect("claim_next");
+                    me_caller.latencies.push(began.elapsed());
+                    assert_eq!(leases.len(), 1, "a due job behind the live leases");
+                }
+                runs.push(Run {
+                    callers: vec![me_caller],
+                    wall: start.elapsed(),
+                });
+            }
+            store.close();
+            runs
+        });
+        rows.push(summarize(
+            &format!("pg claim_next, {live} live leases ahead, {pending} pending jobs"),
+            1,
+            live + pending,
+            &runs,
+            false,
+        ));
+    }
 }
 
 fn rt() -> tokio::runtime::Runtime {
@@ -92,11 +168,11 @@ impl Raw {
             .await
             .expect("connect");
         tokio::spawn(conn);
-        // The store's planner setting for claim-next, so that both run the same plans.
+        // The store's planner settings for claim-next, so that both run the same plans.
         client
             .batch_execute(&format!(
                 "SET synchronous_commit = on; SET {}",
-                lease_postgres::CLAIM_NEXT_SETTING
+                lease_postgres::CLAIM_NEXT_SETTINGS.join("; SET ")
             ))
             .await
             .expect("set");
@@ -110,12 +186,14 @@ impl Raw {
             commit: prepare("COMMIT".into()).await,
             lock: prepare(sql.lock.clone()).await,
             claim: prepare(
-                "UPDATE lease.jobs SET owner = $2, until = $3, fence = fence + 1 WHERE id = $1"
+                "UPDATE lease.jobs SET owner = $2, until = $3, leased_until = $3, fence = fence + 1 \
+                 WHERE id = $1"
                     .into(),
             )
             .await,
             complete: prepare(
-                "UPDATE lease.jobs SET done = true, result = $2, result_fence = fence WHERE id = $1"
+                "UPDATE lease.jobs SET done = true, result = $2, result_fence = fence, \
+                 leased_until = NULL WHERE id = $1"
                     .into(),
             )
             .await,
@@ -482,6 +560,16 @@ fn round_trips(db: &ScratchDatabase, op: Op, raw: bool, prefix: &str) -> f64 {
     exchanges as f64 / OPS as f64
 }
 
+/// The live-lease rows alone (`-- --live-only`), in a scratch database of their own.
+pub fn live_rows_only(plan: &Plan, rows: &mut Vec<Row>) {
+    if TcpStream::connect("127.0.0.1:5432").is_ok() {
+        let db = ScratchDatabase::create();
+        rt().block_on(PgLeaseStore::init(db.url(), PgOptions::default()))
+            .expect("init");
+        live_lease_rows(plan, db.url(), rows);
+    }
+}
+
 /// The PostgreSQL rows; skipped, with a note, when no server answers.
 pub fn rows(plan: &Plan, rows: &mut Vec<Row>) -> Option<String> {
     if TcpStream::connect("127.0.0.1:5432").is_err() {
@@ -496,6 +584,7 @@ pub fn rows(plan: &Plan, rows: &mut Vec<Row>) -> Option<String> {
         round += 1;
         format!("r{round}-")
     };
+    live_lease_rows(plan, &url, rows);
     let mut notes = Vec::new();
     for op in [Op::Claim, Op::ClaimComplete, Op::NextComplete] {
         let rt_adapter = round_trips(&db, op, false, &prefix());

@@ -9,8 +9,8 @@ use crate::id;
 use lease_domain::JobId;
 use lease_sqlite::SqliteLeaseStore;
 use lease_sqlite::sql::{
-    INSERT_JOB as INSERT, SELECT_CANDIDATES, SELECT_JOB as SELECT, UPDATE_JOB as UPDATE,
-    UPSERT_QUEUE,
+    INSERT_JOB as INSERT, REFILE_ENDED_LEASES, SELECT_CANDIDATES, SELECT_JOB as SELECT,
+    UPDATE_JOB as UPDATE, UPSERT_QUEUE,
 };
 use rusqlite::Connection;
 
@@ -81,21 +81,24 @@ pub(crate) fn raw_write(conn: &Connection, job: &JobId, now: f64) {
             false
         ])
         .expect("update");
-    raw_upsert_queue(conn, job, now);
+    raw_upsert_queue_as(conn, job, now, None, Some(now + 0.5));
     run(conn, "COMMIT");
 }
 
-/// The queue row's half of every store write (default queue fields), as the store runs it.
+/// The queue row's half of every store write (default queue fields, no lease), as the store
+/// runs it.
 pub(crate) fn raw_upsert_queue(conn: &Connection, job: &JobId, now: f64) {
-    raw_upsert_queue_as(conn, job, now, None);
+    raw_upsert_queue_as(conn, job, now, None, None);
 }
 
-/// The same, with the job's finished status (`done` once completed: it leaves the ready index).
+/// The same, with the job's finished status (`done` once completed: it leaves the ready index)
+/// and the end of its lease while held (it leaves claim order).
 pub(crate) fn raw_upsert_queue_as(
     conn: &Connection,
     job: &JobId,
     now: f64,
     finished: Option<&str>,
+    leased_until: Option<f64>,
 ) {
     conn.prepare_cached(UPSERT_QUEUE)
         .expect("prepare upsert")
@@ -110,7 +113,8 @@ pub(crate) fn raw_upsert_queue_as(
             finished,
             None::<&str>,
             None::<i64>,
-            now
+            now,
+            leased_until
         ])
         .expect("upsert queue row");
 }
@@ -153,6 +157,10 @@ pub(crate) fn raw_queue_loop(path: &Path, jobs: u64) -> Run {
         now += 1e-6;
         let began = Instant::now();
         run(&conn, "BEGIN IMMEDIATE");
+        conn.prepare_cached(REFILE_ENDED_LEASES)
+            .expect("prepare refile")
+            .execute(rusqlite::params!["default", now])
+            .expect("refile");
         let next: Option<String> = conn
             .prepare_cached(SELECT_CANDIDATES)
             .expect("prepare candidates")
@@ -175,7 +183,7 @@ pub(crate) fn raw_queue_loop(path: &Path, jobs: u64) -> Run {
                 false
             ])
             .expect("claim");
-        raw_upsert_queue(&conn, &job, now);
+        raw_upsert_queue_as(&conn, &job, now, None, Some(now + 60.0));
         run(&conn, "COMMIT");
         run(&conn, "BEGIN IMMEDIATE");
         drop(raw_select(&conn, &job));
@@ -190,7 +198,7 @@ pub(crate) fn raw_queue_loop(path: &Path, jobs: u64) -> Run {
                 true
             ])
             .expect("complete");
-        raw_upsert_queue_as(&conn, &job, now, Some("done"));
+        raw_upsert_queue_as(&conn, &job, now, Some("done"), None);
         run(&conn, "COMMIT");
         me.latencies.push(began.elapsed());
     }

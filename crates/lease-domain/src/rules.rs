@@ -121,6 +121,19 @@ impl Job {
             && self.fence < Fence::MAX
     }
 
+    /// Where a store's ready set files the job: `Some(until)` while someone holds it (it has
+    /// an owner and can still run), so that `claim_next` need not read past it before its
+    /// lease ends at `until`; `None` for a job no one holds, which waits in claim order.
+    ///
+    /// A store keeps held jobs out of its claim-order index and moves each one back when its
+    /// `until` has passed. That never hides a candidate: a job that
+    /// [`is_claim_candidate`](Self::is_claim_candidate) at `now` has `until <= now`, so it is
+    /// either filed with the unheld jobs or its `leased_until` has passed.
+    #[must_use]
+    pub fn leased_until(&self) -> Option<Timestamp> {
+        (self.owner.is_some() && !self.done && self.ended.is_none()).then_some(self.until)
+    }
+
     /// Where the job stands at `now`. A job whose last lease expired with no attempts left is
     /// dead: `claim_next` will never lease it again.
     #[must_use]

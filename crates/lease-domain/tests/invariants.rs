@@ -237,6 +237,23 @@ proptest! {
                 let id = JobId::new("j").unwrap();
                 prop_assert!(decide_fail(&id, Some(&after), stale_owner, *stale_fence, Timestamp::new(0.0).unwrap(), &error, Retry::No).is_err());
             }
+            // The ready set never hides a candidate: at any time a job can be claimed, it is
+            // either filed with the unheld jobs or its lease's end has passed.
+            for now in -10..50i8 {
+                let now = at(now);
+                if after.is_claim_candidate(now) {
+                    prop_assert!(after.leased_until().is_none_or(|t| t <= now), "{after:?} hidden at {now}");
+                }
+            }
+            // A new lease takes the job out of claim order until it ends; a release, a
+            // completion or a failure puts it back (or finishes it).
+            if leased {
+                prop_assert_eq!(after.leased_until(), Some(after.until));
+            }
+            let let_go = matches!(op, Op::Release { .. } | Op::Complete { .. } | Op::Fail { .. });
+            if accepted && let_go {
+                prop_assert_eq!(after.leased_until(), None);
+            }
             job = after;
         }
         // Fences are handed out 1, 2, 3, ... and never twice.

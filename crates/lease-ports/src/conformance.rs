@@ -994,6 +994,43 @@ pub async fn claim_next_reads_past_a_job_whose_fence_is_exhausted(store: Store) 
     assert_eq!(record.job, exhausted, "the exhausted job is left as it was");
 }
 
+/// A held job comes back to `claim_next` the moment its lease ends (`until <= now`), in claim
+/// order among the jobs no one holds, and not before: a renewed lease keeps it out until its
+/// new end, a released one puts it back at once, and a lease taken by id counts as held.
+pub async fn claim_next_finds_each_lease_the_moment_it_ends_in_claim_order(store: Store) {
+    for (id, priority) in [("low", 0), ("high", 5), ("renewed", 9), ("released", 1)] {
+        enqueued_with(&store, id, &spec("q", priority, None, 5)).await;
+    }
+    let by_id = enqueued_with(&store, "by-id", &spec("q", 3, None, 5)).await;
+    claimed(&store, &by_id, "a", 0.0, 12.0).await;
+    let first = next(&store, "q", "a", 0.0, 10).await;
+    assert_eq!(ids(&first), ["renewed", "high", "released", "low"]);
+    let renewed = store
+        .renew(
+            &job("renewed"),
+            &owner("a"),
+            first[0].fence,
+            term(5.0, 10.0),
+        )
+        .await
+        .expect("renew reaches the store");
+    assert!(renewed.is_ok(), "{renewed:?}");
+    let released = store
+        .release(&job("released"), &owner("a"), first[2].fence)
+        .await
+        .expect("release reaches the store");
+    assert!(released.is_ok(), "{released:?}");
+    assert_eq!(ids(&next(&store, "q", "b", 9.5, 10).await), ["released"]);
+    assert!(next(&store, "q", "b", 9.999, 10).await.is_empty());
+    assert_eq!(
+        ids(&next(&store, "q", "b", 10.0, 10).await),
+        ["high", "low"]
+    );
+    assert_eq!(ids(&next(&store, "q", "b", 12.0, 10).await), ["by-id"]);
+    assert!(next(&store, "q", "b", 14.5, 10).await.is_empty());
+    assert_eq!(ids(&next(&store, "q", "b", 15.0, 10).await), ["renewed"]);
+}
+
 /// A store's contents, moved into the reference store and back into a fresh one, read back
 /// exactly: every job in enqueue order with every field, and every purge mark.
 pub async fn export_and_import_round_trip_every_job_and_purge_mark(store: Store) {
@@ -1283,6 +1320,7 @@ macro_rules! conformance_tests {
             stats_count_every_status,
             claim_next_counts_only_leases_against_its_limit,
             claim_next_reads_past_a_job_whose_fence_is_exhausted,
+            claim_next_finds_each_lease_the_moment_it_ends_in_claim_order,
             export_and_import_round_trip_every_job_and_purge_mark,
             import_with_merge_keeps_the_larger_fence,
             purge_judges_status_as_list_does,

@@ -45,7 +45,7 @@ pub use scratch::ScratchDatabase;
 #[cfg(feature = "test-support")]
 pub use sql::Sql as StatementTexts;
 
-pub use next::CLAIM_NEXT_SETTING;
+pub use next::CLAIM_NEXT_SETTINGS;
 
 use connection::{Conn, Statements, setup};
 use next::stored_now;

@@ -24,7 +24,7 @@ const OURS: [&str; 7] = [
 ];
 
 /// The released migrations, frozen (`migrations/*.sql`; `{s}` stands for the schema name).
-const MIGRATIONS: [Migration; 3] = [
+const MIGRATIONS: [Migration; 4] = [
     Migration {
         version: 1,
         sql: include_str!("../migrations/0001_jobs.sql"),
@@ -36,6 +36,10 @@ const MIGRATIONS: [Migration; 3] = [
     Migration {
         version: 3,
         sql: include_str!("../migrations/0003_audit.sql"),
+    },
+    Migration {
+        version: 4,
+        sql: include_str!("../migrations/0004_ready_set.sql"),
     },
 ];
 
@@ -188,17 +192,17 @@ async fn plan(
 }
 
 /// Brings `schema` up to [`CURRENT_VERSION`], creating it only when `create` is set, after
-/// checking every recorded migration's checksum. Returns whether it created the schema.
+/// checking every recorded migration's checksum.
 pub(crate) async fn prepare(
     client: &mut Client,
     schema: &str,
     create: bool,
     target: &str,
-) -> Result<bool, StoreError> {
+) -> Result<(), StoreError> {
     let found = inspect(client, schema).await?;
     judge(&found, schema, create, target)?;
     if plan(client, &found, schema, target).await?.is_empty() {
-        return Ok(false);
+        return Ok(());
     }
     let tx = client
         .transaction()
@@ -241,10 +245,7 @@ pub(crate) async fn prepare(
         .await
         .map_err(|e| error::map(e, Stage::BeforeCommit))?;
     }
-    tx.commit()
-        .await
-        .map_err(|e| error::map(e, Stage::Commit))?;
-    Ok(found == Found::Empty)
+    tx.commit().await.map_err(|e| error::map(e, Stage::Commit))
 }
 
 fn judge(found: &Found, schema: &str, create: bool, target: &str) -> Result<(), StoreError> {
@@ -276,12 +277,38 @@ mod tests {
         // A released migration is never edited: these are the checksums databases record.
         let pinned = MIGRATIONS.map(|m| m.checksum());
         assert_eq!(pinned, PINNED.map(str::to_owned));
-        assert_eq!(CURRENT_VERSION, 3);
+        assert_eq!(CURRENT_VERSION, 4);
     }
 
-    const PINNED: [&str; 3] = [
+    #[test]
+    fn a_schema_name_is_a_plain_lower_case_identifier_of_at_most_63_bytes() {
+        for good in ["lease", "_x1", "a", &"a".repeat(63), "work_2"] {
+            assert!(check_schema_name(good).is_ok(), "{good:?} is refused");
+        }
+        let long = "a".repeat(64);
+        for bad in [
+            "",
+            "Lease",
+            "1abc",
+            "a-b",
+            "a b",
+            "lease;drop",
+            "é",
+            long.as_str(),
+        ] {
+            let err = check_schema_name(bad).unwrap_err();
+            assert!(
+                matches!(err, StoreError::Incompatible { .. })
+                    && err.to_string().contains(&format!("{bad:?}")),
+                "{bad:?}: {err}"
+            );
+        }
+    }
+
+    const PINNED: [&str; 4] = [
         "21ac859f099c73a2cfd49e089bf85213014d3ff3143f88a78d480d1e86bb59bd",
         "8505302d5ab97431700ce91b427106b910ee3c01618c1d65f4da182c61b8f06a",
         "0bf2cb357e23e48a89126c5ec138cd9473c954eb54b191211dd84d9dfa99a49f",
+        "2309a160f5661accadfe9bafbb92737413569b7545644590d4b72805cc883b17",
     ];
 }

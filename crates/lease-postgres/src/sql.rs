@@ -60,33 +60,48 @@ impl Sql {
             lock_purged: format!("SELECT fence FROM {s}.purged WHERE id = $1 FOR UPDATE"),
             forget_purged: format!("DELETE FROM {s}.purged WHERE id = $1"),
             insert: format!(
-                "INSERT INTO {s}.jobs (id, {COLUMNS}) VALUES \
-                 ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
+                "INSERT INTO {s}.jobs (id, {COLUMNS}, leased_until) VALUES \
+                 ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
                  ON CONFLICT (id) DO NOTHING"
             ),
             update: format!(
                 "UPDATE {s}.jobs SET owner = $2, until = $3, fence = $4, result = $5, done = $6, \
                  queue = $7, priority = $8, run_at = $9, attempts = $10, max_attempts = $11, \
-                 payload = $12, ended = $13, error = $14, result_fence = $15, updated = $16 \
-                 WHERE id = $1"
+                 payload = $12, ended = $13, error = $14, result_fence = $15, updated = $16, \
+                 leased_until = $17 WHERE id = $1"
             ),
             // Read after the statements before it in the transaction (and so after any row
             // lock they waited for).
             clock: "SELECT extract(epoch FROM clock_timestamp())::float8".to_owned(),
-            // The candidates of claim_next from the ready index, in the domain's claim order
-            // (exactly the jobs `Job::is_claim_candidate` selects),
-            // skipping rows another transaction holds. `$2` is the caller's now, or NULL for
-            // the store's clock, read once for the whole statement and returned with each row.
+            // The candidates of claim_next, in the domain's claim order (exactly the jobs
+            // `Job::is_claim_candidate` selects), skipping rows another transaction holds. `$2`
+            // is the caller's now, or NULL for the store's clock, read once for the whole
+            // statement and returned with each row. Held jobs whose lease has ended are first
+            // filed with the unheld ones (`Job::leased_until`), found by the index of lease
+            // ends; the unheld ones come from the ready index in claim order, so live leases
+            // are never read. The two meet in one small sort. The ended leases are gathered
+            // into an array first, so that the update finds them by primary key: as `IN
+            // (subquery)` the generic plan was a hash join over a scan of the whole table.
             candidates: format!(
                 "WITH clock AS MATERIALIZED \
-                 (SELECT coalesce($2, extract(epoch FROM clock_timestamp())::float8) AS now) \
-                 SELECT (SELECT now FROM clock), id, {COLUMNS} FROM {s}.jobs \
-                 WHERE queue = $1 AND NOT done AND ended IS NULL \
+                 (SELECT coalesce($2, extract(epoch FROM clock_timestamp())::float8) AS now), \
+                 refiled AS (UPDATE {s}.jobs SET leased_until = NULL WHERE id = ANY(ARRAY( \
+                 SELECT id FROM {s}.jobs WHERE queue = $1 AND NOT done AND ended IS NULL \
+                 AND leased_until <= (SELECT now FROM clock) FOR UPDATE SKIP LOCKED)) \
+                 RETURNING seq, id, {COLUMNS}), \
+                 unheld AS (SELECT seq, id, {COLUMNS} FROM {s}.jobs \
+                 WHERE queue = $1 AND NOT done AND ended IS NULL AND leased_until IS NULL \
                  AND until <= (SELECT now FROM clock) \
                  AND (run_at IS NULL OR run_at <= (SELECT now FROM clock)) \
                  AND fence < 9223372036854775807 \
                  ORDER BY priority DESC, run_at ASC NULLS FIRST, seq LIMIT $3 \
-                 FOR UPDATE SKIP LOCKED"
+                 FOR UPDATE SKIP LOCKED) \
+                 SELECT (SELECT now FROM clock), id, {COLUMNS} FROM \
+                 (SELECT * FROM unheld UNION ALL SELECT * FROM refiled \
+                 WHERE until <= (SELECT now FROM clock) \
+                 AND (run_at IS NULL OR run_at <= (SELECT now FROM clock)) \
+                 AND fence < 9223372036854775807) c \
+                 ORDER BY priority DESC, run_at ASC NULLS FIRST, seq LIMIT $3"
             ),
             purgeable: format!(
                 "SELECT id, {COLUMNS} FROM {s}.jobs WHERE (done OR ended IS NOT NULL \
@@ -219,6 +234,7 @@ pub(crate) struct Encoded {
     error: Option<String>,
     result_fence: Option<i64>,
     updated: Option<f64>,
+    leased_until: Option<f64>,
 }
 
 impl Encoded {
@@ -240,10 +256,11 @@ impl Encoded {
             error: job.error.clone(),
             result_fence: job.result_fence.map(i64::from),
             updated: job.updated.map(Timestamp::get),
+            leased_until: job.leased_until().map(Timestamp::get),
         }
     }
 
-    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 16] {
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 17] {
         [
             &self.id,
             &self.owner,
@@ -261,6 +278,7 @@ impl Encoded {
             &self.error,
             &self.result_fence,
             &self.updated,
+            &self.leased_until,
         ]
     }
 }

@@ -135,7 +135,31 @@ async fn a_schema_from_a_newer_lease_is_refused() {
     let err = PgLeaseStore::open(db.url(), PgOptions::default())
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("newer"), "{err}");
+    assert!(matches!(err, StoreError::Incompatible { .. }), "{err}");
+    let known = lease_postgres::CURRENT_VERSION;
+    assert!(
+        err.to_string().contains(&format!(
+            "at version 99, made by a newer lease (this one knows up to {known})"
+        )),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_holding_a_jobs_table_but_no_migration_record_is_refused_untouched() {
+    let db = ScratchDatabase::create();
+    db.execute("CREATE SCHEMA lease; CREATE TABLE lease.jobs(id text); INSERT INTO lease.jobs VALUES ('theirs')")
+        .unwrap();
+    let err = PgLeaseStore::init(db.url(), PgOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Incompatible { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains("holds tables (jobs) but no lease migration record"),
+        "{err}"
+    );
+    db.execute("DO $$ BEGIN IF (SELECT id FROM lease.jobs) <> 'theirs' OR to_regclass('lease.migrations') IS NOT NULL THEN RAISE EXCEPTION 'touched'; END IF; END $$").unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -338,12 +362,17 @@ async fn claim_next_reads_candidates_in_index_order_even_with_stale_statistics()
         "INSERT INTO lease.jobs(id, queue, done) SELECT 'a' || g, 'q', true FROM generate_series(1, 5000) g; \
          ANALYZE lease.jobs; \
          INSERT INTO lease.jobs(id, queue) SELECT 'j' || g, 'q' FROM generate_series(1, 100000) g; \
-         UPDATE lease.jobs SET owner = 'w', until = 1e12, fence = 1 WHERE seq <= 1000",
+         UPDATE lease.jobs SET owner = 'w', until = 1e12, leased_until = 1e12, fence = 1 \
+         WHERE seq <= 1000",
     )
     .unwrap();
     let client = admin(&db).await;
     client
-        .batch_execute(&format!("SET {}", lease_postgres::CLAIM_NEXT_SETTING))
+        .batch_execute(&format!(
+            // The generic plan, as the store's prepared statement gets after five calls.
+            "SET plan_cache_mode = force_generic_plan; SET {}",
+            lease_postgres::CLAIM_NEXT_SETTINGS.join("; SET ")
+        ))
         .await
         .unwrap();
     let candidates = lease_postgres::StatementTexts::new("lease").candidates;
@@ -358,8 +387,18 @@ async fn claim_next_reads_candidates_in_index_order_even_with_stale_statistics()
         .map(|r| r.get::<_, String>(0))
         .collect();
     let plan = plan.join("\n");
+    // The unheld jobs come from the ready index in claim order, the ended leases from the
+    // index of lease ends; the one sort merges what those two returned (at most the limit
+    // from the first).
     assert!(plan.contains("Index Scan using jobs_ready"), "{plan}");
-    assert!(!plan.contains("Sort"), "{plan}");
+    assert!(plan.contains("Index Scan using jobs_leased"), "{plan}");
+    // The ended leases are updated by primary key, never by scanning the table.
+    assert!(plan.contains("Index Scan using jobs_pkey"), "{plan}");
+    assert!(!plan.contains("Seq Scan"), "{plan}");
+    assert_eq!(plan.matches("Sort Key").count(), 1, "{plan}");
+    assert!(plan.contains("Sort Key: unheld.priority DESC"), "{plan}");
+    // That sort is costed as disabled; the statement must not be compiled for it.
+    assert!(!plan.contains("JIT"), "{plan}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

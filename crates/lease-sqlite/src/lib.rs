@@ -54,7 +54,7 @@ pub use seed::{claim, claim_many, complete, enqueue, init_db, release, renew, st
 /// (feature `test-support`).
 #[cfg(feature = "test-support")]
 pub mod sql {
-    pub use crate::ops::SELECT_CANDIDATES;
+    pub use crate::ops::{REFILE_ENDED_LEASES, SELECT_CANDIDATES};
     pub use crate::row::{INSERT_JOB, SELECT_JOB, UPDATE_JOB, UPSERT_QUEUE};
 }
 

@@ -14,16 +14,26 @@ use rusqlite::Connection;
 use crate::error;
 use crate::row::{fence_of, load, store};
 
-/// The candidates of `claim_next`, in the domain's claim order, from the ready index: exactly
-/// the jobs `Job::is_claim_candidate` selects (the queue's jobs that can still run, whose
-/// lease is not live, that are due and whose fence can still go up). The domain then decides
-/// each one; the differential tests check that this filter and the rule agree.
+/// The candidates of `claim_next`, in the domain's claim order, from the ready index of the
+/// jobs no one holds (after [`REFILE_ENDED_LEASES`]): exactly the jobs
+/// `Job::is_claim_candidate` selects (the queue's jobs that can still run, whose lease is not
+/// live, that are due and whose fence can still go up). The domain then decides each one; the
+/// differential tests check that this filter and the rule agree.
 // Exported by `lease_sqlite::sql` (feature `test-support`) for the benchmarks' baselines.
 #[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub const SELECT_CANDIDATES: &str = "SELECT q.id FROM jobs_queue q JOIN jobs j ON j.id = q.id \
-    WHERE q.queue = ?1 AND q.finished IS NULL AND j.done = 0 AND j.until <= ?2 \
+    WHERE q.queue = ?1 AND q.finished IS NULL AND q.leased_until IS NULL \
+    AND j.done = 0 AND j.until <= ?2 \
     AND (q.run_at IS NULL OR q.run_at <= ?2) AND j.fence < 9223372036854775807 \
     ORDER BY q.priority DESC, q.run_at, q.seq LIMIT ?3";
+
+/// Files the held jobs of a queue whose lease has ended by `?2` with the unheld jobs, so that
+/// the candidates see them in claim order (`Job::leased_until`): each is moved once, found by
+/// the index of lease ends, and live leases are never read.
+// Exported by `lease_sqlite::sql` (feature `test-support`) for the benchmarks' baselines.
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
+pub const REFILE_ENDED_LEASES: &str = "UPDATE jobs_queue SET leased_until = NULL \
+    WHERE queue = ?1 AND finished IS NULL AND leased_until <= ?2";
 
 pub(crate) const SELECT_PURGED: &str = "SELECT fence FROM purged WHERE id = ?1";
 
@@ -187,6 +197,13 @@ pub(crate) fn claim_next(
 ) -> Result<(Vec<Lease>, bool), StoreError> {
     let mut next = ClaimNextLoop::new(owner, limit);
     let mut wrote = false;
+    if limit > 0 {
+        let refiled = conn
+            .prepare_cached(REFILE_ENDED_LEASES)
+            .and_then(|mut stmt| stmt.execute(rusqlite::params![queue.as_str(), term.now().get()]))
+            .map_err(error::sql(conn))?;
+        wrote = refiled > 0;
+    }
     while let Some(want) = next.want() {
         let mut page = Vec::new();
         for id in candidates(conn, queue, term.now(), want)? {

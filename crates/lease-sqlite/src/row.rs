@@ -28,16 +28,18 @@ pub const UPDATE_JOB: &str =
 pub const INSERT_JOB: &str =
     "INSERT INTO jobs(id, owner, until, fence, result, done) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 
-/// Stores the queue's columns of a decided job, keeping its enqueue order (`seq`).
+/// Stores the queue's columns of a decided job, keeping its enqueue order (`seq`), and files
+/// it in the ready set (`leased_until`: `Job::leased_until`).
 // Exported by `lease_sqlite::sql` (feature `test-support`) for the benchmarks' baselines.
 #[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub const UPSERT_QUEUE: &str = "INSERT INTO jobs_queue(id, queue, priority, run_at, attempts, \
-    max_attempts, payload, finished, error, result_fence, updated) \
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT(id) DO UPDATE SET \
+    max_attempts, payload, finished, error, result_fence, updated, leased_until) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) ON CONFLICT(id) DO UPDATE SET \
     queue = excluded.queue, priority = excluded.priority, run_at = excluded.run_at, \
     attempts = excluded.attempts, max_attempts = excluded.max_attempts, \
     payload = excluded.payload, finished = excluded.finished, error = excluded.error, \
-    result_fence = excluded.result_fence, updated = excluded.updated";
+    result_fence = excluded.result_fence, updated = excluded.updated, \
+    leased_until = excluded.leased_until";
 
 pub(crate) fn corrupt(id: &JobId, what: String) -> StoreError {
     StoreError::Corrupt(format!("job {id}: {what}").into())
@@ -245,6 +247,7 @@ pub(crate) fn store(
                 job.error.as_deref(),
                 job.result_fence.map(i64::from),
                 job.updated.map(Timestamp::get),
+                job.leased_until().map(Timestamp::get),
             ])
         })
         .map_err(error::sql(conn))?;

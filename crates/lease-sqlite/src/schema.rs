@@ -14,8 +14,9 @@ use crate::error::{self, OpenError};
 pub const APPLICATION_ID: i32 = 0x4C45_4153;
 
 /// The released migrations, frozen (`migrations/*.sql`). Version 1 is the contract's `jobs`
-/// table, version 2 the work queue beside it, version 3 the audit trail's table.
-pub(crate) const MIGRATIONS: [Migration; 3] = [
+/// table, version 2 the work queue beside it, version 3 the audit trail's table, version 4 the
+/// ready set that leaves held jobs out of claim order.
+pub(crate) const MIGRATIONS: [Migration; 4] = [
     Migration {
         version: 1,
         sql: include_str!("../migrations/0001_jobs.sql"),
@@ -27,6 +28,10 @@ pub(crate) const MIGRATIONS: [Migration; 3] = [
     Migration {
         version: 3,
         sql: include_str!("../migrations/0003_audit.sql"),
+    },
+    Migration {
+        version: 4,
+        sql: include_str!("../migrations/0004_ready_set.sql"),
     },
 ];
 
@@ -199,8 +204,14 @@ pub(crate) fn classify(schema: &Schema, path: &str) -> Result<Found, StoreError>
                 let Some(applied) = &schema.migrations else {
                     return Err(corrupt(path, v, "lease_migrations"));
                 };
+                // Exactly the migrations up to its version, each with its checksum: the newer
+                // ones are what opening it for writing applies.
                 let plan = migrations::plan(&MIGRATIONS, applied, path)?;
-                if !plan.is_empty() || applied.len() != usize::try_from(v).unwrap_or(0) {
+                let unrecorded = plan.pending.iter().any(|m| m.version <= v);
+                if !plan.backfill.is_empty()
+                    || unrecorded
+                    || applied.len() != usize::try_from(v).unwrap_or(0)
+                {
                     return Err(incompatible(
                         path,
                         format!(
@@ -402,11 +413,11 @@ mod tests {
         }
     }
 
-    /// A file at version 3 as `migrate` leaves it, with `checksums` recorded.
-    fn current(checksums: [String; 3]) -> Schema {
+    /// A file at the current version as `migrate` leaves it, with `checksums` recorded.
+    fn current(checksums: [String; 4]) -> Schema {
         let mut found = schema(
             APPLICATION_ID,
-            3,
+            SCHEMA_VERSION,
             &[
                 ("jobs", "table"),
                 ("jobs_queue", "table"),
@@ -416,7 +427,7 @@ mod tests {
             ],
         );
         found.migrations = Some(
-            (1..=3)
+            (1..=SCHEMA_VERSION)
                 .zip(checksums)
                 .map(|(version, checksum)| Applied {
                     version,
@@ -434,10 +445,11 @@ mod tests {
         assert_eq!(pinned, PINNED.map(str::to_owned));
     }
 
-    const PINNED: [&str; 3] = [
+    const PINNED: [&str; 4] = [
         "c878484aeb0818a54dffb888a21f5d3cd8d52a3f63db5a4214c0cc7bd9ee83cb",
         "8c0d06a026396a17df9ec1349a99ba3645ab58379280df82ccc3d7bcf0b0440a",
         "921260be82b4a9a3180ddbb59bd347469d61457937659996082d1d84db6e1646",
+        "8a70489b1f553d7c64a3dca80914b045d2c4ddd3884f027d948dc19d5e125789",
     ];
 
     #[test]
@@ -445,7 +457,7 @@ mod tests {
         let checksums = MIGRATIONS.map(|m| m.checksum());
         assert_eq!(
             classify(&current(checksums.clone()), "f").unwrap(),
-            Found::Lease(3)
+            Found::Lease(4)
         );
         let mut edited = checksums.clone();
         edited[1] = "0".repeat(64);
@@ -512,8 +524,8 @@ mod tests {
             (schema(0, 7, &[]), "user_version 7"),
             (schema(1234, 0, &[]), "application_id 0x4d2"),
             (
-                schema(APPLICATION_ID, 4, &jobs),
-                "schema version 4 is newer",
+                schema(APPLICATION_ID, 5, &jobs),
+                "schema version 5 is newer",
             ),
             (schema(APPLICATION_ID, 1, &[]), "no jobs table"),
         ];

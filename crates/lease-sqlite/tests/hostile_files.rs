@@ -347,19 +347,90 @@ fn an_immutable_database_can_be_read_and_refuses_writes_naming_why() {
     assert_eq!(claim(&path, "j", "x", 10.0, 5.0).unwrap(), Some(2));
 }
 
-/// A lease database of an earlier version, as that version's build left it.
+/// The released migrations, as the builds of each version ran them.
+const MIGRATIONS: [&str; 4] = [
+    include_str!("../migrations/0001_jobs.sql"),
+    include_str!("../migrations/0002_queue.sql"),
+    include_str!("../migrations/0003_audit.sql"),
+    include_str!("../migrations/0004_ready_set.sql"),
+];
+
+/// A lease database of an earlier version, as that version's build left it (its migrations
+/// run by hand, recorded with their checksums from version 3 on), holding the job `kept`; then
+/// `extra`.
 fn older(dir: &Path, version: i32, extra: &str) -> PathBuf {
     let path = dir.join("old.db");
-    init_db(&path).unwrap();
-    enqueue(&path, "kept").unwrap();
-    Connection::open(&path)
-        .unwrap()
-        .execute_batch(&format!(
-            "DROP TABLE lease_migrations; DROP TABLE lease_audit; {extra} \
-             PRAGMA user_version = {version};"
-        ))
+    let conn = Connection::open(&path).unwrap();
+    if version >= 3 {
+        conn.execute_batch(
+            "CREATE TABLE lease_migrations(version INTEGER PRIMARY KEY, checksum TEXT NOT NULL)",
+        )
         .unwrap();
+    }
+    for (sql, n) in MIGRATIONS[..usize::try_from(version).unwrap()]
+        .iter()
+        .zip(1..)
+    {
+        conn.execute_batch(sql).unwrap();
+        if version >= 3 {
+            let checksum = lease_ports::migrations::Migration { version: n, sql }.checksum();
+            conn.execute(
+                "INSERT INTO lease_migrations VALUES (?1, ?2)",
+                rusqlite::params![n, checksum],
+            )
+            .unwrap();
+        }
+    }
+    conn.execute_batch(&format!(
+        "INSERT INTO jobs(id) VALUES ('kept'); {extra} \
+         PRAGMA application_id = {}; PRAGMA user_version = {version};",
+        lease_sqlite::APPLICATION_ID
+    ))
+    .unwrap();
     path
+}
+
+#[test]
+fn a_version_3_file_upgraded_keeps_its_held_jobs_out_of_claim_order_until_their_leases_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = older(
+        dir.path(),
+        3,
+        "INSERT INTO jobs(id, owner, until, fence) VALUES ('live', 'w', 1e12, 1), \
+         ('ended', 'w', 5, 1); UPDATE jobs_queue SET attempts = 1 WHERE id IN ('live', 'ended');",
+    );
+    let store = SqliteLeaseStore::open(&path).unwrap();
+    let filed: Vec<(String, Option<f64>)> = Connection::open(&path)
+        .unwrap()
+        .prepare("SELECT id, leased_until FROM jobs_queue ORDER BY seq")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        filed,
+        [
+            ("kept".to_owned(), None),
+            ("live".to_owned(), Some(1e12)),
+            ("ended".to_owned(), Some(5.0)),
+        ]
+    );
+    let leases = store
+        .blocking()
+        .claim_next(
+            &lease_domain::QueueName::default(),
+            &lease_domain::Owner::new("x").unwrap(),
+            lease_domain::LeaseTerm::from_parts(
+                lease_domain::Timestamp::new(10.0).unwrap(),
+                lease_domain::Ttl::new(5.0).unwrap(),
+            )
+            .unwrap(),
+            3,
+        )
+        .unwrap();
+    let ids: Vec<&str> = leases.iter().map(|l| l.job.as_str()).collect();
+    assert_eq!(ids, ["kept", "ended"]);
 }
 
 #[test]
@@ -382,7 +453,7 @@ fn a_version_2_file_is_upgraded_on_open_and_records_every_migration() {
         .unwrap();
     assert_eq!(
         recorded.iter().map(|(v, _)| *v).collect::<Vec<_>>(),
-        [1, 2, 3]
+        [1, 2, 3, 4]
     );
     assert!(recorded.iter().all(|(_, c)| c.len() == 64));
     assert!(state(&path, "kept").unwrap().is_some());
