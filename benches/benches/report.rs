@@ -493,6 +493,12 @@ fn runtime_worker(store: &SqliteLeaseStore, workers: usize) -> Run {
 /// One way to drive the queue loop: the blocking API, the async port, or the worker runtime.
 type Drive = fn(&SqliteLeaseStore, usize) -> Run;
 
+/// `LEASE_BENCH_QUEUE_ROW="worker runtime, FULL@64"` runs that queue row alone, without its
+/// baseline or the other rows (to profile it).
+fn one_row() -> Option<String> {
+    std::env::var("LEASE_BENCH_QUEUE_ROW").ok()
+}
+
 fn queue(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
     let jobs = queue_jobs(plan);
     let raw = raw_queue_loop(&dir.join("raw-queue.db"), jobs);
@@ -514,6 +520,10 @@ fn queue(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
                 ("worker runtime", runtime_worker),
             ];
             for (path_label, drive) in paths {
+                let row = format!("{path_label}, {label}@{workers}");
+                if one_row().is_some_and(|only| only != row) {
+                    continue;
+                }
                 let store = queue_store(&path, jobs, sync);
                 let run = drive(&store, workers);
                 rows.push(jobs_row(
@@ -691,8 +701,10 @@ fn main() {
             table_sizes(&plan, dir.path(), &mut rows);
         }
         queue(&plan, dir.path(), &mut rows);
-        claim_next_sizes(&plan, dir.path(), &mut rows);
-        claim_next_live_leases(&plan, dir.path(), &mut rows);
+        if one_row().is_none() {
+            claim_next_sizes(&plan, dir.path(), &mut rows);
+            claim_next_live_leases(&plan, dir.path(), &mut rows);
+        }
     }
     let pg_note = if queue_only || live_only {
         None
