@@ -326,6 +326,13 @@ fn table_sizes(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
 
 /// Jobs of the end-to-end queue rows.
 fn queue_jobs(plan: &Plan) -> u64 {
+    // `LEASE_BENCH_QUEUE_JOBS` sets it (the figures used 30,000).
+    if let Some(n) = std::env::var("LEASE_BENCH_QUEUE_JOBS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+    {
+        return n;
+    }
     if plan.runs == 1 && plan.window < Duration::from_millis(100) {
         200
     } else {
@@ -490,6 +497,24 @@ fn runtime_worker(store: &SqliteLeaseStore, workers: usize) -> Run {
     }
 }
 
+/// The CPU time this process has used, user and system, in seconds (`/proc/self/stat`, in
+/// ticks of 10 ms; 0 where it cannot be read).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    // utime and stime are fields 14 and 15; `fields` starts at field 3.
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|t| t.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 /// One way to drive the queue loop: the blocking API, the async port, or the worker runtime.
 type Drive = fn(&SqliteLeaseStore, usize) -> Run;
 
@@ -525,9 +550,15 @@ fn queue(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
                     continue;
                 }
                 let store = queue_store(&path, jobs, sync);
+                let cpu = cpu_seconds();
                 let run = drive(&store, workers);
+                let cpu_per_job =
+                    (cpu_seconds() - cpu) / to_f64(usize::try_from(jobs).unwrap_or(1));
                 rows.push(jobs_row(
-                    format!("claim-next + complete, {path_label}, {label}, jobs/s"),
+                    format!(
+                        "claim-next + complete, {path_label}, {label}, jobs/s [CPU {:.0} µs/job]",
+                        cpu_per_job * 1e6
+                    ),
                     workers,
                     jobs,
                     &run,

@@ -19,13 +19,17 @@ use crate::row::{fence_of, load, store};
 /// `Job::is_claim_candidate` selects (the queue's jobs that can still run, whose lease is not
 /// live, that are due and whose fence can still go up). The domain then decides each one; the
 /// differential tests check that this filter and the rule agree.
+///
+/// The limit is `+?3`, not `?3`: SQLite recompiles a statement whenever a parameter its
+/// planner looked at is bound again, and it looks at a bare `LIMIT ?`, so every call
+/// recompiled the query (about a tenth of the group-commit leader's time at 64 workers).
 // Exported by `lease_sqlite::sql` (feature `test-support`) for the benchmarks' baselines.
 #[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub const SELECT_CANDIDATES: &str = "SELECT q.id FROM jobs_queue q JOIN jobs j ON j.id = q.id \
     WHERE q.queue = ?1 AND q.finished IS NULL AND q.leased_until IS NULL \
     AND j.done = 0 AND j.until <= ?2 \
     AND (q.run_at IS NULL OR q.run_at <= ?2) AND j.fence < 9223372036854775807 \
-    ORDER BY q.priority DESC, q.run_at, q.seq LIMIT ?3";
+    ORDER BY q.priority DESC, q.run_at, q.seq LIMIT +?3";
 
 /// Files the held jobs of a queue whose lease has ended by `?2` with the unheld jobs, so that
 /// the candidates see them in claim order (`Job::leased_until`): each is moved once, found by
@@ -369,6 +373,31 @@ mod tests {
 
     fn id(name: &str) -> JobId {
         JobId::new(name).unwrap()
+    }
+
+    #[test]
+    fn the_statements_of_claim_next_are_compiled_once_not_for_each_new_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = fresh(&dir, &SqliteOptions::default());
+        for (sql, params) in [
+            (SELECT_CANDIDATES, 3),
+            (REFILE_ENDED_LEASES, 2),
+            (SELECT_PURGEABLE, 1),
+        ] {
+            let mut stmt = conn.prepare_cached(sql).unwrap();
+            for now in 1..=5 {
+                let now = f64::from(now);
+                let limit = 10_i64;
+                let all: [&dyn rusqlite::ToSql; 3] = [&"q", &now, &limit];
+                let first: [&dyn rusqlite::ToSql; 1] = [&now];
+                let bound: &[&dyn rusqlite::ToSql] =
+                    if params == 1 { &first } else { &all[..params] };
+                let mut rows = stmt.query(bound).unwrap();
+                while rows.next().unwrap().is_some() {}
+            }
+            let recompiled = stmt.get_status(rusqlite::StatementStatus::RePrepare);
+            assert_eq!(recompiled, 0, "{sql} was compiled again {recompiled} times");
+        }
     }
 
     #[test]
