@@ -595,6 +595,96 @@ fn claim_next_sizes(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
     }
 }
 
+/// Enqueue throughput: `jobs` new jobs by W threads one job per call, and by one caller with
+/// `enqueue_many` in batches of 1,000; FULL, process CPU per job alongside.
+fn enqueue_rows(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
+    let jobs: u64 = if queue_jobs(plan) < 1_000 {
+        400
+    } else {
+        20_000
+    };
+    let open = |name: &str| {
+        let path = dir.join(name);
+        let _ = std::fs::remove_file(&path);
+        let options = SqliteOptions {
+            pool_size: 64,
+            ..SqliteOptions::default()
+        };
+        SqliteLeaseStore::open_with(&path, options).expect("open store")
+    };
+    for workers in [1_u64, 64] {
+        let store = open(&format!("enqueue-{workers}.db"));
+        let cpu = cpu_seconds();
+        let start = Instant::now();
+        let callers: Vec<Caller> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..workers)
+                .map(|w| {
+                    let b = store.blocking();
+                    scope.spawn(move || {
+                        let mut caller = Caller::default();
+                        for k in (w..jobs).step_by(usize::try_from(workers).unwrap_or(1)) {
+                            let id = JobId::new(format!("e-{k}")).expect("id");
+                            let began = Instant::now();
+                            assert!(b.enqueue(&id).expect("enqueue"), "a new job");
+                            caller.latencies.push(began.elapsed());
+                        }
+                        caller
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("caller"))
+                .collect()
+        });
+        let run = Run {
+            callers,
+            wall: start.elapsed(),
+        };
+        let cpu = (cpu_seconds() - cpu) / to_f64(usize::try_from(jobs).unwrap_or(1));
+        rows.push(jobs_row(
+            format!(
+                "enqueue, one job per call, FULL, jobs/s [CPU {:.0} µs/job]",
+                cpu * 1e6
+            ),
+            usize::try_from(workers).unwrap_or(1),
+            jobs,
+            &run,
+            None,
+        ));
+    }
+    let store = open("enqueue-many.db");
+    let b = store.blocking();
+    let spec = lease_domain::EnqueueSpec::default();
+    let all: Vec<(JobId, lease_domain::EnqueueSpec)> = (0..jobs)
+        .map(|k| (JobId::new(format!("m-{k}")).expect("id"), spec.clone()))
+        .collect();
+    let cpu = cpu_seconds();
+    let start = Instant::now();
+    let mut caller = Caller::default();
+    for batch in all.chunks(1_000) {
+        let began = Instant::now();
+        let inserted = b.enqueue_many(batch).expect("enqueue_many");
+        assert!(inserted.iter().all(|&new| new), "new jobs");
+        caller.latencies.push(began.elapsed());
+    }
+    let run = Run {
+        callers: vec![caller],
+        wall: start.elapsed(),
+    };
+    let cpu = (cpu_seconds() - cpu) / to_f64(usize::try_from(jobs).unwrap_or(1));
+    rows.push(jobs_row(
+        format!(
+            "enqueue_many, 1,000 jobs per call, FULL, jobs/s [CPU {:.0} µs/job]",
+            cpu * 1e6
+        ),
+        1,
+        jobs,
+        &run,
+        None,
+    ));
+}
+
 /// Runs of `claim_next(limit 1)` on the default queue at a clock that ticks once per call;
 /// each lease lasts one tick, so the queue never runs dry.
 fn claim_next_each_tick(plan: &Plan, store: &SqliteLeaseStore) -> Vec<Run> {
@@ -721,7 +811,11 @@ fn main() {
     let queue_only = args.iter().any(|a| a == "--queue-only");
     // `-- --live-only` runs the live-lease claim_next rows alone, on SQLite and PostgreSQL.
     let live_only = args.iter().any(|a| a == "--live-only");
-    if live_only {
+    // `-- --enqueue-only` runs the enqueue rows alone.
+    let enqueue_only = args.iter().any(|a| a == "--enqueue-only");
+    if enqueue_only {
+        enqueue_rows(&plan, dir.path(), &mut rows);
+    } else if live_only {
         claim_next_live_leases(&plan, dir.path(), &mut rows);
         pg::live_rows_only(&plan, &mut rows);
     } else if !args.iter().any(|a| a == "--pg-only") {
@@ -733,11 +827,12 @@ fn main() {
         }
         queue(&plan, dir.path(), &mut rows);
         if one_row().is_none() {
+            enqueue_rows(&plan, dir.path(), &mut rows);
             claim_next_sizes(&plan, dir.path(), &mut rows);
             claim_next_live_leases(&plan, dir.path(), &mut rows);
         }
     }
-    let pg_note = if queue_only || live_only {
+    let pg_note = if queue_only || live_only || enqueue_only {
         None
     } else {
         pg::rows(&plan, &mut rows)

@@ -113,6 +113,37 @@ pub(crate) struct PayloadSource {
     pub payload_file: Option<PathBuf>,
 }
 
+/// The queue fields of `enqueue` (and of each job `enqueue-many` reads, unless its line says
+/// otherwise).
+#[derive(Debug, clap::Args)]
+pub(crate) struct SpecFlags {
+    /// The queue it waits in.
+    #[arg(long, default_value = QueueName::DEFAULT)]
+    queue: String,
+    /// Higher is claimed first.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    priority: i64,
+    /// Not claimable before this time (seconds).
+    #[arg(long, allow_hyphen_values = true)]
+    run_at: Option<f64>,
+    /// How many times claim-next may lease it (0 or 1: no retry).
+    #[arg(long, default_value_t = EnqueueSpec::DEFAULT_MAX_ATTEMPTS)]
+    max_attempts: u32,
+}
+
+impl SpecFlags {
+    /// The checked spec, with `payload`.
+    fn into_spec(self, payload: Option<Payload>) -> Result<EnqueueSpec, RequestError> {
+        Ok(EnqueueSpec {
+            queue: QueueName::new(self.queue)?,
+            priority: self.priority,
+            run_at: self.run_at.map(|t| time_flag("--run-at", t)).transpose()?,
+            max_attempts: Some(self.max_attempts),
+            payload,
+        })
+    }
+}
+
 /// Why a command could not be turned into a request.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub(crate) enum RequestError {
@@ -126,6 +157,12 @@ pub(crate) enum RequestError {
     #[error("{0}")]
     Flag(String),
 }
+
+/// The most jobs `enqueue-many` stores in one transaction.
+pub(crate) const BATCH_JOBS: usize = 1_000;
+
+/// The most bytes `enqueue-many` reads from standard input (64 MiB).
+pub(crate) const BATCH_INPUT_LIMIT: usize = 64 << 20;
 
 /// The most seconds a duration flag takes (`--grace`, `--drain`, `--busy-timeout`): a year.
 pub(crate) const MAX_FLAG_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
@@ -199,20 +236,21 @@ pub(crate) enum Command {
     Enqueue {
         /// The job id.
         job: String,
-        /// The queue it waits in.
-        #[arg(long, default_value = QueueName::DEFAULT)]
-        queue: String,
-        /// Higher is claimed first.
-        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
-        priority: i64,
-        /// Not claimable before this time (seconds).
-        #[arg(long, allow_hyphen_values = true)]
-        run_at: Option<f64>,
-        /// How many times claim-next may lease it (0 or 1: no retry).
-        #[arg(long, default_value_t = EnqueueSpec::DEFAULT_MAX_ATTEMPTS)]
-        max_attempts: u32,
+        #[command(flatten)]
+        spec: SpecFlags,
         #[command(flatten)]
         payload: PayloadSource,
+    },
+    /// Enqueue many jobs read from standard input, in transactions of up to 1,000: one job id
+    /// per line, or with --json-lines one JSON object per line (`id`, and any of `queue`,
+    /// `priority`, `run_at`, `max_attempts`, `payload`; the flags give what a line leaves out).
+    /// Every line is checked before anything is stored.
+    EnqueueMany {
+        #[command(flatten)]
+        spec: SpecFlags,
+        /// Read one JSON object per line instead of one job id per line.
+        #[arg(long)]
+        json_lines: bool,
     },
     /// Lease up to --limit due jobs of a queue: highest priority, then earliest run-at, then FIFO.
     ClaimNext {
@@ -444,6 +482,8 @@ pub(crate) enum Request {
     },
     /// Enqueue a job.
     Enqueue(JobId, EnqueueSpec),
+    /// Enqueue many jobs, in transactions of up to [`BATCH_JOBS`].
+    EnqueueMany(Vec<(JobId, EnqueueSpec)>),
     /// Read a job, judging its status at a time.
     State(JobId, Timestamp),
     /// Lease the next jobs of a queue.
@@ -523,14 +563,7 @@ impl Command {
                     command,
                 })
             }
-            Command::Enqueue {
-                job,
-                queue,
-                priority,
-                run_at,
-                max_attempts,
-                payload,
-            } => {
+            Command::Enqueue { job, spec, payload } => {
                 let payload = match (payload.payload, payload.payload_file) {
                     (Some(text), _) => Some(text.into_bytes()),
                     (None, Some(path)) => Some(
@@ -539,16 +572,17 @@ impl Command {
                     ),
                     (None, None) => None,
                 };
-                let spec = EnqueueSpec {
-                    queue: QueueName::new(queue)?,
-                    priority,
-                    run_at: run_at.map(|t| time_flag("--run-at", t)).transpose()?,
-                    max_attempts: Some(max_attempts),
-                    payload: payload
-                        .map(|bytes| Payload::new(bytes, Payload::DEFAULT_LIMIT))
-                        .transpose()?,
-                };
+                let payload = payload
+                    .map(|bytes| Payload::new(bytes, Payload::DEFAULT_LIMIT))
+                    .transpose()?;
+                let spec = spec.into_spec(payload)?;
                 Request::Enqueue(JobId::new(job)?, spec)
+            }
+            Command::EnqueueMany { spec, json_lines } => {
+                let defaults = spec.into_spec(None)?;
+                let input = read(std::path::Path::new("-"), BATCH_INPUT_LIMIT)
+                    .map_err(RequestError::Read)?;
+                Request::EnqueueMany(crate::batch::parse(&input, &defaults, json_lines)?)
             }
             Command::State { job, now } => {
                 Request::State(JobId::new(job)?, Timestamp::new(now.unwrap_or_else(clock))?)

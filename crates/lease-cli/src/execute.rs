@@ -46,6 +46,30 @@ pub(crate) async fn execute(
             };
             Report::new(true, json!({"inserted": inserted}), human)
         }
+        Request::EnqueueMany(jobs) => {
+            let mut inserted = 0_usize;
+            let mut done = 0_usize;
+            for chunk in jobs.chunks(crate::cli::BATCH_JOBS) {
+                let answers = store.enqueue_many(chunk).await.map_err(|e| {
+                    e.in_context(&format!(
+                        "{done} of {} jobs were stored before this failure (each transaction \
+                         holds up to {} jobs; the rest were not)",
+                        jobs.len(),
+                        crate::cli::BATCH_JOBS
+                    ))
+                })?;
+                inserted += answers.iter().filter(|&&new| new).count();
+                done += chunk.len();
+            }
+            let existed = jobs.len() - inserted;
+            Report::new(
+                true,
+                json!({"inserted": inserted, "existed": existed}),
+                format!(
+                    "enqueued {inserted} job(s); {existed} already existed and were left as they were"
+                ),
+            )
+        }
         Request::State(id, now) => {
             let record = store.record(id).await?;
             let state = record.as_ref().map(JobRecord::state);
@@ -264,6 +288,7 @@ mod tests {
             async fn complete(&self, job: &JobId, owner: &Owner, fence: Fence, now: Timestamp, result: &JobResult) -> Result<WriteOutcome, StoreError>;
             async fn release(&self, job: &JobId, owner: &Owner, fence: Fence) -> Result<WriteOutcome, StoreError>;
             async fn enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError>;
+            async fn enqueue_many(&self, jobs: &[(JobId, EnqueueSpec)]) -> Result<Vec<bool>, StoreError>;
             async fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError>;
             async fn claim_next(&self, queue: &QueueName, owner: &Owner, term: LeaseTerm, limit: usize) -> Result<Vec<Lease>, StoreError>;
             async fn fail(&self, job: &JobId, owner: &Owner, fence: Fence, now: Timestamp, error: &ErrorText, retry: Retry) -> Result<FailOutcome, StoreError>;

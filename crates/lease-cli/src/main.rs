@@ -1,6 +1,7 @@
 //! The `lease` binary: parses arguments, reads the clock and the environment, opens the store
 //! and prints the answer.
 
+mod batch;
 mod cli;
 mod demo;
 mod execute;

@@ -353,3 +353,33 @@ fn init_on_a_missing_postgres_database_says_to_create_the_database() {
     assert!(stderr.contains("createdb"), "{stderr}");
     assert!(!stderr.contains("create it with init"), "{stderr}");
 }
+
+#[test]
+fn enqueue_many_on_postgres_inserts_each_new_id_once_in_transactions_of_a_thousand() {
+    use std::io::Write as _;
+    let db = ScratchDatabase::create();
+    let url = db.url();
+    ok(&run(url, &["init"]));
+    ok(&run(url, &["enqueue", "job-5"]));
+    let ids: Vec<String> = (0..1_500).map(|n| format!("job-{n}")).collect();
+    let mut child = lease(url)
+        .args(["enqueue-many", "--queue", "bulk", "--json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(ids.join("\n").as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    ok(&out);
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer, serde_json::json!({"inserted": 1_499, "existed": 1}));
+    let stats = json_of(url, &["stats", "--now", "0"]);
+    assert_eq!(stats["queues"]["bulk"]["pending"], 1_499, "{stats}");
+    assert_eq!(stats["queues"]["default"]["pending"], 1, "{stats}");
+}

@@ -550,3 +550,68 @@ fn claim_next_in_store_clock_mode_reports_the_stored_until() {
     );
     assert!(!human.contains("until 35"), "{human}");
 }
+
+/// Runs `enqueue-many` with `input` on standard input.
+fn enqueue_many(db: &Path, args: &[&str], input: &[u8]) -> Output {
+    use std::io::Write as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lease"))
+        .arg("--db")
+        .arg(db)
+        .arg("enqueue-many")
+        .args(args)
+        .env_remove("LEASE_DB")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn enqueue_many_reads_ids_or_json_lines_and_counts_what_it_inserted() {
+    let (_dir, db) = fresh_db();
+    assert_eq!(lease(&db, &["enqueue", "b"]).status.code(), Some(0));
+    // 2,500 ids take three transactions; "b" exists and an id given twice is inserted once.
+    let mut ids: Vec<String> = (0..2_500).map(|n| format!("job-{n}")).collect();
+    ids.extend(["b".to_owned(), "job-7".to_owned()]);
+    let out = enqueue_many(
+        &db,
+        &["--queue", "bulk", "--json"],
+        ids.join("\n").as_bytes(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer, json!({"inserted": 2_500, "existed": 2}));
+    let stats = json_of(&db, &["stats", "--now", "0"], 0);
+    assert_eq!(stats["queues"]["bulk"]["pending"], json!(2_500), "{stats}");
+    let lines = "{\"id\": \"x\", \"priority\": 5, \"payload\": \"hello\"}\n{\"id\": \"y\"}\n";
+    let out = enqueue_many(&db, &["--queue", "json", "--json-lines"], lines.as_bytes());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let first = claim_next(&db, "json", "w", "1", "1");
+    assert_eq!(first["leases"][0]["id"], json!("x"), "{first}");
+    assert_eq!(first["leases"][0]["payload"], json!("hello"), "{first}");
+}
+
+#[test]
+fn enqueue_many_with_one_bad_line_stores_nothing_and_names_the_line() {
+    let (_dir, db) = fresh_db();
+    let input = "{\"id\": \"a\"}\n{\"id\": \"b\", \"priority\": \"high\"}\n{\"id\": \"c\"}\n";
+    let out = enqueue_many(&db, &["--json-lines"], input.as_bytes());
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let message = stderr(&out);
+    assert!(
+        message.contains("standard input, line 2: priority must be a whole number"),
+        "{message}"
+    );
+    assert_eq!(json_of(&db, &["state", "a"], 0), Value::Null);
+    let out = enqueue_many(&db, &[], b"ok\nbad\xff\n");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("line 2: not UTF-8"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(json_of(&db, &["state", "ok"], 0), Value::Null);
+}

@@ -994,6 +994,71 @@ pub async fn claim_next_reads_past_a_job_whose_fence_is_exhausted(store: Store) 
     assert_eq!(record.job, exhausted, "the exhausted job is left as it was");
 }
 
+/// `enqueue_many` enqueues each job as `enqueue_with` would, in order, in one call: `true` for
+/// each job it inserted, `false` for one that existed or that an earlier entry inserted; a
+/// purged id continues from its old fence; an empty batch changes nothing.
+pub async fn enqueue_many_inserts_each_new_job_once_in_order(store: Store) {
+    assert!(
+        store
+            .enqueue_many(&[])
+            .await
+            .expect("empty batch")
+            .is_empty()
+    );
+    let old = enqueued(&store, "old").await;
+    let gone = enqueued(&store, "gone").await;
+    let f = claimed(&store, &gone, "w", 0.0, 5.0).await;
+    complete_granted(&store, &gone, "w", f, 1.0, "r").await;
+    let purged = store
+        .purge(at(100.0), &[Status::Done])
+        .await
+        .expect("purge works");
+    assert_eq!(purged, 1);
+    let batch = [
+        (job("a"), spec("mail", 3, Some(50.0), 2)),
+        (job("b"), spec("mail", 0, None, 5)),
+        (job("a"), spec("other", 9, None, 9)),
+        (old.clone(), spec("mail", 0, None, 5)),
+        (gone.clone(), spec("mail", 0, None, 5)),
+    ];
+    let inserted = store
+        .enqueue_many(&batch)
+        .await
+        .expect("enqueue_many works");
+    assert_eq!(inserted, [true, true, false, false, true]);
+    let a = store
+        .record(&job("a"))
+        .await
+        .expect("record reads")
+        .expect("a exists");
+    assert_eq!(
+        (
+            a.job.queue.as_str(),
+            a.job.priority,
+            a.job.run_at,
+            a.job.max_attempts
+        ),
+        ("mail", 3, Some(at(50.0)), 2),
+        "the first entry of an id is the one enqueued"
+    );
+    let old_record = store
+        .record(&old)
+        .await
+        .expect("record reads")
+        .expect("old exists");
+    assert_eq!(
+        old_record.job,
+        lease_domain::Job::new(),
+        "an existing job is left alone"
+    );
+    assert_eq!(
+        claimed(&store, &gone, "w", 200.0, 5.0).await,
+        fence(f.get() + 1),
+        "a purged id continues from its old fence"
+    );
+    assert_eq!(ids(&next(&store, "mail", "w", 10.0, 10).await), ["b"]);
+}
+
 /// A held job comes back to `claim_next` the moment its lease ends (`until <= now`), in claim
 /// order among the jobs no one holds, and not before: a renewed lease keeps it out until its
 /// new end, a released one puts it back at once, and a lease taken by id counts as held.
@@ -1321,6 +1386,7 @@ macro_rules! conformance_tests {
             claim_next_counts_only_leases_against_its_limit,
             claim_next_reads_past_a_job_whose_fence_is_exhausted,
             claim_next_finds_each_lease_the_moment_it_ends_in_claim_order,
+            enqueue_many_inserts_each_new_job_once_in_order,
             export_and_import_round_trip_every_job_and_purge_mark,
             import_with_merge_keeps_the_larger_fence,
             purge_judges_status_as_list_does,

@@ -126,6 +126,21 @@ impl StoreError {
     pub fn is_determinate(&self) -> bool {
         !matches!(self, StoreError::Indeterminate(_))
     }
+
+    /// The same error with `context` put before its message (for a storage failure; the other
+    /// kinds name their own subject and are returned as they are).
+    #[must_use]
+    pub fn in_context(self, context: &str) -> Self {
+        let tell = |d: &Detail| d.retold(format!("{context}: {}", d.message()));
+        match &self {
+            StoreError::Unavailable(d) => StoreError::Unavailable(tell(d)),
+            StoreError::Full(d) => StoreError::Full(tell(d)),
+            StoreError::ReadOnly(d) => StoreError::ReadOnly(tell(d)),
+            StoreError::Indeterminate(d) => StoreError::Indeterminate(tell(d)),
+            StoreError::Corrupt(d) => StoreError::Corrupt(tell(d)),
+            _ => self,
+        }
+    }
 }
 
 /// What a storage failure says, and the library error behind it, if any (shared, so a failed

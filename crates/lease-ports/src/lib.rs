@@ -329,6 +329,14 @@ pub trait LeaseStore: Send + Sync {
     /// changes nothing and returns `false`. An id that was purged continues from its old fence.
     async fn enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError>;
 
+    /// Enqueues many jobs in one transaction (one commit): each as [`enqueue_with`] would, in
+    /// order, answering `true` for each job it inserted and `false` for each that already
+    /// existed (an id given twice is inserted by its first entry). All or none: on an error
+    /// nothing of the batch is stored. An empty batch writes nothing.
+    ///
+    /// [`enqueue_with`]: LeaseStore::enqueue_with
+    async fn enqueue_many(&self, jobs: &[(JobId, EnqueueSpec)]) -> Result<Vec<bool>, StoreError>;
+
     /// The stored job with every field, or `None`.
     async fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError>;
 

@@ -184,6 +184,15 @@ impl LeaseStore for MemoryLeaseStore {
         self.apply(job, Command::EnqueueWith(spec.clone()))
     }
 
+    async fn enqueue_many(&self, jobs: &[(JobId, EnqueueSpec)]) -> Result<Vec<bool>, StoreError> {
+        // One lock for the batch: no other call sees part of it. Enqueue cannot fail once the
+        // lock is held, so the batch is stored whole.
+        let mut stored = self.jobs()?;
+        jobs.iter()
+            .map(|(job, spec)| apply(&mut stored, job, Command::EnqueueWith(spec.clone())))
+            .collect()
+    }
+
     async fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError> {
         Ok(self.jobs()?.jobs.get(job).map(|(j, _)| JobRecord {
             id: job.clone(),

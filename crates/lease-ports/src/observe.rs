@@ -269,6 +269,24 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Observed<S> {
         .await
     }
 
+    async fn enqueue_many(&self, jobs: &[(JobId, EnqueueSpec)]) -> Result<Vec<bool>, StoreError> {
+        let span = span("enqueue_many", None, None, None);
+        observe(
+            "enqueue_many",
+            span,
+            self.inner.enqueue_many(jobs),
+            |inserted| {
+                let outcome = if inserted.contains(&true) {
+                    "accepted"
+                } else {
+                    "unchanged"
+                };
+                (outcome, None)
+            },
+        )
+        .await
+    }
+
     async fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError> {
         let span = span("record", Some(job), None, None);
         observe("record", span, self.inner.record(job), |_| ("read", None)).await

@@ -325,6 +325,16 @@ impl LeaseStore for PgLeaseStore {
         self.write(job, Command::EnqueueWith(spec.clone())).await
     }
 
+    async fn enqueue_many(&self, jobs: &[(JobId, EnqueueSpec)]) -> Result<Vec<bool>, StoreError> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.conn().await?;
+        let inserted = self.enqueue_many_on(&mut conn, jobs).await?;
+        conn.clean();
+        Ok(inserted)
+    }
+
     async fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError> {
         let mut conn = self.conn().await?;
         let stmt = conn.prepare(&self.sql.select).await?;

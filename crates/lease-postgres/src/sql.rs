@@ -24,6 +24,10 @@ pub struct Sql {
     pub lock_purged: String,
     /// Deletes the purge mark of an id.
     pub forget_purged: String,
+    /// Reads and locks the jobs of many ids (`$1` ids, `FOR UPDATE`).
+    pub lock_many: String,
+    /// Reads and locks the purge marks of many ids (`$1` ids).
+    pub lock_purged_many: String,
     /// Inserts a job (all columns; nothing on conflict).
     pub insert: String,
     /// Writes every column of a job.
@@ -59,6 +63,12 @@ impl Sql {
             lock: format!("SELECT {COLUMNS} FROM {s}.jobs WHERE id = $1 FOR UPDATE"),
             lock_purged: format!("SELECT fence FROM {s}.purged WHERE id = $1 FOR UPDATE"),
             forget_purged: format!("DELETE FROM {s}.purged WHERE id = $1"),
+            lock_many: format!(
+                "SELECT id, {COLUMNS} FROM {s}.jobs WHERE id = ANY($1::text[]) FOR UPDATE"
+            ),
+            lock_purged_many: format!(
+                "SELECT id, fence FROM {s}.purged WHERE id = ANY($1::text[]) FOR UPDATE"
+            ),
             insert: format!(
                 "INSERT INTO {s}.jobs (id, {COLUMNS}, leased_until) VALUES \
                  ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \

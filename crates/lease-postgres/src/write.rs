@@ -112,6 +112,78 @@ impl PgLeaseStore {
         }
     }
 
+    /// Enqueues many jobs in one transaction, in three round trips whatever their number:
+    /// BEGIN with the locking reads of every existing row and purge mark; the inserts, the
+    /// removal of the purge marks they replace, and COMMIT; each decided by the domain in
+    /// order (an id given twice sees its first entry's row).
+    pub(crate) async fn enqueue_many_on(
+        &self,
+        conn: &mut Conn,
+        jobs: &[(JobId, lease_domain::EnqueueSpec)],
+    ) -> Result<Vec<bool>, StoreError> {
+        let s = Statements::prepare(conn, &self.sql).await?;
+        let lock_many = conn.prepare(&self.sql.lock_many).await?;
+        let lock_purged_many = conn.prepare(&self.sql.lock_purged_many).await?;
+        let c = conn.client();
+        let ids: Vec<&str> = jobs.iter().map(|(id, _)| id.as_str()).collect();
+        let ((_, rows), marks) = try_join(
+            try_join(c.execute(&s.begin, &[]), c.query(&lock_many, &[&ids])),
+            c.query(&lock_purged_many, &[&ids]),
+        )
+        .await
+        .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+        let mut current: std::collections::HashMap<JobId, lease_domain::Job> = rows
+            .iter()
+            .map(|row| sql::decode_with_id(row, 0))
+            .collect::<Result<_, _>>()?;
+        let mut purged = std::collections::HashMap::new();
+        for mark in &marks {
+            let (id, fence): (String, i64) = (mark.get(0), mark.get(1));
+            let fence = Fence::try_from(fence).map_err(|f| {
+                StoreError::Corrupt(format!("job {id}: stored purged fence {f} is negative").into())
+            })?;
+            purged.insert(id, fence);
+        }
+        let mut inserts = Vec::new();
+        let mut decided = Vec::with_capacity(jobs.len());
+        for (id, spec) in jobs {
+            let command = Command::EnqueueWith(spec.clone());
+            let mark = purged.get(id.as_str()).copied();
+            let (next, outcome) = command.decide(id, current.get(id), mark);
+            decided.push(outcome);
+            if let Some(next) = next {
+                inserts.push((Encoded::new(id, &next), mark.map(|_| id.as_str())));
+                current.insert(id.clone(), next);
+            }
+        }
+        if inserts.is_empty() {
+            rollback(c, &s).await?;
+        } else {
+            let (insert, forget) = (&s.insert, &s.forget_purged);
+            let (written, _) = try_join(
+                try_join_all(inserts.iter().map(|(row, marked)| async move {
+                    let n = c.execute(insert, &row.params()).await?;
+                    if let Some(key) = marked {
+                        c.execute(forget, &[key]).await?;
+                    }
+                    Ok::<u64, tokio_postgres::Error>(n)
+                })),
+                c.execute(&s.commit, &[]),
+            )
+            .await
+            .map_err(|e| error::map(e, Stage::Commit))?;
+            // An insert that found the id taken by an enqueue that committed first changed
+            // nothing: that job was not inserted by this batch.
+            let mut written = written.into_iter();
+            for outcome in &mut decided {
+                if matches!(outcome, Outcome::Enqueued(true)) && written.next() == Some(0) {
+                    *outcome = Outcome::Enqueued(false);
+                }
+            }
+        }
+        decided.into_iter().map(outcome_as).collect()
+    }
+
     /// The command to decide under the clock mode, given the server's clock when it was read;
     /// a refused caller's transaction is rolled back.
     pub(crate) async fn resolved(

@@ -420,6 +420,14 @@ impl Blocking<'_> {
         self.0.write(job, Command::EnqueueWith(spec.clone()))
     }
 
+    /// See [`LeaseStore::enqueue_many`].
+    pub fn enqueue_many(&self, jobs: &[(JobId, EnqueueSpec)]) -> Result<Vec<bool>, StoreError> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        enqueued(self.0.submit(Op::Enqueue(jobs.to_vec()))?)
+    }
+
     /// See [`LeaseStore::record`].
     pub fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError> {
         self.0.with_conn(|conn| reads::record(conn, job))
@@ -571,6 +579,15 @@ impl LeaseStore for SqliteLeaseStore {
             .await
     }
 
+    async fn enqueue_many(&self, jobs: &[(JobId, EnqueueSpec)]) -> Result<Vec<bool>, StoreError> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        enqueued(one(self
+            .write_async(vec![Op::Enqueue(jobs.to_vec())])
+            .await?)?)
+    }
+
     async fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError> {
         let job = job.clone();
         self.run(move |store| store.blocking().record(&job)).await
@@ -649,6 +666,11 @@ impl LeaseStore for SqliteLeaseStore {
         let ops = complete_and_claim_ops(job, owner, fence, result, queue, term, limit);
         split_complete_and_claim(self.write_async(ops).await?)
     }
+}
+
+/// Whether each enqueue of a batch inserted its job.
+fn enqueued(reply: ops::Reply) -> Result<Vec<bool>, StoreError> {
+    reply.into_outcomes()?.into_iter().map(outcome_as).collect()
 }
 
 /// The two ops of `complete_and_claim_next`, run in one transaction.

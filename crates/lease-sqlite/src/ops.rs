@@ -71,6 +71,8 @@ pub(crate) enum Op {
     /// An op whose refused holder writes are recorded in the audit trail, keeping at most
     /// this many rows.
     Audited(u64, Box<Op>),
+    /// Enqueue many jobs, in order, all or none (one savepoint in a shared batch).
+    Enqueue(Vec<(JobId, lease_domain::EnqueueSpec)>),
     /// Delete finished jobs changed before `before`.
     Purge {
         before: Timestamp,
@@ -87,6 +89,8 @@ pub(crate) enum Reply {
     Leases(Vec<Lease>),
     /// How many jobs `purge` deleted.
     Purged(u64),
+    /// The outcome of each enqueue of a batch.
+    Jobs(Vec<Outcome>),
 }
 
 impl Reply {
@@ -100,6 +104,13 @@ impl Reply {
     pub(crate) fn into_leases(self) -> Result<Vec<Lease>, StoreError> {
         match self {
             Reply::Leases(leases) => Ok(leases),
+            other => Err(wrong_reply(&other)),
+        }
+    }
+
+    pub(crate) fn into_outcomes(self) -> Result<Vec<Outcome>, StoreError> {
+        match self {
+            Reply::Jobs(outcomes) => Ok(outcomes),
             other => Err(wrong_reply(&other)),
         }
     }
@@ -269,6 +280,17 @@ pub(crate) fn apply(conn: &Connection, op: &Op) -> Result<(Reply, bool), StoreEr
             .map(|(leases, wrote)| (Reply::Leases(leases), wrote)),
         Op::Purge { before, statuses } => {
             purge(conn, *before, statuses).map(|(n, wrote)| (Reply::Purged(n), wrote))
+        }
+        Op::Enqueue(jobs) => {
+            let mut outcomes = Vec::with_capacity(jobs.len());
+            let mut wrote = false;
+            for (id, spec) in jobs {
+                let (outcome, inserted) =
+                    apply_command(conn, id, &Command::EnqueueWith(spec.clone()))?;
+                wrote |= inserted;
+                outcomes.push(outcome);
+            }
+            Ok((Reply::Jobs(outcomes), wrote))
         }
         Op::Clocked(mode, clock, op) => apply(
             conn,

@@ -220,19 +220,27 @@ pub(crate) fn store(
     id: &JobId,
     job: &Job,
 ) -> Result<(), StoreError> {
-    let sql = if inserting { INSERT_JOB } else { UPDATE_JOB };
-    conn.prepare_cached(sql)
-        .and_then(|mut stmt| {
-            stmt.execute(rusqlite::params![
-                id.as_str(),
-                job.owner.as_ref().map(Owner::as_str),
-                job.until.get(),
-                i64::from(job.fence),
-                job.result.as_deref(),
-                job.done,
-            ])
-        })
-        .map_err(error::sql(conn))?;
+    let contract = || {
+        let sql = if inserting { INSERT_JOB } else { UPDATE_JOB };
+        conn.prepare_cached(sql)
+            .and_then(|mut stmt| {
+                stmt.execute(rusqlite::params![
+                    id.as_str(),
+                    job.owner.as_ref().map(Owner::as_str),
+                    job.until.get(),
+                    i64::from(job.fence),
+                    job.result.as_deref(),
+                    job.done,
+                ])
+            })
+            .map(drop)
+            .map_err(error::sql(conn))
+    };
+    // A new job's queue row goes first: the insert trigger (for rows other programs insert)
+    // then finds it and adds nothing, instead of adding a row this would rewrite.
+    if !inserting {
+        contract()?;
+    }
     conn.prepare_cached(UPSERT_QUEUE)
         .and_then(|mut stmt| {
             stmt.execute(rusqlite::params![
@@ -251,5 +259,8 @@ pub(crate) fn store(
             ])
         })
         .map_err(error::sql(conn))?;
+    if inserting {
+        contract()?;
+    }
     Ok(())
 }

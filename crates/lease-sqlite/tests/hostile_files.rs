@@ -531,3 +531,29 @@ fn a_row_another_program_inserts_gets_the_domains_defaults() {
         (QueueName::DEFAULT, Status::Pending, 2)
     );
 }
+
+#[test]
+fn a_batch_enqueue_meeting_an_unreadable_row_stores_none_of_its_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("batch.db");
+    let store = SqliteLeaseStore::open(&path).unwrap();
+    let b = store.blocking();
+    let bad = lease_domain::JobId::new("bad").unwrap();
+    b.enqueue(&bad).unwrap();
+    Connection::open(&path)
+        .unwrap()
+        .execute("UPDATE jobs SET until = 'soon' WHERE id = 'bad'", [])
+        .unwrap();
+    let spec = lease_domain::EnqueueSpec::default();
+    let batch: Vec<_> = ["first", "bad", "last"]
+        .iter()
+        .map(|id| (lease_domain::JobId::new(*id).unwrap(), spec.clone()))
+        .collect();
+    let err = b.enqueue_many(&batch).unwrap_err();
+    assert!(matches!(err, lease_ports::StoreError::Corrupt(_)), "{err}");
+    assert!(err.to_string().contains("job bad"), "{err}");
+    for id in ["first", "last"] {
+        let id = lease_domain::JobId::new(id).unwrap();
+        assert!(b.state(&id).unwrap().is_none(), "{id} was stored");
+    }
+}

@@ -123,6 +123,9 @@ impl LeaseStore for Watched {
     async fn enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError> {
         self.inner.enqueue_with(job, spec).await
     }
+    async fn enqueue_many(&self, jobs: &[(JobId, EnqueueSpec)]) -> Result<Vec<bool>, StoreError> {
+        self.inner.enqueue_many(jobs).await
+    }
     async fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError> {
         self.inner.record(job).await
     }
