@@ -813,7 +813,11 @@ fn main() {
     let live_only = args.iter().any(|a| a == "--live-only");
     // `-- --enqueue-only` runs the enqueue rows alone.
     let enqueue_only = args.iter().any(|a| a == "--enqueue-only");
-    if enqueue_only {
+    // `-- --pg-loop-only` runs the PostgreSQL queue-loop rows alone.
+    let pg_loop_only = args.iter().any(|a| a == "--pg-loop-only");
+    if pg_loop_only {
+        pg::loop_rows_only(&plan, &mut rows);
+    } else if enqueue_only {
         enqueue_rows(&plan, dir.path(), &mut rows);
     } else if live_only {
         claim_next_live_leases(&plan, dir.path(), &mut rows);
@@ -832,7 +836,7 @@ fn main() {
             claim_next_live_leases(&plan, dir.path(), &mut rows);
         }
     }
-    let pg_note = if queue_only || live_only || enqueue_only {
+    let pg_note = if queue_only || live_only || enqueue_only || pg_loop_only {
         None
     } else {
         pg::rows(&plan, &mut rows)

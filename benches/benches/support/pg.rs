@@ -560,6 +560,272 @@ fn round_trips(db: &ScratchDatabase, op: Op, raw: bool, prefix: &str) -> f64 {
     exchanges as f64 / OPS as f64
 }
 
+/// Jobs of each PostgreSQL queue-loop run (the issue's figures used 3,000).
+const LOOP_JOBS: u64 = 3_000;
+
+/// The queue anyone would write by hand, in a table of its own: a claim is one autocommit
+/// `UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1) RETURNING`, a completion
+/// one autocommit `UPDATE` (two commits per job).
+fn hand_table(url: &str, table: &str, jobs: u64) {
+    execute(
+        url,
+        &format!(
+            "CREATE TABLE {table} (id text PRIMARY KEY, seq bigint GENERATED ALWAYS AS IDENTITY, \
+             queue text NOT NULL, priority bigint NOT NULL DEFAULT 0, run_at double precision, \
+             owner text, until double precision NOT NULL DEFAULT 0, fence bigint NOT NULL \
+             DEFAULT 0, attempts bigint NOT NULL DEFAULT 0, done boolean NOT NULL DEFAULT false, \
+             result text); \
+             CREATE INDEX ON {table} (queue, priority DESC, run_at ASC NULLS FIRST, seq) \
+             WHERE NOT done; \
+             INSERT INTO {table}(id, queue) SELECT 'h' || g, 'q' FROM generate_series(1, {jobs}) g; \
+             ANALYZE {table}"
+        ),
+    );
+}
+
+/// A hand-written worker's connection and its two statements.
+struct Hand {
+    client: tokio_postgres::Client,
+    claim: tokio_postgres::Statement,
+    complete: tokio_postgres::Statement,
+}
+
+/// Connects a hand-written worker (before the clock starts, as the store's pool is opened).
+async fn hand_connect(url: &str, table: &str) -> Hand {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(conn);
+    client
+        .batch_execute("SET synchronous_commit = on")
+        .await
+        .expect("set");
+    let claim = client
+        .prepare(&format!(
+            "UPDATE {table} SET owner = $2, until = $3 + 60, fence = fence + 1, \
+             attempts = attempts + 1 WHERE id = (SELECT id FROM {table} WHERE queue = $1 \
+             AND NOT done AND until <= $3 AND (run_at IS NULL OR run_at <= $3) \
+             ORDER BY priority DESC, run_at ASC NULLS FIRST, seq \
+             FOR UPDATE SKIP LOCKED LIMIT 1) RETURNING id, fence"
+        ))
+        .await
+        .expect("prepare claim");
+    let complete = client
+        .prepare(&format!(
+            "UPDATE {table} SET done = true, result = $3 WHERE id = $1 AND fence = $2"
+        ))
+        .await
+        .expect("prepare complete");
+    Hand {
+        client,
+        claim,
+        complete,
+    }
+}
+
+/// One hand-written worker: claims and completes until nothing is due.
+async fn hand_worker(hand: Hand, start: Instant) -> Caller {
+    let Hand {
+        client,
+        claim,
+        complete,
+    } = hand;
+    let mut me = Caller::default();
+    loop {
+        let now = 1.0 + start.elapsed().as_secs_f64();
+        let began = Instant::now();
+        let Some(row) = client
+            .query_opt(&claim, &[&"q", &"w", &now])
+            .await
+            .expect("claim")
+        else {
+            break;
+        };
+        let (id, fence): (String, i64) = (row.get(0), row.get(1));
+        client
+            .execute(&complete, &[&id, &fence, &"r"])
+            .await
+            .expect("complete");
+        me.latencies.push(began.elapsed());
+    }
+    me
+}
+
+/// One worker through the store: `claim_next`, then `complete_and_claim_next` per job (one
+/// commit per job) until nothing is due.
+async fn store_worker(
+    store: Arc<PgLeaseStore>,
+    queue: QueueName,
+    w: usize,
+    start: Instant,
+) -> Caller {
+    let me = Owner::new(format!("w{w}")).expect("owner");
+    let now = || LeaseTerm::new(1.0 + start.elapsed().as_secs_f64(), 60.0).expect("term");
+    let result = JobResult::new("r").expect("result");
+    let mut caller = Caller::default();
+    let mut lease = store
+        .claim_next(&queue, &me, now(), 1)
+        .await
+        .expect("claim_next")
+        .pop();
+    while let Some(held) = lease {
+        let began = Instant::now();
+        let (done, next) = store
+            .complete_and_claim_next(&held.job, &me, held.fence, &result, &queue, now(), 1)
+            .await
+            .expect("complete and claim");
+        done.expect("completed");
+        lease = next.expect("claimed").pop();
+        caller.latencies.push(began.elapsed());
+    }
+    caller
+}
+
+/// The queue loop on PostgreSQL, [`LOOP_JOBS`] jobs, W workers in one process: the
+/// hand-written loop against the store, run alternately, medians of the runs.
+fn queue_loop_rows(plan: &Plan, url: &str, rows: &mut Vec<Row>) {
+    let mut round = 0_u32;
+    for workers in [1_usize, 16, 64] {
+        let (mut hands, mut stores, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..plan.runs.max(1) {
+            round += 1;
+            let table = format!("public.hand_{round}");
+            hand_table(url, &table, LOOP_JOBS);
+            let queue = format!("loop-{round}");
+            execute(
+                url,
+                &format!(
+                    "INSERT INTO lease.jobs(id, queue) SELECT '{queue}-' || g, '{queue}' \
+                     FROM generate_series(1, {LOOP_JOBS}) g; ANALYZE lease.jobs"
+                ),
+            );
+            let hand = rt().block_on(async {
+                let mut hands = Vec::new();
+                for _ in 0..workers {
+                    hands.push(hand_connect(url, &table).await);
+                }
+                let start = Instant::now();
+                let tasks: Vec<_> = hands
+                    .into_iter()
+                    .map(|hand| tokio::spawn(hand_worker(hand, start)))
+                    .collect();
+                let mut callers = Vec::new();
+                for task in tasks {
+                    callers.push(task.await.expect("worker"));
+                }
+                Run {
+                    callers,
+                    wall: start.elapsed(),
+                }
+            });
+            let store = rt().block_on(async {
+                let options = PgOptions {
+                    pool_size: workers,
+                    ..PgOptions::default()
+                };
+                let store = Arc::new(PgLeaseStore::open(url, options).await.expect("open"));
+                let q = QueueName::new(queue.clone()).expect("queue");
+                let start = Instant::now();
+                let tasks: Vec<_> = (0..workers)
+                    .map(|w| tokio::spawn(store_worker(Arc::clone(&store), q.clone(), w, start)))
+                    .collect();
+                let mut callers = Vec::new();
+                for task in tasks {
+                    callers.push(task.await.expect("worker"));
+                }
+                let run = Run {
+                    callers,
+                    wall: start.elapsed(),
+                };
+                store.close();
+                run
+            });
+            assert_eq!(hand.ops(), store.ops(), "both loops finish every job");
+            ratios.push(store.rate(false) / hand.rate(false));
+            hands.push(hand);
+            stores.push(store);
+        }
+        rows.push(summarize(
+            "pg queue loop, hand-written (claim UPDATE ... SKIP LOCKED; complete UPDATE; two commits per job), jobs/s",
+            workers,
+            LOOP_JOBS,
+            &hands,
+            false,
+        ));
+        rows.push(Row {
+            ratio: Some(median(ratios)),
+            baseline: Some("hand-written loop"),
+            ..summarize(
+                "pg queue loop, claim_next + complete_and_claim_next (one commit per job), jobs/s",
+                workers,
+                LOOP_JOBS,
+                &stores,
+                false,
+            )
+        });
+    }
+}
+
+/// Round trips per job of the two queue loops, one worker, counted by the relay over 200 jobs
+/// (after each has prepared its statements): (hand-written, store).
+fn loop_round_trips(db: &ScratchDatabase) -> (f64, f64) {
+    const JOBS: u64 = 200;
+    let relay = Relay::start();
+    let url = format!("postgres://postgres@127.0.0.1:{}/{}", relay.port, db.name());
+    hand_table(db.url(), "public.hand_trips", JOBS);
+    execute(
+        db.url(),
+        &format!(
+            "INSERT INTO lease.jobs(id, queue) SELECT 'trips-' || g, 'trips' \
+             FROM generate_series(1, {JOBS}) g"
+        ),
+    );
+    rt().block_on(async {
+        let hand = hand_connect(&url, "public.hand_trips").await;
+        let before = relay.exchanges.load(Ordering::SeqCst);
+        let done = hand_worker(hand, Instant::now()).await;
+        let hand_trips = (relay.exchanges.load(Ordering::SeqCst) - before) as f64
+            / done.latencies.len().max(1) as f64;
+        let options = PgOptions {
+            pool_size: 1,
+            ..PgOptions::default()
+        };
+        let store = Arc::new(PgLeaseStore::open(&url, options).await.expect("open"));
+        let q = QueueName::new("trips").expect("queue");
+        // Warm-up: the first call prepares the connection's statements.
+        drop(
+            store
+                .claim_next(
+                    &QueueName::new("none").expect("queue"),
+                    &Owner::new("w").expect("owner"),
+                    LeaseTerm::new(0.0, 1.0).expect("term"),
+                    1,
+                )
+                .await,
+        );
+        let before = relay.exchanges.load(Ordering::SeqCst);
+        let done = store_worker(Arc::clone(&store), q, 0, Instant::now()).await;
+        let store_trips = (relay.exchanges.load(Ordering::SeqCst) - before) as f64
+            / done.latencies.len().max(1) as f64;
+        store.close();
+        (hand_trips, store_trips)
+    })
+}
+
+/// The PostgreSQL queue-loop rows alone (`-- --pg-loop-only`), in a scratch database.
+pub fn loop_rows_only(plan: &Plan, rows: &mut Vec<Row>) {
+    if TcpStream::connect("127.0.0.1:5432").is_ok() {
+        let db = ScratchDatabase::create();
+        rt().block_on(PgLeaseStore::init(db.url(), PgOptions::default()))
+            .expect("init");
+        queue_loop_rows(plan, db.url(), rows);
+        let (hand, store) = loop_round_trips(&db);
+        println!(
+            "PostgreSQL queue loop: {hand:.2} round trips per job hand-written, {store:.2} through the store"
+        );
+    }
+}
+
 /// The live-lease rows alone (`-- --live-only`), in a scratch database of their own.
 pub fn live_rows_only(plan: &Plan, rows: &mut Vec<Row>) {
     if TcpStream::connect("127.0.0.1:5432").is_ok() {
@@ -585,6 +851,7 @@ pub fn rows(plan: &Plan, rows: &mut Vec<Row>) -> Option<String> {
         format!("r{round}-")
     };
     live_lease_rows(plan, &url, rows);
+    queue_loop_rows(plan, &url, rows);
     let mut notes = Vec::new();
     for op in [Op::Claim, Op::ClaimComplete, Op::NextComplete] {
         let rt_adapter = round_trips(&db, op, false, &prefix());

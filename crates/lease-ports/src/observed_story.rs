@@ -242,3 +242,85 @@ pub async fn check(store: Arc<dyn LeaseStore>, trail: &dyn AuditTrail, snapshott
     assert_eq!(only_b.len(), 1);
     assert_eq!(only_b[0].reason, "done", "limit keeps the newest");
 }
+
+/// A stale holder's `complete_and_claim_next` on a store with the audit trail on: its
+/// completion is refused and recorded, the job's new holder keeps it, and the claim half still
+/// leases the next due job to the stale holder, in the same call.
+pub async fn a_refused_completion_is_audited_and_its_claim_goes_on(
+    store: Arc<dyn LeaseStore>,
+    trail: &dyn AuditTrail,
+) {
+    let spec = crate::EnqueueSpec {
+        queue: crate::QueueName::new("audited").expect("queue"),
+        ..crate::EnqueueSpec::default()
+    };
+    let (job, next) = (
+        JobId::new("a-first").expect("id"),
+        JobId::new("b-next").expect("id"),
+    );
+    store.enqueue_with(&job, &spec).await.expect("enqueue");
+    store.enqueue_with(&next, &spec).await.expect("enqueue");
+    let (a, b) = (
+        Owner::new("A").expect("owner"),
+        Owner::new("B").expect("owner"),
+    );
+    let term = |now: f64| LeaseTerm::new(now, 10.0).expect("term");
+    let first = store
+        .claim_next(&spec.queue, &a, term(0.0), 1)
+        .await
+        .expect("claim");
+    assert_eq!(first[0].job, job);
+    let taken = store.claim(&job, &b, term(20.0)).await.expect("claim");
+    assert_eq!(taken, Ok(Fence::new(2).expect("fence")));
+    let result = JobResult::new("stale").expect("result");
+    let (completed, claimed) = store
+        .complete_and_claim_next(
+            &job,
+            &a,
+            first[0].fence,
+            &result,
+            &spec.queue,
+            term(21.0),
+            1,
+        )
+        .await
+        .expect("the call reaches the store");
+    assert!(
+        completed.is_err(),
+        "a stale completion is refused: {completed:?}"
+    );
+    let claimed = claimed.expect("the claim half runs");
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].job, next);
+    let state = store.state(&job).await.expect("state").expect("job exists");
+    assert_eq!((state.owner.as_deref(), state.result), (Some("B"), None));
+    let rows = trail
+        .refusals(&AuditFilter {
+            job: Some(job.clone()),
+            ..AuditFilter::default()
+        })
+        .await
+        .expect("the trail reads");
+    let shapes: Vec<(String, String, u64, Option<u64>, String)> = rows
+        .into_iter()
+        .map(|r| {
+            (
+                r.owner,
+                r.operation,
+                r.presented_fence,
+                r.current_fence,
+                r.reason,
+            )
+        })
+        .collect();
+    assert_eq!(
+        shapes,
+        [(
+            "A".to_owned(),
+            "complete".to_owned(),
+            1,
+            Some(2),
+            "not_owner".to_owned()
+        )]
+    );
+}

@@ -21,26 +21,42 @@ impl PgLeaseStore {
         entry: &lease_domain::Refusal,
         retention: u64,
     ) -> Result<(), StoreError> {
+        try_join(self.audit_rows(c, s, id, entry, retention), async {
+            c.execute(&s.commit, &[])
+                .await
+                .map_err(|e| error::map(e, Stage::Commit))
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Adds a refused holder write to the audit trail in the open transaction and trims the
+    /// trail to `retention` rows (sent at once; the caller commits).
+    pub(crate) async fn audit_rows(
+        &self,
+        c: &tokio_postgres::Client,
+        s: &Statements,
+        id: &JobId,
+        entry: &lease_domain::Refusal,
+        retention: u64,
+    ) -> Result<(), StoreError> {
         let (insert, trim) = (&s.insert_audit, &s.trim_audit);
         let current = entry.current.map(i64::from);
         let retention = i64::try_from(retention).unwrap_or(i64::MAX);
         try_join(
-            try_join(
-                c.execute(
-                    insert,
-                    &[
-                        &id.as_str(),
-                        &entry.owner.as_str(),
-                        &entry.operation,
-                        &i64::from(entry.presented),
-                        &current,
-                        &entry.reason.as_str(),
-                        &entry.late_by,
-                    ],
-                ),
-                c.execute(trim, &[&retention]),
+            c.execute(
+                insert,
+                &[
+                    &id.as_str(),
+                    &entry.owner.as_str(),
+                    &entry.operation,
+                    &i64::from(entry.presented),
+                    &current,
+                    &entry.reason.as_str(),
+                    &entry.late_by,
+                ],
             ),
-            c.execute(&s.commit, &[]),
+            c.execute(trim, &[&retention]),
         )
         .await
         .map(drop)

@@ -112,6 +112,8 @@ pub(crate) struct Statements {
     pub(crate) insert: Statement,
     pub(crate) update: Statement,
     pub(crate) clock: Statement,
+    /// `claim_next`'s planner settings, for its transaction only.
+    pub(crate) settings: Statement,
     pub(crate) candidates: Statement,
     pub(crate) insert_audit: Statement,
     pub(crate) trim_audit: Statement,
@@ -129,6 +131,7 @@ impl Statements {
             insert: conn.prepare(&sql.insert).await?,
             update: conn.prepare(&sql.update).await?,
             clock: conn.prepare(&sql.clock).await?,
+            settings: conn.prepare(&crate::next::settings_sql()).await?,
             candidates: conn.prepare(&sql.candidates).await?,
             insert_audit: conn.prepare(&sql.insert_audit).await?,
             trim_audit: conn.prepare(&sql.trim_audit).await?,

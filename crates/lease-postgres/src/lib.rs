@@ -365,8 +365,8 @@ impl LeaseStore for PgLeaseStore {
         }
         let mut conn = self.conn().await?;
         let s = Statements::prepare(&conn, &self.sql).await?;
-        let claimed = self
-            .claim_next_on(&conn, &s, queue, owner, term, limit, true)
+        let (claimed, ()) = self
+            .claim_next_on(&conn, &s, queue, owner, term, limit, true, async { Ok(()) })
             .await?;
         commit(conn.client(), &s, &claimed.writes, claimed.wrote).await?;
         conn.clean();
@@ -389,48 +389,43 @@ impl LeaseStore for PgLeaseStore {
         let key = job.as_str();
         let command = Command::Complete(owner.clone(), fence, term.now(), result.clone());
         let needs_clock = self.clock.needs_clock(&command);
-        let ((_, row), now) = try_join(
-            try_join(c.execute(&s.begin, &[]), c.query_opt(&s.lock, &[&key])),
-            async {
-                if needs_clock {
-                    c.query_one(&s.clock, &[])
-                        .await
-                        .map(|r| Some(r.get::<_, f64>(0)))
-                } else {
-                    Ok(None)
-                }
-            },
-        )
-        .await
-        .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+        // One round trip: BEGIN, the completed job's row lock (and the clock after it), the
+        // claim's settings and its first page of candidates.
+        let key: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&key];
+        let lock = try_join(c.query_opt(&s.lock, &key), async {
+            if needs_clock {
+                c.query_one(&s.clock, &[])
+                    .await
+                    .map(|r| Some(r.get::<_, f64>(0)))
+            } else {
+                Ok(None)
+            }
+        });
+        let (claimed, (row, now)) = self
+            .claim_next_on(&conn, &s, queue, owner, term, limit, true, lock)
+            .await?;
         let current = row.map(|r| sql::decode(job, &r, 0)).transpose()?;
         let command = self.resolved(c, &s, command, now).await?;
         let (next, outcome) = command.decide(job, current.as_ref(), None);
         let refused = lease_ports::observe::decided(&command, current.as_ref(), &outcome);
         let completed: WriteOutcome = outcome_as(outcome)?;
-        if let (Some(entry), Some(retention)) = (&refused, self.audit) {
-            // The refusal is recorded in its own transaction; the claim goes on in a new one.
-            self.record_refusal(c, &s, job, entry, retention).await?;
-            c.execute(&s.begin, &[])
-                .await
-                .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+        let mut writes = claimed.writes;
+        let completion = next.map(|next| Encoded::new(job, &next));
+        let wrote = claimed.wrote || completion.is_some();
+        writes.extend(completion);
+        // The second round trip: the refusal's audit row (in this transaction), the writes
+        // and COMMIT.
+        match (&refused, self.audit) {
+            (Some(entry), Some(retention)) => {
+                try_join(
+                    self.audit_rows(c, &s, job, entry, retention),
+                    commit(c, &s, &writes, true),
+                )
+                .await?;
+            }
+            _ => commit(c, &s, &writes, wrote).await?,
         }
-        let encoded = next.map(|next| Encoded::new(job, &next));
-        // The completion is written before the candidates are read, in the same round trip.
-        let (_, claimed) = try_join(
-            async {
-                match &encoded {
-                    Some(e) => c
-                        .execute(&s.update, &e.params())
-                        .await
-                        .map_err(|e| error::map(e, Stage::BeforeCommit)),
-                    None => Ok(0),
-                }
-            },
-            self.claim_next_on(&conn, &s, queue, owner, term, limit, false),
-        )
-        .await?;
-        commit(c, &s, &claimed.writes, claimed.wrote || encoded.is_some()).await?;
+
         conn.clean();
         Ok((completed, Ok(claimed.leases)))
     }

@@ -21,23 +21,36 @@ use crate::write::update;
 /// `jit` is off because the one sort left (merging ended leases with the unheld jobs) is costed
 /// as disabled, which puts the statement over the JIT threshold: compiling it took 250 ms per
 /// call and up to 2 s under contention, for a statement that runs in a fraction of a
-/// millisecond.
-pub const CLAIM_NEXT_SETTINGS: [&str; 2] = ["enable_sort = off", "jit = off"];
+/// millisecond. `plan_cache_mode` takes the generic plan of the prepared statement at once:
+/// with the sort costed as disabled, the server otherwise kept planning the statement anew
+/// for every call (the plan test checks the generic plan).
+pub const CLAIM_NEXT_SETTINGS: [&str; 3] = [
+    "enable_sort = off",
+    "jit = off",
+    "plan_cache_mode = force_generic_plan",
+];
 
-/// [`CLAIM_NEXT_SETTINGS`] as one `SET LOCAL` each.
-fn set_local() -> String {
-    CLAIM_NEXT_SETTINGS
+/// [`CLAIM_NEXT_SETTINGS`] as one statement that sets each for the transaction only
+/// (`set_config(name, value, true)`), prepared once per connection like the others.
+pub(crate) fn settings_sql() -> String {
+    let sets: Vec<String> = CLAIM_NEXT_SETTINGS
         .iter()
-        .map(|s| format!("SET LOCAL {s}"))
-        .collect::<Vec<_>>()
-        .join("; ")
+        .map(|setting| {
+            let (name, value) = setting.split_once(" = ").unwrap_or((setting, ""));
+            format!("set_config('{name}', '{value}', true)")
+        })
+        .collect();
+    format!("SELECT {}", sets.join(", "))
 }
 
 impl PgLeaseStore {
-    /// Leases up to `limit` candidates inside the open transaction (BEGIN already pipelined
-    /// by the caller when `begin` is set), returning the leases and the rows to write.
-    #[allow(clippy::too_many_arguments)] // claim_next's four, the connection, and BEGIN or not.
-    pub(crate) async fn claim_next_on(
+    /// Leases up to `limit` candidates inside the open transaction (BEGIN pipelined first
+    /// when `begin` is set), returning the leases and the rows to write, with the answer of
+    /// `alongside`: a request sent in the first round trip, after BEGIN and before the
+    /// candidates (`complete_and_claim_next` locks the job it completes there).
+    #[allow(clippy::too_many_arguments)] // claim_next's four, the connection, BEGIN or not, and
+    // the request that goes along.
+    pub(crate) async fn claim_next_on<T>(
         &self,
         conn: &Conn,
         s: &Statements,
@@ -46,15 +59,21 @@ impl PgLeaseStore {
         term: LeaseTerm,
         limit: usize,
         begin: bool,
-    ) -> Result<Claimed, StoreError> {
+        alongside: impl Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<(Claimed, T), StoreError> {
         let c = conn.client();
-        if limit == 0 {
+        let begun = async {
             if begin {
-                c.execute(&s.begin, &[])
-                    .await
-                    .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+                c.execute(&s.begin, &[]).await
+            } else {
+                Ok(0)
             }
-            return Ok(Claimed::default());
+        };
+        if limit == 0 {
+            let (_, along) = try_join(begun, alongside)
+                .await
+                .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+            return Ok((Claimed::default(), along));
         }
         let caller_now = match self.clock {
             ClockMode::Store => None,
@@ -62,66 +81,89 @@ impl PgLeaseStore {
         };
         let check_skew = matches!(self.clock, ClockMode::Caller { max_skew: Some(_) });
         let mut next = ClaimNextLoop::new(owner, limit);
-        // Rows decided in the previous page, sent before the next candidates are read.
-        let mut written: Vec<Encoded> = Vec::new();
+        // The first round trip: BEGIN, the settings, the request that goes along, the clock
+        // when the skew is bounded, and the first page of candidates.
+        let ((((_, _), along), clock), rows) = try_join(
+            try_join(
+                try_join(try_join(begun, c.query_one(&s.settings, &[])), alongside),
+                async {
+                    if check_skew {
+                        c.query_one(&s.clock, &[])
+                            .await
+                            .map(|r| Some(r.get::<_, f64>(0)))
+                    } else {
+                        Ok(None)
+                    }
+                },
+            ),
+            c.query(
+                &s.candidates,
+                &[&queue.as_str(), &caller_now, &want_of(next.want())],
+            ),
+        )
+        .await
+        .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+        if let Some(now) = clock {
+            self.clock.resolve_term(term, stored_now(now)?)?;
+        }
+        let mut written = self.decide_page(&mut next, term, &rows)?;
         let mut wrote = false;
-        let mut first = true;
+        // Further pages (when candidates were skipped): each page's decided rows go with the
+        // next page's read.
         while let Some(want) = next.want() {
-            let want = i64::try_from(want).unwrap_or(i64::MAX);
-            let ((_, clock), rows) = try_join(
-                try_join(
-                    async {
-                        if first {
-                            // Pipelined with the candidates: no extra round trip.
-                            let begin = if begin { "BEGIN; " } else { "" };
-                            c.batch_execute(&format!("{begin}{}", set_local())).await?;
-                        }
-                        try_join_all(written.iter().map(|w| update(c, &s.update, w))).await
-                    },
-                    async {
-                        if check_skew && first {
-                            c.query_one(&s.clock, &[])
-                                .await
-                                .map(|r| Some(r.get::<_, f64>(0)))
-                        } else {
-                            Ok(None)
-                        }
-                    },
+            let (_, rows) = try_join(
+                try_join_all(written.iter().map(|w| update(c, &s.update, w))),
+                c.query(
+                    &s.candidates,
+                    &[&queue.as_str(), &caller_now, &want_of(Some(want))],
                 ),
-                c.query(&s.candidates, &[&queue.as_str(), &caller_now, &want]),
             )
             .await
             .map_err(|e| error::map(e, Stage::BeforeCommit))?;
-            first = false;
             wrote |= !written.is_empty();
-            if let Some(now) = clock {
-                self.clock.resolve_term(term, stored_now(now)?)?;
-            }
-            // Every row of a page carries the same clock reading (one per statement).
-            let mut page_term = term;
-            let mut page = Vec::with_capacity(rows.len());
-            for row in &rows {
-                let now: f64 = row.try_get(0).map_err(|e| {
-                    StoreError::Corrupt(lease_ports::Detail::caused_by(
-                        format!("the clock column: {e}"),
-                        e,
-                    ))
-                })?;
-                page_term = self.clock.resolve_term(term, stored_now(now)?)?;
-                page.push(sql::decode_with_id(row, 1)?);
-            }
-            written = next
-                .page(page_term, page)
-                .iter()
-                .map(|(id, job)| Encoded::new(id, job))
-                .collect();
+            written = self.decide_page(&mut next, term, &rows)?;
         }
-        Ok(Claimed {
-            leases: next.into_leases(),
-            writes: written,
-            wrote,
-        })
+        Ok((
+            Claimed {
+                leases: next.into_leases(),
+                writes: written,
+                wrote,
+            },
+            along,
+        ))
     }
+
+    /// Decides one page of candidates (each row carries the statement's clock reading).
+    fn decide_page(
+        &self,
+        next: &mut ClaimNextLoop,
+        term: LeaseTerm,
+        rows: &[tokio_postgres::Row],
+    ) -> Result<Vec<Encoded>, StoreError> {
+        // Every row of a page carries the same clock reading (one per statement).
+        let mut page_term = term;
+        let mut page = Vec::with_capacity(rows.len());
+        for row in rows {
+            let now: f64 = row.try_get(0).map_err(|e| {
+                StoreError::Corrupt(lease_ports::Detail::caused_by(
+                    format!("the clock column: {e}"),
+                    e,
+                ))
+            })?;
+            page_term = self.clock.resolve_term(term, stored_now(now)?)?;
+            page.push(sql::decode_with_id(row, 1)?);
+        }
+        Ok(next
+            .page(page_term, page)
+            .iter()
+            .map(|(id, job)| Encoded::new(id, job))
+            .collect())
+    }
+}
+
+/// A page size as the candidates statement takes it (`None` asks for none).
+fn want_of(want: Option<usize>) -> i64 {
+    want.map_or(0, |w| i64::try_from(w).unwrap_or(i64::MAX))
 }
 
 /// What `claim_next` decided inside a transaction.

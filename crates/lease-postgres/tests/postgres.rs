@@ -369,8 +369,8 @@ async fn claim_next_reads_candidates_in_index_order_even_with_stale_statistics()
     let client = admin(&db).await;
     client
         .batch_execute(&format!(
-            // The generic plan, as the store's prepared statement gets after five calls.
-            "SET plan_cache_mode = force_generic_plan; SET {}",
+            // The store's settings, which take the generic plan.
+            "SET {}",
             lease_postgres::CLAIM_NEXT_SETTINGS.join("; SET ")
         ))
         .await
@@ -541,4 +541,19 @@ async fn a_schema_holding_a_function_a_type_a_view_or_a_sequence_is_refused_unto
             .get(0);
         assert_eq!(tables, 0, "{make}: lease added its tables");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_complete_and_claim_next_is_audited_and_still_claims() {
+    let db = ScratchDatabase::create();
+    let options = PgOptions {
+        audit: Some(100),
+        ..PgOptions::default()
+    };
+    let store = std::sync::Arc::new(init(&db, options).await);
+    lease_ports::observed_story::a_refused_completion_is_audited_and_its_claim_goes_on(
+        store.clone(),
+        store.as_ref(),
+    )
+    .await;
 }

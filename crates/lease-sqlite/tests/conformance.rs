@@ -13,3 +13,21 @@ fn fresh_store() -> (Arc<dyn Transfer>, TempDir) {
 }
 
 lease_ports::conformance_tests!(fresh_store);
+
+/// With the audit trail on (outside the suite, which opens stores without it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_complete_and_claim_next_is_audited_and_still_claims() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let options = lease_sqlite::SqliteOptions {
+        audit: Some(100),
+        ..lease_sqlite::SqliteOptions::default()
+    };
+    let store = Arc::new(
+        SqliteLeaseStore::open_with(dir.path().join("audit.db"), options).expect("open store"),
+    );
+    lease_ports::observed_story::a_refused_completion_is_audited_and_its_claim_goes_on(
+        store.clone(),
+        store.as_ref(),
+    )
+    .await;
+}
