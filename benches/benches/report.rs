@@ -552,6 +552,16 @@ fn queue(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
                 let store = queue_store(&path, jobs, sync);
                 let cpu = cpu_seconds();
                 let run = drive(&store, workers);
+                if one_row().is_some() {
+                    if let Some(stats) = store.group_commit_stats() {
+                        println!(
+                            "group commit: {} batches, {:.1} writes per batch, largest {}",
+                            stats.batches,
+                            stats.writes as f64 / stats.batches.max(1) as f64,
+                            stats.largest_batch
+                        );
+                    }
+                }
                 let cpu_per_job =
                     (cpu_seconds() - cpu) / to_f64(usize::try_from(jobs).unwrap_or(1));
                 rows.push(jobs_row(

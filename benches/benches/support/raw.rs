@@ -10,7 +10,7 @@ use lease_domain::JobId;
 use lease_sqlite::SqliteLeaseStore;
 use lease_sqlite::sql::{
     INSERT_JOB as INSERT, REFILE_ENDED_LEASES, SELECT_CANDIDATES, SELECT_JOB as SELECT,
-    UPDATE_JOB as UPDATE, UPSERT_QUEUE,
+    UPDATE_JOB as UPDATE, UPDATE_QUEUE, UPSERT_QUEUE,
 };
 use rusqlite::Connection;
 
@@ -81,27 +81,40 @@ pub(crate) fn raw_write(conn: &Connection, job: &JobId, now: f64) {
             false
         ])
         .expect("update");
-    raw_upsert_queue_as(conn, job, now, None, Some(now + 0.5));
+    raw_update_queue(conn, job, now, None, Some(now + 0.5));
     run(conn, "COMMIT");
 }
 
-/// The queue row's half of every store write (default queue fields, no lease), as the store
-/// runs it.
-pub(crate) fn raw_upsert_queue(conn: &Connection, job: &JobId, now: f64) {
-    raw_upsert_queue_as(conn, job, now, None, None);
+/// The queue row of a new job (default queue fields, no lease), as the store inserts it.
+pub(crate) fn raw_insert_queue(conn: &Connection, job: &JobId) {
+    queue_row(conn, UPSERT_QUEUE, job, 0.0, None, None);
 }
 
-/// The same, with the job's finished status (`done` once completed: it leaves the ready index)
-/// and the end of its lease while held (it leaves claim order).
-pub(crate) fn raw_upsert_queue_as(
+/// The queue row's half of a store write on an existing job, with the job's finished status
+/// (`done` once completed: it leaves the ready index) and the end of its lease while held (it
+/// leaves claim order).
+pub(crate) fn raw_update_queue(
     conn: &Connection,
     job: &JobId,
     now: f64,
     finished: Option<&str>,
     leased_until: Option<f64>,
 ) {
-    conn.prepare_cached(UPSERT_QUEUE)
-        .expect("prepare upsert")
+    queue_row(conn, UPDATE_QUEUE, job, now, finished, leased_until);
+}
+
+/// Writes a job's queue row with `sql`: an existing row is updated and a new one inserted, as
+/// the store does.
+fn queue_row(
+    conn: &Connection,
+    sql: &str,
+    job: &JobId,
+    now: f64,
+    finished: Option<&str>,
+    leased_until: Option<f64>,
+) {
+    conn.prepare_cached(sql)
+        .expect("prepare queue row")
         .execute(rusqlite::params![
             job.as_str(),
             "default",
@@ -140,7 +153,7 @@ pub(crate) fn raw_insert(conn: &Connection, job: &JobId) {
             false
         ])
         .expect("insert");
-    raw_upsert_queue(conn, job, 0.0);
+    raw_insert_queue(conn, job);
     run(conn, "COMMIT");
 }
 
@@ -183,7 +196,7 @@ pub(crate) fn raw_queue_loop(path: &Path, jobs: u64) -> Run {
                 false
             ])
             .expect("claim");
-        raw_upsert_queue_as(&conn, &job, now, None, Some(now + 60.0));
+        raw_update_queue(&conn, &job, now, None, Some(now + 60.0));
         run(&conn, "COMMIT");
         run(&conn, "BEGIN IMMEDIATE");
         drop(raw_select(&conn, &job));
@@ -198,7 +211,7 @@ pub(crate) fn raw_queue_loop(path: &Path, jobs: u64) -> Run {
                 true
             ])
             .expect("complete");
-        raw_upsert_queue_as(&conn, &job, now, Some("done"), None);
+        raw_update_queue(&conn, &job, now, Some("done"), None);
         run(&conn, "COMMIT");
         me.latencies.push(began.elapsed());
     }

@@ -55,7 +55,7 @@ pub use seed::{claim, claim_many, complete, enqueue, init_db, release, renew, st
 #[cfg(feature = "test-support")]
 pub mod sql {
     pub use crate::ops::{REFILE_ENDED_LEASES, SELECT_CANDIDATES};
-    pub use crate::row::{INSERT_JOB, SELECT_JOB, UPDATE_JOB, UPSERT_QUEUE};
+    pub use crate::row::{INSERT_JOB, SELECT_JOB, UPDATE_JOB, UPDATE_QUEUE, UPSERT_QUEUE};
 }
 
 /// The error type of this crate: the port's [`StoreError`].

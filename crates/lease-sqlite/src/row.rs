@@ -41,6 +41,15 @@ pub const UPSERT_QUEUE: &str = "INSERT INTO jobs_queue(id, queue, priority, run_
     result_fence = excluded.result_fence, updated = excluded.updated, \
     leased_until = excluded.leased_until";
 
+/// Stores the queue's columns of a decided job over its existing queue row (most writes:
+/// cheaper than the upsert's failed insert); a job whose queue row is missing gets one by
+/// [`UPSERT_QUEUE`].
+// Exported by `lease_sqlite::sql` (feature `test-support`) for the benchmarks' baselines.
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
+pub const UPDATE_QUEUE: &str = "UPDATE jobs_queue SET queue = ?2, priority = ?3, \
+    run_at = ?4, attempts = ?5, max_attempts = ?6, payload = ?7, finished = ?8, error = ?9, \
+    result_fence = ?10, updated = ?11, leased_until = ?12 WHERE id = ?1";
+
 pub(crate) fn corrupt(id: &JobId, what: String) -> StoreError {
     StoreError::Corrupt(format!("job {id}: {what}").into())
 }
@@ -241,24 +250,29 @@ pub(crate) fn store(
     if !inserting {
         contract()?;
     }
-    conn.prepare_cached(UPSERT_QUEUE)
-        .and_then(|mut stmt| {
-            stmt.execute(rusqlite::params![
-                id.as_str(),
-                job.queue.as_str(),
-                job.priority,
-                job.run_at.map(Timestamp::get),
-                job.attempts,
-                job.max_attempts,
-                job.payload.as_deref(),
-                finished_text(job),
-                job.error.as_deref(),
-                job.result_fence.map(i64::from),
-                job.updated.map(Timestamp::get),
-                job.leased_until().map(Timestamp::get),
-            ])
-        })
-        .map_err(error::sql(conn))?;
+    let queue_row = |sql: &str| {
+        conn.prepare_cached(sql)
+            .and_then(|mut stmt| {
+                stmt.execute(rusqlite::params![
+                    id.as_str(),
+                    job.queue.as_str(),
+                    job.priority,
+                    job.run_at.map(Timestamp::get),
+                    job.attempts,
+                    job.max_attempts,
+                    job.payload.as_deref(),
+                    finished_text(job),
+                    job.error.as_deref(),
+                    job.result_fence.map(i64::from),
+                    job.updated.map(Timestamp::get),
+                    job.leased_until().map(Timestamp::get),
+                ])
+            })
+            .map_err(error::sql(conn))
+    };
+    if inserting || queue_row(UPDATE_QUEUE)? == 0 {
+        queue_row(UPSERT_QUEUE)?;
+    }
     if inserting {
         contract()?;
     }

@@ -43,8 +43,10 @@ pub(crate) fn execute(conn: &mut Connection, op: &Op) -> Result<Reply, StoreErro
     }
 }
 
-/// Runs several ops in one `BEGIN IMMEDIATE` transaction, in order, each in its own savepoint
-/// so a failing one leaves the others alone; one commit (one sync) covers them all.
+/// Runs several ops in one `BEGIN IMMEDIATE` transaction, in order; one commit (one sync)
+/// covers them all. A failing op leaves the others alone: the batch first runs without
+/// savepoints (ops almost never fail: a refusal is an answer, not a failure), and if one op
+/// fails the transaction is rolled back and the batch runs again with a savepoint per op.
 ///
 /// If the transaction cannot begin or commit, or SQLite ends it early, every op of the batch
 /// fails: none of them is applied (or, for a failed commit, the outcome is unknown).
@@ -52,6 +54,66 @@ pub(crate) fn execute_batch(conn: &mut Connection, batch: &[Op]) -> Vec<Result<R
     if let [op] = batch {
         return vec![execute(conn, op)];
     }
+    if let Some(results) = execute_without_savepoints(conn, batch) {
+        return results;
+    }
+    execute_with_savepoints(conn, batch)
+}
+
+/// The fast path of [`execute_batch`]: every op in one transaction with no savepoint. `None`
+/// when an op failed (the transaction is then rolled back: nothing of the batch stands).
+fn execute_without_savepoints(
+    conn: &mut Connection,
+    batch: &[Op],
+) -> Option<Vec<Result<Reply, StoreError>>> {
+    if run(conn, "BEGIN IMMEDIATE").is_err() {
+        // The batch with savepoints meets the same failure and answers it.
+        return None;
+    }
+    let mut replies = Vec::with_capacity(batch.len());
+    let mut wrote = false;
+    for op in batch {
+        match apply(conn, op) {
+            Ok((reply, did_write)) => {
+                wrote |= did_write;
+                replies.push(Ok(reply));
+            }
+            Err(_) => {
+                roll_back(conn);
+                return None;
+            }
+        }
+    }
+    Some(finish(conn, batch, replies, wrote))
+}
+
+/// Commits a batch's transaction (or rolls it back when nothing was written) and gives each op
+/// its answer; a failed commit fails every op with its kind.
+fn finish(
+    conn: &mut Connection,
+    batch: &[Op],
+    results: Vec<Result<Reply, StoreError>>,
+    wrote: bool,
+) -> Vec<Result<Reply, StoreError>> {
+    if !wrote {
+        roll_back(conn);
+        return results;
+    }
+    match run(conn, "COMMIT") {
+        Ok(()) => results,
+        Err(e) => {
+            roll_back(conn);
+            let err = error::at_commit(e);
+            batch
+                .iter()
+                .map(|_| Err(batch_error(&err, "the batch's commit failed")))
+                .collect()
+        }
+    }
+}
+
+/// The batch with a savepoint per op, so that a failing op leaves the others alone.
+fn execute_with_savepoints(conn: &mut Connection, batch: &[Op]) -> Vec<Result<Reply, StoreError>> {
     let fail_all = |err: &StoreError, why: &str| -> Vec<Result<Reply, StoreError>> {
         batch.iter().map(|_| Err(batch_error(err, why))).collect()
     };
@@ -83,17 +145,7 @@ pub(crate) fn execute_batch(conn: &mut Connection, batch: &[Op]) -> Vec<Result<R
             }
         }
     }
-    if !wrote {
-        roll_back(conn);
-        return results;
-    }
-    match run(conn, "COMMIT") {
-        Ok(()) => results,
-        Err(e) => {
-            roll_back(conn);
-            fail_all(&error::at_commit(e), "the batch's commit failed")
-        }
-    }
+    finish(conn, batch, results, wrote)
 }
 
 /// The error every op of a failed batch gets: it keeps the kind (so "not applied" stays
