@@ -14,7 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::harness::{
-    Caller, Paired, Plan, Row, Run, jobs_row, measure, render, summarize, timed, to_f64,
+    Caller, Paired, Plan, Row, Run, jobs_row, measure, next_complete_loop, render, summarize,
+    timed, to_f64,
 };
 use crate::raw::{populate, raw_connection, raw_insert, raw_queue_loop, raw_select, raw_write};
 use lease_domain::{Fence, Job, JobId, JobResult, LeaseTerm, Owner, Timestamp, decide_claim};
@@ -413,36 +414,12 @@ fn async_workers(store: &SqliteLeaseStore, workers: usize) -> Run {
         let tasks: Vec<_> = (0..workers)
             .map(|w| {
                 let store = Arc::clone(&store);
-                tokio::spawn(async move {
-                    let (me, queue) = (owner(w), QueueName::default());
-                    let mut caller = Caller::default();
-                    let now = || 1.0 + start.elapsed().as_secs_f64();
-                    let mut lease = store
-                        .claim_next(&queue, &me, term(now(), 60.0), 1)
-                        .await
-                        .expect("claim_next")
-                        .pop();
-                    while let Some(held) = lease {
-                        let began = Instant::now();
-                        let result = JobResult::new("r").expect("result");
-                        let (done, next) = store
-                            .complete_and_claim_next(
-                                &held.job,
-                                &me,
-                                held.fence,
-                                &result,
-                                &queue,
-                                term(now(), 60.0),
-                                1,
-                            )
-                            .await
-                            .expect("complete and claim");
-                        done.expect("completed");
-                        lease = next.expect("claimed").pop();
-                        caller.latencies.push(began.elapsed());
-                    }
-                    caller
-                })
+                tokio::spawn(next_complete_loop(
+                    store,
+                    QueueName::default(),
+                    owner(w),
+                    start,
+                ))
             })
             .collect();
         let mut callers = Vec::new();

@@ -2,7 +2,11 @@
 //! slots, medians, paired runs that alternate the store and its baseline, and the table.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use lease_domain::{JobResult, LeaseTerm, Owner, QueueName};
+use lease_ports::LeaseStore;
 
 /// How long each measured run lasts, and how many runs give the median.
 pub(crate) struct Plan {
@@ -307,4 +311,33 @@ pub(crate) fn render(rows: &[Row]) -> String {
         );
     }
     out
+}
+
+/// One worker of the queue loop through the port: `claim_next`, then `complete_and_claim_next`
+/// per job (one commit per job) until nothing is due; leases of 60 s from `start`'s clock.
+pub(crate) async fn next_complete_loop(
+    store: Arc<dyn LeaseStore>,
+    queue: QueueName,
+    me: Owner,
+    start: Instant,
+) -> Caller {
+    let now = || LeaseTerm::new(1.0 + start.elapsed().as_secs_f64(), 60.0).expect("term");
+    let result = JobResult::new("r").expect("result");
+    let mut caller = Caller::default();
+    let mut lease = store
+        .claim_next(&queue, &me, now(), 1)
+        .await
+        .expect("claim_next")
+        .pop();
+    while let Some(held) = lease {
+        let began = Instant::now();
+        let (done, next) = store
+            .complete_and_claim_next(&held.job, &me, held.fence, &result, &queue, now(), 1)
+            .await
+            .expect("complete and claim");
+        done.expect("completed");
+        lease = next.expect("claimed").pop();
+        caller.latencies.push(began.elapsed());
+    }
+    caller
 }

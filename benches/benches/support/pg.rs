@@ -15,7 +15,7 @@ use lease_domain::{JobId, JobResult, LeaseTerm, Owner, QueueName};
 use lease_ports::LeaseStore;
 use lease_postgres::{PgLeaseStore, PgOptions, ScratchDatabase, StatementTexts};
 
-use crate::harness::{Caller, Plan, Row, Run, SLOT_MS, median, summarize};
+use crate::harness::{Caller, Plan, Row, Run, SLOT_MS, median, next_complete_loop, summarize};
 
 /// What one measured operation does.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -652,36 +652,6 @@ async fn hand_worker(hand: Hand, start: Instant) -> Caller {
     me
 }
 
-/// One worker through the store: `claim_next`, then `complete_and_claim_next` per job (one
-/// commit per job) until nothing is due.
-async fn store_worker(
-    store: Arc<PgLeaseStore>,
-    queue: QueueName,
-    w: usize,
-    start: Instant,
-) -> Caller {
-    let me = Owner::new(format!("w{w}")).expect("owner");
-    let now = || LeaseTerm::new(1.0 + start.elapsed().as_secs_f64(), 60.0).expect("term");
-    let result = JobResult::new("r").expect("result");
-    let mut caller = Caller::default();
-    let mut lease = store
-        .claim_next(&queue, &me, now(), 1)
-        .await
-        .expect("claim_next")
-        .pop();
-    while let Some(held) = lease {
-        let began = Instant::now();
-        let (done, next) = store
-            .complete_and_claim_next(&held.job, &me, held.fence, &result, &queue, now(), 1)
-            .await
-            .expect("complete and claim");
-        done.expect("completed");
-        lease = next.expect("claimed").pop();
-        caller.latencies.push(began.elapsed());
-    }
-    caller
-}
-
 /// The queue loop on PostgreSQL, [`LOOP_JOBS`] jobs, W workers in one process: the
 /// hand-written loop against the store, run alternately, medians of the runs.
 fn queue_loop_rows(plan: &Plan, url: &str, rows: &mut Vec<Row>) {
@@ -728,7 +698,11 @@ fn queue_loop_rows(plan: &Plan, url: &str, rows: &mut Vec<Row>) {
                 let q = QueueName::new(queue.clone()).expect("queue");
                 let start = Instant::now();
                 let tasks: Vec<_> = (0..workers)
-                    .map(|w| tokio::spawn(store_worker(Arc::clone(&store), q.clone(), w, start)))
+                    .map(|w| {
+                        let store: Arc<dyn LeaseStore> = store.clone();
+                        let me = Owner::new(format!("w{w}")).expect("owner");
+                        tokio::spawn(next_complete_loop(store, q.clone(), me, start))
+                    })
                     .collect();
                 let mut callers = Vec::new();
                 for task in tasks {
@@ -805,7 +779,8 @@ fn loop_round_trips(db: &ScratchDatabase) -> (f64, f64) {
                 .await,
         );
         let before = relay.exchanges.load(Ordering::SeqCst);
-        let done = store_worker(Arc::clone(&store), q, 0, Instant::now()).await;
+        let me = Owner::new("w0").expect("owner");
+        let done = next_complete_loop(store.clone(), q, me, Instant::now()).await;
         let store_trips = (relay.exchanges.load(Ordering::SeqCst) - before) as f64
             / done.latencies.len().max(1) as f64;
         store.close();
@@ -815,10 +790,7 @@ fn loop_round_trips(db: &ScratchDatabase) -> (f64, f64) {
 
 /// The PostgreSQL queue-loop rows alone (`-- --pg-loop-only`), in a scratch database.
 pub fn loop_rows_only(plan: &Plan, rows: &mut Vec<Row>) {
-    if TcpStream::connect("127.0.0.1:5432").is_ok() {
-        let db = ScratchDatabase::create();
-        rt().block_on(PgLeaseStore::init(db.url(), PgOptions::default()))
-            .expect("init");
+    if let Some(db) = scratch_lease_database() {
         queue_loop_rows(plan, db.url(), rows);
         let (hand, store) = loop_round_trips(&db);
         println!(
@@ -829,12 +801,18 @@ pub fn loop_rows_only(plan: &Plan, rows: &mut Vec<Row>) {
 
 /// The live-lease rows alone (`-- --live-only`), in a scratch database of their own.
 pub fn live_rows_only(plan: &Plan, rows: &mut Vec<Row>) {
-    if TcpStream::connect("127.0.0.1:5432").is_ok() {
-        let db = ScratchDatabase::create();
-        rt().block_on(PgLeaseStore::init(db.url(), PgOptions::default()))
-            .expect("init");
+    if let Some(db) = scratch_lease_database() {
         live_lease_rows(plan, db.url(), rows);
     }
+}
+
+/// A scratch database with the lease schema, or `None` when no server answers.
+fn scratch_lease_database() -> Option<ScratchDatabase> {
+    TcpStream::connect("127.0.0.1:5432").ok()?;
+    let db = ScratchDatabase::create();
+    rt().block_on(PgLeaseStore::init(db.url(), PgOptions::default()))
+        .expect("init");
+    Some(db)
 }
 
 /// The PostgreSQL rows; skipped, with a note, when no server answers.

@@ -131,7 +131,7 @@ impl Statements {
             insert: conn.prepare(&sql.insert).await?,
             update: conn.prepare(&sql.update).await?,
             clock: conn.prepare(&sql.clock).await?,
-            settings: conn.prepare(&crate::next::settings_sql()).await?,
+            settings: conn.prepare(&sql.settings).await?,
             candidates: conn.prepare(&sql.candidates).await?,
             insert_audit: conn.prepare(&sql.insert_audit).await?,
             trim_audit: conn.prepare(&sql.trim_audit).await?,

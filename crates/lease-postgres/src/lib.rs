@@ -392,15 +392,10 @@ impl LeaseStore for PgLeaseStore {
         // One round trip: BEGIN, the completed job's row lock (and the clock after it), the
         // claim's settings and its first page of candidates.
         let key: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&key];
-        let lock = try_join(c.query_opt(&s.lock, &key), async {
-            if needs_clock {
-                c.query_one(&s.clock, &[])
-                    .await
-                    .map(|r| Some(r.get::<_, f64>(0)))
-            } else {
-                Ok(None)
-            }
-        });
+        let lock = try_join(
+            c.query_opt(&s.lock, &key),
+            write::clock_if(c, &s, needs_clock),
+        );
         let (claimed, (row, now)) = self
             .claim_next_on(&conn, &s, queue, owner, term, limit, true, lock)
             .await?;

@@ -11,7 +11,7 @@ use crate::PgLeaseStore;
 use crate::connection::{Conn, Statements};
 use crate::error::{self, Stage};
 use crate::sql::{self, Encoded};
-use crate::write::update;
+use crate::write::{clock_if, update};
 
 /// The planner settings of every `claim_next` transaction (`SET LOCAL` each). `enable_sort`
 /// keeps the candidates on the ordered scan of the ready index, which stops at the limit. With
@@ -31,7 +31,8 @@ pub const CLAIM_NEXT_SETTINGS: [&str; 3] = [
 ];
 
 /// [`CLAIM_NEXT_SETTINGS`] as one statement that sets each for the transaction only
-/// (`set_config(name, value, true)`), prepared once per connection like the others.
+/// (`set_config(name, value, true)`); spelled once per store (`Sql::settings`) and prepared
+/// once per connection like the others.
 pub(crate) fn settings_sql() -> String {
     let sets: Vec<String> = CLAIM_NEXT_SETTINGS
         .iter()
@@ -86,15 +87,7 @@ impl PgLeaseStore {
         let ((((_, _), along), clock), rows) = try_join(
             try_join(
                 try_join(try_join(begun, c.query_one(&s.settings, &[])), alongside),
-                async {
-                    if check_skew {
-                        c.query_one(&s.clock, &[])
-                            .await
-                            .map(|r| Some(r.get::<_, f64>(0)))
-                    } else {
-                        Ok(None)
-                    }
-                },
+                clock_if(c, s, check_skew),
             ),
             c.query(
                 &s.candidates,

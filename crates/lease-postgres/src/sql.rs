@@ -34,6 +34,8 @@ pub struct Sql {
     pub update: String,
     /// Reads the server's clock.
     pub clock: String,
+    /// Sets `claim_next`'s planner settings for its transaction only.
+    pub settings: String,
     /// The candidates of `claim_next` (`$1` queue, `$2` caller's now or NULL, `$3` limit).
     pub candidates: String,
     /// Finished jobs changed before `$1`, locked (`SKIP LOCKED`).
@@ -83,6 +85,7 @@ impl Sql {
             // Read after the statements before it in the transaction (and so after any row
             // lock they waited for).
             clock: "SELECT extract(epoch FROM clock_timestamp())::float8".to_owned(),
+            settings: crate::next::settings_sql(),
             // The candidates of claim_next, in the domain's claim order (exactly the jobs
             // `Job::is_claim_candidate` selects), skipping rows another transaction holds. `$2`
             // is the caller's now, or NULL for the store's clock, read once for the whole

@@ -41,15 +41,7 @@ impl PgLeaseStore {
         let (((_, row), now), purged) = try_join(
             try_join(
                 try_join(c.execute(&s.begin, &[]), c.query_opt(&s.lock, &[&key])),
-                async {
-                    if needs_clock {
-                        c.query_one(&s.clock, &[])
-                            .await
-                            .map(|r| Some(r.get::<_, f64>(0)))
-                    } else {
-                        Ok(None)
-                    }
-                },
+                clock_if(c, &s, needs_clock),
             ),
             async {
                 if enqueue {
@@ -203,6 +195,22 @@ impl PgLeaseStore {
                 Err(refused.into())
             }
         }
+    }
+}
+
+/// Reads the server's clock when `needed` (sent when first polled, so it can be pipelined
+/// after the requests before it), else answers `None` without a request.
+pub(crate) async fn clock_if(
+    c: &tokio_postgres::Client,
+    s: &Statements,
+    needed: bool,
+) -> Result<Option<f64>, tokio_postgres::Error> {
+    if needed {
+        c.query_one(&s.clock, &[])
+            .await
+            .map(|r| Some(r.get::<_, f64>(0)))
+    } else {
+        Ok(None)
     }
 }
 
