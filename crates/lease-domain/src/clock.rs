@@ -142,7 +142,11 @@ impl LeaseTerm {
         let length = self.until().get() - self.now().get();
         // `until > now` was checked when the term was made, so the length is positive and
         // finite unless the subtraction overflowed; either way `Ttl::new` says what is wrong.
-        LeaseTerm::from_parts(now, Ttl::new(length)?)
+        let moved = LeaseTerm::from_parts(now, Ttl::new(length)?)?;
+        Ok(match self.token() {
+            Some(token) => moved.with_token(token),
+            None => moved,
+        })
     }
 }
 

@@ -13,6 +13,7 @@
 //! - no job is leased before its `run_at`, a cancelled or dead job is never leased, and
 //!   `claim_next` never leases a job more than its `max_attempts` times.
 
+mod access;
 mod audit;
 mod clock;
 mod command;
@@ -22,6 +23,10 @@ mod queue;
 mod rules;
 mod values;
 
+pub use access::{
+    AccessError, KeyId, KeyRefused, MAX_LIVE_KEYS, Principal, Scope, TokenDigest, decide_new_key,
+    may_act_as, owner_within,
+};
 pub use audit::{AuditReason, Refusal, reclaim_delay, reclaim_delay_at, refusal};
 pub use clock::{ClockMode, ClockRefused, ClockSkew};
 pub use command::{Command, Outcome};

@@ -4,6 +4,7 @@
 //! caller's checked inputs, and returns either the job as it must be stored next or
 //! the reason the operation is refused. A refusal means nothing may be written.
 
+use crate::access::TokenDigest;
 use crate::queue::{Ended, EnqueueSpec, ErrorText, QueueName, Retry, Status};
 use crate::values::{Fence, JobId, JobResult, LeaseTerm, Owner, Timestamp};
 
@@ -40,6 +41,10 @@ pub struct Job {
     pub result_fence: Option<Fence>,
     /// When a queue rule last changed the job (for `purge`); `None` before any such change.
     pub updated: Option<Timestamp>,
+    /// The digest of the current lease's token, when the claim that granted it was given one
+    /// (claims through the network service); every claim replaces it, so a token dies with
+    /// its fence.
+    pub token: Option<TokenDigest>,
 }
 
 impl Default for Job {
@@ -60,6 +65,7 @@ impl Default for Job {
             error: None,
             result_fence: None,
             updated: None,
+            token: None,
         }
     }
 }
@@ -287,6 +293,7 @@ pub fn decide_claim(
         until: term.until(),
         fence,
         updated: Some(term.now()),
+        token: term.token(),
         ..job.clone()
     })
 }
@@ -334,6 +341,7 @@ pub fn decide_claim_next(job: &Job, owner: &Owner, term: LeaseTerm) -> NextDecis
         fence,
         attempts: job.attempts + 1,
         updated: Some(now),
+        token: term.token(),
         ..job.clone()
     })
 }

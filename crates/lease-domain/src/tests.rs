@@ -969,3 +969,28 @@ fn names_are_limited_to_max_name_bytes_on_input_but_read_back_whatever_their_len
     assert!(QueueName::stored(over).is_ok());
     assert!(JobId::stored("").is_err());
 }
+
+#[test]
+fn every_claim_replaces_the_lease_token_and_other_writes_keep_it() {
+    let a = TokenDigest::new([1; 32]);
+    let b = TokenDigest::new([2; 32]);
+    let sealed =
+        decide_claim(Some(&Job::new()), &owner("w"), term(0.0, 5.0).with_token(a)).unwrap();
+    assert_eq!(sealed.token, Some(a));
+    let renewed = decide_renew(Some(&sealed), &owner("w"), fence(1), term(1.0, 5.0)).unwrap();
+    assert_eq!(renewed.token, Some(a), "a renewal keeps the lease's token");
+    // A later claim by id without a token clears it; one with a token replaces it.
+    let plain = decide_claim(Some(&renewed), &owner("x"), term(10.0, 5.0)).unwrap();
+    assert_eq!(plain.token, None);
+    let NextDecision::Lease(next) =
+        decide_claim_next(&plain, &owner("y"), term(20.0, 5.0).with_token(b))
+    else {
+        panic!("the expired job is leased again");
+    };
+    assert_eq!((next.token, next.fence), (Some(b), fence(3)));
+    // A term moved to the store's clock keeps its token.
+    assert_eq!(
+        term(0.0, 5.0).with_token(a).at(at(9.0)).unwrap().token(),
+        Some(a)
+    );
+}

@@ -6,6 +6,8 @@
 
 use std::fmt;
 
+use crate::access::TokenDigest;
+
 /// Why a value given by a caller was refused before any rule ran.
 ///
 /// Each message names the value that was wrong.
@@ -334,6 +336,7 @@ impl Ttl {
 pub struct LeaseTerm {
     now: Timestamp,
     until: Timestamp,
+    token: Option<TokenDigest>,
 }
 
 impl LeaseTerm {
@@ -370,6 +373,7 @@ impl LeaseTerm {
         Ok(Self {
             now,
             until: Timestamp(until),
+            token: None,
         })
     }
 
@@ -383,5 +387,21 @@ impl LeaseTerm {
     #[must_use]
     pub fn until(self) -> Timestamp {
         self.until
+    }
+
+    /// The same term, with the digest of the lease token that every lease it grants is bound
+    /// to (the network service hands the token to the claimant and keeps only this).
+    #[must_use]
+    pub fn with_token(self, token: TokenDigest) -> Self {
+        Self {
+            token: Some(token),
+            ..self
+        }
+    }
+
+    /// The digest of the lease token a claim with this term stores, if any.
+    #[must_use]
+    pub fn token(self) -> Option<TokenDigest> {
+        self.token
     }
 }

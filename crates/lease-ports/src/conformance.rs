@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use crate::keys::{KeyRecord, KeyStore};
 use crate::memory::MemoryLeaseStore;
 use crate::transfer::{Snapshot, Transfer};
 use crate::{
@@ -13,6 +14,7 @@ use crate::{
     JobState, Lease, LeaseStore, LeaseTerm, ListFilter, Owner, Payload, QueueName, Retry, StatsRow,
     Status, Timestamp, WriteRefused,
 };
+use lease_domain::{KeyId, KeyRefused, Principal, Scope, TokenDigest};
 
 /// A shared handle to the store under test: a store whose contents can also be moved
 /// ([`Transfer`]), which the migration checks use.
@@ -1325,6 +1327,158 @@ pub async fn complete_and_claim_next_hands_back_one_job_and_takes_the_next(store
     );
 }
 
+/// A claim given a lease token's digest stores it with the lease, by id and by `claim_next`;
+/// a renewal keeps it, the next claim replaces it (one without a token clears it), and a
+/// migration carries it.
+pub async fn a_claim_stores_its_lease_token_digest_and_the_next_claim_replaces_it(store: Store) {
+    let a = TokenDigest::new([0xa1; 32]);
+    let b = TokenDigest::new([0xb2; 32]);
+    let token_of = |store: Store, id: JobId| async move {
+        store
+            .record(&id)
+            .await
+            .expect("record reads")
+            .expect("job exists")
+            .job
+            .token
+    };
+    let x = enqueued(&store, "x").await;
+    let granted = store
+        .claim(&x, &owner("w"), term(0.0, 10.0).with_token(a))
+        .await
+        .expect("claim reaches the store");
+    assert_eq!(granted, Ok(fence(1)));
+    assert_eq!(token_of(store.clone(), x.clone()).await, Some(a));
+    store
+        .renew(&x, &owner("w"), fence(1), term(1.0, 10.0))
+        .await
+        .expect("renew reaches the store")
+        .expect("renew is accepted");
+    assert_eq!(token_of(store.clone(), x.clone()).await, Some(a));
+    store
+        .claim(&x, &owner("v"), term(20.0, 10.0))
+        .await
+        .expect("claim reaches the store")
+        .expect("the expired lease is claimed again");
+    assert_eq!(token_of(store.clone(), x.clone()).await, None);
+    enqueued_with(&store, "y", &spec("q", 0, None, 5)).await;
+    let leases = store
+        .claim_next(&queue("q"), &owner("w"), term(30.0, 10.0).with_token(b), 1)
+        .await
+        .expect("claim_next reaches the store");
+    assert_eq!(ids(&leases), ["y"]);
+    assert_eq!(token_of(store.clone(), job("y")).await, Some(b));
+    let copy: Store = Arc::new(MemoryLeaseStore::new());
+    crate::transfer::migrate(store.as_ref(), copy.as_ref(), false)
+        .await
+        .expect("the jobs migrate");
+    assert_eq!(token_of(copy, job("y")).await, Some(b));
+}
+
+/// The key store's behaviour, which every adapter's tests run on a fresh store: keys are
+/// kept and read back whole, a principal holds at most two live keys of one scope, ids are
+/// unique, revoking frees a place and keeps the first revocation time, and concurrent adds
+/// never break the limit.
+pub async fn key_store_keeps_keys_by_the_rules(store: Arc<dyn KeyStore>) {
+    let key = |id: &str, principal: &str, scope: Scope| KeyRecord {
+        id: KeyId::new(id).expect("valid key id"),
+        principal: Principal::new(principal).expect("valid principal"),
+        scope,
+        digest: TokenDigest::new([id.len().to_le_bytes()[0]; 32]),
+        created: at(100.0),
+        revoked: None,
+    };
+    assert_eq!(store.keys().await.expect("keys read"), []);
+    let first = key("a1", "ci", Scope::Worker);
+    assert_eq!(store.add_key(&first).await.expect("add reaches"), Ok(()));
+    assert_eq!(
+        store.key(&first.id).await.expect("key reads"),
+        Some(first.clone())
+    );
+    assert_eq!(
+        store
+            .add_key(&key("a1", "cd", Scope::Worker))
+            .await
+            .expect("add reaches"),
+        Err(KeyRefused::IdTaken(first.id.clone()))
+    );
+    assert!(matches!(
+        store
+            .add_key(&key("a2", "ci", Scope::Admin))
+            .await
+            .expect("add reaches"),
+        Err(KeyRefused::ScopeDiffers { .. })
+    ));
+    assert_eq!(
+        store
+            .add_key(&key("a2", "ci", Scope::Worker))
+            .await
+            .expect("add reaches"),
+        Ok(())
+    );
+    assert!(matches!(
+        store
+            .add_key(&key("a3", "ci", Scope::Worker))
+            .await
+            .expect("add reaches"),
+        Err(KeyRefused::TooManyKeys { live: 2, .. })
+    ));
+    assert!(
+        store
+            .revoke_key(&first.id, at(200.0))
+            .await
+            .expect("revoke reaches")
+    );
+    assert!(
+        store
+            .revoke_key(&first.id, at(300.0))
+            .await
+            .expect("revoke reaches")
+    );
+    assert!(
+        !store
+            .revoke_key(&KeyId::new("zz").expect("valid"), at(300.0))
+            .await
+            .expect("revoke reaches")
+    );
+    assert_eq!(
+        store
+            .key(&first.id)
+            .await
+            .expect("key reads")
+            .and_then(|k| k.revoked),
+        Some(at(200.0))
+    );
+    assert_eq!(
+        store
+            .add_key(&key("a3", "ci", Scope::Worker))
+            .await
+            .expect("add reaches"),
+        Ok(())
+    );
+    let ids: Vec<String> = store
+        .keys()
+        .await
+        .expect("keys read")
+        .into_iter()
+        .map(|k| k.id.as_str().to_owned())
+        .collect();
+    assert_eq!(ids, ["a1", "a2", "a3"]);
+    // Eight concurrent adds for a fresh principal: exactly two are taken.
+    let adds = (0..8).map(|n| {
+        let store = store.clone();
+        let candidate = key(&format!("r{n}"), "race", Scope::Viewer);
+        tokio::spawn(async move { store.add_key(&candidate).await })
+    });
+    let mut accepted = 0;
+    for add in adds {
+        if add.await.expect("task runs").expect("add reaches").is_ok() {
+            accepted += 1;
+        }
+    }
+    assert_eq!(accepted, 2);
+}
+
 /// Expands to one `#[tokio::test]` per conformance check, named after the check.
 ///
 /// `$factory` is a function returning `(Arc<dyn LeaseStore>, guard)`; the guard (for example a
@@ -1382,6 +1536,7 @@ macro_rules! conformance_tests {
             complete_stores_the_result_fence,
             concurrent_claim_next_gives_each_job_to_exactly_one_caller,
             complete_and_claim_next_hands_back_one_job_and_takes_the_next,
+            a_claim_stores_its_lease_token_digest_and_the_next_claim_replaces_it,
             stats_count_every_status,
             claim_next_counts_only_leases_against_its_limit,
             claim_next_reads_past_a_job_whose_fence_is_exhausted,

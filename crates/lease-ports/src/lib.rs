@@ -10,6 +10,7 @@ pub mod codec;
 mod error;
 #[cfg(feature = "conformance")]
 pub mod history;
+pub mod keys;
 pub mod memory;
 pub mod migrations;
 pub mod next;

@@ -10,7 +10,9 @@ use lease_domain::{
     ClockMode, Command, EnqueueSpec, ErrorText, Fence, Job, JobId, JobResult, LeaseTerm, Owner,
     QueueName, Retry, Status, Timestamp, claim_order, is_purgeable,
 };
+use lease_domain::{KeyId, KeyRefused, decide_new_key};
 
+use crate::keys::{KeyRecord, KeyStore, live_scopes};
 use crate::next::ClaimNextLoop;
 use crate::transfer::{Imported, Snapshot, TargetView, plan_import};
 use crate::{
@@ -49,6 +51,7 @@ pub type StoreClock = std::sync::Arc<dyn Fn() -> Timestamp + Send + Sync>;
 pub struct MemoryLeaseStore {
     jobs: Mutex<Jobs>,
     clock: Option<(ClockMode, StoreClock)>,
+    keys: Mutex<std::collections::BTreeMap<KeyId, KeyRecord>>,
 }
 
 impl std::fmt::Debug for MemoryLeaseStore {
@@ -66,6 +69,14 @@ impl MemoryLeaseStore {
         Self::default()
     }
 
+    fn keys(
+        &self,
+    ) -> Result<MutexGuard<'_, std::collections::BTreeMap<KeyId, KeyRecord>>, StoreError> {
+        self.keys
+            .lock()
+            .map_err(|_| StoreError::Unavailable("the in-memory store's lock is poisoned".into()))
+    }
+
     fn jobs(&self) -> Result<MutexGuard<'_, Jobs>, StoreError> {
         self.jobs
             .lock()
@@ -77,6 +88,7 @@ impl MemoryLeaseStore {
     pub fn with_clock(mode: ClockMode, clock: StoreClock) -> Self {
         Self {
             jobs: Mutex::default(),
+            keys: Mutex::default(),
             clock: Some((mode, clock)),
         }
     }
@@ -366,5 +378,34 @@ impl crate::transfer::Transfer for MemoryLeaseStore {
             *mark = (*mark).max(fence);
         }
         Ok(plan.imported)
+    }
+}
+
+#[async_trait]
+impl KeyStore for MemoryLeaseStore {
+    async fn add_key(&self, key: &KeyRecord) -> Result<Result<(), KeyRefused>, StoreError> {
+        let mut keys = self.keys()?;
+        let live = live_scopes(keys.values(), &key.principal);
+        let taken = keys.contains_key(&key.id);
+        Ok(
+            decide_new_key(&key.id, taken, &key.principal, key.scope, &live).map(|()| {
+                keys.insert(key.id.clone(), key.clone());
+            }),
+        )
+    }
+
+    async fn key(&self, id: &KeyId) -> Result<Option<KeyRecord>, StoreError> {
+        Ok(self.keys()?.get(id).cloned())
+    }
+
+    async fn keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
+        Ok(self.keys()?.values().cloned().collect())
+    }
+
+    async fn revoke_key(&self, id: &KeyId, now: Timestamp) -> Result<bool, StoreError> {
+        Ok(self.keys()?.get_mut(id).is_some_and(|key| {
+            key.revoked.get_or_insert(now);
+            true
+        }))
     }
 }

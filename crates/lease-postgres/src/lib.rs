@@ -13,6 +13,7 @@ mod config;
 mod connection;
 mod error;
 pub mod guard;
+mod keys;
 mod next;
 mod schema;
 #[cfg(feature = "test-support")]

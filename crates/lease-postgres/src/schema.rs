@@ -13,8 +13,9 @@ use crate::error::{self, Stage};
 pub const CURRENT_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].version;
 
 /// The tables (and their sequences) lease makes; anything else in the schema is foreign.
-const OURS: [&str; 7] = [
+const OURS: [&str; 8] = [
     "jobs",
+    "keys",
     "purged",
     "migrations",
     "jobs_seq_seq",
@@ -24,7 +25,7 @@ const OURS: [&str; 7] = [
 ];
 
 /// The released migrations, frozen (`migrations/*.sql`; `{s}` stands for the schema name).
-const MIGRATIONS: [Migration; 4] = [
+const MIGRATIONS: [Migration; 5] = [
     Migration {
         version: 1,
         sql: include_str!("../migrations/0001_jobs.sql"),
@@ -40,6 +41,10 @@ const MIGRATIONS: [Migration; 4] = [
     Migration {
         version: 4,
         sql: include_str!("../migrations/0004_ready_set.sql"),
+    },
+    Migration {
+        version: 5,
+        sql: include_str!("../migrations/0005_service.sql"),
     },
 ];
 
@@ -277,7 +282,7 @@ mod tests {
         // A released migration is never edited: these are the checksums databases record.
         let pinned = MIGRATIONS.map(|m| m.checksum());
         assert_eq!(pinned, PINNED.map(str::to_owned));
-        assert_eq!(CURRENT_VERSION, 4);
+        assert_eq!(CURRENT_VERSION, 5);
     }
 
     #[test]
@@ -305,10 +310,11 @@ mod tests {
         }
     }
 
-    const PINNED: [&str; 4] = [
+    const PINNED: [&str; 5] = [
         "21ac859f099c73a2cfd49e089bf85213014d3ff3143f88a78d480d1e86bb59bd",
         "8505302d5ab97431700ce91b427106b910ee3c01618c1d65f4da182c61b8f06a",
         "0bf2cb357e23e48a89126c5ec138cd9473c954eb54b191211dd84d9dfa99a49f",
         "2309a160f5661accadfe9bafbb92737413569b7545644590d4b72805cc883b17",
+        "0083a43cb73bac0156d200730ca6682c5cf997196485f203c29e08cdd7fc7772",
     ];
 }

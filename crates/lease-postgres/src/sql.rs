@@ -1,14 +1,14 @@
 //! The statements, spelled for one schema, and the conversion of a row to a job and back.
 //! No lease rule is written here: the filters only pick candidates, and the domain decides.
 
-use lease_domain::{Ended, Fence, Job, JobId, Owner, QueueName, Timestamp};
+use lease_domain::{Ended, Fence, Job, JobId, Owner, QueueName, Timestamp, TokenDigest};
 use lease_ports::StoreError;
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 /// Every column of a job after its id, in the order `decode` reads them.
 pub(crate) const COLUMNS: &str = "owner, until, fence, result, done, queue, priority, run_at, attempts, \
-    max_attempts, payload, ended, error, result_fence, updated";
+    max_attempts, payload, ended, error, result_fence, updated, token";
 
 /// The statements of one schema (exported as `StatementTexts` with the feature `test-support`,
 /// so that benchmarks can run the same SQL raw).
@@ -73,14 +73,15 @@ impl Sql {
             ),
             insert: format!(
                 "INSERT INTO {s}.jobs (id, {COLUMNS}, leased_until) VALUES \
-                 ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
+                 ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
+                 $18) \
                  ON CONFLICT (id) DO NOTHING"
             ),
             update: format!(
                 "UPDATE {s}.jobs SET owner = $2, until = $3, fence = $4, result = $5, done = $6, \
                  queue = $7, priority = $8, run_at = $9, attempts = $10, max_attempts = $11, \
                  payload = $12, ended = $13, error = $14, result_fence = $15, updated = $16, \
-                 leased_until = $17 WHERE id = $1"
+                 token = $17, leased_until = $18 WHERE id = $1"
             ),
             // Read after the statements before it in the transaction (and so after any row
             // lock they waited for).
@@ -197,6 +198,7 @@ pub(crate) fn decode(id: &JobId, row: &Row, at: usize) -> Result<Job, StoreError
     let run_at: Option<f64> = get(id, row, at + 7)?;
     let result_fence: Option<i64> = get(id, row, at + 13)?;
     let updated: Option<f64> = get(id, row, at + 14)?;
+    let token: Option<Vec<u8>> = get(id, row, at + 15)?;
     Ok(Job {
         owner,
         until: time(id, get(id, row, at + 1)?, "until")?,
@@ -215,6 +217,10 @@ pub(crate) fn decode(id: &JobId, row: &Row, at: usize) -> Result<Job, StoreError
             .map(|f| fence(id, f, "result_fence"))
             .transpose()?,
         updated: updated.map(|t| time(id, t, "updated")).transpose()?,
+        token: token
+            .map(|t| TokenDigest::from_slice(&t))
+            .transpose()
+            .map_err(|e| corrupt(id, format!("stored token: {e}")))?,
     })
 }
 
@@ -229,7 +235,7 @@ pub(crate) fn decode_with_id(row: &Row, at: usize) -> Result<(JobId, Job), Store
     Ok((id, job))
 }
 
-/// The values of one job's row, in the order of `$1..$16` of `insert` and `update`.
+/// The values of one job's row, in the order of `$1..$18` of `insert` and `update`.
 pub(crate) struct Encoded {
     id: String,
     owner: Option<String>,
@@ -247,6 +253,7 @@ pub(crate) struct Encoded {
     error: Option<String>,
     result_fence: Option<i64>,
     updated: Option<f64>,
+    token: Option<Vec<u8>>,
     leased_until: Option<f64>,
 }
 
@@ -269,11 +276,12 @@ impl Encoded {
             error: job.error.clone(),
             result_fence: job.result_fence.map(i64::from),
             updated: job.updated.map(Timestamp::get),
+            token: job.token.map(|t| t.as_bytes().to_vec()),
             leased_until: job.leased_until().map(Timestamp::get),
         }
     }
 
-    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 17] {
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 18] {
         [
             &self.id,
             &self.owner,
@@ -291,6 +299,7 @@ impl Encoded {
             &self.error,
             &self.result_fence,
             &self.updated,
+            &self.token,
             &self.leased_until,
         ]
     }

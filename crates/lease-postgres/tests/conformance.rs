@@ -19,3 +19,13 @@ async fn fresh_store() -> (Arc<dyn Transfer>, ScratchDatabase) {
 }
 
 lease_ports::conformance_tests!(async fresh_store);
+
+/// The key store of the network service (outside the suite, which takes `Transfer` stores).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn key_store_keeps_keys_by_the_rules() {
+    let db = ScratchDatabase::create();
+    let store = PgLeaseStore::init(db.url(), PgOptions::default())
+        .await
+        .expect("init store");
+    lease_ports::conformance::key_store_keeps_keys_by_the_rules(Arc::new(store)).await;
+}

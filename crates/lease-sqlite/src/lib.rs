@@ -16,6 +16,7 @@ mod connection;
 mod error;
 mod filesystem;
 mod group;
+mod keys;
 mod ops;
 mod options;
 mod reads;

@@ -1,7 +1,7 @@
 //! The row codec: a job as the `jobs` and `jobs_queue` rows hold it, read back (every stored
 //! value checked, anything no lease rule could write is `Corrupt`) and written.
 
-use lease_domain::{Fence, Job, JobId, Owner, QueueName, Status, Timestamp};
+use lease_domain::{Fence, Job, JobId, Owner, QueueName, Status, Timestamp, TokenDigest};
 use lease_ports::StoreError;
 use lease_ports::codec::{self};
 use rusqlite::Connection;
@@ -14,7 +14,8 @@ use crate::error;
 #[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub const SELECT_JOB: &str = "SELECT j.owner, j.until, j.fence, j.result, j.done, q.queue, \
     q.priority, q.run_at, q.attempts, q.max_attempts, q.payload, q.finished, q.error, \
-    q.result_fence, q.updated FROM jobs j LEFT JOIN jobs_queue q ON q.id = j.id WHERE j.id = ?1";
+    q.result_fence, q.updated, q.token FROM jobs j LEFT JOIN jobs_queue q ON q.id = j.id \
+    WHERE j.id = ?1";
 
 /// Stores the contract's columns of a decided job over its row.
 // Exported by `lease_sqlite::sql` (feature `test-support`) for the benchmarks' baselines.
@@ -33,13 +34,13 @@ pub const INSERT_JOB: &str =
 // Exported by `lease_sqlite::sql` (feature `test-support`) for the benchmarks' baselines.
 #[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub const UPSERT_QUEUE: &str = "INSERT INTO jobs_queue(id, queue, priority, run_at, attempts, \
-    max_attempts, payload, finished, error, result_fence, updated, leased_until) \
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) ON CONFLICT(id) DO UPDATE SET \
+    max_attempts, payload, finished, error, result_fence, updated, leased_until, token) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) ON CONFLICT(id) DO UPDATE SET \
     queue = excluded.queue, priority = excluded.priority, run_at = excluded.run_at, \
     attempts = excluded.attempts, max_attempts = excluded.max_attempts, \
     payload = excluded.payload, finished = excluded.finished, error = excluded.error, \
     result_fence = excluded.result_fence, updated = excluded.updated, \
-    leased_until = excluded.leased_until";
+    leased_until = excluded.leased_until, token = excluded.token";
 
 /// Stores the queue's columns of a decided job over its existing queue row (most writes:
 /// cheaper than the upsert's failed insert); a job whose queue row is missing gets one by
@@ -48,7 +49,7 @@ pub const UPSERT_QUEUE: &str = "INSERT INTO jobs_queue(id, queue, priority, run_
 #[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub const UPDATE_QUEUE: &str = "UPDATE jobs_queue SET queue = ?2, priority = ?3, \
     run_at = ?4, attempts = ?5, max_attempts = ?6, payload = ?7, finished = ?8, error = ?9, \
-    result_fence = ?10, updated = ?11, leased_until = ?12 WHERE id = ?1";
+    result_fence = ?10, updated = ?11, leased_until = ?12, token = ?13 WHERE id = ?1";
 
 pub(crate) fn corrupt(id: &JobId, what: String) -> StoreError {
     StoreError::Corrupt(format!("job {id}: {what}").into())
@@ -207,6 +208,19 @@ pub(crate) fn decode(id: &JobId, row: &rusqlite::Row<'_>) -> Result<Job, StoreEr
             .map(|f| fence_of(id, f, "result_fence"))
             .transpose()?,
         updated: number(id, row, 14, "updated")?,
+        token: match row.get_ref(15).map_err(error::before_commit)? {
+            ValueRef::Null => None,
+            ValueRef::Blob(bytes) => Some(
+                TokenDigest::from_slice(bytes)
+                    .map_err(|e| corrupt(id, format!("stored token: {e}")))?,
+            ),
+            other => {
+                return Err(corrupt(
+                    id,
+                    format!("stored token is {:?}, not a blob", other.data_type()),
+                ));
+            }
+        },
     })
 }
 
@@ -266,6 +280,7 @@ pub(crate) fn store(
                     job.result_fence.map(i64::from),
                     job.updated.map(Timestamp::get),
                     job.leased_until().map(Timestamp::get),
+                    job.token.as_ref().map(TokenDigest::as_bytes),
                 ])
             })
             .map_err(error::sql(conn))

@@ -15,8 +15,9 @@ pub const APPLICATION_ID: i32 = 0x4C45_4153;
 
 /// The released migrations, frozen (`migrations/*.sql`). Version 1 is the contract's `jobs`
 /// table, version 2 the work queue beside it, version 3 the audit trail's table, version 4 the
-/// ready set that leaves held jobs out of claim order.
-pub(crate) const MIGRATIONS: [Migration; 4] = [
+/// ready set that leaves held jobs out of claim order, version 5 the network service's lease
+/// tokens and API keys.
+pub(crate) const MIGRATIONS: [Migration; 5] = [
     Migration {
         version: 1,
         sql: include_str!("../migrations/0001_jobs.sql"),
@@ -33,6 +34,10 @@ pub(crate) const MIGRATIONS: [Migration; 4] = [
         version: 4,
         sql: include_str!("../migrations/0004_ready_set.sql"),
     },
+    Migration {
+        version: 5,
+        sql: include_str!("../migrations/0005_service.sql"),
+    },
 ];
 
 /// `PRAGMA user_version`: the schema version this code writes and reads (the newest migration).
@@ -46,11 +51,12 @@ const CREATE_RECORD: &str = "CREATE TABLE IF NOT EXISTS lease_migrations(\
     version INTEGER PRIMARY KEY, checksum TEXT NOT NULL)";
 
 /// The tables each version has, beside `jobs`: a marked file missing one is corrupt.
-const TABLES: [(i32, &str); 4] = [
+const TABLES: [(i32, &str); 5] = [
     (2, "jobs_queue"),
     (2, "purged"),
     (3, "lease_audit"),
     (3, "lease_migrations"),
+    (5, "lease_keys"),
 ];
 
 /// One column as `PRAGMA table_info` describes it: name, declared type, NOT NULL, default, key.
@@ -414,7 +420,7 @@ mod tests {
     }
 
     /// A file at the current version as `migrate` leaves it, with `checksums` recorded.
-    fn current(checksums: [String; 4]) -> Schema {
+    fn current(checksums: [String; 5]) -> Schema {
         let mut found = schema(
             APPLICATION_ID,
             SCHEMA_VERSION,
@@ -424,6 +430,7 @@ mod tests {
                 ("purged", "table"),
                 ("lease_audit", "table"),
                 ("lease_migrations", "table"),
+                ("lease_keys", "table"),
             ],
         );
         found.migrations = Some(
@@ -445,11 +452,12 @@ mod tests {
         assert_eq!(pinned, PINNED.map(str::to_owned));
     }
 
-    const PINNED: [&str; 4] = [
+    const PINNED: [&str; 5] = [
         "c878484aeb0818a54dffb888a21f5d3cd8d52a3f63db5a4214c0cc7bd9ee83cb",
         "8c0d06a026396a17df9ec1349a99ba3645ab58379280df82ccc3d7bcf0b0440a",
         "921260be82b4a9a3180ddbb59bd347469d61457937659996082d1d84db6e1646",
         "8a70489b1f553d7c64a3dca80914b045d2c4ddd3884f027d948dc19d5e125789",
+        "57b6fe7f51c4b1c7a027146d7bba79530d21e88b924e4433f7dfd20ecd362361",
     ];
 
     #[test]
@@ -457,7 +465,7 @@ mod tests {
         let checksums = MIGRATIONS.map(|m| m.checksum());
         assert_eq!(
             classify(&current(checksums.clone()), "f").unwrap(),
-            Found::Lease(4)
+            Found::Lease(5)
         );
         let mut edited = checksums.clone();
         edited[1] = "0".repeat(64);
@@ -511,6 +519,7 @@ mod tests {
             classify(&schema(APPLICATION_ID, 2, &v2), "f").unwrap(),
             Found::Lease(2)
         );
+        let newer = format!("schema version {} is newer", SCHEMA_VERSION + 1);
         let refused = [
             (
                 schema(0, 0, &[("users", "table")]),
@@ -523,10 +532,7 @@ mod tests {
             (schema(0, 0, &[("jobs", "view")]), "jobs is a view"),
             (schema(0, 7, &[]), "user_version 7"),
             (schema(1234, 0, &[]), "application_id 0x4d2"),
-            (
-                schema(APPLICATION_ID, 5, &jobs),
-                "schema version 5 is newer",
-            ),
+            (schema(APPLICATION_ID, SCHEMA_VERSION + 1, &jobs), &newer),
             (schema(APPLICATION_ID, 1, &[]), "no jobs table"),
         ];
         for (found, why) in refused {

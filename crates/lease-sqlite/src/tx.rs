@@ -20,6 +20,28 @@ pub(crate) fn roll_back(conn: &Connection) {
     }
 }
 
+/// Runs `body` in its own `BEGIN IMMEDIATE` transaction and commits what it wrote; an error
+/// rolls everything back. A commit that fails is [`error::at_commit`]'s error.
+pub(crate) fn immediate<T>(
+    conn: &Connection,
+    body: impl FnOnce(&Connection) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    run(conn, "BEGIN IMMEDIATE").map_err(error::sql(conn))?;
+    match body(conn) {
+        Ok(value) => match run(conn, "COMMIT") {
+            Ok(()) => Ok(value),
+            Err(e) => {
+                roll_back(conn);
+                Err(error::at_commit(e))
+            }
+        },
+        Err(e) => {
+            roll_back(conn);
+            Err(e)
+        }
+    }
+}
+
 /// Runs one op in its own `BEGIN IMMEDIATE` transaction; one that writes nothing rolls back (no
 /// sync).
 pub(crate) fn execute(conn: &mut Connection, op: &Op) -> Result<Reply, StoreError> {

@@ -31,3 +31,11 @@ async fn a_stale_complete_and_claim_next_is_audited_and_still_claims() {
     )
     .await;
 }
+
+/// The key store of the network service (outside the suite, which takes `Transfer` stores).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn key_store_keeps_keys_by_the_rules() {
+    let (_, dir) = fresh_store();
+    let store = SqliteLeaseStore::open(dir.path().join("keys.db")).expect("open store");
+    lease_ports::conformance::key_store_keeps_keys_by_the_rules(Arc::new(store)).await;
+}

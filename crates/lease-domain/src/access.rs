@@ -1,0 +1,386 @@
+//! Who may do what through the network service: API key scopes, principals and the owners
+//! they may act as, and the digest a lease token is kept as.
+//!
+//! The secrets themselves (keys and lease tokens) are made and hashed outside this crate; the
+//! rules only ever see their digests, so nothing here can leak one.
+
+use std::fmt;
+
+use crate::values::Owner;
+
+/// The SHA-256 digest of a secret (an API key's or a lease token's): what a store keeps
+/// instead of the secret. Shown redacted.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TokenDigest([u8; 32]);
+
+impl TokenDigest {
+    /// Wraps the 32 bytes of a digest.
+    #[must_use]
+    pub fn new(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    /// Reads a digest as a store kept it.
+    ///
+    /// # Errors
+    /// [`AccessError::DigestLength`] when `bytes` is not 32 bytes long.
+    pub fn from_slice(bytes: &[u8]) -> Result<Self, AccessError> {
+        <[u8; 32]>::try_from(bytes)
+            .map(Self)
+            .map_err(|_| AccessError::DigestLength(bytes.len()))
+    }
+
+    /// The 32 bytes.
+    #[must_use]
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for TokenDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TokenDigest(..)")
+    }
+}
+
+/// Why an access value was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AccessError {
+    /// A stored digest was not 32 bytes.
+    #[error("a digest is 32 bytes, this one is {0}")]
+    DigestLength(usize),
+    /// A scope name that is not `viewer`, `worker` or `admin`.
+    #[error("scope {0:?} is not one of viewer, worker or admin")]
+    UnknownScope(String),
+    /// A principal name that breaks the naming rule.
+    #[error(
+        "principal {0:?} must be 1 to 64 characters of a-z, 0-9, '.', '_' and '-', starting with a letter or digit"
+    )]
+    BadPrincipal(String),
+    /// A key id that breaks the naming rule.
+    #[error("key id {0:?} must be 1 to 32 characters of a-z and 0-9")]
+    BadKeyId(String),
+}
+
+/// What a key may do. Each scope may do everything the ones before it may.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Scope {
+    /// Reads: jobs, stats, refusals, metrics.
+    Viewer,
+    /// Also enqueues, claims and writes its own leases.
+    Worker,
+    /// Also cancels, retries and purges, and acts as any owner.
+    Admin,
+}
+
+impl Scope {
+    /// The scope's name: `viewer`, `worker` or `admin`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Viewer => "viewer",
+            Scope::Worker => "worker",
+            Scope::Admin => "admin",
+        }
+    }
+
+    /// Reads [`Scope::as_str`].
+    ///
+    /// # Errors
+    /// [`AccessError::UnknownScope`].
+    pub fn parse(text: &str) -> Result<Self, AccessError> {
+        [Scope::Viewer, Scope::Worker, Scope::Admin]
+            .into_iter()
+            .find(|s| s.as_str() == text)
+            .ok_or_else(|| AccessError::UnknownScope(text.to_owned()))
+    }
+
+    /// Whether a key of this scope may do what `needed` allows.
+    #[must_use]
+    pub fn allows(self, needed: Scope) -> bool {
+        self >= needed
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Who holds a key: the namespace of owners its leases may have.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Principal(String);
+
+impl Principal {
+    /// The longest principal name, in bytes.
+    pub const MAX_LEN: usize = 64;
+
+    /// Checks a principal name: 1 to 64 of `a-z`, `0-9`, `.`, `_`, `-`, starting with a letter
+    /// or digit (so it can never hold the `/` that separates an owner's parts).
+    ///
+    /// # Errors
+    /// [`AccessError::BadPrincipal`].
+    pub fn new(name: impl Into<String>) -> Result<Self, AccessError> {
+        let name = name.into();
+        let first_ok = name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+        let all_ok = name.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'_' || b == b'-'
+        });
+        if first_ok && all_ok && name.len() <= Self::MAX_LEN {
+            Ok(Self(name))
+        } else {
+            Err(AccessError::BadPrincipal(name))
+        }
+    }
+
+    /// The name.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Whether `owner` lies in the namespace of `principal`: the principal itself, or
+/// `principal/` followed by anything (`p/worker-1`), never another name that starts the same
+/// way (`px`).
+#[must_use]
+pub fn owner_within(principal: &Principal, owner: &Owner) -> bool {
+    let owner = owner.as_str();
+    match owner.strip_prefix(principal.as_str()) {
+        Some("") => true,
+        Some(rest) => rest.starts_with('/'),
+        None => false,
+    }
+}
+
+/// Whether a caller with `scope` for `principal` may act as (claim for, or write the lease
+/// of) `owner`: an admin may act as anyone, a worker within its namespace, a viewer never.
+#[must_use]
+pub fn may_act_as(scope: Scope, principal: &Principal, owner: &Owner) -> bool {
+    match scope {
+        Scope::Admin => true,
+        Scope::Worker => owner_within(principal, owner),
+        Scope::Viewer => false,
+    }
+}
+
+/// A key's public id (the part of `lk_<id>_<secret>` that names its record).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KeyId(String);
+
+impl KeyId {
+    /// Checks a key id: 1 to 32 of `a-z` and `0-9`.
+    ///
+    /// # Errors
+    /// [`AccessError::BadKeyId`].
+    pub fn new(id: impl Into<String>) -> Result<Self, AccessError> {
+        let id = id.into();
+        if !id.is_empty()
+            && id.len() <= 32
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        {
+            Ok(Self(id))
+        } else {
+            Err(AccessError::BadKeyId(id))
+        }
+    }
+
+    /// The id.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for KeyId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// How many live (unrevoked) keys one principal may hold: two, so a key can be rotated
+/// without downtime (make the new one, move the workers, revoke the old one).
+pub const MAX_LIVE_KEYS: usize = 2;
+
+/// Why a new key was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyRefused {
+    /// The principal already holds [`MAX_LIVE_KEYS`] live keys.
+    #[error(
+        "principal {principal} already holds {live} live keys (at most {MAX_LIVE_KEYS}); revoke one first"
+    )]
+    TooManyKeys {
+        /// The principal.
+        principal: Principal,
+        /// How many live keys it holds.
+        live: usize,
+    },
+    /// A key with this id exists.
+    #[error("a key with id {0} exists")]
+    IdTaken(KeyId),
+    /// The principal already has keys of another scope: one principal, one scope.
+    #[error("principal {principal} holds {held} keys; a {asked} key needs another principal")]
+    ScopeDiffers {
+        /// The principal.
+        principal: Principal,
+        /// The scope of its keys.
+        held: Scope,
+        /// The scope asked for.
+        asked: Scope,
+    },
+}
+
+/// Decides whether a key may be added, given the principal's live keys (their scopes) and
+/// whether the id is taken.
+///
+/// # Errors
+/// The [`KeyRefused`] reason; the store must then add nothing.
+pub fn decide_new_key(
+    id: &KeyId,
+    id_taken: bool,
+    principal: &Principal,
+    scope: Scope,
+    live_scopes: &[Scope],
+) -> Result<(), KeyRefused> {
+    if id_taken {
+        return Err(KeyRefused::IdTaken(id.clone()));
+    }
+    if let Some(held) = live_scopes.iter().copied().find(|s| *s != scope) {
+        return Err(KeyRefused::ScopeDiffers {
+            principal: principal.clone(),
+            held,
+            asked: scope,
+        });
+    }
+    if live_scopes.len() >= MAX_LIVE_KEYS {
+        return Err(KeyRefused::TooManyKeys {
+            principal: principal.clone(),
+            live: live_scopes.len(),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(name: &str) -> Principal {
+        Principal::new(name).unwrap()
+    }
+
+    fn o(name: &str) -> Owner {
+        Owner::new(name).unwrap()
+    }
+
+    #[test]
+    fn an_owner_is_within_its_principal_or_below_a_slash_and_nowhere_else() {
+        assert!(owner_within(&p("ci"), &o("ci")));
+        assert!(owner_within(&p("ci"), &o("ci/")));
+        assert!(owner_within(&p("ci"), &o("ci/host-1/slot 3")));
+        assert!(!owner_within(&p("ci"), &o("cix")));
+        assert!(!owner_within(&p("ci"), &o("c")));
+        assert!(!owner_within(&p("ci"), &o("other/ci")));
+        assert!(!owner_within(&p("ci"), &o("CI")));
+    }
+
+    #[test]
+    fn only_an_admin_acts_outside_its_namespace_and_a_viewer_never_acts() {
+        assert!(may_act_as(Scope::Admin, &p("ops"), &o("anyone")));
+        assert!(may_act_as(Scope::Worker, &p("ci"), &o("ci/1")));
+        assert!(!may_act_as(Scope::Worker, &p("ci"), &o("cd/1")));
+        assert!(!may_act_as(Scope::Viewer, &p("ci"), &o("ci")));
+    }
+
+    #[test]
+    fn scopes_are_ordered_viewer_worker_admin_and_read_back_from_their_names() {
+        assert!(Scope::Admin.allows(Scope::Worker));
+        assert!(Scope::Worker.allows(Scope::Viewer));
+        assert!(Scope::Worker.allows(Scope::Worker));
+        assert!(!Scope::Viewer.allows(Scope::Worker));
+        assert!(!Scope::Worker.allows(Scope::Admin));
+        for scope in [Scope::Viewer, Scope::Worker, Scope::Admin] {
+            assert_eq!(Scope::parse(scope.as_str()), Ok(scope));
+        }
+        assert_eq!(
+            Scope::parse("root"),
+            Err(AccessError::UnknownScope("root".to_owned()))
+        );
+    }
+
+    #[test]
+    fn principal_names_are_checked_and_can_never_hold_a_slash() {
+        for good in ["a", "ci", "build-7", "svc.payments_v2", &"x".repeat(64)] {
+            assert!(Principal::new(good).is_ok(), "{good}");
+        }
+        for bad in ["", "a/b", "Ab", "-a", ".a", "a b", "é", &"x".repeat(65)] {
+            assert_eq!(
+                Principal::new(bad),
+                Err(AccessError::BadPrincipal(bad.to_owned()))
+            );
+        }
+    }
+
+    #[test]
+    fn key_ids_are_lowercase_letters_and_digits_only() {
+        assert!(KeyId::new("0a9z").is_ok());
+        for bad in ["", "A1", "a_b", "a-b", &"a".repeat(33)] {
+            assert_eq!(KeyId::new(bad), Err(AccessError::BadKeyId(bad.to_owned())));
+        }
+    }
+
+    #[test]
+    fn a_principal_holds_at_most_two_live_keys_of_one_scope_and_ids_are_unique() {
+        let id = KeyId::new("k1").unwrap();
+        let ci = p("ci");
+        assert_eq!(decide_new_key(&id, false, &ci, Scope::Worker, &[]), Ok(()));
+        assert_eq!(
+            decide_new_key(&id, false, &ci, Scope::Worker, &[Scope::Worker]),
+            Ok(())
+        );
+        assert_eq!(
+            decide_new_key(&id, false, &ci, Scope::Worker, &[Scope::Worker; 2]),
+            Err(KeyRefused::TooManyKeys {
+                principal: ci.clone(),
+                live: 2
+            })
+        );
+        assert_eq!(
+            decide_new_key(&id, false, &ci, Scope::Admin, &[Scope::Worker]),
+            Err(KeyRefused::ScopeDiffers {
+                principal: ci.clone(),
+                held: Scope::Worker,
+                asked: Scope::Admin
+            })
+        );
+        assert_eq!(
+            decide_new_key(&id, true, &ci, Scope::Worker, &[]),
+            Err(KeyRefused::IdTaken(id.clone()))
+        );
+    }
+
+    #[test]
+    fn a_digest_is_exactly_32_bytes_and_never_shown() {
+        assert_eq!(
+            TokenDigest::from_slice(&[7; 31]),
+            Err(AccessError::DigestLength(31))
+        );
+        let digest = TokenDigest::from_slice(&[7; 32]).unwrap();
+        assert_eq!(digest.as_bytes(), &[7; 32]);
+        assert_eq!(format!("{digest:?}"), "TokenDigest(..)");
+    }
+}
