@@ -310,6 +310,9 @@ pub(crate) enum Command {
         /// At most this many.
         #[arg(long, default_value_t = 100)]
         limit: usize,
+        /// Only jobs whose id comes after this one (the last id of the page before).
+        #[arg(long, allow_hyphen_values = true)]
+        after: Option<String>,
         /// The time statuses are judged at (default: the system clock).
         #[arg(long, allow_hyphen_values = true)]
         now: Option<f64>,
@@ -630,11 +633,13 @@ impl Command {
                 queue,
                 status,
                 limit,
+                after,
                 now,
             } => Request::List(lease_ports::ListFilter {
                 queue: queue.map(QueueName::new).transpose()?,
                 status: status.as_deref().map(Status::parse).transpose()?,
                 limit,
+                after: after.map(JobId::new).transpose()?,
                 now: Timestamp::new(now.unwrap_or_else(clock))?,
             }),
             Command::Stats { now, prometheus } => {

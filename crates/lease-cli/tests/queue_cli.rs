@@ -247,6 +247,18 @@ fn list_stats_and_purge() {
         .map(|j| j["id"].as_str().unwrap())
         .collect();
     assert_eq!(ids, ["c", "m"]);
+    let second_page = json_of(
+        &db,
+        &["list", "--limit", "2", "--after", "b", "--now", "5"],
+        0,
+    );
+    let ids: Vec<&str> = second_page["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["c", "m"], "the page after b");
     let mail = json_of(&db, &["list", "--queue", "mail", "--now", "5"], 0);
     assert_eq!(mail["jobs"][0]["queue"], "mail");
     let human = lease(&db, &["list", "--now", "5"]);

@@ -842,6 +842,7 @@ pub async fn list_and_stats_judge_status_at_now(store: Store) {
         status,
         limit: 10,
         now: at(now),
+        after: None,
     };
     let names = |records: Vec<crate::JobRecord>| -> Vec<String> {
         records
@@ -926,6 +927,7 @@ pub async fn stats_count_every_status(store: Store) {
         status: Some(Status::Dead),
         limit: 10,
         now: at(20.0),
+        after: None,
     };
     let names: Vec<String> = store
         .list(&dead_now)
@@ -1209,6 +1211,7 @@ pub async fn purge_judges_status_as_list_does(store: Store) {
         status: Some(Status::Dead),
         limit: 10,
         now: at(200.0),
+        after: None,
     };
     let listed = store.list(&dead).await.expect("list works");
     assert_eq!(listed.len(), 1, "list shows the job dead");
@@ -1479,6 +1482,36 @@ pub async fn key_store_keeps_keys_by_the_rules(store: Arc<dyn KeyStore>) {
     assert_eq!(accepted, 2);
 }
 
+/// `list` pages by key: each page starts after the last id of the one before, in id order,
+/// with the queue and status filters applied, and the pages together are the whole list.
+pub async fn list_pages_by_the_last_id_of_the_page_before(store: Store) {
+    for id in ["e", "a", "d", "b", "f", "c"] {
+        enqueued_with(&store, id, &spec("q", 0, None, 5)).await;
+    }
+    enqueued_with(&store, "bb", &spec("other", 0, None, 5)).await;
+    let claimed = next(&store, "q", "w", 0.0, 1).await;
+    assert_eq!(ids(&claimed), ["e"]);
+    let page = |after: Option<&str>| ListFilter {
+        queue: Some(queue("q")),
+        status: Some(Status::Pending),
+        limit: 2,
+        now: at(1.0),
+        after: after.map(job),
+    };
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let records = store
+            .list(&page(after.as_deref()))
+            .await
+            .expect("list works");
+        let Some(last) = records.last() else { break };
+        after = Some(last.id.as_str().to_owned());
+        seen.extend(records.iter().map(|r| r.id.as_str().to_owned()));
+    }
+    assert_eq!(seen, ["a", "b", "c", "d", "f"]);
+}
+
 /// Expands to one `#[tokio::test]` per conformance check, named after the check.
 ///
 /// `$factory` is a function returning `(Arc<dyn LeaseStore>, guard)`; the guard (for example a
@@ -1537,6 +1570,7 @@ macro_rules! conformance_tests {
             concurrent_claim_next_gives_each_job_to_exactly_one_caller,
             complete_and_claim_next_hands_back_one_job_and_takes_the_next,
             a_claim_stores_its_lease_token_digest_and_the_next_claim_replaces_it,
+            list_pages_by_the_last_id_of_the_page_before,
             stats_count_every_status,
             claim_next_counts_only_leases_against_its_limit,
             claim_next_reads_past_a_job_whose_fence_is_exhausted,

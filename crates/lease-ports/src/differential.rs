@@ -252,6 +252,7 @@ async fn contents(store: &dyn Transfer) -> String {
         status: Some(Status::Pending),
         limit: 10,
         now,
+        after: None,
     };
     let listed = store.list(&filter).await.map(|records| {
         records

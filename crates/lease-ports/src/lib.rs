@@ -171,6 +171,8 @@ pub struct ListFilter {
     pub status: Option<Status>,
     /// At most this many jobs, in id order.
     pub limit: usize,
+    /// Only jobs whose id comes after this one (keyset paging: the last id of a page).
+    pub after: Option<JobId>,
     /// The time statuses are judged at.
     pub now: Timestamp,
 }

@@ -288,6 +288,7 @@ impl LeaseStore for MemoryLeaseStore {
         let mut found: Vec<JobRecord> = jobs
             .jobs
             .iter()
+            .filter(|(id, _)| filter.after.as_ref().is_none_or(|after| *id > after))
             .filter(|(_, (job, _))| filter.queue.as_ref().is_none_or(|q| job.queue == *q))
             .filter(|(_, (job, _))| filter.status.is_none_or(|s| job.status_at(filter.now) == s))
             .map(|(id, (job, _))| JobRecord {

@@ -498,7 +498,7 @@ impl LeaseStore for PgLeaseStore {
             .await
             .map_err(|e| error::map(e, Stage::BeforeCommit))?;
         let queue = filter.queue.as_ref().map(QueueName::as_str);
-        let mut after: Option<String> = None;
+        let mut after: Option<String> = filter.after.as_ref().map(|id| id.as_str().to_owned());
         let mut found = Vec::new();
         while found.len() < filter.limit {
             let rows = c

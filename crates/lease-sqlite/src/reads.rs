@@ -10,8 +10,8 @@ use crate::error;
 use crate::row::load;
 use crate::tx::reading;
 
-pub(crate) const SELECT_IDS: &str = "SELECT id FROM jobs WHERE ?1 IS NULL OR id IN \
-    (SELECT id FROM jobs_queue WHERE queue = ?1) ORDER BY id";
+pub(crate) const SELECT_IDS: &str = "SELECT id FROM jobs WHERE (?1 IS NULL OR id IN \
+    (SELECT id FROM jobs_queue WHERE queue = ?1)) AND (?2 IS NULL OR id > ?2) ORDER BY id";
 
 /// The inputs of the status rule, grouped: the domain judges each group.
 pub(crate) const SELECT_STATS: &str = "SELECT coalesce(q.queue, 'default'), j.done, q.finished, \
@@ -33,7 +33,8 @@ pub(crate) fn list(conn: &Connection, filter: &ListFilter) -> Result<Vec<JobReco
     reading(conn, |conn| {
         let mut stmt = conn.prepare_cached(SELECT_IDS).map_err(error::sql(conn))?;
         let queue = filter.queue.as_ref().map(QueueName::as_str);
-        let mut rows = stmt.query([queue]).map_err(error::sql(conn))?;
+        let after = filter.after.as_ref().map(JobId::as_str);
+        let mut rows = stmt.query([queue, after]).map_err(error::sql(conn))?;
         let mut found = Vec::new();
         while found.len() < filter.limit {
             let Some(row) = rows.next().map_err(error::sql(conn))? else {
