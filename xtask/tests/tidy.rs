@@ -86,6 +86,7 @@ fn only_the_postgres_adapter_and_the_cli_depend_on_a_postgres_client() {
         "lease-sqlite",
         "lease-worker",
         "lease-guard",
+        "lease-server",
     ] {
         let deps = dependency_names(package);
         for forbidden in ["tokio-postgres", "postgres-protocol", "deadpool-postgres"] {
@@ -194,6 +195,37 @@ fn the_guard_kit_carries_no_http_or_postgres_library() {
             !deps.iter().any(|d| d == forbidden),
             "lease-guard depends on {forbidden}"
         );
+    }
+}
+
+#[test]
+fn the_server_depends_on_the_port_and_no_adapter() {
+    let deps = dependency_names("lease-server");
+    assert!(
+        deps.contains(&"lease-ports".to_owned()) && deps.contains(&"axum".to_owned()),
+        "cargo tree gave {deps:?}"
+    );
+    for forbidden in ["lease-sqlite", "lease-postgres", "rusqlite", "r2d2", "clap"] {
+        assert!(
+            !deps.iter().any(|d| d == forbidden),
+            "lease-server depends on {forbidden}"
+        );
+    }
+    // And no crate below the CLI carries the HTTP server.
+    for package in [
+        "lease-domain",
+        "lease-ports",
+        "lease-sqlite",
+        "lease-postgres",
+        "lease-worker",
+    ] {
+        let deps = dependency_names(package);
+        for forbidden in ["axum", "tower-http", "utoipa"] {
+            assert!(
+                !deps.iter().any(|d| d == forbidden),
+                "{package} depends on {forbidden}"
+            );
+        }
     }
 }
 

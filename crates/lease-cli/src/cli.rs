@@ -405,6 +405,34 @@ pub(crate) enum Command {
     },
     /// Replay the stale-worker story on a temporary database, step by step.
     Demo,
+    /// Serve the work queue over HTTP: workers then need only a URL and an API key, never the
+    /// database. Without any API key in the store it listens on loopback only.
+    Serve {
+        /// The address to listen on.
+        #[arg(long, default_value = "127.0.0.1:7070", value_name = "ADDR")]
+        listen: std::net::SocketAddr,
+        /// The largest request body, in bytes.
+        #[arg(long, default_value_t = 2 << 20, value_name = "BYTES")]
+        body_limit: usize,
+        /// Requests handled at once; more are refused with 503 and Retry-After.
+        #[arg(long, default_value_t = 1024, value_name = "N")]
+        max_in_flight: usize,
+        /// Claims waiting (long polls) at once; more are refused with 503.
+        #[arg(long, default_value_t = 1000, value_name = "N")]
+        max_waiting: usize,
+        /// Seconds a request may take beyond its long poll.
+        #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+        request_timeout: f64,
+        /// Let requests carry their own `now` (for tests that script time).
+        #[arg(long, hide = true)]
+        client_clock: bool,
+    },
+    /// Make, list and revoke the API keys of `lease serve` (kept in the store as digests).
+    Keys {
+        /// What to do.
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
     /// Run a program for each job of a queue: the payload on its stdin; LEASE_JOB, LEASE_FENCE
     /// and LEASE_ATTEMPT in its environment; exit 0 completes the job with its stdout, another
     /// exit fails it (stderr's last lines are the error). If the lease is lost or the job
@@ -442,6 +470,57 @@ pub(crate) enum Command {
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<String>,
     },
+}
+
+/// What `lease keys` does.
+#[derive(Debug, Subcommand)]
+pub(crate) enum KeysCommand {
+    /// Make a key for PRINCIPAL and print it once (the store keeps only its digest). A
+    /// principal may hold two live keys, so a key can be rotated without downtime.
+    Create {
+        /// Who holds it: 1-64 of a-z, 0-9, '.', '_', '-'. A worker key may claim as PRINCIPAL
+        /// or PRINCIPAL/anything.
+        principal: String,
+        /// viewer (reads), worker (also enqueues, claims and writes its leases) or admin
+        /// (also cancels, retries, purges and acts as any owner).
+        #[arg(long)]
+        scope: String,
+    },
+    /// List every key (never a secret).
+    List,
+    /// Revoke a key by its id: requests with it are refused from then on.
+    Revoke {
+        /// The key's id (the part after `lk_`).
+        id: String,
+    },
+}
+
+/// What `lease serve` runs with, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ServeRequest {
+    /// Where to listen.
+    pub listen: std::net::SocketAddr,
+    /// The body limit.
+    pub body_limit: usize,
+    /// Requests at once.
+    pub max_in_flight: usize,
+    /// Long polls at once.
+    pub max_waiting: usize,
+    /// The request timeout.
+    pub request_timeout: std::time::Duration,
+    /// Whether requests may carry their own `now`.
+    pub client_clock: bool,
+}
+
+/// What `lease keys` does, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum KeysRequest {
+    /// Make a key.
+    Create(lease_domain::Principal, lease_domain::Scope),
+    /// List keys.
+    List,
+    /// Revoke a key.
+    Revoke(lease_domain::KeyId),
 }
 
 /// What `lease work` runs, checked.
@@ -517,6 +596,10 @@ pub(crate) enum Request {
     ClaimMany(JobId, Vec<Owner>, LeaseTerm),
     /// Run the demo.
     Demo,
+    /// Serve the queue over HTTP.
+    Serve(ServeRequest),
+    /// Manage API keys.
+    Keys(KeysRequest),
     /// Run a worker.
     Work(WorkRequest),
 }
@@ -536,6 +619,45 @@ impl Command {
             Command::Init => Request::Init,
             Command::Migrate { from, to, merge } => Request::Migrate { from, to, merge },
             Command::Demo => Request::Demo,
+            Command::Serve {
+                listen,
+                body_limit,
+                max_in_flight,
+                max_waiting,
+                request_timeout,
+                client_clock,
+            } => {
+                for (flag, value) in [
+                    ("--body-limit", body_limit),
+                    ("--max-in-flight", max_in_flight),
+                    ("--max-waiting", max_waiting),
+                ] {
+                    if value == 0 {
+                        return Err(RequestError::Flag(format!("{flag} must be at least 1")));
+                    }
+                }
+                Request::Serve(ServeRequest {
+                    listen,
+                    body_limit,
+                    max_in_flight,
+                    max_waiting,
+                    request_timeout: duration_flag("--request-timeout", request_timeout)
+                        .map_err(RequestError::Flag)?,
+                    client_clock,
+                })
+            }
+            Command::Keys { command } => Request::Keys(match command {
+                KeysCommand::Create { principal, scope } => KeysRequest::Create(
+                    lease_domain::Principal::new(principal)
+                        .map_err(|e| RequestError::Flag(e.to_string()))?,
+                    lease_domain::Scope::parse(&scope)
+                        .map_err(|e| RequestError::Flag(format!("--scope: {e}")))?,
+                ),
+                KeysCommand::List => KeysRequest::List,
+                KeysCommand::Revoke { id } => KeysRequest::Revoke(
+                    lease_domain::KeyId::new(id).map_err(|e| RequestError::Flag(e.to_string()))?,
+                ),
+            }),
             Command::Work {
                 queue,
                 owner,

@@ -31,10 +31,14 @@ pub(crate) async fn execute(
         Request::Init
         | Request::Demo
         | Request::Work(_)
+        | Request::Serve(_)
+        | Request::Keys(_)
         | Request::Migrate { .. }
         | Request::Audit(_) => {
             return Err(StoreError::Unavailable(
-                "init, demo and work are run by main".to_owned().into(),
+                "init, demo, work, serve, keys, migrate and audit are run by main"
+                    .to_owned()
+                    .into(),
             ));
         }
         Request::Enqueue(id, spec) => {
@@ -151,21 +155,8 @@ pub(crate) async fn execute(
         }
         Request::Stats(now, false) => {
             let rows = store.stats(*now).await?;
-            let mut queues = serde_json::Map::new();
+            let queues = lease_server::wire::stats_json(&rows);
             let mut lines = Vec::new();
-            for row in &rows {
-                let counts = queues
-                    .entry(row.queue.as_str().to_owned())
-                    .or_insert_with(|| {
-                        Value::Object(
-                            Status::ALL
-                                .iter()
-                                .map(|s| (s.as_str().to_owned(), json!(0)))
-                                .collect(),
-                        )
-                    });
-                counts[row.status.as_str()] = json!(row.count);
-            }
             for (queue, counts) in &queues {
                 let shown: Vec<String> = Status::ALL
                     .iter()

@@ -7,6 +7,7 @@ mod demo;
 mod execute;
 mod processes;
 mod render;
+mod serve;
 mod target;
 mod work;
 
@@ -150,6 +151,28 @@ async fn run(cli: Cli) -> Result<Report, String> {
         Request::Migrate { from, to, merge } => {
             target::run_migrate(&settings.target(&from), &settings.target(&to), merge).await
         }
+        Request::Serve(request) => {
+            let opened = target.open(false).await?;
+            let clock: lease_server::Clock = std::sync::Arc::new(|| {
+                lease_domain::Timestamp::new(unix_now()).unwrap_or(lease_domain::Timestamp::ZERO)
+            });
+            serve::serve(
+                &opened,
+                &target.shown(),
+                &request,
+                clock,
+                serve::install_metrics(),
+                |line| {
+                    let _ = writeln!(std::io::stderr(), "{line}");
+                },
+            )
+            .await
+        }
+        Request::Keys(request) => {
+            let opened = target.open(false).await?;
+            let now = lease_domain::Timestamp::new(unix_now()).map_err(|e| e.to_string())?;
+            serve::keys(&opened, &request, now).await
+        }
         Request::Work(work) => {
             if let Some(addr) = work.metrics {
                 lease_worker::serve_metrics(addr)?;
@@ -242,8 +265,12 @@ fn main() -> ExitCode {
     }
     start_logging(cli.verbose);
     let json = cli.json;
-    // `work` runs programs and heartbeats side by side: it gets a multi-threaded runtime.
-    let runtime = if matches!(cli.command, cli::Command::Work { .. }) {
+    // `work` runs programs and heartbeats side by side, `serve` many requests: they get a
+    // multi-threaded runtime.
+    let runtime = if matches!(
+        cli.command,
+        cli::Command::Work { .. } | cli::Command::Serve { .. }
+    ) {
         tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()

@@ -153,6 +153,25 @@ impl Opened {
         Arc::new(lease_ports::observe::Observed::new(inner))
     }
 
+    /// The store as the network service takes it: queue operations observed, its audit
+    /// trail and its API keys.
+    #[must_use]
+    pub(crate) fn service(&self) -> Arc<dyn lease_server::ServiceStore> {
+        match self {
+            Opened::Sqlite(s) => Arc::new(lease_ports::observe::Observed::new(Arc::clone(s))),
+            Opened::Postgres(s) => Arc::new(lease_ports::observe::Observed::new(Arc::clone(s))),
+        }
+    }
+
+    /// The store's API keys.
+    #[must_use]
+    pub(crate) fn keys(&self) -> &dyn lease_ports::keys::KeyStore {
+        match self {
+            Opened::Sqlite(s) => s.as_ref(),
+            Opened::Postgres(s) => s.as_ref(),
+        }
+    }
+
     /// The store's audit trail.
     #[must_use]
     pub(crate) fn audit(&self) -> &dyn lease_ports::audit::AuditTrail {
@@ -262,21 +281,8 @@ pub(crate) async fn run_audit(
         .refusals(filter)
         .await
         .map_err(|e| e.to_string())?;
-    let refusals: Vec<serde_json::Value> = rows
-        .iter()
-        .map(|r| {
-            json!({
-                "time": r.time,
-                "job": r.job,
-                "owner": r.owner,
-                "operation": r.operation,
-                "presented_fence": r.presented_fence,
-                "current_fence": r.current_fence,
-                "reason": r.reason,
-                "late_by": r.late_by,
-            })
-        })
-        .collect();
+    let refusals: Vec<serde_json::Value> =
+        rows.iter().map(lease_server::wire::refusal_json).collect();
     let lines: Vec<String> = rows
         .iter()
         .map(|r| {

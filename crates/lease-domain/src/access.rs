@@ -6,7 +6,8 @@
 
 use std::fmt;
 
-use crate::values::Owner;
+use crate::rules::{Job, WriteRefused, check_unfinished};
+use crate::values::{Fence, Owner};
 
 /// The SHA-256 digest of a secret (an API key's or a lease token's): what a store keeps
 /// instead of the secret. Shown redacted.
@@ -175,6 +176,38 @@ pub fn may_act_as(scope: Scope, principal: &Principal, owner: &Owner) -> bool {
     }
 }
 
+/// Judges a holder's write through the network service up to the point where the lease's
+/// token and liveness are checked, in the order every client sees: no such job; a fence other
+/// than the job's current one (stale, whoever sends it); the job done, cancelled or dead; the
+/// lease's owner (none once released) outside what the caller may act as (`may_act_as`). On
+/// success, the owner the write is made as. The service then checks the token; the store's
+/// own decision (`decide_renew` and the rest, made as that owner) judges liveness.
+///
+/// # Errors
+/// The [`WriteRefused`] reason; `caller` is named as the presented owner of `NotOwner`.
+pub fn judge_holder(
+    current: Option<&Job>,
+    fence: Fence,
+    caller: &Owner,
+    may_act_as: impl Fn(&Owner) -> bool,
+) -> Result<Owner, WriteRefused> {
+    let job = current.ok_or(WriteRefused::Missing)?;
+    if fence != job.fence {
+        return Err(WriteRefused::Stale {
+            presented: fence,
+            current: job.fence,
+        });
+    }
+    check_unfinished(job)?;
+    match &job.owner {
+        Some(owner) if may_act_as(owner) => Ok(owner.clone()),
+        current => Err(WriteRefused::NotOwner {
+            presented: caller.clone(),
+            current: current.clone(),
+        }),
+    }
+}
+
 /// A key's public id (the part of `lk_<id>_<secret>` that names its record).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct KeyId(String);
@@ -278,6 +311,7 @@ pub fn decide_new_key(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::queue::Ended;
 
     fn p(name: &str) -> Principal {
         Principal::new(name).unwrap()
@@ -371,6 +405,70 @@ mod tests {
             decide_new_key(&id, true, &ci, Scope::Worker, &[]),
             Err(KeyRefused::IdTaken(id.clone()))
         );
+    }
+
+    #[test]
+    fn a_holder_write_is_judged_missing_then_stale_then_ended_then_not_owner() {
+        let f = |n| Fence::new(n).unwrap();
+        let me = o("ci/1");
+        let mine = |owner: &Owner| owner_within(&p("ci"), owner);
+        let held = Job {
+            owner: Some(o("ci/1")),
+            fence: f(3),
+            ..Job::new()
+        };
+        assert_eq!(
+            judge_holder(None, f(3), &me, mine),
+            Err(WriteRefused::Missing)
+        );
+        assert_eq!(judge_holder(Some(&held), f(3), &me, mine), Ok(o("ci/1")));
+        // Stale comes before everything else about the job, whoever sends it.
+        let theirs = Job {
+            owner: Some(o("cd/1")),
+            done: true,
+            ..held.clone()
+        };
+        assert_eq!(
+            judge_holder(Some(&theirs), f(2), &me, mine),
+            Err(WriteRefused::Stale {
+                presented: f(2),
+                current: f(3)
+            })
+        );
+        assert_eq!(
+            judge_holder(Some(&theirs), f(3), &me, mine),
+            Err(WriteRefused::Done { result_fence: None })
+        );
+        for (ended, refused) in [
+            (Ended::Cancelled, WriteRefused::Cancelled),
+            (Ended::Dead, WriteRefused::Dead),
+        ] {
+            let job = Job {
+                owner: Some(o("cd/1")),
+                ended: Some(ended),
+                ..held.clone()
+            };
+            assert_eq!(judge_holder(Some(&job), f(3), &me, mine), Err(refused));
+        }
+        let foreign = Job {
+            owner: Some(o("cd/1")),
+            ..held.clone()
+        };
+        assert_eq!(
+            judge_holder(Some(&foreign), f(3), &me, mine),
+            Err(WriteRefused::NotOwner {
+                presented: me.clone(),
+                current: Some(o("cd/1"))
+            })
+        );
+        let released = Job {
+            owner: None,
+            ..held.clone()
+        };
+        assert!(matches!(
+            judge_holder(Some(&released), f(3), &me, |_| true),
+            Err(WriteRefused::NotOwner { current: None, .. })
+        ));
     }
 
     #[test]

@@ -23,6 +23,8 @@ pub enum AuditReason {
     Dead,
     /// The job does not exist.
     Missing,
+    /// The write came through the network service without its lease's token.
+    BadToken,
 }
 
 impl AuditReason {
@@ -37,6 +39,7 @@ impl AuditReason {
             AuditReason::Cancelled => "cancelled",
             AuditReason::Dead => "dead",
             AuditReason::Missing => "missing",
+            AuditReason::BadToken => "bad_token",
         }
     }
 
@@ -51,6 +54,7 @@ impl AuditReason {
             AuditReason::Cancelled,
             AuditReason::Dead,
             AuditReason::Missing,
+            AuditReason::BadToken,
         ]
         .into_iter()
         .find(|r| r.as_str() == text)
@@ -89,6 +93,19 @@ pub fn refusal(
         Command::Fail(owner, fence, _, _, _) => ("fail", owner, *fence),
         _ => return None,
     };
+    holder_refusal(operation, owner, presented, current, refused)
+}
+
+/// The refusal of a holder's `operation` by `owner` presenting `presented`, against the stored
+/// job; `None` for a refusal that is not a holder's (`retry` of an active job).
+#[must_use]
+pub fn holder_refusal(
+    operation: &'static str,
+    owner: &Owner,
+    presented: Fence,
+    current: Option<&Job>,
+    refused: &WriteRefused,
+) -> Option<Refusal> {
     let reason = match refused {
         WriteRefused::Missing => AuditReason::Missing,
         WriteRefused::Done { .. } => AuditReason::Done,

@@ -25,9 +25,9 @@ mod values;
 
 pub use access::{
     AccessError, KeyId, KeyRefused, MAX_LIVE_KEYS, Principal, Scope, TokenDigest, decide_new_key,
-    may_act_as, owner_within,
+    judge_holder, may_act_as, owner_within,
 };
-pub use audit::{AuditReason, Refusal, reclaim_delay, reclaim_delay_at, refusal};
+pub use audit::{AuditReason, Refusal, holder_refusal, reclaim_delay, reclaim_delay_at, refusal};
 pub use clock::{ClockMode, ClockRefused, ClockSkew};
 pub use command::{Command, Outcome};
 pub use guard::{GuardRefused, decide_guard};

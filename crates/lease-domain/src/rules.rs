@@ -365,6 +365,20 @@ pub const LEASE_EXPIRED: &str = "lease expired";
 pub const RELEASED_AT_LAST_ATTEMPT: &str =
     "its last allowed attempt was released unfinished (a worker shut down); retry it to run again";
 
+/// Refuses a write to a job that is done, cancelled or dead.
+pub(crate) fn check_unfinished(job: &Job) -> Result<(), WriteRefused> {
+    if job.done {
+        return Err(WriteRefused::Done {
+            result_fence: job.result_fence,
+        });
+    }
+    match job.ended {
+        Some(Ended::Cancelled) => Err(WriteRefused::Cancelled),
+        Some(Ended::Dead) => Err(WriteRefused::Dead),
+        None => Ok(()),
+    }
+}
+
 /// Checks that `owner` and `fence` name the current holder of a job that is not done.
 fn check_holder<'a>(
     current: Option<&'a Job>,
@@ -372,16 +386,7 @@ fn check_holder<'a>(
     fence: Fence,
 ) -> Result<&'a Job, WriteRefused> {
     let job = current.ok_or(WriteRefused::Missing)?;
-    if job.done {
-        return Err(WriteRefused::Done {
-            result_fence: job.result_fence,
-        });
-    }
-    match job.ended {
-        Some(Ended::Cancelled) => return Err(WriteRefused::Cancelled),
-        Some(Ended::Dead) => return Err(WriteRefused::Dead),
-        None => {}
-    }
+    check_unfinished(job)?;
     if job.owner.as_ref() != Some(owner) {
         return Err(WriteRefused::NotOwner {
             presented: owner.clone(),

@@ -410,3 +410,22 @@ impl KeyStore for MemoryLeaseStore {
         }))
     }
 }
+
+/// The memory store keeps no audit trail: it reads as a store never opened with it on.
+#[async_trait]
+impl crate::audit::AuditTrail for MemoryLeaseStore {
+    async fn refusals(
+        &self,
+        _filter: &crate::audit::AuditFilter,
+    ) -> Result<Vec<crate::audit::AuditRow>, StoreError> {
+        Ok(Vec::new())
+    }
+
+    async fn record_refusal(
+        &self,
+        _job: &JobId,
+        _refusal: &lease_domain::Refusal,
+    ) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+}

@@ -413,3 +413,53 @@ pub fn set_gauges(rows: &[StatsRow]) {
         }
     }
 }
+
+/// The audit trail of the wrapped store, read as it is (reads of the trail are not counted).
+#[async_trait]
+impl<S: crate::audit::AuditTrail + ?Sized> crate::audit::AuditTrail for Observed<S> {
+    async fn refusals(
+        &self,
+        filter: &crate::audit::AuditFilter,
+    ) -> Result<Vec<crate::audit::AuditRow>, StoreError> {
+        self.inner.refusals(filter).await
+    }
+
+    async fn record_refusal(
+        &self,
+        job: &lease_domain::JobId,
+        refusal: &lease_domain::Refusal,
+    ) -> Result<bool, StoreError> {
+        self.inner.record_refusal(job, refusal).await
+    }
+}
+
+/// The key store of the wrapped store, as it is (key reads are not store operations of the
+/// queue, and their arguments hold digests that spans must not carry).
+#[async_trait]
+impl<S: crate::keys::KeyStore + ?Sized> crate::keys::KeyStore for Observed<S> {
+    async fn add_key(
+        &self,
+        key: &crate::keys::KeyRecord,
+    ) -> Result<Result<(), lease_domain::KeyRefused>, StoreError> {
+        self.inner.add_key(key).await
+    }
+
+    async fn key(
+        &self,
+        id: &lease_domain::KeyId,
+    ) -> Result<Option<crate::keys::KeyRecord>, StoreError> {
+        self.inner.key(id).await
+    }
+
+    async fn keys(&self) -> Result<Vec<crate::keys::KeyRecord>, StoreError> {
+        self.inner.keys().await
+    }
+
+    async fn revoke_key(
+        &self,
+        id: &lease_domain::KeyId,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.inner.revoke_key(id, now).await
+    }
+}

@@ -324,3 +324,60 @@ pub async fn a_refused_completion_is_audited_and_its_claim_goes_on(
         )]
     );
 }
+
+/// A refusal decided outside the store (by the network service) and recorded through
+/// `AuditTrail::record_refusal` reads back whole, after the store's own rows, with the
+/// store's clock; the trail keeps its retention.
+pub async fn a_refusal_recorded_from_outside_reads_back_whole(trail: &dyn AuditTrail) {
+    let job = JobId::new("outside/ü").expect("valid id");
+    let refusal = lease_domain::Refusal {
+        operation: "complete",
+        owner: Owner::new("svc-principal").expect("valid owner"),
+        presented: Fence::new(3).expect("fence"),
+        current: Some(Fence::new(4).expect("fence")),
+        reason: lease_domain::AuditReason::BadToken,
+        late_by: None,
+    };
+    assert!(
+        trail
+            .record_refusal(&job, &refusal)
+            .await
+            .expect("the refusal is recorded"),
+        "the trail is on"
+    );
+    let rows = trail
+        .refusals(&AuditFilter {
+            job: Some(job.clone()),
+            ..AuditFilter::default()
+        })
+        .await
+        .expect("the trail reads");
+    let [row] = rows.as_slice() else {
+        panic!("one row for the job, got {rows:?}");
+    };
+    assert_eq!(
+        (
+            row.job.as_str(),
+            row.owner.as_str(),
+            row.operation.as_str(),
+            row.presented_fence,
+            row.current_fence,
+            row.reason.as_str(),
+            row.late_by
+        ),
+        (
+            "outside/ü",
+            "svc-principal",
+            "complete",
+            3,
+            Some(4),
+            "bad_token",
+            None
+        )
+    );
+    assert!(
+        row.time > 1.0e9,
+        "the store's clock, not a caller's: {}",
+        row.time
+    );
+}

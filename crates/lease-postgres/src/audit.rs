@@ -13,7 +13,7 @@ use crate::error::{self, Stage};
 
 impl PgLeaseStore {
     /// Records a refused holder write in the audit trail and commits (one round trip).
-    pub(crate) async fn record_refusal(
+    pub(crate) async fn commit_refusal(
         &self,
         c: &tokio_postgres::Client,
         s: &Statements,
@@ -113,5 +113,25 @@ impl lease_ports::audit::AuditTrail for PgLeaseStore {
         }
         found.reverse();
         Ok(found)
+    }
+
+    async fn record_refusal(
+        &self,
+        job: &JobId,
+        refusal: &lease_domain::Refusal,
+    ) -> Result<bool, StoreError> {
+        let Some(retention) = self.audit else {
+            return Ok(false);
+        };
+        let mut conn = self.conn().await?;
+        let s = Statements::prepare(&conn, &self.sql).await?;
+        conn.client()
+            .execute(&s.begin, &[])
+            .await
+            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+        self.commit_refusal(conn.client(), &s, job, refusal, retention)
+            .await?;
+        conn.clean();
+        Ok(true)
     }
 }

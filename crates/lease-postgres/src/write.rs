@@ -71,7 +71,7 @@ impl PgLeaseStore {
         let Some(next) = next else {
             match (refused, self.audit) {
                 (Some(entry), Some(retention)) => {
-                    self.record_refusal(c, &s, id, &entry, retention).await?;
+                    self.commit_refusal(c, &s, id, &entry, retention).await?;
                 }
                 _ => rollback(c, &s).await?,
             }

@@ -729,4 +729,25 @@ impl lease_ports::audit::AuditTrail for SqliteLeaseStore {
         self.run(move |store| store.with_conn(|conn| reads::audit_rows(conn, &filter)))
             .await
     }
+
+    async fn record_refusal(
+        &self,
+        job: &JobId,
+        refusal: &lease_domain::Refusal,
+    ) -> Result<bool, StoreError> {
+        let Some(retention) = self.audit else {
+            return Ok(false);
+        };
+        self.refuse_if_read_only()?;
+        let (job, refusal) = (job.clone(), refusal.clone());
+        self.run(move |store| {
+            store.with_conn(|conn| {
+                tx::immediate(conn, |conn| {
+                    ops::record_refusal(conn, retention, &job, &refusal)
+                })
+            })
+        })
+        .await
+        .map(|()| true)
+    }
 }

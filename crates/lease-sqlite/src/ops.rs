@@ -307,6 +307,36 @@ pub(crate) const INSERT_AUDIT: &str = "INSERT INTO lease_audit(time, job, owner,
 pub(crate) const TRIM_AUDIT: &str =
     "DELETE FROM lease_audit WHERE seq <= (SELECT max(seq) FROM lease_audit) - ?1";
 
+/// Adds a refusal to the audit trail at the host's clock, in the open transaction, and trims
+/// the trail to `retention` rows.
+pub(crate) fn record_refusal(
+    conn: &Connection,
+    retention: u64,
+    id: &JobId,
+    entry: &lease_domain::Refusal,
+) -> Result<(), StoreError> {
+    let now = crate::clock::host_now()?;
+    conn.prepare_cached(INSERT_AUDIT)
+        .and_then(|mut stmt| {
+            stmt.execute(rusqlite::params![
+                now.get(),
+                id.as_str(),
+                entry.owner.as_str(),
+                entry.operation,
+                i64::from(entry.presented),
+                entry.current.map(i64::from),
+                entry.reason.as_str(),
+                entry.late_by,
+            ])
+        })
+        .and_then(|_| {
+            conn.prepare_cached(TRIM_AUDIT)?
+                .execute([i64::try_from(retention).unwrap_or(i64::MAX)])
+        })
+        .map(drop)
+        .map_err(error::sql(conn))
+}
+
 /// Runs `op`; if it is a holder's write that was refused, records the refusal (and trims the
 /// trail to `retention` rows) in the same transaction, which then commits.
 pub(crate) fn audited(
@@ -328,25 +358,7 @@ pub(crate) fn audited(
     let Some(entry) = refused else {
         return Ok((reply, wrote));
     };
-    let now = crate::clock::host_now()?;
-    conn.prepare_cached(INSERT_AUDIT)
-        .and_then(|mut stmt| {
-            stmt.execute(rusqlite::params![
-                now.get(),
-                id.as_str(),
-                entry.owner.as_str(),
-                entry.operation,
-                i64::from(entry.presented),
-                entry.current.map(i64::from),
-                entry.reason.as_str(),
-                entry.late_by,
-            ])
-        })
-        .and_then(|_| {
-            conn.prepare_cached(TRIM_AUDIT)?
-                .execute([i64::try_from(retention).unwrap_or(i64::MAX)])
-        })
-        .map_err(error::sql(conn))?;
+    record_refusal(conn, retention, id, &entry)?;
     Ok((reply, true))
 }
 

@@ -1,0 +1,319 @@
+//! `lease serve` and `lease keys` as an operator runs them: keys printed once and kept only as
+//! digests, a server that will not listen publicly without a key, the API over a real socket,
+//! secrets kept out of the logs and the database file, and a clean stop on SIGTERM.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+fn lease(db: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lease"))
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .env_remove("LEASE_DB")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("the lease binary runs")
+}
+
+fn fresh_db() -> (TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("served.db");
+    assert_eq!(lease(&db, &["init"]).status.code(), Some(0));
+    (dir, db)
+}
+
+fn make_key(db: &Path, principal: &str, scope: &str) -> Value {
+    let out = lease(
+        db,
+        &["keys", "create", principal, "--scope", scope, "--json"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A running `lease serve`, its stderr collected; killed on drop.
+struct Server {
+    child: Child,
+    addr: String,
+    log: Arc<Mutex<String>>,
+}
+
+impl Server {
+    fn start(db: &Path, extra: &[&str], envs: &[(&str, &str)]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_lease"))
+            .arg("--db")
+            .arg(db)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .env_remove("LEASE_DB")
+            .envs(envs.iter().copied())
+            .stderr(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let log = Arc::new(Mutex::new(String::new()));
+        let addr = loop {
+            let line = lines
+                .next()
+                .expect("the server says where it listens")
+                .unwrap();
+            log.lock().unwrap().push_str(&format!("{line}\n"));
+            if let Some(rest) = line.strip_prefix("lease: serving http://") {
+                break rest.split_whitespace().next().unwrap().to_owned();
+            }
+        };
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                sink.lock().unwrap().push_str(&format!("{line}\n"));
+            }
+        });
+        Server { child, addr, log }
+    }
+
+    /// One request on its own connection: (status, body as JSON or text).
+    fn call(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, Value) {
+        let mut stream = TcpStream::connect(&self.addr).unwrap();
+        let mut request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
+            self.addr,
+            body.len()
+        );
+        if !body.is_empty() {
+            request.push_str("Content-Type: application/json\r\n");
+        }
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str("\r\n");
+        request.push_str(body);
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        let status: u16 = answer[9..12].parse().unwrap();
+        let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        let body = serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.to_owned()));
+        (status, body)
+    }
+
+    fn stop(mut self) -> (Option<i32>, String) {
+        rustix::process::kill_process(
+            rustix::process::Pid::from_child(&self.child),
+            rustix::process::Signal::TERM,
+        )
+        .unwrap();
+        let status = self.child.wait().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let log = self.log.lock().unwrap().clone();
+        (status.code(), log)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_key_is_printed_once_listed_without_its_secret_and_refused_once_revoked() {
+    let (_dir, db) = fresh_db();
+    let made = make_key(&db, "ci", "worker");
+    let key = made["key"].as_str().unwrap();
+    assert!(key.starts_with(&format!("lk_{}_", made["id"].as_str().unwrap())));
+    assert_eq!(
+        (made["principal"].clone(), made["scope"].clone()),
+        (json!("ci"), json!("worker"))
+    );
+    let listed = lease(&db, &["keys", "list", "--json"]);
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed["keys"][0]["id"], made["id"]);
+    assert!(
+        !listed.to_string().contains(&key[20..]),
+        "no secret in the list"
+    );
+    // A third live key for one principal is refused; rotation keeps two.
+    make_key(&db, "ci", "worker");
+    let third = lease(&db, &["keys", "create", "ci", "--scope", "worker"]);
+    assert_eq!(third.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&third.stderr).contains("already holds 2 live keys"));
+    for (args, says) in [
+        (
+            vec!["keys", "create", "CI", "--scope", "worker"],
+            "principal",
+        ),
+        (vec!["keys", "create", "ci", "--scope", "root"], "--scope"),
+    ] {
+        let out = lease(&db, &args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(says),
+            "{args:?}"
+        );
+    }
+    let server = Server::start(&db, &[], &[]);
+    let auth = format!("Bearer {key}");
+    assert_eq!(
+        server
+            .call("GET", "/v1/stats", &[("Authorization", &auth)], "")
+            .0,
+        200
+    );
+    let revoked = lease(
+        &db,
+        &["keys", "revoke", made["id"].as_str().unwrap(), "--json"],
+    );
+    assert_eq!(
+        serde_json::from_slice::<Value>(&revoked.stdout).unwrap(),
+        json!({"ok": true})
+    );
+    assert_eq!(
+        server
+            .call("GET", "/v1/stats", &[("Authorization", &auth)], "")
+            .0,
+        401
+    );
+    let missing = lease(&db, &["keys", "revoke", "ffff"]);
+    assert_eq!(missing.status.code(), Some(3));
+}
+
+#[test]
+fn without_a_key_the_server_listens_on_loopback_only_and_says_so() {
+    let (_dir, db) = fresh_db();
+    let public = lease(&db, &["serve", "--listen", "0.0.0.0:0"]);
+    assert_eq!(public.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&public.stderr);
+    assert!(
+        said.contains("no API key exists") && said.contains("lease keys create"),
+        "{said}"
+    );
+    let server = Server::start(&db, &[], &[]);
+    assert!(server.log.lock().unwrap().contains("loopback only"));
+    let (status, body) = server.call("GET", "/healthz", &[], "");
+    assert_eq!((status, body), (200, json!({"ok": true})));
+    let (status, body) = server.call("GET", "/v1/stats", &[], "");
+    assert_eq!(
+        (status, body["reason"].clone()),
+        (401, json!("unauthorized"))
+    );
+}
+
+#[test]
+fn the_stale_worker_story_over_http_keeps_the_new_result_and_no_secret_reaches_the_logs_or_the_file()
+ {
+    let (_dir, db) = fresh_db();
+    let worker = make_key(&db, "ci", "worker")["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let viewer = make_key(&db, "eye", "viewer")["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let server = Server::start(&db, &["--client-clock"], &[("RUST_LOG", "trace")]);
+    let w = format!("Bearer {worker}");
+    let auth = [("Authorization", w.as_str())];
+    let post = |path: &str, token: Option<&str>, body: Value| {
+        let mut headers = auth.to_vec();
+        if let Some(token) = token {
+            headers.push(("Lease-Token", token));
+        }
+        server.call("POST", path, &headers, &body.to_string())
+    };
+    assert_eq!(post("/v1/queues/q/jobs", None, json!({"id": "j"})).0, 201);
+    let (_, a) = post(
+        "/v1/queues/q/claims",
+        None,
+        json!({"ttl": 10, "now": 100, "owner": "ci/a"}),
+    );
+    let a = &a["leases"][0];
+    let (_, b) = post(
+        "/v1/queues/q/claims",
+        None,
+        json!({"ttl": 10, "now": 200, "owner": "ci/b"}),
+    );
+    let b = &b["leases"][0];
+    assert_eq!(
+        (a["fence"].clone(), b["fence"].clone()),
+        (json!(1), json!(2))
+    );
+    let token_a = a["lease_token"].as_str().unwrap().to_owned();
+    let token_b = b["lease_token"].as_str().unwrap().to_owned();
+    // A's late renew and complete, with its own token and with wrong ones.
+    let (status, body) = post(
+        "/v1/jobs/j/renew",
+        Some(&token_a),
+        json!({"fence": 1, "ttl": 10, "now": 201}),
+    );
+    assert_eq!((status, body["reason"].clone()), (409, json!("stale")));
+    assert_eq!(
+        (
+            body["presented_fence"].clone(),
+            body["current_fence"].clone()
+        ),
+        (json!(1), json!(2))
+    );
+    let (status, _) = post(
+        "/v1/jobs/j/complete",
+        Some(&token_a),
+        json!({"fence": 1, "result": "A", "now": 201}),
+    );
+    assert_eq!(status, 409);
+    let (status, _) = post(
+        "/v1/jobs/j/complete",
+        Some("lst_guess"),
+        json!({"fence": 2, "result": "A", "now": 201}),
+    );
+    assert_eq!(status, 403);
+    let (status, body) = post(
+        "/v1/jobs/j/complete",
+        Some(&token_b),
+        json!({"fence": 2, "result": "B", "now": 202}),
+    );
+    assert_eq!(
+        (status, body),
+        (200, json!({"ok": true, "result_fence": 2}))
+    );
+    let v = format!("Bearer {viewer}");
+    let (_, job) = server.call("GET", "/v1/jobs/j", &[("Authorization", &v)], "");
+    assert_eq!(
+        (job["result"].clone(), job["result_fence"].clone()),
+        (json!("B"), json!(2))
+    );
+    let (code, log) = server.stop();
+    assert_eq!(code, Some(0), "a clean stop on SIGTERM: {log}");
+    assert!(
+        log.contains("request"),
+        "the trace level logged requests: {log}"
+    );
+    let mut file = std::fs::read(&db).unwrap();
+    for extra in ["-wal", "-shm"] {
+        let mut name = db.clone().into_os_string();
+        name.push(extra);
+        if let Ok(bytes) = std::fs::read(PathBuf::from(name)) {
+            file.extend(bytes);
+        }
+    }
+    for secret in [&worker, &viewer, &token_a, &token_b] {
+        let tail = &secret[secret.len() - 32..];
+        assert!(!log.contains(tail), "a secret reached the log");
+        assert!(
+            !file.windows(tail.len()).any(|w| w == tail.as_bytes()),
+            "a secret reached the database file"
+        );
+    }
+}

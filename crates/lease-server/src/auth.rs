@@ -1,0 +1,125 @@
+//! Who is calling: the API key in `Authorization: Bearer`, looked up by its id in the store
+//! and checked against its digest in constant time; and what that caller may do.
+
+use axum::http::{HeaderMap, HeaderName, header};
+use lease_domain::{Owner, Principal, Scope, TokenDigest, may_act_as};
+
+use crate::App;
+use crate::problem::Problem;
+use crate::secrets;
+
+/// The header that carries a lease's token.
+pub const LEASE_TOKEN: HeaderName = HeaderName::from_static("lease-token");
+
+/// An authenticated caller.
+#[derive(Debug, Clone)]
+pub(crate) struct Caller {
+    /// Who holds the key.
+    pub(crate) principal: Principal,
+    /// What the key may do.
+    pub(crate) scope: Scope,
+}
+
+impl Caller {
+    /// The owner a request that names none acts as: the principal itself.
+    ///
+    /// # Errors
+    /// Never for a checked principal; a `500` otherwise.
+    pub(crate) fn default_owner(&self) -> Result<Owner, Problem> {
+        Owner::new(self.principal.as_str()).map_err(|_| {
+            Problem::new(
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                "store_error",
+                "the key's principal is not a valid owner",
+            )
+        })
+    }
+
+    /// Whether this caller may act as `owner`.
+    #[must_use]
+    pub(crate) fn may_act_as(&self, owner: &Owner) -> bool {
+        may_act_as(self.scope, &self.principal, owner)
+    }
+}
+
+/// Authenticates the request and checks that its key's scope allows `needed`.
+///
+/// # Errors
+/// `401` (with `WWW-Authenticate: Bearer`) without a key, or for one the store does not
+/// know, has revoked, or whose secret does not match; `403` for a scope below `needed`.
+pub(crate) async fn authenticate(
+    app: &App,
+    headers: &HeaderMap,
+    needed: Scope,
+) -> Result<Caller, Problem> {
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return Err(Problem::unauthorized(
+            "send one API key as Authorization: Bearer <key>",
+        ));
+    };
+    let presented = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .ok_or_else(|| Problem::unauthorized("send the API key as Authorization: Bearer <key>"))?;
+    let unknown = || Problem::unauthorized("the API key is not known, or was revoked");
+    let (id, secret) = secrets::parse_key(presented).ok_or_else(unknown)?;
+    let record = app
+        .store
+        .key(&id)
+        .await
+        .map_err(|e| Problem::store(&e))?
+        .ok_or_else(unknown)?;
+    if !secrets::same(&secrets::digest(secret), &record.digest) || record.revoked.is_some() {
+        return Err(unknown());
+    }
+    if !record.scope.allows(needed) {
+        return Err(Problem::forbidden(format!(
+            "a {} key may not do this; it needs a {} key",
+            record.scope, needed
+        )));
+    }
+    Ok(Caller {
+        principal: record.principal,
+        scope: record.scope,
+    })
+}
+
+/// Checks the `Lease-Token` header against the digest kept with the lease.
+///
+/// # Errors
+/// `400` (`missing_token`) without exactly one readable header, `403` (`bad_token`) for a
+/// token that is not the lease's (a lease granted without a token has none that matches).
+pub(crate) fn check_lease_token(
+    headers: &HeaderMap,
+    kept: Option<&TokenDigest>,
+) -> Result<(), Problem> {
+    let mut values = headers.get_all(LEASE_TOKEN).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return Err(Problem::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            "missing_token",
+            "send the lease's token, once, as the Lease-Token header",
+        ));
+    };
+    let token = value.to_str().map_err(|_| {
+        Problem::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            "missing_token",
+            "the Lease-Token header is not text",
+        )
+    })?;
+    match kept {
+        Some(kept) if secrets::same(&secrets::digest(token.trim()), kept) => Ok(()),
+        _ => {
+            metrics::counter!("lease_server_bad_lease_tokens_total").increment(1);
+            Err(Problem::new(
+                axum::http::StatusCode::FORBIDDEN,
+                "bad_token",
+                "the Lease-Token is not this lease's",
+            ))
+        }
+    }
+}

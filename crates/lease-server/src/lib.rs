@@ -1,0 +1,250 @@
+//! The fenced work queue as an HTTP/JSON service over any lease store (`lease serve`).
+//!
+//! Workers need a URL and an API key, not database credentials. Every lease granted through
+//! the service carries a secret token (kept by the store only as a digest), and every write
+//! of a holder is judged in one pinned order (`lease_domain::judge_holder`, then the token,
+//! then the store's own decision), so a stale worker is refused the same way by every client.
+//!
+//! This crate depends on `lease-ports` and `lease-domain` only: `lease-cli` picks the store
+//! and hands it over. The OpenAPI document is generated from the handlers (utoipa).
+
+mod api;
+mod auth;
+pub mod input;
+pub mod problem;
+pub mod secrets;
+pub mod waiters;
+pub mod wire;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::error_handling::HandleErrorLayer;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderName, StatusCode, header};
+use axum::response::IntoResponse;
+use lease_domain::Timestamp;
+use lease_ports::LeaseStore;
+use lease_ports::audit::AuditTrail;
+use lease_ports::keys::KeyStore;
+use tower::ServiceBuilder;
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
+use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
+use tower_http::trace::TraceLayer;
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::problem::Problem;
+use crate::waiters::Waiters;
+
+pub use auth::LEASE_TOKEN;
+
+/// What the service needs of a store: the queue, its audit trail and its API keys.
+pub trait ServiceStore: LeaseStore + AuditTrail + KeyStore {}
+
+impl<T: LeaseStore + AuditTrail + KeyStore + ?Sized> ServiceStore for T {}
+
+/// The clock the service decides with (the CLI's `main` passes the system clock).
+pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
+/// Renders the process's metrics as Prometheus text (the binary installs the exporter).
+pub type MetricsRender = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// How the service runs. Every limit has a default (`ServiceConfig::new`) and a flag in
+/// `lease serve`.
+#[derive(Clone)]
+pub struct ServiceConfig {
+    /// The service's clock.
+    pub clock: Clock,
+    /// Whether requests may carry their own `now` (for tests that script time); off by default.
+    pub client_clock: bool,
+    /// `/metrics` text, if the binary records metrics.
+    pub metrics: Option<MetricsRender>,
+    /// The largest request body, in bytes (default 2 MiB: a 1 MiB payload fits, even as base64).
+    pub body_limit: usize,
+    /// How long a request may take beyond its long poll (default 30 s).
+    pub request_timeout: Duration,
+    /// Requests handled at once; more are refused with `503` and `Retry-After` (default 1,024).
+    pub max_in_flight: usize,
+    /// Claims waiting at once (long polls); more are refused with `503` (default 1,000).
+    pub max_waiting: usize,
+    /// How often a waiting claim looks again for jobs that came due by time or were enqueued
+    /// elsewhere (default 1 s; a job enqueued through this server wakes one waiter at once).
+    pub poll_interval: Duration,
+}
+
+impl std::fmt::Debug for ServiceConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceConfig")
+            .field("client_clock", &self.client_clock)
+            .field("body_limit", &self.body_limit)
+            .field("request_timeout", &self.request_timeout)
+            .field("max_in_flight", &self.max_in_flight)
+            .field("max_waiting", &self.max_waiting)
+            .field("poll_interval", &self.poll_interval)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServiceConfig {
+    /// The defaults, deciding with `clock`.
+    #[must_use]
+    pub fn new(clock: Clock) -> Self {
+        Self {
+            clock,
+            client_clock: false,
+            metrics: None,
+            body_limit: 2 << 20,
+            request_timeout: Duration::from_secs(30),
+            max_in_flight: 1024,
+            max_waiting: 1000,
+            poll_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// The state every handler shares.
+pub(crate) struct App {
+    pub(crate) store: Arc<dyn ServiceStore>,
+    pub(crate) config: ServiceConfig,
+    pub(crate) waiters: Waiters,
+    pub(crate) openapi: String,
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "lease",
+        description = "A fenced work queue: every lease carries a fencing token (a per-job number that only goes up) and a secret lease token; a stale worker's write is refused."
+    ),
+    modifiers(&BearerKeys),
+    tags(
+        (name = "queue", description = "Enqueue and claim"),
+        (name = "jobs", description = "A lease holder's writes, and reading jobs"),
+        (name = "admin", description = "Cancel, retry and purge (admin keys)"),
+        (name = "audit", description = "Refused writes"),
+        (name = "service", description = "Health, metrics and this document"),
+    )
+)]
+struct ApiDoc;
+
+struct BearerKeys;
+
+impl Modify for BearerKeys {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "api_key",
+            SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
+        );
+    }
+}
+
+/// The routes and their OpenAPI document, with no state yet.
+fn routes() -> (axum::Router<Arc<App>>, utoipa::openapi::OpenApi) {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(api::enqueue))
+        .routes(routes!(api::enqueue_many))
+        .routes(routes!(api::claim_next))
+        .routes(routes!(api::claim))
+        .routes(routes!(api::renew))
+        .routes(routes!(api::complete))
+        .routes(routes!(api::fail))
+        .routes(routes!(api::release))
+        .routes(routes!(api::get_job))
+        .routes(routes!(api::list_jobs))
+        .routes(routes!(api::cancel))
+        .routes(routes!(api::retry))
+        .routes(routes!(api::purge))
+        .routes(routes!(api::stats))
+        .routes(routes!(api::refusals))
+        .routes(routes!(api::healthz))
+        .routes(routes!(api::metrics))
+        .routes(routes!(api::openapi))
+        .split_for_parts()
+}
+
+/// The OpenAPI document of the service, as JSON.
+#[must_use]
+pub fn openapi_json() -> String {
+    routes().1.to_pretty_json().unwrap_or_default()
+}
+
+/// Request ids: a counter, unique within the process (enough to match log lines).
+#[derive(Clone, Default)]
+struct Counter(Arc<std::sync::atomic::AtomicU64>);
+
+impl MakeRequestId for Counter {
+    fn make_request_id<B>(&mut self, _request: &axum::http::Request<B>) -> Option<RequestId> {
+        let n = self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        axum::http::HeaderValue::from_str(&n.to_string())
+            .ok()
+            .map(RequestId::new)
+    }
+}
+
+async fn overloaded(err: tower::BoxError) -> axum::response::Response {
+    if err.is::<tower::timeout::error::Elapsed>() {
+        Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded",
+            "the request took too long and was stopped; try again",
+        )
+        .retry_after(1)
+        .into_response()
+    } else {
+        Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded",
+            "the server is at its limit of requests in flight; try again",
+        )
+        .retry_after(1)
+        .into_response()
+    }
+}
+
+async fn not_found() -> Problem {
+    Problem::new(StatusCode::NOT_FOUND, "not_found", "no such route")
+}
+
+/// The service over `store`: every route, its middleware in order (a request id; the
+/// `Authorization` and `Lease-Token` headers marked sensitive before the trace layer sees
+/// them; the body limit; load shedding and the timeout), ready for `axum::serve`.
+pub fn router(store: Arc<dyn ServiceStore>, config: ServiceConfig) -> axum::Router {
+    let (routes, openapi) = routes();
+    let app = Arc::new(App {
+        store,
+        waiters: Waiters::new(config.max_waiting),
+        openapi: openapi.to_pretty_json().unwrap_or_default(),
+        config: config.clone(),
+    });
+    let request_id = HeaderName::from_static("x-request-id");
+    let timeout = config.request_timeout + Duration::from_secs(20);
+    routes
+        .fallback(not_found)
+        .with_state(app)
+        .layer(
+            ServiceBuilder::new()
+                .layer(SetRequestIdLayer::new(
+                    request_id.clone(),
+                    Counter::default(),
+                ))
+                .layer(SetSensitiveRequestHeadersLayer::new([
+                    header::AUTHORIZATION,
+                    auth::LEASE_TOKEN,
+                ]))
+                .layer(TraceLayer::new_for_http())
+                .layer(PropagateRequestIdLayer::new(request_id))
+                .layer(HandleErrorLayer::new(overloaded))
+                .layer(tower::load_shed::LoadShedLayer::new())
+                .layer(tower::limit::ConcurrencyLimitLayer::new(
+                    config.max_in_flight,
+                ))
+                .layer(tower::timeout::TimeoutLayer::new(timeout)),
+        )
+        .layer(DefaultBodyLimit::max(config.body_limit))
+}

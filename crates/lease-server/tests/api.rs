@@ -1,0 +1,618 @@
+//! The service as a client sees it, request by request, on the memory store and on SQLite,
+//! with a clock the test moves: the stale-worker story, the pinned order of a holder's write,
+//! keys and scopes, and every error status a request can cause.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use lease_domain::{KeyId, Principal, Scope, Timestamp};
+use lease_ports::keys::KeyRecord;
+use lease_ports::memory::MemoryLeaseStore;
+use lease_server::{ServiceConfig, ServiceStore, router, secrets};
+use serde_json::{Value, json};
+use tower::ServiceExt as _;
+
+/// A service with a clock the test sets, and three keys.
+struct Service {
+    app: axum::Router,
+    time: Arc<AtomicU64>,
+    store: Arc<dyn ServiceStore>,
+    worker: String,
+    other: String,
+    admin: String,
+    viewer: String,
+}
+
+async fn key(store: &dyn ServiceStore, principal: &str, scope: Scope) -> String {
+    let made = secrets::new_key().unwrap();
+    store
+        .add_key(&KeyRecord {
+            id: made.id.clone(),
+            principal: Principal::new(principal).unwrap(),
+            scope,
+            digest: made.digest,
+            created: Timestamp::ZERO,
+            revoked: None,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    made.key
+}
+
+async fn service_over(store: Arc<dyn ServiceStore>) -> Service {
+    let time = Arc::new(AtomicU64::new(1000f64.to_bits()));
+    let clock = {
+        let time = time.clone();
+        Arc::new(move || Timestamp::new(f64::from_bits(time.load(Ordering::SeqCst))).unwrap())
+    };
+    let mut config = ServiceConfig::new(clock);
+    config.poll_interval = std::time::Duration::from_millis(50);
+    Service {
+        worker: key(store.as_ref(), "ci", Scope::Worker).await,
+        other: key(store.as_ref(), "cd", Scope::Worker).await,
+        admin: key(store.as_ref(), "ops", Scope::Admin).await,
+        viewer: key(store.as_ref(), "eye", Scope::Viewer).await,
+        app: router(store.clone(), config),
+        time,
+        store,
+    }
+}
+
+async fn service() -> Service {
+    service_over(Arc::new(MemoryLeaseStore::new())).await
+}
+
+/// One answer: status, headers and the body as JSON (or a string).
+struct Answer {
+    status: StatusCode,
+    headers: axum::http::HeaderMap,
+    body: Value,
+}
+
+impl Service {
+    fn at(&self, t: f64) {
+        self.time.store(t.to_bits(), Ordering::SeqCst);
+    }
+
+    async fn send(&self, request: Request<Body>) -> Answer {
+        let response = self.app.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 24)
+            .await
+            .unwrap();
+        let body = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        Answer {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    async fn post(&self, path: &str, key: &str, token: Option<&str>, body: Value) -> Answer {
+        let mut request = Request::post(path)
+            .header("authorization", format!("Bearer {key}"))
+            .header("content-type", "application/json");
+        if let Some(token) = token {
+            request = request.header("lease-token", token);
+        }
+        self.send(request.body(Body::from(body.to_string())).unwrap())
+            .await
+    }
+
+    async fn get(&self, path: &str, key: &str) -> Answer {
+        self.send(
+            Request::get(path)
+                .header("authorization", format!("Bearer {key}"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+    }
+
+    async fn enqueue(&self, queue: &str, id: &str) {
+        let answer = self
+            .post(
+                &format!("/v1/queues/{queue}/jobs"),
+                &self.worker,
+                None,
+                json!({ "id": id }),
+            )
+            .await;
+        assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    }
+
+    /// Claims one job of `queue` as `owner` with `key`: (id, fence, token).
+    async fn claim(&self, queue: &str, key: &str, owner: &str, ttl: f64) -> (String, u64, String) {
+        let answer = self
+            .post(
+                &format!("/v1/queues/{queue}/claims"),
+                key,
+                None,
+                json!({ "ttl": ttl, "owner": owner }),
+            )
+            .await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+        assert_eq!(answer.headers["cache-control"], "no-store");
+        let lease = &answer.body["leases"][0];
+        (
+            lease["id"].as_str().unwrap().to_owned(),
+            lease["fence"].as_u64().unwrap(),
+            lease["lease_token"].as_str().unwrap().to_owned(),
+        )
+    }
+}
+
+fn assert_problem(answer: &Answer, status: StatusCode, reason: &str) {
+    assert_eq!(answer.status, status, "{}", answer.body);
+    assert_eq!(answer.headers["content-type"], "application/problem+json");
+    assert_eq!(answer.body["reason"], reason, "{}", answer.body);
+    assert_eq!(answer.body["status"], status.as_u16());
+}
+
+#[tokio::test]
+async fn a_stale_worker_is_refused_naming_both_fences_and_the_new_result_stands() {
+    let s = service().await;
+    s.enqueue("mail", "job/1 ü").await;
+    let (id, fence_a, token_a) = s.claim("mail", &s.worker, "ci/a", 10.0).await;
+    assert_eq!((id.as_str(), fence_a), ("job/1 ü", 1));
+    // A stalls past its lease; B takes the job.
+    s.at(1020.0);
+    let (_, fence_b, token_b) = s.claim("mail", &s.worker, "ci/b", 10.0).await;
+    assert_eq!(fence_b, 2);
+    let path = "/v1/jobs/job%2F1%20%C3%BC";
+    for op in ["renew", "complete"] {
+        let answer = s
+            .post(
+                &format!("{path}/{op}"),
+                &s.worker,
+                Some(&token_a),
+                json!({"fence": fence_a, "ttl": 10, "result": "A's"}),
+            )
+            .await;
+        // renew takes no result and complete no ttl: the field check names that first.
+        if answer.status == StatusCode::UNPROCESSABLE_ENTITY {
+            let body = if op == "renew" {
+                json!({"fence": fence_a, "ttl": 10})
+            } else {
+                json!({"fence": fence_a, "result": "A's"})
+            };
+            let answer = s
+                .post(&format!("{path}/{op}"), &s.worker, Some(&token_a), body)
+                .await;
+            assert_problem(&answer, StatusCode::CONFLICT, "stale");
+            assert_eq!(answer.body["presented_fence"], 1);
+            assert_eq!(answer.body["current_fence"], 2);
+        } else {
+            panic!("{op} took a field it does not take: {}", answer.body);
+        }
+    }
+    let done = s
+        .post(
+            &format!("{path}/complete"),
+            &s.worker,
+            Some(&token_b),
+            json!({"fence": fence_b, "result": "B's"}),
+        )
+        .await;
+    assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+    assert_eq!(done.body, json!({"ok": true, "result_fence": 2}));
+    let job = s.get(path, &s.viewer).await;
+    assert_eq!(job.body["result"], "B's");
+    assert_eq!(job.body["result_fence"], 2);
+    assert_eq!(job.body["status"], "done");
+    // A's late complete still changes nothing, with A's token or B's.
+    for token in [&token_a, &token_b] {
+        let late = s
+            .post(
+                &format!("{path}/complete"),
+                &s.worker,
+                Some(token),
+                json!({"fence": fence_a, "result": "A's"}),
+            )
+            .await;
+        assert_problem(&late, StatusCode::CONFLICT, "stale");
+    }
+    assert_eq!(s.get(path, &s.viewer).await.body["result"], "B's");
+}
+
+#[tokio::test]
+async fn a_holder_write_is_judged_in_the_pinned_order() {
+    let s = service().await;
+    let write = |id: &str, fence: u64, token: Option<String>, key: String| {
+        let s = &s;
+        let id = id.to_owned();
+        async move {
+            s.post(
+                &format!("/v1/jobs/{id}/renew"),
+                &key,
+                token.as_deref(),
+                json!({"fence": fence, "ttl": 10}),
+            )
+            .await
+        }
+    };
+    assert_problem(
+        &write("nope", 1, None, s.worker.clone()).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    s.enqueue("q", "j").await;
+    let (_, fence, token) = s.claim("q", &s.worker, "ci", 10.0).await;
+    // A stale fence is stale whoever sends it, with no token at all.
+    assert_problem(
+        &write("j", fence + 1, None, s.other.clone()).await,
+        StatusCode::CONFLICT,
+        "stale",
+    );
+    // The lease is ci's: cd's key is not its owner (before any token is looked at).
+    assert_problem(
+        &write("j", fence, Some(token.clone()), s.other.clone()).await,
+        StatusCode::CONFLICT,
+        "not_owner",
+    );
+    assert_problem(
+        &write("j", fence, None, s.worker.clone()).await,
+        StatusCode::BAD_REQUEST,
+        "missing_token",
+    );
+    let (_, _, other_token) = {
+        s.enqueue("q2", "k").await;
+        s.claim("q2", &s.worker, "ci", 10.0).await
+    };
+    let wrong = write("j", fence, Some(other_token), s.worker.clone()).await;
+    assert_problem(&wrong, StatusCode::FORBIDDEN, "bad_token");
+    // An admin acts as any owner, but still needs the lease's token.
+    assert_problem(
+        &write("j", fence, None, s.admin.clone()).await,
+        StatusCode::BAD_REQUEST,
+        "missing_token",
+    );
+    assert_eq!(
+        write("j", fence, Some(token.clone()), s.admin.clone())
+            .await
+            .status,
+        StatusCode::OK
+    );
+    // Expired comes last: the right token, the right fence, too late.
+    s.at(2000.0);
+    assert_problem(
+        &write("j", fence, Some(token.clone()), s.worker.clone()).await,
+        StatusCode::CONFLICT,
+        "expired",
+    );
+    // Done, cancelled and dead come before the owner and the token.
+    let cancel = s.post("/v1/jobs/j/cancel", &s.admin, None, json!({})).await;
+    assert_eq!(cancel.status, StatusCode::OK, "{}", cancel.body);
+    assert_problem(
+        &write("j", fence, None, s.other.clone()).await,
+        StatusCode::CONFLICT,
+        "cancelled",
+    );
+}
+
+#[tokio::test]
+async fn keys_and_scopes_decide_who_may_do_what() {
+    let s = service().await;
+    s.enqueue("q", "j").await;
+    let no_key = s
+        .send(Request::get("/v1/stats").body(Body::empty()).unwrap())
+        .await;
+    assert_problem(&no_key, StatusCode::UNAUTHORIZED, "unauthorized");
+    assert_eq!(no_key.headers["www-authenticate"], "Bearer");
+    for bad in [
+        "lk_0000_nope".to_owned(),
+        "not a key".to_owned(),
+        format!("{}x", s.worker),
+    ] {
+        let answer = s.get("/v1/stats", &bad).await;
+        assert_problem(&answer, StatusCode::UNAUTHORIZED, "unauthorized");
+        assert!(!answer.body.to_string().contains(&bad));
+    }
+    // A viewer reads but cannot act; a worker cannot cancel; an admin can.
+    assert_eq!(s.get("/v1/stats", &s.viewer).await.status, StatusCode::OK);
+    let enqueue = s
+        .post("/v1/queues/q/jobs", &s.viewer, None, json!({"id": "v"}))
+        .await;
+    assert_problem(&enqueue, StatusCode::FORBIDDEN, "forbidden");
+    let cancel = s
+        .post("/v1/jobs/j/cancel", &s.worker, None, json!({}))
+        .await;
+    assert_problem(&cancel, StatusCode::FORBIDDEN, "forbidden");
+    // A worker claims as its principal or below it, never as another.
+    for owner in ["cd", "cix", "cd/ci"] {
+        let answer = s
+            .post(
+                "/v1/queues/q/claims",
+                &s.worker,
+                None,
+                json!({"ttl": 5, "owner": owner}),
+            )
+            .await;
+        assert_problem(&answer, StatusCode::FORBIDDEN, "forbidden");
+    }
+    let (_, _, _) = s.claim("q", &s.worker, "ci/host-1", 5.0).await;
+    // A revoked key is refused from then on.
+    let id = secrets::parse_key(&s.viewer).unwrap().0;
+    assert!(s.store.revoke_key(&id, Timestamp::ZERO).await.unwrap());
+    assert_problem(
+        &s.get("/v1/stats", &s.viewer).await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    );
+    let _: KeyId = id;
+}
+
+#[tokio::test]
+async fn every_bad_request_gets_its_own_status_and_never_a_5xx_or_an_echo() {
+    let s = service().await;
+    let raw = |body: &'static str, content_type: Option<&'static str>| {
+        let mut request = Request::post("/v1/queues/q/claims")
+            .header("authorization", format!("Bearer {}", s.worker));
+        if let Some(ct) = content_type {
+            request = request.header("content-type", ct);
+        }
+        request.body(Body::from(body)).unwrap()
+    };
+    let json = Some("application/json");
+    for (request, status, reason) in [
+        (
+            raw(r#"{"ttl": "#, json),
+            StatusCode::BAD_REQUEST,
+            "malformed",
+        ),
+        (
+            raw(r#"{"ttl": 5}"#, Some("text/plain")),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+        ),
+        (
+            raw(r#"{"ttl": 0}"#, json),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
+        (
+            raw(r#"{"ttl": -1}"#, json),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
+        (
+            raw(r#"{"ttl": 1e308, "now": 1e308}"#, json),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
+        (
+            raw(r#"{"ttl": 5, "limit": 101}"#, json),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
+        (
+            raw(r#"{"ttl": 5, "limit": 0}"#, json),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
+        (
+            raw(r#"{"ttl": 5, "wait": 21}"#, json),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
+        (
+            raw(r#"{"ttl": "s3cr3t"}"#, json),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
+        (
+            raw(r#"{"ttl": 5, "owner": ""}"#, json),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+        ),
+    ] {
+        let answer = s.send(request).await;
+        assert_problem(&answer, status, reason);
+        assert!(
+            !answer.body.to_string().contains("s3cr3t"),
+            "{}",
+            answer.body
+        );
+    }
+    let empty_id = s
+        .post("/v1/queues/q/jobs", &s.worker, None, json!({"id": ""}))
+        .await;
+    assert_problem(&empty_id, StatusCode::UNPROCESSABLE_ENTITY, "invalid");
+    assert!(empty_id.body["detail"].as_str().unwrap().contains("`id`"));
+    let huge = "x".repeat(3 << 20);
+    let too_large = s
+        .send(
+            Request::post("/v1/queues/q/jobs")
+                .header("authorization", format!("Bearer {}", s.worker))
+                .header("content-type", "application/json")
+                .body(Body::from(format!(r#"{{"id": "a", "payload": "{huge}"}}"#)))
+                .unwrap(),
+        )
+        .await;
+    assert_problem(&too_large, StatusCode::PAYLOAD_TOO_LARGE, "too_large");
+    let unknown_route = s.get("/v1/nothing", &s.worker).await;
+    assert_problem(&unknown_route, StatusCode::NOT_FOUND, "not_found");
+    let bad_status = s.get("/v1/jobs?status=s3cr3t", &s.viewer).await;
+    assert_problem(&bad_status, StatusCode::UNPROCESSABLE_ENTITY, "invalid");
+    assert!(!bad_status.body.to_string().contains("s3cr3t"));
+    let now_refused = s
+        .post(
+            "/v1/queues/q/claims",
+            &s.worker,
+            None,
+            json!({"ttl": 5, "now": 3}),
+        )
+        .await;
+    assert_problem(&now_refused, StatusCode::UNPROCESSABLE_ENTITY, "invalid");
+}
+
+#[tokio::test]
+async fn enqueue_answers_201_then_200_and_a_batch_is_stored_whole_or_not_at_all() {
+    let s = service().await;
+    let first = s
+        .post(
+            "/v1/queues/q/jobs",
+            &s.worker,
+            None,
+            json!({"id": "a", "payload_base64": "AP8="}),
+        )
+        .await;
+    assert_eq!(
+        (first.status, &first.body),
+        (StatusCode::CREATED, &json!({"inserted": true}))
+    );
+    let again = s
+        .post("/v1/queues/q/jobs", &s.worker, None, json!({"id": "a"}))
+        .await;
+    assert_eq!(
+        (again.status, &again.body),
+        (StatusCode::OK, &json!({"inserted": false}))
+    );
+    let job = s.get("/v1/jobs/a", &s.viewer).await;
+    assert_eq!(job.body["payload_base64"], "AP8=");
+    let bad_batch = s
+        .post(
+            "/v1/queues/q/jobs/batch",
+            &s.worker,
+            None,
+            json!({"jobs": [{"id": "b"}, {"id": ""}]}),
+        )
+        .await;
+    assert_problem(&bad_batch, StatusCode::UNPROCESSABLE_ENTITY, "invalid");
+    assert!(
+        bad_batch.body["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("jobs[1]")
+    );
+    assert_eq!(
+        s.get("/v1/jobs/b", &s.viewer).await.status,
+        StatusCode::NOT_FOUND
+    );
+    let batch = s
+        .post(
+            "/v1/queues/q/jobs/batch",
+            &s.worker,
+            None,
+            json!({"jobs": [{"id": "b"}, {"id": "a"}, {"id": "c", "priority": 3}]}),
+        )
+        .await;
+    assert_eq!(batch.body, json!({"inserted": [true, false, true]}));
+    let (first_claimed, _, _) = s.claim("q", &s.worker, "ci", 5.0).await;
+    assert_eq!(first_claimed, "c");
+}
+
+#[tokio::test]
+async fn jobs_page_by_key_and_the_next_id_leads_to_the_rest() {
+    let s = service().await;
+    for id in ["e", "a", "c", "b", "d"] {
+        s.enqueue("q", id).await;
+    }
+    let mut seen = Vec::new();
+    let mut path = "/v1/jobs?queue=q&limit=2".to_owned();
+    loop {
+        let page = s.get(&path, &s.viewer).await;
+        assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+        for job in page.body["jobs"].as_array().unwrap() {
+            seen.push(job["id"].as_str().unwrap().to_owned());
+        }
+        match page.body["next"].as_str() {
+            Some(next) => path = format!("/v1/jobs?queue=q&limit=2&after={next}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["a", "b", "c", "d", "e"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_enqueue_answers_exactly_one_of_fifty_waiting_claims() {
+    let s = Arc::new(service().await);
+    let mut waiting = Vec::new();
+    for n in 0..50 {
+        let s = s.clone();
+        waiting.push(tokio::spawn(async move {
+            s.post(
+                "/v1/queues/q/claims",
+                &s.worker,
+                None,
+                json!({"ttl": 30, "wait": 2, "owner": format!("ci/{n}")}),
+            )
+            .await
+        }));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let started = std::time::Instant::now();
+    s.enqueue("q", "only").await;
+    let mut answered = 0;
+    for task in waiting {
+        let answer = task.await.unwrap();
+        assert_eq!(answer.status, StatusCode::OK);
+        let leases = answer.body["leases"].as_array().unwrap();
+        if !leases.is_empty() {
+            assert_eq!(leases[0]["id"], "only");
+            answered += 1;
+        }
+    }
+    assert_eq!(answered, 1, "one job, one lease");
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(1000),
+        "the others waited"
+    );
+}
+
+#[tokio::test]
+async fn refused_writes_appear_in_the_refusals_with_their_fences() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = lease_sqlite::SqliteOptions {
+        audit: Some(100),
+        ..lease_sqlite::SqliteOptions::default()
+    };
+    let store =
+        lease_sqlite::SqliteLeaseStore::open_with(dir.path().join("a.db"), options).unwrap();
+    let s = service_over(Arc::new(store)).await;
+    s.enqueue("q", "j").await;
+    let (_, fence_a, token_a) = s.claim("q", &s.worker, "ci/a", 10.0).await;
+    s.at(1030.0);
+    let (_, _, _) = s.claim("q", &s.worker, "ci/b", 10.0).await;
+    // A's late write with the right token for its own (old) fence: the store judges it.
+    let late = s
+        .post(
+            "/v1/jobs/j/complete",
+            &s.worker,
+            Some(&token_a),
+            json!({"fence": fence_a, "result": "late"}),
+        )
+        .await;
+    assert_problem(&late, StatusCode::CONFLICT, "stale");
+    // B's write with A's token: refused as a wrong token, and recorded as such.
+    let wrong = s
+        .post(
+            "/v1/jobs/j/renew",
+            &s.worker,
+            Some(&token_a),
+            json!({"fence": fence_a + 1, "ttl": 5}),
+        )
+        .await;
+    assert_problem(&wrong, StatusCode::FORBIDDEN, "bad_token");
+    let refusals = s.get("/v1/refusals", &s.viewer).await;
+    assert_eq!(refusals.status, StatusCode::OK, "{}", refusals.body);
+    let rows = refusals.body["refusals"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{}", refusals.body);
+    assert_eq!(rows[1]["reason"], "bad_token");
+    assert_eq!(rows[1]["operation"], "renew");
+    assert_eq!(rows[1]["presented_fence"], 2);
+    let row = &rows[0];
+    assert_eq!(row["job"], "j");
+    assert_eq!(row["operation"], "complete");
+    assert_eq!(row["reason"], "stale");
+    assert_eq!(row["presented_fence"], 1);
+    assert_eq!(row["current_fence"], 2);
+    assert_eq!(row["owner"], "ci");
+    let since = s.get("/v1/refusals?since=99999999999", &s.viewer).await;
+    assert_eq!(since.body["refusals"], json!([]));
+}
