@@ -379,27 +379,16 @@ pub(crate) fn check_unfinished(job: &Job) -> Result<(), WriteRefused> {
     }
 }
 
-/// Checks that `owner` and `fence` name the current holder of a job that is not done.
+/// Checks that `owner` and `fence` name the current holder of a job that is not done, in the
+/// one order every store and the network service judge a holder's write in
+/// ([`crate::judge_holder`]): missing, stale, done/cancelled/dead, not the owner.
 fn check_holder<'a>(
     current: Option<&'a Job>,
     owner: &Owner,
     fence: Fence,
 ) -> Result<&'a Job, WriteRefused> {
-    let job = current.ok_or(WriteRefused::Missing)?;
-    check_unfinished(job)?;
-    if job.owner.as_ref() != Some(owner) {
-        return Err(WriteRefused::NotOwner {
-            presented: owner.clone(),
-            current: job.owner.clone(),
-        });
-    }
-    if job.fence != fence {
-        return Err(WriteRefused::Stale {
-            presented: fence,
-            current: job.fence,
-        });
-    }
-    Ok(job)
+    crate::access::judge_holder(current, fence, owner, |held| held == owner)?;
+    current.ok_or(WriteRefused::Missing)
 }
 
 /// Checks the holder and that its lease is live at `now`.

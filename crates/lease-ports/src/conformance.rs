@@ -238,9 +238,11 @@ pub async fn stale_completion_is_rejected_and_result_survives(store: Store) {
         .await;
     assert_eq!(
         late.expect("complete reaches the store"),
-        Err(WriteRefused::Done {
-            result_fence: Some(fb)
-        })
+        Err(WriteRefused::Stale {
+            presented: fa,
+            current: fb
+        }),
+        "a stale fence is stale first, whatever became of the job"
     );
     let s = state(&store, &id).await;
     assert_eq!(
@@ -1245,13 +1247,23 @@ pub async fn complete_stores_the_result_fence(store: Store) {
         .expect("record reads")
         .expect("job exists");
     assert_eq!(record.job.result_fence, Some(fence(2)));
+    let again = store
+        .complete(&id, &owner("b"), fence(2), at(6.5), &result("x"))
+        .await;
+    assert_eq!(
+        again.expect("complete reaches the store"),
+        Err(WriteRefused::Done {
+            result_fence: Some(fence(2))
+        })
+    );
     let late = store
         .complete(&id, &owner("a"), fence(1), at(4.0), &result("x"))
         .await;
     assert_eq!(
         late.expect("complete reaches the store"),
-        Err(WriteRefused::Done {
-            result_fence: Some(fence(2))
+        Err(WriteRefused::Stale {
+            presented: fence(1),
+            current: fence(2)
         })
     );
 }

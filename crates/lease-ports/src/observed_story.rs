@@ -106,11 +106,19 @@ pub async fn check(store: Arc<dyn LeaseStore>, trail: &dyn AuditTrail, snapshott
         .await
         .unwrap()
         .unwrap();
-    // The stalled A writes once more: the job is done.
+    // The stalled A writes once more, with its first fence: stale (whatever became of the job).
     let a_result = JobResult::new("A").unwrap();
     assert!(
         store
             .complete(&job, &a, fa, at(127.0), &a_result)
+            .await
+            .unwrap()
+            .is_err()
+    );
+    // C, whose fence is still the current one, completes again: the job is done.
+    assert!(
+        store
+            .complete(&job, &c, fc, at(127.5), &done)
             .await
             .unwrap()
             .is_err()
@@ -153,6 +161,10 @@ pub async fn check(store: Arc<dyn LeaseStore>, trail: &dyn AuditTrail, snapshott
         1
     );
     assert_eq!(
+        counter(&format!("{refusals}{{operation=complete,reason=stale}}")),
+        1
+    );
+    assert_eq!(
         counter(&format!("{refusals}{{operation=renew,reason=not_owner}}")),
         1
     );
@@ -163,7 +175,7 @@ pub async fn check(store: Arc<dyn LeaseStore>, trail: &dyn AuditTrail, snapshott
     );
     assert_eq!(
         counter(&format!("{ops}{{operation=complete,outcome=refused}}")),
-        2
+        3
     );
     assert_eq!(
         counter(&format!("{ops}{{operation=complete,outcome=accepted}}")),
@@ -224,7 +236,8 @@ pub async fn check(store: Arc<dyn LeaseStore>, trail: &dyn AuditTrail, snapshott
             row("A", "renew", fa, fa2, "stale", None),
             row("A", "complete", fa2, fa2, "expired", Some(4.0)),
             row("B", "renew", fc, fc, "not_owner", None),
-            row("A", "complete", fa, fc, "done", None),
+            row("A", "complete", fa, fc, "stale", None),
+            row("C", "complete", fc, fc, "done", None),
         ]
     );
     assert!(
@@ -234,7 +247,7 @@ pub async fn check(store: Arc<dyn LeaseStore>, trail: &dyn AuditTrail, snapshott
     let only_b = trail
         .refusals(&AuditFilter {
             job: Some(job.clone()),
-            since: Some(Timestamp::new(rows[2].time).unwrap()),
+            since: Some(Timestamp::new(rows[3].time).unwrap()),
             limit: 1,
         })
         .await
@@ -320,7 +333,7 @@ pub async fn a_refused_completion_is_audited_and_its_claim_goes_on(
             "complete".to_owned(),
             1,
             Some(2),
-            "not_owner".to_owned()
+            "stale".to_owned()
         )]
     );
 }

@@ -69,6 +69,19 @@ fn now(app: &App, given: Option<f64>) -> Result<Timestamp, Problem> {
     }
 }
 
+/// A time given in a query string, named by `parameter` when it is not a finite number.
+fn query_time(text: Option<&str>, parameter: &str) -> Result<Option<f64>, Problem> {
+    text.map(|t| {
+        t.parse::<f64>()
+            .ok()
+            .filter(|t| t.is_finite())
+            .ok_or_else(|| {
+                Problem::invalid(format!("parameter `{parameter}` must be a finite number"))
+            })
+    })
+    .transpose()
+}
+
 fn term(now: Timestamp, ttl: f64) -> Result<LeaseTerm, Problem> {
     if ttl <= 0.0 {
         return Err(Problem::invalid("field `ttl` must be greater than 0"));
@@ -206,7 +219,8 @@ pub(crate) async fn enqueue(
 /// Enqueue many jobs in one transaction.
 #[derive(Debug, Deserialize, ToSchema)]
 pub(crate) struct EnqueueManyBody {
-    /// The jobs, each as `POST /v1/queues/{queue}/jobs` takes one.
+    /// The jobs, each as `POST /v1/queues/{queue}/jobs` takes one, and an optional `queue`
+    /// of its own (default: the path's).
     pub(crate) jobs: Vec<Value>,
 }
 
@@ -253,8 +267,11 @@ pub(crate) async fn enqueue_many(
         .enqueue_many(&jobs)
         .await
         .map_err(|e| Problem::store(&e))?;
-    app.waiters
-        .wake(queue.as_str(), inserted.iter().filter(|i| **i).count());
+    for ((_, spec), inserted) in jobs.iter().zip(&inserted) {
+        if *inserted {
+            app.waiters.wake(spec.queue.as_str(), 1);
+        }
+    }
     Ok(json_response(
         StatusCode::OK,
         json!({ "inserted": inserted }),
@@ -481,12 +498,27 @@ async fn holder(
     operation: &'static str,
     id: &JobId,
     presented: u64,
+    named: Option<String>,
 ) -> Result<(Owner, Fence), Problem> {
     let caller = authenticate(app, headers, Scope::Worker).await?;
     let presented = fence(presented)?;
+    let named = named
+        .map(Owner::new)
+        .transpose()
+        .map_err(|e| bad_value("owner", &e))?;
+    if let Some(owner) = &named {
+        if !caller.may_act_as(owner) {
+            return Err(Problem::forbidden(
+                "this key may write only as its principal or principal/...",
+            ));
+        }
+    }
     let record = app.store.record(id).await.map_err(|e| Problem::store(&e))?;
     let job = record.as_ref().map(|r| &r.job);
-    let principal = caller.default_owner()?;
+    let principal = match named.clone() {
+        Some(owner) => owner,
+        None => caller.default_owner()?,
+    };
     let audit = |refusal: Option<Refusal>| async move {
         if let Some(refusal) = refusal {
             if let Err(e) = app.store.record_refusal(id, &refusal).await {
@@ -494,7 +526,8 @@ async fn holder(
             }
         }
     };
-    match judge_holder(job, presented, &principal, |o| caller.may_act_as(o)) {
+    let may_write_as = |o: &Owner| caller.may_act_as(o) && named.as_ref().is_none_or(|n| n == o);
+    match judge_holder(job, presented, &principal, may_write_as) {
         Ok(owner) => match check_lease_token(headers, job.and_then(|j| j.token.as_ref())) {
             Ok(()) => Ok((owner, presented)),
             Err(problem) => {
@@ -529,6 +562,8 @@ pub(crate) struct RenewBody {
     pub(crate) fence: u64,
     /// The new length from now, in seconds (> 0).
     pub(crate) ttl: f64,
+    /// Write as exactly this owner (default: any owner the key may act as).
+    pub(crate) owner: Option<String>,
     /// The caller's time, taken only by a server started to trust caller clocks.
     pub(crate) now: Option<f64>,
 }
@@ -560,12 +595,13 @@ pub(crate) async fn renew(
     let fields = [
         required("fence", FENCE),
         required("ttl", Kind::Number),
+        optional("owner", Kind::Text),
         optional("now", Kind::Number),
     ];
     let body: RenewBody = json_body(&headers, body, &fields, false)?;
     let id = job_id(id)?;
     let term = term(now(&app, body.now)?, body.ttl)?;
-    let (owner, fence) = holder(&app, &headers, "renew", &id, body.fence).await?;
+    let (owner, fence) = holder(&app, &headers, "renew", &id, body.fence, body.owner).await?;
     app.store
         .renew(&id, &owner, fence, term)
         .await
@@ -584,6 +620,8 @@ pub(crate) struct CompleteBody {
     pub(crate) fence: u64,
     /// The result to store.
     pub(crate) result: String,
+    /// Write as exactly this owner (default: any owner the key may act as).
+    pub(crate) owner: Option<String>,
     /// The caller's time, taken only by a server started to trust caller clocks.
     pub(crate) now: Option<f64>,
 }
@@ -615,13 +653,14 @@ pub(crate) async fn complete(
     let fields = [
         required("fence", FENCE),
         required("result", Kind::Text),
+        optional("owner", Kind::Text),
         optional("now", Kind::Number),
     ];
     let body: CompleteBody = json_body(&headers, body, &fields, false)?;
     let id = job_id(id)?;
     let now = now(&app, body.now)?;
     let result = JobResult::new(body.result).map_err(|e| bad_value("result", &e))?;
-    let (owner, fence) = holder(&app, &headers, "complete", &id, body.fence).await?;
+    let (owner, fence) = holder(&app, &headers, "complete", &id, body.fence, body.owner).await?;
     app.store
         .complete(&id, &owner, fence, now, &result)
         .await
@@ -640,8 +679,28 @@ pub(crate) struct FailBody {
     pub(crate) fence: u64,
     /// What went wrong.
     pub(crate) error: String,
+    /// Write as exactly this owner (default: any owner the key may act as).
+    pub(crate) owner: Option<String>,
+    /// `false`: straight to dead, whatever attempts are left (default `true`).
+    pub(crate) retry: Option<bool>,
+    /// The backoff before the retry (default: 1 s, doubling, at most 1 h, up to 25% shorter).
+    pub(crate) backoff: Option<BackoffBody>,
     /// The caller's time, taken only by a server started to trust caller clocks.
     pub(crate) now: Option<f64>,
+}
+
+/// The backoff before a retry: `base * factor^(attempt-1)` seconds, at most `max`, up to
+/// `jitter` (0-1) shorter.
+#[derive(Debug, Deserialize, ToSchema)]
+pub(crate) struct BackoffBody {
+    /// Seconds before the first retry (> 0).
+    pub(crate) base: f64,
+    /// Growth per attempt (>= 1).
+    pub(crate) factor: f64,
+    /// The longest delay, in seconds (> 0).
+    pub(crate) max: f64,
+    /// How much shorter a delay may be, 0-1.
+    pub(crate) jitter: f64,
 }
 
 /// Where the job went.
@@ -671,16 +730,35 @@ pub(crate) async fn fail(
     let fields = [
         required("fence", FENCE),
         required("error", Kind::Text),
+        optional("owner", Kind::Text),
+        optional("retry", Kind::Bool),
+        optional("backoff", Kind::Object),
         optional("now", Kind::Number),
     ];
     let body: FailBody = json_body(&headers, body, &fields, false)?;
     let id = job_id(id)?;
     let now = now(&app, body.now)?;
     let error = ErrorText::new(body.error).map_err(|e| bad_value("error", &e))?;
-    let (owner, fence) = holder(&app, &headers, "fail", &id, body.fence).await?;
+    let retry = match (body.retry, body.backoff) {
+        (Some(false), Some(_)) => {
+            return Err(Problem::invalid(
+                "field `backoff` has no meaning with `retry` false",
+            ));
+        }
+        (Some(false), None) => Retry::No,
+        (_, None) => Retry::default(),
+        (_, Some(b)) => Retry::Backoff(
+            lease_domain::Backoff::new(b.base, b.factor, b.max, b.jitter).map_err(|_| {
+                Problem::invalid(
+                    "field `backoff` needs base and max > 0, factor >= 1 and jitter from 0 to 1",
+                )
+            })?,
+        ),
+    };
+    let (owner, fence) = holder(&app, &headers, "fail", &id, body.fence, body.owner).await?;
     let failed = app
         .store
-        .fail(&id, &owner, fence, now, &error, Retry::default())
+        .fail(&id, &owner, fence, now, &error, retry)
         .await
         .map_err(|e| Problem::store(&e))?
         .map_err(|refused| Problem::refused_write(&refused))?;
@@ -695,6 +773,8 @@ pub(crate) async fn fail(
 pub(crate) struct ReleaseBody {
     /// The lease's fence.
     pub(crate) fence: u64,
+    /// Write as exactly this owner (default: any owner the key may act as).
+    pub(crate) owner: Option<String>,
 }
 
 /// Done.
@@ -719,10 +799,10 @@ pub(crate) async fn release(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
-    let fields = [required("fence", FENCE)];
+    let fields = [required("fence", FENCE), optional("owner", Kind::Text)];
     let body: ReleaseBody = json_body(&headers, body, &fields, false)?;
     let id = job_id(id)?;
-    let (owner, fence) = holder(&app, &headers, "release", &id, body.fence).await?;
+    let (owner, fence) = holder(&app, &headers, "release", &id, body.fence, body.owner).await?;
     app.store
         .release(&id, &owner, fence)
         .await
@@ -762,6 +842,8 @@ pub(crate) struct JobView {
     pub(crate) max_attempts: u32,
     /// The last failure's text.
     pub(crate) error: Option<String>,
+    /// `dead` or `cancelled` once the job ended so, else null.
+    pub(crate) ended: Option<String>,
     /// When a queue rule last changed the job.
     pub(crate) updated: Option<f64>,
     /// The payload as text, when it is UTF-8.
@@ -790,6 +872,10 @@ fn job_json(record: &JobRecord, now: Timestamp) -> Value {
     view.insert("attempts".into(), json!(job.attempts));
     view.insert("max_attempts".into(), json!(job.max_attempts));
     view.insert("error".into(), json!(job.error));
+    view.insert(
+        "ended".into(),
+        json!(job.ended.map(lease_domain::Ended::as_str)),
+    );
     view.insert("updated".into(), json!(job.updated.map(Timestamp::get)));
     view.extend(payload_fields(job.payload.as_deref()));
     Value::Object(view)
@@ -833,6 +919,8 @@ pub(crate) struct ListQuery {
     pub(crate) limit: Option<String>,
     /// Only jobs whose id comes after this one (the `next` of the page before).
     pub(crate) after: Option<String>,
+    /// The time statuses are judged at, taken only by a server that trusts caller clocks.
+    pub(crate) now: Option<String>,
 }
 
 /// A page of jobs, in id order.
@@ -887,7 +975,7 @@ pub(crate) async fn list_jobs(
             .map(JobId::new)
             .transpose()
             .map_err(|e| bad_value("after", &e))?,
-        now: (app.config.clock)(),
+        now: now(&app, query_time(query.now.as_deref(), "now")?)?,
     };
     authenticate(&app, &headers, Scope::Viewer).await?;
     let records = app
@@ -907,6 +995,13 @@ pub(crate) async fn list_jobs(
     ))
 }
 
+/// The body of cancel and retry: empty, `{}`, or the caller's time on a server that trusts
+/// caller clocks.
+#[derive(Debug, Deserialize)]
+struct AdminBody {
+    now: Option<f64>,
+}
+
 async fn admin_write(
     app: &App,
     id: Result<Path<String>, PathRejection>,
@@ -914,10 +1009,10 @@ async fn admin_write(
     body: Result<Bytes, BytesRejection>,
     retry: bool,
 ) -> Answer {
-    let _: Value = json_body(headers, body, &[], true)?;
+    let body: AdminBody = json_body(headers, body, &[optional("now", Kind::Number)], true)?;
     let id = job_id(id)?;
+    let now = now(app, body.now)?;
     authenticate(app, headers, Scope::Admin).await?;
-    let now = (app.config.clock)();
     let outcome = if retry {
         app.store.retry(&id, now).await
     } else {
@@ -1032,19 +1127,30 @@ pub(crate) struct Stats {
     pub(crate) queues: serde_json::Map<String, Value>,
 }
 
-#[utoipa::path(get, path = "/v1/stats", tag = "queue",
+/// When to judge statuses.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct StatsQuery {
+    /// The time statuses are judged at, taken only by a server that trusts caller clocks.
+    pub(crate) now: Option<String>,
+}
+
+#[utoipa::path(get, path = "/v1/stats", tag = "queue", params(StatsQuery),
     responses(
         (status = 200, description = "Counts", body = Stats),
         (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
     ),
     security(("api_key" = [])))]
-pub(crate) async fn stats(State(app): AppState, headers: HeaderMap) -> Answer {
+pub(crate) async fn stats(
+    State(app): AppState,
+    query: Result<Query<StatsQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> Answer {
+    let Query(query) =
+        query.map_err(|_| Problem::malformed("the query string could not be read"))?;
+    let now = now(&app, query_time(query.now.as_deref(), "now")?)?;
     authenticate(&app, &headers, Scope::Viewer).await?;
-    let rows = app
-        .store
-        .stats((app.config.clock)())
-        .await
-        .map_err(|e| Problem::store(&e))?;
+    let rows = app.store.stats(now).await.map_err(|e| Problem::store(&e))?;
     let queues = crate::wire::stats_json(&rows);
     Ok(json_response(StatusCode::OK, json!({ "queues": queues })))
 }

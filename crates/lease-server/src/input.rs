@@ -24,6 +24,10 @@ pub enum Kind {
     Text,
     /// An array.
     Array,
+    /// An object.
+    Object,
+    /// `true` or `false`.
+    Bool,
 }
 
 /// One field an endpoint takes.
@@ -64,6 +68,8 @@ fn fits(value: &Value, kind: Kind) -> bool {
         Kind::Integer => value.as_i64().is_some(),
         Kind::Text => value.is_string(),
         Kind::Array => value.is_array(),
+        Kind::Object => value.is_object(),
+        Kind::Bool => value.is_boolean(),
     }
 }
 
@@ -74,6 +80,8 @@ fn wanted(kind: Kind) -> String {
         Kind::Integer => "a whole number that fits 64 bits".to_owned(),
         Kind::Text => "a string".to_owned(),
         Kind::Array => "an array".to_owned(),
+        Kind::Object => "an object".to_owned(),
+        Kind::Bool => "true or false".to_owned(),
     }
 }
 
