@@ -17,6 +17,13 @@ pub(crate) struct Cli {
     /// out) [env: LEASE_DB] [default: lease.db].
     #[arg(long, global = true)]
     pub db: Option<PathBuf>,
+    /// Talk to a `lease serve` at this URL instead of opening a database (or LEASE_SERVER);
+    /// needs --api-key.
+    #[arg(long, global = true, value_name = "URL")]
+    pub server: Option<String>,
+    /// The API key for --server (or LEASE_API_KEY; prefer the variable: flags show in `ps`).
+    #[arg(long, global = true, value_name = "KEY")]
+    pub api_key: Option<String>,
     /// Whose clock decides now: `caller` (the --now given, or this machine's clock) or `store`
     /// (PostgreSQL's clock; for SQLite the clock of the machine writing) [env: LEASE_CLOCK]
     /// [default: caller].

@@ -123,12 +123,64 @@ fn store_settings(cli: &Cli) -> Result<(String, Settings), String> {
     Ok((db, Settings { sqlite, postgres }))
 }
 
+/// The server `--server` / `LEASE_SERVER` names, with its key, if any.
+fn remote(cli: &Cli) -> Result<Option<lease_client::HttpLeaseStore>, String> {
+    let Some(url) = setting(cli.server.clone(), "LEASE_SERVER")? else {
+        return Ok(None);
+    };
+    if cli.db.is_some() {
+        return Err("--server and --db name two stores; give one".to_owned());
+    }
+    let key = setting(cli.api_key.clone(), "LEASE_API_KEY")?
+        .ok_or("--server needs an API key: --api-key KEY or LEASE_API_KEY")?;
+    lease_client::HttpLeaseStore::new(&url, &key, lease_client::ClientOptions::default())
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
+/// Runs a request against a remote server: every command that works through the port.
+async fn run_remote(
+    request: Request,
+    store: lease_client::HttpLeaseStore,
+) -> Result<Report, String> {
+    let store: std::sync::Arc<dyn lease_ports::LeaseStore> = std::sync::Arc::new(
+        lease_ports::observe::Observed::new(std::sync::Arc::new(store)),
+    );
+    match request {
+        Request::Init
+        | Request::Demo
+        | Request::Serve(_)
+        | Request::Keys(_)
+        | Request::Migrate { .. }
+        | Request::Audit(_) => Err(
+            "init, demo, serve, keys, migrate and audit open a database: give --db, not --server"
+                .to_owned(),
+        ),
+        Request::Work(work) => {
+            if let Some(addr) = work.metrics {
+                lease_worker::serve_metrics(addr)?;
+            }
+            work::run(&work, store, |line| {
+                let _ = writeln!(std::io::stderr(), "{line}");
+            })
+            .await
+        }
+        request => execute::execute(&request, store.as_ref())
+            .await
+            .map_err(|e| e.to_string()),
+    }
+}
+
 async fn run(cli: Cli) -> Result<Report, String> {
+    let server = remote(&cli)?;
     let (db, settings) = store_settings(&cli)?;
     let request = cli
         .command
         .into_request(unix_now, &read_input)
         .map_err(|e| e.to_string())?;
+    if let Some(server) = server {
+        return run_remote(request, server).await;
+    }
     let target = settings.target(&db);
     match request {
         Request::Demo => {

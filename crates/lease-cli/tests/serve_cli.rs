@@ -317,3 +317,90 @@ fn the_stale_worker_story_over_http_keeps_the_new_result_and_no_secret_reaches_t
         );
     }
 }
+
+#[test]
+fn a_worker_machine_needs_only_the_binary_a_url_and_a_key() {
+    let (dir, db) = fresh_db();
+    let key = make_key(&db, "ci", "worker")["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let server = Server::start(&db, &[], &[]);
+    let url = format!("http://{}", server.addr);
+    // No --db anywhere below, and the working directory holds no database.
+    let remote = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_lease"))
+            .args(args)
+            .current_dir(dir.path().join(".."))
+            .env_remove("LEASE_DB")
+            .env("LEASE_SERVER", &url)
+            .env("LEASE_API_KEY", &key)
+            .output()
+            .unwrap()
+    };
+    for n in 1..=3 {
+        let out = remote(&[
+            "enqueue",
+            &format!("mail/{n}"),
+            "--queue",
+            "mail",
+            "--payload",
+            "hi",
+        ]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = remote(&[
+        "work",
+        "--queue",
+        "mail",
+        "--owner",
+        "ci/host-1",
+        "--ttl",
+        "10",
+        "--exit-when-empty",
+        "--",
+        "sh",
+        "-c",
+        "printf 'sent %s with fence %s' \"$LEASE_JOB\" \"$LEASE_FENCE\"",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let state = remote(&["state", "mail/2", "--json"]);
+    let state: Value = serde_json::from_slice(&state.stdout).unwrap();
+    assert_eq!(state["result"], "sent mail/2 with fence 1");
+    assert_eq!(
+        (state["status"].clone(), state["owner"].clone()),
+        (json!("done"), json!("ci/host-1"))
+    );
+    // Outside its namespace the key is refused, by name; database commands need --db.
+    let out = remote(&[
+        "claim-next",
+        "--queue",
+        "mail",
+        "--owner",
+        "cd",
+        "--ttl",
+        "5",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("403 (forbidden)"));
+    let out = remote(&["keys", "list"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("give --db, not --server"));
+    let no_key = Command::new(env!("CARGO_BIN_EXE_lease"))
+        .args(["--server", &url, "stats"])
+        .env_remove("LEASE_API_KEY")
+        .output()
+        .unwrap();
+    assert_eq!(no_key.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&no_key.stderr).contains("--server needs an API key"));
+}

@@ -291,6 +291,12 @@ impl Backoff {
         })
     }
 
+    /// The policy's values: `(base, factor, max, jitter)`.
+    #[must_use]
+    pub fn parts(&self) -> (f64, f64, f64, f64) {
+        (self.base, self.factor, self.max, self.jitter)
+    }
+
     /// The delay before the retry that follows failed attempt `attempt` (1 for the first) of
     /// job `id`. The jitter is a fixed function of the job and the attempt, so the same failure
     /// always gives the same delay (stores agree), while jobs that fail together spread out.

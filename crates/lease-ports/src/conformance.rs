@@ -16,9 +16,12 @@ use crate::{
 };
 use lease_domain::{KeyId, KeyRefused, Principal, Scope, TokenDigest};
 
-/// A shared handle to the store under test: a store whose contents can also be moved
-/// ([`Transfer`]), which the migration checks use.
-pub type Store = Arc<dyn Transfer>;
+/// A shared handle to the store under test.
+pub type Store = Arc<dyn LeaseStore>;
+
+/// A store whose contents can also be moved ([`Transfer`]), which the migration checks (and
+/// those that plant jobs by importing them) use.
+pub type TransferStore = Arc<dyn Transfer>;
 
 fn job(id: &str) -> JobId {
     JobId::new(id).expect("valid job id")
@@ -957,7 +960,8 @@ pub async fn claim_next_counts_only_leases_against_its_limit(store: Store) {
 /// A due job whose fence is at its maximum cannot be leased, and does not hide the due jobs
 /// behind it: `claim_next` with limit 1 leases the next one (such a row can come from a merge
 /// or from another program).
-pub async fn claim_next_reads_past_a_job_whose_fence_is_exhausted(store: Store) {
+pub async fn claim_next_reads_past_a_job_whose_fence_is_exhausted(transfer: TransferStore) {
+    let store: Store = transfer.clone();
     let exhausted = Job {
         fence: Fence::MAX,
         queue: queue("q"),
@@ -985,7 +989,7 @@ pub async fn claim_next_reads_past_a_job_whose_fence_is_exhausted(store: Store) 
         ],
         purged: Vec::new(),
     };
-    store
+    transfer
         .import(&snapshot, false)
         .await
         .expect("import into an empty store works");
@@ -1104,7 +1108,8 @@ pub async fn claim_next_finds_each_lease_the_moment_it_ends_in_claim_order(store
 
 /// A store's contents, moved into the reference store and back into a fresh one, read back
 /// exactly: every job in enqueue order with every field, and every purge mark.
-pub async fn export_and_import_round_trip_every_job_and_purge_mark(store: Store) {
+pub async fn export_and_import_round_trip_every_job_and_purge_mark(transfer: TransferStore) {
+    let store: Store = transfer.clone();
     let done = enqueued(&store, "done").await;
     let f = claimed(&store, &done, "w", 1.0, 10.0).await;
     complete_granted(&store, &done, "w", f, 2.0, "r").await;
@@ -1123,7 +1128,7 @@ pub async fn export_and_import_round_trip_every_job_and_purge_mark(store: Store)
     assert_eq!(ids(&next(&store, "mail", "w", 3.0, 1).await), ["running"]);
     let cancelled = enqueued(&store, "cancelled").await;
     cancel_granted(&store, &cancelled, 4.0).await;
-    let exported = store.export().await.expect("export works");
+    let exported = transfer.export().await.expect("export works");
     let names: Vec<&str> = exported.jobs.iter().map(|r| r.id.as_str()).collect();
     assert_eq!(
         names,
@@ -1136,7 +1141,7 @@ pub async fn export_and_import_round_trip_every_job_and_purge_mark(store: Store)
     assert_eq!((imported.inserted, imported.marks), (3, 1));
     assert_eq!(reference.export().await.expect("export"), exported);
     assert_eq!(
-        store
+        transfer
             .import(&exported, false)
             .await
             .map(|_| ())
@@ -1145,7 +1150,7 @@ pub async fn export_and_import_round_trip_every_job_and_purge_mark(store: Store)
         "a store that holds jobs refuses an import without merge"
     );
     assert_eq!(
-        store.export().await.expect("export"),
+        transfer.export().await.expect("export"),
         exported,
         "nothing changed"
     );
@@ -1153,7 +1158,8 @@ pub async fn export_and_import_round_trip_every_job_and_purge_mark(store: Store)
 
 /// `import` with `merge` keeps the larger fence of a job on both sides, raises a target job
 /// under a larger purge mark (ending its lease), and answers what it did.
-pub async fn import_with_merge_keeps_the_larger_fence(store: Store) {
+pub async fn import_with_merge_keeps_the_larger_fence(transfer: TransferStore) {
+    let store: Store = transfer.clone();
     let low = enqueued(&store, "low").await;
     claimed(&store, &low, "w", 1.0, 10.0).await;
     let high = enqueued(&store, "high").await;
@@ -1173,7 +1179,7 @@ pub async fn import_with_merge_keeps_the_larger_fence(store: Store) {
         jobs: vec![incoming("low", 7), incoming("high", 2), incoming("new", 4)],
         purged: vec![(job("raised"), fence(9)), (job("gone"), fence(11))],
     };
-    let imported = store.import(&snapshot, true).await.expect("merge works");
+    let imported = transfer.import(&snapshot, true).await.expect("merge works");
     assert_eq!((imported.inserted, imported.marks), (1, 2));
     let merged: Vec<(&str, u64, u64, bool)> = imported
         .conflicts
@@ -1193,7 +1199,7 @@ pub async fn import_with_merge_keeps_the_larger_fence(store: Store) {
     let lifted = state(&store, &raised).await;
     assert_eq!((lifted.fence, lifted.owner, lifted.until), (9, None, 0.0));
     assert_eq!(claimed(&store, &raised, "v", 2.0, 10.0).await, fence(10));
-    let exported = store.export().await.expect("export");
+    let exported = transfer.export().await.expect("export");
     assert!(exported.purged.contains(&(job("gone"), fence(11))));
     // A purged id comes back above its mark.
     assert!(store.enqueue(&job("gone")).await.expect("enqueue"));
@@ -1345,7 +1351,10 @@ pub async fn complete_and_claim_next_hands_back_one_job_and_takes_the_next(store
 /// A claim given a lease token's digest stores it with the lease, by id and by `claim_next`;
 /// a renewal keeps it, the next claim replaces it (one without a token clears it), and a
 /// migration carries it.
-pub async fn a_claim_stores_its_lease_token_digest_and_the_next_claim_replaces_it(store: Store) {
+pub async fn a_claim_stores_its_lease_token_digest_and_the_next_claim_replaces_it(
+    transfer: TransferStore,
+) {
+    let store: Store = transfer.clone();
     let a = TokenDigest::new([0xa1; 32]);
     let b = TokenDigest::new([0xb2; 32]);
     let token_of = |store: Store, id: JobId| async move {
@@ -1383,8 +1392,8 @@ pub async fn a_claim_stores_its_lease_token_digest_and_the_next_claim_replaces_i
         .expect("claim_next reaches the store");
     assert_eq!(ids(&leases), ["y"]);
     assert_eq!(token_of(store.clone(), job("y")).await, Some(b));
-    let copy: Store = Arc::new(MemoryLeaseStore::new());
-    crate::transfer::migrate(store.as_ref(), copy.as_ref(), false)
+    let copy = Arc::new(MemoryLeaseStore::new());
+    crate::transfer::migrate(transfer.as_ref(), copy.as_ref(), false)
         .await
         .expect("the jobs migrate");
     assert_eq!(token_of(copy, job("y")).await, Some(b));
@@ -1526,25 +1535,34 @@ pub async fn list_pages_by_the_last_id_of_the_page_before(store: Store) {
 
 /// Expands to one `#[tokio::test]` per conformance check, named after the check.
 ///
-/// `$factory` is a function returning `(Arc<dyn LeaseStore>, guard)`; the guard (for example a
+/// `$factory` is a function returning `(Arc<dyn Transfer>, guard)`; the guard (for example a
 /// temporary directory) is kept alive for the whole check. The calling crate needs `tokio` with
 /// the `macros` and `rt-multi-thread` features as a dev-dependency.
 ///
 /// With `async`, `$factory` is an async function (for stores opened inside the runtime).
+/// With `lease_store async`, `$factory` returns `(Arc<dyn LeaseStore>, guard)` and only the
+/// checks that need no [`Transfer`] run: every rule of the port (a store reached over the
+/// network service is one of these).
 ///
 /// ```text
 /// lease_ports::conformance_tests!(fresh_store);
 /// lease_ports::conformance_tests!(async fresh_store);
+/// lease_ports::conformance_tests!(lease_store async fresh_client);
 /// ```
 #[macro_export]
 macro_rules! conformance_tests {
     (async $factory:path) => {
-        $crate::conformance_tests!(@names (async) $factory);
+        $crate::conformance_tests!(@lease (async) $factory);
+        $crate::conformance_tests!(@transfer (async) $factory);
     };
     ($factory:path) => {
-        $crate::conformance_tests!(@names () $factory);
+        $crate::conformance_tests!(@lease () $factory);
+        $crate::conformance_tests!(@transfer () $factory);
     };
-    (@names ($($mode:tt)?) $factory:path) => {
+    (lease_store async $factory:path) => {
+        $crate::conformance_tests!(@lease (async) $factory);
+    };
+    (@lease ($($mode:tt)?) $factory:path) => {
         $crate::conformance_tests!(@each ($($mode)?) $factory;
             enqueue_inserts_default_state_once,
             enqueue_never_resets_a_lease_or_a_result,
@@ -1581,16 +1599,20 @@ macro_rules! conformance_tests {
             complete_stores_the_result_fence,
             concurrent_claim_next_gives_each_job_to_exactly_one_caller,
             complete_and_claim_next_hands_back_one_job_and_takes_the_next,
-            a_claim_stores_its_lease_token_digest_and_the_next_claim_replaces_it,
             list_pages_by_the_last_id_of_the_page_before,
             stats_count_every_status,
             claim_next_counts_only_leases_against_its_limit,
-            claim_next_reads_past_a_job_whose_fence_is_exhausted,
             claim_next_finds_each_lease_the_moment_it_ends_in_claim_order,
             enqueue_many_inserts_each_new_job_once_in_order,
+            purge_judges_status_as_list_does,
+        );
+    };
+    (@transfer ($($mode:tt)?) $factory:path) => {
+        $crate::conformance_tests!(@each ($($mode)?) $factory;
+            claim_next_reads_past_a_job_whose_fence_is_exhausted,
             export_and_import_round_trip_every_job_and_purge_mark,
             import_with_merge_keeps_the_larger_fence,
-            purge_judges_status_as_list_does,
+            a_claim_stores_its_lease_token_digest_and_the_next_claim_replaces_it,
         );
     };
     (@each () $factory:path; $($check:ident),* $(,)?) => {

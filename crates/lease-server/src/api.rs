@@ -256,11 +256,19 @@ pub(crate) async fn enqueue_many(
     let mut jobs = Vec::with_capacity(body.jobs.len());
     for (n, job) in body.jobs.into_iter().enumerate() {
         let at = |p: Problem| Problem::invalid(format!("jobs[{n}]: {}", p.detail()));
+        let mut job = job;
+        let own_queue = match job.as_object_mut().and_then(|o| o.remove("queue")) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(name)) => {
+                Some(QueueName::new(name).map_err(|e| at(bad_value("queue", &e)))?)
+            }
+            Some(_) => return Err(at(Problem::invalid("field `queue` must be a string"))),
+        };
         crate::input::check_fields(&job, &ENQUEUE_FIELDS).map_err(at)?;
         let job: EnqueueBody = serde_json::from_value(job).map_err(|_| {
             Problem::invalid(format!("jobs[{n}]: a field has a value out of range"))
         })?;
-        jobs.push(spec(&queue, job).map_err(at)?);
+        jobs.push(spec(own_queue.as_ref().unwrap_or(&queue), job).map_err(at)?);
     }
     let inserted = app
         .store

@@ -159,7 +159,8 @@ impl Problem {
                     status = status.as_str()
                 )
                 .as_str(),
-            ),
+            )
+            .with("status", json!(status.as_str())),
         }
     }
 

@@ -1,0 +1,562 @@
+//! The lease store port over HTTP: [`HttpLeaseStore`] is one more `LeaseStore`, talking to
+//! `lease serve` with an API key, so a worker (the `lease` command, `lease work`, or any code
+//! written against the port) runs against a remote queue with a URL and a key.
+//!
+//! Every lease this client is granted comes with a secret lease token; the client keeps it
+//! (by job and fence) and sends it with that lease's writes. A lease granted to another
+//! process has no token here, and its writes are refused by the server.
+
+mod wire;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lease_domain::{
+    EnqueueSpec, ErrorText, Failed, Fence, JobId, JobResult, LeaseTerm, Owner, QueueName, Retry,
+    Status, Timestamp,
+};
+use lease_ports::{
+    ClaimOutcome, CompleteAndClaim, FailOutcome, JobRecord, JobState, Lease, LeaseStore,
+    ListFilter, StatsRow, StoreError, WriteOutcome,
+};
+use serde_json::{Value, json};
+
+use crate::wire::{Answer, claim_refused, path, write_refused};
+
+/// How the client talks to the server.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Send the caller's `now` with every request (the server must be started to trust
+    /// caller clocks, `lease serve --client-clock`); off by default: the server's clock decides.
+    pub send_caller_time: bool,
+    /// How long one request may take, beyond any long poll (default 30 s).
+    pub timeout: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            send_caller_time: false,
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A lease store reached through `lease serve`.
+pub struct HttpLeaseStore {
+    base: String,
+    authorization: String,
+    http: reqwest::Client,
+    options: ClientOptions,
+    tokens: Mutex<HashMap<(String, u64), String>>,
+}
+
+impl std::fmt::Debug for HttpLeaseStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpLeaseStore")
+            .field("base", &self.base)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpLeaseStore {
+    /// A client of the server at `base` (`http://host:port`), authenticating with `key`.
+    ///
+    /// # Errors
+    /// [`StoreError::Incompatible`] for a URL that is not `http://`, or a key that cannot be a
+    /// header value.
+    pub fn new(base: &str, key: &str, options: ClientOptions) -> Result<Self, StoreError> {
+        let base = base.trim_end_matches('/').to_owned();
+        if !base.starts_with("http://") {
+            return Err(StoreError::Incompatible {
+                path: base,
+                reason: "the server URL must start with http:// (this build speaks no TLS)"
+                    .to_owned(),
+            });
+        }
+        if key.is_empty() || key.bytes().any(|b| !b.is_ascii_graphic()) {
+            return Err(StoreError::Incompatible {
+                path: base,
+                reason: "the API key is empty or holds characters a key never has".to_owned(),
+            });
+        }
+        let http = reqwest::Client::builder()
+            .timeout(options.timeout + Duration::from_secs(25))
+            .build()
+            .map_err(|e| StoreError::Unavailable(format!("no HTTP client: {e}").into()))?;
+        Ok(Self {
+            base,
+            authorization: format!("Bearer {key}"),
+            http,
+            options,
+            tokens: Mutex::default(),
+        })
+    }
+
+    fn now(&self, now: Timestamp) -> Option<f64> {
+        self.options.send_caller_time.then(|| now.get())
+    }
+
+    fn token(&self, job: &JobId, fence: Fence) -> Option<String> {
+        self.tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(job.as_str().to_owned(), fence.get()))
+            .cloned()
+    }
+
+    fn keep_token(&self, job: &JobId, fence: Fence, token: &str) {
+        let mut tokens = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
+        // A newer fence of the job makes the older tokens useless: drop them.
+        tokens.retain(|(id, f), _| id != job.as_str() || *f > fence.get());
+        tokens.insert((job.as_str().to_owned(), fence.get()), token.to_owned());
+    }
+
+    /// Sends one request. `writes` says whether a request that may have reached the server
+    /// but lost its answer is `Indeterminate` (a write) or `Unavailable` (a read).
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+        token: Option<&str>,
+        writes: bool,
+    ) -> Result<Answer, StoreError> {
+        let mut request = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .header("authorization", &self.authorization);
+        if let Some(token) = token {
+            request = request.header("lease-token", token);
+        }
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body.to_string());
+        }
+        let response = request.send().await.map_err(|e| {
+            let detail = format!("{} did not answer: {e}", self.base);
+            if writes && !e.is_connect() {
+                StoreError::Indeterminate(detail.into())
+            } else {
+                StoreError::Unavailable(detail.into())
+            }
+        })?;
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await.map_err(|e| {
+            let detail = format!("{} broke off its answer: {e}", self.base);
+            if writes {
+                StoreError::Indeterminate(detail.into())
+            } else {
+                StoreError::Unavailable(detail.into())
+            }
+        })?;
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Ok(Answer {
+            status,
+            body,
+            server: self.base.clone(),
+        })
+    }
+
+    async fn post(
+        &self,
+        path: &str,
+        body: Value,
+        token: Option<&str>,
+    ) -> Result<Answer, StoreError> {
+        self.send(reqwest::Method::POST, path, Some(body), token, true)
+            .await
+    }
+
+    async fn get(&self, path: &str) -> Result<Answer, StoreError> {
+        self.send(reqwest::Method::GET, path, None, None, false)
+            .await
+    }
+
+    fn lease_of(&self, value: &Value, now: Timestamp) -> Result<Lease, StoreError> {
+        let (lease, token) = wire::lease(value, now)?;
+        self.keep_token(&lease.job, lease.fence, &token);
+        Ok(lease)
+    }
+
+    /// A holder's write: sends the lease's token when this client holds it.
+    async fn holder_write(
+        &self,
+        op: &str,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        mut body: Value,
+        now: Option<Timestamp>,
+    ) -> Result<Result<Value, lease_domain::WriteRefused>, StoreError> {
+        body["fence"] = json!(fence.get());
+        body["owner"] = json!(owner.as_str());
+        if let Some(now) = now.and_then(|n| self.now(n)) {
+            body["now"] = json!(now);
+        }
+        let token = self.token(job, fence);
+        let answer = self
+            .post(
+                &format!("/v1/jobs/{}/{op}", path(job.as_str())),
+                body,
+                token.as_deref(),
+            )
+            .await?;
+        match answer.status {
+            200 => Ok(Ok(answer.body)),
+            404 | 409 => Ok(Err(write_refused(&answer, owner, fence, now)?)),
+            _ => Err(answer.error()),
+        }
+    }
+
+    fn spec_json(id: &JobId, spec: &EnqueueSpec) -> Value {
+        let mut body = json!({ "id": id.as_str(), "priority": spec.priority });
+        if let Some(run_at) = spec.run_at {
+            body["run_at"] = json!(run_at.get());
+        }
+        if let Some(max) = spec.max_attempts {
+            body["max_attempts"] = json!(max);
+        }
+        if let Some(payload) = &spec.payload {
+            match std::str::from_utf8(payload.as_bytes()) {
+                Ok(text) => body["payload"] = json!(text),
+                Err(_) => {
+                    use base64::Engine as _;
+                    body["payload_base64"] =
+                        json!(base64::engine::general_purpose::STANDARD.encode(payload.as_bytes()));
+                }
+            }
+        }
+        body
+    }
+}
+
+#[async_trait]
+impl LeaseStore for HttpLeaseStore {
+    async fn enqueue(&self, job: &JobId) -> Result<bool, StoreError> {
+        self.enqueue_with(job, &EnqueueSpec::default()).await
+    }
+
+    async fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
+        Ok(self.record(job).await?.map(|r| r.state()))
+    }
+
+    async fn claim(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        term: LeaseTerm,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let mut body = json!({
+            "ttl": term.until().get() - term.now().get(),
+            "owner": owner.as_str(),
+        });
+        if let Some(now) = self.now(term.now()) {
+            body["now"] = json!(now);
+        }
+        let answer = self
+            .post(
+                &format!("/v1/jobs/{}/claim", path(job.as_str())),
+                body,
+                None,
+            )
+            .await?;
+        match answer.status {
+            200 => Ok(Ok(self.lease_of(&answer.body, term.now())?.fence)),
+            404 | 409 => Ok(Err(claim_refused(&answer)?)),
+            _ => Err(answer.error()),
+        }
+    }
+
+    async fn renew(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        term: LeaseTerm,
+    ) -> Result<WriteOutcome, StoreError> {
+        let body = json!({ "ttl": term.until().get() - term.now().get() });
+        Ok(self
+            .holder_write("renew", job, owner, fence, body, Some(term.now()))
+            .await?
+            .map(drop))
+    }
+
+    async fn complete(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        now: Timestamp,
+        result: &JobResult,
+    ) -> Result<WriteOutcome, StoreError> {
+        let body = json!({ "result": result.as_str() });
+        Ok(self
+            .holder_write("complete", job, owner, fence, body, Some(now))
+            .await?
+            .map(drop))
+    }
+
+    async fn release(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+    ) -> Result<WriteOutcome, StoreError> {
+        Ok(self
+            .holder_write("release", job, owner, fence, json!({}), None)
+            .await?
+            .map(drop))
+    }
+
+    async fn enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError> {
+        let answer = self
+            .post(
+                &format!("/v1/queues/{}/jobs", path(spec.queue.as_str())),
+                Self::spec_json(job, spec),
+                None,
+            )
+            .await?;
+        match answer.status {
+            200 | 201 => wire::boolean(&answer.body["inserted"], "inserted"),
+            _ => Err(answer.error()),
+        }
+    }
+
+    async fn enqueue_many(&self, jobs: &[(JobId, EnqueueSpec)]) -> Result<Vec<bool>, StoreError> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let items: Vec<Value> = jobs
+            .iter()
+            .map(|(id, spec)| {
+                let mut item = Self::spec_json(id, spec);
+                item["queue"] = json!(spec.queue.as_str());
+                item
+            })
+            .collect();
+        let answer = self
+            .post(
+                &format!("/v1/queues/{}/jobs/batch", path(QueueName::DEFAULT)),
+                json!({ "jobs": items }),
+                None,
+            )
+            .await?;
+        if answer.status != 200 {
+            return Err(answer.error());
+        }
+        answer.body["inserted"]
+            .as_array()
+            .filter(|a| a.len() == jobs.len())
+            .ok_or_else(|| wire::corrupt(&answer, "inserted"))?
+            .iter()
+            .map(|v| wire::boolean(v, "inserted"))
+            .collect()
+    }
+
+    async fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError> {
+        let answer = self
+            .get(&format!("/v1/jobs/{}", path(job.as_str())))
+            .await?;
+        match answer.status {
+            200 => wire::record(&answer.body).map(Some),
+            404 if answer.body["reason"] == "not_found" => Ok(None),
+            _ => Err(answer.error()),
+        }
+    }
+
+    async fn claim_next(
+        &self,
+        queue: &QueueName,
+        owner: &Owner,
+        term: LeaseTerm,
+        limit: usize,
+    ) -> Result<Vec<Lease>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut body = json!({
+            "ttl": term.until().get() - term.now().get(),
+            "owner": owner.as_str(),
+            "limit": limit.min(100),
+        });
+        if let Some(now) = self.now(term.now()) {
+            body["now"] = json!(now);
+        }
+        let answer = self
+            .post(
+                &format!("/v1/queues/{}/claims", path(queue.as_str())),
+                body,
+                None,
+            )
+            .await?;
+        if answer.status != 200 {
+            return Err(answer.error());
+        }
+        answer.body["leases"]
+            .as_array()
+            .ok_or_else(|| wire::corrupt(&answer, "leases"))?
+            .iter()
+            .map(|lease| self.lease_of(lease, term.now()))
+            .collect()
+    }
+
+    async fn fail(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        now: Timestamp,
+        error: &ErrorText,
+        retry: Retry,
+    ) -> Result<FailOutcome, StoreError> {
+        let mut body = json!({ "error": error.as_str() });
+        match retry {
+            Retry::No => body["retry"] = json!(false),
+            Retry::Backoff(backoff) => body["backoff"] = wire::backoff(&backoff),
+        }
+        match self
+            .holder_write("fail", job, owner, fence, body, Some(now))
+            .await?
+        {
+            Ok(failed) => Ok(Ok(Failed {
+                status: Status::parse(failed["state"].as_str().unwrap_or_default())
+                    .map_err(|_| StoreError::Corrupt("the server named no state".into()))?,
+                run_at: failed["run_at"]
+                    .as_f64()
+                    .map(Timestamp::new)
+                    .transpose()
+                    .map_err(|_| StoreError::Corrupt("the server's run_at is not finite".into()))?,
+            })),
+            Err(refused) => Ok(Err(refused)),
+        }
+    }
+
+    async fn cancel(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
+        self.admin_write("cancel", job, now).await
+    }
+
+    async fn retry(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
+        self.admin_write("retry", job, now).await
+    }
+
+    async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError> {
+        let statuses: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
+        let answer = self
+            .post(
+                "/v1/purge",
+                json!({ "before": before.get(), "statuses": statuses }),
+                None,
+            )
+            .await?;
+        match answer.status {
+            200 => answer.body["purged"]
+                .as_u64()
+                .ok_or_else(|| wire::corrupt(&answer, "purged")),
+            _ => Err(answer.error()),
+        }
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError> {
+        let mut found = Vec::new();
+        let mut after = filter.after.clone();
+        while found.len() < filter.limit {
+            let page = (filter.limit - found.len()).min(1000);
+            let mut query = vec![format!("limit={page}")];
+            if let Some(queue) = &filter.queue {
+                query.push(format!("queue={}", path(queue.as_str())));
+            }
+            if let Some(status) = filter.status {
+                query.push(format!("status={}", status.as_str()));
+            }
+            if let Some(after) = &after {
+                query.push(format!("after={}", path(after.as_str())));
+            }
+            if let Some(now) = self.now(filter.now) {
+                query.push(format!("now={now}"));
+            }
+            let answer = self.get(&format!("/v1/jobs?{}", query.join("&"))).await?;
+            if answer.status != 200 {
+                return Err(answer.error());
+            }
+            let jobs = answer.body["jobs"]
+                .as_array()
+                .ok_or_else(|| wire::corrupt(&answer, "jobs"))?;
+            for job in jobs {
+                found.push(wire::record(job)?);
+            }
+            match answer.body["next"].as_str() {
+                Some(next) if jobs.len() == page => {
+                    after = Some(JobId::stored(next).map_err(|e| {
+                        StoreError::Corrupt(format!("the server's next id: {e}").into())
+                    })?);
+                }
+                _ => break,
+            }
+        }
+        Ok(found)
+    }
+
+    async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
+        let path = match self.now(now) {
+            Some(now) => format!("/v1/stats?now={now}"),
+            None => "/v1/stats".to_owned(),
+        };
+        let answer = self.get(&path).await?;
+        if answer.status != 200 {
+            return Err(answer.error());
+        }
+        wire::stats(&answer)
+    }
+
+    async fn complete_and_claim_next(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        result: &JobResult,
+        queue: &QueueName,
+        term: LeaseTerm,
+        limit: usize,
+    ) -> Result<CompleteAndClaim, StoreError> {
+        // Two requests, not one transaction: the completion stands whatever the claim does,
+        // which is what the port promises of the claim half.
+        let completed = self.complete(job, owner, fence, term.now(), result).await?;
+        let claimed = self.claim_next(queue, owner, term, limit).await;
+        Ok((completed, claimed))
+    }
+}
+
+impl HttpLeaseStore {
+    async fn admin_write(
+        &self,
+        op: &str,
+        job: &JobId,
+        now: Timestamp,
+    ) -> Result<WriteOutcome, StoreError> {
+        let body = match self.now(now) {
+            Some(now) => json!({ "now": now }),
+            None => json!({}),
+        };
+        let answer = self
+            .post(&format!("/v1/jobs/{}/{op}", path(job.as_str())), body, None)
+            .await?;
+        match answer.status {
+            200 => Ok(Ok(())),
+            404 | 409 => {
+                let nobody = Owner::new("-").map_err(StoreError::InvalidInput)?;
+                Ok(Err(write_refused(
+                    &answer,
+                    &nobody,
+                    Fence::ZERO,
+                    Some(now),
+                )?))
+            }
+            _ => Err(answer.error()),
+        }
+    }
+}

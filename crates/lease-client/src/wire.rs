@@ -1,0 +1,284 @@
+//! Reading the server's answers back into the port's types, every value checked: a value the
+//! server could not have sent is `Corrupt`, a refusal is the domain's refusal, and any other
+//! error status is a `StoreError` that names the server, the status and its reason.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use lease_domain::{
+    Backoff, ClaimRefused, Ended, Fence, Job, JobId, Owner, QueueName, Status, Timestamp,
+    WriteRefused,
+};
+use lease_ports::{JobRecord, Lease, StatsRow, StoreError};
+use serde_json::{Value, json};
+
+/// One answer of the server.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) body: Value,
+    pub(crate) server: String,
+}
+
+impl Answer {
+    /// An answer that is neither a success nor a refusal by the lease rules, as an error.
+    pub(crate) fn error(&self) -> StoreError {
+        let reason = self.body["reason"].as_str().unwrap_or("none");
+        let detail = self.body["detail"].as_str().unwrap_or("no detail");
+        let said = format!("answered {} ({reason}): {detail}", self.status);
+        match self.status {
+            429 | 502 | 503 | 504 => {
+                StoreError::Unavailable(format!("{} {said}", self.server).into())
+            }
+            500..=599 => StoreError::Indeterminate(format!("{} {said}", self.server).into()),
+            _ => StoreError::Incompatible {
+                path: self.server.clone(),
+                reason: said,
+            },
+        }
+    }
+}
+
+/// A server answer that breaks the API: `what` is missing or malformed.
+pub(crate) fn corrupt(answer: &Answer, what: &str) -> StoreError {
+    StoreError::Corrupt(
+        format!(
+            "{} answered {} without a valid `{what}`",
+            answer.server, answer.status
+        )
+        .into(),
+    )
+}
+
+fn bad(what: &str) -> StoreError {
+    StoreError::Corrupt(format!("the server's `{what}` is missing or malformed").into())
+}
+
+/// Percent-encodes a path segment or query value: every byte but `A-Za-z0-9-._~`.
+pub(crate) fn path(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+pub(crate) fn boolean(value: &Value, what: &str) -> Result<bool, StoreError> {
+    value.as_bool().ok_or_else(|| bad(what))
+}
+
+fn time(value: &Value, what: &str) -> Result<Timestamp, StoreError> {
+    value
+        .as_f64()
+        .and_then(|t| Timestamp::new(t).ok())
+        .ok_or_else(|| bad(what))
+}
+
+fn optional_time(value: &Value, what: &str) -> Result<Option<Timestamp>, StoreError> {
+    if value.is_null() {
+        Ok(None)
+    } else {
+        time(value, what).map(Some)
+    }
+}
+
+fn fence(value: &Value, what: &str) -> Result<Fence, StoreError> {
+    value
+        .as_u64()
+        .and_then(|f| Fence::new(f).ok())
+        .ok_or_else(|| bad(what))
+}
+
+fn count(value: &Value, what: &str) -> Result<u32, StoreError> {
+    value
+        .as_u64()
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| bad(what))
+}
+
+fn text(value: &Value, what: &str) -> Result<Option<String>, StoreError> {
+    match value {
+        Value::Null => Ok(None),
+        Value::String(s) => Ok(Some(s.clone())),
+        _ => Err(bad(what)),
+    }
+}
+
+fn payload(value: &Value) -> Result<Option<Vec<u8>>, StoreError> {
+    if let Some(text) = text(&value["payload"], "payload")? {
+        return Ok(Some(text.into_bytes()));
+    }
+    text(&value["payload_base64"], "payload_base64")?
+        .map(|b| {
+            STANDARD
+                .decode(b.as_bytes())
+                .map_err(|_| bad("payload_base64"))
+        })
+        .transpose()
+}
+
+/// A lease of a claim answer, and its token.
+pub(crate) fn lease(value: &Value, now: Timestamp) -> Result<(Lease, String), StoreError> {
+    let id = value["id"].as_str().ok_or_else(|| bad("id"))?;
+    let token = value["lease_token"]
+        .as_str()
+        .ok_or_else(|| bad("lease_token"))?
+        .to_owned();
+    Ok((
+        Lease {
+            job: JobId::stored(id).map_err(|_| bad("id"))?,
+            fence: fence(&value["fence"], "fence")?,
+            now,
+            until: time(&value["until"], "until")?,
+            attempt: count(&value["attempt"], "attempt")?,
+            payload: payload(value)?,
+        },
+        token,
+    ))
+}
+
+/// A job's record from its view.
+pub(crate) fn record(value: &Value) -> Result<JobRecord, StoreError> {
+    let id = value["id"].as_str().ok_or_else(|| bad("id"))?;
+    let ended = match value["ended"].as_str() {
+        None => None,
+        Some(name) => Some(Ended::parse(name).ok_or_else(|| bad("ended"))?),
+    };
+    let job = Job {
+        owner: text(&value["owner"], "owner")?
+            .map(Owner::stored)
+            .transpose()
+            .map_err(|_| bad("owner"))?,
+        until: time(&value["until"], "until")?,
+        fence: fence(&value["fence"], "fence")?,
+        result: text(&value["result"], "result")?,
+        done: boolean(&value["done"], "done")?,
+        queue: QueueName::stored(value["queue"].as_str().ok_or_else(|| bad("queue"))?)
+            .map_err(|_| bad("queue"))?,
+        priority: value["priority"].as_i64().ok_or_else(|| bad("priority"))?,
+        run_at: optional_time(&value["run_at"], "run_at")?,
+        attempts: count(&value["attempts"], "attempts")?,
+        max_attempts: count(&value["max_attempts"], "max_attempts")?,
+        payload: payload(value)?,
+        ended,
+        error: text(&value["error"], "error")?,
+        result_fence: if value["result_fence"].is_null() {
+            None
+        } else {
+            Some(fence(&value["result_fence"], "result_fence")?)
+        },
+        updated: optional_time(&value["updated"], "updated")?,
+        // The service never shows a lease's token digest.
+        token: None,
+    };
+    Ok(JobRecord {
+        id: JobId::stored(id).map_err(|_| bad("id"))?,
+        job,
+    })
+}
+
+/// `GET /v1/stats` as rows, queue then status, statuses with no job left out.
+pub(crate) fn stats(answer: &Answer) -> Result<Vec<StatsRow>, StoreError> {
+    let queues = answer.body["queues"]
+        .as_object()
+        .ok_or_else(|| corrupt(answer, "queues"))?;
+    let mut rows = Vec::new();
+    for (queue, counts) in queues {
+        let queue = QueueName::stored(queue.as_str()).map_err(|_| corrupt(answer, "queues"))?;
+        for status in Status::ALL {
+            let count = counts[status.as_str()]
+                .as_u64()
+                .ok_or_else(|| corrupt(answer, "queues"))?;
+            if count > 0 {
+                rows.push(StatsRow {
+                    queue: queue.clone(),
+                    status,
+                    count,
+                });
+            }
+        }
+    }
+    rows.sort_by(|a, b| (&a.queue, a.status).cmp(&(&b.queue, b.status)));
+    Ok(rows)
+}
+
+/// A refused claim by id (404 or 409).
+pub(crate) fn claim_refused(answer: &Answer) -> Result<ClaimRefused, StoreError> {
+    Ok(match (answer.status, answer.body["reason"].as_str()) {
+        (404, Some("not_found")) => ClaimRefused::Missing,
+        (409, Some("done")) => ClaimRefused::Done,
+        (409, Some("dead")) => ClaimRefused::Dead,
+        (409, Some("cancelled")) => ClaimRefused::Cancelled,
+        (409, Some("not_due")) => ClaimRefused::NotDue {
+            run_at: time(&answer.body["run_at"], "run_at")?,
+        },
+        (409, Some("live")) => ClaimRefused::Live {
+            owner: text(&answer.body["owner"], "owner")?
+                .map(Owner::stored)
+                .transpose()
+                .map_err(|_| bad("owner"))?,
+            until: time(&answer.body["until"], "until")?,
+        },
+        _ => return Err(answer.error()),
+    })
+}
+
+/// A refused holder or admin write (404 or 409): `owner`, `fence` and `now` are what the
+/// request presented.
+pub(crate) fn write_refused(
+    answer: &Answer,
+    owner: &Owner,
+    presented: Fence,
+    now: Option<Timestamp>,
+) -> Result<WriteRefused, StoreError> {
+    let body = &answer.body;
+    Ok(match (answer.status, body["reason"].as_str()) {
+        (404, Some("not_found")) => WriteRefused::Missing,
+        (409, Some("stale")) => WriteRefused::Stale {
+            presented: fence(&body["presented_fence"], "presented_fence").unwrap_or(presented),
+            current: fence(&body["current_fence"], "current_fence")?,
+        },
+        (409, Some("expired")) => WriteRefused::Expired {
+            until: time(&body["until"], "until")?,
+            now: now.unwrap_or(Timestamp::ZERO),
+        },
+        (409, Some("not_owner")) => WriteRefused::NotOwner {
+            presented: owner.clone(),
+            current: None,
+        },
+        (409, Some("done")) => WriteRefused::Done {
+            result_fence: if body["result_fence"].is_null() {
+                None
+            } else {
+                Some(fence(&body["result_fence"], "result_fence")?)
+            },
+        },
+        (409, Some("cancelled")) => WriteRefused::Cancelled,
+        (409, Some("dead")) => WriteRefused::Dead,
+        (409, Some("live")) => WriteRefused::Active {
+            status: Status::parse(body["status"].as_str().unwrap_or_default())
+                .map_err(|_| bad("status"))?,
+        },
+        _ => return Err(answer.error()),
+    })
+}
+
+/// A backoff policy as `fail` takes it.
+pub(crate) fn backoff(backoff: &Backoff) -> Value {
+    let (base, factor, max, jitter) = backoff.parts();
+    json!({ "base": base, "factor": factor, "max": max, "jitter": jitter })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_segments_keep_only_unreserved_bytes() {
+        assert_eq!(path("a/b c?ü%"), "a%2Fb%20c%3F%C3%BC%25");
+        assert_eq!(path("A-z_0.9~"), "A-z_0.9~");
+    }
+}
