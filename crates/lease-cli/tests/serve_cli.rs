@@ -86,27 +86,7 @@ impl Server {
 
     /// One request on its own connection: (status, body as JSON or text).
     fn call(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, Value) {
-        let mut stream = TcpStream::connect(&self.addr).unwrap();
-        let mut request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
-            self.addr,
-            body.len()
-        );
-        if !body.is_empty() {
-            request.push_str("Content-Type: application/json\r\n");
-        }
-        for (name, value) in headers {
-            request.push_str(&format!("{name}: {value}\r\n"));
-        }
-        request.push_str("\r\n");
-        request.push_str(body);
-        stream.write_all(request.as_bytes()).unwrap();
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).unwrap();
-        let status: u16 = answer[9..12].parse().unwrap();
-        let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-        let body = serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.to_owned()));
-        (status, body)
+        try_call(&self.addr, method, path, headers, body).expect("the server answers")
     }
 
     fn stop(mut self) -> (Option<i32>, String) {
@@ -120,6 +100,36 @@ impl Server {
         let log = self.log.lock().unwrap().clone();
         (status.code(), log)
     }
+}
+
+/// One request on its own connection, or `None` if the connection failed or broke off.
+fn try_call(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Option<(u16, Value)> {
+    let mut stream = TcpStream::connect(addr).ok()?;
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if !body.is_empty() {
+        request.push_str("Content-Type: application/json\r\n");
+    }
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    let status: u16 = answer.get(9..12)?.parse().ok()?;
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let body = serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.to_owned()));
+    Some((status, body))
 }
 
 impl Drop for Server {
@@ -403,4 +413,87 @@ fn a_worker_machine_needs_only_the_binary_a_url_and_a_key() {
         .unwrap();
     assert_eq!(no_key.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&no_key.stderr).contains("--server needs an API key"));
+}
+
+#[test]
+fn after_kill_9_under_load_every_acknowledged_lease_survives_and_its_token_still_works() {
+    let (_dir, db) = fresh_db();
+    let key = make_key(&db, "ci", "worker")["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let auth = format!("Bearer {key}");
+    let server = Server::start(&db, &[], &[]);
+    let addr = server.addr.clone();
+    let acknowledged = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut load = Vec::new();
+    for t in 0..4 {
+        let (addr, auth, acknowledged, stop) = (
+            addr.clone(),
+            auth.clone(),
+            acknowledged.clone(),
+            stop.clone(),
+        );
+        load.push(std::thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                n += 1;
+                let id = format!("t{t}-{n}");
+                let call = |path: &str, body: Value| {
+                    try_call(
+                        &addr,
+                        "POST",
+                        path,
+                        &[("Authorization", &auth)],
+                        &body.to_string(),
+                    )
+                };
+                if call("/v1/queues/q/jobs", json!({"id": id})).is_none() {
+                    continue;
+                }
+                if let Some((200, body)) = call(
+                    "/v1/queues/q/claims",
+                    json!({"ttl": 600, "owner": format!("ci/{t}")}),
+                ) {
+                    for lease in body["leases"].as_array().unwrap() {
+                        acknowledged.lock().unwrap().push((
+                            lease["id"].as_str().unwrap().to_owned(),
+                            lease["fence"].as_u64().unwrap(),
+                            lease["lease_token"].as_str().unwrap().to_owned(),
+                        ));
+                    }
+                }
+            }
+        }));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let mut server = server;
+    server.child.kill().unwrap(); // SIGKILL
+    server.child.wait().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for thread in load {
+        thread.join().unwrap();
+    }
+    let leases = acknowledged.lock().unwrap().clone();
+    assert!(
+        leases.len() >= 5,
+        "the load was light: {} leases",
+        leases.len()
+    );
+    let restarted = Server::start(&db, &[], &[]);
+    let mut seen = std::collections::HashSet::new();
+    for (id, fence, token) in &leases {
+        assert!(
+            seen.insert((id.clone(), *fence)),
+            "fence {fence} of {id} handed out twice"
+        );
+        let (status, body) = restarted.call(
+            "POST",
+            &format!("/v1/jobs/{id}/renew"),
+            &[("Authorization", &auth), ("Lease-Token", token)],
+            &json!({"fence": fence, "ttl": 600}).to_string(),
+        );
+        assert_eq!(status, 200, "{id} fence {fence}: {body}");
+    }
 }

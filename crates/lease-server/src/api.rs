@@ -196,9 +196,9 @@ pub(crate) async fn enqueue(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
+    authenticate(&app, &headers, Scope::Worker).await?;
     let body: EnqueueBody = json_body(&headers, body, &ENQUEUE_FIELDS, false)?;
     let queue = queue_name(queue)?;
-    authenticate(&app, &headers, Scope::Worker).await?;
     let (id, spec) = spec(&queue, body)?;
     let inserted = app
         .store
@@ -245,6 +245,7 @@ pub(crate) async fn enqueue_many(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
+    authenticate(&app, &headers, Scope::Worker).await?;
     let fields = [crate::input::Field {
         name: "jobs",
         kind: Kind::Array,
@@ -252,7 +253,6 @@ pub(crate) async fn enqueue_many(
     }];
     let body: EnqueueManyBody = json_body(&headers, body, &fields, false)?;
     let queue = queue_name(queue)?;
-    authenticate(&app, &headers, Scope::Worker).await?;
     let mut jobs = Vec::with_capacity(body.jobs.len());
     for (n, job) in body.jobs.into_iter().enumerate() {
         let at = |p: Problem| Problem::invalid(format!("jobs[{n}]: {}", p.detail()));
@@ -376,6 +376,7 @@ pub(crate) async fn claim_next(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
+    let caller = authenticate(&app, &headers, Scope::Worker).await?;
     let fields = [
         required("ttl", Kind::Number),
         optional("limit", Kind::Unsigned(u64::MAX)),
@@ -396,7 +397,6 @@ pub(crate) async fn claim_next(
         ));
     }
     term(now(&app, body.now)?, body.ttl)?;
-    let caller = authenticate(&app, &headers, Scope::Worker).await?;
     let owner = claimant(&caller, body.owner)?;
     let (token, digest) = new_token()?;
     let limit = usize::try_from(limit).unwrap_or(1);
@@ -458,6 +458,7 @@ pub(crate) async fn claim(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
+    let caller = authenticate(&app, &headers, Scope::Worker).await?;
     let fields = [
         required("ttl", Kind::Number),
         optional("owner", Kind::Text),
@@ -467,7 +468,6 @@ pub(crate) async fn claim(
     let id = job_id(id)?;
     let now = now(&app, body.now)?;
     term(now, body.ttl)?;
-    let caller = authenticate(&app, &headers, Scope::Worker).await?;
     let owner = claimant(&caller, body.owner)?;
     let (token, digest) = new_token()?;
     let term = term(now, body.ttl)?.with_token(digest);
@@ -502,13 +502,13 @@ pub(crate) async fn claim(
 /// principal's, as the store records the refusals it decides itself.
 async fn holder(
     app: &App,
+    caller: &Caller,
     headers: &HeaderMap,
     operation: &'static str,
     id: &JobId,
     presented: u64,
     named: Option<String>,
 ) -> Result<(Owner, Fence), Problem> {
-    let caller = authenticate(app, headers, Scope::Worker).await?;
     let presented = fence(presented)?;
     let named = named
         .map(Owner::new)
@@ -600,6 +600,7 @@ pub(crate) async fn renew(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
+    let caller = authenticate(&app, &headers, Scope::Worker).await?;
     let fields = [
         required("fence", FENCE),
         required("ttl", Kind::Number),
@@ -609,7 +610,10 @@ pub(crate) async fn renew(
     let body: RenewBody = json_body(&headers, body, &fields, false)?;
     let id = job_id(id)?;
     let term = term(now(&app, body.now)?, body.ttl)?;
-    let (owner, fence) = holder(&app, &headers, "renew", &id, body.fence, body.owner).await?;
+    let (owner, fence) = holder(
+        &app, &caller, &headers, "renew", &id, body.fence, body.owner,
+    )
+    .await?;
     app.store
         .renew(&id, &owner, fence, term)
         .await
@@ -658,6 +662,7 @@ pub(crate) async fn complete(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
+    let caller = authenticate(&app, &headers, Scope::Worker).await?;
     let fields = [
         required("fence", FENCE),
         required("result", Kind::Text),
@@ -668,7 +673,10 @@ pub(crate) async fn complete(
     let id = job_id(id)?;
     let now = now(&app, body.now)?;
     let result = JobResult::new(body.result).map_err(|e| bad_value("result", &e))?;
-    let (owner, fence) = holder(&app, &headers, "complete", &id, body.fence, body.owner).await?;
+    let (owner, fence) = holder(
+        &app, &caller, &headers, "complete", &id, body.fence, body.owner,
+    )
+    .await?;
     app.store
         .complete(&id, &owner, fence, now, &result)
         .await
@@ -735,6 +743,7 @@ pub(crate) async fn fail(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
+    let caller = authenticate(&app, &headers, Scope::Worker).await?;
     let fields = [
         required("fence", FENCE),
         required("error", Kind::Text),
@@ -763,7 +772,8 @@ pub(crate) async fn fail(
             })?,
         ),
     };
-    let (owner, fence) = holder(&app, &headers, "fail", &id, body.fence, body.owner).await?;
+    let (owner, fence) =
+        holder(&app, &caller, &headers, "fail", &id, body.fence, body.owner).await?;
     let failed = app
         .store
         .fail(&id, &owner, fence, now, &error, retry)
@@ -807,10 +817,14 @@ pub(crate) async fn release(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
+    let caller = authenticate(&app, &headers, Scope::Worker).await?;
     let fields = [required("fence", FENCE), optional("owner", Kind::Text)];
     let body: ReleaseBody = json_body(&headers, body, &fields, false)?;
     let id = job_id(id)?;
-    let (owner, fence) = holder(&app, &headers, "release", &id, body.fence, body.owner).await?;
+    let (owner, fence) = holder(
+        &app, &caller, &headers, "release", &id, body.fence, body.owner,
+    )
+    .await?;
     app.store
         .release(&id, &owner, fence)
         .await
@@ -901,8 +915,8 @@ pub(crate) async fn get_job(
     id: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Answer {
-    let id = job_id(id)?;
     authenticate(&app, &headers, Scope::Viewer).await?;
+    let id = job_id(id)?;
     let record = app
         .store
         .record(&id)
@@ -951,6 +965,7 @@ pub(crate) async fn list_jobs(
     query: Result<Query<ListQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Answer {
+    authenticate(&app, &headers, Scope::Viewer).await?;
     let Query(query) =
         query.map_err(|_| Problem::malformed("the query string could not be read"))?;
     let limit = match query.limit.as_deref() {
@@ -985,7 +1000,6 @@ pub(crate) async fn list_jobs(
             .map_err(|e| bad_value("after", &e))?,
         now: now(&app, query_time(query.now.as_deref(), "now")?)?,
     };
-    authenticate(&app, &headers, Scope::Viewer).await?;
     let records = app
         .store
         .list(&filter)
@@ -1017,10 +1031,10 @@ async fn admin_write(
     body: Result<Bytes, BytesRejection>,
     retry: bool,
 ) -> Answer {
+    authenticate(app, headers, Scope::Admin).await?;
     let body: AdminBody = json_body(headers, body, &[optional("now", Kind::Number)], true)?;
     let id = job_id(id)?;
     let now = now(app, body.now)?;
-    authenticate(app, headers, Scope::Admin).await?;
     let outcome = if retry {
         app.store.retry(&id, now).await
     } else {
@@ -1103,6 +1117,7 @@ pub(crate) async fn purge(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
+    authenticate(&app, &headers, Scope::Admin).await?;
     let fields = [
         required("before", Kind::Number),
         optional("statuses", Kind::Array),
@@ -1118,7 +1133,6 @@ pub(crate) async fn purge(
             .collect::<Result<Vec<_>, _>>()
             .map_err(|_| Problem::invalid("field `statuses` holds a name that is not a status"))?,
     };
-    authenticate(&app, &headers, Scope::Admin).await?;
     let purged = app
         .store
         .purge(before, &statuses)
@@ -1154,10 +1168,10 @@ pub(crate) async fn stats(
     query: Result<Query<StatsQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Answer {
+    authenticate(&app, &headers, Scope::Viewer).await?;
     let Query(query) =
         query.map_err(|_| Problem::malformed("the query string could not be read"))?;
     let now = now(&app, query_time(query.now.as_deref(), "now")?)?;
-    authenticate(&app, &headers, Scope::Viewer).await?;
     let rows = app.store.stats(now).await.map_err(|e| Problem::store(&e))?;
     let queues = crate::wire::stats_json(&rows);
     Ok(json_response(StatusCode::OK, json!({ "queues": queues })))
@@ -1214,6 +1228,7 @@ pub(crate) async fn refusals(
     query: Result<Query<RefusalsQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Answer {
+    authenticate(&app, &headers, Scope::Viewer).await?;
     let Query(query) =
         query.map_err(|_| Problem::malformed("the query string could not be read"))?;
     let limit = match query.limit.as_deref() {
@@ -1235,7 +1250,6 @@ pub(crate) async fn refusals(
         .map(JobId::new)
         .transpose()
         .map_err(|e| bad_value("job", &e))?;
-    authenticate(&app, &headers, Scope::Viewer).await?;
     let rows = app
         .store
         .refusals(&AuditFilter { job, since, limit })

@@ -304,6 +304,16 @@ async fn keys_and_scopes_decide_who_may_do_what() {
         .await;
     assert_problem(&no_key, StatusCode::UNAUTHORIZED, "unauthorized");
     assert_eq!(no_key.headers["www-authenticate"], "Bearer");
+    // The key is checked before the body is read: a stranger learns nothing of the API.
+    let stranger = s
+        .send(
+            Request::post("/v1/queues/q/claims")
+                .header("content-type", "application/json")
+                .body(Body::from(r#"{"ttl": "#))
+                .unwrap(),
+        )
+        .await;
+    assert_problem(&stranger, StatusCode::UNAUTHORIZED, "unauthorized");
     for bad in [
         "lk_0000_nope".to_owned(),
         "not a key".to_owned(),

@@ -1,0 +1,72 @@
+//! The OpenAPI document: generated from the handlers, it names every route the service
+//! answers, and a standard validator (openapi-spec-validator, which `.ci/run` installs)
+//! accepts it.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+const ROUTES: [(&str, &str); 18] = [
+    ("post", "/v1/queues/{queue}/jobs"),
+    ("post", "/v1/queues/{queue}/jobs/batch"),
+    ("post", "/v1/queues/{queue}/claims"),
+    ("post", "/v1/jobs/{id}/claim"),
+    ("post", "/v1/jobs/{id}/renew"),
+    ("post", "/v1/jobs/{id}/complete"),
+    ("post", "/v1/jobs/{id}/fail"),
+    ("post", "/v1/jobs/{id}/release"),
+    ("get", "/v1/jobs/{id}"),
+    ("get", "/v1/jobs"),
+    ("post", "/v1/jobs/{id}/cancel"),
+    ("post", "/v1/jobs/{id}/retry"),
+    ("post", "/v1/purge"),
+    ("get", "/v1/stats"),
+    ("get", "/v1/refusals"),
+    ("get", "/healthz"),
+    ("get", "/metrics"),
+    ("get", "/openapi.json"),
+];
+
+#[test]
+fn every_route_is_in_the_document_with_its_security() {
+    let doc: Value = serde_json::from_str(&lease_server::openapi_json()).unwrap();
+    for (method, path) in ROUTES {
+        let operation = &doc["paths"][path][method];
+        assert!(operation.is_object(), "{method} {path} is not documented");
+        let open = ["/healthz", "/openapi.json"].contains(&path);
+        assert_eq!(
+            operation["security"].is_array(),
+            !open,
+            "{method} {path}: security is documented where a key is needed"
+        );
+    }
+    let documented: usize = doc["paths"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|item| item.as_object().unwrap().len())
+        .sum();
+    assert_eq!(documented, ROUTES.len(), "a route the test does not know");
+    assert_eq!(
+        doc["components"]["securitySchemes"]["api_key"]["scheme"],
+        "bearer"
+    );
+}
+
+#[test]
+fn a_standard_validator_accepts_the_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("openapi.json");
+    std::fs::write(&path, lease_server::openapi_json()).unwrap();
+    let out = Command::new("python3")
+        .args(["-m", "openapi_spec_validator"])
+        .arg(&path)
+        .output()
+        .expect("python3 runs (install openapi-spec-validator: .ci/run does)");
+    assert!(
+        out.status.success(),
+        "the validator refused the document:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
