@@ -497,3 +497,101 @@ fn after_kill_9_under_load_every_acknowledged_lease_survives_and_its_token_still
         assert_eq!(status, 200, "{id} fence {fence}: {body}");
     }
 }
+
+#[test]
+fn two_servers_over_one_postgres_database_are_one_service() {
+    let pg = lease_postgres::ScratchDatabase::create();
+    let db = Path::new(pg.url());
+    assert_eq!(lease(db, &["init"]).status.code(), Some(0));
+    let key = make_key(db, "ci", "worker")["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let auth = format!("Bearer {key}");
+    let (one, two) = (Server::start(db, &[], &[]), Server::start(db, &[], &[]));
+    // A waiting claim on one server is answered by a job enqueued through the other.
+    let waiting = {
+        let (addr, auth) = (two.addr.clone(), auth.clone());
+        std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            let answer = try_call(
+                &addr,
+                "POST",
+                "/v1/queues/wake/claims",
+                &[("Authorization", &auth)],
+                &json!({"ttl": 30, "wait": 10}).to_string(),
+            );
+            (answer, started.elapsed())
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (status, _) = one.call(
+        "POST",
+        "/v1/queues/wake/jobs",
+        &[("Authorization", &auth)],
+        &json!({"id": "elsewhere"}).to_string(),
+    );
+    assert_eq!(status, 201);
+    let (answer, took) = waiting.join().unwrap();
+    let (status, body) = answer.expect("the waiting claim is answered");
+    assert_eq!(status, 200);
+    assert_eq!(body["leases"][0]["id"], "elsewhere");
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "woken by the poll, not the wait's end: {took:?}"
+    );
+    // Claims through both servers at once never get one fence twice.
+    for n in 0..40 {
+        let server = if n % 2 == 0 { &one } else { &two };
+        let (status, _) = server.call(
+            "POST",
+            "/v1/queues/race/jobs",
+            &[("Authorization", &auth)],
+            &json!({"id": format!("r{n}")}).to_string(),
+        );
+        assert_eq!(status, 201);
+    }
+    let mut racers = Vec::new();
+    for t in 0..6 {
+        let addr = if t % 2 == 0 {
+            one.addr.clone()
+        } else {
+            two.addr.clone()
+        };
+        let auth = auth.clone();
+        racers.push(std::thread::spawn(move || {
+            let mut got = Vec::new();
+            loop {
+                let (status, body) = try_call(
+                    &addr,
+                    "POST",
+                    "/v1/queues/race/claims",
+                    &[("Authorization", &auth)],
+                    &json!({"ttl": 30, "limit": 3, "owner": format!("ci/{t}")}).to_string(),
+                )
+                .expect("the server answers");
+                assert_eq!(status, 200, "{body}");
+                let leases = body["leases"].as_array().unwrap().clone();
+                if leases.is_empty() {
+                    return got;
+                }
+                for lease in leases {
+                    got.push((
+                        lease["id"].as_str().unwrap().to_owned(),
+                        lease["fence"].as_u64().unwrap(),
+                    ));
+                }
+            }
+        }));
+    }
+    let mut all: Vec<(String, u64)> = racers.into_iter().flat_map(|r| r.join().unwrap()).collect();
+    all.sort();
+    let total = all.len();
+    all.dedup_by(|a, b| a.0 == b.0);
+    assert_eq!(
+        (total, all.len()),
+        (40, 40),
+        "each job leased once, by one server"
+    );
+    assert!(all.iter().all(|(_, fence)| *fence == 1));
+}
