@@ -430,6 +430,10 @@ pub(crate) enum Command {
         /// Seconds a request may take beyond its long poll.
         #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
         request_timeout: f64,
+        /// Requests a second per principal (bursts of twice as many; a lease holder's writes
+        /// counted apart, so claims never starve renewals); over it, 429. 0 turns it off.
+        #[arg(long, default_value_t = 1000.0, value_name = "N")]
+        rate_limit: f64,
         /// Let requests carry their own `now` (for tests that script time).
         #[arg(long, hide = true)]
         client_clock: bool,
@@ -517,6 +521,8 @@ pub(crate) struct ServeRequest {
     pub request_timeout: std::time::Duration,
     /// Whether requests may carry their own `now`.
     pub client_clock: bool,
+    /// Requests a second per principal (0: no limit).
+    pub rate_limit: f64,
 }
 
 /// What `lease keys` does, checked.
@@ -632,8 +638,14 @@ impl Command {
                 max_in_flight,
                 max_waiting,
                 request_timeout,
+                rate_limit,
                 client_clock,
             } => {
+                if !(rate_limit.is_finite() && rate_limit >= 0.0) {
+                    return Err(RequestError::Flag(format!(
+                        "--rate-limit must be 0 or more requests a second, got {rate_limit}"
+                    )));
+                }
                 for (flag, value) in [
                     ("--body-limit", body_limit),
                     ("--max-in-flight", max_in_flight),
@@ -651,6 +663,7 @@ impl Command {
                     request_timeout: duration_flag("--request-timeout", request_timeout)
                         .map_err(RequestError::Flag)?,
                     client_clock,
+                    rate_limit,
                 })
             }
             Command::Keys { command } => Request::Keys(match command {

@@ -137,6 +137,7 @@ pub(crate) async fn serve(
         request_timeout: request.request_timeout,
         max_in_flight: request.max_in_flight,
         max_waiting: request.max_waiting,
+        rate_limit: request.rate_limit,
         ..ServiceConfig::new(clock)
     };
     let app = lease_server::router(opened.service(), config);

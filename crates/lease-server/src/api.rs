@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::App;
-use crate::auth::{Caller, authenticate, check_lease_token};
+use crate::auth::{Caller, authenticate, authenticate_holder, check_lease_token};
 use crate::input::{Kind, bad_value, json_body, optional, required};
 use crate::problem::{Problem, ProblemBody};
 use crate::secrets;
@@ -600,7 +600,7 @@ pub(crate) async fn renew(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
-    let caller = authenticate(&app, &headers, Scope::Worker).await?;
+    let caller = authenticate_holder(&app, &headers).await?;
     let fields = [
         required("fence", FENCE),
         required("ttl", Kind::Number),
@@ -662,7 +662,7 @@ pub(crate) async fn complete(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
-    let caller = authenticate(&app, &headers, Scope::Worker).await?;
+    let caller = authenticate_holder(&app, &headers).await?;
     let fields = [
         required("fence", FENCE),
         required("result", Kind::Text),
@@ -743,7 +743,7 @@ pub(crate) async fn fail(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
-    let caller = authenticate(&app, &headers, Scope::Worker).await?;
+    let caller = authenticate_holder(&app, &headers).await?;
     let fields = [
         required("fence", FENCE),
         required("error", Kind::Text),
@@ -817,7 +817,7 @@ pub(crate) async fn release(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
-    let caller = authenticate(&app, &headers, Scope::Worker).await?;
+    let caller = authenticate_holder(&app, &headers).await?;
     let fields = [required("fence", FENCE), optional("owner", Kind::Text)];
     let body: ReleaseBody = json_body(&headers, body, &fields, false)?;
     let id = job_id(id)?;

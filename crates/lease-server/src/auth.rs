@@ -5,6 +5,7 @@ use axum::http::{HeaderMap, HeaderName, header};
 use lease_domain::{Owner, Principal, Scope, TokenDigest, may_act_as};
 
 use crate::App;
+use crate::limits::Class;
 use crate::problem::Problem;
 use crate::secrets;
 
@@ -52,6 +53,24 @@ pub(crate) async fn authenticate(
     headers: &HeaderMap,
     needed: Scope,
 ) -> Result<Caller, Problem> {
+    authenticate_as(app, headers, needed, Class::Other).await
+}
+
+/// [`authenticate`] for a lease holder's write, counted in the holder's own rate-limit bucket
+/// so that claims and reads never starve renewals.
+///
+/// # Errors
+/// As [`authenticate`].
+pub(crate) async fn authenticate_holder(app: &App, headers: &HeaderMap) -> Result<Caller, Problem> {
+    authenticate_as(app, headers, Scope::Worker, Class::Holder).await
+}
+
+async fn authenticate_as(
+    app: &App,
+    headers: &HeaderMap,
+    needed: Scope,
+    class: Class,
+) -> Result<Caller, Problem> {
     let mut values = headers.get_all(header::AUTHORIZATION).iter();
     let (Some(value), None) = (values.next(), values.next()) else {
         return Err(Problem::unauthorized(
@@ -81,6 +100,16 @@ pub(crate) async fn authenticate(
             record.scope, needed
         )));
     }
+    app.limits
+        .admit(&record.principal, class)
+        .map_err(|seconds| {
+            Problem::new(
+                axum::http::StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                "this key's principal is over its rate limit; try again",
+            )
+            .retry_after(seconds)
+        })?;
     Ok(Caller {
         principal: record.principal,
         scope: record.scope,

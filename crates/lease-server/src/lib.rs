@@ -11,6 +11,7 @@
 mod api;
 mod auth;
 pub mod input;
+mod limits;
 pub mod problem;
 pub mod secrets;
 pub mod waiters;
@@ -75,6 +76,10 @@ pub struct ServiceConfig {
     /// How often a waiting claim looks again for jobs that came due by time or were enqueued
     /// elsewhere (default 1 s; a job enqueued through this server wakes one waiter at once).
     pub poll_interval: Duration,
+    /// Requests a second each principal may make, in bursts of twice as many, counted apart
+    /// for a lease holder's writes and for everything else; over it, `429` with `Retry-After`
+    /// (default 1,000; 0 turns the limit off).
+    pub rate_limit: f64,
 }
 
 impl std::fmt::Debug for ServiceConfig {
@@ -86,6 +91,7 @@ impl std::fmt::Debug for ServiceConfig {
             .field("max_in_flight", &self.max_in_flight)
             .field("max_waiting", &self.max_waiting)
             .field("poll_interval", &self.poll_interval)
+            .field("rate_limit", &self.rate_limit)
             .finish_non_exhaustive()
     }
 }
@@ -103,6 +109,7 @@ impl ServiceConfig {
             max_in_flight: 1024,
             max_waiting: 1000,
             poll_interval: Duration::from_secs(1),
+            rate_limit: 1000.0,
         }
     }
 }
@@ -112,6 +119,7 @@ pub(crate) struct App {
     pub(crate) store: Arc<dyn ServiceStore>,
     pub(crate) config: ServiceConfig,
     pub(crate) waiters: Waiters,
+    pub(crate) limits: limits::RateLimits,
     pub(crate) openapi: String,
 }
 
@@ -219,6 +227,7 @@ pub fn router(store: Arc<dyn ServiceStore>, config: ServiceConfig) -> axum::Rout
     let app = Arc::new(App {
         store,
         waiters: Waiters::new(config.max_waiting),
+        limits: limits::RateLimits::new(config.rate_limit, 2.0 * config.rate_limit),
         openapi: openapi.to_pretty_json().unwrap_or_default(),
         config: config.clone(),
     });

@@ -43,6 +43,10 @@ async fn key(store: &dyn ServiceStore, principal: &str, scope: Scope) -> String 
 }
 
 async fn service_over(store: Arc<dyn ServiceStore>) -> Service {
+    service_limited(store, 1000.0).await
+}
+
+async fn service_limited(store: Arc<dyn ServiceStore>, rate_limit: f64) -> Service {
     let time = Arc::new(AtomicU64::new(1000f64.to_bits()));
     let clock = {
         let time = time.clone();
@@ -50,6 +54,7 @@ async fn service_over(store: Arc<dyn ServiceStore>) -> Service {
     };
     let mut config = ServiceConfig::new(clock);
     config.poll_interval = std::time::Duration::from_millis(50);
+    config.rate_limit = rate_limit;
     Service {
         worker: key(store.as_ref(), "ci", Scope::Worker).await,
         other: key(store.as_ref(), "cd", Scope::Worker).await,
@@ -625,4 +630,27 @@ async fn refused_writes_appear_in_the_refusals_with_their_fences() {
     assert_eq!(row["owner"], "ci");
     let since = s.get("/v1/refusals?since=99999999999", &s.viewer).await;
     assert_eq!(since.body["refusals"], json!([]));
+}
+
+#[tokio::test]
+async fn over_its_rate_limit_a_principal_gets_429_but_its_renewals_still_go_through() {
+    // One request a second, in bursts of two: the enqueue and the claim pass, and the next
+    // request (well within the second) does not.
+    let s = service_limited(Arc::new(MemoryLeaseStore::new()), 1.0).await;
+    s.enqueue("q", "j").await;
+    let (_, fence, token) = s.claim("q", &s.worker, "ci", 30.0).await;
+    let limited = s.get("/v1/stats", &s.worker).await;
+    assert_problem(&limited, StatusCode::TOO_MANY_REQUESTS, "rate_limited");
+    assert_eq!(limited.headers["retry-after"], "1");
+    // The same principal's renewals have their own bucket; other principals are untouched.
+    let renewed = s
+        .post(
+            "/v1/jobs/j/renew",
+            &s.worker,
+            Some(&token),
+            json!({"fence": fence, "ttl": 30}),
+        )
+        .await;
+    assert_eq!(renewed.status, StatusCode::OK, "{}", renewed.body);
+    assert_eq!(s.get("/v1/stats", &s.viewer).await.status, StatusCode::OK);
 }
