@@ -2,6 +2,8 @@
 //! the same process, concurrent callers with and without group commit, and tables of 1k to 1M
 //! jobs. Prints one table and writes it to `target/bench-report.md`. `-- --quick` shortens it.
 
+#[path = "support/api.rs"]
+mod api;
 #[path = "support/harness.rs"]
 mod harness;
 #[path = "support/pg.rs"]
@@ -802,7 +804,11 @@ fn main() {
     let enqueue_only = args.iter().any(|a| a == "--enqueue-only");
     // `-- --pg-loop-only` runs the PostgreSQL queue-loop rows alone.
     let pg_loop_only = args.iter().any(|a| a == "--pg-loop-only");
-    if pg_loop_only {
+    // `-- --api-only` runs the network service's rows alone.
+    let api_only = args.iter().any(|a| a == "--api-only");
+    if api_only {
+        api::rows(&plan, dir.path(), queue_jobs(&plan), queue_store, &mut rows);
+    } else if pg_loop_only {
         pg::loop_rows_only(&plan, &mut rows);
     } else if enqueue_only {
         enqueue_rows(&plan, dir.path(), &mut rows);
@@ -818,12 +824,13 @@ fn main() {
         }
         queue(&plan, dir.path(), &mut rows);
         if one_row().is_none() {
+            api::rows(&plan, dir.path(), queue_jobs(&plan), queue_store, &mut rows);
             enqueue_rows(&plan, dir.path(), &mut rows);
             claim_next_sizes(&plan, dir.path(), &mut rows);
             claim_next_live_leases(&plan, dir.path(), &mut rows);
         }
     }
-    let pg_note = if queue_only || live_only || enqueue_only || pg_loop_only {
+    let pg_note = if queue_only || live_only || enqueue_only || pg_loop_only || api_only {
         None
     } else {
         pg::rows(&plan, &mut rows)

@@ -127,7 +127,9 @@ fn queue_row(
             None::<&str>,
             None::<i64>,
             now,
-            leased_until
+            leased_until,
+            // The lease token's digest: raw claims are made without one.
+            None::<Vec<u8>>
         ])
         .expect("upsert queue row");
 }
