@@ -111,7 +111,7 @@ pub(crate) fn rows(
         rows.push(Row {
             baseline: Some("the library"),
             ..jobs_row(
-                "api: claim-next + complete through lease serve (HTTP keep-alive, 2 requests a job), FULL, jobs/s"
+                "api: claim-next + complete through lease serve (HTTP keep-alive, one request a job: complete carrying the next claim), FULL, jobs/s"
                     .to_owned(),
                 workers,
                 jobs,

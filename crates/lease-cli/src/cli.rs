@@ -434,6 +434,10 @@ pub(crate) enum Command {
         /// counted apart, so claims never starve renewals); over it, 429. 0 turns it off.
         #[arg(long, default_value_t = 1000.0, value_name = "N")]
         rate_limit: f64,
+        /// Seconds a key read from the store is trusted before it is read again: a
+        /// revocation reaches every server within it (0: read the store on every request).
+        #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+        key_cache: f64,
         /// Let requests carry their own `now` (for tests that script time).
         #[arg(long, hide = true)]
         client_clock: bool,
@@ -523,6 +527,8 @@ pub(crate) struct ServeRequest {
     pub client_clock: bool,
     /// Requests a second per principal (0: no limit).
     pub rate_limit: f64,
+    /// How long a key read from the store is trusted.
+    pub key_cache: std::time::Duration,
 }
 
 /// What `lease keys` does, checked.
@@ -639,6 +645,7 @@ impl Command {
                 max_waiting,
                 request_timeout,
                 rate_limit,
+                key_cache,
                 client_clock,
             } => {
                 if !(rate_limit.is_finite() && rate_limit >= 0.0) {
@@ -664,6 +671,8 @@ impl Command {
                         .map_err(RequestError::Flag)?,
                     client_clock,
                     rate_limit,
+                    key_cache: duration_flag("--key-cache", key_cache)
+                        .map_err(RequestError::Flag)?,
                 })
             }
             Command::Keys { command } => Request::Keys(match command {

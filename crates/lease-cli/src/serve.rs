@@ -138,6 +138,7 @@ pub(crate) async fn serve(
         max_in_flight: request.max_in_flight,
         max_waiting: request.max_waiting,
         rate_limit: request.rate_limit,
+        key_cache: request.key_cache,
         ..ServiceConfig::new(clock)
     };
     let app = lease_server::router(opened.service(), config);

@@ -191,6 +191,8 @@ fn a_key_is_printed_once_listed_without_its_secret_and_refused_once_revoked() {
         serde_json::from_slice::<Value>(&revoked.stdout).unwrap(),
         json!({"ok": true})
     );
+    // Every server rereads a key within its key cache (1 s).
+    std::thread::sleep(std::time::Duration::from_millis(1100));
     assert_eq!(
         server
             .call("GET", "/v1/stats", &[("Authorization", &auth)], "")

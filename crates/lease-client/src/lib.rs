@@ -523,11 +523,59 @@ impl LeaseStore for HttpLeaseStore {
         term: LeaseTerm,
         limit: usize,
     ) -> Result<CompleteAndClaim, StoreError> {
-        // Two requests, not one transaction: the completion stands whatever the claim does,
-        // which is what the port promises of the claim half.
-        let completed = self.complete(job, owner, fence, term.now(), result).await?;
-        let claimed = self.claim_next(queue, owner, term, limit).await;
-        Ok((completed, claimed))
+        // One request, one transaction: the completion carries the next claim.
+        let mut body = json!({
+            "result": result.as_str(),
+            "fence": fence.get(),
+            "owner": owner.as_str(),
+            "claim": {
+                "queue": queue.as_str(),
+                "ttl": term.until().get() - term.now().get(),
+                "limit": limit.clamp(1, 100),
+            },
+        });
+        if let Some(now) = self.now(term.now()) {
+            body["now"] = json!(now);
+        }
+        let token = self.token(job, fence);
+        let answer = self
+            .post(
+                &format!("/v1/jobs/{}/complete", path(job.as_str())),
+                body,
+                token.as_deref(),
+            )
+            .await?;
+        match answer.status {
+            200 => {
+                let leases = answer.body["leases"]
+                    .as_array()
+                    .ok_or_else(|| wire::corrupt(&answer, "leases"))?
+                    .iter()
+                    .map(|lease| self.lease_of(lease, term.now()))
+                    .collect::<Result<Vec<_>, _>>();
+                let completed = if answer.body["ok"] == json!(true) {
+                    Ok(())
+                } else {
+                    // The refusal's own status travels in the body.
+                    let refused = wire::Answer {
+                        status: u16::try_from(answer.body["status"].as_u64().unwrap_or(409))
+                            .unwrap_or(409),
+                        body: answer.body.clone(),
+                        server: answer.server.clone(),
+                    };
+                    Err(write_refused(&refused, owner, fence, Some(term.now()))?)
+                };
+                Ok((completed, leases))
+            }
+            // Refused before the store (stale, not the owner, no token): nothing was written,
+            // and the claim is still made, as the port promises.
+            404 | 409 => {
+                let refused = write_refused(&answer, owner, fence, Some(term.now()))?;
+                let claimed = self.claim_next(queue, owner, term, limit).await;
+                Ok((Err(refused), claimed))
+            }
+            _ => Err(answer.error()),
+        }
     }
 }
 

@@ -43,42 +43,45 @@ pub type FailOutcome = Result<Failed, WriteRefused>;
 
 /// A port method's return type, read back from the [`Outcome`] of the [`Command`] it ran.
 pub trait FromOutcome: Sized {
-    /// The value, or `None` when the outcome belongs to another kind of command.
-    fn from_outcome(outcome: Outcome) -> Option<Self>;
+    /// The value, or the outcome back when it belongs to another kind of command.
+    ///
+    /// # Errors
+    /// The outcome itself, when it is of another kind.
+    fn from_outcome(outcome: Outcome) -> Result<Self, Outcome>;
 }
 
 impl FromOutcome for bool {
-    fn from_outcome(outcome: Outcome) -> Option<Self> {
+    fn from_outcome(outcome: Outcome) -> Result<Self, Outcome> {
         match outcome {
-            Outcome::Enqueued(inserted) => Some(inserted),
-            _ => None,
+            Outcome::Enqueued(inserted) => Ok(inserted),
+            other => Err(other),
         }
     }
 }
 
 impl FromOutcome for ClaimOutcome {
-    fn from_outcome(outcome: Outcome) -> Option<Self> {
+    fn from_outcome(outcome: Outcome) -> Result<Self, Outcome> {
         match outcome {
-            Outcome::Claimed(claimed) => Some(claimed),
-            _ => None,
+            Outcome::Claimed(claimed) => Ok(claimed),
+            other => Err(other),
         }
     }
 }
 
 impl FromOutcome for WriteOutcome {
-    fn from_outcome(outcome: Outcome) -> Option<Self> {
+    fn from_outcome(outcome: Outcome) -> Result<Self, Outcome> {
         match outcome {
-            Outcome::Wrote(wrote) => Some(wrote),
-            _ => None,
+            Outcome::Wrote(wrote) => Ok(wrote),
+            other => Err(other),
         }
     }
 }
 
 impl FromOutcome for FailOutcome {
-    fn from_outcome(outcome: Outcome) -> Option<Self> {
+    fn from_outcome(outcome: Outcome) -> Result<Self, Outcome> {
         match outcome {
-            Outcome::Failed(failed) => Some(failed),
-            _ => None,
+            Outcome::Failed(failed) => Ok(failed),
+            other => Err(other),
         }
     }
 }
@@ -89,9 +92,12 @@ impl FromOutcome for FailOutcome {
 /// [`StoreError::Corrupt`] if the outcome is of another kind, which only a store that answered
 /// one command with another's outcome can cause.
 pub fn outcome_as<T: FromOutcome>(outcome: Outcome) -> Result<T, StoreError> {
-    let shown = format!("{outcome:?}");
-    T::from_outcome(outcome).ok_or_else(|| {
-        StoreError::Corrupt(format!("a command was answered with the wrong outcome {shown}").into())
+    // The outcome is shown only when it is wrong (formatting it on every write showed in
+    // profiles).
+    T::from_outcome(outcome).map_err(|wrong| {
+        StoreError::Corrupt(
+            format!("a command was answered with the wrong outcome {wrong:?}").into(),
+        )
     })
 }
 
@@ -418,4 +424,19 @@ pub async fn claim_many(
     term: LeaseTerm,
 ) -> Vec<Result<ClaimOutcome, StoreError>> {
     futures::future::join_all(owners.iter().map(|owner| store.claim(job, owner, term))).await
+}
+
+#[cfg(test)]
+mod outcome_tests {
+    use super::*;
+
+    #[test]
+    fn an_outcome_of_another_kind_is_corrupt_and_named() {
+        assert_eq!(outcome_as::<bool>(Outcome::Enqueued(true)).ok(), Some(true));
+        let err = outcome_as::<bool>(Outcome::Wrote(Ok(()))).unwrap_err();
+        assert!(
+            matches!(err, StoreError::Corrupt(_)) && err.to_string().contains("Wrote"),
+            "{err}"
+        );
+    }
 }

@@ -634,6 +634,12 @@ pub(crate) struct CompleteBody {
     pub(crate) result: String,
     /// Write as exactly this owner (default: any owner the key may act as).
     pub(crate) owner: Option<String>,
+    /// Also lease the next due jobs of `queue` (`{"queue", "ttl", "limit"?}`), in the same
+    /// transaction, as the owner that completes: the answer is then 200 with `ok`, the
+    /// refusal's fields when the completion was refused (the claim is made either way), and
+    /// `leases`.
+    #[schema(value_type = Option<Object>)]
+    pub(crate) claim: Option<Value>,
     /// The caller's time, taken only by a server started to trust caller clocks.
     pub(crate) now: Option<f64>,
 }
@@ -667,25 +673,76 @@ pub(crate) async fn complete(
         required("fence", FENCE),
         required("result", Kind::Text),
         optional("owner", Kind::Text),
+        optional("claim", Kind::Object),
         optional("now", Kind::Number),
     ];
     let body: CompleteBody = json_body(&headers, body, &fields, false)?;
     let id = job_id(id)?;
     let now = now(&app, body.now)?;
     let result = JobResult::new(body.result).map_err(|e| bad_value("result", &e))?;
+    let next = body.claim.map(next_claim).transpose()?;
     let (owner, fence) = holder(
         &app, &caller, &headers, "complete", &id, body.fence, body.owner,
     )
     .await?;
-    app.store
-        .complete(&id, &owner, fence, now, &result)
+    let Some((queue, ttl, limit)) = next else {
+        app.store
+            .complete(&id, &owner, fence, now, &result)
+            .await
+            .map_err(|e| Problem::store(&e))?
+            .map_err(|refused| Problem::refused_write(&refused))?;
+        return Ok(json_response(
+            StatusCode::OK,
+            json!({ "ok": true, "result_fence": fence.get() }),
+        ));
+    };
+    // The completion and the next claim in one transaction, as the holder that completes.
+    let (token, digest) = new_token()?;
+    let term = term(now, ttl)?.with_token(digest);
+    let (completed, claimed) = app
+        .store
+        .complete_and_claim_next(&id, &owner, fence, &result, &queue, term, limit)
         .await
+        .map_err(|e| Problem::store(&e))?;
+    let leases: Vec<Value> = claimed
         .map_err(|e| Problem::store(&e))?
-        .map_err(|refused| Problem::refused_write(&refused))?;
-    Ok(json_response(
-        StatusCode::OK,
-        json!({ "ok": true, "result_fence": fence.get() }),
-    ))
+        .iter()
+        .map(|l| lease_json(l, &token))
+        .collect();
+    let answer = match completed {
+        Ok(()) => json!({ "ok": true, "result_fence": fence.get(), "leases": leases }),
+        Err(refused) => {
+            let mut refusal = Problem::refused_write(&refused).body();
+            refusal["leases"] = json!(leases);
+            refusal["ok"] = json!(false);
+            refusal
+        }
+    };
+    Ok(no_store(json_response(StatusCode::OK, answer)))
+}
+
+/// The next claim a completion may carry: the queue, the ttl and how many (1-100).
+fn next_claim(claim: Value) -> Result<(QueueName, f64, usize), Problem> {
+    let fields = [
+        required("queue", Kind::Text),
+        required("ttl", Kind::Number),
+        optional("limit", Kind::Unsigned(MAX_CLAIM_LIMIT)),
+    ];
+    crate::input::check_fields(&claim, &fields)
+        .map_err(|p| Problem::invalid(format!("claim: {}", p.detail())))?;
+    let queue = QueueName::new(claim["queue"].as_str().unwrap_or_default())
+        .map_err(|e| bad_value("claim.queue", &e))?;
+    let ttl = claim["ttl"].as_f64().unwrap_or(0.0);
+    if ttl <= 0.0 {
+        return Err(Problem::invalid("field `claim.ttl` must be greater than 0"));
+    }
+    let limit = claim["limit"].as_u64().unwrap_or(1);
+    if limit == 0 {
+        return Err(Problem::invalid(
+            "field `claim.limit` must be from 1 to 100",
+        ));
+    }
+    Ok((queue, ttl, usize::try_from(limit).unwrap_or(1)))
 }
 
 /// Report a failure.

@@ -2,7 +2,8 @@
 //! and checked against its digest in constant time; and what that caller may do.
 
 use axum::http::{HeaderMap, HeaderName, header};
-use lease_domain::{Owner, Principal, Scope, TokenDigest, may_act_as};
+use lease_domain::{KeyId, Owner, Principal, Scope, TokenDigest, may_act_as};
+use lease_ports::keys::KeyRecord;
 
 use crate::App;
 use crate::limits::Class;
@@ -40,6 +41,39 @@ impl Caller {
     #[must_use]
     pub(crate) fn may_act_as(&self, owner: &Owner) -> bool {
         may_act_as(self.scope, &self.principal, owner)
+    }
+}
+
+/// Keys read from the store, each trusted for `ServiceConfig::key_cache` (a key is read
+/// once a second, not on every request; a revocation reaches every server within that time).
+#[derive(Debug, Default)]
+pub(crate) struct KeyCache {
+    keys: std::sync::Mutex<std::collections::HashMap<KeyId, (KeyRecord, tokio::time::Instant)>>,
+}
+
+/// The most keys kept; past it, the cache starts over.
+const MAX_CACHED_KEYS: usize = 10_000;
+
+impl KeyCache {
+    async fn key(&self, app: &App, id: &KeyId) -> Result<Option<KeyRecord>, Problem> {
+        let ttl = app.config.key_cache;
+        if !ttl.is_zero() {
+            let keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((record, read)) = keys.get(id) {
+                if read.elapsed() < ttl {
+                    return Ok(Some(record.clone()));
+                }
+            }
+        }
+        let record = app.store.key(id).await.map_err(|e| Problem::store(&e))?;
+        if let (Some(found), false) = (&record, ttl.is_zero()) {
+            let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+            if keys.len() >= MAX_CACHED_KEYS {
+                keys.clear();
+            }
+            keys.insert(id.clone(), (found.clone(), tokio::time::Instant::now()));
+        }
+        Ok(record)
     }
 }
 
@@ -85,12 +119,7 @@ async fn authenticate_as(
         .ok_or_else(|| Problem::unauthorized("send the API key as Authorization: Bearer <key>"))?;
     let unknown = || Problem::unauthorized("the API key is not known, or was revoked");
     let (id, secret) = secrets::parse_key(presented).ok_or_else(unknown)?;
-    let record = app
-        .store
-        .key(&id)
-        .await
-        .map_err(|e| Problem::store(&e))?
-        .ok_or_else(unknown)?;
+    let record = app.keys.key(app, &id).await?.ok_or_else(unknown)?;
     if !secrets::same(&secrets::digest(secret), &record.digest) || record.revoked.is_some() {
         return Err(unknown());
     }

@@ -80,6 +80,10 @@ pub struct ServiceConfig {
     /// for a lease holder's writes and for everything else; over it, `429` with `Retry-After`
     /// (default 1,000; 0 turns the limit off).
     pub rate_limit: f64,
+    /// How long a key read from the store is trusted before it is read again (default 1 s):
+    /// a revocation takes effect on every server within it; zero reads the store on every
+    /// request.
+    pub key_cache: Duration,
 }
 
 impl std::fmt::Debug for ServiceConfig {
@@ -92,6 +96,7 @@ impl std::fmt::Debug for ServiceConfig {
             .field("max_waiting", &self.max_waiting)
             .field("poll_interval", &self.poll_interval)
             .field("rate_limit", &self.rate_limit)
+            .field("key_cache", &self.key_cache)
             .finish_non_exhaustive()
     }
 }
@@ -110,6 +115,7 @@ impl ServiceConfig {
             max_waiting: 1000,
             poll_interval: Duration::from_secs(1),
             rate_limit: 1000.0,
+            key_cache: Duration::from_secs(1),
         }
     }
 }
@@ -120,6 +126,7 @@ pub(crate) struct App {
     pub(crate) config: ServiceConfig,
     pub(crate) waiters: Waiters,
     pub(crate) limits: limits::RateLimits,
+    pub(crate) keys: auth::KeyCache,
     pub(crate) openapi: String,
 }
 
@@ -228,6 +235,7 @@ pub fn router(store: Arc<dyn ServiceStore>, config: ServiceConfig) -> axum::Rout
         store,
         waiters: Waiters::new(config.max_waiting),
         limits: limits::RateLimits::new(config.rate_limit, 2.0 * config.rate_limit),
+        keys: auth::KeyCache::default(),
         openapi: openapi.to_pretty_json().unwrap_or_default(),
         config: config.clone(),
     });

@@ -214,7 +214,9 @@ impl Problem {
         }
     }
 
-    fn body(&self) -> Value {
+    /// The body of the answer, as JSON.
+    #[must_use]
+    pub fn body(&self) -> Value {
         let mut body = Map::new();
         body.insert("type".into(), json!("about:blank"));
         body.insert(

@@ -55,6 +55,7 @@ async fn service_limited(store: Arc<dyn ServiceStore>, rate_limit: f64) -> Servi
     let mut config = ServiceConfig::new(clock);
     config.poll_interval = std::time::Duration::from_millis(50);
     config.rate_limit = rate_limit;
+    config.key_cache = std::time::Duration::from_millis(100);
     Service {
         worker: key(store.as_ref(), "ci", Scope::Worker).await,
         other: key(store.as_ref(), "cd", Scope::Worker).await,
@@ -351,9 +352,10 @@ async fn keys_and_scopes_decide_who_may_do_what() {
         assert_problem(&answer, StatusCode::FORBIDDEN, "forbidden");
     }
     let (_, _, _) = s.claim("q", &s.worker, "ci/host-1", 5.0).await;
-    // A revoked key is refused from then on.
+    // A revoked key is refused once the server's cached copy is older than its key cache.
     let id = secrets::parse_key(&s.viewer).unwrap().0;
     assert!(s.store.revoke_key(&id, Timestamp::ZERO).await.unwrap());
+    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
     assert_problem(
         &s.get("/v1/stats", &s.viewer).await,
         StatusCode::UNAUTHORIZED,
@@ -653,4 +655,85 @@ async fn over_its_rate_limit_a_principal_gets_429_but_its_renewals_still_go_thro
         .await;
     assert_eq!(renewed.status, StatusCode::OK, "{}", renewed.body);
     assert_eq!(s.get("/v1/stats", &s.viewer).await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_completion_can_carry_the_next_claim_in_one_transaction() {
+    let s = service().await;
+    for id in ["a", "b", "c"] {
+        s.enqueue("q", id).await;
+    }
+    let (id, fence, token) = s.claim("q", &s.worker, "ci/1", 10.0).await;
+    assert_eq!(id, "a");
+    let next = json!({"queue": "q", "ttl": 10});
+    let done = s
+        .post(
+            "/v1/jobs/a/complete",
+            &s.worker,
+            Some(&token),
+            json!({"fence": fence, "result": "ok", "claim": next}),
+        )
+        .await;
+    assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+    assert_eq!(
+        (done.body["ok"].clone(), done.body["result_fence"].clone()),
+        (json!(true), json!(1))
+    );
+    assert_eq!(done.body["leases"][0]["id"], "b");
+    assert_eq!(done.headers["cache-control"], "no-store");
+    let (b_fence, b_token) = (
+        done.body["leases"][0]["fence"].as_u64().unwrap(),
+        done.body["leases"][0]["lease_token"]
+            .as_str()
+            .unwrap()
+            .to_owned(),
+    );
+    // The lease of b is the completing owner's, with a token of its own.
+    let job = s.get("/v1/jobs/b", &s.viewer).await;
+    assert_eq!(job.body["owner"], "ci/1");
+    assert_ne!(b_token, token);
+    // Late (expired) but otherwise right: the store refuses the completion, and the claim
+    // half still runs in the same transaction.
+    s.at(1100.0);
+    let late = s
+        .post(
+            "/v1/jobs/b/complete",
+            &s.worker,
+            Some(&b_token),
+            json!({"fence": b_fence, "result": "late", "claim": next}),
+        )
+        .await;
+    assert_eq!(late.status, StatusCode::OK, "{}", late.body);
+    assert_eq!(
+        (late.body["ok"].clone(), late.body["reason"].clone()),
+        (json!(false), json!("expired"))
+    );
+    let ids: Vec<&str> = late.body["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["id"].as_str().unwrap())
+        .collect();
+    // b's lease ended, so b (enqueued before c) is leased again, with the next fence.
+    assert_eq!(ids, ["b"], "{}", late.body);
+    assert_eq!(late.body["leases"][0]["fence"], b_fence + 1);
+    // A stale fence is refused before the store: 409, and no claim.
+    let stale = s
+        .post(
+            "/v1/jobs/a/complete",
+            &s.worker,
+            Some(&token),
+            json!({"fence": 0, "result": "x", "claim": next}),
+        )
+        .await;
+    assert_problem(&stale, StatusCode::CONFLICT, "stale");
+    let bad = s
+        .post(
+            "/v1/jobs/a/complete",
+            &s.worker,
+            Some(&token),
+            json!({"fence": fence, "result": "x", "claim": {"queue": "q"}}),
+        )
+        .await;
+    assert_problem(&bad, StatusCode::UNPROCESSABLE_ENTITY, "invalid");
 }
