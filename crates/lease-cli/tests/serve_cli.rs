@@ -306,6 +306,16 @@ fn the_stale_worker_story_over_http_keeps_the_new_result_and_no_secret_reaches_t
         (job["result"].clone(), job["result_fence"].clone()),
         (json!("B"), json!(2))
     );
+    // The process's metrics, for a viewer key: the store's operations and the refusals.
+    let (status, metrics) = server.call("GET", "/metrics", &[("Authorization", &v)], "");
+    let metrics = metrics.as_str().unwrap_or_default().to_owned();
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("lease_operations_total")
+            && metrics.contains("lease_server_bad_lease_tokens_total"),
+        "{metrics}"
+    );
+    assert_eq!(server.call("GET", "/metrics", &[], "").0, 401);
     let (code, log) = server.stop();
     assert_eq!(code, Some(0), "a clean stop on SIGTERM: {log}");
     assert!(
