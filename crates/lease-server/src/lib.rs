@@ -241,27 +241,29 @@ pub fn router(store: Arc<dyn ServiceStore>, config: ServiceConfig) -> axum::Rout
     });
     let request_id = HeaderName::from_static("x-request-id");
     let timeout = config.request_timeout + Duration::from_secs(20);
-    routes
+    let routes = routes
         .fallback(not_found)
         .with_state(app)
-        .layer(
-            ServiceBuilder::new()
-                .layer(SetRequestIdLayer::new(
-                    request_id.clone(),
-                    Counter::default(),
-                ))
-                .layer(SetSensitiveRequestHeadersLayer::new([
-                    header::AUTHORIZATION,
-                    auth::LEASE_TOKEN,
-                ]))
-                .layer(TraceLayer::new_for_http())
-                .layer(PropagateRequestIdLayer::new(request_id))
-                .layer(HandleErrorLayer::new(overloaded))
-                .layer(tower::load_shed::LoadShedLayer::new())
-                .layer(tower::limit::ConcurrencyLimitLayer::new(
-                    config.max_in_flight,
-                ))
-                .layer(tower::timeout::TimeoutLayer::new(timeout)),
-        )
-        .layer(DefaultBodyLimit::max(config.body_limit))
+        .layer(DefaultBodyLimit::max(config.body_limit));
+    // The middleware wraps the whole router as one service (`Router::layer` would wrap each
+    // route on its own, and give each route its own limit of requests in flight).
+    let service = ServiceBuilder::new()
+        .layer(SetRequestIdLayer::new(
+            request_id.clone(),
+            Counter::default(),
+        ))
+        .layer(SetSensitiveRequestHeadersLayer::new([
+            header::AUTHORIZATION,
+            auth::LEASE_TOKEN,
+        ]))
+        .layer(TraceLayer::new_for_http())
+        .layer(PropagateRequestIdLayer::new(request_id))
+        .layer(HandleErrorLayer::new(overloaded))
+        .layer(tower::load_shed::LoadShedLayer::new())
+        .layer(tower::limit::ConcurrencyLimitLayer::new(
+            config.max_in_flight,
+        ))
+        .layer(tower::timeout::TimeoutLayer::new(timeout))
+        .service(routes);
+    axum::Router::new().fallback_service(service)
 }

@@ -47,6 +47,14 @@ async fn service_over(store: Arc<dyn ServiceStore>) -> Service {
 }
 
 async fn service_limited(store: Arc<dyn ServiceStore>, rate_limit: f64) -> Service {
+    service_with(store, rate_limit, 1024).await
+}
+
+async fn service_with(
+    store: Arc<dyn ServiceStore>,
+    rate_limit: f64,
+    max_in_flight: usize,
+) -> Service {
     let time = Arc::new(AtomicU64::new(1000f64.to_bits()));
     let clock = {
         let time = time.clone();
@@ -56,6 +64,7 @@ async fn service_limited(store: Arc<dyn ServiceStore>, rate_limit: f64) -> Servi
     config.poll_interval = std::time::Duration::from_millis(50);
     config.rate_limit = rate_limit;
     config.key_cache = std::time::Duration::from_millis(100);
+    config.max_in_flight = max_in_flight;
     Service {
         worker: key(store.as_ref(), "ci", Scope::Worker).await,
         other: key(store.as_ref(), "cd", Scope::Worker).await,
@@ -736,4 +745,28 @@ async fn a_completion_can_carry_the_next_claim_in_one_transaction() {
         )
         .await;
     assert_problem(&bad, StatusCode::UNPROCESSABLE_ENTITY, "invalid");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_its_limit_of_requests_in_flight_the_server_sheds_load_with_503() {
+    let s = Arc::new(service_with(Arc::new(MemoryLeaseStore::new()), 1000.0, 1).await);
+    // One long poll holds the only place.
+    let waiting = {
+        let s = s.clone();
+        tokio::spawn(async move {
+            s.post(
+                "/v1/queues/q/claims",
+                &s.worker,
+                None,
+                json!({"ttl": 5, "wait": 1}),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let shed = s.get("/v1/stats", &s.viewer).await;
+    assert_problem(&shed, StatusCode::SERVICE_UNAVAILABLE, "overloaded");
+    assert_eq!(shed.headers["retry-after"], "1");
+    assert_eq!(waiting.await.unwrap().status, StatusCode::OK);
+    assert_eq!(s.get("/v1/stats", &s.viewer).await.status, StatusCode::OK);
 }
