@@ -24,6 +24,10 @@ pub(crate) struct Cli {
     /// The API key for --server (or LEASE_API_KEY; prefer the variable: flags show in `ps`).
     #[arg(long, global = true, value_name = "KEY")]
     pub api_key: Option<String>,
+    /// A CA certificate (PEM) to trust for an https:// --server, besides the system's (or
+    /// LEASE_CA_CERT).
+    #[arg(long, global = true, value_name = "PEM")]
+    pub ca_cert: Option<PathBuf>,
     /// Whose clock decides now: `caller` (the --now given, or this machine's clock) or `store`
     /// (PostgreSQL's clock; for SQLite the clock of the machine writing) [env: LEASE_CLOCK]
     /// [default: caller].
@@ -434,6 +438,12 @@ pub(crate) enum Command {
         /// counted apart, so claims never starve renewals); over it, 429. 0 turns it off.
         #[arg(long, default_value_t = 1000.0, value_name = "N")]
         rate_limit: f64,
+        /// Serve HTTPS with this certificate chain (PEM); needs --tls-key.
+        #[arg(long, value_name = "PEM", requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// The private key (PEM) of --tls-cert.
+        #[arg(long, value_name = "PEM", requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
         /// Seconds a key read from the store is trusted before it is read again: a
         /// revocation reaches every server within it (0: read the store on every request).
         #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
@@ -529,6 +539,8 @@ pub(crate) struct ServeRequest {
     pub rate_limit: f64,
     /// How long a key read from the store is trusted.
     pub key_cache: std::time::Duration,
+    /// The certificate chain and key to serve HTTPS with.
+    pub tls: Option<(PathBuf, PathBuf)>,
 }
 
 /// What `lease keys` does, checked.
@@ -646,6 +658,8 @@ impl Command {
                 request_timeout,
                 rate_limit,
                 key_cache,
+                tls_cert,
+                tls_key,
                 client_clock,
             } => {
                 if !(rate_limit.is_finite() && rate_limit >= 0.0) {
@@ -673,6 +687,7 @@ impl Command {
                     rate_limit,
                     key_cache: duration_flag("--key-cache", key_cache)
                         .map_err(RequestError::Flag)?,
+                    tls: tls_cert.zip(tls_key),
                 })
             }
             Command::Keys { command } => Request::Keys(match command {

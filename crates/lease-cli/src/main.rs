@@ -133,7 +133,21 @@ fn remote(cli: &Cli) -> Result<Option<lease_client::HttpLeaseStore>, String> {
     }
     let key = setting(cli.api_key.clone(), "LEASE_API_KEY")?
         .ok_or("--server needs an API key: --api-key KEY or LEASE_API_KEY")?;
-    lease_client::HttpLeaseStore::new(&url, &key, lease_client::ClientOptions::default())
+    let ca = match &cli.ca_cert {
+        Some(path) => Some(path.clone()),
+        None => setting(None, "LEASE_CA_CERT")?.map(std::path::PathBuf::from),
+    };
+    let ca_cert = ca
+        .map(|path| {
+            std::fs::read(&path)
+                .map_err(|e| format!("--ca-cert {}: cannot read it: {e}", path.display()))
+        })
+        .transpose()?;
+    let options = lease_client::ClientOptions {
+        ca_cert,
+        ..lease_client::ClientOptions::default()
+    };
+    lease_client::HttpLeaseStore::new(&url, &key, options)
         .map(Some)
         .map_err(|e| e.to_string())
 }

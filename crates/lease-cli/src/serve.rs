@@ -142,6 +142,11 @@ pub(crate) async fn serve(
         ..ServiceConfig::new(clock)
     };
     let app = lease_server::router(opened.service(), config);
+    let tls = request
+        .tls
+        .as_ref()
+        .map(|(cert, key)| lease_server::tls::server_config(cert, key))
+        .transpose()?;
     let listener = tokio::net::TcpListener::bind(request.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", request.listen))?;
@@ -153,18 +158,30 @@ pub(crate) async fn serve(
     } else {
         ""
     };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     say(&format!(
-        "lease: serving http://{addr} over {shown}{keys_note}"
+        "lease: serving {scheme}://{addr} over {shown}{keys_note}"
     ));
-    axum_serve(listener, app).await?;
+    match tls {
+        Some(config) => {
+            let listener = lease_server::tls::TlsListener::new(listener, config)
+                .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+            axum_serve(listener, app).await?;
+        }
+        None => axum_serve(listener, app).await?,
+    }
     Ok(Report::new(
         true,
         json!({"ok": true, "listened": addr.to_string()}),
-        format!("stopped serving http://{addr}"),
+        format!("stopped serving {addr}"),
     ))
 }
 
-async fn axum_serve(listener: tokio::net::TcpListener, app: axum::Router) -> Result<(), String> {
+async fn axum_serve<L>(listener: L, app: axum::Router) -> Result<(), String>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
     let stop = async {
         let mut term =
             match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {

@@ -71,7 +71,10 @@ impl Server {
                 .expect("the server says where it listens")
                 .unwrap();
             log.lock().unwrap().push_str(&format!("{line}\n"));
-            if let Some(rest) = line.strip_prefix("lease: serving http://") {
+            if let Some((_, rest)) = line
+                .strip_prefix("lease: serving ")
+                .and_then(|r| r.split_once("://"))
+            {
                 break rest.split_whitespace().next().unwrap().to_owned();
             }
         };
@@ -606,4 +609,65 @@ fn two_servers_over_one_postgres_database_are_one_service() {
         "each job leased once, by one server"
     );
     assert!(all.iter().all(|(_, fence)| *fence == 1));
+}
+
+#[test]
+fn over_https_a_worker_trusts_the_servers_ca_and_nothing_else() {
+    let (dir, db) = fresh_db();
+    let key = make_key(&db, "ci", "worker")["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let made =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+            .unwrap();
+    let (cert, pem_key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert, made.cert.pem()).unwrap();
+    std::fs::write(&pem_key, made.key_pair.serialize_pem()).unwrap();
+    let server = Server::start(
+        &db,
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            pem_key.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(server.log.lock().unwrap().contains("serving https://"));
+    let url = format!("https://{}", server.addr);
+    let remote = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_lease"))
+            .args(["--server", &url])
+            .args(extra)
+            .args(["enqueue", "secure", "--json"])
+            .env_remove("LEASE_DB")
+            .env_remove("LEASE_CA_CERT")
+            .env("LEASE_API_KEY", &key)
+            .output()
+            .unwrap()
+    };
+    let trusted = remote(&["--ca-cert", cert.to_str().unwrap()]);
+    assert_eq!(
+        trusted.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&trusted.stderr)
+    );
+    assert_eq!(
+        serde_json::from_slice::<Value>(&trusted.stdout).unwrap(),
+        json!({"inserted": true})
+    );
+    let untrusted = remote(&[]);
+    assert_eq!(untrusted.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&untrusted.stderr)
+            .to_lowercase()
+            .contains("certificate"),
+        "{}",
+        String::from_utf8_lossy(&untrusted.stderr)
+    );
+    // Half a pair is a usage error.
+    let half = lease(&db, &["serve", "--tls-cert", cert.to_str().unwrap()]);
+    assert_eq!(half.status.code(), Some(2));
 }

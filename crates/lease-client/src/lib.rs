@@ -25,6 +25,18 @@ use serde_json::{Value, json};
 
 use crate::wire::{Answer, claim_refused, path, write_refused};
 
+/// An error and every error under it, as one line (a TLS failure is three levels down).
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut line = err.to_string();
+    let mut cause = err.source();
+    while let Some(e) = cause {
+        line.push_str(": ");
+        line.push_str(&e.to_string());
+        cause = e.source();
+    }
+    line
+}
+
 /// How the client talks to the server.
 #[derive(Debug, Clone)]
 pub struct ClientOptions {
@@ -33,6 +45,8 @@ pub struct ClientOptions {
     pub send_caller_time: bool,
     /// How long one request may take, beyond any long poll (default 30 s).
     pub timeout: Duration,
+    /// A CA certificate (PEM) to trust for an `https://` server besides the system's.
+    pub ca_cert: Option<Vec<u8>>,
 }
 
 impl Default for ClientOptions {
@@ -40,6 +54,7 @@ impl Default for ClientOptions {
         Self {
             send_caller_time: false,
             timeout: Duration::from_secs(30),
+            ca_cert: None,
         }
     }
 }
@@ -70,11 +85,10 @@ impl HttpLeaseStore {
     /// header value.
     pub fn new(base: &str, key: &str, options: ClientOptions) -> Result<Self, StoreError> {
         let base = base.trim_end_matches('/').to_owned();
-        if !base.starts_with("http://") {
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(StoreError::Incompatible {
                 path: base,
-                reason: "the server URL must start with http:// (this build speaks no TLS)"
-                    .to_owned(),
+                reason: "the server URL must start with http:// or https://".to_owned(),
             });
         }
         if key.is_empty() || key.bytes().any(|b| !b.is_ascii_graphic()) {
@@ -83,8 +97,18 @@ impl HttpLeaseStore {
                 reason: "the API key is empty or holds characters a key never has".to_owned(),
             });
         }
-        let http = reqwest::Client::builder()
-            .timeout(options.timeout + Duration::from_secs(25))
+        let mut builder = reqwest::Client::builder()
+            .use_rustls_tls()
+            .https_only(base.starts_with("https://"))
+            .timeout(options.timeout + Duration::from_secs(25));
+        if let Some(pem) = &options.ca_cert {
+            let ca = reqwest::Certificate::from_pem(pem).map_err(|e| StoreError::Incompatible {
+                path: base.clone(),
+                reason: format!("the CA certificate is not a PEM certificate: {e}"),
+            })?;
+            builder = builder.add_root_certificate(ca);
+        }
+        let http = builder
             .build()
             .map_err(|e| StoreError::Unavailable(format!("no HTTP client: {e}").into()))?;
         Ok(Self {
@@ -138,7 +162,7 @@ impl HttpLeaseStore {
                 .body(body.to_string());
         }
         let response = request.send().await.map_err(|e| {
-            let detail = format!("{} did not answer: {e}", self.base);
+            let detail = format!("{} did not answer: {}", self.base, chain(&e));
             if writes && !e.is_connect() {
                 StoreError::Indeterminate(detail.into())
             } else {

@@ -14,6 +14,7 @@ pub mod input;
 mod limits;
 pub mod problem;
 pub mod secrets;
+pub mod tls;
 pub mod waiters;
 pub mod wire;
 
