@@ -450,6 +450,20 @@ async fn every_bad_request_gets_its_own_status_and_never_a_5xx_or_an_echo() {
         .await;
     assert_problem(&empty_id, StatusCode::UNPROCESSABLE_ENTITY, "invalid");
     assert!(empty_id.body["detail"].as_str().unwrap().contains("`id`"));
+    // A payload of 1 MiB fits under the default body limit, even as base64.
+    let mib = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(vec![0xffu8; 1 << 20])
+    };
+    let fits = s
+        .post(
+            "/v1/queues/q/jobs",
+            &s.worker,
+            None,
+            json!({"id": "mib", "payload_base64": mib}),
+        )
+        .await;
+    assert_eq!(fits.status, StatusCode::CREATED, "{}", fits.body);
     let huge = "x".repeat(3 << 20);
     let too_large = s
         .send(
