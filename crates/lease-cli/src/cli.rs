@@ -438,6 +438,10 @@ pub(crate) enum Command {
         /// counted apart, so claims never starve renewals); over it, 429. 0 turns it off.
         #[arg(long, default_value_t = 1000.0, value_name = "N")]
         rate_limit: f64,
+        /// Seconds between a waiting claim's looks for jobs that came due by time (or were
+        /// enqueued where no signal reaches: SQLite written by another process).
+        #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+        poll_interval: f64,
         /// Serve HTTPS with this certificate chain (PEM); needs --tls-key.
         #[arg(long, value_name = "PEM", requires = "tls_key")]
         tls_cert: Option<PathBuf>,
@@ -541,6 +545,8 @@ pub(crate) struct ServeRequest {
     pub key_cache: std::time::Duration,
     /// The certificate chain and key to serve HTTPS with.
     pub tls: Option<(PathBuf, PathBuf)>,
+    /// How often a waiting claim looks again.
+    pub poll_interval: std::time::Duration,
 }
 
 /// What `lease keys` does, checked.
@@ -658,6 +664,7 @@ impl Command {
                 request_timeout,
                 rate_limit,
                 key_cache,
+                poll_interval,
                 tls_cert,
                 tls_key,
                 client_clock,
@@ -688,6 +695,9 @@ impl Command {
                     key_cache: duration_flag("--key-cache", key_cache)
                         .map_err(RequestError::Flag)?,
                     tls: tls_cert.zip(tls_key),
+                    poll_interval: duration_flag("--poll-interval", poll_interval)
+                        .map_err(RequestError::Flag)?
+                        .max(std::time::Duration::from_millis(10)),
                 })
             }
             Command::Keys { command } => Request::Keys(match command {

@@ -139,6 +139,7 @@ pub(crate) async fn serve(
         max_waiting: request.max_waiting,
         rate_limit: request.rate_limit,
         key_cache: request.key_cache,
+        poll_interval: request.poll_interval,
         ..ServiceConfig::new(clock)
     };
     let app = lease_server::router(opened.service(), config);

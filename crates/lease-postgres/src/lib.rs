@@ -18,6 +18,7 @@ mod next;
 mod schema;
 #[cfg(feature = "test-support")]
 mod scratch;
+mod signal;
 mod sql;
 mod transfer;
 mod write;
@@ -115,6 +116,8 @@ impl PgOptions {
 #[derive(Clone)]
 pub struct PgLeaseStore {
     pool: Pool,
+    /// How to connect, for the connection that listens for enqueue signals.
+    config: tokio_postgres::Config,
     sql: Arc<Sql>,
     clock: ClockMode,
     target: Arc<str>,
@@ -166,7 +169,7 @@ impl PgLeaseStore {
             .unwrap_or(DEFAULT_CONNECT_TIMEOUT);
         let idle = options.idle_in_transaction_timeout;
         let manager = Manager::from_config(
-            config,
+            config.clone(),
             NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -189,6 +192,7 @@ impl PgLeaseStore {
             })?;
         let store = Self {
             pool,
+            config,
             sql: Arc::new(Sql::new(&options.schema)),
             clock: options.clock,
             target: shown.into(),

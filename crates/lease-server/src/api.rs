@@ -206,7 +206,7 @@ pub(crate) async fn enqueue(
         .await
         .map_err(|e| Problem::store(&e))?;
     if inserted {
-        app.waiters.wake(queue.as_str(), 1);
+        app.wake(queue.as_str(), 1);
     }
     let status = if inserted {
         StatusCode::CREATED
@@ -277,7 +277,7 @@ pub(crate) async fn enqueue_many(
         .map_err(|e| Problem::store(&e))?;
     for ((_, spec), inserted) in jobs.iter().zip(&inserted) {
         if *inserted {
-            app.waiters.wake(spec.queue.as_str(), 1);
+            app.wake(spec.queue.as_str(), 1);
         }
     }
     Ok(json_response(
@@ -1107,7 +1107,7 @@ async fn admin_write(
             .await
             .map_err(|e| Problem::store(&e))?
         {
-            app.waiters.wake(record.job.queue.as_str(), 1);
+            app.wake(record.job.queue.as_str(), 1);
         }
     }
     Ok(json_response(StatusCode::OK, json!({ "ok": true })))

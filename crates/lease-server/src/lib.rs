@@ -29,6 +29,7 @@ use lease_domain::Timestamp;
 use lease_ports::LeaseStore;
 use lease_ports::audit::AuditTrail;
 use lease_ports::keys::KeyStore;
+use lease_ports::signal::EnqueueSignal;
 use tower::ServiceBuilder;
 use tower_http::request_id::{
     MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
@@ -45,10 +46,11 @@ use crate::waiters::Waiters;
 
 pub use auth::LEASE_TOKEN;
 
-/// What the service needs of a store: the queue, its audit trail and its API keys.
-pub trait ServiceStore: LeaseStore + AuditTrail + KeyStore {}
+/// What the service needs of a store: the queue, its audit trail, its API keys, and (where
+/// the store can) signals of enqueues made by anyone.
+pub trait ServiceStore: LeaseStore + AuditTrail + KeyStore + EnqueueSignal {}
 
-impl<T: LeaseStore + AuditTrail + KeyStore + ?Sized> ServiceStore for T {}
+impl<T: LeaseStore + AuditTrail + KeyStore + EnqueueSignal + ?Sized> ServiceStore for T {}
 
 /// The clock the service decides with (the CLI's `main` passes the system clock).
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
@@ -128,7 +130,20 @@ pub(crate) struct App {
     pub(crate) waiters: Waiters,
     pub(crate) limits: limits::RateLimits,
     pub(crate) keys: auth::KeyCache,
+    /// Whether the store signals every enqueue (then handlers leave waking to the signal, so
+    /// one job wakes one waiter, not two).
+    pub(crate) signalled: std::sync::atomic::AtomicBool,
     pub(crate) openapi: String,
+}
+
+impl App {
+    /// Wakes `jobs` waiting claims of `queue` for jobs this server just made claimable, unless
+    /// the store signals every enqueue itself (then the signal wakes them, once).
+    pub(crate) fn wake(&self, queue: &str, jobs: usize) {
+        if !self.signalled.load(std::sync::atomic::Ordering::Relaxed) {
+            self.waiters.wake(queue, jobs);
+        }
+    }
 }
 
 #[derive(OpenApi)]
@@ -237,9 +252,18 @@ pub fn router(store: Arc<dyn ServiceStore>, config: ServiceConfig) -> axum::Rout
         waiters: Waiters::new(config.max_waiting),
         limits: limits::RateLimits::new(config.rate_limit, 2.0 * config.rate_limit),
         keys: auth::KeyCache::default(),
+        signalled: std::sync::atomic::AtomicBool::new(false),
         openapi: openapi.to_pretty_json().unwrap_or_default(),
         config: config.clone(),
     });
+    let weak = Arc::downgrade(&app);
+    let signalled = app.store.watch(Arc::new(move |queue: &str| {
+        if let Some(app) = weak.upgrade() {
+            app.waiters.wake(queue, 1);
+        }
+    }));
+    app.signalled
+        .store(signalled, std::sync::atomic::Ordering::Relaxed);
     let request_id = HeaderName::from_static("x-request-id");
     let timeout = config.request_timeout + Duration::from_secs(20);
     let routes = routes

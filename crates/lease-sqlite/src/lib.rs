@@ -751,3 +751,7 @@ impl lease_ports::audit::AuditTrail for SqliteLeaseStore {
         .map(|()| true)
     }
 }
+
+/// SQLite cannot signal across processes: the network service polls for jobs enqueued by
+/// other processes (those enqueued through it wake its waiting claims at once).
+impl lease_ports::signal::EnqueueSignal for SqliteLeaseStore {}
