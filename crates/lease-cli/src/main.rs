@@ -157,19 +157,19 @@ async fn run_remote(
     request: Request,
     store: lease_client::HttpLeaseStore,
 ) -> Result<Report, String> {
-    let store: std::sync::Arc<dyn lease_ports::LeaseStore> = std::sync::Arc::new(
-        lease_ports::observe::Observed::new(std::sync::Arc::new(store)),
-    );
+    let store = std::sync::Arc::new(lease_ports::observe::Observed::new(std::sync::Arc::new(
+        store,
+    )));
     match request {
         Request::Init
         | Request::Demo
         | Request::Serve(_)
         | Request::Keys(_)
-        | Request::Migrate { .. }
-        | Request::Audit(_) => Err(
-            "init, demo, serve, keys, migrate and audit open a database: give --db, not --server"
+        | Request::Migrate { .. } => Err(
+            "init, demo, serve, keys and migrate open a database: give --db, not --server"
                 .to_owned(),
         ),
+        Request::Audit(filter) => target::audit_report(store.as_ref(), &filter).await,
         Request::Work(work) => {
             if let Some(addr) = work.metrics {
                 lease_worker::serve_metrics(addr)?;

@@ -276,11 +276,18 @@ pub(crate) async fn run_audit(
     filter: &lease_ports::audit::AuditFilter,
 ) -> Result<Report, String> {
     let opened = target.open(false).await?;
-    let rows = opened
-        .audit()
-        .refusals(filter)
-        .await
-        .map_err(|e| e.to_string())?;
+    audit_report(opened.audit(), filter).await
+}
+
+/// The audit trail's rows `filter` selects, from any trail (a database's or a server's).
+///
+/// # Errors
+/// The store's error, as text.
+pub(crate) async fn audit_report(
+    trail: &dyn lease_ports::audit::AuditTrail,
+    filter: &lease_ports::audit::AuditFilter,
+) -> Result<Report, String> {
+    let rows = trail.refusals(filter).await.map_err(|e| e.to_string())?;
     let refusals: Vec<serde_json::Value> =
         rows.iter().map(lease_server::wire::refusal_json).collect();
     let lines: Vec<String> = rows

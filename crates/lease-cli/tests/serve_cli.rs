@@ -350,7 +350,7 @@ fn a_worker_machine_needs_only_the_binary_a_url_and_a_key() {
         .as_str()
         .unwrap()
         .to_owned();
-    let server = Server::start(&db, &[], &[]);
+    let server = Server::start(&db, &["--audit"], &[]);
     let url = format!("http://{}", server.addr);
     // No --db anywhere below, and the working directory holds no database.
     let remote = |args: &[&str]| {
@@ -405,6 +405,41 @@ fn a_worker_machine_needs_only_the_binary_a_url_and_a_key() {
     assert_eq!(
         (state["status"].clone(), state["owner"].clone()),
         (json!("done"), json!("ci/host-1"))
+    );
+    // A late write with an old fence is refused, and the server's audit trail shows it.
+    let late = remote(&[
+        "complete",
+        "mail/1",
+        "--owner",
+        "ci/host-1",
+        "--fence",
+        "0",
+        "--result",
+        "late",
+    ]);
+    assert_eq!(
+        late.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&late.stderr)
+    );
+    let audit = remote(&["audit", "--json"]);
+    assert_eq!(
+        audit.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&audit.stderr)
+    );
+    let audit: Value = serde_json::from_slice(&audit.stdout).unwrap();
+    let rows = audit["refusals"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{audit}");
+    assert_eq!(
+        (
+            rows[0]["job"].clone(),
+            rows[0]["reason"].clone(),
+            rows[0]["current_fence"].clone()
+        ),
+        (json!("mail/1"), json!("stale"), json!(1))
     );
     // Outside its namespace the key is refused, by name; database commands need --db.
     let out = remote(&[

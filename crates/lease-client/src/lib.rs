@@ -632,3 +632,45 @@ impl HttpLeaseStore {
         }
     }
 }
+
+/// The server's audit trail (`GET /v1/refusals`); a client records no refusal of its own.
+#[async_trait]
+impl lease_ports::audit::AuditTrail for HttpLeaseStore {
+    async fn refusals(
+        &self,
+        filter: &lease_ports::audit::AuditFilter,
+    ) -> Result<Vec<lease_ports::audit::AuditRow>, StoreError> {
+        let limit = if filter.limit == 0 {
+            1000
+        } else {
+            filter.limit.min(1000)
+        };
+        let mut query = vec![format!("limit={limit}")];
+        if let Some(job) = &filter.job {
+            query.push(format!("job={}", path(job.as_str())));
+        }
+        if let Some(since) = filter.since {
+            query.push(format!("since={}", since.get()));
+        }
+        let answer = self
+            .get(&format!("/v1/refusals?{}", query.join("&")))
+            .await?;
+        if answer.status != 200 {
+            return Err(answer.error());
+        }
+        answer.body["refusals"]
+            .as_array()
+            .ok_or_else(|| wire::corrupt(&answer, "refusals"))?
+            .iter()
+            .map(|row| wire::refusal(row).ok_or_else(|| wire::corrupt(&answer, "refusals")))
+            .collect()
+    }
+
+    async fn record_refusal(
+        &self,
+        _job: &JobId,
+        _refusal: &lease_domain::Refusal,
+    ) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+}

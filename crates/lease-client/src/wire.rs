@@ -266,6 +266,26 @@ pub(crate) fn write_refused(
     })
 }
 
+/// One row of `GET /v1/refusals`; `None` when a field is missing or of the wrong type.
+pub(crate) fn refusal(row: &Value) -> Option<lease_ports::audit::AuditRow> {
+    Some(lease_ports::audit::AuditRow {
+        time: row["time"].as_f64()?,
+        job: row["job"].as_str()?.to_owned(),
+        owner: row["owner"].as_str()?.to_owned(),
+        operation: row["operation"].as_str()?.to_owned(),
+        presented_fence: row["presented_fence"].as_u64()?,
+        current_fence: match &row["current_fence"] {
+            Value::Null => None,
+            v => Some(v.as_u64()?),
+        },
+        reason: row["reason"].as_str()?.to_owned(),
+        late_by: match &row["late_by"] {
+            Value::Null => None,
+            v => Some(v.as_f64()?),
+        },
+    })
+}
+
 /// A backoff policy as `fail` takes it.
 pub(crate) fn backoff(backoff: &Backoff) -> Value {
     let (base, factor, max, jitter) = backoff.parts();
