@@ -25,7 +25,7 @@ const OURS: [&str; 8] = [
 ];
 
 /// The released migrations, frozen (`migrations/*.sql`; `{s}` stands for the schema name).
-const MIGRATIONS: [Migration; 6] = [
+const MIGRATIONS: [Migration; 5] = [
     Migration {
         version: 1,
         sql: include_str!("../migrations/0001_jobs.sql"),
@@ -45,10 +45,6 @@ const MIGRATIONS: [Migration; 6] = [
     Migration {
         version: 5,
         sql: include_str!("../migrations/0005_service.sql"),
-    },
-    Migration {
-        version: 6,
-        sql: include_str!("../migrations/0006_signal.sql"),
     },
 ];
 
@@ -89,8 +85,8 @@ pub fn check_schema_name(schema: &str) -> Result<(), StoreError> {
     }
 }
 
-/// The functions lease makes in its schema (by migrations 2 and 6).
-const OUR_FUNCTIONS: [&str; 2] = ["admit_fence", "signal_job"];
+/// The functions lease makes in its schema (by migration 2).
+const OUR_FUNCTIONS: [&str; 1] = ["admit_fence"];
 
 /// Every object of the schema but indexes and the row types of its tables: relations
 /// (tables, sequences, views, materialized views, foreign tables), functions and procedures,
@@ -286,7 +282,7 @@ mod tests {
         // A released migration is never edited: these are the checksums databases record.
         let pinned = MIGRATIONS.map(|m| m.checksum());
         assert_eq!(pinned, PINNED.map(str::to_owned));
-        assert_eq!(CURRENT_VERSION, 6);
+        assert_eq!(CURRENT_VERSION, 5);
     }
 
     #[test]
@@ -314,12 +310,11 @@ mod tests {
         }
     }
 
-    const PINNED: [&str; 6] = [
+    const PINNED: [&str; 5] = [
         "21ac859f099c73a2cfd49e089bf85213014d3ff3143f88a78d480d1e86bb59bd",
         "8505302d5ab97431700ce91b427106b910ee3c01618c1d65f4da182c61b8f06a",
         "0bf2cb357e23e48a89126c5ec138cd9473c954eb54b191211dd84d9dfa99a49f",
         "2309a160f5661accadfe9bafbb92737413569b7545644590d4b72805cc883b17",
         "0083a43cb73bac0156d200730ca6682c5cf997196485f203c29e08cdd7fc7772",
-        "9e3e45ff85cfd330ff10773ca1baa3845f43b865b197164474af5f4dfabf73fc",
     ];
 }

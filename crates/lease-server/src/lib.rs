@@ -130,17 +130,20 @@ pub(crate) struct App {
     pub(crate) waiters: Waiters,
     pub(crate) limits: limits::RateLimits,
     pub(crate) keys: auth::KeyCache,
-    /// Whether the store signals every enqueue (then handlers leave waking to the signal, so
-    /// one job wakes one waiter, not two).
+    /// Whether the store carries enqueue signals between servers (then this server's own
+    /// enqueues wake waiters through the signal only, so one job wakes one waiter, not two).
     pub(crate) signalled: std::sync::atomic::AtomicBool,
     pub(crate) openapi: String,
 }
 
 impl App {
-    /// Wakes `jobs` waiting claims of `queue` for jobs this server just made claimable, unless
-    /// the store signals every enqueue itself (then the signal wakes them, once).
+    /// Wakes `jobs` waiting claims of `queue` for jobs this server just made claimable: through
+    /// the store's signal when it carries one (every server hears it, this one included, and
+    /// each wakes its own waiters), else here.
     pub(crate) fn wake(&self, queue: &str, jobs: usize) {
-        if !self.signalled.load(std::sync::atomic::Ordering::Relaxed) {
+        if self.signalled.load(std::sync::atomic::Ordering::Relaxed) {
+            self.store.signal(queue, jobs);
+        } else {
             self.waiters.wake(queue, jobs);
         }
     }
@@ -257,9 +260,9 @@ pub fn router(store: Arc<dyn ServiceStore>, config: ServiceConfig) -> axum::Rout
         config: config.clone(),
     });
     let weak = Arc::downgrade(&app);
-    let signalled = app.store.watch(Arc::new(move |queue: &str| {
+    let signalled = app.store.watch(Arc::new(move |queue: &str, jobs: usize| {
         if let Some(app) = weak.upgrade() {
-            app.waiters.wake(queue, 1);
+            app.waiters.wake(queue, jobs);
         }
     }));
     app.signalled
