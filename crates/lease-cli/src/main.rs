@@ -152,6 +152,21 @@ fn remote(cli: &Cli) -> Result<Option<lease_client::HttpLeaseStore>, String> {
         .map_err(|e| e.to_string())
 }
 
+/// Runs `lease work` against `store`, serving its metrics first when asked.
+async fn run_work(
+    work: &cli::WorkRequest,
+    store: std::sync::Arc<dyn lease_ports::LeaseStore>,
+) -> Result<Report, String> {
+    if let Some(addr) = work.metrics {
+        lease_worker::serve_metrics(addr)?;
+    }
+    work::run(work, store, |line| {
+        // Progress is best effort: a closed stderr does not stop the worker.
+        let _ = writeln!(std::io::stderr(), "{line}");
+    })
+    .await
+}
+
 /// Runs a request against a remote server: every command that works through the port.
 async fn run_remote(
     request: Request,
@@ -170,15 +185,7 @@ async fn run_remote(
                 .to_owned(),
         ),
         Request::Audit(filter) => target::audit_report(store.as_ref(), &filter).await,
-        Request::Work(work) => {
-            if let Some(addr) = work.metrics {
-                lease_worker::serve_metrics(addr)?;
-            }
-            work::run(&work, store, |line| {
-                let _ = writeln!(std::io::stderr(), "{line}");
-            })
-            .await
-        }
+        Request::Work(work) => run_work(&work, store).await,
         request => execute::execute(&request, store.as_ref())
             .await
             .map_err(|e| e.to_string()),
@@ -240,15 +247,8 @@ async fn run(cli: Cli) -> Result<Report, String> {
             serve::keys(&opened, &request, now).await
         }
         Request::Work(work) => {
-            if let Some(addr) = work.metrics {
-                lease_worker::serve_metrics(addr)?;
-            }
             let store = target.open(false).await?.store();
-            work::run(&work, store, |line| {
-                // Progress is best effort: a closed stderr does not stop the worker.
-                let _ = writeln!(std::io::stderr(), "{line}");
-            })
-            .await
+            run_work(&work, store).await
         }
         request => {
             let target = match &request {

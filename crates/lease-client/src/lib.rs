@@ -216,7 +216,7 @@ impl HttpLeaseStore {
         fence: Fence,
         mut body: Value,
         now: Option<Timestamp>,
-    ) -> Result<Result<Value, lease_domain::WriteRefused>, StoreError> {
+    ) -> Result<Result<Answer, lease_domain::WriteRefused>, StoreError> {
         body["fence"] = json!(fence.get());
         body["owner"] = json!(owner.as_str());
         if let Some(now) = now.and_then(|n| self.now(n)) {
@@ -231,7 +231,7 @@ impl HttpLeaseStore {
             )
             .await?;
         match answer.status {
-            200 => Ok(Ok(answer.body)),
+            200 => Ok(Ok(answer)),
             404 | 409 => Ok(Err(write_refused(&answer, owner, fence, now)?)),
             _ => Err(answer.error()),
         }
@@ -448,9 +448,9 @@ impl LeaseStore for HttpLeaseStore {
             .await?
         {
             Ok(failed) => Ok(Ok(Failed {
-                status: Status::parse(failed["state"].as_str().unwrap_or_default())
+                status: Status::parse(failed.body["state"].as_str().unwrap_or_default())
                     .map_err(|_| StoreError::Corrupt("the server named no state".into()))?,
-                run_at: failed["run_at"]
+                run_at: failed.body["run_at"]
                     .as_f64()
                     .map(Timestamp::new)
                     .transpose()
@@ -548,29 +548,19 @@ impl LeaseStore for HttpLeaseStore {
         limit: usize,
     ) -> Result<CompleteAndClaim, StoreError> {
         // One request, one transaction: the completion carries the next claim.
-        let mut body = json!({
+        let body = json!({
             "result": result.as_str(),
-            "fence": fence.get(),
-            "owner": owner.as_str(),
             "claim": {
                 "queue": queue.as_str(),
                 "ttl": term.until().get() - term.now().get(),
                 "limit": limit.clamp(1, 100),
             },
         });
-        if let Some(now) = self.now(term.now()) {
-            body["now"] = json!(now);
-        }
-        let token = self.token(job, fence);
-        let answer = self
-            .post(
-                &format!("/v1/jobs/{}/complete", path(job.as_str())),
-                body,
-                token.as_deref(),
-            )
-            .await?;
-        match answer.status {
-            200 => {
+        match self
+            .holder_write("complete", job, owner, fence, body, Some(term.now()))
+            .await?
+        {
+            Ok(answer) => {
                 let leases = answer.body["leases"]
                     .as_array()
                     .ok_or_else(|| wire::corrupt(&answer, "leases"))?
@@ -580,25 +570,22 @@ impl LeaseStore for HttpLeaseStore {
                 let completed = if answer.body["ok"] == json!(true) {
                     Ok(())
                 } else {
-                    // The refusal's own status travels in the body.
-                    let refused = wire::Answer {
+                    // Refused by the store: the refusal's own status travels in the body.
+                    let refused = Answer {
                         status: u16::try_from(answer.body["status"].as_u64().unwrap_or(409))
                             .unwrap_or(409),
-                        body: answer.body.clone(),
-                        server: answer.server.clone(),
+                        ..answer
                     };
                     Err(write_refused(&refused, owner, fence, Some(term.now()))?)
                 };
                 Ok((completed, leases))
             }
-            // Refused before the store (stale, not the owner, no token): nothing was written,
-            // and the claim is still made, as the port promises.
-            404 | 409 => {
-                let refused = write_refused(&answer, owner, fence, Some(term.now()))?;
+            // Refused before the store (stale, not the owner): nothing was written, and the
+            // claim is still made, as the port promises.
+            Err(refused) => {
                 let claimed = self.claim_next(queue, owner, term, limit).await;
                 Ok((Err(refused), claimed))
             }
-            _ => Err(answer.error()),
         }
     }
 }

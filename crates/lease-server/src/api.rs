@@ -82,6 +82,18 @@ fn query_time(text: Option<&str>, parameter: &str) -> Result<Option<f64>, Proble
     .transpose()
 }
 
+/// A page size given in a query string: 1 to 1,000, `default` when it is absent.
+fn page_limit(text: Option<&str>, default: usize) -> Result<usize, Problem> {
+    match text {
+        None => Ok(default),
+        Some(text) => text
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_PAGE).contains(n))
+            .ok_or_else(|| Problem::invalid("parameter `limit` must be from 1 to 1000")),
+    }
+}
+
 fn term(now: Timestamp, ttl: f64) -> Result<LeaseTerm, Problem> {
     if ttl <= 0.0 {
         return Err(Problem::invalid("field `ttl` must be greater than 0"));
@@ -467,10 +479,10 @@ pub(crate) async fn claim(
     let body: ClaimOneBody = json_body(&headers, body, &fields, false)?;
     let id = job_id(id)?;
     let now = now(&app, body.now)?;
-    term(now, body.ttl)?;
+    let term = term(now, body.ttl)?;
     let owner = claimant(&caller, body.owner)?;
     let (token, digest) = new_token()?;
-    let term = term(now, body.ttl)?.with_token(digest);
+    let term = term.with_token(digest);
     let fence = app
         .store
         .claim(&id, &owner, term)
@@ -1025,14 +1037,7 @@ pub(crate) async fn list_jobs(
     authenticate(&app, &headers, Scope::Viewer).await?;
     let Query(query) =
         query.map_err(|_| Problem::malformed("the query string could not be read"))?;
-    let limit = match query.limit.as_deref() {
-        None => 50,
-        Some(text) => text
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=MAX_PAGE).contains(n))
-            .ok_or_else(|| Problem::invalid("parameter `limit` must be from 1 to 1000"))?,
-    };
+    let limit = page_limit(query.limit.as_deref(), 50)?;
     let filter = ListFilter {
         queue: query
             .queue
@@ -1288,20 +1293,11 @@ pub(crate) async fn refusals(
     authenticate(&app, &headers, Scope::Viewer).await?;
     let Query(query) =
         query.map_err(|_| Problem::malformed("the query string could not be read"))?;
-    let limit = match query.limit.as_deref() {
-        None => 100,
-        Some(text) => text
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=MAX_PAGE).contains(n))
-            .ok_or_else(|| Problem::invalid("parameter `limit` must be from 1 to 1000"))?,
-    };
-    let since = query
-        .since
-        .as_deref()
-        .map(|t| t.parse::<f64>().ok().and_then(|t| Timestamp::new(t).ok()))
-        .map(|t| t.ok_or_else(|| Problem::invalid("parameter `since` must be a finite number")))
-        .transpose()?;
+    let limit = page_limit(query.limit.as_deref(), 100)?;
+    let since = query_time(query.since.as_deref(), "since")?
+        .map(Timestamp::new)
+        .transpose()
+        .map_err(|_| Problem::invalid("parameter `since` must be a finite number"))?;
     let job = query
         .job
         .map(JobId::new)
