@@ -6,6 +6,8 @@ use std::time::Duration;
 use lease_ports::StoreError;
 use tokio_postgres::config::Host;
 
+use crate::tls::{Mode, Taken, Tls, split_settings};
+
 /// Whether `target` names a PostgreSQL database rather than a file.
 #[must_use]
 pub fn is_postgres_url(target: &str) -> bool {
@@ -30,10 +32,22 @@ impl Env for ProcessEnv {
 /// socket directory (`/var/run/postgresql`) if it exists, else `localhost`; without a user,
 /// the login name (`USER`).
 ///
+/// TLS: `sslmode` and `sslrootcert` (or `PGSSLMODE` and `PGSSLROOTCERT`) as libpq reads them.
+/// Without `sslmode`, no TLS; `prefer` encrypts when the server offers it; `require` insists,
+/// checking the chain only when `sslrootcert` is given; `verify-ca` checks the chain and
+/// `verify-full` the chain and the host name. `sslrootcert` is a PEM file or `system`.
+///
 /// # Errors
-/// [`StoreError::Incompatible`] naming the problem when the
-/// string or a variable cannot be parsed, or TLS is required (this client does not speak it).
+/// [`StoreError::Incompatible`] naming the problem when the string or a variable cannot be
+/// parsed, or a verifying `sslmode` has no root certificate.
 pub fn connection_config(target: &str) -> Result<tokio_postgres::Config, StoreError> {
+    config_with(target, &ProcessEnv).map(|(config, _)| config)
+}
+
+/// As [`connection_config`], with the TLS settings the connector is built from.
+pub(crate) fn connection_settings(
+    target: &str,
+) -> Result<(tokio_postgres::Config, Tls), StoreError> {
     config_with(target, &ProcessEnv)
 }
 
@@ -47,20 +61,51 @@ fn bad(target: &str, reason: String) -> StoreError {
 pub(crate) fn config_with(
     target: &str,
     env: &dyn Env,
+) -> Result<(tokio_postgres::Config, Tls), StoreError> {
+    let (rest, taken) = split_settings(target).map_err(|reason| bad(target, reason))?;
+    let tls = tls_settings(taken, env).map_err(|reason| bad(target, reason))?;
+    let mut config = parsed(target, &rest, env)?;
+    config.ssl_mode(tls.mode.wire());
+    Ok((config, tls))
+}
+
+fn tls_settings(taken: Taken, env: &dyn Env) -> Result<Tls, String> {
+    let (mode, from) = match taken.sslmode {
+        Some(mode) => (mode, "sslmode"),
+        None => match env.var("PGSSLMODE") {
+            Some(mode) => (mode, "PGSSLMODE"),
+            None => ("disable".to_owned(), "sslmode"),
+        },
+    };
+    let parsed = Mode::parse(&mode).ok_or_else(|| {
+        format!(
+            "{from} {mode:?} is not one of disable, allow, prefer, require, verify-ca, verify-full"
+        )
+    })?;
+    let rootcert = taken.sslrootcert.or_else(|| env.var("PGSSLROOTCERT"));
+    Tls::new(parsed, rootcert, env.var("HOME"))
+}
+
+/// The connection string without its TLS settings, parsed, with the environment's defaults.
+fn parsed(
+    original: &str,
+    target: &str,
+    env: &dyn Env,
 ) -> Result<tokio_postgres::Config, StoreError> {
+    let bad = |reason: String| bad(original, reason);
     // PGPORT goes into the string itself: the parser has already put 5432 in the config
     // when the string names a host but no port, and ports cannot be replaced afterwards.
     let mut with_port = target.to_owned();
     if !names_a_port(target) {
         if let Some(port) = env.var("PGPORT") {
             port.parse::<u16>()
-                .map_err(|_| bad(target, format!("PGPORT {port:?} is not a port number")))?;
+                .map_err(|_| bad(format!("PGPORT {port:?} is not a port number")))?;
             with_port = with_port_of(target, &port);
         }
     }
     let mut config: tokio_postgres::Config = with_port
         .parse()
-        .map_err(|e| bad(target, format!("not a PostgreSQL connection string: {e}")))?;
+        .map_err(|e| bad(format!("not a PostgreSQL connection string: {e}")))?;
     if config.get_hosts().is_empty() {
         match env.var("PGHOST") {
             Some(hosts) => {
@@ -103,28 +148,13 @@ pub(crate) fn config_with(
     if config.get_connect_timeout().is_none() {
         let timeout = match env.var("PGCONNECT_TIMEOUT") {
             Some(s) => s.parse::<u64>().map_err(|_| {
-                bad(
-                    target,
-                    format!("PGCONNECT_TIMEOUT {s:?} is not a number of seconds"),
-                )
+                bad(format!(
+                    "PGCONNECT_TIMEOUT {s:?} is not a number of seconds"
+                ))
             })?,
             None => 10, // DEFAULT_CONNECT_TIMEOUT
         };
         config.connect_timeout(Duration::from_secs(timeout.max(1)));
-    }
-    if let Some(mode) = env.var("PGSSLMODE") {
-        if matches!(mode.as_str(), "require" | "verify-ca" | "verify-full") {
-            return Err(bad(
-                target,
-                format!("PGSSLMODE={mode} asks for TLS, which this build does not support"),
-            ));
-        }
-    }
-    if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
-        return Err(bad(
-            target,
-            "sslmode=require asks for TLS, which this build does not support".to_owned(),
-        ));
     }
     Ok(config)
 }
@@ -185,9 +215,12 @@ pub fn describe(config: &tokio_postgres::Config) -> String {
 /// A connection string with any password removed, for error messages.
 #[must_use]
 pub fn redact(target: &str) -> String {
-    match target.parse::<tokio_postgres::Config>() {
-        Ok(config) => describe(&config),
-        Err(_) => "the PostgreSQL connection string".to_owned(),
+    let parsed = split_settings(target)
+        .ok()
+        .and_then(|(rest, _)| rest.parse::<tokio_postgres::Config>().ok());
+    match parsed {
+        Some(config) => describe(&config),
+        None => "the PostgreSQL connection string".to_owned(),
     }
 }
 
@@ -212,25 +245,62 @@ mod tests {
             ("PGDATABASE", "envdb"),
             ("PGPASSWORD", "secret"),
         ]));
-        let config = config_with("postgres://urluser@127.0.0.1/urldb", &env).unwrap();
+        let (config, _) = config_with("postgres://urluser@127.0.0.1/urldb", &env).unwrap();
         assert_eq!(config.get_user(), Some("urluser"));
         assert_eq!(config.get_dbname(), Some("urldb"));
         assert_eq!(config.get_hosts(), &[Host::Tcp("127.0.0.1".into())]);
         assert_eq!(config.get_ports(), &[6543]);
         assert_eq!(config.get_password(), Some(&b"secret"[..]));
-        let bare = config_with("postgres://", &env).unwrap();
+        let (bare, _) = config_with("postgres://", &env).unwrap();
         assert_eq!(describe(&bare), "postgres://envuser@db.example:6543/envdb");
     }
 
     #[test]
-    fn a_bad_port_variable_and_required_tls_are_named() {
+    fn a_bad_port_variable_and_a_bad_sslmode_are_named() {
         let env = Vars(HashMap::from([("PGPORT", "fifty")]));
         let err = config_with("postgres://", &env).unwrap_err().to_string();
         assert!(err.contains("PGPORT") && err.contains("fifty"), "{err}");
-        let err = config_with("postgres://h/db?sslmode=require", &Vars(HashMap::new()))
+        let err = config_with("postgres://h/db?sslmode=always", &Vars(HashMap::new()))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("TLS"), "{err}");
+        assert!(
+            err.contains("sslmode") && err.contains("verify-full"),
+            "{err}"
+        );
+        let env = Vars(HashMap::from([("PGSSLMODE", "sometimes")]));
+        let err = config_with("postgres://h/db", &env)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("PGSSLMODE"), "{err}");
+    }
+
+    #[test]
+    fn the_sslmode_decides_what_tokio_postgres_is_told() {
+        use tokio_postgres::config::SslMode;
+        let none = Vars(HashMap::new());
+        let mode = |target: &str, env: &Vars| config_with(target, env).unwrap().0.get_ssl_mode();
+        // Nothing said: no TLS, as before TLS was supported.
+        assert_eq!(mode("postgres://h/db", &none), SslMode::Disable);
+        assert_eq!(
+            mode("postgres://h/db?sslmode=prefer", &none),
+            SslMode::Prefer
+        );
+        assert_eq!(mode("host=h sslmode=require", &none), SslMode::Require);
+        let env = Vars(HashMap::from([
+            ("PGSSLMODE", "verify-full"),
+            ("PGSSLROOTCERT", "/etc/ca.pem"),
+        ]));
+        let (config, tls) = config_with("postgres://h/db", &env).unwrap();
+        assert_eq!(config.get_ssl_mode(), SslMode::Require);
+        assert_eq!(tls.mode, Mode::VerifyFull);
+        // The string wins over the environment.
+        assert_eq!(
+            mode("postgres://h/db?sslmode=disable", &env),
+            SslMode::Disable
+        );
+        // A root in a URL does not reach tokio-postgres, which would refuse the key.
+        let shown = redact("postgres://u:pw@h/db?sslmode=verify-ca&sslrootcert=/ca.pem");
+        assert_eq!(shown, "postgres://u@h:5432/db");
     }
 
     #[test]

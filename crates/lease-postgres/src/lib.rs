@@ -20,6 +20,7 @@ mod schema;
 mod scratch;
 mod signal;
 mod sql;
+mod tls;
 mod transfer;
 mod write;
 
@@ -38,7 +39,7 @@ use lease_ports::{
     ClaimOutcome, CompleteAndClaim, FailOutcome, JobRecord, JobState, Lease, LeaseStore,
     ListFilter, StatsRow, StoreError, WriteOutcome, outcome_as,
 };
-use tokio_postgres::NoTls;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 pub use config::{connection_config, describe, is_postgres_url, redact};
 pub use schema::{CURRENT_VERSION, check_schema_name};
@@ -49,6 +50,7 @@ pub use sql::Sql as StatementTexts;
 
 pub use next::CLAIM_NEXT_SETTINGS;
 
+use config::connection_settings;
 use connection::{Conn, Statements, setup};
 use next::stored_now;
 use write::{commit, rollback};
@@ -118,6 +120,8 @@ pub struct PgLeaseStore {
     pool: Pool,
     /// How to connect, for the connection that listens for enqueue signals.
     config: tokio_postgres::Config,
+    /// The TLS connector the pool's connections use (unused when TLS is off).
+    tls: MakeRustlsConnect,
     sql: Arc<Sql>,
     clock: ClockMode,
     target: Arc<str>,
@@ -159,8 +163,12 @@ impl PgLeaseStore {
 
     async fn connect(target: &str, options: PgOptions, create: bool) -> Result<Self, StoreError> {
         check_schema_name(&options.schema)?;
-        let config = connection_config(target)?;
+        let (config, tls) = connection_settings(target)?;
         let shown = describe(&config);
+        let tls = tls.connector().map_err(|reason| StoreError::Incompatible {
+            path: shown.clone(),
+            reason,
+        })?;
         // The whole making of a connection (TCP, TLS, startup, authentication, the session
         // settings) is bounded by the connect timeout, not only the TCP connect.
         let connect_timeout = config
@@ -170,7 +178,7 @@ impl PgLeaseStore {
         let idle = options.idle_in_transaction_timeout;
         let manager = Manager::from_config(
             config.clone(),
-            NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -193,6 +201,7 @@ impl PgLeaseStore {
         let store = Self {
             pool,
             config,
+            tls,
             sql: Arc::new(Sql::new(&options.schema)),
             clock: options.clock,
             target: shown.into(),

@@ -8,7 +8,8 @@
 use std::time::Duration;
 
 use lease_ports::signal::{EnqueueSignal, Wake};
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::PgLeaseStore;
 
@@ -24,10 +25,11 @@ impl EnqueueSignal for PgLeaseStore {
             return false;
         };
         let config = self.config.clone();
+        let tls = self.tls.clone();
         let channel = self.channel();
         runtime.spawn(async move {
             loop {
-                listen(&config, &channel, &wake).await;
+                listen(&config, tls.clone(), &channel, &wake).await;
                 // Signals sent while no connection listens are lost; waiting claims still
                 // look again at their next poll.
                 tokio::time::sleep(Duration::from_secs(1)).await;
@@ -54,8 +56,13 @@ impl EnqueueSignal for PgLeaseStore {
 }
 
 /// Listens until the connection is lost.
-async fn listen(config: &tokio_postgres::Config, channel: &str, wake: &Wake) {
-    let Ok((client, mut connection)) = config.connect(NoTls).await else {
+async fn listen(
+    config: &tokio_postgres::Config,
+    tls: MakeRustlsConnect,
+    channel: &str,
+    wake: &Wake,
+) {
+    let Ok((client, mut connection)) = config.connect(tls).await else {
         return;
     };
     let wake = wake.clone();
