@@ -806,8 +806,13 @@ fn main() {
     let pg_loop_only = args.iter().any(|a| a == "--pg-loop-only");
     // `-- --api-only` runs the network service's rows alone.
     let api_only = args.iter().any(|a| a == "--api-only");
+    // `-- --pg-signal-only` runs the PostgreSQL enqueue-signal row alone.
+    let pg_signal_only = args.iter().any(|a| a == "--pg-signal-only");
+    let mut signal_note = None;
     if api_only {
         api::rows(&plan, dir.path(), queue_jobs(&plan), queue_store, &mut rows);
+    } else if pg_signal_only {
+        signal_note = pg::signal_rows_only(&plan, &mut rows);
     } else if pg_loop_only {
         pg::loop_rows_only(&plan, &mut rows);
     } else if enqueue_only {
@@ -830,7 +835,9 @@ fn main() {
             claim_next_live_leases(&plan, dir.path(), &mut rows);
         }
     }
-    let pg_note = if queue_only || live_only || enqueue_only || pg_loop_only || api_only {
+    let pg_note = if pg_signal_only {
+        signal_note
+    } else if queue_only || live_only || enqueue_only || pg_loop_only || api_only {
         None
     } else {
         pg::rows(&plan, &mut rows)

@@ -15,7 +15,9 @@ use lease_domain::{JobId, JobResult, LeaseTerm, Owner, QueueName};
 use lease_ports::LeaseStore;
 use lease_postgres::{PgLeaseStore, PgOptions, ScratchDatabase, StatementTexts};
 
-use crate::harness::{Caller, Plan, Row, Run, SLOT_MS, median, next_complete_loop, summarize};
+use crate::harness::{
+    Caller, Plan, Row, Run, SLOT_MS, measure, median, next_complete_loop, summarize, timed,
+};
 
 /// What one measured operation does.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -806,6 +808,75 @@ pub fn live_rows_only(plan: &Plan, rows: &mut Vec<Row>) {
     }
 }
 
+/// The PostgreSQL enqueue-signal rows alone (`-- --pg-signal-only`), in a scratch database.
+pub fn signal_rows_only(plan: &Plan, rows: &mut Vec<Row>) -> Option<String> {
+    let db = scratch_lease_database()?;
+    Some(signal_rows(plan, db.url(), rows))
+}
+
+/// Enqueues by 16 callers, each followed by the signal `lease serve` sends after an enqueue
+/// (`pg_notify` from a pooled connection, after the commit, not awaited), against the same
+/// enqueues without it, in alternating runs; a listener is on in both, as in a server. Returns
+/// how many signals the listener heard of those sent.
+fn signal_rows(plan: &Plan, url: &str, rows: &mut Vec<Row>) -> String {
+    use lease_ports::signal::EnqueueSignal;
+    let rt = rt();
+    let store = rt
+        .block_on(PgLeaseStore::open(url, PgOptions::default()))
+        .expect("open");
+    let heard = Arc::new(AtomicU64::new(0));
+    let into = Arc::clone(&heard);
+    {
+        let _runtime = rt.enter();
+        assert!(store.watch(Arc::new(move |_: &str, jobs: usize| {
+            into.fetch_add(u64::try_from(jobs).unwrap_or(0), Ordering::Relaxed);
+        })));
+    }
+    let (next, sent) = (AtomicU64::new(0), AtomicU64::new(0));
+    let (mut runs, mut ratios) = (Vec::new(), Vec::new());
+    for _ in 0..plan.runs {
+        let mut rate = [0.0; 2];
+        for (i, signal) in [false, true].into_iter().enumerate() {
+            let run = measure(16, plan.window, &|_, _| {
+                let id = JobId::new(format!("sig-{}", next.fetch_add(1, Ordering::Relaxed)))
+                    .expect("id");
+                timed(|| {
+                    rt.block_on(async {
+                        assert!(store.enqueue(&id).await.expect("enqueue"), "a new job");
+                        if signal {
+                            store.signal("default", 1);
+                            sent.fetch_add(1, Ordering::Relaxed);
+                        }
+                    });
+                })
+            });
+            rate[i] = run.rate(false);
+            if signal {
+                runs.push(run);
+            }
+            // The signals still on their way finish before the next run.
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        ratios.push(rate[1] / rate[0]);
+    }
+    rows.push(Row {
+        ratio: Some(median(ratios)),
+        baseline: Some("the same enqueues, no signal"),
+        ..summarize(
+            "pg enqueue + signal (NOTIFY after commit)",
+            16,
+            0,
+            &runs,
+            false,
+        )
+    });
+    format!(
+        "enqueue signal: the listener heard {} of {} signals sent",
+        heard.load(Ordering::Relaxed),
+        sent.load(Ordering::Relaxed)
+    )
+}
+
 /// A scratch database with the lease schema, or `None` when no server answers.
 fn scratch_lease_database() -> Option<ScratchDatabase> {
     TcpStream::connect("127.0.0.1:5432").ok()?;
@@ -831,7 +902,7 @@ pub fn rows(plan: &Plan, rows: &mut Vec<Row>) -> Option<String> {
     };
     live_lease_rows(plan, &url, rows);
     queue_loop_rows(plan, &url, rows);
-    let mut notes = Vec::new();
+    let mut notes = vec![signal_rows(plan, &url, rows)];
     for op in [Op::Claim, Op::ClaimComplete, Op::NextComplete] {
         let rt_adapter = round_trips(&db, op, false, &prefix());
         let rt_raw = round_trips(&db, op, true, &prefix());

@@ -122,6 +122,8 @@ pub struct PgLeaseStore {
     config: tokio_postgres::Config,
     /// The TLS connector the pool's connections use (unused when TLS is off).
     tls: MakeRustlsConnect,
+    /// Enqueue signals waiting for a NOTIFY.
+    outbox: Arc<signal::Outbox>,
     sql: Arc<Sql>,
     clock: ClockMode,
     target: Arc<str>,
@@ -202,6 +204,7 @@ impl PgLeaseStore {
             pool,
             config,
             tls,
+            outbox: Arc::default(),
             sql: Arc::new(Sql::new(&options.schema)),
             clock: options.clock,
             target: shown.into(),
