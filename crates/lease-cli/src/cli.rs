@@ -452,6 +452,10 @@ pub(crate) enum Command {
         /// revocation reaches every server within it (0: read the store on every request).
         #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
         key_cache: f64,
+        /// Seconds a session of the operator page lasts after signing in with a key (the
+        /// key's revocation ends it sooner).
+        #[arg(long, default_value_t = 43_200.0, value_name = "SECONDS")]
+        session_ttl: f64,
         /// Let requests carry their own `now` (for tests that script time).
         #[arg(long, hide = true)]
         client_clock: bool,
@@ -547,6 +551,10 @@ pub(crate) struct ServeRequest {
     pub tls: Option<(PathBuf, PathBuf)>,
     /// How often a waiting claim looks again.
     pub poll_interval: std::time::Duration,
+    /// How long a page session lasts.
+    pub session_ttl: std::time::Duration,
+    /// Whether the store records refused writes (from `--audit`, set by `main`).
+    pub audit: bool,
 }
 
 /// What `lease keys` does, checked.
@@ -664,6 +672,7 @@ impl Command {
                 request_timeout,
                 rate_limit,
                 key_cache,
+                session_ttl,
                 poll_interval,
                 tls_cert,
                 tls_key,
@@ -698,6 +707,10 @@ impl Command {
                     poll_interval: duration_flag("--poll-interval", poll_interval)
                         .map_err(RequestError::Flag)?
                         .max(std::time::Duration::from_millis(10)),
+                    session_ttl: duration_flag("--session-ttl", session_ttl)
+                        .map_err(RequestError::Flag)?
+                        .max(std::time::Duration::from_secs(1)),
+                    audit: false,
                 })
             }
             Command::Keys { command } => Request::Keys(match command {

@@ -224,7 +224,8 @@ async fn run(cli: Cli) -> Result<Report, String> {
         Request::Migrate { from, to, merge } => {
             target::run_migrate(&settings.target(&from), &settings.target(&to), merge).await
         }
-        Request::Serve(request) => {
+        Request::Serve(mut request) => {
+            request.audit = settings.sqlite.audit.is_some();
             let opened = target.open(false).await?;
             let clock: lease_server::Clock = std::sync::Arc::new(|| {
                 lease_domain::Timestamp::new(unix_now()).unwrap_or(lease_domain::Timestamp::ZERO)

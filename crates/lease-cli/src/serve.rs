@@ -130,7 +130,9 @@ pub(crate) async fn serve(
             request.listen
         ));
     }
+    let (closing, closing_rx) = tokio::sync::watch::channel(false);
     let config = ServiceConfig {
+        closing: Some(closing_rx),
         client_clock: request.client_clock,
         metrics,
         body_limit: request.body_limit,
@@ -140,6 +142,9 @@ pub(crate) async fn serve(
         rate_limit: request.rate_limit,
         key_cache: request.key_cache,
         poll_interval: request.poll_interval,
+        audit: request.audit,
+        secure_cookies: request.tls.is_some(),
+        session_ttl: request.session_ttl,
         ..ServiceConfig::new(clock)
     };
     let app = lease_server::router(opened.service(), config);
@@ -167,9 +172,9 @@ pub(crate) async fn serve(
         Some(config) => {
             let listener = lease_server::tls::TlsListener::new(listener, config)
                 .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-            axum_serve(listener, app).await?;
+            axum_serve(listener, app, closing).await?;
         }
-        None => axum_serve(listener, app).await?,
+        None => axum_serve(listener, app, closing).await?,
     }
     Ok(Report::new(
         true,
@@ -178,12 +183,16 @@ pub(crate) async fn serve(
     ))
 }
 
-async fn axum_serve<L>(listener: L, app: axum::Router) -> Result<(), String>
+async fn axum_serve<L>(
+    listener: L,
+    app: axum::Router,
+    closing: tokio::sync::watch::Sender<bool>,
+) -> Result<(), String>
 where
     L: axum::serve::Listener,
     L::Addr: std::fmt::Debug,
 {
-    let stop = async {
+    let stop = async move {
         let mut term =
             match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
                 Ok(term) => term,
@@ -193,6 +202,8 @@ where
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}
         }
+        // Open event streams end now, so the drain does not wait for them.
+        closing.send_replace(true);
     };
     axum::serve(listener, app)
         .with_graceful_shutdown(stop)

@@ -2,145 +2,15 @@
 //! digests, a server that will not listen publicly without a key, the API over a real socket,
 //! secrets kept out of the logs and the database file, and a clean stop on SIGTERM.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
-use tempfile::TempDir;
 
-fn lease(db: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lease"))
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .env_remove("LEASE_DB")
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("the lease binary runs")
-}
-
-fn fresh_db() -> (TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("served.db");
-    assert_eq!(lease(&db, &["init"]).status.code(), Some(0));
-    (dir, db)
-}
-
-fn make_key(db: &Path, principal: &str, scope: &str) -> Value {
-    let out = lease(
-        db,
-        &["keys", "create", principal, "--scope", scope, "--json"],
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-/// A running `lease serve`, its stderr collected; killed on drop.
-struct Server {
-    child: Child,
-    addr: String,
-    log: Arc<Mutex<String>>,
-}
-
-impl Server {
-    fn start(db: &Path, extra: &[&str], envs: &[(&str, &str)]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_lease"))
-            .arg("--db")
-            .arg(db)
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .args(extra)
-            .env_remove("LEASE_DB")
-            .envs(envs.iter().copied())
-            .stderr(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let log = Arc::new(Mutex::new(String::new()));
-        let addr = loop {
-            let line = lines
-                .next()
-                .expect("the server says where it listens")
-                .unwrap();
-            log.lock().unwrap().push_str(&format!("{line}\n"));
-            if let Some((_, rest)) = line
-                .strip_prefix("lease: serving ")
-                .and_then(|r| r.split_once("://"))
-            {
-                break rest.split_whitespace().next().unwrap().to_owned();
-            }
-        };
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                sink.lock().unwrap().push_str(&format!("{line}\n"));
-            }
-        });
-        Server { child, addr, log }
-    }
-
-    /// One request on its own connection: (status, body as JSON or text).
-    fn call(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, Value) {
-        try_call(&self.addr, method, path, headers, body).expect("the server answers")
-    }
-
-    fn stop(mut self) -> (Option<i32>, String) {
-        rustix::process::kill_process(
-            rustix::process::Pid::from_child(&self.child),
-            rustix::process::Signal::TERM,
-        )
-        .unwrap();
-        let status = self.child.wait().unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        let log = self.log.lock().unwrap().clone();
-        (status.code(), log)
-    }
-}
-
-/// One request on its own connection, or `None` if the connection failed or broke off.
-fn try_call(
-    addr: &str,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> Option<(u16, Value)> {
-    let mut stream = TcpStream::connect(addr).ok()?;
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if !body.is_empty() {
-        request.push_str("Content-Type: application/json\r\n");
-    }
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    request.push_str("\r\n");
-    request.push_str(body);
-    stream.write_all(request.as_bytes()).ok()?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).ok()?;
-    let status: u16 = answer.get(9..12)?.parse().ok()?;
-    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    let body = serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.to_owned()));
-    Some((status, body))
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use support::{Server, fresh_db, lease, make_key, try_call};
 
 #[test]
 fn a_key_is_printed_once_listed_without_its_secret_and_refused_once_revoked() {

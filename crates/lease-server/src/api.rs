@@ -201,7 +201,7 @@ fn spec(queue: &QueueName, body: EnqueueBody) -> Result<(JobId, EnqueueSpec), Pr
         (status = 200, description = "The job existed; nothing changed", body = Inserted),
         (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
     ),
-    security(("api_key" = [])))]
+    security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn enqueue(
     State(app): AppState,
     queue: Result<Path<String>, PathRejection>,
@@ -250,7 +250,7 @@ pub(crate) struct InsertedMany {
         (status = 200, description = "Stored, all or none", body = InsertedMany),
         (status = "4XX", description = "Refused: nothing was stored", body = ProblemBody, content_type = "application/problem+json"),
     ),
-    security(("api_key" = [])))]
+    security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn enqueue_many(
     State(app): AppState,
     queue: Result<Path<String>, PathRejection>,
@@ -381,7 +381,7 @@ fn new_token() -> Result<(String, lease_domain::TokenDigest), Problem> {
         (status = 200, description = "The leases granted, possibly none", body = Leases),
         (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
     ),
-    security(("api_key" = [])))]
+    security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn claim_next(
     State(app): AppState,
     queue: Result<Path<String>, PathRejection>,
@@ -463,7 +463,7 @@ pub(crate) struct ClaimOneBody {
         (status = 200, description = "The lease", body = LeaseView),
         (status = "4XX", description = "Refused: 404 no such job, 409 live, done, cancelled, dead or not_due", body = ProblemBody, content_type = "application/problem+json"),
     ),
-    security(("api_key" = [])))]
+    security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn claim(
     State(app): AppState,
     id: Result<Path<String>, PathRejection>,
@@ -605,7 +605,7 @@ const FENCE: Kind = Kind::Unsigned(u64::MAX);
         (status = 200, description = "Renewed", body = Renewed),
         (status = "4XX", description = "Refused: 404, 409 stale/done/cancelled/dead/not_owner/expired, 400 no token, 403 wrong token", body = ProblemBody, content_type = "application/problem+json"),
     ),
-    security(("api_key" = [])))]
+    security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn renew(
     State(app): AppState,
     id: Result<Path<String>, PathRejection>,
@@ -673,7 +673,7 @@ pub(crate) struct Completed {
         (status = 200, description = "Stored", body = Completed),
         (status = "4XX", description = "Refused: 404, 409 stale/done/cancelled/dead/not_owner/expired, 400 no token, 403 wrong token", body = ProblemBody, content_type = "application/problem+json"),
     ),
-    security(("api_key" = [])))]
+    security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn complete(
     State(app): AppState,
     id: Result<Path<String>, PathRejection>,
@@ -805,7 +805,7 @@ pub(crate) struct FailedView {
         (status = 200, description = "Recorded", body = FailedView),
         (status = "4XX", description = "Refused: 404, 409 stale/done/cancelled/dead/not_owner/expired, 400 no token, 403 wrong token", body = ProblemBody, content_type = "application/problem+json"),
     ),
-    security(("api_key" = [])))]
+    security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn fail(
     State(app): AppState,
     id: Result<Path<String>, PathRejection>,
@@ -879,7 +879,7 @@ pub(crate) struct OkBody {
         (status = 200, description = "Released", body = OkBody),
         (status = "4XX", description = "Refused: 404, 409 stale/done/cancelled/dead/not_owner, 400 no token, 403 wrong token", body = ProblemBody, content_type = "application/problem+json"),
     ),
-    security(("api_key" = [])))]
+    security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn release(
     State(app): AppState,
     id: Result<Path<String>, PathRejection>,
@@ -978,7 +978,7 @@ fn job_json(record: &JobRecord, now: Timestamp) -> Value {
         (status = 200, description = "The job", body = JobView),
         (status = "4XX", description = "404 no such job", body = ProblemBody, content_type = "application/problem+json"),
     ),
-    security(("api_key" = [])))]
+    security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn get_job(
     State(app): AppState,
     id: Result<Path<String>, PathRejection>,
@@ -1028,7 +1028,7 @@ pub(crate) struct JobPage {
         (status = 200, description = "A page of jobs", body = JobPage),
         (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
     ),
-    security(("api_key" = [])))]
+    security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn list_jobs(
     State(app): AppState,
     query: Result<Query<ListQuery>, QueryRejection>,
@@ -1125,7 +1125,7 @@ async fn admin_write(
         (status = 200, description = "Cancelled: its holder's writes are refused from now on", body = OkBody),
         (status = "4XX", description = "Refused: 404, 409 done/cancelled/dead", body = ProblemBody, content_type = "application/problem+json"),
     ),
-    security(("api_key" = [])))]
+    security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn cancel(
     State(app): AppState,
     id: Result<Path<String>, PathRejection>,
@@ -1142,7 +1142,7 @@ pub(crate) async fn cancel(
         (status = 200, description = "Pending again; its fence goes on", body = OkBody),
         (status = "4XX", description = "Refused: 404, 409 done/live", body = ProblemBody, content_type = "application/problem+json"),
     ),
-    security(("api_key" = [])))]
+    security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn retry(
     State(app): AppState,
     id: Result<Path<String>, PathRejection>,
@@ -1173,7 +1173,7 @@ pub(crate) struct Purged {
         (status = 200, description = "Purged; a purged id never gets an old fence again", body = Purged),
         (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
     ),
-    security(("api_key" = [])))]
+    security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn purge(
     State(app): AppState,
     headers: HeaderMap,
@@ -1224,7 +1224,7 @@ pub(crate) struct StatsQuery {
         (status = 200, description = "Counts", body = Stats),
         (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
     ),
-    security(("api_key" = [])))]
+    security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn stats(
     State(app): AppState,
     query: Result<Query<StatsQuery>, QueryRejection>,
@@ -1284,7 +1284,7 @@ pub(crate) struct Refusals {
         (status = 200, description = "Refused writes (empty when the audit trail is off)", body = Refusals),
         (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
     ),
-    security(("api_key" = [])))]
+    security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn refusals(
     State(app): AppState,
     query: Result<Query<RefusalsQuery>, QueryRejection>,
@@ -1346,7 +1346,7 @@ pub(crate) async fn healthz(State(app): AppState) -> Response {
         (status = 200, description = "Prometheus text", content_type = "text/plain; version=0.0.4", body = String),
         (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
     ),
-    security(("api_key" = [])))]
+    security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn metrics(State(app): AppState, headers: HeaderMap) -> Answer {
     authenticate(&app, &headers, Scope::Viewer).await?;
     let text = app

@@ -9,6 +9,7 @@ use crate::App;
 use crate::limits::Class;
 use crate::problem::Problem;
 use crate::secrets;
+use crate::session;
 
 /// The header that carries a lease's token.
 pub const LEASE_TOKEN: HeaderName = HeaderName::from_static("lease-token");
@@ -99,30 +100,77 @@ pub(crate) async fn authenticate_holder(app: &App, headers: &HeaderMap) -> Resul
     authenticate_as(app, headers, Scope::Worker, Class::Holder).await
 }
 
-async fn authenticate_as(
-    app: &App,
-    headers: &HeaderMap,
-    needed: Scope,
-    class: Class,
-) -> Result<Caller, Problem> {
+/// The live key a request authenticates with: `Authorization: Bearer <key>`, else the
+/// session cookie of the operator page.
+async fn key_of(app: &App, headers: &HeaderMap) -> Result<KeyRecord, Problem> {
     let mut values = headers.get_all(header::AUTHORIZATION).iter();
-    let (Some(value), None) = (values.next(), values.next()) else {
-        return Err(Problem::unauthorized(
+    match (values.next(), values.next()) {
+        (Some(value), None) => {
+            let presented = value
+                .to_str()
+                .ok()
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(str::trim)
+                .ok_or_else(|| {
+                    Problem::unauthorized("send the API key as Authorization: Bearer <key>")
+                })?;
+            check_key(app, presented).await
+        }
+        (None, _) => match session::Cookie::of(headers) {
+            Some(cookie) => session_key(app, &cookie?).await,
+            None => Err(Problem::unauthorized(
+                "send one API key as Authorization: Bearer <key>",
+            )),
+        },
+        (Some(_), Some(_)) => Err(Problem::unauthorized(
             "send one API key as Authorization: Bearer <key>",
-        ));
-    };
-    let presented = value
-        .to_str()
-        .ok()
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .ok_or_else(|| Problem::unauthorized("send the API key as Authorization: Bearer <key>"))?;
+        )),
+    }
+}
+
+/// The live key whose text is `presented`.
+///
+/// # Errors
+/// `401` for a key that is malformed, unknown, wrong or revoked (all alike).
+pub(crate) async fn check_key(app: &App, presented: &str) -> Result<KeyRecord, Problem> {
     let unknown = || Problem::unauthorized("the API key is not known, or was revoked");
     let (id, secret) = secrets::parse_key(presented).ok_or_else(unknown)?;
     let record = app.keys.key(app, &id).await?.ok_or_else(unknown)?;
     if !secrets::same(&secrets::digest(secret), &record.digest) || record.revoked.is_some() {
         return Err(unknown());
     }
+    Ok(record)
+}
+
+/// The live session a request carries: its key, when it ends and its CSRF token; `None`
+/// without a cookie, or for one that is malformed, ended or no longer signed by a live key.
+pub(crate) async fn session_of(app: &App, headers: &HeaderMap) -> Option<(KeyRecord, u64, String)> {
+    let cookie = session::Cookie::of(headers)?.ok()?;
+    let record = session_key(app, &cookie).await.ok()?;
+    Some((record, cookie.expires, cookie.csrf()))
+}
+
+/// The live key of a session cookie that its key signed and that has not ended.
+async fn session_key(app: &App, cookie: &session::Cookie<'_>) -> Result<KeyRecord, Problem> {
+    let ended = || Problem::unauthorized("the session ended or its key was revoked; sign in again");
+    let record = app.keys.key(app, &cookie.key).await?.ok_or_else(ended)?;
+    if !cookie.signed_by(&record.digest) || record.revoked.is_some() {
+        return Err(ended());
+    }
+    let ends = u32::try_from(cookie.expires).map_or(f64::MAX, f64::from);
+    if (app.config.clock)().get() >= ends {
+        return Err(ended());
+    }
+    Ok(record)
+}
+
+async fn authenticate_as(
+    app: &App,
+    headers: &HeaderMap,
+    needed: Scope,
+    class: Class,
+) -> Result<Caller, Problem> {
+    let record = key_of(app, headers).await?;
     if !record.scope.allows(needed) {
         return Err(Problem::forbidden(format!(
             "a {} key may not do this; it needs a {} key",

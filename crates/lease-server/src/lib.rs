@@ -14,7 +14,9 @@ pub mod input;
 mod limits;
 pub mod problem;
 pub mod secrets;
+pub mod session;
 pub mod tls;
+mod ui;
 pub mod waiters;
 pub mod wire;
 
@@ -34,9 +36,11 @@ use tower::ServiceBuilder;
 use tower_http::request_id::{
     MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
 };
-use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
+use tower_http::sensitive_headers::{
+    SetSensitiveRequestHeadersLayer, SetSensitiveResponseHeadersLayer,
+};
 use tower_http::trace::TraceLayer;
-use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -87,6 +91,20 @@ pub struct ServiceConfig {
     /// a revocation takes effect on every server within it; zero reads the store on every
     /// request.
     pub key_cache: Duration,
+    /// Whether the store records refused writes (the page says how to turn it on when not).
+    pub audit: bool,
+    /// Whether session cookies are marked `Secure` (set when serving HTTPS).
+    pub secure_cookies: bool,
+    /// How long a session of the operator page lasts (default 12 h).
+    pub session_ttl: Duration,
+    /// How often, while any event stream is open, the store is read for changes (default 1 s).
+    pub events_interval: Duration,
+    /// How long one event stream lasts before the browser reconnects (and is authenticated
+    /// again; default 5 min).
+    pub events_lifetime: Duration,
+    /// Set to `true` when the server starts to shut down: open event streams end then, so a
+    /// graceful shutdown does not wait for them (default: never).
+    pub closing: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl std::fmt::Debug for ServiceConfig {
@@ -100,6 +118,11 @@ impl std::fmt::Debug for ServiceConfig {
             .field("poll_interval", &self.poll_interval)
             .field("rate_limit", &self.rate_limit)
             .field("key_cache", &self.key_cache)
+            .field("audit", &self.audit)
+            .field("secure_cookies", &self.secure_cookies)
+            .field("session_ttl", &self.session_ttl)
+            .field("events_interval", &self.events_interval)
+            .field("events_lifetime", &self.events_lifetime)
             .finish_non_exhaustive()
     }
 }
@@ -119,6 +142,12 @@ impl ServiceConfig {
             poll_interval: Duration::from_secs(1),
             rate_limit: 1000.0,
             key_cache: Duration::from_secs(1),
+            audit: false,
+            secure_cookies: false,
+            session_ttl: Duration::from_secs(12 * 3600),
+            events_interval: Duration::from_secs(1),
+            events_lifetime: Duration::from_secs(300),
+            closing: None,
         }
     }
 }
@@ -134,6 +163,8 @@ pub(crate) struct App {
     /// enqueues wake waiters through the signal only, so one job wakes one waiter, not two).
     pub(crate) signalled: std::sync::atomic::AtomicBool,
     pub(crate) openapi: String,
+    /// The event streams' shared reader.
+    pub(crate) feed: ui::Feed,
 }
 
 impl App {
@@ -162,6 +193,7 @@ impl App {
         (name = "admin", description = "Cancel, retry and purge (admin keys)"),
         (name = "audit", description = "Refused writes"),
         (name = "service", description = "Health, metrics and this document"),
+        (name = "page", description = "The operator page: its files, sessions (a cookie for a key) and the event stream"),
     )
 )]
 struct ApiDoc;
@@ -174,6 +206,12 @@ impl Modify for BearerKeys {
         components.add_security_scheme(
             "api_key",
             SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
+        );
+        // The operator page's session (POST /v1/sessions); its state-changing requests
+        // also carry the header X-Lease-CSRF.
+        components.add_security_scheme(
+            "session",
+            SecurityScheme::ApiKey(ApiKey::Cookie(ApiKeyValue::new(session::COOKIE))),
         );
     }
 }
@@ -199,6 +237,11 @@ fn routes() -> (axum::Router<Arc<App>>, utoipa::openapi::OpenApi) {
         .routes(routes!(api::healthz))
         .routes(routes!(api::metrics))
         .routes(routes!(api::openapi))
+        .routes(routes!(ui::index))
+        .routes(routes!(ui::file))
+        .routes(routes!(ui::sign_in))
+        .routes(routes!(ui::session, ui::sign_out))
+        .routes(routes!(ui::events))
         .split_for_parts()
 }
 
@@ -241,6 +284,40 @@ async fn overloaded(err: tower::BoxError) -> axum::response::Response {
     }
 }
 
+/// The page's security headers, on every answer, and the CSRF rule of session requests
+/// (`session::check_csrf`), before any handler runs.
+async fn guard(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let checked = session::check_csrf(request.method(), request.uri().path(), request.headers());
+    let mut response = match checked {
+        Ok(()) => next.run(request).await,
+        Err(problem) => problem.into_response(),
+    };
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        axum::http::HeaderValue::from_static(
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+             connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+        ),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        axum::http::HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        axum::http::HeaderValue::from_static("no-referrer"),
+    );
+    headers.insert(
+        header::X_FRAME_OPTIONS,
+        axum::http::HeaderValue::from_static("DENY"),
+    );
+    response
+}
+
 async fn not_found() -> Problem {
     Problem::new(StatusCode::NOT_FOUND, "not_found", "no such route")
 }
@@ -257,6 +334,7 @@ pub fn router(store: Arc<dyn ServiceStore>, config: ServiceConfig) -> axum::Rout
         keys: auth::KeyCache::default(),
         signalled: std::sync::atomic::AtomicBool::new(false),
         openapi: openapi.to_pretty_json().unwrap_or_default(),
+        feed: ui::Feed::default(),
         config: config.clone(),
     });
     let weak = Arc::downgrade(&app);
@@ -282,10 +360,14 @@ pub fn router(store: Arc<dyn ServiceStore>, config: ServiceConfig) -> axum::Rout
         ))
         .layer(SetSensitiveRequestHeadersLayer::new([
             header::AUTHORIZATION,
+            header::COOKIE,
             auth::LEASE_TOKEN,
+            session::CSRF,
         ]))
+        .layer(SetSensitiveResponseHeadersLayer::new([header::SET_COOKIE]))
         .layer(TraceLayer::new_for_http())
         .layer(PropagateRequestIdLayer::new(request_id))
+        .layer(axum::middleware::from_fn(guard))
         .layer(HandleErrorLayer::new(overloaded))
         .layer(tower::load_shed::LoadShedLayer::new())
         .layer(tower::limit::ConcurrencyLimitLayer::new(

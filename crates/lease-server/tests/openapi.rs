@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const ROUTES: [(&str, &str); 18] = [
+const ROUTES: [(&str, &str); 24] = [
     ("post", "/v1/queues/{queue}/jobs"),
     ("post", "/v1/queues/{queue}/jobs/batch"),
     ("post", "/v1/queues/{queue}/claims"),
@@ -25,6 +25,23 @@ const ROUTES: [(&str, &str); 18] = [
     ("get", "/healthz"),
     ("get", "/metrics"),
     ("get", "/openapi.json"),
+    ("get", "/"),
+    ("get", "/ui/{file}"),
+    ("post", "/v1/sessions"),
+    ("get", "/v1/session"),
+    ("delete", "/v1/session"),
+    ("get", "/v1/events"),
+];
+
+/// Routes any caller may use: health, this document, the page's files, and signing in
+/// and out (which take a key, or end the session the request carries).
+const OPEN: [&str; 6] = [
+    "/healthz",
+    "/openapi.json",
+    "/",
+    "/ui/{file}",
+    "/v1/sessions",
+    "/v1/session",
 ];
 
 #[test]
@@ -33,7 +50,7 @@ fn every_route_is_in_the_document_with_its_security() {
     for (method, path) in ROUTES {
         let operation = &doc["paths"][path][method];
         assert!(operation.is_object(), "{method} {path} is not documented");
-        let open = ["/healthz", "/openapi.json"].contains(&path);
+        let open = OPEN.contains(&path);
         assert_eq!(
             operation["security"].is_array(),
             !open,
@@ -50,6 +67,11 @@ fn every_route_is_in_the_document_with_its_security() {
     assert_eq!(
         doc["components"]["securitySchemes"]["api_key"]["scheme"],
         "bearer"
+    );
+    let session = &doc["components"]["securitySchemes"]["session"];
+    assert_eq!(
+        (session["in"].as_str(), session["name"].as_str()),
+        (Some("cookie"), Some("lease_session"))
     );
 }
 

@@ -1,0 +1,636 @@
+//! The operator page in a real browser: headless Chromium (Debian's package; `.ci/run`
+//! installs it) driven over the DevTools protocol (chromiumoxide), against a real
+//! `lease serve` on SQLite. Each test collects the page's console errors, uncaught exceptions
+//! and browser log errors (CSP violations, failed loads) and asserts there are none, and keeps a
+//! screenshot of each screen under `target/operator-page/`.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chromiumoxide::cdp::browser_protocol::log::{EventEntryAdded, LogEntryLevel};
+use chromiumoxide::cdp::browser_protocol::page::CaptureScreenshotFormat;
+use chromiumoxide::cdp::js_protocol::runtime::{
+    ConsoleApiCalledType, EventConsoleApiCalled, EventExceptionThrown,
+};
+use chromiumoxide::page::ScreenshotParams;
+use chromiumoxide::{Browser, BrowserConfig, Page};
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+use support::{Server, fresh_db, lease, make_key};
+
+fn chromium() -> PathBuf {
+    [
+        "/usr/bin/chromium",
+        "/usr/bin/chromium-browser",
+        "/usr/bin/google-chrome",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.exists())
+    .expect("Chromium is installed (.ci/run installs Debian's `chromium`)")
+}
+
+fn screenshots() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("target/tmp has a parent")
+        .join("operator-page");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A browser with one page whose errors are collected.
+struct Session {
+    browser: Browser,
+    page: Page,
+    errors: Arc<Mutex<Vec<String>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    base: String,
+    _profile: tempfile::TempDir,
+}
+
+impl Session {
+    async fn open(addr: &str) -> Session {
+        let profile = tempfile::tempdir().unwrap();
+        let config = BrowserConfig::builder()
+            .chrome_executable(chromium())
+            .no_sandbox()
+            .user_data_dir(profile.path())
+            .window_size(1280, 900)
+            .arg("--disable-gpu")
+            .arg("--disable-dev-shm-usage")
+            .build()
+            .unwrap();
+        let (browser, mut handler) = Browser::launch(config).await.expect("Chromium starts");
+        let mut tasks = vec![tokio::spawn(async move {
+            while let Some(event) = handler.next().await {
+                if event.is_err() {
+                    // A message chromiumoxide cannot parse; the page carries on.
+                }
+            }
+        })];
+        let page = browser.new_page("about:blank").await.unwrap();
+        page.enable_log().await.unwrap();
+        page.enable_runtime().await.unwrap();
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let mut console = page
+            .event_listener::<EventConsoleApiCalled>()
+            .await
+            .unwrap();
+        let into = Arc::clone(&errors);
+        tasks.push(tokio::spawn(async move {
+            while let Some(event) = console.next().await {
+                if matches!(
+                    event.r#type,
+                    ConsoleApiCalledType::Error | ConsoleApiCalledType::Assert
+                ) {
+                    into.lock()
+                        .unwrap()
+                        .push(format!("console: {:?}", event.args));
+                }
+            }
+        }));
+        let mut thrown = page.event_listener::<EventExceptionThrown>().await.unwrap();
+        let into = Arc::clone(&errors);
+        tasks.push(tokio::spawn(async move {
+            while let Some(event) = thrown.next().await {
+                into.lock()
+                    .unwrap()
+                    .push(format!("exception: {:?}", event.exception_details));
+            }
+        }));
+        let mut log = page.event_listener::<EventEntryAdded>().await.unwrap();
+        let into = Arc::clone(&errors);
+        tasks.push(tokio::spawn(async move {
+            while let Some(event) = log.next().await {
+                if event.entry.level == LogEntryLevel::Error {
+                    into.lock().unwrap().push(format!(
+                        "log ({:?}): {} {}",
+                        event.entry.source,
+                        event.entry.text,
+                        event.entry.url.clone().unwrap_or_default()
+                    ));
+                }
+            }
+        }));
+        Session {
+            browser,
+            page,
+            errors,
+            tasks,
+            base: format!("http://{addr}"),
+            _profile: profile,
+        }
+    }
+
+    async fn goto(&self, path: &str) {
+        self.page
+            .goto(format!("{}{path}", self.base))
+            .await
+            .expect("the page loads");
+    }
+
+    /// Moves within the page (a fragment change loads nothing, so `goto` would wait for a
+    /// load that never comes).
+    async fn visit(&self, hash: &str) {
+        self.eval(&format!("location.hash = {}", json!(hash))).await;
+    }
+
+    async fn eval(&self, script: &str) -> Value {
+        self.page
+            .evaluate(script)
+            .await
+            .unwrap_or_else(|e| panic!("{script}: {e}"))
+            .into_value()
+            .unwrap_or(Value::Null)
+    }
+
+    /// Waits until `script` is true, failing after 5 s.
+    async fn until(&self, what: &str, script: &str) {
+        self.until_within(what, script, Duration::from_secs(5))
+            .await;
+    }
+
+    /// Waits until `script` is true, failing after `within`.
+    async fn until_within(&self, what: &str, script: &str, within: Duration) -> Duration {
+        let start = Instant::now();
+        loop {
+            if self.eval(script).await == json!(true) {
+                return start.elapsed();
+            }
+            assert!(
+                start.elapsed() < within,
+                "{what}: not within {within:?}; the page shows: {}",
+                self.eval("document.body.innerText").await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits for the page of job `id`.
+    async fn job_page(&self, id: &str) {
+        let script = format!(
+            "!document.getElementById('job').hidden && document.getElementById('job-id').innerText === {}",
+            json!(id)
+        );
+        self.until("the job's page", &script).await;
+    }
+
+    /// Cancels the job shown, confirming (the dialog's screenshot named `shot`), and waits
+    /// for its new status.
+    async fn cancel_on_page(&self, shot: &str) {
+        self.click("#cancel-job").await;
+        self.until(
+            "the confirmation",
+            "document.getElementById('confirm').open",
+        )
+        .await;
+        self.screenshot(shot).await;
+        self.click("#confirm-yes").await;
+        self.until(
+            "the cancelled status",
+            "[...document.querySelectorAll('#job-fields dd')].some(d => d.innerText === 'cancelled')",
+        )
+        .await;
+    }
+
+    async fn click(&self, selector: &str) {
+        self.page
+            .find_element(selector)
+            .await
+            .unwrap_or_else(|e| panic!("{selector}: {e}"))
+            .click()
+            .await
+            .unwrap_or_else(|e| panic!("click {selector}: {e}"));
+    }
+
+    async fn sign_in(&self, key: &str) {
+        self.goto("/").await;
+        self.until(
+            "the sign-in form",
+            "!document.getElementById('sign-in').hidden",
+        )
+        .await;
+        self.page
+            .find_element("#key")
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap()
+            .type_str(key)
+            .await
+            .unwrap();
+        self.click("#sign-in-form button").await;
+        self.until(
+            "the overview after signing in",
+            "!document.getElementById('overview').hidden",
+        )
+        .await;
+    }
+
+    async fn screenshot(&self, name: &str) {
+        let path = screenshots().join(format!("{name}.png"));
+        self.page
+            .save_screenshot(
+                ScreenshotParams::builder()
+                    .format(CaptureScreenshotFormat::Png)
+                    .full_page(true)
+                    .build(),
+                &path,
+            )
+            .await
+            .unwrap();
+    }
+
+    fn assert_no_errors(&self) {
+        let errors = self.errors.lock().unwrap().clone();
+        assert!(errors.is_empty(), "the page logged errors: {errors:#?}");
+    }
+
+    /// Closes the browser, asserting that the page logged no error.
+    async fn close(self) {
+        // Let late log events arrive.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.assert_no_errors();
+        self.close_unchecked().await;
+    }
+
+    async fn close_unchecked(mut self) {
+        let _ = self.browser.close().await;
+        let _ = self.browser.wait().await;
+        for task in self.tasks {
+            task.abort();
+        }
+    }
+}
+
+fn bearer(key: &str) -> String {
+    format!("Bearer {key}")
+}
+
+/// The jobs' status through the API.
+fn status(server: &Server, key: &str, job: &str) -> String {
+    let (code, body) = server.call(
+        "GET",
+        &format!("/v1/jobs/{}", encode(job)),
+        &[("Authorization", &bearer(key))],
+        "",
+    );
+    assert_eq!(code, 200, "{body}");
+    body["status"].as_str().unwrap().to_owned()
+}
+
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_sees_counts_and_a_refused_stale_write_live_pages_the_jobs_and_cancels_one() {
+    let (_dir, db) = fresh_db();
+    let admin = make_key(&db, "ops", "admin")["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let worker = make_key(&db, "w", "worker")["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let server = Server::start(&db, &["--client-clock"], &[("LEASE_AUDIT", "1")]);
+    let auth = bearer(&worker);
+    let headers = [("Authorization", auth.as_str())];
+    // 120 jobs in `bulk`, one in `mail`.
+    let jobs: Vec<Value> = (0..120)
+        .map(|i| json!({"id": format!("bulk-{i:03}")}))
+        .collect();
+    let (code, body) = server.call(
+        "POST",
+        "/v1/queues/bulk/jobs/batch",
+        &headers,
+        &json!({ "jobs": jobs }).to_string(),
+    );
+    assert_eq!(code, 200, "{body}");
+    let (code, _) = server.call(
+        "POST",
+        "/v1/queues/mail/jobs",
+        &headers,
+        r#"{"id":"invoice-42"}"#,
+    );
+    assert_eq!(code, 201);
+
+    let session = Session::open(&server.addr).await;
+    session.sign_in(&admin).await;
+    session
+        .until("the bulk queue's pending count, with a thousands separator where the locale has one", "[...document.querySelectorAll('#queues tbody tr')].some(r => r.cells[0].innerText === 'bulk' && r.cells[1].innerText === '120')")
+        .await;
+    session.screenshot("1-overview").await;
+
+    // The stale-worker story through the API: A's lease ends, B takes over, A writes late.
+    let t = now();
+    let claim = |who: &str, at: f64| {
+        let (code, body) = server.call(
+            "POST",
+            "/v1/queues/mail/claims",
+            &headers,
+            &json!({"ttl": 5, "owner": format!("w/{who}"), "now": at}).to_string(),
+        );
+        assert_eq!(code, 200, "{body}");
+        body["leases"][0].clone()
+    };
+    let a = claim("a", t - 20.0);
+    let b = claim("b", t - 10.0);
+    assert_eq!(
+        (a["fence"].clone(), b["fence"].clone()),
+        (json!(1), json!(2))
+    );
+    let (code, _) = server.call(
+        "POST",
+        "/v1/jobs/invoice-42/complete",
+        &[
+            ("Authorization", &auth),
+            ("Lease-Token", b["lease_token"].as_str().unwrap()),
+        ],
+        &json!({"fence": 2, "result": "B's result", "now": t - 9.0}).to_string(),
+    );
+    assert_eq!(code, 200);
+    let refused_at = Instant::now();
+    let (code, body) = server.call(
+        "POST",
+        "/v1/jobs/invoice-42/complete",
+        &[
+            ("Authorization", &auth),
+            ("Lease-Token", a["lease_token"].as_str().unwrap()),
+        ],
+        &json!({"fence": 1, "result": "A's late result", "owner": "w/a", "now": t}).to_string(),
+    );
+    assert_eq!(
+        (code, body["reason"].clone()),
+        (409, json!("stale")),
+        "{body}"
+    );
+    // It appears on the page without a reload, within 2 s of the refusal.
+    session
+        .until_within("the refused write in the table", "[...document.querySelectorAll('#refusals tbody tr')].some(r => r.cells[1].innerText === 'invoice-42' && r.cells[2].innerText === 'w/a' && r.cells[4].innerText === '1' && r.cells[5].innerText === '2' && r.cells[6].innerText === 'stale')",
+            Duration::from_secs(2).saturating_sub(refused_at.elapsed()),
+        )
+        .await;
+    assert_eq!(
+        session
+            .eval("performance.getEntriesByType('navigation').length")
+            .await,
+        json!(1),
+        "no reload"
+    );
+    session.screenshot("2-refused-write").await;
+
+    // The job table, filtered and paged.
+    session.click("nav a[href='#/jobs']").await;
+    session
+        .until(
+            "the jobs section",
+            "!document.getElementById('jobs').hidden",
+        )
+        .await;
+    session
+        .page
+        .find_element("#filter-queue")
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap()
+        .type_str("bulk")
+        .await
+        .unwrap();
+    session
+        .eval("document.getElementById('filter-status').value = 'pending'")
+        .await;
+    session.click("#job-filter button").await;
+    let rows = "document.querySelectorAll('#job-table tbody tr').length";
+    let first = "document.querySelector('#job-table tbody tr a').innerText";
+    session
+        .until(
+            "a first page of 50",
+            &format!("{rows} === 50 && {first} === 'bulk-000'"),
+        )
+        .await;
+    session.screenshot("3-jobs").await;
+    session.click("#next-page").await;
+    session
+        .until(
+            "the second page",
+            &format!("{rows} === 50 && {first} === 'bulk-050'"),
+        )
+        .await;
+    session.click("#next-page").await;
+    session
+        .until("the last page", &format!("{rows} === 20 && {first} === 'bulk-100' && document.getElementById('next-page').disabled"))
+        .await;
+
+    // A job's page, then cancel it as admin.
+    session.click("#job-table tbody tr a").await;
+    session.job_page("bulk-100").await;
+    assert_eq!(
+        session
+            .eval("document.getElementById('job-actions').hidden")
+            .await,
+        json!(false)
+    );
+    session.cancel_on_page("4-confirm-cancel").await;
+    assert_eq!(status(&server, &worker, "bulk-100"), "cancelled");
+    session.screenshot("5-job-cancelled").await;
+
+    // The stale job's own page: B's result and fence stand, and A's refusal is listed.
+    session.visit("#/job/invoice-42").await;
+    session
+        .until("the stored result and the job's refusals", "[...document.querySelectorAll('#job-fields dd')].some(d => d.innerText === \"B's result\") && document.querySelectorAll('#job-refusals tbody tr').length === 1")
+        .await;
+    session.screenshot("6-job-with-refusal").await;
+    // The page logged nothing wrong up to here (the browser reports the stream's end below).
+    session.assert_no_errors();
+    // SIGTERM while the page's event stream is open: the stream ends and the server drains
+    // at once (it would otherwise wait out the stream, 5 minutes).
+    let (code, log) = server
+        .stop_within(Duration::from_secs(5))
+        .expect("the server stops within 5 s with an event stream open");
+    assert_eq!(code, Some(0), "{log}");
+    session.close_unchecked().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_has_no_actions_and_a_forged_cross_site_request_is_refused() {
+    let (_dir, db) = fresh_db();
+    let admin = make_key(&db, "ops", "admin")["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let viewer = make_key(&db, "look", "viewer")["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        lease(&db, &["enqueue", "target", "--queue", "mail"])
+            .status
+            .code(),
+        Some(0)
+    );
+    let server = Server::start(&db, &[], &[]);
+
+    let session = Session::open(&server.addr).await;
+    session.sign_in(&viewer).await;
+    // The audit trail is off: the page says how to turn it on.
+    session
+        .until("the note on the audit trail", "!document.getElementById('audit-off').hidden && document.getElementById('audit-off').innerText.includes('--audit')")
+        .await;
+    session.screenshot("7-viewer-overview").await;
+    session.visit("#/job/target").await;
+    session.job_page("target").await;
+    let visible_buttons = "[...document.querySelectorAll('button')].filter(b => b.offsetParent !== null).map(b => b.innerText)";
+    assert_eq!(session.eval(visible_buttons).await, json!(["Sign out"]));
+    session.screenshot("8-viewer-job").await;
+    session.close().await;
+
+    // An admin signed in, then a page of another origin (same site: another port of
+    // 127.0.0.1, so the SameSite=Strict cookie is still sent) posts a form to cancel.
+    let session = Session::open(&server.addr).await;
+    session.sign_in(&admin).await;
+    let evil = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let evil_addr = evil.local_addr().unwrap();
+    let form = format!(
+        "<!doctype html><form id=f method=post action='http://{}/v1/jobs/target/cancel'></form><script>document.getElementById('f').submit()</script>",
+        server.addr
+    );
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for stream in evil.incoming().take(2) {
+            let mut stream = stream.unwrap();
+            let mut buffer = [0_u8; 4096];
+            let _ = stream.read(&mut buffer);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{form}",
+                form.len()
+            );
+        }
+    });
+    let attacker = session.browser.new_page("about:blank").await.unwrap();
+    attacker.goto(format!("http://{evil_addr}/")).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let answer = loop {
+        let shown: Value = attacker
+            .evaluate("document.body ? document.body.innerText : ''")
+            .await
+            .unwrap()
+            .into_value()
+            .unwrap_or(Value::Null);
+        if shown.as_str().is_some_and(|s| s.contains("\"status\"")) {
+            break shown;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the forged form was not answered: {shown}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(answer.as_str().unwrap().contains("\"csrf\""), "{answer}");
+    assert_eq!(
+        status(&server, &admin, "target"),
+        "pending",
+        "nothing changed"
+    );
+    // The same request from the page itself, with the session's token, is taken.
+    session.visit("#/job/target").await;
+    session.job_page("target").await;
+    // (The screenshot also makes the tab paint again after the other tab closed; a click
+    // sent before that paint is never answered.)
+    session.screenshot("8b-admin-job-after-the-forgery").await;
+    session.cancel_on_page("8c-admin-confirms").await;
+    session.close().await;
+    let (code, log) = server.stop();
+    assert_eq!(code, Some(0), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_job_ids_results_and_payloads_render_as_text() {
+    let (_dir, db) = fresh_db();
+    let admin = make_key(&db, "ops", "admin")["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let hostile = [
+        "<img src=x onerror=alert(1)>",
+        "\"><script>alert(2)</script>",
+        "a/b c?d#e&f=%41",
+    ];
+    let server = Server::start(&db, &["--client-clock"], &[]);
+    let auth = bearer(&admin);
+    for id in hostile {
+        let (code, body) = server.call(
+            "POST",
+            "/v1/queues/x/jobs",
+            &[("Authorization", &auth)],
+            &json!({"id": id, "payload": "<b>bold</b>"}).to_string(),
+        );
+        assert_eq!(code, 201, "{body}");
+    }
+    let session = Session::open(&server.addr).await;
+    session.sign_in(&admin).await;
+    session.visit("#/jobs?queue=x").await;
+    session
+        .until(
+            "three rows",
+            "document.querySelectorAll('#job-table tbody tr').length === 3",
+        )
+        .await;
+    let shown = session
+        .eval(
+            "[...document.querySelectorAll('#job-table tbody tr a')].map(a => a.innerText).sort()",
+        )
+        .await;
+    let mut expected: Vec<&str> = hostile.to_vec();
+    expected.sort_unstable();
+    assert_eq!(shown, json!(expected));
+    assert_eq!(
+        session
+            .eval("document.querySelectorAll('main img, main script, main b').length")
+            .await,
+        json!(0)
+    );
+    session.screenshot("9-hostile-ids").await;
+    for id in hostile {
+        session.visit(&format!("#/job/{}", encode(id))).await;
+        session.job_page(id).await;
+        assert_eq!(
+            session
+                .eval("[...document.querySelectorAll('#job-fields dd')].some(d => d.innerText === '<b>bold</b>')")
+                .await,
+            json!(true)
+        );
+        assert_eq!(
+            session
+                .eval("document.querySelectorAll('main img, main script, main b').length")
+                .await,
+            json!(0)
+        );
+    }
+    session.close().await;
+}

@@ -1,0 +1,352 @@
+//! The operator page (`GET /`, its script and style, embedded in the binary) and the parts of
+//! the public API a browser needs beyond what scripts use: a session cookie in exchange for a
+//! key (`/v1/sessions`, `/v1/session`) and a stream of changes (`GET /v1/events`). The page
+//! reads and acts through the same routes as any client.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use lease_domain::Scope;
+use lease_ports::audit::AuditFilter;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use utoipa::ToSchema;
+
+use crate::App;
+use crate::auth::{authenticate, check_key, session_of};
+use crate::input::{Kind, json_body, required};
+use crate::limits::Class;
+use crate::problem::{Problem, ProblemBody};
+use crate::session;
+
+type AppState = State<Arc<App>>;
+
+const INDEX: &str = include_str!("../ui/index.html");
+const SCRIPT: &str = include_str!("../ui/app.js");
+const STYLE: &str = include_str!("../ui/app.css");
+const ICON: &str = include_str!("../ui/icon.svg");
+
+/// The newest refusals the event stream carries.
+const STREAMED_REFUSALS: usize = 50;
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+#[utoipa::path(get, path = "/", tag = "page",
+    responses((status = 200, description = "The operator page", content_type = "text/html", body = String)))]
+pub(crate) async fn index() -> Response {
+    asset("text/html; charset=utf-8", INDEX)
+}
+
+#[utoipa::path(get, path = "/ui/{file}", tag = "page",
+    params(("file" = String, Path, description = "app.js, app.css or icon.svg")),
+    responses(
+        (status = 200, description = "The page's script or style sheet", content_type = "text/plain", body = String),
+        (status = 404, description = "No such file", body = ProblemBody, content_type = "application/problem+json"),
+    ))]
+pub(crate) async fn file(file: Result<Path<String>, PathRejection>) -> Response {
+    match file.as_ref().map(|Path(name)| name.as_str()) {
+        Ok("app.js") => asset("text/javascript; charset=utf-8", SCRIPT),
+        Ok("app.css") => asset("text/css; charset=utf-8", STYLE),
+        Ok("icon.svg") => asset("image/svg+xml", ICON),
+        _ => Problem::new(StatusCode::NOT_FOUND, "not_found", "no such file").into_response(),
+    }
+}
+
+/// Sign in with an API key.
+#[derive(Debug, Deserialize, ToSchema)]
+pub(crate) struct SignIn {
+    /// The API key (`lk_...`). It is checked and forgotten; the session cookie stands for it.
+    pub(crate) key: String,
+}
+
+/// A session: who is signed in, and the CSRF token its state-changing requests carry.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct SessionView {
+    /// Whether the request carried a live session.
+    pub(crate) signed_in: bool,
+    /// The key's principal.
+    pub(crate) principal: Option<String>,
+    /// viewer, worker or admin.
+    pub(crate) scope: Option<String>,
+    /// When the session ends (Unix seconds).
+    pub(crate) expires: Option<u64>,
+    /// Send it as `X-Lease-CSRF` with every request that changes something.
+    pub(crate) csrf: Option<String>,
+    /// Whether the store records refused writes (`lease serve --audit`).
+    pub(crate) audit: Option<bool>,
+}
+
+fn session_json(app: &App, principal: &str, scope: Scope, expires: u64, csrf: &str) -> Value {
+    json!({
+        "signed_in": true,
+        "principal": principal,
+        "scope": scope.to_string(),
+        "expires": expires,
+        "csrf": csrf,
+        "audit": app.config.audit,
+    })
+}
+
+fn no_store(status: StatusCode, body: &Value) -> Response {
+    (
+        status,
+        [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))],
+        axum::Json(body),
+    )
+        .into_response()
+}
+
+#[utoipa::path(post, path = "/v1/sessions", tag = "page",
+    request_body = SignIn,
+    responses(
+        (status = 201, description = "Signed in; the cookie `lease_session` (HttpOnly, SameSite=Strict, Secure over TLS) is set", body = SessionView),
+        (status = "4XX", description = "Refused: 401 unknown or revoked key", body = ProblemBody, content_type = "application/problem+json"),
+    ))]
+pub(crate) async fn sign_in(
+    State(app): AppState,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, Problem> {
+    let body: SignIn = json_body(&headers, body, &[required("key", Kind::Text)], false)?;
+    let record = check_key(&app, body.key.trim()).await?;
+    app.limits
+        .admit(&record.principal, Class::Other)
+        .map_err(|seconds| {
+            Problem::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                "this key's principal is over its rate limit; try again",
+            )
+            .retry_after(seconds)
+        })?;
+    let ttl = app.config.session_ttl.as_secs().max(1);
+    // Whole seconds from the clock; a clock before 1970 starts sessions at 0.
+    let now = Duration::try_from_secs_f64((app.config.clock)().get()).map_or(0, |d| d.as_secs());
+    let expires = now.saturating_add(ttl);
+    let (cookie, csrf) = session::issue(&record.id, &record.digest, expires)?;
+    let view = session_json(
+        &app,
+        record.principal.as_str(),
+        record.scope,
+        expires,
+        &csrf,
+    );
+    let mut response = no_store(StatusCode::CREATED, &view);
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        session::set_cookie(&cookie, ttl, app.config.secure_cookies),
+    );
+    Ok(response)
+}
+
+#[utoipa::path(get, path = "/v1/session", tag = "page",
+    responses(
+        (status = 200, description = "The session this request carries, or `signed_in: false`", body = SessionView),
+    ))]
+pub(crate) async fn session(State(app): AppState, headers: HeaderMap) -> Response {
+    match session_of(&app, &headers).await {
+        Some((record, expires, csrf)) => no_store(
+            StatusCode::OK,
+            &session_json(
+                &app,
+                record.principal.as_str(),
+                record.scope,
+                expires,
+                &csrf,
+            ),
+        ),
+        None => no_store(StatusCode::OK, &json!({ "signed_in": false })),
+    }
+}
+
+#[utoipa::path(delete, path = "/v1/session", tag = "page",
+    responses(
+        (status = 204, description = "Signed out: the cookie is removed (the key stays live; revoke it to end every session made with it)"),
+        (status = "4XX", description = "Refused: 403 without the session's X-Lease-CSRF", body = ProblemBody, content_type = "application/problem+json"),
+    ))]
+pub(crate) async fn sign_out(State(app): AppState) -> Response {
+    (
+        StatusCode::NO_CONTENT,
+        [(
+            header::SET_COOKIE,
+            session::set_cookie("", 0, app.config.secure_cookies),
+        )],
+    )
+        .into_response()
+}
+
+/// What the event stream carries, computed once for every open stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Snapshot {
+    /// `{"queues": ...}` as `GET /v1/stats` answers.
+    stats: String,
+    /// `{"refusals": [...]}`, the newest, as `GET /v1/refusals` answers.
+    refusals: String,
+}
+
+/// The changes every open event stream sends: one task reads the store each
+/// `ServiceConfig::events_interval` while any stream is open, and streams send only what
+/// changed, so a hundred idle streams cost what one does.
+#[derive(Debug)]
+pub(crate) struct Feed {
+    latest: watch::Sender<Option<Arc<Snapshot>>>,
+    running: AtomicBool,
+}
+
+impl Default for Feed {
+    fn default() -> Self {
+        Self {
+            latest: watch::Sender::new(None),
+            running: AtomicBool::new(false),
+        }
+    }
+}
+
+async fn snapshot(app: &App) -> Option<Snapshot> {
+    let now = (app.config.clock)();
+    let rows = app.store.stats(now).await.ok()?;
+    let filter = AuditFilter {
+        job: None,
+        since: None,
+        limit: STREAMED_REFUSALS,
+    };
+    let refusals = app.store.refusals(&filter).await.ok()?;
+    let refusals: Vec<Value> = refusals.iter().map(crate::wire::refusal_json).collect();
+    Some(Snapshot {
+        stats: json!({ "queues": crate::wire::stats_json(&rows) }).to_string(),
+        refusals: json!({ "refusals": refusals }).to_string(),
+    })
+}
+
+impl Feed {
+    /// A receiver of the snapshots, starting the reading task if none runs.
+    fn subscribe(app: &Arc<App>) -> watch::Receiver<Option<Arc<Snapshot>>> {
+        let receiver = app.feed.latest.subscribe();
+        if !app.feed.running.swap(true, Ordering::SeqCst) {
+            let weak = Arc::downgrade(app);
+            tokio::spawn(async move {
+                loop {
+                    let Some(app) = weak.upgrade() else { return };
+                    if app.feed.latest.receiver_count() == 0 {
+                        app.feed.running.store(false, Ordering::SeqCst);
+                        // A stream that subscribed since the count was read finds the flag
+                        // down and starts a task of its own, or this one goes on.
+                        if app.feed.latest.receiver_count() == 0
+                            || app.feed.running.swap(true, Ordering::SeqCst)
+                        {
+                            return;
+                        }
+                    }
+                    if let Some(next) = snapshot(&app).await {
+                        app.feed.latest.send_if_modified(|held| {
+                            if held.as_deref() == Some(&next) {
+                                false
+                            } else {
+                                *held = Some(Arc::new(next));
+                                true
+                            }
+                        });
+                    }
+                    let interval = app.config.events_interval;
+                    drop(app);
+                    tokio::time::sleep(interval).await;
+                }
+            });
+        }
+        receiver
+    }
+}
+
+/// Resolves once the server starts to shut down (never without a `closing` receiver).
+async fn closing(receiver: Option<watch::Receiver<bool>>) {
+    match receiver {
+        Some(mut receiver) => {
+            if receiver.wait_for(|closing| *closing).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
+
+#[utoipa::path(get, path = "/v1/events", tag = "page",
+    responses(
+        (status = 200, description = "Server-sent events: `stats` (as GET /v1/stats answers) and `refusals` (the newest 50, as GET /v1/refusals answers), each sent when it changes, the first of each at once", content_type = "text/event-stream", body = String),
+        (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+    security(("api_key" = []), ("session" = [])))]
+pub(crate) async fn events(State(app): AppState, headers: HeaderMap) -> Result<Response, Problem> {
+    authenticate(&app, &headers, Scope::Viewer).await?;
+    let receiver = Feed::subscribe(&app);
+    // A stream lasts at most `events_lifetime`; the browser reconnects by itself, and the
+    // key (or session) is checked again then.
+    let ends = tokio::time::Instant::now() + app.config.events_lifetime;
+    let sent: Option<Arc<Snapshot>> = None;
+    let closing_rx = app.config.closing.clone();
+    let stream = futures::stream::unfold(
+        (receiver, sent, Vec::<Event>::new()),
+        move |(mut receiver, mut sent, mut queued)| {
+            let closing_rx = closing_rx.clone();
+            async move {
+                loop {
+                    if let Some(event) = queued.pop() {
+                        return Some((
+                            Ok::<_, std::convert::Infallible>(event),
+                            (receiver, sent, queued),
+                        ));
+                    }
+                    let current = receiver.borrow_and_update().clone();
+                    if let Some(now) = current {
+                        let before = sent.as_deref();
+                        if before.is_none_or(|b| b.refusals != now.refusals) {
+                            queued.push(
+                                Event::default()
+                                    .event("refusals")
+                                    .data(now.refusals.clone()),
+                            );
+                        }
+                        if before.is_none_or(|b| b.stats != now.stats) {
+                            queued.push(Event::default().event("stats").data(now.stats.clone()));
+                        }
+                        sent = Some(now);
+                        if !queued.is_empty() {
+                            continue;
+                        }
+                    }
+                    let changed = tokio::time::timeout_at(ends, receiver.changed());
+                    tokio::select! {
+                        outcome = changed => match outcome {
+                            Ok(Ok(())) => {}
+                            _ => return None,
+                        },
+                        () = closing(closing_rx.clone()) => return None,
+                    }
+                }
+            }
+        },
+    );
+    let mut response = Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response();
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(response)
+}

@@ -1,0 +1,485 @@
+// The operator page of `lease serve`. Everything it shows comes from the public API, with the
+// session cookie; every string from the store is set as text (textContent), never as markup.
+'use strict';
+
+const STATUSES = ['pending', 'running', 'done', 'dead', 'cancelled'];
+const PAGE = 50;
+
+const state = {
+  session: null,
+  events: null,
+  stats: null,
+  activity: null,
+  refusals: null,
+  pageAfter: [],
+  next: null,
+  job: null,
+};
+
+const $ = (id) => document.getElementById(id);
+const numbers = new Intl.NumberFormat();
+
+class ApiError extends Error {
+  constructor(status, body) {
+    super((body && (body.detail || body.title)) || `HTTP ${status}`);
+    this.status = status;
+    this.body = body;
+  }
+}
+
+async function api(method, path, body) {
+  const headers = { Accept: 'application/json' };
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  if (method !== 'GET' && state.session && state.session.csrf) {
+    headers['X-Lease-CSRF'] = state.session.csrf;
+  }
+  const response = await fetch(path, {
+    method,
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+    credentials: 'same-origin',
+    cache: 'no-store',
+  });
+  const text = await response.text();
+  let data = null;
+  if (text) {
+    try { data = JSON.parse(text); } catch (_) { data = null; }
+  }
+  if (!response.ok) {
+    if (response.status === 401) showSignIn('Your session ended; sign in again.');
+    throw new ApiError(response.status, data);
+  }
+  return data;
+}
+
+// ---- formatting -------------------------------------------------------------------------
+
+function el(tag, text, className) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (className) node.className = className;
+  return node;
+}
+
+function num(n) {
+  return n === null || n === undefined ? '—' : numbers.format(n);
+}
+
+function time(seconds) {
+  const node = el('time');
+  if (seconds === null || seconds === undefined) {
+    node.textContent = '—';
+    return node;
+  }
+  const date = new Date(seconds * 1000);
+  node.textContent = date.toLocaleString();
+  node.dateTime = date.toISOString();
+  node.title = `Unix ${seconds}`;
+  return node;
+}
+
+function duration(seconds) {
+  if (seconds === null || seconds === undefined) return '—';
+  const s = Math.max(0, seconds);
+  if (s < 1) return `${Math.round(s * 1000)} ms`;
+  if (s < 120) return `${numbers.format(Math.round(s * 10) / 10)} s`;
+  if (s < 7200) return `${numbers.format(Math.round(s / 60))} min`;
+  if (s < 172800) return `${numbers.format(Math.round(s / 3600))} h`;
+  return `${numbers.format(Math.round(s / 86400))} d`;
+}
+
+function jobLink(id) {
+  const a = el('a', id);
+  a.href = `#/job/${encodeURIComponent(id)}`;
+  return a;
+}
+
+function cell(row, content, className) {
+  const td = el('td', undefined, className);
+  if (content instanceof Node) td.append(content);
+  else td.textContent = content === null || content === undefined ? '—' : String(content);
+  row.append(td);
+  return td;
+}
+
+function say(text) {
+  $('status-line').textContent = text || '';
+}
+
+// ---- sections ---------------------------------------------------------------------------
+
+const SECTIONS = ['sign-in', 'overview', 'jobs', 'job'];
+
+function show(section) {
+  for (const id of SECTIONS) $(id).hidden = id !== section;
+  $('nav').hidden = section === 'sign-in';
+}
+
+function isAdmin() {
+  return state.session && state.session.scope === 'admin';
+}
+
+function applyScope() {
+  for (const node of document.querySelectorAll('.admin-only')) node.hidden = !isAdmin();
+}
+
+function showSignIn(message) {
+  state.session = null;
+  stopEvents();
+  show('sign-in');
+  $('sign-in-error').textContent = message || '';
+  $('key').focus();
+}
+
+// ---- overview ---------------------------------------------------------------------------
+
+function chart(series) {
+  const ns = 'http://www.w3.org/2000/svg';
+  const width = 120;
+  const height = 24;
+  const svg = document.createElementNS(ns, 'svg');
+  svg.setAttribute('class', 'chart');
+  svg.setAttribute('width', String(width));
+  svg.setAttribute('height', String(height));
+  svg.setAttribute('viewBox', `0 0 ${width} ${height}`);
+  const completed = (series && series.completed) || [];
+  const refused = (series && series.refused) || [];
+  const minutes = Math.max(completed.length, refused.length, 1);
+  const top = Math.max(1, ...completed, ...refused);
+  const step = width / minutes;
+  const bar = (value, i, className, offset) => {
+    if (!value) return;
+    const h = Math.max(1, (value / top) * (height - 2));
+    const rect = document.createElementNS(ns, 'rect');
+    rect.setAttribute('class', className);
+    rect.setAttribute('x', String(i * step + offset));
+    rect.setAttribute('y', String(height - 1 - h));
+    rect.setAttribute('width', String(Math.max(0.5, step / 2 - 0.2)));
+    rect.setAttribute('height', String(h));
+    svg.append(rect);
+  };
+  completed.forEach((v, i) => bar(v, i, 'done', 0));
+  refused.forEach((v, i) => bar(v, i, 'refused', step / 2));
+  const base = document.createElementNS(ns, 'line');
+  base.setAttribute('class', 'base');
+  base.setAttribute('x1', '0');
+  base.setAttribute('x2', String(width));
+  base.setAttribute('y1', String(height - 0.5));
+  base.setAttribute('y2', String(height - 0.5));
+  svg.append(base);
+  const sum = (a) => a.reduce((x, y) => x + y, 0);
+  const title = document.createElementNS(ns, 'title');
+  title.textContent = `last hour: ${num(sum(completed))} completed, ${num(sum(refused))} refused`;
+  svg.append(title);
+  return svg;
+}
+
+function renderQueues() {
+  const body = $('queues').tBodies[0];
+  const queues = (state.stats && state.stats.queues) || {};
+  const activity = (state.activity && state.activity.queues) || {};
+  const names = Object.keys(queues).sort();
+  const now = Date.now() / 1000;
+  const rows = names.map((name) => {
+    const q = queues[name];
+    const row = el('tr');
+    const link = el('a', name);
+    link.href = `#/jobs?queue=${encodeURIComponent(name)}`;
+    cell(row, link, 'id');
+    cell(row, num(q.pending), 'num');
+    cell(row, num(q.due), 'num');
+    const oldest = q.oldest_due_since;
+    const wait = cell(row, oldest === null || oldest === undefined ? '—' : duration(now - oldest), 'num');
+    if (oldest !== null && oldest !== undefined) wait.title = `due since Unix ${oldest}`;
+    for (const status of ['running', 'done', 'dead', 'cancelled']) cell(row, num(q[status]), 'num');
+    cell(row, chart(activity[name]));
+    return row;
+  });
+  body.replaceChildren(...rows);
+  $('no-queues').hidden = names.length > 0;
+  const list = $('queue-names');
+  list.replaceChildren(...names.map((name) => {
+    const option = el('option');
+    option.value = name;
+    return option;
+  }));
+}
+
+function refusalRow(r, withJob) {
+  const row = el('tr');
+  cell(row, time(r.time));
+  if (withJob) cell(row, jobLink(r.job), 'id');
+  cell(row, r.owner, 'id');
+  cell(row, r.operation);
+  cell(row, num(r.presented_fence), 'num');
+  cell(row, num(r.current_fence), 'num');
+  cell(row, r.reason);
+  cell(row, r.late_by === null || r.late_by === undefined ? '—' : duration(r.late_by), 'num');
+  return row;
+}
+
+function renderRefusals() {
+  const audit = state.session && state.session.audit;
+  $('audit-off').hidden = !!audit;
+  $('refusals').hidden = !audit;
+  const list = ((state.refusals && state.refusals.refusals) || []).slice().reverse();
+  $('refusals').tBodies[0].replaceChildren(...list.map((r) => refusalRow(r, true)));
+  $('no-refusals').hidden = !audit || list.length > 0;
+}
+
+async function loadOverview() {
+  const [stats, refusals] = await Promise.all([
+    api('GET', '/v1/stats'),
+    api('GET', '/v1/refusals?limit=50'),
+  ]);
+  state.stats = stats;
+  state.refusals = refusals;
+  renderQueues();
+  renderRefusals();
+}
+
+// ---- live updates -----------------------------------------------------------------------
+
+function stopEvents() {
+  if (state.events) state.events.close();
+  state.events = null;
+  $('live').classList.remove('on');
+}
+
+function startEvents() {
+  if (state.events || typeof EventSource === 'undefined') return;
+  const source = new EventSource('/v1/events');
+  state.events = source;
+  source.addEventListener('open', () => $('live').classList.add('on'));
+  source.addEventListener('error', () => $('live').classList.remove('on'));
+  source.addEventListener('stats', (e) => {
+    state.stats = JSON.parse(e.data);
+    renderQueues();
+  });
+  source.addEventListener('activity', (e) => {
+    state.activity = JSON.parse(e.data);
+    renderQueues();
+  });
+  source.addEventListener('refusals', (e) => {
+    state.refusals = JSON.parse(e.data);
+    renderRefusals();
+    if (state.job) renderJobRefusals();
+  });
+}
+
+// ---- jobs -------------------------------------------------------------------------------
+
+function jobsQuery() {
+  const params = new URLSearchParams(location.hash.split('?')[1] || '');
+  return { queue: params.get('queue') || '', status: params.get('status') || '' };
+}
+
+async function loadJobs() {
+  const { queue, status } = jobsQuery();
+  $('filter-queue').value = queue;
+  $('filter-status').value = status;
+  const params = new URLSearchParams({ limit: String(PAGE) });
+  if (queue) params.set('queue', queue);
+  if (status) params.set('status', status);
+  const after = state.pageAfter[state.pageAfter.length - 1];
+  if (after !== undefined) params.set('after', after);
+  const page = await api('GET', `/v1/jobs?${params}`);
+  const rows = page.jobs.map((job) => {
+    const row = el('tr');
+    cell(row, jobLink(job.id), 'id');
+    cell(row, job.queue, 'id');
+    cell(row, job.status);
+    cell(row, num(job.fence), 'num');
+    cell(row, job.owner, 'id');
+    cell(row, num(job.attempts), 'num');
+    cell(row, time(job.updated));
+    return row;
+  });
+  $('job-table').tBodies[0].replaceChildren(...rows);
+  $('no-jobs').hidden = rows.length > 0;
+  state.next = page.next;
+  $('next-page').disabled = page.next === null || page.next === undefined;
+  $('first-page').disabled = state.pageAfter.length === 0;
+}
+
+// ---- one job ----------------------------------------------------------------------------
+
+function base64Size(text) {
+  const padding = text.endsWith('==') ? 2 : text.endsWith('=') ? 1 : 0;
+  return Math.floor((text.length * 3) / 4) - padding;
+}
+
+function field(list, name, value) {
+  list.append(el('dt', name));
+  const dd = el('dd');
+  if (value instanceof Node) dd.append(value);
+  else dd.textContent = value === null || value === undefined ? '—' : String(value);
+  list.append(dd);
+}
+
+function text(value) {
+  return value === null || value === undefined ? '—' : el('pre', value, 'value-text');
+}
+
+function renderJob(job) {
+  $('job-id').textContent = job.id;
+  const list = $('job-fields');
+  list.replaceChildren();
+  field(list, 'Queue', job.queue);
+  field(list, 'Status', job.status);
+  field(list, 'Fence', num(job.fence));
+  field(list, 'Owner', job.owner);
+  field(list, 'Lease until', time(job.until || null));
+  field(list, 'Attempts', `${num(job.attempts)} of ${job.max_attempts ? num(job.max_attempts) : '1'}`);
+  field(list, 'Priority', num(job.priority));
+  field(list, 'Run at', time(job.run_at));
+  field(list, 'Result', text(job.result));
+  field(list, 'Result fence', num(job.result_fence));
+  field(list, 'Last error', text(job.error));
+  field(list, 'Ended', job.ended);
+  field(list, 'Updated', time(job.updated));
+  if (typeof job.payload === 'string') field(list, 'Payload', text(job.payload));
+  else if (typeof job.payload_base64 === 'string') {
+    field(list, 'Payload', `${num(base64Size(job.payload_base64))} bytes (not UTF-8 text)`);
+  } else field(list, 'Payload', null);
+  const open = job.status === 'pending' || job.status === 'running';
+  $('cancel-job').disabled = !open;
+  $('retry-job').disabled = !(job.status === 'dead' || job.status === 'cancelled');
+}
+
+function renderJobRefusals() {
+  const list = (state.jobRefusals || []).slice().reverse();
+  $('job-refusals').tBodies[0].replaceChildren(...list.map((r) => refusalRow(r, false)));
+  $('no-job-refusals').hidden = list.length > 0;
+}
+
+async function loadJob(id) {
+  state.job = id;
+  const [job, refusals] = await Promise.all([
+    api('GET', `/v1/jobs/${encodeURIComponent(id)}`),
+    api('GET', `/v1/refusals?limit=100&job=${encodeURIComponent(id)}`),
+  ]);
+  renderJob(job);
+  state.jobRefusals = refusals.refusals;
+  renderJobRefusals();
+}
+
+// ---- actions ----------------------------------------------------------------------------
+
+function confirmed(message) {
+  const dialog = $('confirm');
+  $('confirm-text').textContent = message;
+  return new Promise((resolve) => {
+    dialog.addEventListener('close', () => resolve(dialog.returnValue === 'yes'), { once: true });
+    dialog.showModal();
+  });
+}
+
+async function act(verb, id) {
+  if (!(await confirmed(`${verb === 'cancel' ? 'Cancel' : 'Retry'} job “${id}”?`))) return;
+  try {
+    await api('POST', `/v1/jobs/${encodeURIComponent(id)}/${verb}`, {});
+    say(`Job ${id}: ${verb === 'cancel' ? 'cancelled' : 'queued again'}.`);
+  } catch (e) {
+    say(`Job ${id}: ${e.message}`);
+  }
+  await loadJob(id);
+}
+
+async function purge(event) {
+  event.preventDefault();
+  const age = Number($('purge-age').value) * Number($('purge-unit').value);
+  const statuses = [...document.querySelectorAll('input[name="purge-status"]:checked')].map((c) => c.value);
+  if (!(age >= 0) || statuses.length === 0) {
+    say('Choose an age and at least one status to purge.');
+    return;
+  }
+  const before = Date.now() / 1000 - age;
+  const text = `Purge every ${statuses.join(', ')} job last changed before ${new Date(before * 1000).toLocaleString()}?`;
+  if (!(await confirmed(text))) return;
+  try {
+    const answer = await api('POST', '/v1/purge', { before, statuses });
+    say(`Purged ${num(answer.purged)} jobs.`);
+  } catch (e) {
+    say(`Purge: ${e.message}`);
+  }
+}
+
+// ---- routing ----------------------------------------------------------------------------
+
+async function route() {
+  if (!state.session) return;
+  say('');
+  const hash = location.hash || '#/';
+  try {
+    if (hash.startsWith('#/job/')) {
+      show('job');
+      await loadJob(decodeURIComponent(hash.slice('#/job/'.length)));
+    } else if (hash.startsWith('#/jobs')) {
+      state.job = null;
+      show('jobs');
+      await loadJobs();
+    } else {
+      state.job = null;
+      show('overview');
+      await loadOverview();
+    }
+  } catch (e) {
+    if (!(e instanceof ApiError && e.status === 401)) say(e.message);
+  }
+}
+
+function signedIn(session) {
+  state.session = session;
+  $('who').textContent = `${session.principal} (${session.scope})`;
+  applyScope();
+  startEvents();
+  route();
+}
+
+async function start() {
+  $('sign-in-form').addEventListener('submit', async (event) => {
+    event.preventDefault();
+    const key = $('key').value.trim();
+    $('key').value = '';
+    try {
+      signedIn(await api('POST', '/v1/sessions', { key }));
+    } catch (e) {
+      $('sign-in-error').textContent = e.status === 401 ? 'That key is not known, or was revoked.' : e.message;
+    }
+  });
+  $('sign-out').addEventListener('click', async () => {
+    try { await api('DELETE', '/v1/session'); } catch (_) { /* signed out either way */ }
+    showSignIn('Signed out.');
+  });
+  $('job-filter').addEventListener('submit', (event) => {
+    event.preventDefault();
+    const params = new URLSearchParams();
+    if ($('filter-queue').value) params.set('queue', $('filter-queue').value);
+    if ($('filter-status').value) params.set('status', $('filter-status').value);
+    state.pageAfter = [];
+    const target = `#/jobs${params.toString() ? `?${params}` : ''}`;
+    if (location.hash === target) route(); else location.hash = target;
+  });
+  $('next-page').addEventListener('click', () => {
+    if (state.next === null || state.next === undefined) return;
+    state.pageAfter.push(state.next);
+    route();
+  });
+  $('first-page').addEventListener('click', () => {
+    state.pageAfter = [];
+    route();
+  });
+  $('cancel-job').addEventListener('click', () => act('cancel', state.job));
+  $('retry-job').addEventListener('click', () => act('retry', state.job));
+  $('purge-form').addEventListener('submit', purge);
+  window.addEventListener('hashchange', () => {
+    if (!location.hash.startsWith('#/jobs')) state.pageAfter = [];
+    route();
+  });
+  const session = await api('GET', '/v1/session');
+  if (session.signed_in) signedIn(session);
+  else showSignIn('');
+}
+
+start().catch((e) => say(e.message));
