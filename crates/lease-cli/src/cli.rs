@@ -143,9 +143,10 @@ pub(crate) struct SpecFlags {
 }
 
 impl SpecFlags {
-    /// The checked spec, with `payload`.
-    fn into_spec(self, payload: Option<Payload>) -> Result<EnqueueSpec, RequestError> {
+    /// The checked spec, with `payload`, enqueued at `now`.
+    fn into_spec(self, payload: Option<Payload>, now: f64) -> Result<EnqueueSpec, RequestError> {
         Ok(EnqueueSpec {
+            enqueued_at: Timestamp::new(now).ok(),
             queue: QueueName::new(self.queue)?,
             priority: self.priority,
             run_at: self.run_at.map(|t| time_flag("--run-at", t)).transpose()?,
@@ -767,11 +768,11 @@ impl Command {
                 let payload = payload
                     .map(|bytes| Payload::new(bytes, Payload::DEFAULT_LIMIT))
                     .transpose()?;
-                let spec = spec.into_spec(payload)?;
+                let spec = spec.into_spec(payload, clock())?;
                 Request::Enqueue(JobId::new(job)?, spec)
             }
             Command::EnqueueMany { spec, json_lines } => {
-                let defaults = spec.into_spec(None)?;
+                let defaults = spec.into_spec(None, clock())?;
                 let input = read(std::path::Path::new("-"), BATCH_INPUT_LIMIT)
                     .map_err(RequestError::Read)?;
                 Request::EnqueueMany(crate::batch::parse(&input, &defaults, json_lines)?)

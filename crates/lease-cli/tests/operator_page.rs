@@ -329,6 +329,17 @@ async fn an_admin_sees_counts_and_a_refused_stale_write_live_pages_the_jobs_and_
         &json!({ "jobs": jobs }).to_string(),
     );
     assert_eq!(code, 200, "{body}");
+    // 1,234 in `big`, to show the thousands separator.
+    let big: Vec<Value> = (0..1234)
+        .map(|i| json!({"id": format!("big-{i}")}))
+        .collect();
+    let (code, body) = server.call(
+        "POST",
+        "/v1/queues/big/jobs/batch",
+        &headers,
+        &json!({ "jobs": big }).to_string(),
+    );
+    assert_eq!(code, 200, "{body}");
     let (code, _) = server.call(
         "POST",
         "/v1/queues/mail/jobs",
@@ -342,6 +353,18 @@ async fn an_admin_sees_counts_and_a_refused_stale_write_live_pages_the_jobs_and_
     session
         .until("the bulk queue's pending count, with a thousands separator where the locale has one", "[...document.querySelectorAll('#queues tbody tr')].some(r => r.cells[0].innerText === 'bulk' && r.cells[1].innerText === '120')")
         .await;
+    // Due now and how long the oldest has waited (enqueued through the API: the server
+    // knows when), with the viewer's thousands separator.
+    session
+        .until(
+            "the big queue's counts",
+            "[...document.querySelectorAll('#queues tbody tr')].some(r => r.cells[0].innerText === 'big' && r.cells[1].innerText === (1234).toLocaleString() && r.cells[2].innerText === (1234).toLocaleString() && r.cells[3].innerText !== '—')",
+        )
+        .await;
+    assert_eq!(
+        session.eval("(1234).toLocaleString()").await,
+        json!("1,234")
+    );
     session.screenshot("1-overview").await;
 
     // The stale-worker story through the API: A's lease ends, B takes over, A writes late.
@@ -465,6 +488,15 @@ async fn an_admin_sees_counts_and_a_refused_stale_write_live_pages_the_jobs_and_
         .until("the stored result and the job's refusals", "[...document.querySelectorAll('#job-fields dd')].some(d => d.innerText === \"B's result\") && document.querySelectorAll('#job-refusals tbody tr').length === 1")
         .await;
     session.screenshot("6-job-with-refusal").await;
+    // Back on the overview, the mail queue's chart counts B's completion and A's refusal.
+    session.click("nav a[href='#/']").await;
+    session
+        .until(
+            "the mail queue's chart",
+            "[...document.querySelectorAll('#queues tbody tr')].some(r => r.cells[0].innerText === 'mail' && r.cells[8].querySelector('svg title').textContent === 'last hour: 1 completed, 1 refused' && r.cells[8].querySelectorAll('rect').length === 2)",
+        )
+        .await;
+    session.screenshot("6b-overview-with-activity").await;
     // The page logged nothing wrong up to here (the browser reports the stream's end below).
     session.assert_no_errors();
     // SIGTERM while the page's event stream is open: the stream ends and the server drains

@@ -135,6 +135,9 @@ pub struct EnqueueSpec {
     pub max_attempts: Option<u32>,
     /// The payload, if any.
     pub payload: Option<Payload>,
+    /// When the caller enqueued it (`None`: not said). Kept as the new job's `updated`, so an
+    /// operator can see how long a due job has waited; `lease` and `lease serve` give it.
+    pub enqueued_at: Option<Timestamp>,
 }
 
 impl EnqueueSpec {

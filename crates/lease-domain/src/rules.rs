@@ -91,8 +91,29 @@ impl Job {
                 .max_attempts
                 .unwrap_or(EnqueueSpec::DEFAULT_MAX_ATTEMPTS),
             payload: spec.payload.as_ref().map(|p| p.as_bytes().to_vec()),
+            updated: spec.enqueued_at,
             ..Self::default()
         }
+    }
+
+    /// Whether the job waits for a worker at `now`: pending (not done, ended or live, with an
+    /// attempt left) and due.
+    #[must_use]
+    pub fn is_waiting_at(&self, now: Timestamp) -> bool {
+        self.status_at(now) == Status::Pending && self.is_due_at(now)
+    }
+
+    /// Since when a waiting job has been waiting, as far as the record tells: the latest of its
+    /// `run_at`, the end of its last lease and its last change (its enqueue, when the caller
+    /// gave the time, a release, a failure or a retry); `None` for a job enqueued without a
+    /// time and never changed since.
+    #[must_use]
+    pub fn waiting_since(&self) -> Option<Timestamp> {
+        let lease_end = (self.fence > Fence::ZERO).then_some(self.until);
+        [self.run_at, lease_end, self.updated]
+            .into_iter()
+            .flatten()
+            .max_by(|a, b| a.get().total_cmp(&b.get()))
     }
 
     /// Whether the lease is live at `now` (`until > now`); `until == now` is expired.

@@ -854,8 +854,14 @@ fn queue_values_are_checked_at_the_boundary() {
         run_at: Some(at(9.0)),
         max_attempts: Some(2),
         payload: Some(Payload::new(b"hi".to_vec(), 10).unwrap()),
+        enqueued_at: Some(at(4.0)),
     };
     let job = Job::enqueued(&spec, None);
+    assert_eq!(
+        job.updated,
+        Some(at(4.0)),
+        "the enqueue time is the first change"
+    );
     assert_eq!(
         (
             job.queue.as_str(),
@@ -867,6 +873,59 @@ fn queue_values_are_checked_at_the_boundary() {
         ("mail", -3, Some(at(9.0)), 2, Some(&b"hi"[..]))
     );
     assert_eq!(Job::enqueued(&EnqueueSpec::default(), None), Job::new());
+}
+
+#[test]
+fn a_waiting_job_waits_since_its_latest_run_at_lease_end_or_change() {
+    let fresh = Job::enqueued(
+        &EnqueueSpec {
+            enqueued_at: Some(at(5.0)),
+            ..EnqueueSpec::default()
+        },
+        None,
+    );
+    assert!(fresh.is_waiting_at(at(5.0)));
+    assert_eq!(fresh.waiting_since(), Some(at(5.0)));
+    // Enqueued without a time and never changed: waiting, since an unknown time.
+    assert_eq!(Job::new().waiting_since(), None);
+    assert!(Job::new().is_waiting_at(at(0.0)));
+    // Scheduled: not waiting before its run_at, waiting since it after.
+    let scheduled = Job {
+        run_at: Some(at(20.0)),
+        ..fresh.clone()
+    };
+    assert!(!scheduled.is_waiting_at(at(19.0)));
+    assert!(scheduled.is_waiting_at(at(20.0)));
+    assert_eq!(scheduled.waiting_since(), Some(at(20.0)));
+    // A lease that ended at 40 (claimed at 10): waiting since 40; live before it.
+    let Ok(leased) = decide_claim(Some(&fresh), &owner("a"), term(10.0, 30.0)) else {
+        panic!("a fresh job is claimable");
+    };
+    assert!(!leased.is_waiting_at(at(39.0)));
+    assert!(leased.is_waiting_at(at(40.0)));
+    assert_eq!(leased.waiting_since(), Some(at(40.0)));
+    // Done, dead and cancelled jobs do not wait.
+    for job in [
+        Job {
+            done: true,
+            ..fresh.clone()
+        },
+        Job {
+            ended: Some(Ended::Dead),
+            ..fresh.clone()
+        },
+        Job {
+            ended: Some(Ended::Cancelled),
+            ..fresh.clone()
+        },
+        Job {
+            attempts: 5,
+            max_attempts: 5,
+            ..fresh.clone()
+        },
+    ] {
+        assert!(!job.is_waiting_at(at(100.0)), "{job:?}");
+    }
 }
 
 #[test]

@@ -424,6 +424,7 @@ fn spec(queue_name: &str, priority: i64, run_at: Option<f64>, max_attempts: u32)
         run_at: run_at.map(at),
         max_attempts: Some(max_attempts),
         payload: None,
+        enqueued_at: None,
     }
 }
 
@@ -1397,6 +1398,134 @@ pub async fn a_claim_stores_its_lease_token_digest_and_the_next_claim_replaces_i
         .await
         .expect("the jobs migrate");
     assert_eq!(token_of(copy, job("y")).await, Some(b));
+}
+
+/// Plays the overview's scenario on `store`: jobs waiting since known and unknown times, a
+/// scheduled job, a lease that ends, completions in two minutes and a stale write refused at
+/// 111 (a refusal the trail records, at its own time, when it is on).
+async fn overview_scenario<S: LeaseStore + ?Sized>(store: &S) {
+    let with = |queue: &str, enqueued: Option<f64>, run_at: Option<f64>| EnqueueSpec {
+        queue: QueueName::new(queue).expect("valid queue"),
+        enqueued_at: enqueued.map(at),
+        run_at: run_at.map(at),
+        ..EnqueueSpec::default()
+    };
+    for (id, spec) in [
+        ("a", with("mail", Some(10.0), None)),
+        ("b", with("mail", Some(5.0), Some(50.0))),
+        ("c", with("mail", None, None)),
+        ("d", with("other", Some(7.0), None)),
+        ("e", with("done", Some(1.0), None)),
+        ("f", with("done", Some(1.0), None)),
+        ("g", with("stale", Some(1.0), None)),
+        ("h", with("mail", Some(3.0), None)),
+    ] {
+        assert!(store.enqueue_with(&job(id), &spec).await.expect("enqueue"));
+    }
+    let leases = store
+        .claim(&job("a"), &owner("w"), term(20.0, 10.0))
+        .await
+        .expect("claim reads");
+    assert_eq!(leases.map(|_| ()), Ok(()));
+    store
+        .cancel(&job("h"), at(21.0))
+        .await
+        .expect("cancel")
+        .expect("cancelled");
+    for (id, when) in [("e", 125.0), ("f", 61.0)] {
+        let f = store
+            .claim(&job(id), &owner("w"), term(when - 1.0, 10.0))
+            .await
+            .expect("claim reads")
+            .expect("claimed");
+        store
+            .complete(&job(id), &owner("w"), f, at(when), &result("ok"))
+            .await
+            .expect("complete reads")
+            .expect("completed");
+    }
+    let old = store
+        .claim(&job("g"), &owner("w1"), term(100.0, 5.0))
+        .await
+        .expect("claim reads")
+        .expect("claimed");
+    store
+        .claim(&job("g"), &owner("w2"), term(110.0, 60.0))
+        .await
+        .expect("claim reads")
+        .expect("claimed");
+    let late = store
+        .complete(&job("g"), &owner("w1"), old, at(111.0), &result("late"))
+        .await
+        .expect("complete reads");
+    assert!(late.is_err(), "the stale completion is refused");
+}
+
+/// The overview reports what the domain's rules make of the jobs, as the memory store does:
+/// waiting jobs per queue (pending and due) with the earliest known waiting time at several
+/// times, and completions per minute; refusals per minute in their job's queue (at the time
+/// the trail recorded them) when the store keeps an audit trail (`audited`), none otherwise.
+///
+/// # Panics
+/// On any difference.
+pub async fn overview_counts_what_the_rules_decide<S>(store: &S, audited: bool)
+where
+    S: LeaseStore + crate::overview::Overview + ?Sized,
+{
+    use crate::overview::Overview;
+    let reference = MemoryLeaseStore::new();
+    overview_scenario(store).await;
+    overview_scenario(&reference).await;
+    for now in [0.0, 25.0, 30.0, 49.9, 50.0, 200.0] {
+        assert_eq!(
+            store.due(at(now)).await.expect("due reads"),
+            reference.due(at(now)).await.expect("due reads"),
+            "waiting jobs at {now}"
+        );
+    }
+    let expected_due = reference.due(at(200.0)).await.expect("due reads");
+    let mail = expected_due.iter().find(|r| r.queue.as_str() == "mail");
+    assert_eq!(
+        mail.map(|r| (r.due, r.oldest_since)),
+        Some((3, Some(at(30.0)))),
+        "a's lease ended at 30; b waits since its run_at 50; c knows no time"
+    );
+    for since in [0.0, 60.0, 61.5, 121.0, 180.0] {
+        let got = store.activity(at(since)).await.expect("activity reads");
+        let want = reference.activity(at(since)).await.expect("activity reads");
+        let completed = |rows: &[crate::overview::MinuteRow]| {
+            rows.iter()
+                .filter(|r| r.completed > 0)
+                .map(|r| (r.queue.as_str().to_owned(), r.minute.get(), r.completed))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            completed(&got),
+            completed(&want),
+            "completions from {since}"
+        );
+        // A refusal is recorded at the store's own time (the wall clock), after every
+        // `since` here.
+        let refused: Vec<(String, u64)> = got
+            .iter()
+            .filter(|r| r.refused > 0)
+            .map(|r| {
+                assert!(
+                    r.minute.get() % 60.0 == 0.0
+                        && r.minute >= crate::overview::minute_of(at(since)),
+                    "a refusal's minute {:?} from {since}",
+                    r.minute
+                );
+                (r.queue.as_str().to_owned(), r.refused)
+            })
+            .collect();
+        let expected = if audited {
+            vec![("stale".to_owned(), 1)]
+        } else {
+            Vec::new()
+        };
+        assert_eq!(refused, expected, "refusals from {since}");
+    }
 }
 
 /// The key store's behaviour, which every adapter's tests run on a fresh store: keys are

@@ -168,6 +168,8 @@ async fn outcome(store: &dyn Transfer, op: &Op) -> String {
                 run_at: run_at.map(at),
                 max_attempts: Some(u32::from(max_attempts)),
                 payload: Some(Payload::new(vec![j, q], 16).unwrap()),
+                // Every other job says when it was enqueued (kept as its `updated`).
+                enqueued_at: (j % 2 == 0).then(|| at(priority / 2)),
             };
             format!("{:?}", store.enqueue_with(&job(j), &spec).await)
         }

@@ -15,6 +15,7 @@ pub mod memory;
 pub mod migrations;
 pub mod next;
 pub mod observe;
+pub mod overview;
 pub mod signal;
 pub mod transfer;
 

@@ -411,6 +411,30 @@ impl KeyStore for MemoryLeaseStore {
     }
 }
 
+/// The overview of the jobs held (no audit trail: no refusals are counted).
+#[async_trait]
+impl crate::overview::Overview for MemoryLeaseStore {
+    async fn due(&self, now: Timestamp) -> Result<Vec<crate::overview::DueRow>, StoreError> {
+        let jobs = self.jobs()?;
+        Ok(crate::overview::tally_due(
+            jobs.jobs.values().map(|(job, _)| job),
+            now,
+        ))
+    }
+
+    async fn activity(
+        &self,
+        since: Timestamp,
+    ) -> Result<Vec<crate::overview::MinuteRow>, StoreError> {
+        let jobs = self.jobs()?;
+        Ok(crate::overview::tally_activity(
+            jobs.jobs.values().map(|(job, _)| job),
+            [],
+            since,
+        ))
+    }
+}
+
 /// The memory store keeps no audit trail: it reads as a store never opened with it on.
 #[async_trait]
 impl crate::audit::AuditTrail for MemoryLeaseStore {

@@ -433,6 +433,24 @@ impl<S: crate::audit::AuditTrail + ?Sized> crate::audit::AuditTrail for Observed
     }
 }
 
+/// The overview of the wrapped store, as it is (reads for an operator, not counted).
+#[async_trait]
+impl<S: crate::overview::Overview + ?Sized> crate::overview::Overview for Observed<S> {
+    async fn due(
+        &self,
+        now: lease_domain::Timestamp,
+    ) -> Result<Vec<crate::overview::DueRow>, StoreError> {
+        self.inner.due(now).await
+    }
+
+    async fn activity(
+        &self,
+        since: lease_domain::Timestamp,
+    ) -> Result<Vec<crate::overview::MinuteRow>, StoreError> {
+        self.inner.activity(since).await
+    }
+}
+
 /// The key store of the wrapped store, as it is (key reads are not store operations of the
 /// queue, and their arguments hold digests that spans must not carry).
 #[async_trait]

@@ -16,3 +16,12 @@ async fn key_store_keeps_keys_by_the_rules() {
     lease_ports::conformance::key_store_keeps_keys_by_the_rules(Arc::new(MemoryLeaseStore::new()))
         .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn overview_counts_what_the_rules_decide() {
+    lease_ports::conformance::overview_counts_what_the_rules_decide(
+        &MemoryLeaseStore::new(),
+        false,
+    )
+    .await;
+}

@@ -114,6 +114,59 @@ impl PgOptions {
     }
 }
 
+#[async_trait]
+impl lease_ports::overview::Overview for PgLeaseStore {
+    async fn due(&self, now: Timestamp) -> Result<Vec<lease_ports::overview::DueRow>, StoreError> {
+        let rows = self.read_rows(&self.sql.due, now.get()).await?;
+        let read = overview_read;
+        rows.iter()
+            .map(|row| {
+                let count: i64 = row.try_get(1).map_err(read)?;
+                let oldest: Option<f64> = row.try_get(2).map_err(read)?;
+                Ok(lease_ports::overview::DueRow {
+                    queue: stored_queue(row.try_get(0).map_err(read)?)?,
+                    due: u64::try_from(count).unwrap_or(0),
+                    oldest_since: oldest.map(stored_time).transpose()?,
+                })
+            })
+            .collect()
+    }
+
+    async fn activity(
+        &self,
+        since: Timestamp,
+    ) -> Result<Vec<lease_ports::overview::MinuteRow>, StoreError> {
+        let from = lease_ports::overview::minute_of(since).get();
+        let mut counts = Vec::new();
+        for (sql, completed) in [(&self.sql.completions, true), (&self.sql.refused, false)] {
+            for row in self.read_rows(sql, from).await? {
+                let n: i64 = row.try_get(2).map_err(overview_read)?;
+                let n = u64::try_from(n).unwrap_or(0);
+                let (c, r) = if completed { (n, 0) } else { (0, n) };
+                counts.push((
+                    stored_queue(row.try_get(0).map_err(overview_read)?)?,
+                    stored_time(row.try_get(1).map_err(overview_read)?)?,
+                    c,
+                    r,
+                ));
+            }
+        }
+        Ok(lease_ports::overview::minute_rows(counts))
+    }
+}
+
+fn overview_read(e: tokio_postgres::Error) -> StoreError {
+    StoreError::Corrupt(lease_ports::Detail::caused_by(format!("overview: {e}"), e))
+}
+
+fn stored_queue(name: String) -> Result<QueueName, StoreError> {
+    QueueName::new(name).map_err(|e| StoreError::Corrupt(format!("stored queue name: {e}").into()))
+}
+
+fn stored_time(t: f64) -> Result<Timestamp, StoreError> {
+    Timestamp::new(t).map_err(|_| StoreError::Corrupt(format!("stored time {t}").into()))
+}
+
 /// A lease store in a PostgreSQL database.
 #[derive(Clone)]
 pub struct PgLeaseStore {
@@ -142,6 +195,23 @@ impl std::fmt::Debug for PgLeaseStore {
 }
 
 impl PgLeaseStore {
+    /// The rows of a read-only statement taking one `float8`, on a pooled connection.
+    async fn read_rows(
+        &self,
+        sql: &str,
+        value: f64,
+    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+        let mut conn = self.conn().await?;
+        let stmt = conn.prepare(sql).await?;
+        let rows = conn
+            .client()
+            .query(&stmt, &[&value])
+            .await
+            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+        conn.clean();
+        Ok(rows)
+    }
+
     /// Opens the lease schema in the database `target` names (a `postgres://` URL or libpq's
     /// `key=value` form; `PG*` variables fill what it leaves out), bringing an older schema up
     /// to date.
@@ -542,14 +612,7 @@ impl LeaseStore for PgLeaseStore {
     }
 
     async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
-        let mut conn = self.conn().await?;
-        let stmt = conn.prepare(&self.sql.stats).await?;
-        let rows = conn
-            .client()
-            .query(&stmt, &[&now.get()])
-            .await
-            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
-        conn.clean();
+        let rows = self.read_rows(&self.sql.stats, now.get()).await?;
         let read = |e: tokio_postgres::Error| {
             StoreError::Corrupt(lease_ports::Detail::caused_by(format!("stats: {e}"), e))
         };

@@ -48,6 +48,12 @@ pub struct Sql {
     pub page: String,
     /// The inputs of the status rule, grouped (`$1` now).
     pub stats: String,
+    /// The waiting jobs per queue (`Job::is_waiting_at`) and the earliest `waiting_since`.
+    pub due: String,
+    /// Completions per queue and minute from `$1`.
+    pub completions: String,
+    /// Recorded refusals per queue (of their job) and minute from `$1`.
+    pub refused: String,
     /// Records a refused holder write, at the server's clock.
     pub insert_audit: String,
     /// Keeps the newest `$1` audit rows.
@@ -135,6 +141,20 @@ impl Sql {
             stats: format!(
                 "SELECT queue, done, ended, until > $1, attempts >= greatest(max_attempts, 1), \
                  count(*) FROM {s}.jobs GROUP BY 1, 2, 3, 4, 5"
+            ),
+            due: format!(
+                "SELECT queue, count(*), min(greatest(run_at, CASE WHEN fence > 0 THEN until END, \
+                 updated)) FROM {s}.jobs WHERE NOT done AND ended IS NULL AND until <= $1 \
+                 AND attempts < greatest(max_attempts, 1) AND (run_at IS NULL OR run_at <= $1) \
+                 GROUP BY 1 ORDER BY 1"
+            ),
+            completions: format!(
+                "SELECT queue, floor(updated / 60) * 60, count(*) FROM {s}.jobs \
+                 WHERE done AND updated >= $1 GROUP BY 1, 2"
+            ),
+            refused: format!(
+                "SELECT j.queue, floor(a.time / 60) * 60, count(*) FROM {s}.audit a \
+                 JOIN {s}.jobs j ON j.id = a.job WHERE a.time >= $1 GROUP BY 1, 2"
             ),
             insert_audit: format!(
                 "INSERT INTO {s}.audit (time, job, owner, operation, presented, current, reason, \

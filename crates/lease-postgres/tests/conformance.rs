@@ -29,3 +29,17 @@ async fn key_store_keeps_keys_by_the_rules() {
         .expect("init store");
     lease_ports::conformance::key_store_keeps_keys_by_the_rules(Arc::new(store)).await;
 }
+
+/// The operator's overview, with the audit trail on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn overview_counts_what_the_rules_decide() {
+    let db = ScratchDatabase::create();
+    let options = PgOptions {
+        audit: Some(100),
+        ..PgOptions::default()
+    };
+    let store = PgLeaseStore::init(db.url(), options)
+        .await
+        .expect("init store");
+    lease_ports::conformance::overview_counts_what_the_rules_decide(&store, true).await;
+}

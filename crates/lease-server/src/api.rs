@@ -156,7 +156,12 @@ pub(crate) struct Inserted {
     pub(crate) inserted: bool,
 }
 
-fn spec(queue: &QueueName, body: EnqueueBody) -> Result<(JobId, EnqueueSpec), Problem> {
+/// A job to enqueue, enqueued at `now` (the server's clock).
+fn spec(
+    queue: &QueueName,
+    body: EnqueueBody,
+    now: Timestamp,
+) -> Result<(JobId, EnqueueSpec), Problem> {
     let id = JobId::new(body.id).map_err(|e| bad_value("id", &e))?;
     let bytes = match (body.payload, body.payload_base64) {
         (Some(_), Some(_)) => {
@@ -189,6 +194,7 @@ fn spec(queue: &QueueName, body: EnqueueBody) -> Result<(JobId, EnqueueSpec), Pr
             run_at,
             max_attempts: body.max_attempts,
             payload,
+            enqueued_at: Some(now),
         },
     ))
 }
@@ -211,7 +217,7 @@ pub(crate) async fn enqueue(
     authenticate(&app, &headers, Scope::Worker).await?;
     let body: EnqueueBody = json_body(&headers, body, &ENQUEUE_FIELDS, false)?;
     let queue = queue_name(queue)?;
-    let (id, spec) = spec(&queue, body)?;
+    let (id, spec) = spec(&queue, body, now(&app, None)?)?;
     let inserted = app
         .store
         .enqueue_with(&id, &spec)
@@ -265,6 +271,7 @@ pub(crate) async fn enqueue_many(
     }];
     let body: EnqueueManyBody = json_body(&headers, body, &fields, false)?;
     let queue = queue_name(queue)?;
+    let enqueued = now(&app, None)?;
     let mut jobs = Vec::with_capacity(body.jobs.len());
     for (n, job) in body.jobs.into_iter().enumerate() {
         let at = |p: Problem| Problem::invalid(format!("jobs[{n}]: {}", p.detail()));
@@ -280,7 +287,7 @@ pub(crate) async fn enqueue_many(
         let job: EnqueueBody = serde_json::from_value(job).map_err(|_| {
             Problem::invalid(format!("jobs[{n}]: a field has a value out of range"))
         })?;
-        jobs.push(spec(own_queue.as_ref().unwrap_or(&queue), job).map_err(at)?);
+        jobs.push(spec(own_queue.as_ref().unwrap_or(&queue), job, enqueued).map_err(at)?);
     }
     let inserted = app
         .store
@@ -1234,9 +1241,92 @@ pub(crate) async fn stats(
     let Query(query) =
         query.map_err(|_| Problem::malformed("the query string could not be read"))?;
     let now = now(&app, query_time(query.now.as_deref(), "now")?)?;
-    let rows = app.store.stats(now).await.map_err(|e| Problem::store(&e))?;
-    let queues = crate::wire::stats_json(&rows);
-    Ok(json_response(StatusCode::OK, json!({ "queues": queues })))
+    Ok(json_response(StatusCode::OK, stats_body(&app, now).await?))
+}
+
+/// `{"queues": ...}`: each queue's counts by status, how many jobs wait for a worker
+/// (`due`) and since when the longest-waiting one has (`oldest_due_since`).
+pub(crate) async fn stats_body(app: &App, now: Timestamp) -> Result<Value, Problem> {
+    let (rows, due) = futures::try_join!(app.store.stats(now), app.store.due(now))
+        .map_err(|e| Problem::store(&e))?;
+    let mut queues = crate::wire::stats_json(&rows);
+    crate::wire::with_due(&mut queues, &due);
+    Ok(json!({ "queues": queues }))
+}
+
+/// Which minutes of activity to read.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ActivityQuery {
+    /// How many minutes, the current one last (1-1440, default 60).
+    pub(crate) minutes: Option<String>,
+    /// The time to count back from, taken only by a server that trusts caller clocks.
+    pub(crate) now: Option<String>,
+}
+
+/// Completions and refused writes per queue and minute.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Activity {
+    /// The first minute's start (Unix seconds, a multiple of 60).
+    pub(crate) since: f64,
+    /// How many minutes each array holds.
+    pub(crate) minutes: u64,
+    /// Per queue with any: `{"completed": [...], "refused": [...]}`, one number per minute.
+    #[schema(value_type = Object)]
+    pub(crate) queues: Value,
+}
+
+const MAX_ACTIVITY_MINUTES: usize = 1440;
+
+#[utoipa::path(get, path = "/v1/activity", tag = "queue", params(ActivityQuery),
+    responses(
+        (status = 200, description = "Completions (done jobs by their completion time) and refused writes (from the audit trail, in their job's queue) per minute", body = Activity),
+        (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+    security(("api_key" = []), ("session" = [])))]
+pub(crate) async fn activity(
+    State(app): AppState,
+    query: Result<Query<ActivityQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> Answer {
+    authenticate(&app, &headers, Scope::Viewer).await?;
+    let Query(query) =
+        query.map_err(|_| Problem::malformed("the query string could not be read"))?;
+    let minutes = match query.minutes.as_deref() {
+        None => 60,
+        Some(text) => text
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_ACTIVITY_MINUTES).contains(n))
+            .ok_or_else(|| {
+                Problem::invalid(format!(
+                    "parameter `minutes` must be from 1 to {MAX_ACTIVITY_MINUTES}"
+                ))
+            })?,
+    };
+    let now = now(&app, query_time(query.now.as_deref(), "now")?)?;
+    Ok(json_response(
+        StatusCode::OK,
+        activity_body(&app, now, minutes).await?,
+    ))
+}
+
+/// The activity of the `minutes` minutes that end with `now`'s.
+pub(crate) async fn activity_body(
+    app: &App,
+    now: Timestamp,
+    minutes: usize,
+) -> Result<Value, Problem> {
+    let back = u32::try_from(minutes.saturating_sub(1)).unwrap_or(0);
+    let from = lease_ports::overview::minute_of(
+        Timestamp::new(now.get() - f64::from(back) * 60.0).unwrap_or(now),
+    );
+    let rows = app
+        .store
+        .activity(from)
+        .await
+        .map_err(|e| Problem::store(&e))?;
+    Ok(crate::wire::activity_json(&rows, from, minutes))
 }
 
 /// Which refusals to read.

@@ -31,6 +31,7 @@ use lease_domain::Timestamp;
 use lease_ports::LeaseStore;
 use lease_ports::audit::AuditTrail;
 use lease_ports::keys::KeyStore;
+use lease_ports::overview::Overview;
 use lease_ports::signal::EnqueueSignal;
 use tower::ServiceBuilder;
 use tower_http::request_id::{
@@ -50,11 +51,11 @@ use crate::waiters::Waiters;
 
 pub use auth::LEASE_TOKEN;
 
-/// What the service needs of a store: the queue, its audit trail, its API keys, and (where
-/// the store can) signals of enqueues made by anyone.
-pub trait ServiceStore: LeaseStore + AuditTrail + KeyStore + EnqueueSignal {}
+/// What the service needs of a store: the queue, its audit trail, its API keys, the
+/// operator's overview, and (where the store can) signals of enqueues made by anyone.
+pub trait ServiceStore: LeaseStore + AuditTrail + KeyStore + Overview + EnqueueSignal {}
 
-impl<T: LeaseStore + AuditTrail + KeyStore + EnqueueSignal + ?Sized> ServiceStore for T {}
+impl<T: LeaseStore + AuditTrail + KeyStore + Overview + EnqueueSignal + ?Sized> ServiceStore for T {}
 
 /// The clock the service decides with (the CLI's `main` passes the system clock).
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
@@ -233,6 +234,7 @@ fn routes() -> (axum::Router<Arc<App>>, utoipa::openapi::OpenApi) {
         .routes(routes!(api::retry))
         .routes(routes!(api::purge))
         .routes(routes!(api::stats))
+        .routes(routes!(api::activity))
         .routes(routes!(api::refusals))
         .routes(routes!(api::healthz))
         .routes(routes!(api::metrics))

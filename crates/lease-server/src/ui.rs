@@ -199,7 +199,13 @@ pub(crate) struct Snapshot {
     stats: String,
     /// `{"refusals": [...]}`, the newest, as `GET /v1/refusals` answers.
     refusals: String,
+    /// The last hour's activity, as `GET /v1/activity` answers (read every
+    /// `ACTIVITY_EVERY` snapshots: its charts move by the minute).
+    activity: String,
 }
+
+/// How many snapshots reuse one reading of the activity.
+const ACTIVITY_EVERY: u64 = 10;
 
 /// The changes every open event stream sends: one task reads the store each
 /// `ServiceConfig::events_interval` while any stream is open, and streams send only what
@@ -219,9 +225,9 @@ impl Default for Feed {
     }
 }
 
-async fn snapshot(app: &App) -> Option<Snapshot> {
+async fn snapshot(app: &App, previous: Option<&Snapshot>, tick: u64) -> Option<Snapshot> {
     let now = (app.config.clock)();
-    let rows = app.store.stats(now).await.ok()?;
+    let stats = crate::api::stats_body(app, now).await.ok()?;
     let filter = AuditFilter {
         job: None,
         since: None,
@@ -229,9 +235,17 @@ async fn snapshot(app: &App) -> Option<Snapshot> {
     };
     let refusals = app.store.refusals(&filter).await.ok()?;
     let refusals: Vec<Value> = refusals.iter().map(crate::wire::refusal_json).collect();
+    let activity = match previous {
+        Some(previous) if tick % ACTIVITY_EVERY != 0 => previous.activity.clone(),
+        _ => crate::api::activity_body(app, now, 60)
+            .await
+            .ok()?
+            .to_string(),
+    };
     Some(Snapshot {
-        stats: json!({ "queues": crate::wire::stats_json(&rows) }).to_string(),
+        stats: stats.to_string(),
         refusals: json!({ "refusals": refusals }).to_string(),
+        activity,
     })
 }
 
@@ -242,6 +256,7 @@ impl Feed {
         if !app.feed.running.swap(true, Ordering::SeqCst) {
             let weak = Arc::downgrade(app);
             tokio::spawn(async move {
+                let mut tick = 0_u64;
                 loop {
                     let Some(app) = weak.upgrade() else { return };
                     if app.feed.latest.receiver_count() == 0 {
@@ -254,7 +269,9 @@ impl Feed {
                             return;
                         }
                     }
-                    if let Some(next) = snapshot(&app).await {
+                    let previous = app.feed.latest.borrow().clone();
+                    tick += 1;
+                    if let Some(next) = snapshot(&app, previous.as_deref(), tick - 1).await {
                         app.feed.latest.send_if_modified(|held| {
                             if held.as_deref() == Some(&next) {
                                 false
@@ -288,7 +305,7 @@ async fn closing(receiver: Option<watch::Receiver<bool>>) {
 
 #[utoipa::path(get, path = "/v1/events", tag = "page",
     responses(
-        (status = 200, description = "Server-sent events: `stats` (as GET /v1/stats answers) and `refusals` (the newest 50, as GET /v1/refusals answers), each sent when it changes, the first of each at once", content_type = "text/event-stream", body = String),
+        (status = 200, description = "Server-sent events: `stats` (as GET /v1/stats answers), `refusals` (the newest 50, as GET /v1/refusals answers) and `activity` (the last hour, as GET /v1/activity answers), each sent when it changes, the first of each at once", content_type = "text/event-stream", body = String),
         (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
     ),
     security(("api_key" = []), ("session" = [])))]

@@ -26,6 +26,48 @@ pub fn stats_json(rows: &[StatsRow]) -> Map<String, Value> {
     queues
 }
 
+/// Adds to each queue of [`stats_json`] how many jobs wait for a worker (`due`) and since
+/// when the longest-waiting one has waited (`oldest_due_since`, Unix seconds, or null when
+/// no waiting job knows).
+pub fn with_due(queues: &mut Map<String, Value>, due: &[lease_ports::overview::DueRow]) {
+    for counts in queues.values_mut() {
+        counts["due"] = json!(0);
+        counts["oldest_due_since"] = Value::Null;
+    }
+    for row in due {
+        if let Some(counts) = queues.get_mut(row.queue.as_str()) {
+            counts["due"] = json!(row.due);
+            counts["oldest_due_since"] = json!(row.oldest_since.map(|t| t.get()));
+        }
+    }
+}
+
+/// Completions and refusals per minute for `minutes` minutes from the minute `from`, one
+/// array of each per queue with any: `{"since", "minutes", "queues": {q: {"completed": [..],
+/// "refused": [..]}}}`.
+#[must_use]
+pub fn activity_json(
+    rows: &[lease_ports::overview::MinuteRow],
+    from: lease_domain::Timestamp,
+    minutes: usize,
+) -> Value {
+    let mut queues = Map::new();
+    for row in rows {
+        let offset = (row.minute.get() - from.get()) / 60.0;
+        let Some(index) =
+            (0..minutes).find(|i| u32::try_from(*i).is_ok_and(|i| f64::from(i) == offset))
+        else {
+            continue;
+        };
+        let entry = queues.entry(row.queue.as_str().to_owned()).or_insert_with(
+            || json!({ "completed": vec![0; minutes], "refused": vec![0; minutes] }),
+        );
+        entry["completed"][index] = json!(row.completed);
+        entry["refused"][index] = json!(row.refused);
+    }
+    json!({ "since": from.get(), "minutes": minutes, "queues": queues })
+}
+
 /// One refused write, with the fields of `lease audit --json` and `GET /v1/refusals`.
 #[must_use]
 pub fn refusal_json(row: &AuditRow) -> Value {

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const ROUTES: [(&str, &str); 24] = [
+const ROUTES: [(&str, &str); 25] = [
     ("post", "/v1/queues/{queue}/jobs"),
     ("post", "/v1/queues/{queue}/jobs/batch"),
     ("post", "/v1/queues/{queue}/claims"),
@@ -21,6 +21,7 @@ const ROUTES: [(&str, &str); 24] = [
     ("post", "/v1/jobs/{id}/retry"),
     ("post", "/v1/purge"),
     ("get", "/v1/stats"),
+    ("get", "/v1/activity"),
     ("get", "/v1/refusals"),
     ("get", "/healthz"),
     ("get", "/metrics"),

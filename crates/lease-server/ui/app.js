@@ -228,12 +228,14 @@ function renderRefusals() {
 }
 
 async function loadOverview() {
-  const [stats, refusals] = await Promise.all([
+  const [stats, refusals, activity] = await Promise.all([
     api('GET', '/v1/stats'),
     api('GET', '/v1/refusals?limit=50'),
+    api('GET', '/v1/activity?minutes=60'),
   ]);
   state.stats = stats;
   state.refusals = refusals;
+  state.activity = activity;
   renderQueues();
   renderRefusals();
 }

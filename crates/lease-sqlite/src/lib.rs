@@ -752,6 +752,22 @@ impl lease_ports::audit::AuditTrail for SqliteLeaseStore {
     }
 }
 
+#[async_trait::async_trait]
+impl lease_ports::overview::Overview for SqliteLeaseStore {
+    async fn due(&self, now: Timestamp) -> Result<Vec<lease_ports::overview::DueRow>, StoreError> {
+        self.run(move |store| store.with_conn(|conn| reads::due(conn, now)))
+            .await
+    }
+
+    async fn activity(
+        &self,
+        since: Timestamp,
+    ) -> Result<Vec<lease_ports::overview::MinuteRow>, StoreError> {
+        self.run(move |store| store.with_conn(|conn| reads::activity(conn, since)))
+            .await
+    }
+}
+
 /// SQLite cannot signal across processes: the network service polls for jobs enqueued by
 /// other processes (those enqueued through it wake its waiting claims at once).
 impl lease_ports::signal::EnqueueSignal for SqliteLeaseStore {}

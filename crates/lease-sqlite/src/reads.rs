@@ -80,19 +80,23 @@ pub(crate) fn stats(conn: &Connection, now: Timestamp) -> Result<Vec<StatsRow>, 
     })
 }
 
+/// Whether the audit table was ever made (a store opened with the trail on).
+fn has_audit_table(conn: &Connection) -> Result<bool, StoreError> {
+    conn.query_row(
+        "SELECT count(*) > 0 FROM sqlite_schema WHERE type = 'table' AND name = 'lease_audit'",
+        [],
+        |r| r.get(0),
+    )
+    .map_err(error::sql(conn))
+}
+
 /// The audit trail, oldest first (empty when the table was never made).
 pub(crate) fn audit_rows(
     conn: &Connection,
     filter: &lease_ports::audit::AuditFilter,
 ) -> Result<Vec<lease_ports::audit::AuditRow>, StoreError> {
     reading(conn, |conn| {
-        let exists: bool = conn
-            .query_row(
-                "SELECT count(*) > 0 FROM sqlite_schema WHERE type = 'table' AND name = 'lease_audit'",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(error::sql(conn))?;
+        let exists = has_audit_table(conn)?;
         if !exists {
             return Ok(Vec::new());
         }
@@ -136,5 +140,118 @@ pub(crate) fn audit_rows(
             .collect::<Result<Vec<_>, _>>()?;
         rows.reverse();
         Ok(rows)
+    })
+}
+
+/// The waiting jobs per queue (`Job::is_waiting_at`: not done or ended, no live lease, an
+/// attempt left, due) and the earliest `Job::waiting_since` among them (SQLite's `max()`
+/// of several values is NULL when one is, so a missing value counts as the least `f64`).
+const SELECT_DUE: &str = "SELECT coalesce(q.queue, 'default'), count(*), \
+    min(CASE WHEN q.run_at IS NULL AND j.fence = 0 AND q.updated IS NULL THEN NULL \
+    ELSE max(coalesce(q.run_at, -1.7976931348623157e308), \
+    CASE WHEN j.fence > 0 THEN j.until ELSE -1.7976931348623157e308 END, \
+    coalesce(q.updated, -1.7976931348623157e308)) END) \
+    FROM jobs j LEFT JOIN jobs_queue q ON q.id = j.id \
+    WHERE j.done = 0 AND q.finished IS NULL AND j.until <= ?1 \
+    AND coalesce(q.attempts, 0) < max(coalesce(q.max_attempts, 5), 1) \
+    AND (q.run_at IS NULL OR q.run_at <= ?1) GROUP BY 1 ORDER BY 1";
+
+/// The start of the minute of a time column (no `floor()` in this SQLite build).
+macro_rules! minute {
+    ($column:literal) => {
+        concat!(
+            "((CAST(",
+            $column,
+            " / 60 AS INTEGER) - (",
+            $column,
+            " < 0 AND ",
+            $column,
+            " / 60 <> CAST(",
+            $column,
+            " / 60 AS INTEGER))) * 60)"
+        )
+    };
+}
+
+const SELECT_COMPLETIONS: &str = concat!(
+    "SELECT q.queue, ",
+    minute!("q.updated"),
+    ", count(*) FROM jobs j JOIN jobs_queue q ON q.id = j.id \
+     WHERE j.done = 1 AND q.updated >= ?1 GROUP BY 1, 2"
+);
+
+const SELECT_REFUSED: &str = concat!(
+    "SELECT q.queue, ",
+    minute!("a.time"),
+    ", count(*) FROM lease_audit a JOIN jobs_queue q ON q.id = a.job \
+     WHERE a.time >= ?1 GROUP BY 1, 2"
+);
+
+fn queue_name(name: String) -> Result<QueueName, StoreError> {
+    QueueName::new(name).map_err(|e| StoreError::Corrupt(format!("stored queue name: {e}").into()))
+}
+
+fn stored_time(t: f64) -> Result<Timestamp, StoreError> {
+    Timestamp::new(t).map_err(|_| StoreError::Corrupt(format!("stored time {t}").into()))
+}
+
+pub(crate) fn due(
+    conn: &Connection,
+    now: Timestamp,
+) -> Result<Vec<lease_ports::overview::DueRow>, StoreError> {
+    reading(conn, |conn| {
+        let mut stmt = conn.prepare_cached(SELECT_DUE).map_err(error::sql(conn))?;
+        let rows = stmt
+            .query_map([now.get()], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, Option<f64>>(2)?,
+                ))
+            })
+            .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+            .map_err(error::sql(conn))?;
+        rows.into_iter()
+            .map(|(queue, due, oldest)| {
+                Ok(lease_ports::overview::DueRow {
+                    queue: queue_name(queue)?,
+                    due: u64::try_from(due).unwrap_or(0),
+                    oldest_since: oldest.map(stored_time).transpose()?,
+                })
+            })
+            .collect()
+    })
+}
+
+pub(crate) fn activity(
+    conn: &Connection,
+    since: Timestamp,
+) -> Result<Vec<lease_ports::overview::MinuteRow>, StoreError> {
+    let from = lease_ports::overview::minute_of(since).get();
+    reading(conn, |conn| {
+        let audited = has_audit_table(conn)?;
+        let mut counts = Vec::new();
+        for (sql, completed) in [(SELECT_COMPLETIONS, true), (SELECT_REFUSED, false)] {
+            if !completed && !audited {
+                continue;
+            }
+            let mut stmt = conn.prepare_cached(sql).map_err(error::sql(conn))?;
+            let rows = stmt
+                .query_map([from], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, f64>(1)?,
+                        r.get::<_, i64>(2)?,
+                    ))
+                })
+                .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+                .map_err(error::sql(conn))?;
+            for (queue, minute, n) in rows {
+                let n = u64::try_from(n).unwrap_or(0);
+                let (c, r) = if completed { (n, 0) } else { (0, n) };
+                counts.push((queue_name(queue)?, stored_time(minute)?, c, r));
+            }
+        }
+        Ok(lease_ports::overview::minute_rows(counts))
     })
 }

@@ -41,3 +41,18 @@ async fn key_store_keeps_keys_by_the_rules() {
     let store = SqliteLeaseStore::open(dir.path().join("keys.db")).expect("open store");
     lease_ports::conformance::key_store_keeps_keys_by_the_rules(Arc::new(store)).await;
 }
+
+/// The operator's overview, with the audit trail on and off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn overview_counts_what_the_rules_decide() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let plain = SqliteLeaseStore::open(dir.path().join("plain.db")).expect("open store");
+    lease_ports::conformance::overview_counts_what_the_rules_decide(&plain, false).await;
+    let options = lease_sqlite::SqliteOptions {
+        audit: Some(100),
+        ..lease_sqlite::SqliteOptions::default()
+    };
+    let audited =
+        SqliteLeaseStore::open_with(dir.path().join("audited.db"), options).expect("open store");
+    lease_ports::conformance::overview_counts_what_the_rules_decide(&audited, true).await;
+}
