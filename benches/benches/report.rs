@@ -6,6 +6,8 @@
 mod api;
 #[path = "support/harness.rs"]
 mod harness;
+#[path = "support/overview.rs"]
+mod overview;
 #[path = "support/pg.rs"]
 mod pg;
 #[path = "support/raw.rs"]
@@ -808,9 +810,13 @@ fn main() {
     let api_only = args.iter().any(|a| a == "--api-only");
     // `-- --pg-signal-only` runs the PostgreSQL enqueue-signal row alone.
     let pg_signal_only = args.iter().any(|a| a == "--pg-signal-only");
+    // `-- --overview-only` runs the operator page's rows alone.
+    let overview_only = args.iter().any(|a| a == "--overview-only");
     let mut signal_note = None;
     if api_only {
         api::rows(&plan, dir.path(), queue_jobs(&plan), queue_store, &mut rows);
+    } else if overview_only {
+        overview::rows(&plan, dir.path(), &mut rows);
     } else if pg_signal_only {
         signal_note = pg::signal_rows_only(&plan, &mut rows);
     } else if pg_loop_only {
@@ -830,6 +836,7 @@ fn main() {
         queue(&plan, dir.path(), &mut rows);
         if one_row().is_none() {
             api::rows(&plan, dir.path(), queue_jobs(&plan), queue_store, &mut rows);
+            overview::rows(&plan, dir.path(), &mut rows);
             enqueue_rows(&plan, dir.path(), &mut rows);
             claim_next_sizes(&plan, dir.path(), &mut rows);
             claim_next_live_leases(&plan, dir.path(), &mut rows);
@@ -837,7 +844,7 @@ fn main() {
     }
     let pg_note = if pg_signal_only {
         signal_note
-    } else if queue_only || live_only || enqueue_only || pg_loop_only || api_only {
+    } else if queue_only || live_only || enqueue_only || pg_loop_only || api_only || overview_only {
         None
     } else {
         pg::rows(&plan, &mut rows)

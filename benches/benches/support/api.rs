@@ -18,6 +18,21 @@ use crate::harness::{Caller, Plan, Row, Run, jobs_row, next_complete_loop, summa
 
 /// Serves `store` on a loopback port inside `runtime`; an admin key and its URL.
 fn serve(runtime: &tokio::runtime::Runtime, store: &SqliteLeaseStore) -> (String, String) {
+    // The service's clock runs from 1 s as the workers' terms do (`next_complete_loop`).
+    let origin = Instant::now();
+    serve_with(
+        runtime,
+        store,
+        Arc::new(move || Timestamp::new(1.0 + origin.elapsed().as_secs_f64()).expect("finite")),
+    )
+}
+
+/// [`serve`] with the service deciding by `clock`.
+pub(crate) fn serve_with(
+    runtime: &tokio::runtime::Runtime,
+    store: &SqliteLeaseStore,
+    clock: lease_server::Clock,
+) -> (String, String) {
     let made = lease_server::secrets::new_key().expect("random");
     let service: Arc<dyn ServiceStore> = Arc::new(store.clone());
     runtime.block_on(async {
@@ -34,11 +49,7 @@ fn serve(runtime: &tokio::runtime::Runtime, store: &SqliteLeaseStore) -> (String
             .expect("key stored")
             .expect("key taken");
     });
-    // The service's clock runs from 1 s as the workers' terms do (`next_complete_loop`).
-    let origin = Instant::now();
-    let mut config = ServiceConfig::new(Arc::new(move || {
-        Timestamp::new(1.0 + origin.elapsed().as_secs_f64()).expect("finite")
-    }));
+    let mut config = ServiceConfig::new(clock);
     config.rate_limit = 0.0;
     let app = lease_server::router(service, config);
     let listener = runtime
