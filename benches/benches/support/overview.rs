@@ -138,6 +138,16 @@ pub(crate) fn rows(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
         &[overview],
         true,
     ));
+    for (what, url) in [
+        ("page: stats with the due counts alone", &stats),
+        ("page: the newest 50 refusals alone", &refusals),
+        ("page: the last hour's activity alone", &activity),
+    ] {
+        let one = rounds(&runtime, n, || async {
+            get(&client, url, &key).await;
+        });
+        rows.push(summarize(&label(what), 1, total, &[one], true));
+    }
     for (what, query) in [
         ("page: 50 jobs, no filter", "limit=50"),
         (

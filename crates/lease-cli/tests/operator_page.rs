@@ -329,9 +329,12 @@ async fn an_admin_sees_counts_and_a_refused_stale_write_live_pages_the_jobs_and_
         &json!({ "jobs": jobs }).to_string(),
     );
     assert_eq!(code, 200, "{body}");
-    // 1,234 in `big`, to show the thousands separator.
+    // 1,234 in `big`, to show the thousands separator. (This server trusts caller clocks,
+    // for the stale story below, so it keeps the enqueue time a client gives, as the HTTP
+    // client does when its caller gives one.)
+    let enqueued = now() - 90.0;
     let big: Vec<Value> = (0..1234)
-        .map(|i| json!({"id": format!("big-{i}")}))
+        .map(|i| json!({"id": format!("big-{i}"), "enqueued_at": enqueued}))
         .collect();
     let (code, body) = server.call(
         "POST",

@@ -242,6 +242,9 @@ impl HttpLeaseStore {
         if let Some(run_at) = spec.run_at {
             body["run_at"] = json!(run_at.get());
         }
+        if let Some(at) = spec.enqueued_at {
+            body["enqueued_at"] = json!(at.get());
+        }
         if let Some(max) = spec.max_attempts {
             body["max_attempts"] = json!(max);
         }

@@ -138,15 +138,19 @@ pub(crate) struct EnqueueBody {
     pub(crate) payload: Option<String>,
     /// The payload as base64 (for bytes that are not UTF-8).
     pub payload_base64: Option<String>,
+    /// When it was enqueued (Unix seconds), taken only by a server started to trust caller
+    /// clocks; otherwise the server's clock says.
+    pub(crate) enqueued_at: Option<f64>,
 }
 
-const ENQUEUE_FIELDS: [crate::input::Field; 6] = [
+const ENQUEUE_FIELDS: [crate::input::Field; 7] = [
     required("id", Kind::Text),
     optional("priority", Kind::Integer),
     optional("run_at", Kind::Number),
     optional("max_attempts", Kind::Unsigned(u32::MAX as u64)),
     optional("payload", Kind::Text),
     optional("payload_base64", Kind::Text),
+    optional("enqueued_at", Kind::Number),
 ];
 
 /// Whether the job was inserted (`false`: it existed, and nothing changed).
@@ -156,12 +160,22 @@ pub(crate) struct Inserted {
     pub(crate) inserted: bool,
 }
 
-/// A job to enqueue, enqueued at `now` (the server's clock).
-fn spec(
-    queue: &QueueName,
-    body: EnqueueBody,
-    now: Timestamp,
-) -> Result<(JobId, EnqueueSpec), Problem> {
+/// When a job is enqueued: the server's clock, or (on a server that trusts caller clocks)
+/// the body's `enqueued_at`, if any.
+fn enqueue_time(app: &App, given: Option<f64>) -> Result<Option<Timestamp>, Problem> {
+    if app.config.client_clock {
+        given
+            .map(Timestamp::new)
+            .transpose()
+            .map_err(|_| Problem::invalid("field `enqueued_at` must be a finite number"))
+    } else {
+        now(app, None).map(Some)
+    }
+}
+
+/// A job to enqueue, enqueued at `enqueued` (see [`enqueue_time`]).
+fn spec(app: &App, queue: &QueueName, body: EnqueueBody) -> Result<(JobId, EnqueueSpec), Problem> {
+    let enqueued = enqueue_time(app, body.enqueued_at)?;
     let id = JobId::new(body.id).map_err(|e| bad_value("id", &e))?;
     let bytes = match (body.payload, body.payload_base64) {
         (Some(_), Some(_)) => {
@@ -194,7 +208,7 @@ fn spec(
             run_at,
             max_attempts: body.max_attempts,
             payload,
-            enqueued_at: Some(now),
+            enqueued_at: enqueued,
         },
     ))
 }
@@ -217,7 +231,7 @@ pub(crate) async fn enqueue(
     authenticate(&app, &headers, Scope::Worker).await?;
     let body: EnqueueBody = json_body(&headers, body, &ENQUEUE_FIELDS, false)?;
     let queue = queue_name(queue)?;
-    let (id, spec) = spec(&queue, body, now(&app, None)?)?;
+    let (id, spec) = spec(&app, &queue, body)?;
     let inserted = app
         .store
         .enqueue_with(&id, &spec)
@@ -271,7 +285,6 @@ pub(crate) async fn enqueue_many(
     }];
     let body: EnqueueManyBody = json_body(&headers, body, &fields, false)?;
     let queue = queue_name(queue)?;
-    let enqueued = now(&app, None)?;
     let mut jobs = Vec::with_capacity(body.jobs.len());
     for (n, job) in body.jobs.into_iter().enumerate() {
         let at = |p: Problem| Problem::invalid(format!("jobs[{n}]: {}", p.detail()));
@@ -287,7 +300,7 @@ pub(crate) async fn enqueue_many(
         let job: EnqueueBody = serde_json::from_value(job).map_err(|_| {
             Problem::invalid(format!("jobs[{n}]: a field has a value out of range"))
         })?;
-        jobs.push(spec(own_queue.as_ref().unwrap_or(&queue), job, enqueued).map_err(at)?);
+        jobs.push(spec(&app, own_queue.as_ref().unwrap_or(&queue), job).map_err(at)?);
     }
     let inserted = app
         .store

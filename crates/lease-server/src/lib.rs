@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::error_handling::HandleErrorLayer;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderName, StatusCode, header};
 use axum::response::IntoResponse;
 use lease_domain::Timestamp;
@@ -289,9 +289,17 @@ async fn overloaded(err: tower::BoxError) -> axum::response::Response {
 /// The page's security headers, on every answer, and the CSRF rule of session requests
 /// (`session::check_csrf`), before any handler runs.
 async fn guard(
+    State(app): State<Arc<App>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
+    if !matches!(
+        *request.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
+    ) {
+        // A request that may change something: the event streams read the counts again.
+        app.feed.poke();
+    }
     let checked = session::check_csrf(request.method(), request.uri().path(), request.headers());
     let mut response = match checked {
         Ok(()) => next.run(request).await,
@@ -351,7 +359,7 @@ pub fn router(store: Arc<dyn ServiceStore>, config: ServiceConfig) -> axum::Rout
     let timeout = config.request_timeout + Duration::from_secs(20);
     let routes = routes
         .fallback(not_found)
-        .with_state(app)
+        .with_state(app.clone())
         .layer(DefaultBodyLimit::max(config.body_limit));
     // The middleware wraps the whole router as one service (`Router::layer` would wrap each
     // route on its own, and give each route its own limit of requests in flight).
@@ -369,7 +377,7 @@ pub fn router(store: Arc<dyn ServiceStore>, config: ServiceConfig) -> axum::Rout
         .layer(SetSensitiveResponseHeadersLayer::new([header::SET_COOKIE]))
         .layer(TraceLayer::new_for_http())
         .layer(PropagateRequestIdLayer::new(request_id))
-        .layer(axum::middleware::from_fn(guard))
+        .layer(axum::middleware::from_fn_with_state(app.clone(), guard))
         .layer(HandleErrorLayer::new(overloaded))
         .layer(tower::load_shed::LoadShedLayer::new())
         .layer(tower::limit::ConcurrencyLimitLayer::new(

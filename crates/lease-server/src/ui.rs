@@ -199,21 +199,26 @@ pub(crate) struct Snapshot {
     stats: String,
     /// `{"refusals": [...]}`, the newest, as `GET /v1/refusals` answers.
     refusals: String,
-    /// The last hour's activity, as `GET /v1/activity` answers (read every
-    /// `ACTIVITY_EVERY` snapshots: its charts move by the minute).
+    /// The last hour's activity, as `GET /v1/activity` answers (read with every
+    /// `ACTIVITY_EVERY`th reading of the counts: its charts move by the minute).
     activity: String,
 }
 
-/// How many snapshots reuse one reading of the activity.
+/// How many readings of the counts reuse one reading of the activity.
 const ACTIVITY_EVERY: u64 = 10;
 
-/// The changes every open event stream sends: one task reads the store each
-/// `ServiceConfig::events_interval` while any stream is open, and streams send only what
-/// changed, so a hundred idle streams cost what one does.
+/// The changes every open event stream sends: one task reads the store while any stream is
+/// open, and streams send only what changed, so a hundred idle streams cost what one does.
+/// Each `events_interval` it reads the newest refusals (a small read); the counts (a read of
+/// every open job) are read again when a refusal came, when this server took a request that
+/// may change something ([`Feed::poke`]), or when their interval has passed: one
+/// `events_interval` after a change, doubling while nothing changes up to 8 of them (changes
+/// made elsewhere, and leases that end, show within that).
 #[derive(Debug)]
 pub(crate) struct Feed {
     latest: watch::Sender<Option<Arc<Snapshot>>>,
     running: AtomicBool,
+    poked: AtomicBool,
 }
 
 impl Default for Feed {
@@ -221,13 +226,16 @@ impl Default for Feed {
         Self {
             latest: watch::Sender::new(None),
             running: AtomicBool::new(false),
+            poked: AtomicBool::new(false),
         }
     }
 }
 
-async fn snapshot(app: &App, previous: Option<&Snapshot>, tick: u64) -> Option<Snapshot> {
-    let now = (app.config.clock)();
-    let stats = crate::api::stats_body(app, now).await.ok()?;
+/// The longest the counts go unread, in `events_interval`s.
+const MOST_INTERVALS: u32 = 8;
+
+/// The newest refusals, as the stream sends them.
+async fn refusals_json(app: &App) -> Option<String> {
     let filter = AuditFilter {
         job: None,
         since: None,
@@ -235,28 +243,51 @@ async fn snapshot(app: &App, previous: Option<&Snapshot>, tick: u64) -> Option<S
     };
     let refusals = app.store.refusals(&filter).await.ok()?;
     let refusals: Vec<Value> = refusals.iter().map(crate::wire::refusal_json).collect();
+    Some(json!({ "refusals": refusals }).to_string())
+}
+
+/// The next snapshot: the refusals always, the counts (and every `ACTIVITY_EVERY`th time the
+/// activity) when `counts` says so, else the previous ones.
+async fn snapshot(
+    app: &App,
+    previous: Option<&Snapshot>,
+    counts: bool,
+    tick: u64,
+) -> Option<Snapshot> {
+    let now = (app.config.clock)();
+    let refusals = refusals_json(app).await?;
+    let counts = counts || previous.is_none_or(|p| p.refusals != refusals);
+    let stats = match previous {
+        Some(previous) if !counts => previous.stats.clone(),
+        _ => crate::api::stats_body(app, now).await.ok()?.to_string(),
+    };
     let activity = match previous {
-        Some(previous) if tick % ACTIVITY_EVERY != 0 => previous.activity.clone(),
+        Some(previous) if !(counts && tick % ACTIVITY_EVERY == 0) => previous.activity.clone(),
         _ => crate::api::activity_body(app, now, 60)
             .await
             .ok()?
             .to_string(),
     };
     Some(Snapshot {
-        stats: stats.to_string(),
-        refusals: json!({ "refusals": refusals }).to_string(),
+        stats,
+        refusals,
         activity,
     })
 }
 
 impl Feed {
+    /// Says that something may have changed: the next reading includes the counts.
+    pub(crate) fn poke(&self) {
+        self.poked.store(true, Ordering::Relaxed);
+    }
+
     /// A receiver of the snapshots, starting the reading task if none runs.
     fn subscribe(app: &Arc<App>) -> watch::Receiver<Option<Arc<Snapshot>>> {
         let receiver = app.feed.latest.subscribe();
         if !app.feed.running.swap(true, Ordering::SeqCst) {
             let weak = Arc::downgrade(app);
             tokio::spawn(async move {
-                let mut tick = 0_u64;
+                let (mut tick, mut since_counts, mut every) = (0_u64, 0_u32, 1_u32);
                 loop {
                     let Some(app) = weak.upgrade() else { return };
                     if app.feed.latest.receiver_count() == 0 {
@@ -270,8 +301,23 @@ impl Feed {
                         }
                     }
                     let previous = app.feed.latest.borrow().clone();
-                    tick += 1;
-                    if let Some(next) = snapshot(&app, previous.as_deref(), tick - 1).await {
+                    since_counts += 1;
+                    let counts =
+                        app.feed.poked.swap(false, Ordering::Relaxed) || since_counts >= every;
+                    if let Some(next) = snapshot(&app, previous.as_deref(), counts, tick).await {
+                        let read_counts = previous
+                            .as_deref()
+                            .is_none_or(|p| counts || p.refusals != next.refusals);
+                        if read_counts {
+                            tick += 1;
+                            since_counts = 0;
+                            let same = previous.as_deref().is_some_and(|p| p.stats == next.stats);
+                            every = if same {
+                                (every * 2).min(MOST_INTERVALS)
+                            } else {
+                                1
+                            };
+                        }
                         app.feed.latest.send_if_modified(|held| {
                             if held.as_deref() == Some(&next) {
                                 false

@@ -1,7 +1,7 @@
 //! Reads outside any write: a job's state or record, a page of `list`, the `stats` groups
 //! judged by the domain, and the audit trail.
 
-use lease_domain::{JobId, QueueName, Timestamp};
+use lease_domain::{JobId, QueueName, Status, Timestamp};
 use lease_ports::codec::{StoredAudit, StoredGroup};
 use lease_ports::{JobRecord, JobState, ListFilter, StatsRow, StoreError};
 use rusqlite::Connection;
@@ -13,10 +13,28 @@ use crate::tx::reading;
 pub(crate) const SELECT_IDS: &str = "SELECT id FROM jobs WHERE (?1 IS NULL OR id IN \
     (SELECT id FROM jobs_queue WHERE queue = ?1)) AND (?2 IS NULL OR id > ?2) ORDER BY id";
 
-/// The inputs of the status rule, grouped: the domain judges each group.
-pub(crate) const SELECT_STATS: &str = "SELECT coalesce(q.queue, 'default'), j.done, q.finished, \
-    j.until > ?1, coalesce(q.attempts, 0) >= max(coalesce(q.max_attempts, 5), 1), count(*) \
-    FROM jobs j LEFT JOIN jobs_queue q ON q.id = j.id GROUP BY 1, 2, 3, 4, 5";
+/// The inputs of the status rule for the open jobs (no end recorded: `finished IS NULL`, read
+/// through the status index, which the planner would otherwise pass over for the one that
+/// gives the queue order, scanning every row), grouped: the domain judges each group.
+pub(crate) const SELECT_STATS: &str = "SELECT q.queue, j.done, q.finished, j.until > ?1, \
+    coalesce(q.attempts, 0) >= max(coalesce(q.max_attempts, 5), 1), count(*) \
+    FROM jobs_queue q INDEXED BY jobs_queue_status_all CROSS JOIN jobs j ON j.id = q.id \
+    WHERE q.finished IS NULL GROUP BY 1, 2, 3, 4, 5";
+
+/// The finished jobs, counted by migration 6's triggers as they change.
+const SELECT_FINISHED: &str = "SELECT queue, finished, n FROM lease_finished WHERE n <> 0";
+
+/// The ids `list` reads, in id order from after `?2` (the empty string: from the start): of
+/// queue `?1` (or any: NULL) with `finished` `?3` (or none recorded: NULL), through the
+/// status index. Each statement names all three parameters.
+const SELECT_IDS_ENDED: &str = "SELECT id FROM jobs_queue \
+    WHERE ?1 IS NULL AND finished = ?3 AND id > ?2 ORDER BY id";
+const SELECT_IDS_ENDED_IN: &str = "SELECT id FROM jobs_queue \
+    WHERE queue = ?1 AND finished = ?3 AND id > ?2 ORDER BY id";
+const SELECT_IDS_OPEN: &str = "SELECT id FROM jobs_queue \
+    WHERE ?1 IS NULL AND ?3 IS NULL AND finished IS NULL AND id > ?2 ORDER BY id";
+const SELECT_IDS_OPEN_IN: &str = "SELECT id FROM jobs_queue \
+    WHERE queue = ?1 AND ?3 IS NULL AND finished IS NULL AND id > ?2 ORDER BY id";
 
 pub(crate) fn state(conn: &Connection, id: &JobId) -> Result<Option<JobState>, StoreError> {
     Ok(load(conn, id)?.map(|job| JobState::new(id, job)))
@@ -29,27 +47,72 @@ pub(crate) fn record(conn: &Connection, id: &JobId) -> Result<Option<JobRecord>,
     }))
 }
 
+/// The statements whose ids hold every job `filter` can match: all ids, or those of one
+/// recorded end; a job without one (pending, running, or dead of its last expired attempt)
+/// is among the open ids.
+fn id_statements(filter: &ListFilter) -> Vec<(&'static str, Option<&'static str>)> {
+    let queue = filter.queue.is_some();
+    let ended = |end: &'static str| {
+        (
+            if queue {
+                SELECT_IDS_ENDED_IN
+            } else {
+                SELECT_IDS_ENDED
+            },
+            Some(end),
+        )
+    };
+    let open = (
+        if queue {
+            SELECT_IDS_OPEN_IN
+        } else {
+            SELECT_IDS_OPEN
+        },
+        None,
+    );
+    match filter.status {
+        None => vec![(SELECT_IDS, None)],
+        Some(Status::Pending | Status::Running) => vec![open],
+        Some(Status::Done) => vec![ended("done")],
+        Some(Status::Cancelled) => vec![ended("cancelled")],
+        Some(Status::Dead) => vec![ended("dead"), open],
+    }
+}
+
 pub(crate) fn list(conn: &Connection, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError> {
     reading(conn, |conn| {
-        let mut stmt = conn.prepare_cached(SELECT_IDS).map_err(error::sql(conn))?;
         let queue = filter.queue.as_ref().map(QueueName::as_str);
         let after = filter.after.as_ref().map(JobId::as_str);
-        let mut rows = stmt.query([queue, after]).map_err(error::sql(conn))?;
-        let mut found = Vec::new();
-        while found.len() < filter.limit {
-            let Some(row) = rows.next().map_err(error::sql(conn))? else {
-                break;
-            };
-            let id: String = row.get(0).map_err(error::sql(conn))?;
-            let id = JobId::stored(id)
-                .map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))?;
-            let Some(job) = load(conn, &id)? else {
-                continue;
-            };
-            if filter.status.is_none_or(|s| job.status_at(filter.now) == s) {
-                found.push(JobRecord { id, job });
+        let mut found: Vec<JobRecord> = Vec::new();
+        // Each statement gives ids in order; with two (dead: recorded, or of an expired last
+        // attempt), each gives its first `limit` matches and the merge keeps the first.
+        for (sql, end) in id_statements(filter) {
+            let mut stmt = conn.prepare_cached(sql).map_err(error::sql(conn))?;
+            let mut rows = if sql == SELECT_IDS {
+                stmt.query(rusqlite::params![queue, after])
+            } else {
+                stmt.query(rusqlite::params![queue, after.unwrap_or(""), end])
+            }
+            .map_err(error::sql(conn))?;
+            let mut taken = 0;
+            while taken < filter.limit {
+                let Some(row) = rows.next().map_err(error::sql(conn))? else {
+                    break;
+                };
+                let id: String = row.get(0).map_err(error::sql(conn))?;
+                let id = JobId::stored(id)
+                    .map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))?;
+                let Some(job) = load(conn, &id)? else {
+                    continue;
+                };
+                if filter.status.is_none_or(|s| job.status_at(filter.now) == s) {
+                    found.push(JobRecord { id, job });
+                    taken += 1;
+                }
             }
         }
+        found.sort_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
+        found.truncate(filter.limit);
         Ok(found)
     })
 }
@@ -59,7 +122,7 @@ pub(crate) fn stats(conn: &Connection, now: Timestamp) -> Result<Vec<StatsRow>, 
         let mut stmt = conn
             .prepare_cached(SELECT_STATS)
             .map_err(error::sql(conn))?;
-        let groups = stmt
+        let mut groups = stmt
             .query_map([now.get()], |r| {
                 Ok(StoredGroup {
                     queue: r.get(0)?,
@@ -72,6 +135,24 @@ pub(crate) fn stats(conn: &Connection, now: Timestamp) -> Result<Vec<StatsRow>, 
             })
             .and_then(Iterator::collect::<Result<Vec<_>, _>>)
             .map_err(error::sql(conn))?;
+        let mut stmt = conn
+            .prepare_cached(SELECT_FINISHED)
+            .map_err(error::sql(conn))?;
+        let finished = stmt
+            .query_map([], |r| {
+                let end: String = r.get(1)?;
+                Ok(StoredGroup {
+                    queue: r.get(0)?,
+                    done: end == "done",
+                    ended: (end != "done").then_some(end),
+                    live: false,
+                    exhausted: false,
+                    count: r.get(2)?,
+                })
+            })
+            .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+            .map_err(error::sql(conn))?;
+        groups.extend(finished);
         let judged = groups
             .into_iter()
             .map(StoredGroup::decode)
@@ -151,8 +232,8 @@ const SELECT_DUE: &str = "SELECT coalesce(q.queue, 'default'), count(*), \
     ELSE max(coalesce(q.run_at, -1.7976931348623157e308), \
     CASE WHEN j.fence > 0 THEN j.until ELSE -1.7976931348623157e308 END, \
     coalesce(q.updated, -1.7976931348623157e308)) END) \
-    FROM jobs j LEFT JOIN jobs_queue q ON q.id = j.id \
-    WHERE j.done = 0 AND q.finished IS NULL AND j.until <= ?1 \
+    FROM jobs_queue q INDEXED BY jobs_queue_status_all CROSS JOIN jobs j ON j.id = q.id \
+    WHERE q.finished IS NULL AND j.done = 0 AND j.until <= ?1 \
     AND coalesce(q.attempts, 0) < max(coalesce(q.max_attempts, 5), 1) \
     AND (q.run_at IS NULL OR q.run_at <= ?1) GROUP BY 1 ORDER BY 1";
 
@@ -173,12 +254,9 @@ macro_rules! minute {
     };
 }
 
-const SELECT_COMPLETIONS: &str = concat!(
-    "SELECT q.queue, ",
-    minute!("q.updated"),
-    ", count(*) FROM jobs j JOIN jobs_queue q ON q.id = j.id \
-     WHERE j.done = 1 AND q.updated >= ?1 GROUP BY 1, 2"
-);
+/// Completions per queue and minute, counted by migration 6's triggers.
+const SELECT_COMPLETIONS: &str =
+    "SELECT queue, minute, n FROM lease_completions WHERE minute >= ?1";
 
 const SELECT_REFUSED: &str = concat!(
     "SELECT q.queue, ",
