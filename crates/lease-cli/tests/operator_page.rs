@@ -10,6 +10,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use chromiumoxide::cdp::browser_protocol::emulation::{
+    MediaFeature, SetDeviceMetricsOverrideParams,
+};
 use chromiumoxide::cdp::browser_protocol::log::{EventEntryAdded, LogEntryLevel};
 use chromiumoxide::cdp::browser_protocol::page::CaptureScreenshotFormat;
 use chromiumoxide::cdp::js_protocol::runtime::{
@@ -537,6 +540,42 @@ async fn a_viewer_has_no_actions_and_a_forged_cross_site_request_is_refused() {
         .until("the note on the audit trail", "!document.getElementById('audit-off').hidden && document.getElementById('audit-off').innerText.includes('--audit')")
         .await;
     session.screenshot("7-viewer-overview").await;
+    // On a phone, in a dark theme: the page follows the system's colours, and nothing but
+    // the tables' own scrolling areas is wider than the screen.
+    session
+        .page
+        .execute(SetDeviceMetricsOverrideParams::new(390, 844, 2.0, true))
+        .await
+        .unwrap();
+    session
+        .page
+        .emulate_media_features(vec![MediaFeature::new("prefers-color-scheme", "dark")])
+        .await
+        .unwrap();
+    session
+        .until(
+            "the dark theme",
+            "getComputedStyle(document.body).backgroundColor === 'rgb(17, 19, 21)'",
+        )
+        .await;
+    assert_eq!(
+        session
+            .eval("document.documentElement.scrollWidth <= window.innerWidth")
+            .await,
+        json!(true),
+        "the page is wider than a phone's screen"
+    );
+    session.screenshot("7b-viewer-overview-phone-dark").await;
+    session
+        .page
+        .execute(SetDeviceMetricsOverrideParams::new(1280, 900, 1.0, false))
+        .await
+        .unwrap();
+    session
+        .page
+        .emulate_media_features(vec![MediaFeature::new("prefers-color-scheme", "light")])
+        .await
+        .unwrap();
     session.visit("#/job/target").await;
     session.job_page("target").await;
     let visible_buttons = "[...document.querySelectorAll('button')].filter(b => b.offsetParent !== null).map(b => b.innerText)";
