@@ -2,8 +2,9 @@
 -- of each queue are counted by triggers as they change, so `stats` reads the counts and the
 -- open jobs only; completions are counted per queue and minute (of the job's last change) the
 -- same way, so the last hour's chart reads at most sixty rows a queue (a purge does not take
--- a completion out of it); and jobs are indexed by queue, end and id, so a page of one status
--- is read in id order from where the last ended.
+-- a completion out of it); and finished jobs are indexed by queue, end and id, so a page of
+-- one end is read in id order from where the last ended (open jobs are found through the
+-- ready set's two indexes; new jobs are not indexed here, so enqueues do not pay for it).
 -- Frozen: a released migration is never edited (its checksum is recorded in lease_migrations
 -- and checked at every open). Runs once per file, when it is created or upgraded from an
 -- older version.
@@ -53,5 +54,4 @@ CREATE TRIGGER lease_completions_update AFTER UPDATE OF finished ON jobs_queue
         - (new.updated < 0 AND new.updated / 60 <> CAST(new.updated / 60 AS INTEGER))) * 60, 1)
         ON CONFLICT DO UPDATE SET n = n + 1;
 END;
-CREATE INDEX jobs_queue_status ON jobs_queue(queue, finished, id);
-CREATE INDEX jobs_queue_status_all ON jobs_queue(finished, id);
+CREATE INDEX jobs_queue_ended ON jobs_queue(queue, finished, id) WHERE finished IS NOT NULL;

@@ -13,28 +13,49 @@ use crate::tx::reading;
 pub(crate) const SELECT_IDS: &str = "SELECT id FROM jobs WHERE (?1 IS NULL OR id IN \
     (SELECT id FROM jobs_queue WHERE queue = ?1)) AND (?2 IS NULL OR id > ?2) ORDER BY id";
 
-/// The inputs of the status rule for the open jobs (no end recorded: `finished IS NULL`, read
-/// through the status index, which the planner would otherwise pass over for the one that
-/// gives the queue order, scanning every row), grouped: the domain judges each group.
-pub(crate) const SELECT_STATS: &str = "SELECT q.queue, j.done, q.finished, j.until > ?1, \
-    coalesce(q.attempts, 0) >= max(coalesce(q.max_attempts, 5), 1), count(*) \
-    FROM jobs_queue q INDEXED BY jobs_queue_status_all CROSS JOIN jobs j ON j.id = q.id \
-    WHERE q.finished IS NULL GROUP BY 1, 2, 3, 4, 5";
+/// The open jobs (no end recorded), with the columns the status rule and the overview read:
+/// those the ready set holds (`jobs_queue_ready`) and those it keeps out while a lease runs
+/// (`jobs_queue_leased`), each read through its own partial index. Without `INDEXED BY`
+/// the planner may scan every row of the table instead.
+macro_rules! open_jobs {
+    () => {
+        "(SELECT q.id AS id, q.queue AS queue, q.finished AS finished, q.run_at AS run_at, \
+         q.updated AS updated, q.attempts AS attempts, q.max_attempts AS max_attempts, \
+         j.done AS done, j.until AS until, j.fence AS fence \
+         FROM jobs_queue q INDEXED BY jobs_queue_ready CROSS JOIN jobs j ON j.id = q.id \
+         WHERE q.finished IS NULL AND q.leased_until IS NULL \
+         UNION ALL SELECT q.id, q.queue, q.finished, q.run_at, q.updated, q.attempts, \
+         q.max_attempts, j.done, j.until, j.fence \
+         FROM jobs_queue q INDEXED BY jobs_queue_leased CROSS JOIN jobs j ON j.id = q.id \
+         WHERE q.finished IS NULL AND q.leased_until IS NOT NULL)"
+    };
+}
+
+/// The inputs of the status rule for the open jobs, grouped: the domain judges each group.
+pub(crate) const SELECT_STATS: &str = concat!(
+    "SELECT queue, done, finished, until > ?1, \
+     coalesce(attempts, 0) >= max(coalesce(max_attempts, 5), 1), count(*) FROM ",
+    open_jobs!(),
+    " GROUP BY 1, 2, 3, 4, 5"
+);
 
 /// The finished jobs, counted by migration 6's triggers as they change.
 const SELECT_FINISHED: &str = "SELECT queue, finished, n FROM lease_finished WHERE n <> 0";
 
-/// The ids `list` reads, in id order from after `?2` (the empty string: from the start): of
-/// queue `?1` (or any: NULL) with `finished` `?3` (or none recorded: NULL), through the
-/// status index. Each statement names all three parameters.
-const SELECT_IDS_ENDED: &str = "SELECT id FROM jobs_queue \
-    WHERE ?1 IS NULL AND finished = ?3 AND id > ?2 ORDER BY id";
-const SELECT_IDS_ENDED_IN: &str = "SELECT id FROM jobs_queue \
+/// The ids `list` reads, in id order from after `?2` (the empty string: from the start): the
+/// finished jobs of queue `?1` that ended `?3` (through their index), and the open jobs of
+/// queue `?1` (or of any: NULL). Each statement names all three parameters.
+const SELECT_IDS_ENDED_IN: &str = "SELECT id FROM jobs_queue INDEXED BY jobs_queue_ended \
     WHERE queue = ?1 AND finished = ?3 AND id > ?2 ORDER BY id";
-const SELECT_IDS_OPEN: &str = "SELECT id FROM jobs_queue \
-    WHERE ?1 IS NULL AND ?3 IS NULL AND finished IS NULL AND id > ?2 ORDER BY id";
-const SELECT_IDS_OPEN_IN: &str = "SELECT id FROM jobs_queue \
-    WHERE queue = ?1 AND ?3 IS NULL AND finished IS NULL AND id > ?2 ORDER BY id";
+const SELECT_IDS_OPEN: &str = concat!(
+    "SELECT id FROM ",
+    open_jobs!(),
+    " WHERE (?1 IS NULL OR queue = ?1) AND ?3 IS NULL AND id > ?2 ORDER BY id"
+);
+
+/// The queues with finished jobs that ended `?1` (those whose pages `list` merges).
+const SELECT_ENDED_QUEUES: &str =
+    "SELECT queue FROM lease_finished WHERE finished = ?1 AND n > 0 ORDER BY queue";
 
 pub(crate) fn state(conn: &Connection, id: &JobId) -> Result<Option<JobState>, StoreError> {
     Ok(load(conn, id)?.map(|job| JobState::new(id, job)))
@@ -47,46 +68,52 @@ pub(crate) fn record(conn: &Connection, id: &JobId) -> Result<Option<JobRecord>,
     }))
 }
 
-/// The statements whose ids hold every job `filter` can match: all ids, or those of one
-/// recorded end; a job without one (pending, running, or dead of its last expired attempt)
-/// is among the open ids.
-fn id_statements(filter: &ListFilter) -> Vec<(&'static str, Option<&'static str>)> {
-    let queue = filter.queue.is_some();
-    let ended = |end: &'static str| {
-        (
-            if queue {
-                SELECT_IDS_ENDED_IN
-            } else {
-                SELECT_IDS_ENDED
-            },
-            Some(end),
-        )
+/// One place ids are read from: the statement, its queue and its end.
+type IdSource = (&'static str, Option<String>, Option<&'static str>);
+
+/// Where the ids `filter` can match are read: (statement, queue, end). A job without a
+/// recorded end (pending, running, or dead of its last expired attempt) is among the open
+/// ids; an end's ids are read queue by queue (each an index range in id order) and merged.
+fn id_sources(conn: &Connection, filter: &ListFilter) -> Result<Vec<IdSource>, StoreError> {
+    let queue = filter.queue.as_ref().map(|q| q.as_str().to_owned());
+    let ended = |end: &'static str| -> Result<Vec<_>, StoreError> {
+        let queues = match &queue {
+            Some(queue) => vec![queue.clone()],
+            None => {
+                let mut stmt = conn
+                    .prepare_cached(SELECT_ENDED_QUEUES)
+                    .map_err(error::sql(conn))?;
+                stmt.query_map([end], |r| r.get::<_, String>(0))
+                    .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+                    .map_err(error::sql(conn))?
+            }
+        };
+        Ok(queues
+            .into_iter()
+            .map(|q| (SELECT_IDS_ENDED_IN, Some(q), Some(end)))
+            .collect())
     };
-    let open = (
-        if queue {
-            SELECT_IDS_OPEN_IN
-        } else {
-            SELECT_IDS_OPEN
-        },
-        None,
-    );
-    match filter.status {
-        None => vec![(SELECT_IDS, None)],
+    let open = (SELECT_IDS_OPEN, queue.clone(), None);
+    Ok(match filter.status {
+        None => vec![(SELECT_IDS, queue.clone(), None)],
         Some(Status::Pending | Status::Running) => vec![open],
-        Some(Status::Done) => vec![ended("done")],
-        Some(Status::Cancelled) => vec![ended("cancelled")],
-        Some(Status::Dead) => vec![ended("dead"), open],
-    }
+        Some(Status::Done) => ended("done")?,
+        Some(Status::Cancelled) => ended("cancelled")?,
+        Some(Status::Dead) => {
+            let mut sources = ended("dead")?;
+            sources.push(open);
+            sources
+        }
+    })
 }
 
 pub(crate) fn list(conn: &Connection, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError> {
     reading(conn, |conn| {
-        let queue = filter.queue.as_ref().map(QueueName::as_str);
         let after = filter.after.as_ref().map(JobId::as_str);
         let mut found: Vec<JobRecord> = Vec::new();
-        // Each statement gives ids in order; with two (dead: recorded, or of an expired last
-        // attempt), each gives its first `limit` matches and the merge keeps the first.
-        for (sql, end) in id_statements(filter) {
+        // Each source gives ids in order; each gives its first `limit` matches and the merge
+        // keeps the first `limit` of all.
+        for (sql, queue, end) in id_sources(conn, filter)? {
             let mut stmt = conn.prepare_cached(sql).map_err(error::sql(conn))?;
             let mut rows = if sql == SELECT_IDS {
                 stmt.query(rusqlite::params![queue, after])
@@ -227,15 +254,17 @@ pub(crate) fn audit_rows(
 /// The waiting jobs per queue (`Job::is_waiting_at`: not done or ended, no live lease, an
 /// attempt left, due) and the earliest `Job::waiting_since` among them (SQLite's `max()`
 /// of several values is NULL when one is, so a missing value counts as the least `f64`).
-const SELECT_DUE: &str = "SELECT coalesce(q.queue, 'default'), count(*), \
-    min(CASE WHEN q.run_at IS NULL AND j.fence = 0 AND q.updated IS NULL THEN NULL \
-    ELSE max(coalesce(q.run_at, -1.7976931348623157e308), \
-    CASE WHEN j.fence > 0 THEN j.until ELSE -1.7976931348623157e308 END, \
-    coalesce(q.updated, -1.7976931348623157e308)) END) \
-    FROM jobs_queue q INDEXED BY jobs_queue_status_all CROSS JOIN jobs j ON j.id = q.id \
-    WHERE q.finished IS NULL AND j.done = 0 AND j.until <= ?1 \
-    AND coalesce(q.attempts, 0) < max(coalesce(q.max_attempts, 5), 1) \
-    AND (q.run_at IS NULL OR q.run_at <= ?1) GROUP BY 1 ORDER BY 1";
+const SELECT_DUE: &str = concat!(
+    "SELECT queue, count(*), \
+     min(CASE WHEN run_at IS NULL AND fence = 0 AND updated IS NULL THEN NULL \
+     ELSE max(coalesce(run_at, -1.7976931348623157e308), \
+     CASE WHEN fence > 0 THEN until ELSE -1.7976931348623157e308 END, \
+     coalesce(updated, -1.7976931348623157e308)) END) FROM ",
+    open_jobs!(),
+    " WHERE done = 0 AND until <= ?1 \
+     AND coalesce(attempts, 0) < max(coalesce(max_attempts, 5), 1) \
+     AND (run_at IS NULL OR run_at <= ?1) GROUP BY 1 ORDER BY 1"
+);
 
 /// The start of the minute of a time column (no `floor()` in this SQLite build).
 macro_rules! minute {

@@ -16,7 +16,7 @@ pub const APPLICATION_ID: i32 = 0x4C45_4153;
 /// The released migrations, frozen (`migrations/*.sql`). Version 1 is the contract's `jobs`
 /// table, version 2 the work queue beside it, version 3 the audit trail's table, version 4 the
 /// ready set that leaves held jobs out of claim order, version 5 the network service's lease
-/// tokens and API keys, version 6 the overview's counters and the status index.
+/// tokens and API keys, version 6 the overview's counters and the index of finished jobs.
 pub(crate) const MIGRATIONS: [Migration; 6] = [
     Migration {
         version: 1,
@@ -466,7 +466,7 @@ mod tests {
         "921260be82b4a9a3180ddbb59bd347469d61457937659996082d1d84db6e1646",
         "8a70489b1f553d7c64a3dca80914b045d2c4ddd3884f027d948dc19d5e125789",
         "57b6fe7f51c4b1c7a027146d7bba79530d21e88b924e4433f7dfd20ecd362361",
-        "ec87d9f36fac7620a08ac188c0489f043ab05e1d5d3c08a1b0234369e5b5fd1c",
+        "0c3ba251640cb5405104e4acb0bd48161be6c98c75c29639b18753c1485e4f37",
     ];
 
     #[test]
