@@ -487,6 +487,22 @@ async fn an_admin_sees_counts_and_a_refused_stale_write_live_pages_the_jobs_and_
     session.cancel_on_page("4-confirm-cancel").await;
     assert_eq!(status(&server, &worker, "bulk-100"), "cancelled");
     session.screenshot("5-job-cancelled").await;
+    // Retry puts it back in the queue.
+    session.click("#retry-job").await;
+    session
+        .until(
+            "the confirmation",
+            "document.getElementById('confirm').open",
+        )
+        .await;
+    session.click("#confirm-yes").await;
+    session
+        .until(
+            "the pending status",
+            "[...document.querySelectorAll('#job-fields dd')].some(d => d.innerText === 'pending')",
+        )
+        .await;
+    assert_eq!(status(&server, &worker, "bulk-100"), "pending");
 
     // The stale job's own page: B's result and fence stand, and A's refusal is listed.
     session.visit("#/job/invoice-42").await;
@@ -503,6 +519,31 @@ async fn an_admin_sees_counts_and_a_refused_stale_write_live_pages_the_jobs_and_
         )
         .await;
     session.screenshot("6b-overview-with-activity").await;
+    // Purge the done jobs last changed before now: invoice-42 goes; the API no longer has it.
+    session
+        .eval("document.getElementById('purge-age').value = '0'")
+        .await;
+    session.click("#purge-form button").await;
+    session
+        .until(
+            "the confirmation",
+            "document.getElementById('confirm').open",
+        )
+        .await;
+    session.click("#confirm-yes").await;
+    session
+        .until(
+            "the purge's answer",
+            "document.getElementById('status-line').innerText === 'Purged 1 job.'",
+        )
+        .await;
+    let (code, _) = server.call(
+        "GET",
+        "/v1/jobs/invoice-42",
+        &[("Authorization", &bearer(&worker))],
+        "",
+    );
+    assert_eq!(code, 404, "the purged job is gone");
     // The page logged nothing wrong up to here (the browser reports the stream's end below).
     session.assert_no_errors();
     // SIGTERM while the page's event stream is open: the stream ends and the server drains

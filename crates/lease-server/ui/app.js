@@ -401,7 +401,7 @@ async function purge(event) {
   if (!(await confirmed(text))) return;
   try {
     const answer = await api('POST', '/v1/purge', { before, statuses });
-    say(`Purged ${num(answer.purged)} jobs.`);
+    say(`Purged ${num(answer.purged)} ${answer.purged === 1 ? 'job' : 'jobs'}.`);
   } catch (e) {
     say(`Purge: ${e.message}`);
   }
