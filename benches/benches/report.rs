@@ -817,6 +817,7 @@ fn main() {
         api::rows(&plan, dir.path(), queue_jobs(&plan), queue_store, &mut rows);
     } else if overview_only {
         overview::rows(&plan, dir.path(), &mut rows);
+        signal_note = overview::pg_rows(&plan, &mut rows);
     } else if pg_signal_only {
         signal_note = pg::signal_rows_only(&plan, &mut rows);
     } else if pg_loop_only {
@@ -842,7 +843,7 @@ fn main() {
             claim_next_live_leases(&plan, dir.path(), &mut rows);
         }
     }
-    let pg_note = if pg_signal_only {
+    let pg_note = if pg_signal_only || overview_only {
         signal_note
     } else if queue_only || live_only || enqueue_only || pg_loop_only || api_only || overview_only {
         None

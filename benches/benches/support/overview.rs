@@ -11,6 +11,11 @@ use lease_domain::Timestamp;
 use lease_sqlite::{SqliteLeaseStore, SqliteOptions};
 use rusqlite::Connection;
 
+use lease_domain::{QueueName, Status};
+use lease_ports::overview::Overview;
+use lease_ports::{LeaseStore, ListFilter};
+use lease_postgres::{PgLeaseStore, PgOptions, ScratchDatabase};
+
 use crate::harness::{Caller, Plan, Row, Run, summarize};
 
 fn wall_now() -> f64 {
@@ -218,4 +223,95 @@ pub(crate) fn rows(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
         )
     });
     drop(runtime);
+}
+
+/// The same reads on PostgreSQL, through the store (no HTTP): the overview's (`stats` with
+/// `due`, the newest refusals, the last hour's activity) and a page of 50 pending jobs of one
+/// queue, over `total` jobs made by one `INSERT ... SELECT` (1% pending). Skipped, with a
+/// note, when no server answers.
+pub(crate) fn pg_rows(plan: &Plan, rows: &mut Vec<Row>) -> Option<String> {
+    if std::net::TcpStream::connect("127.0.0.1:5432").is_err() {
+        return Some("PostgreSQL overview rows skipped: no server on 127.0.0.1:5432".to_owned());
+    }
+    let total: u64 = if plan.big_table > 10_000 {
+        1_000_000
+    } else {
+        20_000
+    };
+    let now = wall_now();
+    let db = ScratchDatabase::create();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let options = PgOptions {
+        audit: Some(1_000),
+        ..PgOptions::default()
+    };
+    let store = runtime
+        .block_on(PgLeaseStore::init(db.url(), options))
+        .expect("init");
+    let built = Instant::now();
+    db.execute(&format!(
+        "INSERT INTO lease.jobs(id, queue, owner, until, fence, result, done, updated, \
+         result_fence, attempts) SELECT 'job-' || lpad(i::text, 8, '0'), 'q' || (i % 5), \
+         CASE WHEN i % 100 = 0 THEN NULL ELSE 'w' END, \
+         CASE WHEN i % 100 = 0 THEN 0 ELSE {now} - (i % 7200) END, \
+         CASE WHEN i % 100 = 0 THEN 0 ELSE 1 END, CASE WHEN i % 100 = 0 THEN NULL ELSE 'ok' END, \
+         i % 100 <> 0, {now} - (i % 7200), CASE WHEN i % 100 = 0 THEN NULL ELSE 1 END, \
+         CASE WHEN i % 100 = 0 THEN 0 ELSE 1 END FROM generate_series(0, {}) i; ANALYZE lease.jobs",
+        total - 1
+    ))
+    .expect("insert jobs");
+    let at = Timestamp::new(now).expect("finite");
+    let n = if total > 100_000 { 10 } else { 3 };
+    let label = |what: &str| format!("pg {what}, {total} jobs (1% pending)");
+    let overview = rounds(&runtime, n, || async {
+        let refusals = lease_ports::audit::AuditFilter {
+            job: None,
+            since: None,
+            limit: 50,
+        };
+        let (stats, due, refused, activity) = tokio::join!(
+            store.stats(at),
+            store.due(at),
+            lease_ports::audit::AuditTrail::refusals(&store, &refusals),
+            store.activity(Timestamp::new(now - 3600.0).expect("finite")),
+        );
+        drop((
+            stats.expect("stats"),
+            due.expect("due"),
+            refused.expect("refusals"),
+            activity.expect("activity"),
+        ));
+    });
+    rows.push(summarize(
+        &label("store: the overview's reads (stats, due, refusals, activity)"),
+        1,
+        total,
+        &[overview],
+        true,
+    ));
+    let filter = ListFilter {
+        queue: Some(QueueName::new("q1").expect("queue")),
+        status: Some(Status::Pending),
+        limit: 50,
+        after: None,
+        now: at,
+    };
+    let page = rounds(&runtime, n, || async {
+        drop(store.list(&filter).await.expect("list"));
+    });
+    rows.push(summarize(
+        &label("store: 50 pending jobs of one queue"),
+        1,
+        total,
+        &[page],
+        true,
+    ));
+    Some(format!(
+        "PostgreSQL overview: {total} jobs built in {:.1} s",
+        built.elapsed().as_secs_f64()
+    ))
 }
