@@ -84,13 +84,23 @@ fn query_time(text: Option<&str>, parameter: &str) -> Result<Option<f64>, Proble
 
 /// A page size given in a query string: 1 to 1,000, `default` when it is absent.
 fn page_limit(text: Option<&str>, default: usize) -> Result<usize, Problem> {
+    count_param(text, "limit", default, MAX_PAGE)
+}
+
+/// A count from the query string: `default` when absent, else 1 to `max`.
+fn count_param(
+    text: Option<&str>,
+    name: &str,
+    default: usize,
+    max: usize,
+) -> Result<usize, Problem> {
     match text {
         None => Ok(default),
         Some(text) => text
             .parse::<usize>()
             .ok()
-            .filter(|n| (1..=MAX_PAGE).contains(n))
-            .ok_or_else(|| Problem::invalid("parameter `limit` must be from 1 to 1000")),
+            .filter(|n| (1..=max).contains(n))
+            .ok_or_else(|| Problem::invalid(format!("parameter `{name}` must be from 1 to {max}"))),
     }
 }
 
@@ -101,11 +111,11 @@ fn term(now: Timestamp, ttl: f64) -> Result<LeaseTerm, Problem> {
     LeaseTerm::new(now.get(), ttl).map_err(|e| bad_value("ttl", &e))
 }
 
-fn json_response(status: StatusCode, body: Value) -> Response {
+pub(crate) fn json_response(status: StatusCode, body: Value) -> Response {
     (status, Json(body)).into_response()
 }
 
-fn no_store(mut response: Response) -> Response {
+pub(crate) fn no_store(mut response: Response) -> Response {
     response
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -1305,18 +1315,12 @@ pub(crate) async fn activity(
     authenticate(&app, &headers, Scope::Viewer).await?;
     let Query(query) =
         query.map_err(|_| Problem::malformed("the query string could not be read"))?;
-    let minutes = match query.minutes.as_deref() {
-        None => 60,
-        Some(text) => text
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=MAX_ACTIVITY_MINUTES).contains(n))
-            .ok_or_else(|| {
-                Problem::invalid(format!(
-                    "parameter `minutes` must be from 1 to {MAX_ACTIVITY_MINUTES}"
-                ))
-            })?,
-    };
+    let minutes = count_param(
+        query.minutes.as_deref(),
+        "minutes",
+        60,
+        MAX_ACTIVITY_MINUTES,
+    )?;
     let now = now(&app, query_time(query.now.as_deref(), "now")?)?;
     Ok(json_response(
         StatusCode::OK,

@@ -80,6 +80,14 @@ pub fn new_lease_token() -> Result<(String, TokenDigest), RandomUnavailable> {
     Ok((token, digest))
 }
 
+/// A session's nonce: 128 bits from the OS, base64url.
+///
+/// # Errors
+/// [`RandomUnavailable`].
+pub fn new_session_nonce() -> Result<String, RandomUnavailable> {
+    Ok(URL_SAFE_NO_PAD.encode(random::<16>()?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -102,15 +102,13 @@ pub(crate) fn issue(
     digest: &TokenDigest,
     expires: u64,
 ) -> Result<(String, String), Problem> {
-    let mut bytes = [0_u8; 16];
-    getrandom::fill(&mut bytes).map_err(|_| {
+    let nonce = crate::secrets::new_session_nonce().map_err(|_| {
         Problem::new(
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
             "unavailable",
             "the OS random source failed; try again",
         )
     })?;
-    let nonce = URL_SAFE_NO_PAD.encode(bytes);
     let value = format!(
         "{key}.{expires}.{nonce}.{}",
         mac(digest, key, expires, &nonce)

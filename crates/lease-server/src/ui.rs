@@ -21,6 +21,7 @@ use tokio::sync::watch;
 use utoipa::ToSchema;
 
 use crate::App;
+use crate::api::{json_response, no_store};
 use crate::auth::{authenticate, check_key, session_of};
 use crate::input::{Kind, json_body, required};
 use crate::limits::Class;
@@ -104,13 +105,9 @@ fn session_json(app: &App, principal: &str, scope: Scope, expires: u64, csrf: &s
     })
 }
 
-fn no_store(status: StatusCode, body: &Value) -> Response {
-    (
-        status,
-        [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))],
-        axum::Json(body),
-    )
-        .into_response()
+/// A session's answer: never cached.
+fn session_answer(status: StatusCode, body: Value) -> Response {
+    no_store(json_response(status, body))
 }
 
 #[utoipa::path(post, path = "/v1/sessions", tag = "page",
@@ -148,7 +145,7 @@ pub(crate) async fn sign_in(
         expires,
         &csrf,
     );
-    let mut response = no_store(StatusCode::CREATED, &view);
+    let mut response = session_answer(StatusCode::CREATED, view);
     response.headers_mut().insert(
         header::SET_COOKIE,
         session::set_cookie(&cookie, ttl, app.config.secure_cookies),
@@ -162,9 +159,9 @@ pub(crate) async fn sign_in(
     ))]
 pub(crate) async fn session(State(app): AppState, headers: HeaderMap) -> Response {
     match session_of(&app, &headers).await {
-        Some((record, expires, csrf)) => no_store(
+        Some((record, expires, csrf)) => session_answer(
             StatusCode::OK,
-            &session_json(
+            session_json(
                 &app,
                 record.principal.as_str(),
                 record.scope,
@@ -172,7 +169,7 @@ pub(crate) async fn session(State(app): AppState, headers: HeaderMap) -> Respons
                 &csrf,
             ),
         ),
-        None => no_store(StatusCode::OK, &json!({ "signed_in": false })),
+        None => session_answer(StatusCode::OK, json!({ "signed_in": false })),
     }
 }
 
