@@ -3,11 +3,12 @@
 //! store could have written (an unknown status, a negative fence or count) is
 //! [`StoreError::Corrupt`], never read as 0 or dropped.
 
-use lease_domain::{AuditReason, Ended, Fence, QueueName, Status};
+use lease_domain::{AuditReason, Ended, Fence, QueueName, Status, Timestamp};
 
 use crate::StatusGroup;
 use crate::StoreError;
 use crate::audit::AuditRow;
+use crate::overview::DueRow;
 
 /// A stored count (`count(*)`, attempts) that must not be negative.
 ///
@@ -64,14 +65,77 @@ impl StoredGroup {
     /// [`StoreError::Corrupt`] for an invalid queue name, an unknown end or a negative count.
     pub fn decode(self) -> Result<StatusGroup, StoreError> {
         Ok(StatusGroup {
-            queue: QueueName::stored(self.queue)
-                .map_err(|e| StoreError::Corrupt(format!("stored queue: {e}").into()))?,
+            queue: queue(self.queue)?,
             done: self.done,
             ended: ended(self.ended.as_deref(), "stored end")?,
             live: self.live,
             exhausted: self.exhausted,
             count: count(self.count, "a stats group's count")?,
         })
+    }
+}
+
+fn queue(name: String) -> Result<QueueName, StoreError> {
+    QueueName::stored(name).map_err(|e| StoreError::Corrupt(format!("stored queue: {e}").into()))
+}
+
+fn time(t: f64, what: &str) -> Result<Timestamp, StoreError> {
+    Timestamp::new(t).map_err(|_| StoreError::Corrupt(format!("{what} is {t}").into()))
+}
+
+/// One queue's row of `Overview::due`, as a store's query gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredDue {
+    /// The queue.
+    pub queue: String,
+    /// How many jobs wait (`count(*)`).
+    pub due: i64,
+    /// The earliest time one has waited since.
+    pub oldest: Option<f64>,
+}
+
+impl StoredDue {
+    /// The row as the port gives it.
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`] for an invalid queue name, a negative count or a time that is
+    /// not finite.
+    pub fn decode(self) -> Result<DueRow, StoreError> {
+        Ok(DueRow {
+            queue: queue(self.queue)?,
+            due: count(self.due, "a due count")?,
+            oldest_since: self
+                .oldest
+                .map(|t| time(t, "a due job's waiting time"))
+                .transpose()?,
+        })
+    }
+}
+
+/// One (queue, minute) count of `Overview::activity` (completions or refusals), as a store's
+/// query gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredMinute {
+    /// The queue.
+    pub queue: String,
+    /// The minute's start.
+    pub minute: f64,
+    /// How many (`count(*)`, or a kept count).
+    pub count: i64,
+}
+
+impl StoredMinute {
+    /// (queue, minute, count).
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`] for an invalid queue name, a minute that is not finite or a
+    /// negative count.
+    pub fn decode(self) -> Result<(QueueName, Timestamp, u64), StoreError> {
+        Ok((
+            queue(self.queue)?,
+            time(self.minute, "an activity minute")?,
+            count(self.count, "an activity count")?,
+        ))
     }
 }
 

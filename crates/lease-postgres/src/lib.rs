@@ -34,7 +34,7 @@ use lease_domain::{
     ClockMode, Command, EnqueueSpec, ErrorText, Fence, JobId, JobResult, LeaseTerm, Owner,
     QueueName, Retry, Status, Timestamp, Ttl, is_purgeable,
 };
-use lease_ports::codec::StoredGroup;
+use lease_ports::codec::{StoredDue, StoredGroup, StoredMinute};
 use lease_ports::{
     ClaimOutcome, CompleteAndClaim, FailOutcome, JobRecord, JobState, Lease, LeaseStore,
     ListFilter, StatsRow, StoreError, WriteOutcome, outcome_as,
@@ -118,16 +118,14 @@ impl PgOptions {
 impl lease_ports::overview::Overview for PgLeaseStore {
     async fn due(&self, now: Timestamp) -> Result<Vec<lease_ports::overview::DueRow>, StoreError> {
         let rows = self.read_rows(&self.sql.due, now.get()).await?;
-        let read = overview_read;
         rows.iter()
             .map(|row| {
-                let count: i64 = row.try_get(1).map_err(read)?;
-                let oldest: Option<f64> = row.try_get(2).map_err(read)?;
-                Ok(lease_ports::overview::DueRow {
-                    queue: stored_queue(row.try_get(0).map_err(read)?)?,
-                    due: u64::try_from(count).unwrap_or(0),
-                    oldest_since: oldest.map(stored_time).transpose()?,
-                })
+                StoredDue {
+                    queue: row.try_get(0).map_err(overview_read)?,
+                    due: row.try_get(1).map_err(overview_read)?,
+                    oldest: row.try_get(2).map_err(overview_read)?,
+                }
+                .decode()
             })
             .collect()
     }
@@ -140,15 +138,17 @@ impl lease_ports::overview::Overview for PgLeaseStore {
         let mut counts = Vec::new();
         for (sql, completed) in [(&self.sql.completions, true), (&self.sql.refused, false)] {
             for row in self.read_rows(sql, from).await? {
-                let n: i64 = row.try_get(2).map_err(overview_read)?;
-                let n = u64::try_from(n).unwrap_or(0);
-                let (c, r) = if completed { (n, 0) } else { (0, n) };
-                counts.push((
-                    stored_queue(row.try_get(0).map_err(overview_read)?)?,
-                    stored_time(row.try_get(1).map_err(overview_read)?)?,
-                    c,
-                    r,
-                ));
+                let (queue, minute, n) = StoredMinute {
+                    queue: row.try_get(0).map_err(overview_read)?,
+                    minute: row.try_get(1).map_err(overview_read)?,
+                    count: row.try_get(2).map_err(overview_read)?,
+                }
+                .decode()?;
+                counts.push(if completed {
+                    (queue, minute, n, 0)
+                } else {
+                    (queue, minute, 0, n)
+                });
             }
         }
         Ok(lease_ports::overview::minute_rows(counts))
@@ -157,14 +157,6 @@ impl lease_ports::overview::Overview for PgLeaseStore {
 
 fn overview_read(e: tokio_postgres::Error) -> StoreError {
     StoreError::Corrupt(lease_ports::Detail::caused_by(format!("overview: {e}"), e))
-}
-
-fn stored_queue(name: String) -> Result<QueueName, StoreError> {
-    QueueName::new(name).map_err(|e| StoreError::Corrupt(format!("stored queue name: {e}").into()))
-}
-
-fn stored_time(t: f64) -> Result<Timestamp, StoreError> {
-    Timestamp::new(t).map_err(|_| StoreError::Corrupt(format!("stored time {t}").into()))
 }
 
 /// A lease store in a PostgreSQL database.

@@ -1,8 +1,8 @@
 //! Reads outside any write: a job's state or record, a page of `list`, the `stats` groups
 //! judged by the domain, and the audit trail.
 
-use lease_domain::{JobId, QueueName, Status, Timestamp};
-use lease_ports::codec::{StoredAudit, StoredGroup};
+use lease_domain::{JobId, Status, Timestamp};
+use lease_ports::codec::{StoredAudit, StoredDue, StoredGroup, StoredMinute};
 use lease_ports::{JobRecord, JobState, ListFilter, StatsRow, StoreError};
 use rusqlite::Connection;
 
@@ -294,14 +294,6 @@ const SELECT_REFUSED: &str = concat!(
      WHERE a.time >= ?1 GROUP BY 1, 2"
 );
 
-fn queue_name(name: String) -> Result<QueueName, StoreError> {
-    QueueName::new(name).map_err(|e| StoreError::Corrupt(format!("stored queue name: {e}").into()))
-}
-
-fn stored_time(t: f64) -> Result<Timestamp, StoreError> {
-    Timestamp::new(t).map_err(|_| StoreError::Corrupt(format!("stored time {t}").into()))
-}
-
 pub(crate) fn due(
     conn: &Connection,
     now: Timestamp,
@@ -310,23 +302,15 @@ pub(crate) fn due(
         let mut stmt = conn.prepare_cached(SELECT_DUE).map_err(error::sql(conn))?;
         let rows = stmt
             .query_map([now.get()], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, Option<f64>>(2)?,
-                ))
+                Ok(StoredDue {
+                    queue: r.get(0)?,
+                    due: r.get(1)?,
+                    oldest: r.get(2)?,
+                })
             })
             .and_then(Iterator::collect::<Result<Vec<_>, _>>)
             .map_err(error::sql(conn))?;
-        rows.into_iter()
-            .map(|(queue, due, oldest)| {
-                Ok(lease_ports::overview::DueRow {
-                    queue: queue_name(queue)?,
-                    due: u64::try_from(due).unwrap_or(0),
-                    oldest_since: oldest.map(stored_time).transpose()?,
-                })
-            })
-            .collect()
+        rows.into_iter().map(StoredDue::decode).collect()
     })
 }
 
@@ -345,18 +329,21 @@ pub(crate) fn activity(
             let mut stmt = conn.prepare_cached(sql).map_err(error::sql(conn))?;
             let rows = stmt
                 .query_map([from], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, f64>(1)?,
-                        r.get::<_, i64>(2)?,
-                    ))
+                    Ok(StoredMinute {
+                        queue: r.get(0)?,
+                        minute: r.get(1)?,
+                        count: r.get(2)?,
+                    })
                 })
                 .and_then(Iterator::collect::<Result<Vec<_>, _>>)
                 .map_err(error::sql(conn))?;
-            for (queue, minute, n) in rows {
-                let n = u64::try_from(n).unwrap_or(0);
-                let (c, r) = if completed { (n, 0) } else { (0, n) };
-                counts.push((queue_name(queue)?, stored_time(minute)?, c, r));
+            for row in rows {
+                let (queue, minute, n) = row.decode()?;
+                counts.push(if completed {
+                    (queue, minute, n, 0)
+                } else {
+                    (queue, minute, 0, n)
+                });
             }
         }
         Ok(lease_ports::overview::minute_rows(counts))
