@@ -10,8 +10,10 @@ use crate::error;
 use crate::row::load;
 use crate::tx::reading;
 
+/// Every id (of queue `?1`, or of any), in id order from after `?2`; the same three
+/// parameters as the statements below (`?3`, an end, is NULL here).
 pub(crate) const SELECT_IDS: &str = "SELECT id FROM jobs WHERE (?1 IS NULL OR id IN \
-    (SELECT id FROM jobs_queue WHERE queue = ?1)) AND (?2 IS NULL OR id > ?2) ORDER BY id";
+    (SELECT id FROM jobs_queue WHERE queue = ?1)) AND id > ?2 AND ?3 IS NULL ORDER BY id";
 
 /// The open jobs (no end recorded), with the columns the status rule and the overview read:
 /// those the ready set holds (`jobs_queue_ready`) and those it keeps out while a lease runs
@@ -115,12 +117,9 @@ pub(crate) fn list(conn: &Connection, filter: &ListFilter) -> Result<Vec<JobReco
         // keeps the first `limit` of all.
         for (sql, queue, end) in id_sources(conn, filter)? {
             let mut stmt = conn.prepare_cached(sql).map_err(error::sql(conn))?;
-            let mut rows = if sql == SELECT_IDS {
-                stmt.query(rusqlite::params![queue, after])
-            } else {
-                stmt.query(rusqlite::params![queue, after.unwrap_or(""), end])
-            }
-            .map_err(error::sql(conn))?;
+            let mut rows = stmt
+                .query(rusqlite::params![queue, after.unwrap_or(""), end])
+                .map_err(error::sql(conn))?;
             let mut taken = 0;
             while taken < filter.limit {
                 let Some(row) = rows.next().map_err(error::sql(conn))? else {
