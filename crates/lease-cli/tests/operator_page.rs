@@ -183,22 +183,29 @@ impl Session {
         self.until("the job's page", &script).await;
     }
 
-    /// Cancels the job shown, confirming (the dialog's screenshot named `shot`), and waits
-    /// for its new status.
-    async fn cancel_on_page(&self, shot: &str) {
-        self.click("#cancel-job").await;
+    /// Clicks `button`, waits for the confirmation (keeping its screenshot as `shot`, if
+    /// named) and confirms.
+    async fn confirm(&self, button: &str, shot: Option<&str>) {
+        self.click(button).await;
         self.until(
             "the confirmation",
             "document.getElementById('confirm').open",
         )
         .await;
-        self.screenshot(shot).await;
+        if let Some(shot) = shot {
+            self.screenshot(shot).await;
+        }
         self.click("#confirm-yes").await;
-        self.until(
-            "the cancelled status",
-            "[...document.querySelectorAll('#job-fields dd')].some(d => d.innerText === 'cancelled')",
-        )
-        .await;
+    }
+
+    /// Acts on the job shown with `button`, confirming, and waits for its new `status`.
+    async fn act_on_job(&self, button: &str, status: &str, shot: Option<&str>) {
+        self.confirm(button, shot).await;
+        let script = format!(
+            "[...document.querySelectorAll('#job-fields dd')].some(d => d.innerText === {})",
+            json!(status)
+        );
+        self.until(&format!("the {status} status"), &script).await;
     }
 
     async fn click(&self, selector: &str) {
@@ -484,24 +491,13 @@ async fn an_admin_sees_counts_and_a_refused_stale_write_live_pages_the_jobs_and_
             .await,
         json!(false)
     );
-    session.cancel_on_page("4-confirm-cancel").await;
+    session
+        .act_on_job("#cancel-job", "cancelled", Some("4-confirm-cancel"))
+        .await;
     assert_eq!(status(&server, &worker, "bulk-100"), "cancelled");
     session.screenshot("5-job-cancelled").await;
     // Retry puts it back in the queue.
-    session.click("#retry-job").await;
-    session
-        .until(
-            "the confirmation",
-            "document.getElementById('confirm').open",
-        )
-        .await;
-    session.click("#confirm-yes").await;
-    session
-        .until(
-            "the pending status",
-            "[...document.querySelectorAll('#job-fields dd')].some(d => d.innerText === 'pending')",
-        )
-        .await;
+    session.act_on_job("#retry-job", "pending", None).await;
     assert_eq!(status(&server, &worker, "bulk-100"), "pending");
 
     // The stale job's own page: B's result and fence stand, and A's refusal is listed.
@@ -523,14 +519,7 @@ async fn an_admin_sees_counts_and_a_refused_stale_write_live_pages_the_jobs_and_
     session
         .eval("document.getElementById('purge-age').value = '0'")
         .await;
-    session.click("#purge-form button").await;
-    session
-        .until(
-            "the confirmation",
-            "document.getElementById('confirm').open",
-        )
-        .await;
-    session.click("#confirm-yes").await;
+    session.confirm("#purge-form button", None).await;
     session
         .until(
             "the purge's answer",
@@ -678,7 +667,9 @@ async fn a_viewer_has_no_actions_and_a_forged_cross_site_request_is_refused() {
     // (The screenshot also makes the tab paint again after the other tab closed; a click
     // sent before that paint is never answered.)
     session.screenshot("8b-admin-job-after-the-forgery").await;
-    session.cancel_on_page("8c-admin-confirms").await;
+    session
+        .act_on_job("#cancel-job", "cancelled", Some("8c-admin-confirms"))
+        .await;
     session.close().await;
     let (code, log) = server.stop();
     assert_eq!(code, Some(0), "{log}");
