@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use lease_client::{ClientOptions, HttpLeaseStore};
 use lease_domain::{Principal, Scope, Timestamp};
-use lease_ports::keys::{KeyRecord, KeyStore};
+use lease_ports::keys::KeyStore;
 use lease_ports::{LeaseStore, QueueName};
 use lease_server::{ServiceConfig, ServiceStore};
 use lease_sqlite::{SqliteLeaseStore, Synchronous};
@@ -37,14 +37,11 @@ pub(crate) fn serve_with(
     let service: Arc<dyn ServiceStore> = Arc::new(store.clone());
     runtime.block_on(async {
         store
-            .add_key(&KeyRecord {
-                id: made.id.clone(),
-                principal: Principal::new("bench").expect("principal"),
-                scope: Scope::Admin,
-                digest: made.digest,
-                created: Timestamp::ZERO,
-                revoked: None,
-            })
+            .add_key(&made.record(
+                Principal::new("bench").expect("principal"),
+                Scope::Admin,
+                Timestamp::ZERO,
+            ))
             .await
             .expect("key stored")
             .expect("key taken");

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use lease_domain::Timestamp;
-use lease_ports::keys::KeyRecord;
 use lease_server::{MetricsRender, ServiceConfig};
 use serde_json::json;
 
@@ -24,14 +23,7 @@ pub(crate) async fn keys(
     match request {
         KeysRequest::Create(principal, scope) => {
             let made = lease_server::secrets::new_key().map_err(|e| e.to_string())?;
-            let record = KeyRecord {
-                id: made.id.clone(),
-                principal: principal.clone(),
-                scope: *scope,
-                digest: made.digest,
-                created: now,
-                revoked: None,
-            };
+            let record = made.record(principal.clone(), *scope, now);
             match store.add_key(&record).await.map_err(|e| e.to_string())? {
                 Ok(()) => Ok(Report::new(
                     true,

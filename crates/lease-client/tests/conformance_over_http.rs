@@ -7,7 +7,6 @@ use std::sync::Arc;
 use lease_client::{ClientOptions, HttpLeaseStore};
 use lease_domain::{Principal, Scope, Timestamp};
 use lease_ports::LeaseStore;
-use lease_ports::keys::KeyRecord;
 use lease_ports::memory::MemoryLeaseStore;
 use lease_server::{ServiceConfig, ServiceStore};
 
@@ -29,14 +28,11 @@ async fn serve(
 ) -> (Arc<dyn LeaseStore>, Running) {
     let made = lease_server::secrets::new_key().expect("random");
     store
-        .add_key(&KeyRecord {
-            id: made.id.clone(),
-            principal: Principal::new("conformance").expect("principal"),
-            scope: Scope::Admin,
-            digest: made.digest,
-            created: Timestamp::ZERO,
-            revoked: None,
-        })
+        .add_key(&made.record(
+            Principal::new("conformance").expect("principal"),
+            Scope::Admin,
+            Timestamp::ZERO,
+        ))
         .await
         .expect("the key is stored")
         .expect("the key is taken");

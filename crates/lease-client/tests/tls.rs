@@ -6,7 +6,6 @@ use std::sync::Arc;
 use lease_client::{ClientOptions, HttpLeaseStore};
 use lease_domain::{JobId, Principal, Scope, Timestamp};
 use lease_ports::LeaseStore;
-use lease_ports::keys::KeyRecord;
 use lease_ports::memory::MemoryLeaseStore;
 use lease_server::tls::{TlsListener, server_config};
 use lease_server::{ServiceConfig, ServiceStore};
@@ -24,14 +23,11 @@ async fn an_https_server_is_reached_with_its_ca_and_refused_without_it() {
     let store: Arc<dyn ServiceStore> = Arc::new(MemoryLeaseStore::new());
     let api_key = lease_server::secrets::new_key().unwrap();
     store
-        .add_key(&KeyRecord {
-            id: api_key.id.clone(),
-            principal: Principal::new("ci").unwrap(),
-            scope: Scope::Worker,
-            digest: api_key.digest,
-            created: Timestamp::ZERO,
-            revoked: None,
-        })
+        .add_key(&api_key.record(
+            Principal::new("ci").unwrap(),
+            Scope::Worker,
+            Timestamp::ZERO,
+        ))
         .await
         .unwrap()
         .unwrap();

@@ -42,6 +42,26 @@ pub struct NewKey {
     pub digest: TokenDigest,
 }
 
+impl NewKey {
+    /// What the store keeps of this key for `principal`, live from `created`.
+    #[must_use]
+    pub fn record(
+        &self,
+        principal: lease_domain::Principal,
+        scope: lease_domain::Scope,
+        created: lease_domain::Timestamp,
+    ) -> lease_ports::keys::KeyRecord {
+        lease_ports::keys::KeyRecord {
+            id: self.id.clone(),
+            principal,
+            scope,
+            digest: self.digest,
+            created,
+            revoked: None,
+        }
+    }
+}
+
 /// Makes a new API key.
 ///
 /// # Errors

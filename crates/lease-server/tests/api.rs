@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use lease_domain::{KeyId, Principal, Scope, Timestamp};
-use lease_ports::keys::KeyRecord;
 use lease_ports::memory::MemoryLeaseStore;
 use lease_server::{ServiceConfig, ServiceStore, router, secrets};
 use serde_json::{Value, json};
@@ -28,14 +27,7 @@ struct Service {
 async fn key(store: &dyn ServiceStore, principal: &str, scope: Scope) -> String {
     let made = secrets::new_key().unwrap();
     store
-        .add_key(&KeyRecord {
-            id: made.id.clone(),
-            principal: Principal::new(principal).unwrap(),
-            scope,
-            digest: made.digest,
-            created: Timestamp::ZERO,
-            revoked: None,
-        })
+        .add_key(&made.record(Principal::new(principal).unwrap(), scope, Timestamp::ZERO))
         .await
         .unwrap()
         .unwrap();

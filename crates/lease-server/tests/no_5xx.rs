@@ -6,7 +6,6 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::Request;
 use lease_domain::{Principal, Scope, Timestamp};
-use lease_ports::keys::KeyRecord;
 use lease_ports::memory::MemoryLeaseStore;
 use lease_server::{ServiceConfig, ServiceStore, router, secrets};
 use proptest::prelude::*;
@@ -107,14 +106,11 @@ fn service() -> (axum::Router, String, String) {
     for (principal, scope) in [("ci", Scope::Worker), ("ops", Scope::Admin)] {
         let made = secrets::new_key().unwrap();
         runtime
-            .block_on(store.add_key(&KeyRecord {
-                id: made.id.clone(),
-                principal: Principal::new(principal).unwrap(),
+            .block_on(store.add_key(&made.record(
+                Principal::new(principal).unwrap(),
                 scope,
-                digest: made.digest,
-                created: Timestamp::ZERO,
-                revoked: None,
-            }))
+                Timestamp::ZERO,
+            )))
             .unwrap()
             .unwrap();
         keys.push(made.key);
