@@ -169,6 +169,20 @@ fn unsafe_code_is_allowed_only_in_the_crash_simulating_vfs_and_the_errno_read() 
 }
 
 #[test]
+fn no_code_blocks_its_own_task_in_place() {
+    let needle = ["block", "_in_place("].concat();
+    let offenders: Vec<_> = all_rust_files()
+        .into_iter()
+        .filter(|f| std::fs::read_to_string(f).unwrap().contains(&needle))
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "{needle} hides every other branch of the caller's select! (a deadline, a timeout, a \
+         shutdown) while it blocks: {offenders:?}"
+    );
+}
+
+#[test]
 fn the_worker_runtime_names_no_database() {
     let deps = dependency_names("lease-worker");
     assert!(
@@ -378,6 +392,72 @@ fn every_path_the_architecture_names_exists() {
         }
     }
     assert!(checked > 20, "only {checked} paths found");
+}
+
+/// Spelled-out counts, as the architecture writes them.
+const COUNTS: [&str; 21] = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+    "twenty",
+];
+
+#[test]
+fn the_architecture_counts_each_store_s_migrations_as_its_folder_holds_them() {
+    let root = workspace_root();
+    let text = std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).unwrap();
+    let mut stated = std::collections::BTreeMap::new();
+    let mut section = String::new();
+    for line in text.lines() {
+        if let Some(heading) = line.strip_prefix("### `") {
+            section = heading.trim_end_matches('`').to_owned();
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        for pair in words.windows(3) {
+            if pair[1] == "frozen" && pair[2] == "migrations" {
+                if let Some(n) = COUNTS.iter().position(|w| w.eq_ignore_ascii_case(pair[0])) {
+                    stated.insert(section.clone(), n);
+                }
+            }
+        }
+    }
+    let mut checked = 0;
+    for entry in std::fs::read_dir(root.join("crates")).unwrap() {
+        let dir = entry.unwrap().path();
+        let Ok(files) = std::fs::read_dir(dir.join("migrations")) else {
+            continue;
+        };
+        let count = files
+            .filter_map(Result::ok)
+            .filter(|f| f.file_name().to_string_lossy().ends_with(".sql"))
+            .count();
+        let name = format!("crates/{}", dir.file_name().unwrap().to_string_lossy());
+        assert_eq!(
+            stated.get(&name),
+            Some(&count),
+            "ARCHITECTURE.md must say how many frozen migrations {name} has ({count}), as \
+             \"<count> frozen migrations\" in its section"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 2, "only {checked} stores with migrations found");
 }
 
 fn path_exists(root: &Path, section: &Path, token: &str) -> bool {

@@ -347,7 +347,15 @@ fn main() -> ExitCode {
             .build()
     };
     let outcome = match runtime {
-        Ok(runtime) => runtime.block_on(run(cli)),
+        Ok(runtime) => {
+            let outcome = runtime.block_on(run(cli));
+            // A store call whose caller walked away (a request that timed out, a renewal past
+            // its lease's end) may still be waiting on a database locked by another process;
+            // nobody waits for its answer, so the process does not either. Ending it is what a
+            // crash does to it, which every store is built to survive.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            outcome
+        }
         Err(e) => Err(format!("cannot start the runtime: {e}")),
     };
     let json_answer = outcome.as_ref().ok().map(|r| r.json.to_string());

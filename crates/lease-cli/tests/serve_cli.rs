@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
+use lease_sqlite::testing::WriteLockHolder;
 use serde_json::{Value, json};
 
 use support::{Server, fresh_db, lease, make_key, try_call};
@@ -610,4 +611,57 @@ fn over_https_a_worker_trusts_the_servers_ca_and_nothing_else() {
     // Half a pair is a usage error.
     let half = lease(&db, &["serve", "--tls-cert", cert.to_str().unwrap()]);
     assert_eq!(half.status.code(), Some(2));
+}
+
+/// With `--request-timeout 1`, a write that waits on another process's write lock is answered
+/// 503 once its second is up (before the fix: only when the lock was given back, or after the
+/// long poll's 20 s more), and SIGTERM with such a request in flight ends the server without
+/// waiting for the lock.
+#[test]
+fn lease_serve_answers_a_write_stuck_behind_another_process_s_lock_at_its_timeout_and_drains() {
+    let (_dir, db) = fresh_db();
+    let key = make_key(&db, "ops", "admin")["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let server = Server::start(&db, &["--request-timeout", "1"], &[]);
+    let auth = format!("Bearer {key}");
+    let headers = [("Authorization", auth.as_str())];
+    let (status, _) = server.call("POST", "/v1/queues/q/jobs", &headers, r#"{"id": "before"}"#);
+    assert_eq!(status, 201);
+
+    let holder = WriteLockHolder::start(&db, std::time::Duration::from_secs(10)).unwrap();
+    let asked = std::time::Instant::now();
+    let (status, body) = server.call("POST", "/v1/queues/q/jobs", &headers, r#"{"id": "a"}"#);
+    let took = asked.elapsed();
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (503, Some("overloaded")),
+        "{body}"
+    );
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "answered after {took:?}, with the lock held for 10 s"
+    );
+
+    // A request in flight, then SIGTERM: the drain waits for it only until its timeout.
+    let addr = server.addr.clone();
+    let in_flight = std::thread::spawn(move || {
+        try_call(
+            &addr,
+            "POST",
+            "/v1/queues/q/jobs",
+            &[("Authorization", auth.as_str())],
+            r#"{"id": "b"}"#,
+        )
+    });
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let stopped = server.stop_within(std::time::Duration::from_secs(5));
+    let (code, log) = stopped.expect("the server did not stop within 5 s of SIGTERM");
+    assert_eq!(code, Some(0), "{log}");
+    assert_eq!(
+        in_flight.join().unwrap().map(|(status, _)| status),
+        Some(503)
+    );
+    drop(holder);
 }

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use lease_sqlite::testing::WriteLockHolder;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
@@ -431,4 +432,59 @@ fn progress_lines_escape_control_characters_from_job_ids() {
         progress.contains("evil\\u{1b}]0;pwned\\u{7}\\nforged"),
         "{progress}"
     );
+}
+
+fn wait_for_file(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The story: a job under `lease work --ttl 1.5 --grace 1`, then another process holds
+/// the write lock for 6 s, so every renewal waits on it. The program must get SIGTERM by the
+/// lease's end (before the fix it came about 4.9 s after it, when the renewal returned).
+#[test]
+fn lease_work_stops_the_program_by_its_lease_s_end_while_another_process_holds_the_write_lock() {
+    let (dir, db) = fresh_db();
+    json_of(&db, &["enqueue", "j", "--queue", "q"]);
+    let started = dir.path().join("started");
+    let term = dir.path().join("term");
+    let program = format!(
+        "trap 'date +%s.%N > {}; exit 0' TERM; : > {}; while :; do sleep 0.05; done",
+        term.display(),
+        started.display()
+    );
+    let worker = lease(&db)
+        .args(["work", "--queue", "q", "--owner", "w", "--ttl", "1.5"])
+        .args(["--grace", "1", "--max-jobs", "1", "--json", "--"])
+        .args(["sh", "-c", &program])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_file(&started);
+    let until = json_of(&db, &["state", "j"])["until"].as_f64().unwrap();
+    let holder = WriteLockHolder::start(&db, Duration::from_secs(6)).unwrap();
+
+    let out = worker.wait_with_output().unwrap();
+    assert!(holder.finish().unwrap(), "the lock holder failed");
+    let stopped: f64 = std::fs::read_to_string(&term)
+        .expect("the program never got SIGTERM")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        stopped <= until + 0.5,
+        "the program got SIGTERM {:.2} s after its lease ended",
+        stopped - until
+    );
+    let summary: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(summary["lost"], 1, "{summary}");
 }

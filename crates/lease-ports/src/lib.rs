@@ -1,7 +1,8 @@
 //! The lease storage port: one async trait that every store implements, its error type,
 //! the in-memory reference store and (feature `conformance`) the shared behaviour suite.
 //!
-//! This crate names no database. Adapters (`lease-sqlite`, later `lease-postgres`) implement
+//! This crate names no database. Adapters (`lease-sqlite`, `lease-postgres`; and the HTTP
+//! client, `lease-client`, over the network service) implement
 //! [`LeaseStore`] by loading a job, calling one `lease_domain::decide_*` function and storing
 //! its answer atomically; they never restate a lease rule.
 

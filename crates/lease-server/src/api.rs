@@ -34,7 +34,9 @@ type AppState = State<Arc<App>>;
 type Answer = Result<Response, Problem>;
 
 const MAX_CLAIM_LIMIT: u64 = 100;
-const MAX_WAIT: f64 = 20.0;
+pub(crate) const MAX_WAIT: f64 = 20.0;
+/// The route of a claim, whose long poll may take `MAX_WAIT` beyond the request timeout.
+pub(crate) const CLAIMS_ROUTE: &str = "/v1/queues/{queue}/claims";
 const MAX_PAGE: usize = 1000;
 
 fn path_value(path: Result<Path<String>, PathRejection>) -> Result<String, Problem> {

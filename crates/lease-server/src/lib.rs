@@ -75,7 +75,7 @@ pub struct ServiceConfig {
     pub metrics: Option<MetricsRender>,
     /// The largest request body, in bytes (default 2 MiB: a 1 MiB payload fits, even as base64).
     pub body_limit: usize,
-    /// How long a request may take beyond its long poll (default 30 s).
+    /// How long a request may take (default 30 s); a claim's long poll (`wait`) comes on top.
     pub request_timeout: Duration,
     /// Requests handled at once; more are refused with `503` and `Retry-After` (default 1,024).
     pub max_in_flight: usize,
@@ -268,13 +268,7 @@ impl MakeRequestId for Counter {
 
 async fn overloaded(err: tower::BoxError) -> axum::response::Response {
     if err.is::<tower::timeout::error::Elapsed>() {
-        Problem::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "overloaded",
-            "the request took too long and was stopped; try again",
-        )
-        .retry_after(1)
-        .into_response()
+        timed_out().into_response()
     } else {
         Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -328,6 +322,40 @@ async fn guard(
     response
 }
 
+/// Bounds the time a request may take: `request_timeout`, and a claim's long poll (up to
+/// `api::MAX_WAIT`) on top for the claims route. It runs after routing, so the route is known,
+/// and races the handler in the request's own task: every store call awaits, never blocks, so a
+/// store that is waiting on a lock held elsewhere cannot keep this timeout (or the server's
+/// drain, which waits for requests in flight) from firing.
+async fn deadline(
+    State(app): State<Arc<App>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let long_poll = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .is_some_and(|path| path.as_str() == api::CLAIMS_ROUTE);
+    let limit = if long_poll {
+        app.config.request_timeout + Duration::from_secs_f64(api::MAX_WAIT)
+    } else {
+        app.config.request_timeout
+    };
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => timed_out().into_response(),
+    }
+}
+
+fn timed_out() -> Problem {
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "overloaded",
+        "the request took too long and was stopped; try again",
+    )
+    .retry_after(1)
+}
+
 async fn not_found() -> Problem {
     Problem::new(StatusCode::NOT_FOUND, "not_found", "no such route")
 }
@@ -356,8 +384,11 @@ pub fn router(store: Arc<dyn ServiceStore>, config: ServiceConfig) -> axum::Rout
     app.signalled
         .store(signalled, std::sync::atomic::Ordering::Relaxed);
     let request_id = HeaderName::from_static("x-request-id");
-    let timeout = config.request_timeout + Duration::from_secs(20);
+    // A backstop over the whole service (the fallback included); each route's own bound is
+    // `deadline`'s.
+    let timeout = config.request_timeout + Duration::from_secs_f64(api::MAX_WAIT + 1.0);
     let routes = routes
+        .route_layer(axum::middleware::from_fn_with_state(app.clone(), deadline))
         .fallback(not_found)
         .with_state(app.clone())
         .layer(DefaultBodyLimit::max(config.body_limit));

@@ -6,8 +6,9 @@
 //! queue, so every caller leads at most one batch and nobody waits behind an endless leader.
 //! A lone caller leads a batch of one: no waiting, no savepoint.
 //!
-//! Async callers have no thread to lead with: they queue their ops and await a one-shot answer.
-//! If nobody leads, one leader is started on the blocking pool; a leader whose queue head is an
+//! Async callers never lead: they queue their ops and await a one-shot answer, so a batch that
+//! waits on the database (another process's write lock) cannot hold up their deadlines. If
+//! nobody leads, one leader is started on the blocking pool; a leader whose queue head is an
 //! async caller leads the next batch itself. So async callers pay a thread hop per burst of
 //! writes, not per write.
 
@@ -118,13 +119,13 @@ impl GroupCommit {
         // A thread leads until the head of the queue is another thread (mixing blocking and
         // async callers of one store is rare; then this thread also leads the async ones).
         if self.enqueue(ops, Waiter::Thread(reply)) {
-            self.lead(connect, true);
+            self.lead(connect);
         }
         loop {
             match inbox.recv() {
                 Ok(Message::Done(answers)) => return answers,
                 Ok(Message::Lead) => {
-                    self.lead(connect, true);
+                    self.lead(connect);
                 }
                 Err(_) => return lost(count),
             }
@@ -150,11 +151,10 @@ impl GroupCommit {
     }
 
     /// Runs batches from the head of the queue, answers them, and passes the lead on to the
-    /// thread at the head. While the head is an async caller, a dedicated leader (`stay`) leads
-    /// the next batch itself; a caller leading in place returns `true` instead, and must start
-    /// a dedicated leader: it has its own work to go back to, and an async caller that kept
-    /// leading other callers' batches would starve.
-    pub(crate) fn lead(&self, connect: Connect<'_>, stay: bool) -> bool {
+    /// thread at the head. While the head is an async caller, this thread leads the next batch
+    /// itself: async callers never lead (a task that blocked on SQLite could not see its own
+    /// deadlines), so the leader is a blocking caller or a thread started for them.
+    pub(crate) fn lead(&self, connect: Connect<'_>) {
         loop {
             let callers: Vec<Waiting> = {
                 let mut queue = self.queue();
@@ -205,17 +205,16 @@ impl GroupCommit {
                     }) => None,
                     None => {
                         queue.leading = false;
-                        return false;
+                        return;
                     }
                 }
             };
             // The head has not been answered and only a leader sends, so its channel is empty.
             // If the head went away, lead the next batch here instead.
-            match head {
-                Some(head) if head.send(Message::Lead).is_ok() => return false,
-                Some(_) => {}
-                None if !stay => return true,
-                None => {}
+            if let Some(head) = head
+                && head.send(Message::Lead).is_ok()
+            {
+                return;
             }
         }
     }

@@ -59,6 +59,9 @@ pub mod sql {
     pub use crate::row::{INSERT_JOB, SELECT_JOB, UPDATE_JOB, UPDATE_QUEUE, UPSERT_QUEUE};
 }
 
+#[cfg(feature = "test-support")]
+pub mod testing;
+
 /// The error type of this crate: the port's [`StoreError`].
 pub type Error = StoreError;
 
@@ -266,10 +269,16 @@ impl SqliteLeaseStore {
     }
 
     /// Runs writes for an async caller, in one transaction. With group commit the caller joins
-    /// the queue and awaits its answers; when nobody leads, it leads in place on a
-    /// multi-threaded runtime (`block_in_place`) or starts a leader on the blocking pool on a
-    /// current-thread one, so there is no thread hop per write. Without group commit a blocking
-    /// task runs them.
+    /// the queue and awaits its answers; when nobody leads, it starts a leader on the blocking
+    /// pool, which leads while the queue's head is an async caller, so a burst of writes pays
+    /// one thread hop. Without group commit a blocking task runs them.
+    ///
+    /// The caller never blocks its own task: a batch can wait out SQLite's busy timeout (another
+    /// process holding the write lock), and a task blocked in place (`block_in_place`) cannot
+    /// see any other branch of its `select!`, so a lease's deadline, a request's timeout or a
+    /// shutdown would wait for the database too. Awaiting a one-shot answer lets the caller walk
+    /// away; the write then still commits or fails on its own, as the port's cancellation
+    /// contract says.
     async fn write_async(
         &self,
         ops: Vec<Op>,
@@ -283,21 +292,12 @@ impl SqliteLeaseStore {
         let count = ops.len();
         let (answers, lead) = group.submit_async(ops);
         if lead {
-            // Lead here when the runtime allows it: block_in_place hands this worker thread's
-            // other tasks to the rest of the runtime first, so the executor is not stalled, and
-            // a lone caller pays no thread hop at all. If async callers are still queued after
-            // this batch, a dedicated leader on the blocking pool takes over.
-            let finished_here = runtime.runtime_flavor()
-                == tokio::runtime::RuntimeFlavor::MultiThread
-                && !tokio::task::block_in_place(|| group.lead(&|| self.connection(), false));
-            if !finished_here {
-                let store = self.clone();
-                runtime.spawn_blocking(move || {
-                    if let Some(group) = &store.group {
-                        group.lead(&|| store.connection(), true);
-                    }
-                });
-            }
+            let store = self.clone();
+            runtime.spawn_blocking(move || {
+                if let Some(group) = &store.group {
+                    group.lead(&|| store.connection());
+                }
+            });
         }
         Ok(answers.await.unwrap_or_else(|_| group::lost(count)))
     }

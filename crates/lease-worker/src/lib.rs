@@ -334,11 +334,11 @@ impl Worker {
             let mut idle = false;
             if taken > 0 {
                 let term = LeaseTerm::from_parts(Timestamp::new(shared.clock.now())?, config.ttl)?;
-                match shared
-                    .store
-                    .claim_next(&config.queue, &config.owner, term, taken)
-                    .await
-                {
+                let Some(claimed) = claim_unless_stopped(&shared, term, taken, &shutdown).await
+                else {
+                    break;
+                };
+                match claimed {
                     Ok(leases) => {
                         idle = leases.len() < taken;
                         shared.give_back(taken - leases.len());
@@ -395,6 +395,42 @@ impl Worker {
         match failure {
             Some(e) => Err(e),
             None => Ok(summary),
+        }
+    }
+}
+
+/// Claims up to `limit` jobs, or `None` when `shutdown` comes first. The claim runs in a task of
+/// its own, so a store that waits (on a lock another process holds) cannot hold up the
+/// shutdown; a claim overtaken by it goes on in the background and releases whatever it
+/// leased (if the process ends first, those leases simply expire).
+async fn claim_unless_stopped(
+    shared: &Arc<Shared>,
+    term: LeaseTerm,
+    limit: usize,
+    shutdown: &CancellationToken,
+) -> Option<Result<Vec<Lease>, StoreError>> {
+    let store = Arc::clone(&shared.store);
+    let (queue, owner) = (shared.config.queue.clone(), shared.config.owner.clone());
+    let mut claim =
+        tokio::spawn(async move { store.claim_next(&queue, &owner, term, limit).await });
+    tokio::select! {
+        joined = &mut claim => Some(joined.unwrap_or_else(|e| {
+            Err(StoreError::Indeterminate(lease_ports::Detail::caused_by(
+                "the claim's task ended without an answer".to_owned(),
+                e,
+            )))
+        })),
+        () = shutdown.cancelled() => {
+            let store = Arc::clone(&shared.store);
+            let owner = shared.config.owner.clone();
+            tokio::spawn(async move {
+                if let Ok(Ok(leases)) = claim.await {
+                    for lease in leases {
+                        let _ = store.release(&lease.job, &owner, lease.fence).await;
+                    }
+                }
+            });
+            None
         }
     }
 }
