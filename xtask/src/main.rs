@@ -1,5 +1,8 @@
-//! Project tasks: `cargo xtask ci` runs every check CI runs; `cargo xtask bench` runs the
-//! benchmarks; `cargo xtask mutants` runs mutation testing.
+//! Project tasks: `cargo xtask test` gets what the tests need and runs them; `cargo xtask ci`
+//! runs every check CI runs; `cargo xtask bench` runs the benchmarks; `cargo xtask mutants`
+//! runs mutation testing.
+
+mod needs;
 
 use std::process::{Command, ExitCode};
 
@@ -37,6 +40,15 @@ const LIBRARY_LINTS: [&str; 14] = [
     "-Dunreachable_pub",
 ];
 
+/// The README's test command: gets what the tests need (`needs`), then runs every test of the
+/// workspace (`cargo xtask test -- ARGS` passes ARGS on to `cargo test`).
+fn test(rest: &[String]) -> Result<(), String> {
+    needs::ensure()?;
+    let mut args = vec!["test", "--workspace"];
+    args.extend(rest.iter().skip_while(|a| *a == "--").map(String::as_str));
+    cargo(&args, &[])
+}
+
 /// Every check CI runs, in order, stopping at the first failure.
 fn ci() -> Result<(), String> {
     cargo(&["fmt", "--all", "--check"], &[])?;
@@ -52,7 +64,7 @@ fn ci() -> Result<(), String> {
         &[],
     )?;
     cargo(&LIBRARY_LINTS, &[])?;
-    cargo(&["test", "--workspace"], &[])?;
+    test(&[])?;
     cargo(
         &["doc", "--workspace", "--no-deps"],
         &[("RUSTDOCFLAGS", "-D warnings")],
@@ -198,11 +210,12 @@ fn mutants(rest: &[String]) -> Result<(), String> {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let outcome = match args.first().map(String::as_str) {
+        Some("test") => test(&args[1..]),
         Some("ci") => ci(),
         Some("bench") => bench(&args[1..]),
         Some("mutants") => mutants(&args[1..]),
         _ => Err(
-            "usage: cargo xtask <ci | bench [--quick] | mutants [SCOPE...] [-- cargo-mutants options]>"
+            "usage: cargo xtask <test [-- cargo test options] | ci | bench [--quick] | mutants [SCOPE...] [-- cargo-mutants options]>"
                 .to_owned(),
         ),
     };
