@@ -134,8 +134,8 @@ pub(crate) struct SpecFlags {
     /// Higher is claimed first.
     #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
     priority: i64,
-    /// Not claimable before this time (seconds).
-    #[arg(long, allow_hyphen_values = true)]
+    /// Not claimable before this time (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z).
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
     run_at: Option<f64>,
     /// How many times claim-next may lease it (0 or 1: no retry).
     #[arg(long, default_value_t = EnqueueSpec::DEFAULT_MAX_ATTEMPTS)]
@@ -198,7 +198,7 @@ pub(crate) fn duration_flag(flag: &str, value: f64) -> Result<std::time::Duratio
     Ok(std::time::Duration::from_secs_f64(value))
 }
 
-/// A time flag's value (Unix seconds): a finite number; the message names the flag.
+/// A time flag's value (read by `when::parse`): a finite time; the message names the flag.
 fn time_flag(flag: &str, value: f64) -> Result<Timestamp, RequestError> {
     Timestamp::new(value).map_err(|_| {
         RequestError::Flag(format!(
@@ -210,8 +210,8 @@ fn time_flag(flag: &str, value: f64) -> Result<Timestamp, RequestError> {
 /// The time window of a claim or renewal.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Window {
-    /// The current time in seconds (default: the system clock, Unix seconds).
-    #[arg(long, allow_hyphen_values = true)]
+    /// The current time (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z); default: the system clock.
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
     pub now: Option<f64>,
     /// The lease duration from now, in seconds (> 0).
     #[arg(long, allow_hyphen_values = true)]
@@ -288,8 +288,8 @@ pub(crate) enum Command {
         /// What went wrong (kept with the job).
         #[arg(long, allow_hyphen_values = true)]
         error: String,
-        /// The current time in seconds (default: the system clock).
-        #[arg(long, allow_hyphen_values = true)]
+        /// The current time (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z); default: the system clock.
+        #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
         now: Option<f64>,
         /// Dead at once, whatever attempts remain.
         #[arg(long)]
@@ -299,16 +299,16 @@ pub(crate) enum Command {
     Cancel {
         /// The job id.
         job: String,
-        /// The current time in seconds (default: the system clock).
-        #[arg(long, allow_hyphen_values = true)]
+        /// The current time (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z); default: the system clock.
+        #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
         now: Option<f64>,
     },
     /// Put a dead or cancelled job back to pending with fresh attempts (its fence goes on).
     Retry {
         /// The job id.
         job: String,
-        /// The current time in seconds (default: the system clock).
-        #[arg(long, allow_hyphen_values = true)]
+        /// The current time (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z); default: the system clock.
+        #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
         now: Option<f64>,
     },
     /// List jobs, in id order.
@@ -325,14 +325,14 @@ pub(crate) enum Command {
         /// Only jobs whose id comes after this one (the last id of the page before).
         #[arg(long, allow_hyphen_values = true)]
         after: Option<String>,
-        /// The time statuses are judged at (default: the system clock).
-        #[arg(long, allow_hyphen_values = true)]
+        /// The time statuses are judged at (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z); default: the system clock.
+        #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
         now: Option<f64>,
     },
     /// Count jobs per queue and status.
     Stats {
-        /// The time statuses are judged at (default: the system clock).
-        #[arg(long, allow_hyphen_values = true)]
+        /// The time statuses are judged at (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z); default: the system clock.
+        #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
         now: Option<f64>,
         /// Print the counts in the Prometheus text format (gauge `lease_jobs`).
         #[arg(long, conflicts_with = "json")]
@@ -343,8 +343,8 @@ pub(crate) enum Command {
         /// Only this job.
         #[arg(long)]
         job: Option<String>,
-        /// Only refusals at or after this time (Unix seconds).
-        #[arg(long, allow_hyphen_values = true)]
+        /// Only refusals at or after this time (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z).
+        #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
         since: Option<f64>,
         /// At most this many, the newest.
         #[arg(long, default_value_t = 1000)]
@@ -352,8 +352,8 @@ pub(crate) enum Command {
     },
     /// Delete finished jobs last changed before --before; a purged id never gets an old fence.
     Purge {
-        /// The cutoff time (seconds).
-        #[arg(long, allow_hyphen_values = true)]
+        /// The cutoff time (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z).
+        #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
         before: f64,
         /// Only these statuses (done, dead, cancelled; repeat for several; default: all three).
         #[arg(long = "status")]
@@ -363,8 +363,8 @@ pub(crate) enum Command {
     State {
         /// The job id.
         job: String,
-        /// The time the status is judged at (default: the system clock).
-        #[arg(long, allow_hyphen_values = true)]
+        /// The time the status is judged at (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z); default: the system clock.
+        #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
         now: Option<f64>,
     },
     /// Take the job's lease if it is free or expired; prints the new fence.
@@ -392,8 +392,8 @@ pub(crate) enum Command {
         job: String,
         #[command(flatten)]
         holder: Holder,
-        /// The current time in seconds (default: the system clock).
-        #[arg(long, allow_hyphen_values = true)]
+        /// The current time (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z); default: the system clock.
+        #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
         now: Option<f64>,
         #[command(flatten)]
         result: ResultSource,
@@ -648,6 +648,37 @@ pub(crate) enum Request {
     Keys(KeysRequest),
     /// Run a worker.
     Work(WorkRequest),
+}
+
+impl Request {
+    /// The time the request is judged at, when it carries one (its `--now`, or the clock read
+    /// for it).
+    pub(crate) fn now(&self) -> Option<Timestamp> {
+        match self {
+            Self::State(_, now)
+            | Self::Fail(_, _, _, now, _, _)
+            | Self::Cancel(_, now)
+            | Self::Retry(_, now)
+            | Self::Stats(now, _)
+            | Self::Complete(_, _, _, now, _) => Some(*now),
+            Self::List(filter) => Some(filter.now),
+            Self::ClaimNext(_, _, term, _)
+            | Self::Claim(_, _, term)
+            | Self::Renew(_, _, _, term)
+            | Self::ClaimMany(_, _, term) => Some(term.now()),
+            Self::Init
+            | Self::Migrate { .. }
+            | Self::Enqueue(..)
+            | Self::EnqueueMany(_)
+            | Self::Audit(_)
+            | Self::Purge(..)
+            | Self::Release(..)
+            | Self::Demo
+            | Self::Serve(_)
+            | Self::Keys(_)
+            | Self::Work(_) => None,
+        }
+    }
 }
 
 impl Command {

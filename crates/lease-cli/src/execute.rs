@@ -7,9 +7,10 @@ use serde_json::{Value, json};
 
 use crate::cli::Request;
 use crate::render::{
-    Report, lease_json, prometheus, queue_write_report, record_json, record_line, state_sentence,
-    write_report,
+    Report, claim_refusal, lease_json, prometheus, queue_write_report, record_header, record_json,
+    record_line, state_sentence, write_report,
 };
+use crate::when;
 
 /// The stored `until` of a lease just granted or renewed (in store-clock mode it is the
 /// store's, not the caller's `now + ttl`); `None` if the lease has moved on meanwhile or the
@@ -21,11 +22,15 @@ async fn stored_until(store: &dyn LeaseStore, id: &JobId, fence: Fence) -> Optio
     }
 }
 
+/// Times in the human text are shown as a person reads them, with their distance from `now`
+/// (the request's own `--now`, else the clock when the command started).
+///
 /// # Errors
 /// The store's error; nothing is printed here.
 pub(crate) async fn execute(
     request: &Request,
     store: &dyn LeaseStore,
+    now: Timestamp,
 ) -> Result<Report, StoreError> {
     Ok(match request {
         Request::Init
@@ -77,7 +82,7 @@ pub(crate) async fn execute(
         Request::State(id, now) => {
             let record = store.record(id).await?;
             let state = record.as_ref().map(JobRecord::state);
-            let mut human = state_sentence(id, state.as_ref());
+            let mut human = state_sentence(id, state.as_ref(), *now);
             if let Some(record) = &record {
                 let j = &record.job;
                 human.push_str(&format!(
@@ -110,19 +115,25 @@ pub(crate) async fn execute(
                 // mode), not the caller's now + ttl.
                 format!(
                     "leased to {owner} until {}: {}",
-                    leases[0].until,
+                    when::shown(leases[0].until.get(), leases[0].now.get()),
                     taken.join(", ")
                 )
             };
             let json = json!({"leases": leases.iter().map(lease_json).collect::<Vec<_>>()});
             Report::new(!leases.is_empty(), json, human)
         }
-        Request::Fail(id, owner, fence, now, error, retry) => {
-            match store.fail(id, owner, *fence, *now, error, *retry).await? {
+        Request::Fail(id, owner, fence, failed_at, error, retry) => {
+            match store
+                .fail(id, owner, *fence, *failed_at, error, *retry)
+                .await?
+            {
                 Ok(failed) => {
                     let run_at = failed.run_at.map(Timestamp::get);
                     let human = match failed.run_at {
-                        Some(at) => format!("job {id} failed; it will be retried at {at}"),
+                        Some(at) => format!(
+                            "job {id} failed; it will be retried at {}",
+                            when::shown(at.get(), failed_at.get())
+                        ),
                         None => format!("job {id} failed and is dead"),
                     };
                     Report::new(
@@ -131,12 +142,15 @@ pub(crate) async fn execute(
                         human,
                     )
                 }
-                Err(refused) => Report::new(
-                    false,
-                    json!({"ok": false, "state": null, "run_at": null}),
-                    format!("not failed: {refused}"),
-                )
-                .refused_with(Some(refused.to_string())),
+                Err(refused) => {
+                    let why = crate::render::write_refusal(&refused);
+                    Report::new(
+                        false,
+                        json!({"ok": false, "state": null, "run_at": null}),
+                        format!("not failed: {why}"),
+                    )
+                    .refused_with(Some(why))
+                }
             }
         }
         Request::Cancel(id, now) => {
@@ -145,8 +159,14 @@ pub(crate) async fn execute(
         Request::Retry(id, now) => queue_write_report(store.retry(id, *now).await?, "retried", id),
         Request::List(filter) => {
             let records = store.list(filter).await?;
-            let lines: Vec<String> = records.iter().map(|r| record_line(r, filter.now)).collect();
             let json = json!({"jobs": records.iter().map(|r| record_json(r, filter.now)).collect::<Vec<_>>()});
+            let lines: Vec<String> = if records.is_empty() {
+                Vec::new()
+            } else {
+                std::iter::once(record_header())
+                    .chain(records.iter().map(|r| record_line(r, filter.now)))
+                    .collect()
+            };
             Report::lines(true, json, lines, "no jobs")
         }
         Request::Stats(now, true) => {
@@ -171,7 +191,10 @@ pub(crate) async fn execute(
             Report::new(
                 true,
                 json!({"purged": purged}),
-                format!("purged {purged} job(s) finished before {before}"),
+                format!(
+                    "purged {purged} job(s) finished before {}",
+                    when::shown(before.get(), now.get())
+                ),
             )
         }
         Request::Claim(id, owner, term) => match store.claim(id, owner, *term).await? {
@@ -180,13 +203,19 @@ pub(crate) async fn execute(
                 json!({"fence": fence.get()}),
                 format!(
                     "claimed job {id} for {owner}: fence {fence}, lease until {}",
-                    stored_until(store, id, fence).await.unwrap_or(term.until())
+                    when::shown(
+                        stored_until(store, id, fence)
+                            .await
+                            .unwrap_or(term.until())
+                            .get(),
+                        term.now().get()
+                    )
                 ),
             ),
             Err(refused) => Report::new(
                 false,
                 json!({"fence": null}),
-                format!("not claimed: {refused}"),
+                format!("not claimed: {}", claim_refusal(&refused, term.now())),
             ),
         },
         Request::Renew(id, owner, fence, term) => {
@@ -201,7 +230,10 @@ pub(crate) async fn execute(
                 let until = stored_until(store, id, *fence)
                     .await
                     .unwrap_or(term.until());
-                report.human.push_str(&format!(" until {until}"));
+                report.human.push_str(&format!(
+                    " until {}",
+                    when::shown(until.get(), term.now().get())
+                ));
             }
             report
         }
@@ -237,7 +269,10 @@ pub(crate) async fn execute(
                 .filter_map(|(owner, fence)| fence.map(|f| format!("{owner} (fence {f})")))
                 .collect();
             let human = match (winners.is_empty(), first_refusal) {
-                (true, Some(refused)) => format!("nobody claimed job {id}: {refused}"),
+                (true, Some(refused)) => format!(
+                    "nobody claimed job {id}: {}",
+                    claim_refusal(&refused, term.now())
+                ),
                 (true, None) => format!("nobody claimed job {id}"),
                 (false, _) => format!(
                     "claimed job {id}: {}; {} other claim(s) refused",
@@ -305,7 +340,7 @@ mod tests {
             .build()
             .unwrap();
         let outcome = runtime
-            .block_on(execute(request, store))
+            .block_on(execute(request, store, Timestamp::ZERO))
             .map_err(|e| e.to_string());
         respond(outcome, json)
     }

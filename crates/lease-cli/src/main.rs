@@ -9,6 +9,7 @@ mod processes;
 mod render;
 mod serve;
 mod target;
+mod when;
 mod work;
 
 use std::io::{Read, Write};
@@ -160,8 +161,9 @@ async fn run_work(
     if let Some(addr) = work.metrics {
         lease_worker::serve_metrics(addr)?;
     }
-    work::run(work, store, |line| {
+    work::run(work, store, |report| {
         // Progress is best effort: a closed stderr does not stop the worker.
+        let line = work::progress_line(report, clock_now());
         let _ = writeln!(std::io::stderr(), "{line}");
     })
     .await
@@ -184,12 +186,22 @@ async fn run_remote(
             "init, demo, serve, keys and migrate open a database: give --db, not --server"
                 .to_owned(),
         ),
-        Request::Audit(filter) => target::audit_report(store.as_ref(), &filter).await,
+        Request::Audit(filter) => target::audit_report(store.as_ref(), &filter, clock_now()).await,
         Request::Work(work) => run_work(&work, store).await,
-        request => execute::execute(&request, store.as_ref())
+        request => execute::execute(&request, store.as_ref(), judged_at(&request))
             .await
             .map_err(|e| e.to_string()),
     }
+}
+
+/// The time a request's answer is read at: its own `--now`, else the clock.
+fn judged_at(request: &Request) -> lease_domain::Timestamp {
+    request.now().unwrap_or_else(clock_now)
+}
+
+/// The system clock as a time (the epoch if the clock is not a finite time).
+fn clock_now() -> lease_domain::Timestamp {
+    lease_domain::Timestamp::new(unix_now()).unwrap_or(lease_domain::Timestamp::ZERO)
 }
 
 async fn run(cli: Cli) -> Result<Report, String> {
@@ -220,16 +232,14 @@ async fn run(cli: Cli) -> Result<Report, String> {
                 format!("lease database ready at {shown}"),
             ))
         }
-        Request::Audit(filter) => target::run_audit(&target, &filter).await,
+        Request::Audit(filter) => target::run_audit(&target, &filter, clock_now()).await,
         Request::Migrate { from, to, merge } => {
             target::run_migrate(&settings.target(&from), &settings.target(&to), merge).await
         }
         Request::Serve(mut request) => {
             request.audit = settings.sqlite.audit.is_some();
             let opened = target.open(false).await?;
-            let clock: lease_server::Clock = std::sync::Arc::new(|| {
-                lease_domain::Timestamp::new(unix_now()).unwrap_or(lease_domain::Timestamp::ZERO)
-            });
+            let clock: lease_server::Clock = std::sync::Arc::new(clock_now);
             serve::serve(
                 &opened,
                 &target.shown(),
@@ -258,7 +268,7 @@ async fn run(cli: Cli) -> Result<Report, String> {
                 _ => target,
             };
             let store = target.open(false).await?.store();
-            execute::execute(&request, store.as_ref())
+            execute::execute(&request, store.as_ref(), judged_at(&request))
                 .await
                 .map_err(|e| e.to_string())
         }

@@ -2,9 +2,11 @@
 //! strings with their control characters escaped), the exit code, the Prometheus text of
 //! `stats`.
 
-use lease_domain::{Fence, JobId, Owner, Status, Timestamp};
+use lease_domain::{ClaimRefused, Fence, JobId, Owner, Status, Timestamp, WriteRefused};
 use lease_ports::{JobRecord, JobState, Lease, WriteOutcome};
 use serde_json::{Value, json};
+
+use crate::when;
 
 /// Exit code: the operation was accepted (or was a read).
 pub(crate) const EXIT_OK: u8 = 0;
@@ -207,22 +209,40 @@ pub(crate) fn lease_json(lease: &Lease) -> Value {
     Value::Object(object)
 }
 
-/// One line of `list`: id, queue, status, fence, attempts, and the error if any.
+/// The header of `list`'s table, aligned with [`record_line`].
+pub(crate) fn record_header() -> String {
+    format!(
+        "{:<24} {:<12} {:<9} {:<6} {:<8} {:<42} ERROR",
+        "ID", "QUEUE", "STATUS", "FENCE", "ATTEMPTS", "WHEN"
+    )
+}
+
+/// One line of `list`: id, queue, status, fence, attempts, when it is due or its lease ends
+/// (seen from `now`), and the error if any.
 pub(crate) fn record_line(record: &JobRecord, now: Timestamp) -> String {
     let j = &record.job;
+    let status = j.status_at(now);
+    let moment = match status {
+        Status::Running => format!("until {}", when::shown(j.until.get(), now.get())),
+        Status::Pending => match j.run_at {
+            Some(at) if at > now => format!("due {}", when::shown(at.get(), now.get())),
+            _ => "due now".to_owned(),
+        },
+        Status::Done | Status::Dead | Status::Cancelled => String::new(),
+    };
     let mut line = format!(
-        "{:<24} {:<12} {:<9} fence {:<4} attempts {}/{}",
+        "{:<24} {:<12} {:<9} {:<6} {:<8} {:<42}",
         record.id,
         j.queue,
-        j.status_at(now).as_str(),
+        status.as_str(),
         j.fence,
-        j.attempts,
-        j.max_attempts.max(1)
+        format!("{}/{}", j.attempts, j.max_attempts.max(1)),
+        moment
     );
     if let Some(error) = &j.error {
-        line.push_str(&format!(" error {error:?}"));
+        line.push_str(&format!(" {error:?}"));
     }
-    line
+    line.trim_end().to_owned()
 }
 
 pub(crate) fn state_json(state: Option<&JobState>) -> Value {
@@ -238,12 +258,13 @@ pub(crate) fn state_json(state: Option<&JobState>) -> Value {
     })
 }
 
-pub(crate) fn state_sentence(id: &JobId, state: Option<&JobState>) -> String {
+/// A job's stored row as a sentence; times as a person reads them, seen from `now`.
+pub(crate) fn state_sentence(id: &JobId, state: Option<&JobState>, now: Timestamp) -> String {
     let Some(s) = state else {
         return format!("job {id} does not exist");
     };
     let holder = match &s.owner {
-        Some(owner) => format!("held by {owner} until {}", s.until),
+        Some(owner) => format!("held by {owner} until {}", when::shown(s.until, now.get())),
         None => "not held".to_owned(),
     };
     let done = match (&s.result, s.done) {
@@ -270,7 +291,7 @@ pub(crate) fn write_report(
         Err(refused) => Report::new(
             false,
             json!({"ok": false}),
-            format!("not {verb}: {refused}"),
+            format!("not {verb}: {}", write_refusal(&refused)),
         ),
     }
 }
@@ -278,12 +299,44 @@ pub(crate) fn write_report(
 pub(crate) fn queue_write_report(outcome: WriteOutcome, verb: &str, id: &JobId) -> Report {
     match outcome {
         Ok(()) => Report::new(true, json!({"ok": true}), format!("{verb} job {id}")),
-        Err(refused) => Report::new(
-            false,
-            json!({"ok": false}),
-            format!("not {verb}: {refused}"),
-        )
-        .refused_with(Some(refused.to_string())),
+        Err(refused) => {
+            let why = write_refusal(&refused);
+            Report::new(false, json!({"ok": false}), format!("not {verb}: {why}"))
+                .refused_with(Some(why))
+        }
+    }
+}
+
+/// Why a claim was refused, with its times as a person reads them, seen from `now`.
+pub(crate) fn claim_refusal(refused: &ClaimRefused, now: Timestamp) -> String {
+    match refused {
+        ClaimRefused::NotDue { run_at } => {
+            format!(
+                "the job is not due until {}",
+                when::shown(run_at.get(), now.get())
+            )
+        }
+        ClaimRefused::Live { owner, until } => format!(
+            "the job is leased{} until {}",
+            owner
+                .as_ref()
+                .map(|o| format!(" to {o}"))
+                .unwrap_or_default(),
+            when::shown(until.get(), now.get())
+        ),
+        other => other.to_string(),
+    }
+}
+
+/// Why a write was refused, with its times as a person reads them.
+pub(crate) fn write_refusal(refused: &WriteRefused) -> String {
+    match refused {
+        WriteRefused::Expired { until, now } => format!(
+            "the lease expired at {} ({})",
+            when::calendar(until.get()),
+            when::distance(until.get() - now.get())
+        ),
+        other => other.to_string(),
     }
 }
 

@@ -274,9 +274,10 @@ pub(crate) fn pg_options(schema: Option<String>, wait: Duration, clock: ClockMod
 pub(crate) async fn run_audit(
     target: &Target,
     filter: &lease_ports::audit::AuditFilter,
+    now: lease_domain::Timestamp,
 ) -> Result<Report, String> {
     let opened = target.open(false).await?;
-    audit_report(opened.audit(), filter).await
+    audit_report(opened.audit(), filter, now).await
 }
 
 /// The audit trail's rows `filter` selects, from any trail (a database's or a server's).
@@ -286,6 +287,7 @@ pub(crate) async fn run_audit(
 pub(crate) async fn audit_report(
     trail: &dyn lease_ports::audit::AuditTrail,
     filter: &lease_ports::audit::AuditFilter,
+    now: lease_domain::Timestamp,
 ) -> Result<Report, String> {
     let rows = trail.refusals(filter).await.map_err(|e| e.to_string())?;
     let refusals: Vec<serde_json::Value> =
@@ -295,7 +297,7 @@ pub(crate) async fn audit_report(
         .map(|r| {
             format!(
                 "{} {} {} by {} with fence {} (current {}): {}{}",
-                r.time,
+                crate::when::shown(r.time, now.get()),
                 r.operation,
                 r.job,
                 r.owner,
@@ -304,7 +306,7 @@ pub(crate) async fn audit_report(
                     .map_or_else(|| "none".to_owned(), |f| f.to_string()),
                 r.reason,
                 r.late_by
-                    .map(|l| format!(", {l} s late"))
+                    .map(|l| format!(", {l:.3} s late"))
                     .unwrap_or_default()
             )
         })

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use lease_domain::Timestamp;
 use lease_ports::LeaseStore;
 use lease_worker::{
     CancellationToken, HandlerResult, JobContext, JobOutcome, JobReport, Summary, Worker,
@@ -15,6 +16,7 @@ use tokio::process::Command;
 use crate::cli::WorkRequest;
 use crate::processes;
 use crate::render::{Report, escape_controls};
+use crate::when;
 
 /// How many of the program's last stderr lines become the job's error.
 const ERROR_LINES: usize = 5;
@@ -102,12 +104,12 @@ async fn run_program(command: Arc<Vec<String>>, grace: Duration, job: JobContext
     }
 }
 
-/// One progress line for a finished job.
-pub(crate) fn progress_line(report: &JobReport) -> String {
+/// One progress line for a finished job, its times seen from `now`.
+pub(crate) fn progress_line(report: &JobReport, now: Timestamp) -> String {
     let what = match &report.outcome {
         JobOutcome::Completed => "completed".to_owned(),
         JobOutcome::Failed(failed) => match failed.run_at {
-            Some(at) => format!("failed, retried at {at}"),
+            Some(at) => format!("failed, retried at {}", when::shown(at.get(), now.get())),
             None => "failed, dead".to_owned(),
         },
         JobOutcome::Lost(why) => format!("stopped, nothing written ({why})"),
@@ -130,7 +132,7 @@ pub(crate) fn progress_line(report: &JobReport) -> String {
 pub(crate) async fn run(
     request: &WorkRequest,
     store: Arc<dyn LeaseStore>,
-    progress: impl Fn(String) + Send + Sync + 'static,
+    progress: impl Fn(&JobReport) + Send + Sync + 'static,
 ) -> Result<Report, String> {
     processes::become_subreaper();
     let mut config = WorkerConfig::new(request.queue.clone(), request.owner.clone(), request.ttl);
@@ -148,7 +150,7 @@ pub(crate) async fn run(
         move |job: JobContext| run_program(Arc::clone(&command), grace, job),
         config,
     )
-    .on_report(move |report| progress(progress_line(report)));
+    .on_report(progress);
     // The first Ctrl-C or SIGTERM stops claiming and lets running jobs finish for --drain
     // seconds; a second one stops them at once (their leases are released).
     let shutdown = CancellationToken::new();

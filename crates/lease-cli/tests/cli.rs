@@ -210,7 +210,7 @@ fn human_output_is_one_sentence() {
     );
     assert_eq!(
         stdout(&out),
-        "claimed job j for a: fence 1, lease until 15\n"
+        "claimed job j for a: fence 1, lease until 1970-01-01T00:00:15Z (in 5.0 s)\n"
     );
     let out = lease(
         &db,
@@ -218,7 +218,81 @@ fn human_output_is_one_sentence() {
     );
     assert_eq!(
         stdout(&out),
-        "not claimed: the job is leased to a until 15\n"
+        "not claimed: the job is leased to a until 1970-01-01T00:00:15Z (in 4.0 s)\n"
+    );
+}
+
+/// People read times as RFC 3339 in UTC with the distance from now; `--json` keeps Unix
+/// seconds; every time flag takes either form.
+#[test]
+fn times_are_shown_for_people_and_read_in_either_form() {
+    let (_dir, db) = fresh_db();
+    let noon = "2026-12-01T12:00:00Z";
+    let noon_unix = 1_796_126_400.0;
+    lease(
+        &db,
+        &["enqueue", "j", "--run-at", "2026-12-01T13:00:00+01:00"],
+    );
+    assert_eq!(json_of(&db, &["state", "j"], 0)["run_at"], json!(noon_unix));
+    let early = lease(
+        &db,
+        &[
+            "claim",
+            "j",
+            "--owner",
+            "a",
+            "--now",
+            "2026-12-01T11:59:00Z",
+            "--ttl",
+            "30",
+        ],
+    );
+    assert_eq!(
+        stdout(&early),
+        "not claimed: the job is not due until 2026-12-01T12:00:00Z (in 60 s)\n"
+    );
+    let claimed = lease(
+        &db,
+        &["claim", "j", "--owner", "a", "--now", noon, "--ttl", "29.5"],
+    );
+    assert_eq!(
+        stdout(&claimed),
+        "claimed job j for a: fence 1, lease until 2026-12-01T12:00:30Z (in 30 s)\n"
+    );
+    let state = lease(&db, &["state", "j", "--now", "1796126410"]);
+    assert!(
+        stdout(&state)
+            .starts_with("job j: held by a until 2026-12-01T12:00:30Z (in 20 s), fence 1"),
+        "{}",
+        stdout(&state)
+    );
+    let json = json_of(&db, &["state", "j", "--now", noon], 0);
+    assert_eq!(json["until"], json!(noon_unix + 29.5));
+    let late = lease(
+        &db,
+        &[
+            "complete",
+            "j",
+            "--owner",
+            "a",
+            "--fence",
+            "1",
+            "--now",
+            "2026-12-01T12:04:30Z",
+            "--result",
+            "r",
+        ],
+    );
+    assert_eq!(
+        stdout(&late),
+        "not completed: the lease expired at 2026-12-01T12:00:30Z (4 min ago)\n"
+    );
+    let bad = lease(&db, &["state", "j", "--now", "yesterday"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("RFC 3339"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
     );
 }
 

@@ -87,6 +87,11 @@ fn a_failing_program_fails_the_job_with_its_last_stderr_lines() {
         "echo starting >&2; echo 'disk on fire' >&2; exit 3",
     );
     assert_eq!(out.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("failed, dead"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
         serde_json::from_slice::<Value>(&out.stdout).unwrap()["failed"],
         1
@@ -97,6 +102,34 @@ fn a_failing_program_fails_the_job_with_its_last_stderr_lines() {
     assert!(
         error.contains("exit status: 3") && error.contains("starting | disk on fire"),
         "{error}"
+    );
+}
+
+#[test]
+fn a_failed_job_s_progress_line_says_when_it_is_retried_as_a_person_reads_it() {
+    let (_dir, db) = fresh_db();
+    json_of(
+        &db,
+        &["enqueue", "j", "--queue", "q", "--max-attempts", "3"],
+    );
+    let out = work(&db, &["--max-jobs", "1"], "exit 1");
+    let progress = String::from_utf8_lossy(&out.stderr);
+    let line = progress
+        .lines()
+        .find(|l| l.contains("failed, retried at "))
+        .unwrap_or_else(|| panic!("no retry line: {progress}"));
+    let shown = line.split("retried at ").nth(1).unwrap();
+    assert!(
+        shown.starts_with("20") && shown.contains("Z (in "),
+        "{line}"
+    );
+    // The time shown is the stored run_at, to the second.
+    let stamp = &shown[..20];
+    let parsed = json_of(&db, &["state", "j", "--now", stamp])["status"].clone();
+    assert_eq!(
+        parsed,
+        json!("pending"),
+        "{stamp} is not a time the CLI reads"
     );
 }
 
