@@ -665,3 +665,44 @@ fn lease_serve_answers_a_write_stuck_behind_another_process_s_lock_at_its_timeou
     );
     drop(holder);
 }
+
+/// Through `--server`, a key the server does not take reads as what happened, not as a broken
+/// database: an unknown or revoked key, and a worker key claiming as another principal.
+#[test]
+fn a_refused_key_through_server_says_what_the_server_refused() {
+    let (_dir, db) = fresh_db();
+    let made = make_key(&db, "ci", "worker");
+    let key = made["key"].as_str().unwrap().to_owned();
+    let server = Server::start(&db, &["--key-cache", "0"], &[]);
+    let url = format!("http://{}", server.addr);
+    let remote = |key: &str, args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_lease"))
+            .args(args)
+            .env_remove("LEASE_DB")
+            .env("LEASE_SERVER", &url)
+            .env("LEASE_API_KEY", key)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, said) = remote(&key, &["claim-next", "--owner", "other", "--ttl", "30"]);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(
+        said.contains("refused this key: this key (principal ci) may act only as ci or ci/..."),
+        "{said}"
+    );
+    lease(&db, &["keys", "revoke", made["id"].as_str().unwrap()]);
+    let (code, said) = remote(&key, &["stats"]);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(
+        said.contains(&format!("the server at {url} refused the API key"))
+            && said.contains("not known, or was revoked"),
+        "{said}"
+    );
+    for said in [said, remote("lk_0000_nothing", &["stats"]).1] {
+        assert!(!said.contains("not a usable lease database"), "{said}");
+    }
+}

@@ -88,13 +88,17 @@ impl HttpLeaseStore {
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(StoreError::Incompatible {
                 path: base,
-                reason: "the server URL must start with http:// or https://".to_owned(),
+                reason: "the server URL must start with http:// or https://"
+                    .to_owned()
+                    .into(),
             });
         }
         if key.is_empty() || key.bytes().any(|b| !b.is_ascii_graphic()) {
             return Err(StoreError::Incompatible {
                 path: base,
-                reason: "the API key is empty or holds characters a key never has".to_owned(),
+                reason: "the API key is empty or holds characters a key never has"
+                    .to_owned()
+                    .into(),
             });
         }
         let mut builder = reqwest::Client::builder()
@@ -104,13 +108,19 @@ impl HttpLeaseStore {
         if let Some(pem) = &options.ca_cert {
             let ca = reqwest::Certificate::from_pem(pem).map_err(|e| StoreError::Incompatible {
                 path: base.clone(),
-                reason: format!("the CA certificate is not a PEM certificate: {e}"),
+                reason: lease_ports::Detail::caused_by(
+                    format!("the CA certificate is not a PEM certificate: {e}"),
+                    e,
+                ),
             })?;
             builder = builder.add_root_certificate(ca);
         }
-        let http = builder
-            .build()
-            .map_err(|e| StoreError::Unavailable(format!("no HTTP client: {e}").into()))?;
+        let http = builder.build().map_err(|e| {
+            StoreError::Unavailable(lease_ports::Detail::caused_by(
+                format!("no HTTP client: {e}"),
+                e,
+            ))
+        })?;
         Ok(Self {
             base,
             authorization: format!("Bearer {key}"),
@@ -162,20 +172,23 @@ impl HttpLeaseStore {
                 .body(body.to_string());
         }
         let response = request.send().await.map_err(|e| {
+            let lost = writes && !e.is_connect();
             let detail = format!("{} did not answer: {}", self.base, chain(&e));
-            if writes && !e.is_connect() {
-                StoreError::Indeterminate(detail.into())
+            let detail = lease_ports::Detail::caused_by(detail, e);
+            if lost {
+                StoreError::Indeterminate(detail)
             } else {
-                StoreError::Unavailable(detail.into())
+                StoreError::Unavailable(detail)
             }
         })?;
         let status = response.status().as_u16();
         let bytes = response.bytes().await.map_err(|e| {
             let detail = format!("{} broke off its answer: {e}", self.base);
+            let detail = lease_ports::Detail::caused_by(detail, e);
             if writes {
-                StoreError::Indeterminate(detail.into())
+                StoreError::Indeterminate(detail)
             } else {
-                StoreError::Unavailable(detail.into())
+                StoreError::Unavailable(detail)
             }
         })?;
         let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
@@ -662,5 +675,30 @@ impl lease_ports::audit::AuditTrail for HttpLeaseStore {
         _refusal: &lease_domain::Refusal,
     ) -> Result<bool, StoreError> {
         Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server that cannot be reached is `Unavailable`, and reqwest's own error stays the
+    /// source (it used to be flattened into the message).
+    #[tokio::test]
+    async fn a_failed_request_keeps_the_http_library_s_error_as_its_source() {
+        // A port nothing listens on: bound, then closed.
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap();
+        let store = HttpLeaseStore::new(
+            &format!("http://{addr}"),
+            "lk_0000_secret",
+            ClientOptions::default(),
+        )
+        .unwrap();
+        let err = store.stats(Timestamp::ZERO).await.unwrap_err();
+        assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+        let cause = std::error::Error::source(&err).expect("the HTTP error as the source");
+        assert!(cause.downcast_ref::<reqwest::Error>().is_some(), "{cause}");
     }
 }

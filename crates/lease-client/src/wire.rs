@@ -30,9 +30,20 @@ impl Answer {
                 StoreError::Unavailable(format!("{} {said}", self.server).into())
             }
             500..=599 => StoreError::Indeterminate(format!("{} {said}", self.server).into()),
+            // The server is fine and so is its database: it would not take this key.
+            401 => StoreError::Denied(
+                format!(
+                    "the server at {} refused the API key: {detail}",
+                    self.server
+                )
+                .into(),
+            ),
+            403 => StoreError::Denied(
+                format!("the server at {} refused this key: {detail}", self.server).into(),
+            ),
             _ => StoreError::Incompatible {
                 path: self.server.clone(),
-                reason: said,
+                reason: said.into(),
             },
         }
     }

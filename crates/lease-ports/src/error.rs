@@ -21,22 +21,27 @@ pub enum StoreError {
     NotFound {
         /// The path that was looked at.
         path: String,
+        /// What was found there instead (no file, an empty file, an empty schema).
+        reason: Detail,
     },
     /// The database server has no database of that name (a lease schema is made inside an
     /// existing database, which `init` does not create).
     NoSuchDatabase {
         /// The target that was named.
         path: String,
-        /// What the server said.
-        reason: String,
+        /// What the server said, and the client library's error.
+        reason: Detail,
     },
     /// The target exists but is not a lease database this version can use; it was left as it is.
     Incompatible {
         /// The path that was opened.
         path: String,
-        /// What is wrong with it.
-        reason: String,
+        /// What is wrong with it, and the library error that told, if any.
+        reason: Detail,
     },
+    /// The store refused the caller: a key it does not know or that was revoked, or one that
+    /// may not do what was asked (the network service's 401 and 403); nothing was applied.
+    Denied(Detail),
     /// The store could not be reached or did not answer in time (busy, I/O error, pool exhausted);
     /// the operation was not applied.
     Unavailable(Detail),
@@ -58,9 +63,13 @@ impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreError::InvalidInput(e) => write!(f, "invalid input: {e}"),
-            StoreError::NotFound { path } => {
-                write!(f, "no lease database at {path} (create it with init)")
+            StoreError::NotFound { path, reason } => {
+                write!(
+                    f,
+                    "no lease database at {path}: {reason} (create it with init)"
+                )
             }
+            StoreError::Denied(d) => write!(f, "{d}"),
             StoreError::NoSuchDatabase { path, reason } => write!(
                 f,
                 "{path}: {reason}; create the database first (createdb, or CREATE DATABASE), \
@@ -91,10 +100,11 @@ impl Error for StoreError {
             | StoreError::Full(d)
             | StoreError::ReadOnly(d)
             | StoreError::Indeterminate(d)
-            | StoreError::Corrupt(d) => d.cause(),
-            StoreError::NotFound { .. }
-            | StoreError::NoSuchDatabase { .. }
-            | StoreError::Incompatible { .. } => None,
+            | StoreError::Corrupt(d)
+            | StoreError::Denied(d)
+            | StoreError::NotFound { reason: d, .. }
+            | StoreError::NoSuchDatabase { reason: d, .. }
+            | StoreError::Incompatible { reason: d, .. } => d.cause(),
         }
     }
 }
@@ -243,5 +253,29 @@ mod tests {
         let source = err.source().expect("a source");
         assert_eq!(source.to_string(), "disk on fire");
         assert!(StoreError::Corrupt("x".into()).source().is_none());
+    }
+
+    #[test]
+    fn every_kind_that_names_a_target_keeps_its_cause_too() {
+        let because = || Detail::caused_by("what was found", std::io::Error::other("the cause"));
+        for err in [
+            StoreError::NotFound {
+                path: "p".into(),
+                reason: because(),
+            },
+            StoreError::NoSuchDatabase {
+                path: "p".into(),
+                reason: because(),
+            },
+            StoreError::Incompatible {
+                path: "p".into(),
+                reason: because(),
+            },
+            StoreError::Denied(because()),
+        ] {
+            assert!(err.to_string().contains("what was found"), "{err}");
+            let source = err.source().unwrap_or_else(|| panic!("no source: {err}"));
+            assert!(source.downcast_ref::<std::io::Error>().is_some(), "{err}");
+        }
     }
 }

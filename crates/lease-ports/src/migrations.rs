@@ -70,7 +70,7 @@ pub fn plan(
 ) -> Result<MigrationPlan, StoreError> {
     let refuse = |reason: String| StoreError::Incompatible {
         path: store.to_owned(),
-        reason,
+        reason: reason.into(),
     };
     let mut plan = MigrationPlan::default();
     for found in applied {

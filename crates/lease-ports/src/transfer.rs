@@ -310,7 +310,8 @@ pub fn refuse_long_names(snapshot: &Snapshot) -> Result<(), StoreError> {
              or purge them, then migrate again (nothing was copied)",
             long.len(),
             long.join(", ")
-        ),
+        )
+        .into(),
     })
 }
 
@@ -332,6 +333,7 @@ pub fn refuse_unless_empty(
         reason: format!(
             "the target already holds {jobs} jobs and {marks} purge marks; migrate into an \
              empty store, or pass --merge to keep the larger fence of each job on both sides"
-        ),
+        )
+        .into(),
     })
 }

@@ -54,7 +54,7 @@ pub(crate) fn connection_settings(
 fn bad(target: &str, reason: String) -> StoreError {
     StoreError::Incompatible {
         path: redact(target),
-        reason,
+        reason: reason.into(),
     }
 }
 

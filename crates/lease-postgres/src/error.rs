@@ -94,7 +94,7 @@ pub(crate) fn map(error: tokio_postgres::Error, stage: Stage) -> StoreError {
         Kind::Corrupt => StoreError::Corrupt(detail(text)),
         Kind::TablesGone => StoreError::Incompatible {
             path: "the PostgreSQL database".to_owned(),
-            reason: format!("the lease tables are gone ({text})"),
+            reason: detail(format!("the lease tables are gone ({text})")),
         },
     }
 }
@@ -131,7 +131,7 @@ pub(crate) fn pool(error: deadpool_postgres::PoolError, target: &str) -> StoreEr
             if e.code() == Some(&SqlState::INVALID_CATALOG_NAME) {
                 return StoreError::NoSuchDatabase {
                     path: target.to_owned(),
-                    reason: describe(&e),
+                    reason: Detail::caused_by(describe(&e), e),
                 };
             }
             StoreError::Unavailable(Detail::caused_by(

@@ -231,7 +231,7 @@ impl PgLeaseStore {
         let shown = describe(&config);
         let tls = tls.connector().map_err(|reason| StoreError::Incompatible {
             path: shown.clone(),
-            reason,
+            reason: reason.into(),
         })?;
         // The whole making of a connection (TCP, TLS, startup, authentication, the session
         // settings) is bounded by the connect timeout, not only the TCP connect.

@@ -80,7 +80,8 @@ pub fn check_schema_name(schema: &str) -> Result<(), StoreError> {
             path: format!("schema {schema:?}"),
             reason: "a schema name must be lower-case letters, digits and _ (at most 63), \
                      not starting with a digit"
-                .to_owned(),
+                .to_owned()
+                .into(),
         })
     }
 }
@@ -257,17 +258,19 @@ fn judge(found: &Found, schema: &str, create: bool, target: &str) -> Result<(), 
     match found {
         Found::Foreign(reason) => Err(StoreError::Incompatible {
             path: target.to_owned(),
-            reason: format!("{reason}; it was left as it is"),
+            reason: format!("{reason}; it was left as it is").into(),
         }),
         Found::Empty if !create => Err(StoreError::NotFound {
-            path: format!("{target} (schema {schema})"),
+            path: target.to_owned(),
+            reason: format!("schema {schema} does not exist or holds nothing").into(),
         }),
         Found::Lease(version) if *version > CURRENT_VERSION => Err(StoreError::Incompatible {
             path: target.to_owned(),
             reason: format!(
                 "schema {schema} is at version {version}, made by a newer lease \
                  (this one knows up to {CURRENT_VERSION})"
-            ),
+            )
+            .into(),
         }),
         _ => Ok(()),
     }

@@ -99,6 +99,11 @@ async fn open_without_init_is_not_found_and_creates_nothing() {
     );
     assert!(missing.to_string().contains("does not exist"), "{missing}");
     assert!(missing.to_string().contains("createdb"), "{missing}");
+    let cause = std::error::Error::source(&missing).expect("the server's error as the source");
+    assert!(
+        cause.downcast_ref::<tokio_postgres::Error>().is_some(),
+        "{cause}"
+    );
     assert!(
         !missing.to_string().contains("create it with init"),
         "{missing}"

@@ -387,9 +387,7 @@ fn claimant(caller: &Caller, owner: Option<String>) -> Result<Owner, Problem> {
         None => caller.default_owner()?,
     };
     if !caller.may_act_as(&owner) {
-        return Err(Problem::forbidden(
-            "this key may claim only as its principal or principal/...",
-        ));
+        return Err(caller.not_as_owner());
     }
     Ok(owner)
 }
@@ -560,9 +558,7 @@ async fn holder(
         .map_err(|e| bad_value("owner", &e))?;
     if let Some(owner) = &named {
         if !caller.may_act_as(owner) {
-            return Err(Problem::forbidden(
-                "this key may write only as its principal or principal/...",
-            ));
+            return Err(caller.not_as_owner());
         }
     }
     let record = app.store.record(id).await.map_err(|e| Problem::store(&e))?;

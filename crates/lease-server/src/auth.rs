@@ -24,6 +24,15 @@ pub(crate) struct Caller {
 }
 
 impl Caller {
+    /// `403` for a request that names an owner outside the key's namespace. The principal is
+    /// the key's own, not a value from the request, so naming it repeats nothing sent.
+    pub(crate) fn not_as_owner(&self) -> Problem {
+        let p = &self.principal;
+        Problem::forbidden(format!(
+            "this key (principal {p}) may act only as {p} or {p}/..."
+        ))
+    }
+
     /// The owner a request that names none acts as: the principal itself.
     ///
     /// # Errors

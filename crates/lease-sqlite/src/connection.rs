@@ -312,6 +312,7 @@ fn open_once(
     if let Target::Missing = check_path(path, shown)? {
         return Err(StoreError::NotFound {
             path: shown.to_owned(),
+            reason: "there is no file".into(),
         }
         .into());
     }
@@ -328,6 +329,7 @@ fn open_once(
     if found == Found::Empty && !options.create {
         return Err(StoreError::NotFound {
             path: shown.to_owned(),
+            reason: "the file holds no database yet".into(),
         }
         .into());
     }
@@ -395,8 +397,9 @@ fn inspect(
     });
     let found = match read {
         Ok(found) => found,
-        Err(rusqlite::Error::SqliteFailure(f, _)) if f.code == ErrorCode::NotADatabase => {
-            return Err(incompatible(shown, "it is not an SQLite database").into());
+        Err(e @ rusqlite::Error::SqliteFailure(f, _)) if f.code == ErrorCode::NotADatabase => {
+            let why = lease_ports::Detail::caused_by("it is not an SQLite database", e);
+            return Err(incompatible(shown, why).into());
         }
         Err(e) => {
             return Err(match (error::open_step(&conn)(e), access) {

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use lease_ports::StoreError;
 
-pub(crate) fn incompatible(shown: &str, reason: impl Into<String>) -> StoreError {
+pub(crate) fn incompatible(shown: &str, reason: impl Into<lease_ports::Detail>) -> StoreError {
     StoreError::Incompatible {
         path: shown.to_owned(),
         reason: reason.into(),
@@ -51,7 +51,10 @@ pub(crate) fn recheck(path: &Path) -> Result<(), StoreError> {
     let shown = path.display().to_string();
     match check_path(path, &shown)? {
         Target::File => Ok(()),
-        Target::Missing => Err(StoreError::NotFound { path: shown }),
+        Target::Missing => Err(StoreError::NotFound {
+            path: shown,
+            reason: "the file is gone".into(),
+        }),
     }
 }
 

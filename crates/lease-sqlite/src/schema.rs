@@ -9,6 +9,7 @@ use lease_ports::migrations::{self, Applied, Migration};
 use rusqlite::Connection;
 
 use crate::error::{self, OpenError};
+use crate::filesystem::incompatible;
 
 /// `PRAGMA application_id` of a lease database ("LEAS").
 pub const APPLICATION_ID: i32 = 0x4C45_4153;
@@ -194,13 +195,6 @@ pub(crate) fn read(conn: &Connection) -> rusqlite::Result<Schema> {
     })
 }
 
-fn incompatible(path: &str, reason: impl Into<String>) -> StoreError {
-    StoreError::Incompatible {
-        path: path.to_owned(),
-        reason: reason.into(),
-    }
-}
-
 /// Judges what a database is; anything that is not a usable lease database is refused with a
 /// reason that names what was found.
 pub(crate) fn classify(schema: &Schema, path: &str) -> Result<Found, StoreError> {
@@ -365,6 +359,7 @@ pub(crate) fn prepare(conn: &Connection, path: &str, create: bool) -> Result<(),
         Found::Empty if !create => {
             return Err(StoreError::NotFound {
                 path: path.to_owned(),
+                reason: "the database has no tables yet".into(),
             }
             .into());
         }

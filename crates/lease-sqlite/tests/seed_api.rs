@@ -288,10 +288,11 @@ fn a_file_that_is_not_a_database_is_refused_and_left_byte_for_byte_unchanged() {
         enqueue(&path, "j"),
         Err(Error::Incompatible { .. })
     ));
-    assert!(matches!(
-        SqliteLeaseStore::open(&path),
-        Err(Error::Incompatible { .. })
-    ));
+    let refused = SqliteLeaseStore::open(&path).unwrap_err();
+    assert!(matches!(refused, Error::Incompatible { .. }), "{refused}");
+    // SQLite's own error is kept as the cause, for a log that shows the chain.
+    let cause = std::error::Error::source(&refused).expect("the error's source");
+    assert!(cause.downcast_ref::<rusqlite::Error>().is_some(), "{cause}");
     assert_eq!(std::fs::read(&path).unwrap(), bytes);
     let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert_eq!(leftovers.len(), 1, "open left side files behind");
