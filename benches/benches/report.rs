@@ -560,6 +560,58 @@ fn queue(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
     }
 }
 
+/// The rollback-journal fallback (FUSE and unknown file systems) syncs the directory after
+/// every commit's unlink (synchronous=EXTRA): its cost against FULL on the same journal, one
+/// caller claiming, in alternating runs. Both stores are switched to the rollback journal by
+/// a connect hook (this disk is not a FUSE mount).
+fn rollback_journal(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
+    const FRESH: u64 = 1_000;
+    let open = |name: &str, synchronous: u8| {
+        let path = dir.join(name);
+        populate(&path, FRESH, 0);
+        let hook = move |conn: &rusqlite::Connection| {
+            conn.execute_batch(&format!(
+                "PRAGMA journal_mode=DELETE; PRAGMA synchronous={synchronous}"
+            ))
+        };
+        let options = SqliteOptions {
+            pool_size: 1,
+            on_connect: Some(lease_sqlite::ConnectHook(std::sync::Arc::new(hook))),
+            ..SqliteOptions::default()
+        };
+        SqliteLeaseStore::open_with(&path, options).expect("open store")
+    };
+    let (extra, full) = (open("journal-extra.db", 3), open("journal-full.db", 2));
+    let clock = AtomicU64::new(0);
+    let claim = |store: &SqliteLeaseStore, i: u64| {
+        let now = f64::from(u32::try_from(clock.fetch_add(1, Ordering::SeqCst)).unwrap_or(0));
+        let term = LeaseTerm::new(now, 0.5).expect("term");
+        timed(|| {
+            drop(
+                store
+                    .blocking()
+                    .claim(&id(i % FRESH), &owner(0), term)
+                    .expect("claim"),
+            )
+        })
+    };
+    let mut paired = Paired {
+        plan,
+        raw_runs: Vec::new(),
+    };
+    rows.push(paired.measure(
+        "claim, rollback journal, synchronous=EXTRA (the fallback)",
+        &|_, i| claim(&extra, i),
+        false,
+        "journal FULL",
+        &|_, i| claim(&full, i),
+    ));
+    rows.extend(paired.baseline_rows(&[(
+        "journal FULL",
+        "claim, rollback journal, synchronous=FULL (before)",
+    )]));
+}
+
 /// `claim_next` latency with a small table, and with 100k pending and many finished jobs.
 fn claim_next_sizes(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
     let big_pending = if plan.big_table > 10_000 {
@@ -812,8 +864,12 @@ fn main() {
     let pg_signal_only = args.iter().any(|a| a == "--pg-signal-only");
     // `-- --overview-only` runs the operator page's rows alone.
     let overview_only = args.iter().any(|a| a == "--overview-only");
+    // `-- --journal-only` runs the rollback-journal rows alone.
+    let journal_only = args.iter().any(|a| a == "--journal-only");
     let mut signal_note = None;
-    if api_only {
+    if journal_only {
+        rollback_journal(&plan, dir.path(), &mut rows);
+    } else if api_only {
         api::rows(&plan, dir.path(), queue_jobs(&plan), queue_store, &mut rows);
     } else if overview_only {
         overview::rows(&plan, dir.path(), &mut rows);
@@ -841,11 +897,19 @@ fn main() {
             enqueue_rows(&plan, dir.path(), &mut rows);
             claim_next_sizes(&plan, dir.path(), &mut rows);
             claim_next_live_leases(&plan, dir.path(), &mut rows);
+            rollback_journal(&plan, dir.path(), &mut rows);
         }
     }
     let pg_note = if pg_signal_only || overview_only {
         signal_note
-    } else if queue_only || live_only || enqueue_only || pg_loop_only || api_only || overview_only {
+    } else if queue_only
+        || live_only
+        || enqueue_only
+        || pg_loop_only
+        || api_only
+        || overview_only
+        || journal_only
+    {
         None
     } else {
         pg::rows(&plan, &mut rows)

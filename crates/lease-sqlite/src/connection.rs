@@ -89,7 +89,7 @@ pub(crate) fn configure(conn: &Connection, options: &SqliteOptions) -> rusqlite:
             )));
         }
     }
-    let wanted = options.synchronous.pragma_value();
+    let wanted = synchronous_for(journal, options.synchronous);
     conn.pragma_update(None, "synchronous", wanted)?;
     let synchronous: i64 = conn.pragma_query_value(None, "synchronous", |r| r.get(0))?;
     if synchronous != wanted {
@@ -124,6 +124,17 @@ pub(crate) fn journal_for(unverified_filesystem: bool, exclusive: bool) -> &'sta
         "delete"
     } else {
         "wal"
+    }
+}
+
+/// The `synchronous` level a connection runs at: the one asked for, except that `Full` on the
+/// rollback journal is `EXTRA` (3). There a commit is final when its journal is unlinked, and
+/// only `EXTRA` syncs the directory after the unlink: at `FULL` a power cut could bring the
+/// journal back, and the next open would roll back a commit that was acknowledged.
+pub(crate) fn synchronous_for(journal: &str, asked: crate::Synchronous) -> i64 {
+    match asked {
+        crate::Synchronous::Full if journal == "delete" => 3,
+        asked => asked.pragma_value(),
     }
 }
 
@@ -178,13 +189,19 @@ fn file_uri(path: &Path, query: &str) -> PathBuf {
 /// then opened `immutable` (no `-shm` file needed, no locks); otherwise read-only with SQLite's
 /// usual locking, which needs the `-shm` file to exist.
 fn read_only_access(path: &Path, reason: String) -> Access {
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
-    let wal_len = std::fs::metadata(&wal).map_or(0, |m| m.len());
+    let side_file_len = |suffix: &str| {
+        let mut side = path.as_os_str().to_owned();
+        side.push(suffix);
+        std::fs::metadata(&side).map_or(0, |m| m.len())
+    };
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
         | OpenFlags::SQLITE_OPEN_URI
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let query = if wal_len == 0 {
+    // `immutable` reads the main file alone, without locks: right for a file at rest, wrong
+    // with a write-ahead log to read, and wrong with a rollback journal that may be hot (an
+    // interrupted commit): the main file may then hold half of that commit, which `mode=ro`
+    // refuses to read (SQLITE_READONLY_ROLLBACK) and `immutable` would show as stored.
+    let query = if side_file_len("-wal") == 0 && side_file_len("-journal") == 0 {
         "immutable=1"
     } else {
         "mode=ro"
@@ -386,15 +403,42 @@ fn inspect(
         ),
         Access::ReadOnly { target, flags, .. } => (target.clone(), *flags),
     };
-    let mut conn = Connection::open_with_flags(&target, flags)
-        .map_err(|e| OpenError::Fail(error::before_commit(e)))?;
-    conn.busy_timeout(options.busy_timeout)
-        .map_err(error::open_step(&conn))?;
-    let read = conn.transaction().and_then(|tx| {
-        let found = schema::read(&tx)?;
-        tx.commit()?;
-        Ok(found)
-    });
+    // The connection is returned with what it read, to name a failure by its system error.
+    type Read = (Connection, rusqlite::Result<schema::Schema>);
+    let read_schema = |flags: OpenFlags| -> Result<Read, OpenError> {
+        let mut conn = Connection::open_with_flags(&target, flags)
+            .map_err(|e| OpenError::Fail(error::before_commit(e)))?;
+        conn.busy_timeout(options.busy_timeout)
+            .map_err(error::open_step(&conn))?;
+        let read = conn.transaction().and_then(|tx| {
+            let found = schema::read(&tx)?;
+            tx.commit()?;
+            Ok(found)
+        });
+        Ok((conn, read))
+    };
+    let (mut conn, mut read) = read_schema(flags)?;
+    if read.as_ref().is_err_and(is_hot_journal) {
+        // A commit in rollback-journal mode was interrupted (a kill, a power cut) after its
+        // journal was written and before it was deleted: the file may hold half of that
+        // commit, and only a connection that can write may roll it back (SQLite does so on
+        // its first read). That is recovery, not a write of ours: any SQLite writer must do
+        // it before reading, and it leaves the file at its last committed state.
+        (conn, read) = match access {
+            Access::ReadWrite => read_schema(existing_file_flags())?,
+            Access::ReadOnly { reason, .. } => {
+                return Err(StoreError::ReadOnly(
+                    format!(
+                        "{shown} holds a hot journal (a commit was interrupted, by a kill or a \
+                         power cut) that only a process that can write to it can roll back, \
+                         and {reason}; open it once where it can be written"
+                    )
+                    .into(),
+                )
+                .into());
+            }
+        };
+    }
     let found = match read {
         Ok(found) => found,
         Err(e @ rusqlite::Error::SqliteFailure(f, _)) if f.code == ErrorCode::NotADatabase => {
@@ -422,6 +466,16 @@ fn inspect(
     Ok(schema::classify(&found, shown)?)
 }
 
+/// Whether a read failed because the file has a hot journal that this read-only connection
+/// cannot roll back (`SQLITE_READONLY_ROLLBACK`).
+fn is_hot_journal(err: &rusqlite::Error) -> bool {
+    matches!(
+        err,
+        rusqlite::Error::SqliteFailure(f, _)
+            if f.extended_code == rusqlite::ffi::SQLITE_READONLY_ROLLBACK
+    )
+}
+
 fn read_only_or_unavailable(shown: &str, err: std::io::Error) -> StoreError {
     match err.kind() {
         std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied => {
@@ -442,7 +496,7 @@ fn read_only_or_unavailable(shown: &str, err: std::io::Error) -> StoreError {
 pub struct ConnectionSettings {
     /// `PRAGMA journal_mode` (`wal`).
     pub journal_mode: String,
-    /// `PRAGMA synchronous` (2 = FULL, 1 = NORMAL).
+    /// `PRAGMA synchronous` (3 = EXTRA, the rollback journal's `Full`; 2 = FULL; 1 = NORMAL).
     pub synchronous: i64,
     /// `PRAGMA busy_timeout` in milliseconds.
     pub busy_timeout_ms: i64,
@@ -476,6 +530,15 @@ mod tests {
         assert_eq!(journal_for(true, true), "wal");
         assert_eq!(journal_for(false, false), "wal");
         assert_eq!(journal_for(false, true), "wal");
+    }
+
+    #[test]
+    fn full_on_the_rollback_journal_syncs_the_directory_too_and_normal_stays_normal() {
+        use crate::Synchronous;
+        assert_eq!(synchronous_for("delete", Synchronous::Full), 3);
+        assert_eq!(synchronous_for("wal", Synchronous::Full), 2);
+        assert_eq!(synchronous_for("delete", Synchronous::Normal), 1);
+        assert_eq!(synchronous_for("wal", Synchronous::Normal), 1);
     }
 
     #[test]
