@@ -139,6 +139,62 @@ impl Session {
 
     /// Moves within the page (a fragment change loads nothing, so `goto` would wait for a
     /// load that never comes).
+    /// Checks, at a phone's width, the cell of `table` that holds `text`: one line high (it
+    /// used to wrap a letter a line), the whole value in its title and shown on a tap, and the
+    /// page no wider than the screen.
+    async fn one_line_on_a_phone(&self, table: &str, text: &str) {
+        let find = format!(
+            "[...document.querySelectorAll('#{table} td.id')].find(td => td.textContent === {})",
+            json!(text)
+        );
+        self.until(&format!("{text} in #{table}"), &format!("!!{find}"))
+            .await;
+        let height = self
+            .eval(&format!("{find}.getBoundingClientRect().height"))
+            .await;
+        let line = self
+            .eval(&format!("parseFloat(getComputedStyle({find}).lineHeight)"))
+            .await;
+        let (height, line) = (height.as_f64().unwrap(), line.as_f64().unwrap());
+        assert!(
+            height < 2.5 * line,
+            "#{table}: the cell of {text} is {height} px tall, {line} px a line"
+        );
+        assert_eq!(self.eval(&format!("{find}.title")).await, json!(text));
+        assert_eq!(
+            self.eval("window.innerWidth <= 390 && document.documentElement.scrollWidth <= window.innerWidth")
+                .await,
+            json!(true),
+            "#{table}: not a phone's width, or the page is wider than the screen"
+        );
+        // Shortened: the value is wider than what shows of it.
+        let clip = format!("{find}.querySelector('.clip')");
+        let shortened = format!("{clip}.scrollWidth > {clip}.clientWidth");
+        assert_eq!(
+            self.eval(&shortened).await,
+            json!(true),
+            "#{table}: not shortened"
+        );
+        // A tap shows it whole, on one line, and the page still fits (the table scrolls in
+        // its own box); a second tap shortens it again.
+        self.eval(&format!("{clip}.click()")).await;
+        let whole = format!(
+            "{clip}.scrollWidth <= {clip}.clientWidth \
+             && document.documentElement.scrollWidth <= window.innerWidth"
+        );
+        assert_eq!(
+            self.eval(&whole).await,
+            json!(true),
+            "#{table}: a tap does not show the whole of {text}"
+        );
+        self.eval(&format!("{clip}.click()")).await;
+        assert_eq!(
+            self.eval(&shortened).await,
+            json!(true),
+            "#{table}: a second tap"
+        );
+    }
+
     async fn visit(&self, hash: &str) {
         self.eval(&format!("location.hash = {}", json!(hash))).await;
     }
@@ -544,6 +600,18 @@ async fn an_admin_sees_counts_and_a_refused_stale_write_live_pages_the_jobs_and_
     session.close_unchecked().await;
 }
 
+/// Percent-encodes a value for the page's URL (every byte but letters, digits and `-._~`).
+fn urlencode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_viewer_has_no_actions_and_a_forged_cross_site_request_is_refused() {
     let (_dir, db) = fresh_db();
@@ -557,6 +625,16 @@ async fn a_viewer_has_no_actions_and_a_forged_cross_site_request_is_refused() {
         .to_owned();
     assert_eq!(
         lease(&db, &["enqueue", "target", "--queue", "mail"])
+            .status
+            .code(),
+        Some(0)
+    );
+    // A 60-character id in a 60-character queue, which used to make columns 30 lines tall on
+    // a phone.
+    let long_id = format!("report-{}", "0123456789abcdef".repeat(4))[..60].to_owned();
+    let long_queue = format!("exports-{}", "fedcba9876543210".repeat(4))[..60].to_owned();
+    assert_eq!(
+        lease(&db, &["enqueue", &long_id, "--queue", &long_queue])
             .status
             .code(),
         Some(0)
@@ -595,7 +673,22 @@ async fn a_viewer_has_no_actions_and_a_forged_cross_site_request_is_refused() {
         json!(true),
         "the page is wider than a phone's screen"
     );
+    // On the phone the long queue name (overview) and the long id (its jobs) keep their rows
+    // one line high, the whole value is the cell's title and shows in full on a tap, and the
+    // tables scroll in their own boxes.
+    session.one_line_on_a_phone("queues", &long_queue).await;
     session.screenshot("7b-viewer-overview-phone-dark").await;
+    // A full-page screenshot ends the device override: the phone again.
+    session
+        .page
+        .execute(SetDeviceMetricsOverrideParams::new(390, 844, 2.0, true))
+        .await
+        .unwrap();
+    session
+        .visit(&format!("#/jobs?queue={}", urlencode(&long_queue)))
+        .await;
+    session.one_line_on_a_phone("job-table", &long_id).await;
+    session.screenshot("7c-viewer-jobs-phone-long-id").await;
     session
         .page
         .execute(SetDeviceMetricsOverrideParams::new(1280, 900, 1.0, false))

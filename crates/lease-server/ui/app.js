@@ -94,10 +94,20 @@ function jobLink(id) {
   return a;
 }
 
+// A cell. Ids, owners and queue names ('id' cells) stay on one line, shortened with an
+// ellipsis past a width; the whole value is the cell's title, a tap on it shows it in full
+// (a job's link opens its page, which shows it too), and a table wider than the screen
+// scrolls in its own box.
 function cell(row, content, className) {
   const td = el('td', undefined, className);
-  if (content instanceof Node) td.append(content);
-  else td.textContent = content === null || content === undefined ? '—' : String(content);
+  const inner = className === 'id' ? el('span', undefined, 'clip') : td;
+  if (content instanceof Node) inner.append(content);
+  else inner.textContent = content === null || content === undefined ? '—' : String(content);
+  if (inner !== td) {
+    td.title = inner.textContent;
+    inner.addEventListener('click', () => inner.classList.toggle('whole'));
+    td.append(inner);
+  }
   row.append(td);
   return td;
 }
