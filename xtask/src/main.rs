@@ -41,10 +41,12 @@ const LIBRARY_LINTS: [&str; 14] = [
 ];
 
 /// The README's test command: gets what the tests need (`needs`), then runs every test of the
-/// workspace (`cargo xtask test -- ARGS` passes ARGS on to `cargo test`).
+/// workspace, all of them even when one fails (`cargo xtask test -- ARGS` passes ARGS on to
+/// `cargo test`).
 fn test(rest: &[String]) -> Result<(), String> {
     needs::ensure()?;
-    let mut args = vec!["test", "--workspace"];
+    // Every test binary runs even when one fails, so one run shows every failure.
+    let mut args = vec!["test", "--workspace", "--no-fail-fast"];
     args.extend(rest.iter().skip_while(|a| *a == "--").map(String::as_str));
     cargo(&args, &[])
 }

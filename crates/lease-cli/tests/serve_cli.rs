@@ -323,7 +323,12 @@ fn a_worker_machine_needs_only_the_binary_a_url_and_a_key() {
         "5",
     ]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("403 (forbidden)"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("refused this key: this key (principal ci) may act only as ci or ci/..."),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = remote(&["keys", "list"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("give --db, not --server"));
