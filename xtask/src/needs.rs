@@ -63,6 +63,39 @@ const NEEDS: &[Need] = &[
         get: Get::Pip("openapi-spec-validator"),
     },
     Need {
+        what: "moto_server, an S3 API the tests start (crates/lease-guard/tests/value_guards.rs)",
+        check: Check::Program("moto_server"),
+        get: Get::Pip("moto[server]"),
+    },
+    Need {
+        what: "redis-cli (the Redis guard's tests remove their keys with it)",
+        check: Check::Program("redis-cli"),
+        get: Get::Apt("redis-tools"),
+    },
+    Need {
+        what: "Redis on 127.0.0.1:6379 (the Redis guard's tests)",
+        check: Check::Listening(6379),
+        get: Get::Start(
+            "redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save '' \
+             --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log",
+        ),
+    },
+    Need {
+        what: "MariaDB on 127.0.0.1:3306 (the MariaDB guard's tests)",
+        check: Check::Listening(3306),
+        get: Get::Start(
+            "start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd",
+        ),
+    },
+    Need {
+        what: "NATS with JetStream on 127.0.0.1:4222 (the NATS key-value guard's tests)",
+        check: Check::Listening(4222),
+        get: Get::Start(
+            "start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
+             -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log",
+        ),
+    },
+    Need {
         what: "PostgreSQL on 127.0.0.1:5432 (lease-postgres and the CLI's PostgreSQL tests)",
         check: Check::Listening(5432),
         get: Get::Start(

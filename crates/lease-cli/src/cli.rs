@@ -461,6 +461,14 @@ pub(crate) enum Command {
         #[arg(long, hide = true)]
         client_clock: bool,
     },
+    /// Write to, read from and set up the resources a worker writes its results to, under its
+    /// fence: Redis, S3 (and GCS, Azure), a directory, NATS key-value, MariaDB / MySQL.
+    /// A stale holder's write is refused (exit 3) and the newer value stands.
+    Guard {
+        /// What to do.
+        #[command(subcommand)]
+        command: GuardCommand,
+    },
     /// Make, list and revoke the API keys of `lease serve` (kept in the store as digests).
     Keys {
         /// What to do.
@@ -527,6 +535,86 @@ pub(crate) enum KeysCommand {
         /// The key's id (the part after `lk_`).
         id: String,
     },
+}
+
+/// The `lease guard` commands. URLs: `redis://HOST:PORT[/DB]` (`rediss://`),
+/// `s3://BUCKET[/PREFIX]` (with `AWS_*`; `AWS_ENDPOINT_URL` for a compatible server),
+/// `gs://BUCKET[/PREFIX]`, `az://CONTAINER[/PREFIX]`, `file:///DIR`,
+/// `nats://HOST:PORT/BUCKET`, `mysql://USER[:PASSWORD]@HOST:PORT/DATABASE` (`mariadb://`).
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum GuardCommand {
+    /// Set a resource up for guarded writes: load the Redis function library, make the NATS
+    /// bucket, or the MariaDB tables and procedure. Idempotent; upgrades an older version.
+    Install {
+        /// The resource.
+        url: String,
+    },
+    /// Write VALUE at KEY under the holder's fence; refused (exit 3) when a newer holder wrote
+    /// there. The value is --value, --file, or standard input.
+    Put {
+        /// The resource.
+        url: String,
+        /// The key (a Redis key, an object's path under the prefix, a file's path in the
+        /// directory, a NATS key).
+        key: String,
+        /// The value, as text.
+        #[arg(long, conflicts_with = "file")]
+        value: Option<String>,
+        /// Read the value from this file (`-` for standard input, also the default).
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// The holder's job (recorded with the value where the resource keeps metadata).
+        #[arg(long, env = "LEASE_JOB")]
+        job: Option<String>,
+        /// The holder's fence (`lease work` gives each program LEASE_FENCE).
+        #[arg(long, env = "LEASE_FENCE")]
+        fence: u64,
+        /// Seconds the value lives (Redis only; the fence never expires).
+        #[arg(long, value_name = "SECONDS")]
+        expiry: Option<f64>,
+    },
+    /// Print the value at KEY (with --json, also its fence); exit 3 when there is none.
+    Get {
+        /// The resource.
+        url: String,
+        /// The key.
+        key: String,
+    },
+    /// Delete the value at KEY under the holder's fence (the fence stays: an older holder is
+    /// still refused).
+    Delete {
+        /// The resource.
+        url: String,
+        /// The key.
+        key: String,
+        /// The holder's fence.
+        #[arg(long, env = "LEASE_FENCE")]
+        fence: u64,
+    },
+}
+
+/// A `lease guard` command, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum GuardRequest {
+    /// Set the resource up.
+    Install(String),
+    /// Write a value under a fence.
+    Put {
+        /// The resource.
+        url: String,
+        /// The key.
+        key: lease_guard::value::GuardKey,
+        /// The value.
+        value: Vec<u8>,
+        /// The fence.
+        fence: Fence,
+        /// The job and the expiry.
+        options: lease_guard::value::PutOptions,
+    },
+    /// Read a value.
+    Get(String, lease_guard::value::GuardKey),
+    /// Delete a value under a fence.
+    Delete(String, lease_guard::value::GuardKey, Fence),
 }
 
 /// What `lease serve` runs with, checked.
@@ -646,6 +734,8 @@ pub(crate) enum Request {
     Serve(ServeRequest),
     /// Manage API keys.
     Keys(KeysRequest),
+    /// Write, read or set up a guarded resource.
+    Guard(GuardRequest),
     /// Run a worker.
     Work(WorkRequest),
 }
@@ -676,6 +766,7 @@ impl Request {
             | Self::Demo
             | Self::Serve(_)
             | Self::Keys(_)
+            | Self::Guard(_)
             | Self::Work(_) => None,
         }
     }
@@ -745,6 +836,7 @@ impl Command {
                     audit: false,
                 })
             }
+            Command::Guard { command } => Request::Guard(guard_request(command, read)?),
             Command::Keys { command } => Request::Keys(match command {
                 KeysCommand::Create { principal, scope } => KeysRequest::Create(
                     lease_domain::Principal::new(principal)
@@ -943,4 +1035,62 @@ impl Command {
             ),
         })
     }
+}
+
+/// Checks a `lease guard` command; the value comes from --value, --file or standard input.
+fn guard_request(command: GuardCommand, read: ReadInput<'_>) -> Result<GuardRequest, RequestError> {
+    use lease_guard::value::{GuardKey, PutOptions};
+    let key = |key: String| GuardKey::new(key).map_err(|e| RequestError::Flag(format!("KEY: {e}")));
+    let fence = |fence: u64| {
+        Fence::new(fence).map_err(|e| RequestError::Flag(format!("--fence (or LEASE_FENCE): {e}")))
+    };
+    Ok(match command {
+        GuardCommand::Install { url } => GuardRequest::Install(url),
+        GuardCommand::Put {
+            url,
+            key: k,
+            value,
+            file,
+            job,
+            fence: f,
+            expiry,
+        } => {
+            let key = key(k)?;
+            let fence = fence(f)?;
+            let expiry = expiry
+                .map(|seconds| {
+                    duration_flag("--expiry", seconds)
+                        .and_then(|d| {
+                            if d.is_zero() {
+                                Err("--expiry must be more than 0 seconds".to_owned())
+                            } else {
+                                Ok(d)
+                            }
+                        })
+                        .map_err(RequestError::Flag)
+                })
+                .transpose()?;
+            let value = match (value, file) {
+                (Some(text), _) => text.into_bytes(),
+                (None, path) => read(
+                    path.as_deref().unwrap_or(std::path::Path::new("-")),
+                    BATCH_INPUT_LIMIT,
+                )
+                .map_err(RequestError::Read)?,
+            };
+            GuardRequest::Put {
+                url,
+                key,
+                value,
+                fence,
+                options: PutOptions { job, expiry },
+            }
+        }
+        GuardCommand::Get { url, key: k } => GuardRequest::Get(url, key(k)?),
+        GuardCommand::Delete {
+            url,
+            key: k,
+            fence: f,
+        } => GuardRequest::Delete(url, key(k)?, fence(f)?),
+    })
 }

@@ -38,10 +38,11 @@ pub(crate) async fn execute(
         | Request::Work(_)
         | Request::Serve(_)
         | Request::Keys(_)
+        | Request::Guard(_)
         | Request::Migrate { .. }
         | Request::Audit(_) => {
             return Err(StoreError::Unavailable(
-                "init, demo, work, serve, keys, migrate and audit are run by main"
+                "init, demo, work, serve, keys, guard, migrate and audit are run by main"
                     .to_owned()
                     .into(),
             ));

@@ -5,6 +5,7 @@ mod batch;
 mod cli;
 mod demo;
 mod execute;
+mod guard;
 mod processes;
 mod render;
 mod serve;
@@ -182,6 +183,7 @@ async fn run_remote(
         | Request::Demo
         | Request::Serve(_)
         | Request::Keys(_)
+        | Request::Guard(_)
         | Request::Migrate { .. } => Err(
             "init, demo, serve, keys and migrate open a database: give --db, not --server"
                 .to_owned(),
@@ -211,6 +213,10 @@ async fn run(cli: Cli) -> Result<Report, String> {
         .command
         .into_request(unix_now, &read_input)
         .map_err(|e| e.to_string())?;
+    // A guarded resource is named by its own URL: neither --db nor --server.
+    if let Request::Guard(request) = request {
+        return guard::run(request).await;
+    }
     if let Some(server) = server {
         return run_remote(request, server).await;
     }
@@ -280,7 +286,12 @@ async fn run(cli: Cli) -> Result<Report, String> {
 fn print(response: &Response, json_answer: Option<&str>) -> u8 {
     let mut stdout = std::io::stdout().lock();
     let written = stdout
-        .write_all(response.stdout.as_bytes())
+        .write_all(
+            response
+                .raw
+                .as_deref()
+                .unwrap_or(response.stdout.as_bytes()),
+        )
         .and_then(|()| stdout.flush());
     let mut stderr = std::io::stderr().lock();
     // Nothing more can be done if stderr is closed too.

@@ -68,6 +68,14 @@ impl Report {
         }
     }
 
+    /// A report whose human form is `bytes` exactly (a guarded value, which may not be text).
+    pub(crate) fn raw(json: Value, bytes: Vec<u8>) -> Self {
+        Self {
+            layout: Layout::Bytes(bytes),
+            ..Self::new(true, json, String::new())
+        }
+    }
+
     /// A report whose refusal reason also goes to stderr.
     pub(crate) fn refused_with(mut self, reason: Option<String>) -> Self {
         self.note = reason.map(|r| format!("lease: refused: {r}\n"));
@@ -84,6 +92,8 @@ pub(crate) enum Layout {
     Lines(Vec<String>),
     /// As it is.
     Verbatim,
+    /// Bytes, as they are (not text).
+    Bytes(Vec<u8>),
 }
 
 /// Escapes control characters (ESC, BEL, CR, newline, ...) so that a job id, owner or result
@@ -105,6 +115,8 @@ pub(crate) fn escape_controls(text: &str) -> String {
 pub(crate) struct Response {
     /// Printed on stdout.
     pub stdout: String,
+    /// Printed on stdout instead of `stdout`, byte for byte (a value that may not be text).
+    pub raw: Option<Vec<u8>>,
     /// Printed on stderr.
     pub stderr: String,
     /// The exit code.
@@ -123,6 +135,7 @@ pub(crate) fn respond(outcome: Result<Report, String>, json: bool) -> Response {
                     format!("{}\n", lines.join("\n"))
                 }
                 (false, Layout::Verbatim) => report.human.clone(),
+                (false, Layout::Bytes(_)) => String::new(),
                 (false, Layout::Sentence) => format!("{}\n", escape_controls(&report.human)),
             },
             stderr: report
@@ -130,6 +143,10 @@ pub(crate) fn respond(outcome: Result<Report, String>, json: bool) -> Response {
                 .as_deref()
                 .map(escape_controls_but_newline)
                 .unwrap_or_default(),
+            raw: match (json, &report.layout) {
+                (false, Layout::Bytes(bytes)) => Some(bytes.clone()),
+                _ => None,
+            },
             code: if report.accepted {
                 EXIT_OK
             } else {
@@ -138,6 +155,7 @@ pub(crate) fn respond(outcome: Result<Report, String>, json: bool) -> Response {
         },
         Err(message) => Response {
             stdout: String::new(),
+            raw: None,
             stderr: format!(
                 "lease: error: {}\n",
                 escape_controls(&message.replace('\n', " "))

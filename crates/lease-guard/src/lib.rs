@@ -5,18 +5,43 @@
 //! `lease_domain::decide_guard`. The check belongs inside the resource's own transaction, so
 //! that it and the write commit or fail together.
 //!
+//! Transactional resources take a [`FenceGuard`] check inside the writer's own transaction:
 //! - [`MemoryGuard`]: in process memory, for tests.
 //! - [`sqlite::SqliteGuard`]: inside the caller's open rusqlite transaction.
+//! - `mysql` (feature `mysql`): the procedure `lease_admit_fence` in MariaDB or MySQL.
 //! - [`http`]: the `Lease-Job` and `Lease-Fence` request headers, and a check over any guard
 //!   (no HTTP library here).
+//!
+//! Stores that keep a value with its fence take a [`value::ValueGuard`] (`put`, `get`,
+//! `delete` under a fence), each write one atomic step inside the resource:
+//! [`value::MemoryValueGuard`], `redis` (a function library), `object` (S3, GCS, Azure:
+//! conditional puts), `dir` (a directory: a sidecar and a file lock), `nats` (JetStream
+//! key-value: a revision check), `mysql` (a table). Each backend is behind a feature of its
+//! name; `contract` is the suite every one of them passes.
 
+#[cfg(feature = "contract")]
+pub mod contract;
+#[cfg(feature = "dir")]
+pub mod dir;
 pub mod http;
+#[cfg(feature = "mysql")]
+pub mod mysql;
+#[cfg(feature = "nats")]
+pub mod nats;
+#[cfg(feature = "object-store")]
+pub mod object;
+#[cfg(feature = "redis")]
+pub mod redis;
 pub mod sqlite;
+pub mod value;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 pub use lease_domain::{Fence, GuardRefused, decide_guard};
+
+/// A library error behind a guard's failure.
+pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Why a guard could not decide (as opposed to refusing, which is an ordinary outcome).
 #[derive(Debug, thiserror::Error)]
@@ -28,16 +53,48 @@ pub enum GuardError {
     /// A stored fence is not a valid fence.
     #[error("the fence guard holds corrupt data: {0}")]
     Corrupt(String),
+    /// The key cannot be a key of this resource; nothing was read or written.
+    #[error("invalid key: {0}")]
+    InvalidKey(String),
+    /// The resource cannot do what was asked (an expiry on an object store, an object store
+    /// without conditional writes); nothing was written.
+    #[error("not supported: {0}")]
+    Unsupported(String),
+    /// The resource could not be reached or failed before the write; it was not applied.
+    #[error("the resource is unavailable: {0}")]
+    Unavailable(String, #[source] Option<Cause>),
+    /// The write was sent and its answer lost: it may or may not have been applied (`get`
+    /// tells).
+    #[error("outcome unknown, the write may or may not have been applied: {0}")]
+    Indeterminate(String, #[source] Option<Cause>),
 }
 
-/// The counter of writes a guard refused (the same name as
+impl GuardError {
+    /// `Unavailable` with its cause.
+    pub fn unavailable(message: impl Into<String>, cause: impl Into<Cause>) -> Self {
+        GuardError::Unavailable(message.into(), Some(cause.into()))
+    }
+
+    /// `Indeterminate` with its cause.
+    pub fn indeterminate(message: impl Into<String>, cause: impl Into<Cause>) -> Self {
+        GuardError::Indeterminate(message.into(), Some(cause.into()))
+    }
+}
+
+/// The counter of writes a guard refused, labelled by `resource` (the same name as
 /// `lease_ports::observe::names::GUARD_REFUSALS`).
 pub const GUARD_REFUSALS: &str = "lease_guard_refusals_total";
 
-/// Counts a refused admission (every guard here calls it).
-fn counted(admission: Admission) -> Admission {
-    if admission.is_err() {
-        metrics::counter!(GUARD_REFUSALS).increment(1);
+/// Counts a refused admission at `resource` (every guard calls it) and traces it.
+pub fn counted_in(resource: &'static str, admission: Admission) -> Admission {
+    if let Err(refused) = &admission {
+        metrics::counter!(GUARD_REFUSALS, "resource" => resource).increment(1);
+        tracing::debug!(
+            resource,
+            presented = refused.presented.get(),
+            current = refused.current.get(),
+            "a guard refused a stale write"
+        );
     }
     admission
 }
@@ -75,11 +132,12 @@ impl FenceGuard for MemoryGuard {
             .seen
             .lock()
             .map_err(|_| GuardError::Storage("the in-memory guard's lock is poisoned".into()))?;
-        Ok(counted(decide_guard(seen.get(key).copied(), fence).map(
-            |keep| {
+        Ok(counted_in(
+            "memory",
+            decide_guard(seen.get(key).copied(), fence).map(|keep| {
                 seen.insert(key.to_owned(), keep);
-            },
-        )))
+            }),
+        ))
     }
 }
 

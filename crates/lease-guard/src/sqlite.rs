@@ -70,7 +70,7 @@ impl FenceGuard for SqliteGuard<'_> {
                     .map_err(storage)?;
                 Ok(Ok(()))
             }
-            Err(refused) => Ok(crate::counted(Err(refused))),
+            Err(refused) => Ok(crate::counted_in("sqlite", Err(refused))),
         }
     }
 }

@@ -113,7 +113,8 @@ pub async fn admit(
             Ok(Ok(()))
         }
         Err(refused) => {
-            metrics::counter!(lease_ports::observe::names::GUARD_REFUSALS).increment(1);
+            metrics::counter!(lease_ports::observe::names::GUARD_REFUSALS, "resource" => "postgres")
+                .increment(1);
             Ok(Err(refused))
         }
     }

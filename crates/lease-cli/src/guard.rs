@@ -1,0 +1,141 @@
+//! `lease guard`: a guarded resource opened from its URL, and its install, put, get and delete
+//! as reports (exit 0 admitted, 3 refused or absent, 1 any other error).
+
+use std::sync::Arc;
+
+use lease_guard::GuardError;
+use lease_guard::value::ValueGuard;
+use serde_json::{Value, json};
+
+use crate::cli::GuardRequest;
+use crate::render::{Report, payload_json};
+
+/// The guard behind a URL.
+///
+/// # Errors
+/// A message naming the URL when no guard takes it or it cannot be opened.
+async fn open(url: &str) -> Result<Arc<dyn ValueGuard>, String> {
+    lease_guard::value::open(url)
+        .await
+        .map_err(|e| format!("{url}: {e}"))
+}
+
+/// Runs a `lease guard` command.
+///
+/// # Errors
+/// The resource's error, as text.
+pub(crate) async fn run(request: GuardRequest) -> Result<Report, String> {
+    match request {
+        GuardRequest::Install(url) => install(&url).await,
+        GuardRequest::Put {
+            url,
+            key,
+            value,
+            fence,
+            options,
+        } => {
+            let guard = open(&url).await?;
+            let outcome = guard
+                .put(&key, &value, fence, &options)
+                .await
+                .map_err(|e| format!("{url}: {e}"))?;
+            Ok(admission(outcome, &format!("wrote {key}"), fence))
+        }
+        GuardRequest::Delete(url, key, fence) => {
+            let guard = open(&url).await?;
+            let outcome = guard
+                .delete(&key, fence)
+                .await
+                .map_err(|e| format!("{url}: {e}"))?;
+            Ok(admission(outcome, &format!("deleted {key}"), fence))
+        }
+        GuardRequest::Get(url, key) => {
+            let guard = open(&url).await?;
+            let found = guard.get(&key).await.map_err(|e| format!("{url}: {e}"))?;
+            let mut object = serde_json::Map::new();
+            object.insert("key".into(), json!(key.as_str()));
+            Ok(match found {
+                Some(guarded) => {
+                    object.insert("fence".into(), json!(guarded.fence.get()));
+                    payload_json(Some(&guarded.value), &mut object);
+                    // payload_json names the fields for a job's payload; a value is a value.
+                    for (from, to) in [("payload", "value"), ("payload_base64", "value_base64")] {
+                        if let Some(v) = object.remove(from) {
+                            object.insert(to.into(), v);
+                        }
+                    }
+                    object.retain(|k, v| !(k == "value" && v.is_null()));
+                    Report::raw(Value::Object(object), guarded.value)
+                }
+                None => {
+                    object.insert("fence".into(), Value::Null);
+                    object.insert("value".into(), Value::Null);
+                    Report::new(false, Value::Object(object), format!("no value at {key}"))
+                }
+            })
+        }
+    }
+}
+
+fn admission(outcome: lease_guard::Admission, done: &str, fence: lease_guard::Fence) -> Report {
+    match outcome {
+        Ok(()) => Report::new(
+            true,
+            json!({"ok": true, "fence": fence.get()}),
+            format!("{done} under fence {fence}"),
+        ),
+        Err(refused) => {
+            let why = refused.to_string();
+            Report::new(
+                false,
+                json!({
+                    "ok": false,
+                    "reason": "stale",
+                    "presented": refused.presented.get(),
+                    "current": refused.current.get(),
+                }),
+                format!("refused: {why}"),
+            )
+            .refused_with(Some(why))
+        }
+    }
+}
+
+async fn install(url: &str) -> Result<Report, String> {
+    let scheme = url.split_once("://").map_or("", |(s, _)| s);
+    let failed = |e: GuardError| format!("{url}: {e}");
+    let (made, what) = match scheme {
+        "redis" | "rediss" => {
+            let guard = lease_guard::redis::RedisGuard::connect(url)
+                .await
+                .map_err(failed)?;
+            let made = guard.install().await.map_err(failed)?;
+            (made, "the lease function library")
+        }
+        "nats" => (
+            lease_guard::nats::NatsGuard::install(url)
+                .await
+                .map_err(failed)?,
+            "the key-value bucket",
+        ),
+        "mysql" | "mariadb" => (
+            lease_guard::mysql::install(url).await.map_err(failed)?,
+            "the tables and the procedure lease_admit_fence",
+        ),
+        _ => {
+            // Opening checks the URL (an unknown one is an error); the others (an object
+            // store, a directory) keep the fence with each value and need nothing.
+            open(url).await?;
+            (false, "nothing (the fence is kept with each value)")
+        }
+    };
+    Ok(Report::new(
+        true,
+        json!({"ok": true, "installed": made}),
+        if made {
+            format!("installed {what} at {url}")
+        } else {
+            format!("{url} needs {what} and has it already")
+        },
+    ))
+}
