@@ -4,6 +4,8 @@
 
 #[path = "support/api.rs"]
 mod api;
+#[path = "support/guards.rs"]
+mod guards;
 #[path = "support/harness.rs"]
 mod harness;
 #[path = "support/overview.rs"]
@@ -866,8 +868,12 @@ fn main() {
     let overview_only = args.iter().any(|a| a == "--overview-only");
     // `-- --journal-only` runs the rollback-journal rows alone.
     let journal_only = args.iter().any(|a| a == "--journal-only");
+    // `-- --guards-only` runs the guarded-write rows alone (the services this machine runs).
+    let guards_only = args.iter().any(|a| a == "--guards-only");
     let mut signal_note = None;
-    if journal_only {
+    if guards_only {
+        signal_note = guards::rows(&plan, dir.path(), &mut rows);
+    } else if journal_only {
         rollback_journal(&plan, dir.path(), &mut rows);
     } else if api_only {
         api::rows(&plan, dir.path(), queue_jobs(&plan), queue_store, &mut rows);
@@ -900,7 +906,7 @@ fn main() {
             rollback_journal(&plan, dir.path(), &mut rows);
         }
     }
-    let pg_note = if pg_signal_only || overview_only {
+    let pg_note = if pg_signal_only || overview_only || guards_only {
         signal_note
     } else if queue_only
         || live_only
