@@ -308,6 +308,8 @@ mod tests {
         Store {}
         #[async_trait::async_trait]
         impl LeaseStore for Store {
+            async fn apply(&self, job: &JobId, command: lease_ports::Command, then: Option<lease_ports::ClaimNext>) -> Result<lease_ports::Applied, StoreError>;
+            async fn claim_next_with(&self, claim: &lease_ports::ClaimNext) -> Result<Vec<Lease>, StoreError>;
             async fn enqueue(&self, job: &JobId) -> Result<bool, StoreError>;
             async fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError>;
             async fn claim(&self, job: &JobId, owner: &Owner, term: LeaseTerm) -> Result<ClaimOutcome, StoreError>;

@@ -14,11 +14,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lease_domain::{
-    EnqueueSpec, ErrorText, Failed, Fence, JobId, JobResult, LeaseTerm, Owner, QueueName, Retry,
-    Status, Timestamp,
+    Command, EnqueueSpec, ErrorText, Failed, Fence, JobId, JobResult, LeaseTerm, Outcome, Owner,
+    QueueName, Retry, Status, Timestamp,
 };
 use lease_ports::{
-    ClaimOutcome, CompleteAndClaim, FailOutcome, JobRecord, JobState, Lease, LeaseStore,
+    Applied, ClaimNext, ClaimOutcome, CompleteAndClaim, FailOutcome, JobRecord, Lease, LeaseStore,
     ListFilter, StatsRow, StoreError, WriteOutcome,
 };
 use serde_json::{Value, json};
@@ -277,96 +277,69 @@ impl HttpLeaseStore {
 
 #[async_trait]
 impl LeaseStore for HttpLeaseStore {
-    async fn enqueue(&self, job: &JobId) -> Result<bool, StoreError> {
-        self.enqueue_with(job, &EnqueueSpec::default()).await
-    }
-
-    async fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
-        Ok(self.record(job).await?.map(|r| r.state()))
-    }
-
-    async fn claim(
+    async fn apply(
         &self,
         job: &JobId,
-        owner: &Owner,
-        term: LeaseTerm,
-    ) -> Result<ClaimOutcome, StoreError> {
-        let mut body = json!({
-            "ttl": term.until().get() - term.now().get(),
-            "owner": owner.as_str(),
-        });
-        if let Some(now) = self.now(term.now()) {
-            body["now"] = json!(now);
+        command: Command,
+        then: Option<ClaimNext>,
+    ) -> Result<Applied, StoreError> {
+        lease_ports::claim_may_follow(&command, then.as_ref())?;
+        if let (Command::Complete(owner, fence, _, result), Some(claim)) = (&command, &then) {
+            let (completed, claimed) = self
+                .http_complete_and_claim_next(job, owner, *fence, result, claim)
+                .await?;
+            return Ok(Applied {
+                outcome: Outcome::Wrote(completed),
+                claimed: Some(claimed),
+            });
         }
-        let answer = self
-            .post(
-                &format!("/v1/jobs/{}/claim", path(job.as_str())),
-                body,
-                None,
-            )
-            .await?;
-        match answer.status {
-            200 => Ok(Ok(self.lease_of(&answer.body, term.now())?.fence)),
-            404 | 409 => Ok(Err(claim_refused(&answer)?)),
-            _ => Err(answer.error()),
-        }
+        let outcome = match command {
+            Command::Enqueue => {
+                Outcome::Enqueued(self.http_enqueue_with(job, &EnqueueSpec::default()).await?)
+            }
+            Command::EnqueueWith(spec) => {
+                Outcome::Enqueued(self.http_enqueue_with(job, &spec).await?)
+            }
+            Command::Claim(owner, term) => {
+                Outcome::Claimed(self.http_claim(job, &owner, term).await?)
+            }
+            Command::Renew(owner, fence, term) => {
+                Outcome::Wrote(self.http_renew(job, &owner, fence, term).await?)
+            }
+            Command::Complete(owner, fence, now, result) => {
+                Outcome::Wrote(self.http_complete(job, &owner, fence, now, &result).await?)
+            }
+            Command::Release(owner, fence) => {
+                Outcome::Wrote(self.http_release(job, &owner, fence).await?)
+            }
+            Command::Fail(owner, fence, now, error, retry) => Outcome::Failed(
+                self.http_fail(job, &owner, fence, now, &error, retry)
+                    .await?,
+            ),
+            Command::Cancel(now) => Outcome::Wrote(self.http_cancel(job, now).await?),
+            Command::Retry(now) => Outcome::Wrote(self.http_retry(job, now).await?),
+            // A credential is what the server makes of a request; a client sends the lease's
+            // token with the plain write instead.
+            Command::AsHolder(..) => {
+                return Err(StoreError::Incompatible {
+                    path: self.base.clone(),
+                    reason: "a holder's credential is judged by the server; send the write \
+                             itself, with the lease's token"
+                        .into(),
+                });
+            }
+        };
+        Ok(Applied {
+            outcome,
+            claimed: None,
+        })
     }
 
-    async fn renew(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        term: LeaseTerm,
-    ) -> Result<WriteOutcome, StoreError> {
-        let body = json!({ "ttl": term.until().get() - term.now().get() });
-        Ok(self
-            .holder_write("renew", job, owner, fence, body, Some(term.now()))
-            .await?
-            .map(drop))
+    async fn claim_next_with(&self, claim: &ClaimNext) -> Result<Vec<Lease>, StoreError> {
+        // The server gives each lease a token of its own; tokens asked for here are its.
+        self.http_claim_next(&claim.queue, &claim.owner, claim.term, claim.limit)
+            .await
     }
-
-    async fn complete(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        now: Timestamp,
-        result: &JobResult,
-    ) -> Result<WriteOutcome, StoreError> {
-        let body = json!({ "result": result.as_str() });
-        Ok(self
-            .holder_write("complete", job, owner, fence, body, Some(now))
-            .await?
-            .map(drop))
-    }
-
-    async fn release(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-    ) -> Result<WriteOutcome, StoreError> {
-        Ok(self
-            .holder_write("release", job, owner, fence, json!({}), None)
-            .await?
-            .map(drop))
-    }
-
-    async fn enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError> {
-        let answer = self
-            .post(
-                &format!("/v1/queues/{}/jobs", path(spec.queue.as_str())),
-                Self::spec_json(job, spec),
-                None,
-            )
-            .await?;
-        match answer.status {
-            200 | 201 => wire::boolean(&answer.body["inserted"], "inserted"),
-            _ => Err(answer.error()),
-        }
-    }
-
     async fn enqueue_many(&self, jobs: &[(JobId, EnqueueSpec)]) -> Result<Vec<bool>, StoreError> {
         if jobs.is_empty() {
             return Ok(Vec::new());
@@ -407,81 +380,6 @@ impl LeaseStore for HttpLeaseStore {
             404 if answer.body["reason"] == "not_found" => Ok(None),
             _ => Err(answer.error()),
         }
-    }
-
-    async fn claim_next(
-        &self,
-        queue: &QueueName,
-        owner: &Owner,
-        term: LeaseTerm,
-        limit: usize,
-    ) -> Result<Vec<Lease>, StoreError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let mut body = json!({
-            "ttl": term.until().get() - term.now().get(),
-            "owner": owner.as_str(),
-            "limit": limit.min(100),
-        });
-        if let Some(now) = self.now(term.now()) {
-            body["now"] = json!(now);
-        }
-        let answer = self
-            .post(
-                &format!("/v1/queues/{}/claims", path(queue.as_str())),
-                body,
-                None,
-            )
-            .await?;
-        if answer.status != 200 {
-            return Err(answer.error());
-        }
-        answer.body["leases"]
-            .as_array()
-            .ok_or_else(|| wire::corrupt(&answer, "leases"))?
-            .iter()
-            .map(|lease| self.lease_of(lease, term.now()))
-            .collect()
-    }
-
-    async fn fail(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        now: Timestamp,
-        error: &ErrorText,
-        retry: Retry,
-    ) -> Result<FailOutcome, StoreError> {
-        let mut body = json!({ "error": error.as_str() });
-        match retry {
-            Retry::No => body["retry"] = json!(false),
-            Retry::Backoff(backoff) => body["backoff"] = wire::backoff(&backoff),
-        }
-        match self
-            .holder_write("fail", job, owner, fence, body, Some(now))
-            .await?
-        {
-            Ok(failed) => Ok(Ok(Failed {
-                status: Status::parse(failed.body["state"].as_str().unwrap_or_default())
-                    .map_err(|_| StoreError::Corrupt("the server named no state".into()))?,
-                run_at: failed.body["run_at"]
-                    .as_f64()
-                    .map(Timestamp::new)
-                    .transpose()
-                    .map_err(|_| StoreError::Corrupt("the server's run_at is not finite".into()))?,
-            })),
-            Err(refused) => Ok(Err(refused)),
-        }
-    }
-
-    async fn cancel(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
-        self.admin_write("cancel", job, now).await
-    }
-
-    async fn retry(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
-        self.admin_write("retry", job, now).await
     }
 
     async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError> {
@@ -552,17 +450,176 @@ impl LeaseStore for HttpLeaseStore {
         }
         wire::stats(&answer)
     }
+}
 
-    async fn complete_and_claim_next(
+/// Each write of the port as the service's route for it.
+impl HttpLeaseStore {
+    async fn http_claim(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        term: LeaseTerm,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let mut body = json!({
+            "ttl": term.until().get() - term.now().get(),
+            "owner": owner.as_str(),
+        });
+        if let Some(now) = self.now(term.now()) {
+            body["now"] = json!(now);
+        }
+        let answer = self
+            .post(
+                &format!("/v1/jobs/{}/claim", path(job.as_str())),
+                body,
+                None,
+            )
+            .await?;
+        match answer.status {
+            200 => Ok(Ok(self.lease_of(&answer.body, term.now())?.fence)),
+            404 | 409 => Ok(Err(claim_refused(&answer)?)),
+            _ => Err(answer.error()),
+        }
+    }
+
+    async fn http_renew(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        term: LeaseTerm,
+    ) -> Result<WriteOutcome, StoreError> {
+        let body = json!({ "ttl": term.until().get() - term.now().get() });
+        Ok(self
+            .holder_write("renew", job, owner, fence, body, Some(term.now()))
+            .await?
+            .map(drop))
+    }
+
+    async fn http_complete(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        now: Timestamp,
+        result: &JobResult,
+    ) -> Result<WriteOutcome, StoreError> {
+        let body = json!({ "result": result.as_str() });
+        Ok(self
+            .holder_write("complete", job, owner, fence, body, Some(now))
+            .await?
+            .map(drop))
+    }
+
+    async fn http_release(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+    ) -> Result<WriteOutcome, StoreError> {
+        Ok(self
+            .holder_write("release", job, owner, fence, json!({}), None)
+            .await?
+            .map(drop))
+    }
+
+    async fn http_enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError> {
+        let answer = self
+            .post(
+                &format!("/v1/queues/{}/jobs", path(spec.queue.as_str())),
+                Self::spec_json(job, spec),
+                None,
+            )
+            .await?;
+        match answer.status {
+            200 | 201 => wire::boolean(&answer.body["inserted"], "inserted"),
+            _ => Err(answer.error()),
+        }
+    }
+
+    async fn http_claim_next(
+        &self,
+        queue: &QueueName,
+        owner: &Owner,
+        term: LeaseTerm,
+        limit: usize,
+    ) -> Result<Vec<Lease>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut body = json!({
+            "ttl": term.until().get() - term.now().get(),
+            "owner": owner.as_str(),
+            "limit": limit.min(100),
+        });
+        if let Some(now) = self.now(term.now()) {
+            body["now"] = json!(now);
+        }
+        let answer = self
+            .post(
+                &format!("/v1/queues/{}/claims", path(queue.as_str())),
+                body,
+                None,
+            )
+            .await?;
+        if answer.status != 200 {
+            return Err(answer.error());
+        }
+        answer.body["leases"]
+            .as_array()
+            .ok_or_else(|| wire::corrupt(&answer, "leases"))?
+            .iter()
+            .map(|lease| self.lease_of(lease, term.now()))
+            .collect()
+    }
+
+    async fn http_fail(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        now: Timestamp,
+        error: &ErrorText,
+        retry: Retry,
+    ) -> Result<FailOutcome, StoreError> {
+        let mut body = json!({ "error": error.as_str() });
+        match retry {
+            Retry::No => body["retry"] = json!(false),
+            Retry::Backoff(backoff) => body["backoff"] = wire::backoff(&backoff),
+        }
+        match self
+            .holder_write("fail", job, owner, fence, body, Some(now))
+            .await?
+        {
+            Ok(failed) => Ok(Ok(Failed {
+                status: Status::parse(failed.body["state"].as_str().unwrap_or_default())
+                    .map_err(|_| StoreError::Corrupt("the server named no state".into()))?,
+                run_at: failed.body["run_at"]
+                    .as_f64()
+                    .map(Timestamp::new)
+                    .transpose()
+                    .map_err(|_| StoreError::Corrupt("the server's run_at is not finite".into()))?,
+            })),
+            Err(refused) => Ok(Err(refused)),
+        }
+    }
+
+    async fn http_cancel(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
+        self.admin_write("cancel", job, now).await
+    }
+
+    async fn http_retry(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
+        self.admin_write("retry", job, now).await
+    }
+
+    async fn http_complete_and_claim_next(
         &self,
         job: &JobId,
         owner: &Owner,
         fence: Fence,
         result: &JobResult,
-        queue: &QueueName,
-        term: LeaseTerm,
-        limit: usize,
+        claim: &ClaimNext,
     ) -> Result<CompleteAndClaim, StoreError> {
+        let (queue, term, limit) = (&claim.queue, claim.term, claim.limit);
         // One request, one transaction: the completion carries the next claim.
         let body = json!({
             "result": result.as_str(),
@@ -599,7 +656,7 @@ impl LeaseStore for HttpLeaseStore {
             // Refused before the store (stale, not the owner): nothing was written, and the
             // claim is still made, as the port promises.
             Err(refused) => {
-                let claimed = self.claim_next(queue, owner, term, limit).await;
+                let claimed = self.http_claim_next(queue, owner, term, limit).await;
                 Ok((Err(refused), claimed))
             }
         }
@@ -667,14 +724,6 @@ impl lease_ports::audit::AuditTrail for HttpLeaseStore {
             .iter()
             .map(|row| wire::refusal(row).ok_or_else(|| wire::corrupt(&answer, "refusals")))
             .collect()
-    }
-
-    async fn record_refusal(
-        &self,
-        _job: &JobId,
-        _refusal: &lease_domain::Refusal,
-    ) -> Result<bool, StoreError> {
-        Ok(false)
     }
 }
 

@@ -36,6 +36,70 @@ impl TokenDigest {
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0
     }
+
+    /// Whether two digests are equal, in time that does not depend on where they differ
+    /// (every byte is compared; the comparison is hidden from the optimiser).
+    #[must_use]
+    pub fn matches(&self, other: &TokenDigest) -> bool {
+        let difference = self
+            .0
+            .iter()
+            .zip(other.0.iter())
+            .fold(0_u8, |acc, (a, b)| acc | std::hint::black_box(a ^ b));
+        std::hint::black_box(difference) == 0
+    }
+}
+
+/// Who writes a holder's write through the network service, and what it proves: the store
+/// judges the whole write with it, in its own transaction ([`judge_credential`]), so the
+/// service makes no decision of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credential {
+    /// The key's principal.
+    pub principal: Principal,
+    /// The key's scope.
+    pub scope: Scope,
+    /// The owner the request named, if it named one (it must be the lease's owner).
+    pub named: Option<Owner>,
+    /// The digest of the `Lease-Token` the request sent, if it sent exactly one.
+    pub token: Option<TokenDigest>,
+}
+
+impl Credential {
+    /// The owner the writer is known as: the one it named, else its principal.
+    #[must_use]
+    pub fn writer(&self) -> Owner {
+        self.named
+            .clone()
+            .unwrap_or_else(|| self.principal.as_owner())
+    }
+}
+
+/// Judges a holder's write through the network service in the order every client sees: no
+/// such job; a fence other than the current one (stale, whoever sends it); the job done,
+/// cancelled or dead; the lease's owner outside what the key may act as (or not the one the
+/// request named); no lease token, then a token that is not the lease's (a lease granted
+/// without one has none that matches). On success, the lease's owner, as which the write is
+/// then decided (the lease's liveness last).
+///
+/// # Errors
+/// The [`WriteRefused`] reason.
+pub fn judge_credential(
+    current: Option<&Job>,
+    fence: Fence,
+    credential: &Credential,
+) -> Result<Owner, WriteRefused> {
+    let may_write_as = |owner: &Owner| {
+        may_act_as(credential.scope, &credential.principal, owner)
+            && credential.named.as_ref().is_none_or(|named| named == owner)
+    };
+    let owner = judge_holder(current, fence, &credential.writer(), may_write_as)?;
+    let kept = current.and_then(|job| job.token.as_ref());
+    match (&credential.token, kept) {
+        (None, _) => Err(WriteRefused::TokenMissing),
+        (Some(sent), Some(kept)) if sent.matches(kept) => Ok(owner),
+        (Some(_), _) => Err(WriteRefused::BadToken),
+    }
 }
 
 impl fmt::Debug for TokenDigest {
@@ -137,6 +201,12 @@ impl Principal {
         } else {
             Err(AccessError::BadPrincipal(name))
         }
+    }
+
+    /// The principal as an owner (every principal is a valid owner: its rule is stricter).
+    #[must_use]
+    pub fn as_owner(&self) -> Owner {
+        Owner::from_checked(self.0.clone())
     }
 
     /// The name.

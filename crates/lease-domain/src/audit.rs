@@ -87,13 +87,21 @@ pub fn refusal(
     refused: &WriteRefused,
 ) -> Option<Refusal> {
     let (operation, owner, presented) = match command {
-        Command::Renew(owner, fence, _) => ("renew", owner, *fence),
-        Command::Complete(owner, fence, _, _) => ("complete", owner, *fence),
-        Command::Release(owner, fence) => ("release", owner, *fence),
-        Command::Fail(owner, fence, _, _, _) => ("fail", owner, *fence),
+        Command::Renew(owner, fence, _) => ("renew", owner.clone(), *fence),
+        Command::Complete(owner, fence, _, _) => ("complete", owner.clone(), *fence),
+        Command::Release(owner, fence) => ("release", owner.clone(), *fence),
+        Command::Fail(owner, fence, _, _, _) => ("fail", owner.clone(), *fence),
+        // Through the service: the lease's owner once the credential passed (a lease that
+        // expired), else the writer as it named itself, or its principal.
+        Command::AsHolder(credential, inner) => {
+            let presented = inner.holder_fence()?;
+            let owner = crate::access::judge_credential(current, presented, credential)
+                .unwrap_or_else(|_| credential.writer());
+            (inner.name(), owner, presented)
+        }
         _ => return None,
     };
-    holder_refusal(operation, owner, presented, current, refused)
+    holder_refusal(operation, &owner, presented, current, refused)
 }
 
 /// The refusal of a holder's `operation` by `owner` presenting `presented`, against the stored
@@ -114,7 +122,9 @@ pub fn holder_refusal(
         WriteRefused::NotOwner { .. } => AuditReason::NotOwner,
         WriteRefused::Stale { .. } => AuditReason::Stale,
         WriteRefused::Expired { .. } => AuditReason::Expired,
-        WriteRefused::Active { .. } => return None,
+        WriteRefused::BadToken => AuditReason::BadToken,
+        // A request without a token is the client's mistake, not a holder's stale write.
+        WriteRefused::Active { .. } | WriteRefused::TokenMissing => return None,
     };
     let late_by = match refused {
         WriteRefused::Expired { until, now } => Some(now.get() - until.get()),

@@ -161,6 +161,7 @@ impl Command {
             | Command::Cancel(now)
             | Command::Retry(now) => Some(*now),
             Command::Enqueue | Command::EnqueueWith(_) | Command::Release(_, _) => None,
+            Command::AsHolder(_, inner) => inner.caller_now(),
         }
     }
 
@@ -182,6 +183,9 @@ impl Command {
             }
             Command::Cancel(_) => Command::Cancel(now),
             Command::Retry(_) => Command::Retry(now),
+            Command::AsHolder(credential, inner) => {
+                Command::AsHolder(credential.clone(), Box::new(inner.at(now)?))
+            }
             other => other.clone(),
         })
     }

@@ -1,6 +1,7 @@
 //! Every write as a value: a [`Command`] decided against the stored job gives the job to store
 //! (if any) and the caller's [`Outcome`]. Stores that queue, batch or replay writes use this.
 
+use crate::access::{Credential, judge_credential};
 use crate::queue::{EnqueueSpec, ErrorText, Retry};
 use crate::rules::{
     ClaimRefused, Failed, Job, WriteRefused, decide_cancel, decide_claim, decide_complete,
@@ -29,6 +30,10 @@ pub enum Command {
     Cancel(Timestamp),
     /// Put a dead or cancelled job back to pending.
     Retry(Timestamp),
+    /// A holder's write (renew, complete, release or fail) through the network service: the
+    /// inner command's owner is a stand-in, [`judge_credential`] finds the lease's owner, then
+    /// the inner command is decided as that owner.
+    AsHolder(Credential, Box<Command>),
 }
 
 /// What a command answers its caller.
@@ -86,6 +91,76 @@ impl Command {
             }
             Command::Cancel(now) => wrote(decide_cancel(current, *now)),
             Command::Retry(now) => wrote(decide_retry(current, *now)),
+            Command::AsHolder(credential, inner) => {
+                let refused = |refused: WriteRefused| match inner.as_ref() {
+                    Command::Fail(..) => (None, Outcome::Failed(Err(refused))),
+                    _ => (None, Outcome::Wrote(Err(refused))),
+                };
+                let Some(fence) = inner.holder_fence() else {
+                    return refused(WriteRefused::Missing);
+                };
+                match judge_credential(current, fence, credential) {
+                    Ok(owner) => inner.as_owner(owner).decide(id, current, purged),
+                    Err(why) => refused(why),
+                }
+            }
+        }
+    }
+
+    /// The fence a holder's write presents (`None` for other commands).
+    #[must_use]
+    pub fn holder_fence(&self) -> Option<Fence> {
+        match self {
+            Command::Renew(_, fence, _)
+            | Command::Complete(_, fence, _, _)
+            | Command::Release(_, fence)
+            | Command::Fail(_, fence, _, _, _) => Some(*fence),
+            Command::AsHolder(_, inner) => inner.holder_fence(),
+            _ => None,
+        }
+    }
+
+    /// The same holder's write made as `owner` (other commands are returned as they are).
+    #[must_use]
+    pub fn as_owner(&self, owner: Owner) -> Command {
+        match self {
+            Command::Renew(_, fence, term) => Command::Renew(owner, *fence, *term),
+            Command::Complete(_, fence, now, result) => {
+                Command::Complete(owner, *fence, *now, result.clone())
+            }
+            Command::Release(_, fence) => Command::Release(owner, *fence),
+            Command::Fail(_, fence, now, error, retry) => {
+                Command::Fail(owner, *fence, *now, error.clone(), *retry)
+            }
+            other => other.clone(),
+        }
+    }
+
+    /// Whether the command completes a job (as a holder, directly or through the service): the
+    /// one command a claim of the next jobs may follow in the same transaction.
+    #[must_use]
+    pub fn is_completion(&self) -> bool {
+        match self {
+            Command::Complete(..) => true,
+            Command::AsHolder(_, inner) => inner.is_completion(),
+            _ => false,
+        }
+    }
+
+    /// What the command is, as operations are named in metrics and the audit trail.
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Enqueue => "enqueue",
+            Command::EnqueueWith(_) => "enqueue",
+            Command::Claim(..) => "claim",
+            Command::Renew(..) => "renew",
+            Command::Complete(..) => "complete",
+            Command::Release(..) => "release",
+            Command::Fail(..) => "fail",
+            Command::Cancel(_) => "cancel",
+            Command::Retry(_) => "retry",
+            Command::AsHolder(_, inner) => inner.name(),
         }
     }
 }

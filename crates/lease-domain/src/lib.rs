@@ -24,8 +24,8 @@ mod rules;
 mod values;
 
 pub use access::{
-    AccessError, KeyId, KeyRefused, MAX_LIVE_KEYS, Principal, Scope, TokenDigest, decide_new_key,
-    judge_holder, may_act_as, owner_within,
+    AccessError, Credential, KeyId, KeyRefused, MAX_LIVE_KEYS, Principal, Scope, TokenDigest,
+    decide_new_key, judge_credential, judge_holder, may_act_as, owner_within,
 };
 pub use audit::{AuditReason, Refusal, holder_refusal, reclaim_delay, reclaim_delay_at, refusal};
 pub use clock::{ClockMode, ClockRefused, ClockSkew};

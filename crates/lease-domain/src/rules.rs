@@ -268,6 +268,12 @@ pub enum WriteRefused {
         /// The stored fence.
         current: Fence,
     },
+    /// A write through the network service sent no lease token.
+    #[error("the write carries no lease token")]
+    TokenMissing,
+    /// A write through the network service sent a token that is not the lease's.
+    #[error("the lease token is not this lease's")]
+    BadToken,
     /// The caller's lease expired; it cannot be renewed or completed.
     #[error("the lease expired at {until} (now is {now})")]
     Expired {

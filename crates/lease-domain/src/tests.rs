@@ -1053,3 +1053,148 @@ fn every_claim_replaces_the_lease_token_and_other_writes_keep_it() {
         Some(a)
     );
 }
+
+fn credential(principal: &str, scope: Scope, named: Option<&str>, token: Option<u8>) -> Credential {
+    Credential {
+        principal: Principal::new(principal).unwrap(),
+        scope,
+        named: named.map(owner),
+        token: token.map(|b| TokenDigest::new([b; 32])),
+    }
+}
+
+fn with_token(mut job: Job, byte: u8) -> Job {
+    job.token = Some(TokenDigest::new([byte; 32]));
+    job
+}
+
+/// A holder's write through the service, decided in the store in one pinned order: missing,
+/// stale, done, not the owner, no token, a wrong token, then the lease's own rules (expired).
+#[test]
+fn a_credential_is_judged_in_the_pinned_order_then_the_write_as_the_lease_s_owner() {
+    let id = JobId::new("j").unwrap();
+    let renew = |cred: Credential, f: u64, now: f64| {
+        Command::AsHolder(
+            cred,
+            Box::new(Command::Renew(owner("stand-in"), fence(f), term(now, 10.0))),
+        )
+    };
+    let worker = |token| credential("ci", Scope::Worker, None, token);
+    let live = with_token(held("ci/host-1", 2, 100.0), 7);
+    let refused = |cmd: Command, job: Option<&Job>| match cmd.decide(&id, job, None) {
+        (None, Outcome::Wrote(Err(why))) => why,
+        other => panic!("not refused: {other:?}"),
+    };
+    assert_eq!(
+        refused(renew(worker(Some(7)), 2, 50.0), None),
+        WriteRefused::Missing
+    );
+    assert!(matches!(
+        refused(renew(worker(Some(7)), 1, 50.0), Some(&live)),
+        WriteRefused::Stale { .. }
+    ));
+    let mut done = live.clone();
+    done.done = true;
+    assert!(matches!(
+        refused(renew(worker(Some(7)), 2, 50.0), Some(&done)),
+        WriteRefused::Done { .. }
+    ));
+    // Outside the key's namespace, and a named owner that is not the lease's.
+    let other = credential("cd", Scope::Worker, None, Some(7));
+    assert!(matches!(
+        refused(renew(other, 2, 50.0), Some(&live)),
+        WriteRefused::NotOwner { .. }
+    ));
+    let misnamed = credential("ci", Scope::Worker, Some("ci/host-2"), Some(7));
+    assert!(matches!(
+        refused(renew(misnamed, 2, 50.0), Some(&live)),
+        WriteRefused::NotOwner { .. }
+    ));
+    // The stale check comes before the token: a stale writer learns it is stale.
+    assert!(matches!(
+        refused(renew(worker(None), 1, 50.0), Some(&live)),
+        WriteRefused::Stale { .. }
+    ));
+    assert_eq!(
+        refused(renew(worker(None), 2, 50.0), Some(&live)),
+        WriteRefused::TokenMissing
+    );
+    assert_eq!(
+        refused(renew(worker(Some(8)), 2, 50.0), Some(&live)),
+        WriteRefused::BadToken
+    );
+    // A lease granted without a token has none that matches.
+    let untokened = held("ci/host-1", 2, 100.0);
+    assert_eq!(
+        refused(renew(worker(Some(7)), 2, 50.0), Some(&untokened)),
+        WriteRefused::BadToken
+    );
+    // Everything passes, but the lease ran out: the lease's own rule, last.
+    assert!(matches!(
+        refused(renew(worker(Some(7)), 2, 150.0), Some(&live)),
+        WriteRefused::Expired { .. }
+    ));
+    // Accepted: renewed as the lease's owner, whichever owner stood in.
+    let (next, outcome) = renew(worker(Some(7)), 2, 50.0).decide(&id, Some(&live), None);
+    assert_eq!(outcome, Outcome::Wrote(Ok(())));
+    let next = next.unwrap();
+    assert_eq!(
+        (next.owner, next.until),
+        (Some(owner("ci/host-1")), at(60.0))
+    );
+    // An admin acts as anyone.
+    let admin = credential("ops", Scope::Admin, None, Some(7));
+    assert_eq!(
+        renew(admin, 2, 50.0).decide(&id, Some(&live), None).1,
+        Outcome::Wrote(Ok(()))
+    );
+}
+
+#[test]
+fn a_refused_holder_write_through_the_service_is_audited_as_who_wrote() {
+    let live = with_token(held("ci/host-1", 2, 100.0), 7);
+    let complete = |cred: Credential, now: f64| {
+        Command::AsHolder(
+            cred,
+            Box::new(Command::Complete(
+                owner("x"),
+                fence(2),
+                at(now),
+                JobResult::new("r").unwrap(),
+            )),
+        )
+    };
+    // A wrong token: the writer is the principal, and the reason is bad_token.
+    let bad = complete(credential("ci", Scope::Worker, None, Some(9)), 50.0);
+    let entry = refusal(&bad, Some(&live), &WriteRefused::BadToken).unwrap();
+    assert_eq!(
+        (entry.operation, entry.owner.as_str(), entry.reason),
+        ("complete", "ci", AuditReason::BadToken)
+    );
+    // Past the credential, an expired lease is the lease's owner's refusal.
+    let late = complete(credential("ci", Scope::Worker, None, Some(7)), 130.0);
+    let expired = WriteRefused::Expired {
+        until: at(100.0),
+        now: at(130.0),
+    };
+    let entry = refusal(&late, Some(&live), &expired).unwrap();
+    assert_eq!(
+        (entry.owner.as_str(), entry.late_by),
+        ("ci/host-1", Some(30.0))
+    );
+    // No token is the client's mistake, not recorded.
+    assert_eq!(
+        refusal(&bad, Some(&live), &WriteRefused::TokenMissing),
+        None
+    );
+}
+
+#[test]
+fn digests_match_only_when_every_byte_does() {
+    let a = TokenDigest::new([1; 32]);
+    let mut last = [1; 32];
+    last[31] = 2;
+    assert!(a.matches(&TokenDigest::new([1; 32])));
+    assert!(!a.matches(&TokenDigest::new(last)));
+    assert!(!a.matches(&TokenDigest::new([0; 32])));
+}

@@ -79,6 +79,9 @@ pub enum InputError {
     /// A fence above `i64::MAX`, which no store can hold.
     #[error("fence {0} is out of range (the largest fence is {max})", max = Fence::MAX.get())]
     FenceOutOfRange(u64),
+    /// A claim of the next jobs asked to follow a command other than a completion.
+    #[error("a claim of the next jobs can follow only a completion, not {0}")]
+    ClaimAfter(&'static str),
 }
 
 /// The longest job id, owner or queue name every store accepts, in bytes of UTF-8: the same
@@ -162,6 +165,11 @@ impl Owner {
             return Err(InputError::EmptyOwner);
         }
         checked_name(owner, "owner").map(Self)
+    }
+
+    /// An owner made from a name already checked by a stricter rule (a principal's).
+    pub(crate) fn from_checked(owner: String) -> Self {
+        Self(owner)
     }
 
     /// Wraps an owner read back from a store (no length limit; see [`JobId::stored`]).

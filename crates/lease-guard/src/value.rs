@@ -137,12 +137,15 @@ pub fn no_expiry(resource: &str, options: &PutOptions) -> Result<(), GuardError>
 /// [`GuardError::Unsupported`] for a scheme this build has no guard for; the backend's error
 /// when it cannot be opened.
 pub async fn open(url: &str) -> Result<std::sync::Arc<dyn ValueGuard>, GuardError> {
+    use std::sync::Arc;
     let scheme = url.split_once("://").map_or("", |(s, _)| s);
-    let guard: std::sync::Arc<dyn ValueGuard> = match scheme {
+    // `None` for a scheme this build has no guard for (each arm is there only with its
+    // feature).
+    let guard: Option<Arc<dyn ValueGuard>> = match scheme {
         #[cfg(feature = "redis")]
-        "redis" | "rediss" => std::sync::Arc::new(crate::redis::RedisGuard::connect(url).await?),
+        "redis" | "rediss" => Some(Arc::new(crate::redis::RedisGuard::connect(url).await?)),
         #[cfg(feature = "object-store")]
-        "s3" | "gs" | "az" | "azure" => std::sync::Arc::new(crate::object::ObjectGuard::open(url)?),
+        "s3" | "gs" | "az" | "azure" => Some(Arc::new(crate::object::ObjectGuard::open(url)?)),
         #[cfg(feature = "dir")]
         "file" => {
             let dir = url.strip_prefix("file://").unwrap_or_default();
@@ -151,20 +154,21 @@ pub async fn open(url: &str) -> Result<std::sync::Arc<dyn ValueGuard>, GuardErro
                     "{url}: a directory's URL is file:///ABSOLUTE/PATH"
                 )));
             }
-            std::sync::Arc::new(crate::dir::DirGuard::open(dir)?)
+            Some(Arc::new(crate::dir::DirGuard::open(dir)?))
         }
         #[cfg(feature = "nats")]
-        "nats" => std::sync::Arc::new(crate::nats::NatsGuard::connect(url).await?),
+        "nats" => Some(Arc::new(crate::nats::NatsGuard::connect(url).await?)),
         #[cfg(feature = "mysql")]
-        "mysql" | "mariadb" => std::sync::Arc::new(crate::mysql::MysqlGuard::connect(url)?),
-        _ => {
-            return Err(GuardError::Unsupported(format!(
-                "{url}: not a resource this build guards (redis://, rediss://, s3://, gs://, \
-                 az://, file:///, nats://, mysql://, mariadb://)"
-            )));
-        }
+        "mysql" | "mariadb" => Some(Arc::new(crate::mysql::MysqlGuard::connect(url)?)),
+        _ => None,
     };
-    Ok(std::sync::Arc::new(Traced(guard)))
+    let guard = guard.ok_or_else(|| {
+        GuardError::Unsupported(format!(
+            "{url}: not a resource this build guards (redis://, rediss://, s3://, gs://, az://, \
+             file:///, nats://, mysql://, mariadb://)"
+        ))
+    })?;
+    Ok(Arc::new(Traced(guard)))
 }
 
 /// A guard whose every call is a `tracing` span (`resource`, `key`, `fence`, `outcome`),

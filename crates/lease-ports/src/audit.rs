@@ -4,7 +4,7 @@
 //! module is the reading side.
 
 use async_trait::async_trait;
-use lease_domain::{JobId, Refusal, Timestamp};
+use lease_domain::{JobId, Timestamp};
 
 use crate::StoreError;
 
@@ -48,10 +48,4 @@ pub struct AuditFilter {
 pub trait AuditTrail: Send + Sync {
     /// The refusals `filter` selects, oldest first.
     async fn refusals(&self, filter: &AuditFilter) -> Result<Vec<AuditRow>, StoreError>;
-
-    /// Records a refusal decided outside the store (the network service refuses a holder's
-    /// write before the store sees it: a stale fence, a wrong lease token) at the store's
-    /// clock, trimming the trail to its retention; `false` when the trail is off (nothing is
-    /// written).
-    async fn record_refusal(&self, job: &JobId, refusal: &Refusal) -> Result<bool, StoreError>;
 }

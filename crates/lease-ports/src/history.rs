@@ -237,30 +237,11 @@ mod workload {
         job: &JobId,
         call: &Call,
     ) -> Result<Answer, StoreError> {
-        Ok(match call {
-            Call::Enqueue => Answer::Enqueued(store.enqueue(job).await?),
-            Call::Claim(owner, term) => Answer::Claimed(store.claim(job, owner, *term).await?.ok()),
-            Call::Renew(owner, fence, term) => {
-                Answer::Wrote(store.renew(job, owner, *fence, *term).await?.is_ok())
-            }
-            Call::Complete(owner, fence, now, result) => Answer::Wrote(
-                store
-                    .complete(job, owner, *fence, *now, result)
-                    .await?
-                    .is_ok(),
-            ),
-            Call::Release(owner, fence) => {
-                Answer::Wrote(store.release(job, owner, *fence).await?.is_ok())
-            }
-            Call::EnqueueWith(spec) => Answer::Enqueued(store.enqueue_with(job, spec).await?),
-            Call::Fail(owner, fence, now, error, retry) => Answer::Wrote(
-                store
-                    .fail(job, owner, *fence, *now, error, *retry)
-                    .await?
-                    .is_ok(),
-            ),
-            Call::Cancel(now) => Answer::Wrote(store.cancel(job, *now).await?.is_ok()),
-            Call::Retry(now) => Answer::Wrote(store.retry(job, *now).await?.is_ok()),
+        Ok(match store.apply(job, call.clone(), None).await?.outcome {
+            crate::Outcome::Enqueued(inserted) => Answer::Enqueued(inserted),
+            crate::Outcome::Claimed(claimed) => Answer::Claimed(claimed.ok()),
+            crate::Outcome::Wrote(wrote) => Answer::Wrote(wrote.is_ok()),
+            crate::Outcome::Failed(failed) => Answer::Wrote(failed.is_ok()),
         })
     }
 

@@ -32,7 +32,7 @@ pub use error::{Detail, StoreError};
 pub use lease_domain::{
     Backoff, ClaimRefused, ClockMode, ClockRefused, ClockSkew, Command, Ended, EnqueueSpec,
     ErrorText, Failed, Fence, InputError, Job, JobId, JobResult, LeaseTerm, Outcome, Owner,
-    Payload, QueueName, Retry, Status, Timestamp, Ttl, WriteRefused,
+    Payload, QueueName, Retry, Status, Timestamp, TokenDigest, Ttl, WriteRefused,
 };
 
 /// The outcome of a claim that reached the store: the new fence, or why it was refused.
@@ -270,7 +270,67 @@ pub fn tally_groups(
         .collect()
 }
 
+/// A claim of the next due jobs of a queue, as [`LeaseStore::claim_next_with`] and
+/// [`LeaseStore::apply`] take it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimNext {
+    /// The queue.
+    pub queue: QueueName,
+    /// Who takes the leases.
+    pub owner: Owner,
+    /// From when to when (and, without `tokens`, the token every lease keeps).
+    pub term: LeaseTerm,
+    /// How many jobs at most.
+    pub limit: usize,
+    /// A token digest per lease, the first lease taking the first, so that every lease has a
+    /// secret of its own (the network service gives one per lease it may grant). Empty: each
+    /// lease keeps `term`'s token, if it has one.
+    pub tokens: Vec<TokenDigest>,
+}
+
+impl ClaimNext {
+    /// A claim of up to `limit` jobs of `queue` for `owner` over `term`, without tokens.
+    #[must_use]
+    pub fn new(queue: &QueueName, owner: &Owner, term: LeaseTerm, limit: usize) -> Self {
+        Self {
+            queue: queue.clone(),
+            owner: owner.clone(),
+            term,
+            limit,
+            tokens: Vec::new(),
+        }
+    }
+
+    /// The term the `n`th lease (from 0) is written with: `term` with that lease's token.
+    #[must_use]
+    pub fn term_of(&self, n: usize) -> LeaseTerm {
+        match self.tokens.get(n) {
+            Some(token) => self.term.with_token(*token),
+            None => self.term,
+        }
+    }
+}
+
+/// What [`LeaseStore::apply`] answers: the command's outcome and, when a claim was asked for,
+/// the leases it took (or the claim's own error; the command stands either way).
+#[derive(Debug)]
+pub struct Applied {
+    /// The command's outcome.
+    pub outcome: Outcome,
+    /// The claim that followed it, if one was asked for.
+    pub claimed: Option<Result<Vec<Lease>, StoreError>>,
+}
+
 /// A durable store of fenced job leases.
+///
+/// The required part is small: [`apply`](LeaseStore::apply) (one [`Command`] on one job, and
+/// optionally a claim of the next jobs after it, in one transaction),
+/// [`claim_next_with`](LeaseStore::claim_next_with), [`enqueue_many`](LeaseStore::enqueue_many),
+/// [`purge`](LeaseStore::purge) and the reads ([`record`](LeaseStore::record),
+/// [`list`](LeaseStore::list), [`stats`](LeaseStore::stats)). Every other method is provided
+/// on top of them, with the contract its documentation gives; a store, decorator or client
+/// implements the core only (and may override a provided method to do it faster, with the
+/// same contract).
 ///
 /// # Contract
 /// - Each write MUST be atomic: the job is read, decided by `lease_domain` and written back
@@ -292,54 +352,27 @@ pub fn tally_groups(
 /// it may still commit. A caller that cancels must read [`LeaseStore::state`] to find out.
 #[async_trait]
 pub trait LeaseStore: Send + Sync {
-    /// Inserts the job in the default state and returns `true`; if the job exists,
-    /// changes nothing (never resets a lease or a result) and returns `false`.
-    async fn enqueue(&self, job: &JobId) -> Result<bool, StoreError>;
-
-    /// The stored job, or `None`.
-    async fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError>;
-
-    /// Claims the job for `owner` from `term.now()` to `term.until()` and returns the new fence,
-    /// as decided by [`lease_domain::decide_claim`].
-    async fn claim(
+    /// Decides `command` on `job` with `Command::decide` and stores what it decided; with
+    /// `then`, leases up to `then.limit` due jobs after it as [`LeaseStore::claim_next_with`]
+    /// would, in the same transaction (one commit): a worker hands back one job and takes the
+    /// next with one commit. The claim is made whether or not the command was accepted; its own
+    /// error is in [`Applied::claimed`] (the command stands).
+    ///
+    /// # Errors
+    /// `then` may follow only a completion ([`Command::is_completion`]); with another command
+    /// it is [`StoreError::InvalidInput`] (`ClaimAfter`), before anything is read.
+    async fn apply(
         &self,
         job: &JobId,
-        owner: &Owner,
-        term: LeaseTerm,
-    ) -> Result<ClaimOutcome, StoreError>;
+        command: Command,
+        then: Option<ClaimNext>,
+    ) -> Result<Applied, StoreError>;
 
-    /// Extends the live current lease, as decided by [`lease_domain::decide_renew`].
-    async fn renew(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        term: LeaseTerm,
-    ) -> Result<WriteOutcome, StoreError>;
-
-    /// Stores the result of the live current lease and marks the job done,
-    /// as decided by [`lease_domain::decide_complete`].
-    async fn complete(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        now: Timestamp,
-        result: &JobResult,
-    ) -> Result<WriteOutcome, StoreError>;
-
-    /// Gives the current lease back, keeping the fence, as decided by
-    /// [`lease_domain::decide_release`].
-    async fn release(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-    ) -> Result<WriteOutcome, StoreError>;
-
-    /// Inserts the job with the queue fields of `spec` and returns `true`; if the job exists,
-    /// changes nothing and returns `false`. An id that was purged continues from its old fence.
-    async fn enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError>;
+    /// Leases up to `claim.limit` due jobs of `claim.queue` in one transaction, in
+    /// [`lease_domain::claim_order`], each as decided by [`lease_domain::decide_claim_next`]
+    /// (which may also bury a job out of attempts), the `n`th with [`ClaimNext::term_of`]`(n)`.
+    /// Returns the leases, possibly none.
+    async fn claim_next_with(&self, claim: &ClaimNext) -> Result<Vec<Lease>, StoreError>;
 
     /// Enqueues many jobs in one transaction (one commit): each as [`enqueue_with`] would, in
     /// order, answering `true` for each job it inserted and `false` for each that already
@@ -352,16 +385,96 @@ pub trait LeaseStore: Send + Sync {
     /// The stored job with every field, or `None`.
     async fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError>;
 
-    /// Leases up to `limit` due jobs of `queue` in one transaction, in
-    /// [`lease_domain::claim_order`], each as decided by [`lease_domain::decide_claim_next`]
-    /// (which may also bury a job out of attempts). Returns the leases, possibly none.
+    /// Deletes the jobs [`lease_domain::is_purgeable`] picks, keeping each one's fence so that
+    /// the id, if enqueued again, never receives a fence it had before. Returns how many.
+    async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError>;
+
+    /// The jobs that `filter` selects, in id order.
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError>;
+
+    /// How many jobs each queue has in each status at `now` (statuses with no job left out).
+    async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError>;
+
+    /// Inserts the job in the default state and returns `true`; if the job exists,
+    /// changes nothing (never resets a lease or a result) and returns `false`.
+    async fn enqueue(&self, job: &JobId) -> Result<bool, StoreError> {
+        outcome_as(self.apply(job, Command::Enqueue, None).await?.outcome)
+    }
+
+    /// The stored job, or `None`.
+    async fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
+        Ok(self.record(job).await?.map(|record| record.state()))
+    }
+
+    /// Claims the job for `owner` from `term.now()` to `term.until()` and returns the new fence,
+    /// as decided by [`lease_domain::decide_claim`].
+    async fn claim(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        term: LeaseTerm,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let command = Command::Claim(owner.clone(), term);
+        outcome_as(self.apply(job, command, None).await?.outcome)
+    }
+
+    /// Extends the live current lease, as decided by [`lease_domain::decide_renew`].
+    async fn renew(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        term: LeaseTerm,
+    ) -> Result<WriteOutcome, StoreError> {
+        let command = Command::Renew(owner.clone(), fence, term);
+        outcome_as(self.apply(job, command, None).await?.outcome)
+    }
+
+    /// Stores the result of the live current lease and marks the job done,
+    /// as decided by [`lease_domain::decide_complete`].
+    async fn complete(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        now: Timestamp,
+        result: &JobResult,
+    ) -> Result<WriteOutcome, StoreError> {
+        let command = Command::Complete(owner.clone(), fence, now, result.clone());
+        outcome_as(self.apply(job, command, None).await?.outcome)
+    }
+
+    /// Gives the current lease back, keeping the fence, as decided by
+    /// [`lease_domain::decide_release`].
+    async fn release(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+    ) -> Result<WriteOutcome, StoreError> {
+        let command = Command::Release(owner.clone(), fence);
+        outcome_as(self.apply(job, command, None).await?.outcome)
+    }
+
+    /// Inserts the job with the queue fields of `spec` and returns `true`; if the job exists,
+    /// changes nothing and returns `false`. An id that was purged continues from its old fence.
+    async fn enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError> {
+        let command = Command::EnqueueWith(spec.clone());
+        outcome_as(self.apply(job, command, None).await?.outcome)
+    }
+
+    /// Leases up to `limit` due jobs of `queue` for `owner` over `term`, as
+    /// [`LeaseStore::claim_next_with`] does.
     async fn claim_next(
         &self,
         queue: &QueueName,
         owner: &Owner,
         term: LeaseTerm,
         limit: usize,
-    ) -> Result<Vec<Lease>, StoreError>;
+    ) -> Result<Vec<Lease>, StoreError> {
+        self.claim_next_with(&ClaimNext::new(queue, owner, term, limit))
+            .await
+    }
 
     /// Reports a failure of the live current lease, as decided by [`lease_domain::decide_fail`].
     async fn fail(
@@ -372,24 +485,21 @@ pub trait LeaseStore: Send + Sync {
         now: Timestamp,
         error: &ErrorText,
         retry: Retry,
-    ) -> Result<FailOutcome, StoreError>;
+    ) -> Result<FailOutcome, StoreError> {
+        let command = Command::Fail(owner.clone(), fence, now, error.clone(), retry);
+        outcome_as(self.apply(job, command, None).await?.outcome)
+    }
 
     /// Cancels a pending or running job, as decided by [`lease_domain::decide_cancel`].
-    async fn cancel(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError>;
+    async fn cancel(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
+        outcome_as(self.apply(job, Command::Cancel(now), None).await?.outcome)
+    }
 
     /// Puts a dead or cancelled job back to pending, as decided by
     /// [`lease_domain::decide_retry`].
-    async fn retry(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError>;
-
-    /// Deletes the jobs [`lease_domain::is_purgeable`] picks, keeping each one's fence so that
-    /// the id, if enqueued again, never receives a fence it had before. Returns how many.
-    async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError>;
-
-    /// The jobs that `filter` selects, in id order.
-    async fn list(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError>;
-
-    /// How many jobs each queue has in each status at `now` (statuses with no job left out).
-    async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError>;
+    async fn retry(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
+        outcome_as(self.apply(job, Command::Retry(now), None).await?.outcome)
+    }
 
     /// Completes `job` as [`LeaseStore::complete`] would at `term.now()`, then leases up to
     /// `limit` due jobs of `queue` as [`LeaseStore::claim_next`] would, in one transaction: a
@@ -406,7 +516,29 @@ pub trait LeaseStore: Send + Sync {
         queue: &QueueName,
         term: LeaseTerm,
         limit: usize,
-    ) -> Result<CompleteAndClaim, StoreError>;
+    ) -> Result<CompleteAndClaim, StoreError> {
+        let command = Command::Complete(owner.clone(), fence, term.now(), result.clone());
+        let claim = ClaimNext::new(queue, owner, term, limit);
+        let applied = self.apply(job, command, Some(claim)).await?;
+        Ok((
+            outcome_as(applied.outcome)?,
+            applied.claimed.unwrap_or_else(|| Ok(Vec::new())),
+        ))
+    }
+}
+
+/// Refuses a claim after a command that is not a completion (every store's `apply` checks this
+/// first).
+///
+/// # Errors
+/// [`StoreError::InvalidInput`] naming the command.
+pub fn claim_may_follow(command: &Command, then: Option<&ClaimNext>) -> Result<(), StoreError> {
+    match then {
+        Some(_) if !command.is_completion() => Err(StoreError::InvalidInput(
+            InputError::ClaimAfter(command.name()),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// What [`LeaseStore::complete_and_claim_next`] answers: the completion's outcome, and the

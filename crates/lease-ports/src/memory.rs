@@ -7,8 +7,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use lease_domain::{
-    ClockMode, Command, EnqueueSpec, ErrorText, Fence, Job, JobId, JobResult, LeaseTerm, Owner,
-    QueueName, Retry, Status, Timestamp, claim_order, is_purgeable,
+    ClockMode, Command, EnqueueSpec, Fence, Job, JobId, LeaseTerm, Outcome, Status, Timestamp,
+    claim_order, is_purgeable,
 };
 use lease_domain::{KeyId, KeyRefused, decide_new_key};
 
@@ -16,8 +16,8 @@ use crate::keys::{KeyRecord, KeyStore, live_scopes};
 use crate::next::ClaimNextLoop;
 use crate::transfer::{Imported, Snapshot, TargetView, plan_import};
 use crate::{
-    ClaimOutcome, CompleteAndClaim, FailOutcome, FromOutcome, JobRecord, JobState, Lease,
-    LeaseStore, ListFilter, StatsRow, StoreError, WriteOutcome, outcome_as, tally,
+    Applied, ClaimNext, JobRecord, Lease, LeaseStore, ListFilter, StatsRow, StoreError, outcome_as,
+    tally,
 };
 
 #[derive(Debug, Default)]
@@ -93,107 +93,79 @@ impl MemoryLeaseStore {
         }
     }
 
-    /// Decides and stores one command under the lock; a refusal stores nothing.
-    fn apply<T: FromOutcome>(&self, job: &JobId, command: Command) -> Result<T, StoreError> {
-        let mut jobs = self.jobs()?;
-        let command = self.timed(command)?;
-        apply(&mut jobs, job, command)
-    }
-
-    /// The command as the clock mode decides it (read under the lock).
-    fn timed(&self, command: Command) -> Result<Command, StoreError> {
-        match &self.clock {
-            Some((mode, clock)) if mode.needs_clock(&command) => {
-                Ok(mode.resolve(&command, clock())?)
-            }
-            _ => Ok(command),
+    /// The command and the claim's term as the clock mode decides them, from one reading of
+    /// the clock (taken under the lock).
+    fn timed(
+        &self,
+        command: Command,
+        term: Option<LeaseTerm>,
+    ) -> Result<(Command, Option<LeaseTerm>), StoreError> {
+        let Some((mode, clock)) = &self.clock else {
+            return Ok((command, term));
+        };
+        let wanted = mode.needs_clock(&command) || (term.is_some() && mode.needs_clock_for_term());
+        if !wanted {
+            return Ok((command, term));
         }
-    }
-
-    /// The lease term as the clock mode decides it.
-    fn timed_term(&self, term: LeaseTerm) -> Result<LeaseTerm, StoreError> {
-        match &self.clock {
-            Some((mode, clock)) if mode.needs_clock_for_term() => {
-                Ok(mode.resolve_term(term, clock())?)
-            }
-            _ => Ok(term),
-        }
+        let now = clock();
+        let command = if mode.needs_clock(&command) {
+            mode.resolve(&command, now)?
+        } else {
+            command
+        };
+        let term = match term {
+            Some(term) if mode.needs_clock_for_term() => Some(mode.resolve_term(term, now)?),
+            other => other,
+        };
+        Ok((command, term))
     }
 }
 
 /// Decides and stores one command over the locked jobs; a refusal stores nothing.
-fn apply<T: FromOutcome>(jobs: &mut Jobs, job: &JobId, command: Command) -> Result<T, StoreError> {
+fn apply(jobs: &mut Jobs, job: &JobId, command: &Command) -> Outcome {
     let current = jobs.jobs.get(job).map(|(j, _)| j);
     let purged = match current {
         None if command.is_enqueue() => jobs.purged.get(job).copied(),
         _ => None,
     };
     let (next, outcome) = command.decide(job, current, purged);
-    crate::observe::decided(&command, current, &outcome);
+    crate::observe::decided(command, current, &outcome);
     if let Some(next) = next {
         jobs.store(job, next);
     }
-    outcome_as(outcome)
+    outcome
 }
 
 #[async_trait]
 impl LeaseStore for MemoryLeaseStore {
-    async fn enqueue(&self, job: &JobId) -> Result<bool, StoreError> {
-        self.apply(job, Command::Enqueue)
-    }
-
-    async fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
-        Ok(self
-            .jobs()?
-            .jobs
-            .get(job)
-            .map(|(j, _)| JobState::new(job, j.clone())))
-    }
-
-    async fn claim(
+    async fn apply(
         &self,
         job: &JobId,
-        owner: &Owner,
-        term: LeaseTerm,
-    ) -> Result<ClaimOutcome, StoreError> {
-        self.apply(job, Command::Claim(owner.clone(), term))
+        command: Command,
+        then: Option<ClaimNext>,
+    ) -> Result<Applied, StoreError> {
+        crate::claim_may_follow(&command, then.as_ref())?;
+        let mut jobs = self.jobs()?;
+        let (command, term) = self.timed(command, then.as_ref().map(|claim| claim.term))?;
+        let outcome = apply(&mut jobs, job, &command);
+        let claimed = then.map(|claim| {
+            let claim = ClaimNext {
+                term: term.unwrap_or(claim.term),
+                ..claim
+            };
+            Ok(claim_next(&mut jobs, &claim))
+        });
+        Ok(Applied { outcome, claimed })
     }
 
-    async fn renew(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        term: LeaseTerm,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.apply(job, Command::Renew(owner.clone(), fence, term))
-    }
-
-    async fn complete(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        now: Timestamp,
-        result: &JobResult,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.apply(
-            job,
-            Command::Complete(owner.clone(), fence, now, result.clone()),
-        )
-    }
-
-    async fn release(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.apply(job, Command::Release(owner.clone(), fence))
-    }
-
-    async fn enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError> {
-        self.apply(job, Command::EnqueueWith(spec.clone()))
+    async fn claim_next_with(&self, claim: &ClaimNext) -> Result<Vec<Lease>, StoreError> {
+        let mut jobs = self.jobs()?;
+        let (_, term) = self.timed(Command::Enqueue, Some(claim.term))?;
+        let claim = ClaimNext {
+            term: term.unwrap_or(claim.term),
+            ..claim.clone()
+        };
+        Ok(claim_next(&mut jobs, &claim))
     }
 
     async fn enqueue_many(&self, jobs: &[(JobId, EnqueueSpec)]) -> Result<Vec<bool>, StoreError> {
@@ -201,7 +173,9 @@ impl LeaseStore for MemoryLeaseStore {
         // lock is held, so the batch is stored whole.
         let mut stored = self.jobs()?;
         jobs.iter()
-            .map(|(job, spec)| apply(&mut stored, job, Command::EnqueueWith(spec.clone())))
+            .map(|(job, spec)| {
+                outcome_as(apply(&mut stored, job, &Command::EnqueueWith(spec.clone())))
+            })
             .collect()
     }
 
@@ -210,62 +184,6 @@ impl LeaseStore for MemoryLeaseStore {
             id: job.clone(),
             job: j.clone(),
         }))
-    }
-
-    async fn claim_next(
-        &self,
-        queue: &QueueName,
-        owner: &Owner,
-        term: LeaseTerm,
-        limit: usize,
-    ) -> Result<Vec<Lease>, StoreError> {
-        let mut jobs = self.jobs()?;
-        let term = self.timed_term(term)?;
-        Ok(claim_next(&mut jobs, queue, owner, term, limit))
-    }
-
-    async fn complete_and_claim_next(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        result: &JobResult,
-        queue: &QueueName,
-        term: LeaseTerm,
-        limit: usize,
-    ) -> Result<CompleteAndClaim, StoreError> {
-        let mut jobs = self.jobs()?;
-        let term = self.timed_term(term)?;
-        let completed: WriteOutcome = apply(
-            &mut jobs,
-            job,
-            Command::Complete(owner.clone(), fence, term.now(), result.clone()),
-        )?;
-        let leases = claim_next(&mut jobs, queue, owner, term, limit);
-        Ok((completed, Ok(leases)))
-    }
-
-    async fn fail(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        now: Timestamp,
-        error: &ErrorText,
-        retry: Retry,
-    ) -> Result<FailOutcome, StoreError> {
-        self.apply(
-            job,
-            Command::Fail(owner.clone(), fence, now, error.clone(), retry),
-        )
-    }
-
-    async fn cancel(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
-        self.apply(job, Command::Cancel(now))
-    }
-
-    async fn retry(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
-        self.apply(job, Command::Retry(now))
     }
 
     async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError> {
@@ -308,14 +226,9 @@ impl LeaseStore for MemoryLeaseStore {
 }
 
 /// `claim_next` over the locked jobs: the shared loop, fed with the candidates in claim order.
-fn claim_next(
-    jobs: &mut Jobs,
-    queue: &QueueName,
-    owner: &Owner,
-    term: LeaseTerm,
-    limit: usize,
-) -> Vec<Lease> {
-    let mut next = ClaimNextLoop::new(owner, limit);
+fn claim_next(jobs: &mut Jobs, claim: &ClaimNext) -> Vec<Lease> {
+    let (queue, term) = (&claim.queue, claim.term);
+    let mut next = ClaimNextLoop::of(claim);
     while let Some(want) = next.want() {
         let mut candidates: Vec<(&JobId, &Job, u64)> = jobs
             .jobs
@@ -443,13 +356,5 @@ impl crate::audit::AuditTrail for MemoryLeaseStore {
         _filter: &crate::audit::AuditFilter,
     ) -> Result<Vec<crate::audit::AuditRow>, StoreError> {
         Ok(Vec::new())
-    }
-
-    async fn record_refusal(
-        &self,
-        _job: &JobId,
-        _refusal: &lease_domain::Refusal,
-    ) -> Result<bool, StoreError> {
-        Ok(false)
     }
 }

@@ -23,22 +23,38 @@ use crate::Lease;
 pub struct ClaimNextLoop {
     owner: Owner,
     limit: usize,
+    tokens: Vec<lease_domain::TokenDigest>,
     leases: Vec<Lease>,
     skipped: HashSet<JobId>,
     over: bool,
 }
 
 impl ClaimNextLoop {
+    /// The loop of `claim`: leasing up to its limit of jobs to its owner, the `n`th lease with
+    /// its `n`th token when it has tokens.
+    #[must_use]
+    pub fn of(claim: &crate::ClaimNext) -> Self {
+        Self::new(&claim.owner, claim.limit).with_tokens(claim.tokens.clone())
+    }
+
     /// A loop leasing up to `limit` jobs to `owner`.
     #[must_use]
     pub fn new(owner: &Owner, limit: usize) -> Self {
         Self {
+            tokens: Vec::new(),
             owner: owner.clone(),
             limit,
             leases: Vec::new(),
             skipped: HashSet::new(),
             over: limit == 0,
         }
+    }
+
+    /// Gives the `n`th lease the `n`th token (a lease past the last keeps the page's term's).
+    #[must_use]
+    pub fn with_tokens(mut self, tokens: Vec<lease_domain::TokenDigest>) -> Self {
+        self.tokens = tokens;
+        self
     }
 
     /// How many candidates the next page should read, or `None` when the loop is over.
@@ -65,6 +81,10 @@ impl ClaimNextLoop {
             if self.leases.len() >= self.limit {
                 break;
             }
+            let term = match self.tokens.get(self.leases.len()) {
+                Some(token) => term.with_token(*token),
+                None => term,
+            };
             match decide_claim_next(&job, &self.owner, term) {
                 NextDecision::Lease(next) => {
                     crate::observe::leased_next(&job, term.now());

@@ -15,16 +15,12 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use lease_domain::{
-    Command, EnqueueSpec, ErrorText, Fence, Job, JobId, JobResult, LeaseTerm, Outcome, Owner,
-    QueueName, Refusal, Retry, Status, Timestamp, WriteRefused, reclaim_delay, reclaim_delay_at,
-    refusal,
+    Command, EnqueueSpec, Fence, Job, JobId, Outcome, Owner, QueueName, Refusal, Status, Timestamp,
+    WriteRefused, reclaim_delay, reclaim_delay_at, refusal,
 };
 use tracing::Instrument;
 
-use crate::{
-    ClaimOutcome, CompleteAndClaim, FailOutcome, JobRecord, JobState, Lease, LeaseStore,
-    ListFilter, StatsRow, StoreError, WriteOutcome,
-};
+use crate::{Applied, ClaimNext, JobRecord, Lease, LeaseStore, ListFilter, StatsRow, StoreError};
 
 /// The metric names (Prometheus style).
 pub mod names {
@@ -162,109 +158,83 @@ fn span(
     )
 }
 
-fn wrote<E: std::fmt::Display>(answer: &Result<(), E>) -> (&'static str, Option<String>) {
-    match answer {
-        Ok(()) => ("accepted", None),
-        Err(refused) => ("refused", Some(refused.to_string())),
+/// The owner a command names (a holder's stand-in through the service is not named).
+fn owner_of(command: &Command) -> Option<&Owner> {
+    match command {
+        Command::Claim(owner, _)
+        | Command::Renew(owner, _, _)
+        | Command::Complete(owner, _, _, _)
+        | Command::Release(owner, _)
+        | Command::Fail(owner, _, _, _, _) => Some(owner),
+        _ => None,
     }
+}
+
+/// How an outcome is counted: its kind and, for a refusal, why.
+fn judged(outcome: &Outcome) -> (&'static str, Option<String>) {
+    match outcome {
+        Outcome::Enqueued(true) | Outcome::Claimed(Ok(_)) => ("accepted", None),
+        Outcome::Wrote(Ok(())) | Outcome::Failed(Ok(_)) => ("accepted", None),
+        Outcome::Enqueued(false) => ("unchanged", None),
+        Outcome::Claimed(Err(refused)) => ("refused", Some(refused.to_string())),
+        Outcome::Wrote(Err(refused)) | Outcome::Failed(Err(refused)) => {
+            ("refused", Some(refused.to_string()))
+        }
+    }
+}
+
+fn leased(leases: &[Lease]) -> (&'static str, Option<String>) {
+    (
+        if leases.is_empty() {
+            "empty"
+        } else {
+            "accepted"
+        },
+        None,
+    )
 }
 
 #[async_trait]
 impl<S: LeaseStore + ?Sized> LeaseStore for Observed<S> {
-    async fn enqueue(&self, job: &JobId) -> Result<bool, StoreError> {
-        let span = span("enqueue", Some(job), None, None);
-        observe("enqueue", span, self.inner.enqueue(job), |inserted| {
-            (if *inserted { "accepted" } else { "unchanged" }, None)
-        })
-        .await
-    }
-
-    async fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
-        let span = span("state", Some(job), None, None);
-        observe("state", span, self.inner.state(job), |_| ("read", None)).await
-    }
-
-    async fn claim(
+    async fn apply(
         &self,
         job: &JobId,
-        owner: &Owner,
-        term: LeaseTerm,
-    ) -> Result<ClaimOutcome, StoreError> {
-        let span = span("claim", Some(job), Some(owner), None);
+        command: Command,
+        then: Option<ClaimNext>,
+    ) -> Result<Applied, StoreError> {
+        // The operations keep the names the port's methods had.
+        let operation = match (&command, &then) {
+            (Command::Complete(..), Some(_)) => "complete_and_claim_next",
+            (command, _) => command.name(),
+        };
+        let span = span(
+            operation,
+            Some(job),
+            owner_of(&command),
+            command.holder_fence(),
+        );
         let recorded = span.clone();
         observe(
-            "claim",
+            operation,
             span,
-            self.inner.claim(job, owner, term),
-            move |answer| match answer {
-                Ok(fence) => {
+            self.inner.apply(job, command, then),
+            move |applied| {
+                if let Outcome::Claimed(Ok(fence)) = &applied.outcome {
                     recorded.record("fence", fence.get());
-                    ("accepted", None)
                 }
-                Err(refused) => ("refused", Some(refused.to_string())),
+                judged(&applied.outcome)
             },
         )
         .await
     }
 
-    async fn renew(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        term: LeaseTerm,
-    ) -> Result<WriteOutcome, StoreError> {
-        let span = span("renew", Some(job), Some(owner), Some(fence));
+    async fn claim_next_with(&self, claim: &ClaimNext) -> Result<Vec<Lease>, StoreError> {
+        let span = span("claim_next", None, Some(&claim.owner), None);
         observe(
-            "renew",
+            "claim_next",
             span,
-            self.inner.renew(job, owner, fence, term),
-            wrote,
-        )
-        .await
-    }
-
-    async fn complete(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        now: Timestamp,
-        result: &JobResult,
-    ) -> Result<WriteOutcome, StoreError> {
-        let span = span("complete", Some(job), Some(owner), Some(fence));
-        observe(
-            "complete",
-            span,
-            self.inner.complete(job, owner, fence, now, result),
-            wrote,
-        )
-        .await
-    }
-
-    async fn release(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-    ) -> Result<WriteOutcome, StoreError> {
-        let span = span("release", Some(job), Some(owner), Some(fence));
-        observe(
-            "release",
-            span,
-            self.inner.release(job, owner, fence),
-            wrote,
-        )
-        .await
-    }
-
-    async fn enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError> {
-        let span = span("enqueue", Some(job), None, None);
-        observe(
-            "enqueue",
-            span,
-            self.inner.enqueue_with(job, spec),
-            |inserted| (if *inserted { "accepted" } else { "unchanged" }, None),
+            self.inner.claim_next_with(claim),
+            |leases| leased(leases),
         )
         .await
     }
@@ -292,64 +262,6 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Observed<S> {
         observe("record", span, self.inner.record(job), |_| ("read", None)).await
     }
 
-    async fn claim_next(
-        &self,
-        queue: &QueueName,
-        owner: &Owner,
-        term: LeaseTerm,
-        limit: usize,
-    ) -> Result<Vec<Lease>, StoreError> {
-        let span = span("claim_next", None, Some(owner), None);
-        observe(
-            "claim_next",
-            span,
-            self.inner.claim_next(queue, owner, term, limit),
-            |leases| {
-                (
-                    if leases.is_empty() {
-                        "empty"
-                    } else {
-                        "accepted"
-                    },
-                    None,
-                )
-            },
-        )
-        .await
-    }
-
-    async fn fail(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        now: Timestamp,
-        error: &ErrorText,
-        retry: Retry,
-    ) -> Result<FailOutcome, StoreError> {
-        let span = span("fail", Some(job), Some(owner), Some(fence));
-        observe(
-            "fail",
-            span,
-            self.inner.fail(job, owner, fence, now, error, retry),
-            |answer| match answer {
-                Ok(_) => ("accepted", None),
-                Err(refused) => ("refused", Some(refused.to_string())),
-            },
-        )
-        .await
-    }
-
-    async fn cancel(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
-        let span = span("cancel", Some(job), None, None);
-        observe("cancel", span, self.inner.cancel(job, now), wrote).await
-    }
-
-    async fn retry(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
-        let span = span("retry", Some(job), None, None);
-        observe("retry", span, self.inner.retry(job, now), wrote).await
-    }
-
     async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError> {
         let span = span("purge", None, None, None);
         observe("purge", span, self.inner.purge(before, statuses), |_| {
@@ -368,32 +280,6 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Observed<S> {
         let rows = observe("stats", span, self.inner.stats(now), |_| ("read", None)).await?;
         set_gauges(&rows);
         Ok(rows)
-    }
-
-    async fn complete_and_claim_next(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        result: &JobResult,
-        queue: &QueueName,
-        term: LeaseTerm,
-        limit: usize,
-    ) -> Result<CompleteAndClaim, StoreError> {
-        let span = span(
-            "complete_and_claim_next",
-            Some(job),
-            Some(owner),
-            Some(fence),
-        );
-        observe(
-            "complete_and_claim_next",
-            span,
-            self.inner
-                .complete_and_claim_next(job, owner, fence, result, queue, term, limit),
-            |(completed, _)| wrote(completed),
-        )
-        .await
     }
 }
 
@@ -422,14 +308,6 @@ impl<S: crate::audit::AuditTrail + ?Sized> crate::audit::AuditTrail for Observed
         filter: &crate::audit::AuditFilter,
     ) -> Result<Vec<crate::audit::AuditRow>, StoreError> {
         self.inner.refusals(filter).await
-    }
-
-    async fn record_refusal(
-        &self,
-        job: &lease_domain::JobId,
-        refusal: &lease_domain::Refusal,
-    ) -> Result<bool, StoreError> {
-        self.inner.record_refusal(job, refusal).await
     }
 }
 

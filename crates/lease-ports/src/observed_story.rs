@@ -338,26 +338,56 @@ pub async fn a_refused_completion_is_audited_and_its_claim_goes_on(
     );
 }
 
-/// A refusal decided outside the store (by the network service) and recorded through
-/// `AuditTrail::record_refusal` reads back whole, after the store's own rows, with the
-/// store's clock; the trail keeps its retention.
-pub async fn a_refusal_recorded_from_outside_reads_back_whole(trail: &dyn AuditTrail) {
+/// A holder's write through the network service with the wrong lease token is refused by the
+/// store itself (`Command::AsHolder`) and recorded in its audit trail in the refusing
+/// transaction, as the key's principal, with the store's clock; a write with no token is
+/// refused too, and not recorded (the client's mistake, not a stale holder).
+pub async fn a_wrong_lease_token_is_refused_and_audited_by_the_store(
+    store: &dyn LeaseStore,
+    trail: &dyn AuditTrail,
+) {
+    use lease_domain::{Command, Credential, Principal, Scope, TokenDigest, WriteRefused};
     let job = JobId::new("outside/ü").expect("valid id");
-    let refusal = lease_domain::Refusal {
-        operation: "complete",
-        owner: Owner::new("svc-principal").expect("valid owner"),
-        presented: Fence::new(3).expect("fence"),
-        current: Some(Fence::new(4).expect("fence")),
-        reason: lease_domain::AuditReason::BadToken,
-        late_by: None,
+    let owner = Owner::new("svc-principal/host").expect("valid owner");
+    store.enqueue(&job).await.expect("enqueue");
+    let term = LeaseTerm::new(1.0e9, 1.0e6)
+        .expect("term")
+        .with_token(TokenDigest::new([7; 32]));
+    let fence = store
+        .claim(&job, &owner, term)
+        .await
+        .expect("claim")
+        .expect("claimed");
+    let credential = |token: Option<u8>| Credential {
+        principal: Principal::new("svc-principal").expect("valid principal"),
+        scope: Scope::Worker,
+        named: None,
+        token: token.map(|b| TokenDigest::new([b; 32])),
     };
-    assert!(
-        trail
-            .record_refusal(&job, &refusal)
+    let complete = |token| {
+        let credential = credential(token);
+        let stand_in = credential.writer();
+        let result = JobResult::new("r").expect("result");
+        Command::AsHolder(
+            credential,
+            Box::new(Command::Complete(
+                stand_in,
+                fence,
+                Timestamp::new(1.0e9 + 1.0).expect("now"),
+                result,
+            )),
+        )
+    };
+    for (token, refused) in [
+        (Some(8), WriteRefused::BadToken),
+        (None, WriteRefused::TokenMissing),
+    ] {
+        let applied = store
+            .apply(&job, complete(token), None)
             .await
-            .expect("the refusal is recorded"),
-        "the trail is on"
-    );
+            .expect("apply");
+        assert_eq!(applied.outcome, lease_domain::Outcome::Wrote(Err(refused)));
+    }
     let rows = trail
         .refusals(&AuditFilter {
             job: Some(job.clone()),
@@ -366,7 +396,7 @@ pub async fn a_refusal_recorded_from_outside_reads_back_whole(trail: &dyn AuditT
         .await
         .expect("the trail reads");
     let [row] = rows.as_slice() else {
-        panic!("one row for the job, got {rows:?}");
+        panic!("one row for the job (the wrong token, not the missing one), got {rows:?}");
     };
     assert_eq!(
         (
@@ -382,8 +412,8 @@ pub async fn a_refusal_recorded_from_outside_reads_back_whole(trail: &dyn AuditT
             "outside/ü",
             "svc-principal",
             "complete",
-            3,
-            Some(4),
+            fence.get(),
+            Some(fence.get()),
             "bad_token",
             None
         )
@@ -393,4 +423,12 @@ pub async fn a_refusal_recorded_from_outside_reads_back_whole(trail: &dyn AuditT
         "the store's clock, not a caller's: {}",
         row.time
     );
+    // The right token completes, as the lease's owner.
+    let applied = store
+        .apply(&job, complete(Some(7)), None)
+        .await
+        .expect("apply");
+    assert_eq!(applied.outcome, lease_domain::Outcome::Wrote(Ok(())));
+    let stored = store.record(&job).await.expect("record").expect("the job");
+    assert_eq!(stored.job.owner, Some(owner));
 }

@@ -12,9 +12,8 @@ use lease_ports::differential::{Fresh, Harness, Op, fresh_now};
 use lease_ports::memory::MemoryLeaseStore;
 use lease_ports::transfer::{Imported, Snapshot, Transfer};
 use lease_ports::{
-    ClaimOutcome, ClockMode, CompleteAndClaim, EnqueueSpec, ErrorText, FailOutcome, Fence, JobId,
-    JobRecord, JobResult, JobState, Lease, LeaseStore, LeaseTerm, ListFilter, Owner, QueueName,
-    Retry, StatsRow, Status, StoreError, Timestamp, WriteOutcome,
+    Applied, ClaimNext, ClockMode, Command, EnqueueSpec, Fence, JobId, JobRecord, Lease,
+    LeaseStore, ListFilter, StatsRow, Status, StoreError, Timestamp,
 };
 
 /// Where a [`Seeded`] store goes wrong.
@@ -49,81 +48,29 @@ fn seeded(fault: Fault) -> Fresh {
 
 #[async_trait]
 impl LeaseStore for Seeded {
-    async fn enqueue(&self, job: &JobId) -> Result<bool, StoreError> {
-        self.inner.enqueue(job).await
-    }
-    async fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
-        self.inner.state(job).await
-    }
-    async fn claim(
+    async fn apply(
         &self,
         job: &JobId,
-        owner: &Owner,
-        term: LeaseTerm,
-    ) -> Result<ClaimOutcome, StoreError> {
-        self.inner.claim(job, owner, term).await
+        command: Command,
+        then: Option<ClaimNext>,
+    ) -> Result<Applied, StoreError> {
+        let then = then.map(|claim| ClaimNext {
+            limit: match self.fault {
+                Fault::NoClaimAfterComplete => 0,
+                _ => claim.limit,
+            },
+            ..claim.clone()
+        });
+        self.inner.apply(job, command, then).await
     }
-    async fn renew(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        term: LeaseTerm,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.inner.renew(job, owner, fence, term).await
-    }
-    async fn complete(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        now: Timestamp,
-        result: &JobResult,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.inner.complete(job, owner, fence, now, result).await
-    }
-    async fn release(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.inner.release(job, owner, fence).await
-    }
-    async fn enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError> {
-        self.inner.enqueue_with(job, spec).await
+    async fn claim_next_with(&self, claim: &ClaimNext) -> Result<Vec<Lease>, StoreError> {
+        self.inner.claim_next_with(claim).await
     }
     async fn enqueue_many(&self, jobs: &[(JobId, EnqueueSpec)]) -> Result<Vec<bool>, StoreError> {
         self.inner.enqueue_many(jobs).await
     }
     async fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError> {
         self.inner.record(job).await
-    }
-    async fn claim_next(
-        &self,
-        queue: &QueueName,
-        owner: &Owner,
-        term: LeaseTerm,
-        limit: usize,
-    ) -> Result<Vec<Lease>, StoreError> {
-        self.inner.claim_next(queue, owner, term, limit).await
-    }
-    async fn fail(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        now: Timestamp,
-        error: &ErrorText,
-        retry: Retry,
-    ) -> Result<FailOutcome, StoreError> {
-        self.inner.fail(job, owner, fence, now, error, retry).await
-    }
-    async fn cancel(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
-        self.inner.cancel(job, now).await
-    }
-    async fn retry(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
-        self.inner.retry(job, now).await
     }
     async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError> {
         self.inner.purge(before, statuses).await
@@ -137,24 +84,6 @@ impl LeaseStore for Seeded {
             _ => now,
         };
         self.inner.stats(now).await
-    }
-    async fn complete_and_claim_next(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        result: &JobResult,
-        queue: &QueueName,
-        term: LeaseTerm,
-        limit: usize,
-    ) -> Result<CompleteAndClaim, StoreError> {
-        let limit = match self.fault {
-            Fault::NoClaimAfterComplete => 0,
-            _ => limit,
-        };
-        self.inner
-            .complete_and_claim_next(job, owner, fence, result, queue, term, limit)
-            .await
     }
 }
 

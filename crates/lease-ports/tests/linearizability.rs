@@ -8,9 +8,8 @@ use async_trait::async_trait;
 use lease_ports::history::{Answer, Call, Event, Workload, check_linearizable, record};
 use lease_ports::memory::MemoryLeaseStore;
 use lease_ports::{
-    ClaimOutcome, CompleteAndClaim, EnqueueSpec, ErrorText, FailOutcome, Fence, JobId, JobRecord,
-    JobResult, JobState, Lease, LeaseStore, LeaseTerm, ListFilter, Owner, QueueName, Retry,
-    StatsRow, Status, StoreError, Timestamp, WriteOutcome,
+    Applied, ClaimNext, EnqueueSpec, Fence, JobId, JobRecord, JobResult, Lease, LeaseStore,
+    LeaseTerm, ListFilter, Owner, StatsRow, Status, StoreError, Timestamp,
 };
 
 fn job() -> JobId {
@@ -147,99 +146,47 @@ enum Bug {
 
 #[async_trait]
 impl LeaseStore for Buggy {
-    async fn enqueue(&self, job: &JobId) -> Result<bool, StoreError> {
-        self.inner.enqueue(job).await
-    }
-    async fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
-        self.inner.state(job).await
-    }
-    async fn claim(
+    async fn apply(
         &self,
         job: &JobId,
-        owner: &Owner,
-        term: LeaseTerm,
-    ) -> Result<ClaimOutcome, StoreError> {
-        if !matches!(self.bug, Bug::AnswerBeforeCommit) {
-            return self.inner.claim(job, owner, term).await;
-        }
-        let snapshot = self.inner.record(job).await?.map(|r| r.job);
-        let answer =
-            lease_domain::decide_claim(snapshot.as_ref(), owner, term).map(|next| next.fence);
-        let (inner, job, owner) = (Arc::clone(&self.inner), job.clone(), owner.clone());
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-            let _ = inner.claim(&job, &owner, term).await;
-        });
-        Ok(answer)
-    }
-    async fn renew(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        term: LeaseTerm,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.inner.renew(job, owner, fence, term).await
-    }
-    async fn complete(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        now: Timestamp,
-        result: &JobResult,
-    ) -> Result<WriteOutcome, StoreError> {
-        let fence = match self.bug {
-            Bug::NoFenceCheckOnComplete => match self.inner.state(job).await? {
-                Some(state) => Fence::new(state.fence).unwrap(),
-                None => fence,
-            },
-            Bug::AnswerBeforeCommit => fence,
+        command: Call,
+        then: Option<ClaimNext>,
+    ) -> Result<Applied, StoreError> {
+        let command = match (self.bug, command) {
+            (Bug::AnswerBeforeCommit, Call::Claim(owner, term)) => {
+                let snapshot = self.inner.record(job).await?.map(|r| r.job);
+                let answer = lease_domain::decide_claim(snapshot.as_ref(), &owner, term)
+                    .map(|next| next.fence);
+                let (inner, job) = (Arc::clone(&self.inner), job.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    let _ = inner.claim(&job, &owner, term).await;
+                });
+                return Ok(Applied {
+                    outcome: lease_ports::Outcome::Claimed(answer),
+                    claimed: None,
+                });
+            }
+            // `complete` presents whatever fence is stored.
+            (Bug::NoFenceCheckOnComplete, Call::Complete(owner, fence, now, result)) => {
+                let fence = match self.inner.state(job).await? {
+                    Some(state) => Fence::new(state.fence).unwrap(),
+                    None => fence,
+                };
+                Call::Complete(owner, fence, now, result)
+            }
+            (_, command) => command,
         };
-        self.inner.complete(job, owner, fence, now, result).await
+        self.inner.apply(job, command, then).await
     }
-    async fn release(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.inner.release(job, owner, fence).await
-    }
-    async fn enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError> {
-        self.inner.enqueue_with(job, spec).await
+    async fn claim_next_with(&self, claim: &ClaimNext) -> Result<Vec<Lease>, StoreError> {
+        self.inner.claim_next_with(claim).await
     }
     async fn enqueue_many(&self, jobs: &[(JobId, EnqueueSpec)]) -> Result<Vec<bool>, StoreError> {
         self.inner.enqueue_many(jobs).await
     }
     async fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError> {
         self.inner.record(job).await
-    }
-    async fn claim_next(
-        &self,
-        queue: &QueueName,
-        owner: &Owner,
-        term: LeaseTerm,
-        limit: usize,
-    ) -> Result<Vec<Lease>, StoreError> {
-        self.inner.claim_next(queue, owner, term, limit).await
-    }
-    async fn fail(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        now: Timestamp,
-        error: &ErrorText,
-        retry: Retry,
-    ) -> Result<FailOutcome, StoreError> {
-        self.inner.fail(job, owner, fence, now, error, retry).await
-    }
-    async fn cancel(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
-        self.inner.cancel(job, now).await
-    }
-    async fn retry(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
-        self.inner.retry(job, now).await
     }
     async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError> {
         self.inner.purge(before, statuses).await
@@ -249,20 +196,6 @@ impl LeaseStore for Buggy {
     }
     async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
         self.inner.stats(now).await
-    }
-    async fn complete_and_claim_next(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        result: &JobResult,
-        queue: &QueueName,
-        term: LeaseTerm,
-        limit: usize,
-    ) -> Result<CompleteAndClaim, StoreError> {
-        self.inner
-            .complete_and_claim_next(job, owner, fence, result, queue, term, limit)
-            .await
     }
 }
 

@@ -114,24 +114,4 @@ impl lease_ports::audit::AuditTrail for PgLeaseStore {
         found.reverse();
         Ok(found)
     }
-
-    async fn record_refusal(
-        &self,
-        job: &JobId,
-        refusal: &lease_domain::Refusal,
-    ) -> Result<bool, StoreError> {
-        let Some(retention) = self.audit else {
-            return Ok(false);
-        };
-        let mut conn = self.conn().await?;
-        let s = Statements::prepare(&conn, &self.sql).await?;
-        conn.client()
-            .execute(&s.begin, &[])
-            .await
-            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
-        self.commit_refusal(conn.client(), &s, job, refusal, retention)
-            .await?;
-        conn.clean();
-        Ok(true)
-    }
 }

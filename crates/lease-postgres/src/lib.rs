@@ -31,13 +31,11 @@ use async_trait::async_trait;
 use deadpool_postgres::{Hook, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use futures::future::try_join;
 use lease_domain::{
-    ClockMode, Command, EnqueueSpec, ErrorText, Fence, JobId, JobResult, LeaseTerm, Owner,
-    QueueName, Retry, Status, Timestamp, Ttl, is_purgeable,
+    ClockMode, Command, EnqueueSpec, JobId, QueueName, Status, Timestamp, Ttl, is_purgeable,
 };
 use lease_ports::codec::{StoredDue, StoredGroup, StoredMinute};
 use lease_ports::{
-    ClaimOutcome, CompleteAndClaim, FailOutcome, JobRecord, JobState, Lease, LeaseStore,
-    ListFilter, StatsRow, StoreError, WriteOutcome, outcome_as,
+    Applied, ClaimNext, JobRecord, Lease, LeaseStore, ListFilter, StatsRow, StoreError,
 };
 use tokio_postgres_rustls::MakeRustlsConnect;
 
@@ -347,61 +345,75 @@ impl PgLeaseStore {
 
 #[async_trait]
 impl LeaseStore for PgLeaseStore {
-    async fn enqueue(&self, job: &JobId) -> Result<bool, StoreError> {
-        self.write(job, Command::Enqueue).await
-    }
-
-    async fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
-        Ok(self.record(job).await?.map(|r| r.state()))
-    }
-
-    async fn claim(
+    async fn apply(
         &self,
         job: &JobId,
-        owner: &Owner,
-        term: LeaseTerm,
-    ) -> Result<ClaimOutcome, StoreError> {
-        self.write(job, Command::Claim(owner.clone(), term)).await
+        command: Command,
+        then: Option<ClaimNext>,
+    ) -> Result<Applied, StoreError> {
+        lease_ports::claim_may_follow(&command, then.as_ref())?;
+        let Some(claim) = then else {
+            let mut conn = self.conn().await?;
+            let outcome = self.write_on(&mut conn, job, command).await?;
+            conn.clean();
+            return Ok(Applied {
+                outcome,
+                claimed: None,
+            });
+        };
+        let mut conn = self.conn().await?;
+        let s = Statements::prepare(&conn, &self.sql).await?;
+        let c = conn.client();
+        let key = job.as_str();
+        let needs_clock = self.clock.needs_clock(&command);
+        // One round trip: BEGIN, the completed job's row lock (and the clock after it), the
+        // claim's settings and its first page of candidates.
+        let key: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&key];
+        let lock = try_join(
+            c.query_opt(&s.lock, &key),
+            write::clock_if(c, &s, needs_clock),
+        );
+        let (claimed, (row, now)) = self.claim_next_on(&conn, &s, &claim, true, lock).await?;
+        let current = row.map(|r| sql::decode(job, &r, 0)).transpose()?;
+        let command = self.resolved(c, &s, command, now).await?;
+        let (next, outcome) = command.decide(job, current.as_ref(), None);
+        let refused = lease_ports::observe::decided(&command, current.as_ref(), &outcome);
+        let mut writes = claimed.writes;
+        let completion = next.map(|next| Encoded::new(job, &next));
+        let wrote = claimed.wrote || completion.is_some();
+        writes.extend(completion);
+        // The second round trip: the refusal's audit row (in this transaction), the writes
+        // and COMMIT.
+        match (&refused, self.audit) {
+            (Some(entry), Some(retention)) => {
+                try_join(
+                    self.audit_rows(c, &s, job, entry, retention),
+                    commit(c, &s, &writes, true),
+                )
+                .await?;
+            }
+            _ => commit(c, &s, &writes, wrote).await?,
+        }
+
+        conn.clean();
+        Ok(Applied {
+            outcome,
+            claimed: Some(Ok(claimed.leases)),
+        })
     }
 
-    async fn renew(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        term: LeaseTerm,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.write(job, Command::Renew(owner.clone(), fence, term))
-            .await
-    }
-
-    async fn complete(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        now: Timestamp,
-        result: &JobResult,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.write(
-            job,
-            Command::Complete(owner.clone(), fence, now, result.clone()),
-        )
-        .await
-    }
-
-    async fn release(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.write(job, Command::Release(owner.clone(), fence))
-            .await
-    }
-
-    async fn enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError> {
-        self.write(job, Command::EnqueueWith(spec.clone())).await
+    async fn claim_next_with(&self, claim: &ClaimNext) -> Result<Vec<Lease>, StoreError> {
+        if claim.limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.conn().await?;
+        let s = Statements::prepare(&conn, &self.sql).await?;
+        let (claimed, ()) = self
+            .claim_next_on(&conn, &s, claim, true, async { Ok(()) })
+            .await?;
+        commit(conn.client(), &s, &claimed.writes, claimed.wrote).await?;
+        conn.clean();
+        Ok(claimed.leases)
     }
 
     async fn enqueue_many(&self, jobs: &[(JobId, EnqueueSpec)]) -> Result<Vec<bool>, StoreError> {
@@ -430,102 +442,6 @@ impl LeaseStore for PgLeaseStore {
             })
         })
         .transpose()
-    }
-
-    async fn claim_next(
-        &self,
-        queue: &QueueName,
-        owner: &Owner,
-        term: LeaseTerm,
-        limit: usize,
-    ) -> Result<Vec<Lease>, StoreError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let mut conn = self.conn().await?;
-        let s = Statements::prepare(&conn, &self.sql).await?;
-        let (claimed, ()) = self
-            .claim_next_on(&conn, &s, queue, owner, term, limit, true, async { Ok(()) })
-            .await?;
-        commit(conn.client(), &s, &claimed.writes, claimed.wrote).await?;
-        conn.clean();
-        Ok(claimed.leases)
-    }
-
-    async fn complete_and_claim_next(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        result: &JobResult,
-        queue: &QueueName,
-        term: LeaseTerm,
-        limit: usize,
-    ) -> Result<CompleteAndClaim, StoreError> {
-        let mut conn = self.conn().await?;
-        let s = Statements::prepare(&conn, &self.sql).await?;
-        let c = conn.client();
-        let key = job.as_str();
-        let command = Command::Complete(owner.clone(), fence, term.now(), result.clone());
-        let needs_clock = self.clock.needs_clock(&command);
-        // One round trip: BEGIN, the completed job's row lock (and the clock after it), the
-        // claim's settings and its first page of candidates.
-        let key: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&key];
-        let lock = try_join(
-            c.query_opt(&s.lock, &key),
-            write::clock_if(c, &s, needs_clock),
-        );
-        let (claimed, (row, now)) = self
-            .claim_next_on(&conn, &s, queue, owner, term, limit, true, lock)
-            .await?;
-        let current = row.map(|r| sql::decode(job, &r, 0)).transpose()?;
-        let command = self.resolved(c, &s, command, now).await?;
-        let (next, outcome) = command.decide(job, current.as_ref(), None);
-        let refused = lease_ports::observe::decided(&command, current.as_ref(), &outcome);
-        let completed: WriteOutcome = outcome_as(outcome)?;
-        let mut writes = claimed.writes;
-        let completion = next.map(|next| Encoded::new(job, &next));
-        let wrote = claimed.wrote || completion.is_some();
-        writes.extend(completion);
-        // The second round trip: the refusal's audit row (in this transaction), the writes
-        // and COMMIT.
-        match (&refused, self.audit) {
-            (Some(entry), Some(retention)) => {
-                try_join(
-                    self.audit_rows(c, &s, job, entry, retention),
-                    commit(c, &s, &writes, true),
-                )
-                .await?;
-            }
-            _ => commit(c, &s, &writes, wrote).await?,
-        }
-
-        conn.clean();
-        Ok((completed, Ok(claimed.leases)))
-    }
-
-    async fn fail(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        now: Timestamp,
-        error: &ErrorText,
-        retry: Retry,
-    ) -> Result<FailOutcome, StoreError> {
-        self.write(
-            job,
-            Command::Fail(owner.clone(), fence, now, error.clone(), retry),
-        )
-        .await
-    }
-
-    async fn cancel(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
-        self.write(job, Command::Cancel(now)).await
-    }
-
-    async fn retry(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
-        self.write(job, Command::Retry(now)).await
     }
 
     async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError> {

@@ -3,9 +3,9 @@
 //! (`lease_ports::next::ClaimNextLoop`); each page's decided rows go with the next page's read.
 
 use futures::future::{try_join, try_join_all};
-use lease_domain::{ClockMode, LeaseTerm, Owner, QueueName, Timestamp};
+use lease_domain::{ClockMode, LeaseTerm, Timestamp};
 use lease_ports::next::ClaimNextLoop;
-use lease_ports::{Lease, StoreError};
+use lease_ports::{ClaimNext, Lease, StoreError};
 
 use crate::PgLeaseStore;
 use crate::connection::{Conn, Statements};
@@ -45,23 +45,19 @@ pub(crate) fn settings_sql() -> String {
 }
 
 impl PgLeaseStore {
-    /// Leases up to `limit` candidates inside the open transaction (BEGIN pipelined first
-    /// when `begin` is set), returning the leases and the rows to write, with the answer of
-    /// `alongside`: a request sent in the first round trip, after BEGIN and before the
-    /// candidates (`complete_and_claim_next` locks the job it completes there).
-    #[allow(clippy::too_many_arguments)] // claim_next's four, the connection, BEGIN or not, and
-    // the request that goes along.
+    /// Leases up to `claim.limit` candidates inside the open transaction (BEGIN pipelined
+    /// first when `begin` is set), returning the leases and the rows to write, with the answer
+    /// of `alongside`: a request sent in the first round trip, after BEGIN and before the
+    /// candidates (a completion that goes before the claim locks its job there).
     pub(crate) async fn claim_next_on<T>(
         &self,
         conn: &Conn,
         s: &Statements,
-        queue: &QueueName,
-        owner: &Owner,
-        term: LeaseTerm,
-        limit: usize,
+        claim: &ClaimNext,
         begin: bool,
         alongside: impl Future<Output = Result<T, tokio_postgres::Error>>,
     ) -> Result<(Claimed, T), StoreError> {
+        let (queue, term, limit) = (&claim.queue, claim.term, claim.limit);
         let c = conn.client();
         let begun = async {
             if begin {
@@ -81,7 +77,7 @@ impl PgLeaseStore {
             ClockMode::Caller { .. } => Some(term.now().get()),
         };
         let check_skew = matches!(self.clock, ClockMode::Caller { max_skew: Some(_) });
-        let mut next = ClaimNextLoop::new(owner, limit);
+        let mut next = ClaimNextLoop::of(claim);
         // The first round trip: BEGIN, the settings, the request that goes along, the clock
         // when the skew is bounded, and the first page of candidates.
         let ((((_, _), along), clock), rows) = try_join(

@@ -4,7 +4,7 @@
 
 use futures::future::{try_join, try_join_all};
 use lease_domain::{Command, Fence, JobId, Outcome};
-use lease_ports::{FromOutcome, StoreError, outcome_as};
+use lease_ports::{StoreError, outcome_as};
 use tokio_postgres::Statement;
 
 use crate::PgLeaseStore;
@@ -14,18 +14,7 @@ use crate::next::stored_now;
 use crate::sql::{self, Encoded};
 
 impl PgLeaseStore {
-    /// Loads, decides and stores one command on one job.
-    pub(crate) async fn write<T: FromOutcome>(
-        &self,
-        id: &JobId,
-        command: Command,
-    ) -> Result<T, StoreError> {
-        let mut conn = self.conn().await?;
-        let outcome = self.write_on(&mut conn, id, command).await?;
-        conn.clean();
-        outcome_as(outcome)
-    }
-
+    /// Loads, decides and stores one command on one job, in one transaction on `conn`.
     pub(crate) async fn write_on(
         &self,
         conn: &mut Conn,

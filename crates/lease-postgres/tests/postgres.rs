@@ -561,6 +561,9 @@ async fn a_stale_complete_and_claim_next_is_audited_and_still_claims() {
         store.as_ref(),
     )
     .await;
-    lease_ports::observed_story::a_refusal_recorded_from_outside_reads_back_whole(store.as_ref())
-        .await;
+    lease_ports::observed_story::a_wrong_lease_token_is_refused_and_audited_by_the_store(
+        store.as_ref(),
+        store.as_ref(),
+    )
+    .await;
 }

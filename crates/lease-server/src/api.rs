@@ -13,19 +13,18 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use lease_domain::{AuditReason, Refusal, holder_refusal};
 use lease_domain::{
-    EnqueueSpec, ErrorText, Fence, JobId, JobResult, LeaseTerm, Owner, Payload, QueueName, Retry,
-    Scope, Status, Timestamp, judge_holder,
+    Command, Credential, EnqueueSpec, ErrorText, Fence, JobId, JobResult, LeaseTerm, Owner,
+    Payload, QueueName, Retry, Scope, Status, Timestamp,
 };
 use lease_ports::audit::AuditFilter;
-use lease_ports::{JobRecord, Lease, ListFilter};
+use lease_ports::{ClaimNext, JobRecord, Lease, ListFilter, WriteOutcome};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::App;
-use crate::auth::{Caller, authenticate, authenticate_holder, check_lease_token};
+use crate::auth::{Caller, authenticate, authenticate_holder};
 use crate::input::{Kind, bad_value, json_body, optional, required};
 use crate::problem::{Problem, ProblemBody};
 use crate::secrets;
@@ -392,6 +391,14 @@ fn claimant(caller: &Caller, owner: Option<String>) -> Result<Owner, Problem> {
     Ok(owner)
 }
 
+/// `count` fresh lease tokens and their digests, one per lease a claim may grant.
+fn new_tokens(count: usize) -> Result<(Vec<String>, Vec<lease_domain::TokenDigest>), Problem> {
+    (0..count)
+        .map(|_| new_token())
+        .collect::<Result<Vec<_>, _>>()
+        .map(|pairs| pairs.into_iter().unzip())
+}
+
 fn new_token() -> Result<(String, lease_domain::TokenDigest), Problem> {
     secrets::new_lease_token().map_err(|e| {
         tracing::error!(error = %e, "no lease token could be made");
@@ -440,20 +447,28 @@ pub(crate) async fn claim_next(
     }
     term(now(&app, body.now)?, body.ttl)?;
     let owner = claimant(&caller, body.owner)?;
-    let (token, digest) = new_token()?;
     let limit = usize::try_from(limit).unwrap_or(1);
+    // A secret of its own for every lease the claim may grant.
+    let (tokens, digests) = new_tokens(limit)?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(wait);
     let mut waiting = None;
     loop {
-        let term = term(now(&app, body.now)?, body.ttl)?.with_token(digest);
+        let claim = ClaimNext {
+            tokens: digests.clone(),
+            ..ClaimNext::new(&queue, &owner, term(now(&app, body.now)?, body.ttl)?, limit)
+        };
         let leases = app
             .store
-            .claim_next(&queue, &owner, term, limit)
+            .claim_next_with(&claim)
             .await
             .map_err(|e| Problem::store(&e))?;
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         if !leases.is_empty() || left.is_zero() {
-            let leases: Vec<Value> = leases.iter().map(|l| lease_json(l, &token)).collect();
+            let leases: Vec<Value> = leases
+                .iter()
+                .zip(&tokens)
+                .map(|(l, token)| lease_json(l, token))
+                .collect();
             return Ok(no_store(json_response(
                 StatusCode::OK,
                 json!({ "leases": leases }),
@@ -538,20 +553,16 @@ pub(crate) async fn claim(
     )))
 }
 
-/// The checks every write of a lease holder passes before the store decides it: the key,
-/// then `judge_holder`'s order (404, stale, done/cancelled/dead, not_owner), then the token.
-/// A refusal here is recorded in the store's audit trail (when it is on) as the caller's
-/// principal's, as the store records the refusals it decides itself.
-async fn holder(
-    app: &App,
+/// What a lease holder's write proves, for the store to judge in its own transaction (the
+/// whole pinned order: no such job, stale, done/cancelled/dead, not the owner, no token or the
+/// wrong one, expired): the key's principal and scope, the owner the request named, and the
+/// digest of its one `Lease-Token`. The server decides nothing of the job; it only refuses a
+/// named owner this key may never act as (`403`), which reads nothing.
+fn credential(
     caller: &Caller,
     headers: &HeaderMap,
-    operation: &'static str,
-    id: &JobId,
-    presented: u64,
     named: Option<String>,
-) -> Result<(Owner, Fence), Problem> {
-    let presented = fence(presented)?;
+) -> Result<Credential, Problem> {
     let named = named
         .map(Owner::new)
         .transpose()
@@ -561,46 +572,34 @@ async fn holder(
             return Err(caller.not_as_owner());
         }
     }
-    let record = app.store.record(id).await.map_err(|e| Problem::store(&e))?;
-    let job = record.as_ref().map(|r| &r.job);
-    let principal = match named.clone() {
-        Some(owner) => owner,
-        None => caller.default_owner()?,
-    };
-    let audit = |refusal: Option<Refusal>| async move {
-        if let Some(refusal) = refusal {
-            if let Err(e) = app.store.record_refusal(id, &refusal).await {
-                tracing::warn!(error = %e, "a refusal could not be added to the audit trail");
-            }
-        }
-    };
-    let may_write_as = |o: &Owner| caller.may_act_as(o) && named.as_ref().is_none_or(|n| n == o);
-    match judge_holder(job, presented, &principal, may_write_as) {
-        Ok(owner) => match check_lease_token(headers, job.and_then(|j| j.token.as_ref())) {
-            Ok(()) => Ok((owner, presented)),
-            Err(problem) => {
-                if problem.status() == StatusCode::FORBIDDEN {
-                    audit(Some(Refusal {
-                        operation,
-                        owner: principal,
-                        presented,
-                        current: job.map(|j| j.fence),
-                        reason: AuditReason::BadToken,
-                        late_by: None,
-                    }))
-                    .await;
-                }
-                Err(problem)
-            }
-        },
-        Err(refused) => {
-            audit(holder_refusal(
-                operation, &principal, presented, job, &refused,
-            ))
-            .await;
-            Err(Problem::refused_write(&refused))
-        }
-    }
+    Ok(Credential {
+        principal: caller.principal.clone(),
+        scope: caller.scope,
+        named,
+        token: crate::auth::lease_token(headers),
+    })
+}
+
+/// A holder's write as the store takes it: `write` made as the credential's writer (a
+/// stand-in the store replaces with the lease's owner once the credential passes).
+fn as_holder(credential: Credential, write: impl FnOnce(Owner) -> Command) -> Command {
+    let stand_in = credential.writer();
+    Command::AsHolder(credential, Box::new(write(stand_in)))
+}
+
+/// Runs a holder's write in the store and maps a refusal to its status.
+async fn holder_write<T: lease_ports::FromOutcome>(
+    app: &App,
+    id: &JobId,
+    command: Command,
+) -> Result<T, Problem> {
+    let outcome = app
+        .store
+        .apply(id, command, None)
+        .await
+        .map_err(|e| Problem::store(&e))?
+        .outcome;
+    lease_ports::outcome_as(outcome).map_err(|e| Problem::store(&e))
 }
 
 /// Renew a lease.
@@ -650,14 +649,11 @@ pub(crate) async fn renew(
     let body: RenewBody = json_body(&headers, body, &fields, false)?;
     let id = job_id(id)?;
     let term = term(now(&app, body.now)?, body.ttl)?;
-    let (owner, fence) = holder(
-        &app, &caller, &headers, "renew", &id, body.fence, body.owner,
-    )
-    .await?;
-    app.store
-        .renew(&id, &owner, fence, term)
-        .await
-        .map_err(|e| Problem::store(&e))?
+    let fence = fence(body.fence)?;
+    let credential = credential(&caller, &headers, body.owner)?;
+    let renew = as_holder(credential, |owner| Command::Renew(owner, fence, term));
+    holder_write::<WriteOutcome>(&app, &id, renew)
+        .await?
         .map_err(|refused| Problem::refused_write(&refused))?;
     Ok(json_response(
         StatusCode::OK,
@@ -675,9 +671,9 @@ pub(crate) struct CompleteBody {
     /// Write as exactly this owner (default: any owner the key may act as).
     pub(crate) owner: Option<String>,
     /// Also lease the next due jobs of `queue` (`{"queue", "ttl", "limit"?}`), in the same
-    /// transaction, as the owner that completes: the answer is then 200 with `ok`, the
-    /// refusal's fields when the completion was refused (the claim is made either way), and
-    /// `leases`.
+    /// transaction, as a claim would (as `owner`, else the key's principal): the answer is
+    /// then 200 with `ok`, the refusal's fields when the completion was refused (the claim is
+    /// made either way), and `leases`, each with a token of its own.
     #[schema(value_type = Option<Object>)]
     pub(crate) claim: Option<Value>,
     /// The caller's time, taken only by a server started to trust caller clocks.
@@ -721,33 +717,42 @@ pub(crate) async fn complete(
     let now = now(&app, body.now)?;
     let result = JobResult::new(body.result).map_err(|e| bad_value("result", &e))?;
     let next = body.claim.map(next_claim).transpose()?;
-    let (owner, fence) = holder(
-        &app, &caller, &headers, "complete", &id, body.fence, body.owner,
-    )
-    .await?;
+    let fence = fence(body.fence)?;
+    let credential = credential(&caller, &headers, body.owner)?;
+    let claimant = credential.writer();
+    let complete = as_holder(credential, |owner| {
+        Command::Complete(owner, fence, now, result)
+    });
     let Some((queue, ttl, limit)) = next else {
-        app.store
-            .complete(&id, &owner, fence, now, &result)
-            .await
-            .map_err(|e| Problem::store(&e))?
+        holder_write::<WriteOutcome>(&app, &id, complete)
+            .await?
             .map_err(|refused| Problem::refused_write(&refused))?;
         return Ok(json_response(
             StatusCode::OK,
             json!({ "ok": true, "result_fence": fence.get() }),
         ));
     };
-    // The completion and the next claim in one transaction, as the holder that completes.
-    let (token, digest) = new_token()?;
-    let term = term(now, ttl)?.with_token(digest);
-    let (completed, claimed) = app
+    // The completion and the next claim in one transaction, the claim as the owner that
+    // completes (the one the request named, else the key's principal); a token per lease.
+    let (tokens, digests) = new_tokens(limit)?;
+    let claim = ClaimNext {
+        tokens: digests,
+        ..ClaimNext::new(&queue, &claimant, term(now, ttl)?, limit)
+    };
+    let applied = app
         .store
-        .complete_and_claim_next(&id, &owner, fence, &result, &queue, term, limit)
+        .apply(&id, complete, Some(claim))
         .await
         .map_err(|e| Problem::store(&e))?;
-    let leases: Vec<Value> = claimed
+    let completed: WriteOutcome =
+        lease_ports::outcome_as(applied.outcome).map_err(|e| Problem::store(&e))?;
+    let leases: Vec<Value> = applied
+        .claimed
+        .unwrap_or_else(|| Ok(Vec::new()))
         .map_err(|e| Problem::store(&e))?
         .iter()
-        .map(|l| lease_json(l, &token))
+        .zip(&tokens)
+        .map(|(l, token)| lease_json(l, token))
         .collect();
     let answer = match completed {
         Ok(()) => json!({ "ok": true, "result_fence": fence.get(), "leases": leases }),
@@ -869,13 +874,13 @@ pub(crate) async fn fail(
             })?,
         ),
     };
-    let (owner, fence) =
-        holder(&app, &caller, &headers, "fail", &id, body.fence, body.owner).await?;
-    let failed = app
-        .store
-        .fail(&id, &owner, fence, now, &error, retry)
-        .await
-        .map_err(|e| Problem::store(&e))?
+    let fence = fence(body.fence)?;
+    let credential = credential(&caller, &headers, body.owner)?;
+    let fail = as_holder(credential, |owner| {
+        Command::Fail(owner, fence, now, error, retry)
+    });
+    let failed = holder_write::<lease_ports::FailOutcome>(&app, &id, fail)
+        .await?
         .map_err(|refused| Problem::refused_write(&refused))?;
     Ok(json_response(
         StatusCode::OK,
@@ -918,14 +923,11 @@ pub(crate) async fn release(
     let fields = [required("fence", FENCE), optional("owner", Kind::Text)];
     let body: ReleaseBody = json_body(&headers, body, &fields, false)?;
     let id = job_id(id)?;
-    let (owner, fence) = holder(
-        &app, &caller, &headers, "release", &id, body.fence, body.owner,
-    )
-    .await?;
-    app.store
-        .release(&id, &owner, fence)
-        .await
-        .map_err(|e| Problem::store(&e))?
+    let fence = fence(body.fence)?;
+    let credential = credential(&caller, &headers, body.owner)?;
+    let release = as_holder(credential, |owner| Command::Release(owner, fence));
+    holder_write::<WriteOutcome>(&app, &id, release)
+        .await?
         .map_err(|refused| Problem::refused_write(&refused))?;
     Ok(json_response(StatusCode::OK, json!({ "ok": true })))
 }

@@ -202,39 +202,14 @@ async fn authenticate_as(
     })
 }
 
-/// Checks the `Lease-Token` header against the digest kept with the lease.
-///
-/// # Errors
-/// `400` (`missing_token`) without exactly one readable header, `403` (`bad_token`) for a
-/// token that is not the lease's (a lease granted without a token has none that matches).
-pub(crate) fn check_lease_token(
-    headers: &HeaderMap,
-    kept: Option<&TokenDigest>,
-) -> Result<(), Problem> {
+/// The digest of the request's `Lease-Token`, when it sent exactly one that is text; `None`
+/// otherwise (the store then refuses the write as `missing_token`, in its place in the pinned
+/// order).
+pub(crate) fn lease_token(headers: &HeaderMap) -> Option<TokenDigest> {
     let mut values = headers.get_all(LEASE_TOKEN).iter();
     let (Some(value), None) = (values.next(), values.next()) else {
-        return Err(Problem::new(
-            axum::http::StatusCode::BAD_REQUEST,
-            "missing_token",
-            "send the lease's token, once, as the Lease-Token header",
-        ));
+        return None;
     };
-    let token = value.to_str().map_err(|_| {
-        Problem::new(
-            axum::http::StatusCode::BAD_REQUEST,
-            "missing_token",
-            "the Lease-Token header is not text",
-        )
-    })?;
-    match kept {
-        Some(kept) if secrets::same(&secrets::digest(token.trim()), kept) => Ok(()),
-        _ => {
-            metrics::counter!("lease_server_bad_lease_tokens_total").increment(1);
-            Err(Problem::new(
-                axum::http::StatusCode::FORBIDDEN,
-                "bad_token",
-                "the Lease-Token is not this lease's",
-            ))
-        }
-    }
+    let token = value.to_str().ok()?;
+    Some(secrets::digest(token.trim()))
 }

@@ -152,6 +152,19 @@ impl Problem {
             }
             WriteRefused::Cancelled => conflict("cancelled", "the job was cancelled"),
             WriteRefused::Dead => conflict("dead", "the job is dead"),
+            WriteRefused::TokenMissing => Self::new(
+                StatusCode::BAD_REQUEST,
+                "missing_token",
+                "send the lease's token, once, as the Lease-Token header",
+            ),
+            WriteRefused::BadToken => {
+                metrics::counter!("lease_server_bad_lease_tokens_total").increment(1);
+                Self::new(
+                    StatusCode::FORBIDDEN,
+                    "bad_token",
+                    "the Lease-Token is not this lease's",
+                )
+            }
             WriteRefused::Active { status } => conflict(
                 "live",
                 format!(

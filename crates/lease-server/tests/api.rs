@@ -703,9 +703,10 @@ async fn a_completion_can_carry_the_next_claim_in_one_transaction() {
             .unwrap()
             .to_owned(),
     );
-    // The lease of b is the completing owner's, with a token of its own.
+    // The next lease is claimed as a claim is: the owner the request names, else the key's
+    // principal (this request named none); it has a token of its own.
     let job = s.get("/v1/jobs/b", &s.viewer).await;
-    assert_eq!(job.body["owner"], "ci/1");
+    assert_eq!(job.body["owner"], "ci");
     assert_ne!(b_token, token);
     // Late (expired) but otherwise right: the store refuses the completion, and the claim
     // half still runs in the same transaction.
@@ -732,7 +733,8 @@ async fn a_completion_can_carry_the_next_claim_in_one_transaction() {
     // b's lease ended, so b (enqueued before c) is leased again, with the next fence.
     assert_eq!(ids, ["b"], "{}", late.body);
     assert_eq!(late.body["leases"][0]["fence"], b_fence + 1);
-    // A stale fence is refused before the store: 409, and no claim.
+    // A stale fence is refused by the store like any refusal, in the same transaction as the
+    // claim, which is made either way (the port's promise, every refusal alike).
     let stale = s
         .post(
             "/v1/jobs/a/complete",
@@ -741,7 +743,12 @@ async fn a_completion_can_carry_the_next_claim_in_one_transaction() {
             json!({"fence": 0, "result": "x", "claim": next}),
         )
         .await;
-    assert_problem(&stale, StatusCode::CONFLICT, "stale");
+    assert_eq!(stale.status, StatusCode::OK, "{}", stale.body);
+    assert_eq!(
+        (stale.body["ok"].clone(), stale.body["reason"].clone()),
+        (json!(false), json!("stale"))
+    );
+    assert_eq!(stale.body["leases"][0]["id"], "c", "{}", stale.body);
     let bad = s
         .post(
             "/v1/jobs/a/complete",
@@ -775,4 +782,201 @@ async fn at_its_limit_of_requests_in_flight_the_server_sheds_load_with_503() {
     assert_eq!(shed.headers["retry-after"], "1");
     assert_eq!(waiting.await.unwrap().status, StatusCode::OK);
     assert_eq!(s.get("/v1/stats", &s.viewer).await.status, StatusCode::OK);
+}
+
+/// Every lease of one claim carries a secret of its own: a token works for its own lease only
+/// (it used to be one token for every lease of a claim).
+#[tokio::test]
+async fn every_lease_of_a_claim_has_a_token_of_its_own() {
+    let s = service().await;
+    for n in 0..5 {
+        s.enqueue("q", &format!("j{n}")).await;
+    }
+    let claimed = s
+        .post(
+            "/v1/queues/q/claims",
+            &s.worker,
+            None,
+            json!({"ttl": 30, "limit": 5}),
+        )
+        .await;
+    assert_eq!(claimed.status, StatusCode::OK, "{}", claimed.body);
+    let leases: Vec<(String, u64, String)> = claimed.body["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["id"].as_str().unwrap().to_owned(),
+                l["fence"].as_u64().unwrap(),
+                l["lease_token"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(leases.len(), 5);
+    let distinct: std::collections::HashSet<&String> = leases.iter().map(|l| &l.2).collect();
+    assert_eq!(distinct.len(), 5, "tokens shared between leases");
+    // Another lease's token is refused, the lease's own accepted.
+    let (id, fence, _) = &leases[0];
+    let other_token = &leases[1].2;
+    let path = format!("/v1/jobs/{id}/renew");
+    let body = json!({"fence": fence, "ttl": 30});
+    let wrong = s
+        .post(&path, &s.worker, Some(other_token), body.clone())
+        .await;
+    assert_problem(&wrong, StatusCode::FORBIDDEN, "bad_token");
+    let right = s.post(&path, &s.worker, Some(&leases[0].2), body).await;
+    assert_eq!(right.status, StatusCode::OK, "{}", right.body);
+}
+
+/// A store that counts the reads of a job's record, over the memory store.
+struct CountingReads {
+    inner: MemoryLeaseStore,
+    records: AtomicU64,
+}
+
+#[async_trait::async_trait]
+impl lease_ports::LeaseStore for CountingReads {
+    async fn apply(
+        &self,
+        job: &lease_domain::JobId,
+        command: lease_domain::Command,
+        then: Option<lease_ports::ClaimNext>,
+    ) -> Result<lease_ports::Applied, lease_ports::StoreError> {
+        self.inner.apply(job, command, then).await
+    }
+    async fn claim_next_with(
+        &self,
+        claim: &lease_ports::ClaimNext,
+    ) -> Result<Vec<lease_ports::Lease>, lease_ports::StoreError> {
+        self.inner.claim_next_with(claim).await
+    }
+    async fn enqueue_many(
+        &self,
+        jobs: &[(lease_domain::JobId, lease_domain::EnqueueSpec)],
+    ) -> Result<Vec<bool>, lease_ports::StoreError> {
+        self.inner.enqueue_many(jobs).await
+    }
+    async fn record(
+        &self,
+        job: &lease_domain::JobId,
+    ) -> Result<Option<lease_ports::JobRecord>, lease_ports::StoreError> {
+        self.records.fetch_add(1, Ordering::SeqCst);
+        self.inner.record(job).await
+    }
+    async fn purge(
+        &self,
+        before: Timestamp,
+        statuses: &[lease_domain::Status],
+    ) -> Result<u64, lease_ports::StoreError> {
+        self.inner.purge(before, statuses).await
+    }
+    async fn list(
+        &self,
+        filter: &lease_ports::ListFilter,
+    ) -> Result<Vec<lease_ports::JobRecord>, lease_ports::StoreError> {
+        self.inner.list(filter).await
+    }
+    async fn stats(
+        &self,
+        now: Timestamp,
+    ) -> Result<Vec<lease_ports::StatsRow>, lease_ports::StoreError> {
+        self.inner.stats(now).await
+    }
+}
+
+#[async_trait::async_trait]
+impl lease_ports::audit::AuditTrail for CountingReads {
+    async fn refusals(
+        &self,
+        filter: &lease_ports::audit::AuditFilter,
+    ) -> Result<Vec<lease_ports::audit::AuditRow>, lease_ports::StoreError> {
+        self.inner.refusals(filter).await
+    }
+}
+
+#[async_trait::async_trait]
+impl lease_ports::keys::KeyStore for CountingReads {
+    async fn add_key(
+        &self,
+        key: &lease_ports::keys::KeyRecord,
+    ) -> Result<Result<(), lease_domain::KeyRefused>, lease_ports::StoreError> {
+        self.inner.add_key(key).await
+    }
+    async fn key(
+        &self,
+        id: &KeyId,
+    ) -> Result<Option<lease_ports::keys::KeyRecord>, lease_ports::StoreError> {
+        self.inner.key(id).await
+    }
+    async fn keys(&self) -> Result<Vec<lease_ports::keys::KeyRecord>, lease_ports::StoreError> {
+        self.inner.keys().await
+    }
+    async fn revoke_key(
+        &self,
+        id: &KeyId,
+        now: Timestamp,
+    ) -> Result<bool, lease_ports::StoreError> {
+        self.inner.revoke_key(id, now).await
+    }
+}
+
+#[async_trait::async_trait]
+impl lease_ports::overview::Overview for CountingReads {
+    async fn due(
+        &self,
+        now: Timestamp,
+    ) -> Result<Vec<lease_ports::overview::DueRow>, lease_ports::StoreError> {
+        self.inner.due(now).await
+    }
+    async fn activity(
+        &self,
+        since: Timestamp,
+    ) -> Result<Vec<lease_ports::overview::MinuteRow>, lease_ports::StoreError> {
+        self.inner.activity(since).await
+    }
+}
+
+impl lease_ports::signal::EnqueueSignal for CountingReads {}
+
+/// A holder's write is judged once, by the store, in its own write: the service reads no
+/// record before it, accepted or refused (it used to read the job, judge it, then write).
+#[tokio::test]
+async fn a_holder_s_write_is_judged_in_the_store_without_a_read_before_it() {
+    let store = Arc::new(CountingReads {
+        inner: MemoryLeaseStore::new(),
+        records: AtomicU64::new(0),
+    });
+    let s = service_over(store.clone()).await;
+    s.enqueue("q", "j").await;
+    let (_, fence, token) = s.claim("q", &s.worker, "ci", 30.0).await;
+    let before = store.records.load(Ordering::SeqCst);
+    let writes = [
+        (
+            "renew",
+            json!({"fence": fence, "ttl": 30}),
+            Some(token.as_str()),
+        ),
+        (
+            "renew",
+            json!({"fence": fence + 1, "ttl": 30}),
+            Some(token.as_str()),
+        ),
+        ("renew", json!({"fence": fence, "ttl": 30}), None),
+        (
+            "fail",
+            json!({"fence": fence, "error": "x", "retry": false}),
+            Some("lst_wrong"),
+        ),
+        ("release", json!({"fence": fence}), Some(token.as_str())),
+    ];
+    for (op, body, token) in writes {
+        s.post(&format!("/v1/jobs/j/{op}"), &s.worker, token, body)
+            .await;
+    }
+    assert_eq!(
+        store.records.load(Ordering::SeqCst),
+        before,
+        "the service read the job before a holder's write"
+    );
 }

@@ -35,8 +35,8 @@ use lease_domain::{
     Status, Timestamp,
 };
 use lease_ports::{
-    ClaimOutcome, CompleteAndClaim, FailOutcome, FromOutcome, JobRecord, Lease, LeaseStore,
-    ListFilter, StatsRow, WriteOutcome, outcome_as,
+    Applied, ClaimNext, ClaimOutcome, CompleteAndClaim, FailOutcome, FromOutcome, JobRecord, Lease,
+    LeaseStore, ListFilter, StatsRow, WriteOutcome, outcome_as,
 };
 use ops::Op;
 use r2d2_sqlite::SqliteConnectionManager;
@@ -302,18 +302,6 @@ impl SqliteLeaseStore {
         Ok(answers.await.unwrap_or_else(|_| group::lost(count)))
     }
 
-    /// One command on one job for an async caller.
-    async fn write_one<T: FromOutcome>(
-        &self,
-        job: &JobId,
-        command: Command,
-    ) -> Result<T, StoreError> {
-        let reply = one(self
-            .write_async(vec![Op::Job(job.clone(), command)])
-            .await?)?;
-        outcome_as(reply.into_outcome()?)
-    }
-
     /// Runs one command on one job and reads its outcome as the port method's type.
     fn write<T: FromOutcome>(&self, job: &JobId, command: Command) -> Result<T, StoreError> {
         outcome_as(self.submit(Op::Job(job.clone(), command))?.into_outcome()?)
@@ -446,12 +434,7 @@ impl Blocking<'_> {
             return Ok(Vec::new());
         }
         self.0
-            .submit(Op::ClaimNext {
-                queue: queue.clone(),
-                owner: owner.clone(),
-                term,
-                limit,
-            })?
+            .submit(Op::ClaimNext(ClaimNext::new(queue, owner, term, limit)))?
             .into_leases()
     }
 
@@ -513,71 +496,37 @@ impl Blocking<'_> {
         term: LeaseTerm,
         limit: usize,
     ) -> Result<CompleteAndClaim, StoreError> {
-        let ops = complete_and_claim_ops(job, owner, fence, result, queue, term, limit);
-        split_complete_and_claim(self.0.submit_all(ops)?)
+        let command = Command::Complete(owner.clone(), fence, term.now(), result.clone());
+        let claim = ClaimNext::new(queue, owner, term, limit);
+        let ops = vec![Op::Job(job.clone(), command), Op::ClaimNext(claim)];
+        let applied = applied(self.0.submit_all(ops)?, true)?;
+        Ok((
+            outcome_as(applied.outcome)?,
+            applied.claimed.unwrap_or_else(|| Ok(Vec::new())),
+        ))
     }
 }
 
 #[async_trait]
 impl LeaseStore for SqliteLeaseStore {
-    async fn enqueue(&self, job: &JobId) -> Result<bool, StoreError> {
-        self.write_one(job, Command::Enqueue).await
-    }
-
-    async fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
-        let job = job.clone();
-        self.run(move |store| store.blocking().state(&job)).await
-    }
-
-    async fn claim(
+    async fn apply(
         &self,
         job: &JobId,
-        owner: &Owner,
-        term: LeaseTerm,
-    ) -> Result<ClaimOutcome, StoreError> {
-        self.write_one(job, Command::Claim(owner.clone(), term))
-            .await
+        command: Command,
+        then: Option<ClaimNext>,
+    ) -> Result<Applied, StoreError> {
+        lease_ports::claim_may_follow(&command, then.as_ref())?;
+        let claims = then.is_some();
+        let mut ops = vec![Op::Job(job.clone(), command)];
+        ops.extend(then.map(Op::ClaimNext));
+        applied(self.write_async(ops).await?, claims)
     }
 
-    async fn renew(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        term: LeaseTerm,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.write_one(job, Command::Renew(owner.clone(), fence, term))
-            .await
-    }
-
-    async fn complete(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        now: Timestamp,
-        result: &JobResult,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.write_one(
-            job,
-            Command::Complete(owner.clone(), fence, now, result.clone()),
-        )
-        .await
-    }
-
-    async fn release(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.write_one(job, Command::Release(owner.clone(), fence))
-            .await
-    }
-
-    async fn enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError> {
-        self.write_one(job, Command::EnqueueWith(spec.clone()))
-            .await
+    async fn claim_next_with(&self, claim: &ClaimNext) -> Result<Vec<Lease>, StoreError> {
+        if claim.limit == 0 {
+            return Ok(Vec::new());
+        }
+        one(self.write_async(vec![Op::ClaimNext(claim.clone())]).await?)?.into_leases()
     }
 
     async fn enqueue_many(&self, jobs: &[(JobId, EnqueueSpec)]) -> Result<Vec<bool>, StoreError> {
@@ -594,47 +543,10 @@ impl LeaseStore for SqliteLeaseStore {
         self.run(move |store| store.blocking().record(&job)).await
     }
 
-    async fn claim_next(
-        &self,
-        queue: &QueueName,
-        owner: &Owner,
-        term: LeaseTerm,
-        limit: usize,
-    ) -> Result<Vec<Lease>, StoreError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let op = Op::ClaimNext {
-            queue: queue.clone(),
-            owner: owner.clone(),
-            term,
-            limit,
-        };
-        one(self.write_async(vec![op]).await?)?.into_leases()
-    }
-
-    async fn fail(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        now: Timestamp,
-        error: &ErrorText,
-        retry: Retry,
-    ) -> Result<FailOutcome, StoreError> {
-        self.write_one(
-            job,
-            Command::Fail(owner.clone(), fence, now, error.clone(), retry),
-        )
-        .await
-    }
-
-    async fn cancel(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
-        self.write_one(job, Command::Cancel(now)).await
-    }
-
-    async fn retry(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
-        self.write_one(job, Command::Retry(now)).await
+    /// Reads the contract's row alone (cheaper than the whole record).
+    async fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
+        let job = job.clone();
+        self.run(move |store| store.blocking().state(&job)).await
     }
 
     async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError> {
@@ -653,65 +565,28 @@ impl LeaseStore for SqliteLeaseStore {
     async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
         self.run(move |store| store.blocking().stats(now)).await
     }
+}
 
-    async fn complete_and_claim_next(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        result: &JobResult,
-        queue: &QueueName,
-        term: LeaseTerm,
-        limit: usize,
-    ) -> Result<CompleteAndClaim, StoreError> {
-        let ops = complete_and_claim_ops(job, owner, fence, result, queue, term, limit);
-        split_complete_and_claim(self.write_async(ops).await?)
-    }
+/// The answers of a command (and of the claim after it, when `claimed`) as [`Applied`].
+fn applied(
+    answers: Vec<Result<ops::Reply, StoreError>>,
+    claimed: bool,
+) -> Result<Applied, StoreError> {
+    let mut answers = answers.into_iter();
+    let missing = || StoreError::Corrupt("a write was answered with too few answers".into());
+    let outcome = answers.next().ok_or_else(missing)??.into_outcome()?;
+    let claimed = claimed.then(|| {
+        answers
+            .next()
+            .ok_or_else(missing)
+            .and_then(|answer| answer?.into_leases())
+    });
+    Ok(Applied { outcome, claimed })
 }
 
 /// Whether each enqueue of a batch inserted its job.
 fn enqueued(reply: ops::Reply) -> Result<Vec<bool>, StoreError> {
     reply.into_outcomes()?.into_iter().map(outcome_as).collect()
-}
-
-/// The two ops of `complete_and_claim_next`, run in one transaction.
-fn complete_and_claim_ops(
-    job: &JobId,
-    owner: &Owner,
-    fence: Fence,
-    result: &JobResult,
-    queue: &QueueName,
-    term: LeaseTerm,
-    limit: usize,
-) -> Vec<Op> {
-    vec![
-        Op::Job(
-            job.clone(),
-            Command::Complete(owner.clone(), fence, term.now(), result.clone()),
-        ),
-        Op::ClaimNext {
-            queue: queue.clone(),
-            owner: owner.clone(),
-            term,
-            limit,
-        },
-    ]
-}
-
-fn split_complete_and_claim(
-    answers: Vec<Result<ops::Reply, StoreError>>,
-) -> Result<CompleteAndClaim, StoreError> {
-    let mut answers = answers.into_iter();
-    let (Some(completed), Some(claimed), None) = (answers.next(), answers.next(), answers.next())
-    else {
-        return Err(StoreError::Corrupt(
-            "complete_and_claim_next was answered with the wrong number of answers"
-                .to_owned()
-                .into(),
-        ));
-    };
-    let completed: WriteOutcome = outcome_as(completed?.into_outcome()?)?;
-    Ok((completed, claimed.and_then(ops::Reply::into_leases)))
 }
 
 /// The README's Rust examples, compiled as doctests so they stay true.
@@ -728,27 +603,6 @@ impl lease_ports::audit::AuditTrail for SqliteLeaseStore {
         let filter = filter.clone();
         self.run(move |store| store.with_conn(|conn| reads::audit_rows(conn, &filter)))
             .await
-    }
-
-    async fn record_refusal(
-        &self,
-        job: &JobId,
-        refusal: &lease_domain::Refusal,
-    ) -> Result<bool, StoreError> {
-        let Some(retention) = self.audit else {
-            return Ok(false);
-        };
-        self.refuse_if_read_only()?;
-        let (job, refusal) = (job.clone(), refusal.clone());
-        self.run(move |store| {
-            store.with_conn(|conn| {
-                tx::immediate(conn, |conn| {
-                    ops::record_refusal(conn, retention, &job, &refusal)
-                })
-            })
-        })
-        .await
-        .map(|()| true)
     }
 }
 

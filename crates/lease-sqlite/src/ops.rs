@@ -4,11 +4,10 @@
 //! (`row`), the domain decides, and the decision is stored.
 
 use lease_domain::{
-    ClockMode, Command, Fence, JobId, LeaseTerm, Outcome, Owner, QueueName, Status, Timestamp,
-    is_purgeable,
+    ClockMode, Command, Fence, JobId, Outcome, QueueName, Status, Timestamp, is_purgeable,
 };
 use lease_ports::next::ClaimNextLoop;
-use lease_ports::{Lease, StoreError};
+use lease_ports::{ClaimNext, Lease, StoreError};
 use rusqlite::Connection;
 
 use crate::error;
@@ -60,12 +59,7 @@ pub(crate) enum Op {
     /// A command on one job.
     Job(JobId, Command),
     /// Lease up to `limit` due jobs of a queue.
-    ClaimNext {
-        queue: QueueName,
-        owner: Owner,
-        term: LeaseTerm,
-        limit: usize,
-    },
+    ClaimNext(ClaimNext),
     /// An op decided under a clock mode: the host's clock is read inside the transaction.
     Clocked(ClockMode, Option<crate::HostClock>, Box<Op>),
     /// An op whose refused holder writes are recorded in the audit trail, keeping at most
@@ -205,12 +199,10 @@ pub(crate) fn candidates(
 /// from the ready index in claim order and decides each; the decided rows are stored here.
 pub(crate) fn claim_next(
     conn: &Connection,
-    queue: &QueueName,
-    owner: &Owner,
-    term: LeaseTerm,
-    limit: usize,
+    claim: &ClaimNext,
 ) -> Result<(Vec<Lease>, bool), StoreError> {
-    let mut next = ClaimNextLoop::new(owner, limit);
+    let (queue, term, limit) = (&claim.queue, claim.term, claim.limit);
+    let mut next = ClaimNextLoop::of(claim);
     let mut wrote = false;
     if limit > 0 {
         let refiled = conn
@@ -271,13 +263,9 @@ pub(crate) fn apply(conn: &Connection, op: &Op) -> Result<(Reply, bool), StoreEr
         Op::Job(id, command) => {
             apply_command(conn, id, command).map(|(outcome, wrote)| (Reply::Job(outcome), wrote))
         }
-        Op::ClaimNext {
-            queue,
-            owner,
-            term,
-            limit,
-        } => claim_next(conn, queue, owner, *term, *limit)
-            .map(|(leases, wrote)| (Reply::Leases(leases), wrote)),
+        Op::ClaimNext(claim) => {
+            claim_next(conn, claim).map(|(leases, wrote)| (Reply::Leases(leases), wrote))
+        }
         Op::Purge { before, statuses } => {
             purge(conn, *before, statuses).map(|(n, wrote)| (Reply::Purged(n), wrote))
         }
@@ -369,24 +357,17 @@ pub(crate) fn clocked(mode: ClockMode, op: &Op, now: Timestamp) -> Result<Op, St
         Op::Job(id, command) if mode.needs_clock(command) => {
             Op::Job(id.clone(), mode.resolve(command, now)?)
         }
-        Op::ClaimNext {
-            queue,
-            owner,
-            term,
-            limit,
-        } if mode.needs_clock_for_term() => Op::ClaimNext {
-            queue: queue.clone(),
-            owner: owner.clone(),
-            term: mode.resolve_term(*term, now)?,
-            limit: *limit,
-        },
+        Op::ClaimNext(claim) if mode.needs_clock_for_term() => Op::ClaimNext(ClaimNext {
+            term: mode.resolve_term(claim.term, now)?,
+            ..claim.clone()
+        }),
         other => other.clone(),
     })
 }
 
 #[cfg(test)]
 mod tests {
-    use lease_domain::{ClaimRefused, LeaseTerm};
+    use lease_domain::{ClaimRefused, LeaseTerm, Owner};
 
     use super::*;
     use crate::connection::open;

@@ -10,13 +10,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::future::BoxFuture;
 use lease_domain::{
-    Backoff, EnqueueSpec, ErrorText, Fence, JobId, JobResult, LeaseTerm, Owner, QueueName, Retry,
-    Status, Timestamp, Ttl,
+    Backoff, EnqueueSpec, Fence, JobId, JobResult, Owner, QueueName, Retry, Status, Timestamp, Ttl,
 };
 use lease_ports::memory::MemoryLeaseStore;
 use lease_ports::{
-    ClaimOutcome, CompleteAndClaim, FailOutcome, JobRecord, JobState, Lease, LeaseStore,
-    ListFilter, StatsRow, StoreError, WriteOutcome,
+    Applied, ClaimNext, Command, JobRecord, Lease, LeaseStore, ListFilter, Outcome, StatsRow,
+    StoreError,
 };
 use lease_worker::{
     CancellationToken, Clock, HandlerResult, JobContext, JobOutcome, JobReport, ManualClock,
@@ -59,107 +58,60 @@ impl Watched {
 
 #[async_trait]
 impl LeaseStore for Watched {
-    async fn enqueue(&self, job: &JobId) -> Result<bool, StoreError> {
-        self.inner.enqueue(job).await
-    }
-    async fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
-        self.inner.state(job).await
-    }
-    async fn claim(
+    async fn apply(
         &self,
         job: &JobId,
-        owner: &Owner,
-        term: LeaseTerm,
-    ) -> Result<ClaimOutcome, StoreError> {
-        self.inner.claim(job, owner, term).await
-    }
-    async fn renew(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        term: LeaseTerm,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.renewals.fetch_add(1, Ordering::SeqCst);
-        if self.cut_off.lock().unwrap().as_ref() == Some(owner) {
-            return Err(StoreError::Unavailable("partitioned".into()));
-        }
-        if self.hang_renewals.load(Ordering::SeqCst) {
-            std::future::pending::<()>().await;
-        }
-        self.inner.renew(job, owner, fence, term).await
-    }
-    async fn complete(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        now: Timestamp,
-        result: &JobResult,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.complete_calls.lock().unwrap().push(owner.clone());
-        if self.complete_error.load(Ordering::SeqCst) {
-            return Err(StoreError::Unavailable("the store went away".into()));
-        }
-        let outcome = self.inner.complete(job, owner, fence, now, result).await;
-        if let Ok(Ok(())) = outcome {
+        command: Command,
+        then: Option<ClaimNext>,
+    ) -> Result<Applied, StoreError> {
+        let completing = match &command {
+            Command::Renew(owner, _, _) => {
+                self.renewals.fetch_add(1, Ordering::SeqCst);
+                if self.cut_off.lock().unwrap().as_ref() == Some(owner) {
+                    return Err(StoreError::Unavailable("partitioned".into()));
+                }
+                if self.hang_renewals.load(Ordering::SeqCst) {
+                    std::future::pending::<()>().await;
+                }
+                None
+            }
+            Command::Complete(owner, _, _, _) => {
+                self.complete_calls.lock().unwrap().push(owner.clone());
+                if self.complete_error.load(Ordering::SeqCst) {
+                    return Err(StoreError::Unavailable("the store went away".into()));
+                }
+                if then.is_some() && self.slow_completions.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+                Some(owner.clone())
+            }
+            _ => None,
+        };
+        let applied = self.inner.apply(job, command, then).await?;
+        if let (Some(owner), Outcome::Wrote(Ok(()))) = (completing, &applied.outcome) {
             self.completed
                 .lock()
                 .unwrap()
                 .entry(job.clone())
                 .or_default()
-                .push(owner.clone());
+                .push(owner);
         }
-        outcome
+        Ok(applied)
     }
-    async fn release(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.inner.release(job, owner, fence).await
-    }
-    async fn enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError> {
-        self.inner.enqueue_with(job, spec).await
+    async fn claim_next_with(&self, claim: &ClaimNext) -> Result<Vec<Lease>, StoreError> {
+        if let Some(error) = *self.claim_error.lock().unwrap() {
+            return Err(error());
+        }
+        if claim.limit == 0 {
+            self.empty_claims.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.claim_next_with(claim).await
     }
     async fn enqueue_many(&self, jobs: &[(JobId, EnqueueSpec)]) -> Result<Vec<bool>, StoreError> {
         self.inner.enqueue_many(jobs).await
     }
     async fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError> {
         self.inner.record(job).await
-    }
-    async fn claim_next(
-        &self,
-        queue: &QueueName,
-        owner: &Owner,
-        term: LeaseTerm,
-        limit: usize,
-    ) -> Result<Vec<Lease>, StoreError> {
-        if let Some(error) = *self.claim_error.lock().unwrap() {
-            return Err(error());
-        }
-        if limit == 0 {
-            self.empty_claims.fetch_add(1, Ordering::SeqCst);
-        }
-        self.inner.claim_next(queue, owner, term, limit).await
-    }
-    async fn fail(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        now: Timestamp,
-        error: &ErrorText,
-        retry: Retry,
-    ) -> Result<FailOutcome, StoreError> {
-        self.inner.fail(job, owner, fence, now, error, retry).await
-    }
-    async fn cancel(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
-        self.inner.cancel(job, now).await
-    }
-    async fn retry(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
-        self.inner.retry(job, now).await
     }
     async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError> {
         self.inner.purge(before, statuses).await
@@ -169,37 +121,6 @@ impl LeaseStore for Watched {
     }
     async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
         self.inner.stats(now).await
-    }
-    async fn complete_and_claim_next(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        result: &JobResult,
-        queue: &QueueName,
-        term: LeaseTerm,
-        limit: usize,
-    ) -> Result<CompleteAndClaim, StoreError> {
-        self.complete_calls.lock().unwrap().push(owner.clone());
-        if self.complete_error.load(Ordering::SeqCst) {
-            return Err(StoreError::Unavailable("the store went away".into()));
-        }
-        if self.slow_completions.load(Ordering::SeqCst) {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-        let answer = self
-            .inner
-            .complete_and_claim_next(job, owner, fence, result, queue, term, limit)
-            .await;
-        if let Ok((Ok(()), _)) = &answer {
-            self.completed
-                .lock()
-                .unwrap()
-                .entry(job.clone())
-                .or_default()
-                .push(owner.clone());
-        }
-        answer
     }
 }
 
