@@ -100,9 +100,10 @@ struct Scope {
 
 /// What `cargo xtask mutants` runs, in order: the rules, the SQLite adapter's core against its
 /// fast tests (not the kill soak or the power-loss trials), the worker runtime against its own
-/// tests, and the PostgreSQL adapter's core against its conformance, differential, audit and
-/// store tests (they need the local server).
-const SCOPES: [Scope; 4] = [
+/// tests, the PostgreSQL adapter's core against its conformance, differential, audit and
+/// store tests (they need the local server), and the server's keys, sessions and secrets
+/// against the server crate's tests.
+const SCOPES: [Scope; 5] = [
     Scope {
         name: "domain",
         package: "lease-domain",
@@ -160,6 +161,16 @@ const SCOPES: [Scope; 4] = [
             "postgres",
         ],
     },
+    Scope {
+        name: "server",
+        package: "lease-server",
+        files: &[
+            "crates/lease-server/src/auth.rs",
+            "crates/lease-server/src/secrets.rs",
+            "crates/lease-server/src/session.rs",
+        ],
+        tests: &[],
+    },
 ];
 
 /// Mutation testing with cargo-mutants over [`SCOPES`] (`cargo xtask mutants [SCOPE...]
@@ -184,7 +195,7 @@ fn mutants(rest: &[String]) -> Result<(), String> {
     let extra: Vec<&str> = extra.iter().skip(1).map(String::as_str).collect();
     if let Some(unknown) = names.iter().find(|n| !SCOPES.iter().any(|s| s.name == *n)) {
         return Err(format!(
-            "no mutation scope {unknown:?}: the scopes are domain, sqlite, worker, postgres"
+            "no mutation scope {unknown:?}: the scopes are domain, sqlite, worker, postgres, server"
         ));
     }
     let mut result = Ok(());

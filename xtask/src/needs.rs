@@ -63,6 +63,11 @@ const NEEDS: &[Need] = &[
         get: Get::Pip("openapi-spec-validator"),
     },
     Need {
+        what: "schemathesis 4.32.5 (the API against its document: crates/lease-cli/tests/schemathesis.rs)",
+        check: Check::Program("schemathesis"),
+        get: Get::Pip("schemathesis==4.32.5"),
+    },
+    Need {
         what: "moto_server, an S3 API the tests start (crates/lease-guard/tests/value_guards.rs)",
         check: Check::Program("moto_server"),
         get: Get::Pip("moto[server]"),

@@ -457,6 +457,10 @@ pub(crate) enum Command {
         /// key's revocation ends it sooner).
         #[arg(long, default_value_t = 43_200.0, value_name = "SECONDS")]
         session_ttl: f64,
+        /// Seconds one stream of `GET /v1/events` lasts before the server ends it; the page
+        /// reconnects by itself, and its key or session is checked again then.
+        #[arg(long, default_value_t = 300.0, value_name = "SECONDS")]
+        events_lifetime: f64,
         /// Let requests carry their own `now` (for tests that script time).
         #[arg(long, hide = true)]
         client_clock: bool,
@@ -642,6 +646,8 @@ pub(crate) struct ServeRequest {
     pub poll_interval: std::time::Duration,
     /// How long a page session lasts.
     pub session_ttl: std::time::Duration,
+    /// How long one event stream lasts.
+    pub events_lifetime: std::time::Duration,
     /// Whether the store records refused writes (from `--audit`, set by `main`).
     pub audit: bool,
 }
@@ -796,6 +802,7 @@ impl Command {
                 rate_limit,
                 key_cache,
                 session_ttl,
+                events_lifetime,
                 poll_interval,
                 tls_cert,
                 tls_key,
@@ -833,6 +840,9 @@ impl Command {
                     session_ttl: duration_flag("--session-ttl", session_ttl)
                         .map_err(RequestError::Flag)?
                         .max(std::time::Duration::from_secs(1)),
+                    events_lifetime: duration_flag("--events-lifetime", events_lifetime)
+                        .map_err(RequestError::Flag)?
+                        .max(std::time::Duration::from_millis(100)),
                     audit: false,
                 })
             }

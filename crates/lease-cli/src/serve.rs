@@ -137,6 +137,7 @@ pub(crate) async fn serve(
         audit: request.audit,
         secure_cookies: request.tls.is_some(),
         session_ttl: request.session_ttl,
+        events_lifetime: request.events_lifetime,
         ..ServiceConfig::new(clock)
     };
     let app = lease_server::router(opened.service(), config);

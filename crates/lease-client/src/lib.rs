@@ -250,13 +250,15 @@ impl HttpLeaseStore {
         }
     }
 
-    fn spec_json(id: &JobId, spec: &EnqueueSpec) -> Value {
+    /// A job as the API takes it; its enqueue time only when this client sends its clock
+    /// (a server that does not trust caller clocks takes no `enqueued_at` and keeps its own).
+    fn spec_json(&self, id: &JobId, spec: &EnqueueSpec) -> Value {
         let mut body = json!({ "id": id.as_str(), "priority": spec.priority });
         if let Some(run_at) = spec.run_at {
             body["run_at"] = json!(run_at.get());
         }
-        if let Some(at) = spec.enqueued_at {
-            body["enqueued_at"] = json!(at.get());
+        if let Some(at) = spec.enqueued_at.and_then(|at| self.now(at)) {
+            body["enqueued_at"] = json!(at);
         }
         if let Some(max) = spec.max_attempts {
             body["max_attempts"] = json!(max);
@@ -347,7 +349,7 @@ impl LeaseStore for HttpLeaseStore {
         let items: Vec<Value> = jobs
             .iter()
             .map(|(id, spec)| {
-                let mut item = Self::spec_json(id, spec);
+                let mut item = self.spec_json(id, spec);
                 item["queue"] = json!(spec.queue.as_str());
                 item
             })
@@ -526,7 +528,7 @@ impl HttpLeaseStore {
         let answer = self
             .post(
                 &format!("/v1/queues/{}/jobs", path(spec.queue.as_str())),
-                Self::spec_json(job, spec),
+                self.spec_json(job, spec),
                 None,
             )
             .await?;

@@ -270,8 +270,8 @@ pub(crate) fn write_refused(
         (409, Some("cancelled")) => WriteRefused::Cancelled,
         (409, Some("dead")) => WriteRefused::Dead,
         (409, Some("live")) => WriteRefused::Active {
-            status: Status::parse(body["status"].as_str().unwrap_or_default())
-                .map_err(|_| bad("status"))?,
+            status: Status::parse(body["job_status"].as_str().unwrap_or_default())
+                .map_err(|_| bad("job_status"))?,
         },
         _ => return Err(answer.error()),
     })

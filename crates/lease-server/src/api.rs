@@ -1,21 +1,24 @@
-//! The handlers: each parses its request, authenticates it, calls the store and maps the
-//! outcome. No lease rule is here: the holder's write is judged by `lease_domain::judge_holder`
-//! and the store's own decision; refusals become problems in `problem.rs`.
+//! The handlers, each declared by its arguments: who may call it (`Viewer`, `Worker`,
+//! `Holder`, `Admin`) and what it takes (`Checked<Body>`, `Param`, `Params`), both settled
+//! before it runs, the second against the served OpenAPI document (`contract.rs`), so the
+//! document is exactly what the server takes. A handler turns checked values into the
+//! domain's, calls the store once and serializes the documented answer. No lease rule is
+//! here: a holder's write is judged in the store's own transaction (`Command::AsHolder`), and
+//! refusals become problems in `problem.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use lease_domain::{
-    Command, Credential, EnqueueSpec, ErrorText, Fence, JobId, JobResult, LeaseTerm, Owner,
-    Payload, QueueName, Retry, Scope, Status, Timestamp,
+    Command, Credential, EnqueueSpec, ErrorText, JobId, JobResult, LeaseTerm, Owner, Payload,
+    QueueName, Retry, Status, Timestamp,
 };
 use lease_ports::audit::AuditFilter;
 use lease_ports::{ClaimNext, JobRecord, Lease, ListFilter, WriteOutcome};
@@ -24,95 +27,62 @@ use serde_json::{Value, json};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::App;
-use crate::auth::{Caller, authenticate, authenticate_holder};
-use crate::input::{Kind, bad_value, json_body, optional, required};
+use crate::auth::Caller;
+use crate::extract::{Admin, Checked, Holder, Param, Params, Viewer, Worker};
+use crate::fields::{FenceNo, Name, StatusName, Text, Time, Ttl};
+use crate::input::bad_value;
 use crate::problem::{Problem, ProblemBody};
 use crate::secrets;
 
 type AppState = State<Arc<App>>;
 type Answer = Result<Response, Problem>;
 
-const MAX_CLAIM_LIMIT: u64 = 100;
 pub(crate) const MAX_WAIT: f64 = 20.0;
 /// The route of a claim, whose long poll may take `MAX_WAIT` beyond the request timeout.
 pub(crate) const CLAIMS_ROUTE: &str = "/v1/queues/{queue}/claims";
-const MAX_PAGE: usize = 1000;
-
-fn path_value(path: Result<Path<String>, PathRejection>) -> Result<String, Problem> {
-    path.map(|Path(v)| v).map_err(|_| {
-        Problem::malformed("the path could not be read (percent-encode ids and queue names)")
-    })
-}
-
-fn job_id(path: Result<Path<String>, PathRejection>) -> Result<JobId, Problem> {
-    JobId::new(path_value(path)?).map_err(|e| bad_value("id", &e))
-}
-
-fn queue_name(path: Result<Path<String>, PathRejection>) -> Result<QueueName, Problem> {
-    QueueName::new(path_value(path)?).map_err(|e| bad_value("queue", &e))
-}
-
-fn fence(value: u64) -> Result<Fence, Problem> {
-    Fence::new(value).map_err(|e| bad_value("fence", &e))
-}
 
 /// The time a request is decided at: the server's clock, or the caller's `now` when the
-/// server trusts caller clocks (a test setting).
-fn now(app: &App, given: Option<f64>) -> Result<Timestamp, Problem> {
+/// server trusts caller clocks (a test setting; otherwise the document has no `now` and a body
+/// that sends one is refused before this).
+fn now(app: &App, given: Option<&Time>) -> Result<Timestamp, Problem> {
     match given {
         Some(_) if !app.config.client_clock => Err(Problem::invalid(
-            "field `now` is taken only by a server started to trust caller clocks",
+            "`now` is taken only by a server started to trust caller clocks",
         )),
-        Some(t) => {
-            Timestamp::new(t).map_err(|_| Problem::invalid("field `now` must be a finite number"))
-        }
+        Some(t) => t.at("now"),
         None => Ok((app.config.clock)()),
     }
 }
 
-/// A time given in a query string, named by `parameter` when it is not a finite number.
-fn query_time(text: Option<&str>, parameter: &str) -> Result<Option<f64>, Problem> {
-    text.map(|t| {
-        t.parse::<f64>()
-            .ok()
-            .filter(|t| t.is_finite())
-            .ok_or_else(|| {
-                Problem::invalid(format!("parameter `{parameter}` must be a finite number"))
-            })
+/// The time a query string's `now` names (checked as a number by the contract), if any.
+fn query_now(app: &App, text: Option<&str>) -> Result<Timestamp, Problem> {
+    let given = text
+        .map(|t| t.parse::<f64>().map(Time))
+        .transpose()
+        .map_err(|_| Problem::invalid("parameter `now` must be a number"))?;
+    now(app, given.as_ref())
+}
+
+/// A query string, read after the contract checked it.
+fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, Problem> {
+    query
+        .map(|Query(q)| q)
+        .map_err(|_| Problem::malformed("the query string could not be read"))
+}
+
+/// A count the contract checked, or `default` when absent.
+fn count(text: Option<&str>, name: &str, default: usize) -> Result<usize, Problem> {
+    text.map_or(Ok(default), |t| {
+        t.parse()
+            .map_err(|_| Problem::invalid(format!("parameter `{name}` must be a whole number")))
     })
-    .transpose()
 }
 
-/// A page size given in a query string: 1 to 1,000, `default` when it is absent.
-fn page_limit(text: Option<&str>, default: usize) -> Result<usize, Problem> {
-    count_param(text, "limit", default, MAX_PAGE)
+fn term(now: Timestamp, ttl: &Ttl) -> Result<LeaseTerm, Problem> {
+    LeaseTerm::new(now.get(), ttl.0).map_err(|e| bad_value("ttl", &e))
 }
 
-/// A count from the query string: `default` when absent, else 1 to `max`.
-fn count_param(
-    text: Option<&str>,
-    name: &str,
-    default: usize,
-    max: usize,
-) -> Result<usize, Problem> {
-    match text {
-        None => Ok(default),
-        Some(text) => text
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=max).contains(n))
-            .ok_or_else(|| Problem::invalid(format!("parameter `{name}` must be from 1 to {max}"))),
-    }
-}
-
-fn term(now: Timestamp, ttl: f64) -> Result<LeaseTerm, Problem> {
-    if ttl <= 0.0 {
-        return Err(Problem::invalid("field `ttl` must be greater than 0"));
-    }
-    LeaseTerm::new(now.get(), ttl).map_err(|e| bad_value("ttl", &e))
-}
-
-pub(crate) fn json_response(status: StatusCode, body: Value) -> Response {
+pub(crate) fn json_response(status: StatusCode, body: impl Serialize) -> Response {
     (status, Json(body)).into_response()
 }
 
@@ -123,45 +93,82 @@ pub(crate) fn no_store(mut response: Response) -> Response {
     response
 }
 
-fn payload_fields(payload: Option<&[u8]>) -> serde_json::Map<String, Value> {
-    let mut fields = serde_json::Map::new();
-    if let Some(bytes) = payload {
-        match std::str::from_utf8(bytes) {
-            Ok(text) => fields.insert("payload".into(), json!(text)),
-            Err(_) => fields.insert("payload_base64".into(), json!(STANDARD.encode(bytes))),
-        };
-    }
-    fields
+/// A payload as a view shows it: as text when it is UTF-8, else as base64.
+#[derive(Debug, Default, Serialize, ToSchema)]
+pub(crate) struct PayloadView {
+    /// The payload as text, when it is UTF-8.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) payload: Option<String>,
+    /// The payload as base64, when it is not UTF-8.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) payload_base64: Option<String>,
 }
+
+impl PayloadView {
+    fn of(payload: Option<&[u8]>) -> Self {
+        match payload.map(|bytes| (std::str::from_utf8(bytes), bytes)) {
+            None => Self::default(),
+            Some((Ok(text), _)) => Self {
+                payload: Some(text.to_owned()),
+                payload_base64: None,
+            },
+            Some((Err(_), bytes)) => Self {
+                payload: None,
+                payload_base64: Some(STANDARD.encode(bytes)),
+            },
+        }
+    }
+}
+
+/// Base64 as RFC 4648 writes it, its padding required but the unused bits of its last
+/// character not (the document's pattern says exactly this).
+const LENIENT_BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
+);
 
 /// Enqueue one job.
 #[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"id": "report-42", "payload": "{\"user\": 7}"}))]
 pub(crate) struct EnqueueBody {
-    /// The job's id (any non-empty text without NUL, up to 1,024 bytes).
-    pub(crate) id: String,
+    /// The job's id.
+    pub(crate) id: Name,
     /// Higher is claimed first (default 0).
+    #[schema(minimum = -9_223_372_036_854_775_808_i64, maximum = 9_223_372_036_854_775_807_i64)]
     pub(crate) priority: Option<i64>,
     /// Not claimable before this time (Unix seconds).
-    pub(crate) run_at: Option<f64>,
+    pub(crate) run_at: Option<Time>,
     /// How many leases `claims` may hand out (default 5).
+    #[schema(value_type = Option<i64>, minimum = 0, maximum = 4_294_967_295_i64)]
     pub(crate) max_attempts: Option<u32>,
-    /// The payload as UTF-8 text.
+    /// The payload as UTF-8 text: up to 1 MiB (1,048,576 bytes of UTF-8); one of `payload` and
+    /// `payload_base64`.
     pub(crate) payload: Option<String>,
-    /// The payload as base64 (for bytes that are not UTF-8).
-    pub payload_base64: Option<String>,
+    /// The payload as base64 (for bytes that are not UTF-8): up to 1 MiB once decoded.
+    #[schema(pattern = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$")]
+    pub(crate) payload_base64: Option<String>,
     /// When it was enqueued (Unix seconds), taken only by a server started to trust caller
     /// clocks; otherwise the server's clock says.
-    pub(crate) enqueued_at: Option<f64>,
+    pub(crate) enqueued_at: Option<Time>,
 }
 
-const ENQUEUE_FIELDS: [crate::input::Field; 7] = [
-    required("id", Kind::Text),
-    optional("priority", Kind::Integer),
-    optional("run_at", Kind::Number),
-    optional("max_attempts", Kind::Unsigned(u32::MAX as u64)),
-    optional("payload", Kind::Text),
-    optional("payload_base64", Kind::Text),
-    optional("enqueued_at", Kind::Number),
+/// The rules of a body that tie one field to another, which utoipa cannot declare on a type:
+/// each is the `not` of its component's schema in the document (so it is both documented and
+/// checked), and the handler refuses the same with a message of its own.
+pub(crate) const ACROSS_FIELDS: [(&str, &str); 3] = [
+    (
+        "EnqueueBody",
+        r#"{"required": ["payload", "payload_base64"], "description": "a payload is given as `payload` or as `payload_base64`, not both"}"#,
+    ),
+    (
+        "BatchJob",
+        r#"{"required": ["payload", "payload_base64"], "description": "a payload is given as `payload` or as `payload_base64`, not both"}"#,
+    ),
+    (
+        "FailBody",
+        r#"{"required": ["retry", "backoff"], "properties": {"retry": {"const": false}}, "description": "no `backoff` with `retry` false"}"#,
+    ),
 ];
 
 /// Whether the job was inserted (`false`: it existed, and nothing changed).
@@ -173,21 +180,18 @@ pub(crate) struct Inserted {
 
 /// When a job is enqueued: the server's clock, or (on a server that trusts caller clocks)
 /// the body's `enqueued_at`, if any.
-fn enqueue_time(app: &App, given: Option<f64>) -> Result<Option<Timestamp>, Problem> {
+fn enqueue_time(app: &App, given: Option<&Time>) -> Result<Option<Timestamp>, Problem> {
     if app.config.client_clock {
-        given
-            .map(Timestamp::new)
-            .transpose()
-            .map_err(|_| Problem::invalid("field `enqueued_at` must be a finite number"))
+        given.map(|t| t.at("enqueued_at")).transpose()
     } else {
         now(app, None).map(Some)
     }
 }
 
-/// A job to enqueue, enqueued at `enqueued` (see [`enqueue_time`]).
+/// A job to enqueue, in `queue`.
 fn spec(app: &App, queue: &QueueName, body: EnqueueBody) -> Result<(JobId, EnqueueSpec), Problem> {
-    let enqueued = enqueue_time(app, body.enqueued_at)?;
-    let id = JobId::new(body.id).map_err(|e| bad_value("id", &e))?;
+    let enqueued = enqueue_time(app, body.enqueued_at.as_ref())?;
+    let id = body.id.job()?;
     let bytes = match (body.payload, body.payload_base64) {
         (Some(_), Some(_)) => {
             return Err(Problem::invalid(
@@ -196,7 +200,7 @@ fn spec(app: &App, queue: &QueueName, body: EnqueueBody) -> Result<(JobId, Enque
         }
         (Some(text), None) => Some(text.into_bytes()),
         (None, Some(encoded)) => Some(
-            STANDARD
+            LENIENT_BASE64
                 .decode(encoded.as_bytes())
                 .map_err(|_| Problem::invalid("field `payload_base64` is not valid base64"))?,
         ),
@@ -206,11 +210,7 @@ fn spec(app: &App, queue: &QueueName, body: EnqueueBody) -> Result<(JobId, Enque
         .map(|b| Payload::new(b, Payload::DEFAULT_LIMIT))
         .transpose()
         .map_err(|e| bad_value("payload", &e))?;
-    let run_at = body
-        .run_at
-        .map(Timestamp::new)
-        .transpose()
-        .map_err(|_| Problem::invalid("field `run_at` must be a finite number"))?;
+    let run_at = body.run_at.map(|t| t.at("run_at")).transpose()?;
     Ok((
         id,
         EnqueueSpec {
@@ -225,23 +225,26 @@ fn spec(app: &App, queue: &QueueName, body: EnqueueBody) -> Result<(JobId, Enque
 }
 
 #[utoipa::path(post, path = "/v1/queues/{queue}/jobs", tag = "queue",
-    params(("queue" = String, Path, description = "The queue, percent-encoded")),
+    params(("queue" = Name, Path, description = "The queue, percent-encoded")),
     request_body = EnqueueBody,
     responses(
-        (status = 201, description = "Inserted", body = Inserted),
+        (status = 201, description = "Inserted", body = Inserted, links(
+            ("claim" = (operation_id = "claim", parameters(("path.id" = "$request.body#/id")))),
+            ("claim_next" = (operation_id = "claim_next", parameters(("path.queue" = "$request.path.queue")))),
+            ("get_job" = (operation_id = "get_job", parameters(("path.id" = "$request.body#/id")))),
+            ("cancel" = (operation_id = "cancel", parameters(("path.id" = "$request.body#/id")))),
+        )),
         (status = 200, description = "The job existed; nothing changed", body = Inserted),
         (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
     ),
     security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn enqueue(
     State(app): AppState,
-    queue: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    Worker(_): Worker,
+    Param(queue): Param,
+    Checked(body): Checked<EnqueueBody>,
 ) -> Answer {
-    authenticate(&app, &headers, Scope::Worker).await?;
-    let body: EnqueueBody = json_body(&headers, body, &ENQUEUE_FIELDS, false)?;
-    let queue = queue_name(queue)?;
+    let queue = Name(queue).queue("queue")?;
     let (id, spec) = spec(&app, &queue, body)?;
     let inserted = app
         .store
@@ -256,15 +259,61 @@ pub(crate) async fn enqueue(
     } else {
         StatusCode::OK
     };
-    Ok(json_response(status, json!({ "inserted": inserted })))
+    Ok(json_response(status, Inserted { inserted }))
+}
+
+/// One job of a batch: as `POST /v1/queues/{queue}/jobs` takes one, and a queue of its own.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"id": "report-43", "queue": "mail", "priority": 1}))]
+pub(crate) struct BatchJob {
+    /// The job's queue (default: the path's).
+    pub(crate) queue: Option<Name>,
+    /// The job's id.
+    pub(crate) id: Name,
+    /// Higher is claimed first (default 0).
+    #[schema(minimum = -9_223_372_036_854_775_808_i64, maximum = 9_223_372_036_854_775_807_i64)]
+    pub(crate) priority: Option<i64>,
+    /// Not claimable before this time (Unix seconds).
+    pub(crate) run_at: Option<Time>,
+    /// How many leases `claims` may hand out (default 5).
+    #[schema(value_type = Option<i64>, minimum = 0, maximum = 4_294_967_295_i64)]
+    pub(crate) max_attempts: Option<u32>,
+    /// The payload as UTF-8 text: up to 1 MiB (1,048,576 bytes of UTF-8); one of `payload` and
+    /// `payload_base64`.
+    pub(crate) payload: Option<String>,
+    /// The payload as base64 (for bytes that are not UTF-8): up to 1 MiB once decoded.
+    #[schema(pattern = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$")]
+    pub(crate) payload_base64: Option<String>,
+    /// When it was enqueued, as `POST /v1/queues/{queue}/jobs` takes it.
+    pub(crate) enqueued_at: Option<Time>,
+}
+
+impl BatchJob {
+    /// Its own queue, if any, and the job as one enqueue takes it.
+    fn split(self) -> (Option<Name>, EnqueueBody) {
+        (
+            self.queue,
+            EnqueueBody {
+                id: self.id,
+                priority: self.priority,
+                run_at: self.run_at,
+                max_attempts: self.max_attempts,
+                payload: self.payload,
+                payload_base64: self.payload_base64,
+                enqueued_at: self.enqueued_at,
+            },
+        )
+    }
 }
 
 /// Enqueue many jobs in one transaction.
 #[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"jobs": [{"id": "report-43"}, {"id": "report-44", "queue": "mail"}]}))]
 pub(crate) struct EnqueueManyBody {
-    /// The jobs, each as `POST /v1/queues/{queue}/jobs` takes one, and an optional `queue`
-    /// of its own (default: the path's).
-    pub(crate) jobs: Vec<Value>,
+    /// The jobs.
+    pub(crate) jobs: Vec<BatchJob>,
 }
 
 /// For each job, in order, whether it was inserted.
@@ -275,7 +324,7 @@ pub(crate) struct InsertedMany {
 }
 
 #[utoipa::path(post, path = "/v1/queues/{queue}/jobs/batch", tag = "queue",
-    params(("queue" = String, Path, description = "The queue, percent-encoded")),
+    params(("queue" = Name, Path, description = "The queue, percent-encoded")),
     request_body = EnqueueManyBody,
     responses(
         (status = 200, description = "Stored, all or none", body = InsertedMany),
@@ -284,34 +333,17 @@ pub(crate) struct InsertedMany {
     security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn enqueue_many(
     State(app): AppState,
-    queue: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    Worker(_): Worker,
+    Param(queue): Param,
+    Checked(body): Checked<EnqueueManyBody>,
 ) -> Answer {
-    authenticate(&app, &headers, Scope::Worker).await?;
-    let fields = [crate::input::Field {
-        name: "jobs",
-        kind: Kind::Array,
-        required: true,
-    }];
-    let body: EnqueueManyBody = json_body(&headers, body, &fields, false)?;
-    let queue = queue_name(queue)?;
+    let queue = Name(queue).queue("queue")?;
     let mut jobs = Vec::with_capacity(body.jobs.len());
     for (n, job) in body.jobs.into_iter().enumerate() {
         let at = |p: Problem| Problem::invalid(format!("jobs[{n}]: {}", p.detail()));
-        let mut job = job;
-        let own_queue = match job.as_object_mut().and_then(|o| o.remove("queue")) {
-            None | Some(Value::Null) => None,
-            Some(Value::String(name)) => {
-                Some(QueueName::new(name).map_err(|e| at(bad_value("queue", &e)))?)
-            }
-            Some(_) => return Err(at(Problem::invalid("field `queue` must be a string"))),
-        };
-        crate::input::check_fields(&job, &ENQUEUE_FIELDS).map_err(at)?;
-        let job: EnqueueBody = serde_json::from_value(job).map_err(|_| {
-            Problem::invalid(format!("jobs[{n}]: a field has a value out of range"))
-        })?;
-        jobs.push(spec(&app, own_queue.as_ref().unwrap_or(&queue), job).map_err(at)?);
+        let (own, job) = job.split();
+        let own = own.map(|q| q.queue("queue")).transpose().map_err(at)?;
+        jobs.push(spec(&app, own.as_ref().unwrap_or(&queue), job).map_err(at)?);
     }
     let inserted = app
         .store
@@ -323,25 +355,26 @@ pub(crate) async fn enqueue_many(
             app.wake(spec.queue.as_str(), 1);
         }
     }
-    Ok(json_response(
-        StatusCode::OK,
-        json!({ "inserted": inserted }),
-    ))
+    Ok(json_response(StatusCode::OK, InsertedMany { inserted }))
 }
 
 /// Claim due jobs of a queue.
 #[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"ttl": 30, "limit": 1}))]
 pub(crate) struct ClaimBody {
-    /// How long each lease lasts, in seconds (> 0).
-    pub(crate) ttl: f64,
-    /// At most this many leases, 1-100 (default 1).
+    /// How long each lease lasts, in seconds.
+    pub(crate) ttl: Ttl,
+    /// At most this many leases (default 1).
+    #[schema(minimum = 1, maximum = 100)]
     pub(crate) limit: Option<u64>,
-    /// Wait up to this many seconds, 0-20 (default 0), for a job to come due.
+    /// Wait up to this many seconds (default 0) for a job to come due.
+    #[schema(minimum = 0, maximum = 20)]
     pub(crate) wait: Option<f64>,
     /// The owner to claim as: the key's principal (the default) or `principal/...`.
-    pub(crate) owner: Option<String>,
+    pub(crate) owner: Option<Name>,
     /// The caller's time, taken only by a server started to trust caller clocks.
-    pub(crate) now: Option<f64>,
+    pub(crate) now: Option<Time>,
 }
 
 /// One lease granted.
@@ -355,12 +388,34 @@ pub(crate) struct LeaseView {
     pub(crate) until: f64,
     /// Which attempt this is (1 for the first; 0 for a claim by id).
     pub(crate) attempt: u32,
-    /// The payload as text, when it is UTF-8.
-    pub(crate) payload: Option<String>,
-    /// The payload as base64, when it is not UTF-8.
-    pub payload_base64: Option<String>,
-    /// The lease's secret: send it as `Lease-Token` with every write. Shown once.
+    /// The job's payload, if it has one.
+    #[serde(flatten)]
+    pub(crate) payload: PayloadView,
+    /// The lease's secret: send it as `Lease-Token` with every write. Shown once; every lease
+    /// has its own.
     pub(crate) lease_token: String,
+}
+
+impl LeaseView {
+    fn of(lease: &Lease, token: &str) -> Self {
+        Self {
+            id: lease.job.as_str().to_owned(),
+            fence: lease.fence.get(),
+            until: lease.until.get(),
+            attempt: lease.attempt,
+            payload: PayloadView::of(lease.payload.as_deref()),
+            lease_token: token.to_owned(),
+        }
+    }
+
+    /// The views of `leases`, each with its own token.
+    fn all(leases: &[Lease], tokens: &[String]) -> Vec<Self> {
+        leases
+            .iter()
+            .zip(tokens)
+            .map(|(lease, token)| Self::of(lease, token))
+            .collect()
+    }
 }
 
 /// The leases granted (none when nothing came due within `wait`).
@@ -370,19 +425,9 @@ pub(crate) struct Leases {
     pub(crate) leases: Vec<LeaseView>,
 }
 
-fn lease_json(lease: &Lease, token: &str) -> Value {
-    let mut view = payload_fields(lease.payload.as_deref());
-    view.insert("id".into(), json!(lease.job.as_str()));
-    view.insert("fence".into(), json!(lease.fence.get()));
-    view.insert("until".into(), json!(lease.until.get()));
-    view.insert("attempt".into(), json!(lease.attempt));
-    view.insert("lease_token".into(), json!(token));
-    Value::Object(view)
-}
-
-fn claimant(caller: &Caller, owner: Option<String>) -> Result<Owner, Problem> {
+fn claimant(caller: &Caller, owner: Option<Name>) -> Result<Owner, Problem> {
     let owner = match owner {
-        Some(name) => Owner::new(name).map_err(|e| bad_value("owner", &e))?,
+        Some(name) => name.owner()?,
         None => caller.default_owner()?,
     };
     if !caller.may_act_as(&owner) {
@@ -412,42 +457,30 @@ fn new_token() -> Result<(String, lease_domain::TokenDigest), Problem> {
 }
 
 #[utoipa::path(post, path = "/v1/queues/{queue}/claims", tag = "queue",
-    params(("queue" = String, Path, description = "The queue, percent-encoded")),
+    params(("queue" = Name, Path, description = "The queue, percent-encoded")),
     request_body = ClaimBody,
     responses(
-        (status = 200, description = "The leases granted, possibly none", body = Leases),
+        (status = 200, description = "The leases granted, possibly none", body = Leases, links(
+            ("renew" = (operation_id = "renew", parameters(("path.id" = "$response.body#/leases/0/id"), ("header.Lease-Token" = "$response.body#/leases/0/lease_token")), request_body = json!({"fence": "$response.body#/leases/0/fence"}))),
+            ("complete" = (operation_id = "complete", parameters(("path.id" = "$response.body#/leases/0/id"), ("header.Lease-Token" = "$response.body#/leases/0/lease_token")), request_body = json!({"fence": "$response.body#/leases/0/fence"}))),
+            ("fail" = (operation_id = "fail", parameters(("path.id" = "$response.body#/leases/0/id"), ("header.Lease-Token" = "$response.body#/leases/0/lease_token")), request_body = json!({"fence": "$response.body#/leases/0/fence"}))),
+            ("release" = (operation_id = "release", parameters(("path.id" = "$response.body#/leases/0/id"), ("header.Lease-Token" = "$response.body#/leases/0/lease_token")), request_body = json!({"fence": "$response.body#/leases/0/fence"}))),
+            ("get_job" = (operation_id = "get_job", parameters(("path.id" = "$response.body#/leases/0/id")))),
+        )),
         (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
     ),
     security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn claim_next(
     State(app): AppState,
-    queue: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    Worker(caller): Worker,
+    Param(queue): Param,
+    Checked(body): Checked<ClaimBody>,
 ) -> Answer {
-    let caller = authenticate(&app, &headers, Scope::Worker).await?;
-    let fields = [
-        required("ttl", Kind::Number),
-        optional("limit", Kind::Unsigned(u64::MAX)),
-        optional("wait", Kind::Number),
-        optional("owner", Kind::Text),
-        optional("now", Kind::Number),
-    ];
-    let body: ClaimBody = json_body(&headers, body, &fields, false)?;
-    let queue = queue_name(queue)?;
-    let limit = body.limit.unwrap_or(1);
-    if !(1..=MAX_CLAIM_LIMIT).contains(&limit) {
-        return Err(Problem::invalid("field `limit` must be from 1 to 100"));
-    }
+    let queue = Name(queue).queue("queue")?;
+    let limit = usize::try_from(body.limit.unwrap_or(1)).unwrap_or(1);
     let wait = body.wait.unwrap_or(0.0);
-    if !(0.0..=MAX_WAIT).contains(&wait) {
-        return Err(Problem::invalid(
-            "field `wait` must be from 0 to 20 seconds",
-        ));
-    }
-    term(now(&app, body.now)?, body.ttl)?;
+    term(now(&app, body.now.as_ref())?, &body.ttl)?;
     let owner = claimant(&caller, body.owner)?;
-    let limit = usize::try_from(limit).unwrap_or(1);
     // A secret of its own for every lease the claim may grant.
     let (tokens, digests) = new_tokens(limit)?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(wait);
@@ -455,7 +488,12 @@ pub(crate) async fn claim_next(
     loop {
         let claim = ClaimNext {
             tokens: digests.clone(),
-            ..ClaimNext::new(&queue, &owner, term(now(&app, body.now)?, body.ttl)?, limit)
+            ..ClaimNext::new(
+                &queue,
+                &owner,
+                term(now(&app, body.now.as_ref())?, &body.ttl)?,
+                limit,
+            )
         };
         let leases = app
             .store
@@ -464,15 +502,8 @@ pub(crate) async fn claim_next(
             .map_err(|e| Problem::store(&e))?;
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         if !leases.is_empty() || left.is_zero() {
-            let leases: Vec<Value> = leases
-                .iter()
-                .zip(&tokens)
-                .map(|(l, token)| lease_json(l, token))
-                .collect();
-            return Ok(no_store(json_response(
-                StatusCode::OK,
-                json!({ "leases": leases }),
-            )));
+            let leases = LeaseView::all(&leases, &tokens);
+            return Ok(no_store(json_response(StatusCode::OK, Leases { leases })));
         }
         if waiting.is_none() {
             waiting = Some(app.waiters.join(queue.as_str()).ok_or_else(|| {
@@ -492,39 +523,37 @@ pub(crate) async fn claim_next(
 
 /// Claim one job by id.
 #[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"ttl": 30}))]
 pub(crate) struct ClaimOneBody {
-    /// How long the lease lasts, in seconds (> 0).
-    pub(crate) ttl: f64,
+    /// How long the lease lasts, in seconds.
+    pub(crate) ttl: Ttl,
     /// The owner to claim as: the key's principal (the default) or `principal/...`.
-    pub(crate) owner: Option<String>,
+    pub(crate) owner: Option<Name>,
     /// The caller's time, taken only by a server started to trust caller clocks.
-    pub(crate) now: Option<f64>,
+    pub(crate) now: Option<Time>,
 }
 
 #[utoipa::path(post, path = "/v1/jobs/{id}/claim", tag = "jobs",
-    params(("id" = String, Path, description = "The job id, percent-encoded")),
+    params(("id" = Name, Path, description = "The job id, percent-encoded")),
     request_body = ClaimOneBody,
     responses(
-        (status = 200, description = "The lease", body = LeaseView),
+        (status = 200, description = "The lease", body = LeaseView, links(
+            ("renew" = (operation_id = "renew", parameters(("path.id" = "$response.body#/id"), ("header.Lease-Token" = "$response.body#/lease_token")), request_body = json!({"fence": "$response.body#/fence"}))),
+            ("complete" = (operation_id = "complete", parameters(("path.id" = "$response.body#/id"), ("header.Lease-Token" = "$response.body#/lease_token")), request_body = json!({"fence": "$response.body#/fence"}))),
+        )),
         (status = "4XX", description = "Refused: 404 no such job, 409 live, done, cancelled, dead or not_due", body = ProblemBody, content_type = "application/problem+json"),
     ),
     security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn claim(
     State(app): AppState,
-    id: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    Worker(caller): Worker,
+    Param(id): Param,
+    Checked(body): Checked<ClaimOneBody>,
 ) -> Answer {
-    let caller = authenticate(&app, &headers, Scope::Worker).await?;
-    let fields = [
-        required("ttl", Kind::Number),
-        optional("owner", Kind::Text),
-        optional("now", Kind::Number),
-    ];
-    let body: ClaimOneBody = json_body(&headers, body, &fields, false)?;
-    let id = job_id(id)?;
-    let now = now(&app, body.now)?;
-    let term = term(now, body.ttl)?;
+    let id = Name(id).job()?;
+    let now = now(&app, body.now.as_ref())?;
+    let term = term(now, &body.ttl)?;
     let owner = claimant(&caller, body.owner)?;
     let (token, digest) = new_token()?;
     let term = term.with_token(digest);
@@ -549,7 +578,7 @@ pub(crate) async fn claim(
     };
     Ok(no_store(json_response(
         StatusCode::OK,
-        lease_json(&lease, &token),
+        LeaseView::of(&lease, &token),
     )))
 }
 
@@ -558,25 +587,18 @@ pub(crate) async fn claim(
 /// wrong one, expired): the key's principal and scope, the owner the request named, and the
 /// digest of its one `Lease-Token`. The server decides nothing of the job; it only refuses a
 /// named owner this key may never act as (`403`), which reads nothing.
-fn credential(
-    caller: &Caller,
-    headers: &HeaderMap,
-    named: Option<String>,
-) -> Result<Credential, Problem> {
-    let named = named
-        .map(Owner::new)
-        .transpose()
-        .map_err(|e| bad_value("owner", &e))?;
+fn credential(holder: Holder, named: Option<Name>) -> Result<Credential, Problem> {
+    let named = named.map(Name::owner).transpose()?;
     if let Some(owner) = &named {
-        if !caller.may_act_as(owner) {
-            return Err(caller.not_as_owner());
+        if !holder.caller.may_act_as(owner) {
+            return Err(holder.caller.not_as_owner());
         }
     }
     Ok(Credential {
-        principal: caller.principal.clone(),
-        scope: caller.scope,
+        principal: holder.caller.principal,
+        scope: holder.caller.scope,
         named,
-        token: crate::auth::lease_token(headers),
+        token: holder.token,
     })
 }
 
@@ -604,15 +626,17 @@ async fn holder_write<T: lease_ports::FromOutcome>(
 
 /// Renew a lease.
 #[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"fence": 1, "ttl": 30}))]
 pub(crate) struct RenewBody {
     /// The lease's fence.
-    pub(crate) fence: u64,
-    /// The new length from now, in seconds (> 0).
-    pub(crate) ttl: f64,
+    pub(crate) fence: FenceNo,
+    /// The new length from now, in seconds.
+    pub(crate) ttl: Ttl,
     /// Write as exactly this owner (default: any owner the key may act as).
-    pub(crate) owner: Option<String>,
+    pub(crate) owner: Option<Name>,
     /// The caller's time, taken only by a server started to trust caller clocks.
-    pub(crate) now: Option<f64>,
+    pub(crate) now: Option<Time>,
 }
 
 /// When the renewed lease ends.
@@ -622,10 +646,8 @@ pub(crate) struct Renewed {
     pub(crate) until: f64,
 }
 
-const FENCE: Kind = Kind::Unsigned(u64::MAX);
-
 #[utoipa::path(post, path = "/v1/jobs/{id}/renew", tag = "jobs",
-    params(("id" = String, Path, description = "The job id, percent-encoded"),
+    params(("id" = Name, Path, description = "The job id, percent-encoded"),
         ("Lease-Token" = String, Header, description = "The lease's token")),
     request_body = RenewBody,
     responses(
@@ -635,109 +657,160 @@ const FENCE: Kind = Kind::Unsigned(u64::MAX);
     security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn renew(
     State(app): AppState,
-    id: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    holder: Holder,
+    Param(id): Param,
+    Checked(body): Checked<RenewBody>,
 ) -> Answer {
-    let caller = authenticate_holder(&app, &headers).await?;
-    let fields = [
-        required("fence", FENCE),
-        required("ttl", Kind::Number),
-        optional("owner", Kind::Text),
-        optional("now", Kind::Number),
-    ];
-    let body: RenewBody = json_body(&headers, body, &fields, false)?;
-    let id = job_id(id)?;
-    let term = term(now(&app, body.now)?, body.ttl)?;
-    let fence = fence(body.fence)?;
-    let credential = credential(&caller, &headers, body.owner)?;
+    let id = Name(id).job()?;
+    let term = term(now(&app, body.now.as_ref())?, &body.ttl)?;
+    let fence = body.fence.fence()?;
+    let credential = credential(holder, body.owner)?;
     let renew = as_holder(credential, |owner| Command::Renew(owner, fence, term));
     holder_write::<WriteOutcome>(&app, &id, renew)
         .await?
         .map_err(|refused| Problem::refused_write(&refused))?;
     Ok(json_response(
         StatusCode::OK,
-        json!({ "until": term.until().get() }),
+        Renewed {
+            until: term.until().get(),
+        },
     ))
+}
+
+/// The next claim a completion carries, made in the completion's transaction.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"queue": "reports", "ttl": 30}))]
+pub(crate) struct NextClaim {
+    /// The queue to claim from.
+    pub(crate) queue: Name,
+    /// How long each lease lasts, in seconds.
+    pub(crate) ttl: Ttl,
+    /// At most this many leases (default 1).
+    #[schema(minimum = 1, maximum = 100)]
+    pub(crate) limit: Option<u64>,
 }
 
 /// Complete a job.
 #[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"fence": 1, "result": "stored at s3://reports/42"}))]
 pub(crate) struct CompleteBody {
     /// The lease's fence.
-    pub(crate) fence: u64,
+    pub(crate) fence: FenceNo,
     /// The result to store.
-    pub(crate) result: String,
+    pub(crate) result: Text,
     /// Write as exactly this owner (default: any owner the key may act as).
-    pub(crate) owner: Option<String>,
-    /// Also lease the next due jobs of `queue` (`{"queue", "ttl", "limit"?}`), in the same
-    /// transaction, as a claim would (as `owner`, else the key's principal): the answer is
-    /// then 200 with `ok`, the refusal's fields when the completion was refused (the claim is
-    /// made either way), and `leases`, each with a token of its own.
-    #[schema(value_type = Option<Object>)]
-    pub(crate) claim: Option<Value>,
+    pub(crate) owner: Option<Name>,
+    /// Also lease the next due jobs of a queue, in the same transaction, as a claim would (as
+    /// `owner`, else the key's principal): the answer is then 200 with `ok`, the refusal's
+    /// fields when the completion was refused (the claim is made either way), and `leases`,
+    /// each with a token of its own.
+    pub(crate) claim: Option<NextClaim>,
     /// The caller's time, taken only by a server started to trust caller clocks.
-    pub(crate) now: Option<f64>,
+    pub(crate) now: Option<Time>,
 }
 
-/// The job is done.
+/// The job is done; or, for a completion that carried a claim and was refused, `ok` false
+/// with the refusal's fields as a problem names them.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Completed {
-    /// Always `true`.
+    /// `true` when the result was stored.
     pub(crate) ok: bool,
     /// The fence the result was stored with.
-    pub(crate) result_fence: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) result_fence: Option<u64>,
+    /// With a `claim`: the leases it granted, possibly none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) leases: Option<Vec<LeaseView>>,
+    /// With `ok` false: why the completion was refused, as a problem's `reason`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) reason: Option<String>,
+    /// With `ok` false: the refusal in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) detail: Option<String>,
+    /// With `ok` false: the status the refusal has on its own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) status: Option<u16>,
+    /// With a `stale` refusal: the fence presented.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) presented_fence: Option<u64>,
+    /// With a `stale` refusal: the job's current fence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) current_fence: Option<u64>,
+}
+
+impl Completed {
+    fn stored(fence: lease_domain::Fence, leases: Option<Vec<LeaseView>>) -> Self {
+        Self {
+            ok: true,
+            result_fence: Some(fence.get()),
+            leases,
+            reason: None,
+            detail: None,
+            status: None,
+            presented_fence: None,
+            current_fence: None,
+        }
+    }
+
+    fn refused(refused: &lease_domain::WriteRefused, leases: Vec<LeaseView>) -> Self {
+        let problem = Problem::refused_write(refused);
+        let body = problem.body();
+        Self {
+            ok: false,
+            result_fence: None,
+            leases: Some(leases),
+            reason: Some(problem.reason().to_owned()),
+            detail: Some(problem.detail().to_owned()),
+            status: Some(problem.status().as_u16()),
+            presented_fence: body["presented_fence"].as_u64(),
+            current_fence: body["current_fence"].as_u64(),
+        }
+    }
 }
 
 #[utoipa::path(post, path = "/v1/jobs/{id}/complete", tag = "jobs",
-    params(("id" = String, Path, description = "The job id, percent-encoded"),
+    params(("id" = Name, Path, description = "The job id, percent-encoded"),
         ("Lease-Token" = String, Header, description = "The lease's token")),
     request_body = CompleteBody,
     responses(
-        (status = 200, description = "Stored", body = Completed),
+        (status = 200, description = "Stored (or, with a claim, refused and the claim made)", body = Completed),
         (status = "4XX", description = "Refused: 404, 409 stale/done/cancelled/dead/not_owner/expired, 400 no token, 403 wrong token", body = ProblemBody, content_type = "application/problem+json"),
     ),
     security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn complete(
     State(app): AppState,
-    id: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    holder: Holder,
+    Param(id): Param,
+    Checked(body): Checked<CompleteBody>,
 ) -> Answer {
-    let caller = authenticate_holder(&app, &headers).await?;
-    let fields = [
-        required("fence", FENCE),
-        required("result", Kind::Text),
-        optional("owner", Kind::Text),
-        optional("claim", Kind::Object),
-        optional("now", Kind::Number),
-    ];
-    let body: CompleteBody = json_body(&headers, body, &fields, false)?;
-    let id = job_id(id)?;
-    let now = now(&app, body.now)?;
-    let result = JobResult::new(body.result).map_err(|e| bad_value("result", &e))?;
-    let next = body.claim.map(next_claim).transpose()?;
-    let fence = fence(body.fence)?;
-    let credential = credential(&caller, &headers, body.owner)?;
+    let id = Name(id).job()?;
+    let now = now(&app, body.now.as_ref())?;
+    let result = JobResult::new(body.result.0).map_err(|e| bad_value("result", &e))?;
+    let fence = body.fence.fence()?;
+    let credential = credential(holder, body.owner)?;
     let claimant = credential.writer();
     let complete = as_holder(credential, |owner| {
         Command::Complete(owner, fence, now, result)
     });
-    let Some((queue, ttl, limit)) = next else {
+    let Some(next) = body.claim else {
         holder_write::<WriteOutcome>(&app, &id, complete)
             .await?
             .map_err(|refused| Problem::refused_write(&refused))?;
         return Ok(json_response(
             StatusCode::OK,
-            json!({ "ok": true, "result_fence": fence.get() }),
+            Completed::stored(fence, None),
         ));
     };
     // The completion and the next claim in one transaction, the claim as the owner that
     // completes (the one the request named, else the key's principal); a token per lease.
+    let queue = next.queue.queue("claim.queue")?;
+    let limit = usize::try_from(next.limit.unwrap_or(1)).unwrap_or(1);
     let (tokens, digests) = new_tokens(limit)?;
     let claim = ClaimNext {
         tokens: digests,
-        ..ClaimNext::new(&queue, &claimant, term(now, ttl)?, limit)
+        ..ClaimNext::new(&queue, &claimant, term(now, &next.ttl)?, limit)
     };
     let applied = app
         .store
@@ -746,78 +819,55 @@ pub(crate) async fn complete(
         .map_err(|e| Problem::store(&e))?;
     let completed: WriteOutcome =
         lease_ports::outcome_as(applied.outcome).map_err(|e| Problem::store(&e))?;
-    let leases: Vec<Value> = applied
+    let leases = applied
         .claimed
         .unwrap_or_else(|| Ok(Vec::new()))
-        .map_err(|e| Problem::store(&e))?
-        .iter()
-        .zip(&tokens)
-        .map(|(l, token)| lease_json(l, token))
-        .collect();
+        .map_err(|e| Problem::store(&e))?;
+    let leases = LeaseView::all(&leases, &tokens);
     let answer = match completed {
-        Ok(()) => json!({ "ok": true, "result_fence": fence.get(), "leases": leases }),
-        Err(refused) => {
-            let mut refusal = Problem::refused_write(&refused).body();
-            refusal["leases"] = json!(leases);
-            refusal["ok"] = json!(false);
-            refusal
-        }
+        Ok(()) => Completed::stored(fence, Some(leases)),
+        Err(refused) => Completed::refused(&refused, leases),
     };
     Ok(no_store(json_response(StatusCode::OK, answer)))
 }
 
-/// The next claim a completion may carry: the queue, the ttl and how many (1-100).
-fn next_claim(claim: Value) -> Result<(QueueName, f64, usize), Problem> {
-    let fields = [
-        required("queue", Kind::Text),
-        required("ttl", Kind::Number),
-        optional("limit", Kind::Unsigned(MAX_CLAIM_LIMIT)),
-    ];
-    crate::input::check_fields(&claim, &fields)
-        .map_err(|p| Problem::invalid(format!("claim: {}", p.detail())))?;
-    let queue = QueueName::new(claim["queue"].as_str().unwrap_or_default())
-        .map_err(|e| bad_value("claim.queue", &e))?;
-    let ttl = claim["ttl"].as_f64().unwrap_or(0.0);
-    if ttl <= 0.0 {
-        return Err(Problem::invalid("field `claim.ttl` must be greater than 0"));
-    }
-    let limit = claim["limit"].as_u64().unwrap_or(1);
-    if limit == 0 {
-        return Err(Problem::invalid(
-            "field `claim.limit` must be from 1 to 100",
-        ));
-    }
-    Ok((queue, ttl, usize::try_from(limit).unwrap_or(1)))
-}
-
 /// Report a failure.
 #[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"fence": 1, "error": "the upstream timed out"}))]
 pub(crate) struct FailBody {
     /// The lease's fence.
-    pub(crate) fence: u64,
+    pub(crate) fence: FenceNo,
     /// What went wrong.
-    pub(crate) error: String,
+    pub(crate) error: Text,
     /// Write as exactly this owner (default: any owner the key may act as).
-    pub(crate) owner: Option<String>,
-    /// `false`: straight to dead, whatever attempts are left (default `true`).
+    pub(crate) owner: Option<Name>,
+    /// `false`: straight to dead, whatever attempts are left (default `true`); then no
+    /// `backoff`.
     pub(crate) retry: Option<bool>,
     /// The backoff before the retry (default: 1 s, doubling, at most 1 h, up to 25% shorter).
     pub(crate) backoff: Option<BackoffBody>,
     /// The caller's time, taken only by a server started to trust caller clocks.
-    pub(crate) now: Option<f64>,
+    pub(crate) now: Option<Time>,
 }
 
 /// The backoff before a retry: `base * factor^(attempt-1)` seconds, at most `max`, up to
-/// `jitter` (0-1) shorter.
+/// `jitter` shorter.
 #[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"base": 1, "factor": 2, "max": 3600, "jitter": 0.25}))]
 pub(crate) struct BackoffBody {
-    /// Seconds before the first retry (> 0).
+    /// Seconds before the first retry.
+    #[schema(exclusive_minimum = 0, maximum = 1_000_000_000_000_i64)]
     pub(crate) base: f64,
-    /// Growth per attempt (>= 1).
+    /// Growth per attempt.
+    #[schema(minimum = 1, maximum = 1_000_000_i64)]
     pub(crate) factor: f64,
-    /// The longest delay, in seconds (> 0).
+    /// The longest delay, in seconds.
+    #[schema(exclusive_minimum = 0, maximum = 1_000_000_000_000_i64)]
     pub(crate) max: f64,
-    /// How much shorter a delay may be, 0-1.
+    /// How much shorter a delay may be.
+    #[schema(minimum = 0, maximum = 1)]
     pub(crate) jitter: f64,
 }
 
@@ -831,7 +881,7 @@ pub(crate) struct FailedView {
 }
 
 #[utoipa::path(post, path = "/v1/jobs/{id}/fail", tag = "jobs",
-    params(("id" = String, Path, description = "The job id, percent-encoded"),
+    params(("id" = Name, Path, description = "The job id, percent-encoded"),
         ("Lease-Token" = String, Header, description = "The lease's token")),
     request_body = FailBody,
     responses(
@@ -841,23 +891,13 @@ pub(crate) struct FailedView {
     security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn fail(
     State(app): AppState,
-    id: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    holder: Holder,
+    Param(id): Param,
+    Checked(body): Checked<FailBody>,
 ) -> Answer {
-    let caller = authenticate_holder(&app, &headers).await?;
-    let fields = [
-        required("fence", FENCE),
-        required("error", Kind::Text),
-        optional("owner", Kind::Text),
-        optional("retry", Kind::Bool),
-        optional("backoff", Kind::Object),
-        optional("now", Kind::Number),
-    ];
-    let body: FailBody = json_body(&headers, body, &fields, false)?;
-    let id = job_id(id)?;
-    let now = now(&app, body.now)?;
-    let error = ErrorText::new(body.error).map_err(|e| bad_value("error", &e))?;
+    let id = Name(id).job()?;
+    let now = now(&app, body.now.as_ref())?;
+    let error = ErrorText::new(body.error.0).map_err(|e| bad_value("error", &e))?;
     let retry = match (body.retry, body.backoff) {
         (Some(false), Some(_)) => {
             return Err(Problem::invalid(
@@ -867,15 +907,12 @@ pub(crate) async fn fail(
         (Some(false), None) => Retry::No,
         (_, None) => Retry::default(),
         (_, Some(b)) => Retry::Backoff(
-            lease_domain::Backoff::new(b.base, b.factor, b.max, b.jitter).map_err(|_| {
-                Problem::invalid(
-                    "field `backoff` needs base and max > 0, factor >= 1 and jitter from 0 to 1",
-                )
-            })?,
+            lease_domain::Backoff::new(b.base, b.factor, b.max, b.jitter)
+                .map_err(|e| bad_value("backoff", &e))?,
         ),
     };
-    let fence = fence(body.fence)?;
-    let credential = credential(&caller, &headers, body.owner)?;
+    let fence = body.fence.fence()?;
+    let credential = credential(holder, body.owner)?;
     let fail = as_holder(credential, |owner| {
         Command::Fail(owner, fence, now, error, retry)
     });
@@ -884,17 +921,22 @@ pub(crate) async fn fail(
         .map_err(|refused| Problem::refused_write(&refused))?;
     Ok(json_response(
         StatusCode::OK,
-        json!({ "state": failed.status.as_str(), "run_at": failed.run_at.map(Timestamp::get) }),
+        FailedView {
+            state: failed.status.as_str().to_owned(),
+            run_at: failed.run_at.map(Timestamp::get),
+        },
     ))
 }
 
 /// Give a lease back.
 #[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"fence": 1}))]
 pub(crate) struct ReleaseBody {
     /// The lease's fence.
-    pub(crate) fence: u64,
+    pub(crate) fence: FenceNo,
     /// Write as exactly this owner (default: any owner the key may act as).
-    pub(crate) owner: Option<String>,
+    pub(crate) owner: Option<Name>,
 }
 
 /// Done.
@@ -905,7 +947,7 @@ pub(crate) struct OkBody {
 }
 
 #[utoipa::path(post, path = "/v1/jobs/{id}/release", tag = "jobs",
-    params(("id" = String, Path, description = "The job id, percent-encoded"),
+    params(("id" = Name, Path, description = "The job id, percent-encoded"),
         ("Lease-Token" = String, Header, description = "The lease's token")),
     request_body = ReleaseBody,
     responses(
@@ -915,21 +957,18 @@ pub(crate) struct OkBody {
     security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn release(
     State(app): AppState,
-    id: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    holder: Holder,
+    Param(id): Param,
+    Checked(body): Checked<ReleaseBody>,
 ) -> Answer {
-    let caller = authenticate_holder(&app, &headers).await?;
-    let fields = [required("fence", FENCE), optional("owner", Kind::Text)];
-    let body: ReleaseBody = json_body(&headers, body, &fields, false)?;
-    let id = job_id(id)?;
-    let fence = fence(body.fence)?;
-    let credential = credential(&caller, &headers, body.owner)?;
+    let id = Name(id).job()?;
+    let fence = body.fence.fence()?;
+    let credential = credential(holder, body.owner)?;
     let release = as_holder(credential, |owner| Command::Release(owner, fence));
     holder_write::<WriteOutcome>(&app, &id, release)
         .await?
         .map_err(|refused| Problem::refused_write(&refused))?;
-    Ok(json_response(StatusCode::OK, json!({ "ok": true })))
+    Ok(json_response(StatusCode::OK, OkBody { ok: true }))
 }
 
 /// A job's record, without its lease token.
@@ -940,7 +979,7 @@ pub(crate) struct JobView {
     /// The queue.
     pub(crate) queue: String,
     /// pending, running, done, dead or cancelled, now.
-    pub(crate) status: String,
+    pub(crate) status: StatusName,
     /// The holder (or last holder) of the lease.
     pub(crate) owner: Option<String>,
     /// The lease is live until then.
@@ -967,55 +1006,45 @@ pub(crate) struct JobView {
     pub(crate) ended: Option<String>,
     /// When a queue rule last changed the job.
     pub(crate) updated: Option<f64>,
-    /// The payload as text, when it is UTF-8.
-    pub(crate) payload: Option<String>,
-    /// The payload as base64, when it is not UTF-8.
-    pub payload_base64: Option<String>,
+    /// The job's payload, if it has one.
+    #[serde(flatten)]
+    pub(crate) payload: PayloadView,
 }
 
-fn job_json(record: &JobRecord, now: Timestamp) -> Value {
-    let job = &record.job;
-    let mut view = serde_json::Map::new();
-    view.insert("id".into(), json!(record.id.as_str()));
-    view.insert("queue".into(), json!(job.queue.as_str()));
-    view.insert("status".into(), json!(job.status_at(now).as_str()));
-    view.insert("owner".into(), json!(job.owner.as_ref().map(Owner::as_str)));
-    view.insert("until".into(), json!(job.until.get()));
-    view.insert("fence".into(), json!(job.fence.get()));
-    view.insert("done".into(), json!(job.done));
-    view.insert("result".into(), json!(job.result));
-    view.insert(
-        "result_fence".into(),
-        json!(job.result_fence.map(Fence::get)),
-    );
-    view.insert("priority".into(), json!(job.priority));
-    view.insert("run_at".into(), json!(job.run_at.map(Timestamp::get)));
-    view.insert("attempts".into(), json!(job.attempts));
-    view.insert("max_attempts".into(), json!(job.max_attempts));
-    view.insert("error".into(), json!(job.error));
-    view.insert(
-        "ended".into(),
-        json!(job.ended.map(lease_domain::Ended::as_str)),
-    );
-    view.insert("updated".into(), json!(job.updated.map(Timestamp::get)));
-    view.extend(payload_fields(job.payload.as_deref()));
-    Value::Object(view)
+impl JobView {
+    fn of(record: &JobRecord, now: Timestamp) -> Self {
+        let job = &record.job;
+        Self {
+            id: record.id.as_str().to_owned(),
+            queue: job.queue.as_str().to_owned(),
+            status: StatusName::of(job.status_at(now)),
+            owner: job.owner.as_ref().map(|o| o.as_str().to_owned()),
+            until: job.until.get(),
+            fence: job.fence.get(),
+            done: job.done,
+            result: job.result.clone(),
+            result_fence: job.result_fence.map(lease_domain::Fence::get),
+            priority: job.priority,
+            run_at: job.run_at.map(Timestamp::get),
+            attempts: job.attempts,
+            max_attempts: job.max_attempts,
+            error: job.error.clone(),
+            ended: job.ended.map(|e| e.as_str().to_owned()),
+            updated: job.updated.map(Timestamp::get),
+            payload: PayloadView::of(job.payload.as_deref()),
+        }
+    }
 }
 
 #[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs",
-    params(("id" = String, Path, description = "The job id, percent-encoded")),
+    params(("id" = Name, Path, description = "The job id, percent-encoded")),
     responses(
         (status = 200, description = "The job", body = JobView),
         (status = "4XX", description = "404 no such job", body = ProblemBody, content_type = "application/problem+json"),
     ),
     security(("api_key" = []), ("session" = [])))]
-pub(crate) async fn get_job(
-    State(app): AppState,
-    id: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-) -> Answer {
-    authenticate(&app, &headers, Scope::Viewer).await?;
-    let id = job_id(id)?;
+pub(crate) async fn get_job(State(app): AppState, _: Viewer, Param(id): Param) -> Answer {
+    let id = Name(id).job()?;
     let record = app
         .store
         .record(&id)
@@ -1024,7 +1053,7 @@ pub(crate) async fn get_job(
         .ok_or_else(Problem::no_such_job)?;
     Ok(json_response(
         StatusCode::OK,
-        job_json(&record, (app.config.clock)()),
+        JobView::of(&record, (app.config.clock)()),
     ))
 }
 
@@ -1033,14 +1062,19 @@ pub(crate) async fn get_job(
 #[into_params(parameter_in = Query)]
 pub(crate) struct ListQuery {
     /// Only this queue.
+    #[param(value_type = Option<Name>)]
     pub(crate) queue: Option<String>,
-    /// Only this status: pending, running, done, dead or cancelled.
+    /// Only this status.
+    #[param(value_type = Option<StatusName>)]
     pub(crate) status: Option<String>,
-    /// At most this many, 1-1000 (default 50).
+    /// At most this many (default 50).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
     pub(crate) limit: Option<String>,
     /// Only jobs whose id comes after this one (the `next` of the page before).
+    #[param(value_type = Option<Name>)]
     pub(crate) after: Option<String>,
     /// The time statuses are judged at, taken only by a server that trusts caller clocks.
+    #[param(value_type = Option<Time>)]
     pub(crate) now: Option<String>,
 }
 
@@ -1061,36 +1095,24 @@ pub(crate) struct JobPage {
     security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn list_jobs(
     State(app): AppState,
-    query: Result<Query<ListQuery>, QueryRejection>,
-    headers: HeaderMap,
+    _: Viewer,
+    Params: Params,
+    listed: Result<Query<ListQuery>, QueryRejection>,
 ) -> Answer {
-    authenticate(&app, &headers, Scope::Viewer).await?;
-    let Query(query) =
-        query.map_err(|_| Problem::malformed("the query string could not be read"))?;
-    let limit = page_limit(query.limit.as_deref(), 50)?;
+    let listed = query(listed)?;
+    let limit = count(listed.limit.as_deref(), "limit", 50)?;
+    let status = listed
+        .status
+        .as_deref()
+        .map(Status::parse)
+        .transpose()
+        .map_err(|_| Problem::invalid("parameter `status` is not a status"))?;
     let filter = ListFilter {
-        queue: query
-            .queue
-            .map(QueueName::new)
-            .transpose()
-            .map_err(|e| bad_value("queue", &e))?,
-        status: query
-            .status
-            .as_deref()
-            .map(Status::parse)
-            .transpose()
-            .map_err(|_| {
-                Problem::invalid(
-                    "parameter `status` must be one of pending, running, done, dead or cancelled",
-                )
-            })?,
+        queue: listed.queue.map(|q| Name(q).queue("queue")).transpose()?,
+        status,
         limit,
-        after: query
-            .after
-            .map(JobId::new)
-            .transpose()
-            .map_err(|e| bad_value("after", &e))?,
-        now: now(&app, query_time(query.now.as_deref(), "now")?)?,
+        after: listed.after.map(|a| Name(a).job()).transpose()?,
+        now: query_now(&app, listed.now.as_deref())?,
     };
     let records = app
         .store
@@ -1102,31 +1124,23 @@ pub(crate) async fn list_jobs(
     } else {
         None
     };
-    let jobs: Vec<Value> = records.iter().map(|r| job_json(r, filter.now)).collect();
-    Ok(json_response(
-        StatusCode::OK,
-        json!({ "jobs": jobs, "next": next }),
-    ))
+    let jobs = records.iter().map(|r| JobView::of(r, filter.now)).collect();
+    Ok(json_response(StatusCode::OK, JobPage { jobs, next }))
 }
 
-/// The body of cancel and retry: empty, `{}`, or the caller's time on a server that trusts
-/// caller clocks.
-#[derive(Debug, Deserialize)]
-struct AdminBody {
-    now: Option<f64>,
+/// The body of cancel and retry: empty or `{}` (or the caller's time, on a server that trusts
+/// caller clocks).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({}))]
+pub(crate) struct AdminBody {
+    /// The caller's time, taken only by a server started to trust caller clocks.
+    pub(crate) now: Option<Time>,
 }
 
-async fn admin_write(
-    app: &App,
-    id: Result<Path<String>, PathRejection>,
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-    retry: bool,
-) -> Answer {
-    authenticate(app, headers, Scope::Admin).await?;
-    let body: AdminBody = json_body(headers, body, &[optional("now", Kind::Number)], true)?;
-    let id = job_id(id)?;
-    let now = now(app, body.now)?;
+async fn admin_write(app: &App, id: String, body: AdminBody, retry: bool) -> Answer {
+    let id = Name(id).job()?;
+    let now = now(app, body.now.as_ref())?;
     let outcome = if retry {
         app.store.retry(&id, now).await
     } else {
@@ -1145,29 +1159,31 @@ async fn admin_write(
             app.wake(record.job.queue.as_str(), 1);
         }
     }
-    Ok(json_response(StatusCode::OK, json!({ "ok": true })))
+    Ok(json_response(StatusCode::OK, OkBody { ok: true }))
 }
 
 #[utoipa::path(post, path = "/v1/jobs/{id}/cancel", tag = "admin",
-    params(("id" = String, Path, description = "The job id, percent-encoded")),
-    request_body(content = Option<Object>, description = "Empty, or {}"),
+    params(("id" = Name, Path, description = "The job id, percent-encoded")),
+    request_body(content = Option<AdminBody>, description = "Empty, or {}"),
     responses(
-        (status = 200, description = "Cancelled: its holder's writes are refused from now on", body = OkBody),
+        (status = 200, description = "Cancelled: its holder's writes are refused from now on", body = OkBody, links(
+            ("retry" = (operation_id = "retry", parameters(("path.id" = "$request.path.id")))),
+        )),
         (status = "4XX", description = "Refused: 404, 409 done/cancelled/dead", body = ProblemBody, content_type = "application/problem+json"),
     ),
     security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn cancel(
     State(app): AppState,
-    id: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    _: Admin,
+    Param(id): Param,
+    Checked(body): Checked<AdminBody>,
 ) -> Answer {
-    admin_write(&app, id, &headers, body, false).await
+    admin_write(&app, id, body, false).await
 }
 
 #[utoipa::path(post, path = "/v1/jobs/{id}/retry", tag = "admin",
-    params(("id" = String, Path, description = "The job id, percent-encoded")),
-    request_body(content = Option<Object>, description = "Empty, or {}"),
+    params(("id" = Name, Path, description = "The job id, percent-encoded")),
+    request_body(content = Option<AdminBody>, description = "Empty, or {}"),
     responses(
         (status = 200, description = "Pending again; its fence goes on", body = OkBody),
         (status = "4XX", description = "Refused: 404, 409 done/live", body = ProblemBody, content_type = "application/problem+json"),
@@ -1175,20 +1191,23 @@ pub(crate) async fn cancel(
     security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn retry(
     State(app): AppState,
-    id: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    _: Admin,
+    Param(id): Param,
+    Checked(body): Checked<AdminBody>,
 ) -> Answer {
-    admin_write(&app, id, &headers, body, true).await
+    admin_write(&app, id, body, true).await
 }
 
 /// Purge finished jobs.
 #[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"before": 1700000000, "statuses": ["done"]}))]
 pub(crate) struct PurgeBody {
     /// Only jobs last changed before this time (Unix seconds).
-    pub(crate) before: f64,
-    /// Only these statuses (default: done, dead and cancelled).
-    pub(crate) statuses: Option<Vec<String>>,
+    pub(crate) before: Time,
+    /// Only these statuses (default: done, dead and cancelled); pending and running jobs are
+    /// never purged.
+    pub(crate) statuses: Option<Vec<StatusName>>,
 }
 
 /// How many jobs were purged.
@@ -1206,33 +1225,21 @@ pub(crate) struct Purged {
     security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn purge(
     State(app): AppState,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    _: Admin,
+    Checked(body): Checked<PurgeBody>,
 ) -> Answer {
-    authenticate(&app, &headers, Scope::Admin).await?;
-    let fields = [
-        required("before", Kind::Number),
-        optional("statuses", Kind::Array),
-    ];
-    let body: PurgeBody = json_body(&headers, body, &fields, false)?;
-    let before = Timestamp::new(body.before)
-        .map_err(|_| Problem::invalid("field `before` must be a finite number"))?;
-    let statuses = match body.statuses {
-        None => vec![Status::Done, Status::Dead, Status::Cancelled],
-        Some(names) => names
-            .iter()
-            .map(|n| Status::parse(n))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| Problem::invalid("field `statuses` holds a name that is not a status"))?,
-    };
+    let before = body.before.at("before")?;
+    let statuses = body.statuses.map_or_else(
+        || vec![Status::Done, Status::Dead, Status::Cancelled],
+        |names| names.into_iter().map(StatusName::status).collect(),
+    );
     let purged = app
         .store
         .purge(before, &statuses)
         .await
         .map_err(|e| Problem::store(&e))?;
-    Ok(json_response(StatusCode::OK, json!({ "purged": purged })))
+    Ok(json_response(StatusCode::OK, Purged { purged }))
 }
-
 /// Counts of jobs by queue and status.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Stats {
@@ -1246,6 +1253,7 @@ pub(crate) struct Stats {
 #[into_params(parameter_in = Query)]
 pub(crate) struct StatsQuery {
     /// The time statuses are judged at, taken only by a server that trusts caller clocks.
+    #[param(value_type = Option<Time>)]
     pub(crate) now: Option<String>,
 }
 
@@ -1257,13 +1265,11 @@ pub(crate) struct StatsQuery {
     security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn stats(
     State(app): AppState,
-    query: Result<Query<StatsQuery>, QueryRejection>,
-    headers: HeaderMap,
+    _: Viewer,
+    Params: Params,
+    asked: Result<Query<StatsQuery>, QueryRejection>,
 ) -> Answer {
-    authenticate(&app, &headers, Scope::Viewer).await?;
-    let Query(query) =
-        query.map_err(|_| Problem::malformed("the query string could not be read"))?;
-    let now = now(&app, query_time(query.now.as_deref(), "now")?)?;
+    let now = query_now(&app, query(asked)?.now.as_deref())?;
     Ok(json_response(StatusCode::OK, stats_body(&app, now).await?))
 }
 
@@ -1281,9 +1287,11 @@ pub(crate) async fn stats_body(app: &App, now: Timestamp) -> Result<Value, Probl
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct ActivityQuery {
-    /// How many minutes, the current one last (1-1440, default 60).
+    /// How many minutes, the current one last (default 60).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1440)]
     pub(crate) minutes: Option<String>,
     /// The time to count back from, taken only by a server that trusts caller clocks.
+    #[param(value_type = Option<Time>)]
     pub(crate) now: Option<String>,
 }
 
@@ -1299,8 +1307,6 @@ pub(crate) struct Activity {
     pub(crate) queues: Value,
 }
 
-const MAX_ACTIVITY_MINUTES: usize = 1440;
-
 #[utoipa::path(get, path = "/v1/activity", tag = "queue", params(ActivityQuery),
     responses(
         (status = 200, description = "Completions (done jobs by their completion time) and refused writes (from the audit trail, in their job's queue) per minute", body = Activity),
@@ -1309,19 +1315,13 @@ const MAX_ACTIVITY_MINUTES: usize = 1440;
     security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn activity(
     State(app): AppState,
-    query: Result<Query<ActivityQuery>, QueryRejection>,
-    headers: HeaderMap,
+    _: Viewer,
+    Params: Params,
+    asked: Result<Query<ActivityQuery>, QueryRejection>,
 ) -> Answer {
-    authenticate(&app, &headers, Scope::Viewer).await?;
-    let Query(query) =
-        query.map_err(|_| Problem::malformed("the query string could not be read"))?;
-    let minutes = count_param(
-        query.minutes.as_deref(),
-        "minutes",
-        60,
-        MAX_ACTIVITY_MINUTES,
-    )?;
-    let now = now(&app, query_time(query.now.as_deref(), "now")?)?;
+    let asked = query(asked)?;
+    let minutes = count(asked.minutes.as_deref(), "minutes", 60)?;
+    let now = query_now(&app, asked.now.as_deref())?;
     Ok(json_response(
         StatusCode::OK,
         activity_body(&app, now, minutes).await?,
@@ -1351,10 +1351,13 @@ pub(crate) async fn activity_body(
 #[into_params(parameter_in = Query)]
 pub(crate) struct RefusalsQuery {
     /// Only refusals at or after this time (Unix seconds).
+    #[param(value_type = Option<Time>)]
     pub(crate) since: Option<String>,
-    /// At most this many, the newest (1-1000, default 100).
+    /// At most this many, the newest (default 100).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
     pub(crate) limit: Option<String>,
     /// Only this job.
+    #[param(value_type = Option<Name>)]
     pub(crate) job: Option<String>,
 }
 
@@ -1394,22 +1397,22 @@ pub(crate) struct Refusals {
     security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn refusals(
     State(app): AppState,
-    query: Result<Query<RefusalsQuery>, QueryRejection>,
-    headers: HeaderMap,
+    _: Viewer,
+    Params: Params,
+    asked: Result<Query<RefusalsQuery>, QueryRejection>,
 ) -> Answer {
-    authenticate(&app, &headers, Scope::Viewer).await?;
-    let Query(query) =
-        query.map_err(|_| Problem::malformed("the query string could not be read"))?;
-    let limit = page_limit(query.limit.as_deref(), 100)?;
-    let since = query_time(query.since.as_deref(), "since")?
-        .map(Timestamp::new)
-        .transpose()
-        .map_err(|_| Problem::invalid("parameter `since` must be a finite number"))?;
-    let job = query
-        .job
-        .map(JobId::new)
-        .transpose()
-        .map_err(|e| bad_value("job", &e))?;
+    let asked = query(asked)?;
+    let limit = count(asked.limit.as_deref(), "limit", 100)?;
+    let since = asked
+        .since
+        .map(|t| {
+            t.parse::<f64>()
+                .ok()
+                .and_then(|t| Timestamp::new(t).ok())
+                .ok_or_else(|| Problem::invalid("parameter `since` must be a number"))
+        })
+        .transpose()?;
+    let job = asked.job.map(|j| Name(j).job()).transpose()?;
     let rows = app
         .store
         .refusals(&AuditFilter { job, since, limit })
@@ -1454,8 +1457,7 @@ pub(crate) async fn healthz(State(app): AppState) -> Response {
         (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
     ),
     security(("api_key" = []), ("session" = [])))]
-pub(crate) async fn metrics(State(app): AppState, headers: HeaderMap) -> Answer {
-    authenticate(&app, &headers, Scope::Viewer).await?;
+pub(crate) async fn metrics(State(app): AppState, _: Viewer) -> Answer {
     let text = app
         .config
         .metrics

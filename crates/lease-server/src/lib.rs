@@ -10,7 +10,10 @@
 
 mod api;
 mod auth;
-pub mod input;
+mod contract;
+mod extract;
+mod fields;
+mod input;
 mod limits;
 pub mod problem;
 pub mod secrets;
@@ -164,6 +167,8 @@ pub(crate) struct App {
     /// enqueues wake waiters through the signal only, so one job wakes one waiter, not two).
     pub(crate) signalled: std::sync::atomic::AtomicBool,
     pub(crate) openapi: String,
+    /// What the document lets each route take, checked before a handler reads a request.
+    pub(crate) contract: contract::Contract,
     /// The event streams' shared reader.
     pub(crate) feed: ui::Feed,
 }
@@ -247,10 +252,87 @@ fn routes() -> (axum::Router<Arc<App>>, utoipa::openapi::OpenApi) {
         .split_for_parts()
 }
 
-/// The OpenAPI document of the service, as JSON.
+/// The fields and parameters that carry a caller's clock, which only a server started to
+/// trust caller clocks takes (`--client-clock`).
+const CALLER_CLOCK: [&str; 2] = ["now", "enqueued_at"];
+
+/// The OpenAPI document a server with `client_clock` serves, as JSON: without it, the fields
+/// and parameters of a caller's clock are not in the document, so a request that sends one is
+/// refused as the document says (it is not a field the endpoint takes).
+fn served_document(client_clock: bool) -> serde_json::Value {
+    let mut document = serde_json::to_value(routes().1).unwrap_or_default();
+    for (component, rule) in api::ACROSS_FIELDS {
+        if let (Some(schema), Ok(rule)) = (
+            document
+                .pointer_mut(&format!("/components/schemas/{component}"))
+                .and_then(serde_json::Value::as_object_mut),
+            serde_json::from_str::<serde_json::Value>(rule),
+        ) {
+            schema.insert("not".to_owned(), rule);
+        }
+    }
+    if !client_clock {
+        strip_caller_clock(&mut document);
+    }
+    openapi_links(&mut document);
+    document
+}
+
+/// utoipa 5 writes a response's links with the field names of its Rust type (`operation_id`,
+/// `request_body`); OpenAPI names them `operationId` and `requestBody`.
+fn openapi_links(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            if let Some(serde_json::Value::Object(links)) = map.get_mut("links") {
+                for link in links
+                    .values_mut()
+                    .filter_map(serde_json::Value::as_object_mut)
+                {
+                    for (rust, openapi) in [
+                        ("operation_id", "operationId"),
+                        ("operation_ref", "operationRef"),
+                        ("request_body", "requestBody"),
+                    ] {
+                        if let Some(field) = link.remove(rust) {
+                            link.insert(openapi.to_owned(), field);
+                        }
+                    }
+                }
+            }
+            map.values_mut().for_each(openapi_links);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(openapi_links),
+        _ => {}
+    }
+}
+
+/// Removes every property and parameter named as a caller's clock, wherever it is.
+fn strip_caller_clock(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            if let Some(serde_json::Value::Object(properties)) = map.get_mut("properties") {
+                for name in CALLER_CLOCK {
+                    properties.remove(name);
+                }
+            }
+            if let Some(serde_json::Value::Array(parameters)) = map.get_mut("parameters") {
+                parameters
+                    .retain(|p| !CALLER_CLOCK.contains(&p["name"].as_str().unwrap_or_default()));
+            }
+            for child in map.values_mut() {
+                strip_caller_clock(child);
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(strip_caller_clock),
+        _ => {}
+    }
+}
+
+/// The OpenAPI document of the service as a server started without `--client-clock` serves
+/// it, as JSON.
 #[must_use]
 pub fn openapi_json() -> String {
-    routes().1.to_pretty_json().unwrap_or_default()
+    serde_json::to_string_pretty(&served_document(false)).unwrap_or_default()
 }
 
 /// Request ids: a counter, unique within the process (enough to match log lines).
@@ -364,14 +446,22 @@ async fn not_found() -> Problem {
 /// `Authorization` and `Lease-Token` headers marked sensitive before the trace layer sees
 /// them; the body limit; load shedding and the timeout), ready for `axum::serve`.
 pub fn router(store: Arc<dyn ServiceStore>, config: ServiceConfig) -> axum::Router {
-    let (routes, openapi) = routes();
+    let (routes, _) = routes();
+    let document = served_document(config.client_clock);
+    // The document's schemas are the crate's own: one that does not compile is a bug found by
+    // every test, so an empty contract (no checks) is never what runs.
+    let contract = contract::Contract::of(&document).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "the API document does not compile; requests are not checked");
+        contract::Contract::default()
+    });
     let app = Arc::new(App {
+        contract,
         store,
         waiters: Waiters::new(config.max_waiting),
         limits: limits::RateLimits::new(config.rate_limit, 2.0 * config.rate_limit),
         keys: auth::KeyCache::default(),
         signalled: std::sync::atomic::AtomicBool::new(false),
-        openapi: openapi.to_pretty_json().unwrap_or_default(),
+        openapi: serde_json::to_string_pretty(&document).unwrap_or_default(),
         feed: ui::Feed::default(),
         config: config.clone(),
     });

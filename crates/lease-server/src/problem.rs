@@ -47,6 +47,18 @@ pub struct ProblemBody {
     /// With `stale`: the job's current fence.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub current_fence: Option<u64>,
+    /// With `expired` and `live`: when the lease ended or ends (Unix seconds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub until: Option<f64>,
+    /// With `done`: the fence the result was stored with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result_fence: Option<u64>,
+    /// With `not_due`: when the job comes due (Unix seconds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_at: Option<f64>,
+    /// With `live` from a retry: the job's status (`pending` or `running`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job_status: Option<String>,
 }
 
 impl Problem {
@@ -173,7 +185,7 @@ impl Problem {
                 )
                 .as_str(),
             )
-            .with("status", json!(status.as_str())),
+            .with("job_status", json!(status.as_str())),
         }
     }
 

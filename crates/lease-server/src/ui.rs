@@ -7,8 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -22,8 +21,8 @@ use utoipa::ToSchema;
 
 use crate::App;
 use crate::api::{json_response, no_store};
-use crate::auth::{authenticate, check_key, session_of};
-use crate::input::{Kind, json_body, required};
+use crate::auth::{check_key, session_of};
+use crate::extract::{Checked, Viewer};
 use crate::limits::Class;
 use crate::problem::{Problem, ProblemBody};
 use crate::session;
@@ -72,6 +71,7 @@ pub(crate) async fn file(file: Result<Path<String>, PathRejection>) -> Response 
 
 /// Sign in with an API key.
 #[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct SignIn {
     /// The API key (`lk_...`). It is checked and forgotten; the session cookie stands for it.
     pub(crate) key: String,
@@ -118,10 +118,8 @@ fn session_answer(status: StatusCode, body: Value) -> Response {
     ))]
 pub(crate) async fn sign_in(
     State(app): AppState,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    Checked(body): Checked<SignIn>,
 ) -> Result<Response, Problem> {
-    let body: SignIn = json_body(&headers, body, &[required("key", Kind::Text)], false)?;
     let record = check_key(&app, body.key.trim()).await?;
     app.limits
         .admit(&record.principal, Class::Other)
@@ -187,6 +185,39 @@ pub(crate) async fn sign_out(State(app): AppState) -> Response {
         )],
     )
         .into_response()
+}
+
+/// One event of `GET /v1/events`, as the OpenAPI document describes each event of a stream.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct StreamEvent {
+    /// Which answer the data is.
+    pub(crate) event: EventName,
+    /// The answer, as JSON text.
+    #[schema(content_media_type = "application/json")]
+    pub(crate) data: String,
+}
+
+/// The events the stream sends.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum EventName {
+    /// As `GET /v1/stats` answers.
+    Stats,
+    /// The newest 50, as `GET /v1/refusals` answers.
+    Refusals,
+    /// The last hour, as `GET /v1/activity` answers.
+    Activity,
+}
+
+impl EventName {
+    fn event(&self, data: &str) -> Event {
+        let name = match self {
+            Self::Stats => "stats",
+            Self::Refusals => "refusals",
+            Self::Activity => "activity",
+        };
+        Event::default().event(name).data(data)
+    }
 }
 
 /// What the event stream carries, computed once for every open stream.
@@ -348,12 +379,11 @@ async fn closing(receiver: Option<watch::Receiver<bool>>) {
 
 #[utoipa::path(get, path = "/v1/events", tag = "page",
     responses(
-        (status = 200, description = "Server-sent events: `stats` (as GET /v1/stats answers), `refusals` (the newest 50, as GET /v1/refusals answers) and `activity` (the last hour, as GET /v1/activity answers), each sent when it changes, the first of each at once", content_type = "text/event-stream", body = String),
+        (status = 200, description = "Server-sent events: `stats` (as GET /v1/stats answers), `refusals` (the newest 50, as GET /v1/refusals answers) and `activity` (the last hour, as GET /v1/activity answers), each sent when it changes, the first of each at once", content_type = "text/event-stream", body = StreamEvent),
         (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
     ),
     security(("api_key" = []), ("session" = [])))]
-pub(crate) async fn events(State(app): AppState, headers: HeaderMap) -> Result<Response, Problem> {
-    authenticate(&app, &headers, Scope::Viewer).await?;
+pub(crate) async fn events(State(app): AppState, _: Viewer) -> Result<Response, Problem> {
     let receiver = Feed::subscribe(&app);
     // A stream lasts at most `events_lifetime`; the browser reconnects by itself, and the
     // key (or session) is checked again then.
@@ -376,14 +406,13 @@ pub(crate) async fn events(State(app): AppState, headers: HeaderMap) -> Result<R
                     if let Some(now) = current {
                         let before = sent.as_deref();
                         if before.is_none_or(|b| b.refusals != now.refusals) {
-                            queued.push(
-                                Event::default()
-                                    .event("refusals")
-                                    .data(now.refusals.clone()),
-                            );
+                            queued.push(EventName::Refusals.event(&now.refusals));
                         }
                         if before.is_none_or(|b| b.stats != now.stats) {
-                            queued.push(Event::default().event("stats").data(now.stats.clone()));
+                            queued.push(EventName::Stats.event(&now.stats));
+                        }
+                        if before.is_none_or(|b| b.activity != now.activity) {
+                            queued.push(EventName::Activity.event(&now.activity));
                         }
                         sent = Some(now);
                         if !queued.is_empty() {

@@ -1,0 +1,104 @@
+//! The OpenAPI document is the contract: schemathesis runs every check in every phase
+//! (examples, coverage, fuzzing, stateful) against a live `lease serve`, on SQLite and on
+//! PostgreSQL, and finds nothing: every request the document allows is taken, every one it
+//! does not is refused, and every answer is as the document says.
+//!
+//! `cargo xtask test` installs the pinned schemathesis. The run here is short (a fixed seed
+//! and `LEASE_SCHEMATHESIS_EXAMPLES` examples per operation, 10 by default); set the variable
+//! higher, and `LEASE_SCHEMATHESIS_SEED` to another seed, for a longer search.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+
+use lease_postgres::ScratchDatabase;
+use support::{Server, fresh_db, lease, make_key};
+
+/// The schemathesis every run uses (`xtask/src/needs.rs` installs it).
+const PINNED: &str = "4.32.5";
+
+fn setting(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+/// Runs schemathesis against a server over `db` and asserts it found nothing.
+fn nothing_found_over(db: &Path) {
+    let version = Command::new("schemathesis")
+        .arg("--version")
+        .output()
+        .expect("schemathesis is installed (cargo xtask test installs it)");
+    let version = String::from_utf8_lossy(&version.stdout).into_owned();
+    assert!(
+        version.contains(PINNED),
+        "schemathesis {PINNED} is pinned, this is {version}"
+    );
+    let key = make_key(db, "schemathesis", "admin")["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // An event stream ends after half a second (the page would reconnect), so that each
+    // request schemathesis makes to `GET /v1/events` is answered whole, not cut by its timeout.
+    let server = Server::start(db, &["--events-lifetime", "0.5"], &[]);
+    // schemathesis keeps what it found between runs in its working directory: a fresh one
+    // each time, so that one run cannot make the next pass or fail.
+    let work = tempfile::tempdir().unwrap();
+    let here = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/schemathesis");
+    let config = format!("{here}/schemathesis.toml");
+    let out = Command::new("schemathesis")
+        .current_dir(work.path())
+        // hooks.py: a claim's long poll is scaled down, within the document.
+        .env("PYTHONPATH", here)
+        .env("SCHEMATHESIS_HOOKS", "hooks")
+        .args(["--config-file", &config, "run"])
+        .arg(format!("http://{}/openapi.json", server.addr))
+        .args(["--checks", "all", "--request-timeout", "25"])
+        .args([
+            "--max-examples",
+            &setting("LEASE_SCHEMATHESIS_EXAMPLES", "10"),
+        ])
+        .args(["--seed", &setting("LEASE_SCHEMATHESIS_SEED", "1")])
+        .args(["-H", &format!("Authorization: Bearer {key}")])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "schemathesis found something:\n{report}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A run that tested nothing passes too: each phase must have run and passed.
+    for phase in ["Examples", "Coverage", "Fuzzing", "Stateful"] {
+        assert!(
+            report.contains(&format!("✅ {phase}")),
+            "the {phase} phase did not pass:\n{report}"
+        );
+    }
+    // The run reached the store: what it enqueued is there to read (the stateful phase follows
+    // the document's links from an enqueue to the job).
+    let auth = format!("Bearer {key}");
+    let (status, page) = server.call("GET", "/v1/jobs?limit=1", &[("Authorization", &auth)], "");
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page["jobs"].as_array().is_some_and(|jobs| !jobs.is_empty()),
+        "schemathesis left no job in the store: {page}"
+    );
+    let (code, log) = server.stop();
+    assert_eq!(code, Some(0), "{log}");
+}
+
+#[test]
+fn schemathesis_finds_nothing_against_the_server_on_sqlite() {
+    let (_dir, db) = fresh_db();
+    nothing_found_over(&db);
+}
+
+#[test]
+fn schemathesis_finds_nothing_against_the_server_on_postgres() {
+    let db = ScratchDatabase::create();
+    let url = Path::new(db.url());
+    let init = lease(url, &["init"]);
+    assert!(init.status.success(), "{init:?}");
+    nothing_found_over(url);
+}

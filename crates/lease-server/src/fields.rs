@@ -1,0 +1,177 @@
+//! The values requests carry, each declared once: its type reads it, and its schema (a
+//! component of the OpenAPI document) says exactly what the server takes, since every request
+//! is checked against the document before a handler reads it (`contract.rs`).
+//!
+//! The document can state every rule of the domain but two that count bytes (a name's 1,024
+//! bytes of UTF-8, a payload's 1 MiB): a name is bounded here in characters instead, at 256,
+//! which no name of 256 characters can exceed in bytes; a payload's bound is in its
+//! description, and a larger one is refused `422` naming it.
+
+use serde::{Deserialize, Serialize};
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
+
+/// The most characters of a job id, queue name or owner through the API (the domain's bound is
+/// 1,024 bytes of UTF-8; 256 characters never exceed it).
+pub(crate) const NAME_CHARS: usize = 256;
+
+/// No NUL anywhere (which no store can hold in text).
+const NO_NUL: &str = "^[^\\x00]*$";
+
+/// The largest time the API takes, in Unix seconds (the year 33658), and the smallest; within
+/// them a time plus any lease length the API takes is a finite number.
+pub(crate) const TIME_BOUND: f64 = 1e12;
+
+/// The shortest lease the API grants, in seconds: any shorter would round away at the times
+/// the API takes.
+pub(crate) const MIN_TTL: f64 = 0.001;
+
+macro_rules! field {
+    ($(#[$doc:meta])* $name:ident($inner:ty), $schema:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Deserialize, Serialize)]
+        #[serde(transparent)]
+        pub(crate) struct $name(pub(crate) $inner);
+
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> RefOr<Schema> {
+                let schema: ObjectBuilder = $schema;
+                schema.into()
+            }
+        }
+
+        impl utoipa::ToSchema for $name {}
+    };
+}
+
+field!(
+    /// A job id, queue name or owner.
+    Name(String),
+    ObjectBuilder::new()
+        .schema_type(SchemaType::Type(Type::String))
+        .description(Some(
+            "A job id, queue name or owner: 1 to 256 characters, none of them NUL",
+        ))
+        .min_length(Some(1))
+        .max_length(Some(NAME_CHARS))
+        .pattern(Some(NO_NUL))
+        .examples(["report-42"])
+);
+
+field!(
+    /// A result or an error text.
+    Text(String),
+    ObjectBuilder::new()
+        .schema_type(SchemaType::Type(Type::String))
+        .description(Some("Any text without NUL"))
+        .pattern(Some(NO_NUL))
+);
+
+field!(
+    /// A time, in Unix seconds.
+    Time(f64),
+    ObjectBuilder::new()
+        .schema_type(SchemaType::Type(Type::Number))
+        .description(Some("Unix seconds"))
+        .minimum(Some(-TIME_BOUND))
+        .maximum(Some(TIME_BOUND))
+);
+
+field!(
+    /// How long a lease lasts.
+    Ttl(f64),
+    ObjectBuilder::new()
+        .schema_type(SchemaType::Type(Type::Number))
+        .description(Some("How long a lease lasts, in seconds (at least 0.001)"))
+        .minimum(Some(MIN_TTL))
+        .maximum(Some(TIME_BOUND))
+);
+
+field!(
+    /// A fencing token as a lease holder presents it.
+    FenceNo(u64),
+    ObjectBuilder::new()
+        .schema_type(SchemaType::Type(Type::Integer))
+        .description(Some("A fencing token, 0 to 2^63-1"))
+        .minimum(Some(0))
+        .maximum(Some(i64::MAX))
+);
+
+impl Name {
+    /// The name as a job id.
+    pub(crate) fn job(self) -> Result<lease_domain::JobId, crate::problem::Problem> {
+        lease_domain::JobId::new(self.0).map_err(|e| crate::input::bad_value("id", &e))
+    }
+
+    /// The name as a queue's.
+    pub(crate) fn queue(
+        self,
+        field: &str,
+    ) -> Result<lease_domain::QueueName, crate::problem::Problem> {
+        lease_domain::QueueName::new(self.0).map_err(|e| crate::input::bad_value(field, &e))
+    }
+
+    /// The name as an owner's.
+    pub(crate) fn owner(self) -> Result<lease_domain::Owner, crate::problem::Problem> {
+        lease_domain::Owner::new(self.0).map_err(|e| crate::input::bad_value("owner", &e))
+    }
+}
+
+impl Time {
+    /// The time as the domain's.
+    pub(crate) fn at(
+        &self,
+        field: &str,
+    ) -> Result<lease_domain::Timestamp, crate::problem::Problem> {
+        lease_domain::Timestamp::new(self.0).map_err(|e| crate::input::bad_value(field, &e))
+    }
+}
+
+impl FenceNo {
+    /// The fence as the domain's.
+    pub(crate) fn fence(&self) -> Result<lease_domain::Fence, crate::problem::Problem> {
+        lease_domain::Fence::new(self.0).map_err(|e| crate::input::bad_value("fence", &e))
+    }
+}
+
+/// A job's status, as a filter names it.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum StatusName {
+    /// Waiting to be claimed (or to come due).
+    Pending,
+    /// Leased now.
+    Running,
+    /// Completed.
+    Done,
+    /// Out of attempts, or failed without retry.
+    Dead,
+    /// Cancelled by an admin.
+    Cancelled,
+}
+
+impl StatusName {
+    /// The name of the domain's status.
+    pub(crate) fn of(status: lease_domain::Status) -> Self {
+        use lease_domain::Status;
+        match status {
+            Status::Pending => Self::Pending,
+            Status::Running => Self::Running,
+            Status::Done => Self::Done,
+            Status::Dead => Self::Dead,
+            Status::Cancelled => Self::Cancelled,
+        }
+    }
+
+    /// The domain's status.
+    pub(crate) fn status(self) -> lease_domain::Status {
+        use lease_domain::Status;
+        match self {
+            Self::Pending => Status::Pending,
+            Self::Running => Status::Running,
+            Self::Done => Status::Done,
+            Self::Dead => Status::Dead,
+            Self::Cancelled => Status::Cancelled,
+        }
+    }
+}
