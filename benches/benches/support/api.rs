@@ -54,6 +54,10 @@ pub(crate) fn serve_with(
         .expect("bind");
     let addr = listener.local_addr().expect("address");
     runtime.spawn(async move {
+        // As `lease serve` does.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let _ = axum::serve(listener, app).await;
     });
     (format!("http://{addr}"), made.key)

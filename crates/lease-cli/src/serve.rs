@@ -167,7 +167,13 @@ pub(crate) async fn serve(
                 .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
             axum_serve(listener, app, closing).await?;
         }
-        None => axum_serve(listener, app, closing).await?,
+        None => {
+            // Requests and answers are small and alternate: send each at once.
+            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
+            axum_serve(listener, app, closing).await?;
+        }
     }
     Ok(Report::new(
         true,

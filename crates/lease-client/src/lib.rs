@@ -65,7 +65,10 @@ pub struct HttpLeaseStore {
     authorization: String,
     http: reqwest::Client,
     options: ClientOptions,
-    tokens: Mutex<HashMap<(String, u64), String>>,
+    /// The token of each lease this client holds: per job, its newest fence's (an older
+    /// fence's token can never be used again), until that lease is completed, failed or
+    /// released through this client.
+    tokens: Mutex<HashMap<String, (u64, String)>>,
 }
 
 impl std::fmt::Debug for HttpLeaseStore {
@@ -138,15 +141,32 @@ impl HttpLeaseStore {
         self.tokens
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&(job.as_str().to_owned(), fence.get()))
-            .cloned()
+            .get(job.as_str())
+            .filter(|(held, _)| *held == fence.get())
+            .map(|(_, token)| token.clone())
     }
 
     fn keep_token(&self, job: &JobId, fence: Fence, token: &str) {
         let mut tokens = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
-        // A newer fence of the job makes the older tokens useless: drop them.
-        tokens.retain(|(id, f), _| id != job.as_str() || *f > fence.get());
-        tokens.insert((job.as_str().to_owned(), fence.get()), token.to_owned());
+        match tokens.get_mut(job.as_str()) {
+            // A newer fence of the job makes the older token useless: it is replaced.
+            Some(held) if held.0 <= fence.get() => *held = (fence.get(), token.to_owned()),
+            Some(_) => {}
+            None => {
+                tokens.insert(job.as_str().to_owned(), (fence.get(), token.to_owned()));
+            }
+        }
+    }
+
+    /// Forgets the token of a lease that ended through this client.
+    fn forget_token(&self, job: &JobId, fence: Fence) {
+        let mut tokens = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
+        if tokens
+            .get(job.as_str())
+            .is_some_and(|(held, _)| *held == fence.get())
+        {
+            tokens.remove(job.as_str());
+        }
     }
 
     /// Sends one request. `writes` says whether a request that may have reached the server
@@ -244,7 +264,13 @@ impl HttpLeaseStore {
             )
             .await?;
         match answer.status {
-            200 => Ok(Ok(answer)),
+            200 => {
+                // A completion, failure or release ends the lease: its token is spent.
+                if op != "renew" {
+                    self.forget_token(job, fence);
+                }
+                Ok(Ok(answer))
+            }
             404 | 409 => Ok(Err(write_refused(&answer, owner, fence, now)?)),
             _ => Err(answer.error()),
         }
@@ -751,5 +777,35 @@ mod tests {
         assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
         let cause = std::error::Error::source(&err).expect("the HTTP error as the source");
         assert!(cause.downcast_ref::<reqwest::Error>().is_some(), "{cause}");
+    }
+
+    /// The client keeps one token per job, its newest fence's, and none once the lease ended
+    /// through it: it used to keep every token it was ever given, and scan them all per lease.
+    #[test]
+    fn a_job_s_token_is_kept_for_its_newest_fence_only_and_forgotten_when_the_lease_ends() {
+        let store = HttpLeaseStore::new(
+            "http://127.0.0.1:9",
+            "lk_0000_secret",
+            ClientOptions::default(),
+        )
+        .unwrap();
+        let (a, b) = (JobId::new("a").unwrap(), JobId::new("b").unwrap());
+        let fence = |n| Fence::new(n).unwrap();
+        store.keep_token(&a, fence(1), "one");
+        store.keep_token(&b, fence(1), "b-one");
+        store.keep_token(&a, fence(2), "two");
+        assert_eq!(store.token(&a, fence(1)), None);
+        assert_eq!(store.token(&a, fence(2)).as_deref(), Some("two"));
+        // A token of an older fence, learnt late, does not replace the newer one.
+        store.keep_token(&a, fence(1), "late");
+        assert_eq!(store.token(&a, fence(2)).as_deref(), Some("two"));
+        assert_eq!(store.tokens.lock().unwrap().len(), 2);
+        // Ending an older lease forgets nothing; ending the held one forgets its token.
+        store.forget_token(&a, fence(1));
+        assert_eq!(store.token(&a, fence(2)).as_deref(), Some("two"));
+        store.forget_token(&a, fence(2));
+        assert_eq!(store.token(&a, fence(2)), None);
+        assert_eq!(store.token(&b, fence(1)).as_deref(), Some("b-one"));
+        assert_eq!(store.tokens.lock().unwrap().len(), 1);
     }
 }

@@ -69,6 +69,8 @@ impl TlsListener {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 };
+                // Requests and answers are small and alternate: send each at once.
+                let _ = tcp.set_nodelay(true);
                 let (acceptor, handed) = (acceptor.clone(), send.clone());
                 tokio::spawn(async move {
                     match tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp)).await {
