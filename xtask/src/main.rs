@@ -3,6 +3,7 @@
 //! runs mutation testing.
 
 mod needs;
+mod python;
 
 use std::process::{Command, ExitCode};
 
@@ -41,14 +42,28 @@ const LIBRARY_LINTS: [&str; 14] = [
 ];
 
 /// The README's test command: gets what the tests need (`needs`), then runs every test of the
-/// workspace, all of them even when one fails (`cargo xtask test -- ARGS` passes ARGS on to
-/// `cargo test`).
+/// workspace, all of them even when one fails, then the Python package's tests
+/// (`python.rs`). `cargo xtask test -- ARGS` passes ARGS on to `cargo test` and runs only that.
 fn test(rest: &[String]) -> Result<(), String> {
     needs::ensure()?;
-    // Every test binary runs even when one fails, so one run shows every failure.
+    let passed: Vec<&str> = rest
+        .iter()
+        .skip_while(|a| *a == "--")
+        .map(String::as_str)
+        .collect();
     let mut args = vec!["test", "--workspace", "--no-fail-fast"];
-    args.extend(rest.iter().skip_while(|a| *a == "--").map(String::as_str));
-    cargo(&args, &[])
+    args.extend(&passed);
+    let rust = cargo(&args, &[]);
+    if !passed.is_empty() {
+        return rust;
+    }
+    // The Python tests run even when a Rust test failed, so one run shows every failure (the
+    // lease binary they start is built either way).
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("xtask has no parent directory")?;
+    let python = python::test(root);
+    rust.and(python)
 }
 
 /// Every check CI runs, in order, stopping at the first failure.

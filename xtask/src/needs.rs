@@ -43,6 +43,16 @@ const NEEDS: &[Need] = &[
         get: Get::Apt("python3"),
     },
     Need {
+        what: "the Python venv module (the Python package's tests run in a fresh virtual environment)",
+        check: Check::PythonModule("venv"),
+        get: Get::Apt("python3-venv"),
+    },
+    Need {
+        what: "psql (the Python package's tests make their PostgreSQL databases with it)",
+        check: Check::Program("psql"),
+        get: Get::Apt("postgresql-client"),
+    },
+    Need {
         what: "bindfs (the FUSE test: crates/lease-cli/tests/unverified_fs.rs)",
         check: Check::Program("bindfs"),
         get: Get::Apt("bindfs"),

@@ -7,14 +7,7 @@ use serde_json::Value;
 use crate::cli::RequestError;
 
 /// The fields a JSON line may have.
-const FIELDS: [&str; 6] = [
-    "id",
-    "queue",
-    "priority",
-    "run_at",
-    "max_attempts",
-    "payload",
-];
+const FIELDS: [&str; 6] = EnqueueSpec::FIELDS;
 
 /// The jobs `input` lists, each with `defaults` where its line says nothing. Empty lines are
 /// skipped; a line's final carriage return (a file written on Windows) is not part of it.

@@ -102,37 +102,14 @@ fn admission(outcome: lease_guard::Admission, done: &str, fence: lease_guard::Fe
 }
 
 async fn install(url: &str) -> Result<Report, String> {
-    let scheme = url.split_once("://").map_or("", |(s, _)| s);
-    let failed = |e: GuardError| format!("{url}: {e}");
-    let (made, what) = match scheme {
-        "redis" | "rediss" => {
-            let guard = lease_guard::redis::RedisGuard::connect(url)
-                .await
-                .map_err(failed)?;
-            let made = guard.install().await.map_err(failed)?;
-            (made, "the lease function library")
-        }
-        "nats" => (
-            lease_guard::nats::NatsGuard::install(url)
-                .await
-                .map_err(failed)?,
-            "the key-value bucket",
-        ),
-        "mysql" | "mariadb" => (
-            lease_guard::mysql::install(url).await.map_err(failed)?,
-            "the tables and the procedure lease_admit_fence",
-        ),
-        _ => {
-            // Opening checks the URL (an unknown one is an error); the others (an object
-            // store, a directory) keep the fence with each value and need nothing.
-            open(url).await?;
-            (false, "nothing (the fence is kept with each value)")
-        }
-    };
+    let installed = lease_guard::value::install(url)
+        .await
+        .map_err(|e: GuardError| format!("{url}: {e}"))?;
+    let what = installed.what;
     Ok(Report::new(
         true,
-        json!({"ok": true, "installed": made}),
-        if made {
+        json!({"ok": true, "installed": installed.made}),
+        if installed.made {
             format!("installed {what} at {url}")
         } else {
             format!("{url} needs {what} and has it already")

@@ -143,6 +143,18 @@ pub struct EnqueueSpec {
 impl EnqueueSpec {
     /// The attempts a job gets when `enqueue` names none.
     pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+
+    /// The fields of a job as a caller names them, its id first (the CLI's JSON lines, the
+    /// Python package's dicts): the spec's own, but `enqueued_at`, which the enqueuer's clock
+    /// gives.
+    pub const FIELDS: [&'static str; 6] = [
+        "id",
+        "queue",
+        "priority",
+        "run_at",
+        "max_attempts",
+        "payload",
+    ];
 }
 
 /// How a job ended without completing.

@@ -171,6 +171,49 @@ pub async fn open(url: &str) -> Result<std::sync::Arc<dyn ValueGuard>, GuardErro
     Ok(Arc::new(Traced(guard)))
 }
 
+/// What [`install`] did at a resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Installed {
+    /// Whether anything was made or upgraded (`false`: it was there already, or the resource
+    /// needs nothing).
+    pub made: bool,
+    /// What the resource needs, in words (`the lease function library`, ...).
+    pub what: &'static str,
+}
+
+/// Prepares the resource a URL names for guarded writes, idempotently: loads (or upgrades)
+/// the Redis function library, creates the NATS key-value bucket, creates MariaDB's tables and
+/// the procedure `lease_admit_fence`; an object store and a directory keep the fence with each
+/// value and need nothing (the URL is still opened, so a bad one is an error).
+///
+/// # Errors
+/// As [`open`], and the resource's error when it cannot be prepared.
+pub async fn install(url: &str) -> Result<Installed, GuardError> {
+    let scheme = url.split_once("://").map_or("", |(s, _)| s);
+    let (made, what) = match scheme {
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" => {
+            let guard = crate::redis::RedisGuard::connect(url).await?;
+            (guard.install().await?, "the lease function library")
+        }
+        #[cfg(feature = "nats")]
+        "nats" => (
+            crate::nats::NatsGuard::install(url).await?,
+            "the key-value bucket",
+        ),
+        #[cfg(feature = "mysql")]
+        "mysql" | "mariadb" => (
+            crate::mysql::install(url).await?,
+            "the tables and the procedure lease_admit_fence",
+        ),
+        _ => {
+            open(url).await?;
+            (false, "nothing (the fence is kept with each value)")
+        }
+    };
+    Ok(Installed { made, what })
+}
+
 /// A guard whose every call is a `tracing` span (`resource`, `key`, `fence`, `outcome`),
 /// silent unless the application installs a subscriber.
 #[derive(Clone)]

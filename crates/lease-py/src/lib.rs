@@ -1,0 +1,28 @@
+//! The native half of the Python package `lease` (`lease._lease`): thin bindings over the Rust
+//! crates, with no lease rule of their own. The statement's functions call `lease_sqlite`'s
+//! seed API, the queue calls any `LeaseStore`, workers run on `lease_worker`'s runtime and the
+//! guards are `lease_guard`'s. Every call that waits releases the interpreter (`py.detach`).
+//! The typed Python face (`Store`, `AsyncStore`, `Worker`, the exceptions) is in `python/lease`.
+
+mod errors;
+mod guard;
+mod run;
+mod seed;
+mod store;
+mod values;
+mod worker;
+
+use pyo3::prelude::*;
+
+/// The module `lease._lease`.
+#[pymodule]
+fn _lease(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    seed::register(m)?;
+    values::register(m)?;
+    run::register(m)?;
+    store::register(m)?;
+    worker::register(m)?;
+    guard::register(m)?;
+    Ok(())
+}

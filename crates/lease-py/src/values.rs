@@ -1,0 +1,539 @@
+//! The values crossing the boundary: arguments checked into the domain's types (each refusal
+//! names the argument), and the answers as small immutable Python objects: `Lease`,
+//! `Accepted`, `Refused` (a refusal by the lease rules is a value, never an exception),
+//! `Failed`, `Record`, `StatsRow`, `AuditRow` and `Backoff`.
+
+use lease_domain::{
+    ClaimRefused, Fence, GuardRefused, JobId, Owner, QueueName, Status, Timestamp, WriteRefused,
+};
+use lease_ports::{JobRecord, StatsRow as PortStatsRow};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+use crate::errors::{Outcome, invalid};
+
+/// This host's clock, in Unix seconds (the worker runtime's system clock).
+pub(crate) fn clock_now() -> Outcome<Timestamp> {
+    use lease_worker::Clock as _;
+    Ok(Timestamp::new(lease_worker::SystemClock.now())?)
+}
+
+/// The caller's `now`, or this host's clock when it gave none.
+pub(crate) fn now_or_clock(now: Option<f64>) -> Outcome<Timestamp> {
+    match now {
+        Some(t) => time("now", t),
+        None => clock_now(),
+    }
+}
+
+/// A time argument named `what`.
+pub(crate) fn time(what: &str, t: f64) -> Outcome<Timestamp> {
+    Timestamp::new(t).or_else(|e| invalid(format!("{what}: {e}")))
+}
+
+pub(crate) fn job_id(id: &str) -> Outcome<JobId> {
+    JobId::new(id).or_else(|e| invalid(format!("job id: {e}")))
+}
+
+pub(crate) fn owner(name: &str) -> Outcome<Owner> {
+    Owner::new(name).or_else(|e| invalid(format!("owner: {e}")))
+}
+
+pub(crate) fn queue(name: &str) -> Outcome<QueueName> {
+    QueueName::new(name).or_else(|e| invalid(format!("queue: {e}")))
+}
+
+/// A fence as a Python int: 0 to 2^63-1.
+pub(crate) fn fence(value: &Bound<'_, PyAny>) -> PyResult<Outcome<Fence>> {
+    // A bool is an int in Python, and never meant as a fence.
+    if value.is_instance_of::<pyo3::types::PyBool>() {
+        return Ok(invalid("fence: a bool is not a fence"));
+    }
+    let Ok(number) = value.extract::<i128>() else {
+        return Ok(invalid(format!(
+            "fence: must be an int, got {}",
+            value.get_type().name()?
+        )));
+    };
+    Ok(u64::try_from(number)
+        .ok()
+        .and_then(|n| Fence::new(n).ok())
+        .map_or_else(
+            || {
+                invalid(format!(
+                    "fence: must be 0 to {}, got {number}",
+                    Fence::MAX.get()
+                ))
+            },
+            Ok,
+        ))
+}
+
+/// A status as the API names it.
+pub(crate) fn status(name: &str) -> Outcome<Status> {
+    Status::parse(name).or_else(|_| {
+        invalid(format!(
+            "status: {name:?} is none of pending, running, done, dead, cancelled"
+        ))
+    })
+}
+
+/// A granted lease.
+#[pyclass(module = "lease", frozen, get_all)]
+#[derive(Debug)]
+pub(crate) struct Lease {
+    /// The job.
+    id: String,
+    /// Its fence: present it with every write, and to every resource the job writes to.
+    fence: u64,
+    /// When the lease was granted (Unix seconds, by the clock the store decides with).
+    now: f64,
+    /// The lease is live until then.
+    until: f64,
+    /// Which attempt this is (1 for the first; 0 for a claim by id).
+    attempt: u32,
+    /// The job's payload.
+    payload: Option<Py<PyBytes>>,
+}
+
+#[pymethods]
+impl Lease {
+    /// Always true: a lease was granted.
+    #[getter]
+    fn ok(&self) -> bool {
+        true
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Lease(id={:?}, fence={}, until={}, attempt={})",
+            self.id, self.fence, self.until, self.attempt
+        )
+    }
+}
+
+impl Lease {
+    pub(crate) fn of(py: Python<'_>, lease: &lease_ports::Lease) -> Self {
+        Self {
+            id: lease.job.as_str().to_owned(),
+            fence: lease.fence.get(),
+            now: lease.now.get(),
+            until: lease.until.get(),
+            attempt: lease.attempt,
+            payload: lease
+                .payload
+                .as_deref()
+                .map(|p| PyBytes::new(py, p).unbind()),
+        }
+    }
+
+    /// A lease granted by a claim of one job by id.
+    pub(crate) fn claimed(id: &JobId, fence: Fence, term: lease_domain::LeaseTerm) -> Self {
+        Self {
+            id: id.as_str().to_owned(),
+            fence: fence.get(),
+            now: term.now().get(),
+            until: term.until().get(),
+            attempt: 0,
+            payload: None,
+        }
+    }
+}
+
+/// A write the lease rules (or a guard) accepted.
+#[pyclass(module = "lease", frozen)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Accepted;
+
+#[pymethods]
+impl Accepted {
+    /// Always true.
+    #[getter]
+    fn ok(&self) -> bool {
+        true
+    }
+
+    fn __bool__(&self) -> bool {
+        true
+    }
+
+    fn __repr__(&self) -> &'static str {
+        "Accepted()"
+    }
+}
+
+/// A write or claim the lease rules (or a guard) refused: nothing changed.
+#[pyclass(module = "lease", frozen, get_all)]
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Refused {
+    /// Why, as a word: `missing`, `done`, `cancelled`, `dead`, `active`, `not_owner`, `stale`,
+    /// `token_missing`, `bad_token`, `expired` (writes); `live`, `not_due`, `fence_exhausted`
+    /// (claims).
+    reason: &'static str,
+    /// The same in a sentence.
+    message: String,
+    /// The fence the caller presented (`stale`, and a guard's refusal).
+    presented_fence: Option<u64>,
+    /// The current fence (`stale`, and a guard's refusal; `done`: the fence that completed it).
+    current_fence: Option<u64>,
+    /// The current holder (`not_owner`, `live`).
+    owner: Option<String>,
+    /// When the lease ends or ended (`live`, `expired`).
+    until: Option<f64>,
+    /// When the job comes due (`not_due`).
+    run_at: Option<f64>,
+    /// The job's status (`active`).
+    status: Option<&'static str>,
+}
+
+#[pymethods]
+impl Refused {
+    /// Always false.
+    #[getter]
+    fn ok(&self) -> bool {
+        false
+    }
+
+    fn __bool__(&self) -> bool {
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Refused(reason={:?}, message={:?})",
+            self.reason, self.message
+        )
+    }
+}
+
+impl Refused {
+    pub(crate) fn write(refused: &WriteRefused) -> Self {
+        let message = refused.to_string();
+        let base = Self {
+            message,
+            ..Self::default()
+        };
+        match refused {
+            WriteRefused::Missing => Self {
+                reason: "missing",
+                ..base
+            },
+            WriteRefused::Done { result_fence } => Self {
+                reason: "done",
+                current_fence: result_fence.map(Fence::get),
+                ..base
+            },
+            WriteRefused::Cancelled => Self {
+                reason: "cancelled",
+                ..base
+            },
+            WriteRefused::Dead => Self {
+                reason: "dead",
+                ..base
+            },
+            WriteRefused::Active { status } => Self {
+                reason: "active",
+                status: Some(status.as_str()),
+                ..base
+            },
+            WriteRefused::NotOwner { current, .. } => Self {
+                reason: "not_owner",
+                owner: current.as_ref().map(|o| o.as_str().to_owned()),
+                ..base
+            },
+            WriteRefused::Stale { presented, current } => Self {
+                reason: "stale",
+                presented_fence: Some(presented.get()),
+                current_fence: Some(current.get()),
+                ..base
+            },
+            WriteRefused::TokenMissing => Self {
+                reason: "token_missing",
+                ..base
+            },
+            WriteRefused::BadToken => Self {
+                reason: "bad_token",
+                ..base
+            },
+            WriteRefused::Expired { until, .. } => Self {
+                reason: "expired",
+                until: Some(until.get()),
+                ..base
+            },
+        }
+    }
+
+    pub(crate) fn claim(refused: &ClaimRefused) -> Self {
+        let message = refused.to_string();
+        let base = Self {
+            message,
+            ..Self::default()
+        };
+        match refused {
+            ClaimRefused::Missing => Self {
+                reason: "missing",
+                ..base
+            },
+            ClaimRefused::Done => Self {
+                reason: "done",
+                ..base
+            },
+            ClaimRefused::Dead => Self {
+                reason: "dead",
+                ..base
+            },
+            ClaimRefused::Cancelled => Self {
+                reason: "cancelled",
+                ..base
+            },
+            ClaimRefused::NotDue { run_at } => Self {
+                reason: "not_due",
+                run_at: Some(run_at.get()),
+                ..base
+            },
+            ClaimRefused::Live { owner, until } => Self {
+                reason: "live",
+                owner: owner.as_ref().map(|o| o.as_str().to_owned()),
+                until: Some(until.get()),
+                ..base
+            },
+            ClaimRefused::FenceExhausted => Self {
+                reason: "fence_exhausted",
+                ..base
+            },
+        }
+    }
+
+    pub(crate) fn guard(refused: &GuardRefused) -> Self {
+        Self {
+            reason: "stale",
+            message: refused.to_string(),
+            presented_fence: Some(refused.presented.get()),
+            current_fence: Some(refused.current.get()),
+            ..Self::default()
+        }
+    }
+}
+
+/// A failure the store took: the job will be retried, or is dead.
+#[pyclass(module = "lease", frozen, get_all)]
+#[derive(Debug, Clone)]
+pub(crate) struct Failed {
+    /// `pending` (it will be retried) or `dead`.
+    status: &'static str,
+    /// When it comes due again, when pending.
+    run_at: Option<f64>,
+}
+
+#[pymethods]
+impl Failed {
+    /// Always true: the failure was recorded.
+    #[getter]
+    fn ok(&self) -> bool {
+        true
+    }
+
+    fn __bool__(&self) -> bool {
+        true
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Failed(status={:?}, run_at={:?})", self.status, self.run_at)
+    }
+}
+
+impl Failed {
+    pub(crate) fn of(failed: &lease_domain::Failed) -> Self {
+        Self {
+            status: failed.status.as_str(),
+            run_at: failed.run_at.map(Timestamp::get),
+        }
+    }
+}
+
+/// Every field of a stored job.
+#[pyclass(module = "lease", frozen, get_all)]
+#[derive(Debug)]
+pub(crate) struct Record {
+    id: String,
+    /// Judged at the time the record was read.
+    status: &'static str,
+    queue: String,
+    owner: Option<String>,
+    until: f64,
+    fence: u64,
+    result: Option<String>,
+    done: bool,
+    priority: i64,
+    run_at: Option<f64>,
+    attempts: u32,
+    max_attempts: u32,
+    payload: Option<Py<PyBytes>>,
+    error: Option<String>,
+    result_fence: Option<u64>,
+    updated: Option<f64>,
+}
+
+#[pymethods]
+impl Record {
+    fn __repr__(&self) -> String {
+        format!(
+            "Record(id={:?}, status={:?}, queue={:?}, fence={})",
+            self.id, self.status, self.queue, self.fence
+        )
+    }
+}
+
+impl Record {
+    pub(crate) fn of(py: Python<'_>, record: &JobRecord, now: Timestamp) -> Self {
+        let job = &record.job;
+        Self {
+            id: record.id.as_str().to_owned(),
+            status: job.status_at(now).as_str(),
+            queue: job.queue.as_str().to_owned(),
+            owner: job.owner.as_ref().map(|o| o.as_str().to_owned()),
+            until: job.until.get(),
+            fence: job.fence.get(),
+            result: job.result.clone(),
+            done: job.done,
+            priority: job.priority,
+            run_at: job.run_at.map(Timestamp::get),
+            attempts: job.attempts,
+            max_attempts: job.max_attempts,
+            payload: job.payload.as_deref().map(|p| PyBytes::new(py, p).unbind()),
+            error: job.error.clone(),
+            result_fence: job.result_fence.map(Fence::get),
+            updated: job.updated.map(Timestamp::get),
+        }
+    }
+}
+
+/// How many jobs of a queue have a status.
+#[pyclass(module = "lease", frozen, get_all)]
+#[derive(Debug)]
+pub(crate) struct StatsRow {
+    queue: String,
+    status: &'static str,
+    count: u64,
+}
+
+#[pymethods]
+impl StatsRow {
+    fn __repr__(&self) -> String {
+        format!(
+            "StatsRow(queue={:?}, status={:?}, count={})",
+            self.queue, self.status, self.count
+        )
+    }
+}
+
+impl StatsRow {
+    pub(crate) fn of(row: &PortStatsRow) -> Self {
+        Self {
+            queue: row.queue.as_str().to_owned(),
+            status: row.status.as_str(),
+            count: row.count,
+        }
+    }
+}
+
+/// One refused write, as the audit trail keeps it.
+#[pyclass(module = "lease", frozen, get_all)]
+#[derive(Debug)]
+pub(crate) struct AuditRow {
+    time: f64,
+    job: String,
+    owner: String,
+    operation: String,
+    presented_fence: u64,
+    current_fence: Option<u64>,
+    reason: String,
+    late_by: Option<f64>,
+}
+
+#[pymethods]
+impl AuditRow {
+    fn __repr__(&self) -> String {
+        format!(
+            "AuditRow(job={:?}, operation={:?}, reason={:?}, presented_fence={})",
+            self.job, self.operation, self.reason, self.presented_fence
+        )
+    }
+}
+
+impl AuditRow {
+    pub(crate) fn of(row: lease_ports::audit::AuditRow) -> Self {
+        Self {
+            time: row.time,
+            job: row.job,
+            owner: row.owner,
+            operation: row.operation,
+            presented_fence: row.presented_fence,
+            current_fence: row.current_fence,
+            reason: row.reason,
+            late_by: row.late_by,
+        }
+    }
+}
+
+/// How long a failed job waits before its next attempt: `base` seconds, times `factor` per
+/// attempt, at most `max`, up to `jitter` (a fraction) shorter at random.
+#[pyclass(module = "lease", frozen)]
+#[derive(Debug, Clone)]
+pub(crate) struct Backoff(pub(crate) lease_domain::Backoff);
+
+#[pymethods]
+impl Backoff {
+    #[new]
+    #[pyo3(signature = (base = 1.0, factor = 2.0, max = 3600.0, jitter = 0.25))]
+    fn new(py: Python<'_>, base: f64, factor: f64, max: f64, jitter: f64) -> PyResult<Self> {
+        crate::errors::to_py(
+            py,
+            lease_domain::Backoff::new(base, factor, max, jitter)
+                .map(Backoff)
+                .or_else(|e| invalid(format!("backoff: {e}"))),
+        )
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Backoff({:?})", self.0)
+    }
+}
+
+/// The retry policy of a failure: `False` goes straight to dead, `True` the store's default
+/// backoff, a `Backoff` its own.
+pub(crate) fn retry(retry: bool, backoff: Option<&Backoff>) -> Outcome<lease_domain::Retry> {
+    match (retry, backoff) {
+        (false, Some(_)) => invalid("backoff: a backoff needs retry=True"),
+        (false, None) => Ok(lease_domain::Retry::No),
+        (true, Some(b)) => Ok(lease_domain::Retry::Backoff(b.0)),
+        (true, None) => Ok(lease_domain::Retry::default()),
+    }
+}
+
+/// The statement's six fields of a job, as its SQLite row gives them: `done` is 0 or 1.
+pub(crate) fn state_dict<'py>(
+    py: Python<'py>,
+    state: &lease_ports::JobState,
+) -> PyResult<Bound<'py, PyDict>> {
+    let row = PyDict::new(py);
+    row.set_item("id", &state.id)?;
+    row.set_item("owner", state.owner.as_deref())?;
+    row.set_item("until", state.until)?;
+    row.set_item("fence", state.fence)?;
+    row.set_item("result", state.result.as_deref())?;
+    row.set_item("done", i64::from(state.done))?;
+    Ok(row)
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Lease>()?;
+    m.add_class::<Accepted>()?;
+    m.add_class::<Refused>()?;
+    m.add_class::<Failed>()?;
+    m.add_class::<Record>()?;
+    m.add_class::<StatsRow>()?;
+    m.add_class::<AuditRow>()?;
+    m.add_class::<Backoff>()?;
+    Ok(())
+}

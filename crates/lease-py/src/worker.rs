@@ -1,0 +1,315 @@
+//! `lease._lease.WorkerCore`: `lease_worker`'s runtime (claims, heartbeat, retries, the stop
+//! when a lease is lost, the drain at shutdown) running a Python function per job. Each call
+//! of the function runs on a thread of the runtime's blocking pool, attached to the
+//! interpreter; the function gets a `Job` with its fence and a cancellation it can poll or
+//! wait on. A Python thread cannot be killed: a function that ignores the cancellation runs
+//! on, but nothing it returns is reported for that lease.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_domain::Ttl;
+use lease_worker::{CancellationToken, HandlerResult, JobContext, Worker, WorkerConfig};
+use pyo3::exceptions::PyKeyboardInterrupt;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::errors::{Outcome, invalid, to_py};
+use crate::run::runtime;
+use crate::store::StoreCore;
+use crate::values::{self, Backoff};
+
+/// How long the running worker waits before it looks whether Ctrl-C was pressed.
+const SIGNAL_SLICE: Duration = Duration::from_millis(100);
+
+/// One job as the handler sees it.
+#[pyclass(module = "lease", frozen)]
+pub(crate) struct Job {
+    id: String,
+    fence: u64,
+    attempt: u32,
+    payload: Option<Py<PyBytes>>,
+    cancel: CancellationToken,
+}
+
+#[pymethods]
+impl Job {
+    /// The job's id.
+    #[getter]
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The fence of this lease: present it to every resource the job writes to.
+    #[getter]
+    fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    /// Which attempt this is (1 for the first).
+    #[getter]
+    fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The job's payload, if it has one.
+    #[getter]
+    fn payload(&self, py: Python<'_>) -> Option<Py<PyBytes>> {
+        self.payload.as_ref().map(|p| p.clone_ref(py))
+    }
+
+    /// True once the lease is lost or the job cancelled: stop, because nothing this run
+    /// returns will be stored.
+    #[getter]
+    fn cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// Waits, with the interpreter released, until the job is cancelled or `timeout` seconds
+    /// pass (None: no limit); True when cancelled.
+    #[pyo3(signature = (timeout = None))]
+    fn wait_cancelled(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        let limit = match timeout {
+            Some(t) => Some(to_py(
+                py,
+                Duration::try_from_secs_f64(t)
+                    .or_else(|_| invalid(format!("timeout: must be 0 or more seconds, got {t}"))),
+            )?),
+            None => None,
+        };
+        let runtime = to_py(py, runtime())?;
+        let cancel = self.cancel.clone();
+        Ok(py.detach(|| {
+            runtime.block_on(async {
+                match limit {
+                    Some(limit) => tokio::time::timeout(limit, cancel.cancelled())
+                        .await
+                        .is_ok(),
+                    None => {
+                        cancel.cancelled().await;
+                        true
+                    }
+                }
+            })
+        }))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Job(id={:?}, fence={}, attempt={})",
+            self.id, self.fence, self.attempt
+        )
+    }
+}
+
+/// The text a handler's exception fails its job with: its class and message.
+fn error_text(py: Python<'_>, error: &PyErr) -> String {
+    let class = error
+        .get_type(py)
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "Exception".to_owned());
+    let message = error
+        .value(py)
+        .str()
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    if message.is_empty() {
+        class
+    } else {
+        format!("{class}: {message}")
+    }
+}
+
+/// Calls the Python handler for one job.
+fn call_handler(handler: &Py<PyAny>, context: JobContext) -> HandlerResult {
+    Python::attach(|py| {
+        let job = Job {
+            id: context.job.as_str().to_owned(),
+            fence: context.fence.get(),
+            attempt: context.attempt,
+            payload: context
+                .payload
+                .as_deref()
+                .map(|p| PyBytes::new(py, p).unbind()),
+            cancel: context.cancel.clone(),
+        };
+        let answer = handler.call1(py, (job,)).map_err(|e| error_text(py, &e))?;
+        if answer.is_none(py) {
+            return Ok(String::new());
+        }
+        answer.extract::<String>(py).map_err(|_| {
+            let class = answer
+                .bind(py)
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default();
+            format!("the handler returned a {class}, not a str or None")
+        })
+    })
+}
+
+/// A worker of one queue, running a Python function per job.
+#[pyclass(module = "lease._lease", frozen)]
+pub(crate) struct WorkerCore {
+    store: Py<StoreCore>,
+    handler: Arc<Py<PyAny>>,
+    config: WorkerConfig,
+}
+
+fn duration(what: &str, seconds: f64) -> Outcome<Duration> {
+    Duration::try_from_secs_f64(seconds)
+        .or_else(|_| invalid(format!("{what}: must be 0 or more seconds, got {seconds}")))
+}
+
+#[pymethods]
+impl WorkerCore {
+    #[new]
+    #[pyo3(signature = (store, handler, *, queue, owner, ttl, concurrency, renew_fraction, idle_poll, retry, backoff, max_jobs, exit_when_empty, drain, cancel_grace))]
+    #[allow(clippy::too_many_arguments)] // The worker's settings, each a keyword.
+    fn new(
+        py: Python<'_>,
+        store: Py<StoreCore>,
+        handler: Py<PyAny>,
+        queue: &str,
+        owner: &str,
+        ttl: f64,
+        concurrency: usize,
+        renew_fraction: f64,
+        idle_poll: f64,
+        retry: bool,
+        backoff: Option<PyRef<'_, Backoff>>,
+        max_jobs: Option<usize>,
+        exit_when_empty: bool,
+        drain: f64,
+        cancel_grace: f64,
+    ) -> PyResult<Self> {
+        if !handler.bind(py).is_callable() {
+            return to_py(py, invalid("handler: must be callable, as handler(job)"));
+        }
+        let config = to_py(
+            py,
+            (|| {
+                if concurrency == 0 {
+                    return invalid("concurrency: must be at least 1");
+                }
+                if !(renew_fraction.is_finite() && renew_fraction > 0.0 && renew_fraction < 1.0) {
+                    return invalid(format!(
+                        "renew_fraction: must be above 0 and below 1, got {renew_fraction}"
+                    ));
+                }
+                let ttl = Ttl::new(ttl).or_else(|e| invalid(format!("ttl: {e}")))?;
+                let mut config =
+                    WorkerConfig::new(values::queue(queue)?, values::owner(owner)?, ttl);
+                config.concurrency = concurrency;
+                config.renew_fraction = renew_fraction;
+                config.idle_poll = duration("idle_poll", idle_poll)?;
+                config.retry = values::retry(retry, backoff.as_deref())?;
+                config.max_jobs = max_jobs;
+                config.exit_when_empty = exit_when_empty;
+                config.drain = duration("drain", drain)?;
+                config.cancel_grace = duration("cancel_grace", cancel_grace)?;
+                Ok(config)
+            })(),
+        )?;
+        Ok(Self {
+            store,
+            handler: Arc::new(handler),
+            config,
+        })
+    }
+
+    /// Runs until the queue is empty (with `exit_when_empty`), `max_jobs` are done, or Ctrl-C:
+    /// the first stops claiming and lets running jobs finish within `drain`, a second releases
+    /// them at once; then the `KeyboardInterrupt` goes on. Returns the counts of what it did.
+    fn run(&self, py: Python<'_>) -> PyResult<Summary> {
+        let store = self.store.get().store(py)?;
+        let handler = Arc::clone(&self.handler);
+        let runtime = to_py(py, runtime())?;
+        let worker = Worker::new(
+            store,
+            move |context: JobContext| {
+                let handler = Arc::clone(&handler);
+                async move {
+                    tokio::task::spawn_blocking(move || call_handler(&handler, context))
+                        .await
+                        .unwrap_or_else(|e| Err(format!("the handler's thread stopped: {e}")))
+                }
+            },
+            self.config.clone(),
+        );
+        let (shutdown, abort) = (CancellationToken::new(), CancellationToken::new());
+        let mut run = Box::pin(worker.run_with_abort(shutdown.clone(), abort.clone()));
+        let mut interrupted: Option<PyErr> = None;
+        let summary = loop {
+            let slice = py.detach(|| {
+                runtime.block_on(async { tokio::time::timeout(SIGNAL_SLICE, &mut run).await })
+            });
+            match slice {
+                Ok(done) => break done,
+                Err(_) => {
+                    if let Err(signal) = py.check_signals() {
+                        if interrupted.is_some() {
+                            abort.cancel();
+                        } else {
+                            shutdown.cancel();
+                        }
+                        interrupted = Some(signal);
+                    }
+                }
+            }
+        };
+        let summary = to_py(py, summary.map_err(crate::errors::Failure::from))?;
+        match interrupted {
+            Some(signal) if signal.is_instance_of::<PyKeyboardInterrupt>(py) => Err(signal),
+            Some(other) => Err(other),
+            None => Ok(Summary::of(summary)),
+        }
+    }
+}
+
+/// What a worker did.
+#[pyclass(module = "lease", frozen, get_all)]
+#[derive(Debug)]
+pub(crate) struct Summary {
+    /// Jobs completed.
+    completed: usize,
+    /// Jobs failed (retried later, or dead).
+    failed: usize,
+    /// Jobs whose lease was lost before their result could be stored.
+    lost: usize,
+    /// Jobs released at shutdown.
+    released: usize,
+    /// Jobs whose result could not be reported.
+    unreported: usize,
+}
+
+impl Summary {
+    fn of(summary: lease_worker::Summary) -> Self {
+        Self {
+            completed: summary.completed,
+            failed: summary.failed,
+            lost: summary.lost,
+            released: summary.released,
+            unreported: summary.unreported,
+        }
+    }
+}
+
+#[pymethods]
+impl Summary {
+    fn __repr__(&self) -> String {
+        format!(
+            "Summary(completed={}, failed={}, lost={}, released={}, unreported={})",
+            self.completed, self.failed, self.lost, self.released, self.unreported
+        )
+    }
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<WorkerCore>()?;
+    m.add_class::<Job>()?;
+    m.add_class::<Summary>()?;
+    Ok(())
+}

@@ -1,0 +1,177 @@
+"""The queue through ``lease.Store`` and ``lease.AsyncStore``, the same tests on a SQLite file,
+a PostgreSQL database and a live ``lease serve`` (owners are ``py/...``: the server's key is
+the principal ``py``, which may act as ``py`` or ``py/...``)."""
+
+import asyncio
+import time
+
+import pytest
+
+import lease
+
+A, B = "py/a", "py/b"
+
+
+def test_the_stale_worker_story_keeps_the_new_result(store):
+    assert store.enqueue("report", queue="mail", payload=b"\x00\x01")
+    (first,) = store.claim_next("mail", A, 0.4)
+    assert first.fence == 1 and first.attempt == 1 and first.payload == b"\x00\x01"
+    time.sleep(0.6)
+    (second,) = store.claim_next("mail", B, 30.0)
+    assert second.fence == 2
+    assert store.complete("report", B, second.fence, "from B")
+    late = store.complete("report", A, first.fence, "from A")
+    assert not late and late.ok is False
+    assert late.reason == "stale"
+    assert (late.presented_fence, late.current_fence) == (1, 2)
+    assert store.state("report")["result"] == "from B"
+    record = store.record("report")
+    assert (record.status, record.result, record.result_fence) == ("done", "from B", 2)
+
+
+def test_refused_writes_are_values_naming_why(store):
+    store.enqueue("j")
+    (held,) = store.claim_next("default", A, 30.0)
+    wrong_owner = store.renew("j", B, held.fence, 30.0)
+    assert not wrong_owner and wrong_owner.reason == "not_owner"
+    assert store.renew("j", A, held.fence, 30.0)
+    missing = store.complete("nope", A, 1, "r")
+    assert not missing and missing.reason == "missing"
+    live = store.claim("j", B, 30.0)
+    assert not live and live.reason == "live" and live.until is not None
+    assert store.release("j", A, held.fence)
+    claimed = store.claim("j", B, 30.0)
+    assert claimed.ok and claimed.fence == held.fence + 1
+
+
+def test_a_failure_is_retried_then_dead_and_cancel_and_retry_work(store):
+    store.enqueue("j", max_attempts=2)
+    (one,) = store.claim_next("default", A, 30.0)
+    failed = store.fail("j", A, one.fence, "boom", backoff=lease.Backoff(base=0.01, jitter=0))
+    assert failed and failed.status == "pending" and failed.run_at is not None
+    time.sleep(0.05)
+    (two,) = store.claim_next("default", A, 30.0)
+    assert two.attempt == 2
+    dead = store.fail("j", A, two.fence, "boom again")
+    assert dead.status == "dead"
+    assert store.record("j").error == "boom again"
+    assert store.retry("j")
+    assert store.record("j").status == "pending"
+    assert store.cancel("j")
+    cancelled = store.cancel("j")
+    assert not cancelled and cancelled.reason == "cancelled"
+    assert store.claim_next("default", A, 30.0) == []
+
+
+def test_batches_lists_stats_and_purge(store):
+    made = store.enqueue_many(
+        [{"id": f"b{i}", "priority": i} for i in range(5)] + [{"id": "m", "queue": "mail"}]
+    )
+    assert made == [True] * 6
+    assert store.enqueue_many([{"id": "b0"}]) == [False]
+    (top,) = store.claim_next("default", A, 30.0)
+    assert top.id == "b4"
+    store.complete("b4", A, top.fence, "ok")
+    page = store.list(queue="default", limit=2)
+    assert [r.id for r in page] == ["b0", "b1"]
+    assert [r.id for r in store.list(queue="default", limit=10, after="b1")] == ["b2", "b3", "b4"]
+    assert [r.id for r in store.list(status="done")] == ["b4"]
+    counts = {(r.queue, r.status): r.count for r in store.stats()}
+    assert counts == {("default", "pending"): 4, ("default", "done"): 1, ("mail", "pending"): 1}
+    assert store.purge(time.time() + 60, ["done"]) == 1
+    assert store.record("b4") is None
+
+
+def test_bad_input_raises_a_value_error_naming_it_and_changes_nothing(store):
+    store.enqueue("j")
+    for call, named in [
+        (lambda: store.enqueue(""), "job id"),
+        (lambda: store.enqueue("k", queue=""), "queue"),
+        (lambda: store.enqueue("k", payload=object()), "payload"),
+        (lambda: store.enqueue("k", payload=b"x" * (1024 * 1024 + 1)), "payload"),
+        (lambda: store.claim_next("default", A, 0), "ttl"),
+        (lambda: store.renew("j", A, -1, 10), "fence"),
+        (lambda: store.fail("j", A, 1, "e", retry=False, backoff=lease.Backoff()), "backoff"),
+        (lambda: store.list(status="finished"), "status"),
+        (lambda: store.enqueue_many([{"id": "ok"}, {"id": "x", "colour": 1}]), "jobs[1]"),
+        (lambda: lease.Backoff(factor=0.5), "factor"),
+    ]:
+        with pytest.raises(ValueError) as raised:
+            call()
+        assert isinstance(raised.value, lease.InvalidInput)
+        assert named in str(raised.value), (named, raised.value)
+    assert [r.id for r in store.list()] == ["j"]
+    assert store.record("j").fence == 0
+
+
+def test_the_audit_trail_lists_a_refused_write(store):
+    store.enqueue("j")
+    (held,) = store.claim_next("default", A, 30.0)
+    store.release("j", A, held.fence)
+    store.claim_next("default", B, 30.0)
+    assert not store.complete("j", A, held.fence, "late")
+    rows = store.audit(job="j")
+    assert [(r.operation, r.reason, r.presented_fence, r.current_fence) for r in rows] == [
+        ("complete", "stale", 1, 2)
+    ]
+
+
+def test_the_asyncio_store_runs_the_same_story_without_blocking_the_loop(opening):
+    target, how = opening
+
+    async def story():
+        async_store = lease.AsyncStore(target, **how)
+        beats = 0
+
+        async def heartbeat():
+            nonlocal beats
+            while True:
+                beats += 1
+                await asyncio.sleep(0.001)
+
+        beating = asyncio.ensure_future(heartbeat())
+        assert await async_store.enqueue_many([{"id": f"a{i}"} for i in range(20)]) == [True] * 20
+        done = 0
+        while True:
+            leases = await async_store.claim_next("default", A, 30.0, limit=5)
+            if not leases:
+                break
+            results = await asyncio.gather(
+                *(async_store.complete(h.id, A, h.fence, "ok") for h in leases)
+            )
+            done += sum(1 for r in results if r)
+        beating.cancel()
+        stats = await async_store.stats()
+        return done, beats, stats
+
+    done, beats, stats = asyncio.run(story())
+    assert done == 20
+    assert beats > 0
+    assert [(r.status, r.count) for r in stats] == [("done", 20)]
+
+
+def test_an_asyncio_call_that_is_cancelled_is_dropped(tmp_path):
+    store = lease.AsyncStore(str(tmp_path / "jobs.db"), create=True)
+
+    async def story():
+        call = asyncio.ensure_future(store.claim_next("default", A, 30.0))
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        return await store.stats()
+
+    assert asyncio.run(story()) == []
+
+
+def test_a_store_that_does_not_exist_is_not_found_and_not_made(tmp_path):
+    missing = tmp_path / "missing.db"
+    with pytest.raises(lease.NotFound):
+        lease.Store(missing)
+    assert not missing.exists()
+    with pytest.raises(lease.InvalidInput, match="api_key"):
+        lease.Store(tmp_path / "x.db", api_key="lk_x")
+
+
+def test_a_wrong_api_key_is_denied(server):
+    with pytest.raises(lease.Denied):
+        lease.Store(server.url, api_key="lk_0000_nope").stats()

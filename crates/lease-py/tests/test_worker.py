@@ -1,0 +1,150 @@
+"""Python workers on the Rust runtime: results stored, failures retried, a lost lease stops the
+handler and its late result is not stored, Ctrl-C drains."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import lease
+from conftest import WriteLock
+
+
+def test_a_worker_runs_every_job_and_stores_what_its_handler_returns(opening):
+    target, how = opening
+    store = lease.Store(target, **how)
+    store.enqueue_many([{"id": f"j{i}", "payload": f"{i}"} for i in range(30)])
+    seen = []
+
+    def handle(job):
+        seen.append((job.id, job.fence, job.attempt))
+        return "r" + job.payload.decode()
+
+    summary = lease.Worker(
+        store, handle, owner="py/w", concurrency=4, exit_when_empty=True, idle_poll=0.05
+    ).run()
+    assert summary.completed == 30 and summary.failed == 0 and summary.lost == 0
+    assert sorted(j for j, _, _ in seen) == sorted(f"j{i}" for i in range(30))
+    assert all(fence == 1 and attempt == 1 for _, fence, attempt in seen)
+    assert store.record("j7").result == "r7"
+
+
+def test_a_handler_s_exception_fails_the_job_and_it_is_retried_then_dead(db):
+    store = lease.Store(db, create=True)
+    store.enqueue("flaky", max_attempts=3)
+    store.enqueue("typed", max_attempts=1)
+    calls = []
+
+    def handle(job):
+        calls.append((job.id, job.attempt))
+        if job.id == "typed":
+            return 42
+        raise RuntimeError(f"attempt {job.attempt} broke")
+
+    summary = lease.Worker(
+        store,
+        handle,
+        owner="w",
+        max_jobs=4,
+        idle_poll=0.02,
+        backoff=lease.Backoff(base=0.01, jitter=0),
+    ).run()
+    assert [a for j, a in calls if j == "flaky"] == [1, 2, 3]
+    flaky = store.record("flaky")
+    assert (flaky.status, flaky.error) == ("dead", "RuntimeError: attempt 3 broke")
+    typed = store.record("typed")
+    assert typed.status == "dead" and "returned a int, not a str or None" in typed.error
+    assert summary.failed == 4
+
+
+def test_a_worker_that_loses_its_lease_stops_its_handler_and_its_result_is_not_stored(db):
+    store = lease.Store(db, create=True)
+    store.enqueue("j")
+    started = threading.Event()
+    seen = {}
+
+    def slow(job):
+        seen["fence"] = job.fence
+        started.set()
+        seen["cancelled"] = job.wait_cancelled(10)
+        seen["cancelled_at"] = time.time()
+        return "from the stale worker"
+
+    worker = lease.Worker(store, slow, owner="a", ttl=1.5, max_jobs=1)
+    summary = {}
+    runner = threading.Thread(target=lambda: summary.update(done=worker.run()))
+    runner.start()
+    assert started.wait(10)
+    # Another process holds SQLite's write lock for longer than the lease: every renewal
+    # waits on it, and the runtime must still stop the handler before the lease ends.
+    lock = WriteLock(db)
+    time.sleep(3.0)
+    lock.release()
+    runner.join(30)
+    assert seen["cancelled"] is True
+    # Stopped before the lease ended: `until` is the last renewal's, which the lock froze.
+    until = store.record("j").until
+    assert seen["cancelled_at"] < until, (seen["cancelled_at"], until)
+    assert summary["done"].lost == 1 and summary["done"].completed == 0
+    # The lease has ended; a new worker takes the job and its result stands.
+    (again,) = store.claim_next("default", "b", 30.0)
+    assert again.fence == seen["fence"] + 1
+    assert store.complete("j", "b", again.fence, "from b")
+    assert store.record("j").result == "from b"
+
+
+def test_ctrl_c_drains_the_running_job_then_raises_keyboard_interrupt(db):
+    store = lease.Store(db, create=True)
+    store.enqueue("long")
+    script = textwrap.dedent(
+        f"""
+        import sys, time, lease
+        store = lease.Store({db!r})
+        def handle(job):
+            print("started", flush=True)
+            time.sleep(1.0)
+            return "finished"
+        try:
+            lease.Worker(store, handle, owner="w", idle_poll=0.05).run()
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+            sys.exit(3)
+        """
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout.readline().strip() == "started"
+    child.send_signal(signal.SIGINT)
+    out, _ = child.communicate(timeout=30)
+    assert child.returncode == 3, out
+    assert "interrupted" in out
+    assert store.record("long").result == "finished"
+
+
+def test_worker_settings_are_checked_and_named(db):
+    store = lease.Store(db, create=True)
+    for kwargs, named in [
+        ({"concurrency": 0}, "concurrency"),
+        ({"ttl": 0}, "ttl"),
+        ({"renew_fraction": 1.5}, "renew_fraction"),
+        ({"drain": -1}, "drain"),
+        ({"queue": ""}, "queue"),
+    ]:
+        with pytest.raises(ValueError, match=named):
+            lease.Worker(store, lambda job: None, owner="w", **kwargs)
+    with pytest.raises(ValueError, match="handler"):
+        lease.Worker(store, "not callable", owner="w")
+    with pytest.raises(ValueError, match="store"):
+        lease.Worker(db, lambda job: None)
+
+
+def test_the_default_owner_names_the_host_and_the_process(db):
+    store = lease.Store(db, create=True)
+    worker = lease.Worker(store, lambda job: None)
+    assert worker.owner.endswith(f"/{os.getpid()}")

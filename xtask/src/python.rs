@@ -1,0 +1,62 @@
+//! The Python package's tests, as `cargo xtask test` runs them: the package built from
+//! `crates/lease-py` and installed with pip into a fresh virtual environment under `target/`,
+//! exactly as the README's `pip install ./crates/lease-py` does (but with the tests' debug
+//! build of the Rust crates, reused from `target/`), then pytest over `crates/lease-py/tests`.
+
+use std::path::Path;
+use std::process::Command;
+
+/// The pytest the suite runs with.
+const PYTEST: &str = "pytest==8.3.5";
+
+fn run(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
+    eprintln!("$ {} {}", program.display(), args.join(" "));
+    let status = Command::new(program)
+        .args(args)
+        .envs(env.iter().copied())
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} {} failed ({status})",
+            program.display(),
+            args.join(" ")
+        ))
+    }
+}
+
+/// Builds the package into a fresh virtual environment and runs its tests.
+///
+/// # Errors
+/// The step that failed.
+pub(crate) fn test(root: &Path) -> Result<(), String> {
+    let target = root.join("target");
+    let venv = target.join("python-test-venv");
+    if venv.exists() {
+        std::fs::remove_dir_all(&venv)
+            .map_err(|e| format!("cannot remove {}: {e}", venv.display()))?;
+    }
+    let venv_arg = venv.display().to_string();
+    run(Path::new("python3"), &["-m", "venv", &venv_arg], &[])?;
+    let pip = venv.join("bin/pip");
+    run(&pip, &["install", "--quiet", PYTEST], &[])?;
+    let target_dir = target.display().to_string();
+    let package = root.join("crates/lease-py").display().to_string();
+    run(
+        &pip,
+        &["install", "--quiet", &package],
+        &[
+            ("CARGO_TARGET_DIR", &target_dir),
+            ("MATURIN_PEP517_ARGS", "--profile dev"),
+        ],
+    )?;
+    let lease = target.join("debug/lease").display().to_string();
+    let tests = root.join("crates/lease-py/tests").display().to_string();
+    run(
+        &venv.join("bin/python"),
+        &["-m", "pytest", "-q", "-p", "no:cacheprovider", &tests],
+        &[("LEASE_BIN", &lease)],
+    )
+}
