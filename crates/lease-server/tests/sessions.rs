@@ -256,3 +256,61 @@ async fn with_no_key_cache_every_request_reads_the_key() {
         StatusCode::UNAUTHORIZED
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_key_read_from_the_store_is_trusted_for_the_key_cache_time_and_not_at_its_end() {
+    let page = page(Duration::from_secs(1)).await;
+    assert_eq!(page.read_with_key(&page.key).await, StatusCode::OK);
+    page.revoke().await;
+    tokio::time::advance(Duration::from_millis(999)).await;
+    assert_eq!(page.read_with_key(&page.key).await, StatusCode::OK);
+    // Exactly `key_cache` after the read the key is read again, and found revoked.
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert_eq!(
+        page.read_with_key(&page.key).await,
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_key_cache_keeps_every_key_it_read_not_only_the_last() {
+    let page = page(Duration::from_secs(1)).await;
+    let other = secrets::new_key().unwrap();
+    page.store
+        .add_key(&other.record(
+            Principal::new("eye").unwrap(),
+            Scope::Viewer,
+            Timestamp::ZERO,
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(page.read_with_key(&page.key).await, StatusCode::OK);
+    assert_eq!(page.read_with_key(&other.key).await, StatusCode::OK);
+    page.revoke().await;
+    // The first key was not pushed out by the second: it is still trusted from the cache.
+    tokio::time::advance(Duration::from_millis(500)).await;
+    assert_eq!(page.read_with_key(&page.key).await, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_page_reads_back_its_session_with_its_principal_and_csrf_token() {
+    let page = page(Duration::ZERO).await;
+    let session = page.sign_in().await;
+    let answer = page
+        .send(
+            Request::get("/v1/session")
+                .header("cookie", format!("lease_session={}", session.cookie))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(answer.body["signed_in"], true, "{}", answer.body);
+    assert_eq!(answer.body["principal"], "ops");
+    assert_eq!(answer.body["csrf"], session.csrf.as_str());
+    let without = page
+        .send(Request::get("/v1/session").body(Body::empty()).unwrap())
+        .await;
+    assert_eq!(without.body["signed_in"], false);
+}
