@@ -90,8 +90,17 @@ fn ci() -> Result<(), String> {
 }
 
 /// Runs the benchmark report (one table, also written to target/bench-report.md); without
-/// `--quick` it then runs the criterion micro-benchmarks too.
+/// `--quick` it then runs the criterion micro-benchmarks too. `--python` runs the Python
+/// package's rows instead (`benches/python/bench.py`, against the report's Rust rows).
 fn bench(rest: &[String]) -> Result<(), String> {
+    if rest.iter().any(|a| a == "--python") {
+        cargo(&["bench", "-p", "lease-benches", "--bench", "report", "--no-run"], &[])?;
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .ok_or("xtask has no parent directory")?;
+        let report = newest_report(&root.join("target/release/deps"))?;
+        return python::bench(root, &report);
+    }
     let quick = rest.iter().any(|a| a == "--quick");
     let mut report = vec!["bench", "-p", "lease-benches", "--bench", "report", "--"];
     if quick {
@@ -102,6 +111,23 @@ fn bench(rest: &[String]) -> Result<(), String> {
         cargo(&["bench", "-p", "lease-benches", "--bench", "lease"], &[])?;
     }
     Ok(())
+}
+
+/// The report bench binary cargo built last (`report-<hash>`, no extension).
+fn newest_report(deps: &std::path::Path) -> Result<std::path::PathBuf, String> {
+    let entries =
+        std::fs::read_dir(deps).map_err(|e| format!("cannot read {}: {e}", deps.display()))?;
+    entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension().is_none()
+                && p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("report-"))
+        })
+        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
+        .ok_or_else(|| format!("no report binary in {}", deps.display()))
 }
 
 /// One scope of mutation testing: a package, the files whose mutants count (all when empty),
@@ -243,7 +269,7 @@ fn main() -> ExitCode {
         Some("bench") => bench(&args[1..]),
         Some("mutants") => mutants(&args[1..]),
         _ => Err(
-            "usage: cargo xtask <test [-- cargo test options] | ci | bench [--quick] | mutants [SCOPE...] [-- cargo-mutants options]>"
+            "usage: cargo xtask <test [-- cargo test options] | ci | bench [--quick | --python] | mutants [SCOPE...] [-- cargo-mutants options]>"
                 .to_owned(),
         ),
     };

@@ -60,3 +60,29 @@ pub(crate) fn test(root: &Path) -> Result<(), String> {
         &[("LEASE_BIN", &lease)],
     )
 }
+
+/// The Python rows of the benchmark (`benches/python/bench.py`): the package built as the README
+/// builds it (optimized) into a virtual environment under `target/`, against the report
+/// binary's Rust rows.
+///
+/// # Errors
+/// The step that failed.
+pub(crate) fn bench(root: &Path, report: &Path) -> Result<(), String> {
+    let target = root.join("target");
+    let venv = target.join("python-bench-venv");
+    let venv_arg = venv.display().to_string();
+    if !venv.join("bin/python").exists() {
+        run(Path::new("python3"), &["-m", "venv", &venv_arg], &[])?;
+    }
+    let target_dir = target.display().to_string();
+    let package = root.join("crates/lease-py").display().to_string();
+    run(
+        &venv.join("bin/pip"),
+        &["install", "--quiet", "--force-reinstall", "--no-deps", &package],
+        &[("CARGO_TARGET_DIR", &target_dir)],
+    )?;
+    let script = root.join("benches/python/bench.py").display().to_string();
+    let report = report.display().to_string();
+    run(&venv.join("bin/python"), &[&script, "--report", &report], &[])
+}
+
