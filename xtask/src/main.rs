@@ -94,7 +94,17 @@ fn ci() -> Result<(), String> {
 /// package's rows instead (`benches/python/bench.py`, against the report's Rust rows).
 fn bench(rest: &[String]) -> Result<(), String> {
     if rest.iter().any(|a| a == "--python") {
-        cargo(&["bench", "-p", "lease-benches", "--bench", "report", "--no-run"], &[])?;
+        cargo(
+            &[
+                "bench",
+                "-p",
+                "lease-benches",
+                "--bench",
+                "report",
+                "--no-run",
+            ],
+            &[],
+        )?;
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .parent()
             .ok_or("xtask has no parent directory")?;

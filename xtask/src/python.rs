@@ -78,11 +78,20 @@ pub(crate) fn bench(root: &Path, report: &Path) -> Result<(), String> {
     let package = root.join("crates/lease-py").display().to_string();
     run(
         &venv.join("bin/pip"),
-        &["install", "--quiet", "--force-reinstall", "--no-deps", &package],
+        &[
+            "install",
+            "--quiet",
+            "--force-reinstall",
+            "--no-deps",
+            &package,
+        ],
         &[("CARGO_TARGET_DIR", &target_dir)],
     )?;
     let script = root.join("benches/python/bench.py").display().to_string();
     let report = report.display().to_string();
-    run(&venv.join("bin/python"), &[&script, "--report", &report], &[])
+    run(
+        &venv.join("bin/python"),
+        &[&script, "--report", &report],
+        &[],
+    )
 }
-
