@@ -11,7 +11,7 @@ use lease_domain::Timestamp;
 use lease_sqlite::{SqliteLeaseStore, SqliteOptions};
 use rusqlite::Connection;
 
-use lease_domain::{QueueName, Status};
+use lease_domain::{JobId, QueueName, Status};
 use lease_ports::overview::Overview;
 use lease_ports::{LeaseStore, ListFilter};
 use lease_postgres::{PgLeaseStore, PgOptions, ScratchDatabase};
@@ -308,6 +308,24 @@ pub(crate) fn pg_rows(plan: &Plan, rows: &mut Vec<Row>) -> Option<String> {
         1,
         total,
         &[page],
+        true,
+    ));
+    let done = ListFilter {
+        queue: Some(QueueName::new("q1").expect("queue")),
+        status: Some(Status::Done),
+        limit: 50,
+        after: Some(JobId::new(format!("job-{:08}", total / 2)).expect("id")),
+        now: at,
+    };
+    let later = rounds(&runtime, n, || async {
+        let page = store.list(&done).await.expect("list");
+        assert_eq!(page.len(), 50, "a page of done jobs");
+    });
+    rows.push(summarize(
+        &label("store: a later page of 50 done jobs of one queue"),
+        1,
+        total,
+        &[later],
         true,
     ));
     Some(format!(

@@ -11,15 +11,18 @@ use tokio_postgres::Statement;
 use crate::error::{self, Stage};
 use crate::sql::Sql;
 
-/// Sets up every new pooled connection: durable commits, read back, and a bound on idling
-/// inside a transaction.
+/// Sets up every new pooled connection: durable commits, read back, a bound on idling
+/// inside a transaction, and `lease.counts = 'store'`: this session's writes move migration
+/// 6's counts themselves (`Sql::update_counted`), so its row trigger, which counts the
+/// changes of other programs, leaves them out.
 pub(crate) async fn setup(
     client: &mut deadpool_postgres::ClientWrapper,
     idle: Duration,
 ) -> Result<(), HookError> {
     client
         .batch_execute(&format!(
-            "SET synchronous_commit = on; SET idle_in_transaction_session_timeout = {}",
+            "SET synchronous_commit = on; SET idle_in_transaction_session_timeout = {}; \
+             SET lease.counts = 'store'",
             idle.as_millis().max(1)
         ))
         .await
@@ -111,6 +114,7 @@ pub(crate) struct Statements {
     pub(crate) forget_purged: Statement,
     pub(crate) insert: Statement,
     pub(crate) update: Statement,
+    pub(crate) update_counted: Statement,
     pub(crate) clock: Statement,
     /// `claim_next`'s planner settings, for its transaction only.
     pub(crate) settings: Statement,
@@ -130,6 +134,7 @@ impl Statements {
             forget_purged: conn.prepare(&sql.forget_purged).await?,
             insert: conn.prepare(&sql.insert).await?,
             update: conn.prepare(&sql.update).await?,
+            update_counted: conn.prepare(&sql.update_counted).await?,
             clock: conn.prepare(&sql.clock).await?,
             settings: conn.prepare(&sql.settings).await?,
             candidates: conn.prepare(&sql.candidates).await?,

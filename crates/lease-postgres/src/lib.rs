@@ -14,6 +14,7 @@ mod connection;
 mod error;
 pub mod guard;
 mod keys;
+mod list;
 mod next;
 mod schema;
 #[cfg(feature = "test-support")]
@@ -30,9 +31,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use deadpool_postgres::{Hook, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use futures::future::try_join;
-use lease_domain::{
-    ClockMode, Command, EnqueueSpec, JobId, QueueName, Status, Timestamp, Ttl, is_purgeable,
-};
+use lease_domain::{ClockMode, Command, EnqueueSpec, JobId, Status, Timestamp, Ttl, is_purgeable};
 use lease_ports::codec::{StoredDue, StoredGroup, StoredMinute};
 use lease_ports::{
     Applied, ClaimNext, JobRecord, Lease, LeaseStore, ListFilter, StatsRow, StoreError,
@@ -379,7 +378,7 @@ impl LeaseStore for PgLeaseStore {
         let (next, outcome) = command.decide(job, current.as_ref(), None);
         let refused = lease_ports::observe::decided(&command, current.as_ref(), &outcome);
         let mut writes = claimed.writes;
-        let completion = next.map(|next| Encoded::new(job, &next));
+        let completion = next.map(|next| Encoded::from_to(job, current.as_ref(), &next));
         let wrote = claimed.wrote || completion.is_some();
         writes.extend(completion);
         // The second round trip: the refusal's audit row (in this transaction), the writes
@@ -479,43 +478,55 @@ impl LeaseStore for PgLeaseStore {
             .await
             .map_err(|e| error::map(e, Stage::Commit))?;
         }
+        // The counts each server process kept (migration 6), folded into one row each, so
+        // that reading them stays as cheap as the number of queues.
+        for fold in [&self.sql.fold_finished, &self.sql.fold_completions] {
+            let stmt = conn.prepare(fold).await?;
+            conn.client()
+                .execute(&stmt, &[])
+                .await
+                .map_err(|e| error::map(e, Stage::Commit))?;
+        }
         conn.clean();
         Ok(u64::try_from(ids.len()).unwrap_or(u64::MAX))
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError> {
-        const PAGE: i64 = 512;
         let mut conn = self.conn().await?;
-        let page = conn.prepare(&self.sql.page).await?;
         let c = conn.client();
         c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .await
             .map_err(|e| error::map(e, Stage::BeforeCommit))?;
-        let queue = filter.queue.as_ref().map(QueueName::as_str);
-        let mut after: Option<String> = filter.after.as_ref().map(|id| id.as_str().to_owned());
         let mut found = Vec::new();
-        while found.len() < filter.limit {
-            let rows = c
-                .query(&page, &[&queue, &after, &PAGE])
+        // Each source gives ids in order; each gives its first `limit` matches and the merge
+        // keeps the first `limit` of all.
+        for source in self.list_sources(&conn, filter).await? {
+            // An end's page is read in order from its index and stops at the limit; the
+            // planner, misjudging how many rows the range holds (seen: 487 for 100,000), would
+            // otherwise read the whole range and sort it (98 ms at a million jobs, against
+            // 1 ms). The open jobs come from two indexes and are sorted either way.
+            let sort = if matches!(source, list::Source::Ended(..)) {
+                "off"
+            } else {
+                "on"
+            };
+            conn.client()
+                .execute("SELECT set_config('enable_sort', $1, true)", &[&sort])
                 .await
                 .map_err(|e| error::map(e, Stage::BeforeCommit))?;
-            for row in &rows {
-                let (id, job) = sql::decode_with_id(row, 0)?;
-                after = Some(id.as_str().to_owned());
-                if found.len() < filter.limit
-                    && filter.status.is_none_or(|s| job.status_at(filter.now) == s)
-                {
-                    found.push(JobRecord { id, job });
-                }
-            }
-            if i64::try_from(rows.len()).unwrap_or(i64::MAX) < PAGE {
-                break;
-            }
+            found.extend(self.list_from(&conn, &source, filter).await?);
         }
-        c.batch_execute("COMMIT")
+        conn.client()
+            .batch_execute("COMMIT")
             .await
             .map_err(|e| error::map(e, Stage::BeforeCommit))?;
         conn.clean();
+        if filter.status.is_some() {
+            // Merged from pages read in byte order (the whole table's page is in the
+            // database's order, and alone).
+            found.sort_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
+            found.truncate(filter.limit);
+        }
         Ok(found)
     }
 

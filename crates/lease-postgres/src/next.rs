@@ -101,7 +101,11 @@ impl PgLeaseStore {
         // next page's read.
         while let Some(want) = next.want() {
             let (_, rows) = try_join(
-                try_join_all(written.iter().map(|w| update(c, &s.update, w))),
+                try_join_all(
+                    written
+                        .iter()
+                        .map(|w| update(c, &s.update, &s.update_counted, w)),
+                ),
                 c.query(
                     &s.candidates,
                     &[&queue.as_str(), &caller_now, &want_of(Some(want))],
@@ -142,10 +146,13 @@ impl PgLeaseStore {
             page_term = self.clock.resolve_term(term, stored_now(now)?)?;
             page.push(sql::decode_with_id(row, 1)?);
         }
+        // The candidates as read, for the counts a write moves (a job buried as dead).
+        let read: std::collections::HashMap<lease_domain::JobId, lease_domain::Job> =
+            page.iter().cloned().collect();
         Ok(next
             .page(page_term, page)
             .iter()
-            .map(|(id, job)| Encoded::new(id, job))
+            .map(|(id, job)| Encoded::from_to(id, read.get(id), job))
             .collect())
     }
 }

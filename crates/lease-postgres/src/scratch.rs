@@ -64,6 +64,19 @@ impl ScratchDatabase {
     pub fn execute(&self, sql: &str) -> Result<(), String> {
         run_admin(&self.url, sql)
     }
+
+    /// A plain client of the database, outside the store (its connection driven by a task
+    /// on the caller's Tokio runtime).
+    ///
+    /// # Errors
+    /// The server's error.
+    pub async fn client(&self) -> Result<tokio_postgres::Client, String> {
+        let (client, connection) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
+            .await
+            .map_err(|e| crate::error::describe(&e))?;
+        tokio::spawn(connection);
+        Ok(client)
+    }
 }
 
 /// Runs `sql` on its own thread and runtime, so it works inside or outside Tokio.

@@ -32,6 +32,9 @@ pub struct Sql {
     pub insert: String,
     /// Writes every column of a job.
     pub update: String,
+    /// Writes every column of a job and, in the same statement, the counts of migration 6 it
+    /// moves (`$19`..`$22`, see `Encoded::counted_params`); answers how many rows it wrote.
+    pub update_counted: String,
     /// Reads the server's clock.
     pub clock: String,
     /// Sets `claim_next`'s planner settings for its transaction only.
@@ -44,14 +47,30 @@ pub struct Sql {
     pub remember_purged: String,
     /// Deletes jobs by id (`$1` ids).
     pub delete: String,
-    /// A page of jobs in id order (`$1` queue or NULL, `$2` after this id or NULL, `$3` limit).
+    /// A page of jobs in id order (`$1` queue or NULL, `$2` after this id or '', `$3` limit).
     pub page: String,
-    /// The inputs of the status rule, grouped (`$1` now).
+    /// The inputs of the status rule, grouped (`$1` now): the open jobs read, the finished
+    /// ones counted.
     pub stats: String,
     /// The waiting jobs per queue (`Job::is_waiting_at`) and the earliest `waiting_since`.
     pub due: String,
-    /// Completions per queue and minute from `$1`.
+    /// Completions per queue and minute from `$1` (migration 6's counts).
     pub completions: String,
+    /// A page of the open jobs of queue `$1` in id order after `$2` (`$3` rows). The pages
+    /// `list` merges compare ids byte by byte (`COLLATE "C"`), as the merge and the other
+    /// stores do.
+    pub open_page: String,
+    /// A page of the open jobs of every queue in id order after `$1` (`$2` rows).
+    pub open_page_any: String,
+    /// A page of the finished jobs of queue `$1` that ended `$3`, in id order after `$2`
+    /// (`$4` rows), read through the index of ends.
+    pub ended_page: String,
+    /// The queues with finished jobs that ended `$1`.
+    pub ended_queues: String,
+    /// Folds the finished counts of every server process into one row per queue and end.
+    pub fold_finished: String,
+    /// Folds the completion counts of every server process into one row per minute and queue.
+    pub fold_completions: String,
     /// Recorded refusals per queue (of their job) and minute from `$1`.
     pub refused: String,
     /// Records a refused holder write, at the server's clock.
@@ -66,6 +85,7 @@ impl Sql {
     /// The statements for schema `s`.
     #[must_use]
     pub fn new(s: &str) -> Self {
+        let open = open_jobs(s);
         Self {
             select: format!("SELECT {COLUMNS} FROM {s}.jobs WHERE id = $1"),
             lock: format!("SELECT {COLUMNS} FROM {s}.jobs WHERE id = $1 FOR UPDATE"),
@@ -88,6 +108,21 @@ impl Sql {
                  queue = $7, priority = $8, run_at = $9, attempts = $10, max_attempts = $11, \
                  payload = $12, ended = $13, error = $14, result_fence = $15, updated = $16, \
                  token = $17, leased_until = $18 WHERE id = $1"
+            ),
+            update_counted: format!(
+                "WITH u AS (UPDATE {s}.jobs SET owner = $2, until = $3, fence = $4, result = $5, \
+                 done = $6, queue = $7, priority = $8, run_at = $9, attempts = $10, \
+                 max_attempts = $11, payload = $12, ended = $13, error = $14, \
+                 result_fence = $15, updated = $16, token = $17, leased_until = $18 \
+                 WHERE id = $1 RETURNING 1), \
+                 f AS (INSERT INTO {s}.finished (queue, finished, shard, n) \
+                 SELECT q, e, pg_backend_pid(), d FROM u, (VALUES ($19::text, $20::text, -1), \
+                 ($7, $21::text, 1)) AS v(q, e, d) WHERE e IS NOT NULL \
+                 ON CONFLICT (queue, finished, shard) DO UPDATE SET n = {s}.finished.n + excluded.n), \
+                 c AS (INSERT INTO {s}.completions (minute, queue, shard, n) \
+                 SELECT $22::float8, $7, pg_backend_pid(), 1 FROM u WHERE $22::float8 IS NOT NULL \
+                 ON CONFLICT (minute, queue, shard) DO UPDATE SET n = {s}.completions.n + 1) \
+                 SELECT count(*) FROM u"
             ),
             // Read after the statements before it in the transaction (and so after any row
             // lock they waited for).
@@ -135,22 +170,56 @@ impl Sql {
             delete: format!("DELETE FROM {s}.jobs WHERE id = ANY($1::text[])"),
             page: format!(
                 "SELECT id, {COLUMNS} FROM {s}.jobs WHERE ($1::text IS NULL OR queue = $1) \
-                 AND ($2::text IS NULL OR id > $2) ORDER BY id LIMIT $3"
+                 AND id > $2 ORDER BY id LIMIT $3"
             ),
-            // The inputs of the status rule, grouped: the domain judges each group.
+            // The inputs of the status rule for the open jobs, grouped (the domain judges
+            // each group), with the finished ones as migration 6's trigger counts them.
             stats: format!(
                 "SELECT queue, done, ended, until > $1, attempts >= greatest(max_attempts, 1), \
-                 count(*) FROM {s}.jobs GROUP BY 1, 2, 3, 4, 5"
+                 count(*) FROM {open} o GROUP BY 1, 2, 3, 4, 5 \
+                 UNION ALL SELECT queue, finished = 'done', nullif(finished, 'done'), false, \
+                 false, sum(n)::bigint FROM {s}.finished GROUP BY queue, finished \
+                 HAVING sum(n) <> 0"
             ),
             due: format!(
                 "SELECT queue, count(*), min(greatest(run_at, CASE WHEN fence > 0 THEN until END, \
-                 updated)) FROM {s}.jobs WHERE NOT done AND ended IS NULL AND until <= $1 \
+                 updated)) FROM {open} o WHERE until <= $1 \
                  AND attempts < greatest(max_attempts, 1) AND (run_at IS NULL OR run_at <= $1) \
                  GROUP BY 1 ORDER BY 1"
             ),
             completions: format!(
-                "SELECT queue, floor(updated / 60) * 60, count(*) FROM {s}.jobs \
-                 WHERE done AND updated >= $1 GROUP BY 1, 2"
+                "SELECT queue, minute, sum(n)::bigint FROM {s}.completions WHERE minute >= $1 \
+                 GROUP BY 1, 2 HAVING sum(n) <> 0"
+            ),
+            open_page: format!(
+                "SELECT id, {COLUMNS} FROM {open} o WHERE queue = $1 \
+                 AND id > $2 COLLATE \"C\" ORDER BY id COLLATE \"C\" LIMIT $3"
+            ),
+            open_page_any: format!(
+                "SELECT id, {COLUMNS} FROM {open} o WHERE id > $1 COLLATE \"C\" \
+                 ORDER BY id COLLATE \"C\" LIMIT $2"
+            ),
+            ended_page: format!(
+                "SELECT id, {COLUMNS} FROM {s}.jobs WHERE (done OR ended IS NOT NULL) \
+                 AND queue = $1 AND ({END}) = $3 AND id > $2 COLLATE \"C\" \
+                 ORDER BY queue, ({END}), id COLLATE \"C\" LIMIT $4"
+            ),
+            ended_queues: format!(
+                "SELECT queue FROM {s}.finished WHERE finished = $1 GROUP BY queue \
+                 HAVING sum(n) > 0 ORDER BY queue"
+            ),
+            fold_finished: format!(
+                "WITH f AS (DELETE FROM {s}.finished WHERE shard <> 0 RETURNING queue, finished, n) \
+                 INSERT INTO {s}.finished (queue, finished, shard, n) \
+                 SELECT queue, finished, 0, sum(n) FROM f GROUP BY 1, 2 \
+                 ON CONFLICT (queue, finished, shard) DO UPDATE SET n = {s}.finished.n + excluded.n"
+            ),
+            fold_completions: format!(
+                "WITH f AS (DELETE FROM {s}.completions WHERE shard <> 0 \
+                 RETURNING minute, queue, n) \
+                 INSERT INTO {s}.completions (minute, queue, shard, n) \
+                 SELECT minute, queue, 0, sum(n) FROM f GROUP BY 1, 2 \
+                 ON CONFLICT (minute, queue, shard) DO UPDATE SET n = {s}.completions.n + excluded.n"
             ),
             refused: format!(
                 "SELECT j.queue, floor(a.time / 60) * 60, count(*) FROM {s}.audit a \
@@ -166,6 +235,22 @@ impl Sql {
             ),
         }
     }
+}
+
+/// A job's end as migration 6 indexes and counts it (`done`, `dead`, `cancelled`; NULL while
+/// open), spelled exactly as in its index so the planner uses it.
+const END: &str = "CASE WHEN done THEN 'done' ELSE ended END";
+
+/// The open jobs (no end recorded), with every column: those the ready set holds
+/// (`jobs_ready`) and those it keeps out while a lease runs (`jobs_leased`), each filter that
+/// of its partial index, so neither half reads a finished job.
+fn open_jobs(s: &str) -> String {
+    format!(
+        "(SELECT id, seq, {COLUMNS}, leased_until FROM {s}.jobs \
+         WHERE NOT done AND ended IS NULL AND leased_until IS NULL \
+         UNION ALL SELECT id, seq, {COLUMNS}, leased_until FROM {s}.jobs \
+         WHERE NOT done AND ended IS NULL AND leased_until IS NOT NULL)"
+    )
 }
 
 fn corrupt(id: &JobId, what: String) -> StoreError {
@@ -275,9 +360,70 @@ pub(crate) struct Encoded {
     updated: Option<f64>,
     token: Option<Vec<u8>>,
     leased_until: Option<f64>,
+    /// The counts the write moves (migration 6), when it changes a job's end or the queue of
+    /// a finished job: written by the same statement as the row.
+    counted: Option<Counted>,
+}
+
+/// What a write moves in migration 6's counts: the end (and queue) the job leaves, the end
+/// it enters, and the minute of its completion.
+struct Counted {
+    old_queue: String,
+    old_end: Option<&'static str>,
+    new_end: Option<&'static str>,
+    completed: Option<f64>,
+}
+
+/// A job's end as migration 6 counts it (`None` while open).
+fn end_of(job: &Job) -> Option<&'static str> {
+    if job.done {
+        Some("done")
+    } else {
+        job.ended.map(Ended::as_str)
+    }
 }
 
 impl Encoded {
+    /// `next`, written over `current`: with the counts it moves, if any.
+    pub(crate) fn from_to(id: &JobId, current: Option<&Job>, next: &Job) -> Self {
+        let mut encoded = Self::new(id, next);
+        if let Some(current) = current {
+            let (old_end, new_end) = (end_of(current), end_of(next));
+            if old_end != new_end || (old_end.is_some() && current.queue != next.queue) {
+                encoded.counted = Some(Counted {
+                    old_queue: current.queue.as_str().to_owned(),
+                    old_end,
+                    new_end,
+                    completed: (next.done && !current.done)
+                        .then_some(next.updated)
+                        .flatten()
+                        .map(|t| lease_ports::overview::minute_of(t).get()),
+                });
+            }
+        }
+        encoded
+    }
+
+    /// Whether the write moves a count, and so takes the counting statement.
+    pub(crate) fn counts(&self) -> bool {
+        self.counted.is_some()
+    }
+
+    /// [`Encoded::params`] and the counts the write moves (`$19` the queue and `$20` the end
+    /// it leaves, `$21` the end it enters, `$22` the minute of its completion).
+    pub(crate) fn counted_params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        let mut params = self.params().to_vec();
+        if let Some(c) = &self.counted {
+            params.extend([
+                &c.old_queue as &(dyn ToSql + Sync),
+                &c.old_end,
+                &c.new_end,
+                &c.completed,
+            ]);
+        }
+        params
+    }
+
     pub(crate) fn new(id: &JobId, job: &Job) -> Self {
         Self {
             id: id.as_str().to_owned(),
@@ -298,6 +444,7 @@ impl Encoded {
             updated: job.updated.map(Timestamp::get),
             token: job.token.map(|t| t.as_bytes().to_vec()),
             leased_until: job.leased_until().map(Timestamp::get),
+            counted: None,
         }
     }
 

@@ -118,6 +118,8 @@ impl Transfer for PgLeaseStore {
                 view.marks.insert(id, fence);
             }
         }
+        // The target's jobs as read, for the counts an update moves.
+        let current = view.jobs.clone();
         let plan = plan_import(&self.target, view, snapshot, merge)?;
         let inserts: Vec<Encoded> = plan
             .inserts
@@ -128,7 +130,7 @@ impl Transfer for PgLeaseStore {
         let updates: Vec<Encoded> = plan
             .updates
             .iter()
-            .map(|(id, j)| Encoded::new(id, j))
+            .map(|(id, j)| Encoded::from_to(id, current.get(id), j))
             .collect();
         let (mark_ids, mark_fences): (Vec<&str>, Vec<i64>) = plan
             .marks
@@ -137,15 +139,24 @@ impl Transfer for PgLeaseStore {
             .unzip();
         let insert = conn.prepare(&self.sql.insert).await?;
         let update_stmt = conn.prepare(&self.sql.update).await?;
+        let update_counted = conn.prepare(&self.sql.update_counted).await?;
         let forget = format!("DELETE FROM {s}.purged WHERE id = ANY($1::text[])");
         let commit = |e: tokio_postgres::Error| error::map(e, Stage::Commit);
         // In order: inserts keep the source's enqueue order.
-        try_join_all(inserts.iter().map(|job| update(c, &insert, job)))
-            .await
-            .map_err(before)?;
-        try_join_all(updates.iter().map(|job| update(c, &update_stmt, job)))
-            .await
-            .map_err(before)?;
+        try_join_all(
+            inserts
+                .iter()
+                .map(|job| crate::write::insert(c, &insert, job)),
+        )
+        .await
+        .map_err(before)?;
+        try_join_all(
+            updates
+                .iter()
+                .map(|job| update(c, &update_stmt, &update_counted, job)),
+        )
+        .await
+        .map_err(before)?;
         c.execute(&forget, &[&inserted_ids]).await.map_err(before)?;
         c.execute(&self.sql.remember_purged, &[&mark_ids, &mark_fences])
             .await

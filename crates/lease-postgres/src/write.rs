@@ -66,19 +66,26 @@ impl PgLeaseStore {
             }
             return Ok(outcome);
         };
-        let encoded = Encoded::new(id, &next);
-        let params = encoded.params();
+        let encoded = Encoded::from_to(id, current.as_ref(), &next);
         let inserting = current.is_none();
-        let stmt = if inserting { &s.insert } else { &s.update };
         // One round trip: the write, the purge mark's removal, COMMIT.
         let ((written, _), _) = try_join(
-            try_join(c.execute(stmt, &params), async {
-                if inserting && purged.is_some() {
-                    c.execute(&s.forget_purged, &[&key]).await
-                } else {
-                    Ok(0)
-                }
-            }),
+            try_join(
+                async {
+                    if inserting {
+                        c.execute(&s.insert, &encoded.params()).await
+                    } else {
+                        update(c, &s.update, &s.update_counted, &encoded).await
+                    }
+                },
+                async {
+                    if inserting && purged.is_some() {
+                        c.execute(&s.forget_purged, &[&key]).await
+                    } else {
+                        Ok(0)
+                    }
+                },
+            ),
             c.execute(&s.commit, &[]),
         )
         .await
@@ -203,14 +210,32 @@ pub(crate) async fn clock_if(
     }
 }
 
-/// Sends one job's row; the parameters live as long as the request.
-pub(crate) async fn update(
+/// Inserts one job's row; the parameters live as long as the request.
+pub(crate) async fn insert(
     c: &tokio_postgres::Client,
     stmt: &Statement,
     job: &Encoded,
 ) -> Result<u64, tokio_postgres::Error> {
     let params = job.params();
     c.execute(stmt, &params).await
+}
+
+/// Sends one job's row (with the counts it moves, through `counted`, when it moves any);
+/// answers how many rows it wrote. The parameters live as long as the request.
+pub(crate) async fn update(
+    c: &tokio_postgres::Client,
+    plain: &Statement,
+    counted: &Statement,
+    job: &Encoded,
+) -> Result<u64, tokio_postgres::Error> {
+    if job.counts() {
+        let params = job.counted_params();
+        let row = c.query_one(counted, &params).await?;
+        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    } else {
+        let params = job.params();
+        c.execute(plain, &params).await
+    }
 }
 
 pub(crate) async fn rollback(c: &tokio_postgres::Client, s: &Statements) -> Result<(), StoreError> {
@@ -232,7 +257,11 @@ pub(crate) async fn commit(
         return rollback(c, s).await;
     }
     try_join(
-        try_join_all(writes.iter().map(|w| update(c, &s.update, w))),
+        try_join_all(
+            writes
+                .iter()
+                .map(|w| update(c, &s.update, &s.update_counted, w)),
+        ),
         c.execute(&s.commit, &[]),
     )
     .await
