@@ -20,14 +20,6 @@ fn term(now: f64, ttl: f64) -> LeaseTerm {
     LeaseTerm::new(now, ttl).unwrap()
 }
 
-async fn admin(db: &ScratchDatabase) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    client
-}
-
 /// Terminates the store's backends that match `condition` once one does; returns how many.
 async fn terminate_when(admin: &tokio_postgres::Client, condition: &str) -> i64 {
     for _ in 0..200 {
@@ -59,12 +51,12 @@ async fn a_backend_terminated_inside_its_transaction_applies_nothing_and_the_sto
         .unwrap();
     let job = id("j");
     store.enqueue(&job).await.unwrap();
-    let holder = admin(&db).await;
+    let holder = db.client().await.unwrap();
     holder
         .batch_execute("BEGIN; SELECT * FROM lease.jobs WHERE id = 'j' FOR UPDATE")
         .await
         .unwrap();
-    let killer = admin(&db).await;
+    let killer = db.client().await.unwrap();
     let a = owner("a");
     let (claimed, killed) = tokio::join!(
         store.claim(&job, &a, term(10.0, 5.0)),
@@ -109,7 +101,7 @@ async fn a_backend_terminated_during_commit_is_indeterminate_and_the_store_recov
          DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.slow_commit()",
     )
     .unwrap();
-    let killer = admin(&db).await;
+    let killer = db.client().await.unwrap();
     let a = owner("a");
     let (claimed, killed) = tokio::join!(
         store.claim(&job, &a, term(10.0, 5.0)),

@@ -308,15 +308,6 @@ async fn with_a_skew_bound_a_skewed_caller_is_refused_naming_both_clocks_and_not
     );
 }
 
-/// An admin connection of the test's own, outside any store.
-async fn admin(db: &ScratchDatabase) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    client
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_cancelled_inside_its_transaction_leaves_no_lock_behind() {
     let db = ScratchDatabase::create();
@@ -325,7 +316,7 @@ async fn a_call_cancelled_inside_its_transaction_leaves_no_lock_behind() {
     store.enqueue(&job).await.unwrap();
     // Someone else holds the row, so the claim waits inside its transaction; it is then
     // cancelled there, and the row is given back.
-    let holder = admin(&db).await;
+    let holder = db.client().await.unwrap();
     holder
         .batch_execute("BEGIN; SELECT * FROM lease.jobs WHERE id = 'j' FOR UPDATE")
         .await
@@ -371,7 +362,7 @@ async fn claim_next_reads_candidates_in_index_order_even_with_stale_statistics()
          WHERE seq <= 1000",
     )
     .unwrap();
-    let client = admin(&db).await;
+    let client = db.client().await.unwrap();
     client
         .batch_execute(&format!(
             // The store's settings, which take the generic plan.
@@ -411,8 +402,9 @@ async fn the_server_error_stays_as_the_source_of_the_store_error() {
     let db = ScratchDatabase::create();
     let store = init(&db, PgOptions::default()).await;
     store.enqueue(&id("j")).await.unwrap();
-    admin(&db)
+    db.client()
         .await
+        .unwrap()
         .batch_execute("ALTER TABLE lease.jobs ADD CONSTRAINT low CHECK (fence < 1) NOT VALID")
         .await
         .unwrap();
@@ -437,7 +429,7 @@ async fn a_migration_edited_after_it_was_applied_is_refused_at_open() {
     let store = init(&db, PgOptions::default()).await;
     store.enqueue(&id("kept")).await.unwrap();
     store.close();
-    let client = admin(&db).await;
+    let client = db.client().await.unwrap();
     client
         .batch_execute("UPDATE lease.migrations SET checksum = repeat('0', 64) WHERE version = 2")
         .await
@@ -480,8 +472,9 @@ async fn a_migration_edited_after_it_was_applied_is_refused_at_open() {
 async fn a_row_another_program_inserts_gets_the_domains_defaults() {
     let db = ScratchDatabase::create();
     let store = init(&db, PgOptions::default()).await;
-    admin(&db)
+    db.client()
         .await
+        .unwrap()
         .batch_execute("INSERT INTO lease.jobs(id) VALUES ('foreign')")
         .await
         .unwrap();
@@ -532,7 +525,7 @@ async fn a_schema_holding_a_function_a_type_a_view_or_a_sequence_is_refused_unto
             .unwrap_err();
         assert!(matches!(err, StoreError::Incompatible { .. }), "{err}");
         assert!(err.to_string().contains(named), "{make}: {err}");
-        let client = admin(&db).await;
+        let client = db.client().await.unwrap();
         let kept: bool = client.query_one(still, &[]).await.unwrap().get(0);
         assert!(kept, "{make}: the object was changed");
         let tables: i64 = client
