@@ -53,7 +53,7 @@ use next::stored_now;
 use write::{commit, rollback};
 
 use error::Stage;
-use sql::{Encoded, Sql};
+use sql::{Encoded, Sql, Standing};
 
 /// How long making a connection may take when neither the target (`connect_timeout`) nor
 /// `PGCONNECT_TIMEOUT` says.
@@ -378,7 +378,8 @@ impl LeaseStore for PgLeaseStore {
         let (next, outcome) = command.decide(job, current.as_ref(), None);
         let refused = lease_ports::observe::decided(&command, current.as_ref(), &outcome);
         let mut writes = claimed.writes;
-        let completion = next.map(|next| Encoded::from_to(job, current.as_ref(), &next));
+        let completion =
+            next.map(|next| Encoded::from_to(job, current.as_ref().map(Standing::of), &next));
         let wrote = claimed.wrote || completion.is_some();
         writes.extend(completion);
         // The second round trip: the refusal's audit row (in this transaction), the writes
@@ -500,20 +501,27 @@ impl LeaseStore for PgLeaseStore {
         let mut found = Vec::new();
         // Each source gives ids in order; each gives its first `limit` matches and the merge
         // keeps the first `limit` of all.
+        // An end's page is read in order from its index and stops at the limit; the planner,
+        // misjudging how many rows the range holds (seen: 487 for 100,000), would otherwise
+        // read the whole range and sort it (98 ms at a million jobs, against 1 ms). The open
+        // jobs come from two indexes and are sorted either way. Set when it changes.
+        let mut sorting = "on";
         for source in self.list_sources(&conn, filter).await? {
-            // An end's page is read in order from its index and stops at the limit; the
-            // planner, misjudging how many rows the range holds (seen: 487 for 100,000), would
-            // otherwise read the whole range and sort it (98 ms at a million jobs, against
-            // 1 ms). The open jobs come from two indexes and are sorted either way.
             let sort = if matches!(source, list::Source::Ended(..)) {
                 "off"
             } else {
                 "on"
             };
-            conn.client()
-                .execute("SELECT set_config('enable_sort', $1, true)", &[&sort])
-                .await
-                .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+            if sort != sorting {
+                let set = conn
+                    .prepare("SELECT set_config('enable_sort', $1, true)")
+                    .await?;
+                conn.client()
+                    .execute(&set, &[&sort])
+                    .await
+                    .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+                sorting = sort;
+            }
             found.extend(self.list_from(&conn, &source, filter).await?);
         }
         conn.client()

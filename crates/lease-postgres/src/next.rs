@@ -10,7 +10,7 @@ use lease_ports::{ClaimNext, Lease, StoreError};
 use crate::PgLeaseStore;
 use crate::connection::{Conn, Statements};
 use crate::error::{self, Stage};
-use crate::sql::{self, Encoded};
+use crate::sql::{self, Encoded, Standing};
 use crate::write::{clock_if, update};
 
 /// The planner settings of every `claim_next` transaction (`SET LOCAL` each). `enable_sort`
@@ -146,13 +146,15 @@ impl PgLeaseStore {
             page_term = self.clock.resolve_term(term, stored_now(now)?)?;
             page.push(sql::decode_with_id(row, 1)?);
         }
-        // The candidates as read, for the counts a write moves (a job buried as dead).
-        let read: std::collections::HashMap<lease_domain::JobId, lease_domain::Job> =
-            page.iter().cloned().collect();
+        // Where each candidate stood, for the counts a write moves (a job buried as dead).
+        let read: std::collections::HashMap<lease_domain::JobId, Standing> = page
+            .iter()
+            .map(|(id, job)| (id.clone(), Standing::of(job)))
+            .collect();
         Ok(next
             .page(page_term, page)
             .iter()
-            .map(|(id, job)| Encoded::from_to(id, read.get(id), job))
+            .map(|(id, job)| Encoded::from_to(id, read.get(id).cloned(), job))
             .collect())
     }
 }

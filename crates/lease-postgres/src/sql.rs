@@ -374,27 +374,41 @@ struct Counted {
     completed: Option<f64>,
 }
 
-/// A job's end as migration 6 counts it (`None` while open).
-fn end_of(job: &Job) -> Option<&'static str> {
-    if job.done {
-        Some("done")
-    } else {
-        job.ended.map(Ended::as_str)
+/// Where a job stands in migration 6's counts: its queue, its end (`None` while open) and
+/// whether it is done; all a write needs of the row it replaces.
+#[derive(Clone)]
+pub(crate) struct Standing {
+    queue: String,
+    end: Option<&'static str>,
+    done: bool,
+}
+
+impl Standing {
+    pub(crate) fn of(job: &Job) -> Self {
+        Self {
+            queue: job.queue.as_str().to_owned(),
+            end: if job.done {
+                Some("done")
+            } else {
+                job.ended.map(Ended::as_str)
+            },
+            done: job.done,
+        }
     }
 }
 
 impl Encoded {
-    /// `next`, written over `current`: with the counts it moves, if any.
-    pub(crate) fn from_to(id: &JobId, current: Option<&Job>, next: &Job) -> Self {
+    /// `next`, written over a row that stood at `before`: with the counts it moves, if any.
+    pub(crate) fn from_to(id: &JobId, before: Option<Standing>, next: &Job) -> Self {
         let mut encoded = Self::new(id, next);
-        if let Some(current) = current {
-            let (old_end, new_end) = (end_of(current), end_of(next));
-            if old_end != new_end || (old_end.is_some() && current.queue != next.queue) {
+        if let Some(before) = before {
+            let after = Standing::of(next);
+            if before.end != after.end || (before.end.is_some() && before.queue != after.queue) {
                 encoded.counted = Some(Counted {
-                    old_queue: current.queue.as_str().to_owned(),
-                    old_end,
-                    new_end,
-                    completed: (next.done && !current.done)
+                    old_queue: before.queue,
+                    old_end: before.end,
+                    new_end: after.end,
+                    completed: (next.done && !before.done)
                         .then_some(next.updated)
                         .flatten()
                         .map(|t| lease_ports::overview::minute_of(t).get()),

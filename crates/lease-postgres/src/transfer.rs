@@ -8,7 +8,7 @@ use lease_ports::{JobRecord, StoreError};
 
 use crate::PgLeaseStore;
 use crate::error::{self, Stage};
-use crate::sql::{self, Encoded};
+use crate::sql::{self, Encoded, Standing};
 use crate::write::update;
 
 fn mark_fence(id: &str, fence: i64) -> Result<(JobId, Fence), StoreError> {
@@ -118,8 +118,12 @@ impl Transfer for PgLeaseStore {
                 view.marks.insert(id, fence);
             }
         }
-        // The target's jobs as read, for the counts an update moves.
-        let current = view.jobs.clone();
+        // Where the target's jobs stood, for the counts an update moves.
+        let current: std::collections::HashMap<JobId, Standing> = view
+            .jobs
+            .iter()
+            .map(|(id, job)| (id.clone(), Standing::of(job)))
+            .collect();
         let plan = plan_import(&self.target, view, snapshot, merge)?;
         let inserts: Vec<Encoded> = plan
             .inserts
@@ -130,7 +134,7 @@ impl Transfer for PgLeaseStore {
         let updates: Vec<Encoded> = plan
             .updates
             .iter()
-            .map(|(id, j)| Encoded::from_to(id, current.get(id), j))
+            .map(|(id, j)| Encoded::from_to(id, current.get(id).cloned(), j))
             .collect();
         let (mark_ids, mark_fences): (Vec<&str>, Vec<i64>) = plan
             .marks

@@ -11,7 +11,7 @@ use crate::PgLeaseStore;
 use crate::connection::{Conn, Statements};
 use crate::error::{self, Stage};
 use crate::next::stored_now;
-use crate::sql::{self, Encoded};
+use crate::sql::{self, Encoded, Standing};
 
 impl PgLeaseStore {
     /// Loads, decides and stores one command on one job, in one transaction on `conn`.
@@ -66,7 +66,7 @@ impl PgLeaseStore {
             }
             return Ok(outcome);
         };
-        let encoded = Encoded::from_to(id, current.as_ref(), &next);
+        let encoded = Encoded::from_to(id, current.as_ref().map(Standing::of), &next);
         let inserting = current.is_none();
         // One round trip: the write, the purge mark's removal, COMMIT.
         let ((written, _), _) = try_join(
