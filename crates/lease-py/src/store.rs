@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_domain::{EnqueueSpec, ErrorText, JobId, JobResult, LeaseTerm, Payload, Status};
+use lease_domain::{
+    EnqueueSpec, ErrorText, JobId, JobResult, LeaseTerm, Payload, Status, Timestamp,
+};
 use lease_ports::audit::{AuditFilter, AuditTrail};
 use lease_ports::{LeaseStore, ListFilter};
 use pyo3::IntoPyObjectExt;
@@ -277,6 +279,12 @@ fn term(now: Option<f64>, ttl: f64) -> Outcome<LeaseTerm> {
     Ok(LeaseTerm::new(now_or_clock(now)?.get(), ttl)?)
 }
 
+/// A job id and the time an operator's command on it is decided at (the caller's `now`, or
+/// the clock).
+fn job_at(job_id: &str, now: Option<f64>) -> Outcome<(JobId, Timestamp)> {
+    Ok((values::job_id(job_id)?, now_or_clock(now)?))
+}
+
 fn accepted_or_refused(py: Python<'_>, outcome: lease_ports::WriteOutcome) -> PyResult<Py<PyAny>> {
     match outcome {
         Ok(()) => Accepted.into_py_any(py),
@@ -544,7 +552,7 @@ impl StoreCore {
 
     #[pyo3(signature = (job_id, now))]
     fn cancel(&self, py: Python<'_>, job_id: &str, now: Option<f64>) -> PyResult<Pending> {
-        let (id, now) = to_py(py, (|| Ok((values::job_id(job_id)?, now_or_clock(now)?)))())?;
+        let (id, now) = to_py(py, job_at(job_id, now))?;
         let store = self.store(py)?;
         self.call(
             py,
@@ -555,7 +563,7 @@ impl StoreCore {
 
     #[pyo3(signature = (job_id, now))]
     fn retry(&self, py: Python<'_>, job_id: &str, now: Option<f64>) -> PyResult<Pending> {
-        let (id, now) = to_py(py, (|| Ok((values::job_id(job_id)?, now_or_clock(now)?)))())?;
+        let (id, now) = to_py(py, job_at(job_id, now))?;
         let store = self.store(py)?;
         self.call(
             py,
