@@ -27,7 +27,6 @@ use crate::raw::{populate, raw_connection, raw_insert, raw_queue_loop, raw_selec
 use lease_domain::{Fence, Job, JobId, JobResult, LeaseTerm, Owner, Timestamp, decide_claim};
 use lease_ports::{LeaseStore, QueueName};
 use lease_sqlite::{SqliteLeaseStore, SqliteOptions, Synchronous};
-use lease_worker::{CancellationToken, JobContext, Worker, WorkerConfig};
 use rusqlite::Connection;
 use std::sync::Arc;
 
@@ -446,38 +445,11 @@ fn runtime_worker(store: &SqliteLeaseStore, workers: usize) -> Run {
         .enable_all()
         .build()
         .expect("runtime");
-    let start = Instant::now();
-    let mut config = WorkerConfig::new(
-        QueueName::default(),
-        owner(0),
-        lease_domain::Ttl::new(60.0).expect("ttl"),
-    );
-    config.concurrency = workers;
-    config.exit_when_empty = true;
-    let latencies = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let seen = Arc::clone(&latencies);
-    let worker = Worker::new(
+    runtime.block_on(crate::harness::worker_run(
         Arc::new(store.clone()),
-        |_job: JobContext| async { Ok::<_, String>("r".to_owned()) },
-        config,
-    )
-    .on_report(move |report| {
-        if let Ok(mut seen) = seen.lock() {
-            seen.push(Duration::try_from_secs_f64(report.seconds).unwrap_or_default());
-        }
-    });
-    runtime
-        .block_on(worker.run(CancellationToken::new()))
-        .expect("worker");
-    // The runtime reports each job's time from lease to report; all slots count as one caller.
-    let latencies = latencies.lock().map(|l| l.clone()).unwrap_or_default();
-    Run {
-        callers: vec![Caller {
-            latencies,
-            per_slot: Vec::new(),
-        }],
-        wall: start.elapsed(),
-    }
+        QueueName::default(),
+        workers,
+    ))
 }
 
 /// The CPU time this process has used, user and system, in seconds (`/proc/self/stat`, in

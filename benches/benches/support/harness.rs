@@ -341,3 +341,40 @@ pub(crate) async fn next_complete_loop(
     }
     caller
 }
+
+/// The worker runtime (`lease_worker::Worker`) with `workers` slots and a handler that answers
+/// at once, on `queue` until it is empty; each job's time from lease to report, all slots as one
+/// caller.
+pub(crate) async fn worker_run(
+    store: Arc<dyn LeaseStore>,
+    queue: QueueName,
+    workers: usize,
+) -> Run {
+    use lease_worker::{CancellationToken, JobContext, Worker, WorkerConfig};
+    let start = Instant::now();
+    let owner = Owner::new("worker-0").expect("owner");
+    let mut config = WorkerConfig::new(queue, owner, lease_domain::Ttl::new(60.0).expect("ttl"));
+    config.concurrency = workers;
+    config.exit_when_empty = true;
+    let latencies = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&latencies);
+    let worker = Worker::new(
+        store,
+        |_job: JobContext| async { Ok::<_, String>("r".to_owned()) },
+        config,
+    )
+    .on_report(move |report| {
+        if let Ok(mut seen) = seen.lock() {
+            seen.push(Duration::try_from_secs_f64(report.seconds).unwrap_or_default());
+        }
+    });
+    worker.run(CancellationToken::new()).await.expect("worker");
+    let latencies = latencies.lock().map(|l| l.clone()).unwrap_or_default();
+    Run {
+        callers: vec![Caller {
+            latencies,
+            per_slot: Vec::new(),
+        }],
+        wall: start.elapsed(),
+    }
+}

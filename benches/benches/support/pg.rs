@@ -455,11 +455,57 @@ pub fn child() -> bool {
     true
 }
 
-/// A relay between clients and the server that counts round trips: each time a client sends
-/// after the server has answered, one more exchange began.
+/// A relay between clients and the server that counts round trips (each time a client sends
+/// after the server has answered, one more exchange began) and the statements clients send
+/// (the protocol's Execute and Query messages).
 struct Relay {
     port: u16,
     exchanges: Arc<AtomicU64>,
+    statements: Arc<AtomicU64>,
+}
+
+/// Reads the messages a client sends, as they arrive in pieces, counting Execute (`E`) and
+/// Query (`Q`) messages. Before the startup message (and any 8-byte SSL or GSS request before
+/// it) messages carry no type byte.
+#[derive(Default)]
+struct ClientMessages {
+    started: bool,
+    header: Vec<u8>,
+    skip: usize,
+}
+
+impl ClientMessages {
+    fn feed(&mut self, mut bytes: &[u8], statements: &AtomicU64) {
+        while !bytes.is_empty() {
+            if self.skip > 0 {
+                let n = self.skip.min(bytes.len());
+                self.skip -= n;
+                bytes = &bytes[n..];
+                continue;
+            }
+            let need = if self.started { 5 } else { 4 };
+            let n = (need - self.header.len()).min(bytes.len());
+            self.header.extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+            if self.header.len() < need {
+                return;
+            }
+            let length = |b: &[u8]| {
+                usize::try_from(u32::from_be_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(4)
+            };
+            if self.started {
+                if matches!(self.header[0], b'E' | b'Q') {
+                    statements.fetch_add(1, Ordering::SeqCst);
+                }
+                self.skip = length(&self.header[1..]).saturating_sub(4);
+            } else {
+                let len = length(&self.header);
+                self.skip = len.saturating_sub(4);
+                self.started = len != 8;
+            }
+            self.header.clear();
+        }
+    }
 }
 
 impl Relay {
@@ -467,7 +513,8 @@ impl Relay {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().expect("addr").port();
         let exchanges = Arc::new(AtomicU64::new(0));
-        let counted = Arc::clone(&exchanges);
+        let statements = Arc::new(AtomicU64::new(0));
+        let (counted, sent) = (Arc::clone(&exchanges), Arc::clone(&statements));
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
                 let server = TcpStream::connect("127.0.0.1:5432").expect("server");
@@ -477,8 +524,10 @@ impl Relay {
                 let answered = Arc::new(AtomicBool::new(true));
                 let pipe = |mut from: TcpStream, mut to: TcpStream, from_client: bool| {
                     let (answered, counted) = (Arc::clone(&answered), Arc::clone(&counted));
+                    let sent = Arc::clone(&sent);
                     std::thread::spawn(move || {
                         let mut buf = [0_u8; 65536];
+                        let mut messages = ClientMessages::default();
                         while let Ok(n) = from.read(&mut buf) {
                             if n == 0 {
                                 break;
@@ -487,6 +536,7 @@ impl Relay {
                                 if answered.swap(false, Ordering::SeqCst) {
                                     counted.fetch_add(1, Ordering::SeqCst);
                                 }
+                                messages.feed(&buf[..n], &sent);
                             } else {
                                 answered.store(true, Ordering::SeqCst);
                             }
@@ -505,7 +555,19 @@ impl Relay {
                 pipe(server, client, false);
             }
         });
-        Relay { port, exchanges }
+        Relay {
+            port,
+            exchanges,
+            statements,
+        }
+    }
+
+    /// The round trips and statements counted so far.
+    fn counts(&self) -> (u64, u64) {
+        (
+            self.exchanges.load(Ordering::SeqCst),
+            self.statements.load(Ordering::SeqCst),
+        )
     }
 }
 
@@ -563,8 +625,15 @@ fn round_trips(db: &ScratchDatabase, op: Op, raw: bool, prefix: &str) -> f64 {
     exchanges as f64 / OPS as f64
 }
 
-/// Jobs of each PostgreSQL queue-loop run (the issue's figures used 3,000).
-const LOOP_JOBS: u64 = 3_000;
+/// Jobs of each PostgreSQL queue-loop run: `LEASE_BENCH_PG_LOOP_JOBS`, else 3,000 (issue 28's
+/// figures). With 64 workers that is 47 jobs a connection, so a larger number shows more of the
+/// steady state and less of each new server process's first statements.
+fn loop_jobs() -> u64 {
+    std::env::var("LEASE_BENCH_PG_LOOP_JOBS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(3_000)
+}
 
 /// The queue anyone would write by hand, in a table of its own: a claim is one autocommit
 /// `UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1) RETURNING`, a completion
@@ -654,24 +723,114 @@ async fn hand_worker(hand: Hand, start: Instant) -> Caller {
     me
 }
 
-/// The queue loop on PostgreSQL, [`LOOP_JOBS`] jobs, W workers in one process: the
-/// hand-written loop against the store, run alternately, medians of the runs.
+/// Makes [`loop_jobs`] pending jobs in `queue` of the lease schema.
+fn loop_queue(url: &str, queue: &str) {
+    execute(
+        url,
+        &format!(
+            "INSERT INTO lease.jobs(id, queue) SELECT '{queue}-' || g, '{queue}' \
+             FROM generate_series(1, {}) g; ANALYZE lease.jobs",
+            loop_jobs()
+        ),
+    );
+}
+
+/// A store over `url` with `workers` connections, every one made (and its statements prepared)
+/// before the clock starts, as the hand-written workers' are: `workers` concurrent claims of an
+/// empty queue.
+async fn warm_store(url: &str, workers: usize, step: bool) -> Arc<PgLeaseStore> {
+    let options = PgOptions {
+        pool_size: workers,
+        step,
+        ..PgOptions::default()
+    };
+    let store = Arc::new(PgLeaseStore::open(url, options).await.expect("open"));
+    let empty = QueueName::new("warm-up").expect("queue");
+    let warming: Vec<_> = (0..workers)
+        .map(|w| {
+            let store = Arc::clone(&store);
+            let (q, me) = (empty.clone(), Owner::new(format!("w{w}")).expect("owner"));
+            tokio::spawn(async move {
+                let term = LeaseTerm::new(1.0, 1.0).expect("term");
+                store
+                    .claim_next(&q, &me, term, 1)
+                    .await
+                    .expect("warm-up claim");
+            })
+        })
+        .collect();
+    for task in warming {
+        task.await.expect("warm-up");
+    }
+    store
+}
+
+/// The run of callers started at `start`, once each task has finished.
+async fn joined(tasks: Vec<tokio::task::JoinHandle<Caller>>, start: Instant) -> Run {
+    let mut callers = Vec::new();
+    for task in tasks {
+        callers.push(task.await.expect("worker"));
+    }
+    Run {
+        callers,
+        wall: start.elapsed(),
+    }
+}
+
+/// The store's queue loop (`claim_next`, then `complete_and_claim_next`) with `workers` tasks,
+/// or the worker runtime with as many slots, on `queue` until it is empty.
+async fn store_loop(store: Arc<PgLeaseStore>, queue: &str, workers: usize, runtime: bool) -> Run {
+    let q = QueueName::new(queue).expect("queue");
+    let run = if runtime {
+        crate::harness::worker_run(store.clone(), q, workers).await
+    } else {
+        let start = Instant::now();
+        let tasks: Vec<_> = (0..workers)
+            .map(|w| {
+                let store: Arc<dyn LeaseStore> = store.clone();
+                let me = Owner::new(format!("w{w}")).expect("owner");
+                tokio::spawn(next_complete_loop(store, q.clone(), me, start))
+            })
+            .collect();
+        joined(tasks, start).await
+    };
+    store.close();
+    run
+}
+
+/// The queue loop on PostgreSQL, [`loop_jobs`] jobs, W workers in one process: the
+/// hand-written loop against the store's loop (its writes as `step` calls, and as separate
+/// statements) and the worker runtime, run in turn, medians of the runs; ratios to the
+/// hand-written loop of the same run.
 fn queue_loop_rows(plan: &Plan, url: &str, rows: &mut Vec<Row>) {
+    // (row, step function, worker runtime)
+    const STORE_ROWS: [(&str, bool, bool); 3] = [
+        (
+            "pg queue loop, claim_next + complete_and_claim_next, one step call per job, jobs/s",
+            true,
+            false,
+        ),
+        (
+            "pg queue loop, claim_next + complete_and_claim_next, as statements (the build before issue 28), jobs/s",
+            false,
+            false,
+        ),
+        (
+            "pg queue loop, Worker runtime, one step call per job, jobs/s",
+            true,
+            true,
+        ),
+    ];
+    let jobs = loop_jobs();
     let mut round = 0_u32;
     for workers in [1_usize, 16, 64] {
-        let (mut hands, mut stores, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        let mut hands = Vec::new();
+        let mut stores: [Vec<Run>; 3] = Default::default();
+        let mut ratios: [Vec<f64>; 3] = Default::default();
         for _ in 0..plan.runs.max(1) {
             round += 1;
             let table = format!("public.hand_{round}");
-            hand_table(url, &table, LOOP_JOBS);
-            let queue = format!("loop-{round}");
-            execute(
-                url,
-                &format!(
-                    "INSERT INTO lease.jobs(id, queue) SELECT '{queue}-' || g, '{queue}' \
-                     FROM generate_series(1, {LOOP_JOBS}) g; ANALYZE lease.jobs"
-                ),
-            );
+            hand_table(url, &table, jobs);
             let hand = rt().block_on(async {
                 let mut hands = Vec::new();
                 for _ in 0..workers {
@@ -682,111 +841,81 @@ fn queue_loop_rows(plan: &Plan, url: &str, rows: &mut Vec<Row>) {
                     .into_iter()
                     .map(|hand| tokio::spawn(hand_worker(hand, start)))
                     .collect();
-                let mut callers = Vec::new();
-                for task in tasks {
-                    callers.push(task.await.expect("worker"));
-                }
-                Run {
-                    callers,
-                    wall: start.elapsed(),
-                }
+                joined(tasks, start).await
             });
-            let store = rt().block_on(async {
-                let options = PgOptions {
-                    pool_size: workers,
-                    ..PgOptions::default()
-                };
-                let store = Arc::new(PgLeaseStore::open(url, options).await.expect("open"));
-                let q = QueueName::new(queue.clone()).expect("queue");
-                let start = Instant::now();
-                let tasks: Vec<_> = (0..workers)
-                    .map(|w| {
-                        let store: Arc<dyn LeaseStore> = store.clone();
-                        let me = Owner::new(format!("w{w}")).expect("owner");
-                        tokio::spawn(next_complete_loop(store, q.clone(), me, start))
-                    })
-                    .collect();
-                let mut callers = Vec::new();
-                for task in tasks {
-                    callers.push(task.await.expect("worker"));
-                }
-                let run = Run {
-                    callers,
-                    wall: start.elapsed(),
-                };
-                store.close();
-                run
-            });
-            assert_eq!(hand.ops(), store.ops(), "both loops finish every job");
-            ratios.push(store.rate(false) / hand.rate(false));
+            for (k, (_, step, runtime)) in STORE_ROWS.into_iter().enumerate() {
+                let queue = format!("loop-{round}-{k}");
+                loop_queue(url, &queue);
+                let store = rt().block_on(async {
+                    let store = warm_store(url, workers, step).await;
+                    store_loop(store, &queue, workers, runtime).await
+                });
+                assert_eq!(hand.ops(), store.ops(), "both loops finish every job");
+                ratios[k].push(store.rate(false) / hand.rate(false));
+                stores[k].push(store);
+            }
             hands.push(hand);
-            stores.push(store);
         }
         rows.push(summarize(
             "pg queue loop, hand-written (claim UPDATE ... SKIP LOCKED; complete UPDATE; two commits per job), jobs/s",
             workers,
-            LOOP_JOBS,
+            jobs,
             &hands,
             false,
         ));
-        rows.push(Row {
-            ratio: Some(median(ratios)),
-            baseline: Some("hand-written loop"),
-            ..summarize(
-                "pg queue loop, claim_next + complete_and_claim_next (one commit per job), jobs/s",
-                workers,
-                LOOP_JOBS,
-                &stores,
-                false,
-            )
-        });
+        for (k, (name, _, _)) in STORE_ROWS.into_iter().enumerate() {
+            rows.push(Row {
+                ratio: Some(median(std::mem::take(&mut ratios[k]))),
+                baseline: Some("hand-written loop"),
+                ..summarize(name, workers, jobs, &stores[k], false)
+            });
+        }
     }
 }
 
-/// Round trips per job of the two queue loops, one worker, counted by the relay over 200 jobs
-/// (after each has prepared its statements): (hand-written, store).
-fn loop_round_trips(db: &ScratchDatabase) -> (f64, f64) {
+/// Round trips and statements sent per job, one worker, counted by the relay over 200 jobs
+/// (after each connection has prepared its statements): the hand-written loop, the store's loop
+/// with `step` calls, and as statements.
+fn loop_round_trips(db: &ScratchDatabase) -> [(f64, f64); 3] {
     const JOBS: u64 = 200;
     let relay = Relay::start();
     let url = format!("postgres://postgres@127.0.0.1:{}/{}", relay.port, db.name());
     hand_table(db.url(), "public.hand_trips", JOBS);
-    execute(
-        db.url(),
-        &format!(
-            "INSERT INTO lease.jobs(id, queue) SELECT 'trips-' || g, 'trips' \
-             FROM generate_series(1, {JOBS}) g"
-        ),
-    );
+    let per_job = |before: (u64, u64), jobs: usize| {
+        let (trips, statements) = relay.counts();
+        let jobs = jobs.max(1) as f64;
+        (
+            (trips - before.0) as f64 / jobs,
+            (statements - before.1) as f64 / jobs,
+        )
+    };
+    for step in [true, false] {
+        execute(
+            db.url(),
+            &format!(
+                "INSERT INTO lease.jobs(id, queue) SELECT 'trips-{step}-' || g, 'trips-{step}' \
+                 FROM generate_series(1, {JOBS}) g"
+            ),
+        );
+    }
     rt().block_on(async {
         let hand = hand_connect(&url, "public.hand_trips").await;
-        let before = relay.exchanges.load(Ordering::SeqCst);
+        let before = relay.counts();
         let done = hand_worker(hand, Instant::now()).await;
-        let hand_trips = (relay.exchanges.load(Ordering::SeqCst) - before) as f64
-            / done.latencies.len().max(1) as f64;
-        let options = PgOptions {
-            pool_size: 1,
-            ..PgOptions::default()
-        };
-        let store = Arc::new(PgLeaseStore::open(&url, options).await.expect("open"));
-        let q = QueueName::new("trips").expect("queue");
-        // Warm-up: the first call prepares the connection's statements.
-        drop(
-            store
-                .claim_next(
-                    &QueueName::new("none").expect("queue"),
-                    &Owner::new("w").expect("owner"),
-                    LeaseTerm::new(0.0, 1.0).expect("term"),
-                    1,
-                )
-                .await,
-        );
-        let before = relay.exchanges.load(Ordering::SeqCst);
-        let me = Owner::new("w0").expect("owner");
-        let done = next_complete_loop(store.clone(), q, me, Instant::now()).await;
-        let store_trips = (relay.exchanges.load(Ordering::SeqCst) - before) as f64
-            / done.latencies.len().max(1) as f64;
-        store.close();
-        (hand_trips, store_trips)
+        let hand = per_job(before, done.latencies.len());
+        let mut stores = Vec::new();
+        for step in [true, false] {
+            let queue = format!("trips-{step}");
+            // The warm-up's claim prepares the connection's statements.
+            let store = warm_store(&url, 1, step).await;
+            let q = QueueName::new(queue).expect("queue");
+            let before = relay.counts();
+            let me = Owner::new("w0").expect("owner");
+            let done = next_complete_loop(store.clone(), q, me, Instant::now()).await;
+            stores.push(per_job(before, done.latencies.len()));
+            store.close();
+        }
+        [hand, stores[0], stores[1]]
     })
 }
 
@@ -794,9 +923,12 @@ fn loop_round_trips(db: &ScratchDatabase) -> (f64, f64) {
 pub fn loop_rows_only(plan: &Plan, rows: &mut Vec<Row>) {
     if let Some(db) = scratch_lease_database() {
         queue_loop_rows(plan, db.url(), rows);
-        let (hand, store) = loop_round_trips(&db);
+        let [hand, step, statements] = loop_round_trips(&db);
         println!(
-            "PostgreSQL queue loop: {hand:.2} round trips per job hand-written, {store:.2} through the store"
+            "PostgreSQL queue loop, round trips and statements sent per job: hand-written \
+             {:.2} and {:.2}, the store's step calls {:.2} and {:.2}, the store's statements \
+             {:.2} and {:.2}",
+            hand.0, hand.1, step.0, step.1, statements.0, statements.1
         );
     }
 }

@@ -3,10 +3,13 @@
 //!
 //! Every write is one transaction that locks the job's row (`SELECT ... FOR UPDATE`), lets
 //! `lease_domain` decide, stores the decision and commits; `claim_next` takes its candidates
-//! with `FOR UPDATE SKIP LOCKED` from the ready index and lets the domain decide each. No lease
-//! rule is written in SQL. Requests are pipelined: a write costs two round trips (BEGIN with
-//! the locking read, then the write with COMMIT), where a plain loop of the same statements
-//! costs four. See docs/ARCHITECTURE.md for why READ COMMITTED is enough.
+//! with `FOR UPDATE SKIP LOCKED` from the ready index and lets the domain decide each. Requests
+//! are pipelined: a write costs two round trips (BEGIN with the locking read, then the write
+//! with COMMIT), where a plain loop of the same statements costs four. The queue loop's writes
+//! (`claim_next`, and a completion followed by it) are one statement, a call of the schema's
+//! `step` function, the one place a rule is restated in SQL: every row it decides is decided
+//! again by the domain here (`step.rs`). See docs/ARCHITECTURE.md for why READ COMMITTED is
+//! enough.
 
 mod audit;
 mod config;
@@ -21,6 +24,7 @@ mod schema;
 mod scratch;
 mod signal;
 mod sql;
+mod step;
 mod tls;
 mod transfer;
 mod write;
@@ -77,6 +81,13 @@ pub struct PgOptions {
     /// refusing transaction (which then commits: one more write and flush per refusal) and
     /// keeps the newest `n` rows; `None` (the default) records nothing.
     pub audit: Option<u64>,
+    /// Whether the queue loop's writes (`claim_next`, and a completion followed by
+    /// `claim_next`) run as one call of the schema's `step` function: one statement, one round
+    /// trip and one commit (the default), every row it decides checked against `lease_domain`
+    /// (see docs/ARCHITECTURE.md). `false` runs them as separate statements, decided by the
+    /// domain in this process. A store with a skew bound, or an audit trail when a completion
+    /// is refused, takes the statements either way.
+    pub step: bool,
 }
 
 impl Default for PgOptions {
@@ -88,6 +99,7 @@ impl Default for PgOptions {
             wait_timeout: Duration::from_secs(30),
             idle_in_transaction_timeout: Duration::from_secs(30),
             audit: None,
+            step: true,
         }
     }
 }
@@ -171,6 +183,8 @@ pub struct PgLeaseStore {
     target: Arc<str>,
     schema: Arc<str>,
     audit: Option<u64>,
+    /// [`PgOptions::step`].
+    step_enabled: bool,
 }
 
 impl std::fmt::Debug for PgLeaseStore {
@@ -269,6 +283,7 @@ impl PgLeaseStore {
             target: shown.into(),
             schema: options.schema.as_str().into(),
             audit: options.audit,
+            step_enabled: options.step,
         };
         let mut conn = store.conn().await?;
         schema::prepare(conn.client_mut(), &options.schema, create, &store.target).await?;
@@ -361,6 +376,20 @@ impl LeaseStore for PgLeaseStore {
             });
         };
         let mut conn = self.conn().await?;
+        if self.steps(Some(&command)) {
+            let stepped = self.step(&conn, Some((job, &command)), &claim).await?;
+            conn.clean();
+            if let Some(stepped) = stepped {
+                let outcome = stepped.outcome.ok_or_else(|| {
+                    StoreError::Corrupt("the step function answered no completion".into())
+                })?;
+                return Ok(Applied {
+                    outcome,
+                    claimed: Some(Ok(stepped.leases)),
+                });
+            }
+            conn = self.conn().await?;
+        }
         let s = Statements::prepare(&conn, &self.sql).await?;
         let c = conn.client();
         let key = job.as_str();
@@ -407,6 +436,14 @@ impl LeaseStore for PgLeaseStore {
             return Ok(Vec::new());
         }
         let mut conn = self.conn().await?;
+        if self.steps(None) {
+            let stepped = self.step(&conn, None, claim).await?;
+            conn.clean();
+            if let Some(stepped) = stepped {
+                return Ok(stepped.leases);
+            }
+            conn = self.conn().await?;
+        }
         let s = Statements::prepare(&conn, &self.sql).await?;
         let (claimed, ()) = self
             .claim_next_on(&conn, &s, claim, true, async { Ok(()) })

@@ -27,7 +27,7 @@ const OURS: [&str; 10] = [
 ];
 
 /// The released migrations, frozen (`migrations/*.sql`; `{s}` stands for the schema name).
-const MIGRATIONS: [Migration; 6] = [
+const MIGRATIONS: [Migration; 7] = [
     Migration {
         version: 1,
         sql: include_str!("../migrations/0001_jobs.sql"),
@@ -51,6 +51,10 @@ const MIGRATIONS: [Migration; 6] = [
     Migration {
         version: 6,
         sql: include_str!("../migrations/0006_overview.sql"),
+    },
+    Migration {
+        version: 7,
+        sql: include_str!("../migrations/0007_step.sql"),
     },
 ];
 
@@ -92,8 +96,8 @@ pub fn check_schema_name(schema: &str) -> Result<(), StoreError> {
     }
 }
 
-/// The functions lease makes in its schema (by migrations 2 and 6).
-const OUR_FUNCTIONS: [&str; 2] = ["admit_fence", "count_finished"];
+/// The functions lease makes in its schema (by migrations 2, 6 and 7).
+const OUR_FUNCTIONS: [&str; 3] = ["admit_fence", "count_finished", "step"];
 
 /// Every object of the schema but indexes and the row types of its tables: relations
 /// (tables, sequences, views, materialized views, foreign tables), functions and procedures,
@@ -291,7 +295,7 @@ mod tests {
         // A released migration is never edited: these are the checksums databases record.
         let pinned = MIGRATIONS.map(|m| m.checksum());
         assert_eq!(pinned, PINNED.map(str::to_owned));
-        assert_eq!(CURRENT_VERSION, 6);
+        assert_eq!(CURRENT_VERSION, 7);
     }
 
     #[test]
@@ -319,12 +323,13 @@ mod tests {
         }
     }
 
-    const PINNED: [&str; 6] = [
+    const PINNED: [&str; 7] = [
         "21ac859f099c73a2cfd49e089bf85213014d3ff3143f88a78d480d1e86bb59bd",
         "8505302d5ab97431700ce91b427106b910ee3c01618c1d65f4da182c61b8f06a",
         "0bf2cb357e23e48a89126c5ec138cd9473c954eb54b191211dd84d9dfa99a49f",
         "2309a160f5661accadfe9bafbb92737413569b7545644590d4b72805cc883b17",
         "0083a43cb73bac0156d200730ca6682c5cf997196485f203c29e08cdd7fc7772",
         "8007b2202d987e668820d3f5013097c7385b92b29fcc44faf8df7161facaddf9",
+        "d25b2039940b6eed5bd573ef7d30ff1307bfba81a2d12abef776cfb2cd2c0bcb",
     ];
 }

@@ -77,6 +77,8 @@ pub struct Sql {
     pub insert_audit: String,
     /// Keeps the newest `$1` audit rows.
     pub trim_audit: String,
+    /// Completes a job and claims the next ones in one statement (migration 7's `step`).
+    pub step: String,
 }
 
 // Public only through `StatementTexts` (feature `test-support`).
@@ -232,6 +234,10 @@ impl Sql {
             ),
             trim_audit: format!(
                 "DELETE FROM {s}.audit WHERE seq <= (SELECT max(seq) FROM {s}.audit) - $1"
+            ),
+            step: format!(
+                "SELECT * FROM {s}.step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
+                 $14, $15, $16)"
             ),
         }
     }

@@ -1,15 +1,17 @@
 //! The PostgreSQL store passes the shared conformance suite, each check in its own fresh
-//! database (dropped afterwards).
+//! database (dropped afterwards): with the queue loop's writes as one call of the `step`
+//! function (the default), and as separate statements (`statements::`).
 
 use std::sync::Arc;
 
 use lease_ports::transfer::Transfer;
 use lease_postgres::{PgLeaseStore, PgOptions, ScratchDatabase};
 
-async fn fresh_store() -> (Arc<dyn Transfer>, ScratchDatabase) {
+async fn store_with(step: bool) -> (Arc<dyn Transfer>, ScratchDatabase) {
     let db = ScratchDatabase::create();
     let options = PgOptions {
         pool_size: 8,
+        step,
         ..PgOptions::default()
     };
     let store = PgLeaseStore::init(db.url(), options)
@@ -18,7 +20,22 @@ async fn fresh_store() -> (Arc<dyn Transfer>, ScratchDatabase) {
     (Arc::new(store), db)
 }
 
+async fn fresh_store() -> (Arc<dyn Transfer>, ScratchDatabase) {
+    store_with(true).await
+}
+
 lease_ports::conformance_tests!(async fresh_store);
+
+/// The same checks with `claim_next` and a completion followed by it as separate statements.
+mod statements {
+    use super::*;
+
+    async fn fresh_store() -> (Arc<dyn Transfer>, ScratchDatabase) {
+        store_with(false).await
+    }
+
+    lease_ports::conformance_tests!(async fresh_store);
+}
 
 /// The key store of the network service (outside the suite, which takes `Transfer` stores).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -4,7 +4,8 @@
 //! identical outcomes, stored jobs, `list` and `stats` answers (the harness is
 //! `lease_ports::differential`). One database; each case starts from empty tables
 //! (`TRUNCATE ... RESTART IDENTITY`, so enqueue order restarts too) and drops the schemas its
-//! migrations made. The store-clock mode is not compared here: the server's clock cannot be
+//! migrations made. Half the cases run the queue loop's writes as one call of the `step`
+//! function, half as separate statements. The store-clock mode is not compared here: the server's clock cannot be
 //! set, and the SQLite differential test covers the mode against the same reference.
 
 use std::sync::Arc;
@@ -15,7 +16,8 @@ use lease_postgres::{PgLeaseStore, PgOptions, ScratchDatabase};
 use proptest::prelude::*;
 
 /// The first store is schema `lease`, emptied; each migration makes schema `m1`, `m2`, ...
-fn postgres_stores(url: Arc<str>) -> Fresh {
+/// (`step`: see `PgOptions::step`).
+fn postgres_stores(url: Arc<str>, step: bool) -> Fresh {
     let mut made = 0;
     Box::new(move || {
         let schema = if made == 0 {
@@ -29,6 +31,7 @@ fn postgres_stores(url: Arc<str>) -> Fresh {
             let options = PgOptions {
                 pool_size: 2,
                 schema,
+                step,
                 ..PgOptions::default()
             };
             let store = PgLeaseStore::init(&url, options).await.unwrap();
@@ -57,7 +60,7 @@ proptest! {
             db.url().into()
         });
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let mut harness = runtime.block_on(Harness::against_memory(postgres_stores(url)));
+        let mut harness = runtime.block_on(Harness::against_memory(postgres_stores(url, ops.len() % 2 == 0)));
         let outcome = runtime.block_on(harness.run_all(&ops));
         drop(harness);
         outcome.map_err(TestCaseError::fail)?;

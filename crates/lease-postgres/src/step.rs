@@ -1,0 +1,231 @@
+//! The queue loop's writes in one statement: migration 7's `step` function completes a job and
+//! leases the next ones in the transaction of the one statement that calls it (one round trip,
+//! one commit). The function restates two of the domain's rules in SQL, so it answers every row
+//! it read and every row it wrote, and [`judge`] decides each read row again with
+//! `lease_domain` (through the same `Command::decide` and `ClaimNextLoop` the statements' way
+//! uses) and compares: the caller gets the domain's answer, and any difference is an error.
+
+use lease_domain::{ClockMode, Command, JobId, LEASE_EXPIRED, Outcome, RELEASED_AT_LAST_ATTEMPT};
+use lease_ports::next::ClaimNextLoop;
+use lease_ports::{ClaimNext, Lease, StoreError};
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+
+use crate::PgLeaseStore;
+use crate::connection::Conn;
+use crate::error::{self, Stage};
+use crate::next::stored_now;
+use crate::sql;
+
+/// SQLSTATEs with which `step` declines a write the store must decide itself (it rolls back).
+const DECLINED: [&str; 2] = ["LE001", "LE002"];
+
+/// What `step` answered, as the domain decides it.
+pub(crate) struct Stepped {
+    /// The completion's outcome, when the step completed a job.
+    pub(crate) outcome: Option<Outcome>,
+    /// The leases, in claim order.
+    pub(crate) leases: Vec<Lease>,
+}
+
+impl PgLeaseStore {
+    /// Whether `step` can decide `command` (then `claim`): a plain completion or none, under
+    /// the caller's unchecked clock or the store's (a skew bound is checked before anything is
+    /// written, which one statement cannot do), unless the store was opened to use statements
+    /// only.
+    pub(crate) fn steps(&self, command: Option<&Command>) -> bool {
+        self.step_enabled
+            && matches!(
+                self.clock,
+                ClockMode::Caller { max_skew: None } | ClockMode::Store
+            )
+            && command.is_none_or(|c| matches!(c, Command::Complete(..)))
+    }
+
+    /// Completes `completion` (when given) and then claims as `claim` says, in one statement on
+    /// `conn`. `None`: the function declined (its transaction rolled back, nothing written), so
+    /// the caller decides the write through statements.
+    pub(crate) async fn step(
+        &self,
+        conn: &Conn,
+        completion: Option<(&JobId, &Command)>,
+        claim: &ClaimNext,
+    ) -> Result<Option<Stepped>, StoreError> {
+        let stmt = conn.prepare(&self.sql.step).await?;
+        let (job, owner, fence, result, done_at) = match completion {
+            Some((id, Command::Complete(owner, fence, now, result))) => (
+                Some(id.as_str()),
+                Some(owner.as_str()),
+                Some(i64::from(*fence)),
+                Some(result.as_str()),
+                Some(now.get()),
+            ),
+            _ => (None, None, None, None, None),
+        };
+        let term = claim.term;
+        let store_clock = matches!(self.clock, ClockMode::Store);
+        let now = (!store_clock).then_some(term.now().get());
+        let tokens: Vec<&[u8]> = claim
+            .tokens
+            .iter()
+            .map(|t| t.as_bytes().as_slice())
+            .collect();
+        let token = term.token();
+        let token = token.as_ref().map(|t| t.as_bytes().as_slice());
+        let limit = i32::try_from(claim.limit).unwrap_or(i32::MAX);
+        // The lease length as `LeaseTerm::at` keeps it when the store's clock decides.
+        let length = term.until().get() - term.now().get();
+        let params: [&(dyn ToSql + Sync); 16] = [
+            &job,
+            &owner,
+            &fence,
+            &result,
+            &done_at,
+            &claim.queue.as_str(),
+            &claim.owner.as_str(),
+            &limit,
+            &tokens,
+            &token,
+            &now,
+            &term.until().get(),
+            &length,
+            &self.audit.is_some(),
+            &LEASE_EXPIRED,
+            &RELEASED_AT_LAST_ATTEMPT,
+        ];
+        let rows = match conn.client().query(&stmt, &params).await {
+            Ok(rows) => rows,
+            Err(e) if e.code().is_some_and(|c| DECLINED.contains(&c.code())) => return Ok(None),
+            Err(e) => return Err(error::map(e, Stage::Commit)),
+        };
+        let completion = completion.map(|(id, command)| (id, command.clone()));
+        judge(self.clock, &rows, completion, claim).map(Some)
+    }
+}
+
+/// One row `step` answered: what it is, the clock reading it was decided at, and the job.
+struct Answered {
+    role: String,
+    now: f64,
+    id: JobId,
+    job: lease_domain::Job,
+}
+
+fn read(row: &Row) -> Result<Answered, StoreError> {
+    let head = |e: tokio_postgres::Error| {
+        StoreError::Corrupt(lease_ports::Detail::caused_by(
+            format!("the step function's answer: {e}"),
+            e,
+        ))
+    };
+    let role: String = row.try_get(0).map_err(head)?;
+    let now: f64 = row.try_get(1).map_err(head)?;
+    let (id, job) = sql::decode_with_id(row, 2)?;
+    Ok(Answered { role, now, id, job })
+}
+
+/// The error of a row the function wrote otherwise than the domain decides (`on`: what it is
+/// about).
+fn disagree(
+    on: &dyn std::fmt::Display,
+    domain: &dyn std::fmt::Debug,
+    function: &dyn std::fmt::Debug,
+) -> StoreError {
+    StoreError::Corrupt(
+        format!(
+            "{on}: the step function (migration 7) and lease_domain disagree: \
+             the domain decides {domain:?}, the function answered {function:?}"
+        )
+        .into(),
+    )
+}
+
+/// Decides again, with the domain, every row `step` read, compares each decision with the row
+/// it wrote, and answers the domain's outcome and leases.
+fn judge(
+    clock: ClockMode,
+    rows: &[Row],
+    completion: Option<(&JobId, Command)>,
+    claim: &ClaimNext,
+) -> Result<Stepped, StoreError> {
+    let mut answered = rows
+        .iter()
+        .map(read)
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .peekable();
+    let mut outcome = None;
+    if let Some((id, command)) = completion {
+        let before = answered.next_if(|a| a.role == "c");
+        let after = answered.next_if(|a| a.role == "C");
+        // The store's clock, read once the row was locked, decides when the store's does.
+        let command = match (&before, clock) {
+            (Some(read), ClockMode::Store) => command
+                .at(stored_now(read.now)?)
+                .map_err(StoreError::InvalidInput)?,
+            _ => command,
+        };
+        if before.as_ref().is_some_and(|b| b.id != *id) {
+            return Err(disagree(
+                &job_of(id),
+                &"the job's own row",
+                &before.map(|b| b.id),
+            ));
+        }
+        let current = before.map(|b| b.job);
+        let (next, decided) = command.decide(id, current.as_ref(), None);
+        match (&next, after) {
+            (None, None) => {}
+            (Some(next), Some(wrote)) if wrote.id == *id && *next == wrote.job => {}
+            (next, wrote) => return Err(disagree(&job_of(id), next, &wrote.map(|w| w.job))),
+        }
+        lease_ports::observe::decided(&command, current.as_ref(), &decided);
+        outcome = Some(decided);
+    }
+    let mut candidates = Vec::new();
+    let mut written = Vec::new();
+    let mut page_now = None;
+    while let Some(read) = answered.next() {
+        let Some(wrote) = answered.next() else {
+            return Err(disagree(
+                &job_of(&read.id),
+                &"a write for every candidate",
+                &"none",
+            ));
+        };
+        if read.role != "n" || wrote.role != "w" || wrote.id != read.id || read.now != wrote.now {
+            return Err(disagree(
+                &job_of(&read.id),
+                &"a candidate and its write",
+                &(read.role, wrote.role),
+            ));
+        }
+        page_now = Some(read.now);
+        let mut job = read.job;
+        // Pre-images come without the payload, which no rule reads and none writes.
+        job.payload.clone_from(&wrote.job.payload);
+        candidates.push((read.id, job));
+        written.push((wrote.id, wrote.job));
+    }
+    let term = match (page_now, clock) {
+        (Some(now), ClockMode::Store) => claim
+            .term
+            .at(stored_now(now)?)
+            .map_err(StoreError::InvalidInput)?,
+        _ => claim.term,
+    };
+    let mut next = ClaimNextLoop::of(claim);
+    let decided = next.page(term, candidates);
+    if decided != written {
+        let on = format!("the claim of queue {}", claim.queue);
+        return Err(disagree(&on, &decided, &written));
+    }
+    Ok(Stepped {
+        outcome,
+        leases: next.into_leases(),
+    })
+}
+
+fn job_of(id: &JobId) -> String {
+    format!("job {id}")
+}
