@@ -519,6 +519,14 @@ fn queue(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
                 }
                 let cpu_per_job =
                     (cpu_seconds() - cpu) / to_f64(usize::try_from(jobs).unwrap_or(1));
+                if one_row().is_some() {
+                    // Read by `cargo xtask bench --peers`.
+                    println!(
+                        "queue row {row:?}: {:.0} jobs/s, {:.1} µs CPU per job",
+                        run.rate(false),
+                        cpu_per_job * 1e6
+                    );
+                }
                 rows.push(jobs_row(
                     format!(
                         "claim-next + complete, {path_label}, {label}, jobs/s [CPU {:.0} µs/job]",

@@ -3,6 +3,7 @@
 //! runs mutation testing.
 
 mod needs;
+mod peers;
 mod python;
 
 use std::process::{Command, ExitCode};
@@ -91,9 +92,11 @@ fn ci() -> Result<(), String> {
 
 /// Runs the benchmark report (one table, also written to target/bench-report.md); without
 /// `--quick` it then runs the criterion micro-benchmarks too. `--python` runs the Python
-/// package's rows instead (`benches/python/bench.py`, against the report's Rust rows).
+/// package's rows instead (`benches/python/bench.py`, against the report's Rust rows), and
+/// `--peers` the SQLite queue loop against effectum (`peers.rs`).
 fn bench(rest: &[String]) -> Result<(), String> {
-    if rest.iter().any(|a| a == "--python") {
+    let python = rest.iter().any(|a| a == "--python");
+    if python || rest.iter().any(|a| a == "--peers") {
         cargo(
             &[
                 "bench",
@@ -109,7 +112,11 @@ fn bench(rest: &[String]) -> Result<(), String> {
             .parent()
             .ok_or("xtask has no parent directory")?;
         let report = newest_report(&root.join("target/release/deps"))?;
-        return python::bench(root, &report);
+        return if python {
+            python::bench(root, &report)
+        } else {
+            peers::bench(root, &report)
+        };
     }
     let quick = rest.iter().any(|a| a == "--quick");
     let mut report = vec!["bench", "-p", "lease-benches", "--bench", "report", "--"];
@@ -279,7 +286,7 @@ fn main() -> ExitCode {
         Some("bench") => bench(&args[1..]),
         Some("mutants") => mutants(&args[1..]),
         _ => Err(
-            "usage: cargo xtask <test [-- cargo test options] | ci | bench [--quick | --python] | mutants [SCOPE...] [-- cargo-mutants options]>"
+            "usage: cargo xtask <test [-- cargo test options] | ci | bench [--quick | --python | --peers] | mutants [SCOPE...] [-- cargo-mutants options]>"
                 .to_owned(),
         ),
     };
