@@ -85,6 +85,7 @@ fn only_the_postgres_adapter_and_the_cli_depend_on_a_postgres_client() {
         "lease-ports",
         "lease-sqlite",
         "lease-worker",
+        "lease-schedule",
         "lease-guard",
         "lease-server",
     ] {
@@ -198,6 +199,28 @@ fn the_worker_runtime_names_no_database() {
 }
 
 #[test]
+fn the_scheduler_names_no_database() {
+    let deps = dependency_names("lease-schedule");
+    assert!(
+        deps.contains(&"lease-ports".to_owned()) && deps.contains(&"croner".to_owned()),
+        "cargo tree gave {deps:?}"
+    );
+    for forbidden in [
+        "rusqlite",
+        "r2d2",
+        "lease-sqlite",
+        "lease-postgres",
+        "clap",
+        "reqwest",
+    ] {
+        assert!(
+            !deps.iter().any(|d| d == forbidden),
+            "lease-schedule depends on {forbidden}"
+        );
+    }
+}
+
+#[test]
 fn the_guard_kit_carries_no_http_or_postgres_library() {
     let deps = dependency_names("lease-guard");
     assert!(
@@ -232,6 +255,7 @@ fn the_server_depends_on_the_port_and_no_adapter() {
         "lease-sqlite",
         "lease-postgres",
         "lease-worker",
+        "lease-schedule",
     ] {
         let deps = dependency_names(package);
         for forbidden in ["axum", "tower-http", "utoipa"] {

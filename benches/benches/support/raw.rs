@@ -129,7 +129,10 @@ fn queue_row(
             now,
             leased_until,
             // The lease token's digest: raw claims are made without one.
-            None::<Vec<u8>>
+            None::<Vec<u8>>,
+            // No timeout, and a claim clears the progress.
+            None::<f64>,
+            None::<&str>
         ])
         .expect("upsert queue row");
 }

@@ -1,13 +1,13 @@
 //! The input of `enqueue-many`: one job id per line, or one JSON object per line. Every line
 //! is checked before anything is stored; an error names the line and what is wrong with it.
 
-use lease_domain::{EnqueueSpec, JobId, Payload, QueueName, Timestamp};
+use lease_domain::{EnqueueSpec, JobId, Payload, QueueName, Timestamp, Ttl};
 use serde_json::Value;
 
 use crate::cli::RequestError;
 
 /// The fields a JSON line may have.
-const FIELDS: [&str; 6] = EnqueueSpec::FIELDS;
+const FIELDS: [&str; 8] = EnqueueSpec::FIELDS;
 
 /// The jobs `input` lists, each with `defaults` where its line says nothing. Empty lines are
 /// skipped; a line's final carriage return (a file written on Windows) is not part of it.
@@ -95,6 +95,21 @@ fn json_line(line: &str, defaults: &EnqueueSpec) -> Result<(JobId, EnqueueSpec),
                 )
             })?;
         spec.max_attempts = Some(n);
+    }
+    if let Some(value) = fields.get("timeout") {
+        let seconds = value
+            .as_f64()
+            .ok_or_else(|| format!("timeout must be a number of seconds, not {value}"))?;
+        spec.timeout = Some(Ttl::new(seconds).map_err(|e| format!("timeout: {e}"))?);
+    }
+    match text("replace")?.as_deref() {
+        None => {}
+        Some("finished") => spec.replace_finished = true,
+        Some(other) => {
+            return Err(format!(
+                "replace is {other:?}; the one value is \"finished\""
+            ));
+        }
     }
     if let Some(payload) = text("payload")? {
         spec.payload = Some(

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 use lease_domain::{
     EnqueueSpec, ErrorText, Fence, InputError, JobId, JobResult, LeaseTerm, Owner, Payload,
-    QueueName, Retry, Status, Timestamp,
+    QueueName, Retry, Status, Timestamp, Ttl,
 };
 
 /// Fenced job leases on an embedded SQLite database or on PostgreSQL: a stalled worker can
@@ -140,6 +140,14 @@ pub(crate) struct SpecFlags {
     /// How many times claim-next may lease it (0 or 1: no retry).
     #[arg(long, default_value_t = EnqueueSpec::DEFAULT_MAX_ATTEMPTS)]
     max_attempts: u32,
+    /// The most seconds one attempt may run; past it the worker stops the handler and fails
+    /// the attempt "timed out" (default: the queue's timeout, if `lease limit` set one).
+    #[arg(long, value_name = "SECONDS", allow_hyphen_values = true)]
+    timeout: Option<f64>,
+    /// Enqueue the id again even when a finished job (done, failed or cancelled) holds it: a
+    /// re-run with its attempts reset and a higher fence. A waiting or leased job is untouched.
+    #[arg(long)]
+    replace_finished: bool,
 }
 
 impl SpecFlags {
@@ -152,6 +160,12 @@ impl SpecFlags {
             run_at: self.run_at.map(|t| time_flag("--run-at", t)).transpose()?,
             max_attempts: Some(self.max_attempts),
             payload,
+            timeout: self
+                .timeout
+                .map(Ttl::new)
+                .transpose()
+                .map_err(|e| RequestError::Flag(format!("--timeout: {e}")))?,
+            replace_finished: self.replace_finished,
         })
     }
 }
@@ -415,6 +429,55 @@ pub(crate) enum Command {
         #[command(flatten)]
         window: Window,
     },
+    /// Pause a queue: claims lease none of its jobs (waiting claims wait) until it is resumed
+    /// or --until passes; enqueueing goes on, and running leases are untouched.
+    Pause {
+        /// The queue.
+        queue: String,
+        /// Resume by itself at this time (Unix seconds or RFC 3339).
+        #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
+        until: Option<f64>,
+    },
+    /// Resume a paused queue.
+    Resume {
+        /// The queue.
+        queue: String,
+    },
+    /// Set a queue's limits: at most --concurrency live leases at once across every worker
+    /// (decided in each claim's own transaction; 0 removes the limit), and the --timeout of
+    /// its jobs that name none.
+    Limit {
+        /// The queue.
+        queue: String,
+        /// The most live leases at once (0: no limit).
+        #[arg(long, value_name = "N")]
+        concurrency: Option<u32>,
+        /// How long an attempt of a job without a timeout of its own may run, in seconds.
+        #[arg(long, value_name = "SECONDS", allow_hyphen_values = true)]
+        timeout: Option<f64>,
+        /// Remove the queue's timeout.
+        #[arg(long)]
+        no_timeout: bool,
+    },
+    /// Store a running job's progress (a short text, up to 1,024 bytes) under its lease's
+    /// fence, and renew the lease for --ttl; refused like a renewal for a stale holder.
+    Progress {
+        /// The job id.
+        job: String,
+        #[command(flatten)]
+        holder: Holder,
+        /// The progress, such as "12 of 40 files".
+        #[arg(long, allow_hyphen_values = true)]
+        value: String,
+        #[command(flatten)]
+        window: Window,
+    },
+    /// Periodic schedules: each tick of a cron expression enqueues one job.
+    Schedule {
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::control::ScheduleCommand,
+    },
     /// Replay the stale-worker story on a temporary database, step by step.
     Demo,
     /// Serve the work queue over HTTP: workers then need only a URL and an API key, never the
@@ -464,6 +527,14 @@ pub(crate) enum Command {
         /// Let requests carry their own `now` (for tests that script time).
         #[arg(long, hide = true)]
         client_clock: bool,
+        /// Do not run the store's schedules (by default every server runs them: any number
+        /// may, and each tick still makes one job).
+        #[arg(long)]
+        no_schedules: bool,
+        /// The most seconds between two looks at the schedules (a schedule made or changed is
+        /// seen within it; due ticks are fired on time regardless).
+        #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+        schedule_recheck: f64,
     },
     /// Write to, read from and set up the resources a worker writes its results to, under its
     /// fence: Redis, S3 (and GCS, Azure), a directory, NATS key-value, MariaDB / MySQL.
@@ -512,6 +583,14 @@ pub(crate) enum Command {
         /// Serve the metrics (Prometheus text) at http://ADDR/metrics while working.
         #[arg(long, value_name = "ADDR")]
         metrics: Option<std::net::SocketAddr>,
+        /// Do not run the store's schedules (by default a worker on a database runs them
+        /// beside its jobs; with --server, the server runs them).
+        #[arg(long)]
+        no_schedules: bool,
+        /// The most seconds between two looks at the schedules (a schedule made or changed is
+        /// seen within it; due ticks are fired on time regardless).
+        #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+        schedule_recheck: f64,
         /// The program and its arguments (after `--`).
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<String>,
@@ -650,6 +729,10 @@ pub(crate) struct ServeRequest {
     pub events_lifetime: std::time::Duration,
     /// Whether the store records refused writes (from `--audit`, set by `main`).
     pub audit: bool,
+    /// Whether to run the store's schedules.
+    pub schedules: bool,
+    /// The most time between two looks at the schedules.
+    pub schedule_recheck: std::time::Duration,
 }
 
 /// What `lease keys` does, checked.
@@ -684,6 +767,10 @@ pub(crate) struct WorkRequest {
     pub drain: std::time::Duration,
     /// Where to serve /metrics, if anywhere.
     pub metrics: Option<std::net::SocketAddr>,
+    /// Whether to run the store's schedules.
+    pub schedules: bool,
+    /// The most time between two looks at the schedules.
+    pub schedule_recheck: std::time::Duration,
     /// The program and its arguments.
     pub command: Vec<String>,
 }
@@ -744,6 +831,8 @@ pub(crate) enum Request {
     Guard(GuardRequest),
     /// Run a worker.
     Work(WorkRequest),
+    /// Pause, resume or limit a queue, store a job's progress, or work with schedules.
+    Control(crate::control::ControlRequest),
 }
 
 impl Request {
@@ -758,6 +847,7 @@ impl Request {
             | Self::Stats(now, _)
             | Self::Complete(_, _, _, now, _) => Some(*now),
             Self::List(filter) => Some(filter.now),
+            Self::Control(request) => request.now(),
             Self::ClaimNext(_, _, term, _)
             | Self::Claim(_, _, term)
             | Self::Renew(_, _, _, term)
@@ -793,6 +883,36 @@ impl Command {
             Command::Init => Request::Init,
             Command::Migrate { from, to, merge } => Request::Migrate { from, to, merge },
             Command::Demo => Request::Demo,
+            Command::Pause { queue, until } => {
+                Request::Control(crate::control::pause(queue, until, clock())?)
+            }
+            Command::Resume { queue } => Request::Control(crate::control::resume(queue, clock())?),
+            Command::Limit {
+                queue,
+                concurrency,
+                timeout,
+                no_timeout,
+            } => Request::Control(crate::control::limit(
+                queue,
+                concurrency,
+                timeout,
+                no_timeout,
+                clock(),
+            )?),
+            Command::Progress {
+                job,
+                holder,
+                value,
+                window,
+            } => Request::Control(crate::control::progress(
+                job,
+                holder.check()?,
+                window.term(clock)?,
+                value,
+            )?),
+            Command::Schedule { command } => {
+                Request::Control(crate::control::schedule(command, clock, read)?)
+            }
             Command::Serve {
                 listen,
                 body_limit,
@@ -807,6 +927,8 @@ impl Command {
                 tls_cert,
                 tls_key,
                 client_clock,
+                no_schedules,
+                schedule_recheck,
             } => {
                 if !(rate_limit.is_finite() && rate_limit >= 0.0) {
                     return Err(RequestError::Flag(format!(
@@ -844,6 +966,10 @@ impl Command {
                         .map_err(RequestError::Flag)?
                         .max(std::time::Duration::from_millis(100)),
                     audit: false,
+                    schedules: !no_schedules,
+                    schedule_recheck: duration_flag("--schedule-recheck", schedule_recheck)
+                        .map_err(RequestError::Flag)?
+                        .max(std::time::Duration::from_millis(10)),
                 })
             }
             Command::Guard { command } => Request::Guard(guard_request(command, read)?),
@@ -869,6 +995,8 @@ impl Command {
                 grace,
                 drain,
                 metrics,
+                no_schedules,
+                schedule_recheck,
                 command,
             } => {
                 let seconds =
@@ -886,6 +1014,9 @@ impl Command {
                     grace: seconds("--grace", grace)?,
                     drain: seconds("--drain", drain)?,
                     metrics,
+                    schedules: !no_schedules,
+                    schedule_recheck: seconds("--schedule-recheck", schedule_recheck)?
+                        .max(std::time::Duration::from_millis(10)),
                     command,
                 })
             }

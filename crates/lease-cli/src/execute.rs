@@ -2,6 +2,7 @@
 //! `render`).
 
 use lease_domain::{Fence, JobId, Status, Timestamp};
+use lease_ports::control::Controlled;
 use lease_ports::{JobRecord, LeaseStore, StoreError};
 use serde_json::{Value, json};
 
@@ -29,10 +30,11 @@ async fn stored_until(store: &dyn LeaseStore, id: &JobId, fence: Fence) -> Optio
 /// The store's error; nothing is printed here.
 pub(crate) async fn execute(
     request: &Request,
-    store: &dyn LeaseStore,
+    store: &dyn Controlled,
     now: Timestamp,
 ) -> Result<Report, StoreError> {
     Ok(match request {
+        Request::Control(request) => crate::control::execute(request, store).await?,
         Request::Init
         | Request::Demo
         | Request::Work(_)
@@ -95,6 +97,12 @@ pub(crate) async fn execute(
                 ));
                 if let Some(error) = &j.error {
                     human.push_str(&format!(", last error {error:?}"));
+                }
+                if let Some(progress) = &j.progress {
+                    human.push_str(&format!(", progress {progress:?}"));
+                }
+                if let Some(timeout) = j.timeout {
+                    human.push_str(&format!(", timeout {} s an attempt", timeout.get()));
                 }
             }
             Report::new(
@@ -176,6 +184,7 @@ pub(crate) async fn execute(
         }
         Request::Stats(now, false) => {
             let rows = store.stats(*now).await?;
+            let settings = store.queues().await?;
             let queues = lease_server::wire::stats_json(&rows);
             let mut lines = Vec::new();
             for (queue, counts) in &queues {
@@ -183,9 +192,38 @@ pub(crate) async fn execute(
                     .iter()
                     .map(|s| format!("{} {}", counts[s.as_str()], s.as_str()))
                     .collect();
-                lines.push(format!("{queue}: {}", shown.join(", ")));
+                let set = settings
+                    .iter()
+                    .find(|(q, _)| q.as_str() == queue)
+                    .map(|(_, s)| format!(" ({})", crate::control::settings_words(s, *now)))
+                    .unwrap_or_default();
+                lines.push(format!("{queue}: {}{set}", shown.join(", ")));
             }
-            Report::lines(true, json!({"queues": queues}), lines, "no jobs")
+            // A queue with settings and no jobs yet is shown too.
+            for (queue, set) in settings
+                .iter()
+                .filter(|(q, _)| !queues.contains_key(q.as_str()))
+            {
+                lines.push(format!(
+                    "{queue}: no jobs ({})",
+                    crate::control::settings_words(set, *now)
+                ));
+            }
+            let settings: serde_json::Map<String, Value> = settings
+                .iter()
+                .map(|(queue, set)| {
+                    (
+                        queue.as_str().to_owned(),
+                        lease_server::wire::queue_json(queue, set, *now),
+                    )
+                })
+                .collect();
+            Report::lines(
+                true,
+                json!({"queues": queues, "settings": settings}),
+                lines,
+                "no jobs",
+            )
         }
         Request::Purge(before, statuses) => {
             let purged = store.purge(*before, statuses).await?;
@@ -327,6 +365,15 @@ mod tests {
             async fn list(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError>;
             async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError>;
             async fn complete_and_claim_next(&self, job: &JobId, owner: &Owner, fence: Fence, result: &JobResult, queue: &QueueName, term: LeaseTerm, limit: usize) -> Result<CompleteAndClaim, StoreError>;
+        }
+        #[async_trait::async_trait]
+        impl lease_ports::control::Control for Store {
+            async fn change_queue(&self, queue: &QueueName, change: lease_domain::QueueChange) -> Result<lease_domain::QueueSettings, StoreError>;
+            async fn queues(&self) -> Result<Vec<(QueueName, lease_domain::QueueSettings)>, StoreError>;
+            async fn put_schedule(&self, spec: &lease_domain::ScheduleSpec, now: Timestamp) -> Result<lease_domain::Schedule, StoreError>;
+            async fn remove_schedule(&self, name: &lease_domain::ScheduleName) -> Result<bool, StoreError>;
+            async fn schedules(&self) -> Result<Vec<lease_domain::Schedule>, StoreError>;
+            async fn fire_schedule(&self, fire: &lease_ports::control::Fire) -> Result<Option<Vec<bool>>, StoreError>;
         }
     }
 

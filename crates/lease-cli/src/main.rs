@@ -3,6 +3,7 @@
 
 mod batch;
 mod cli;
+mod control;
 mod demo;
 mod execute;
 mod guard;
@@ -154,15 +155,26 @@ fn remote(cli: &Cli) -> Result<Option<lease_client::HttpLeaseStore>, String> {
         .map_err(|e| e.to_string())
 }
 
+/// Lines said as `lease work` and `lease serve` go, on stderr (best effort: a closed stderr
+/// stops neither).
+fn say_on_stderr() -> work::Say {
+    std::sync::Arc::new(|line: &str| {
+        let _ = writeln!(std::io::stderr(), "{line}");
+    })
+}
+
 /// Runs `lease work` against `store`, serving its metrics first when asked.
 async fn run_work(
     work: &cli::WorkRequest,
-    store: std::sync::Arc<dyn lease_ports::LeaseStore>,
+    store: std::sync::Arc<dyn lease_ports::control::Controlled>,
+    schedules: bool,
 ) -> Result<Report, String> {
     if let Some(addr) = work.metrics {
         lease_worker::serve_metrics(addr)?;
     }
-    work::run(work, store, |report| {
+    let clock: lease_schedule::Clock = std::sync::Arc::new(clock_now);
+    let schedules = (schedules && work.schedules).then(|| (std::sync::Arc::clone(&store), clock));
+    work::run(work, store, schedules, say_on_stderr(), |report| {
         // Progress is best effort: a closed stderr does not stop the worker.
         let line = work::progress_line(report, clock_now());
         let _ = writeln!(std::io::stderr(), "{line}");
@@ -189,7 +201,8 @@ async fn run_remote(
                 .to_owned(),
         ),
         Request::Audit(filter) => target::audit_report(store.as_ref(), &filter, clock_now()).await,
-        Request::Work(work) => run_work(&work, store).await,
+        // The server runs the schedules (and a worker key may not fire them).
+        Request::Work(work) => run_work(&work, store, false).await,
         request => execute::execute(&request, store.as_ref(), judged_at(&request))
             .await
             .map_err(|e| e.to_string()),
@@ -252,9 +265,7 @@ async fn run(cli: Cli) -> Result<Report, String> {
                 &request,
                 clock,
                 serve::install_metrics(),
-                |line| {
-                    let _ = writeln!(std::io::stderr(), "{line}");
-                },
+                say_on_stderr(),
             )
             .await
         }
@@ -265,7 +276,7 @@ async fn run(cli: Cli) -> Result<Report, String> {
         }
         Request::Work(work) => {
             let store = target.open(false).await?.store();
-            run_work(&work, store).await
+            run_work(&work, store, true).await
         }
         request => {
             let target = match &request {

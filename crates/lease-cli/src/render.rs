@@ -210,6 +210,11 @@ pub(crate) fn record_json(record: &JobRecord, now: Timestamp) -> Value {
             json!(j.result_fence.map(Fence::get)),
         ),
         ("error".to_owned(), json!(j.error)),
+        (
+            "timeout".to_owned(),
+            json!(j.timeout.map(lease_domain::Ttl::get)),
+        ),
+        ("progress".to_owned(), json!(j.progress)),
     ]);
     payload_json(j.payload.as_deref(), &mut object);
     Value::Object(object)
@@ -222,6 +227,10 @@ pub(crate) fn lease_json(lease: &Lease) -> Value {
         ("fence".to_owned(), json!(lease.fence.get())),
         ("until".to_owned(), json!(lease.until.get())),
         ("attempt".to_owned(), json!(lease.attempt)),
+        (
+            "timeout".to_owned(),
+            json!(lease.timeout.map(lease_domain::Ttl::get)),
+        ),
     ]);
     payload_json(lease.payload.as_deref(), &mut object);
     Value::Object(object)

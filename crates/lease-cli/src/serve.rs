@@ -105,7 +105,7 @@ pub(crate) async fn serve(
     request: &ServeRequest,
     clock: lease_server::Clock,
     metrics: Option<MetricsRender>,
-    say: impl Fn(&str),
+    say: crate::work::Say,
 ) -> Result<Report, String> {
     let live_keys = opened
         .keys()
@@ -138,7 +138,7 @@ pub(crate) async fn serve(
         secure_cookies: request.tls.is_some(),
         session_ttl: request.session_ttl,
         events_lifetime: request.events_lifetime,
-        ..ServiceConfig::new(clock)
+        ..ServiceConfig::new(Arc::clone(&clock))
     };
     let app = lease_server::router(opened.service(), config);
     let tls = request
@@ -161,6 +161,18 @@ pub(crate) async fn serve(
     say(&format!(
         "lease: serving {scheme}://{addr} over {shown}{keys_note}"
     ));
+    // The schedules run beside the server, until it stops.
+    let stop_schedules = lease_worker::CancellationToken::new();
+    let scheduler = request.schedules.then(|| {
+        tokio::spawn(crate::work::run_schedules(
+            opened.store(),
+            Arc::clone(&clock),
+            request.schedule_recheck,
+            stop_schedules.clone(),
+            "lease serve",
+            Arc::clone(&say),
+        ))
+    });
     match tls {
         Some(config) => {
             let listener = lease_server::tls::TlsListener::new(listener, config)
@@ -174,6 +186,10 @@ pub(crate) async fn serve(
             });
             axum_serve(listener, app, closing).await?;
         }
+    }
+    stop_schedules.cancel();
+    if let Some(scheduler) = scheduler {
+        let _ = scheduler.await;
     }
     Ok(Report::new(
         true,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_domain::{ClockMode, Ttl};
-use lease_ports::LeaseStore;
+use lease_ports::control::Controlled;
 use lease_ports::transfer::{Migration, Transfer, migrate};
 use lease_postgres::{PgLeaseStore, PgOptions, is_postgres_url};
 use lease_sqlite::{SqliteLeaseStore, SqliteOptions};
@@ -145,12 +145,11 @@ pub(crate) enum Opened {
 impl Opened {
     /// The store through the port, each operation a span, counted and timed.
     #[must_use]
-    pub(crate) fn store(&self) -> Arc<dyn LeaseStore> {
-        let inner: Arc<dyn LeaseStore> = match self {
-            Opened::Sqlite(s) => Arc::clone(s) as Arc<dyn LeaseStore>,
-            Opened::Postgres(s) => Arc::clone(s) as Arc<dyn LeaseStore>,
-        };
-        Arc::new(lease_ports::observe::Observed::new(inner))
+    pub(crate) fn store(&self) -> Arc<dyn Controlled> {
+        match self {
+            Opened::Sqlite(s) => Arc::new(lease_ports::observe::Observed::new(Arc::clone(s))),
+            Opened::Postgres(s) => Arc::new(lease_ports::observe::Observed::new(Arc::clone(s))),
+        }
     }
 
     /// The store as the network service takes it: queue operations observed, its audit

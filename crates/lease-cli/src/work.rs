@@ -1,10 +1,12 @@
 //! `lease work`: a worker whose handler runs a program per job, so any language can be a worker.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_domain::Timestamp;
+use lease_domain::{ProgressText, Timestamp};
 use lease_ports::LeaseStore;
+use lease_ports::control::Controlled;
 use lease_worker::{
     CancellationToken, HandlerResult, JobContext, JobOutcome, JobReport, Summary, Worker,
     WorkerConfig,
@@ -27,6 +29,116 @@ fn last_lines(text: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join(" | ")
 }
 
+/// The environment variable naming the FIFO a program writes its progress lines to.
+pub(crate) const PROGRESS_VARIABLE: &str = "LEASE_PROGRESS";
+
+/// Where `lease work` and `lease serve` say things as they go (stderr, from `main`).
+pub(crate) type Say = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The progress line protocol of one run: `LEASE_PROGRESS` names a FIFO (in a directory only
+/// this user may enter) that the program, or anything it starts, writes lines to, such as
+/// `echo "12 of 40" > "$LEASE_PROGRESS"`. Each line (up to 1,024 bytes of UTF-8; longer ones
+/// are ignored with a warning) becomes the job's progress under the lease's fence and renews
+/// the lease; lines that come faster than the store takes them are coalesced to the newest.
+/// The FIFO is opened for reading and writing here, so a writer never blocks and the reader
+/// never sees its end; it is removed when the run ends.
+struct ProgressPipe {
+    path: PathBuf,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ProgressPipe {
+    fn open(dir: &Path, marker: &str, job: &JobContext, say: Say) -> Result<Self, String> {
+        let path = dir.join(format!("{marker}.progress"));
+        let mode = rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR;
+        rustix::fs::mkfifoat(rustix::fs::CWD, &path, mode)
+            .map_err(|e| format!("cannot make the progress FIFO {}: {e}", path.display()))?;
+        let receiver = tokio::net::unix::pipe::OpenOptions::new()
+            .read_write(true)
+            .open_receiver(&path)
+            .map_err(|e| format!("cannot open the progress FIFO {}: {e}", path.display()))?;
+        let shown = format!(
+            "lease work: {} fence {}",
+            escape_controls(job.job.as_str()),
+            job.fence
+        );
+        let task = tokio::spawn(forward_progress(receiver, job.progress.clone(), shown, say));
+        Ok(Self { path, task })
+    }
+}
+
+impl Drop for ProgressPipe {
+    fn drop(&mut self) {
+        self.task.abort();
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Reads progress lines and stores the newest, one write at a time.
+async fn forward_progress(
+    mut receiver: tokio::net::unix::pipe::Receiver,
+    progress: lease_worker::Progress,
+    shown: String,
+    say: Say,
+) {
+    let (newest, mut changed) = tokio::sync::watch::channel(None::<String>);
+    let warn = |why: &str| say(&format!("{shown}: progress line ignored: {why}"));
+    let read = async {
+        let mut line = Vec::new();
+        let mut too_long = false;
+        let mut chunk = [0_u8; 4096];
+        while let Ok(n @ 1..) = receiver.read(&mut chunk).await {
+            for &byte in &chunk[..n] {
+                if byte != b'\n' {
+                    if !too_long {
+                        line.push(byte);
+                        // A final carriage return is not part of the line.
+                        too_long = line.len() > ProgressText::MAX_BYTES + 1;
+                    }
+                    continue;
+                }
+                if too_long {
+                    warn(&format!("it is over {} bytes", ProgressText::MAX_BYTES));
+                } else {
+                    if line.last() == Some(&b'\r') {
+                        line.pop();
+                    }
+                    match String::from_utf8(std::mem::take(&mut line)) {
+                        Ok(text) if text.len() > ProgressText::MAX_BYTES => {
+                            warn(&format!("it is over {} bytes", ProgressText::MAX_BYTES));
+                        }
+                        Ok(text) => {
+                            newest.send_replace(Some(text));
+                        }
+                        Err(_) => warn("it is not UTF-8 text"),
+                    }
+                }
+                line.clear();
+                too_long = false;
+            }
+        }
+    };
+    let write = async {
+        let mut refused = false;
+        while changed.changed().await.is_ok() {
+            let Some(text) = changed.borrow_and_update().clone() else {
+                continue;
+            };
+            match progress.report(&text).await {
+                Ok(Ok(())) => {}
+                // The lease is gone: the runtime stops the program at its next renewal.
+                Ok(Err(why)) if !refused => {
+                    refused = true;
+                    say(&format!("{shown}: progress refused: {why}"));
+                }
+                Ok(Err(_)) => {}
+                Err(e) => say(&format!("{shown}: progress not stored: {e}")),
+            }
+        }
+    };
+    tokio::join!(read, write);
+}
+
 /// Runs the program for one job; see the `work` subcommand's help for the contract.
 ///
 /// The program runs in a process group of its own (so a Ctrl-C at the terminal does not reach
@@ -34,16 +146,28 @@ fn last_lines(text: &str, n: usize) -> String {
 /// `LEASE_RUN` value of its own that its descendants inherit. When the run ends, however it
 /// ends, every process of the group and every orphan of the run (re-parented to `lease work`,
 /// which is their subreaper) is sent SIGTERM, then SIGKILL after `grace`.
-async fn run_program(command: Arc<Vec<String>>, grace: Duration, job: JobContext) -> HandlerResult {
+async fn run_program(
+    command: Arc<Vec<String>>,
+    grace: Duration,
+    fifos: Arc<tempfile::TempDir>,
+    say: Say,
+    job: JobContext,
+) -> HandlerResult {
     let (program, args) = command
         .split_first()
         .ok_or_else(|| "no program to run".to_owned())?;
     let marker = processes::next_marker();
-    let mut child = Command::new(program)
+    let pipe = ProgressPipe::open(fifos.path(), &marker, &job, say)?;
+    let mut program_command = Command::new(program);
+    if let Some(timeout) = job.timeout {
+        program_command.env("LEASE_TIMEOUT", timeout.get().to_string());
+    }
+    let mut child = program_command
         .args(args)
         .env("LEASE_JOB", job.job.as_str())
         .env("LEASE_FENCE", job.fence.to_string())
         .env("LEASE_ATTEMPT", job.attempt.to_string())
+        .env(PROGRESS_VARIABLE, &pipe.path)
         .env(processes::MARKER, &marker)
         .process_group(0)
         .stdin(std::process::Stdio::piped())
@@ -99,7 +223,7 @@ async fn run_program(command: Arc<Vec<String>>, grace: Duration, job: JobContext
                 let _ = child.kill().await;
             }
             processes::end_run(group, &marker, grace).await;
-            Err(format!("{program} was stopped: the lease is gone"))
+            Err(format!("{program} was stopped"))
         }
     }
 }
@@ -132,9 +256,18 @@ pub(crate) fn progress_line(report: &JobReport, now: Timestamp) -> String {
 pub(crate) async fn run(
     request: &WorkRequest,
     store: Arc<dyn LeaseStore>,
+    schedules: Option<(Arc<dyn Controlled>, lease_schedule::Clock)>,
+    say: Say,
     progress: impl Fn(&JobReport) + Send + Sync + 'static,
 ) -> Result<Report, String> {
     processes::become_subreaper();
+    // Where each run's progress FIFO lives: a directory only this user may enter.
+    let fifos = Arc::new(
+        tempfile::Builder::new()
+            .prefix("lease-work-")
+            .tempdir()
+            .map_err(|e| format!("cannot make a directory for the progress FIFOs: {e}"))?,
+    );
     let mut config = WorkerConfig::new(request.queue.clone(), request.owner.clone(), request.ttl);
     config.concurrency = request.concurrency;
     config.max_jobs = request.max_jobs;
@@ -147,7 +280,18 @@ pub(crate) async fn run(
     let grace = request.grace;
     let worker = Worker::new(
         store,
-        move |job: JobContext| run_program(Arc::clone(&command), grace, job),
+        {
+            let say = Arc::clone(&say);
+            move |job: JobContext| {
+                run_program(
+                    Arc::clone(&command),
+                    grace,
+                    Arc::clone(&fifos),
+                    Arc::clone(&say),
+                    job,
+                )
+            }
+        },
         config,
     )
     .on_report(progress);
@@ -173,10 +317,25 @@ pub(crate) async fn run(
             token.cancel();
         }
     });
-    let summary: Summary = worker
-        .run_with_abort(shutdown, hurry)
-        .await
-        .map_err(|e| e.to_string())?;
+    // The schedules of the store run beside the worker, until it stops.
+    let scheduler = schedules.map(|(store, clock)| {
+        let stop = shutdown.child_token();
+        let task = tokio::spawn(run_schedules(
+            store,
+            clock,
+            request.schedule_recheck,
+            stop.clone(),
+            "lease work",
+            say,
+        ));
+        (task, stop)
+    });
+    let summary = worker.run_with_abort(shutdown, hurry).await;
+    if let Some((task, stop)) = scheduler {
+        stop.cancel();
+        let _ = task.await;
+    }
+    let summary: Summary = summary.map_err(|e| e.to_string())?;
     Ok(Report::new(
         true,
         json!({
@@ -200,6 +359,47 @@ pub(crate) async fn run(
             summary.unreported
         ),
     ))
+}
+
+/// Runs the store's schedules until `stop`, a line on stderr for each tick fired and for each
+/// new error (the same error again is not repeated).
+pub(crate) async fn run_schedules(
+    store: Arc<dyn Controlled>,
+    clock: lease_schedule::Clock,
+    recheck: Duration,
+    stop: CancellationToken,
+    who: &'static str,
+    say: Say,
+) {
+    let last_error = std::sync::Mutex::new(String::new());
+    lease_schedule::run(store, clock, recheck, stop, |pass| {
+        let error = match pass {
+            Ok(pass) => {
+                for fired in &pass.fired {
+                    say(&format!("{who}: {}", crate::control::pass_line(fired)));
+                }
+                pass.unreadable
+                    .iter()
+                    .map(|(name, why)| {
+                        format!(
+                            "schedule {} cannot be read: {why}",
+                            escape_controls(name.as_str())
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            }
+            Err(e) => format!("the schedules could not be run: {e}"),
+        };
+        let mut last = last_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !error.is_empty() && *last != error {
+            say(&format!("{who}: {}", escape_controls(&error)));
+        }
+        *last = error;
+    })
+    .await;
 }
 
 #[cfg(test)]

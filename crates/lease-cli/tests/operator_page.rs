@@ -833,3 +833,175 @@ async fn hostile_job_ids_results_and_payloads_render_as_text() {
     }
     session.close().await;
 }
+
+/// Flow control and schedules from the page: an admin pauses a queue (confirmed) and claims
+/// lease nothing from it, resumes it, sets its limit, makes a schedule and removes it; a job's
+/// progress shows on its page. Each change is checked through the API, not only on the page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_pauses_limits_and_schedules_from_the_page_and_a_job_shows_its_progress() {
+    let (_dir, db) = fresh_db();
+    let admin = make_key(&db, "ops", "admin")["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let worker = make_key(&db, "w", "worker")["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for id in ["m1", "m2", "m3"] {
+        assert_eq!(
+            lease(&db, &["enqueue", id, "--queue", "mail"])
+                .status
+                .code(),
+            Some(0)
+        );
+    }
+    let server = Server::start(&db, &[], &[]);
+    let (admin_auth, worker_auth) = (bearer(&admin), bearer(&worker));
+    let as_admin = [("Authorization", admin_auth.as_str())];
+    let as_worker = [("Authorization", worker_auth.as_str())];
+    let claim = |limit: u32| {
+        let (code, body) = server.call(
+            "POST",
+            "/v1/queues/mail/claims",
+            &as_worker,
+            &json!({"ttl": 60, "owner": "w", "limit": limit}).to_string(),
+        );
+        assert_eq!(code, 200, "{body}");
+        body["leases"].as_array().unwrap().clone()
+    };
+    let session = Session::open(&server.addr).await;
+    session.sign_in(&admin).await;
+    let mail_flow = "[...document.querySelectorAll('#queues tbody tr')].find(r => r.cells[0].innerText === 'mail').cells[9].innerText";
+    session
+        .until(
+            "the mail queue, running freely",
+            &format!("{mail_flow} === '—'"),
+        )
+        .await;
+    // The table is drawn again on every event of the stream: click through the page's own
+    // script, which finds the button of the moment.
+    let pause_button =
+        "document.querySelector('#queues button[data-queue=\"mail\"]').click(); true";
+    session.eval(pause_button).await;
+    session
+        .until(
+            "the confirmation",
+            "document.getElementById('confirm').open",
+        )
+        .await;
+    session.screenshot("9-admin-pauses-a-queue").await;
+    session.click("#confirm-yes").await;
+    session
+        .until(
+            "the mail queue, paused",
+            &format!("{mail_flow} === 'paused'"),
+        )
+        .await;
+    let (_, queues) = server.call("GET", "/v1/queues", &as_admin, "");
+    assert_eq!(queues["queues"][0]["paused"], true, "{queues}");
+    assert!(
+        claim(1).is_empty(),
+        "a queue paused from the page leased a job"
+    );
+    session.eval(pause_button).await;
+    session
+        .until(
+            "the confirmation",
+            "document.getElementById('confirm').open",
+        )
+        .await;
+    session.click("#confirm-yes").await;
+    session
+        .until("the mail queue, resumed", &format!("{mail_flow} === '—'"))
+        .await;
+    // A limit of 2 from the form.
+    session
+        .eval("document.getElementById('limit-queue').value = 'mail'; document.getElementById('limit-concurrency').value = '2'")
+        .await;
+    session.confirm("#limit-form button", None).await;
+    session
+        .until(
+            "the mail queue's limit",
+            &format!("{mail_flow}.startsWith('≤ 2')"),
+        )
+        .await;
+    let leases = claim(3);
+    assert_eq!(
+        leases.len(),
+        2,
+        "a claim for 3 past a limit of 2 set on the page"
+    );
+    // A schedule from the form: listed with its next tick, then removed.
+    session
+        .eval("document.getElementById('schedule-name').value = 'nightly'; document.getElementById('schedule-cron').value = '0 3 * * *'; document.getElementById('schedule-zone').value = 'Europe/Paris'; document.getElementById('schedule-queue').value = 'reports'")
+        .await;
+    session.confirm("#schedule-form button", None).await;
+    let row = "[...document.querySelectorAll('#schedules tbody tr')].find(r => r.cells[0].innerText === 'nightly')";
+    session
+        .until(
+            "the schedule with its next tick",
+            &format!("!!{row} && {row}.cells[1].innerText === '0 3 * * * (Europe/Paris)' && {row}.cells[5].innerText !== '—'"),
+        )
+        .await;
+    session.screenshot("10-admin-schedules-and-limits").await;
+    let (_, schedules) = server.call("GET", "/v1/schedules", &as_admin, "");
+    assert_eq!(
+        schedules["schedules"][0]["zone"], "Europe/Paris",
+        "{schedules}"
+    );
+    // A cron expression the calendar cannot read is refused, and the page says why.
+    session
+        .eval("document.getElementById('schedule-name').value = 'bad'; document.getElementById('schedule-cron').value = '61 * * * *'")
+        .await;
+    session.confirm("#schedule-form button", None).await;
+    session
+        .until(
+            "the refusal of a bad cron expression",
+            "document.getElementById('status-line').innerText.includes('cron')",
+        )
+        .await;
+    session
+        .confirm("#schedules tbody tr:first-child button", None)
+        .await;
+    session
+        .until(
+            "no schedule",
+            "!document.getElementById('no-schedules').hidden",
+        )
+        .await;
+    let (_, schedules) = server.call("GET", "/v1/schedules", &as_admin, "");
+    assert_eq!(schedules["schedules"], json!([]));
+    // A running job's progress on its page.
+    let lease = &leases[0];
+    let id = lease["id"].as_str().unwrap();
+    let (code, body) = server.call(
+        "POST",
+        &format!("/v1/jobs/{id}/progress"),
+        &[
+            ("Authorization", worker_auth.as_str()),
+            ("Lease-Token", lease["lease_token"].as_str().unwrap()),
+        ],
+        &json!({"fence": lease["fence"], "ttl": 60, "progress": "12 of 40 files"}).to_string(),
+    );
+    assert_eq!(code, 200, "{body}");
+    session.visit(&format!("#/job/{id}")).await;
+    session.job_page(id).await;
+    session
+        .until(
+            "the job's progress",
+            "[...document.querySelectorAll('#job-fields dd')].some(d => d.innerText === '12 of 40 files')",
+        )
+        .await;
+    session.screenshot("11-job-progress").await;
+    // The one error logged is the refused schedule's answer, which the page showed.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let errors = session.errors.lock().unwrap().clone();
+    assert!(
+        errors.len() == 1 && errors[0].contains("422") && errors[0].ends_with("/v1/schedules/bad"),
+        "the page logged other errors: {errors:#?}"
+    );
+    session.close_unchecked().await;
+    let (code, log) = server.stop();
+    assert_eq!(code, Some(0), "{log}");
+}

@@ -383,3 +383,79 @@ fn enqueue_many_on_postgres_inserts_each_new_id_once_in_transactions_of_a_thousa
     assert_eq!(stats["queues"]["bulk"]["pending"], 1_499, "{stats}");
     assert_eq!(stats["queues"]["default"]["pending"], 1, "{stats}");
 }
+
+/// Scheduling and flow control on PostgreSQL through the CLI: sixteen processes run the same
+/// schedule's pass at once and each tick is one job; a paused queue leases nothing; a limit
+/// caps a claim; `stats` shows both.
+#[test]
+fn schedules_pause_and_limits_on_postgres_hold_under_sixteen_racing_processes() {
+    let db = ScratchDatabase::create();
+    let url = db.url();
+    ok(&run(url, &["init"]));
+    ok(&run(
+        url,
+        &[
+            "schedule",
+            "set",
+            "race",
+            "--cron",
+            "* * * * *",
+            "--queue",
+            "r",
+            "--catch-up",
+            "all",
+            "--now",
+            "2026-12-02T05:00:00Z",
+        ],
+    ));
+    let runners: Vec<_> = (0..16)
+        .map(|_| {
+            lease(url)
+                .args([
+                    "schedule",
+                    "run-due",
+                    "--now",
+                    "2026-12-02T06:00:00Z",
+                    "--json",
+                ])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut firing = 0;
+    for runner in runners {
+        let out = runner.wait_with_output().unwrap();
+        ok(&out);
+        let pass: Value = serde_json::from_slice(&out.stdout).unwrap();
+        firing += pass["fired"].as_array().unwrap().len();
+    }
+    assert_eq!(firing, 1, "more than one pass fired the same tick");
+    let stats = json_of(url, &["stats"]);
+    assert_eq!(stats["queues"]["r"]["pending"], 60);
+    json_of(url, &["pause", "r"]);
+    let paused = run(
+        url,
+        &["claim-next", "--queue", "r", "--owner", "w", "--ttl", "60"],
+    );
+    assert_eq!(paused.status.code(), Some(3), "a paused queue leased a job");
+    json_of(url, &["resume", "r"]);
+    json_of(url, &["limit", "r", "--concurrency", "3"]);
+    let claim = json_of(
+        url,
+        &[
+            "claim-next",
+            "--queue",
+            "r",
+            "--owner",
+            "w",
+            "--ttl",
+            "60",
+            "--limit",
+            "10",
+        ],
+    );
+    assert_eq!(claim["leases"].as_array().unwrap().len(), 3);
+    assert_eq!(json_of(url, &["stats"])["settings"]["r"]["concurrency"], 3);
+}

@@ -284,7 +284,7 @@ fn list_stats_and_purge() {
         json!({"queues": {
             "default": {"pending": 1, "running": 1, "done": 1, "dead": 0, "cancelled": 0},
             "mail": {"pending": 1, "running": 0, "done": 0, "dead": 0, "cancelled": 0}
-        }})
+        }, "settings": {}})
     );
     assert_eq!(
         json_of(&db, &["purge", "--before", "1"], 0),

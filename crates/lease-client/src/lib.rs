@@ -234,6 +234,25 @@ impl HttpLeaseStore {
             .await
     }
 
+    /// A `GET` of `path` answered with an array under `field`, each item read by `read`.
+    async fn list_of<T>(
+        &self,
+        path: &str,
+        field: &str,
+        read: fn(&Value) -> Result<T, StoreError>,
+    ) -> Result<Vec<T>, StoreError> {
+        let answer = self.get(path).await?;
+        if answer.status != 200 {
+            return Err(answer.error());
+        }
+        answer.body[field]
+            .as_array()
+            .ok_or_else(|| wire::corrupt(&answer, field))?
+            .iter()
+            .map(read)
+            .collect()
+    }
+
     fn lease_of(&self, value: &Value, now: Timestamp) -> Result<Lease, StoreError> {
         let (lease, token) = wire::lease(value, now)?;
         self.keep_token(&lease.job, lease.fence, &token);
@@ -266,7 +285,7 @@ impl HttpLeaseStore {
         match answer.status {
             200 => {
                 // A completion, failure or release ends the lease: its token is spent.
-                if op != "renew" {
+                if op != "renew" && op != "progress" {
                     self.forget_token(job, fence);
                 }
                 Ok(Ok(answer))
@@ -288,6 +307,12 @@ impl HttpLeaseStore {
         }
         if let Some(max) = spec.max_attempts {
             body["max_attempts"] = json!(max);
+        }
+        if let Some(timeout) = spec.timeout {
+            body["timeout"] = json!(timeout.get());
+        }
+        if spec.replace_finished {
+            body["replace"] = json!("finished");
         }
         if let Some(payload) = &spec.payload {
             match std::str::from_utf8(payload.as_bytes()) {
@@ -333,6 +358,16 @@ impl LeaseStore for HttpLeaseStore {
             }
             Command::Renew(owner, fence, term) => {
                 Outcome::Wrote(self.http_renew(job, &owner, fence, term).await?)
+            }
+            Command::Progress(owner, fence, term, text) => {
+                let body = json!({
+                    "ttl": term.until().get() - term.now().get(),
+                    "progress": text.as_str(),
+                });
+                let written = self
+                    .holder_write("progress", job, &owner, fence, body, Some(term.now()))
+                    .await?;
+                Outcome::Wrote(written.map(drop))
             }
             Command::Complete(owner, fence, now, result) => {
                 Outcome::Wrote(self.http_complete(job, &owner, fence, now, &result).await?)
@@ -477,6 +512,181 @@ impl LeaseStore for HttpLeaseStore {
             return Err(answer.error());
         }
         wire::stats(&answer)
+    }
+}
+
+/// Queue settings and schedules through the service's admin routes.
+#[async_trait]
+impl lease_ports::control::Control for HttpLeaseStore {
+    async fn change_queue(
+        &self,
+        queue: &QueueName,
+        change: lease_domain::QueueChange,
+    ) -> Result<lease_domain::QueueSettings, StoreError> {
+        use lease_domain::QueueChange;
+        let base = format!("/v1/queues/{}", path(queue.as_str()));
+        let answer = match change {
+            QueueChange::Pause(until) => {
+                let body = match until {
+                    Some(t) => json!({ "until": t.get() }),
+                    None => json!({}),
+                };
+                self.post(&format!("{base}/pause"), body, None).await?
+            }
+            QueueChange::Resume => {
+                self.post(&format!("{base}/resume"), json!({}), None)
+                    .await?
+            }
+            QueueChange::Concurrency(limit) => {
+                let n = limit.map_or(0, lease_domain::Concurrency::get);
+                let body = json!({ "concurrency": n });
+                self.send(
+                    reqwest::Method::PUT,
+                    &format!("{base}/limits"),
+                    Some(body),
+                    None,
+                    true,
+                )
+                .await?
+            }
+            QueueChange::Timeout(timeout) => {
+                let body = match timeout {
+                    Some(t) => json!({ "timeout": t.get() }),
+                    None => json!({ "no_timeout": true }),
+                };
+                self.send(
+                    reqwest::Method::PUT,
+                    &format!("{base}/limits"),
+                    Some(body),
+                    None,
+                    true,
+                )
+                .await?
+            }
+        };
+        if answer.status != 200 {
+            return Err(answer.error());
+        }
+        Ok(wire::queue(&answer.body)?.1)
+    }
+
+    async fn queues(&self) -> Result<Vec<(QueueName, lease_domain::QueueSettings)>, StoreError> {
+        self.list_of("/v1/queues", "queues", wire::queue).await
+    }
+
+    async fn put_schedule(
+        &self,
+        spec: &lease_domain::ScheduleSpec,
+        now: Timestamp,
+    ) -> Result<lease_domain::Schedule, StoreError> {
+        let job = &spec.job;
+        let mut body = json!({
+            "cron": spec.cron,
+            "zone": spec.zone,
+            "queue": job.queue.as_str(),
+            "priority": job.priority,
+        });
+        if let Some(now) = self.now(now) {
+            body["now"] = json!(now);
+        }
+        if let Some(max) = job.max_attempts {
+            body["max_attempts"] = json!(max);
+        }
+        if let Some(timeout) = job.timeout {
+            body["timeout"] = json!(timeout.get());
+        }
+        if let Some(payload) = &job.payload {
+            let text = std::str::from_utf8(payload.as_bytes()).map_err(|_| {
+                StoreError::InvalidInput(lease_domain::InputError::InvalidSetting(
+                    "a schedule's payload through the service must be UTF-8 text".to_owned(),
+                ))
+            })?;
+            body["payload"] = json!(text);
+        }
+        match spec.catch_up {
+            lease_domain::CatchUp::Latest => body["catch_up"] = json!("latest"),
+            lease_domain::CatchUp::Skip => body["catch_up"] = json!("none"),
+            lease_domain::CatchUp::All(n) => {
+                body["catch_up"] = json!("all");
+                body["catch_up_max"] = json!(n);
+            }
+        }
+        let answer = self
+            .send(
+                reqwest::Method::PUT,
+                &format!("/v1/schedules/{}", path(spec.name.as_str())),
+                Some(body),
+                None,
+                true,
+            )
+            .await?;
+        if answer.status != 200 {
+            return Err(answer.error());
+        }
+        wire::schedule(&answer.body)
+    }
+
+    async fn remove_schedule(&self, name: &lease_domain::ScheduleName) -> Result<bool, StoreError> {
+        let answer = self
+            .send(
+                reqwest::Method::DELETE,
+                &format!("/v1/schedules/{}", path(name.as_str())),
+                None,
+                None,
+                true,
+            )
+            .await?;
+        if answer.status != 200 {
+            return Err(answer.error());
+        }
+        wire::boolean(&answer.body["removed"], "removed")
+    }
+
+    async fn schedules(&self) -> Result<Vec<lease_domain::Schedule>, StoreError> {
+        self.list_of("/v1/schedules", "schedules", wire::schedule)
+            .await
+    }
+
+    async fn fire_schedule(
+        &self,
+        fire: &lease_ports::control::Fire,
+    ) -> Result<Option<Vec<bool>>, StoreError> {
+        let jobs: Vec<Value> = fire
+            .jobs
+            .iter()
+            .map(|(id, spec)| {
+                json!({
+                    "id": id.as_str(),
+                    "tick": spec.enqueued_at.unwrap_or(fire.tick).get(),
+                })
+            })
+            .collect();
+        let body = json!({
+            "version": fire.version,
+            "last_tick": fire.last_tick.map(Timestamp::get),
+            "tick": fire.tick.get(),
+            "jobs": jobs,
+        });
+        let answer = self
+            .post(
+                &format!("/v1/schedules/{}/fire", path(fire.name.as_str())),
+                body,
+                None,
+            )
+            .await?;
+        if answer.status != 200 {
+            return Err(answer.error());
+        }
+        if !wire::boolean(&answer.body["fired"], "fired")? {
+            return Ok(None);
+        }
+        answer.body["inserted"]
+            .as_array()
+            .ok_or_else(|| wire::corrupt(&answer, "inserted"))?
+            .iter()
+            .map(|v| wire::boolean(v, "inserted"))
+            .collect::<Result<Vec<bool>, _>>()
+            .map(Some)
     }
 }
 

@@ -118,6 +118,82 @@ fn text(value: &Value, what: &str) -> Result<Option<String>, StoreError> {
     }
 }
 
+/// A duration in seconds, or its absence (`null` or missing).
+pub(crate) fn seconds(value: &Value, what: &str) -> Result<Option<lease_domain::Ttl>, StoreError> {
+    match value {
+        Value::Null => Ok(None),
+        other => other
+            .as_f64()
+            .and_then(|t| lease_domain::Ttl::new(t).ok())
+            .map(Some)
+            .ok_or_else(|| bad(what)),
+    }
+}
+
+/// A queue's settings from its view.
+pub(crate) fn queue(value: &Value) -> Result<(QueueName, lease_domain::QueueSettings), StoreError> {
+    let name = QueueName::stored(value["queue"].as_str().ok_or_else(|| bad("queue"))?)
+        .map_err(|_| bad("queue"))?;
+    let paused = boolean(&value["paused"], "paused")?;
+    let until = optional_time(&value["paused_until"], "paused_until")?;
+    let concurrency = match &value["concurrency"] {
+        Value::Null => None,
+        n => Some(
+            n.as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .and_then(lease_domain::Concurrency::new)
+                .ok_or_else(|| bad("concurrency"))?,
+        ),
+    };
+    Ok((
+        name,
+        lease_domain::QueueSettings {
+            paused: paused.then_some(lease_domain::Pause { until }),
+            concurrency,
+            timeout: seconds(&value["timeout"], "timeout")?,
+        },
+    ))
+}
+
+/// A schedule from its view.
+pub(crate) fn schedule(value: &Value) -> Result<lease_domain::Schedule, StoreError> {
+    let name = lease_domain::ScheduleName::new(value["name"].as_str().ok_or_else(|| bad("name"))?)
+        .map_err(|_| bad("name"))?;
+    let string = |field: &str| {
+        value[field]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| bad(field))
+    };
+    let job = lease_domain::EnqueueSpec {
+        queue: QueueName::stored(string("queue")?).map_err(|_| bad("queue"))?,
+        priority: value["priority"].as_i64().ok_or_else(|| bad("priority"))?,
+        max_attempts: match &value["max_attempts"] {
+            Value::Null => None,
+            _ => Some(count(&value["max_attempts"], "max_attempts")?),
+        },
+        payload: payload(value)?
+            .map(|p| lease_domain::Payload::new(p, usize::MAX))
+            .transpose()
+            .map_err(|_| bad("payload"))?,
+        timeout: seconds(&value["timeout"], "timeout")?,
+        ..lease_domain::EnqueueSpec::default()
+    };
+    Ok(lease_domain::Schedule {
+        spec: lease_domain::ScheduleSpec {
+            name,
+            cron: string("cron")?,
+            zone: string("zone")?,
+            job,
+            catch_up: lease_domain::CatchUp::parse(&string("catch_up")?)
+                .map_err(|_| bad("catch_up"))?,
+        },
+        version: value["version"].as_u64().ok_or_else(|| bad("version"))?,
+        created: time(&value["created"], "created")?,
+        last_tick: optional_time(&value["last_tick"], "last_tick")?,
+    })
+}
+
 fn payload(value: &Value) -> Result<Option<Vec<u8>>, StoreError> {
     if let Some(text) = text(&value["payload"], "payload")? {
         return Ok(Some(text.into_bytes()));
@@ -146,6 +222,7 @@ pub(crate) fn lease(value: &Value, now: Timestamp) -> Result<(Lease, String), St
             until: time(&value["until"], "until")?,
             attempt: count(&value["attempt"], "attempt")?,
             payload: payload(value)?,
+            timeout: seconds(&value["timeout"], "timeout")?,
         },
         token,
     ))
@@ -184,6 +261,8 @@ pub(crate) fn record(value: &Value) -> Result<JobRecord, StoreError> {
         updated: optional_time(&value["updated"], "updated")?,
         // The service never shows a lease's token digest.
         token: None,
+        timeout: seconds(&value["timeout"], "timeout")?,
+        progress: text(&value["progress"], "progress")?,
     };
     Ok(JobRecord {
         id: JobId::stored(id).map_err(|_| bad("id"))?,

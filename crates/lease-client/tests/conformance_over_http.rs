@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use lease_client::{ClientOptions, HttpLeaseStore};
 use lease_domain::{Principal, Scope, Timestamp};
-use lease_ports::LeaseStore;
+use lease_ports::control::Controlled;
 use lease_ports::memory::MemoryLeaseStore;
 use lease_server::{ServiceConfig, ServiceStore};
 
@@ -25,7 +25,7 @@ impl Drop for Running {
 async fn serve(
     store: Arc<dyn ServiceStore>,
     dir: Option<tempfile::TempDir>,
-) -> (Arc<dyn LeaseStore>, Running) {
+) -> (Arc<dyn Controlled>, Running) {
     let made = lease_server::secrets::new_key().expect("random");
     store
         .add_key(&made.record(
@@ -61,7 +61,7 @@ async fn serve(
 mod over_memory {
     use super::*;
 
-    async fn fresh_client() -> (Arc<dyn LeaseStore>, Running) {
+    async fn fresh_client() -> (Arc<dyn Controlled>, Running) {
         serve(Arc::new(MemoryLeaseStore::new()), None).await
     }
 
@@ -71,7 +71,7 @@ mod over_memory {
 mod over_sqlite {
     use super::*;
 
-    async fn fresh_client() -> (Arc<dyn LeaseStore>, Running) {
+    async fn fresh_client() -> (Arc<dyn Controlled>, Running) {
         let dir = tempfile::tempdir().expect("temp dir");
         let store =
             lease_sqlite::SqliteLeaseStore::open(dir.path().join("served.db")).expect("open store");

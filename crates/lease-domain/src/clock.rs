@@ -155,7 +155,9 @@ impl Command {
     #[must_use]
     pub fn caller_now(&self) -> Option<Timestamp> {
         match self {
-            Command::Claim(_, term) | Command::Renew(_, _, term) => Some(term.now()),
+            Command::Claim(_, term)
+            | Command::Renew(_, _, term)
+            | Command::Progress(_, _, term, _) => Some(term.now()),
             Command::Complete(_, _, now, _)
             | Command::Fail(_, _, now, _, _)
             | Command::Cancel(now)
@@ -174,6 +176,9 @@ impl Command {
             Command::Claim(owner, term) => Command::Claim(owner.clone(), term.at(now)?),
             Command::Renew(owner, fence, term) => {
                 Command::Renew(owner.clone(), *fence, term.at(now)?)
+            }
+            Command::Progress(owner, fence, term, text) => {
+                Command::Progress(owner.clone(), *fence, term.at(now)?, text.clone())
             }
             Command::Complete(owner, fence, _, result) => {
                 Command::Complete(owner.clone(), *fence, now, result.clone())

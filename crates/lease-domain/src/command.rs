@@ -2,10 +2,10 @@
 //! (if any) and the caller's [`Outcome`]. Stores that queue, batch or replay writes use this.
 
 use crate::access::{Credential, judge_credential};
-use crate::queue::{EnqueueSpec, ErrorText, Retry};
+use crate::queue::{EnqueueSpec, ErrorText, ProgressText, Retry};
 use crate::rules::{
     ClaimRefused, Failed, Job, WriteRefused, decide_cancel, decide_claim, decide_complete,
-    decide_fail, decide_release, decide_renew, decide_retry,
+    decide_fail, decide_progress, decide_release, decide_renew, decide_retry,
 };
 use crate::values::{Fence, JobId, JobResult, LeaseTerm, Owner, Timestamp};
 
@@ -20,6 +20,8 @@ pub enum Command {
     Claim(Owner, LeaseTerm),
     /// Renew the live current lease.
     Renew(Owner, Fence, LeaseTerm),
+    /// Store the live current lease's progress and renew it.
+    Progress(Owner, Fence, LeaseTerm, ProgressText),
     /// Complete the job with a result.
     Complete(Owner, Fence, Timestamp, JobResult),
     /// Release the lease.
@@ -79,6 +81,9 @@ impl Command {
             Command::Renew(owner, fence, term) => {
                 wrote(decide_renew(current, owner, *fence, *term))
             }
+            Command::Progress(owner, fence, term, text) => {
+                wrote(decide_progress(current, owner, *fence, *term, text))
+            }
             Command::Complete(owner, fence, now, result) => {
                 wrote(decide_complete(current, owner, *fence, *now, result))
             }
@@ -112,6 +117,7 @@ impl Command {
     pub fn holder_fence(&self) -> Option<Fence> {
         match self {
             Command::Renew(_, fence, _)
+            | Command::Progress(_, fence, _, _)
             | Command::Complete(_, fence, _, _)
             | Command::Release(_, fence)
             | Command::Fail(_, fence, _, _, _) => Some(*fence),
@@ -125,6 +131,9 @@ impl Command {
     pub fn as_owner(&self, owner: Owner) -> Command {
         match self {
             Command::Renew(_, fence, term) => Command::Renew(owner, *fence, *term),
+            Command::Progress(_, fence, term, text) => {
+                Command::Progress(owner, *fence, *term, text.clone())
+            }
             Command::Complete(_, fence, now, result) => {
                 Command::Complete(owner, *fence, *now, result.clone())
             }
@@ -155,6 +164,7 @@ impl Command {
             Command::EnqueueWith(_) => "enqueue",
             Command::Claim(..) => "claim",
             Command::Renew(..) => "renew",
+            Command::Progress(..) => "progress",
             Command::Complete(..) => "complete",
             Command::Release(..) => "release",
             Command::Fail(..) => "fail",
@@ -171,6 +181,10 @@ fn enqueue(
     purged: Option<Fence>,
 ) -> (Option<Job>, Outcome) {
     match current {
+        // A finished job is run again only when the caller asks for it.
+        Some(job) if spec.replace_finished && job.finished().is_some() => {
+            (Some(job.rerun(spec)), Outcome::Enqueued(true))
+        }
         Some(_) => (None, Outcome::Enqueued(false)),
         None => (Some(Job::enqueued(spec, purged)), Outcome::Enqueued(true)),
     }

@@ -17,10 +17,12 @@ mod access;
 mod audit;
 mod clock;
 mod command;
+mod control;
 mod guard;
 mod migrate;
 mod queue;
 mod rules;
+mod schedule;
 mod values;
 
 pub use access::{
@@ -30,13 +32,20 @@ pub use access::{
 pub use audit::{AuditReason, Refusal, holder_refusal, reclaim_delay, reclaim_delay_at, refusal};
 pub use clock::{ClockMode, ClockRefused, ClockSkew};
 pub use command::{Command, Outcome};
+pub use control::{Concurrency, Pause, QueueChange, QueueSettings, decide_queue_change};
 pub use guard::{GuardRefused, decide_guard};
 pub use migrate::{ImportDecision, decide_import, raise_fence};
-pub use queue::{Backoff, Ended, EnqueueSpec, ErrorText, Payload, QueueName, Retry, Status};
+pub use queue::{
+    Backoff, Ended, EnqueueSpec, ErrorText, Payload, ProgressText, QueueName, Retry, Status,
+};
 pub use rules::{
     ClaimRefused, Failed, Job, LEASE_EXPIRED, NextDecision, RELEASED_AT_LAST_ATTEMPT, WriteRefused,
     claim_order, decide_cancel, decide_claim, decide_claim_next, decide_complete, decide_fail,
-    decide_release, decide_renew, decide_retry, is_purgeable,
+    decide_progress, decide_release, decide_renew, decide_retry, is_purgeable,
+};
+pub use schedule::{
+    CatchUp, MAX_CATCH_UP, ON_TIME, Schedule, ScheduleName, ScheduleSpec, decide_fire,
+    decide_put_schedule, decide_ticks, tick_job_id, utc_text,
 };
 pub use values::{
     Fence, InputError, JobId, JobResult, LeaseTerm, MAX_NAME_BYTES, Owner, Timestamp, Ttl,

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::values::{InputError, JobId, Timestamp};
+use crate::values::{InputError, JobId, Timestamp, Ttl};
 
 /// The queue a job waits in: any non-empty text without NUL characters; `default` by default.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -121,6 +121,36 @@ impl ErrorText {
     }
 }
 
+/// What a running job last said of its progress: a short text without NUL characters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgressText(String);
+
+impl ProgressText {
+    /// The longest progress text, in bytes of UTF-8.
+    pub const MAX_BYTES: usize = 1024;
+
+    /// Checks and wraps a progress text.
+    ///
+    /// # Errors
+    /// [`InputError::ProgressTooLong`] or [`InputError::NulInText`].
+    pub fn new(text: impl Into<String>) -> Result<Self, InputError> {
+        let text = text.into();
+        if text.len() > Self::MAX_BYTES {
+            return Err(InputError::ProgressTooLong(text.len()));
+        }
+        if text.contains('\0') {
+            return Err(InputError::NulInText { what: "progress" });
+        }
+        Ok(Self(text))
+    }
+
+    /// The text.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// What `enqueue` stores with a new job besides the seed's defaults.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct EnqueueSpec {
@@ -138,6 +168,13 @@ pub struct EnqueueSpec {
     /// When the caller enqueued it (`None`: not said). Kept as the new job's `updated`, so an
     /// operator can see how long a due job has waited; `lease` and `lease serve` give it.
     pub enqueued_at: Option<Timestamp>,
+    /// How long one attempt may run before its worker stops it and fails it as "timed out"
+    /// (`None`: the queue's default, if it has one).
+    pub timeout: Option<Ttl>,
+    /// Whether an enqueue of an id whose job is done, dead or cancelled runs it again (back to
+    /// pending, its attempts from 0, its fence going on and its last result kept until the new
+    /// run completes). A pending or running job is never touched either way.
+    pub replace_finished: bool,
 }
 
 impl EnqueueSpec {
@@ -147,13 +184,15 @@ impl EnqueueSpec {
     /// The fields of a job as a caller names them, its id first (the CLI's JSON lines, the
     /// Python package's dicts): the spec's own, but `enqueued_at`, which the enqueuer's clock
     /// gives.
-    pub const FIELDS: [&'static str; 6] = [
+    pub const FIELDS: [&'static str; 8] = [
         "id",
         "queue",
         "priority",
         "run_at",
         "max_attempts",
         "payload",
+        "timeout",
+        "replace",
     ];
 }
 

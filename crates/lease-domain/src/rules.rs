@@ -5,8 +5,9 @@
 //! the reason the operation is refused. A refusal means nothing may be written.
 
 use crate::access::TokenDigest;
-use crate::queue::{Ended, EnqueueSpec, ErrorText, QueueName, Retry, Status};
-use crate::values::{Fence, JobId, JobResult, LeaseTerm, Owner, Timestamp};
+use crate::control::QueueSettings;
+use crate::queue::{Ended, EnqueueSpec, ErrorText, ProgressText, QueueName, Retry, Status};
+use crate::values::{Fence, JobId, JobResult, LeaseTerm, Owner, Timestamp, Ttl};
 
 /// The stored state of one job, without its id: the seed's six columns and the queue's fields.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,6 +46,10 @@ pub struct Job {
     /// (claims through the network service); every claim replaces it, so a token dies with
     /// its fence.
     pub token: Option<TokenDigest>,
+    /// How long one attempt may run (`None`: the queue's default, if any).
+    pub timeout: Option<Ttl>,
+    /// What the current attempt last said of its progress; every claim clears it.
+    pub progress: Option<String>,
 }
 
 impl Default for Job {
@@ -66,6 +71,8 @@ impl Default for Job {
             result_fence: None,
             updated: None,
             token: None,
+            timeout: None,
+            progress: None,
         }
     }
 }
@@ -92,8 +99,30 @@ impl Job {
                 .unwrap_or(EnqueueSpec::DEFAULT_MAX_ATTEMPTS),
             payload: spec.payload.as_ref().map(|p| p.as_bytes().to_vec()),
             updated: spec.enqueued_at,
+            timeout: spec.timeout,
             ..Self::default()
         }
+    }
+
+    /// The job run again as `spec` says (an enqueue with [`EnqueueSpec::replace_finished`] of a
+    /// finished job): pending, with the spec's queue fields and its attempts from 0; its fence
+    /// goes on from where it was (so every lease of the old runs stays refused), and its last
+    /// result and the fence that wrote it are kept until the new run completes.
+    #[must_use]
+    pub fn rerun(&self, spec: &EnqueueSpec) -> Self {
+        Self {
+            fence: self.fence,
+            result: self.result.clone(),
+            result_fence: self.result_fence,
+            ..Self::enqueued(spec, None)
+        }
+    }
+
+    /// How long an attempt of the job may run in a queue with `settings`: its own timeout, else
+    /// the queue's.
+    #[must_use]
+    pub fn timeout_in(&self, settings: &QueueSettings) -> Option<Ttl> {
+        self.timeout.or(settings.timeout)
     }
 
     /// Whether the job waits for a worker at `now`: pending (not done, ended or live, with an
@@ -321,6 +350,7 @@ pub fn decide_claim(
         fence,
         updated: Some(term.now()),
         token: term.token(),
+        progress: None,
         ..job.clone()
     })
 }
@@ -369,6 +399,7 @@ pub fn decide_claim_next(job: &Job, owner: &Owner, term: LeaseTerm) -> NextDecis
         attempts: job.attempts + 1,
         updated: Some(now),
         token: term.token(),
+        progress: None,
         ..job.clone()
     })
 }
@@ -449,6 +480,26 @@ pub fn decide_renew(
     let job = check_live_holder(current, owner, fence, term.now())?;
     Ok(Job {
         until: term.until(),
+        ..job.clone()
+    })
+}
+
+/// Decides a progress report: only the live current lease (as for a renewal) stores its text,
+/// and the lease is extended to `until = now + ttl` as a renewal would.
+///
+/// # Errors
+/// The [`WriteRefused`] reason; the stored job must then be left as it is.
+pub fn decide_progress(
+    current: Option<&Job>,
+    owner: &Owner,
+    fence: Fence,
+    term: LeaseTerm,
+    progress: &ProgressText,
+) -> Result<Job, WriteRefused> {
+    let job = check_live_holder(current, owner, fence, term.now())?;
+    Ok(Job {
+        until: term.until(),
+        progress: Some(progress.as_str().to_owned()),
         ..job.clone()
     })
 }

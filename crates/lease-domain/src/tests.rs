@@ -855,8 +855,11 @@ fn queue_values_are_checked_at_the_boundary() {
         max_attempts: Some(2),
         payload: Some(Payload::new(b"hi".to_vec(), 10).unwrap()),
         enqueued_at: Some(at(4.0)),
+        timeout: Some(Ttl::new(30.0).unwrap()),
+        replace_finished: false,
     };
     let job = Job::enqueued(&spec, None);
+    assert_eq!(job.timeout, Some(Ttl::new(30.0).unwrap()));
     assert_eq!(
         job.updated,
         Some(at(4.0)),
@@ -1197,4 +1200,296 @@ fn digests_match_only_when_every_byte_does() {
     assert!(a.matches(&TokenDigest::new([1; 32])));
     assert!(!a.matches(&TokenDigest::new(last)));
     assert!(!a.matches(&TokenDigest::new([0; 32])));
+}
+
+#[test]
+fn a_paused_queue_allows_no_lease_until_its_pause_ends_or_it_is_resumed() {
+    let free = QueueSettings::default();
+    assert_eq!(free.allowance(1_000, at(5.0), 3), 3);
+    let paused = decide_queue_change(&free, QueueChange::Pause(None));
+    assert!(paused.is_paused_at(at(1e12)));
+    assert_eq!(paused.allowance(0, at(5.0), 3), 0);
+    let until = decide_queue_change(&free, QueueChange::Pause(Some(at(10.0))));
+    assert_eq!(until.allowance(0, at(9.999), 3), 0);
+    // The pause ends at its time, as a lease does.
+    assert_eq!(until.allowance(0, at(10.0), 3), 3);
+    let resumed = decide_queue_change(&paused, QueueChange::Resume);
+    assert_eq!(resumed, free);
+    assert!(resumed.is_default());
+}
+
+#[test]
+fn a_concurrency_limit_leaves_room_only_for_the_leases_not_live() {
+    let limited = decide_queue_change(
+        &QueueSettings::default(),
+        QueueChange::Concurrency(Concurrency::new(4)),
+    );
+    assert!(limited.counts_leases());
+    assert_eq!(limited.allowance(0, at(1.0), 10), 4);
+    assert_eq!(limited.allowance(3, at(1.0), 10), 1);
+    assert_eq!(limited.allowance(4, at(1.0), 10), 0);
+    // More live than the limit (it was lowered under them): none, never a negative.
+    assert_eq!(limited.allowance(9, at(1.0), 10), 0);
+    assert_eq!(limited.allowance(1, at(1.0), 2), 2);
+    // 0 is no limit; a stored 0 or a negative is refused, naming the value.
+    assert_eq!(Concurrency::new(0), None);
+    let removed = decide_queue_change(&limited, QueueChange::Concurrency(None));
+    assert!(!removed.counts_leases());
+    assert!(
+        Concurrency::stored(0)
+            .unwrap_err()
+            .to_string()
+            .contains("concurrency 0")
+    );
+    assert!(Concurrency::stored(-1).is_err());
+    // A change keeps every other setting.
+    let paused_too = decide_queue_change(&limited, QueueChange::Pause(None));
+    assert_eq!(paused_too.concurrency, Concurrency::new(4));
+    let timed = decide_queue_change(&paused_too, QueueChange::Timeout(Ttl::new(30.0).ok()));
+    assert_eq!(
+        (timed.paused.is_some(), timed.concurrency, timed.timeout),
+        (true, Concurrency::new(4), Ttl::new(30.0).ok())
+    );
+}
+
+#[test]
+fn a_job_times_out_by_its_own_timeout_else_its_queues() {
+    let queue = QueueSettings {
+        timeout: Ttl::new(60.0).ok(),
+        ..QueueSettings::default()
+    };
+    let own = Job {
+        timeout: Ttl::new(5.0).ok(),
+        ..Job::new()
+    };
+    assert_eq!(own.timeout_in(&queue), Ttl::new(5.0).ok());
+    assert_eq!(Job::new().timeout_in(&queue), Ttl::new(60.0).ok());
+    assert_eq!(Job::new().timeout_in(&QueueSettings::default()), None);
+}
+
+#[test]
+fn progress_is_the_live_holders_and_renews_its_lease() {
+    let text = ProgressText::new("40% of the rows").unwrap();
+    let job = decide_claim(Some(&Job::new()), &owner("A"), term(100.0, 30.0)).unwrap();
+    let reported =
+        decide_progress(Some(&job), &owner("A"), fence(1), term(110.0, 30.0), &text).unwrap();
+    assert_eq!(reported.progress.as_deref(), Some("40% of the rows"));
+    assert_eq!(reported.until, at(140.0));
+    assert_eq!(reported.fence, job.fence);
+    // Not the holder, a stale fence, an expired lease: refused as a renewal would be.
+    assert!(matches!(
+        decide_progress(Some(&job), &owner("B"), fence(1), term(110.0, 30.0), &text),
+        Err(WriteRefused::NotOwner { .. })
+    ));
+    assert!(matches!(
+        decide_progress(Some(&job), &owner("A"), fence(2), term(110.0, 30.0), &text),
+        Err(WriteRefused::Stale { .. })
+    ));
+    assert!(matches!(
+        decide_progress(Some(&job), &owner("A"), fence(1), term(130.0, 30.0), &text),
+        Err(WriteRefused::Expired { .. })
+    ));
+    // The next lease starts without the last one's progress.
+    let next = decide_claim(Some(&reported), &owner("B"), term(200.0, 30.0)).unwrap();
+    assert_eq!(next.progress, None);
+    // Too long, or with a NUL: refused before any rule, naming the value.
+    let long = "x".repeat(ProgressText::MAX_BYTES + 1);
+    assert!(
+        ProgressText::new(long)
+            .unwrap_err()
+            .to_string()
+            .contains("1025 bytes")
+    );
+    assert!(ProgressText::new("a\0b").is_err());
+}
+
+#[test]
+fn a_finished_job_is_run_again_only_when_asked_and_keeps_its_fence_and_result() {
+    let j = id("report");
+    let again = EnqueueSpec {
+        queue: QueueName::new("nightly").unwrap(),
+        max_attempts: Some(3),
+        replace_finished: true,
+        ..EnqueueSpec::default()
+    };
+    let claimed = decide_claim(Some(&Job::new()), &owner("A"), term(100.0, 30.0)).unwrap();
+    let result = JobResult::new("v1").unwrap();
+    let done = decide_complete(Some(&claimed), &owner("A"), fence(1), at(110.0), &result).unwrap();
+    // A plain enqueue never touches it.
+    let (kept, outcome) = Command::Enqueue.decide(&j, Some(&done), None);
+    assert_eq!((kept, outcome), (None, Outcome::Enqueued(false)));
+    let (rerun, outcome) = Command::EnqueueWith(again.clone()).decide(&j, Some(&done), None);
+    assert_eq!(outcome, Outcome::Enqueued(true));
+    let rerun = rerun.unwrap();
+    assert_eq!(rerun.status_at(at(120.0)), Status::Pending);
+    assert_eq!(
+        (
+            rerun.fence,
+            rerun.result.as_deref(),
+            rerun.result_fence,
+            rerun.attempts
+        ),
+        (fence(1), Some("v1"), Some(fence(1)), 0)
+    );
+    assert_eq!(rerun.queue.as_str(), "nightly");
+    // The old holder's writes stay refused; the new run takes the next fence and its result
+    // replaces the old one.
+    assert!(decide_complete(Some(&rerun), &owner("A"), fence(1), at(121.0), &result).is_err());
+    let next = decide_claim(Some(&rerun), &owner("B"), term(130.0, 30.0)).unwrap();
+    assert_eq!(next.fence, fence(2));
+    let v2 = JobResult::new("v2").unwrap();
+    let done2 = decide_complete(Some(&next), &owner("B"), fence(2), at(131.0), &v2).unwrap();
+    assert_eq!(
+        (done2.result.as_deref(), done2.result_fence),
+        (Some("v2"), Some(fence(2)))
+    );
+    // Dead and cancelled jobs run again too; a pending or running one never.
+    let cancelled = decide_cancel(Some(&Job::new()), at(1.0)).unwrap();
+    assert!(
+        Command::EnqueueWith(again.clone())
+            .decide(&j, Some(&cancelled), None)
+            .0
+            .is_some()
+    );
+    for active in [Job::new(), claimed] {
+        let (none, outcome) = Command::EnqueueWith(again.clone()).decide(&j, Some(&active), None);
+        assert_eq!((none, outcome), (None, Outcome::Enqueued(false)));
+    }
+}
+
+#[test]
+fn a_tick_is_named_by_its_schedule_and_its_utc_time() {
+    for (t, text) in [
+        (0.0, "1970-01-01T00:00:00Z"),
+        (1_764_644_400.0, "2025-12-02T03:00:00Z"),
+        (951_782_400.0, "2000-02-29T00:00:00Z"),
+        (951_868_799.9, "2000-02-29T23:59:59Z"),
+        (4_102_444_800.0, "2100-01-01T00:00:00Z"),
+        (-1.0, "1969-12-31T23:59:59Z"),
+    ] {
+        assert_eq!(utc_text(at(t)), text, "{t}");
+    }
+    let name = ScheduleName::new("nightly").unwrap();
+    assert_eq!(
+        tick_job_id(&name, at(1_764_644_400.0)).unwrap().as_str(),
+        "nightly@2025-12-02T03:00:00Z"
+    );
+    for bad in ["", "a@b", "a\0b"] {
+        assert!(ScheduleName::new(bad).is_err(), "{bad:?}");
+    }
+    assert!(
+        ScheduleName::new("x".repeat(201))
+            .unwrap_err()
+            .to_string()
+            .contains("201 bytes")
+    );
+}
+
+#[test]
+fn a_pass_enqueues_the_ticks_its_catch_up_policy_keeps() {
+    let ticks = [at(60.0), at(120.0), at(180.0)];
+    assert_eq!(decide_ticks(&[], at(200.0), CatchUp::Latest), vec![]);
+    assert_eq!(
+        decide_ticks(&ticks, at(200.0), CatchUp::Latest),
+        vec![at(180.0)]
+    );
+    assert_eq!(
+        decide_ticks(&ticks, at(200.0), CatchUp::All(2)),
+        vec![at(120.0), at(180.0)]
+    );
+    assert_eq!(
+        decide_ticks(&ticks, at(200.0), CatchUp::All(9)),
+        ticks.to_vec()
+    );
+    // `none`: a tick is enqueued only while it is on time.
+    assert_eq!(
+        decide_ticks(&ticks, at(180.0 + ON_TIME), CatchUp::Skip),
+        vec![at(180.0)]
+    );
+    assert_eq!(
+        decide_ticks(&ticks, at(180.1 + ON_TIME), CatchUp::Skip),
+        vec![]
+    );
+    for (text, policy) in [
+        ("latest", CatchUp::Latest),
+        ("none", CatchUp::Skip),
+        ("all", CatchUp::All(MAX_CATCH_UP)),
+        ("all:5", CatchUp::All(5)),
+    ] {
+        assert_eq!(CatchUp::parse(text).unwrap(), policy);
+        assert_eq!(CatchUp::parse(&policy.text()).unwrap(), policy);
+    }
+    for bad in ["", "all:0", "all:1001", "some", "all:x"] {
+        assert!(
+            CatchUp::parse(bad)
+                .unwrap_err()
+                .to_string()
+                .contains(&format!("{bad:?}"))
+        );
+    }
+}
+
+#[test]
+fn a_changed_schedule_keeps_the_ticks_it_fired_and_counts_its_version() {
+    let spec = |cron: &str| ScheduleSpec {
+        name: ScheduleName::new("s").unwrap(),
+        cron: cron.to_owned(),
+        zone: "UTC".to_owned(),
+        job: EnqueueSpec::default(),
+        catch_up: CatchUp::Latest,
+    };
+    let made = decide_put_schedule(None, spec("@hourly"), at(100.0));
+    assert_eq!(
+        (made.version, made.created, made.last_tick),
+        (1, at(100.0), None)
+    );
+    assert_eq!(made.since(), at(100.0));
+    let fired = Schedule {
+        last_tick: Some(at(3600.0)),
+        ..made
+    };
+    let changed = decide_put_schedule(Some(&fired), spec("@daily"), at(5000.0));
+    assert_eq!(
+        (
+            changed.version,
+            changed.created,
+            changed.last_tick,
+            changed.spec.cron.as_str()
+        ),
+        (2, at(100.0), Some(at(3600.0)), "@daily")
+    );
+    assert_eq!(changed.since(), at(3600.0));
+}
+
+#[test]
+fn a_fire_lands_only_on_the_schedule_as_its_pass_read_it() {
+    let schedule = Schedule {
+        spec: ScheduleSpec {
+            name: ScheduleName::new("s").unwrap(),
+            cron: "* * * * *".to_owned(),
+            zone: "UTC".to_owned(),
+            job: EnqueueSpec::default(),
+            catch_up: CatchUp::Latest,
+        },
+        version: 2,
+        created: at(0.0),
+        last_tick: Some(at(60.0)),
+    };
+    let fired = decide_fire(Some(&schedule), 2, Some(at(60.0)), at(120.0)).unwrap();
+    assert_eq!(fired.last_tick, Some(at(120.0)));
+    // Another pass fired first, the schedule changed, or it is gone: nothing.
+    assert_eq!(
+        decide_fire(Some(&fired), 2, Some(at(60.0)), at(120.0)),
+        None
+    );
+    assert_eq!(
+        decide_fire(Some(&schedule), 1, Some(at(60.0)), at(120.0)),
+        None
+    );
+    assert_eq!(decide_fire(None, 2, Some(at(60.0)), at(120.0)), None);
+    // A tick never goes back.
+    assert_eq!(
+        decide_fire(Some(&schedule), 2, Some(at(60.0)), at(60.0)),
+        None
+    );
 }

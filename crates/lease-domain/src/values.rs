@@ -82,6 +82,12 @@ pub enum InputError {
     /// A claim of the next jobs asked to follow a command other than a completion.
     #[error("a claim of the next jobs can follow only a completion, not {0}")]
     ClaimAfter(&'static str),
+    /// A progress text longer than [`crate::ProgressText::MAX_BYTES`].
+    #[error("progress is {0} bytes long, over the limit of {max} bytes", max = crate::ProgressText::MAX_BYTES)]
+    ProgressTooLong(usize),
+    /// A queue setting or a schedule that cannot be used, named with what is wrong with it.
+    #[error("{0}")]
+    InvalidSetting(String),
 }
 
 /// The longest job id, owner or queue name every store accepts, in bytes of UTF-8: the same

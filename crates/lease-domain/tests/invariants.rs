@@ -1,9 +1,10 @@
 //! Property tests: random operation sequences against the rules keep the fence invariants.
 
 use lease_domain::{
-    Backoff, Ended, EnqueueSpec, ErrorText, Fence, Job, JobId, JobResult, LeaseTerm, NextDecision,
-    Owner, Retry, Timestamp, decide_cancel, decide_claim, decide_claim_next, decide_complete,
-    decide_fail, decide_release, decide_renew, decide_retry,
+    Backoff, Command, Ended, EnqueueSpec, ErrorText, Fence, Job, JobId, JobResult, LeaseTerm,
+    NextDecision, Owner, ProgressText, Retry, Timestamp, decide_cancel, decide_claim,
+    decide_claim_next, decide_complete, decide_fail, decide_progress, decide_release, decide_renew,
+    decide_retry,
 };
 use proptest::prelude::*;
 
@@ -47,6 +48,17 @@ enum Op {
     Retry {
         now: i8,
     },
+    Progress {
+        owner: u8,
+        fence: u8,
+        now: i8,
+        ttl: u8,
+    },
+    /// An enqueue of the job's id; with `replace`, one that runs a finished job again.
+    Enqueue {
+        replace: bool,
+        max_attempts: u8,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -75,6 +87,16 @@ fn op() -> impl Strategy<Value = Op> {
         }),
         (-5..40i8).prop_map(|now| Op::Cancel { now }),
         (-5..40i8).prop_map(|now| Op::Retry { now }),
+        (0..3u8, 0..6u8, -5..40i8, 1..10u8).prop_map(|(owner, fence, now, ttl)| Op::Progress {
+            owner,
+            fence,
+            now,
+            ttl
+        }),
+        (any::<bool>(), 0..4u8).prop_map(|(replace, max_attempts)| Op::Enqueue {
+            replace,
+            max_attempts
+        }),
     ]
 }
 
@@ -160,6 +182,26 @@ fn apply(job: &Job, op: &Op) -> (Job, bool) {
         }
         Op::Cancel { now } => decide_cancel(Some(job), at(now)).ok(),
         Op::Retry { now } => decide_retry(Some(job), at(now)).ok(),
+        Op::Progress {
+            owner: o,
+            fence: f,
+            now,
+            ttl,
+        } => {
+            let text = ProgressText::new(format!("{now}%")).unwrap();
+            decide_progress(Some(job), &owner(o), fence(f), term(now, ttl), &text).ok()
+        }
+        Op::Enqueue {
+            replace,
+            max_attempts,
+        } => {
+            let spec = EnqueueSpec {
+                max_attempts: Some(u32::from(max_attempts)),
+                replace_finished: replace,
+                ..EnqueueSpec::default()
+            };
+            Command::EnqueueWith(spec).decide(&id, Some(job), None).0
+        }
     };
     match decided {
         Some(next) => (next, true),
@@ -218,10 +260,29 @@ proptest! {
             if before.ended == Some(Ended::Cancelled) && after.ended == Some(Ended::Cancelled) {
                 prop_assert_eq!(after.fence, before.fence, "a cancelled job was leased");
             }
-            // A done job's result never changes, and it stays done.
-            if before.done {
+            // A done job's result never changes, and it stays done, unless it is run again:
+            // then it keeps its result (until the new run completes) and its fence.
+            let rerun = matches!(op, Op::Enqueue { replace: true, .. }) && accepted;
+            if before.done && !rerun {
                 prop_assert!(after.done);
                 prop_assert_eq!(&after.result, &before.result);
+            }
+            // Only a finished job is run again, and it comes back pending from its first
+            // attempt with its fence and last result; an enqueue changes nothing else.
+            if matches!(op, Op::Enqueue { .. }) {
+                prop_assert_eq!(accepted, rerun);
+                if rerun {
+                    prop_assert!(before.finished().is_some(), "an unfinished job was run again");
+                    prop_assert_eq!(after.fence, before.fence);
+                    prop_assert_eq!(&after.result, &before.result);
+                    prop_assert_eq!(after.result_fence, before.result_fence);
+                    prop_assert_eq!(after.attempts, 0);
+                    prop_assert!(after.owner.is_none() && !after.done && after.ended.is_none());
+                }
+            }
+            // Progress is the current lease's: a new lease starts without any.
+            if leased {
+                prop_assert_eq!(&after.progress, &None);
             }
             // At most one holder: every fence but the current one is refused for every write,
             // whatever time the stale holder believes it is.
@@ -233,6 +294,9 @@ proptest! {
                     prop_assert!(decide_renew(Some(&after), stale_owner, *stale_fence, LeaseTerm::from_parts(now, lease_domain::Ttl::new(1.0).unwrap()).unwrap()).is_err());
                 }
                 prop_assert!(decide_release(Some(&after), stale_owner, *stale_fence).is_err());
+                let text = ProgressText::new("stale").unwrap();
+                let stale_term = LeaseTerm::new(0.0, 1.0).unwrap();
+                prop_assert!(decide_progress(Some(&after), stale_owner, *stale_fence, stale_term, &text).is_err());
                 let error = ErrorText::new("stale").unwrap();
                 let id = JobId::new("j").unwrap();
                 prop_assert!(decide_fail(&id, Some(&after), stale_owner, *stale_fence, Timestamp::new(0.0).unwrap(), &error, Retry::No).is_err());

@@ -264,3 +264,165 @@ mod tests {
         }
     }
 }
+
+fn setting(what: String) -> StoreError {
+    StoreError::Corrupt(what.into())
+}
+
+/// A stored time (a pause's end, a schedule's last tick), or its absence.
+fn maybe_time(t: Option<f64>, what: &str) -> Result<Option<Timestamp>, StoreError> {
+    t.map(|t| time(t, what)).transpose()
+}
+
+/// A stored timeout in seconds, or its absence.
+fn seconds(t: Option<f64>, what: &str) -> Result<Option<lease_domain::Ttl>, StoreError> {
+    t.map(|t| {
+        lease_domain::Ttl::new(t).map_err(|_| setting(format!("{what} {t} is not a duration")))
+    })
+    .transpose()
+}
+
+/// One stored row of a queue's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredQueue {
+    /// The queue.
+    pub queue: String,
+    /// Whether it is paused.
+    pub paused: bool,
+    /// Until when, if paused until a time.
+    pub paused_until: Option<f64>,
+    /// The limit on live leases, if any.
+    pub concurrency: Option<i64>,
+    /// The default timeout of an attempt, in seconds, if any.
+    pub timeout: Option<f64>,
+}
+
+impl StoredQueue {
+    /// The row of `settings`, for writing.
+    #[must_use]
+    pub fn of(queue: &QueueName, settings: &lease_domain::QueueSettings) -> Self {
+        Self {
+            queue: queue.as_str().to_owned(),
+            paused: settings.paused.is_some(),
+            paused_until: settings.paused.and_then(|p| p.until).map(Timestamp::get),
+            concurrency: settings.concurrency.map(|c| i64::from(c.get())),
+            timeout: settings.timeout.map(lease_domain::Ttl::get),
+        }
+    }
+
+    /// The settings.
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`] for a queue name, limit, time or timeout no store writes.
+    pub fn decode(self) -> Result<(QueueName, lease_domain::QueueSettings), StoreError> {
+        let queue_name = queue(self.queue)?;
+        let paused_until = maybe_time(self.paused_until, "a stored pause's end")?;
+        let settings = lease_domain::QueueSettings {
+            paused: self.paused.then_some(lease_domain::Pause {
+                until: paused_until,
+            }),
+            concurrency: self
+                .concurrency
+                .map(lease_domain::Concurrency::stored)
+                .transpose()
+                .map_err(|e| setting(format!("queue {queue_name}: stored {e}")))?,
+            timeout: seconds(self.timeout, "a stored queue timeout")?,
+        };
+        Ok((queue_name, settings))
+    }
+}
+
+/// One stored row of a schedule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredSchedule {
+    /// Its name.
+    pub name: String,
+    /// Its cron expression.
+    pub cron: String,
+    /// Its time zone.
+    pub zone: String,
+    /// The queue of its jobs.
+    pub queue: String,
+    /// Their priority.
+    pub priority: i64,
+    /// Their attempts, if set.
+    pub max_attempts: Option<i64>,
+    /// Their payload.
+    pub payload: Option<Vec<u8>>,
+    /// Their timeout in seconds, if set.
+    pub timeout: Option<f64>,
+    /// The catch-up policy (`CatchUp::text`).
+    pub catch_up: String,
+    /// Its version.
+    pub version: i64,
+    /// When it was made.
+    pub created: f64,
+    /// Its last tick, if it fired.
+    pub last_tick: Option<f64>,
+}
+
+impl StoredSchedule {
+    /// The row of `schedule`, for writing.
+    #[must_use]
+    pub fn of(schedule: &lease_domain::Schedule) -> Self {
+        let spec = &schedule.spec;
+        Self {
+            name: spec.name.as_str().to_owned(),
+            cron: spec.cron.clone(),
+            zone: spec.zone.clone(),
+            queue: spec.job.queue.as_str().to_owned(),
+            priority: spec.job.priority,
+            max_attempts: spec.job.max_attempts.map(i64::from),
+            payload: spec.job.payload.as_ref().map(|p| p.as_bytes().to_vec()),
+            timeout: spec.job.timeout.map(lease_domain::Ttl::get),
+            catch_up: spec.catch_up.text(),
+            version: i64::try_from(schedule.version).unwrap_or(i64::MAX),
+            created: schedule.created.get(),
+            last_tick: schedule.last_tick.map(Timestamp::get),
+        }
+    }
+
+    /// The schedule.
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`] naming the schedule and the value no store writes.
+    pub fn decode(self) -> Result<lease_domain::Schedule, StoreError> {
+        let name = lease_domain::ScheduleName::new(self.name)
+            .map_err(|e| setting(format!("stored {e}")))?;
+        let bad = |what: String| setting(format!("schedule {name}: stored {what}"));
+        let max_attempts = self
+            .max_attempts
+            .map(|n| u32::try_from(n).map_err(|_| bad(format!("max_attempts {n}"))))
+            .transpose()?;
+        let payload = self
+            .payload
+            .map(|p| {
+                lease_domain::Payload::new(p, usize::MAX).map_err(|e| bad(format!("payload: {e}")))
+            })
+            .transpose()?;
+        let job = lease_domain::EnqueueSpec {
+            queue: queue(self.queue)?,
+            priority: self.priority,
+            max_attempts,
+            payload,
+            timeout: seconds(self.timeout, "a schedule's timeout")?,
+            ..lease_domain::EnqueueSpec::default()
+        };
+        let catch_up =
+            lease_domain::CatchUp::parse(&self.catch_up).map_err(|e| bad(e.to_string()))?;
+        let version =
+            u64::try_from(self.version).map_err(|_| bad(format!("version {}", self.version)))?;
+        Ok(lease_domain::Schedule {
+            spec: lease_domain::ScheduleSpec {
+                cron: self.cron,
+                zone: self.zone,
+                job,
+                catch_up,
+                name: name.clone(),
+            },
+            version,
+            created: time(self.created, "a schedule's making")?,
+            last_tick: maybe_time(self.last_tick, "a schedule's last tick")?,
+        })
+    }
+}

@@ -6,13 +6,15 @@
 
 use std::sync::Arc;
 
+use crate::control::Fire;
 use crate::keys::{KeyRecord, KeyStore};
 use crate::memory::MemoryLeaseStore;
 use crate::transfer::{Snapshot, Transfer};
 use crate::{
-    Backoff, ClaimRefused, EnqueueSpec, ErrorText, Fence, Job, JobId, JobRecord, JobResult,
-    JobState, Lease, LeaseStore, LeaseTerm, ListFilter, Owner, Payload, QueueName, Retry, StatsRow,
-    Status, Timestamp, WriteRefused,
+    Backoff, CatchUp, ClaimRefused, Concurrency, EnqueueSpec, ErrorText, Fence, Job, JobId,
+    JobRecord, JobResult, JobState, Lease, LeaseStore, LeaseTerm, ListFilter, Owner, Payload,
+    ProgressText, QueueChange, QueueName, QueueSettings, Retry, ScheduleName, ScheduleSpec,
+    StatsRow, Status, Timestamp, Ttl, WriteRefused,
 };
 use lease_domain::{KeyId, KeyRefused, Principal, Scope, TokenDigest};
 
@@ -22,6 +24,9 @@ pub type Store = Arc<dyn LeaseStore>;
 /// A store whose contents can also be moved ([`Transfer`]), which the migration checks (and
 /// those that plant jobs by importing them) use.
 pub type TransferStore = Arc<dyn Transfer>;
+
+/// A shared handle to a store under test with its [`Control`].
+pub type ControlStore = Arc<dyn crate::control::Controlled>;
 
 fn job(id: &str) -> JobId {
     JobId::new(id).expect("valid job id")
@@ -425,6 +430,8 @@ fn spec(queue_name: &str, priority: i64, run_at: Option<f64>, max_attempts: u32)
         max_attempts: Some(max_attempts),
         payload: None,
         enqueued_at: None,
+        timeout: None,
+        replace_finished: false,
     }
 }
 
@@ -988,7 +995,7 @@ pub async fn claim_next_reads_past_a_job_whose_fence_is_exhausted(transfer: Tran
                 job: due,
             },
         ],
-        purged: Vec::new(),
+        ..Snapshot::default()
     };
     transfer
         .import(&snapshot, false)
@@ -1179,6 +1186,7 @@ pub async fn import_with_merge_keeps_the_larger_fence(transfer: TransferStore) {
     let snapshot = Snapshot {
         jobs: vec![incoming("low", 7), incoming("high", 2), incoming("new", 4)],
         purged: vec![(job("raised"), fence(9)), (job("gone"), fence(11))],
+        ..Snapshot::default()
     };
     let imported = transfer.import(&snapshot, true).await.expect("merge works");
     assert_eq!((imported.inserted, imported.marks), (1, 2));
@@ -1662,6 +1670,428 @@ pub async fn list_pages_by_the_last_id_of_the_page_before(store: Store) {
     assert_eq!(seen, ["a", "b", "c", "d", "f"]);
 }
 
+// ---- Queue control and schedules ----
+
+async fn change(store: &ControlStore, q: &str, change: QueueChange) -> QueueSettings {
+    store
+        .change_queue(&queue(q), change)
+        .await
+        .expect("change_queue reaches the store")
+}
+
+/// A paused queue leases nothing, though its jobs are due; enqueues go on, a running lease is
+/// renewed and completed as before, other queues run; a pause until a time ends at that time,
+/// and a resumed queue runs again. `queues` shows the settings.
+pub async fn a_paused_queue_leases_nothing_until_it_is_resumed_and_running_leases_stand(
+    store: ControlStore,
+) {
+    let lease_store: Store = store.clone();
+    for i in 0..3 {
+        enqueued_with(&lease_store, &format!("p{i}"), &spec("q", 0, None, 5)).await;
+    }
+    enqueued_with(&lease_store, "other", &spec("r", 0, None, 5)).await;
+    let running = next(&lease_store, "q", "w", 1.0, 1).await;
+    assert_eq!(ids(&running), ["p0"]);
+    let paused = change(&store, "q", QueueChange::Pause(None)).await;
+    assert!(paused.is_paused_at(at(1e9)));
+    assert!(
+        next(&lease_store, "q", "w", 2.0, 5).await.is_empty(),
+        "a paused queue leased"
+    );
+    assert_eq!(ids(&next(&lease_store, "r", "w", 2.0, 5).await), ["other"]);
+    enqueued_with(&lease_store, "p3", &spec("q", 0, None, 5)).await;
+    let held = &running[0];
+    store
+        .renew(&held.job, &owner("w"), held.fence, term(3.0, 10.0))
+        .await
+        .expect("renew reaches the store")
+        .expect("a running lease is renewed while its queue is paused");
+    complete_granted(&lease_store, &held.job, "w", held.fence, 4.0, "done").await;
+    let listed = store.queues().await.expect("queues reads");
+    assert_eq!(listed, vec![(queue("q"), paused)]);
+    // Until a time: nothing before it, the jobs at it.
+    change(&store, "q", QueueChange::Pause(Some(at(20.0)))).await;
+    assert!(next(&lease_store, "q", "w", 19.5, 5).await.is_empty());
+    assert_eq!(ids(&next(&lease_store, "q", "w", 20.0, 1).await), ["p1"]);
+    change(&store, "q", QueueChange::Pause(None)).await;
+    assert!(next(&lease_store, "q", "w", 22.0, 5).await.is_empty());
+    let resumed = change(&store, "q", QueueChange::Resume).await;
+    assert!(resumed.is_default());
+    assert_eq!(
+        ids(&next(&lease_store, "q", "w", 23.0, 5).await),
+        ["p2", "p3"]
+    );
+    assert_eq!(store.queues().await.expect("queues reads"), vec![]);
+}
+
+/// A concurrency limit: a claim takes no more than the room the queue's live leases leave,
+/// a completion or an expiry frees a slot, and claims racing from many callers never make
+/// more leases live at once than the limit.
+pub async fn a_concurrency_limit_bounds_the_live_leases_of_a_queue_under_racing_claims(
+    store: ControlStore,
+) {
+    let lease_store: Store = store.clone();
+    for i in 0..20 {
+        enqueued_with(&lease_store, &format!("c{i:02}"), &spec("q", 0, None, 5)).await;
+    }
+    let limited = change(&store, "q", QueueChange::Concurrency(Concurrency::new(2))).await;
+    assert_eq!(limited.concurrency, Concurrency::new(2));
+    let first = next(&lease_store, "q", "a", 1.0, 5).await;
+    assert_eq!(first.len(), 2, "a claim took more than the limit");
+    assert!(next(&lease_store, "q", "b", 1.5, 5).await.is_empty());
+    complete_granted(&lease_store, &first[0].job, "a", first[0].fence, 2.0, "ok").await;
+    assert_eq!(next(&lease_store, "q", "b", 2.5, 5).await.len(), 1);
+    // The leases of 1.0 end at 11.0, of 2.5 at 12.5: one slot comes back at 11.
+    assert!(next(&lease_store, "q", "b", 10.9, 5).await.is_empty());
+    assert_eq!(next(&lease_store, "q", "b", 11.0, 5).await.len(), 1);
+    // Racing claims at one time, after every lease so far ended: at most two live.
+    let racing = (0..8).map(|w| {
+        let store = Arc::clone(&lease_store);
+        async move {
+            store
+                .claim_next(&queue("q"), &owner(&format!("r{w}")), term(100.0, 10.0), 1)
+                .await
+                .expect("claim_next reaches the store")
+        }
+    });
+    let leases: usize = futures::future::join_all(racing)
+        .await
+        .iter()
+        .map(Vec::len)
+        .sum();
+    assert_eq!(
+        leases, 2,
+        "racing claims made {leases} leases live under a limit of 2"
+    );
+    let removed = change(&store, "q", QueueChange::Concurrency(None)).await;
+    assert!(removed.is_default());
+    assert_eq!(next(&lease_store, "q", "z", 101.0, 3).await.len(), 3);
+}
+
+/// A lease carries its job's timeout, else its queue's default, else none.
+pub async fn a_lease_carries_its_jobs_timeout_else_its_queues(store: ControlStore) {
+    let lease_store: Store = store.clone();
+    let own = EnqueueSpec {
+        timeout: Some(Ttl::new(5.0).expect("ttl")),
+        ..spec("q", 2, None, 5)
+    };
+    enqueued_with(&lease_store, "own", &own).await;
+    enqueued_with(&lease_store, "plain", &spec("q", 1, None, 5)).await;
+    enqueued_with(&lease_store, "free", &spec("r", 0, None, 5)).await;
+    change(
+        &store,
+        "q",
+        QueueChange::Timeout(Some(Ttl::new(30.0).expect("ttl"))),
+    )
+    .await;
+    let leases = next(&lease_store, "q", "w", 1.0, 2).await;
+    let timeouts: Vec<(&str, Option<f64>)> = leases
+        .iter()
+        .map(|l| (l.job.as_str(), l.timeout.map(Ttl::get)))
+        .collect();
+    assert_eq!(timeouts, [("own", Some(5.0)), ("plain", Some(30.0))]);
+    let free = next(&lease_store, "r", "w", 1.0, 1).await;
+    assert_eq!(free[0].timeout, None);
+    let record = lease_store
+        .record(&job("own"))
+        .await
+        .expect("record reads")
+        .expect("job exists");
+    assert_eq!(record.job.timeout, Ttl::new(5.0).ok());
+}
+
+/// An enqueue with `replace_finished` runs a done, dead or cancelled job again: pending, its
+/// attempts from 0, its fence going on, its last result kept until the new run completes; a
+/// pending or running job is never touched, and a plain enqueue never reruns anything.
+pub async fn a_finished_job_runs_again_only_when_asked_keeping_its_fence_and_result(
+    store: ControlStore,
+) {
+    let store: Store = store;
+    let again = EnqueueSpec {
+        replace_finished: true,
+        ..spec("q", 0, None, 3)
+    };
+    let id = enqueued_with(&store, "report", &spec("q", 0, None, 1)).await;
+    let first = next(&store, "q", "w", 1.0, 1).await;
+    complete_granted(&store, &id, "w", first[0].fence, 2.0, "v1").await;
+    assert!(
+        !store
+            .enqueue_with(&id, &spec("q", 0, None, 3))
+            .await
+            .expect("enqueue")
+    );
+    assert!(store.enqueue_with(&id, &again).await.expect("enqueue"));
+    let rerun = store.record(&id).await.expect("record").expect("job");
+    assert_eq!(rerun.job.status_at(at(3.0)), Status::Pending);
+    assert_eq!(
+        (
+            rerun.job.fence,
+            rerun.job.result.as_deref(),
+            rerun.job.attempts,
+            rerun.job.max_attempts
+        ),
+        (fence(1), Some("v1"), 0, 3)
+    );
+    // Running now: another rerun changes nothing.
+    let second = next(&store, "q", "w", 4.0, 1).await;
+    assert_eq!(second[0].fence, fence(2));
+    assert!(!store.enqueue_with(&id, &again).await.expect("enqueue"));
+    // The old run's holder stays refused; the new run's result replaces the old one.
+    let refused = store
+        .complete(&id, &owner("w"), fence(1), at(5.0), &result("late"))
+        .await
+        .expect("complete reaches the store");
+    assert!(refused.is_err());
+    complete_granted(&store, &id, "w", fence(2), 5.0, "v2").await;
+    let done = store.record(&id).await.expect("record").expect("job");
+    assert_eq!(
+        (done.job.result.as_deref(), done.job.result_fence),
+        (Some("v2"), Some(fence(2)))
+    );
+    // A cancelled job, through a batch.
+    let c = enqueued_with(&store, "cancelled", &spec("q", 0, None, 3)).await;
+    store
+        .cancel(&c, at(6.0))
+        .await
+        .expect("cancel")
+        .expect("cancelled");
+    let batch = vec![(c.clone(), again.clone()), (job("fresh"), again)];
+    assert_eq!(
+        store.enqueue_many(&batch).await.expect("batch"),
+        [true, true]
+    );
+    assert_eq!(status(&store, &c, 7.0).await, Status::Pending);
+}
+
+/// A progress report by the live holder is stored and renews the lease; a stale or expired
+/// holder's is refused and changes nothing; the next lease starts without it.
+pub async fn progress_is_the_live_holders_and_renews_its_lease(store: ControlStore) {
+    let store: Store = store;
+    let id = enqueued(&store, "p").await;
+    let f = claimed(&store, &id, "A", 100.0, 30.0).await;
+    let text = ProgressText::new("12 of 40 files").expect("progress");
+    store
+        .progress(&id, &owner("A"), f, term(110.0, 30.0), &text)
+        .await
+        .expect("progress reaches the store")
+        .expect("the holder's progress is stored");
+    let record = store.record(&id).await.expect("record").expect("job");
+    assert_eq!(record.job.progress.as_deref(), Some("12 of 40 files"));
+    assert_eq!(record.job.until, at(140.0));
+    let stale = store
+        .progress(&id, &owner("B"), f, term(111.0, 30.0), &text)
+        .await
+        .expect("progress reaches the store");
+    assert!(
+        matches!(stale, Err(WriteRefused::NotOwner { .. })),
+        "{stale:?}"
+    );
+    let expired = store
+        .progress(&id, &owner("A"), f, term(150.0, 30.0), &text)
+        .await
+        .expect("progress reaches the store");
+    assert!(
+        matches!(expired, Err(WriteRefused::Expired { .. })),
+        "{expired:?}"
+    );
+    let next_fence = claimed(&store, &id, "B", 200.0, 30.0).await;
+    let record = store.record(&id).await.expect("record").expect("job");
+    assert_eq!((record.job.progress, record.job.fence), (None, next_fence));
+}
+
+fn schedule_spec(name: &str, cron: &str) -> ScheduleSpec {
+    ScheduleSpec {
+        name: ScheduleName::new(name).expect("name"),
+        cron: cron.to_owned(),
+        zone: "Europe/Paris".to_owned(),
+        job: EnqueueSpec {
+            payload: Some(Payload::new(b"tick".to_vec(), 16).expect("payload")),
+            ..spec("reports", 3, None, 2)
+        },
+        catch_up: CatchUp::All(5),
+    }
+}
+
+fn fire_of(schedule: &crate::Schedule, tick: f64, jobs: &[&str]) -> Fire {
+    Fire {
+        name: schedule.spec.name.clone(),
+        version: schedule.version,
+        last_tick: schedule.last_tick,
+        tick: at(tick),
+        jobs: jobs
+            .iter()
+            .map(|id| {
+                let spec = EnqueueSpec {
+                    enqueued_at: Some(at(tick)),
+                    ..schedule.spec.job.clone()
+                };
+                (job(id), spec)
+            })
+            .collect(),
+    }
+}
+
+/// A schedule is kept as put, replaced with its making and last tick kept and its version
+/// counted, fired only as it was read (a second fire of the same read, or one of an older
+/// version, writes nothing), and removed; its ticks' jobs stay.
+pub async fn schedules_are_kept_and_a_tick_fires_once(store: ControlStore) {
+    let made = store
+        .put_schedule(&schedule_spec("nightly", "0 3 * * *"), at(100.0))
+        .await
+        .expect("put works");
+    assert_eq!(
+        (made.version, made.created, made.last_tick),
+        (1, at(100.0), None)
+    );
+    assert_eq!(
+        store.schedules().await.expect("schedules read"),
+        vec![made.clone()]
+    );
+    let fired = store
+        .fire_schedule(&fire_of(&made, 160.0, &["nightly@1"]))
+        .await
+        .expect("fire reaches the store");
+    assert_eq!(fired, Some(vec![true]));
+    assert_eq!(
+        store
+            .fire_schedule(&fire_of(&made, 160.0, &["nightly@1"]))
+            .await
+            .expect("fire"),
+        None,
+        "the same read fired twice"
+    );
+    let tick_job = store
+        .record(&job("nightly@1"))
+        .await
+        .expect("record")
+        .expect("tick job");
+    assert_eq!(
+        (
+            tick_job.job.queue.as_str(),
+            tick_job.job.priority,
+            tick_job.job.updated
+        ),
+        ("reports", 3, Some(at(160.0)))
+    );
+    let stored = store.schedules().await.expect("schedules read");
+    assert_eq!(stored[0].last_tick, Some(at(160.0)));
+    let replaced = store
+        .put_schedule(&schedule_spec("nightly", "@hourly"), at(200.0))
+        .await
+        .expect("put works");
+    assert_eq!(
+        (
+            replaced.version,
+            replaced.created,
+            replaced.last_tick,
+            replaced.spec.cron.as_str()
+        ),
+        (2, at(100.0), Some(at(160.0)), "@hourly")
+    );
+    // A pass that read version 1 fires nothing now.
+    let stale = Fire {
+        last_tick: Some(at(160.0)),
+        ..fire_of(&made, 220.0, &["nightly@2"])
+    };
+    assert_eq!(store.fire_schedule(&stale).await.expect("fire"), None);
+    assert!(
+        store
+            .record(&job("nightly@2"))
+            .await
+            .expect("record")
+            .is_none()
+    );
+    assert!(
+        store
+            .remove_schedule(&replaced.spec.name)
+            .await
+            .expect("remove")
+    );
+    assert!(
+        !store
+            .remove_schedule(&replaced.spec.name)
+            .await
+            .expect("remove")
+    );
+    assert_eq!(store.schedules().await.expect("schedules read"), vec![]);
+    assert_eq!(
+        store
+            .fire_schedule(&fire_of(&replaced, 3600.0, &["nightly@3"]))
+            .await
+            .expect("fire"),
+        None
+    );
+    assert!(
+        store
+            .record(&job("nightly@1"))
+            .await
+            .expect("record")
+            .is_some()
+    );
+}
+
+/// Passes racing to fire the same tick of the same read: exactly one fires, and the tick's
+/// job is made once.
+pub async fn racing_fires_of_one_tick_make_one_job(store: ControlStore) {
+    let made = store
+        .put_schedule(&schedule_spec("race", "* * * * *"), at(0.0))
+        .await
+        .expect("put works");
+    let fire = fire_of(&made, 60.0, &["race@60"]);
+    let racing = (0..8).map(|_| {
+        let (store, fire) = (Arc::clone(&store), fire.clone());
+        async move {
+            store
+                .fire_schedule(&fire)
+                .await
+                .expect("fire reaches the store")
+        }
+    });
+    let fired: Vec<Option<Vec<bool>>> = futures::future::join_all(racing).await;
+    assert_eq!(fired.iter().filter(|f| f.is_some()).count(), 1, "{fired:?}");
+    assert!(fired.contains(&Some(vec![true])));
+}
+
+/// `export` carries every queue's settings and every schedule with its last tick; `import`
+/// writes them, and a merge keeps the target's own, taking the later last tick of a schedule
+/// both sides have.
+pub async fn export_and_import_carry_queue_settings_and_schedules(store: TransferStore) {
+    store
+        .change_queue(&queue("q"), QueueChange::Concurrency(Concurrency::new(3)))
+        .await
+        .expect("change works");
+    store
+        .change_queue(&queue("q"), QueueChange::Pause(Some(at(50.0))))
+        .await
+        .expect("change works");
+    let made = store
+        .put_schedule(&schedule_spec("s", "@daily"), at(10.0))
+        .await
+        .expect("put works");
+    store
+        .fire_schedule(&fire_of(&made, 86_400.0, &[]))
+        .await
+        .expect("fire works")
+        .expect("fired");
+    let snapshot = store.export().await.expect("export works");
+    assert_eq!(snapshot.queues.len(), 1);
+    assert_eq!(snapshot.schedules.len(), 1);
+    let copy = MemoryLeaseStore::new();
+    copy.import(&snapshot, false).await.expect("import works");
+    assert_eq!(copy.export().await.expect("export"), snapshot);
+    // A merge into the store: its own settings and spec stay; a later last tick is taken.
+    let mut newer = snapshot.clone();
+    newer.queues[0].1.concurrency = Concurrency::new(9);
+    newer.schedules[0].last_tick = Some(at(172_800.0));
+    newer.schedules[0].spec.cron = "@hourly".to_owned();
+    let imported = store.import(&newer, true).await.expect("merge works");
+    assert_eq!((imported.queues, imported.schedules), (0, 1));
+    let after = store.export().await.expect("export");
+    assert_eq!(after.queues, snapshot.queues);
+    assert_eq!(after.schedules[0].spec.cron, "@daily");
+    assert_eq!(after.schedules[0].last_tick, Some(at(172_800.0)));
+}
+
 /// Expands to one `#[tokio::test]` per conformance check, named after the check.
 ///
 /// `$factory` is a function returning `(Arc<dyn Transfer>, guard)`; the guard (for example a
@@ -1682,14 +2112,28 @@ pub async fn list_pages_by_the_last_id_of_the_page_before(store: Store) {
 macro_rules! conformance_tests {
     (async $factory:path) => {
         $crate::conformance_tests!(@lease (async) $factory);
+        $crate::conformance_tests!(@control (async) $factory);
         $crate::conformance_tests!(@transfer (async) $factory);
     };
     ($factory:path) => {
         $crate::conformance_tests!(@lease () $factory);
+        $crate::conformance_tests!(@control () $factory);
         $crate::conformance_tests!(@transfer () $factory);
     };
     (lease_store async $factory:path) => {
         $crate::conformance_tests!(@lease (async) $factory);
+        $crate::conformance_tests!(@control (async) $factory);
+    };
+    (@control ($($mode:tt)?) $factory:path) => {
+        $crate::conformance_tests!(@each ($($mode)?) $factory;
+            a_paused_queue_leases_nothing_until_it_is_resumed_and_running_leases_stand,
+            a_concurrency_limit_bounds_the_live_leases_of_a_queue_under_racing_claims,
+            a_lease_carries_its_jobs_timeout_else_its_queues,
+            a_finished_job_runs_again_only_when_asked_keeping_its_fence_and_result,
+            progress_is_the_live_holders_and_renews_its_lease,
+            schedules_are_kept_and_a_tick_fires_once,
+            racing_fires_of_one_tick_make_one_job,
+        );
     };
     (@lease ($($mode:tt)?) $factory:path) => {
         $crate::conformance_tests!(@each ($($mode)?) $factory;
@@ -1742,6 +2186,7 @@ macro_rules! conformance_tests {
             export_and_import_round_trip_every_job_and_purge_mark,
             import_with_merge_keeps_the_larger_fence,
             a_claim_stores_its_lease_token_digest_and_the_next_claim_replaces_it,
+            export_and_import_carry_queue_settings_and_schedules,
         );
     };
     (@each () $factory:path; $($check:ident),* $(,)?) => {

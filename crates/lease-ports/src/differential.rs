@@ -6,7 +6,9 @@
 //! a job the filter missed, or let through out of order, changes the leases. Imports put jobs
 //! at fences next to `i64::MAX`; `complete_and_claim_next` runs as one call; `stats` is judged
 //! at three times; and a [`Harness`] can move both stores into fresh ones mid-sequence
-//! ([`crate::transfer::migrate`]) and go on with the copies.
+//! ([`crate::transfer::migrate`]) and go on with the copies. Queues are paused, limited and
+//! given timeouts, finished jobs run again and progress reported, and each store's queue
+//! settings are rendered with its jobs.
 
 use futures::future::LocalBoxFuture;
 use proptest::prelude::*;
@@ -14,8 +16,9 @@ use proptest::prelude::*;
 use crate::memory::MemoryLeaseStore;
 use crate::transfer::{Snapshot, Transfer, migrate};
 use crate::{
-    Backoff, EnqueueSpec, ErrorText, Fence, Job, JobId, JobRecord, JobResult, LeaseTerm,
-    ListFilter, Owner, Payload, QueueName, Retry, Status, Timestamp,
+    Backoff, Concurrency, EnqueueSpec, ErrorText, Fence, Job, JobId, JobRecord, JobResult,
+    LeaseTerm, ListFilter, Owner, Payload, ProgressText, QueueChange, QueueName, Retry, Status,
+    Timestamp, Ttl,
 };
 
 /// One operation of a random sequence, with small numbers for ids, owners, fences and times.
@@ -41,6 +44,13 @@ pub enum Op {
     /// Another program inserts a row for a job that does not exist yet, with a fence from
     /// [`IMPORTED_FENCES`] (through [`Harness::with_foreign_writes`]; the reference imports it).
     Foreign(u8, u8),
+    /// An enqueue that runs a finished job again (job, queue; every other one with a timeout).
+    Rerun(u8, u8),
+    /// A progress report (job, owner, fence, now, ttl).
+    Progress(u8, u8, u8, i8, u8),
+    /// A change of a queue's settings (queue, which, a time or a limit): 0 pause, 1 pause until
+    /// the time, 2 resume, 3 a limit of the number mod 3 (0 removes it), 4 a timeout, 5 none.
+    Queue(u8, u8, i8),
 }
 
 /// The fences an [`Op::Import`] gives its job: a small one, and the two at the top of the range.
@@ -58,6 +68,7 @@ impl Op {
             | Op::Fail(_, _, _, n, _)
             | Op::Cancel(_, n)
             | Op::Retry(_, n)
+            | Op::Progress(_, _, _, n, _)
             | Op::CompleteAndClaimNext(_, _, _, n, _, _) => Some(n),
             _ => None,
         }
@@ -93,6 +104,10 @@ pub fn op() -> impl Strategy<Value = Op> {
         (0..3u8, 0..3u8, 0..5u8, -5..30i8, 0..2u8, 0..4u8)
             .prop_map(|(j, o, f, n, q, l)| Op::CompleteAndClaimNext(j, o, f, n, q, l)),
         Just(Op::Migrate),
+        (0..3u8, 0..2u8).prop_map(|(j, q)| Op::Rerun(j, q)),
+        (0..3u8, 0..3u8, 0..5u8, -5..30i8, 1..8u8)
+            .prop_map(|(j, o, f, n, t)| Op::Progress(j, o, f, n, t)),
+        (0..2u8, 0..6u8, -5..30i8).prop_map(|(q, k, n)| Op::Queue(q, k, n)),
     ]
 }
 
@@ -170,6 +185,8 @@ async fn outcome(store: &dyn Transfer, op: &Op) -> String {
                 payload: Some(Payload::new(vec![j, q], 16).unwrap()),
                 // Every other job says when it was enqueued (kept as its `updated`).
                 enqueued_at: (j % 2 == 0).then(|| at(priority / 2)),
+                timeout: (j % 3 == 1).then(|| Ttl::new(5.5).unwrap()),
+                replace_finished: false,
             };
             format!("{:?}", store.enqueue_with(&job(j), &spec).await)
         }
@@ -216,7 +233,7 @@ async fn outcome(store: &dyn Transfer, op: &Op) -> String {
                         ..Job::new()
                     },
                 }],
-                purged: Vec::new(),
+                ..Snapshot::default()
             };
             format!("{:?}", store.import(&snapshot, true).await)
         }
@@ -237,6 +254,37 @@ async fn outcome(store: &dyn Transfer, op: &Op) -> String {
                     )
                     .await
             )
+        }
+        Op::Rerun(j, q) => {
+            let spec = EnqueueSpec {
+                queue: queue(q),
+                max_attempts: Some(2),
+                timeout: (j % 2 == 0).then(|| Ttl::new(7.0).unwrap()),
+                replace_finished: true,
+                ..EnqueueSpec::default()
+            };
+            format!("{:?}", store.enqueue_with(&job(j), &spec).await)
+        }
+        Op::Progress(j, o, f, n, t) => {
+            let term = LeaseTerm::new(f64::from(n), f64::from(t)).unwrap();
+            let text = ProgressText::new(format!("{n} of {t}")).unwrap();
+            format!(
+                "{:?}",
+                store
+                    .progress(&job(j), &owner(o), fence(f), term, &text)
+                    .await
+            )
+        }
+        Op::Queue(q, kind, n) => {
+            let change = match kind {
+                0 => QueueChange::Pause(None),
+                1 => QueueChange::Pause(Some(at(n))),
+                2 => QueueChange::Resume,
+                3 => QueueChange::Concurrency(Concurrency::new(u32::from(n.unsigned_abs() % 3))),
+                4 => QueueChange::Timeout(Some(Ttl::new(3.0).unwrap())),
+                _ => QueueChange::Timeout(None),
+            };
+            format!("{:?}", store.change_queue(&queue(q), change).await)
         }
         Op::Migrate | Op::Foreign(..) => format!("{op:?} needs a harness"),
     }
@@ -267,9 +315,10 @@ async fn contents(store: &dyn Transfer) -> String {
         stats.push(format!("{:?}", store.stats(at(when)).await));
     }
     format!(
-        "{} listed {listed:?} stats {}",
+        "{} listed {listed:?} stats {} queues {:?}",
         states.join(" "),
-        stats.join(" ")
+        stats.join(" "),
+        store.queues().await
     )
 }
 
@@ -353,7 +402,7 @@ impl Harness {
                             ..Job::new()
                         },
                     }],
-                    purged: Vec::new(),
+                    ..Snapshot::default()
                 };
                 // What the foreign row amounts to, in the reference.
                 let _ = self.reference.import(&snapshot, true).await;

@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod codec;
+pub mod control;
 mod error;
 #[cfg(feature = "conformance")]
 pub mod history;
@@ -30,9 +31,10 @@ pub mod observed_story;
 use async_trait::async_trait;
 pub use error::{Detail, StoreError};
 pub use lease_domain::{
-    Backoff, ClaimRefused, ClockMode, ClockRefused, ClockSkew, Command, Ended, EnqueueSpec,
-    ErrorText, Failed, Fence, InputError, Job, JobId, JobResult, LeaseTerm, Outcome, Owner,
-    Payload, QueueName, Retry, Status, Timestamp, TokenDigest, Ttl, WriteRefused,
+    Backoff, CatchUp, ClaimRefused, ClockMode, ClockRefused, ClockSkew, Command, Concurrency,
+    Ended, EnqueueSpec, ErrorText, Failed, Fence, InputError, Job, JobId, JobResult, LeaseTerm,
+    Outcome, Owner, Pause, Payload, ProgressText, QueueChange, QueueName, QueueSettings, Retry,
+    Schedule, ScheduleName, ScheduleSpec, Status, Timestamp, TokenDigest, Ttl, WriteRefused,
 };
 
 /// The outcome of a claim that reached the store: the new fence, or why it was refused.
@@ -169,6 +171,9 @@ pub struct Lease {
     pub attempt: u32,
     /// The job's payload.
     pub payload: Option<Vec<u8>>,
+    /// How long this attempt may run (the job's own timeout, else its queue's default): its
+    /// worker stops it after that and fails it as "timed out".
+    pub timeout: Option<Ttl>,
 }
 
 /// Which jobs `list` returns.
@@ -427,6 +432,20 @@ pub trait LeaseStore: Send + Sync {
         term: LeaseTerm,
     ) -> Result<WriteOutcome, StoreError> {
         let command = Command::Renew(owner.clone(), fence, term);
+        outcome_as(self.apply(job, command, None).await?.outcome)
+    }
+
+    /// Stores the live current lease's progress and renews it, as decided by
+    /// [`lease_domain::decide_progress`].
+    async fn progress(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        term: LeaseTerm,
+        text: &ProgressText,
+    ) -> Result<WriteOutcome, StoreError> {
+        let command = Command::Progress(owner.clone(), fence, term, text.clone());
         outcome_as(self.apply(job, command, None).await?.outcome)
     }
 

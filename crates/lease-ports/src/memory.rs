@@ -2,13 +2,14 @@
 //!
 //! It is the model the SQLite store is checked against; it keeps nothing across restarts.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use lease_domain::{
-    ClockMode, Command, EnqueueSpec, Fence, Job, JobId, LeaseTerm, Outcome, Status, Timestamp,
-    claim_order, is_purgeable,
+    ClockMode, Command, EnqueueSpec, Fence, Job, JobId, LeaseTerm, Outcome, QueueChange, QueueName,
+    QueueSettings, Schedule, ScheduleName, ScheduleSpec, Status, Timestamp, claim_order,
+    decide_put_schedule, decide_queue_change, is_purgeable,
 };
 use lease_domain::{KeyId, KeyRefused, decide_new_key};
 
@@ -27,6 +28,10 @@ struct Jobs {
     /// The fence each purged id had, until it is enqueued again.
     purged: HashMap<JobId, Fence>,
     next_seq: u64,
+    /// The queues that have settings.
+    queues: BTreeMap<QueueName, QueueSettings>,
+    /// The schedules.
+    schedules: BTreeMap<ScheduleName, Schedule>,
 }
 
 impl Jobs {
@@ -225,10 +230,21 @@ impl LeaseStore for MemoryLeaseStore {
     }
 }
 
-/// `claim_next` over the locked jobs: the shared loop, fed with the candidates in claim order.
+/// `claim_next` over the locked jobs: the shared loop under the queue's settings, fed with the
+/// candidates in claim order.
 fn claim_next(jobs: &mut Jobs, claim: &ClaimNext) -> Vec<Lease> {
     let (queue, term) = (&claim.queue, claim.term);
-    let mut next = ClaimNextLoop::of(claim);
+    let settings = jobs.queues.get(queue).copied().unwrap_or_default();
+    let held = if settings.counts_leases() {
+        let running = jobs
+            .jobs
+            .values()
+            .filter(|(job, _)| job.queue == *queue && job.status_at(term.now()) == Status::Running);
+        u64::try_from(running.count()).unwrap_or(u64::MAX)
+    } else {
+        0
+    };
+    let mut next = ClaimNextLoop::in_queue(claim, &settings, held);
     while let Some(want) = next.want() {
         let mut candidates: Vec<(&JobId, &Job, u64)> = jobs
             .jobs
@@ -267,6 +283,8 @@ impl crate::transfer::Transfer for MemoryLeaseStore {
                 })
                 .collect(),
             purged,
+            queues: jobs.queues.iter().map(|(q, s)| (q.clone(), *s)).collect(),
+            schedules: jobs.schedules.values().cloned().collect(),
         })
     }
 
@@ -281,6 +299,12 @@ impl crate::transfer::Transfer for MemoryLeaseStore {
             marks: jobs.purged.clone(),
             total_jobs: u64::try_from(jobs.jobs.len()).unwrap_or(u64::MAX),
             total_marks: u64::try_from(jobs.purged.len()).unwrap_or(u64::MAX),
+            queues: jobs.queues.iter().map(|(q, s)| (q.clone(), *s)).collect(),
+            schedules: jobs
+                .schedules
+                .iter()
+                .map(|(n, s)| (n.clone(), s.clone()))
+                .collect(),
         };
         let plan = plan_import("the memory store", view, incoming, merge)?;
         // `store` gives a new job the next enqueue order and drops its purge mark.
@@ -290,6 +314,10 @@ impl crate::transfer::Transfer for MemoryLeaseStore {
         for (id, fence) in plan.marks {
             let mark = jobs.purged.entry(id).or_insert(fence);
             *mark = (*mark).max(fence);
+        }
+        jobs.queues.extend(plan.queues);
+        for schedule in plan.schedules {
+            jobs.schedules.insert(schedule.spec.name.clone(), schedule);
         }
         Ok(plan.imported)
     }
@@ -356,5 +384,67 @@ impl crate::audit::AuditTrail for MemoryLeaseStore {
         _filter: &crate::audit::AuditFilter,
     ) -> Result<Vec<crate::audit::AuditRow>, StoreError> {
         Ok(Vec::new())
+    }
+}
+
+#[async_trait]
+impl crate::control::Control for MemoryLeaseStore {
+    async fn change_queue(
+        &self,
+        queue: &QueueName,
+        change: QueueChange,
+    ) -> Result<QueueSettings, StoreError> {
+        let mut jobs = self.jobs()?;
+        let current = jobs.queues.get(queue).copied().unwrap_or_default();
+        let next = decide_queue_change(&current, change);
+        if next.is_default() {
+            jobs.queues.remove(queue);
+        } else {
+            jobs.queues.insert(queue.clone(), next);
+        }
+        Ok(next)
+    }
+
+    async fn queues(&self) -> Result<Vec<(QueueName, QueueSettings)>, StoreError> {
+        let jobs = self.jobs()?;
+        Ok(jobs.queues.iter().map(|(q, s)| (q.clone(), *s)).collect())
+    }
+
+    async fn put_schedule(
+        &self,
+        spec: &ScheduleSpec,
+        now: Timestamp,
+    ) -> Result<Schedule, StoreError> {
+        let mut jobs = self.jobs()?;
+        let schedule = decide_put_schedule(jobs.schedules.get(&spec.name), spec.clone(), now);
+        jobs.schedules.insert(spec.name.clone(), schedule.clone());
+        Ok(schedule)
+    }
+
+    async fn remove_schedule(&self, name: &ScheduleName) -> Result<bool, StoreError> {
+        Ok(self.jobs()?.schedules.remove(name).is_some())
+    }
+
+    async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
+        Ok(self.jobs()?.schedules.values().cloned().collect())
+    }
+
+    async fn fire_schedule(
+        &self,
+        fire: &crate::control::Fire,
+    ) -> Result<Option<Vec<bool>>, StoreError> {
+        let mut jobs = self.jobs()?;
+        let Some(fired) = fire.decide(jobs.schedules.get(&fire.name)) else {
+            return Ok(None);
+        };
+        let inserted = fire
+            .jobs
+            .iter()
+            .map(|(job, spec)| {
+                outcome_as(apply(&mut jobs, job, &Command::EnqueueWith(spec.clone())))
+            })
+            .collect::<Result<Vec<bool>, StoreError>>()?;
+        jobs.schedules.insert(fire.name.clone(), fired);
+        Ok(Some(inserted))
     }
 }

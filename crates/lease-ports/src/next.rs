@@ -5,7 +5,9 @@
 
 use std::collections::HashSet;
 
-use lease_domain::{Job, JobId, LeaseTerm, NextDecision, Owner, decide_claim_next};
+use lease_domain::{
+    Job, JobId, LeaseTerm, NextDecision, Owner, QueueSettings, Ttl, decide_claim_next,
+};
 
 use crate::Lease;
 
@@ -23,6 +25,8 @@ use crate::Lease;
 pub struct ClaimNextLoop {
     owner: Owner,
     limit: usize,
+    /// The queue's default timeout of an attempt.
+    timeout: Option<Ttl>,
     tokens: Vec<lease_domain::TokenDigest>,
     leases: Vec<Lease>,
     skipped: HashSet<JobId>,
@@ -37,10 +41,22 @@ impl ClaimNextLoop {
         Self::new(&claim.owner, claim.limit).with_tokens(claim.tokens.clone())
     }
 
+    /// The loop of `claim` in a queue with `settings`, `held` of whose leases are live at the
+    /// claim's now: it leases no more than [`QueueSettings::allowance`] allows (none while the
+    /// queue is paused), and each lease carries its job's timeout, else the queue's.
+    #[must_use]
+    pub fn in_queue(claim: &crate::ClaimNext, settings: &QueueSettings, held: u64) -> Self {
+        let limit = settings.allowance(held, claim.term.now(), claim.limit);
+        let mut next = Self::new(&claim.owner, limit).with_tokens(claim.tokens.clone());
+        next.timeout = settings.timeout;
+        next
+    }
+
     /// A loop leasing up to `limit` jobs to `owner`.
     #[must_use]
     pub fn new(owner: &Owner, limit: usize) -> Self {
         Self {
+            timeout: None,
             tokens: Vec::new(),
             owner: owner.clone(),
             limit,
@@ -95,6 +111,7 @@ impl ClaimNextLoop {
                         until: next.until,
                         attempt: next.attempts,
                         payload: next.payload.clone(),
+                        timeout: next.timeout.or(self.timeout),
                     });
                     writes.push((id, next));
                     progressed = true;

@@ -163,6 +163,7 @@ fn owner_of(command: &Command) -> Option<&Owner> {
     match command {
         Command::Claim(owner, _)
         | Command::Renew(owner, _, _)
+        | Command::Progress(owner, _, _, _)
         | Command::Complete(owner, _, _, _)
         | Command::Release(owner, _)
         | Command::Fail(owner, _, _, _, _) => Some(owner),
@@ -357,5 +358,84 @@ impl<S: crate::keys::KeyStore + ?Sized> crate::keys::KeyStore for Observed<S> {
         now: Timestamp,
     ) -> Result<bool, StoreError> {
         self.inner.revoke_key(id, now).await
+    }
+}
+
+/// The queue control and schedules of the wrapped store: changes and fires are spans and
+/// counted like the queue's operations; reads are passed through.
+#[async_trait]
+impl<S: crate::control::Control + ?Sized> crate::control::Control for Observed<S> {
+    async fn change_queue(
+        &self,
+        queue: &lease_domain::QueueName,
+        change: lease_domain::QueueChange,
+    ) -> Result<lease_domain::QueueSettings, StoreError> {
+        let span = span("change_queue", None, None, None);
+        observe(
+            "change_queue",
+            span,
+            self.inner.change_queue(queue, change),
+            |_| ("accepted", None),
+        )
+        .await
+    }
+
+    async fn queues(
+        &self,
+    ) -> Result<Vec<(lease_domain::QueueName, lease_domain::QueueSettings)>, StoreError> {
+        self.inner.queues().await
+    }
+
+    async fn put_schedule(
+        &self,
+        spec: &lease_domain::ScheduleSpec,
+        now: Timestamp,
+    ) -> Result<lease_domain::Schedule, StoreError> {
+        let span = span("put_schedule", None, None, None);
+        observe(
+            "put_schedule",
+            span,
+            self.inner.put_schedule(spec, now),
+            |_| ("accepted", None),
+        )
+        .await
+    }
+
+    async fn remove_schedule(&self, name: &lease_domain::ScheduleName) -> Result<bool, StoreError> {
+        let span = span("remove_schedule", None, None, None);
+        observe(
+            "remove_schedule",
+            span,
+            self.inner.remove_schedule(name),
+            |removed| (if *removed { "accepted" } else { "unchanged" }, None),
+        )
+        .await
+    }
+
+    async fn schedules(&self) -> Result<Vec<lease_domain::Schedule>, StoreError> {
+        self.inner.schedules().await
+    }
+
+    async fn fire_schedule(
+        &self,
+        fire: &crate::control::Fire,
+    ) -> Result<Option<Vec<bool>>, StoreError> {
+        let span = span("fire_schedule", None, None, None);
+        observe(
+            "fire_schedule",
+            span,
+            self.inner.fire_schedule(fire),
+            |fired| {
+                (
+                    if fired.is_some() {
+                        "accepted"
+                    } else {
+                        "unchanged"
+                    },
+                    None,
+                )
+            },
+        )
+        .await
     }
 }

@@ -7,9 +7,12 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use lease_domain::{Fence, ImportDecision, Job, JobId, decide_import, raise_fence};
+use lease_domain::{
+    Fence, ImportDecision, Job, JobId, QueueName, QueueSettings, Schedule, ScheduleName,
+    decide_import, raise_fence,
+};
 
-use crate::{JobRecord, LeaseStore, StoreError};
+use crate::{JobRecord, StoreError};
 
 /// Everything a store holds.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -18,13 +21,20 @@ pub struct Snapshot {
     pub jobs: Vec<JobRecord>,
     /// The fence each purged id had.
     pub purged: Vec<(JobId, Fence)>,
+    /// The settings of every queue that has any.
+    pub queues: Vec<(QueueName, QueueSettings)>,
+    /// Every schedule.
+    pub schedules: Vec<Schedule>,
 }
 
 impl Snapshot {
-    /// Whether the store holds no job and no purge mark.
+    /// Whether the store holds no job, purge mark, queue setting or schedule.
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.jobs.is_empty() && self.purged.is_empty()
+        self.jobs.is_empty()
+            && self.purged.is_empty()
+            && self.queues.is_empty()
+            && self.schedules.is_empty()
     }
 }
 
@@ -50,11 +60,15 @@ pub struct Imported {
     pub conflicts: Vec<Conflict>,
     /// Purge marks written or raised.
     pub marks: u64,
+    /// Queue settings written.
+    pub queues: u64,
+    /// Schedules written (or, merged, a target's schedule whose last tick was raised).
+    pub schedules: u64,
 }
 
 /// A store whose whole contents can be read and written for a migration.
 #[async_trait]
-pub trait Transfer: LeaseStore {
+pub trait Transfer: crate::control::Controlled {
     /// Every job and purge mark, read in one snapshot.
     async fn export(&self) -> Result<Snapshot, StoreError>;
 
@@ -146,6 +160,31 @@ pub async fn migrate(
             ));
         }
     }
+    // Every schedule arrived, and none would fire a tick the source fired already.
+    for schedule in &source.schedules {
+        let copy = after
+            .schedules
+            .iter()
+            .find(|s| s.spec.name == schedule.spec.name);
+        if copy.is_none_or(|c| c.last_tick < schedule.last_tick) {
+            return Err(StoreError::Corrupt(
+                format!(
+                    "verification: schedule {} is missing from the target or behind the source's \
+                     last tick",
+                    schedule.spec.name
+                )
+                .into(),
+            ));
+        }
+    }
+    for (queue, _) in &source.queues {
+        if !after.queues.iter().any(|(q, _)| q == queue) {
+            return Err(StoreError::Corrupt(
+                format!("verification: queue {queue}'s settings are missing from the target")
+                    .into(),
+            ));
+        }
+    }
     let expected = count(before.jobs.len()).saturating_add(imported.inserted);
     if count(after.jobs.len()) != expected {
         return Err(StoreError::Corrupt(
@@ -176,6 +215,10 @@ pub struct TargetView {
     pub total_jobs: u64,
     /// How many purge marks the target holds in all.
     pub total_marks: u64,
+    /// The target's queue settings (all of them).
+    pub queues: HashMap<QueueName, QueueSettings>,
+    /// The target's schedules (all of them).
+    pub schedules: HashMap<ScheduleName, Schedule>,
 }
 
 impl TargetView {
@@ -191,6 +234,12 @@ impl TargetView {
             marks: snapshot.purged.iter().cloned().collect(),
             total_jobs: count(snapshot.jobs.len()),
             total_marks: count(snapshot.purged.len()),
+            queues: snapshot.queues.iter().cloned().collect(),
+            schedules: snapshot
+                .schedules
+                .iter()
+                .map(|s| (s.spec.name.clone(), s.clone()))
+                .collect(),
         }
     }
 }
@@ -206,6 +255,10 @@ pub struct ImportPlan {
     pub updates: Vec<(JobId, Job)>,
     /// Purge marks to record (keeping the larger fence where one exists).
     pub marks: Vec<(JobId, Fence)>,
+    /// Queue settings to write (replacing the target's).
+    pub queues: Vec<(QueueName, QueueSettings)>,
+    /// Schedules to write (replacing the target's of the same name).
+    pub schedules: Vec<Schedule>,
     /// The summary the import answers.
     pub imported: Imported,
 }
@@ -224,13 +277,41 @@ pub fn plan_import(
     incoming: &Snapshot,
     merge: bool,
 ) -> Result<ImportPlan, StoreError> {
-    refuse_unless_empty(target_name, target.total_jobs, target.total_marks, merge)?;
+    let settled = count(target.queues.len() + target.schedules.len());
+    refuse_unless_empty(
+        target_name,
+        target.total_jobs.saturating_add(settled),
+        target.total_marks,
+        merge,
+    )?;
     let TargetView {
         jobs: mut existing,
         marks,
+        queues,
+        schedules,
         ..
     } = target;
     let mut plan = ImportPlan::default();
+    // A queue's settings: the source's, unless a merge finds the target's own.
+    for (queue, settings) in &incoming.queues {
+        if !queues.contains_key(queue) {
+            plan.queues.push((queue.clone(), *settings));
+            plan.imported.queues += 1;
+        }
+    }
+    // A schedule: the source's, unless a merge finds the target's own, which keeps its spec and
+    // takes the later of the two last ticks, so that no tick fires twice.
+    for schedule in &incoming.schedules {
+        match schedules.get(&schedule.spec.name) {
+            None => plan.schedules.push(schedule.clone()),
+            Some(own) if schedule.last_tick > own.last_tick => plan.schedules.push(Schedule {
+                last_tick: schedule.last_tick,
+                ..own.clone()
+            }),
+            Some(_) => continue,
+        }
+        plan.imported.schedules += 1;
+    }
     for record in &incoming.jobs {
         let current = existing.get(&record.id);
         let conflict = |replaced| Conflict {

@@ -1,6 +1,7 @@
 //! The differential harness catches a seeded disagreement in each area it covers beyond the
 //! single-job operations: fences next to `i64::MAX`, the store clock, `complete_and_claim_next`,
-//! `stats` judged at several times, a migration mid-sequence, and rows another program writes.
+//! `stats` judged at several times, a migration mid-sequence, rows another program writes, and
+//! a queue's settings.
 //! Each fault sits in a store that is otherwise the reference store; the same sequence passes
 //! against an honest copy, so the fault is what the harness saw.
 
@@ -8,12 +9,14 @@ use std::future::Future;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use lease_ports::control::{Control, Fire};
 use lease_ports::differential::{Fresh, Harness, Op, fresh_now};
 use lease_ports::memory::MemoryLeaseStore;
 use lease_ports::transfer::{Imported, Snapshot, Transfer};
 use lease_ports::{
-    Applied, ClaimNext, ClockMode, Command, EnqueueSpec, Fence, JobId, JobRecord, Lease,
-    LeaseStore, ListFilter, StatsRow, Status, StoreError, Timestamp,
+    Applied, ClaimNext, ClockMode, Command, Concurrency, EnqueueSpec, Fence, JobId, JobRecord,
+    Lease, LeaseStore, ListFilter, QueueChange, QueueName, QueueSettings, Schedule, ScheduleName,
+    ScheduleSpec, StatsRow, Status, StoreError, Timestamp,
 };
 
 /// Where a [`Seeded`] store goes wrong.
@@ -29,6 +32,10 @@ enum Fault {
     StatsAtOneTime,
     /// `export` leaves out the purge marks.
     ExportWithoutMarks,
+    /// A concurrency limit is stored one higher than asked.
+    LimitOneHigher,
+    /// An import leaves out the schedules' last ticks.
+    ImportWithoutLastTicks,
 }
 
 /// The reference store with one fault.
@@ -99,6 +106,11 @@ impl Transfer for Seeded {
 
     async fn import(&self, snapshot: &Snapshot, merge: bool) -> Result<Imported, StoreError> {
         let mut snapshot = snapshot.clone();
+        if self.fault == Fault::ImportWithoutLastTicks {
+            for schedule in &mut snapshot.schedules {
+                schedule.last_tick = None;
+            }
+        }
         if self.fault == Fault::FenceBelowMax {
             for record in &mut snapshot.jobs {
                 if record.job.fence == Fence::MAX {
@@ -107,6 +119,42 @@ impl Transfer for Seeded {
             }
         }
         self.inner.import(&snapshot, merge).await
+    }
+}
+
+#[async_trait]
+impl Control for Seeded {
+    async fn change_queue(
+        &self,
+        queue: &QueueName,
+        change: QueueChange,
+    ) -> Result<QueueSettings, StoreError> {
+        let change = match (self.fault, change) {
+            (Fault::LimitOneHigher, QueueChange::Concurrency(Some(n))) => {
+                QueueChange::Concurrency(Concurrency::new(n.get() + 1))
+            }
+            (_, change) => change,
+        };
+        self.inner.change_queue(queue, change).await
+    }
+    async fn queues(&self) -> Result<Vec<(QueueName, QueueSettings)>, StoreError> {
+        self.inner.queues().await
+    }
+    async fn put_schedule(
+        &self,
+        spec: &ScheduleSpec,
+        now: Timestamp,
+    ) -> Result<Schedule, StoreError> {
+        self.inner.put_schedule(spec, now).await
+    }
+    async fn remove_schedule(&self, name: &ScheduleName) -> Result<bool, StoreError> {
+        self.inner.remove_schedule(name).await
+    }
+    async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
+        self.inner.schedules().await
+    }
+    async fn fire_schedule(&self, fire: &Fire) -> Result<Option<Vec<bool>>, StoreError> {
+        self.inner.fire_schedule(fire).await
     }
 }
 
@@ -156,6 +204,54 @@ async fn a_migration_that_loses_purge_marks_is_caught() {
         Op::Migrate,
     ];
     caught(Fault::ExportWithoutMarks, &ops).await;
+}
+
+#[tokio::test]
+async fn a_concurrency_limit_stored_otherwise_is_caught() {
+    let ops = [
+        Op::Queue(0, 3, 1),
+        Op::EnqueueWith(0, 0, 0, None, 3),
+        Op::EnqueueWith(1, 0, 0, None, 3),
+        Op::ClaimNext(0, 0, 0, 5, 2),
+    ];
+    caught(Fault::LimitOneHigher, &ops).await;
+}
+
+#[tokio::test]
+async fn a_migration_that_loses_a_schedules_last_tick_is_caught() {
+    // A schedule is made and fired outside the op set; the migration must carry its last tick.
+    let store = Arc::new(MemoryLeaseStore::new());
+    let spec = ScheduleSpec {
+        name: ScheduleName::new("s").unwrap(),
+        cron: "* * * * *".to_owned(),
+        zone: "UTC".to_owned(),
+        job: EnqueueSpec::default(),
+        catch_up: lease_ports::CatchUp::Latest,
+    };
+    let made = store
+        .put_schedule(&spec, Timestamp::new(0.0).unwrap())
+        .await
+        .unwrap();
+    let fire = Fire {
+        name: spec.name.clone(),
+        version: made.version,
+        last_tick: None,
+        tick: Timestamp::new(60.0).unwrap(),
+        jobs: Vec::new(),
+    };
+    assert_eq!(store.fire_schedule(&fire).await.unwrap(), Some(Vec::new()));
+    let lossy = Seeded {
+        inner: Arc::new(MemoryLeaseStore::new()),
+        fault: Fault::ImportWithoutLastTicks,
+    };
+    let honest = MemoryLeaseStore::new();
+    lease_ports::transfer::migrate(&*store, &honest, false)
+        .await
+        .expect("an honest target keeps the last tick");
+    let err = lease_ports::transfer::migrate(&*store, &lossy, false)
+        .await
+        .expect_err("the verification sees the lost tick");
+    assert!(err.to_string().contains("schedule s"), "{err}");
 }
 
 #[tokio::test]
@@ -232,7 +328,7 @@ fn import(store: &MemoryLeaseStore, id: &JobId, fence: Fence) {
                 ..lease_ports::Job::new()
             },
         }],
-        purged: Vec::new(),
+        ..Snapshot::default()
     };
     // The memory store never waits, so one poll finishes the import.
     let mut import = std::pin::pin!(store.import(&snapshot, true));

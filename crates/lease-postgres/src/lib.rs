@@ -14,6 +14,7 @@
 mod audit;
 mod config;
 mod connection;
+mod control;
 mod error;
 pub mod guard;
 mod keys;
@@ -179,6 +180,8 @@ pub struct PgLeaseStore {
     /// Enqueue signals waiting for a NOTIFY.
     outbox: Arc<signal::Outbox>,
     sql: Arc<Sql>,
+    /// The statements of queue settings and schedules.
+    control: Arc<control::ControlSql>,
     clock: ClockMode,
     target: Arc<str>,
     schema: Arc<str>,
@@ -279,6 +282,7 @@ impl PgLeaseStore {
             tls,
             outbox: Arc::default(),
             sql: Arc::new(Sql::new(&options.schema)),
+            control: Arc::new(control::ControlSql::new(&options.schema)),
             clock: options.clock,
             target: shown.into(),
             schema: options.schema.as_str().into(),
@@ -378,8 +382,8 @@ impl LeaseStore for PgLeaseStore {
         let mut conn = self.conn().await?;
         if self.steps(Some(&command)) {
             let stepped = self.step(&conn, Some((job, &command)), &claim).await?;
-            conn.clean();
             if let Some(stepped) = stepped {
+                conn.clean();
                 let outcome = stepped.outcome.ok_or_else(|| {
                     StoreError::Corrupt("the step function answered no completion".into())
                 })?;
@@ -388,7 +392,7 @@ impl LeaseStore for PgLeaseStore {
                     claimed: Some(Ok(stepped.leases)),
                 });
             }
-            conn = self.conn().await?;
+            // Declined and rolled back: the same connection goes on with the statements.
         }
         let s = Statements::prepare(&conn, &self.sql).await?;
         let c = conn.client();
@@ -438,11 +442,11 @@ impl LeaseStore for PgLeaseStore {
         let mut conn = self.conn().await?;
         if self.steps(None) {
             let stepped = self.step(&conn, None, claim).await?;
-            conn.clean();
             if let Some(stepped) = stepped {
+                conn.clean();
                 return Ok(stepped.leases);
             }
-            conn = self.conn().await?;
+            // Declined and rolled back: the same connection goes on with the statements.
         }
         let s = Statements::prepare(&conn, &self.sql).await?;
         let (claimed, ()) = self

@@ -77,17 +77,20 @@ impl PgLeaseStore {
             ClockMode::Caller { .. } => Some(term.now().get()),
         };
         let check_skew = matches!(self.clock, ClockMode::Caller { max_skew: Some(_) });
-        let mut next = ClaimNextLoop::of(claim);
         // The first round trip: BEGIN, the settings, the request that goes along, the clock
-        // when the skew is bounded, and the first page of candidates.
-        let ((((_, _), along), clock), rows) = try_join(
+        // when the skew is bounded, the queue's settings (`FOR SHARE`: a change of settings
+        // waits for this transaction) and the first page of candidates.
+        let (((((_, _), along), clock), queue_row), rows) = try_join(
             try_join(
-                try_join(try_join(begun, c.query_one(&s.settings, &[])), alongside),
-                clock_if(c, s, check_skew),
+                try_join(
+                    try_join(try_join(begun, c.query_one(&s.settings, &[])), alongside),
+                    clock_if(c, s, check_skew),
+                ),
+                c.query_opt(&self.control.settings, &[&queue.as_str()]),
             ),
             c.query(
                 &s.candidates,
-                &[&queue.as_str(), &caller_now, &want_of(next.want())],
+                &[&queue.as_str(), &caller_now, &want_of(Some(limit))],
             ),
         )
         .await
@@ -95,6 +98,43 @@ impl PgLeaseStore {
         if let Some(now) = clock {
             self.clock.resolve_term(term, stored_now(now)?)?;
         }
+        let settings = match &queue_row {
+            Some(row) => crate::control::decode_queue(row)?.1,
+            None => lease_domain::QueueSettings::default(),
+        };
+        // The term of the first page (the store's clock, read by its statement, in store-clock
+        // mode), at which the pause and the live leases are judged.
+        let first_term = match rows.first() {
+            Some(row) => self
+                .clock
+                .resolve_term(term, stored_now(row_clock(row)?)?)?,
+            None => term,
+        };
+        // Under a limit, claims of the queue take turns (an advisory lock for the transaction)
+        // and count its live leases after their turn comes, so no two decide on one count.
+        let held = if settings.counts_leases() && !rows.is_empty() {
+            let ((), count) = try_join(
+                async {
+                    c.query_one(&self.control.lock_queue, &[&queue.as_str()])
+                        .await
+                        .map(drop)
+                },
+                c.query_one(
+                    &self.control.held,
+                    &[&queue.as_str(), &first_term.now().get()],
+                ),
+            )
+            .await
+            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+            lease_ports::codec::count(count.get(0), "a queue's live leases")?
+        } else {
+            0
+        };
+        let at_first = ClaimNext {
+            term: first_term,
+            ..claim.clone()
+        };
+        let mut next = ClaimNextLoop::in_queue(&at_first, &settings, held);
         let mut written = self.decide_page(&mut next, term, &rows)?;
         let mut wrote = false;
         // Further pages (when candidates were skipped): each page's decided rows go with the
@@ -137,13 +177,9 @@ impl PgLeaseStore {
         let mut page_term = term;
         let mut page = Vec::with_capacity(rows.len());
         for row in rows {
-            let now: f64 = row.try_get(0).map_err(|e| {
-                StoreError::Corrupt(lease_ports::Detail::caused_by(
-                    format!("the clock column: {e}"),
-                    e,
-                ))
-            })?;
-            page_term = self.clock.resolve_term(term, stored_now(now)?)?;
+            page_term = self
+                .clock
+                .resolve_term(term, stored_now(row_clock(row)?)?)?;
             page.push(sql::decode_with_id(row, 1)?);
         }
         // Where each candidate stood, for the counts a write moves (a job buried as dead).
@@ -157,6 +193,16 @@ impl PgLeaseStore {
             .map(|(id, job)| Encoded::from_to(id, read.get(id).cloned(), job))
             .collect())
     }
+}
+
+/// The clock reading a candidate row carries (its first column).
+fn row_clock(row: &tokio_postgres::Row) -> Result<f64, StoreError> {
+    row.try_get(0).map_err(|e| {
+        StoreError::Corrupt(lease_ports::Detail::caused_by(
+            format!("the clock column: {e}"),
+            e,
+        ))
+    })
 }
 
 /// A page size as the candidates statement takes it (`None` asks for none).

@@ -13,8 +13,10 @@ use crate::error::{self, Stage};
 pub const CURRENT_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].version;
 
 /// The tables (and their sequences) lease makes; anything else in the schema is foreign.
-const OURS: [&str; 10] = [
+const OURS: [&str; 12] = [
     "jobs",
+    "queues",
+    "schedules",
     "finished",
     "completions",
     "keys",
@@ -27,7 +29,7 @@ const OURS: [&str; 10] = [
 ];
 
 /// The released migrations, frozen (`migrations/*.sql`; `{s}` stands for the schema name).
-const MIGRATIONS: [Migration; 7] = [
+const MIGRATIONS: [Migration; 8] = [
     Migration {
         version: 1,
         sql: include_str!("../migrations/0001_jobs.sql"),
@@ -55,6 +57,10 @@ const MIGRATIONS: [Migration; 7] = [
     Migration {
         version: 7,
         sql: include_str!("../migrations/0007_step.sql"),
+    },
+    Migration {
+        version: 8,
+        sql: include_str!("../migrations/0008_control.sql"),
     },
 ];
 
@@ -295,7 +301,7 @@ mod tests {
         // A released migration is never edited: these are the checksums databases record.
         let pinned = MIGRATIONS.map(|m| m.checksum());
         assert_eq!(pinned, PINNED.map(str::to_owned));
-        assert_eq!(CURRENT_VERSION, 7);
+        assert_eq!(CURRENT_VERSION, 8);
     }
 
     #[test]
@@ -323,7 +329,7 @@ mod tests {
         }
     }
 
-    const PINNED: [&str; 7] = [
+    const PINNED: [&str; 8] = [
         "21ac859f099c73a2cfd49e089bf85213014d3ff3143f88a78d480d1e86bb59bd",
         "8505302d5ab97431700ce91b427106b910ee3c01618c1d65f4da182c61b8f06a",
         "0bf2cb357e23e48a89126c5ec138cd9473c954eb54b191211dd84d9dfa99a49f",
@@ -331,5 +337,6 @@ mod tests {
         "0083a43cb73bac0156d200730ca6682c5cf997196485f203c29e08cdd7fc7772",
         "8007b2202d987e668820d3f5013097c7385b92b29fcc44faf8df7161facaddf9",
         "d25b2039940b6eed5bd573ef7d30ff1307bfba81a2d12abef776cfb2cd2c0bcb",
+        "bbb498171ca96c56d8fac1e90ce36b8b0397b8dcee9f256b9627bcbbc3dea1ea",
     ];
 }

@@ -8,7 +8,7 @@ use tokio_postgres::types::ToSql;
 
 /// Every column of a job after its id, in the order `decode` reads them.
 pub(crate) const COLUMNS: &str = "owner, until, fence, result, done, queue, priority, run_at, attempts, \
-    max_attempts, payload, ended, error, result_fence, updated, token";
+    max_attempts, payload, ended, error, result_fence, updated, token, timeout, progress";
 
 /// The statements of one schema (exported as `StatementTexts` with the feature `test-support`,
 /// so that benchmarks can run the same SQL raw).
@@ -33,7 +33,7 @@ pub struct Sql {
     /// Writes every column of a job.
     pub update: String,
     /// Writes every column of a job and, in the same statement, the counts of migration 6 it
-    /// moves (`$19`..`$22`, see `Encoded::counted_params`); answers how many rows it wrote.
+    /// moves (`$21`..`$24`, see `Encoded::counted_params`); answers how many rows it wrote.
     pub update_counted: String,
     /// Reads the server's clock.
     pub clock: String,
@@ -102,27 +102,27 @@ impl Sql {
             insert: format!(
                 "INSERT INTO {s}.jobs (id, {COLUMNS}, leased_until) VALUES \
                  ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
-                 $18) \
+                 $18, $19, $20) \
                  ON CONFLICT (id) DO NOTHING"
             ),
             update: format!(
                 "UPDATE {s}.jobs SET owner = $2, until = $3, fence = $4, result = $5, done = $6, \
                  queue = $7, priority = $8, run_at = $9, attempts = $10, max_attempts = $11, \
                  payload = $12, ended = $13, error = $14, result_fence = $15, updated = $16, \
-                 token = $17, leased_until = $18 WHERE id = $1"
+                 token = $17, timeout = $18, progress = $19, leased_until = $20 WHERE id = $1"
             ),
             update_counted: format!(
                 "WITH u AS (UPDATE {s}.jobs SET owner = $2, until = $3, fence = $4, result = $5, \
                  done = $6, queue = $7, priority = $8, run_at = $9, attempts = $10, \
                  max_attempts = $11, payload = $12, ended = $13, error = $14, \
-                 result_fence = $15, updated = $16, token = $17, leased_until = $18 \
-                 WHERE id = $1 RETURNING 1), \
+                 result_fence = $15, updated = $16, token = $17, timeout = $18, progress = $19, \
+                 leased_until = $20 WHERE id = $1 RETURNING 1), \
                  f AS (INSERT INTO {s}.finished (queue, finished, shard, n) \
-                 SELECT q, e, pg_backend_pid(), d FROM u, (VALUES ($19::text, $20::text, -1), \
-                 ($7, $21::text, 1)) AS v(q, e, d) WHERE e IS NOT NULL \
+                 SELECT q, e, pg_backend_pid(), d FROM u, (VALUES ($21::text, $22::text, -1), \
+                 ($7, $23::text, 1)) AS v(q, e, d) WHERE e IS NOT NULL \
                  ON CONFLICT (queue, finished, shard) DO UPDATE SET n = {s}.finished.n + excluded.n), \
                  c AS (INSERT INTO {s}.completions (minute, queue, shard, n) \
-                 SELECT $22::float8, $7, pg_backend_pid(), 1 FROM u WHERE $22::float8 IS NOT NULL \
+                 SELECT $24::float8, $7, pg_backend_pid(), 1 FROM u WHERE $24::float8 IS NOT NULL \
                  ON CONFLICT (minute, queue, shard) DO UPDATE SET n = {s}.completions.n + 1) \
                  SELECT count(*) FROM u"
             ),
@@ -310,6 +310,13 @@ pub(crate) fn decode(id: &JobId, row: &Row, at: usize) -> Result<Job, StoreError
     let result_fence: Option<i64> = get(id, row, at + 13)?;
     let updated: Option<f64> = get(id, row, at + 14)?;
     let token: Option<Vec<u8>> = get(id, row, at + 15)?;
+    let timeout: Option<f64> = get(id, row, at + 16)?;
+    let timeout = timeout
+        .map(|t| {
+            lease_domain::Ttl::new(t)
+                .map_err(|_| corrupt(id, format!("stored timeout {t} is not above 0")))
+        })
+        .transpose()?;
     Ok(Job {
         owner,
         until: time(id, get(id, row, at + 1)?, "until")?,
@@ -332,6 +339,8 @@ pub(crate) fn decode(id: &JobId, row: &Row, at: usize) -> Result<Job, StoreError
             .map(|t| TokenDigest::from_slice(&t))
             .transpose()
             .map_err(|e| corrupt(id, format!("stored token: {e}")))?,
+        timeout,
+        progress: get(id, row, at + 17)?,
     })
 }
 
@@ -346,7 +355,7 @@ pub(crate) fn decode_with_id(row: &Row, at: usize) -> Result<(JobId, Job), Store
     Ok((id, job))
 }
 
-/// The values of one job's row, in the order of `$1..$18` of `insert` and `update`.
+/// The values of one job's row, in the order of `$1..$20` of `insert` and `update`.
 pub(crate) struct Encoded {
     id: String,
     owner: Option<String>,
@@ -365,6 +374,8 @@ pub(crate) struct Encoded {
     result_fence: Option<i64>,
     updated: Option<f64>,
     token: Option<Vec<u8>>,
+    timeout: Option<f64>,
+    progress: Option<String>,
     leased_until: Option<f64>,
     /// The counts the write moves (migration 6), when it changes a job's end or the queue of
     /// a finished job: written by the same statement as the row.
@@ -429,8 +440,8 @@ impl Encoded {
         self.counted.is_some()
     }
 
-    /// [`Encoded::params`] and the counts the write moves (`$19` the queue and `$20` the end
-    /// it leaves, `$21` the end it enters, `$22` the minute of its completion).
+    /// [`Encoded::params`] and the counts the write moves (`$21` the queue and `$22` the end
+    /// it leaves, `$23` the end it enters, `$24` the minute of its completion).
     pub(crate) fn counted_params(&self) -> Vec<&(dyn ToSql + Sync)> {
         let mut params = self.params().to_vec();
         if let Some(c) = &self.counted {
@@ -463,12 +474,14 @@ impl Encoded {
             result_fence: job.result_fence.map(i64::from),
             updated: job.updated.map(Timestamp::get),
             token: job.token.map(|t| t.as_bytes().to_vec()),
+            timeout: job.timeout.map(lease_domain::Ttl::get),
+            progress: job.progress.clone(),
             leased_until: job.leased_until().map(Timestamp::get),
             counted: None,
         }
     }
 
-    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 18] {
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 20] {
         [
             &self.id,
             &self.owner,
@@ -487,6 +500,8 @@ impl Encoded {
             &self.result_fence,
             &self.updated,
             &self.token,
+            &self.timeout,
+            &self.progress,
             &self.leased_until,
         ]
     }

@@ -17,8 +17,9 @@ use crate::error::{self, Stage};
 use crate::next::stored_now;
 use crate::sql;
 
-/// SQLSTATEs with which `step` declines a write the store must decide itself (it rolls back).
-const DECLINED: [&str; 2] = ["LE001", "LE002"];
+/// SQLSTATEs with which `step` declines a write the store must decide itself (it rolls back):
+/// a refused completion to audit, a lease the server's clock cannot time, a queue with settings.
+const DECLINED: [&str; 3] = ["LE001", "LE002", "LE003"];
 
 /// What `step` answered, as the domain decides it.
 pub(crate) struct Stepped {

@@ -1,4 +1,5 @@
-//! Export and import of every job and purge mark, for `lease migrate`.
+//! Export and import of every job, purge mark, queue setting and schedule, for
+//! `lease migrate`.
 
 use async_trait::async_trait;
 use futures::future::try_join_all;
@@ -44,9 +45,14 @@ impl Transfer for PgLeaseStore {
             )
             .await
             .map_err(read)?;
+        let (queues, schedules) = crate::control::read_all(c, &self.control).await?;
         c.batch_execute("COMMIT").await.map_err(read)?;
         conn.clean();
-        let mut snapshot = Snapshot::default();
+        let mut snapshot = Snapshot {
+            queues,
+            schedules,
+            ..Snapshot::default()
+        };
         for row in &jobs {
             let (id, job) = sql::decode_with_id(row, 0)?;
             snapshot.jobs.push(JobRecord { id, job });
@@ -66,7 +72,8 @@ impl Transfer for PgLeaseStore {
         let before = |e: tokio_postgres::Error| error::map(e, Stage::BeforeCommit);
         // Writers wait while the copy runs; readers do not.
         c.batch_execute(&format!(
-            "BEGIN; LOCK TABLE {s}.jobs, {s}.purged IN SHARE ROW EXCLUSIVE MODE"
+            "BEGIN; LOCK TABLE {s}.jobs, {s}.purged, {s}.queues, {s}.schedules \
+             IN SHARE ROW EXCLUSIVE MODE"
         ))
         .await
         .map_err(before)?;
@@ -80,9 +87,15 @@ impl Transfer for PgLeaseStore {
             .await
             .map_err(before)?;
         let (jobs, marks): (i64, i64) = (counts.get(0), counts.get(1));
+        let (queues, schedules) = crate::control::read_all(c, &self.control).await?;
         let mut view = TargetView {
             total_jobs: lease_ports::codec::count(jobs, "the target's job count")?,
             total_marks: lease_ports::codec::count(marks, "the target's purge mark count")?,
+            queues: queues.into_iter().collect(),
+            schedules: schedules
+                .into_iter()
+                .map(|s| (s.spec.name.clone(), s))
+                .collect(),
             ..TargetView::default()
         };
         if view.total_jobs > 0 || view.total_marks > 0 {
@@ -165,6 +178,16 @@ impl Transfer for PgLeaseStore {
         c.execute(&self.sql.remember_purged, &[&mark_ids, &mark_fences])
             .await
             .map_err(before)?;
+        for (queue, settings) in &plan.queues {
+            crate::control::write_settings(c, &self.control, queue, settings)
+                .await
+                .map_err(before)?;
+        }
+        for schedule in &plan.schedules {
+            crate::control::write_schedule(c, &self.control, schedule)
+                .await
+                .map_err(before)?;
+        }
         c.batch_execute("COMMIT").await.map_err(commit)?;
         conn.clean();
         Ok(plan.imported)

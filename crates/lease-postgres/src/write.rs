@@ -132,25 +132,33 @@ impl PgLeaseStore {
             })?;
             purged.insert(id, fence);
         }
-        let mut inserts = Vec::new();
+        // Each write: the row, whether it is new (else a finished job run again), its mark.
+        let mut writes = Vec::new();
         let mut decided = Vec::with_capacity(jobs.len());
         for (id, spec) in jobs {
             let command = Command::EnqueueWith(spec.clone());
             let mark = purged.get(id.as_str()).copied();
-            let (next, outcome) = command.decide(id, current.get(id), mark);
+            let stood = current.get(id);
+            let (next, outcome) = command.decide(id, stood, mark);
             decided.push(outcome);
             if let Some(next) = next {
-                inserts.push((Encoded::new(id, &next), mark.map(|_| id.as_str())));
+                let encoded = Encoded::from_to(id, stood.map(Standing::of), &next);
+                writes.push((encoded, stood.is_none(), mark.map(|_| id.as_str())));
                 current.insert(id.clone(), next);
             }
         }
-        if inserts.is_empty() {
+        if writes.is_empty() {
             rollback(c, &s).await?;
         } else {
             let (insert, forget) = (&s.insert, &s.forget_purged);
+            let (plain, counted) = (&s.update, &s.update_counted);
             let (written, _) = try_join(
-                try_join_all(inserts.iter().map(|(row, marked)| async move {
-                    let n = c.execute(insert, &row.params()).await?;
+                try_join_all(writes.iter().map(|(row, new, marked)| async move {
+                    let n = if *new {
+                        c.execute(insert, &row.params()).await?
+                    } else {
+                        update(c, plain, counted, row).await?
+                    };
                     if let Some(key) = marked {
                         c.execute(forget, &[key]).await?;
                     }

@@ -201,12 +201,15 @@ fn payload(value: Option<&Bound<'_, PyAny>>) -> PyResult<Outcome<Option<Payload>
 }
 
 /// The queue fields of one job.
+#[allow(clippy::too_many_arguments)] // A job's fields, as the caller names them.
 fn spec(
     queue: &str,
     priority: i64,
     run_at: Option<f64>,
     max_attempts: Option<u32>,
     payload: Option<Payload>,
+    timeout: Option<f64>,
+    replace_finished: bool,
 ) -> Outcome<EnqueueSpec> {
     Ok(EnqueueSpec {
         queue: values::queue(queue)?,
@@ -215,11 +218,15 @@ fn spec(
         max_attempts,
         payload,
         enqueued_at: Some(values::clock_now()?),
+        timeout: timeout
+            .map(|t| lease_domain::Ttl::new(t).map_err(|e| Failure::Input(format!("timeout: {e}"))))
+            .transpose()?,
+        replace_finished,
     })
 }
 
 /// The fields a job of `enqueue_many` may give.
-const JOB_FIELDS: [&str; 6] = EnqueueSpec::FIELDS;
+const JOB_FIELDS: [&str; 8] = EnqueueSpec::FIELDS;
 
 /// One job of `enqueue_many`, a dict with an `id` and any of the other fields.
 fn batch_job(
@@ -257,12 +264,34 @@ fn batch_job(
         .unwrap_or(0);
     let run_at: Option<f64> = get("run_at")?.map(|t| t.extract()).transpose()?;
     let max_attempts: Option<u32> = get("max_attempts")?.map(|m| m.extract()).transpose()?;
+    let timeout: Option<f64> = get("timeout")?.map(|t| t.extract()).transpose()?;
+    let replace: Option<String> = get("replace")?.map(|r| r.extract()).transpose()?;
+    let replace_finished = match replace.as_deref() {
+        None => false,
+        Some("finished") => true,
+        Some(other) => {
+            return Ok(at(format!(
+                "replace is {other:?}; the one value is \"finished\""
+            )));
+        }
+    };
     let payload = match payload(get("payload")?.as_ref())? {
         Ok(p) => p,
         Err(e) => return Ok(Err(e)),
     };
     Ok(values::job_id(&id)
-        .and_then(|id| Ok((id, spec(&queue, priority, run_at, max_attempts, payload)?)))
+        .and_then(|id| {
+            let spec = spec(
+                &queue,
+                priority,
+                run_at,
+                max_attempts,
+                payload,
+                timeout,
+                replace_finished,
+            )?;
+            Ok((id, spec))
+        })
         .or_else(|e| match e {
             Failure::Input(why) => at(why),
             other => Err(other),
@@ -343,7 +372,7 @@ impl StoreCore {
         &self.target
     }
 
-    #[pyo3(signature = (job_id, queue, priority, run_at, max_attempts, payload))]
+    #[pyo3(signature = (job_id, queue, priority, run_at, max_attempts, payload, timeout = None, replace_finished = false))]
     #[allow(clippy::too_many_arguments)] // A job's fields, as the caller names them.
     fn enqueue(
         &self,
@@ -354,12 +383,24 @@ impl StoreCore {
         run_at: Option<f64>,
         max_attempts: Option<u32>,
         payload: Option<&Bound<'_, PyAny>>,
+        timeout: Option<f64>,
+        replace_finished: bool,
     ) -> PyResult<Pending> {
         let payload = to_py(py, self::payload(payload)?)?;
         let (id, spec) = to_py(
             py,
-            values::job_id(job_id)
-                .and_then(|id| Ok((id, spec(queue, priority, run_at, max_attempts, payload)?))),
+            values::job_id(job_id).and_then(|id| {
+                let spec = spec(
+                    queue,
+                    priority,
+                    run_at,
+                    max_attempts,
+                    payload,
+                    timeout,
+                    replace_finished,
+                )?;
+                Ok((id, spec))
+            }),
         )?;
         let store = self.store(py)?;
         self.call(

@@ -94,6 +94,9 @@ pub(crate) struct Lease {
     attempt: u32,
     /// The job's payload.
     payload: Option<Py<PyBytes>>,
+    /// How long this attempt may run, in seconds (the job's timeout, else its queue's), if
+    /// it is limited.
+    timeout: Option<f64>,
 }
 
 #[pymethods]
@@ -124,6 +127,7 @@ impl Lease {
                 .payload
                 .as_deref()
                 .map(|p| PyBytes::new(py, p).unbind()),
+            timeout: lease.timeout.map(lease_domain::Ttl::get),
         }
     }
 
@@ -136,6 +140,7 @@ impl Lease {
             until: term.until().get(),
             attempt: 0,
             payload: None,
+            timeout: None,
         }
     }
 }
@@ -372,6 +377,10 @@ pub(crate) struct Record {
     error: Option<String>,
     result_fence: Option<u64>,
     updated: Option<f64>,
+    /// How long one attempt may run, in seconds, if the job names a limit.
+    timeout: Option<f64>,
+    /// What the current attempt last reported of its progress.
+    progress: Option<String>,
 }
 
 #[pymethods]
@@ -404,6 +413,8 @@ impl Record {
             error: job.error.clone(),
             result_fence: job.result_fence.map(Fence::get),
             updated: job.updated.map(Timestamp::get),
+            timeout: job.timeout.map(lease_domain::Ttl::get),
+            progress: job.progress.clone(),
         }
     }
 }

@@ -104,6 +104,30 @@ def test_bad_input_raises_a_value_error_naming_it_and_changes_nothing(store):
     assert store.record("j").fence == 0
 
 
+def test_a_finished_job_runs_again_when_asked_and_a_lease_carries_its_timeout(store):
+    store.enqueue("r", queue="q", payload=b"one", timeout=7.5)
+    (lease_one,) = store.claim_next("q", A, 30.0)
+    assert lease_one.timeout == 7.5
+    assert store.complete("r", A, lease_one.fence, "first")
+    assert not store.enqueue("r", queue="q", payload=b"two")
+    assert store.enqueue("r", queue="q", payload=b"two", replace_finished=True)
+    record = store.record("r")
+    assert (record.status, record.result, record.attempts, record.payload) == (
+        "pending", "first", 0, b"two"
+    )
+    assert record.timeout is None and record.progress is None
+    assert not store.enqueue("r", queue="q", replace_finished=True), "a pending job was touched"
+    (lease_two,) = store.claim_next("q", A, 30.0)
+    assert lease_two.fence == lease_one.fence + 1
+    with pytest.raises(lease.InvalidInput) as raised:
+        store.enqueue("s", timeout=0)
+    assert "timeout" in str(raised.value)
+    assert store.enqueue_many([{"id": "t", "timeout": 3}, {"id": "r", "replace": "finished"}]) == [
+        True,
+        False,
+    ]
+
+
 def test_the_audit_trail_lists_a_refused_write(store):
     store.enqueue("j")
     (held,) = store.claim_next("default", A, 30.0)

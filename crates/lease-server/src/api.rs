@@ -29,7 +29,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::App;
 use crate::auth::Caller;
 use crate::extract::{Admin, Checked, Holder, Param, Params, Viewer, Worker};
-use crate::fields::{FenceNo, Name, StatusName, Text, Time, Ttl};
+use crate::fields::{FenceNo, Name, Replace, Seconds, StatusName, Text, Time, Ttl};
 use crate::input::bad_value;
 use crate::problem::{Problem, ProblemBody};
 use crate::secrets;
@@ -44,7 +44,7 @@ pub(crate) const CLAIMS_ROUTE: &str = "/v1/queues/{queue}/claims";
 /// The time a request is decided at: the server's clock, or the caller's `now` when the
 /// server trusts caller clocks (a test setting; otherwise the document has no `now` and a body
 /// that sends one is refused before this).
-fn now(app: &App, given: Option<&Time>) -> Result<Timestamp, Problem> {
+pub(crate) fn now(app: &App, given: Option<&Time>) -> Result<Timestamp, Problem> {
     match given {
         Some(_) if !app.config.client_clock => Err(Problem::invalid(
             "`now` is taken only by a server started to trust caller clocks",
@@ -78,7 +78,7 @@ fn count(text: Option<&str>, name: &str, default: usize) -> Result<usize, Proble
     })
 }
 
-fn term(now: Timestamp, ttl: &Ttl) -> Result<LeaseTerm, Problem> {
+pub(crate) fn term(now: Timestamp, ttl: &Ttl) -> Result<LeaseTerm, Problem> {
     LeaseTerm::new(now.get(), ttl.0).map_err(|e| bad_value("ttl", &e))
 }
 
@@ -105,7 +105,7 @@ pub(crate) struct PayloadView {
 }
 
 impl PayloadView {
-    fn of(payload: Option<&[u8]>) -> Self {
+    pub(crate) fn of(payload: Option<&[u8]>) -> Self {
         match payload.map(|bytes| (std::str::from_utf8(bytes), bytes)) {
             None => Self::default(),
             Some((Ok(text), _)) => Self {
@@ -151,12 +151,18 @@ pub(crate) struct EnqueueBody {
     /// When it was enqueued (Unix seconds), taken only by a server started to trust caller
     /// clocks; otherwise the server's clock says.
     pub(crate) enqueued_at: Option<Time>,
+    /// How long one attempt may run before its worker stops it and fails it as "timed out"
+    /// (default: the queue's, if it has one).
+    pub(crate) timeout: Option<Seconds>,
+    /// `finished`: a job of this id that is done, dead or cancelled runs again (a pending or
+    /// running one is never touched); absent, an existing job is left as it is.
+    pub(crate) replace: Option<Replace>,
 }
 
 /// The rules of a body that tie one field to another, which utoipa cannot declare on a type:
 /// each is the `not` of its component's schema in the document (so it is both documented and
 /// checked), and the handler refuses the same with a message of its own.
-pub(crate) const ACROSS_FIELDS: [(&str, &str); 3] = [
+pub(crate) const ACROSS_FIELDS: [(&str, &str); 5] = [
     (
         "EnqueueBody",
         r#"{"required": ["payload", "payload_base64"], "description": "a payload is given as `payload` or as `payload_base64`, not both"}"#,
@@ -168,6 +174,14 @@ pub(crate) const ACROSS_FIELDS: [(&str, &str); 3] = [
     (
         "FailBody",
         r#"{"required": ["retry", "backoff"], "properties": {"retry": {"const": false}}, "description": "no `backoff` with `retry` false"}"#,
+    ),
+    (
+        "LimitsBody",
+        r#"{"required": ["timeout", "no_timeout"], "properties": {"timeout": {"not": {"type": "null"}}, "no_timeout": {"const": true}}, "description": "give `timeout` or `no_timeout`, not both"}"#,
+    ),
+    (
+        "ScheduleBody",
+        r#"{"required": ["catch_up_max"], "properties": {"catch_up_max": {"not": {"type": "null"}}, "catch_up": {"not": {"const": "all"}}}, "description": "`catch_up_max` goes with `catch_up` `all` only"}"#,
     ),
 ];
 
@@ -220,6 +234,8 @@ fn spec(app: &App, queue: &QueueName, body: EnqueueBody) -> Result<(JobId, Enque
             max_attempts: body.max_attempts,
             payload,
             enqueued_at: enqueued,
+            timeout: body.timeout.map(|t| t.ttl("timeout")).transpose()?,
+            replace_finished: body.replace.is_some(),
         },
     ))
 }
@@ -287,6 +303,10 @@ pub(crate) struct BatchJob {
     pub(crate) payload_base64: Option<String>,
     /// When it was enqueued, as `POST /v1/queues/{queue}/jobs` takes it.
     pub(crate) enqueued_at: Option<Time>,
+    /// How long one attempt may run, as `POST /v1/queues/{queue}/jobs` takes it.
+    pub(crate) timeout: Option<Seconds>,
+    /// `finished`: rerun a finished job of this id, as `POST /v1/queues/{queue}/jobs` takes it.
+    pub(crate) replace: Option<Replace>,
 }
 
 impl BatchJob {
@@ -302,6 +322,8 @@ impl BatchJob {
                 payload: self.payload,
                 payload_base64: self.payload_base64,
                 enqueued_at: self.enqueued_at,
+                timeout: self.timeout,
+                replace: self.replace,
             },
         )
     }
@@ -388,6 +410,10 @@ pub(crate) struct LeaseView {
     pub(crate) until: f64,
     /// Which attempt this is (1 for the first; 0 for a claim by id).
     pub(crate) attempt: u32,
+    /// How long this attempt may run, in seconds (the job's timeout, else its queue's), if
+    /// it has a limit: stop after that, and fail it as "timed out".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) timeout: Option<f64>,
     /// The job's payload, if it has one.
     #[serde(flatten)]
     pub(crate) payload: PayloadView,
@@ -403,6 +429,7 @@ impl LeaseView {
             fence: lease.fence.get(),
             until: lease.until.get(),
             attempt: lease.attempt,
+            timeout: lease.timeout.map(lease_domain::Ttl::get),
             payload: PayloadView::of(lease.payload.as_deref()),
             lease_token: token.to_owned(),
         }
@@ -568,6 +595,14 @@ pub(crate) async fn claim(
         .record(&id)
         .await
         .map_err(|e| Problem::store(&e))?;
+    let settings = lease_ports::control::Control::queues(&*app.store)
+        .await
+        .map_err(|e| Problem::store(&e))?;
+    let timeout = record.as_ref().and_then(|r| {
+        let queue = settings.iter().find(|(q, _)| *q == r.job.queue);
+        r.job
+            .timeout_in(&queue.map(|(_, s)| *s).unwrap_or_default())
+    });
     let lease = Lease {
         job: id,
         fence,
@@ -575,6 +610,7 @@ pub(crate) async fn claim(
         until: term.until(),
         attempt: 0,
         payload: record.and_then(|r| r.job.payload),
+        timeout,
     };
     Ok(no_store(json_response(
         StatusCode::OK,
@@ -587,7 +623,7 @@ pub(crate) async fn claim(
 /// wrong one, expired): the key's principal and scope, the owner the request named, and the
 /// digest of its one `Lease-Token`. The server decides nothing of the job; it only refuses a
 /// named owner this key may never act as (`403`), which reads nothing.
-fn credential(holder: Holder, named: Option<Name>) -> Result<Credential, Problem> {
+pub(crate) fn credential(holder: Holder, named: Option<Name>) -> Result<Credential, Problem> {
     let named = named.map(Name::owner).transpose()?;
     if let Some(owner) = &named {
         if !holder.caller.may_act_as(owner) {
@@ -604,13 +640,13 @@ fn credential(holder: Holder, named: Option<Name>) -> Result<Credential, Problem
 
 /// A holder's write as the store takes it: `write` made as the credential's writer (a
 /// stand-in the store replaces with the lease's owner once the credential passes).
-fn as_holder(credential: Credential, write: impl FnOnce(Owner) -> Command) -> Command {
+pub(crate) fn as_holder(credential: Credential, write: impl FnOnce(Owner) -> Command) -> Command {
     let stand_in = credential.writer();
     Command::AsHolder(credential, Box::new(write(stand_in)))
 }
 
 /// Runs a holder's write in the store and maps a refusal to its status.
-async fn holder_write<T: lease_ports::FromOutcome>(
+pub(crate) async fn holder_write<T: lease_ports::FromOutcome>(
     app: &App,
     id: &JobId,
     command: Command,
@@ -1006,6 +1042,10 @@ pub(crate) struct JobView {
     pub(crate) ended: Option<String>,
     /// When a queue rule last changed the job.
     pub(crate) updated: Option<f64>,
+    /// How long one attempt may run, in seconds, if the job names a limit of its own.
+    pub(crate) timeout: Option<f64>,
+    /// What the current attempt last said of its progress.
+    pub(crate) progress: Option<String>,
     /// The job's payload, if it has one.
     #[serde(flatten)]
     pub(crate) payload: PayloadView,
@@ -1031,6 +1071,8 @@ impl JobView {
             error: job.error.clone(),
             ended: job.ended.map(|e| e.as_str().to_owned()),
             updated: job.updated.map(Timestamp::get),
+            timeout: job.timeout.map(lease_domain::Ttl::get),
+            progress: job.progress.clone(),
             payload: PayloadView::of(job.payload.as_deref()),
         }
     }

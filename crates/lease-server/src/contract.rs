@@ -226,6 +226,32 @@ fn field(pointer: &str) -> String {
     }
 }
 
+/// The error inside `error` that says most: for a value that matches none of the schemas it
+/// may be (an optional field or body: `null`, or its type), the one of the schema it came
+/// closest to, which is the one that found a fault deepest in it, the later schema on a tie
+/// (`null` comes first). "field `until` is not of the type..." rather than "the body is not
+/// what this endpoint takes".
+fn telling<'a>(error: &'a jsonschema::ValidationError<'a>) -> &'a jsonschema::ValidationError<'a> {
+    let context = match error.kind() {
+        ValidationErrorKind::OneOfNotValid { context } | ValidationErrorKind::AnyOf { context } => {
+            context
+        }
+        _ => return error,
+    };
+    let depth = |e: &jsonschema::ValidationError<'_>| e.instance_path().as_str().len();
+    context
+        .iter()
+        .filter_map(|branch| branch.first())
+        .fold(
+            None,
+            |best: Option<&jsonschema::ValidationError<'_>>, e| match best {
+                Some(b) if depth(b) > depth(e) => Some(b),
+                _ => Some(e),
+            },
+        )
+        .map_or(error, |e| telling(e))
+}
+
 /// The first thing `validator` finds wrong with `instance`, said for `at` (a parameter's name,
 /// or empty for the body, whose fields are named from the error's path).
 fn check(validator: &jsonschema::Validator, instance: &Value, at: &str) -> Result<(), Problem> {
@@ -233,9 +259,10 @@ fn check(validator: &jsonschema::Validator, instance: &Value, at: &str) -> Resul
     if validator.is_valid(instance) {
         return Ok(());
     }
-    let Some(error) = validator.iter_errors(instance).next() else {
+    let Some(first) = validator.iter_errors(instance).next() else {
         return Ok(());
     };
+    let error = telling(&first);
     let place = if at.is_empty() {
         field(error.instance_path().as_str())
     } else {

@@ -97,6 +97,97 @@ field!(
         .maximum(Some(i64::MAX))
 );
 
+field!(
+    /// A duration in seconds (an attempt's timeout).
+    Seconds(f64),
+    ObjectBuilder::new()
+        .schema_type(SchemaType::Type(Type::Number))
+        .description(Some("A duration in seconds (at least 0.001)"))
+        .minimum(Some(MIN_TTL))
+        .maximum(Some(TIME_BOUND))
+);
+
+field!(
+    /// What a running job says of its progress.
+    ProgressText(String),
+    ObjectBuilder::new()
+        .schema_type(SchemaType::Type(Type::String))
+        .description(Some(
+            "What a running job says of its progress: up to 256 characters, none of them NUL",
+        ))
+        .max_length(Some(256))
+        .pattern(Some(NO_NUL))
+        .examples(["12 of 40 files"])
+);
+
+field!(
+    /// A schedule's name.
+    ScheduleNameText(String),
+    ObjectBuilder::new()
+        .schema_type(SchemaType::Type(Type::String))
+        .description(Some(
+            "A schedule's name: 1 to 50 characters, none of them NUL or @ (a tick's job id is \
+             the name, @ and the tick's time)",
+        ))
+        .min_length(Some(1))
+        .max_length(Some(50))
+        .pattern(Some("^[^\\x00@]*$"))
+        .examples(["nightly-report"])
+);
+
+field!(
+    /// A cron expression.
+    CronText(String),
+    ObjectBuilder::new()
+        .schema_type(SchemaType::Type(Type::String))
+        .description(Some(
+            "Five cron fields (minute hour day-of-month month day-of-week: numbers, *, ranges, \
+             lists, steps, month and day names) or a shorthand: @yearly, @monthly, @weekly, \
+             @daily, @hourly. Whether it is a valid expression is checked by the calendar: an \
+             impossible one (61 * * * *) is refused 422.",
+        ))
+        .min_length(Some(1))
+        .max_length(Some(200))
+        .pattern(Some(NO_NUL))
+        .examples(["0 3 * * *"])
+);
+
+field!(
+    /// An IANA time zone name.
+    ZoneText(String),
+    ObjectBuilder::new()
+        .schema_type(SchemaType::Type(Type::String))
+        .description(Some(
+            "An IANA time zone name (UTC, Europe/Paris); one the server does not know is \
+             refused 422",
+        ))
+        .min_length(Some(1))
+        .max_length(Some(64))
+        .pattern(Some(NO_NUL))
+        .examples(["Europe/Paris"])
+);
+
+/// What an enqueue does with a job of the same id that is done, dead or cancelled.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Replace {
+    /// Run it again: pending, attempts from 0, its fence going on, its last result kept until
+    /// the new run completes. A pending or running job is never touched.
+    Finished,
+}
+
+/// A schedule's catch-up policy after downtime.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum CatchUpName {
+    /// One job, for the most recent missed tick (the default).
+    Latest,
+    /// No job for a missed tick (only one at most a minute late).
+    None,
+    /// A job for each missed tick, at most `catch_up_max` (default 1000) of the newest.
+    All,
+}
+
 impl Name {
     /// The name as a job id.
     pub(crate) fn job(self) -> Result<lease_domain::JobId, crate::problem::Problem> {
@@ -124,6 +215,13 @@ impl Time {
         field: &str,
     ) -> Result<lease_domain::Timestamp, crate::problem::Problem> {
         lease_domain::Timestamp::new(self.0).map_err(|e| crate::input::bad_value(field, &e))
+    }
+}
+
+impl Seconds {
+    /// The duration as the domain's.
+    pub(crate) fn ttl(&self, field: &str) -> Result<lease_domain::Ttl, crate::problem::Problem> {
+        lease_domain::Ttl::new(self.0).map_err(|e| crate::input::bad_value(field, &e))
     }
 }
 

@@ -11,6 +11,7 @@
 mod api;
 mod auth;
 mod contract;
+mod control;
 mod extract;
 mod fields;
 mod input;
@@ -33,6 +34,7 @@ use axum::response::IntoResponse;
 use lease_domain::Timestamp;
 use lease_ports::LeaseStore;
 use lease_ports::audit::AuditTrail;
+use lease_ports::control::Control;
 use lease_ports::keys::KeyStore;
 use lease_ports::overview::Overview;
 use lease_ports::signal::EnqueueSignal;
@@ -56,9 +58,15 @@ pub use auth::LEASE_TOKEN;
 
 /// What the service needs of a store: the queue, its audit trail, its API keys, the
 /// operator's overview, and (where the store can) signals of enqueues made by anyone.
-pub trait ServiceStore: LeaseStore + AuditTrail + KeyStore + Overview + EnqueueSignal {}
+pub trait ServiceStore:
+    LeaseStore + AuditTrail + KeyStore + Overview + EnqueueSignal + Control
+{
+}
 
-impl<T: LeaseStore + AuditTrail + KeyStore + Overview + EnqueueSignal + ?Sized> ServiceStore for T {}
+impl<T: LeaseStore + AuditTrail + KeyStore + Overview + EnqueueSignal + Control + ?Sized>
+    ServiceStore for T
+{
+}
 
 /// The clock the service decides with (the CLI's `main` passes the system clock).
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
@@ -193,10 +201,13 @@ impl App {
         description = "A fenced work queue: every lease carries a fencing token (a per-job number that only goes up) and a secret lease token; a stale worker's write is refused."
     ),
     modifiers(&BearerKeys),
+    // A path parameter's type is not collected from the routes as a body's is.
+    components(schemas(fields::ScheduleNameText)),
     tags(
         (name = "queue", description = "Enqueue and claim"),
         (name = "jobs", description = "A lease holder's writes, and reading jobs"),
-        (name = "admin", description = "Cancel, retry and purge (admin keys)"),
+        (name = "admin", description = "Cancel, retry and purge; pause, resume and limit a queue (admin keys)"),
+        (name = "schedules", description = "Periodic schedules: read by any key, made, changed, removed and fired by admin keys"),
         (name = "audit", description = "Refused writes"),
         (name = "service", description = "Health, metrics and this document"),
         (name = "page", description = "The operator page: its files, sessions (a cookie for a key) and the event stream"),
@@ -241,6 +252,14 @@ fn routes() -> (axum::Router<Arc<App>>, utoipa::openapi::OpenApi) {
         .routes(routes!(api::stats))
         .routes(routes!(api::activity))
         .routes(routes!(api::refusals))
+        .routes(routes!(control::queues))
+        .routes(routes!(control::pause))
+        .routes(routes!(control::resume))
+        .routes(routes!(control::limits))
+        .routes(routes!(control::schedules))
+        .routes(routes!(control::put_schedule, control::remove_schedule))
+        .routes(routes!(control::fire))
+        .routes(routes!(control::progress))
         .routes(routes!(api::healthz))
         .routes(routes!(api::metrics))
         .routes(routes!(api::openapi))

@@ -1,5 +1,5 @@
 //! JSON shapes the service shares with the `lease` command's `--json` output, written once:
-//! the counts of `stats` and a row of the audit trail.
+//! the counts of `stats`, a row of the audit trail, a queue's settings and a schedule.
 
 use lease_domain::Status;
 use lease_ports::StatsRow;
@@ -81,4 +81,21 @@ pub fn refusal_json(row: &AuditRow) -> Value {
         "reason": row.reason,
         "late_by": row.late_by,
     })
+}
+
+/// A queue's settings as `GET /v1/queues` answers each (`paused`, `paused_until`,
+/// `concurrency`, `timeout`), judged at `now`.
+#[must_use]
+pub fn queue_json(
+    queue: &lease_domain::QueueName,
+    settings: &lease_domain::QueueSettings,
+    now: lease_domain::Timestamp,
+) -> Value {
+    serde_json::to_value(crate::control::QueueView::of(queue, settings, now)).unwrap_or_default()
+}
+
+/// A schedule as `GET /v1/schedules` answers each, with its next tick after `now`.
+#[must_use]
+pub fn schedule_json(schedule: &lease_domain::Schedule, now: lease_domain::Timestamp) -> Value {
+    serde_json::to_value(crate::control::ScheduleView::of(schedule, now)).unwrap_or_default()
 }

@@ -916,6 +916,45 @@ impl lease_ports::overview::Overview for CountingReads {
 
 impl lease_ports::signal::EnqueueSignal for CountingReads {}
 
+#[async_trait::async_trait]
+impl lease_ports::control::Control for CountingReads {
+    async fn change_queue(
+        &self,
+        queue: &lease_domain::QueueName,
+        change: lease_domain::QueueChange,
+    ) -> Result<lease_domain::QueueSettings, lease_ports::StoreError> {
+        self.inner.change_queue(queue, change).await
+    }
+    async fn queues(
+        &self,
+    ) -> Result<Vec<(lease_domain::QueueName, lease_domain::QueueSettings)>, lease_ports::StoreError>
+    {
+        self.inner.queues().await
+    }
+    async fn put_schedule(
+        &self,
+        spec: &lease_domain::ScheduleSpec,
+        now: Timestamp,
+    ) -> Result<lease_domain::Schedule, lease_ports::StoreError> {
+        self.inner.put_schedule(spec, now).await
+    }
+    async fn remove_schedule(
+        &self,
+        name: &lease_domain::ScheduleName,
+    ) -> Result<bool, lease_ports::StoreError> {
+        self.inner.remove_schedule(name).await
+    }
+    async fn schedules(&self) -> Result<Vec<lease_domain::Schedule>, lease_ports::StoreError> {
+        self.inner.schedules().await
+    }
+    async fn fire_schedule(
+        &self,
+        fire: &lease_ports::control::Fire,
+    ) -> Result<Option<Vec<bool>>, lease_ports::StoreError> {
+        self.inner.fire_schedule(fire).await
+    }
+}
+
 /// A holder's write is judged once, by the store, in its own write: the service reads no
 /// record before it, accepted or refused (it used to read the job, judge it, then write).
 #[tokio::test]

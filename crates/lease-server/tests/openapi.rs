@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const ROUTES: [(&str, &str); 25] = [
+const ROUTES: [(&str, &str); 34] = [
     ("post", "/v1/queues/{queue}/jobs"),
     ("post", "/v1/queues/{queue}/jobs/batch"),
     ("post", "/v1/queues/{queue}/claims"),
@@ -32,6 +32,15 @@ const ROUTES: [(&str, &str); 25] = [
     ("get", "/v1/session"),
     ("delete", "/v1/session"),
     ("get", "/v1/events"),
+    ("post", "/v1/jobs/{id}/progress"),
+    ("get", "/v1/queues"),
+    ("post", "/v1/queues/{queue}/pause"),
+    ("post", "/v1/queues/{queue}/resume"),
+    ("put", "/v1/queues/{queue}/limits"),
+    ("get", "/v1/schedules"),
+    ("put", "/v1/schedules/{name}"),
+    ("delete", "/v1/schedules/{name}"),
+    ("post", "/v1/schedules/{name}/fire"),
 ];
 
 /// Routes any caller may use: health, this document, the page's files, and signing in

@@ -11,6 +11,8 @@ const state = {
   stats: null,
   activity: null,
   refusals: null,
+  queues: [],
+  schedules: [],
   pageAfter: [],
   next: null,
   job: null,
@@ -184,14 +186,27 @@ function chart(series) {
   return svg;
 }
 
+// A queue's flow control in words: paused (until when), its limit and its timeout.
+function flow(settings) {
+  if (!settings) return '—';
+  const words = [];
+  if (settings.paused) {
+    words.push(settings.paused_until ? `paused until ${new Date(settings.paused_until * 1000).toLocaleString()}` : 'paused');
+  }
+  if (settings.concurrency !== null && settings.concurrency !== undefined) words.push(`≤ ${num(settings.concurrency)} at once`);
+  if (settings.timeout !== null && settings.timeout !== undefined) words.push(`timeout ${duration(settings.timeout)}`);
+  return words.length ? words.join(', ') : '—';
+}
+
 function renderQueues() {
   const body = $('queues').tBodies[0];
   const queues = (state.stats && state.stats.queues) || {};
   const activity = (state.activity && state.activity.queues) || {};
-  const names = Object.keys(queues).sort();
+  const settings = Object.fromEntries(state.queues.map((q) => [q.queue, q]));
+  const names = [...new Set([...Object.keys(queues), ...Object.keys(settings)])].sort();
   const now = Date.now() / 1000;
   const rows = names.map((name) => {
-    const q = queues[name];
+    const q = queues[name] || {};
     const row = el('tr');
     const link = el('a', name);
     link.href = `#/jobs?queue=${encodeURIComponent(name)}`;
@@ -203,6 +218,15 @@ function renderQueues() {
     if (oldest !== null && oldest !== undefined) wait.title = `due since Unix ${oldest}`;
     for (const status of ['running', 'done', 'dead', 'cancelled']) cell(row, num(q[status]), 'num');
     cell(row, chart(activity[name]));
+    cell(row, flow(settings[name]), settings[name] && settings[name].paused ? 'paused' : undefined);
+    if (isAdmin()) {
+      const paused = !!(settings[name] && settings[name].paused);
+      const button = el('button', paused ? 'Resume…' : 'Pause…', paused ? undefined : 'danger');
+      button.type = 'button';
+      button.dataset.queue = name;
+      button.addEventListener('click', () => pauseOrResume(name, paused));
+      cell(row, button);
+    }
     return row;
   });
   body.replaceChildren(...rows);
@@ -237,6 +261,38 @@ function renderRefusals() {
   $('no-refusals').hidden = !audit || list.length > 0;
 }
 
+function renderSchedules() {
+  const rows = state.schedules.map((s) => {
+    const row = el('tr');
+    cell(row, s.name, 'id');
+    cell(row, `${s.cron} (${s.zone})`);
+    cell(row, s.queue, 'id');
+    cell(row, s.catch_up);
+    cell(row, time(s.last_tick));
+    cell(row, time(s.next_tick));
+    if (isAdmin()) {
+      const button = el('button', 'Remove…', 'danger');
+      button.type = 'button';
+      button.addEventListener('click', () => removeSchedule(s.name));
+      cell(row, button);
+    }
+    return row;
+  });
+  $('schedules').tBodies[0].replaceChildren(...rows);
+  $('no-schedules').hidden = rows.length > 0;
+}
+
+async function loadControl() {
+  const [queues, schedules] = await Promise.all([
+    api('GET', '/v1/queues'),
+    api('GET', '/v1/schedules'),
+  ]);
+  state.queues = queues.queues;
+  state.schedules = schedules.schedules;
+  renderQueues();
+  renderSchedules();
+}
+
 async function loadOverview() {
   const [stats, refusals, activity] = await Promise.all([
     api('GET', '/v1/stats'),
@@ -248,6 +304,7 @@ async function loadOverview() {
   state.activity = activity;
   renderQueues();
   renderRefusals();
+  await loadControl();
 }
 
 // ---- live updates -----------------------------------------------------------------------
@@ -348,6 +405,8 @@ function renderJob(job) {
   field(list, 'Result', text(job.result));
   field(list, 'Result fence', num(job.result_fence));
   field(list, 'Last error', text(job.error));
+  field(list, 'Progress', text(job.progress));
+  field(list, 'Timeout', job.timeout === null || job.timeout === undefined ? null : duration(job.timeout));
   field(list, 'Ended', job.ended);
   field(list, 'Updated', time(job.updated));
   if (typeof job.payload === 'string') field(list, 'Payload', text(job.payload));
@@ -396,6 +455,76 @@ async function act(verb, id) {
     say(`Job ${id}: ${e.message}`);
   }
   await loadJob(id);
+}
+
+async function pauseOrResume(queue, paused) {
+  const verb = paused ? 'resume' : 'pause';
+  const question = paused
+    ? `Resume queue “${queue}”? Claims take its jobs again.`
+    : `Pause queue “${queue}”? No new lease is handed out until it is resumed; running jobs go on.`;
+  if (!(await confirmed(question))) return;
+  try {
+    await api('POST', `/v1/queues/${encodeURIComponent(queue)}/${verb}`, {});
+    say(`Queue ${queue}: ${paused ? 'resumed' : 'paused'}.`);
+  } catch (e) {
+    say(`Queue ${queue}: ${e.message}`);
+  }
+  await loadControl();
+}
+
+async function limit(event) {
+  event.preventDefault();
+  const queue = $('limit-queue').value;
+  const body = {};
+  const concurrency = $('limit-concurrency').value;
+  const timeout = $('limit-timeout').value;
+  if (concurrency !== '') body.concurrency = Number(concurrency);
+  if (timeout !== '') {
+    if (Number(timeout) === 0) body.no_timeout = true; else body.timeout = Number(timeout);
+  }
+  if (!queue || Object.keys(body).length === 0) {
+    say('Name a queue, and a limit or a timeout to set.');
+    return;
+  }
+  if (!(await confirmed(`Set the limits of queue “${queue}”? Running leases are not touched.`))) return;
+  try {
+    const answer = await api('PUT', `/v1/queues/${encodeURIComponent(queue)}/limits`, body);
+    say(`Queue ${queue}: ${flow(answer)}.`);
+  } catch (e) {
+    say(`Queue ${queue}: ${e.message}`);
+  }
+  await loadControl();
+}
+
+async function saveSchedule(event) {
+  event.preventDefault();
+  const name = $('schedule-name').value;
+  const body = {
+    cron: $('schedule-cron').value,
+    zone: $('schedule-zone').value || 'UTC',
+    queue: $('schedule-queue').value,
+    catch_up: $('schedule-catch-up').value,
+  };
+  if ($('schedule-payload').value !== '') body.payload = $('schedule-payload').value;
+  if (!(await confirmed(`Save schedule “${name}”: ${body.cron} in ${body.zone}, into queue “${body.queue}”?`))) return;
+  try {
+    const answer = await api('PUT', `/v1/schedules/${encodeURIComponent(name)}`, body);
+    say(`Schedule ${name} saved; next tick ${answer.next_tick ? new Date(answer.next_tick * 1000).toLocaleString() : 'none'}.`);
+  } catch (e) {
+    say(`Schedule ${name}: ${e.message}`);
+  }
+  await loadControl();
+}
+
+async function removeSchedule(name) {
+  if (!(await confirmed(`Remove schedule “${name}”? The jobs its ticks made stay.`))) return;
+  try {
+    await api('DELETE', `/v1/schedules/${encodeURIComponent(name)}`);
+    say(`Schedule ${name} removed.`);
+  } catch (e) {
+    say(`Schedule ${name}: ${e.message}`);
+  }
+  await loadControl();
 }
 
 async function purge(event) {
@@ -485,6 +614,8 @@ async function start() {
   $('cancel-job').addEventListener('click', () => act('cancel', state.job));
   $('retry-job').addEventListener('click', () => act('retry', state.job));
   $('purge-form').addEventListener('submit', purge);
+  $('limit-form').addEventListener('submit', limit);
+  $('schedule-form').addEventListener('submit', saveSchedule);
   window.addEventListener('hashchange', () => {
     if (!location.hash.startsWith('#/jobs')) state.pageAfter = [];
     route();

@@ -13,6 +13,7 @@
 
 mod clock;
 mod connection;
+mod control;
 mod error;
 mod filesystem;
 mod group;
@@ -564,6 +565,70 @@ impl LeaseStore for SqliteLeaseStore {
 
     async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
         self.run(move |store| store.blocking().stats(now)).await
+    }
+}
+
+/// Queue settings and schedules: each change and fire is one op of the write path (one
+/// transaction, through group commit), each read a read outside it.
+#[async_trait]
+impl lease_ports::control::Control for SqliteLeaseStore {
+    async fn change_queue(
+        &self,
+        queue: &QueueName,
+        change: lease_domain::QueueChange,
+    ) -> Result<lease_domain::QueueSettings, StoreError> {
+        match one(self
+            .write_async(vec![Op::Queue(queue.clone(), change)])
+            .await?)?
+        {
+            ops::Reply::Settings(settings) => Ok(settings),
+            other => Err(ops::wrong_reply(&other)),
+        }
+    }
+
+    async fn queues(&self) -> Result<Vec<(QueueName, lease_domain::QueueSettings)>, StoreError> {
+        self.run(|store| store.with_conn(|conn| control::queues(conn)))
+            .await
+    }
+
+    async fn put_schedule(
+        &self,
+        spec: &lease_domain::ScheduleSpec,
+        now: Timestamp,
+    ) -> Result<lease_domain::Schedule, StoreError> {
+        let op = Op::PutSchedule(Box::new(spec.clone()), now);
+        match one(self.write_async(vec![op]).await?)? {
+            ops::Reply::Schedule(schedule) => Ok(*schedule),
+            other => Err(ops::wrong_reply(&other)),
+        }
+    }
+
+    async fn remove_schedule(&self, name: &lease_domain::ScheduleName) -> Result<bool, StoreError> {
+        match one(self
+            .write_async(vec![Op::RemoveSchedule(name.clone())])
+            .await?)?
+        {
+            ops::Reply::Removed(removed) => Ok(removed),
+            other => Err(ops::wrong_reply(&other)),
+        }
+    }
+
+    async fn schedules(&self) -> Result<Vec<lease_domain::Schedule>, StoreError> {
+        self.run(|store| store.with_conn(|conn| control::schedules(conn)))
+            .await
+    }
+
+    async fn fire_schedule(
+        &self,
+        fire: &lease_ports::control::Fire,
+    ) -> Result<Option<Vec<bool>>, StoreError> {
+        match one(self
+            .write_async(vec![Op::Fire(Box::new(fire.clone()))])
+            .await?)?
+        {
+            ops::Reply::Fired(fired) => Ok(fired),
+            other => Err(ops::wrong_reply(&other)),
+        }
     }
 }
 

@@ -72,6 +72,14 @@ pub(crate) enum Op {
         before: Timestamp,
         statuses: Vec<Status>,
     },
+    /// Change a queue's settings.
+    Queue(QueueName, lease_domain::QueueChange),
+    /// Make or replace a schedule, at a time.
+    PutSchedule(Box<lease_domain::ScheduleSpec>, Timestamp),
+    /// Remove a schedule.
+    RemoveSchedule(lease_domain::ScheduleName),
+    /// Fire a schedule.
+    Fire(Box<lease_ports::control::Fire>),
 }
 
 /// What an [`Op`] answers.
@@ -85,6 +93,14 @@ pub(crate) enum Reply {
     Purged(u64),
     /// The outcome of each enqueue of a batch.
     Jobs(Vec<Outcome>),
+    /// A queue's settings after a change.
+    Settings(lease_domain::QueueSettings),
+    /// A schedule as written.
+    Schedule(Box<lease_domain::Schedule>),
+    /// Whether a schedule was removed.
+    Removed(bool),
+    /// What a fire did.
+    Fired(Option<Vec<bool>>),
 }
 
 impl Reply {
@@ -202,7 +218,6 @@ pub(crate) fn claim_next(
     claim: &ClaimNext,
 ) -> Result<(Vec<Lease>, bool), StoreError> {
     let (queue, term, limit) = (&claim.queue, claim.term, claim.limit);
-    let mut next = ClaimNextLoop::of(claim);
     let mut wrote = false;
     if limit > 0 {
         let refiled = conn
@@ -211,6 +226,14 @@ pub(crate) fn claim_next(
             .map_err(error::sql(conn))?;
         wrote = refiled > 0;
     }
+    // The queue's settings and, under a limit, its live leases, read in this transaction.
+    let settings = crate::control::settings(conn, queue)?;
+    let held = if settings.counts_leases() && limit > 0 {
+        crate::control::held(conn, queue, term.now())?
+    } else {
+        0
+    };
+    let mut next = ClaimNextLoop::in_queue(claim, &settings, held);
     while let Some(want) = next.want() {
         let mut page = Vec::new();
         for id in candidates(conn, queue, term.now(), want)? {
@@ -280,6 +303,16 @@ pub(crate) fn apply(conn: &Connection, op: &Op) -> Result<(Reply, bool), StoreEr
             }
             Ok((Reply::Jobs(outcomes), wrote))
         }
+        Op::Queue(queue, change) => crate::control::change_queue(conn, queue, *change)
+            .map(|settings| (Reply::Settings(settings), true)),
+        Op::PutSchedule(spec, now) => crate::control::put_schedule(conn, spec, *now)
+            .map(|schedule| (Reply::Schedule(Box::new(schedule)), true)),
+        Op::RemoveSchedule(name) => crate::control::remove_schedule(conn, name)
+            .map(|removed| (Reply::Removed(removed), removed)),
+        Op::Fire(fire) => crate::control::fire(conn, fire).map(|fired| {
+            let wrote = fired.is_some();
+            (Reply::Fired(fired), wrote)
+        }),
         Op::Clocked(mode, clock, op) => apply(
             conn,
             &clocked(*mode, op, crate::clock::now(clock.as_ref())?)?,
@@ -529,8 +562,8 @@ mod tests {
     fn when_the_disk_fills_mid_batch_every_answer_matches_what_is_stored() {
         let dir = tempfile::tempdir().unwrap();
         let options = SqliteOptions {
-            // The empty schema takes 18 pages; the batch fills the other two.
-            max_pages: Some(20),
+            // The empty schema takes 20 pages; the batch fills the other two.
+            max_pages: Some(22),
             ..SqliteOptions::default()
         };
         let mut conn = fresh(&dir, &options);

@@ -14,8 +14,8 @@ use crate::error;
 #[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub const SELECT_JOB: &str = "SELECT j.owner, j.until, j.fence, j.result, j.done, q.queue, \
     q.priority, q.run_at, q.attempts, q.max_attempts, q.payload, q.finished, q.error, \
-    q.result_fence, q.updated, q.token FROM jobs j LEFT JOIN jobs_queue q ON q.id = j.id \
-    WHERE j.id = ?1";
+    q.result_fence, q.updated, q.token, q.timeout, q.progress FROM jobs j \
+    LEFT JOIN jobs_queue q ON q.id = j.id WHERE j.id = ?1";
 
 /// Stores the contract's columns of a decided job over its row.
 // Exported by `lease_sqlite::sql` (feature `test-support`) for the benchmarks' baselines.
@@ -34,13 +34,15 @@ pub const INSERT_JOB: &str =
 // Exported by `lease_sqlite::sql` (feature `test-support`) for the benchmarks' baselines.
 #[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub const UPSERT_QUEUE: &str = "INSERT INTO jobs_queue(id, queue, priority, run_at, attempts, \
-    max_attempts, payload, finished, error, result_fence, updated, leased_until, token) \
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) ON CONFLICT(id) DO UPDATE SET \
+    max_attempts, payload, finished, error, result_fence, updated, leased_until, token, timeout, \
+    progress) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
+    ON CONFLICT(id) DO UPDATE SET \
     queue = excluded.queue, priority = excluded.priority, run_at = excluded.run_at, \
     attempts = excluded.attempts, max_attempts = excluded.max_attempts, \
     payload = excluded.payload, finished = excluded.finished, error = excluded.error, \
     result_fence = excluded.result_fence, updated = excluded.updated, \
-    leased_until = excluded.leased_until, token = excluded.token";
+    leased_until = excluded.leased_until, token = excluded.token, timeout = excluded.timeout, \
+    progress = excluded.progress";
 
 /// Stores the queue's columns of a decided job over its existing queue row (most writes:
 /// cheaper than the upsert's failed insert); a job whose queue row is missing gets one by
@@ -49,7 +51,8 @@ pub const UPSERT_QUEUE: &str = "INSERT INTO jobs_queue(id, queue, priority, run_
 #[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub const UPDATE_QUEUE: &str = "UPDATE jobs_queue SET queue = ?2, priority = ?3, \
     run_at = ?4, attempts = ?5, max_attempts = ?6, payload = ?7, finished = ?8, error = ?9, \
-    result_fence = ?10, updated = ?11, leased_until = ?12, token = ?13 WHERE id = ?1";
+    result_fence = ?10, updated = ?11, leased_until = ?12, token = ?13, timeout = ?14, \
+    progress = ?15 WHERE id = ?1";
 
 pub(crate) fn corrupt(id: &JobId, what: String) -> StoreError {
     StoreError::Corrupt(format!("job {id}: {what}").into())
@@ -221,6 +224,13 @@ pub(crate) fn decode(id: &JobId, row: &rusqlite::Row<'_>) -> Result<Job, StoreEr
                 ));
             }
         },
+        timeout: number(id, row, 16, "timeout")?
+            .map(|t| {
+                lease_domain::Ttl::new(t.get())
+                    .map_err(|_| corrupt(id, format!("stored timeout {t} is not above 0")))
+            })
+            .transpose()?,
+        progress: text(id, row, 17, "progress")?,
     })
 }
 
@@ -281,6 +291,8 @@ pub(crate) fn store(
                     job.updated.map(Timestamp::get),
                     job.leased_until().map(Timestamp::get),
                     job.token.as_ref().map(TokenDigest::as_bytes),
+                    job.timeout.map(lease_domain::Ttl::get),
+                    job.progress.as_deref(),
                 ])
             })
             .map_err(error::sql(conn))

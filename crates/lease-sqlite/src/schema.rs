@@ -17,8 +17,9 @@ pub const APPLICATION_ID: i32 = 0x4C45_4153;
 /// The released migrations, frozen (`migrations/*.sql`). Version 1 is the contract's `jobs`
 /// table, version 2 the work queue beside it, version 3 the audit trail's table, version 4 the
 /// ready set that leaves held jobs out of claim order, version 5 the network service's lease
-/// tokens and API keys, version 6 the overview's counters and the index of finished jobs.
-pub(crate) const MIGRATIONS: [Migration; 6] = [
+/// tokens and API keys, version 6 the overview's counters and the index of finished jobs,
+/// version 7 queue settings, schedules, and a job's timeout and progress.
+pub(crate) const MIGRATIONS: [Migration; 7] = [
     Migration {
         version: 1,
         sql: include_str!("../migrations/0001_jobs.sql"),
@@ -43,6 +44,10 @@ pub(crate) const MIGRATIONS: [Migration; 6] = [
         version: 6,
         sql: include_str!("../migrations/0006_overview.sql"),
     },
+    Migration {
+        version: 7,
+        sql: include_str!("../migrations/0007_control.sql"),
+    },
 ];
 
 /// `PRAGMA user_version`: the schema version this code writes and reads (the newest migration).
@@ -56,7 +61,7 @@ const CREATE_RECORD: &str = "CREATE TABLE IF NOT EXISTS lease_migrations(\
     version INTEGER PRIMARY KEY, checksum TEXT NOT NULL)";
 
 /// The tables each version has, beside `jobs`: a marked file missing one is corrupt.
-const TABLES: [(i32, &str); 7] = [
+const TABLES: [(i32, &str); 9] = [
     (2, "jobs_queue"),
     (2, "purged"),
     (3, "lease_audit"),
@@ -64,6 +69,8 @@ const TABLES: [(i32, &str); 7] = [
     (5, "lease_keys"),
     (6, "lease_finished"),
     (6, "lease_completions"),
+    (7, "lease_queues"),
+    (7, "lease_schedules"),
 ];
 
 /// One column as `PRAGMA table_info` describes it: name, declared type, NOT NULL, default, key.
@@ -421,7 +428,7 @@ mod tests {
     }
 
     /// A file at the current version as `migrate` leaves it, with `checksums` recorded.
-    fn current(checksums: [String; 6]) -> Schema {
+    fn current(checksums: [String; 7]) -> Schema {
         let mut found = schema(
             APPLICATION_ID,
             SCHEMA_VERSION,
@@ -434,6 +441,8 @@ mod tests {
                 ("lease_keys", "table"),
                 ("lease_finished", "table"),
                 ("lease_completions", "table"),
+                ("lease_queues", "table"),
+                ("lease_schedules", "table"),
             ],
         );
         found.migrations = Some(
@@ -455,13 +464,14 @@ mod tests {
         assert_eq!(pinned, PINNED.map(str::to_owned));
     }
 
-    const PINNED: [&str; 6] = [
+    const PINNED: [&str; 7] = [
         "c878484aeb0818a54dffb888a21f5d3cd8d52a3f63db5a4214c0cc7bd9ee83cb",
         "8c0d06a026396a17df9ec1349a99ba3645ab58379280df82ccc3d7bcf0b0440a",
         "921260be82b4a9a3180ddbb59bd347469d61457937659996082d1d84db6e1646",
         "8a70489b1f553d7c64a3dca80914b045d2c4ddd3884f027d948dc19d5e125789",
         "57b6fe7f51c4b1c7a027146d7bba79530d21e88b924e4433f7dfd20ecd362361",
         "0c3ba251640cb5405104e4acb0bd48161be6c98c75c29639b18753c1485e4f37",
+        "64a151ab83940b7da3e67c93d85463fa65457ea2247be9e663baff6375317926",
     ];
 
     #[test]
@@ -469,7 +479,7 @@ mod tests {
         let checksums = MIGRATIONS.map(|m| m.checksum());
         assert_eq!(
             classify(&current(checksums.clone()), "f").unwrap(),
-            Found::Lease(6)
+            Found::Lease(7)
         );
         let mut edited = checksums.clone();
         edited[1] = "0".repeat(64);

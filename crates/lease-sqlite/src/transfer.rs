@@ -1,4 +1,4 @@
-//! Export and import of every job and purge mark, for `lease migrate`.
+//! Export and import of every job, purge mark, queue setting and schedule, for `lease migrate`.
 
 use async_trait::async_trait;
 use lease_domain::{Fence, JobId};
@@ -48,6 +48,8 @@ fn snapshot(conn: &Connection) -> Result<Snapshot, StoreError> {
         })?;
         snapshot.purged.push((id, fence));
     }
+    snapshot.queues = crate::control::queues(conn)?;
+    snapshot.schedules = crate::control::schedules(conn)?;
     Ok(snapshot)
 }
 
@@ -71,6 +73,12 @@ fn write(
         conn.prepare_cached(ops::REMEMBER_PURGED)
             .and_then(|mut stmt| stmt.execute(rusqlite::params![id.as_str(), i64::from(*fence)]))
             .map_err(error::sql(conn))?;
+    }
+    for (queue, settings) in &plan.queues {
+        crate::control::write_settings(conn, queue, settings)?;
+    }
+    for schedule in &plan.schedules {
+        crate::control::write_schedule(conn, schedule)?;
     }
     Ok(plan.imported)
 }

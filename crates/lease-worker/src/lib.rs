@@ -8,6 +8,11 @@
 //! The runtime owns tasks and timers, never a rule: every decision is the store's, made by
 //! `lease_domain`.
 //!
+//! A job whose lease carries a timeout (its own, else its queue's) is stopped once its handler
+//! has run that long, by the worker's clock, and failed with the error "timed out" (retried or
+//! dead by the store's rules), whatever its lease and renewals. A handler reports its progress
+//! through [`JobContext::progress`]: a fenced write that also renews the lease.
+//!
 //! Shutdown has three steps: stop claiming, let running jobs finish until the drain deadline,
 //! then cancel what is left and release its leases.
 
@@ -20,9 +25,10 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use lease_domain::{
-    ErrorText, Failed, Fence, JobId, JobResult, LeaseTerm, Owner, QueueName, Retry, Timestamp, Ttl,
+    ErrorText, Failed, Fence, JobId, JobResult, LeaseTerm, Owner, ProgressText, QueueName, Retry,
+    Timestamp, Ttl,
 };
-use lease_ports::{Lease, LeaseStore, StoreError};
+use lease_ports::{Lease, LeaseStore, StoreError, WriteOutcome};
 use tokio::task::JoinSet;
 pub use tokio_util::sync::CancellationToken;
 
@@ -39,10 +45,54 @@ pub struct JobContext {
     pub attempt: u32,
     /// The job's payload.
     pub payload: Option<Vec<u8>>,
-    /// Cancelled the moment the lease is lost or the job is cancelled: stop then, because no
-    /// result of this run will be reported.
+    /// Cancelled the moment the lease is lost or the job is cancelled, or the attempt runs
+    /// past its timeout: stop then, because no result of this run will be reported.
     pub cancel: CancellationToken,
+    /// How long this attempt may run (the job's timeout, else its queue's), if it is limited.
+    pub timeout: Option<Ttl>,
+    /// Reports this attempt's progress.
+    pub progress: Progress,
 }
+
+/// Reports a running job's progress: a short text stored with the job (shown by `record`,
+/// the API and the page) under the lease's fence, which also renews the lease. A stale holder's
+/// report is refused like any of its writes.
+#[derive(Clone)]
+pub struct Progress {
+    store: Arc<dyn LeaseStore>,
+    clock: Arc<dyn Clock>,
+    job: JobId,
+    owner: Owner,
+    fence: Fence,
+    ttl: Ttl,
+}
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Progress")
+            .field("job", &self.job)
+            .field("fence", &self.fence)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Progress {
+    /// Stores `text` as the job's progress and renews the lease for the worker's ttl.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidInput`] for a text over [`ProgressText::MAX_BYTES`] bytes (nothing
+    /// is stored), or the store's error. A refusal (the lease was lost) is the `Err` inside.
+    pub async fn report(&self, text: &str) -> Result<WriteOutcome, StoreError> {
+        let text = ProgressText::new(text)?;
+        let term = LeaseTerm::from_parts(Timestamp::new(self.clock.now())?, self.ttl)?;
+        self.store
+            .progress(&self.job, &self.owner, self.fence, term, &text)
+            .await
+    }
+}
+
+/// The error a job that ran past its timeout is failed with.
+pub const TIMED_OUT: &str = "timed out";
 
 /// What a handler answers: the result to store, or the error to fail the job with.
 pub type HandlerResult = Result<String, String>;
@@ -474,7 +524,18 @@ async fn run_job(
         attempt: lease.attempt,
         payload: lease.payload.clone(),
         cancel: token.clone(),
+        timeout: lease.timeout,
+        progress: Progress {
+            store: Arc::clone(&shared.store),
+            clock: Arc::clone(&shared.clock),
+            job: lease.job.clone(),
+            owner: config.owner.clone(),
+            fence: lease.fence,
+            ttl: config.ttl,
+        },
     }));
+    // When the attempt runs out of time, by the worker's clock.
+    let deadline = lease.timeout.map(|t| started + t.get());
     let interval = renew_interval(config.ttl, config.renew_fraction);
     let margin = stop_margin(config.ttl);
     // When the lease ends by the worker's clock: the store's `until` measured from the grant
@@ -487,6 +548,11 @@ async fn run_job(
                 let (outcome, following) = finish(shared, &lease, joined).await;
                 next = following;
                 break outcome;
+            }
+            // Past its timeout: stop the handler, then fail the job while the lease is held.
+            () = shared.clock.sleep(deadline.map_or(0.0, |d| d - shared.clock.now())), if deadline.is_some() => {
+                let _ = stop(&token, handle, config.cancel_grace, String::new()).await;
+                break report_failure(shared, &lease, TIMED_OUT.to_owned()).await;
             }
             // The lease is about to end by the worker's clock and was not renewed: stop now.
             () = shared.clock.sleep(until - margin - shared.clock.now()) => {

@@ -856,3 +856,131 @@ async fn an_unreachable_store_is_waited_out_without_exit_when_empty() {
         .unwrap();
     assert_eq!(summary.completed, 1);
 }
+
+/// A job that runs past its timeout is told to stop and failed "timed out", its lease held
+/// throughout (renewals go on): the error is stored and the job retried by the store's rules.
+/// A job without a timeout on the same worker runs as long as it needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_past_its_timeout_is_stopped_and_failed_timed_out_whatever_its_lease() {
+    let store = Watched::new(Arc::new(MemoryLeaseStore::new()));
+    let timed = EnqueueSpec {
+        timeout: Some(Ttl::new(0.3).unwrap()),
+        max_attempts: Some(2),
+        ..EnqueueSpec::default()
+    };
+    store.enqueue_with(&job("slow"), &timed).await.unwrap();
+    let stopped = Arc::new(AtomicBool::new(false));
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    // Renewed every 0.05 s: the lease is never what stops the job.
+    let mut slow_config = config("w", 0.15);
+    slow_config.max_jobs = Some(1);
+    let summary = Worker::new(
+        store.clone(),
+        waits_for_cancel(&stopped, "too late"),
+        slow_config,
+    )
+    .on_report(collect(&reports))
+    .run(CancellationToken::new())
+    .await
+    .unwrap();
+    assert_eq!(summary.failed, 1, "{:?}", reports.lock().unwrap());
+    assert!(
+        stopped.load(Ordering::SeqCst),
+        "the handler was never told to stop"
+    );
+    assert!(
+        store.renewals.load(Ordering::SeqCst) >= 2,
+        "the lease was renewed meanwhile"
+    );
+    let report = reports.lock().unwrap()[0].clone();
+    assert!(report.seconds >= 0.3, "stopped after {} s", report.seconds);
+    let stored = record(store.as_ref(), "slow").await;
+    assert_eq!(stored.error.as_deref(), Some(lease_worker::TIMED_OUT));
+    assert_eq!(stored.result, None);
+    assert_eq!(
+        stored.status_at(Timestamp::new(SystemClock.now()).unwrap()),
+        Status::Pending,
+        "a timed-out attempt is retried while attempts remain"
+    );
+    assert!(store.complete_calls.lock().unwrap().is_empty());
+
+    store.enqueue(&job("free")).await.unwrap();
+    let mut free_config = config("w", 0.15);
+    free_config.max_jobs = Some(1);
+    free_config.queue = QueueName::default();
+    let summary = Worker::new(
+        store.clone(),
+        |ctx: JobContext| async move {
+            assert_eq!(ctx.timeout, None);
+            tokio::time::sleep(Duration::from_millis(450)).await;
+            Ok::<_, String>("took its time".to_owned())
+        },
+        free_config,
+    )
+    .run(CancellationToken::new())
+    .await;
+    // The retried "slow" job is not due yet (backoff), so the worker takes "free".
+    assert_eq!(summary.unwrap().completed, 1);
+    assert_eq!(
+        record(store.as_ref(), "free").await.result.as_deref(),
+        Some("took its time")
+    );
+}
+
+/// A handler's progress is stored under its fence and renews the lease; once the lease is
+/// another's, the old holder's report is refused and the new holder's stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_reports_are_stored_under_the_fence_and_a_stale_one_is_refused() {
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    store.enqueue(&job("p")).await.unwrap();
+    let kept: Arc<Mutex<Option<lease_worker::Progress>>> = Arc::new(Mutex::new(None));
+    let seen = Arc::clone(&kept);
+    let reader = Arc::clone(&store);
+    let mut config = config("w", 5.0);
+    config.max_jobs = Some(1);
+    let summary = Worker::new(
+        Arc::clone(&store),
+        move |ctx: JobContext| {
+            let (seen, reader) = (Arc::clone(&seen), Arc::clone(&reader));
+            async move {
+                let before = record(reader.as_ref(), "p").await.until;
+                assert!(matches!(ctx.progress.report("1 of 2").await, Ok(Ok(()))));
+                let stored = record(reader.as_ref(), "p").await;
+                assert_eq!(stored.progress.as_deref(), Some("1 of 2"));
+                assert!(stored.until >= before, "the report renewed the lease");
+                let long = "x".repeat(lease_domain::ProgressText::MAX_BYTES + 1);
+                assert!(matches!(
+                    ctx.progress.report(&long).await,
+                    Err(StoreError::InvalidInput(_))
+                ));
+                *seen.lock().unwrap() = Some(ctx.progress.clone());
+                Ok::<_, String>("done".to_owned())
+            }
+        },
+        config,
+    )
+    .run(CancellationToken::new())
+    .await
+    .unwrap();
+    assert_eq!(summary.completed, 1);
+    // Run again under a new lease (a re-run): the first lease's report is refused.
+    let rerun = EnqueueSpec {
+        replace_finished: true,
+        ..EnqueueSpec::default()
+    };
+    assert!(store.enqueue_with(&job("p"), &rerun).await.unwrap());
+    let now = lease_domain::LeaseTerm::new(SystemClock.now(), 5.0).unwrap();
+    let leases = store
+        .claim_next(&QueueName::default(), &owner("w"), now, 1)
+        .await
+        .unwrap();
+    assert_eq!(leases.len(), 1);
+    assert_eq!(
+        record(store.as_ref(), "p").await.progress,
+        None,
+        "a claim clears it"
+    );
+    let stale = kept.lock().unwrap().clone().unwrap();
+    assert!(stale.report("from the old lease").await.unwrap().is_err());
+    assert_eq!(record(store.as_ref(), "p").await.progress, None);
+}

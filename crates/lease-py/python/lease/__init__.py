@@ -155,21 +155,30 @@ class Store(_Opened):
         run_at: Optional[float] = None,
         max_attempts: Optional[int] = None,
         payload: Payload = None,
+        timeout: Optional[float] = None,
+        replace_finished: bool = False,
     ) -> bool:
         """Adds a job: True when it was made, False when the id existed (nothing changes then).
 
         Higher ``priority`` is claimed first; the job is not claimable before ``run_at``;
         ``claim_next`` leases it at most ``max_attempts`` times (default 5); ``payload`` is
-        bytes (or text, kept as UTF-8), at most 1 MiB.
+        bytes (or text, kept as UTF-8), at most 1 MiB. An attempt may run ``timeout`` seconds
+        (default: its queue's, if any) before its worker stops it and fails it "timed out".
+        With ``replace_finished``, an id that is done, dead or cancelled runs again (pending,
+        attempts from 0, its fence going on, its last result kept until the new run
+        completes); a pending or running job is never touched.
         """
         return self._finish(
-            self._core.enqueue(job_id, queue, priority, run_at, max_attempts, payload)
+            self._core.enqueue(
+                job_id, queue, priority, run_at, max_attempts, payload, timeout, replace_finished
+            )
         )
 
     def enqueue_many(self, jobs: Iterable[dict], *, queue: str = "default") -> list:
         """Adds many jobs in one transaction, all or none; for each, in order, whether it was
         made. Each job is a dict with ``id`` and any of ``queue`` (default ``queue``),
-        ``priority``, ``run_at``, ``max_attempts``, ``payload``."""
+        ``priority``, ``run_at``, ``max_attempts``, ``payload``, ``timeout`` and ``replace``
+        (``"finished"``: as ``replace_finished``)."""
         return self._finish(self._core.enqueue_many(list(jobs), queue))
 
     def claim(
@@ -303,9 +312,13 @@ class AsyncStore(_Opened):
         run_at: Optional[float] = None,
         max_attempts: Optional[int] = None,
         payload: Payload = None,
+        timeout: Optional[float] = None,
+        replace_finished: bool = False,
     ) -> bool:
         """As :meth:`Store.enqueue`."""
-        return await self._core.enqueue(job_id, queue, priority, run_at, max_attempts, payload)
+        return await self._core.enqueue(
+            job_id, queue, priority, run_at, max_attempts, payload, timeout, replace_finished
+        )
 
     async def enqueue_many(self, jobs: Iterable[dict], *, queue: str = "default") -> list:
         """As :meth:`Store.enqueue_many`."""

@@ -1,0 +1,447 @@
+//! The commands of scheduling and flow control: `pause`, `resume`, `limit`, `progress` and
+//! `schedule set | list | remove | run-due`. Each is checked here into a [`ControlRequest`]
+//! (nothing reaches a store before every value passed) and run against any store that has
+//! queue settings and schedules ([`Controlled`]): SQLite, PostgreSQL, or a server.
+
+use clap::Subcommand;
+use lease_domain::{
+    CatchUp, EnqueueSpec, Fence, JobId, LeaseTerm, Owner, Payload, ProgressText, QueueChange,
+    QueueName, QueueSettings, ScheduleName, ScheduleSpec, Timestamp, Ttl,
+};
+use lease_ports::StoreError;
+use lease_ports::control::Controlled;
+use serde_json::{Value, json};
+
+use crate::cli::{PayloadSource, ReadInput, RequestError};
+use crate::render::{Report, escape_controls, write_refusal};
+use crate::when;
+
+/// The `lease schedule` commands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum ScheduleCommand {
+    /// Make or change a schedule: each tick of --cron in --tz enqueues one job in --queue, with
+    /// the id NAME@TICK (the tick in UTC, such as nightly@2026-12-02T02:00:00Z), so however
+    /// many schedulers run there is one job per tick. `lease serve` and `lease work` run the
+    /// schedules of their store; `lease schedule run-due` runs one pass (for cron).
+    Set {
+        /// The schedule's name: 1 to 200 bytes, no NUL, no `@`.
+        name: String,
+        /// Five cron fields (minute hour day-of-month month day-of-week) or @yearly,
+        /// @monthly, @weekly, @daily, @hourly.
+        #[arg(long)]
+        cron: String,
+        /// The IANA time zone the expression is read in. A time a daylight-saving change
+        /// skips fires at the first instant after the gap; a repeated one fires once.
+        #[arg(long, default_value = "UTC")]
+        tz: String,
+        /// The queue of its jobs.
+        #[arg(long)]
+        queue: String,
+        /// Their priority (higher is claimed first).
+        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+        priority: i64,
+        /// How many times claim-next may lease each (default 5).
+        #[arg(long)]
+        max_attempts: Option<u32>,
+        /// The most seconds one attempt may run (default: the queue's timeout, if any).
+        #[arg(long, value_name = "SECONDS", allow_hyphen_values = true)]
+        timeout: Option<f64>,
+        #[command(flatten)]
+        payload: PayloadSource,
+        /// After downtime: `latest` (one job, for the most recent missed tick), `none` (only a
+        /// tick at most a minute late), `all` or `all:N` (every missed tick, at most the newest N,
+        /// up to 1000).
+        #[arg(long, default_value = "latest")]
+        catch_up: String,
+        /// The current time (Unix seconds or RFC 3339); default: the system clock.
+        #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
+        now: Option<f64>,
+    },
+    /// List every schedule with its last and next tick.
+    List {
+        /// The time the next tick is counted from (Unix seconds or RFC 3339); default: the
+        /// system clock.
+        #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
+        now: Option<f64>,
+    },
+    /// Remove a schedule (the jobs its ticks made stay).
+    Remove {
+        /// The schedule's name.
+        name: String,
+    },
+    /// Run one pass: enqueue the job of every schedule's due tick (by its catch-up policy),
+    /// once, then exit. Safe to run from cron on any number of machines at once.
+    RunDue {
+        /// The time of the pass (Unix seconds or RFC 3339); default: the system clock.
+        #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
+        now: Option<f64>,
+    },
+}
+
+/// A scheduling or flow-control command whose inputs passed every check.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ControlRequest {
+    /// Change a queue's settings (one change, or a limit's two), judged at a time.
+    Queue(QueueName, Vec<QueueChange>, Timestamp),
+    /// Store a running job's progress under its fence.
+    Progress(JobId, Owner, Fence, LeaseTerm, ProgressText),
+    /// Make or change a schedule.
+    SetSchedule(ScheduleSpec, Timestamp),
+    /// List the schedules.
+    ListSchedules(Timestamp),
+    /// Remove a schedule.
+    RemoveSchedule(ScheduleName),
+    /// One scheduler pass.
+    RunDue(Timestamp),
+}
+
+impl ControlRequest {
+    /// The time the request is judged at, if it has one.
+    pub(crate) fn now(&self) -> Option<Timestamp> {
+        match self {
+            Self::Queue(_, _, now)
+            | Self::SetSchedule(_, now)
+            | Self::ListSchedules(now)
+            | Self::RunDue(now) => Some(*now),
+            Self::Progress(_, _, _, term, _) => Some(term.now()),
+            Self::RemoveSchedule(_) => None,
+        }
+    }
+}
+
+fn flag(message: String) -> RequestError {
+    RequestError::Flag(message)
+}
+
+/// `lease pause`'s request.
+pub(crate) fn pause(
+    queue: String,
+    until: Option<f64>,
+    now: f64,
+) -> Result<ControlRequest, RequestError> {
+    let until = until
+        .map(|t| {
+            Timestamp::new(t).map_err(|_| flag(format!("--until must be a finite time, got {t}")))
+        })
+        .transpose()?;
+    Ok(ControlRequest::Queue(
+        QueueName::new(queue)?,
+        vec![QueueChange::Pause(until)],
+        Timestamp::new(now)?,
+    ))
+}
+
+/// `lease resume`'s request.
+pub(crate) fn resume(queue: String, now: f64) -> Result<ControlRequest, RequestError> {
+    Ok(ControlRequest::Queue(
+        QueueName::new(queue)?,
+        vec![QueueChange::Resume],
+        Timestamp::new(now)?,
+    ))
+}
+
+/// `lease limit`'s request: `--concurrency N` (0 removes the limit) and `--timeout SECONDS`
+/// or `--no-timeout`, at least one of them.
+pub(crate) fn limit(
+    queue: String,
+    concurrency: Option<u32>,
+    timeout: Option<f64>,
+    no_timeout: bool,
+    now: f64,
+) -> Result<ControlRequest, RequestError> {
+    let mut changes = Vec::new();
+    if let Some(n) = concurrency {
+        changes.push(QueueChange::Concurrency(lease_domain::Concurrency::new(n)));
+    }
+    match (timeout, no_timeout) {
+        (Some(_), true) => return Err(flag("give --timeout or --no-timeout, not both".to_owned())),
+        (Some(seconds), false) => changes.push(QueueChange::Timeout(Some(
+            Ttl::new(seconds).map_err(|e| flag(format!("--timeout: {e}")))?,
+        ))),
+        (None, true) => changes.push(QueueChange::Timeout(None)),
+        (None, false) => {}
+    }
+    if changes.is_empty() {
+        return Err(flag(
+            "give --concurrency N (0 removes the limit), --timeout SECONDS or --no-timeout"
+                .to_owned(),
+        ));
+    }
+    Ok(ControlRequest::Queue(
+        QueueName::new(queue)?,
+        changes,
+        Timestamp::new(now)?,
+    ))
+}
+
+/// `lease progress`'s request.
+pub(crate) fn progress(
+    job: String,
+    (owner, fence): (Owner, Fence),
+    term: LeaseTerm,
+    value: String,
+) -> Result<ControlRequest, RequestError> {
+    Ok(ControlRequest::Progress(
+        JobId::new(job)?,
+        owner,
+        fence,
+        term,
+        ProgressText::new(value)?,
+    ))
+}
+
+/// A `lease schedule` command's request; `clock` is read when no `--now` was given.
+pub(crate) fn schedule(
+    command: ScheduleCommand,
+    clock: impl FnOnce() -> f64,
+    read: ReadInput<'_>,
+) -> Result<ControlRequest, RequestError> {
+    let at = |now: Option<f64>, clock: Box<dyn FnOnce() -> f64 + '_>| {
+        Timestamp::new(now.unwrap_or_else(clock)).map_err(RequestError::from)
+    };
+    let clock: Box<dyn FnOnce() -> f64 + '_> = Box::new(clock);
+    Ok(match command {
+        ScheduleCommand::Set {
+            name,
+            cron,
+            tz,
+            queue,
+            priority,
+            max_attempts,
+            timeout,
+            payload,
+            catch_up,
+            now,
+        } => {
+            let name = ScheduleName::new(name)?;
+            // The calendar reads the expression and the zone now, so a bad one is refused
+            // before anything is stored.
+            lease_schedule::Calendar::new(&cron, &tz)?;
+            let payload = match (payload.payload, payload.payload_file) {
+                (Some(text), _) => Some(text.into_bytes()),
+                (None, Some(path)) => Some(
+                    read(&path, Payload::DEFAULT_LIMIT)
+                        .map_err(|e| RequestError::Read(format!("--payload-file: {e}")))?,
+                ),
+                (None, None) => None,
+            };
+            let spec = ScheduleSpec {
+                name,
+                cron,
+                zone: tz,
+                job: EnqueueSpec {
+                    queue: QueueName::new(queue)?,
+                    priority,
+                    max_attempts,
+                    timeout: timeout
+                        .map(|t| Ttl::new(t).map_err(|e| flag(format!("--timeout: {e}"))))
+                        .transpose()?,
+                    payload: payload
+                        .map(|bytes| Payload::new(bytes, Payload::DEFAULT_LIMIT))
+                        .transpose()?,
+                    ..EnqueueSpec::default()
+                },
+                catch_up: CatchUp::parse(&catch_up)
+                    .map_err(|e| flag(format!("--catch-up: {e}")))?,
+            };
+            ControlRequest::SetSchedule(spec, at(now, clock)?)
+        }
+        ScheduleCommand::List { now } => ControlRequest::ListSchedules(at(now, clock)?),
+        ScheduleCommand::Remove { name } => {
+            ControlRequest::RemoveSchedule(ScheduleName::new(name)?)
+        }
+        ScheduleCommand::RunDue { now } => ControlRequest::RunDue(at(now, clock)?),
+    })
+}
+
+/// A queue's settings in words: `paused until ...`, `at most N leases`, `timeout S s`, or
+/// `runs freely`.
+pub(crate) fn settings_words(settings: &QueueSettings, now: Timestamp) -> String {
+    let mut words = Vec::new();
+    if settings.is_paused_at(now) {
+        words.push(match settings.paused.and_then(|p| p.until) {
+            Some(until) => format!("paused until {}", when::shown(until.get(), now.get())),
+            None => "paused".to_owned(),
+        });
+    }
+    if let Some(n) = settings.concurrency {
+        words.push(format!("at most {} lease(s) at once", n.get()));
+    }
+    if let Some(timeout) = settings.timeout {
+        words.push(format!("timeout {} s", timeout.get()));
+    }
+    if words.is_empty() {
+        "runs freely".to_owned()
+    } else {
+        words.join(", ")
+    }
+}
+
+/// Runs a checked request and builds its report.
+///
+/// # Errors
+/// The store's error; nothing is printed here.
+pub(crate) async fn execute(
+    request: &ControlRequest,
+    store: &dyn Controlled,
+) -> Result<Report, StoreError> {
+    Ok(match request {
+        ControlRequest::Queue(queue, changes, now) => {
+            let mut settings = QueueSettings::default();
+            for change in changes {
+                settings = store.change_queue(queue, *change).await?;
+            }
+            Report::new(
+                true,
+                lease_server::wire::queue_json(queue, &settings, *now),
+                format!(
+                    "queue {}: {}",
+                    escape_controls(queue.as_str()),
+                    settings_words(&settings, *now)
+                ),
+            )
+        }
+        ControlRequest::Progress(id, owner, fence, term, text) => {
+            match store.progress(id, owner, *fence, *term, text).await? {
+                Ok(()) => Report::new(
+                    true,
+                    json!({"ok": true, "until": term.until().get()}),
+                    format!(
+                        "stored the progress of job {} for {} (fence {fence}); lease renewed until {}",
+                        escape_controls(id.as_str()),
+                        escape_controls(owner.as_str()),
+                        when::shown(term.until().get(), term.now().get())
+                    ),
+                ),
+                Err(refused) => {
+                    let why = write_refusal(&refused);
+                    Report::new(
+                        false,
+                        json!({"ok": false}),
+                        format!("progress not stored: {why}"),
+                    )
+                    .refused_with(Some(why))
+                }
+            }
+        }
+        ControlRequest::SetSchedule(spec, now) => {
+            let schedule = store.put_schedule(spec, *now).await?;
+            let next = lease_schedule::next_tick(&schedule, *now);
+            Report::new(
+                true,
+                lease_server::wire::schedule_json(&schedule, *now),
+                format!(
+                    "schedule {} (version {}): {:?} in {}, jobs in queue {}; next tick {}",
+                    escape_controls(schedule.spec.name.as_str()),
+                    schedule.version,
+                    schedule.spec.cron,
+                    schedule.spec.zone,
+                    escape_controls(schedule.spec.job.queue.as_str()),
+                    next.map_or_else(|| "never".to_owned(), |t| when::shown(t.get(), now.get()))
+                ),
+            )
+        }
+        ControlRequest::ListSchedules(now) => {
+            let schedules = store.schedules().await?;
+            let json = json!({"schedules": schedules.iter()
+                .map(|s| lease_server::wire::schedule_json(s, *now)).collect::<Vec<Value>>()});
+            let lines: Vec<String> = schedules
+                .iter()
+                .map(|s| {
+                    let next = lease_schedule::next_tick(s, *now);
+                    format!(
+                        "{}: {:?} in {} -> queue {}, catch-up {}, last tick {}, next tick {}",
+                        escape_controls(s.spec.name.as_str()),
+                        s.spec.cron,
+                        s.spec.zone,
+                        escape_controls(s.spec.job.queue.as_str()),
+                        s.spec.catch_up.text(),
+                        s.last_tick
+                            .map_or_else(|| "none".to_owned(), |t| when::shown(t.get(), now.get())),
+                        next.map_or_else(|| "none".to_owned(), |t| when::shown(t.get(), now.get()))
+                    )
+                })
+                .collect();
+            Report::lines(true, json, lines, "no schedules")
+        }
+        ControlRequest::RemoveSchedule(name) => {
+            let removed = store.remove_schedule(name).await?;
+            let shown = escape_controls(name.as_str());
+            let human = if removed {
+                format!("removed schedule {shown} (the jobs its ticks made stay)")
+            } else {
+                format!("no schedule {shown}; nothing changed")
+            };
+            Report::new(removed, json!({"removed": removed}), human)
+        }
+        ControlRequest::RunDue(now) => {
+            pass_report(&lease_schedule::run_due(store, *now).await?, *now)
+        }
+    })
+}
+
+/// The report of one scheduler pass.
+pub(crate) fn pass_report(pass: &lease_schedule::Pass, now: Timestamp) -> Report {
+    let mut lines = Vec::new();
+    let mut fired = Vec::new();
+    for one in &pass.fired {
+        let jobs: Vec<Value> = one
+            .jobs
+            .iter()
+            .map(|(id, new)| json!({"id": id.as_str(), "inserted": new}))
+            .collect();
+        fired
+            .push(json!({"schedule": one.schedule.as_str(), "tick": one.tick.get(), "jobs": jobs}));
+        lines.push(pass_line(one));
+    }
+    let unreadable: Vec<Value> = pass
+        .unreadable
+        .iter()
+        .map(|(name, why)| {
+            lines.push(format!(
+                "schedule {} cannot be read: {}",
+                escape_controls(name.as_str()),
+                escape_controls(why)
+            ));
+            json!({"schedule": name.as_str(), "error": why})
+        })
+        .collect();
+    let next = pass.next.map(Timestamp::get);
+    if lines.is_empty() {
+        lines.push(match pass.next {
+            Some(t) => format!(
+                "no tick due; the next is {}",
+                when::shown(t.get(), now.get())
+            ),
+            None => "no tick due, and none to come".to_owned(),
+        });
+    }
+    Report::lines(
+        true,
+        json!({"fired": fired, "unreadable": unreadable, "next": next}),
+        lines,
+        "",
+    )
+}
+
+/// What one fired tick made, in words.
+pub(crate) fn pass_line(fired: &lease_schedule::Fired) -> String {
+    let jobs: Vec<String> = fired
+        .jobs
+        .iter()
+        .map(|(id, new)| {
+            let id = escape_controls(id.as_str());
+            if *new { id } else { format!("{id} (existed)") }
+        })
+        .collect();
+    let made = if jobs.is_empty() {
+        "no job (a missed tick, skipped by its catch-up policy)".to_owned()
+    } else {
+        jobs.join(", ")
+    };
+    format!(
+        "schedule {} fired its tick of {}: {made}",
+        escape_controls(fired.schedule.as_str()),
+        when::calendar(fired.tick.get())
+    )
+}

@@ -1,0 +1,850 @@
+//! Scheduling and flow control through the `lease` binary on SQLite: pause, resume and limit a
+//! queue (shown in `stats`), re-run a finished job, a job's progress and timeout under `lease
+//! work`, schedules set, listed, run and removed; and the races and faults: many processes
+//! running the same schedule at once, many workers against one concurrency limit, and
+//! `kill -9` in the middle of a tick.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+fn lease(db: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_lease"));
+    command.arg("--db").arg(db).env_remove("LEASE_DB");
+    command
+}
+
+fn run(db: &Path, args: &[&str]) -> Output {
+    lease(db).args(args).output().unwrap()
+}
+
+fn json_of(db: &Path, args: &[&str]) -> Value {
+    let out = lease(db).args(args).arg("--json").output().unwrap();
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+fn fresh_db() -> (TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("control.db");
+    assert!(lease(&db).arg("init").output().unwrap().status.success());
+    (dir, db)
+}
+
+/// Exit 1 with one stderr line that says `says`, and nothing on stdout.
+fn refused(out: &Output, says: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(says), "{stderr:?} does not say {says:?}");
+    assert!(out.stdout.is_empty());
+}
+
+/// The ids of the jobs in `queue`.
+fn ids(db: &Path, queue: &str) -> Vec<String> {
+    json_of(db, &["list", "--queue", queue, "--limit", "10000"])["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_paused_queue_leases_nothing_and_stats_say_so_until_it_is_resumed() {
+    let (_dir, db) = fresh_db();
+    json_of(&db, &["enqueue", "a", "--queue", "mail"]);
+    let paused = json_of(&db, &["pause", "mail"]);
+    assert_eq!(
+        (&paused["paused"], &paused["queue"]),
+        (&json!(true), &json!("mail"))
+    );
+    let claim = run(
+        &db,
+        &[
+            "claim-next",
+            "--queue",
+            "mail",
+            "--owner",
+            "w",
+            "--ttl",
+            "5",
+        ],
+    );
+    assert_eq!(claim.status.code(), Some(3), "a paused queue leased a job");
+    // Enqueueing goes on.
+    assert_eq!(
+        json_of(&db, &["enqueue", "b", "--queue", "mail"])["inserted"],
+        true
+    );
+    let stats = json_of(&db, &["stats"]);
+    assert_eq!(stats["queues"]["mail"]["pending"], 2);
+    assert_eq!(stats["settings"]["mail"]["paused"], true);
+    let human = String::from_utf8(run(&db, &["stats"]).stdout).unwrap();
+    assert!(
+        human.contains("mail: 2 pending") && human.contains("(paused)"),
+        "{human}"
+    );
+    assert_eq!(json_of(&db, &["resume", "mail"])["paused"], false);
+    let leases = json_of(
+        &db,
+        &[
+            "claim-next",
+            "--queue",
+            "mail",
+            "--owner",
+            "w",
+            "--ttl",
+            "5",
+            "--limit",
+            "5",
+        ],
+    );
+    assert_eq!(leases["leases"].as_array().unwrap().len(), 2);
+    // A pause until a time ends by itself.
+    json_of(&db, &["enqueue", "c", "--queue", "sms"]);
+    json_of(&db, &["pause", "sms", "--until", "2000"]);
+    let early = run(
+        &db,
+        &[
+            "claim-next",
+            "--queue",
+            "sms",
+            "--owner",
+            "w",
+            "--ttl",
+            "5",
+            "--now",
+            "1999",
+        ],
+    );
+    assert_eq!(early.status.code(), Some(3));
+    let late = json_of(
+        &db,
+        &[
+            "claim-next",
+            "--queue",
+            "sms",
+            "--owner",
+            "w",
+            "--ttl",
+            "5",
+            "--now",
+            "2000",
+        ],
+    );
+    assert_eq!(late["leases"][0]["id"], "c");
+}
+
+#[test]
+fn a_limit_caps_the_leases_of_a_claim_and_bad_flags_change_nothing() {
+    let (_dir, db) = fresh_db();
+    for id in ["a", "b", "c"] {
+        json_of(&db, &["enqueue", id, "--queue", "q"]);
+    }
+    refused(&run(&db, &["limit", "q"]), "give --concurrency");
+    refused(
+        &run(&db, &["limit", "q", "--timeout", "5", "--no-timeout"]),
+        "not both",
+    );
+    refused(&run(&db, &["limit", "q", "--timeout", "-1"]), "--timeout");
+    refused(&run(&db, &["pause", "", "--until", "5"]), "queue");
+    assert_eq!(
+        json_of(&db, &["stats"])["settings"],
+        json!({}),
+        "a refused flag changed settings"
+    );
+    let limited = json_of(
+        &db,
+        &["limit", "q", "--concurrency", "2", "--timeout", "30"],
+    );
+    assert_eq!(
+        (&limited["concurrency"], &limited["timeout"]),
+        (&json!(2), &json!(30.0))
+    );
+    let claim = json_of(
+        &db,
+        &[
+            "claim-next",
+            "--queue",
+            "q",
+            "--owner",
+            "w",
+            "--ttl",
+            "60",
+            "--limit",
+            "3",
+        ],
+    );
+    let leases = claim["leases"].as_array().unwrap();
+    assert_eq!(leases.len(), 2, "{claim}");
+    assert!(leases.iter().all(|l| l["timeout"] == 30.0));
+    assert_eq!(
+        run(
+            &db,
+            &["claim-next", "--queue", "q", "--owner", "w", "--ttl", "60"]
+        )
+        .status
+        .code(),
+        Some(3)
+    );
+    let human = String::from_utf8(run(&db, &["stats"]).stdout).unwrap();
+    assert!(
+        human.contains("at most 2 lease(s) at once, timeout 30 s"),
+        "{human}"
+    );
+    json_of(&db, &["limit", "q", "--concurrency", "0", "--no-timeout"]);
+    assert_eq!(json_of(&db, &["stats"])["settings"], json!({}));
+}
+
+#[test]
+fn a_finished_job_runs_again_with_replace_finished_and_keeps_its_result_until_then() {
+    let (_dir, db) = fresh_db();
+    json_of(&db, &["enqueue", "r", "--queue", "q", "--payload", "one"]);
+    let first = json_of(
+        &db,
+        &["claim-next", "--queue", "q", "--owner", "w", "--ttl", "60"],
+    );
+    let fence = first["leases"][0]["fence"].to_string();
+    assert!(
+        run(
+            &db,
+            &[
+                "complete", "r", "--owner", "w", "--fence", &fence, "--result", "first"
+            ]
+        )
+        .status
+        .success()
+    );
+    assert_eq!(
+        json_of(&db, &["enqueue", "r", "--queue", "q"])["inserted"],
+        false
+    );
+    let rerun = json_of(
+        &db,
+        &[
+            "enqueue",
+            "r",
+            "--queue",
+            "q",
+            "--payload",
+            "two",
+            "--replace-finished",
+        ],
+    );
+    assert_eq!(rerun["inserted"], true);
+    let state = json_of(&db, &["state", "r"]);
+    assert_eq!(
+        (
+            &state["status"],
+            &state["result"],
+            &state["attempts"],
+            &state["payload"]
+        ),
+        (&json!("pending"), &json!("first"), &json!(0), &json!("two"))
+    );
+    // Pending now: a second re-run is refused as an existing job.
+    let again = json_of(
+        &db,
+        &[
+            "enqueue",
+            "r",
+            "--queue",
+            "q",
+            "--payload",
+            "three",
+            "--replace-finished",
+        ],
+    );
+    assert_eq!(again["inserted"], false);
+    let second = json_of(
+        &db,
+        &["claim-next", "--queue", "q", "--owner", "w", "--ttl", "60"],
+    );
+    assert_eq!(second["leases"][0]["fence"], 2, "the fence goes on");
+    // The same through enqueue-many's JSON lines, and a bad value names its line.
+    let mut child = lease(&db)
+        .args(["enqueue-many", "--json-lines", "--json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"{\"id\": \"x\", \"timeout\": 5}\n{\"id\": \"y\", \"replace\": \"all\"}\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    refused(&out, "line 2: replace is \"all\"");
+    assert_eq!(
+        json_of(&db, &["state", "x"]),
+        Value::Null,
+        "a refused batch stored a job"
+    );
+}
+
+#[test]
+fn progress_is_stored_under_the_fence_and_a_stale_holder_is_refused() {
+    let (_dir, db) = fresh_db();
+    json_of(&db, &["enqueue", "p", "--queue", "q"]);
+    json_of(
+        &db,
+        &[
+            "claim-next",
+            "--queue",
+            "q",
+            "--owner",
+            "a",
+            "--ttl",
+            "10",
+            "--now",
+            "100",
+        ],
+    );
+    let stored = json_of(
+        &db,
+        &[
+            "progress", "p", "--owner", "a", "--fence", "1", "--ttl", "10", "--now", "105",
+            "--value", "3 of 10",
+        ],
+    );
+    assert_eq!(stored, json!({"ok": true, "until": 115.0}));
+    let state = json_of(&db, &["state", "p", "--now", "106"]);
+    assert_eq!(
+        (&state["progress"], &state["until"]),
+        (&json!("3 of 10"), &json!(115.0))
+    );
+    json_of(
+        &db,
+        &[
+            "claim-next",
+            "--queue",
+            "q",
+            "--owner",
+            "b",
+            "--ttl",
+            "10",
+            "--now",
+            "120",
+        ],
+    );
+    let late = run(
+        &db,
+        &[
+            "progress", "p", "--owner", "a", "--fence", "1", "--ttl", "10", "--now", "121",
+            "--value", "9 of 10",
+        ],
+    );
+    assert_eq!(late.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&late.stderr).contains("refused"));
+    assert_eq!(json_of(&db, &["state", "p"])["progress"], Value::Null);
+    let long = "x".repeat(1025);
+    refused(
+        &run(
+            &db,
+            &[
+                "progress", "p", "--owner", "b", "--fence", "2", "--ttl", "10", "--value", &long,
+            ],
+        ),
+        "progress",
+    );
+}
+
+#[test]
+fn a_schedule_is_checked_set_listed_run_once_per_tick_and_removed() {
+    let (_dir, db) = fresh_db();
+    refused(
+        &run(
+            &db,
+            &[
+                "schedule",
+                "set",
+                "n",
+                "--cron",
+                "61 * * * *",
+                "--queue",
+                "r",
+            ],
+        ),
+        "cron",
+    );
+    refused(
+        &run(
+            &db,
+            &[
+                "schedule",
+                "set",
+                "n",
+                "--cron",
+                "@daily",
+                "--tz",
+                "Mars/Base",
+                "--queue",
+                "r",
+            ],
+        ),
+        "Mars/Base",
+    );
+    refused(
+        &run(
+            &db,
+            &["schedule", "set", "a@b", "--cron", "@daily", "--queue", "r"],
+        ),
+        "a@b",
+    );
+    refused(
+        &run(
+            &db,
+            &[
+                "schedule",
+                "set",
+                "n",
+                "--cron",
+                "@daily",
+                "--queue",
+                "r",
+                "--catch-up",
+                "often",
+            ],
+        ),
+        "--catch-up",
+    );
+    assert_eq!(
+        json_of(&db, &["schedule", "list"]),
+        json!({"schedules": []})
+    );
+    // Every minute, made at 06:00 UTC; all:3 enqueues up to the three newest missed ticks.
+    let set = json_of(
+        &db,
+        &[
+            "schedule",
+            "set",
+            "m",
+            "--cron",
+            "* * * * *",
+            "--queue",
+            "r",
+            "--payload",
+            "hi",
+            "--catch-up",
+            "all:3",
+            "--now",
+            "2026-12-02T06:00:00Z",
+        ],
+    );
+    assert_eq!(
+        (&set["version"], &set["next_tick"]),
+        (&json!(1), &json!(1_796_191_260.0))
+    );
+    let pass = json_of(
+        &db,
+        &["schedule", "run-due", "--now", "2026-12-02T06:10:30Z"],
+    );
+    let made: Vec<&str> = pass["fired"][0]["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        made,
+        [
+            "m@2026-12-02T06:08:00Z",
+            "m@2026-12-02T06:09:00Z",
+            "m@2026-12-02T06:10:00Z"
+        ]
+    );
+    // The same pass again fires nothing: the tick is recorded.
+    let again = json_of(
+        &db,
+        &["schedule", "run-due", "--now", "2026-12-02T06:10:30Z"],
+    );
+    assert_eq!(again["fired"], json!([]));
+    assert_eq!(ids(&db, "r").len(), 3);
+    assert_eq!(
+        json_of(&db, &["state", "m@2026-12-02T06:10:00Z"])["payload"],
+        "hi"
+    );
+    let listed = json_of(&db, &["schedule", "list", "--now", "2026-12-02T06:10:30Z"]);
+    let m = &listed["schedules"][0];
+    assert_eq!(
+        (&m["name"], &m["last_tick"], &m["next_tick"], &m["catch_up"]),
+        (
+            &json!("m"),
+            &json!(1_796_191_800.0),
+            &json!(1_796_191_860.0),
+            &json!("all:3")
+        )
+    );
+    // A change keeps the last tick: no tick fires twice.
+    json_of(
+        &db,
+        &[
+            "schedule",
+            "set",
+            "m",
+            "--cron",
+            "*/2 * * * *",
+            "--queue",
+            "r",
+            "--now",
+            "2026-12-02T06:10:40Z",
+        ],
+    );
+    let changed = json_of(
+        &db,
+        &["schedule", "run-due", "--now", "2026-12-02T06:10:50Z"],
+    );
+    assert_eq!(changed["fired"], json!([]));
+    assert_eq!(
+        json_of(&db, &["schedule", "remove", "m"]),
+        json!({"removed": true})
+    );
+    assert_eq!(
+        run(&db, &["schedule", "remove", "m"]).status.code(),
+        Some(3)
+    );
+    assert_eq!(
+        ids(&db, "r").len(),
+        3,
+        "removing a schedule removed its jobs"
+    );
+}
+
+/// A job that runs past its timeout under `lease work` has its whole process group stopped and
+/// is failed "timed out"; a program's progress lines reach the job while it runs.
+#[test]
+fn lease_work_stops_a_program_past_its_timeout_and_stores_its_progress_lines() {
+    let (dir, db) = fresh_db();
+    json_of(
+        &db,
+        &[
+            "enqueue",
+            "slow",
+            "--queue",
+            "q",
+            "--timeout",
+            "1",
+            "--max-attempts",
+            "1",
+        ],
+    );
+    json_of(&db, &["enqueue", "talks", "--queue", "q"]);
+    let pids = dir.path().join("pids");
+    let seen = dir.path().join("seen");
+    let program = format!(
+        r#"if [ "$LEASE_JOB" = slow ]; then echo "$LEASE_TIMEOUT" > {seen}; sleep 300 & echo $! > {pids}; wait; fi
+           echo "1 of 2" > "$LEASE_PROGRESS"
+           printf 'not utf-8 \377\n' > "$LEASE_PROGRESS"
+           sleep 0.5
+           lease_progress=$(lease --db {db} --json state talks)
+           echo "$lease_progress" > {seen}.talks
+           echo done"#,
+        seen = seen.display(),
+        pids = pids.display(),
+        db = db.display(),
+    );
+    let bin_dir = PathBuf::from(env!("CARGO_BIN_EXE_lease"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let started = Instant::now();
+    let out = lease(&db)
+        .args([
+            "work",
+            "--queue",
+            "q",
+            "--owner",
+            "w",
+            "--ttl",
+            "10",
+            "--grace",
+            "1",
+            "--exit-when-empty",
+            "--json",
+        ])
+        .args(["--", "sh", "-c", &program])
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "the program ran to its end"
+    );
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (&summary["completed"], &summary["failed"]),
+        (&json!(1), &json!(1)),
+        "{stderr}"
+    );
+    let slow = json_of(&db, &["state", "slow"]);
+    assert_eq!(
+        (&slow["error"], &slow["status"]),
+        (&json!("timed out"), &json!("dead"))
+    );
+    assert_eq!(std::fs::read_to_string(&seen).unwrap().trim(), "1");
+    let pid = std::fs::read_to_string(&pids).unwrap();
+    let pid = pid.trim();
+    let alive = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    });
+    if alive {
+        let _ = Command::new("kill").args(["-9", pid]).status();
+    }
+    assert!(
+        !alive,
+        "the timed-out program's background process is still running"
+    );
+    // The line the program wrote was stored while it ran; the bad one was named and skipped.
+    let during: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{}.talks", seen.display())).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(during["progress"], "1 of 2");
+    assert!(
+        stderr.contains("progress line ignored: it is not UTF-8 text"),
+        "{stderr}"
+    );
+    assert_eq!(json_of(&db, &["state", "talks"])["result"], "done\n");
+}
+
+/// Sixteen processes run the same schedule's pass at the same moment: each due tick is one job,
+/// made once, and the schedule's last tick is the newest.
+#[test]
+fn many_processes_running_one_schedule_at_once_make_one_job_per_tick() {
+    let (_dir, db) = fresh_db();
+    json_of(
+        &db,
+        &[
+            "schedule",
+            "set",
+            "race",
+            "--cron",
+            "* * * * *",
+            "--queue",
+            "r",
+            "--catch-up",
+            "all",
+            "--now",
+            "2026-12-02T05:00:00Z",
+        ],
+    );
+    let runners: Vec<_> = (0..16)
+        .map(|_| {
+            lease(&db)
+                .args([
+                    "schedule",
+                    "run-due",
+                    "--now",
+                    "2026-12-02T06:00:00Z",
+                    "--json",
+                ])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut firing = 0;
+    for runner in runners {
+        let out = runner.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let pass: Value = serde_json::from_slice(&out.stdout).unwrap();
+        firing += pass["fired"].as_array().unwrap().len();
+    }
+    assert_eq!(firing, 1, "more than one pass fired the same tick");
+    let made = ids(&db, "r");
+    assert_eq!(
+        made.len(),
+        60,
+        "one job for each minute from 05:01 to 06:00"
+    );
+    assert!(made.contains(&"race@2026-12-02T06:00:00Z".to_owned()));
+    let listed = json_of(&db, &["schedule", "list"]);
+    assert_eq!(listed["schedules"][0]["last_tick"], 1_796_191_200.0);
+}
+
+/// Four `lease work` processes of three slots each share a queue limited to two live leases:
+/// no program ever sees more than two programs of the queue running, every job is done once,
+/// and the limit was reached (so it was what held them back).
+#[test]
+fn many_workers_against_one_limit_never_hold_more_than_it() {
+    let (dir, db) = fresh_db();
+    const JOBS: usize = 16;
+    for n in 0..JOBS {
+        json_of(&db, &["enqueue", &format!("j{n:02}"), "--queue", "q"]);
+    }
+    json_of(&db, &["limit", "q", "--concurrency", "2"]);
+    let running = dir.path().join("running");
+    let seen = dir.path().join("seen");
+    std::fs::create_dir(&running).unwrap();
+    std::fs::create_dir(&seen).unwrap();
+    // Each program marks itself running, counts the marks, works a little, and unmarks.
+    let program = format!(
+        r#"touch {r}/$LEASE_JOB; ls {r} | wc -l > {s}/$LEASE_JOB; sleep 0.3; rm {r}/$LEASE_JOB; echo ok"#,
+        r = running.display(),
+        s = seen.display()
+    );
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            lease(&db)
+                .args([
+                    "work",
+                    "--queue",
+                    "q",
+                    "--owner",
+                    &format!("w{w}"),
+                    "--ttl",
+                    "30",
+                    "--concurrency",
+                    "3",
+                    "--exit-when-empty",
+                    "--no-schedules",
+                    "--json",
+                ])
+                .args(["--", "sh", "-c", &program])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // A worker that finds the queue full (not empty) before the others finish keeps looking
+    // only while jobs are due; one that exits early is fine, as long as every job gets done.
+    for worker in workers {
+        let out = worker.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let mut counts = Vec::new();
+    for entry in std::fs::read_dir(&seen).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        counts.push(text.trim().parse::<usize>().unwrap());
+    }
+    let stats = json_of(&db, &["stats"]);
+    let done = stats["queues"]["q"]["done"].as_u64().unwrap();
+    if done < JOBS as u64 {
+        // Workers exit when no job is due: with every slot of the limit taken, the rest may
+        // remain; finish them with one more worker.
+        let out = lease(&db)
+            .args([
+                "work",
+                "--queue",
+                "q",
+                "--owner",
+                "last",
+                "--ttl",
+                "30",
+                "--exit-when-empty",
+                "--no-schedules",
+            ])
+            .args(["--", "sh", "-c", &program])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+    }
+    assert_eq!(json_of(&db, &["stats"])["queues"]["q"]["done"], JOBS);
+    let most = counts.iter().copied().max().unwrap_or(0);
+    assert!(
+        most <= 2,
+        "{most} programs of a queue limited to 2 ran at once: {counts:?}"
+    );
+    assert_eq!(
+        most, 2,
+        "the limit was never reached, so the test shows nothing: {counts:?}"
+    );
+}
+
+/// `kill -9` of a pass in the middle of a tick of many jobs: the tick is all or nothing (its
+/// jobs and the schedule's last tick commit together), and a later pass completes it.
+#[test]
+fn kill_9_in_the_middle_of_a_tick_leaves_all_of_it_or_none() {
+    let (_dir, db) = fresh_db();
+    json_of(
+        &db,
+        &[
+            "schedule",
+            "set",
+            "big",
+            "--cron",
+            "* * * * *",
+            "--queue",
+            "r",
+            "--catch-up",
+            "all:1000",
+            "--now",
+            "2026-12-01T00:00:00Z",
+        ],
+    );
+    let mut saw_none = false;
+    for round in 0..12_u64 {
+        let mut pass = lease(&db)
+            .args(["schedule", "run-due", "--now", "2026-12-02T00:00:00Z"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(5 + round * 7));
+        let _ = pass.kill();
+        let _ = pass.wait();
+        let jobs = ids(&db, "r").len();
+        let last = json_of(&db, &["schedule", "list"])["schedules"][0]["last_tick"].clone();
+        match jobs {
+            0 => {
+                assert_eq!(
+                    last,
+                    Value::Null,
+                    "the last tick was recorded without its jobs"
+                );
+                saw_none = true;
+            }
+            1000 => {
+                assert_eq!(
+                    last, 1_796_169_600.0,
+                    "the jobs were stored without the last tick"
+                );
+                break;
+            }
+            n => panic!("a killed tick left {n} of its 1000 jobs"),
+        }
+    }
+    assert!(
+        saw_none,
+        "no pass was killed before its commit, so the test shows nothing"
+    );
+    let finish = json_of(
+        &db,
+        &["schedule", "run-due", "--now", "2026-12-02T00:00:00Z"],
+    );
+    assert!(finish["fired"].as_array().unwrap().len() <= 1);
+    assert_eq!(ids(&db, "r").len(), 1000);
+    let again = json_of(
+        &db,
+        &["schedule", "run-due", "--now", "2026-12-02T00:00:00Z"],
+    );
+    assert_eq!(again["fired"], json!([]));
+}

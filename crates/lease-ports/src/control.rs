@@ -1,0 +1,89 @@
+//! Control of queues and schedules, the operator's side of a store: a queue's settings (a
+//! pause, a concurrency limit, a default timeout), which every `claim_next` of every store
+//! reads in its own transaction, and periodic schedules, whose ticks a scheduler fires through
+//! [`Control::fire_schedule`] (`lease-schedule` is the scheduler).
+
+use async_trait::async_trait;
+use lease_domain::{
+    EnqueueSpec, JobId, QueueChange, QueueName, QueueSettings, Schedule, ScheduleName,
+    ScheduleSpec, Timestamp,
+};
+
+use crate::StoreError;
+
+/// A scheduler's pass over one schedule: the ticks it decided to enqueue, as jobs, and the tick
+/// to record as the schedule's last, provided the schedule is still as the pass read it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fire {
+    /// The schedule.
+    pub name: ScheduleName,
+    /// The version the pass read ([`Schedule::version`]).
+    pub version: u64,
+    /// The last tick the pass read ([`Schedule::last_tick`]).
+    pub last_tick: Option<Timestamp>,
+    /// The tick to record as the last one fired (the newest due tick).
+    pub tick: Timestamp,
+    /// The jobs of the ticks enqueued, each with its tick's id.
+    pub jobs: Vec<(JobId, EnqueueSpec)>,
+}
+
+/// A store's queue settings and schedules.
+///
+/// # Contract
+/// - A queue's settings MUST be read by every `claim_next` of that queue in the claim's own
+///   transaction: no lease of a paused queue is granted once the pause is committed, and no
+///   claim makes more of a queue's leases live at once than its concurrency limit, however many
+///   claims race (running leases are never touched by a change).
+/// - [`Control::fire_schedule`] MUST enqueue its jobs and record its tick in one transaction, and
+///   only while the schedule has the version and last tick the pass read: of two passes that
+///   read the same schedule, at most one fires.
+///
+/// # Errors
+/// [`StoreError`]; every kind but [`StoreError::Indeterminate`] means "not applied".
+#[async_trait]
+pub trait Control: Send + Sync {
+    /// Changes a queue's settings as [`lease_domain::decide_queue_change`] decides and returns
+    /// them. Settings back at the default may be forgotten.
+    async fn change_queue(
+        &self,
+        queue: &QueueName,
+        change: QueueChange,
+    ) -> Result<QueueSettings, StoreError>;
+
+    /// The settings of every queue that has any (not the default), by queue name.
+    async fn queues(&self) -> Result<Vec<(QueueName, QueueSettings)>, StoreError>;
+
+    /// Makes or replaces a schedule as [`lease_domain::decide_put_schedule`] decides, and
+    /// returns it.
+    async fn put_schedule(
+        &self,
+        spec: &ScheduleSpec,
+        now: Timestamp,
+    ) -> Result<Schedule, StoreError>;
+
+    /// Removes a schedule; `false` when there was none. Jobs its ticks made are kept.
+    async fn remove_schedule(&self, name: &ScheduleName) -> Result<bool, StoreError>;
+
+    /// Every schedule, by name.
+    async fn schedules(&self) -> Result<Vec<Schedule>, StoreError>;
+
+    /// Fires a schedule as the contract says: `Some` with, per job, whether it was inserted
+    /// (an id already there is left as it is), or `None` when the schedule changed since the
+    /// pass read it (another pass fired first, or it was changed or removed): nothing written.
+    async fn fire_schedule(&self, fire: &Fire) -> Result<Option<Vec<bool>>, StoreError>;
+}
+
+impl Fire {
+    /// The schedule as this fire leaves `current`, or `None` when it no longer is as the pass
+    /// read it ([`lease_domain::decide_fire`]).
+    #[must_use]
+    pub fn decide(&self, current: Option<&Schedule>) -> Option<Schedule> {
+        lease_domain::decide_fire(current, self.version, self.last_tick, self.tick)
+    }
+}
+
+/// A store with its queue settings and schedules: what the scheduler, the CLI and the network
+/// service take.
+pub trait Controlled: crate::LeaseStore + Control {}
+
+impl<T: crate::LeaseStore + Control + ?Sized> Controlled for T {}

@@ -1,0 +1,378 @@
+//! Queue settings and schedules (migration 8). A claim reads its queue's settings `FOR SHARE`
+//! in its own transaction; a change of settings locks the table (`EXCLUSIVE`, which every such
+//! read conflicts with), so it waits for the claims in flight and every later claim sees it.
+//! Claims of a queue with a concurrency limit take a transaction-scoped advisory lock on the
+//! queue before they count its live leases, so two of them never decide on the same count.
+//! A fire locks its schedule's row, decides with the domain, enqueues and records its tick in
+//! one transaction.
+
+use async_trait::async_trait;
+use lease_domain::{
+    Command, Fence, QueueChange, QueueName, QueueSettings, Schedule, ScheduleName, ScheduleSpec,
+    Timestamp, decide_put_schedule, decide_queue_change,
+};
+use lease_ports::StoreError;
+use lease_ports::codec::{StoredQueue, StoredSchedule};
+use lease_ports::control::{Control, Fire};
+use tokio_postgres::Row;
+
+use crate::PgLeaseStore;
+use crate::connection::{Conn, Statements};
+use crate::error::{self, Stage};
+use crate::sql::{self, Encoded, Standing};
+use crate::write::{rollback, update};
+
+const QUEUE_COLUMNS: &str = "queue, paused, paused_until, concurrency, timeout";
+
+const SCHEDULE_COLUMNS: &str = "name, cron, zone, queue, priority, max_attempts, payload, \
+    timeout, catch_up, version, created, last_tick";
+
+/// A queue's settings row as a statement returned it (`QUEUE_COLUMNS`).
+pub(crate) fn decode_queue(row: &Row) -> Result<(QueueName, QueueSettings), StoreError> {
+    let read = |e: tokio_postgres::Error| {
+        StoreError::Corrupt(lease_ports::Detail::caused_by(
+            format!("a queue's settings cannot be read: {e}"),
+            e,
+        ))
+    };
+    StoredQueue {
+        queue: row.try_get(0).map_err(read)?,
+        paused: row.try_get(1).map_err(read)?,
+        paused_until: row.try_get(2).map_err(read)?,
+        concurrency: row.try_get(3).map_err(read)?,
+        timeout: row.try_get(4).map_err(read)?,
+    }
+    .decode()
+}
+
+fn decode_schedule(row: &Row) -> Result<Schedule, StoreError> {
+    let read = |e: tokio_postgres::Error| {
+        StoreError::Corrupt(lease_ports::Detail::caused_by(
+            format!("a schedule cannot be read: {e}"),
+            e,
+        ))
+    };
+    StoredSchedule {
+        name: row.try_get(0).map_err(read)?,
+        cron: row.try_get(1).map_err(read)?,
+        zone: row.try_get(2).map_err(read)?,
+        queue: row.try_get(3).map_err(read)?,
+        priority: row.try_get(4).map_err(read)?,
+        max_attempts: row.try_get(5).map_err(read)?,
+        payload: row.try_get(6).map_err(read)?,
+        timeout: row.try_get(7).map_err(read)?,
+        catch_up: row.try_get(8).map_err(read)?,
+        version: row.try_get(9).map_err(read)?,
+        created: row.try_get(10).map_err(read)?,
+        last_tick: row.try_get(11).map_err(read)?,
+    }
+    .decode()
+}
+
+/// The statements of queue settings and schedules for schema `s`.
+pub(crate) struct ControlSql {
+    /// A queue's settings, read `FOR SHARE` (`$1` queue).
+    pub(crate) settings: String,
+    /// Serializes the claims of one limited queue (`$1` queue).
+    pub(crate) lock_queue: String,
+    /// The live leases of a queue at a time (`$1` queue, `$2` now).
+    pub(crate) held: String,
+    lock_table: String,
+    settings_for_update: String,
+    upsert_queue: String,
+    delete_queue: String,
+    all_queues: String,
+    schedule_for_update: String,
+    all_schedules: String,
+    upsert_schedule: String,
+    delete_schedule: String,
+}
+
+impl ControlSql {
+    pub(crate) fn new(s: &str) -> Self {
+        Self {
+            settings: format!("SELECT {QUEUE_COLUMNS} FROM {s}.queues WHERE queue = $1 FOR SHARE"),
+            lock_queue: format!(
+                "SELECT pg_advisory_xact_lock(hashtextextended('{s}.queues/' || $1, 0))"
+            ),
+            held: format!(
+                "SELECT count(*) FROM {s}.jobs WHERE queue = $1 AND NOT done AND ended IS NULL \
+                 AND leased_until > $2"
+            ),
+            lock_table: format!("LOCK TABLE {s}.queues IN EXCLUSIVE MODE"),
+            settings_for_update: format!(
+                "SELECT {QUEUE_COLUMNS} FROM {s}.queues WHERE queue = $1 FOR UPDATE"
+            ),
+            upsert_queue: format!(
+                "INSERT INTO {s}.queues ({QUEUE_COLUMNS}) VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (queue) DO UPDATE SET paused = excluded.paused, \
+                 paused_until = excluded.paused_until, concurrency = excluded.concurrency, \
+                 timeout = excluded.timeout"
+            ),
+            delete_queue: format!("DELETE FROM {s}.queues WHERE queue = $1"),
+            all_queues: format!(
+                "SELECT {QUEUE_COLUMNS} FROM {s}.queues ORDER BY queue COLLATE \"C\""
+            ),
+            schedule_for_update: format!(
+                "SELECT {SCHEDULE_COLUMNS} FROM {s}.schedules WHERE name = $1 FOR UPDATE"
+            ),
+            all_schedules: format!(
+                "SELECT {SCHEDULE_COLUMNS} FROM {s}.schedules ORDER BY name COLLATE \"C\""
+            ),
+            upsert_schedule: format!(
+                "INSERT INTO {s}.schedules ({SCHEDULE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, \
+                 $7, $8, $9, $10, $11, $12) ON CONFLICT (name) DO UPDATE SET cron = excluded.cron, \
+                 zone = excluded.zone, queue = excluded.queue, priority = excluded.priority, \
+                 max_attempts = excluded.max_attempts, payload = excluded.payload, \
+                 timeout = excluded.timeout, catch_up = excluded.catch_up, \
+                 version = excluded.version, created = excluded.created, \
+                 last_tick = excluded.last_tick"
+            ),
+            delete_schedule: format!("DELETE FROM {s}.schedules WHERE name = $1"),
+        }
+    }
+}
+
+/// Writes a queue's settings in the open transaction (forgetting default ones).
+pub(crate) async fn write_settings(
+    c: &tokio_postgres::Client,
+    sql: &ControlSql,
+    queue: &QueueName,
+    settings: &QueueSettings,
+) -> Result<(), tokio_postgres::Error> {
+    if settings.is_default() {
+        c.execute(&sql.delete_queue, &[&queue.as_str()]).await?;
+    } else {
+        let row = StoredQueue::of(queue, settings);
+        c.execute(
+            &sql.upsert_queue,
+            &[
+                &row.queue,
+                &row.paused,
+                &row.paused_until,
+                &row.concurrency,
+                &row.timeout,
+            ],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Writes a schedule in the open transaction, over any of the same name.
+pub(crate) async fn write_schedule(
+    c: &tokio_postgres::Client,
+    sql: &ControlSql,
+    schedule: &Schedule,
+) -> Result<(), tokio_postgres::Error> {
+    let row = StoredSchedule::of(schedule);
+    c.execute(
+        &sql.upsert_schedule,
+        &[
+            &row.name,
+            &row.cron,
+            &row.zone,
+            &row.queue,
+            &row.priority,
+            &row.max_attempts,
+            &row.payload,
+            &row.timeout,
+            &row.catch_up,
+            &row.version,
+            &row.created,
+            &row.last_tick,
+        ],
+    )
+    .await
+    .map(drop)
+}
+
+/// Every queue's settings and every schedule, read in the open transaction (for `export`).
+pub(crate) async fn read_all(
+    c: &tokio_postgres::Client,
+    sql: &ControlSql,
+) -> Result<(Vec<(QueueName, QueueSettings)>, Vec<Schedule>), StoreError> {
+    let before = |e| error::map(e, Stage::BeforeCommit);
+    let queues = c.query(&sql.all_queues, &[]).await.map_err(before)?;
+    let schedules = c.query(&sql.all_schedules, &[]).await.map_err(before)?;
+    Ok((
+        queues.iter().map(decode_queue).collect::<Result<_, _>>()?,
+        schedules
+            .iter()
+            .map(decode_schedule)
+            .collect::<Result<_, _>>()?,
+    ))
+}
+
+impl PgLeaseStore {
+    /// A pooled connection inside a new transaction. An error before [`PgLeaseStore::end`]
+    /// drops the connection unclean: it is closed, and the server rolls the transaction back.
+    async fn begin(&self) -> Result<(Conn, Statements), StoreError> {
+        let conn = self.conn().await?;
+        let s = Statements::prepare(&conn, &self.sql).await?;
+        conn.client()
+            .execute(&s.begin, &[])
+            .await
+            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+        Ok((conn, s))
+    }
+
+    /// Commits (or, without `commit`, rolls back) the transaction `begin` opened.
+    async fn end(mut conn: Conn, s: &Statements, commit: bool) -> Result<(), StoreError> {
+        if commit {
+            conn.client()
+                .execute(&s.commit, &[])
+                .await
+                .map_err(|e| error::map(e, Stage::Commit))?;
+        } else {
+            rollback(conn.client(), s).await?;
+        }
+        conn.clean();
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Control for PgLeaseStore {
+    async fn change_queue(
+        &self,
+        queue: &QueueName,
+        change: QueueChange,
+    ) -> Result<QueueSettings, StoreError> {
+        let sql = &self.control;
+        let (conn, s) = self.begin().await?;
+        let c = conn.client();
+        let before = |e| error::map(e, Stage::BeforeCommit);
+        c.batch_execute(&sql.lock_table).await.map_err(before)?;
+        let row = c
+            .query_opt(&sql.settings_for_update, &[&queue.as_str()])
+            .await
+            .map_err(before)?;
+        let current = match row {
+            Some(row) => decode_queue(&row)?.1,
+            None => QueueSettings::default(),
+        };
+        let next = decide_queue_change(&current, change);
+        write_settings(c, sql, queue, &next).await.map_err(before)?;
+        Self::end(conn, &s, true).await?;
+        Ok(next)
+    }
+
+    async fn queues(&self) -> Result<Vec<(QueueName, QueueSettings)>, StoreError> {
+        let conn = self.conn().await?;
+        let rows = conn
+            .client()
+            .query(&self.control.all_queues, &[])
+            .await
+            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+        let mut conn = conn;
+        conn.clean();
+        rows.iter().map(decode_queue).collect()
+    }
+
+    async fn put_schedule(
+        &self,
+        spec: &ScheduleSpec,
+        now: Timestamp,
+    ) -> Result<Schedule, StoreError> {
+        let sql = &self.control;
+        let (conn, s) = self.begin().await?;
+        let c = conn.client();
+        let before = |e| error::map(e, Stage::BeforeCommit);
+        let row = c
+            .query_opt(&sql.schedule_for_update, &[&spec.name.as_str()])
+            .await
+            .map_err(before)?;
+        let current = row.as_ref().map(decode_schedule).transpose()?;
+        let next = decide_put_schedule(current.as_ref(), spec.clone(), now);
+        write_schedule(c, sql, &next).await.map_err(before)?;
+        Self::end(conn, &s, true).await?;
+        Ok(next)
+    }
+
+    async fn remove_schedule(&self, name: &ScheduleName) -> Result<bool, StoreError> {
+        let conn = self.conn().await?;
+        let removed = conn
+            .client()
+            .execute(&self.control.delete_schedule, &[&name.as_str()])
+            .await
+            .map_err(|e| error::map(e, Stage::Commit))?;
+        let mut conn = conn;
+        conn.clean();
+        Ok(removed > 0)
+    }
+
+    async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
+        let conn = self.conn().await?;
+        let rows = conn
+            .client()
+            .query(&self.control.all_schedules, &[])
+            .await
+            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+        let mut conn = conn;
+        conn.clean();
+        rows.iter().map(decode_schedule).collect()
+    }
+
+    async fn fire_schedule(&self, fire: &Fire) -> Result<Option<Vec<bool>>, StoreError> {
+        let sql = &self.control;
+        let (conn, s) = self.begin().await?;
+        let s = &s;
+        {
+            let c = conn.client();
+            let before = |e| error::map(e, Stage::BeforeCommit);
+            let row = c
+                .query_opt(&sql.schedule_for_update, &[&fire.name.as_str()])
+                .await
+                .map_err(before)?;
+            let current = row.as_ref().map(decode_schedule).transpose()?;
+            let Some(fired) = fire.decide(current.as_ref()) else {
+                Self::end(conn, s, false).await?;
+                return Ok(None);
+            };
+            let mut inserted = Vec::with_capacity(fire.jobs.len());
+            for (id, spec) in &fire.jobs {
+                let key = id.as_str();
+                let row = c.query_opt(&s.lock, &[&key]).await.map_err(before)?;
+                let current = row.map(|r| sql::decode(id, &r, 0)).transpose()?;
+                let purged = match &current {
+                    None => c
+                        .query_opt(&s.lock_purged, &[&key])
+                        .await
+                        .map_err(before)?
+                        .map(|r| {
+                            let f: i64 = r.get(0);
+                            Fence::try_from(f).map_err(|f| {
+                                StoreError::Corrupt(
+                                    format!("job {id}: stored purged fence {f} is negative").into(),
+                                )
+                            })
+                        })
+                        .transpose()?,
+                    Some(_) => None,
+                };
+                let command = Command::EnqueueWith(spec.clone());
+                let (next, outcome) = command.decide(id, current.as_ref(), purged);
+                if let Some(next) = next {
+                    let encoded = Encoded::from_to(id, current.as_ref().map(Standing::of), &next);
+                    if current.is_none() {
+                        c.execute(&s.insert, &encoded.params())
+                            .await
+                            .map_err(before)?;
+                        if purged.is_some() {
+                            c.execute(&s.forget_purged, &[&key]).await.map_err(before)?;
+                        }
+                    } else {
+                        update(c, &s.update, &s.update_counted, &encoded)
+                            .await
+                            .map_err(before)?;
+                    }
+                }
+                inserted.push(lease_ports::outcome_as(outcome)?);
+            }
+            write_schedule(c, sql, &fired).await.map_err(before)?;
+            Self::end(conn, s, true).await?;
+            Ok(Some(inserted))
+        }
+    }
+}

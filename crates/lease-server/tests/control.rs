@@ -1,0 +1,432 @@
+//! Scheduling and flow control through the API, on the memory store and on SQLite, with a
+//! clock the test moves: pausing and resuming a queue, its concurrency limit and default
+//! timeout, schedules made, read, fired once and removed, a re-run of a finished job, and a
+//! running job's progress (a fenced write that a stale holder cannot make).
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use lease_domain::{Principal, Scope, Timestamp};
+use lease_ports::memory::MemoryLeaseStore;
+use lease_server::{ServiceConfig, ServiceStore, router, secrets};
+use serde_json::{Value, json};
+
+mod support;
+use support::{Answer, TestClock, send};
+
+struct Service {
+    app: axum::Router,
+    time: TestClock,
+    worker: String,
+    admin: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+async fn key(store: &dyn ServiceStore, principal: &str, scope: Scope) -> String {
+    let made = secrets::new_key().unwrap();
+    store
+        .add_key(&made.record(Principal::new(principal).unwrap(), scope, Timestamp::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
+    made.key
+}
+
+async fn service_over(store: Arc<dyn ServiceStore>, dir: Option<tempfile::TempDir>) -> Service {
+    let time = TestClock::at(1_000_000.0);
+    let mut config = ServiceConfig::new(time.clock());
+    config.poll_interval = std::time::Duration::from_millis(20);
+    Service {
+        worker: key(store.as_ref(), "ci", Scope::Worker).await,
+        admin: key(store.as_ref(), "ops", Scope::Admin).await,
+        app: router(store, config),
+        time,
+        _dir: dir,
+    }
+}
+
+/// One service over each store.
+async fn services() -> Vec<Service> {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = lease_sqlite::SqliteLeaseStore::open(dir.path().join("control.db")).unwrap();
+    vec![
+        service_over(Arc::new(MemoryLeaseStore::new()), None).await,
+        service_over(Arc::new(sqlite), Some(dir)).await,
+    ]
+}
+
+impl Service {
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        key: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> Answer {
+        let mut request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("authorization", format!("Bearer {key}"));
+        if let Some(token) = token {
+            request = request.header("lease-token", token);
+        }
+        let body = match body {
+            Some(body) => {
+                request = request.header("content-type", "application/json");
+                Body::from(body.to_string())
+            }
+            None => Body::empty(),
+        };
+        send(&self.app, request.body(body).unwrap()).await
+    }
+
+    async fn post(&self, path: &str, key: &str, body: Value) -> Answer {
+        self.call(Method::POST, path, key, None, Some(body)).await
+    }
+
+    async fn get(&self, path: &str) -> Answer {
+        self.call(Method::GET, path, &self.worker, None, None).await
+    }
+
+    async fn enqueue(&self, queue: &str, body: Value) -> Answer {
+        self.post(&format!("/v1/queues/{queue}/jobs"), &self.worker, body)
+            .await
+    }
+
+    /// The leases one claim of up to `max` jobs got.
+    async fn claim(&self, queue: &str, max: u32) -> Vec<Value> {
+        let answer = self
+            .post(
+                &format!("/v1/queues/{queue}/claims"),
+                &self.worker,
+                json!({"ttl": 60, "owner": "ci/w", "limit": max}),
+            )
+            .await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+        answer.body["leases"].as_array().unwrap().clone()
+    }
+
+    async fn complete(&self, lease: &Value, result: &str) -> Answer {
+        let id = lease["id"].as_str().unwrap();
+        self.call(
+            Method::POST,
+            &format!("/v1/jobs/{id}/complete"),
+            &self.worker,
+            lease["lease_token"].as_str(),
+            Some(json!({"fence": lease["fence"], "result": result})),
+        )
+        .await
+    }
+}
+
+fn assert_problem(answer: &Answer, status: StatusCode, reason: &str, says: &str) {
+    assert_eq!(answer.status, status, "{}", answer.body);
+    assert_eq!(answer.headers["content-type"], "application/problem+json");
+    assert_eq!(answer.body["reason"], reason, "{}", answer.body);
+    let detail = answer.body["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains(says), "{detail:?} does not say {says:?}");
+}
+
+#[tokio::test]
+async fn a_paused_queue_leases_nothing_until_it_is_resumed_or_its_pause_ends() {
+    for s in services().await {
+        s.enqueue("mail", json!({"id": "a"})).await;
+        s.enqueue("mail", json!({"id": "b"})).await;
+        let running = s.claim("mail", 1).await;
+        assert_eq!(running.len(), 1);
+        let worker_pause = s.post("/v1/queues/mail/pause", &s.worker, json!({})).await;
+        assert_problem(&worker_pause, StatusCode::FORBIDDEN, "forbidden", "");
+        let paused = s.post("/v1/queues/mail/pause", &s.admin, json!({})).await;
+        assert_eq!(paused.status, StatusCode::OK, "{}", paused.body);
+        assert_eq!(paused.body["paused"], true);
+        assert!(s.claim("mail", 5).await.is_empty(), "a paused queue leased");
+        // Enqueueing still works, and the running lease is untouched: it completes.
+        assert_eq!(
+            s.enqueue("mail", json!({"id": "c"})).await.status,
+            StatusCode::CREATED
+        );
+        assert_eq!(s.complete(&running[0], "done").await.status, StatusCode::OK);
+        let queues = s.get("/v1/queues").await;
+        assert_eq!(queues.body["queues"][0]["queue"], "mail");
+        assert_eq!(queues.body["queues"][0]["paused"], true);
+        let resumed = s.post("/v1/queues/mail/resume", &s.admin, json!({})).await;
+        assert_eq!(resumed.body["paused"], false, "{}", resumed.body);
+        assert_eq!(s.claim("mail", 5).await.len(), 2);
+        // A pause until a time ends by itself.
+        s.enqueue("sms", json!({"id": "d"})).await;
+        let until = s
+            .post(
+                "/v1/queues/sms/pause",
+                &s.admin,
+                json!({"until": 1_000_100}),
+            )
+            .await;
+        assert_eq!(until.body["paused_until"], 1_000_100.0, "{}", until.body);
+        assert!(s.claim("sms", 1).await.is_empty());
+        s.time.set(1_000_100.0);
+        assert_eq!(s.claim("sms", 1).await.len(), 1);
+        let bad = s
+            .post("/v1/queues/sms/pause", &s.admin, json!({"until": "soon"}))
+            .await;
+        assert_problem(&bad, StatusCode::UNPROCESSABLE_ENTITY, "invalid", "until");
+    }
+}
+
+#[tokio::test]
+async fn a_claim_gets_no_more_than_the_queue_limit_leaves_and_each_lease_its_timeout() {
+    for s in services().await {
+        for id in ["a", "b", "c", "d"] {
+            s.enqueue("q", json!({"id": id})).await;
+        }
+        s.enqueue("q", json!({"id": "e", "timeout": 5})).await;
+        let limits = s
+            .call(
+                Method::PUT,
+                "/v1/queues/q/limits",
+                &s.admin,
+                None,
+                Some(json!({"concurrency": 2, "timeout": 30})),
+            )
+            .await;
+        assert_eq!(limits.status, StatusCode::OK, "{}", limits.body);
+        assert_eq!(
+            (&limits.body["concurrency"], &limits.body["timeout"]),
+            (&json!(2), &json!(30.0))
+        );
+        let first = s.claim("q", 5).await;
+        assert_eq!(first.len(), 2, "a claim for 5 got more than the limit of 2");
+        assert!(first.iter().all(|l| l["timeout"] == 30.0), "{first:?}");
+        assert!(s.claim("q", 5).await.is_empty(), "past the limit");
+        s.complete(&first[0], "ok").await;
+        let next = s.claim("q", 5).await;
+        assert_eq!(next.len(), 1);
+        // Removing the limit frees the rest; a job's own timeout wins over its queue's.
+        let free = s
+            .call(
+                Method::PUT,
+                "/v1/queues/q/limits",
+                &s.admin,
+                None,
+                Some(json!({"concurrency": 0})),
+            )
+            .await;
+        assert_eq!(free.body["concurrency"], Value::Null, "{}", free.body);
+        let rest = s.claim("q", 5).await;
+        assert_eq!(rest.len(), 2);
+        let e = rest.iter().find(|l| l["id"] == "e").expect("e is leased");
+        assert_eq!(e["timeout"], 5.0);
+        let both = s
+            .call(
+                Method::PUT,
+                "/v1/queues/q/limits",
+                &s.admin,
+                None,
+                Some(json!({"timeout": 3, "no_timeout": true})),
+            )
+            .await;
+        assert_problem(
+            &both,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+            "not both",
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_schedule_is_checked_made_listed_fired_once_per_tick_and_removed() {
+    for s in services().await {
+        let put = |body: Value| {
+            let s = &s;
+            async move {
+                s.call(
+                    Method::PUT,
+                    "/v1/schedules/nightly",
+                    &s.admin,
+                    None,
+                    Some(body),
+                )
+                .await
+            }
+        };
+        let bad_cron = put(json!({"cron": "61 * * * *", "queue": "reports"})).await;
+        assert_problem(
+            &bad_cron,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+            "cron",
+        );
+        let bad_zone =
+            put(json!({"cron": "0 3 * * *", "zone": "Mars/Olympus", "queue": "r"})).await;
+        assert_problem(
+            &bad_zone,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+            "zone",
+        );
+        let by_worker = s
+            .call(
+                Method::PUT,
+                "/v1/schedules/nightly",
+                &s.worker,
+                None,
+                Some(json!({"cron": "0 3 * * *", "queue": "reports"})),
+            )
+            .await;
+        assert_problem(&by_worker, StatusCode::FORBIDDEN, "forbidden", "");
+        assert_eq!(s.get("/v1/schedules").await.body["schedules"], json!([]));
+        let made = put(
+            json!({"cron": "0 3 * * *", "zone": "Europe/Paris", "queue": "reports",
+            "payload": "p", "catch_up": "all", "catch_up_max": 3}),
+        )
+        .await;
+        assert_eq!(made.status, StatusCode::OK, "{}", made.body);
+        assert_eq!(made.body["version"], 1);
+        assert_eq!(made.body["catch_up"], "all:3");
+        // 1,000,000 s is 1970-01-12T13:46:40Z; 03:00 in Paris (UTC+1 in January) is 02:00Z.
+        let tick = 1_044_000.0;
+        assert_eq!(made.body["next_tick"], tick, "{}", made.body);
+        let listed = s.get("/v1/schedules").await;
+        assert_eq!(listed.body["schedules"][0]["name"], "nightly");
+        let fire = json!({"version": 1, "last_tick": null, "tick": tick,
+            "jobs": [{"id": "nightly@1970-01-13T02:00:00Z", "tick": tick}]});
+        let fired = s
+            .post("/v1/schedules/nightly/fire", &s.admin, fire.clone())
+            .await;
+        assert_eq!(fired.body, json!({"fired": true, "inserted": [true]}));
+        let again = s.post("/v1/schedules/nightly/fire", &s.admin, fire).await;
+        assert_eq!(again.body, json!({"fired": false, "inserted": []}));
+        let job = s.get("/v1/jobs/nightly%401970-01-13T02%3A00%3A00Z").await;
+        assert_eq!(
+            (
+                &job.body["queue"],
+                &job.body["payload"],
+                &job.body["status"]
+            ),
+            (&json!("reports"), &json!("p"), &json!("pending"))
+        );
+        let listed = s.get("/v1/schedules").await;
+        assert_eq!(listed.body["schedules"][0]["last_tick"], tick);
+        let removed = s
+            .call(
+                Method::DELETE,
+                "/v1/schedules/nightly",
+                &s.admin,
+                None,
+                None,
+            )
+            .await;
+        assert_eq!(removed.body, json!({"removed": true}));
+        let twice = s
+            .call(
+                Method::DELETE,
+                "/v1/schedules/nightly",
+                &s.admin,
+                None,
+                None,
+            )
+            .await;
+        assert_eq!(twice.body, json!({"removed": false}));
+        assert_eq!(job.status, StatusCode::OK);
+        let bad_name = s
+            .call(
+                Method::PUT,
+                "/v1/schedules/a%40b",
+                &s.admin,
+                None,
+                Some(json!({"cron": "@daily", "queue": "r"})),
+            )
+            .await;
+        assert_problem(&bad_name, StatusCode::UNPROCESSABLE_ENTITY, "invalid", "");
+    }
+}
+
+#[tokio::test]
+async fn a_finished_job_runs_again_only_when_asked_and_a_pending_one_is_never_touched() {
+    for s in services().await {
+        s.enqueue("q", json!({"id": "r", "payload": "one"})).await;
+        let lease = s.claim("q", 1).await.remove(0);
+        s.complete(&lease, "first").await;
+        let plain = s.enqueue("q", json!({"id": "r", "payload": "two"})).await;
+        assert_eq!(plain.body, json!({"inserted": false}));
+        let rerun = s
+            .enqueue(
+                "q",
+                json!({"id": "r", "payload": "two", "replace": "finished"}),
+            )
+            .await;
+        assert_eq!(rerun.status, StatusCode::CREATED, "{}", rerun.body);
+        let job = s.get("/v1/jobs/r").await.body;
+        assert_eq!(
+            (
+                &job["status"],
+                &job["result"],
+                &job["attempts"],
+                &job["payload"]
+            ),
+            (&json!("pending"), &json!("first"), &json!(0), &json!("two"))
+        );
+        // Pending now: another re-run changes nothing.
+        let pending = s
+            .enqueue(
+                "q",
+                json!({"id": "r", "payload": "three", "replace": "finished"}),
+            )
+            .await;
+        assert_eq!(pending.body, json!({"inserted": false}));
+        let lease = s.claim("q", 1).await.remove(0);
+        assert!(
+            lease["fence"].as_u64() > Some(1),
+            "the fence went on: {lease}"
+        );
+        let bad = s.enqueue("q", json!({"id": "r", "replace": "all"})).await;
+        assert_problem(&bad, StatusCode::UNPROCESSABLE_ENTITY, "invalid", "replace");
+    }
+}
+
+#[tokio::test]
+async fn progress_is_a_fenced_write_that_renews_and_a_new_claim_clears() {
+    for s in services().await {
+        s.enqueue("q", json!({"id": "p"})).await;
+        let a = s.claim("q", 1).await.remove(0);
+        let write = |lease: &Value, text: &str| {
+            let s = &s;
+            let (token, body) = (
+                lease["lease_token"].as_str().unwrap().to_owned(),
+                json!({"fence": lease["fence"], "ttl": 60, "progress": text}),
+            );
+            async move {
+                s.call(
+                    Method::POST,
+                    "/v1/jobs/p/progress",
+                    &s.worker,
+                    Some(&token),
+                    Some(body),
+                )
+                .await
+            }
+        };
+        let stored = write(&a, "3 of 10").await;
+        assert_eq!(stored.status, StatusCode::OK, "{}", stored.body);
+        assert_eq!(stored.body["until"], 1_000_060.0);
+        assert_eq!(s.get("/v1/jobs/p").await.body["progress"], "3 of 10");
+        // A's lease runs out and B claims: the progress is cleared and A's is refused.
+        s.time.set(1_000_061.0);
+        let b = s.claim("q", 1).await.remove(0);
+        assert_eq!(s.get("/v1/jobs/p").await.body["progress"], Value::Null);
+        let late = write(&a, "9 of 10").await;
+        assert_problem(&late, StatusCode::CONFLICT, "stale", "");
+        assert_eq!(s.get("/v1/jobs/p").await.body["progress"], Value::Null);
+        let long = write(&b, &"x".repeat(257)).await;
+        assert_problem(
+            &long,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+            "progress",
+        );
+        assert_eq!(write(&b, "1 of 10").await.status, StatusCode::OK);
+        assert_eq!(s.get("/v1/jobs/p").await.body["progress"], "1 of 10");
+    }
+}

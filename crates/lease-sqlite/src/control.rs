@@ -1,0 +1,232 @@
+//! Queue settings and schedules (migration 7): read by every `claim_next` in its transaction,
+//! changed and fired as ops in the write path, so that a change, a claim and a fire are each one
+//! `BEGIN IMMEDIATE` transaction (and SQLite's one writer orders them).
+
+use lease_domain::{
+    QueueChange, QueueName, QueueSettings, Schedule, ScheduleName, ScheduleSpec, Timestamp,
+    decide_put_schedule, decide_queue_change,
+};
+use lease_ports::StoreError;
+use lease_ports::codec::{StoredQueue, StoredSchedule};
+use lease_ports::control::Fire;
+use rusqlite::{Connection, OptionalExtension};
+
+use crate::error;
+
+const SELECT_QUEUE: &str = "SELECT queue, paused, paused_until, concurrency, timeout \
+    FROM lease_queues WHERE queue = ?1";
+
+const SELECT_QUEUES: &str = "SELECT queue, paused, paused_until, concurrency, timeout \
+    FROM lease_queues ORDER BY queue";
+
+const UPSERT_QUEUE: &str = "INSERT INTO lease_queues(queue, paused, paused_until, concurrency, \
+    timeout) VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT(queue) DO UPDATE SET paused = excluded.paused, \
+    paused_until = excluded.paused_until, concurrency = excluded.concurrency, \
+    timeout = excluded.timeout";
+
+const DELETE_QUEUE: &str = "DELETE FROM lease_queues WHERE queue = ?1";
+
+/// The live leases of a queue at `?2`: its held jobs whose lease has not ended (the index of
+/// lease ends; `Job::leased_until` is the lease's end while someone holds the job).
+const COUNT_HELD: &str = "SELECT count(*) FROM jobs_queue INDEXED BY jobs_queue_leased \
+    WHERE queue = ?1 AND finished IS NULL AND leased_until > ?2";
+
+const SCHEDULE_COLUMNS: &str = "name, cron, zone, queue, priority, max_attempts, payload, \
+    timeout, catch_up, version, created, last_tick";
+
+const UPSERT_SCHEDULE: &str = "INSERT INTO lease_schedules(name, cron, zone, queue, priority, \
+    max_attempts, payload, timeout, catch_up, version, created, last_tick) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) ON CONFLICT(name) DO UPDATE SET \
+    cron = excluded.cron, zone = excluded.zone, queue = excluded.queue, \
+    priority = excluded.priority, max_attempts = excluded.max_attempts, \
+    payload = excluded.payload, timeout = excluded.timeout, catch_up = excluded.catch_up, \
+    version = excluded.version, created = excluded.created, last_tick = excluded.last_tick";
+
+const DELETE_SCHEDULE: &str = "DELETE FROM lease_schedules WHERE name = ?1";
+
+fn queue_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredQueue> {
+    Ok(StoredQueue {
+        queue: row.get(0)?,
+        paused: row.get(1)?,
+        paused_until: row.get(2)?,
+        concurrency: row.get(3)?,
+        timeout: row.get(4)?,
+    })
+}
+
+fn schedule_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredSchedule> {
+    Ok(StoredSchedule {
+        name: row.get(0)?,
+        cron: row.get(1)?,
+        zone: row.get(2)?,
+        queue: row.get(3)?,
+        priority: row.get(4)?,
+        max_attempts: row.get(5)?,
+        payload: row.get(6)?,
+        timeout: row.get(7)?,
+        catch_up: row.get(8)?,
+        version: row.get(9)?,
+        created: row.get(10)?,
+        last_tick: row.get(11)?,
+    })
+}
+
+/// The settings of `queue` (the default when it has none).
+pub(crate) fn settings(conn: &Connection, queue: &QueueName) -> Result<QueueSettings, StoreError> {
+    let stored = conn
+        .prepare_cached(SELECT_QUEUE)
+        .map_err(error::sql(conn))?
+        .query_row([queue.as_str()], queue_row)
+        .optional()
+        .map_err(error::sql(conn))?;
+    Ok(match stored {
+        Some(stored) => stored.decode()?.1,
+        None => QueueSettings::default(),
+    })
+}
+
+/// How many of `queue`'s leases are live at `now`.
+pub(crate) fn held(
+    conn: &Connection,
+    queue: &QueueName,
+    now: Timestamp,
+) -> Result<u64, StoreError> {
+    let n: i64 = conn
+        .prepare_cached(COUNT_HELD)
+        .and_then(|mut stmt| {
+            stmt.query_row(rusqlite::params![queue.as_str(), now.get()], |r| r.get(0))
+        })
+        .map_err(error::sql(conn))?;
+    lease_ports::codec::count(n, "a queue's live leases")
+}
+
+/// Writes a queue's settings (forgetting default ones).
+pub(crate) fn write_settings(
+    conn: &Connection,
+    queue: &QueueName,
+    settings: &QueueSettings,
+) -> Result<(), StoreError> {
+    let done = if settings.is_default() {
+        conn.prepare_cached(DELETE_QUEUE)
+            .and_then(|mut stmt| stmt.execute([queue.as_str()]))
+    } else {
+        let row = StoredQueue::of(queue, settings);
+        conn.prepare_cached(UPSERT_QUEUE).and_then(|mut stmt| {
+            stmt.execute(rusqlite::params![
+                row.queue,
+                row.paused,
+                row.paused_until,
+                row.concurrency,
+                row.timeout
+            ])
+        })
+    };
+    done.map(drop).map_err(error::sql(conn))
+}
+
+/// Changes a queue's settings as the domain decides.
+pub(crate) fn change_queue(
+    conn: &Connection,
+    queue: &QueueName,
+    change: QueueChange,
+) -> Result<QueueSettings, StoreError> {
+    let next = decide_queue_change(&settings(conn, queue)?, change);
+    write_settings(conn, queue, &next)?;
+    Ok(next)
+}
+
+/// Every queue's settings.
+pub(crate) fn queues(conn: &Connection) -> Result<Vec<(QueueName, QueueSettings)>, StoreError> {
+    let rows: Vec<StoredQueue> = conn
+        .prepare_cached(SELECT_QUEUES)
+        .map_err(error::sql(conn))?
+        .query_map([], queue_row)
+        .and_then(Iterator::collect)
+        .map_err(error::sql(conn))?;
+    rows.into_iter().map(StoredQueue::decode).collect()
+}
+
+/// One schedule, by name.
+fn schedule(conn: &Connection, name: &ScheduleName) -> Result<Option<Schedule>, StoreError> {
+    conn.prepare_cached(&format!(
+        "SELECT {SCHEDULE_COLUMNS} FROM lease_schedules WHERE name = ?1"
+    ))
+    .map_err(error::sql(conn))?
+    .query_row([name.as_str()], schedule_row)
+    .optional()
+    .map_err(error::sql(conn))?
+    .map(StoredSchedule::decode)
+    .transpose()
+}
+
+/// Every schedule, by name.
+pub(crate) fn schedules(conn: &Connection) -> Result<Vec<Schedule>, StoreError> {
+    let rows: Vec<StoredSchedule> = conn
+        .prepare_cached(&format!(
+            "SELECT {SCHEDULE_COLUMNS} FROM lease_schedules ORDER BY name"
+        ))
+        .map_err(error::sql(conn))?
+        .query_map([], schedule_row)
+        .and_then(Iterator::collect)
+        .map_err(error::sql(conn))?;
+    rows.into_iter().map(StoredSchedule::decode).collect()
+}
+
+/// Writes a schedule over any of the same name.
+pub(crate) fn write_schedule(conn: &Connection, schedule: &Schedule) -> Result<(), StoreError> {
+    let row = StoredSchedule::of(schedule);
+    conn.prepare_cached(UPSERT_SCHEDULE)
+        .and_then(|mut stmt| {
+            stmt.execute(rusqlite::params![
+                row.name,
+                row.cron,
+                row.zone,
+                row.queue,
+                row.priority,
+                row.max_attempts,
+                row.payload,
+                row.timeout,
+                row.catch_up,
+                row.version,
+                row.created,
+                row.last_tick
+            ])
+        })
+        .map(drop)
+        .map_err(error::sql(conn))
+}
+
+/// Makes or replaces a schedule as the domain decides.
+pub(crate) fn put_schedule(
+    conn: &Connection,
+    spec: &ScheduleSpec,
+    now: Timestamp,
+) -> Result<Schedule, StoreError> {
+    let next = decide_put_schedule(schedule(conn, &spec.name)?.as_ref(), spec.clone(), now);
+    write_schedule(conn, &next)?;
+    Ok(next)
+}
+
+/// Removes a schedule; whether there was one.
+pub(crate) fn remove_schedule(conn: &Connection, name: &ScheduleName) -> Result<bool, StoreError> {
+    conn.prepare_cached(DELETE_SCHEDULE)
+        .and_then(|mut stmt| stmt.execute([name.as_str()]))
+        .map(|n| n > 0)
+        .map_err(error::sql(conn))
+}
+
+/// Fires a schedule when it is as the pass read it: its jobs enqueued and its last tick
+/// recorded in the open transaction; `None` (nothing written) otherwise.
+pub(crate) fn fire(conn: &Connection, fire: &Fire) -> Result<Option<Vec<bool>>, StoreError> {
+    let Some(fired) = fire.decide(schedule(conn, &fire.name)?.as_ref()) else {
+        return Ok(None);
+    };
+    let mut inserted = Vec::with_capacity(fire.jobs.len());
+    for (id, spec) in &fire.jobs {
+        let command = lease_domain::Command::EnqueueWith(spec.clone());
+        let (outcome, _) = crate::ops::apply_command(conn, id, &command)?;
+        inserted.push(lease_ports::outcome_as(outcome)?);
+    }
+    write_schedule(conn, &fired)?;
+    Ok(Some(inserted))
+}
