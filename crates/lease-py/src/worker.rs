@@ -30,6 +30,8 @@ pub(crate) struct Job {
     attempt: u32,
     payload: Option<Py<PyBytes>>,
     cancel: CancellationToken,
+    timeout: Option<f64>,
+    progress: lease_worker::Progress,
 }
 
 #[pymethods]
@@ -94,6 +96,26 @@ impl Job {
         }))
     }
 
+    /// How long this attempt may run, in seconds (the job's timeout, else its queue's), if it
+    /// is limited: past it the worker cancels the job and fails it "timed out".
+    #[getter]
+    fn timeout(&self) -> Option<f64> {
+        self.timeout
+    }
+
+    /// Stores `text` (up to 1,024 bytes) as the job's progress under this lease's fence, and
+    /// renews the lease; True when stored, False when the lease is no longer this run's
+    /// (nothing is stored then). Waits with the interpreter released.
+    fn progress(&self, py: Python<'_>, text: &str) -> PyResult<bool> {
+        let runtime = to_py(py, runtime())?;
+        let progress = self.progress.clone();
+        let answer = py.detach(|| runtime.block_on(progress.report(text)));
+        to_py(
+            py,
+            answer.map(|outcome| outcome.is_ok()).map_err(Into::into),
+        )
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "Job(id={:?}, fence={}, attempt={})",
@@ -133,6 +155,8 @@ fn call_handler(handler: &Py<PyAny>, context: JobContext) -> HandlerResult {
                 .as_deref()
                 .map(|p| PyBytes::new(py, p).unbind()),
             cancel: context.cancel.clone(),
+            timeout: context.timeout.map(Ttl::get),
+            progress: context.progress.clone(),
         };
         let answer = handler.call1(py, (job,)).map_err(|e| error_text(py, &e))?;
         if answer.is_none(py) {

@@ -148,3 +148,25 @@ def test_the_default_owner_names_the_host_and_the_process(db):
     store = lease.Store(db, create=True)
     worker = lease.Worker(store, lambda job: None)
     assert worker.owner.endswith(f"/{os.getpid()}")
+
+
+def test_a_handler_reports_progress_under_its_fence_and_sees_its_timeout(db):
+    store = lease.Store(db, create=True)
+    store.enqueue("p", timeout=120)
+    seen = {}
+
+    def handle(job):
+        seen["timeout"] = job.timeout
+        seen["stored"] = job.progress("3 of 10")
+        seen["record"] = store.record("p").progress
+        with pytest.raises(lease.InvalidInput) as raised:
+            job.progress("x" * 1025)
+        seen["too_long"] = str(raised.value)
+        return "done"
+
+    summary = lease.Worker(store, handle, owner="py/w", exit_when_empty=True, idle_poll=0.05).run()
+    assert summary.completed == 1
+    assert seen["timeout"] == 120.0 and seen["stored"] is True
+    assert seen["record"] == "3 of 10"
+    assert "progress" in seen["too_long"]
+    assert store.record("p").progress == "3 of 10"
