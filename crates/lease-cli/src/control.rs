@@ -196,10 +196,9 @@ pub(crate) fn schedule(
     clock: impl FnOnce() -> f64,
     read: ReadInput<'_>,
 ) -> Result<ControlRequest, RequestError> {
-    let at = |now: Option<f64>, clock: Box<dyn FnOnce() -> f64 + '_>| {
-        Timestamp::new(now.unwrap_or_else(clock)).map_err(RequestError::from)
-    };
-    let clock: Box<dyn FnOnce() -> f64 + '_> = Box::new(clock);
+    fn at(now: Option<f64>, clock: impl FnOnce() -> f64) -> Result<Timestamp, RequestError> {
+        Ok(Timestamp::new(now.unwrap_or_else(clock))?)
+    }
     Ok(match command {
         ScheduleCommand::Set {
             name,

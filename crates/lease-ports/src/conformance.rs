@@ -1709,6 +1709,15 @@ pub async fn a_paused_queue_leases_nothing_until_it_is_resumed_and_running_lease
     complete_granted(&lease_store, &held.job, "w", held.fence, 4.0, "done").await;
     let listed = store.queues().await.expect("queues reads");
     assert_eq!(listed, vec![(queue("q"), paused)]);
+    assert_eq!(
+        store.settings_of(&queue("q")).await.expect("settings read"),
+        paused
+    );
+    assert_eq!(
+        store.settings_of(&queue("r")).await.expect("settings read"),
+        QueueSettings::default(),
+        "a queue without settings has the default"
+    );
     // Until a time: nothing before it, the jobs at it.
     change(&store, "q", QueueChange::Pause(Some(at(20.0)))).await;
     assert!(next(&lease_store, "q", "w", 19.5, 5).await.is_empty());

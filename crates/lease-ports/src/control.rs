@@ -53,6 +53,17 @@ pub trait Control: Send + Sync {
     /// The settings of every queue that has any (not the default), by queue name.
     async fn queues(&self) -> Result<Vec<(QueueName, QueueSettings)>, StoreError>;
 
+    /// The settings of one queue: the default when it has none.
+    async fn settings_of(&self, queue: &QueueName) -> Result<QueueSettings, StoreError> {
+        Ok(self
+            .queues()
+            .await?
+            .into_iter()
+            .find(|(q, _)| q == queue)
+            .map(|(_, s)| s)
+            .unwrap_or_default())
+    }
+
     /// Makes or replaces a schedule as [`lease_domain::decide_put_schedule`] decides, and
     /// returns it.
     async fn put_schedule(

@@ -35,6 +35,11 @@ struct Jobs {
 }
 
 impl Jobs {
+    /// The queues that have settings, as owned pairs.
+    fn queue_settings(&self) -> impl Iterator<Item = (QueueName, QueueSettings)> + '_ {
+        self.queues.iter().map(|(q, s)| (q.clone(), *s))
+    }
+
     fn store(&mut self, id: &JobId, job: Job) {
         match self.jobs.get_mut(id) {
             Some(slot) => slot.0 = job,
@@ -283,7 +288,7 @@ impl crate::transfer::Transfer for MemoryLeaseStore {
                 })
                 .collect(),
             purged,
-            queues: jobs.queues.iter().map(|(q, s)| (q.clone(), *s)).collect(),
+            queues: jobs.queue_settings().collect(),
             schedules: jobs.schedules.values().cloned().collect(),
         })
     }
@@ -299,7 +304,7 @@ impl crate::transfer::Transfer for MemoryLeaseStore {
             marks: jobs.purged.clone(),
             total_jobs: u64::try_from(jobs.jobs.len()).unwrap_or(u64::MAX),
             total_marks: u64::try_from(jobs.purged.len()).unwrap_or(u64::MAX),
-            queues: jobs.queues.iter().map(|(q, s)| (q.clone(), *s)).collect(),
+            queues: jobs.queue_settings().collect(),
             schedules: jobs
                 .schedules
                 .iter()
@@ -407,7 +412,11 @@ impl crate::control::Control for MemoryLeaseStore {
 
     async fn queues(&self) -> Result<Vec<(QueueName, QueueSettings)>, StoreError> {
         let jobs = self.jobs()?;
-        Ok(jobs.queues.iter().map(|(q, s)| (q.clone(), *s)).collect())
+        Ok(jobs.queue_settings().collect())
+    }
+
+    async fn settings_of(&self, queue: &QueueName) -> Result<QueueSettings, StoreError> {
+        Ok(self.jobs()?.queues.get(queue).copied().unwrap_or_default())
     }
 
     async fn put_schedule(

@@ -386,6 +386,13 @@ impl<S: crate::control::Control + ?Sized> crate::control::Control for Observed<S
         self.inner.queues().await
     }
 
+    async fn settings_of(
+        &self,
+        queue: &lease_domain::QueueName,
+    ) -> Result<lease_domain::QueueSettings, StoreError> {
+        self.inner.settings_of(queue).await
+    }
+
     async fn put_schedule(
         &self,
         spec: &lease_domain::ScheduleSpec,

@@ -595,14 +595,15 @@ pub(crate) async fn claim(
         .record(&id)
         .await
         .map_err(|e| Problem::store(&e))?;
-    let settings = lease_ports::control::Control::queues(&*app.store)
-        .await
-        .map_err(|e| Problem::store(&e))?;
-    let timeout = record.as_ref().and_then(|r| {
-        let queue = settings.iter().find(|(q, _)| *q == r.job.queue);
-        r.job
-            .timeout_in(&queue.map(|(_, s)| *s).unwrap_or_default())
-    });
+    let timeout = match &record {
+        Some(r) => {
+            let settings = lease_ports::control::Control::settings_of(&*app.store, &r.job.queue)
+                .await
+                .map_err(|e| Problem::store(&e))?;
+            r.job.timeout_in(&settings)
+        }
+        None => None,
+    };
     let lease = Lease {
         job: id,
         fence,

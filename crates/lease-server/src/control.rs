@@ -101,13 +101,14 @@ async fn change(app: &App, queue: String, change: QueueChange) -> Answer {
         .change_queue(&queue, change)
         .await
         .map_err(|e| Problem::store(&e))?;
-    if !settings.is_paused_at(now(app, None)?) {
+    let now = now(app, None)?;
+    if !settings.is_paused_at(now) {
         // Claims waiting on a queue that runs again may find their jobs now.
         app.wake(queue.as_str(), usize::MAX);
     }
     Ok(json_response(
         StatusCode::OK,
-        QueueView::of(&queue, &settings, now(app, None)?),
+        QueueView::of(&queue, &settings, now),
     ))
 }
 
@@ -202,12 +203,11 @@ pub(crate) async fn limits(
         None => {
             let name = Name(queue).queue("queue")?;
             let now = now(&app, None)?;
-            let settings = app.store.queues().await.map_err(|e| Problem::store(&e))?;
-            let current = settings
-                .iter()
-                .find(|(q, _)| *q == name)
-                .map(|(_, s)| *s)
-                .unwrap_or_default();
+            let current = app
+                .store
+                .settings_of(&name)
+                .await
+                .map_err(|e| Problem::store(&e))?;
             Ok(json_response(
                 StatusCode::OK,
                 QueueView::of(&name, &current, now),
