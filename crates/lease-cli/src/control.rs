@@ -81,8 +81,8 @@ pub(crate) enum ScheduleCommand {
 /// A scheduling or flow-control command whose inputs passed every check.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum ControlRequest {
-    /// Change a queue's settings (one change, or a limit's two), judged at a time.
-    Queue(QueueName, Vec<QueueChange>, Timestamp),
+    /// Change a queue's settings (one change), judged at a time.
+    Queue(QueueName, QueueChange, Timestamp),
     /// Store a running job's progress under its fence.
     Progress(JobId, Owner, Fence, LeaseTerm, ProgressText),
     /// Make or change a schedule.
@@ -126,7 +126,7 @@ pub(crate) fn pause(
         .transpose()?;
     Ok(ControlRequest::Queue(
         QueueName::new(queue)?,
-        vec![QueueChange::Pause(until)],
+        QueueChange::Pause(until),
         Timestamp::new(now)?,
     ))
 }
@@ -135,7 +135,7 @@ pub(crate) fn pause(
 pub(crate) fn resume(queue: String, now: f64) -> Result<ControlRequest, RequestError> {
     Ok(ControlRequest::Queue(
         QueueName::new(queue)?,
-        vec![QueueChange::Resume],
+        QueueChange::Resume,
         Timestamp::new(now)?,
     ))
 }
@@ -149,27 +149,25 @@ pub(crate) fn limit(
     no_timeout: bool,
     now: f64,
 ) -> Result<ControlRequest, RequestError> {
-    let mut changes = Vec::new();
-    if let Some(n) = concurrency {
-        changes.push(QueueChange::Concurrency(lease_domain::Concurrency::new(n)));
-    }
-    match (timeout, no_timeout) {
+    let timeout = match (timeout, no_timeout) {
         (Some(_), true) => return Err(flag("give --timeout or --no-timeout, not both".to_owned())),
-        (Some(seconds), false) => changes.push(QueueChange::Timeout(Some(
+        (Some(seconds), false) => Some(Some(
             Ttl::new(seconds).map_err(|e| flag(format!("--timeout: {e}")))?,
-        ))),
-        (None, true) => changes.push(QueueChange::Timeout(None)),
-        (None, false) => {}
-    }
-    if changes.is_empty() {
-        return Err(flag(
-            "give --concurrency N (0 removes the limit), --timeout SECONDS or --no-timeout"
-                .to_owned(),
-        ));
-    }
+        )),
+        (None, true) => Some(None),
+        (None, false) => None,
+    };
+    // Both flags are one change: the limit and the timeout are applied together or not at all.
+    let change = QueueChange::limits(concurrency.map(lease_domain::Concurrency::new), timeout)
+        .ok_or_else(|| {
+            flag(
+                "give --concurrency N (0 removes the limit), --timeout SECONDS or --no-timeout"
+                    .to_owned(),
+            )
+        })?;
     Ok(ControlRequest::Queue(
         QueueName::new(queue)?,
-        changes,
+        change,
         Timestamp::new(now)?,
     ))
 }
@@ -285,11 +283,8 @@ pub(crate) async fn execute(
     store: &dyn Controlled,
 ) -> Result<Report, StoreError> {
     Ok(match request {
-        ControlRequest::Queue(queue, changes, now) => {
-            let mut settings = QueueSettings::default();
-            for change in changes {
-                settings = store.change_queue(queue, *change).await?;
-            }
+        ControlRequest::Queue(queue, change, now) => {
+            let settings = store.change_queue(queue, *change).await?;
             Report::new(
                 true,
                 lease_server::wire::queue_json(queue, &settings, *now),
@@ -443,4 +438,30 @@ pub(crate) fn pass_line(fired: &lease_schedule::Fired) -> String {
         escape_controls(fired.schedule.as_str()),
         when::calendar(fired.tick.get())
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_limit_with_both_flags_is_one_change_of_the_store() {
+        let request = limit("q".to_owned(), Some(2), None, true, 5.0).unwrap();
+        assert_eq!(
+            request,
+            ControlRequest::Queue(
+                QueueName::new("q").unwrap(),
+                QueueChange::Limits(lease_domain::Concurrency::new(2), None),
+                Timestamp::new(5.0).unwrap(),
+            )
+        );
+        let one = limit("q".to_owned(), None, Some(3.0), false, 5.0).unwrap();
+        assert!(
+            matches!(
+                one,
+                ControlRequest::Queue(_, QueueChange::Timeout(Some(_)), _)
+            ),
+            "{one:?}"
+        );
+    }
 }

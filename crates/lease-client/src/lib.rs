@@ -234,6 +234,37 @@ impl HttpLeaseStore {
             .await
     }
 
+    /// One `PUT {base}/limits` with what is given of a limit (`Some(None)` removes it, sent as
+    /// 0) and a default timeout (`Some(None)` removes it, sent as `no_timeout`): the server
+    /// applies the two as one change. The write is idempotent, so it may be sent again.
+    async fn put_limits(
+        &self,
+        base: &str,
+        limit: Option<Option<lease_domain::Concurrency>>,
+        timeout: Option<Option<lease_domain::Ttl>>,
+    ) -> Result<Answer, StoreError> {
+        let mut body = serde_json::Map::new();
+        if let Some(limit) = limit {
+            body.insert(
+                "concurrency".to_owned(),
+                json!(limit.map_or(0, lease_domain::Concurrency::get)),
+            );
+        }
+        match timeout {
+            Some(Some(t)) => body.insert("timeout".to_owned(), json!(t.get())),
+            Some(None) => body.insert("no_timeout".to_owned(), json!(true)),
+            None => None,
+        };
+        self.send(
+            reqwest::Method::PUT,
+            &format!("{base}/limits"),
+            Some(Value::Object(body)),
+            None,
+            true,
+        )
+        .await
+    }
+
     /// A `GET` of `path` answered with an array under `field`, each item read by `read`.
     async fn list_of<T>(
         &self,
@@ -537,31 +568,10 @@ impl lease_ports::control::Control for HttpLeaseStore {
                 self.post(&format!("{base}/resume"), json!({}), None)
                     .await?
             }
-            QueueChange::Concurrency(limit) => {
-                let n = limit.map_or(0, lease_domain::Concurrency::get);
-                let body = json!({ "concurrency": n });
-                self.send(
-                    reqwest::Method::PUT,
-                    &format!("{base}/limits"),
-                    Some(body),
-                    None,
-                    true,
-                )
-                .await?
-            }
-            QueueChange::Timeout(timeout) => {
-                let body = match timeout {
-                    Some(t) => json!({ "timeout": t.get() }),
-                    None => json!({ "no_timeout": true }),
-                };
-                self.send(
-                    reqwest::Method::PUT,
-                    &format!("{base}/limits"),
-                    Some(body),
-                    None,
-                    true,
-                )
-                .await?
+            QueueChange::Concurrency(limit) => self.put_limits(&base, Some(limit), None).await?,
+            QueueChange::Timeout(timeout) => self.put_limits(&base, None, Some(timeout)).await?,
+            QueueChange::Limits(limit, timeout) => {
+                self.put_limits(&base, Some(limit), Some(timeout)).await?
             }
         };
         if answer.status != 200 {

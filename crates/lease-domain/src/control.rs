@@ -102,6 +102,27 @@ pub enum QueueChange {
     Concurrency(Option<Concurrency>),
     /// Set (`Some`) or remove (`None`) the default timeout of an attempt.
     Timeout(Option<Ttl>),
+    /// Both of the above in one change: the limit and the default timeout are applied
+    /// together or not at all.
+    Limits(Option<Concurrency>, Option<Ttl>),
+}
+
+impl QueueChange {
+    /// The one change that sets what is given of a limit (`Some(None)` removes it) and a
+    /// default timeout, keeping what is not: [`QueueChange::Limits`] for both, the single
+    /// change for one, `None` for neither.
+    #[must_use]
+    pub fn limits(
+        concurrency: Option<Option<Concurrency>>,
+        timeout: Option<Option<Ttl>>,
+    ) -> Option<Self> {
+        match (concurrency, timeout) {
+            (Some(limit), Some(timeout)) => Some(Self::Limits(limit, timeout)),
+            (Some(limit), None) => Some(Self::Concurrency(limit)),
+            (None, Some(timeout)) => Some(Self::Timeout(timeout)),
+            (None, None) => None,
+        }
+    }
 }
 
 /// The settings after `change`; every other setting is kept. Running leases are never touched:
@@ -114,6 +135,10 @@ pub fn decide_queue_change(current: &QueueSettings, change: QueueChange) -> Queu
         QueueChange::Resume => next.paused = None,
         QueueChange::Concurrency(limit) => next.concurrency = limit,
         QueueChange::Timeout(timeout) => next.timeout = timeout,
+        QueueChange::Limits(limit, timeout) => {
+            next.concurrency = limit;
+            next.timeout = timeout;
+        }
     }
     next
 }

@@ -1219,6 +1219,34 @@ fn a_paused_queue_allows_no_lease_until_its_pause_ends_or_it_is_resumed() {
 }
 
 #[test]
+fn a_limit_and_a_timeout_given_together_are_one_change_that_keeps_the_pause() {
+    let paused = decide_queue_change(&QueueSettings::default(), QueueChange::Pause(None));
+    let both = QueueChange::limits(Some(Concurrency::new(2)), Some(Ttl::new(9.0).ok()));
+    assert_eq!(
+        both,
+        Some(QueueChange::Limits(Concurrency::new(2), Ttl::new(9.0).ok()))
+    );
+    let next = decide_queue_change(&paused, both.unwrap());
+    assert_eq!(
+        (next.paused, next.concurrency, next.timeout),
+        (paused.paused, Concurrency::new(2), Ttl::new(9.0).ok())
+    );
+    // Both removed at once: back to the pause alone.
+    let removed = decide_queue_change(&next, QueueChange::limits(Some(None), Some(None)).unwrap());
+    assert_eq!(removed, paused);
+    // One given is the single change; neither is no change.
+    assert_eq!(
+        QueueChange::limits(Some(None), None),
+        Some(QueueChange::Concurrency(None))
+    );
+    assert_eq!(
+        QueueChange::limits(None, Some(Ttl::new(1.0).ok())),
+        Some(QueueChange::Timeout(Ttl::new(1.0).ok()))
+    );
+    assert_eq!(QueueChange::limits(None, None), None);
+}
+
+#[test]
 fn a_concurrency_limit_leaves_room_only_for_the_leases_not_live() {
     let limited = decide_queue_change(
         &QueueSettings::default(),

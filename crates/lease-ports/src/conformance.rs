@@ -1807,6 +1807,19 @@ pub async fn a_lease_carries_its_jobs_timeout_else_its_queues(store: ControlStor
         .expect("record reads")
         .expect("job exists");
     assert_eq!(record.job.timeout, Ttl::new(5.0).ok());
+    // A limit and a timeout set in one change, then both removed in one.
+    let both = change(
+        &store,
+        "q",
+        QueueChange::Limits(Concurrency::new(3), Ttl::new(7.0).ok()),
+    )
+    .await;
+    assert_eq!(
+        (both.concurrency, both.timeout),
+        (Concurrency::new(3), Ttl::new(7.0).ok())
+    );
+    let neither = change(&store, "q", QueueChange::Limits(None, None)).await;
+    assert!(neither.is_default(), "{neither:?}");
 }
 
 /// An enqueue with `replace_finished` runs a done, dead or cancelled job again: pending, its

@@ -107,7 +107,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         (0..3u8, 0..2u8).prop_map(|(j, q)| Op::Rerun(j, q)),
         (0..3u8, 0..3u8, 0..5u8, -5..30i8, 1..8u8)
             .prop_map(|(j, o, f, n, t)| Op::Progress(j, o, f, n, t)),
-        (0..2u8, 0..6u8, -5..30i8).prop_map(|(q, k, n)| Op::Queue(q, k, n)),
+        (0..2u8, 0..7u8, -5..30i8).prop_map(|(q, k, n)| Op::Queue(q, k, n)),
     ]
 }
 
@@ -282,7 +282,11 @@ async fn outcome(store: &dyn Transfer, op: &Op) -> String {
                 2 => QueueChange::Resume,
                 3 => QueueChange::Concurrency(Concurrency::new(u32::from(n.unsigned_abs() % 3))),
                 4 => QueueChange::Timeout(Some(Ttl::new(3.0).unwrap())),
-                _ => QueueChange::Timeout(None),
+                5 => QueueChange::Timeout(None),
+                _ => QueueChange::Limits(
+                    Concurrency::new(u32::from(n.unsigned_abs() % 3)),
+                    Ttl::new(2.0).ok(),
+                ),
             };
             format!("{:?}", store.change_queue(&queue(q), change).await)
         }

@@ -185,21 +185,13 @@ pub(crate) async fn limits(
         (Some(_), Some(true)) => {
             return Err(Problem::invalid("give `timeout` or `no_timeout`, not both"));
         }
-        (Some(t), _) => Some(QueueChange::Timeout(Some(t.ttl("timeout")?))),
-        (None, Some(true)) => Some(QueueChange::Timeout(None)),
+        (Some(t), _) => Some(Some(t.ttl("timeout")?)),
+        (None, Some(true)) => Some(None),
         (None, _) => None,
     };
-    let mut answer = None;
-    let changes = body
-        .concurrency
-        .map(|n| QueueChange::Concurrency(Concurrency::new(n)))
-        .into_iter()
-        .chain(timeout);
-    for one in changes {
-        answer = Some(change(&app, queue.clone(), one).await?);
-    }
-    match answer {
-        Some(answer) => Ok(answer),
+    // A limit and a timeout together are one change: both are applied or neither.
+    match QueueChange::limits(body.concurrency.map(Concurrency::new), timeout) {
+        Some(one) => change(&app, queue, one).await,
         None => {
             let name = Name(queue).queue("queue")?;
             let now = now(&app, None)?;

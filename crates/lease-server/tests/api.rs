@@ -806,10 +806,22 @@ async fn every_lease_of_a_claim_has_a_token_of_its_own() {
     assert_eq!(right.status, StatusCode::OK, "{}", right.body);
 }
 
-/// A store that counts the reads of a job's record, over the memory store.
+/// A store that counts the reads of a job's record and keeps the queue changes it was asked
+/// for, over the memory store.
 struct CountingReads {
     inner: MemoryLeaseStore,
     records: AtomicU64,
+    changes: std::sync::Mutex<Vec<lease_domain::QueueChange>>,
+}
+
+impl CountingReads {
+    fn new() -> Self {
+        Self {
+            inner: MemoryLeaseStore::new(),
+            records: AtomicU64::new(0),
+            changes: std::sync::Mutex::new(Vec::new()),
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -923,6 +935,7 @@ impl lease_ports::control::Control for CountingReads {
         queue: &lease_domain::QueueName,
         change: lease_domain::QueueChange,
     ) -> Result<lease_domain::QueueSettings, lease_ports::StoreError> {
+        self.changes.lock().unwrap().push(change);
         self.inner.change_queue(queue, change).await
     }
     async fn queues(
@@ -959,10 +972,7 @@ impl lease_ports::control::Control for CountingReads {
 /// record before it, accepted or refused (it used to read the job, judge it, then write).
 #[tokio::test]
 async fn a_holder_s_write_is_judged_in_the_store_without_a_read_before_it() {
-    let store = Arc::new(CountingReads {
-        inner: MemoryLeaseStore::new(),
-        records: AtomicU64::new(0),
-    });
+    let store = Arc::new(CountingReads::new());
     let s = service_over(store.clone()).await;
     s.enqueue("q", "j").await;
     let (_, fence, token) = s.claim("q", &s.worker, "ci", 30.0).await;
@@ -995,4 +1005,32 @@ async fn a_holder_s_write_is_judged_in_the_store_without_a_read_before_it() {
         before,
         "the service read the job before a holder's write"
     );
+}
+
+/// `PUT /v1/queues/{queue}/limits` with a limit and a timeout asks the store for one change,
+/// so the two are applied together or not at all (it used to make two).
+#[tokio::test]
+async fn a_limit_and_a_timeout_in_one_request_are_one_change_of_the_store() {
+    let store = Arc::new(CountingReads::new());
+    let s = service_over(store.clone()).await;
+    let answer = s
+        .send(
+            Request::put("/v1/queues/q/limits")
+                .header("authorization", format!("Bearer {}", s.admin))
+                .header("content-type", "application/json")
+                .body(Body::from(
+                    json!({"concurrency": 2, "no_timeout": true}).to_string(),
+                ))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(
+        *store.changes.lock().unwrap(),
+        vec![lease_domain::QueueChange::Limits(
+            lease_domain::Concurrency::new(2),
+            None
+        )]
+    );
+    assert_eq!(answer.body["concurrency"], 2, "{}", answer.body);
 }
