@@ -180,7 +180,8 @@ pub(crate) async fn execute(
         }
         Request::Stats(now, true) => {
             let rows = store.stats(*now).await?;
-            Report::verbatim(json!({}), prometheus(&rows))
+            let settings = store.queues().await?;
+            Report::verbatim(json!({}), prometheus(&rows, &settings, *now))
         }
         Request::Stats(now, false) => {
             let rows = store.stats(*now).await?;

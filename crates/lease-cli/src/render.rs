@@ -377,8 +377,15 @@ pub(crate) fn label(value: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// Job counts in the Prometheus text format (every status of every queue, zeros included).
-pub(crate) fn prometheus(rows: &[lease_ports::StatsRow]) -> String {
+/// Job counts in the Prometheus text format (every status of every queue, zeros included),
+/// then the flow control of every queue that has settings: `lease_queue_paused` (1 while
+/// paused at `now`, else 0), `lease_queue_concurrency_limit` and `lease_queue_timeout_seconds`
+/// (each only for a queue that has one).
+pub(crate) fn prometheus(
+    rows: &[lease_ports::StatsRow],
+    settings: &[(lease_domain::QueueName, lease_domain::QueueSettings)],
+    now: lease_domain::Timestamp,
+) -> String {
     let mut out =
         String::from("# HELP lease_jobs Jobs per queue and status.\n# TYPE lease_jobs gauge\n");
     let queues: std::collections::BTreeSet<&str> = rows.iter().map(|r| r.queue.as_str()).collect();
@@ -393,6 +400,38 @@ pub(crate) fn prometheus(rows: &[lease_ports::StatsRow]) -> String {
                 label(queue),
                 status.as_str()
             ));
+        }
+    }
+    if settings.is_empty() {
+        return out;
+    }
+    type Value = fn(&lease_domain::QueueSettings, lease_domain::Timestamp) -> Option<f64>;
+    let gauges: [(&str, &str, Value); 3] = [
+        (
+            "lease_queue_paused",
+            "1 while the queue is paused, else 0.",
+            |s, now| Some(if s.is_paused_at(now) { 1.0 } else { 0.0 }),
+        ),
+        (
+            "lease_queue_concurrency_limit",
+            "The most of the queue's leases live at once.",
+            |s, _| s.concurrency.map(|c| f64::from(c.get())),
+        ),
+        (
+            "lease_queue_timeout_seconds",
+            "The default timeout of an attempt of the queue's jobs.",
+            |s, _| s.timeout.map(lease_domain::Ttl::get),
+        ),
+    ];
+    for (name, help, value) in gauges {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
+        for (queue, set) in settings {
+            if let Some(value) = value(set, now) {
+                out.push_str(&format!(
+                    "{name}{{queue=\"{}\"}} {value}\n",
+                    label(queue.as_str())
+                ));
+            }
         }
     }
     out

@@ -139,6 +139,53 @@ fn a_paused_queue_leases_nothing_and_stats_say_so_until_it_is_resumed() {
 }
 
 #[test]
+fn stats_prometheus_shows_each_queue_s_pause_limit_and_timeout_as_gauges() {
+    let (_dir, db) = fresh_db();
+    json_of(&db, &["enqueue", "a", "--queue", "mail"]);
+    json_of(&db, &["enqueue", "b", "--queue", "sms"]);
+    let prometheus = |now: &str| {
+        let out = run(&db, &["stats", "--prometheus", "--now", now]);
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // No queue has settings: the job counts alone.
+    let free = prometheus("100");
+    assert!(!free.contains("lease_queue_"), "{free}");
+    json_of(&db, &["pause", "mail", "--until", "200"]);
+    json_of(
+        &db,
+        &["limit", "sms", "--concurrency", "3", "--timeout", "2.5"],
+    );
+    let text = prometheus("100");
+    for line in [
+        "# TYPE lease_queue_paused gauge\n",
+        "lease_queue_paused{queue=\"mail\"} 1\n",
+        "lease_queue_paused{queue=\"sms\"} 0\n",
+        "# TYPE lease_queue_concurrency_limit gauge\n",
+        "lease_queue_concurrency_limit{queue=\"sms\"} 3\n",
+        "# TYPE lease_queue_timeout_seconds gauge\n",
+        "lease_queue_timeout_seconds{queue=\"sms\"} 2.5\n",
+        "lease_jobs{queue=\"mail\",status=\"pending\"} 1\n",
+    ] {
+        assert!(text.contains(line), "no {line:?} in {text}");
+    }
+    // Only a queue with a limit or a timeout has that gauge.
+    assert!(
+        !text.contains("lease_queue_concurrency_limit{queue=\"mail\"}"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("lease_queue_timeout_seconds{queue=\"mail\"}"),
+        "{text}"
+    );
+    // The pause ends at its time.
+    assert!(
+        prometheus("200").contains("lease_queue_paused{queue=\"mail\"} 0\n"),
+        "a pause until 200 still shown at 200"
+    );
+}
+
+#[test]
 fn a_limit_caps_the_leases_of_a_claim_and_bad_flags_change_nothing() {
     let (_dir, db) = fresh_db();
     for id in ["a", "b", "c"] {
