@@ -69,6 +69,16 @@ pub(crate) enum ScheduleCommand {
         /// The schedule's name.
         name: String,
     },
+    /// Run a schedule now, outside its ticks: enqueue its job as NAME@run-TIME (the time in UTC,
+    /// whole seconds, so runs asked for within one second are one job). Its ticks are
+    /// untouched. Exit 3 when there is no such schedule.
+    Run {
+        /// The schedule's name.
+        name: String,
+        /// The time of the run (Unix seconds or RFC 3339); default: the system clock.
+        #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
+        now: Option<f64>,
+    },
     /// Run one pass: enqueue the job of every schedule's due tick (by its catch-up policy),
     /// once, then exit. Safe to run from cron on any number of machines at once.
     RunDue {
@@ -93,6 +103,8 @@ pub(crate) enum ControlRequest {
     RemoveSchedule(ScheduleName),
     /// One scheduler pass.
     RunDue(Timestamp),
+    /// A run of one schedule by hand.
+    Run(ScheduleName, Timestamp),
 }
 
 impl ControlRequest {
@@ -102,7 +114,8 @@ impl ControlRequest {
             Self::Queue(_, _, now)
             | Self::SetSchedule(_, now)
             | Self::ListSchedules(now)
-            | Self::RunDue(now) => Some(*now),
+            | Self::RunDue(now)
+            | Self::Run(_, now) => Some(*now),
             Self::Progress(_, _, _, term, _) => Some(term.now()),
             Self::RemoveSchedule(_) => None,
         }
@@ -248,6 +261,9 @@ pub(crate) fn schedule(
             ControlRequest::RemoveSchedule(ScheduleName::new(name)?)
         }
         ScheduleCommand::RunDue { now } => ControlRequest::RunDue(at(now, clock)?),
+        ScheduleCommand::Run { name, now } => {
+            ControlRequest::Run(ScheduleName::new(name)?, at(now, clock)?)
+        }
     })
 }
 
@@ -370,6 +386,33 @@ pub(crate) async fn execute(
         }
         ControlRequest::RunDue(now) => {
             pass_report(&lease_schedule::run_due(store, *now).await?, *now)
+        }
+        ControlRequest::Run(name, now) => {
+            let shown = escape_controls(name.as_str());
+            match lease_schedule::run_now(store, name, *now).await? {
+                Some(ran) => {
+                    let id = escape_controls(ran.id.as_str());
+                    let queue = escape_controls(ran.queue.as_str());
+                    let human = if ran.inserted {
+                        format!("enqueued job {id} in queue {queue}, a run of schedule {shown}")
+                    } else {
+                        format!(
+                            "job {id} was already enqueued by a run this second; nothing changed"
+                        )
+                    };
+                    Report::new(
+                        true,
+                        json!({"schedule": name.as_str(), "id": ran.id.as_str(),
+                            "queue": ran.queue.as_str(), "inserted": ran.inserted}),
+                        human,
+                    )
+                }
+                None => Report::new(
+                    false,
+                    json!({"schedule": name.as_str(), "id": null, "inserted": false}),
+                    format!("no schedule {shown}; nothing enqueued"),
+                ),
+            }
         }
     })
 }

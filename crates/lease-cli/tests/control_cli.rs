@@ -403,7 +403,7 @@ fn progress_is_stored_under_the_fence_and_a_stale_holder_is_refused() {
 }
 
 #[test]
-fn a_schedule_is_checked_set_listed_run_once_per_tick_and_removed() {
+fn a_schedule_is_checked_set_listed_fired_once_per_tick_run_by_hand_and_removed() {
     let (_dir, db) = fresh_db();
     refused(
         &run(
@@ -548,6 +548,38 @@ fn a_schedule_is_checked_set_listed_run_once_per_tick_and_removed() {
         &["schedule", "run-due", "--now", "2026-12-02T06:10:50Z"],
     );
     assert_eq!(changed["fired"], json!([]));
+    // A run by hand: the schedule's job now, once a second, its ticks untouched.
+    let ran = json_of(
+        &db,
+        &["schedule", "run", "m", "--now", "2026-12-02T06:10:55.2Z"],
+    );
+    assert_eq!(
+        ran,
+        json!({"schedule": "m", "id": "m@run-2026-12-02T06:10:55Z", "queue": "r", "inserted": true})
+    );
+    let twice = run(
+        &db,
+        &["schedule", "run", "m", "--now", "2026-12-02T06:10:55.9Z"],
+    );
+    assert_eq!(twice.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&twice.stdout).contains("already enqueued"),
+        "{twice:?}"
+    );
+    assert_eq!(ids(&db, "r").len(), 4);
+    let listed = json_of(&db, &["schedule", "list", "--now", "2026-12-02T06:10:56Z"]);
+    assert_eq!(
+        (
+            &listed["schedules"][0]["last_tick"],
+            &listed["schedules"][0]["version"]
+        ),
+        (&json!(1_796_191_800.0), &json!(2)),
+        "a run by hand changed the schedule"
+    );
+    let none = run(&db, &["schedule", "run", "nope"]);
+    assert_eq!(none.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&none.stdout).contains("no schedule nope"));
+    refused(&run(&db, &["schedule", "run", "a@b"]), "a@b");
     assert_eq!(
         json_of(&db, &["schedule", "remove", "m"]),
         json!({"removed": true})
@@ -558,7 +590,7 @@ fn a_schedule_is_checked_set_listed_run_once_per_tick_and_removed() {
     );
     assert_eq!(
         ids(&db, "r").len(),
-        3,
+        4,
         "removing a schedule removed its jobs"
     );
 }

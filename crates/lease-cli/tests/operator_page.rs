@@ -254,6 +254,23 @@ impl Session {
         self.click("#confirm-yes").await;
     }
 
+    /// Clicks `button` of a table the page draws again on its own (on every event of the
+    /// stream, after every action) through the page's script, which finds the button of the
+    /// moment (a pointer click may land after the row under it was replaced), then confirms.
+    async fn confirm_drawn(&self, button: &str) {
+        self.eval(&format!(
+            "document.querySelector({}).click(); true",
+            json!(button)
+        ))
+        .await;
+        self.until(
+            "the confirmation",
+            "document.getElementById('confirm').open",
+        )
+        .await;
+        self.click("#confirm-yes").await;
+    }
+
     /// Acts on the job shown with `button`, confirming, and waits for its new `status`.
     async fn act_on_job(&self, button: &str, status: &str, shot: Option<&str>) {
         self.confirm(button, shot).await;
@@ -952,6 +969,23 @@ async fn an_admin_pauses_limits_and_schedules_from_the_page_and_a_job_shows_its_
         schedules["schedules"][0]["zone"], "Europe/Paris",
         "{schedules}"
     );
+    // Run now: the schedule's job once, outside its ticks.
+    session
+        .confirm_drawn("#schedules tbody tr:first-child button[data-run]")
+        .await;
+    session
+        .until(
+            "the run's job",
+            "document.getElementById('status-line').innerText.includes('enqueued in queue reports')",
+        )
+        .await;
+    let (code, reports) = server.call("GET", "/v1/jobs?queue=reports", &as_admin, "");
+    assert_eq!(code, 200, "{reports}");
+    let ran = reports["jobs"].as_array().unwrap();
+    assert!(
+        ran.len() == 1 && ran[0]["id"].as_str().unwrap().starts_with("nightly@run-"),
+        "{reports}"
+    );
     // A cron expression the calendar cannot read is refused, and the page says why.
     session
         .eval("document.getElementById('schedule-name').value = 'bad'; document.getElementById('schedule-cron').value = '61 * * * *'")
@@ -964,7 +998,7 @@ async fn an_admin_pauses_limits_and_schedules_from_the_page_and_a_job_shows_its_
         )
         .await;
     session
-        .confirm("#schedules tbody tr:first-child button", None)
+        .confirm_drawn("#schedules tbody tr:first-child button[data-remove]")
         .await;
     session
         .until(

@@ -45,7 +45,7 @@ pub use rules::{
 };
 pub use schedule::{
     CatchUp, MAX_CATCH_UP, ON_TIME, Schedule, ScheduleName, ScheduleSpec, decide_fire,
-    decide_put_schedule, decide_ticks, tick_job_id, utc_text,
+    decide_put_schedule, decide_ticks, run_job_id, tick_job_id, utc_text,
 };
 pub use values::{
     Fence, InputError, JobId, JobResult, LeaseTerm, MAX_NAME_BYTES, Owner, Timestamp, Ttl,

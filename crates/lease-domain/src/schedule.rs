@@ -145,6 +145,20 @@ pub struct ScheduleSpec {
     pub catch_up: CatchUp,
 }
 
+impl ScheduleSpec {
+    /// The job it makes at `at` (a tick, or a run asked for by hand): its job, enqueued at
+    /// `at`, due at once, never replacing a finished job.
+    #[must_use]
+    pub fn job_at(&self, at: Timestamp) -> EnqueueSpec {
+        EnqueueSpec {
+            enqueued_at: Some(at),
+            run_at: None,
+            replace_finished: false,
+            ..self.job.clone()
+        }
+    }
+}
+
 /// A stored schedule.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Schedule {
@@ -235,6 +249,16 @@ pub fn decide_ticks(recent: &[Timestamp], now: Timestamp, catch_up: CatchUp) -> 
 /// [`InputError`] if the id is not a valid job id (it always is for a checked name).
 pub fn tick_job_id(name: &ScheduleName, tick: Timestamp) -> Result<JobId, InputError> {
     JobId::new(format!("{name}@{}", utc_text(tick)))
+}
+
+/// The job id of a run of a schedule asked for by hand at `at` (`lease schedule run`):
+/// `NAME@run-YYYY-MM-DDTHH:MM:SSZ`, never a tick's id; runs asked for within one second are
+/// one job.
+///
+/// # Errors
+/// [`InputError`] if the id is not a valid job id (it always is for a checked name).
+pub fn run_job_id(name: &ScheduleName, at: Timestamp) -> Result<JobId, InputError> {
+    JobId::new(format!("{name}@run-{}", utc_text(at)))
 }
 
 /// A time as `YYYY-MM-DDTHH:MM:SSZ`, whole seconds rounded down (the civil calendar from days

@@ -1414,6 +1414,42 @@ fn a_tick_is_named_by_its_schedule_and_its_utc_time() {
 }
 
 #[test]
+fn a_run_by_hand_is_its_schedule_s_job_now_under_an_id_no_tick_has() {
+    let name = ScheduleName::new("nightly").unwrap();
+    let t = 1_764_644_400.0;
+    let run = run_job_id(&name, at(t)).unwrap();
+    assert_eq!(run.as_str(), "nightly@run-2025-12-02T03:00:00Z");
+    assert_ne!(run, tick_job_id(&name, at(t)).unwrap());
+    // Within one second, one job; the next second, another.
+    assert_eq!(run_job_id(&name, at(t + 0.9)).unwrap(), run);
+    assert_ne!(run_job_id(&name, at(t + 1.0)).unwrap(), run);
+    let spec = ScheduleSpec {
+        name,
+        cron: "0 3 * * *".to_owned(),
+        zone: "UTC".to_owned(),
+        job: EnqueueSpec {
+            queue: QueueName::new("reports").unwrap(),
+            priority: 4,
+            run_at: Some(at(9e9)),
+            replace_finished: true,
+            ..EnqueueSpec::default()
+        },
+        catch_up: CatchUp::Latest,
+    };
+    let job = spec.job_at(at(t));
+    assert_eq!(
+        (
+            job.queue.as_str(),
+            job.priority,
+            job.enqueued_at,
+            job.run_at,
+            job.replace_finished
+        ),
+        ("reports", 4, Some(at(t)), None, false)
+    );
+}
+
+#[test]
 fn a_pass_enqueues_the_ticks_its_catch_up_policy_keeps() {
     let ticks = [at(60.0), at(120.0), at(180.0)];
     assert_eq!(decide_ticks(&[], at(200.0), CatchUp::Latest), vec![]);

@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_domain::{
-    EnqueueSpec, JobId, Schedule, ScheduleName, Timestamp, decide_ticks, tick_job_id,
+    EnqueueSpec, JobId, QueueName, Schedule, ScheduleName, Timestamp, decide_ticks, run_job_id,
+    tick_job_id,
 };
 use lease_ports::StoreError;
 use lease_ports::control::{Controlled, Fire};
@@ -49,14 +50,50 @@ pub struct Pass {
 
 /// The job of a schedule's tick: its spec, enqueued at the tick.
 fn tick_job(schedule: &Schedule, tick: Timestamp) -> Result<(JobId, EnqueueSpec), StoreError> {
-    let id = tick_job_id(&schedule.spec.name, tick)?;
-    let spec = EnqueueSpec {
-        enqueued_at: Some(tick),
-        run_at: None,
-        replace_finished: false,
-        ..schedule.spec.job.clone()
+    Ok((
+        tick_job_id(&schedule.spec.name, tick)?,
+        schedule.spec.job_at(tick),
+    ))
+}
+
+/// A run of schedule `name` asked for by hand at `now`, outside its ticks: its job, enqueued
+/// now under [`run_job_id`] (runs asked for within one second are one job). The schedule's
+/// ticks are untouched. `None` when there is no such schedule; else the job's id and whether
+/// it was new.
+///
+/// # Errors
+/// The store's error for reading the schedules or enqueueing the job.
+pub async fn run_now<S: Controlled + ?Sized>(
+    store: &S,
+    name: &ScheduleName,
+    now: Timestamp,
+) -> Result<Option<Ran>, StoreError> {
+    let Some(schedule) = store
+        .schedules()
+        .await?
+        .into_iter()
+        .find(|s| &s.spec.name == name)
+    else {
+        return Ok(None);
     };
-    Ok((id, spec))
+    let id = run_job_id(name, now)?;
+    let inserted = store.enqueue_with(&id, &schedule.spec.job_at(now)).await?;
+    Ok(Some(Ran {
+        queue: schedule.spec.job.queue,
+        id,
+        inserted,
+    }))
+}
+
+/// What a run by hand made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ran {
+    /// The queue of the job.
+    pub queue: QueueName,
+    /// The job's id.
+    pub id: JobId,
+    /// `false` when a run asked for in the same second had made it already.
+    pub inserted: bool,
 }
 
 /// The next tick of a schedule after `now`, if its calendar can be read.

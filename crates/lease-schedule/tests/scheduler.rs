@@ -8,7 +8,7 @@ use std::sync::Arc;
 use lease_domain::{CatchUp, EnqueueSpec, QueueName, ScheduleName, ScheduleSpec, Timestamp};
 use lease_ports::LeaseStore;
 use lease_ports::control::Control;
-use lease_schedule::run_due;
+use lease_schedule::{run_due, run_now};
 use lease_sqlite::SqliteLeaseStore;
 
 fn at(t: f64) -> Timestamp {
@@ -93,6 +93,49 @@ async fn a_pass_fires_each_due_tick_once_with_the_schedules_job() {
     assert_eq!(
         (job.job.priority, job.job.updated),
         (4, Some(at(NEW_YEAR + 300.0)))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_by_hand_enqueues_the_schedules_job_now_and_leaves_its_ticks_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(&dir);
+    let made = store
+        .put_schedule(&spec("m", "*/5 * * * *", CatchUp::Latest), at(NEW_YEAR))
+        .await
+        .unwrap();
+    let missing = ScheduleName::new("nope").unwrap();
+    assert_eq!(
+        run_now(&store, &missing, at(NEW_YEAR + 10.0))
+            .await
+            .unwrap(),
+        None
+    );
+    let ran = run_now(&store, &made.spec.name, at(NEW_YEAR + 10.0))
+        .await
+        .unwrap()
+        .expect("the schedule exists");
+    assert_eq!(
+        (ran.id.as_str(), ran.queue.as_str(), ran.inserted),
+        ("m@run-2026-01-01T00:00:10Z", "ticks", true)
+    );
+    // Asked again within the second: the same job, not a second one.
+    let again = run_now(&store, &made.spec.name, at(NEW_YEAR + 10.5))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((again.id, again.inserted), (ran.id.clone(), false));
+    let job = store.record(&ran.id).await.unwrap().unwrap();
+    assert_eq!(
+        (job.job.priority, job.job.updated),
+        (4, Some(at(NEW_YEAR + 10.0)))
+    );
+    // The schedule is as it was, and its first tick still fires.
+    assert_eq!(store.schedules().await.unwrap(), vec![made]);
+    run_due(&store, at(NEW_YEAR + 300.0)).await.unwrap();
+    assert_eq!(
+        ids(&store).await,
+        ["m@2026-01-01T00:05:00Z", "m@run-2026-01-01T00:00:10Z"]
     );
 }
 

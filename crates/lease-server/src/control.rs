@@ -1,6 +1,6 @@
 //! The handlers of flow control and schedules: a queue's settings (read by any key; a pause,
 //! a resume and limits by admin keys), schedules (read by any key, made, changed, removed and
-//! fired by admin keys), and a holder's progress report, judged in the store like a renewal.
+//! fired or run by hand by admin keys), and a holder's progress report, judged in the store like a renewal.
 
 use std::sync::Arc;
 
@@ -485,11 +485,7 @@ pub(crate) async fn fire(
     };
     let mut jobs = Vec::with_capacity(body.jobs.len());
     for job in body.jobs {
-        let spec = EnqueueSpec {
-            enqueued_at: Some(job.tick.at("tick")?),
-            ..schedule.spec.job.clone()
-        };
-        jobs.push((job.id.job()?, spec));
+        jobs.push((job.id.job()?, schedule.spec.job_at(job.tick.at("tick")?)));
     }
     let fire = Fire {
         name,
@@ -514,6 +510,53 @@ pub(crate) async fn fire(
         FiredView {
             fired: fired.is_some(),
             inserted: fired.unwrap_or_default(),
+        },
+    ))
+}
+
+/// What a run by hand made.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RanView {
+    /// The schedule.
+    pub(crate) schedule: String,
+    /// The job's id: the schedule's name, `@run-` and the time in UTC.
+    pub(crate) id: String,
+    /// Its queue.
+    pub(crate) queue: String,
+    /// `false` when a run asked for in the same second had made it already.
+    pub(crate) inserted: bool,
+}
+
+#[utoipa::path(post, path = "/v1/schedules/{name}/run", tag = "schedules",
+    params(("name" = ScheduleNameText, Path, description = "The schedule's name, percent-encoded")),
+    request_body(content = Option<EmptyBody>, description = "Empty, or {}"),
+    responses(
+        (status = 200, description = "Its job enqueued now, outside its ticks (which are untouched)", body = RanView),
+        (status = "4XX", description = "Refused: 404 no such schedule", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+    security(("api_key" = []), ("session" = [])))]
+pub(crate) async fn run(
+    State(app): AppState,
+    _: Admin,
+    Param(name): Param,
+    Checked(_): Checked<EmptyBody>,
+) -> Answer {
+    let name = schedule_name(name)?;
+    let now = now(&app, None)?;
+    let ran = lease_schedule::run_now(&*app.store, &name, now)
+        .await
+        .map_err(|e| Problem::store(&e))?
+        .ok_or_else(|| Problem::new(StatusCode::NOT_FOUND, "not_found", "no such schedule"))?;
+    if ran.inserted {
+        app.wake(ran.queue.as_str(), 1);
+    }
+    Ok(json_response(
+        StatusCode::OK,
+        RanView {
+            schedule: name.as_str().to_owned(),
+            id: ran.id.as_str().to_owned(),
+            queue: ran.queue.as_str().to_owned(),
+            inserted: ran.inserted,
         },
     ))
 }

@@ -207,7 +207,7 @@ impl App {
         (name = "queue", description = "Enqueue and claim"),
         (name = "jobs", description = "A lease holder's writes, and reading jobs"),
         (name = "admin", description = "Cancel, retry and purge; pause, resume and limit a queue (admin keys)"),
-        (name = "schedules", description = "Periodic schedules: read by any key, made, changed, removed and fired by admin keys"),
+        (name = "schedules", description = "Periodic schedules: read by any key, made, changed, removed, fired and run by hand by admin keys"),
         (name = "audit", description = "Refused writes"),
         (name = "service", description = "Health, metrics and this document"),
         (name = "page", description = "The operator page: its files, sessions (a cookie for a key) and the event stream"),
@@ -259,6 +259,7 @@ fn routes() -> (axum::Router<Arc<App>>, utoipa::openapi::OpenApi) {
         .routes(routes!(control::schedules))
         .routes(routes!(control::put_schedule, control::remove_schedule))
         .routes(routes!(control::fire))
+        .routes(routes!(control::run))
         .routes(routes!(control::progress))
         .routes(routes!(api::healthz))
         .routes(routes!(api::metrics))

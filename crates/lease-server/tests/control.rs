@@ -344,6 +344,77 @@ async fn a_schedule_is_checked_made_listed_fired_once_per_tick_and_removed() {
 }
 
 #[tokio::test]
+async fn an_admin_runs_a_schedule_by_hand_once_a_second_and_its_ticks_stay() {
+    for s in services().await {
+        let missing = s
+            .post("/v1/schedules/nightly/run", &s.admin, json!({}))
+            .await;
+        assert_problem(
+            &missing,
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "no such schedule",
+        );
+        let made = s
+            .call(
+                Method::PUT,
+                "/v1/schedules/nightly",
+                &s.admin,
+                None,
+                Some(json!({"cron": "0 3 * * *", "queue": "reports", "payload": "p"})),
+            )
+            .await;
+        assert_eq!(made.status, StatusCode::OK, "{}", made.body);
+        let by_worker = s
+            .post("/v1/schedules/nightly/run", &s.worker, json!({}))
+            .await;
+        assert_problem(&by_worker, StatusCode::FORBIDDEN, "forbidden", "");
+        // 1,000,000 s is 1970-01-12T13:46:40Z.
+        let ran = s
+            .post("/v1/schedules/nightly/run", &s.admin, json!({}))
+            .await;
+        assert_eq!(
+            ran.body,
+            json!({"schedule": "nightly", "id": "nightly@run-1970-01-12T13:46:40Z",
+                "queue": "reports", "inserted": true})
+        );
+        s.time.set(1_000_000.5);
+        let again = s
+            .post("/v1/schedules/nightly/run", &s.admin, json!({}))
+            .await;
+        assert_eq!(again.body["inserted"], false, "{}", again.body);
+        s.time.set(1_000_001.0);
+        let next = s
+            .post("/v1/schedules/nightly/run", &s.admin, json!({}))
+            .await;
+        assert_eq!(
+            (&next.body["id"], &next.body["inserted"]),
+            (&json!("nightly@run-1970-01-12T13:46:41Z"), &json!(true))
+        );
+        let job = s
+            .get("/v1/jobs/nightly%40run-1970-01-12T13%3A46%3A40Z")
+            .await;
+        assert_eq!(
+            (
+                &job.body["queue"],
+                &job.body["payload"],
+                &job.body["status"]
+            ),
+            (&json!("reports"), &json!("p"), &json!("pending"))
+        );
+        let listed = s.get("/v1/schedules").await;
+        assert_eq!(
+            (
+                &listed.body["schedules"][0]["version"],
+                &listed.body["schedules"][0]["last_tick"]
+            ),
+            (&json!(1), &Value::Null),
+            "a run by hand changed the schedule"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_finished_job_runs_again_only_when_asked_and_a_pending_one_is_never_touched() {
     for s in services().await {
         s.enqueue("q", json!({"id": "r", "payload": "one"})).await;

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const ROUTES: [(&str, &str); 34] = [
+const ROUTES: [(&str, &str); 35] = [
     ("post", "/v1/queues/{queue}/jobs"),
     ("post", "/v1/queues/{queue}/jobs/batch"),
     ("post", "/v1/queues/{queue}/claims"),
@@ -41,6 +41,7 @@ const ROUTES: [(&str, &str); 34] = [
     ("put", "/v1/schedules/{name}"),
     ("delete", "/v1/schedules/{name}"),
     ("post", "/v1/schedules/{name}/fire"),
+    ("post", "/v1/schedules/{name}/run"),
 ];
 
 /// Routes any caller may use: health, this document, the page's files, and signing in

@@ -271,10 +271,17 @@ function renderSchedules() {
     cell(row, time(s.last_tick));
     cell(row, time(s.next_tick));
     if (isAdmin()) {
-      const button = el('button', 'Remove…', 'danger');
-      button.type = 'button';
-      button.addEventListener('click', () => removeSchedule(s.name));
-      cell(row, button);
+      const run = el('button', 'Run now…');
+      run.type = 'button';
+      run.dataset.run = s.name;
+      run.addEventListener('click', () => runSchedule(s.name));
+      const remove = el('button', 'Remove…', 'danger');
+      remove.type = 'button';
+      remove.dataset.remove = s.name;
+      remove.addEventListener('click', () => removeSchedule(s.name));
+      const both = el('span', undefined, 'actions');
+      both.append(run, ' ', remove);
+      cell(row, both);
     }
     return row;
   });
@@ -514,6 +521,18 @@ async function saveSchedule(event) {
     say(`Schedule ${name}: ${e.message}`);
   }
   await loadControl();
+}
+
+async function runSchedule(name) {
+  if (!(await confirmed(`Run schedule “${name}” now? Its job is enqueued once, outside its ticks, which stay as they are.`))) return;
+  try {
+    const ran = await api('POST', `/v1/schedules/${encodeURIComponent(name)}/run`, {});
+    say(ran.inserted
+      ? `Schedule ${name}: job ${ran.id} enqueued in queue ${ran.queue}.`
+      : `Schedule ${name}: job ${ran.id} was already enqueued this second.`);
+  } catch (e) {
+    say(`Schedule ${name}: ${e.message}`);
+  }
 }
 
 async function removeSchedule(name) {
