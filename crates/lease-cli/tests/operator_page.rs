@@ -214,16 +214,23 @@ impl Session {
             .await;
     }
 
-    /// Waits until `script` is true, failing after `within`.
+    /// Waits until `script` is true, failing after `within`. A script that throws (an element
+    /// the page has not drawn yet) counts as not yet; the last error is shown on failure.
     async fn until_within(&self, what: &str, script: &str, within: Duration) -> Duration {
         let start = Instant::now();
         loop {
-            if self.eval(script).await == json!(true) {
-                return start.elapsed();
-            }
+            let error = match self.page.evaluate(script).await {
+                Ok(value) => {
+                    if value.into_value().unwrap_or(Value::Null) == json!(true) {
+                        return start.elapsed();
+                    }
+                    None
+                }
+                Err(e) => Some(e.to_string()),
+            };
             assert!(
                 start.elapsed() < within,
-                "{what}: not within {within:?}; the page shows: {}",
+                "{what}: not within {within:?} (the last error: {error:?}); the page shows: {}",
                 self.eval("document.body.innerText").await
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
