@@ -11,6 +11,7 @@ use lease_domain::{
     EnqueueSpec, ErrorText, JobId, JobResult, LeaseTerm, Payload, Status, Timestamp,
 };
 use lease_ports::audit::{AuditFilter, AuditTrail};
+use lease_ports::control::Control;
 use lease_ports::{LeaseStore, ListFilter};
 use pyo3::IntoPyObjectExt;
 use pyo3::prelude::*;
@@ -19,7 +20,8 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 use crate::errors::{Failure, Outcome, invalid, to_py};
 use crate::run::{Pending, block, work};
 use crate::values::{
-    self, Accepted, AuditRow, Backoff, Failed, Lease, Record, Refused, StatsRow, now_or_clock,
+    self, Accepted, AuditRow, Backoff, Failed, Lease, QueueSettings, Record, Refused, StatsRow,
+    now_or_clock,
 };
 
 /// A store as opened, kept by kind so that its audit trail is reachable too.
@@ -36,6 +38,14 @@ impl Backend {
             Backend::Sqlite(s) => Arc::clone(s) as Arc<dyn LeaseStore>,
             Backend::Postgres(s) => Arc::clone(s) as Arc<dyn LeaseStore>,
             Backend::Http(s) => Arc::clone(s) as Arc<dyn LeaseStore>,
+        }
+    }
+
+    fn control(&self) -> Arc<dyn Control> {
+        match self {
+            Backend::Sqlite(s) => Arc::clone(s) as Arc<dyn Control>,
+            Backend::Postgres(s) => Arc::clone(s) as Arc<dyn Control>,
+            Backend::Http(s) => Arc::clone(s) as Arc<dyn Control>,
         }
     }
 
@@ -177,6 +187,30 @@ impl StoreCore {
     {
         self.same_process(py)?;
         Ok(Pending::new(work(future, convert)))
+    }
+
+    /// One change of a queue's settings, answered with the settings after it at `now`.
+    fn change_queue(
+        &self,
+        py: Python<'_>,
+        queue: &str,
+        change: Outcome<lease_domain::QueueChange>,
+        now: Option<f64>,
+    ) -> PyResult<Pending> {
+        let (queue, change, now) = to_py(
+            py,
+            (|| Ok((values::queue(queue)?, change?, now_or_clock(now)?)))(),
+        )?;
+        self.same_process(py)?;
+        let control = self.backend.control();
+        self.call(
+            py,
+            async move {
+                let settings = control.change_queue(&queue, change).await?;
+                Ok((queue, settings))
+            },
+            move |py, (queue, settings)| QueueSettings::of(&queue, &settings, now).into_py_any(py),
+        )
     }
 }
 
@@ -739,6 +773,83 @@ impl StoreCore {
             async move { Ok(trail.refusals(&filter).await?) },
             |py, rows| {
                 let rows: Vec<AuditRow> = rows.into_iter().map(AuditRow::of).collect();
+                rows.into_py_any(py)
+            },
+        )
+    }
+
+    #[pyo3(signature = (queue, until, now))]
+    fn pause(
+        &self,
+        py: Python<'_>,
+        queue: &str,
+        until: Option<f64>,
+        now: Option<f64>,
+    ) -> PyResult<Pending> {
+        let change = until
+            .map(|t| values::time("until", t))
+            .transpose()
+            .map(lease_domain::QueueChange::Pause);
+        self.change_queue(py, queue, change, now)
+    }
+
+    #[pyo3(signature = (queue, now))]
+    fn resume(&self, py: Python<'_>, queue: &str, now: Option<f64>) -> PyResult<Pending> {
+        self.change_queue(py, queue, Ok(lease_domain::QueueChange::Resume), now)
+    }
+
+    #[pyo3(signature = (queue, concurrency, timeout, no_timeout, now))]
+    fn limit(
+        &self,
+        py: Python<'_>,
+        queue: &str,
+        concurrency: Option<u32>,
+        timeout: Option<f64>,
+        no_timeout: bool,
+        now: Option<f64>,
+    ) -> PyResult<Pending> {
+        let change = (|| {
+            let timeout = match (timeout, no_timeout) {
+                (Some(_), true) => {
+                    return invalid("give timeout or no_timeout, not both".to_owned());
+                }
+                (Some(t), false) => Some(Some(
+                    lease_domain::Ttl::new(t)
+                        .map_err(|e| Failure::Input(format!("timeout: {e}")))?,
+                )),
+                (None, true) => Some(None),
+                (None, false) => None,
+            };
+            // Both given are one change: applied together or not at all.
+            lease_domain::QueueChange::limits(
+                concurrency.map(lease_domain::Concurrency::new),
+                timeout,
+            )
+            .map_or_else(
+                || {
+                    invalid(
+                        "give concurrency (0 removes the limit), timeout or no_timeout".to_owned(),
+                    )
+                },
+                Ok,
+            )
+        })();
+        self.change_queue(py, queue, change, now)
+    }
+
+    #[pyo3(signature = (now))]
+    fn queues(&self, py: Python<'_>, now: Option<f64>) -> PyResult<Pending> {
+        let now = to_py(py, now_or_clock(now))?;
+        self.same_process(py)?;
+        let control = self.backend.control();
+        self.call(
+            py,
+            async move { Ok(control.queues().await?) },
+            move |py, rows| {
+                let rows: Vec<QueueSettings> = rows
+                    .iter()
+                    .map(|(queue, settings)| QueueSettings::of(queue, settings, now))
+                    .collect();
                 rows.into_py_any(py)
             },
         )

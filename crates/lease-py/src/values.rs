@@ -1,7 +1,7 @@
 //! The values crossing the boundary: arguments checked into the domain's types (each refusal
 //! names the argument), and the answers as small immutable Python objects: `Lease`,
 //! `Accepted`, `Refused` (a refusal by the lease rules is a value, never an exception),
-//! `Failed`, `Record`, `StatsRow`, `AuditRow` and `Backoff`.
+//! `Failed`, `Record`, `StatsRow`, `QueueSettings`, `AuditRow` and `Backoff`.
 
 use lease_domain::{
     ClaimRefused, Fence, GuardRefused, JobId, Owner, QueueName, Status, Timestamp, WriteRefused,
@@ -448,6 +448,44 @@ impl StatsRow {
     }
 }
 
+/// A queue's flow control: whether it is paused (at the time it was read) and until when, its
+/// concurrency limit and its default timeout.
+#[pyclass(module = "lease", frozen, get_all)]
+#[derive(Debug)]
+pub(crate) struct QueueSettings {
+    queue: String,
+    paused: bool,
+    paused_until: Option<f64>,
+    concurrency: Option<u32>,
+    timeout: Option<f64>,
+}
+
+#[pymethods]
+impl QueueSettings {
+    fn __repr__(&self) -> String {
+        format!(
+            "QueueSettings(queue={:?}, paused={}, paused_until={:?}, concurrency={:?}, timeout={:?})",
+            self.queue, self.paused, self.paused_until, self.concurrency, self.timeout
+        )
+    }
+}
+
+impl QueueSettings {
+    pub(crate) fn of(
+        queue: &QueueName,
+        settings: &lease_domain::QueueSettings,
+        now: Timestamp,
+    ) -> Self {
+        Self {
+            queue: queue.as_str().to_owned(),
+            paused: settings.is_paused_at(now),
+            paused_until: settings.paused.and_then(|p| p.until).map(Timestamp::get),
+            concurrency: settings.concurrency.map(lease_domain::Concurrency::get),
+            timeout: settings.timeout.map(lease_domain::Ttl::get),
+        }
+    }
+}
+
 /// One refused write, as the audit trail keeps it.
 #[pyclass(module = "lease", frozen, get_all)]
 #[derive(Debug)]
@@ -544,6 +582,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Failed>()?;
     m.add_class::<Record>()?;
     m.add_class::<StatsRow>()?;
+    m.add_class::<QueueSettings>()?;
     m.add_class::<AuditRow>()?;
     m.add_class::<Backoff>()?;
     Ok(())

@@ -128,6 +128,35 @@ def test_a_finished_job_runs_again_when_asked_and_a_lease_carries_its_timeout(st
     ]
 
 
+def test_a_queue_is_paused_limited_and_resumed_from_python(store):
+    for i in range(4):
+        store.enqueue(f"p{i}", queue="q")
+    paused = store.pause("q", until=2e9, now=100.0)
+    assert (paused.queue, paused.paused, paused.paused_until) == ("q", True, 2e9)
+    assert store.claim_next("q", A, 30.0, limit=4) == [], "a paused queue leased"
+    assert store.resume("q").paused is False
+    # A limit and a timeout in one change; a claim for more gets what the limit leaves.
+    limited = store.limit("q", concurrency=2, timeout=9.5)
+    assert (limited.concurrency, limited.timeout) == (2, 9.5)
+    leases = store.claim_next("q", A, 30.0, limit=4)
+    assert len(leases) == 2 and all(h.timeout == 9.5 for h in leases)
+    assert [(s.queue, s.concurrency) for s in store.queues()] == [("q", 2)]
+    freed = store.limit("q", concurrency=0, no_timeout=True)
+    assert (freed.concurrency, freed.timeout) == (None, None)
+    assert store.queues() == []
+    for bad, says in [
+        (dict(), "give concurrency"),
+        (dict(timeout=3, no_timeout=True), "not both"),
+        (dict(timeout=-1), "timeout"),
+    ]:
+        with pytest.raises(lease.InvalidInput) as raised:
+            store.limit("q", **bad)
+        assert says in str(raised.value)
+    with pytest.raises(lease.InvalidInput):
+        store.pause("")
+    assert store.queues() == [], "a refused change changed settings"
+
+
 def test_the_audit_trail_lists_a_refused_write(store):
     store.enqueue("j")
     (held,) = store.claim_next("default", A, 30.0)

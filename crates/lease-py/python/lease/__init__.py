@@ -30,6 +30,7 @@ from ._lease import (
     Failed,
     Job,
     Lease,
+    QueueSettings,
     Record,
     Refused,
     StatsRow,
@@ -70,6 +71,7 @@ __all__ = [
     "Failed",
     "Record",
     "StatsRow",
+    "QueueSettings",
     "AuditRow",
     "Backoff",
     "errors",
@@ -295,6 +297,36 @@ class Store(_Opened):
         :class:`AuditRow`, oldest first."""
         return self._finish(self._core.audit(job, since, limit))
 
+    def pause(
+        self, queue: str, *, until: Optional[float] = None, now: Optional[float] = None
+    ) -> QueueSettings:
+        """Pauses ``queue`` (until resumed, or until the time ``until``): no claim leases its
+        jobs from the moment the pause commits; enqueueing goes on and running leases are
+        untouched. Returns the queue's :class:`QueueSettings`."""
+        return self._finish(self._core.pause(queue, until, now))
+
+    def resume(self, queue: str, *, now: Optional[float] = None) -> QueueSettings:
+        """Ends a pause of ``queue``."""
+        return self._finish(self._core.resume(queue, now))
+
+    def limit(
+        self,
+        queue: str,
+        *,
+        concurrency: Optional[int] = None,
+        timeout: Optional[float] = None,
+        no_timeout: bool = False,
+        now: Optional[float] = None,
+    ) -> QueueSettings:
+        """Sets ``queue``'s concurrency limit (the most of its leases live at once, across
+        every worker; 0 removes it) and/or its default timeout in seconds (``no_timeout=True``
+        removes it). Both given are one change, applied together or not at all."""
+        return self._finish(self._core.limit(queue, concurrency, timeout, no_timeout, now))
+
+    def queues(self, *, now: Optional[float] = None) -> list:
+        """Every queue that has settings, as :class:`QueueSettings` (``paused`` as of ``now``)."""
+        return self._finish(self._core.queues(now))
+
 
 class AsyncStore(_Opened):
     """:class:`Store` for asyncio: the same methods as coroutines, each run on the package's
@@ -429,6 +461,32 @@ class AsyncStore(_Opened):
     ) -> list:
         """As :meth:`Store.audit`."""
         return await self._core.audit(job, since, limit)
+
+    async def pause(
+        self, queue: str, *, until: Optional[float] = None, now: Optional[float] = None
+    ) -> QueueSettings:
+        """As :meth:`Store.pause`."""
+        return await self._core.pause(queue, until, now)
+
+    async def resume(self, queue: str, *, now: Optional[float] = None) -> QueueSettings:
+        """As :meth:`Store.resume`."""
+        return await self._core.resume(queue, now)
+
+    async def limit(
+        self,
+        queue: str,
+        *,
+        concurrency: Optional[int] = None,
+        timeout: Optional[float] = None,
+        no_timeout: bool = False,
+        now: Optional[float] = None,
+    ) -> QueueSettings:
+        """As :meth:`Store.limit`."""
+        return await self._core.limit(queue, concurrency, timeout, no_timeout, now)
+
+    async def queues(self, *, now: Optional[float] = None) -> list:
+        """As :meth:`Store.queues`."""
+        return await self._core.queues(now)
 
 
 def _default_owner() -> str:
