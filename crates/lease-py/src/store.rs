@@ -11,7 +11,7 @@ use lease_domain::{
     EnqueueSpec, ErrorText, JobId, JobResult, LeaseTerm, Payload, Status, Timestamp,
 };
 use lease_ports::audit::{AuditFilter, AuditTrail};
-use lease_ports::control::Control;
+use lease_ports::control::Controlled;
 use lease_ports::{LeaseStore, ListFilter};
 use pyo3::IntoPyObjectExt;
 use pyo3::prelude::*;
@@ -20,8 +20,8 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 use crate::errors::{Failure, Outcome, invalid, to_py};
 use crate::run::{Pending, block, work};
 use crate::values::{
-    self, Accepted, AuditRow, Backoff, Failed, Lease, QueueSettings, Record, Refused, StatsRow,
-    now_or_clock,
+    self, Accepted, AuditRow, Backoff, Failed, Lease, QueueSettings, Record, Refused, Schedule,
+    StatsRow, now_or_clock,
 };
 
 /// A store as opened, kept by kind so that its audit trail is reachable too.
@@ -41,11 +41,11 @@ impl Backend {
         }
     }
 
-    fn control(&self) -> Arc<dyn Control> {
+    fn control(&self) -> Arc<dyn Controlled> {
         match self {
-            Backend::Sqlite(s) => Arc::clone(s) as Arc<dyn Control>,
-            Backend::Postgres(s) => Arc::clone(s) as Arc<dyn Control>,
-            Backend::Http(s) => Arc::clone(s) as Arc<dyn Control>,
+            Backend::Sqlite(s) => Arc::clone(s) as Arc<dyn Controlled>,
+            Backend::Postgres(s) => Arc::clone(s) as Arc<dyn Controlled>,
+            Backend::Http(s) => Arc::clone(s) as Arc<dyn Controlled>,
         }
     }
 
@@ -212,6 +212,10 @@ impl StoreCore {
             move |py, (queue, settings)| QueueSettings::of(&queue, &settings, now).into_py_any(py),
         )
     }
+}
+
+fn schedule_name(name: &str) -> Outcome<lease_domain::ScheduleName> {
+    lease_domain::ScheduleName::new(name).or_else(|e| invalid(format!("schedule name: {e}")))
 }
 
 /// A payload given as bytes or as text (UTF-8).
@@ -851,6 +855,104 @@ impl StoreCore {
                     .map(|(queue, settings)| QueueSettings::of(queue, settings, now))
                     .collect();
                 rows.into_py_any(py)
+            },
+        )
+    }
+
+    #[pyo3(signature = (name, cron, queue, tz, priority, max_attempts, timeout, payload, catch_up, now))]
+    #[allow(clippy::too_many_arguments)]
+    fn put_schedule(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        cron: &str,
+        queue: &str,
+        tz: &str,
+        priority: i64,
+        max_attempts: Option<u32>,
+        timeout: Option<f64>,
+        payload: Option<&Bound<'_, PyAny>>,
+        catch_up: &str,
+        now: Option<f64>,
+    ) -> PyResult<Pending> {
+        let payload = self::payload(payload)?;
+        let spec = to_py(
+            py,
+            (|| {
+                let name = schedule_name(name)?;
+                // The calendar reads the expression and the zone now, so a bad one is refused
+                // before anything is sent.
+                lease_schedule::Calendar::new(cron, tz).or_else(|e| invalid(e.to_string()))?;
+                Ok(lease_domain::ScheduleSpec {
+                    name,
+                    cron: cron.to_owned(),
+                    zone: tz.to_owned(),
+                    job: EnqueueSpec {
+                        queue: values::queue(queue)?,
+                        priority,
+                        max_attempts,
+                        timeout: timeout
+                            .map(|t| {
+                                lease_domain::Ttl::new(t)
+                                    .map_err(|e| Failure::Input(format!("timeout: {e}")))
+                            })
+                            .transpose()?,
+                        payload: payload?,
+                        ..EnqueueSpec::default()
+                    },
+                    catch_up: lease_domain::CatchUp::parse(catch_up)
+                        .or_else(|e| invalid(format!("catch_up: {e}")))?,
+                })
+            })(),
+        )?;
+        let now = to_py(py, now_or_clock(now))?;
+        self.same_process(py)?;
+        let control = self.backend.control();
+        self.call(
+            py,
+            async move { Ok(control.put_schedule(&spec, now).await?) },
+            move |py, schedule| Schedule::of(&schedule, now).into_py_any(py),
+        )
+    }
+
+    #[pyo3(signature = (now))]
+    fn schedules(&self, py: Python<'_>, now: Option<f64>) -> PyResult<Pending> {
+        let now = to_py(py, now_or_clock(now))?;
+        self.same_process(py)?;
+        let control = self.backend.control();
+        self.call(
+            py,
+            async move { Ok(control.schedules().await?) },
+            move |py, schedules| {
+                let rows: Vec<Schedule> = schedules.iter().map(|s| Schedule::of(s, now)).collect();
+                rows.into_py_any(py)
+            },
+        )
+    }
+
+    fn remove_schedule(&self, py: Python<'_>, name: &str) -> PyResult<Pending> {
+        let name = to_py(py, schedule_name(name))?;
+        self.same_process(py)?;
+        let control = self.backend.control();
+        self.call(
+            py,
+            async move { Ok(control.remove_schedule(&name).await?) },
+            |py, removed| removed.into_py_any(py),
+        )
+    }
+
+    #[pyo3(signature = (name, now))]
+    fn run_schedule(&self, py: Python<'_>, name: &str, now: Option<f64>) -> PyResult<Pending> {
+        let name = to_py(py, schedule_name(name))?;
+        let now = to_py(py, now_or_clock(now))?;
+        self.same_process(py)?;
+        let control = self.backend.control();
+        self.call(
+            py,
+            async move { Ok(lease_schedule::run_now(&*control, &name, now).await?) },
+            |py, ran| {
+                ran.map(|ran| (ran.id.as_str().to_owned(), ran.inserted))
+                    .into_py_any(py)
             },
         )
     }

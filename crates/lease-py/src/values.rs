@@ -1,7 +1,7 @@
 //! The values crossing the boundary: arguments checked into the domain's types (each refusal
 //! names the argument), and the answers as small immutable Python objects: `Lease`,
 //! `Accepted`, `Refused` (a refusal by the lease rules is a value, never an exception),
-//! `Failed`, `Record`, `StatsRow`, `QueueSettings`, `AuditRow` and `Backoff`.
+//! `Failed`, `Record`, `StatsRow`, `QueueSettings`, `Schedule`, `AuditRow` and `Backoff`.
 
 use lease_domain::{
     ClaimRefused, Fence, GuardRefused, JobId, Owner, QueueName, Status, Timestamp, WriteRefused,
@@ -448,6 +448,11 @@ impl StatsRow {
     }
 }
 
+/// An optional value as Python shows it: the value, or `None`.
+fn optional<T: std::fmt::Display>(value: Option<T>) -> String {
+    value.map_or_else(|| "None".to_owned(), |v| v.to_string())
+}
+
 /// A queue's flow control: whether it is paused (at the time it was read) and until when, its
 /// concurrency limit and its default timeout.
 #[pyclass(module = "lease", frozen, get_all)]
@@ -464,8 +469,12 @@ pub(crate) struct QueueSettings {
 impl QueueSettings {
     fn __repr__(&self) -> String {
         format!(
-            "QueueSettings(queue={:?}, paused={}, paused_until={:?}, concurrency={:?}, timeout={:?})",
-            self.queue, self.paused, self.paused_until, self.concurrency, self.timeout
+            "QueueSettings(queue={:?}, paused={}, paused_until={}, concurrency={}, timeout={})",
+            self.queue,
+            if self.paused { "True" } else { "False" },
+            optional(self.paused_until),
+            optional(self.concurrency),
+            optional(self.timeout)
         )
     }
 }
@@ -482,6 +491,60 @@ impl QueueSettings {
             paused_until: settings.paused.and_then(|p| p.until).map(Timestamp::get),
             concurrency: settings.concurrency.map(lease_domain::Concurrency::get),
             timeout: settings.timeout.map(lease_domain::Ttl::get),
+        }
+    }
+}
+
+/// A stored schedule, with its next tick as of when it was read.
+#[pyclass(module = "lease", frozen, get_all)]
+#[derive(Debug)]
+pub(crate) struct Schedule {
+    name: String,
+    cron: String,
+    zone: String,
+    queue: String,
+    priority: i64,
+    max_attempts: Option<u32>,
+    timeout: Option<f64>,
+    catch_up: String,
+    version: u64,
+    created: f64,
+    last_tick: Option<f64>,
+    next_tick: Option<f64>,
+}
+
+#[pymethods]
+impl Schedule {
+    fn __repr__(&self) -> String {
+        format!(
+            "Schedule(name={:?}, cron={:?}, zone={:?}, queue={:?}, version={}, last_tick={}, next_tick={})",
+            self.name,
+            self.cron,
+            self.zone,
+            self.queue,
+            self.version,
+            optional(self.last_tick),
+            optional(self.next_tick)
+        )
+    }
+}
+
+impl Schedule {
+    pub(crate) fn of(schedule: &lease_domain::Schedule, now: Timestamp) -> Self {
+        let spec = &schedule.spec;
+        Self {
+            name: spec.name.as_str().to_owned(),
+            cron: spec.cron.clone(),
+            zone: spec.zone.clone(),
+            queue: spec.job.queue.as_str().to_owned(),
+            priority: spec.job.priority,
+            max_attempts: spec.job.max_attempts,
+            timeout: spec.job.timeout.map(lease_domain::Ttl::get),
+            catch_up: spec.catch_up.text(),
+            version: schedule.version,
+            created: schedule.created.get(),
+            last_tick: schedule.last_tick.map(Timestamp::get),
+            next_tick: lease_schedule::next_tick(schedule, now).map(Timestamp::get),
         }
     }
 }
@@ -583,6 +646,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Record>()?;
     m.add_class::<StatsRow>()?;
     m.add_class::<QueueSettings>()?;
+    m.add_class::<Schedule>()?;
     m.add_class::<AuditRow>()?;
     m.add_class::<Backoff>()?;
     Ok(())

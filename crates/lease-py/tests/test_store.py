@@ -157,6 +157,42 @@ def test_a_queue_is_paused_limited_and_resumed_from_python(store):
     assert store.queues() == [], "a refused change changed settings"
 
 
+def test_a_schedule_is_set_listed_run_by_hand_and_removed_from_python(store):
+    # 2026-01-01T00:00:00Z; a tick every five minutes.
+    t0 = 1_767_225_600.0
+    made = store.put_schedule(
+        "m", cron="*/5 * * * *", queue="ticks", priority=3, payload="p", catch_up="all:2", now=t0
+    )
+    assert (made.name, made.queue, made.catch_up, made.version, made.last_tick) == (
+        "m", "ticks", "all:2", 1, None
+    )
+    # A server that does not trust caller clocks makes it at its own time.
+    assert made.next_tick == (max(made.created, t0) // 300 + 1) * 300
+    assert "next_tick=17" in repr(made) and "last_tick=None" in repr(made)
+    assert [s.name for s in store.schedules(now=t0)] == ["m"]
+    assert store.run_schedule("m", now=t0 + 10.4) == ("m@run-2026-01-01T00:00:10Z", True)
+    assert store.run_schedule("m", now=t0 + 10.9) == ("m@run-2026-01-01T00:00:10Z", False)
+    assert store.run_schedule("nope", now=t0) is None
+    record = store.record("m@run-2026-01-01T00:00:10Z")
+    assert (record.queue, record.priority, record.payload) == ("ticks", 3, b"p")
+    (listed,) = store.schedules(now=t0 + 11)
+    assert (listed.version, listed.last_tick) == (1, None), "a run by hand changed the schedule"
+    for bad, says in [
+        (dict(cron="61 * * * *", queue="q"), "cron"),
+        (dict(cron="@daily", queue="q", tz="Mars/Olympus"), "zone"),
+        (dict(cron="@daily", queue="q", catch_up="often"), "catch"),
+    ]:
+        with pytest.raises(lease.InvalidInput) as raised:
+            store.put_schedule("bad", **bad)
+        assert says in str(raised.value)
+    with pytest.raises(lease.InvalidInput):
+        store.run_schedule("a@b")
+    assert [s.name for s in store.schedules()] == ["m"], "a refused schedule was stored"
+    assert store.remove_schedule("m") is True
+    assert store.remove_schedule("m") is False
+    assert store.record("m@run-2026-01-01T00:00:10Z") is not None, "removing it removed its jobs"
+
+
 def test_the_audit_trail_lists_a_refused_write(store):
     store.enqueue("j")
     (held,) = store.claim_next("default", A, 30.0)

@@ -33,6 +33,7 @@ from ._lease import (
     QueueSettings,
     Record,
     Refused,
+    Schedule,
     StatsRow,
     Summary,
     __version__,
@@ -72,6 +73,7 @@ __all__ = [
     "Record",
     "StatsRow",
     "QueueSettings",
+    "Schedule",
     "AuditRow",
     "Backoff",
     "errors",
@@ -327,6 +329,45 @@ class Store(_Opened):
         """Every queue that has settings, as :class:`QueueSettings` (``paused`` as of ``now``)."""
         return self._finish(self._core.queues(now))
 
+    def put_schedule(
+        self,
+        name: str,
+        *,
+        cron: str,
+        queue: str,
+        tz: str = "UTC",
+        priority: int = 0,
+        max_attempts: Optional[int] = None,
+        timeout: Optional[float] = None,
+        payload: Payload = None,
+        catch_up: str = "latest",
+        now: Optional[float] = None,
+    ) -> Schedule:
+        """Makes or changes the schedule ``name``: each tick of ``cron`` in the time zone ``tz``
+        enqueues one job in ``queue``, its id ``NAME@TICK`` (the tick in UTC). ``catch_up`` is
+        what a pass does after downtime: ``latest``, ``none``, ``all`` or ``all:N``. A change
+        keeps the last tick, so no tick fires twice. Every ``lease serve`` and ``lease work``
+        on the store runs the schedules."""
+        return self._finish(
+            self._core.put_schedule(
+                name, cron, queue, tz, priority, max_attempts, timeout, payload, catch_up, now
+            )
+        )
+
+    def schedules(self, *, now: Optional[float] = None) -> list:
+        """Every schedule, as :class:`Schedule` (with its next tick after ``now``)."""
+        return self._finish(self._core.schedules(now))
+
+    def remove_schedule(self, name: str) -> bool:
+        """Removes a schedule (the jobs its ticks made stay); ``False`` when there was none."""
+        return self._finish(self._core.remove_schedule(name))
+
+    def run_schedule(self, name: str, *, now: Optional[float] = None) -> Optional[tuple]:
+        """Enqueues the schedule's job now, outside its ticks, as ``NAME@run-TIME`` (runs asked
+        for within one second are one job). Returns ``(job_id, inserted)``, or ``None`` when
+        there is no such schedule."""
+        return self._finish(self._core.run_schedule(name, now))
+
 
 class AsyncStore(_Opened):
     """:class:`Store` for asyncio: the same methods as coroutines, each run on the package's
@@ -487,6 +528,37 @@ class AsyncStore(_Opened):
     async def queues(self, *, now: Optional[float] = None) -> list:
         """As :meth:`Store.queues`."""
         return await self._core.queues(now)
+
+    async def put_schedule(
+        self,
+        name: str,
+        *,
+        cron: str,
+        queue: str,
+        tz: str = "UTC",
+        priority: int = 0,
+        max_attempts: Optional[int] = None,
+        timeout: Optional[float] = None,
+        payload: Payload = None,
+        catch_up: str = "latest",
+        now: Optional[float] = None,
+    ) -> Schedule:
+        """As :meth:`Store.put_schedule`."""
+        return await self._core.put_schedule(
+            name, cron, queue, tz, priority, max_attempts, timeout, payload, catch_up, now
+        )
+
+    async def schedules(self, *, now: Optional[float] = None) -> list:
+        """As :meth:`Store.schedules`."""
+        return await self._core.schedules(now)
+
+    async def remove_schedule(self, name: str) -> bool:
+        """As :meth:`Store.remove_schedule`."""
+        return await self._core.remove_schedule(name)
+
+    async def run_schedule(self, name: str, *, now: Optional[float] = None) -> Optional[tuple]:
+        """As :meth:`Store.run_schedule`."""
+        return await self._core.run_schedule(name, now)
 
 
 def _default_owner() -> str:
