@@ -860,7 +860,7 @@ impl StoreCore {
     }
 
     #[pyo3(signature = (name, cron, queue, tz, priority, max_attempts, timeout, payload, catch_up, now))]
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)] // A schedule's fields, each a keyword.
     fn put_schedule(
         &self,
         py: Python<'_>,
