@@ -215,6 +215,66 @@ fn the_stale_worker_story_over_http_keeps_the_new_result_and_no_secret_reaches_t
 }
 
 #[test]
+fn metrics_show_each_queue_s_pause_limit_and_timeout_and_a_queue_set_free_again_reads_free() {
+    let (_dir, db) = fresh_db();
+    let admin = make_key(&db, "ops", "admin")["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let server = Server::start(&db, &[], &[]);
+    let a = format!("Bearer {admin}");
+    let auth = [("Authorization", a.as_str())];
+    let scrape = || {
+        let (status, text) = server.call("GET", "/metrics", &auth, "");
+        assert_eq!(status, 200);
+        text.as_str().unwrap_or_default().to_owned()
+    };
+    let sms_limits = |body: Value| {
+        server
+            .call("PUT", "/v1/queues/sms/limits", &auth, &body.to_string())
+            .0
+    };
+    assert!(
+        !scrape().contains("lease_queue_paused"),
+        "no queue has settings yet"
+    );
+    assert_eq!(
+        server.call("POST", "/v1/queues/mail/pause", &auth, "{}").0,
+        200
+    );
+    assert_eq!(sms_limits(json!({"concurrency": 3, "timeout": 2.5})), 200);
+    let text = scrape();
+    for line in [
+        "lease_queue_paused{queue=\"mail\"} 1",
+        "lease_queue_paused{queue=\"sms\"} 0",
+        "lease_queue_concurrency_limit{queue=\"sms\"} 3",
+        "lease_queue_timeout_seconds{queue=\"sms\"} 2.5",
+        "lease_queue_concurrency_limit{queue=\"mail\"} 0",
+    ] {
+        assert!(text.contains(line), "no {line:?} in {text}");
+    }
+    // Resumed and freed: the settings are gone from the store, and the gauges read free.
+    assert_eq!(
+        server.call("POST", "/v1/queues/mail/resume", &auth, "{}").0,
+        200
+    );
+    assert_eq!(
+        sms_limits(json!({"concurrency": 0, "no_timeout": true})),
+        200
+    );
+    let text = scrape();
+    for line in [
+        "lease_queue_paused{queue=\"mail\"} 0",
+        "lease_queue_concurrency_limit{queue=\"sms\"} 0",
+        "lease_queue_timeout_seconds{queue=\"sms\"} 0",
+    ] {
+        assert!(text.contains(line), "no {line:?} in {text}");
+    }
+    let (code, log) = server.stop();
+    assert_eq!(code, Some(0), "{log}");
+}
+
+#[test]
 fn a_worker_machine_needs_only_the_binary_a_url_and_a_key() {
     let (dir, db) = fresh_db();
     let key = make_key(&db, "ci", "worker")["key"]

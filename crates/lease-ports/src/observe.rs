@@ -39,6 +39,12 @@ pub mod names {
     pub const RECLAIM_DELAY_SECONDS: &str = "lease_reclaim_delay_seconds";
     /// Gauge: jobs per `queue` and `status`, as the last `stats` call counted them.
     pub const JOBS: &str = "lease_jobs";
+    /// Gauge: 1 while the `queue` is paused, else 0.
+    pub const QUEUE_PAUSED: &str = "lease_queue_paused";
+    /// Gauge: the most of the `queue`'s leases live at once (0: no limit).
+    pub const QUEUE_CONCURRENCY_LIMIT: &str = "lease_queue_concurrency_limit";
+    /// Gauge: the default timeout of an attempt of the `queue`'s jobs, in seconds (0: none).
+    pub const QUEUE_TIMEOUT_SECONDS: &str = "lease_queue_timeout_seconds";
     /// Counter: leases a worker lost (a refused renewal, or the store unreachable until the
     /// lease ran out).
     pub const LEASES_LOST: &str = "lease_worker_leases_lost_total";
@@ -298,6 +304,30 @@ pub fn set_gauges(rows: &[StatsRow]) {
             metrics::gauge!(names::JOBS, "queue" => queue.as_str().to_owned(), "status" => status.as_str())
                 .set(value);
         }
+    }
+}
+
+/// Sets the flow-control gauges of each queue in `settings` as of `now`, and of each queue in
+/// `before` (queues reported earlier) that has no settings now, which reads as free: not
+/// paused, no limit (0), no timeout (0).
+pub fn set_queue_gauges(
+    settings: &[(QueueName, lease_domain::QueueSettings)],
+    before: &std::collections::BTreeSet<QueueName>,
+    now: Timestamp,
+) {
+    let free = lease_domain::QueueSettings::default();
+    let gone = before
+        .iter()
+        .filter(|q| !settings.iter().any(|(s, _)| s == *q))
+        .map(|q| (q, &free));
+    for (queue, set) in settings.iter().map(|(q, s)| (q, s)).chain(gone) {
+        let label = queue.as_str().to_owned();
+        metrics::gauge!(names::QUEUE_PAUSED, "queue" => label.clone())
+            .set(if set.is_paused_at(now) { 1.0 } else { 0.0 });
+        metrics::gauge!(names::QUEUE_CONCURRENCY_LIMIT, "queue" => label.clone())
+            .set(set.concurrency.map_or(0.0, |c| f64::from(c.get())));
+        metrics::gauge!(names::QUEUE_TIMEOUT_SECONDS, "queue" => label)
+            .set(set.timeout.map_or(0.0, lease_domain::Ttl::get));
     }
 }
 

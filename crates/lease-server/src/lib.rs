@@ -179,6 +179,9 @@ pub(crate) struct App {
     pub(crate) contract: contract::Contract,
     /// The event streams' shared reader.
     pub(crate) feed: ui::Feed,
+    /// The queues whose flow-control gauges `/metrics` has set, so that one whose settings
+    /// are gone since reads as free rather than as it last was.
+    pub(crate) gauged: std::sync::Mutex<std::collections::BTreeSet<lease_domain::QueueName>>,
 }
 
 impl App {
@@ -483,6 +486,7 @@ pub fn router(store: Arc<dyn ServiceStore>, config: ServiceConfig) -> axum::Rout
         signalled: std::sync::atomic::AtomicBool::new(false),
         openapi: serde_json::to_string_pretty(&document).unwrap_or_default(),
         feed: ui::Feed::default(),
+        gauged: std::sync::Mutex::default(),
         config: config.clone(),
     });
     let weak = Arc::downgrade(&app);
