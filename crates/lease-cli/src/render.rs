@@ -405,28 +405,15 @@ pub(crate) fn prometheus(
     if settings.is_empty() {
         return out;
     }
-    type Value = fn(&lease_domain::QueueSettings, lease_domain::Timestamp) -> Option<f64>;
-    let gauges: [(&str, &str, Value); 3] = [
-        (
-            "lease_queue_paused",
-            "1 while the queue is paused, else 0.",
-            |s, now| Some(if s.is_paused_at(now) { 1.0 } else { 0.0 }),
-        ),
-        (
-            "lease_queue_concurrency_limit",
-            "The most of the queue's leases live at once.",
-            |s, _| s.concurrency.map(|c| f64::from(c.get())),
-        ),
-        (
-            "lease_queue_timeout_seconds",
-            "The default timeout of an attempt of the queue's jobs.",
-            |s, _| s.timeout.map(lease_domain::Ttl::get),
-        ),
-    ];
-    for (name, help, value) in gauges {
+    let gauges: Vec<_> = settings
+        .iter()
+        .map(|(queue, set)| (queue, lease_ports::observe::queue_gauges(set, now)))
+        .collect();
+    let named = lease_ports::observe::queue_gauges(&lease_domain::QueueSettings::default(), now);
+    for (i, (name, help, _)) in named.into_iter().enumerate() {
         out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
-        for (queue, set) in settings {
-            if let Some(value) = value(set, now) {
+        for (queue, values) in &gauges {
+            if let Some((_, _, Some(value))) = values.get(i) {
                 out.push_str(&format!(
                     "{name}{{queue=\"{}\"}} {value}\n",
                     label(queue.as_str())

@@ -307,6 +307,33 @@ pub fn set_gauges(rows: &[StatsRow]) {
     }
 }
 
+/// The flow-control gauges of a queue with `settings`, as of `now`: each name with its help
+/// text and its value, `None` where the queue has none (no limit, no timeout); whether it is
+/// paused is always 1 or 0. `lease stats --prometheus` and [`set_queue_gauges`] both read it.
+#[must_use]
+pub fn queue_gauges(
+    settings: &lease_domain::QueueSettings,
+    now: Timestamp,
+) -> [(&'static str, &'static str, Option<f64>); 3] {
+    [
+        (
+            names::QUEUE_PAUSED,
+            "1 while the queue is paused, else 0.",
+            Some(if settings.is_paused_at(now) { 1.0 } else { 0.0 }),
+        ),
+        (
+            names::QUEUE_CONCURRENCY_LIMIT,
+            "The most of the queue's leases live at once.",
+            settings.concurrency.map(|c| f64::from(c.get())),
+        ),
+        (
+            names::QUEUE_TIMEOUT_SECONDS,
+            "The default timeout of an attempt of the queue's jobs.",
+            settings.timeout.map(lease_domain::Ttl::get),
+        ),
+    ]
+}
+
 /// Sets the flow-control gauges of each queue in `settings` as of `now`, and of each queue in
 /// `before` (queues reported earlier) that has no settings now, which reads as free: not
 /// paused, no limit (0), no timeout (0).
@@ -321,13 +348,9 @@ pub fn set_queue_gauges(
         .filter(|q| !settings.iter().any(|(s, _)| s == *q))
         .map(|q| (q, &free));
     for (queue, set) in settings.iter().map(|(q, s)| (q, s)).chain(gone) {
-        let label = queue.as_str().to_owned();
-        metrics::gauge!(names::QUEUE_PAUSED, "queue" => label.clone())
-            .set(if set.is_paused_at(now) { 1.0 } else { 0.0 });
-        metrics::gauge!(names::QUEUE_CONCURRENCY_LIMIT, "queue" => label.clone())
-            .set(set.concurrency.map_or(0.0, |c| f64::from(c.get())));
-        metrics::gauge!(names::QUEUE_TIMEOUT_SECONDS, "queue" => label)
-            .set(set.timeout.map_or(0.0, lease_domain::Ttl::get));
+        for (name, _, value) in queue_gauges(set, now) {
+            metrics::gauge!(name, "queue" => queue.as_str().to_owned()).set(value.unwrap_or(0.0));
+        }
     }
 }
 
