@@ -1969,6 +1969,15 @@ pub async fn schedules_are_kept_and_a_tick_fires_once(store: ControlStore) {
         store.schedules().await.expect("schedules read"),
         vec![made.clone()]
     );
+    assert_eq!(
+        store
+            .schedule(&made.spec.name)
+            .await
+            .expect("schedule reads"),
+        Some(made.clone())
+    );
+    let other = ScheduleName::new("weekly").expect("name");
+    assert_eq!(store.schedule(&other).await.expect("schedule reads"), None);
     let fired = store
         .fire_schedule(&fire_of(&made, 160.0, &["nightly@1"]))
         .await

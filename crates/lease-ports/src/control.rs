@@ -78,6 +78,15 @@ pub trait Control: Send + Sync {
     /// Every schedule, by name.
     async fn schedules(&self) -> Result<Vec<Schedule>, StoreError>;
 
+    /// One schedule, by name, or `None`.
+    async fn schedule(&self, name: &ScheduleName) -> Result<Option<Schedule>, StoreError> {
+        Ok(self
+            .schedules()
+            .await?
+            .into_iter()
+            .find(|s| &s.spec.name == name))
+    }
+
     /// Fires a schedule as the contract says: `Some` with, per job, whether it was inserted
     /// (an id already there is left as it is), or `None` when the schedule changed since the
     /// pass read it (another pass fired first, or it was changed or removed): nothing written.

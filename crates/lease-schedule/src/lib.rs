@@ -68,12 +68,7 @@ pub async fn run_now<S: Controlled + ?Sized>(
     name: &ScheduleName,
     now: Timestamp,
 ) -> Result<Option<Ran>, StoreError> {
-    let Some(schedule) = store
-        .schedules()
-        .await?
-        .into_iter()
-        .find(|s| &s.spec.name == name)
-    else {
+    let Some(schedule) = store.schedule(name).await? else {
         return Ok(None);
     };
     let id = run_job_id(name, now)?;

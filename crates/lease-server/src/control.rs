@@ -469,12 +469,12 @@ pub(crate) async fn fire(
     Checked(body): Checked<FireBody>,
 ) -> Answer {
     let name = schedule_name(name)?;
-    let schedules = app
+    let schedule = app
         .store
-        .schedules()
+        .schedule(&name)
         .await
         .map_err(|e| Problem::store(&e))?;
-    let Some(schedule) = schedules.into_iter().find(|s| s.spec.name == name) else {
+    let Some(schedule) = schedule else {
         return Ok(json_response(
             StatusCode::OK,
             FiredView {
