@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 use lease_domain::{
     EnqueueSpec, ErrorText, Fence, InputError, JobId, JobResult, LeaseTerm, Owner, Payload,
-    QueueName, Retry, Status, Timestamp, Ttl,
+    QueueName, Renewal, Retry, Status, Timestamp, Ttl,
 };
 
 /// Fenced job leases on an embedded SQLite database or on PostgreSQL: a stalled worker can
@@ -460,7 +460,8 @@ pub(crate) enum Command {
         no_timeout: bool,
     },
     /// Store a running job's progress (a short text, up to 1,024 bytes) under its lease's
-    /// fence, and renew the lease for --ttl; refused like a renewal for a stale holder.
+    /// fence; with --ttl the lease is renewed for that long, without it the lease keeps its
+    /// end. Refused like a renewal for a stale or expired holder.
     Progress {
         /// The job id.
         job: String,
@@ -469,8 +470,12 @@ pub(crate) enum Command {
         /// The progress, such as "12 of 40 files".
         #[arg(long, allow_hyphen_values = true)]
         value: String,
-        #[command(flatten)]
-        window: Window,
+        /// The current time (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z); default: the system clock.
+        #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
+        now: Option<f64>,
+        /// Renew the lease for this many seconds from now (> 0); without it the lease keeps its end.
+        #[arg(long, allow_hyphen_values = true)]
+        ttl: Option<f64>,
     },
     /// Periodic schedules: each tick of a cron expression enqueues one job.
     Schedule {
@@ -903,13 +908,21 @@ impl Command {
                 job,
                 holder,
                 value,
-                window,
-            } => Request::Control(crate::control::progress(
-                job,
-                holder.check()?,
-                window.term(clock)?,
-                value,
-            )?),
+                now,
+                ttl,
+            } => {
+                let now = now.unwrap_or_else(clock);
+                let renewal = match ttl {
+                    Some(ttl) => Renewal::Renew(LeaseTerm::new(now, ttl)?),
+                    None => Renewal::Keep(Timestamp::new(now)?),
+                };
+                Request::Control(crate::control::progress(
+                    job,
+                    holder.check()?,
+                    renewal,
+                    value,
+                )?)
+            }
             Command::Schedule { command } => {
                 Request::Control(crate::control::schedule(command, clock, read)?)
             }

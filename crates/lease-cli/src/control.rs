@@ -5,8 +5,8 @@
 
 use clap::Subcommand;
 use lease_domain::{
-    CatchUp, EnqueueSpec, Fence, JobId, LeaseTerm, Owner, Payload, ProgressText, QueueChange,
-    QueueName, QueueSettings, ScheduleName, ScheduleSpec, Timestamp, Ttl,
+    CatchUp, EnqueueSpec, Fence, JobId, Owner, Payload, ProgressText, QueueChange, QueueName,
+    QueueSettings, Renewal, ScheduleName, ScheduleSpec, Timestamp, Ttl,
 };
 use lease_ports::StoreError;
 use lease_ports::control::Controlled;
@@ -94,7 +94,7 @@ pub(crate) enum ControlRequest {
     /// Change a queue's settings (one change), judged at a time.
     Queue(QueueName, QueueChange, Timestamp),
     /// Store a running job's progress under its fence.
-    Progress(JobId, Owner, Fence, LeaseTerm, ProgressText),
+    Progress(JobId, Owner, Fence, Renewal, ProgressText),
     /// Make or change a schedule.
     SetSchedule(ScheduleSpec, Timestamp),
     /// List the schedules.
@@ -116,7 +116,7 @@ impl ControlRequest {
             | Self::ListSchedules(now)
             | Self::RunDue(now)
             | Self::Run(_, now) => Some(*now),
-            Self::Progress(_, _, _, term, _) => Some(term.now()),
+            Self::Progress(_, _, _, renewal, _) => Some(renewal.now()),
             Self::RemoveSchedule(_) => None,
         }
     }
@@ -189,14 +189,14 @@ pub(crate) fn limit(
 pub(crate) fn progress(
     job: String,
     (owner, fence): (Owner, Fence),
-    term: LeaseTerm,
+    renewal: Renewal,
     value: String,
 ) -> Result<ControlRequest, RequestError> {
     Ok(ControlRequest::Progress(
         JobId::new(job)?,
         owner,
         fence,
-        term,
+        renewal,
         ProgressText::new(value)?,
     ))
 }
@@ -311,18 +311,30 @@ pub(crate) async fn execute(
                 ),
             )
         }
-        ControlRequest::Progress(id, owner, fence, term, text) => {
-            match store.progress(id, owner, *fence, *term, text).await? {
-                Ok(()) => Report::new(
-                    true,
-                    json!({"ok": true, "until": term.until().get()}),
-                    format!(
-                        "stored the progress of job {} for {} (fence {fence}); lease renewed until {}",
+        ControlRequest::Progress(id, owner, fence, renewal, text) => {
+            match store.progress(id, owner, *fence, *renewal, text).await? {
+                Ok(()) => {
+                    let stored = format!(
+                        "stored the progress of job {} for {} (fence {fence})",
                         escape_controls(id.as_str()),
                         escape_controls(owner.as_str()),
-                        when::shown(term.until().get(), term.now().get())
-                    ),
-                ),
+                    );
+                    match renewal.term() {
+                        Some(term) => Report::new(
+                            true,
+                            json!({"ok": true, "until": term.until().get()}),
+                            format!(
+                                "{stored}; lease renewed until {}",
+                                when::shown(term.until().get(), term.now().get())
+                            ),
+                        ),
+                        None => Report::new(
+                            true,
+                            json!({"ok": true}),
+                            format!("{stored}; the lease keeps its end"),
+                        ),
+                    }
+                }
                 Err(refused) => {
                     let why = write_refusal(&refused);
                     Report::new(

@@ -89,6 +89,42 @@ fn the_stale_worker_story_through_the_cli() {
     );
 }
 
+#[test]
+fn a_fence_above_the_current_one_is_refused_as_never_issued() {
+    let (_dir, db) = fresh_db();
+    json_of(&db, &["enqueue", "j"], 0);
+    json_of(
+        &db,
+        &["claim", "j", "--owner", "A", "--now", "100", "--ttl", "30"],
+        0,
+    );
+    let ahead = lease(
+        &db,
+        &[
+            "complete", "j", "--owner", "A", "--fence", "2", "--now", "101", "--result", "r",
+        ],
+    );
+    assert_eq!(ahead.status.code(), Some(3));
+    assert!(
+        stdout(&ahead).contains("fence 2 was never issued; the current fence is 1"),
+        "{}",
+        stdout(&ahead)
+    );
+    let behind = lease(
+        &db,
+        &[
+            "renew", "j", "--owner", "A", "--fence", "0", "--now", "101", "--ttl", "5",
+        ],
+    );
+    assert_eq!(behind.status.code(), Some(3));
+    assert!(
+        stdout(&behind).contains("fence 0 is stale (the current fence is 1)"),
+        "{}",
+        stdout(&behind)
+    );
+    assert_eq!(json_of(&db, &["state", "j"], 0)["done"], json!(false));
+}
+
 /// The six keys of the seed contract, in order, from a `state --json` answer.
 fn seed_keys(state: &Value) -> Value {
     let mut seed = serde_json::Map::new();

@@ -366,6 +366,37 @@ fn progress_is_stored_under_the_fence_and_a_stale_holder_is_refused() {
         (&state["progress"], &state["until"]),
         (&json!("3 of 10"), &json!(115.0))
     );
+    // The contract's shape, without --ttl: stored, and the lease keeps its end.
+    let kept = run(
+        &db,
+        &[
+            "progress", "p", "--owner", "a", "--fence", "1", "--now", "107", "--value", "4 of 10",
+        ],
+    );
+    assert!(
+        kept.status.success(),
+        "{}",
+        String::from_utf8_lossy(&kept.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&kept.stdout).contains("the lease keeps its end"),
+        "{}",
+        String::from_utf8_lossy(&kept.stdout)
+    );
+    let state = json_of(&db, &["state", "p", "--now", "108"]);
+    assert_eq!(
+        (&state["progress"], &state["until"]),
+        (&json!("4 of 10"), &json!(115.0))
+    );
+    assert_eq!(
+        json_of(
+            &db,
+            &[
+                "progress", "p", "--owner", "a", "--fence", "1", "--now", "109", "--value", "5"
+            ]
+        ),
+        json!({"ok": true})
+    );
     json_of(
         &db,
         &[

@@ -131,6 +131,86 @@ fn refused_writes_are_audited_with_audit_on_and_shown_in_the_pinned_shape() {
     assert!(String::from_utf8_lossy(&human.stdout).contains("expired"));
 }
 
+/// Every kind of holder write, refused through the CLI with `--audit`, is a row that `lease
+/// audit` reads back under its own name, as JSON and as text.
+fn every_refused_holder_write_is_audited_through_the_cli(db: &str) {
+    let lease = |args: &[&str]| run(Path::new(db), args);
+    assert!(lease(&["init"]).status.success());
+    assert!(lease(&["enqueue", "j"]).status.success());
+    assert!(
+        lease(&["claim", "j", "--owner", "A", "--ttl", "10", "--now", "100"])
+            .status
+            .success()
+    );
+    assert!(
+        lease(&["claim", "j", "--owner", "B", "--ttl", "100", "--now", "111"])
+            .status
+            .success()
+    );
+    let stale = ["--owner", "A", "--fence", "1", "--now", "112"];
+    let writes: [(&str, &[&str]); 5] = [
+        ("renew", &["--ttl", "5"]),
+        ("progress", &["--value", "3 of 4"]),
+        ("complete", &["--result", "late"]),
+        ("release", &[]),
+        ("fail", &["--error", "late"]),
+    ];
+    for (write, extra) in writes {
+        let mut args = vec!["--audit", write, "j"];
+        args.extend(stale);
+        if write == "release" {
+            // release takes no time: it is judged by the fence alone.
+            args.truncate(args.len() - 2);
+        }
+        args.extend(extra);
+        let out = lease(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(3),
+            "{write} was not refused: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = lease(&["audit", "--json"]);
+    let audit: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let shapes: Vec<(String, String)> = audit["refusals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["operation"].as_str().unwrap().to_owned(),
+                r["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = writes
+        .iter()
+        .map(|(w, _)| ((*w).to_owned(), "stale".to_owned()))
+        .collect();
+    assert_eq!(shapes, expected);
+    let text = lease(&["audit"]);
+    assert!(text.status.success());
+    let text = String::from_utf8_lossy(&text.stdout);
+    for (write, _) in writes {
+        assert!(text.contains(write), "{write} missing from:\n{text}");
+    }
+}
+
+#[test]
+fn every_refused_holder_write_is_audited_through_the_cli_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("every.db");
+    every_refused_holder_write_is_audited_through_the_cli(db.to_str().unwrap());
+}
+
+#[test]
+fn every_refused_holder_write_is_audited_through_the_cli_on_postgres() {
+    let db = lease_postgres::ScratchDatabase::create();
+    every_refused_holder_write_is_audited_through_the_cli(db.url());
+}
+
 #[test]
 fn stats_prints_prometheus_text_and_v_logs_refusals_on_stderr() {
     let dir = tempfile::tempdir().unwrap();

@@ -771,3 +771,150 @@ fn a_refused_key_through_server_says_what_the_server_refused() {
         assert!(!said.contains("not a usable lease database"), "{said}");
     }
 }
+
+/// Reads `GET /v1/events` until its first `refusals` event, and returns that event's data.
+fn first_refusals_event(server: &Server, auth: &str) -> Value {
+    use std::io::{BufRead, BufReader, Write};
+    let mut stream = std::net::TcpStream::connect(&server.addr).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        stream,
+        "GET /v1/events HTTP/1.1\r\nHost: {}\r\nAuthorization: {auth}\r\n\r\n",
+        server.addr
+    )
+    .unwrap();
+    let mut lines = BufReader::new(stream).lines();
+    let mut event = String::new();
+    loop {
+        let line = lines
+            .next()
+            .expect("the stream goes on until the refusals event")
+            .expect("the stream reads");
+        if let Some(name) = line.strip_prefix("event: ") {
+            event = name.trim().to_owned();
+        } else if let Some(data) = line.strip_prefix("data: ")
+            && event == "refusals"
+        {
+            return serde_json::from_str(data).unwrap();
+        }
+    }
+}
+
+/// Every kind of holder write refused over HTTP (a stale fence with its own lease's token, and
+/// the current fence with a wrong token) is recorded, and every reader reads the trail back
+/// whole: `GET /v1/refusals`, the page's event stream, and `lease audit` through the server.
+fn every_refused_holder_write_over_http_is_read_back_by_every_reader(db: &Path) {
+    let worker = make_key(db, "ci", "worker")["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let viewer = make_key(db, "eye", "viewer")["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let server = Server::start(db, &["--audit"], &[]);
+    let w = format!("Bearer {worker}");
+    let v = format!("Bearer {viewer}");
+    let post = |path: &str, token: Option<&str>, body: Value| {
+        let mut headers = vec![("Authorization", w.as_str())];
+        if let Some(token) = token {
+            headers.push(("Lease-Token", token));
+        }
+        server.call("POST", path, &headers, &body.to_string())
+    };
+    assert_eq!(post("/v1/queues/q/jobs", None, json!({"id": "j"})).0, 201);
+    let claim = |owner: &str| {
+        let (status, body) = post(
+            "/v1/queues/q/claims",
+            None,
+            json!({"ttl": 0.2, "owner": owner}),
+        );
+        assert_eq!(status, 200, "{body}");
+        let lease = &body["leases"][0];
+        (
+            lease["fence"].as_u64().unwrap(),
+            lease["lease_token"].as_str().unwrap().to_owned(),
+        )
+    };
+    let (stale, stale_token) = claim("ci/a");
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let (current, _) = {
+        let (status, body) = post(
+            "/v1/queues/q/claims",
+            None,
+            json!({"ttl": 600, "owner": "ci/b"}),
+        );
+        assert_eq!(status, 200, "{body}");
+        let lease = &body["leases"][0];
+        (
+            lease["fence"].as_u64().unwrap(),
+            lease["lease_token"].as_str().unwrap().to_owned(),
+        )
+    };
+    let writes = [
+        ("renew", json!({"ttl": 5})),
+        ("progress", json!({"progress": "3 of 4"})),
+        ("complete", json!({"result": "late"})),
+        ("release", json!({})),
+        ("fail", json!({"error": "late"})),
+    ];
+    let mut expected = Vec::new();
+    for (write, fields) in &writes {
+        for (fence, token, status, reason) in [
+            (stale, stale_token.as_str(), 409, "stale"),
+            (current, stale_token.as_str(), 403, "bad_token"),
+        ] {
+            let mut body = fields.clone();
+            body["fence"] = json!(fence);
+            let (got, answer) = post(&format!("/v1/jobs/j/{write}"), Some(token), body);
+            assert_eq!(
+                (got, answer["reason"].as_str()),
+                (status, Some(reason)),
+                "{write}: {answer}"
+            );
+            expected.push(json!([write, fence, reason]));
+        }
+    }
+    let shape = |rows: &Value| -> Vec<Value> {
+        rows["refusals"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no refusals in {rows}"))
+            .iter()
+            .map(|r| json!([r["operation"], r["presented_fence"], r["reason"]]))
+            .collect()
+    };
+    let (status, api) = server.call("GET", "/v1/refusals", &[("Authorization", &v)], "");
+    assert_eq!(status, 200, "{api}");
+    assert_eq!(shape(&api), expected);
+    assert_eq!(shape(&first_refusals_event(&server, &v)), expected);
+    let cli = Command::new(env!("CARGO_BIN_EXE_lease"))
+        .args(["audit", "--json", "--server"])
+        .arg(format!("http://{}", server.addr))
+        .env("LEASE_API_KEY", &viewer)
+        .env_remove("LEASE_DB")
+        .output()
+        .unwrap();
+    assert!(
+        cli.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cli.stderr)
+    );
+    let cli: Value = serde_json::from_slice(&cli.stdout).unwrap();
+    assert_eq!(shape(&cli), expected);
+}
+
+#[test]
+fn every_refused_holder_write_over_http_is_read_back_by_every_reader_on_sqlite() {
+    let (_dir, db) = fresh_db();
+    every_refused_holder_write_over_http_is_read_back_by_every_reader(&db);
+}
+
+#[test]
+fn every_refused_holder_write_over_http_is_read_back_by_every_reader_on_postgres() {
+    let scratch = lease_postgres::ScratchDatabase::create();
+    let db = Path::new(scratch.url());
+    assert_eq!(lease(db, &["init"]).status.code(), Some(0));
+    every_refused_holder_write_over_http_is_read_back_by_every_reader(db);
+}

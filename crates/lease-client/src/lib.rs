@@ -390,13 +390,13 @@ impl LeaseStore for HttpLeaseStore {
             Command::Renew(owner, fence, term) => {
                 Outcome::Wrote(self.http_renew(job, &owner, fence, term).await?)
             }
-            Command::Progress(owner, fence, term, text) => {
-                let body = json!({
-                    "ttl": term.until().get() - term.now().get(),
-                    "progress": text.as_str(),
-                });
+            Command::Progress(owner, fence, renewal, text) => {
+                let mut body = json!({ "progress": text.as_str() });
+                if let Some(term) = renewal.term() {
+                    body["ttl"] = json!(term.until().get() - term.now().get());
+                }
                 let written = self
-                    .holder_write("progress", job, &owner, fence, body, Some(term.now()))
+                    .holder_write("progress", job, &owner, fence, body, Some(renewal.now()))
                     .await?;
                 Outcome::Wrote(written.map(drop))
             }

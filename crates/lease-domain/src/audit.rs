@@ -28,6 +28,18 @@ pub enum AuditReason {
 }
 
 impl AuditReason {
+    /// Every reason.
+    pub const ALL: [AuditReason; 8] = [
+        AuditReason::Stale,
+        AuditReason::Expired,
+        AuditReason::NotOwner,
+        AuditReason::Done,
+        AuditReason::Cancelled,
+        AuditReason::Dead,
+        AuditReason::Missing,
+        AuditReason::BadToken,
+    ];
+
     /// The name the audit trail and metrics use.
     #[must_use]
     pub fn as_str(self) -> &'static str {
@@ -46,26 +58,61 @@ impl AuditReason {
     /// Reads [`AuditReason::as_str`].
     #[must_use]
     pub fn parse(text: &str) -> Option<AuditReason> {
-        [
-            AuditReason::Stale,
-            AuditReason::Expired,
-            AuditReason::NotOwner,
-            AuditReason::Done,
-            AuditReason::Cancelled,
-            AuditReason::Dead,
-            AuditReason::Missing,
-            AuditReason::BadToken,
-        ]
-        .into_iter()
-        .find(|r| r.as_str() == text)
+        AuditReason::ALL.into_iter().find(|r| r.as_str() == text)
+    }
+}
+
+/// A lease holder's write, as metrics and the audit trail name it: the one definition that
+/// the stores' writers and every reader of the trail share, so that nothing can be recorded
+/// that a reader does not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum HolderWrite {
+    /// `renew`.
+    Renew,
+    /// `progress` (which renews too).
+    Progress,
+    /// `complete`.
+    Complete,
+    /// `release`.
+    Release,
+    /// `fail`.
+    Fail,
+}
+
+impl HolderWrite {
+    /// Every holder's write, in the order the docs list them.
+    pub const ALL: [HolderWrite; 5] = [
+        HolderWrite::Renew,
+        HolderWrite::Progress,
+        HolderWrite::Complete,
+        HolderWrite::Release,
+        HolderWrite::Fail,
+    ];
+
+    /// The name the audit trail and metrics use.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HolderWrite::Renew => "renew",
+            HolderWrite::Progress => "progress",
+            HolderWrite::Complete => "complete",
+            HolderWrite::Release => "release",
+            HolderWrite::Fail => "fail",
+        }
+    }
+
+    /// Reads [`HolderWrite::as_str`].
+    #[must_use]
+    pub fn parse(text: &str) -> Option<HolderWrite> {
+        HolderWrite::ALL.into_iter().find(|w| w.as_str() == text)
     }
 }
 
 /// One refused write by a holder.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refusal {
-    /// The operation: `renew`, `complete`, `release` or `fail`.
-    pub operation: &'static str,
+    /// The operation.
+    pub operation: HolderWrite,
     /// The writer.
     pub owner: Owner,
     /// The fence it presented.
@@ -78,28 +125,24 @@ pub struct Refusal {
     pub late_by: Option<f64>,
 }
 
-/// The refusal a holder's write (`renew`, `complete`, `release`, `fail`) amounts to, given the
-/// stored job it was decided against; `None` for an accepted write or another kind of command.
+/// The refusal a holder's write (every [`HolderWrite`]) amounts to, given the stored job it
+/// was decided against; `None` for an accepted write or another kind of command.
 #[must_use]
 pub fn refusal(
     command: &Command,
     current: Option<&Job>,
     refused: &WriteRefused,
 ) -> Option<Refusal> {
-    let (operation, owner, presented) = match command {
-        Command::Renew(owner, fence, _) => ("renew", owner.clone(), *fence),
-        Command::Complete(owner, fence, _, _) => ("complete", owner.clone(), *fence),
-        Command::Release(owner, fence) => ("release", owner.clone(), *fence),
-        Command::Fail(owner, fence, _, _, _) => ("fail", owner.clone(), *fence),
+    let operation = command.holder_write()?;
+    let presented = command.holder_fence()?;
+    let owner = match command {
         // Through the service: the lease's owner once the credential passed (a lease that
         // expired), else the writer as it named itself, or its principal.
-        Command::AsHolder(credential, inner) => {
-            let presented = inner.holder_fence()?;
-            let owner = crate::access::judge_credential(current, presented, credential)
-                .unwrap_or_else(|_| credential.writer());
-            (inner.name(), owner, presented)
+        Command::AsHolder(credential, _) => {
+            crate::access::judge_credential(current, presented, credential)
+                .unwrap_or_else(|_| credential.writer())
         }
-        _ => return None,
+        direct => direct.holder_owner()?.clone(),
     };
     holder_refusal(operation, &owner, presented, current, refused)
 }
@@ -108,7 +151,7 @@ pub fn refusal(
 /// job; `None` for a refusal that is not a holder's (`retry` of an active job).
 #[must_use]
 pub fn holder_refusal(
-    operation: &'static str,
+    operation: HolderWrite,
     owner: &Owner,
     presented: Fence,
     current: Option<&Job>,
@@ -183,7 +226,7 @@ mod tests {
         assert_eq!(
             (entry.operation, entry.reason, entry.late_by, entry.current),
             (
-                "complete",
+                HolderWrite::Complete,
                 AuditReason::Expired,
                 Some(2.5),
                 Some(Fence::new(1).unwrap())

@@ -133,6 +133,19 @@ fn check_skew(caller: Timestamp, store: Timestamp, bound: Option<Ttl>) -> Result
     Ok(())
 }
 
+impl crate::values::Renewal {
+    /// The same report at `now` instead: a renewal keeps its lease length.
+    ///
+    /// # Errors
+    /// As [`LeaseTerm::at`].
+    pub fn at(self, now: Timestamp) -> Result<Self, InputError> {
+        Ok(match self {
+            Self::Renew(term) => Self::Renew(term.at(now)?),
+            Self::Keep(_) => Self::Keep(now),
+        })
+    }
+}
+
 impl LeaseTerm {
     /// The same lease length starting at `now` instead.
     ///
@@ -155,9 +168,8 @@ impl Command {
     #[must_use]
     pub fn caller_now(&self) -> Option<Timestamp> {
         match self {
-            Command::Claim(_, term)
-            | Command::Renew(_, _, term)
-            | Command::Progress(_, _, term, _) => Some(term.now()),
+            Command::Claim(_, term) | Command::Renew(_, _, term) => Some(term.now()),
+            Command::Progress(_, _, renewal, _) => Some(renewal.now()),
             Command::Complete(_, _, now, _)
             | Command::Fail(_, _, now, _, _)
             | Command::Cancel(now)
@@ -177,8 +189,8 @@ impl Command {
             Command::Renew(owner, fence, term) => {
                 Command::Renew(owner.clone(), *fence, term.at(now)?)
             }
-            Command::Progress(owner, fence, term, text) => {
-                Command::Progress(owner.clone(), *fence, term.at(now)?, text.clone())
+            Command::Progress(owner, fence, renewal, text) => {
+                Command::Progress(owner.clone(), *fence, renewal.at(now)?, text.clone())
             }
             Command::Complete(owner, fence, _, result) => {
                 Command::Complete(owner.clone(), *fence, now, result.clone())

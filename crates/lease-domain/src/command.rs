@@ -2,12 +2,13 @@
 //! (if any) and the caller's [`Outcome`]. Stores that queue, batch or replay writes use this.
 
 use crate::access::{Credential, judge_credential};
+use crate::audit::HolderWrite;
 use crate::queue::{EnqueueSpec, ErrorText, ProgressText, Retry};
 use crate::rules::{
     ClaimRefused, Failed, Job, WriteRefused, decide_cancel, decide_claim, decide_complete,
     decide_fail, decide_progress, decide_release, decide_renew, decide_retry,
 };
-use crate::values::{Fence, JobId, JobResult, LeaseTerm, Owner, Timestamp};
+use crate::values::{Fence, JobId, JobResult, LeaseTerm, Owner, Renewal, Timestamp};
 
 /// One write to one job, with the caller's checked inputs.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,8 +21,8 @@ pub enum Command {
     Claim(Owner, LeaseTerm),
     /// Renew the live current lease.
     Renew(Owner, Fence, LeaseTerm),
-    /// Store the live current lease's progress and renew it.
-    Progress(Owner, Fence, LeaseTerm, ProgressText),
+    /// Store the live current lease's progress, and renew it or keep its end.
+    Progress(Owner, Fence, Renewal, ProgressText),
     /// Complete the job with a result.
     Complete(Owner, Fence, Timestamp, JobResult),
     /// Release the lease.
@@ -81,8 +82,8 @@ impl Command {
             Command::Renew(owner, fence, term) => {
                 wrote(decide_renew(current, owner, *fence, *term))
             }
-            Command::Progress(owner, fence, term, text) => {
-                wrote(decide_progress(current, owner, *fence, *term, text))
+            Command::Progress(owner, fence, renewal, text) => {
+                wrote(decide_progress(current, owner, *fence, *renewal, text))
             }
             Command::Complete(owner, fence, now, result) => {
                 wrote(decide_complete(current, owner, *fence, *now, result))
@@ -126,13 +127,41 @@ impl Command {
         }
     }
 
+    /// Which holder's write the command is (through the service too); `None` for the others.
+    #[must_use]
+    pub fn holder_write(&self) -> Option<HolderWrite> {
+        match self {
+            Command::Renew(..) => Some(HolderWrite::Renew),
+            Command::Progress(..) => Some(HolderWrite::Progress),
+            Command::Complete(..) => Some(HolderWrite::Complete),
+            Command::Release(..) => Some(HolderWrite::Release),
+            Command::Fail(..) => Some(HolderWrite::Fail),
+            Command::AsHolder(_, inner) => inner.holder_write(),
+            _ => None,
+        }
+    }
+
+    /// The owner a holder's write names directly (`None` for other commands, and for a write
+    /// through the service, whose owner the credential decides).
+    #[must_use]
+    pub fn holder_owner(&self) -> Option<&Owner> {
+        match self {
+            Command::Renew(owner, ..)
+            | Command::Progress(owner, ..)
+            | Command::Complete(owner, ..)
+            | Command::Release(owner, ..)
+            | Command::Fail(owner, ..) => Some(owner),
+            _ => None,
+        }
+    }
+
     /// The same holder's write made as `owner` (other commands are returned as they are).
     #[must_use]
     pub fn as_owner(&self, owner: Owner) -> Command {
         match self {
             Command::Renew(_, fence, term) => Command::Renew(owner, *fence, *term),
-            Command::Progress(_, fence, term, text) => {
-                Command::Progress(owner, *fence, *term, text.clone())
+            Command::Progress(_, fence, renewal, text) => {
+                Command::Progress(owner, *fence, *renewal, text.clone())
             }
             Command::Complete(_, fence, now, result) => {
                 Command::Complete(owner, *fence, *now, result.clone())
@@ -163,11 +192,11 @@ impl Command {
             Command::Enqueue => "enqueue",
             Command::EnqueueWith(_) => "enqueue",
             Command::Claim(..) => "claim",
-            Command::Renew(..) => "renew",
-            Command::Progress(..) => "progress",
-            Command::Complete(..) => "complete",
-            Command::Release(..) => "release",
-            Command::Fail(..) => "fail",
+            Command::Renew(..)
+            | Command::Progress(..)
+            | Command::Complete(..)
+            | Command::Release(..)
+            | Command::Fail(..) => self.holder_write().map_or("write", HolderWrite::as_str),
             Command::Cancel(_) => "cancel",
             Command::Retry(_) => "retry",
             Command::AsHolder(_, inner) => inner.name(),

@@ -29,7 +29,9 @@ pub use access::{
     AccessError, Credential, KeyId, KeyRefused, MAX_LIVE_KEYS, Principal, Scope, TokenDigest,
     decide_new_key, judge_credential, judge_holder, may_act_as, owner_within,
 };
-pub use audit::{AuditReason, Refusal, holder_refusal, reclaim_delay, reclaim_delay_at, refusal};
+pub use audit::{
+    AuditReason, HolderWrite, Refusal, holder_refusal, reclaim_delay, reclaim_delay_at, refusal,
+};
 pub use clock::{ClockMode, ClockRefused, ClockSkew};
 pub use command::{Command, Outcome};
 pub use control::{Concurrency, Pause, QueueChange, QueueSettings, decide_queue_change};
@@ -48,7 +50,7 @@ pub use schedule::{
     decide_put_schedule, decide_ticks, run_job_id, tick_job_id, utc_text,
 };
 pub use values::{
-    Fence, InputError, JobId, JobResult, LeaseTerm, MAX_NAME_BYTES, Owner, Timestamp, Ttl,
+    Fence, InputError, JobId, JobResult, LeaseTerm, MAX_NAME_BYTES, Owner, Renewal, Timestamp, Ttl,
 };
 
 #[cfg(test)]

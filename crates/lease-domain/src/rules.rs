@@ -7,7 +7,7 @@
 use crate::access::TokenDigest;
 use crate::control::QueueSettings;
 use crate::queue::{Ended, EnqueueSpec, ErrorText, ProgressText, QueueName, Retry, Status};
-use crate::values::{Fence, JobId, JobResult, LeaseTerm, Owner, Timestamp, Ttl};
+use crate::values::{Fence, JobId, JobResult, LeaseTerm, Owner, Renewal, Timestamp, Ttl};
 
 /// The stored state of one job, without its id: the seed's six columns and the queue's fields.
 #[derive(Debug, Clone, PartialEq)]
@@ -289,8 +289,9 @@ pub enum WriteRefused {
         /// The stored owner.
         current: Option<Owner>,
     },
-    /// The caller's fence is not the current one: a newer claim happened.
-    #[error("fence {presented} is stale (the current fence is {current})")]
+    /// The caller's fence is not the current one: a newer claim happened, or (a fence above
+    /// the current one) the fence was never handed out.
+    #[error("{}", stale_text(*presented, *current))]
     Stale {
         /// The fence the caller presented.
         presented: Fence,
@@ -311,6 +312,16 @@ pub enum WriteRefused {
         /// The caller's `now`.
         now: Timestamp,
     },
+}
+
+/// How a stale fence is told: one below the current fence was overtaken by a newer claim,
+/// one above it was never issued. Both keep the reason `stale`.
+fn stale_text(presented: Fence, current: Fence) -> String {
+    if presented > current {
+        format!("fence {presented} was never issued; the current fence is {current}")
+    } else {
+        format!("fence {presented} is stale (the current fence is {current})")
+    }
 }
 
 /// Decides a claim: a job that exists, is not done and whose lease is not live at `now`
@@ -484,8 +495,9 @@ pub fn decide_renew(
     })
 }
 
-/// Decides a progress report: only the live current lease (as for a renewal) stores its text,
-/// and the lease is extended to `until = now + ttl` as a renewal would.
+/// Decides a progress report: only the live current lease (as for a renewal) stores its text;
+/// a [`Renewal::Renew`] extends the lease to `until = now + ttl` as a renewal would, a
+/// [`Renewal::Keep`] leaves its end where it is.
 ///
 /// # Errors
 /// The [`WriteRefused`] reason; the stored job must then be left as it is.
@@ -493,12 +505,12 @@ pub fn decide_progress(
     current: Option<&Job>,
     owner: &Owner,
     fence: Fence,
-    term: LeaseTerm,
+    renewal: Renewal,
     progress: &ProgressText,
 ) -> Result<Job, WriteRefused> {
-    let job = check_live_holder(current, owner, fence, term.now())?;
+    let job = check_live_holder(current, owner, fence, renewal.now())?;
     Ok(Job {
-        until: term.until(),
+        until: renewal.until(job.until),
         progress: Some(progress.as_str().to_owned()),
         ..job.clone()
     })

@@ -378,6 +378,14 @@ fn refusals_name_the_holder_fences_and_times() {
         stale.to_string(),
         "fence 1 is stale (the current fence is 2)"
     );
+    let ahead = WriteRefused::Stale {
+        presented: fence(3),
+        current: fence(2),
+    };
+    assert_eq!(
+        ahead.to_string(),
+        "fence 3 was never issued; the current fence is 2"
+    );
     let not_owner = WriteRefused::NotOwner {
         presented: owner("b"),
         current: Some(owner("a")),
@@ -388,6 +396,59 @@ fn refusals_name_the_holder_fences_and_times() {
         now: at(12.5),
     };
     assert_eq!(expired.to_string(), "the lease expired at 10 (now is 12.5)");
+}
+
+#[test]
+fn every_refused_holder_write_is_audited_under_its_own_name_directly_and_through_the_service() {
+    let job = id("j");
+    let live = with_token(held("w", 2, 100.0), 7);
+    let stale = fence(1);
+    let writes = [
+        Command::Renew(owner("w"), stale, term(50.0, 10.0)),
+        Command::Progress(
+            owner("w"),
+            stale,
+            term(50.0, 10.0).into(),
+            ProgressText::new("3 of 4").unwrap(),
+        ),
+        Command::Complete(owner("w"), stale, at(50.0), JobResult::new("r").unwrap()),
+        Command::Release(owner("w"), stale),
+        Command::Fail(
+            owner("w"),
+            stale,
+            at(50.0),
+            error_text("boom"),
+            Retry::default(),
+        ),
+    ];
+    let mut named = Vec::new();
+    for direct in writes {
+        let through_service = Command::AsHolder(
+            credential("ci", Scope::Worker, None, Some(7)),
+            Box::new(direct.clone()),
+        );
+        for command in [direct, through_service] {
+            let (next, outcome) = command.decide(&job, Some(&live), None);
+            assert_eq!(next, None, "{command:?} wrote");
+            let refused = match outcome {
+                Outcome::Wrote(Err(r)) | Outcome::Failed(Err(r)) => r,
+                other => panic!("{command:?} was not refused: {other:?}"),
+            };
+            let entry = refusal(&command, Some(&live), &refused)
+                .unwrap_or_else(|| panic!("{command:?} is not audited"));
+            let write = command.holder_write().unwrap();
+            assert_eq!((entry.operation, entry.reason), (write, AuditReason::Stale));
+            // What the writer records, every reader reads back.
+            assert_eq!(HolderWrite::parse(entry.operation.as_str()), Some(write));
+            assert_eq!(command.name(), write.as_str());
+            named.push(write);
+        }
+    }
+    named.dedup();
+    assert_eq!(named, HolderWrite::ALL);
+    for reason in AuditReason::ALL {
+        assert_eq!(AuditReason::parse(reason.as_str()), Some(reason));
+    }
 }
 
 // ---- The queue rules ----
@@ -1172,7 +1233,7 @@ fn a_refused_holder_write_through_the_service_is_audited_as_who_wrote() {
     let entry = refusal(&bad, Some(&live), &WriteRefused::BadToken).unwrap();
     assert_eq!(
         (entry.operation, entry.owner.as_str(), entry.reason),
-        ("complete", "ci", AuditReason::BadToken)
+        (HolderWrite::Complete, "ci", AuditReason::BadToken)
     );
     // Past the credential, an expired lease is the lease's owner's refusal.
     let late = complete(credential("ci", Scope::Worker, None, Some(7)), 130.0);
@@ -1299,22 +1360,69 @@ fn a_job_times_out_by_its_own_timeout_else_its_queues() {
 fn progress_is_the_live_holders_and_renews_its_lease() {
     let text = ProgressText::new("40% of the rows").unwrap();
     let job = decide_claim(Some(&Job::new()), &owner("A"), term(100.0, 30.0)).unwrap();
-    let reported =
-        decide_progress(Some(&job), &owner("A"), fence(1), term(110.0, 30.0), &text).unwrap();
+    let reported = decide_progress(
+        Some(&job),
+        &owner("A"),
+        fence(1),
+        term(110.0, 30.0).into(),
+        &text,
+    )
+    .unwrap();
     assert_eq!(reported.progress.as_deref(), Some("40% of the rows"));
     assert_eq!(reported.until, at(140.0));
     assert_eq!(reported.fence, job.fence);
+    // Without a term the report keeps the lease's end, and is still judged live at its time.
+    let kept = decide_progress(
+        Some(&job),
+        &owner("A"),
+        fence(1),
+        Renewal::Keep(at(110.0)),
+        &text,
+    )
+    .unwrap();
+    assert_eq!(
+        (kept.until, kept.progress.as_deref()),
+        (at(130.0), Some("40% of the rows"))
+    );
+    assert!(matches!(
+        decide_progress(
+            Some(&job),
+            &owner("A"),
+            fence(1),
+            Renewal::Keep(at(130.0)),
+            &text
+        ),
+        Err(WriteRefused::Expired { .. })
+    ));
     // Not the holder, a stale fence, an expired lease: refused as a renewal would be.
     assert!(matches!(
-        decide_progress(Some(&job), &owner("B"), fence(1), term(110.0, 30.0), &text),
+        decide_progress(
+            Some(&job),
+            &owner("B"),
+            fence(1),
+            term(110.0, 30.0).into(),
+            &text
+        ),
         Err(WriteRefused::NotOwner { .. })
     ));
     assert!(matches!(
-        decide_progress(Some(&job), &owner("A"), fence(2), term(110.0, 30.0), &text),
+        decide_progress(
+            Some(&job),
+            &owner("A"),
+            fence(2),
+            term(110.0, 30.0).into(),
+            &text
+        ),
         Err(WriteRefused::Stale { .. })
     ));
     assert!(matches!(
-        decide_progress(Some(&job), &owner("A"), fence(1), term(130.0, 30.0), &text),
+        decide_progress(
+            Some(&job),
+            &owner("A"),
+            fence(1),
+            term(130.0, 30.0).into(),
+            &text
+        ),
         Err(WriteRefused::Expired { .. })
     ));
     // The next lease starts without the last one's progress.

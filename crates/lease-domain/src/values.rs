@@ -419,3 +419,49 @@ impl LeaseTerm {
         self.token
     }
 }
+
+/// What a progress report does to its lease: renew it for a new term, as a renewal would, or
+/// leave its end where it is (`lease progress` without `--ttl`). Either way the report is a
+/// holder's write, judged live at the report's `now`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Renewal {
+    /// Extend the lease to the term's `until`.
+    Renew(LeaseTerm),
+    /// Leave the lease's `until` as it is; the time is the report's `now`.
+    Keep(Timestamp),
+}
+
+impl Renewal {
+    /// The report's `now`.
+    #[must_use]
+    pub fn now(self) -> Timestamp {
+        match self {
+            Renewal::Renew(term) => term.now(),
+            Renewal::Keep(now) => now,
+        }
+    }
+
+    /// The lease's end after the report, given its end before.
+    #[must_use]
+    pub fn until(self, before: Timestamp) -> Timestamp {
+        match self {
+            Renewal::Renew(term) => term.until(),
+            Renewal::Keep(_) => before,
+        }
+    }
+
+    /// The term it renews for, if it renews.
+    #[must_use]
+    pub fn term(self) -> Option<LeaseTerm> {
+        match self {
+            Renewal::Renew(term) => Some(term),
+            Renewal::Keep(_) => None,
+        }
+    }
+}
+
+impl From<LeaseTerm> for Renewal {
+    fn from(term: LeaseTerm) -> Self {
+        Renewal::Renew(term)
+    }
+}

@@ -189,7 +189,7 @@ fn apply(job: &Job, op: &Op) -> (Job, bool) {
             ttl,
         } => {
             let text = ProgressText::new(format!("{now}%")).unwrap();
-            decide_progress(Some(job), &owner(o), fence(f), term(now, ttl), &text).ok()
+            decide_progress(Some(job), &owner(o), fence(f), term(now, ttl).into(), &text).ok()
         }
         Op::Enqueue {
             replace,
@@ -296,7 +296,7 @@ proptest! {
                 prop_assert!(decide_release(Some(&after), stale_owner, *stale_fence).is_err());
                 let text = ProgressText::new("stale").unwrap();
                 let stale_term = LeaseTerm::new(0.0, 1.0).unwrap();
-                prop_assert!(decide_progress(Some(&after), stale_owner, *stale_fence, stale_term, &text).is_err());
+                prop_assert!(decide_progress(Some(&after), stale_owner, *stale_fence, stale_term.into(), &text).is_err());
                 let error = ErrorText::new("stale").unwrap();
                 let id = JobId::new("j").unwrap();
                 prop_assert!(decide_fail(&id, Some(&after), stale_owner, *stale_fence, Timestamp::new(0.0).unwrap(), &error, Retry::No).is_err());

@@ -3,11 +3,11 @@
 //! store could have written (an unknown status, a negative fence or count) is
 //! [`StoreError::Corrupt`], never read as 0 or dropped.
 
-use lease_domain::{AuditReason, Ended, Fence, QueueName, Status, Timestamp};
+use lease_domain::{AuditReason, Ended, Fence, HolderWrite, QueueName, Status, Timestamp};
 
 use crate::StatusGroup;
 use crate::StoreError;
-use crate::audit::AuditRow;
+use crate::audit::{AuditRow, UNKNOWN};
 use crate::overview::DueRow;
 
 /// A stored count (`count(*)`, attempts) that must not be negative.
@@ -160,34 +160,27 @@ pub struct StoredAudit {
     pub late_by: Option<f64>,
 }
 
-/// The operations a holder's refused write can be.
-const AUDITED_OPERATIONS: [&str; 4] = ["renew", "complete", "release", "fail"];
-
 impl StoredAudit {
-    /// The row as the port shows it.
+    /// The row as the port shows it. An operation or reason this version does not know (a
+    /// newer writer's, or an older bug's) reads as [`UNKNOWN`] rather than failing the whole
+    /// trail: one odd row must not hide every other refusal from the operator.
     ///
     /// # Errors
-    /// [`StoreError::Corrupt`] for a negative fence, an unknown operation or reason.
+    /// [`StoreError::Corrupt`] for a negative fence.
     pub fn decode(self) -> Result<AuditRow, StoreError> {
-        let reason = AuditReason::parse(&self.reason).ok_or_else(|| {
-            StoreError::Corrupt(format!("audit reason {:?} is unknown", self.reason).into())
-        })?;
-        if !AUDITED_OPERATIONS.contains(&self.operation.as_str()) {
-            return Err(StoreError::Corrupt(
-                format!("audit operation {:?} is unknown", self.operation).into(),
-            ));
-        }
+        let operation = HolderWrite::parse(&self.operation).map_or(UNKNOWN, HolderWrite::as_str);
+        let reason = AuditReason::parse(&self.reason).map_or(UNKNOWN, AuditReason::as_str);
         Ok(AuditRow {
             time: self.time,
             job: self.job,
             owner: self.owner,
-            operation: self.operation,
+            operation: operation.to_owned(),
             presented_fence: fence(self.presented, "an audit row's presented fence")?.get(),
             current_fence: self
                 .current
                 .map(|f| fence(f, "an audit row's current fence").map(Fence::get))
                 .transpose()?,
-            reason: reason.as_str().to_owned(),
+            reason: reason.to_owned(),
             late_by: self.late_by,
         })
     }
@@ -230,17 +223,8 @@ mod tests {
     }
 
     #[test]
-    fn an_audit_row_with_a_negative_fence_or_unknown_reason_is_corrupt() {
-        let row = StoredAudit {
-            time: 1.0,
-            job: "j".into(),
-            owner: "w".into(),
-            operation: "complete".into(),
-            presented: 1,
-            current: Some(2),
-            reason: "stale".into(),
-            late_by: None,
-        };
+    fn an_audit_row_with_a_negative_fence_is_corrupt() {
+        let row = audit_row("complete", "stale");
         assert_eq!(row.clone().decode().unwrap().current_fence, Some(2));
         for bad in [
             StoredAudit {
@@ -249,19 +233,43 @@ mod tests {
             },
             StoredAudit {
                 current: Some(-5),
-                ..row.clone()
-            },
-            StoredAudit {
-                reason: "bored".into(),
-                ..row.clone()
-            },
-            StoredAudit {
-                operation: "dance".into(),
                 ..row
             },
         ] {
             assert!(matches!(bad.decode(), Err(StoreError::Corrupt(_))));
         }
+    }
+
+    fn audit_row(operation: &str, reason: &str) -> StoredAudit {
+        StoredAudit {
+            time: 1.0,
+            job: "j".into(),
+            owner: "w".into(),
+            operation: operation.into(),
+            presented: 1,
+            current: Some(2),
+            reason: reason.into(),
+            late_by: None,
+        }
+    }
+
+    #[test]
+    fn every_operation_and_reason_written_reads_back_and_an_unknown_one_reads_as_unknown() {
+        for write in HolderWrite::ALL {
+            for reason in AuditReason::ALL {
+                let row = audit_row(write.as_str(), reason.as_str()).decode().unwrap();
+                assert_eq!(
+                    (row.operation.as_str(), row.reason.as_str()),
+                    (write.as_str(), reason.as_str())
+                );
+            }
+        }
+        let odd = audit_row("dance", "bored").decode().unwrap();
+        assert_eq!(
+            (odd.operation.as_str(), odd.reason.as_str()),
+            (UNKNOWN, UNKNOWN)
+        );
+        assert_eq!((odd.job.as_str(), odd.presented_fence), ("j", 1));
     }
 }
 

@@ -13,8 +13,8 @@ use crate::transfer::{Snapshot, Transfer};
 use crate::{
     Backoff, CatchUp, ClaimRefused, Concurrency, EnqueueSpec, ErrorText, Fence, Job, JobId,
     JobRecord, JobResult, JobState, Lease, LeaseStore, LeaseTerm, ListFilter, Owner, Payload,
-    ProgressText, QueueChange, QueueName, QueueSettings, Retry, ScheduleName, ScheduleSpec,
-    StatsRow, Status, Timestamp, Ttl, WriteRefused,
+    ProgressText, QueueChange, QueueName, QueueSettings, Renewal, Retry, ScheduleName,
+    ScheduleSpec, StatsRow, Status, Timestamp, Ttl, WriteRefused,
 };
 use lease_domain::{KeyId, KeyRefused, Principal, Scope, TokenDigest};
 
@@ -1885,23 +1885,36 @@ pub async fn a_finished_job_runs_again_only_when_asked_keeping_its_fence_and_res
     assert_eq!(status(&store, &c, 7.0).await, Status::Pending);
 }
 
-/// A progress report by the live holder is stored and renews the lease; a stale or expired
-/// holder's is refused and changes nothing; the next lease starts without it.
+/// A progress report by the live holder is stored and renews the lease (or, without a term,
+/// keeps its end); a stale or expired holder's is refused and changes nothing; the next lease
+/// starts without it.
 pub async fn progress_is_the_live_holders_and_renews_its_lease(store: ControlStore) {
     let store: Store = store;
     let id = enqueued(&store, "p").await;
     let f = claimed(&store, &id, "A", 100.0, 30.0).await;
     let text = ProgressText::new("12 of 40 files").expect("progress");
     store
-        .progress(&id, &owner("A"), f, term(110.0, 30.0), &text)
+        .progress(&id, &owner("A"), f, term(110.0, 30.0).into(), &text)
         .await
         .expect("progress reaches the store")
         .expect("the holder's progress is stored");
     let record = store.record(&id).await.expect("record").expect("job");
     assert_eq!(record.job.progress.as_deref(), Some("12 of 40 files"));
     assert_eq!(record.job.until, at(140.0));
+    let kept = ProgressText::new("13 of 40 files").expect("progress");
+    store
+        .progress(&id, &owner("A"), f, Renewal::Keep(at(120.0)), &kept)
+        .await
+        .expect("progress reaches the store")
+        .expect("the holder's progress is stored");
+    let record = store.record(&id).await.expect("record").expect("job");
+    assert_eq!(
+        (record.job.progress.as_deref(), record.job.until),
+        (Some("13 of 40 files"), at(140.0)),
+        "without a term the lease keeps its end"
+    );
     let stale = store
-        .progress(&id, &owner("B"), f, term(111.0, 30.0), &text)
+        .progress(&id, &owner("B"), f, term(111.0, 30.0).into(), &text)
         .await
         .expect("progress reaches the store");
     assert!(
@@ -1909,7 +1922,7 @@ pub async fn progress_is_the_live_holders_and_renews_its_lease(store: ControlSto
         "{stale:?}"
     );
     let expired = store
-        .progress(&id, &owner("A"), f, term(150.0, 30.0), &text)
+        .progress(&id, &owner("A"), f, term(150.0, 30.0).into(), &text)
         .await
         .expect("progress reaches the store");
     assert!(

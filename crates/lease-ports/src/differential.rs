@@ -17,8 +17,8 @@ use crate::memory::MemoryLeaseStore;
 use crate::transfer::{Snapshot, Transfer, migrate};
 use crate::{
     Backoff, Concurrency, EnqueueSpec, ErrorText, Fence, Job, JobId, JobRecord, JobResult,
-    LeaseTerm, ListFilter, Owner, Payload, ProgressText, QueueChange, QueueName, Retry, Status,
-    Timestamp, Ttl,
+    LeaseTerm, ListFilter, Owner, Payload, ProgressText, QueueChange, QueueName, Renewal, Retry,
+    Status, Timestamp, Ttl,
 };
 
 /// One operation of a random sequence, with small numbers for ids, owners, fences and times.
@@ -46,7 +46,7 @@ pub enum Op {
     Foreign(u8, u8),
     /// An enqueue that runs a finished job again (job, queue; every other one with a timeout).
     Rerun(u8, u8),
-    /// A progress report (job, owner, fence, now, ttl).
+    /// A progress report (job, owner, fence, now, ttl; a ttl of 0 keeps the lease's end).
     Progress(u8, u8, u8, i8, u8),
     /// A change of a queue's settings (queue, which, a time or a limit): 0 pause, 1 pause until
     /// the time, 2 resume, 3 a limit of the number mod 3 (0 removes it), 4 a timeout, 5 none.
@@ -105,7 +105,7 @@ pub fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(j, o, f, n, q, l)| Op::CompleteAndClaimNext(j, o, f, n, q, l)),
         Just(Op::Migrate),
         (0..3u8, 0..2u8).prop_map(|(j, q)| Op::Rerun(j, q)),
-        (0..3u8, 0..3u8, 0..5u8, -5..30i8, 1..8u8)
+        (0..3u8, 0..3u8, 0..5u8, -5..30i8, 0..8u8)
             .prop_map(|(j, o, f, n, t)| Op::Progress(j, o, f, n, t)),
         (0..2u8, 0..7u8, -5..30i8).prop_map(|(q, k, n)| Op::Queue(q, k, n)),
     ]
@@ -266,12 +266,16 @@ async fn outcome(store: &dyn Transfer, op: &Op) -> String {
             format!("{:?}", store.enqueue_with(&job(j), &spec).await)
         }
         Op::Progress(j, o, f, n, t) => {
-            let term = LeaseTerm::new(f64::from(n), f64::from(t)).unwrap();
+            let renewal = if t == 0 {
+                Renewal::Keep(at(n))
+            } else {
+                LeaseTerm::new(f64::from(n), f64::from(t)).unwrap().into()
+            };
             let text = ProgressText::new(format!("{n} of {t}")).unwrap();
             format!(
                 "{:?}",
                 store
-                    .progress(&job(j), &owner(o), fence(f), term, &text)
+                    .progress(&job(j), &owner(o), fence(f), renewal, &text)
                     .await
             )
         }

@@ -33,8 +33,8 @@ pub use error::{Detail, StoreError};
 pub use lease_domain::{
     Backoff, CatchUp, ClaimRefused, ClockMode, ClockRefused, ClockSkew, Command, Concurrency,
     Ended, EnqueueSpec, ErrorText, Failed, Fence, InputError, Job, JobId, JobResult, LeaseTerm,
-    Outcome, Owner, Pause, Payload, ProgressText, QueueChange, QueueName, QueueSettings, Retry,
-    Schedule, ScheduleName, ScheduleSpec, Status, Timestamp, TokenDigest, Ttl, WriteRefused,
+    Outcome, Owner, Pause, Payload, ProgressText, QueueChange, QueueName, QueueSettings, Renewal,
+    Retry, Schedule, ScheduleName, ScheduleSpec, Status, Timestamp, TokenDigest, Ttl, WriteRefused,
 };
 
 /// The outcome of a claim that reached the store: the new fence, or why it was refused.
@@ -435,17 +435,17 @@ pub trait LeaseStore: Send + Sync {
         outcome_as(self.apply(job, command, None).await?.outcome)
     }
 
-    /// Stores the live current lease's progress and renews it, as decided by
-    /// [`lease_domain::decide_progress`].
+    /// Stores the live current lease's progress, and renews it or keeps its end
+    /// ([`Renewal`]), as decided by [`lease_domain::decide_progress`].
     async fn progress(
         &self,
         job: &JobId,
         owner: &Owner,
         fence: Fence,
-        term: LeaseTerm,
+        renewal: Renewal,
         text: &ProgressText,
     ) -> Result<WriteOutcome, StoreError> {
-        let command = Command::Progress(owner.clone(), fence, term, text.clone());
+        let command = Command::Progress(owner.clone(), fence, renewal, text.clone());
         outcome_as(self.apply(job, command, None).await?.outcome)
     }
 

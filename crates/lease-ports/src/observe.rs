@@ -66,13 +66,13 @@ pub fn decided(command: &Command, current: Option<&Job>, outcome: &Outcome) -> O
         _ => None,
     };
     let entry = refusal(command, current, refused?)?;
-    metrics::counter!(names::REFUSALS, "operation" => entry.operation, "reason" => entry.reason.as_str())
+    metrics::counter!(names::REFUSALS, "operation" => entry.operation.as_str(), "reason" => entry.reason.as_str())
         .increment(1);
     if let Some(late) = entry.late_by {
         metrics::histogram!(names::REFUSED_LATE_SECONDS).record(late);
     }
     tracing::debug!(
-        operation = entry.operation,
+        operation = entry.operation.as_str(),
         owner = %entry.owner,
         presented = %entry.presented,
         current = ?entry.current.map(Fence::get),
@@ -167,13 +167,8 @@ fn span(
 /// The owner a command names (a holder's stand-in through the service is not named).
 fn owner_of(command: &Command) -> Option<&Owner> {
     match command {
-        Command::Claim(owner, _)
-        | Command::Renew(owner, _, _)
-        | Command::Progress(owner, _, _, _)
-        | Command::Complete(owner, _, _, _)
-        | Command::Release(owner, _)
-        | Command::Fail(owner, _, _, _, _) => Some(owner),
-        _ => None,
+        Command::Claim(owner, _) => Some(owner),
+        other => other.holder_owner(),
     }
 }
 

@@ -432,3 +432,108 @@ pub async fn a_wrong_lease_token_is_refused_and_audited_by_the_store(
     let stored = store.record(&job).await.expect("record").expect("the job");
     assert_eq!(stored.job.owner, Some(owner));
 }
+
+/// Every kind of holder's write ([`lease_domain::HolderWrite`]), refused for a stale fence, is
+/// recorded under its own name, directly and through the network service (a wrong lease
+/// token), and the trail reads every row back: nothing a store writes is a name its reader
+/// does not know.
+pub async fn every_refused_holder_write_is_audited_and_read_back(
+    store: &dyn LeaseStore,
+    trail: &dyn AuditTrail,
+) {
+    use lease_domain::{
+        Command, Credential, ErrorText, HolderWrite, Principal, ProgressText, Retry, Scope,
+        TokenDigest,
+    };
+    let job = JobId::new("every-holder-write").expect("valid id");
+    let owner = Owner::new("svc/host").expect("valid owner");
+    store.enqueue(&job).await.expect("enqueue");
+    let term = |now: f64| {
+        LeaseTerm::new(now, 1.0e6)
+            .expect("term")
+            .with_token(TokenDigest::new([7; 32]))
+    };
+    let first = store
+        .claim(&job, &owner, term(1.0e9))
+        .await
+        .expect("claim")
+        .expect("claimed");
+    // A second claim (the first lease released) makes the first fence stale.
+    store
+        .release(&job, &owner, first)
+        .await
+        .expect("release")
+        .expect("released");
+    let current = store
+        .claim(&job, &owner, term(1.0e9 + 1.0))
+        .await
+        .expect("claim")
+        .expect("claimed");
+    let now = Timestamp::new(1.0e9 + 2.0).expect("now");
+    let write = |kind: HolderWrite, fence: Fence| match kind {
+        HolderWrite::Renew => Command::Renew(owner.clone(), fence, term(now.get())),
+        HolderWrite::Progress => Command::Progress(
+            owner.clone(),
+            fence,
+            term(now.get()).into(),
+            ProgressText::new("1 of 2").expect("text"),
+        ),
+        HolderWrite::Complete => Command::Complete(
+            owner.clone(),
+            fence,
+            now,
+            JobResult::new("r").expect("result"),
+        ),
+        HolderWrite::Release => Command::Release(owner.clone(), fence),
+        HolderWrite::Fail => Command::Fail(
+            owner.clone(),
+            fence,
+            now,
+            ErrorText::new("boom").expect("error"),
+            Retry::default(),
+        ),
+    };
+    let credential = Credential {
+        principal: Principal::new("svc").expect("valid principal"),
+        scope: Scope::Worker,
+        named: None,
+        token: Some(TokenDigest::new([8; 32])),
+    };
+    let mut expected = Vec::new();
+    for kind in HolderWrite::ALL {
+        // Directly with a stale fence, and through the service with the current fence and a
+        // wrong token.
+        for (command, fence, reason) in [
+            (write(kind, first), first, "stale"),
+            (
+                Command::AsHolder(credential.clone(), Box::new(write(kind, current))),
+                current,
+                "bad_token",
+            ),
+        ] {
+            let applied = store.apply(&job, command, None).await.expect("apply");
+            assert!(
+                matches!(
+                    applied.outcome,
+                    lease_domain::Outcome::Wrote(Err(_)) | lease_domain::Outcome::Failed(Err(_))
+                ),
+                "{} ({reason}) is refused: {:?}",
+                kind.as_str(),
+                applied.outcome
+            );
+            expected.push((kind.as_str().to_owned(), fence.get(), reason.to_owned()));
+        }
+    }
+    let rows = trail
+        .refusals(&AuditFilter {
+            job: Some(job.clone()),
+            ..AuditFilter::default()
+        })
+        .await
+        .expect("the trail reads every row it holds");
+    let shapes: Vec<(String, u64, String)> = rows
+        .into_iter()
+        .map(|r| (r.operation, r.presented_fence, r.reason))
+        .collect();
+    assert_eq!(shapes, expected);
+}

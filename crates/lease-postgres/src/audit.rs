@@ -49,7 +49,7 @@ impl PgLeaseStore {
                 &[
                     &id.as_str(),
                     &entry.owner.as_str(),
-                    &entry.operation,
+                    &entry.operation.as_str(),
                     &i64::from(entry.presented),
                     &current,
                     &entry.reason.as_str(),

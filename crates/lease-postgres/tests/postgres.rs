@@ -559,4 +559,31 @@ async fn a_stale_complete_and_claim_next_is_audited_and_still_claims() {
         store.as_ref(),
     )
     .await;
+    lease_ports::observed_story::every_refused_holder_write_is_audited_and_read_back(
+        store.as_ref(),
+        store.as_ref(),
+    )
+    .await;
+    // A newer writer's row (an operation and a reason this version does not know) reads as
+    // unknown, and the rest of the trail still reads.
+    db.execute(
+        "INSERT INTO lease.audit(time, job, owner, operation, presented, current, reason, \
+         late_by) VALUES (2e9, 'later', 'w', 'checkpoint', 3, 4, 'overtaken', NULL)",
+    )
+    .expect("insert a newer writer's row");
+    let rows = lease_ports::audit::AuditTrail::refusals(
+        store.as_ref(),
+        &lease_ports::audit::AuditFilter::default(),
+    )
+    .await
+    .expect("the trail reads");
+    let last = rows.last().expect("rows");
+    assert_eq!(
+        (
+            last.job.as_str(),
+            last.operation.as_str(),
+            last.reason.as_str()
+        ),
+        ("later", "unknown", "unknown")
+    );
 }

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_domain::{
-    EnqueueSpec, ErrorText, JobId, JobResult, LeaseTerm, Payload, Status, Timestamp,
+    EnqueueSpec, ErrorText, JobId, JobResult, LeaseTerm, Payload, ProgressText, Renewal, Status,
+    Timestamp,
 };
 use lease_ports::audit::{AuditFilter, AuditTrail};
 use lease_ports::control::Controlled;
@@ -543,6 +544,41 @@ impl StoreCore {
         self.call(
             py,
             async move { Ok(store.renew(&id, &owner, fence, term).await?) },
+            accepted_or_refused,
+        )
+    }
+
+    #[pyo3(signature = (job_id, owner, fence, text, ttl, now))]
+    #[allow(clippy::too_many_arguments)] // The Python method's own arguments, one each.
+    fn progress(
+        &self,
+        py: Python<'_>,
+        job_id: &str,
+        owner: &str,
+        fence: &Bound<'_, PyAny>,
+        text: &str,
+        ttl: Option<f64>,
+        now: Option<f64>,
+    ) -> PyResult<Pending> {
+        let fence = to_py(py, values::fence(fence)?)?;
+        let ((id, owner), renewal, text) = to_py(
+            py,
+            (|| {
+                let renewal = match ttl {
+                    Some(ttl) => Renewal::Renew(term(now, ttl)?),
+                    None => Renewal::Keep(now_or_clock(now)?),
+                };
+                Ok((
+                    holder(job_id, owner)?,
+                    renewal,
+                    ProgressText::new(text).or_else(|e| invalid(format!("progress: {e}")))?,
+                ))
+            })(),
+        )?;
+        let store = self.store(py)?;
+        self.call(
+            py,
+            async move { Ok(store.progress(&id, &owner, fence, renewal, &text).await?) },
             accepted_or_refused,
         )
     }

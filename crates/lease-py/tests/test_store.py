@@ -205,6 +205,43 @@ def test_the_audit_trail_lists_a_refused_write(store):
     ]
 
 
+def test_a_fence_above_the_current_one_is_refused_as_never_issued(store):
+    store.enqueue("j")
+    (held,) = store.claim_next("default", A, 30.0)
+    ahead = store.complete("j", A, held.fence + 1, "r")
+    assert not ahead
+    assert ahead.reason == "stale"
+    assert (ahead.presented_fence, ahead.current_fence) == (held.fence + 1, held.fence)
+    assert ahead.message == f"fence {held.fence + 1} was never issued; the current fence is {held.fence}"
+    assert not store.record("j").done
+
+
+def test_every_refused_holder_write_is_audited_and_read_back(store):
+    store.enqueue("j")
+    (stale,) = store.claim_next("default", A, 30.0)
+    store.release("j", A, stale.fence)
+    (held,) = store.claim_next("default", B, 30.0)
+    refused = [
+        ("renew", store.renew("j", A, stale.fence, 30.0)),
+        ("progress", store.progress("j", A, stale.fence, "3 of 4")),
+        ("complete", store.complete("j", A, stale.fence, "late")),
+        ("release", store.release("j", A, stale.fence)),
+        ("fail", store.fail("j", A, stale.fence, "late")),
+    ]
+    for name, answer in refused:
+        assert not answer, name
+        assert answer.reason == "stale", (name, answer.message)
+    rows = store.audit(job="j")
+    assert [(r.operation, r.reason, r.presented_fence) for r in rows] == [
+        (name, "stale", stale.fence) for name, _ in refused
+    ]
+    # The holder's own report is stored; without ttl the lease keeps its end.
+    until = store.record("j").until
+    assert store.progress("j", B, held.fence, "1 of 4")
+    record = store.record("j")
+    assert (record.progress, record.until) == ("1 of 4", until)
+
+
 def test_the_asyncio_store_runs_the_same_story_without_blocking_the_loop(opening):
     target, how = opening
 

@@ -1413,13 +1413,15 @@ pub(crate) struct RefusalView {
     pub(crate) job: String,
     /// The writer.
     pub(crate) owner: String,
-    /// renew, complete, release or fail.
+    /// renew, progress, complete, release or fail; unknown for a stored name this server does
+    /// not know (a newer server's).
     pub(crate) operation: String,
     /// The fence it presented.
     pub(crate) presented_fence: u64,
     /// The job's fence then (null: no such job).
     pub(crate) current_fence: Option<u64>,
-    /// stale, expired, not_owner, done, cancelled, dead or missing.
+    /// stale, expired, not_owner, done, cancelled, dead, missing or bad_token; unknown for a
+    /// stored name this server does not know.
     pub(crate) reason: String,
     /// For an expired lease, how late the write came.
     pub(crate) late_by: Option<f64>,

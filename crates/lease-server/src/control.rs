@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use lease_domain::{
     CatchUp, Command, Concurrency, EnqueueSpec, MAX_CATCH_UP, ProgressText, QueueChange, QueueName,
-    QueueSettings, Schedule, ScheduleName, ScheduleSpec, Timestamp,
+    QueueSettings, Renewal, Schedule, ScheduleName, ScheduleSpec, Timestamp,
 };
 use lease_ports::WriteOutcome;
 use lease_ports::control::Fire;
@@ -17,9 +17,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::App;
-use crate::api::{
-    PayloadView, Renewed, as_holder, credential, holder_write, json_response, now, term,
-};
+use crate::api::{PayloadView, as_holder, credential, holder_write, json_response, now, term};
 use crate::extract::{Admin, Checked, Holder, Param, Viewer};
 use crate::fields::{
     CatchUpName, CronText, FenceNo, Name, ProgressText as ProgressField, ScheduleNameText, Seconds,
@@ -561,15 +559,15 @@ pub(crate) async fn run(
     ))
 }
 
-/// Report a running job's progress (and renew its lease).
+/// Report a running job's progress (and renew its lease, with `ttl`).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"fence": 1, "ttl": 30, "progress": "12 of 40 files"}))]
 pub(crate) struct ProgressBody {
     /// The lease's fence.
     pub(crate) fence: FenceNo,
-    /// The lease's new length from now, in seconds.
-    pub(crate) ttl: Ttl,
+    /// The lease's new length from now, in seconds; without it the lease keeps its end.
+    pub(crate) ttl: Option<Ttl>,
     /// What the job says of its progress.
     pub(crate) progress: ProgressField,
     /// Write as exactly this owner (default: any owner the key may act as).
@@ -583,7 +581,7 @@ pub(crate) struct ProgressBody {
         ("Lease-Token" = String, Header, description = "The lease's token")),
     request_body = ProgressBody,
     responses(
-        (status = 200, description = "Stored, and the lease renewed", body = Renewed),
+        (status = 200, description = "Stored, and the lease renewed when a ttl was given", body = Progressed),
         (status = "4XX", description = "Refused as a renewal would be: 404, 409 stale/done/cancelled/dead/not_owner/expired, 400 no token, 403 wrong token", body = ProblemBody, content_type = "application/problem+json"),
     ),
     security(("api_key" = []), ("session" = [])))]
@@ -594,20 +592,33 @@ pub(crate) async fn progress(
     Checked(body): Checked<ProgressBody>,
 ) -> Answer {
     let id = Name(id).job()?;
-    let term = term(now(&app, body.now.as_ref())?, &body.ttl)?;
+    let now = now(&app, body.now.as_ref())?;
+    let renewal = match &body.ttl {
+        Some(ttl) => Renewal::Renew(term(now, ttl)?),
+        None => Renewal::Keep(now),
+    };
     let fence = body.fence.fence()?;
     let text = ProgressText::new(body.progress.0).map_err(|e| bad_value("progress", &e))?;
     let credential = credential(holder, body.owner)?;
     let write = as_holder(credential, |owner| {
-        Command::Progress(owner, fence, term, text.clone())
+        Command::Progress(owner, fence, renewal, text.clone())
     });
     holder_write::<WriteOutcome>(&app, &id, write)
         .await?
         .map_err(|refused| Problem::refused_write(&refused))?;
     Ok(json_response(
         StatusCode::OK,
-        Renewed {
-            until: term.until().get(),
+        Progressed {
+            until: renewal.term().map(|term| term.until().get()),
         },
     ))
+}
+
+/// A stored progress report.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Progressed {
+    /// When the renewed lease ends (Unix seconds); absent when no ttl was given and the lease
+    /// kept its end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) until: Option<f64>,
 }

@@ -142,12 +142,11 @@ impl Problem {
         let conflict = |reason, detail: &str| Self::new(StatusCode::CONFLICT, reason, detail);
         match refused {
             WriteRefused::Missing => Self::no_such_job(),
-            WriteRefused::Stale { presented, current } => conflict(
-                "stale",
-                "the fence is stale: a newer claim of the job happened",
-            )
-            .with("presented_fence", json!(presented.get()))
-            .with("current_fence", json!(current.get())),
+            // The domain's words: a fence below the current one was overtaken by a newer
+            // claim, one above it was never issued; the reason is `stale` either way.
+            WriteRefused::Stale { presented, current } => conflict("stale", &refused.to_string())
+                .with("presented_fence", json!(presented.get()))
+                .with("current_fence", json!(current.get())),
             WriteRefused::Expired { until, .. } => {
                 conflict("expired", "the lease expired").with("until", json!(until.get()))
             }

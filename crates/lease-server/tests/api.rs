@@ -173,6 +173,10 @@ async fn a_stale_worker_is_refused_naming_both_fences_and_the_new_result_stands(
             assert_problem(&answer, StatusCode::CONFLICT, "stale");
             assert_eq!(answer.body["presented_fence"], 1);
             assert_eq!(answer.body["current_fence"], 2);
+            assert_eq!(
+                answer.body["detail"],
+                "fence 1 is stale (the current fence is 2)"
+            );
         } else {
             panic!("{op} took a field it does not take: {}", answer.body);
         }
@@ -203,6 +207,20 @@ async fn a_stale_worker_is_refused_naming_both_fences_and_the_new_result_stands(
             .await;
         assert_problem(&late, StatusCode::CONFLICT, "stale");
     }
+    // A fence above the current one was never handed out: the same reason, told as it is.
+    let ahead = s
+        .post(
+            &format!("{path}/renew"),
+            &s.worker,
+            Some(&token_b),
+            json!({"fence": 3, "ttl": 10}),
+        )
+        .await;
+    assert_problem(&ahead, StatusCode::CONFLICT, "stale");
+    assert_eq!(
+        ahead.body["detail"],
+        "fence 3 was never issued; the current fence is 2"
+    );
     assert_eq!(s.get(path, &s.viewer).await.body["result"], "B's");
 }
 

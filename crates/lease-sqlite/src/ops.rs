@@ -343,7 +343,7 @@ pub(crate) fn record_refusal(
                 now.get(),
                 id.as_str(),
                 entry.owner.as_str(),
-                entry.operation,
+                entry.operation.as_str(),
                 i64::from(entry.presented),
                 entry.current.map(i64::from),
                 entry.reason.as_str(),

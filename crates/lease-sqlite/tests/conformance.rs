@@ -35,6 +35,51 @@ async fn a_stale_complete_and_claim_next_is_audited_and_still_claims() {
         store.as_ref(),
     )
     .await;
+    lease_ports::observed_story::every_refused_holder_write_is_audited_and_read_back(
+        store.as_ref(),
+        store.as_ref(),
+    )
+    .await;
+}
+
+/// A row whose operation and reason this version does not know (a newer writer's) reads as
+/// `unknown`, and the rest of the trail still reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_audit_row_of_an_unknown_operation_reads_as_unknown_and_the_trail_still_reads() {
+    use lease_ports::audit::{AuditFilter, AuditTrail};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("audit.db");
+    let options = lease_sqlite::SqliteOptions {
+        audit: Some(100),
+        ..lease_sqlite::SqliteOptions::default()
+    };
+    let store = SqliteLeaseStore::open_with(&path, options).expect("open store");
+    lease_ports::observed_story::every_refused_holder_write_is_audited_and_read_back(
+        &store, &store,
+    )
+    .await;
+    rusqlite::Connection::open(&path)
+        .expect("open")
+        .execute(
+            "INSERT INTO lease_audit(time, job, owner, operation, presented, current, reason, \
+             late_by) VALUES (2e9, 'later', 'w', 'checkpoint', 3, 4, 'overtaken', NULL)",
+            [],
+        )
+        .expect("insert a newer writer's row");
+    let rows = store
+        .refusals(&AuditFilter::default())
+        .await
+        .expect("the trail reads");
+    let last = rows.last().expect("rows");
+    assert_eq!(
+        (
+            last.job.as_str(),
+            last.operation.as_str(),
+            last.reason.as_str()
+        ),
+        ("later", "unknown", "unknown")
+    );
+    assert_eq!(rows.len(), 11, "every other row is still read: {rows:?}");
 }
 
 /// The key store of the network service (outside the suite, which takes `Transfer` stores).

@@ -86,7 +86,7 @@ impl Progress {
         let text = ProgressText::new(text)?;
         let term = LeaseTerm::from_parts(Timestamp::new(self.clock.now())?, self.ttl)?;
         self.store
-            .progress(&self.job, &self.owner, self.fence, term, &text)
+            .progress(&self.job, &self.owner, self.fence, term.into(), &text)
             .await
     }
 }

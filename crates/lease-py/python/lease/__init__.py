@@ -218,6 +218,21 @@ class Store(_Opened):
         """Extends the live lease of ``owner`` at ``fence`` to ``now + ttl``."""
         return self._finish(self._core.renew(job_id, owner, fence, ttl, now))
 
+    def progress(
+        self,
+        job_id: str,
+        owner: str,
+        fence: int,
+        text: str,
+        *,
+        ttl: Optional[float] = None,
+        now: Optional[float] = None,
+    ) -> Union[Accepted, Refused]:
+        """Stores ``text`` (up to 1,024 bytes) as the job's progress, only for the live current
+        lease; with ``ttl`` the lease is renewed to ``now + ttl``, without it the lease keeps
+        its end."""
+        return self._finish(self._core.progress(job_id, owner, fence, text, ttl, now))
+
     def complete(
         self,
         job_id: str,
@@ -426,6 +441,19 @@ class AsyncStore(_Opened):
     ) -> Union[Accepted, Refused]:
         """As :meth:`Store.renew`."""
         return await self._core.renew(job_id, owner, fence, ttl, now)
+
+    async def progress(
+        self,
+        job_id: str,
+        owner: str,
+        fence: int,
+        text: str,
+        *,
+        ttl: Optional[float] = None,
+        now: Optional[float] = None,
+    ) -> Union[Accepted, Refused]:
+        """As :meth:`Store.progress`."""
+        return await self._core.progress(job_id, owner, fence, text, ttl, now)
 
     async def complete(
         self,

@@ -237,6 +237,15 @@ class StoreCore:
     def renew(
         self, job_id: str, owner: str, fence: int, ttl: float, now: Optional[float]
     ) -> Pending: ...
+    def progress(
+        self,
+        job_id: str,
+        owner: str,
+        fence: int,
+        text: str,
+        ttl: Optional[float],
+        now: Optional[float],
+    ) -> Pending: ...
     def complete(
         self, job_id: str, owner: str, fence: int, result: str, now: Optional[float]
     ) -> Pending: ...
