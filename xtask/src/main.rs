@@ -22,6 +22,52 @@ fn cargo(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
     }
 }
 
+/// The directory cargo builds into, as `cargo metadata` says: `target/` under the workspace,
+/// or wherever `CARGO_TARGET_DIR` (or a cargo config) puts it.
+///
+/// # Errors
+/// When cargo cannot be run or its answer has no target directory.
+pub(crate) fn target_dir() -> Result<std::path::PathBuf, String> {
+    let out = Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    json_string(&String::from_utf8_lossy(&out.stdout), "target_directory")
+        .map(std::path::PathBuf::from)
+        .ok_or_else(|| "cargo metadata gave no target_directory".to_owned())
+}
+
+/// The string value of the first `"key": "..."` in a JSON text, unescaped (xtask has no JSON
+/// parser: it depends on std alone).
+fn json_string(json: &str, key: &str) -> Option<String> {
+    let start = json.find(&format!("\"{key}\""))? + key.len() + 2;
+    let rest = json[start..].trim_start().strip_prefix(':')?.trim_start();
+    let mut chars = rest.strip_prefix('"')?.chars();
+    let mut value = String::new();
+    loop {
+        match chars.next()? {
+            '"' => return Some(value),
+            '\\' => match chars.next()? {
+                'n' => value.push('\n'),
+                't' => value.push('\t'),
+                'u' => {
+                    let code: String = chars.by_ref().take(4).collect();
+                    value.push(char::from_u32(u32::from_str_radix(&code, 16).ok()?)?);
+                }
+                other => value.push(other),
+            },
+            c => value.push(c),
+        }
+    }
+}
+
 /// Library and binary code (not tests, not test support) may not unwrap, expect or panic on
 /// what it meets, and exports nothing unreachable; each exception is allowed in place with
 /// its reason (the tidy test checks that).
@@ -44,9 +90,22 @@ const LIBRARY_LINTS: [&str; 14] = [
 
 /// The README's test command: gets what the tests need (`needs`), then runs every test of the
 /// workspace, all of them even when one fails, then the Python package's tests
-/// (`python.rs`). `cargo xtask test -- ARGS` passes ARGS on to `cargo test` and runs only that.
+/// (`python.rs`). `cargo xtask test -- ARGS` passes ARGS on to `cargo test` and runs only that;
+/// `cargo xtask test --python [-- PYTEST ARGS]` builds the binary and runs the Python tests only.
 fn test(rest: &[String]) -> Result<(), String> {
     needs::ensure()?;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("xtask has no parent directory")?;
+    if rest.first().is_some_and(|a| a == "--python") {
+        cargo(&["build", "-p", "lease-cli", "--bin", "lease"], &[])?;
+        let pytest: Vec<&str> = rest[1..]
+            .iter()
+            .skip_while(|a| *a == "--")
+            .map(String::as_str)
+            .collect();
+        return python::test(root, &target_dir()?, &pytest);
+    }
     let passed: Vec<&str> = rest
         .iter()
         .skip_while(|a| *a == "--")
@@ -60,10 +119,7 @@ fn test(rest: &[String]) -> Result<(), String> {
     }
     // The Python tests run even when a Rust test failed, so one run shows every failure (the
     // lease binary they start is built either way).
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .ok_or("xtask has no parent directory")?;
-    let python = python::test(root);
+    let python = target_dir().and_then(|target| python::test(root, &target, &[]));
     rust.and(python)
 }
 
@@ -111,9 +167,10 @@ fn bench(rest: &[String]) -> Result<(), String> {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .parent()
             .ok_or("xtask has no parent directory")?;
-        let report = newest_report(&root.join("target/release/deps"))?;
+        let target = target_dir()?;
+        let report = newest_report(&target.join("release/deps"))?;
         return if python {
-            python::bench(root, &report)
+            python::bench(root, &target, &report)
         } else {
             peers::bench(root, &report)
         };
@@ -243,10 +300,7 @@ fn mutants(rest: &[String]) -> Result<(), String> {
             "cargo-mutants is not installed: run `cargo install --locked cargo-mutants`".into(),
         );
     }
-    let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .ok_or("xtask has no parent directory")?
-        .join("target/mutants");
+    let out = target_dir()?.join("mutants");
     std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     let split = rest.iter().position(|a| a == "--").unwrap_or(rest.len());
     let (names, extra) = rest.split_at(split);
@@ -286,7 +340,7 @@ fn main() -> ExitCode {
         Some("bench") => bench(&args[1..]),
         Some("mutants") => mutants(&args[1..]),
         _ => Err(
-            "usage: cargo xtask <test [-- cargo test options] | ci | bench [--quick | --python | --peers] | mutants [SCOPE...] [-- cargo-mutants options]>"
+            "usage: cargo xtask <test [-- cargo test options | --python [-- pytest options]] | ci | bench [--quick | --python | --peers] | mutants [SCOPE...] [-- cargo-mutants options]>"
                 .to_owned(),
         ),
     };

@@ -1,7 +1,9 @@
 //! The Python package's tests, as `cargo xtask test` runs them: the package built from
-//! `crates/lease-py` and installed with pip into a fresh virtual environment under `target/`,
-//! exactly as the README's `pip install ./crates/lease-py` does (but with the tests' debug
-//! build of the Rust crates, reused from `target/`), then pytest over `crates/lease-py/tests`.
+//! `crates/lease-py` and installed with pip into a fresh virtual environment under cargo's
+//! target directory, exactly as the README's `pip install ./crates/lease-py` does (but with
+//! the tests' debug build of the Rust crates, reused from that directory), then pytest over
+//! `crates/lease-py/tests`. The target directory is cargo's own (`CARGO_TARGET_DIR` included),
+//! so the `lease` binary the tests start is the one the Rust tests just built.
 
 use std::path::Path;
 use std::process::Command;
@@ -31,8 +33,7 @@ fn run(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<(), String
 ///
 /// # Errors
 /// The step that failed.
-pub(crate) fn test(root: &Path) -> Result<(), String> {
-    let target = root.join("target");
+pub(crate) fn test(root: &Path, target: &Path, pytest: &[&str]) -> Result<(), String> {
     let venv = target.join("python-test-venv");
     if venv.exists() {
         std::fs::remove_dir_all(&venv)
@@ -54,11 +55,9 @@ pub(crate) fn test(root: &Path) -> Result<(), String> {
     )?;
     let lease = target.join("debug/lease").display().to_string();
     let tests = root.join("crates/lease-py/tests").display().to_string();
-    run(
-        &venv.join("bin/python"),
-        &["-m", "pytest", "-q", "-p", "no:cacheprovider", &tests],
-        &[("LEASE_BIN", &lease)],
-    )
+    let mut args = vec!["-m", "pytest", "-q", "-p", "no:cacheprovider", &tests];
+    args.extend(pytest);
+    run(&venv.join("bin/python"), &args, &[("LEASE_BIN", &lease)])
 }
 
 /// The Python rows of the benchmark (`benches/python/bench.py`): the package built as the README
@@ -67,8 +66,7 @@ pub(crate) fn test(root: &Path) -> Result<(), String> {
 ///
 /// # Errors
 /// The step that failed.
-pub(crate) fn bench(root: &Path, report: &Path) -> Result<(), String> {
-    let target = root.join("target");
+pub(crate) fn bench(root: &Path, target: &Path, report: &Path) -> Result<(), String> {
     let venv = target.join("python-bench-venv");
     let venv_arg = venv.display().to_string();
     if !venv.join("bin/python").exists() {
