@@ -918,3 +918,234 @@ fn every_refused_holder_write_over_http_is_read_back_by_every_reader_on_postgres
     assert_eq!(lease(db, &["init"]).status.code(), Some(0));
     every_refused_holder_write_over_http_is_read_back_by_every_reader(db);
 }
+
+/// What keep-alive clients got back: answers by status, answers of 429 and 503 without
+/// `Retry-After`, connections that broke instead of answering, and answers that closed the
+/// connection as they said they would (`Connection: close`).
+#[derive(Debug, Default)]
+struct Tally {
+    answered: std::collections::BTreeMap<u16, usize>,
+    without_retry_after: usize,
+    broken: usize,
+    closed_as_said: usize,
+}
+
+impl Tally {
+    fn add(&mut self, other: Tally) {
+        for (status, n) in other.answered {
+            *self.answered.entry(status).or_default() += n;
+        }
+        self.without_retry_after += other.without_retry_after;
+        self.broken += other.broken;
+        self.closed_as_said += other.closed_as_said;
+    }
+
+    fn total(&self) -> usize {
+        self.answered.values().sum()
+    }
+}
+
+/// One answer on a keep-alive connection: (status, whether it says `Retry-After`, whether it
+/// says `Connection: close`), or `None` when the connection broke first.
+fn answer_on(reader: &mut std::io::BufReader<std::net::TcpStream>) -> Option<(u16, bool, bool)> {
+    use std::io::{BufRead, Read};
+    let mut line = String::new();
+    if reader.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let status: u16 = line.get(9..12)?.parse().ok()?;
+    let (mut length, mut retry_after, mut close) = (0usize, false, false);
+    loop {
+        line.clear();
+        reader.read_line(&mut line).ok()?;
+        let header = line.trim_end();
+        if header.is_empty() {
+            break;
+        }
+        let (name, value) = header.split_once(':')?;
+        match name.to_ascii_lowercase().as_str() {
+            "content-length" => length = value.trim().parse().ok()?,
+            "retry-after" => retry_after = true,
+            "connection" => close = value.trim().eq_ignore_ascii_case("close"),
+            _ => {}
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    Some((status, retry_after, close))
+}
+
+/// Sends `requests` (path, body) one after another as POSTs on one keep-alive connection,
+/// opening a new connection only after an answer that said `Connection: close` or a broken one.
+fn keep_alive_client(addr: &str, auth: &str, requests: &[(String, String)]) -> Tally {
+    use std::io::Write;
+    let connect = || {
+        let stream = std::net::TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+            .unwrap();
+        stream.set_nodelay(true).unwrap();
+        std::io::BufReader::new(stream)
+    };
+    let mut tally = Tally::default();
+    let mut reader = connect();
+    for (path, body) in requests {
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {auth}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        // The head and the body in two packets, a moment apart, as many clients send them
+        // (Python's http.client does): an answer decided from the head alone then goes out
+        // before the body has arrived.
+        let stream = reader.get_mut();
+        let sent = stream.write_all(head.as_bytes()).and_then(|()| {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            stream.write_all(body.as_bytes())
+        });
+        let answer = sent.ok().and_then(|()| answer_on(&mut reader));
+        match answer {
+            Some((status, retry_after, close)) => {
+                *tally.answered.entry(status).or_default() += 1;
+                if matches!(status, 429 | 503) && !retry_after {
+                    tally.without_retry_after += 1;
+                }
+                if close {
+                    tally.closed_as_said += 1;
+                    reader = connect();
+                }
+            }
+            None => {
+                tally.broken += 1;
+                reader = connect();
+            }
+        }
+    }
+    tally
+}
+
+/// Sixteen keep-alive clients, each sending `per_client` requests that cycle through a valid
+/// enqueue, an enqueue the document refuses (422) and a body over the server's limit (413).
+fn sixteen_keep_alive_clients(server: &Server, key: &str, per_client: usize) -> Tally {
+    let auth = format!("Bearer {key}");
+    let oversized = format!(r#"{{"id": "big", "payload": "{}"}}"#, "A".repeat(8192));
+    let threads: Vec<_> = (0..16)
+        .map(|client| {
+            let requests: Vec<(String, String)> = (0..per_client)
+                .map(|n| match n % 3 {
+                    0 => (
+                        "/v1/queues/q/jobs".to_owned(),
+                        format!(r#"{{"id": "c{client}-{n}"}}"#),
+                    ),
+                    1 => ("/v1/queues/q/jobs".to_owned(), r#"{"id": ""}"#.to_owned()),
+                    _ => ("/v1/queues/q/jobs".to_owned(), oversized.clone()),
+                })
+                .collect();
+            let (addr, auth) = (server.addr.clone(), auth.clone());
+            std::thread::spawn(move || keep_alive_client(&addr, &auth, &requests))
+        })
+        .collect();
+    let mut tally = Tally::default();
+    for thread in threads {
+        tally.add(thread.join().unwrap());
+    }
+    tally
+}
+
+/// Past `--rate-limit` and past `--max-in-flight`, every request of sixteen keep-alive clients
+/// is answered on its connection (a 429 or 503 with `Retry-After`, a 413 and a 422 alike), and
+/// no connection breaks under an answer.
+fn overload_keeps_every_connection_and_answers_every_request(db: &Path) {
+    let key = make_key(db, "ci", "worker")["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let per_client = 60;
+    for (flags, overloaded) in [
+        (["--rate-limit", "20", "--max-in-flight", "1024"], 429),
+        (["--rate-limit", "0", "--max-in-flight", "1"], 503),
+    ] {
+        let mut args = vec!["--body-limit", "4096"];
+        args.extend(flags);
+        let server = Server::start(db, &args, &[]);
+        let tally = sixteen_keep_alive_clients(&server, &key, per_client);
+        assert_eq!(
+            (tally.broken, tally.total()),
+            (0, 16 * per_client),
+            "{flags:?}: every request answered, none broken: {tally:?}"
+        );
+        assert_eq!(tally.without_retry_after, 0, "{flags:?}: {tally:?}");
+        for status in [overloaded, 413] {
+            assert!(
+                tally.answered.get(&status).is_some_and(|n| *n > 0),
+                "{flags:?}: no {status} came, so the test tested nothing: {tally:?}"
+            );
+        }
+        assert!(
+            tally
+                .answered
+                .keys()
+                .all(|s| [200, 201, 413, 422, 429, 503].contains(s)),
+            "{flags:?}: {tally:?}"
+        );
+        if overloaded == 429 {
+            // Without load shedding every 422 is the document's answer.
+            assert!(
+                tally.answered.get(&422).is_some_and(|n| *n > 0),
+                "{tally:?}"
+            );
+        }
+        assert_eq!(
+            tally.closed_as_said, 0,
+            "{flags:?}: an answer closed its connection: {tally:?}"
+        );
+    }
+}
+
+#[test]
+fn overload_keeps_every_connection_and_answers_every_request_on_sqlite() {
+    let (_dir, db) = fresh_db();
+    overload_keeps_every_connection_and_answers_every_request(&db);
+}
+
+#[test]
+fn overload_keeps_every_connection_and_answers_every_request_on_postgres() {
+    let scratch = lease_postgres::ScratchDatabase::create();
+    let db = Path::new(scratch.url());
+    assert_eq!(lease(db, &["init"]).status.code(), Some(0));
+    overload_keeps_every_connection_and_answers_every_request(db);
+}
+
+/// A request stopped by `--request-timeout` (its write waits on another process's lock) is
+/// answered 503 with `Retry-After` on its keep-alive connection, which then carries the next
+/// request.
+#[test]
+fn a_request_past_its_timeout_is_answered_and_its_connection_kept() {
+    let (_dir, db) = fresh_db();
+    let key = make_key(&db, "ci", "worker")["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let server = Server::start(
+        &db,
+        &["--request-timeout", "0.3", "--busy-timeout", "30"],
+        &[],
+    );
+    let holder = WriteLockHolder::start(&db, std::time::Duration::from_secs(30)).unwrap();
+    let requests: Vec<(String, String)> = (0..3)
+        .map(|n| {
+            (
+                "/v1/queues/q/jobs".to_owned(),
+                format!(r#"{{"id": "t{n}"}}"#),
+            )
+        })
+        .collect();
+    let tally = keep_alive_client(&server.addr, &format!("Bearer {key}"), &requests);
+    assert_eq!(
+        (tally.broken, tally.closed_as_said, tally.answered.get(&503)),
+        (0, 0, Some(&3)),
+        "{tally:?}"
+    );
+    assert_eq!(tally.without_retry_after, 0);
+    drop(holder);
+}

@@ -10,6 +10,7 @@
 
 mod api;
 mod auth;
+mod body;
 mod contract;
 mod control;
 mod extract;
@@ -467,7 +468,8 @@ async fn not_found() -> Problem {
 
 /// The service over `store`: every route, its middleware in order (a request id; the
 /// `Authorization` and `Lease-Token` headers marked sensitive before the trace layer sees
-/// them; the body limit; load shedding and the timeout), ready for `axum::serve`.
+/// them; the page's headers; the body read whole up to its limit; load shedding and the
+/// timeout), ready for `axum::serve`.
 pub fn router(store: Arc<dyn ServiceStore>, config: ServiceConfig) -> axum::Router {
     let (routes, _) = routes();
     let document = served_document(config.client_clock);
@@ -523,6 +525,12 @@ pub fn router(store: Arc<dyn ServiceStore>, config: ServiceConfig) -> axum::Rout
         .layer(TraceLayer::new_for_http())
         .layer(PropagateRequestIdLayer::new(request_id))
         .layer(axum::middleware::from_fn_with_state(app.clone(), guard))
+        // Outside every limit: a body is read whole before anything may answer, so an early
+        // answer keeps the keep-alive connection (body.rs).
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            body::read_whole,
+        ))
         .layer(HandleErrorLayer::new(overloaded))
         .layer(tower::load_shed::LoadShedLayer::new())
         .layer(tower::limit::ConcurrencyLimitLayer::new(

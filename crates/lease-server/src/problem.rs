@@ -38,8 +38,8 @@ pub struct ProblemBody {
     pub detail: String,
     /// A stable, machine-readable reason: `unauthorized`, `forbidden`, `bad_token`,
     /// `missing_token`, `not_found`, `stale`, `expired`, `not_owner`, `done`, `cancelled`, `dead`,
-    /// `live`, `not_due`, `malformed`, `too_large`, `unsupported_media_type`, `invalid`,
-    /// `rate_limited`, `overloaded`, `unavailable`, `store_error`.
+    /// `live`, `not_due`, `malformed`, `too_large`, `timeout`, `unsupported_media_type`,
+    /// `invalid`, `rate_limited`, `overloaded`, `unavailable`, `outcome_unknown`, `store_error`.
     pub reason: String,
     /// With `stale`: the fence the request presented.
     #[serde(skip_serializing_if = "Option::is_none")]
