@@ -301,3 +301,46 @@ def test_a_store_that_does_not_exist_is_not_found_and_not_made(tmp_path):
 def test_a_wrong_api_key_is_denied(server):
     with pytest.raises(lease.Denied):
         lease.Store(server.url, api_key="lk_0000_nope").stats()
+
+
+def test_a_lost_answer_from_the_server_raises_outcome_unknown_and_a_503_unavailable():
+    """A server whose store lost the answer to a write says ``500 outcome_unknown``; one whose
+    store could not be reached says ``503 unavailable``: the package raises the matching
+    exception for each (``lease serve`` is stood in for by a server that answers only that)."""
+    import http.server
+    import json as json_module
+    import threading
+
+    answers = {
+        "/v1/jobs/j/claim": (500, "outcome_unknown"),
+        "/v1/jobs/k/claim": (503, "unavailable"),
+    }
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            status, reason = answers[self.path]
+            body = json_module.dumps(
+                {"type": "about:blank", "title": "x", "status": status, "detail": "d", "reason": reason}
+            ).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/problem+json")
+            self.send_header("Content-Length", str(len(body)))
+            if status == 503:
+                self.send_header("Retry-After", "1")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        store = lease.Store(f"http://127.0.0.1:{server.server_port}", api_key="lk_0000_x")
+        with pytest.raises(lease.OutcomeUnknown, match="outcome_unknown"):
+            store.claim("j", A, 30.0)
+        with pytest.raises(lease.StoreUnavailable, match="unavailable"):
+            store.claim("k", A, 30.0)
+    finally:
+        server.shutdown()

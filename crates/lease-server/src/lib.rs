@@ -299,7 +299,52 @@ fn served_document(client_clock: bool) -> serde_json::Value {
         strip_caller_clock(&mut document);
     }
     openapi_links(&mut document);
+    server_answers(&mut document);
     document
+}
+
+/// The answers any route may give beyond its own, added to every operation of the document
+/// in one place: `503` (the server sheds load, a request ran past its timeout, or the store
+/// could not be reached: nothing was applied; send it again after `Retry-After`) and `500`
+/// (`outcome_unknown`: a write whose commit may or may not have happened; `store_error`: the
+/// store failed and applied nothing).
+fn server_answers(document: &mut serde_json::Value) {
+    let problem = serde_json::json!({
+        "application/problem+json": {"schema": {"$ref": "#/components/schemas/ProblemBody"}}
+    });
+    let unavailable = serde_json::json!({
+        "description": "Not now, and nothing was applied (reason overloaded or unavailable): send it again after Retry-After",
+        "headers": {"Retry-After": {
+            "description": "Seconds to wait before sending the request again",
+            "schema": {"type": "integer", "minimum": 1}
+        }},
+        "content": problem,
+    });
+    let failed = serde_json::json!({
+        "description": "The store's answer to a write was lost (reason outcome_unknown: it may or may not have been applied; read the job before sending it again), or the store failed and applied nothing (reason store_error)",
+        "content": problem,
+    });
+    let Some(paths) = document
+        .get_mut("paths")
+        .and_then(serde_json::Value::as_object_mut)
+    else {
+        return;
+    };
+    for operation in paths
+        .values_mut()
+        .filter_map(serde_json::Value::as_object_mut)
+        .flat_map(|item| item.values_mut())
+    {
+        if let Some(responses) = operation
+            .get_mut("responses")
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            responses
+                .entry("503")
+                .or_insert_with(|| unavailable.clone());
+            responses.entry("500").or_insert_with(|| failed.clone());
+        }
+    }
 }
 
 /// utoipa 5 writes a response's links with the field names of its Rust type (`operation_id`,

@@ -11,6 +11,10 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 use utoipa::ToSchema;
 
+/// The reason of a write whose outcome is unknown (`500`): the client maps it to its own
+/// outcome-unknown error, never to a plain failure it may retry blindly.
+pub const OUTCOME_UNKNOWN: &str = "outcome_unknown";
+
 /// An error answer (boxed: it travels in every handler's `Result`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Problem(Box<Parts>);
@@ -209,8 +213,10 @@ impl Problem {
         }
     }
 
-    /// A store error: the caller's input (`422`), or the store's state (`503` with
-    /// `Retry-After` when trying again can help, else `500`).
+    /// A store error: the caller's input (`422`); the store not reached or not able to take
+    /// the request, nothing applied (`503 unavailable` with `Retry-After`: send it again); a
+    /// write whose commit may or may not have happened (`500 outcome_unknown`: read the job to
+    /// find out before sending it again); else `500 store_error`.
     #[must_use]
     pub fn store(err: &StoreError) -> Self {
         match err {
@@ -227,12 +233,21 @@ impl Problem {
                 )
                 .retry_after(1)
             }
+            StoreError::Indeterminate(_) => {
+                tracing::warn!(error = %err, "the store's answer to a write was lost");
+                Self::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    OUTCOME_UNKNOWN,
+                    "the store's answer was lost: the write may or may not have been applied; \
+                     read the job to find out before sending it again",
+                )
+            }
             _ => {
                 tracing::error!(error = %err, "the store failed a request");
                 Self::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "store_error",
-                    "the store failed; the request may or may not have been applied",
+                    "the store failed and applied nothing",
                 )
             }
         }
@@ -272,5 +287,44 @@ impl IntoResponse for Problem {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_error_is_a_status_the_client_can_act_on() {
+        let unavailable = Problem::store(&StoreError::Unavailable("connection reset".into()));
+        assert_eq!(
+            (
+                unavailable.status(),
+                unavailable.reason(),
+                unavailable.0.retry_after
+            ),
+            (StatusCode::SERVICE_UNAVAILABLE, "unavailable", Some(1))
+        );
+        let lost = Problem::store(&StoreError::Indeterminate("commit lost".into()));
+        assert_eq!(
+            (lost.status(), lost.reason(), lost.0.retry_after),
+            (StatusCode::INTERNAL_SERVER_ERROR, OUTCOME_UNKNOWN, None)
+        );
+        assert!(
+            lost.detail().contains("may or may not"),
+            "{}",
+            lost.detail()
+        );
+        let corrupt = Problem::store(&StoreError::Corrupt("a negative fence".into()));
+        assert_eq!(
+            (corrupt.status(), corrupt.reason()),
+            (StatusCode::INTERNAL_SERVER_ERROR, "store_error")
+        );
+        // No store text reaches the client: it may name the database.
+        for problem in [unavailable, lost, corrupt] {
+            for secret in ["connection reset", "commit lost", "negative fence"] {
+                assert!(!problem.detail().contains(secret), "{}", problem.detail());
+            }
+        }
     }
 }

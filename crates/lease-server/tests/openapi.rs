@@ -87,6 +87,28 @@ fn every_route_is_in_the_document_with_its_security() {
 }
 
 #[test]
+fn every_route_documents_the_servers_own_answers_500_and_503_with_retry_after() {
+    let doc: Value = serde_json::from_str(&lease_server::openapi_json()).unwrap();
+    for (method, path) in ROUTES {
+        let responses = &doc["paths"][path][method]["responses"];
+        assert!(
+            responses["500"].is_object(),
+            "{method} {path} does not document 500 (outcome_unknown, store_error)"
+        );
+        assert!(
+            responses["503"].is_object(),
+            "{method} {path} does not document 503"
+        );
+        if path != "/healthz" {
+            assert!(
+                responses["503"]["headers"]["Retry-After"].is_object(),
+                "{method} {path}: a 503 says when to try again"
+            );
+        }
+    }
+}
+
+#[test]
 fn a_standard_validator_accepts_the_document() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("openapi.json");

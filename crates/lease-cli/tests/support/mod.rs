@@ -1,6 +1,9 @@
 //! What the tests of `lease serve` share: the binary on a database, keys, a running server
 //! and one raw HTTP request.
 
+// Each test binary that includes this module uses a part of it.
+#![allow(dead_code)]
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -62,7 +65,14 @@ impl Server {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let stderr = child.stderr.take().unwrap();
+        Server::from_child(child, stderr)
+    }
+
+    /// A server started by the caller (under strace, say), once it says where it listens on
+    /// `stderr`.
+    pub fn from_child(child: Child, stderr: std::process::ChildStderr) -> Server {
+        let mut lines = BufReader::new(stderr).lines();
         let log = Arc::new(Mutex::new(String::new()));
         let addr = loop {
             let line = lines
@@ -126,6 +136,27 @@ impl Server {
     }
 }
 
+/// One request on its own connection: (status, body, its `Retry-After` if any), or `None` if
+/// the connection failed or broke off.
+pub fn call_with_headers(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Option<(u16, Value, Option<String>)> {
+    let answer = raw_call(addr, method, path, headers, body)?;
+    let status: u16 = answer.get(9..12)?.parse().ok()?;
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let retry_after = head.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.eq_ignore_ascii_case("retry-after")
+            .then(|| value.trim().to_owned())
+    });
+    let body = serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.to_owned()));
+    Some((status, body, retry_after))
+}
+
 /// One request on its own connection, or `None` if the connection failed or broke off.
 pub fn try_call(
     addr: &str,
@@ -134,6 +165,17 @@ pub fn try_call(
     headers: &[(&str, &str)],
     body: &str,
 ) -> Option<(u16, Value)> {
+    call_with_headers(addr, method, path, headers, body).map(|(status, body, _)| (status, body))
+}
+
+/// One request on its own connection (`Connection: close`): the whole answer as text.
+fn raw_call(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Option<String> {
     let mut stream = TcpStream::connect(addr).ok()?;
     let mut request = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
@@ -150,10 +192,7 @@ pub fn try_call(
     stream.write_all(request.as_bytes()).ok()?;
     let mut answer = String::new();
     stream.read_to_string(&mut answer).ok()?;
-    let status: u16 = answer.get(9..12)?.parse().ok()?;
-    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    let body = serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.to_owned()));
-    Some((status, body))
+    Some(answer)
 }
 
 impl Drop for Server {
