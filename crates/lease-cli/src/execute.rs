@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 
 use crate::cli::Request;
 use crate::render::{
-    Report, claim_refusal, lease_json, prometheus, queue_write_report, record_header, record_json,
-    record_line, state_sentence, write_report,
+    Report, claim_refusal, lease_json, prometheus, queue_write_report, record_json, record_table,
+    state_sentence, write_report,
 };
 use crate::when;
 
@@ -172,9 +172,7 @@ pub(crate) async fn execute(
             let lines: Vec<String> = if records.is_empty() {
                 Vec::new()
             } else {
-                std::iter::once(record_header())
-                    .chain(records.iter().map(|r| record_line(r, filter.now)))
-                    .collect()
+                record_table(&records, filter.now)
             };
             Report::lines(true, json, lines, "no jobs")
         }

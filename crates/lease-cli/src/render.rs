@@ -236,40 +236,70 @@ pub(crate) fn lease_json(lease: &Lease) -> Value {
     Value::Object(object)
 }
 
-/// The header of `list`'s table, aligned with [`record_line`].
-pub(crate) fn record_header() -> String {
-    format!(
-        "{:<24} {:<12} {:<9} {:<6} {:<8} {:<42} ERROR",
-        "ID", "QUEUE", "STATUS", "FENCE", "ATTEMPTS", "WHEN"
-    )
+/// `list`'s table: a header and one row per job (id, queue, status, fence, attempts, when it
+/// is due or its lease ends, seen from `now`, and the error if any), each column as wide as
+/// its widest value, so every value stands under its heading whatever its length.
+pub(crate) fn record_table(records: &[JobRecord], now: Timestamp) -> Vec<String> {
+    let header = [
+        "ID", "QUEUE", "STATUS", "FENCE", "ATTEMPTS", "WHEN", "ERROR",
+    ]
+    .map(str::to_owned);
+    let rows = records.iter().map(|record| {
+        let j = &record.job;
+        let status = j.status_at(now);
+        let moment = match status {
+            Status::Running => format!("until {}", when::shown(j.until.get(), now.get())),
+            Status::Pending => match j.run_at {
+                Some(at) if at > now => format!("due {}", when::shown(at.get(), now.get())),
+                _ => "due now".to_owned(),
+            },
+            Status::Done | Status::Dead | Status::Cancelled => String::new(),
+        };
+        [
+            record.id.to_string(),
+            j.queue.to_string(),
+            status.as_str().to_owned(),
+            j.fence.to_string(),
+            format!("{}/{}", j.attempts, j.max_attempts.max(1)),
+            moment,
+            j.error
+                .as_ref()
+                .map(|e| format!("{e:?}"))
+                .unwrap_or_default(),
+        ]
+    });
+    table(std::iter::once(header).chain(rows).collect())
 }
 
-/// One line of `list`: id, queue, status, fence, attempts, when it is due or its lease ends
-/// (seen from `now`), and the error if any.
-pub(crate) fn record_line(record: &JobRecord, now: Timestamp) -> String {
-    let j = &record.job;
-    let status = j.status_at(now);
-    let moment = match status {
-        Status::Running => format!("until {}", when::shown(j.until.get(), now.get())),
-        Status::Pending => match j.run_at {
-            Some(at) if at > now => format!("due {}", when::shown(at.get(), now.get())),
-            _ => "due now".to_owned(),
-        },
-        Status::Done | Status::Dead | Status::Cancelled => String::new(),
-    };
-    let mut line = format!(
-        "{:<24} {:<12} {:<9} {:<6} {:<8} {:<42}",
-        record.id,
-        j.queue,
-        status.as_str(),
-        j.fence,
-        format!("{}/{}", j.attempts, j.max_attempts.max(1)),
-        moment
-    );
-    if let Some(error) = &j.error {
-        line.push_str(&format!(" {error:?}"));
+/// Rows of cells as aligned lines: each cell escaped as human output is (so its width is the
+/// width shown) and padded to its column's widest cell, the last column unpadded, trailing
+/// spaces trimmed.
+pub(crate) fn table<const N: usize>(rows: Vec<[String; N]>) -> Vec<String> {
+    let rows: Vec<[String; N]> = rows
+        .into_iter()
+        .map(|row| row.map(|cell| escape_controls(&cell)))
+        .collect();
+    let mut widths = [0usize; N];
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
     }
-    line.trim_end().to_owned()
+    rows.iter()
+        .map(|row| {
+            let mut line = String::new();
+            for (n, (cell, width)) in row.iter().zip(widths).enumerate() {
+                if n > 0 {
+                    line.push(' ');
+                }
+                line.push_str(cell);
+                if n + 1 < N {
+                    line.extend(std::iter::repeat_n(' ', width - cell.chars().count()));
+                }
+            }
+            line.trim_end().to_owned()
+        })
+        .collect()
 }
 
 pub(crate) fn state_json(state: Option<&JobState>) -> Value {

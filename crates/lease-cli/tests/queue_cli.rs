@@ -214,6 +214,75 @@ fn cancel_refuses_the_holder_and_refusals_exit_3_with_the_reason_on_stderr() {
     assert_eq!(state["status"], "cancelled");
 }
 
+/// The columns of a table line, cut where the header's headings start (char positions).
+fn columns(header: &str, line: &str) -> Vec<String> {
+    let starts: Vec<usize> = header
+        .char_indices()
+        .filter(|&(i, c)| c != ' ' && (i == 0 || header[..i].ends_with(' ')))
+        .map(|(i, _)| header[..i].chars().count())
+        .collect();
+    let chars: Vec<char> = line.chars().collect();
+    starts
+        .iter()
+        .enumerate()
+        .map(|(n, &start)| {
+            if start > 0 {
+                assert_eq!(
+                    chars.get(start - 1).copied().unwrap_or(' '),
+                    ' ',
+                    "a value runs into column {n} of {line:?} (header {header:?})"
+                );
+            }
+            let end = starts.get(n + 1).map_or(chars.len(), |&e| e.min(chars.len()));
+            chars
+                .get(start.min(chars.len())..end)
+                .map(|c| c.iter().collect::<String>().trim_end().to_owned())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+#[test]
+fn list_lines_each_value_up_under_its_heading_whatever_its_length() {
+    let (_dir, db) = fresh_db();
+    let long = "report-2026-12-03-for-a-customer-with-a-long-name";
+    json_of(&db, &["enqueue", "job-1", "--queue", "mail"], 0);
+    json_of(&db, &["enqueue", long, "--queue", "reports-for-customers"], 0);
+    json_of(&db, &["enqueue", "ü-ß", "--queue", "q"], 0);
+    json_of(
+        &db,
+        &["claim", "job-1", "--owner", "w", "--now", "100", "--ttl", "60"],
+        0,
+    );
+    json_of(
+        &db,
+        &[
+            "fail", "job-1", "--owner", "w", "--fence", "1", "--now", "101", "--error",
+            "line one\nline two", "--no-retry",
+        ],
+        0,
+    );
+    let out = lease(&db, &["list", "--now", "102"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    let header = columns(lines[0], lines[0]);
+    assert_eq!(
+        header,
+        ["ID", "QUEUE", "STATUS", "FENCE", "ATTEMPTS", "WHEN", "ERROR"]
+    );
+    let rows: Vec<Vec<String>> = lines[1..].iter().map(|l| columns(lines[0], l)).collect();
+    assert_eq!(
+        rows,
+        [
+            vec!["job-1", "mail", "dead", "1", "0/5", "", "\"line one\\nline two\""],
+            vec![long, "reports-for-customers", "pending", "0", "0/5", "due now", ""],
+            vec!["ü-ß", "q", "pending", "0", "0/5", "due now", ""],
+        ]
+    );
+}
+
 #[test]
 fn list_stats_and_purge() {
     let (_dir, db) = fresh_db();
