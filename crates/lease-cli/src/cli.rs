@@ -675,7 +675,11 @@ pub(crate) enum GuardCommand {
         url: String,
         /// The key.
         key: String,
-        /// The holder's fence.
+        /// The holder's job, as `put` takes it (a delete leaves no value to record it with;
+        /// it is named in the answer).
+        #[arg(long, env = "LEASE_JOB")]
+        job: Option<String>,
+        /// The holder's fence (`lease work` gives each program LEASE_FENCE).
         #[arg(long, env = "LEASE_FENCE")]
         fence: u64,
     },
@@ -701,8 +705,8 @@ pub(crate) enum GuardRequest {
     },
     /// Read a value.
     Get(String, lease_guard::value::GuardKey),
-    /// Delete a value under a fence.
-    Delete(String, lease_guard::value::GuardKey, Fence),
+    /// Delete a value under a fence, for a job if named.
+    Delete(String, lease_guard::value::GuardKey, Fence, Option<String>),
 }
 
 /// What `lease serve` runs with, checked.
@@ -1244,7 +1248,8 @@ fn guard_request(command: GuardCommand, read: ReadInput<'_>) -> Result<GuardRequ
         GuardCommand::Delete {
             url,
             key: k,
+            job,
             fence: f,
-        } => GuardRequest::Delete(url, key(k)?, fence(f)?),
+        } => GuardRequest::Delete(url, key(k)?, fence(f)?, job),
     })
 }

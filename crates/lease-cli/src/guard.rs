@@ -41,13 +41,17 @@ pub(crate) async fn run(request: GuardRequest) -> Result<Report, String> {
                 .map_err(|e| format!("{url}: {e}"))?;
             Ok(admission(outcome, &format!("wrote {key}"), fence))
         }
-        GuardRequest::Delete(url, key, fence) => {
+        GuardRequest::Delete(url, key, fence, job) => {
             let guard = open(&url).await?;
             let outcome = guard
                 .delete(&key, fence)
                 .await
                 .map_err(|e| format!("{url}: {e}"))?;
-            Ok(admission(outcome, &format!("deleted {key}"), fence))
+            let done = match job {
+                Some(job) => format!("deleted {key} for job {job}"),
+                None => format!("deleted {key}"),
+            };
+            Ok(admission(outcome, &done, fence))
         }
         GuardRequest::Get(url, key) => {
             let guard = open(&url).await?;

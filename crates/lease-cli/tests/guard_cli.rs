@@ -168,13 +168,30 @@ fn the_story(db: &Path, resource: &Resource, key: &str) {
         plain.stdout,
         format!("result of {key} from B at fence 2").into_bytes()
     );
-    // B deletes under its fence; the fence stays, so A is still refused.
-    let deleted = guard(&["delete", &resource.url, key, "--fence", "2"], &env);
+    // A's late delete, in the shape of its put (LEASE_JOB and LEASE_FENCE): refused.
+    let late_delete = guard(&["delete", &resource.url, key], &late_env);
+    assert_eq!(
+        late_delete.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&late_delete.stderr)
+    );
+    // B deletes under its fence, naming its job as put does; the fence stays, so A is still
+    // refused.
+    let deleted = guard(
+        &["delete", &resource.url, key, "--job", key, "--fence", "2"],
+        &env,
+    );
     assert_eq!(
         deleted.status.code(),
         Some(0),
         "{}",
         String::from_utf8_lossy(&deleted.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&deleted.stdout).contains(&format!("for job {key}")),
+        "{}",
+        String::from_utf8_lossy(&deleted.stdout)
     );
     let absent = guard(&["get", &resource.url, key, "--json"], &env);
     assert_eq!(absent.status.code(), Some(3));
