@@ -958,6 +958,55 @@ async fn an_admin_pauses_limits_and_schedules_from_the_page_and_a_job_shows_its_
         2,
         "a claim for 3 past a limit of 2 set on the page"
     );
+    // On a desktop (1280 pixels) the overview fits without sideways scrolling, with every
+    // column in sight: a long queue name, a pause until a time, a limit and a timeout.
+    let long_queue = "notifications-for-enterprise-customers";
+    assert_eq!(
+        lease(&db, &["enqueue", "n1", "--queue", long_queue])
+            .status
+            .code(),
+        Some(0)
+    );
+    for (path, body) in [
+        (
+            format!("/v1/queues/{long_queue}/pause"),
+            json!({"until": now() + 86_400.0}),
+        ),
+        (
+            format!("/v1/queues/{long_queue}/limits"),
+            json!({"concurrency": 25, "timeout": 3600}),
+        ),
+    ] {
+        let method = if path.ends_with("limits") { "PUT" } else { "POST" };
+        let (code, body) = server.call(method, &path, &as_admin, &body.to_string());
+        assert_eq!(code, 200, "{body}");
+    }
+    session
+        .page
+        .execute(SetDeviceMetricsOverrideParams::new(1280, 900, 1.0, false))
+        .await
+        .unwrap();
+    let long_flow = format!(
+        "([...document.querySelectorAll('#queues tbody tr')].find(r => r.cells[0].innerText === '{long_queue}')?.cells[9].innerText ?? '')"
+    );
+    session
+        .until(
+            "the long queue's flow control",
+            &format!("{long_flow}.includes('timeout')"),
+        )
+        .await;
+    session.screenshot("9b-overview-on-a-desktop").await;
+    let box_fits = "(() => { const b = document.querySelector('#overview .scroll'); return b.scrollWidth <= b.clientWidth; })()";
+    assert_eq!(
+        (
+            session
+                .eval("document.documentElement.scrollWidth <= window.innerWidth")
+                .await,
+            session.eval(box_fits).await,
+        ),
+        (json!(true), json!(true)),
+        "the overview scrolls sideways on a 1280-pixel desktop"
+    );
     // A schedule from the form: listed with its next tick, then removed.
     session
         .eval("document.getElementById('schedule-name').value = 'nightly'; document.getElementById('schedule-cron').value = '0 3 * * *'; document.getElementById('schedule-zone').value = 'Europe/Paris'; document.getElementById('schedule-queue').value = 'reports'")

@@ -75,12 +75,19 @@ pub(crate) struct Queues {
     security(("api_key" = []), ("session" = [])))]
 pub(crate) async fn queues(State(app): AppState, _: Viewer) -> Answer {
     let now = now(&app, None)?;
+    let body = queues_body(&app, now).await?;
+    Ok(json_response(StatusCode::OK, body))
+}
+
+/// Every queue's settings judged at `now`, as `GET /v1/queues` and the event stream's
+/// `queues` event give them.
+pub(crate) async fn queues_body(app: &App, now: Timestamp) -> Result<Queues, Problem> {
     let queues = app.store.queues().await.map_err(|e| Problem::store(&e))?;
     let queues = queues
         .iter()
         .map(|(queue, settings)| QueueView::of(queue, settings, now))
         .collect();
-    Ok(json_response(StatusCode::OK, Queues { queues }))
+    Ok(Queues { queues })
 }
 
 /// Pause a queue.

@@ -207,6 +207,8 @@ pub(crate) enum EventName {
     Refusals,
     /// The last hour, as `GET /v1/activity` answers.
     Activity,
+    /// Every queue's settings, as `GET /v1/queues` answers.
+    Queues,
 }
 
 impl EventName {
@@ -215,6 +217,7 @@ impl EventName {
             Self::Stats => "stats",
             Self::Refusals => "refusals",
             Self::Activity => "activity",
+            Self::Queues => "queues",
         };
         Event::default().event(name).data(data)
     }
@@ -230,6 +233,9 @@ pub(crate) struct Snapshot {
     /// The last hour's activity, as `GET /v1/activity` answers (read with every
     /// `ACTIVITY_EVERY`th reading of the counts: its charts move by the minute).
     activity: String,
+    /// `{"queues": [...]}` as `GET /v1/queues` answers (read with the counts: a pause or a
+    /// limit set through another server or the CLI shows as the counts do).
+    queues: String,
 }
 
 /// How many readings of the counts reuse one reading of the activity.
@@ -285,9 +291,12 @@ async fn snapshot(
     let now = (app.config.clock)();
     let refusals = refusals_json(app).await?;
     let counts = counts || previous.is_none_or(|p| p.refusals != refusals);
-    let stats = match previous {
-        Some(previous) if !counts => previous.stats.clone(),
-        _ => crate::api::stats_body(app, now).await.ok()?.to_string(),
+    let (stats, queues) = match previous {
+        Some(previous) if !counts => (previous.stats.clone(), previous.queues.clone()),
+        _ => (
+            crate::api::stats_body(app, now).await.ok()?.to_string(),
+            serde_json::to_string(&crate::control::queues_body(app, now).await.ok()?).ok()?,
+        ),
     };
     let activity = match previous {
         Some(previous) if !(counts && tick % ACTIVITY_EVERY == 0) => previous.activity.clone(),
@@ -300,6 +309,7 @@ async fn snapshot(
         stats,
         refusals,
         activity,
+        queues,
     })
 }
 
@@ -379,7 +389,7 @@ async fn closing(receiver: Option<watch::Receiver<bool>>) {
 
 #[utoipa::path(get, path = "/v1/events", tag = "page",
     responses(
-        (status = 200, description = "Server-sent events: `stats` (as GET /v1/stats answers), `refusals` (the newest 50, as GET /v1/refusals answers) and `activity` (the last hour, as GET /v1/activity answers), each sent when it changes, the first of each at once", content_type = "text/event-stream", body = StreamEvent),
+        (status = 200, description = "Server-sent events: `stats` (as GET /v1/stats answers), `refusals` (the newest 50, as GET /v1/refusals answers), `activity` (the last hour, as GET /v1/activity answers) and `queues` (every queue's settings, as GET /v1/queues answers), each sent when it changes, the first of each at once", content_type = "text/event-stream", body = StreamEvent),
         (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
     ),
     security(("api_key" = []), ("session" = [])))]
@@ -413,6 +423,9 @@ pub(crate) async fn events(State(app): AppState, _: Viewer) -> Result<Response, 
                         }
                         if before.is_none_or(|b| b.activity != now.activity) {
                             queued.push(EventName::Activity.event(&now.activity));
+                        }
+                        if before.is_none_or(|b| b.queues != now.queues) {
+                            queued.push(EventName::Queues.event(&now.queues));
                         }
                         sent = Some(now);
                         if !queued.is_empty() {

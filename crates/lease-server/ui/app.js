@@ -218,7 +218,7 @@ function renderQueues() {
     if (oldest !== null && oldest !== undefined) wait.title = `due since Unix ${oldest}`;
     for (const status of ['running', 'done', 'dead', 'cancelled']) cell(row, num(q[status]), 'num');
     cell(row, chart(activity[name]));
-    cell(row, flow(settings[name]), settings[name] && settings[name].paused ? 'paused' : undefined);
+    cell(row, flow(settings[name]), settings[name] && settings[name].paused ? 'flow paused' : 'flow');
     if (isAdmin()) {
       const paused = !!(settings[name] && settings[name].paused);
       const button = el('button', paused ? 'Resume…' : 'Pause…', paused ? undefined : 'danger');
@@ -334,6 +334,10 @@ function startEvents() {
   });
   source.addEventListener('activity', (e) => {
     state.activity = JSON.parse(e.data);
+    renderQueues();
+  });
+  source.addEventListener('queues', (e) => {
+    state.queues = JSON.parse(e.data).queues;
     renderQueues();
   });
   source.addEventListener('refusals', (e) => {
