@@ -1,6 +1,6 @@
 //! Project tasks: `cargo xtask test` gets what the tests need and runs them; `cargo xtask ci`
-//! runs every check CI runs; `cargo xtask bench` runs the benchmarks; `cargo xtask mutants`
-//! runs mutation testing.
+//! runs every check CI runs; `cargo xtask schemathesis` is the longer API search on a fresh
+//! seed; `cargo xtask bench` runs the benchmarks; `cargo xtask mutants` runs mutation testing.
 
 mod needs;
 mod peers;
@@ -121,6 +121,36 @@ fn test(rest: &[String]) -> Result<(), String> {
     // lease binary they start is built either way).
     let python = target_dir().and_then(|target| python::test(root, &target, &[]));
     rust.and(python)
+}
+
+/// The longer schemathesis search run before every stop (CI replays the fixed seed): a fresh
+/// random seed, printed, and 50 examples per operation, on SQLite and PostgreSQL.
+/// `cargo xtask schemathesis [EXAMPLES]` sets the examples.
+fn schemathesis(rest: &[String]) -> Result<(), String> {
+    needs::ensure()?;
+    let examples = rest.first().map_or("50", String::as_str);
+    if examples.parse::<u32>().is_err() {
+        return Err(format!(
+            "examples per operation: {examples:?} is not a number"
+        ));
+    }
+    cargo(
+        &[
+            "test",
+            "-p",
+            "lease-cli",
+            "--test",
+            "schemathesis",
+            "--",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ],
+        &[
+            ("LEASE_SCHEMATHESIS_SEED", "random"),
+            ("LEASE_SCHEMATHESIS_EXAMPLES", examples),
+        ],
+    )
 }
 
 /// Every check CI runs, in order, stopping at the first failure.
@@ -339,8 +369,9 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("bench") => bench(&args[1..]),
         Some("mutants") => mutants(&args[1..]),
+        Some("schemathesis") => schemathesis(&args[1..]),
         _ => Err(
-            "usage: cargo xtask <test [-- cargo test options | --python [-- pytest options]] | ci | bench [--quick | --python | --peers] | mutants [SCOPE...] [-- cargo-mutants options]>"
+            "usage: cargo xtask <test [-- cargo test options | --python [-- pytest options]] | ci | schemathesis [EXAMPLES] | bench [--quick | --python | --peers] | mutants [SCOPE...] [-- cargo-mutants options]>"
                 .to_owned(),
         ),
     };

@@ -977,7 +977,11 @@ async fn an_admin_pauses_limits_and_schedules_from_the_page_and_a_job_shows_its_
             json!({"concurrency": 25, "timeout": 3600}),
         ),
     ] {
-        let method = if path.ends_with("limits") { "PUT" } else { "POST" };
+        let method = if path.ends_with("limits") {
+            "PUT"
+        } else {
+            "POST"
+        };
         let (code, body) = server.call(method, &path, &as_admin, &body.to_string());
         assert_eq!(code, 200, "{body}");
     }

@@ -233,7 +233,9 @@ fn columns(header: &str, line: &str) -> Vec<String> {
                     "a value runs into column {n} of {line:?} (header {header:?})"
                 );
             }
-            let end = starts.get(n + 1).map_or(chars.len(), |&e| e.min(chars.len()));
+            let end = starts
+                .get(n + 1)
+                .map_or(chars.len(), |&e| e.min(chars.len()));
             chars
                 .get(start.min(chars.len())..end)
                 .map(|c| c.iter().collect::<String>().trim_end().to_owned())
@@ -247,18 +249,33 @@ fn list_lines_each_value_up_under_its_heading_whatever_its_length() {
     let (_dir, db) = fresh_db();
     let long = "report-2026-12-03-for-a-customer-with-a-long-name";
     json_of(&db, &["enqueue", "job-1", "--queue", "mail"], 0);
-    json_of(&db, &["enqueue", long, "--queue", "reports-for-customers"], 0);
+    json_of(
+        &db,
+        &["enqueue", long, "--queue", "reports-for-customers"],
+        0,
+    );
     json_of(&db, &["enqueue", "ü-ß", "--queue", "q"], 0);
     json_of(
         &db,
-        &["claim", "job-1", "--owner", "w", "--now", "100", "--ttl", "60"],
+        &[
+            "claim", "job-1", "--owner", "w", "--now", "100", "--ttl", "60",
+        ],
         0,
     );
     json_of(
         &db,
         &[
-            "fail", "job-1", "--owner", "w", "--fence", "1", "--now", "101", "--error",
-            "line one\nline two", "--no-retry",
+            "fail",
+            "job-1",
+            "--owner",
+            "w",
+            "--fence",
+            "1",
+            "--now",
+            "101",
+            "--error",
+            "line one\nline two",
+            "--no-retry",
         ],
         0,
     );
@@ -270,14 +287,32 @@ fn list_lines_each_value_up_under_its_heading_whatever_its_length() {
     let header = columns(lines[0], lines[0]);
     assert_eq!(
         header,
-        ["ID", "QUEUE", "STATUS", "FENCE", "ATTEMPTS", "WHEN", "ERROR"]
+        [
+            "ID", "QUEUE", "STATUS", "FENCE", "ATTEMPTS", "WHEN", "ERROR"
+        ]
     );
     let rows: Vec<Vec<String>> = lines[1..].iter().map(|l| columns(lines[0], l)).collect();
     assert_eq!(
         rows,
         [
-            vec!["job-1", "mail", "dead", "1", "0/5", "", "\"line one\\nline two\""],
-            vec![long, "reports-for-customers", "pending", "0", "0/5", "due now", ""],
+            vec![
+                "job-1",
+                "mail",
+                "dead",
+                "1",
+                "0/5",
+                "",
+                "\"line one\\nline two\""
+            ],
+            vec![
+                long,
+                "reports-for-customers",
+                "pending",
+                "0",
+                "0/5",
+                "due now",
+                ""
+            ],
             vec!["ü-ß", "q", "pending", "0", "0/5", "due now", ""],
         ]
     );

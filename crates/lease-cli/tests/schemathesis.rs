@@ -4,8 +4,15 @@
 //! does not is refused, and every answer is as the document says.
 //!
 //! `cargo xtask test` installs the pinned schemathesis. The run here is short (a fixed seed
-//! and `LEASE_SCHEMATHESIS_EXAMPLES` examples per operation, 10 by default); set the variable
-//! higher, and `LEASE_SCHEMATHESIS_SEED` to another seed, for a longer search.
+//! and `LEASE_SCHEMATHESIS_EXAMPLES` examples per operation, 10 by default), so CI replays
+//! the same search. `cargo xtask schemathesis` is the longer search run before every stop: a
+//! fresh random seed (`LEASE_SCHEMATHESIS_SEED=random`, printed so that a failure can be
+//! replayed with it) and 50 examples per operation.
+//!
+//! Every run also checks what it reached: the stateful phase, following the document's links
+//! from a claim to its lease's writes with the lease's token, must have had a renew, a
+//! fail and a release accepted (the server's own counters say so), so a run that never got
+//! past the fuzzing of those routes with random data does not pass.
 
 mod support;
 
@@ -20,6 +27,37 @@ const PINNED: &str = "4.32.5";
 
 fn setting(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+/// The seed of the run: `LEASE_SCHEMATHESIS_SEED`, 1 by default; `random` draws one.
+fn seed() -> String {
+    match setting("LEASE_SCHEMATHESIS_SEED", "1").as_str() {
+        "random" => {
+            use std::hash::{BuildHasher, Hasher};
+            let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+            hasher.write_u128(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_nanos(),
+            );
+            (hasher.finish() % 1_000_000_000).to_string()
+        }
+        fixed => fixed.to_owned(),
+    }
+}
+
+/// How many of `operation`'s writes the server accepted, from its `/metrics` text.
+fn accepted(metrics: &str, operation: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|line| {
+            line.starts_with("lease_operations_total{")
+                && line.contains(&format!("operation=\"{operation}\""))
+                && line.contains("outcome=\"accepted\"")
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 /// Runs schemathesis against a server over `db` and asserts it found nothing.
@@ -39,7 +77,15 @@ fn nothing_found_over(db: &Path) {
         .to_owned();
     // An event stream ends after half a second (the page would reconnect), so that each
     // request schemathesis makes to `GET /v1/events` is answered whole, not cut by its timeout.
-    let server = Server::start(db, &["--events-lifetime", "0.5"], &[]);
+    // With the audit trail on, so that the refusals the run provokes (every kind of holder
+    // write) are recorded and `GET /v1/refusals` and the event stream read them back.
+    let server = Server::start(db, &["--audit", "--events-lifetime", "0.5"], &[]);
+    let (seed, examples) = (seed(), setting("LEASE_SCHEMATHESIS_EXAMPLES", "10"));
+    // Printed (and kept by the test harness with a failure) so that the run can be replayed.
+    eprintln!(
+        "schemathesis: seed {seed}, {examples} examples per operation, against {}",
+        db.display()
+    );
     // schemathesis keeps what it found between runs in its working directory: a fresh one
     // each time, so that one run cannot make the next pass or fail.
     let work = tempfile::tempdir().unwrap();
@@ -53,11 +99,8 @@ fn nothing_found_over(db: &Path) {
         .args(["--config-file", &config, "run"])
         .arg(format!("http://{}/openapi.json", server.addr))
         .args(["--checks", "all", "--request-timeout", "25"])
-        .args([
-            "--max-examples",
-            &setting("LEASE_SCHEMATHESIS_EXAMPLES", "10"),
-        ])
-        .args(["--seed", &setting("LEASE_SCHEMATHESIS_SEED", "1")])
+        .args(["--max-examples", &examples])
+        .args(["--seed", &seed])
         .args(["-H", &format!("Authorization: Bearer {key}")])
         .env("NO_COLOR", "1")
         .output()
@@ -65,7 +108,7 @@ fn nothing_found_over(db: &Path) {
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "schemathesis found something:\n{report}\n{}",
+        "schemathesis (seed {seed}) found something:\n{report}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     // A run that tested nothing passes too: each phase must have run and passed.
@@ -84,6 +127,16 @@ fn nothing_found_over(db: &Path) {
         page["jobs"].as_array().is_some_and(|jobs| !jobs.is_empty()),
         "schemathesis left no job in the store: {page}"
     );
+    let (status, metrics) = server.call("GET", "/metrics", &[("Authorization", &auth)], "");
+    assert_eq!(status, 200, "{metrics}");
+    let metrics = metrics.as_str().unwrap_or_default().to_owned();
+    for operation in ["renew", "progress", "fail", "release", "complete"] {
+        assert!(
+            accepted(&metrics, operation) > 0.0,
+            "the run (seed {seed}) never had a {operation} accepted: the stateful phase did not \
+             reach it through the links from a claim\n{report}"
+        );
+    }
     let (code, log) = server.stop();
     assert_eq!(code, Some(0), "{log}");
 }

@@ -492,6 +492,7 @@ fn new_token() -> Result<(String, lease_domain::TokenDigest), Problem> {
             ("complete" = (operation_id = "complete", parameters(("path.id" = "$response.body#/leases/0/id"), ("header.Lease-Token" = "$response.body#/leases/0/lease_token")), request_body = json!({"fence": "$response.body#/leases/0/fence"}))),
             ("fail" = (operation_id = "fail", parameters(("path.id" = "$response.body#/leases/0/id"), ("header.Lease-Token" = "$response.body#/leases/0/lease_token")), request_body = json!({"fence": "$response.body#/leases/0/fence"}))),
             ("release" = (operation_id = "release", parameters(("path.id" = "$response.body#/leases/0/id"), ("header.Lease-Token" = "$response.body#/leases/0/lease_token")), request_body = json!({"fence": "$response.body#/leases/0/fence"}))),
+            ("progress" = (operation_id = "progress", parameters(("path.id" = "$response.body#/leases/0/id"), ("header.Lease-Token" = "$response.body#/leases/0/lease_token")), request_body = json!({"fence": "$response.body#/leases/0/fence"}))),
             ("get_job" = (operation_id = "get_job", parameters(("path.id" = "$response.body#/leases/0/id")))),
         )),
         (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
@@ -568,6 +569,9 @@ pub(crate) struct ClaimOneBody {
         (status = 200, description = "The lease", body = LeaseView, links(
             ("renew" = (operation_id = "renew", parameters(("path.id" = "$response.body#/id"), ("header.Lease-Token" = "$response.body#/lease_token")), request_body = json!({"fence": "$response.body#/fence"}))),
             ("complete" = (operation_id = "complete", parameters(("path.id" = "$response.body#/id"), ("header.Lease-Token" = "$response.body#/lease_token")), request_body = json!({"fence": "$response.body#/fence"}))),
+            ("fail" = (operation_id = "fail", parameters(("path.id" = "$response.body#/id"), ("header.Lease-Token" = "$response.body#/lease_token")), request_body = json!({"fence": "$response.body#/fence"}))),
+            ("release" = (operation_id = "release", parameters(("path.id" = "$response.body#/id"), ("header.Lease-Token" = "$response.body#/lease_token")), request_body = json!({"fence": "$response.body#/fence"}))),
+            ("progress" = (operation_id = "progress", parameters(("path.id" = "$response.body#/id"), ("header.Lease-Token" = "$response.body#/lease_token")), request_body = json!({"fence": "$response.body#/fence"}))),
         )),
         (status = "4XX", description = "Refused: 404 no such job, 409 live, done, cancelled, dead or not_due", body = ProblemBody, content_type = "application/problem+json"),
     ),

@@ -6,9 +6,28 @@ time waiting. Here a `wait` the document allows (0 to 20) is scaled to a fortiet
 (still within the document, so a positive case stays positive); a `wait` outside it is left
 as drawn, so the server's refusal of it is still checked. Long polls themselves are tested in
 crates/lease-server/tests/api.rs.
+
+In the stateful phase, which follows the document's links from an enqueue to a claim and from
+a claim to its lease's writes (renew, progress, complete, fail, release, with the lease's
+token), a claim asks for a lease long enough for the next steps to find it live (300 s, within
+the document): a lease drawn at a millisecond has expired before its holder's next write, so
+every write the links lead to would be refused and none of them would be tested as accepted.
+For the same reason an enqueue in the stateful phase is due at once (no `run_at`), and a
+holder's write names no `owner` of its own (it writes as the lease's owner).
+The other phases keep the drawn `ttl`, bounds included.
 """
 
 import schemathesis
+
+
+CLAIMS = ("/v1/queues/{queue}/claims", "/v1/jobs/{id}/claim")
+HOLDER_WRITES = tuple(
+    f"/v1/jobs/{{id}}/{write}" for write in ("renew", "progress", "complete", "fail", "release")
+)
+
+
+def number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 @schemathesis.hook
@@ -16,6 +35,17 @@ def map_case(context, case):
     body = case.body
     if case.operation.path == "/v1/queues/{queue}/claims" and isinstance(body, dict):
         wait = body.get("wait")
-        if isinstance(wait, (int, float)) and not isinstance(wait, bool) and 0 <= wait <= 20:
+        if number(wait) and 0 <= wait <= 20:
             body["wait"] = wait / 40
+    meta = case.meta
+    stateful = meta is not None and str(meta.phase.name) == "stateful"
+    if stateful and case.operation.path in CLAIMS and isinstance(body, dict):
+        if number(body.get("ttl")) and 0 < body["ttl"] < 300:
+            body["ttl"] = 300
+    if stateful and case.operation.path in HOLDER_WRITES and isinstance(body, dict):
+        # Written as the lease's own owner (a drawn one is refused as not the owner).
+        body.pop("owner", None)
+    if stateful and case.operation.path == "/v1/queues/{queue}/jobs" and isinstance(body, dict):
+        # Due now, so that the claim the links lead to finds it.
+        body.pop("run_at", None)
     return case
