@@ -9,6 +9,7 @@
 pub mod audit;
 pub mod codec;
 pub mod control;
+pub mod decorate;
 mod error;
 #[cfg(feature = "conformance")]
 pub mod history;

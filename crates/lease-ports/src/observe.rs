@@ -6,21 +6,23 @@
 //!   was decided against: it counts refusals by reason and records how late an expired write
 //!   came and how long an expired lease waited to be claimed again; it returns the
 //!   [`Refusal`] an audit trail stores.
-//! - [`Observed`] wraps any store: one span per operation (job, owner, fence, outcome, refusal
-//!   reason), an operation counter by kind and outcome, and a latency histogram; `stats` also
-//!   sets the jobs-per-queue-and-status gauges.
+//! - [`Observed`] wraps any store ([`Observe`]'s hooks on a [`Decorated`] store): one span per
+//!   operation of the queue and its control (job, owner, fence, outcome, refusal reason), an
+//!   operation counter by kind and outcome, and a latency histogram; `stats` also sets the
+//!   jobs-per-queue-and-status gauges. Reads of the control, the audit trail, the overview and
+//!   the keys pass through uncounted (key calls carry digests that spans must not carry).
 
-use std::future::Future;
-use std::time::Instant;
+use std::any::Any;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use lease_domain::{
-    Command, EnqueueSpec, Fence, Job, JobId, Outcome, Owner, QueueName, Refusal, Status, Timestamp,
+    Command, Fence, Job, JobId, Outcome, Owner, QueueName, Refusal, Status, Timestamp,
     WriteRefused, reclaim_delay, reclaim_delay_at, refusal,
 };
-use tracing::Instrument;
 
-use crate::{Applied, ClaimNext, JobRecord, Lease, LeaseStore, ListFilter, StatsRow, StoreError};
+use crate::decorate::{Call, Decorated, Hooks};
+use crate::{Applied, Lease, StatsRow, StoreError};
 
 /// The metric names (Prometheus style).
 pub mod names {
@@ -91,60 +93,130 @@ pub fn leased_next(job: &Job, now: Timestamp) {
 }
 
 /// A store whose every operation is a span, counted and timed.
-#[derive(Debug)]
-pub struct Observed<S: ?Sized> {
-    inner: std::sync::Arc<S>,
+pub type Observed<S> = Decorated<S, Observe>;
+
+impl<S: ?Sized> Decorated<S, Observe> {
+    /// Wraps `inner` (any store, `dyn LeaseStore` included).
+    pub fn new(inner: std::sync::Arc<S>) -> Self {
+        Decorated::with(inner, Observe)
+    }
 }
 
-impl<S: ?Sized> Clone for Observed<S> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: std::sync::Arc::clone(&self.inner),
+/// The hooks of [`Observed`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Observe;
+
+/// An observed operation: its name and its span.
+#[derive(Debug)]
+pub struct Observing {
+    operation: &'static str,
+    span: tracing::Span,
+}
+
+#[async_trait]
+impl Hooks for Observe {
+    type Ticket = Option<Observing>;
+
+    async fn before(&self, call: &Call<'_>) -> Result<Option<Observing>, StoreError> {
+        let (operation, job, owner, fence) = match *call {
+            Call::Apply { job, command, then } => {
+                // The operations keep the names the port's methods had.
+                let operation = match (command, then) {
+                    (Command::Complete(..), Some(_)) => "complete_and_claim_next",
+                    (command, _) => command.name(),
+                };
+                (
+                    operation,
+                    Some(job),
+                    owner_of(command),
+                    command.holder_fence(),
+                )
+            }
+            Call::ClaimNext(claim) => ("claim_next", None, Some(&claim.owner), None),
+            Call::EnqueueMany(_) => ("enqueue_many", None, None, None),
+            Call::Record(job) => ("record", Some(job), None, None),
+            Call::Purge(..) => ("purge", None, None, None),
+            Call::List(_) => ("list", None, None, None),
+            Call::Stats(_) => ("stats", None, None, None),
+            Call::ChangeQueue(..) => ("change_queue", None, None, None),
+            Call::PutSchedule(..) => ("put_schedule", None, None, None),
+            Call::RemoveSchedule(_) => ("remove_schedule", None, None, None),
+            Call::FireSchedule(_) => ("fire_schedule", None, None, None),
+            _ => return Ok(None),
+        };
+        Ok(Some(Observing {
+            operation,
+            span: span(operation, job, owner, fence),
+        }))
+    }
+
+    fn span(&self, ticket: &Option<Observing>) -> tracing::Span {
+        ticket
+            .as_ref()
+            .map_or_else(tracing::Span::none, |t| t.span.clone())
+    }
+
+    fn after(
+        &self,
+        ticket: Option<Observing>,
+        answer: Result<&dyn Any, &StoreError>,
+        took: Duration,
+    ) {
+        let Some(Observing { operation, span }) = ticket else {
+            return;
+        };
+        let (outcome, reason) = match answer {
+            Ok(value) => judge(operation, value, &span),
+            Err(e) => ("error", Some(e.to_string())),
+        };
+        span.record("outcome", outcome);
+        if let Some(reason) = &reason {
+            span.record("reason", reason.as_str());
+        }
+        metrics::counter!(names::OPERATIONS, "operation" => operation, "outcome" => outcome)
+            .increment(1);
+        metrics::histogram!(names::OPERATION_SECONDS, "operation" => operation)
+            .record(took.as_secs_f64());
+        let _entered = span.enter();
+        match outcome {
+            "error" => tracing::warn!(reason = reason.as_deref(), "{operation} failed"),
+            "refused" => tracing::info!(reason = reason.as_deref(), "{operation} refused"),
+            _ => tracing::debug!("{operation} {outcome}"),
         }
     }
 }
 
-impl<S: ?Sized> Observed<S> {
-    /// Wraps `inner` (any store, `dyn LeaseStore` included).
-    pub fn new(inner: std::sync::Arc<S>) -> Self {
-        Self { inner }
+/// How an answer is counted, by the operation that gave it (`stats` also sets the gauges).
+fn judge(operation: &str, value: &dyn Any, span: &tracing::Span) -> (&'static str, Option<String>) {
+    let changed = |yes: bool| (if yes { "accepted" } else { "unchanged" }, None);
+    if let Some(applied) = value.downcast_ref::<Applied>() {
+        if let Outcome::Claimed(Ok(fence)) = &applied.outcome {
+            span.record("fence", fence.get());
+        }
+        return judged(&applied.outcome);
     }
-
-    /// The wrapped store.
-    pub fn inner(&self) -> &S {
-        &self.inner
+    if let Some(leases) = value.downcast_ref::<Vec<Lease>>() {
+        return leased(leases);
     }
-}
-
-/// Runs one operation inside `span`, then records its outcome (from `judge`) on the span and
-/// in the metrics.
-async fn observe<T>(
-    operation: &'static str,
-    span: tracing::Span,
-    call: impl Future<Output = Result<T, StoreError>>,
-    judge: impl FnOnce(&T) -> (&'static str, Option<String>),
-) -> Result<T, StoreError> {
-    let started = Instant::now();
-    let answer = call.instrument(span.clone()).await;
-    let (outcome, reason) = match &answer {
-        Ok(value) => judge(value),
-        Err(e) => ("error", Some(e.to_string())),
-    };
-    span.record("outcome", outcome);
-    if let Some(reason) = &reason {
-        span.record("reason", reason.as_str());
+    if let Some(rows) = value.downcast_ref::<Vec<StatsRow>>() {
+        set_gauges(rows);
+        return ("read", None);
     }
-    metrics::counter!(names::OPERATIONS, "operation" => operation, "outcome" => outcome)
-        .increment(1);
-    metrics::histogram!(names::OPERATION_SECONDS, "operation" => operation)
-        .record(started.elapsed().as_secs_f64());
-    let _entered = span.enter();
-    match outcome {
-        "error" => tracing::warn!(reason = reason.as_deref(), "{operation} failed"),
-        "refused" => tracing::info!(reason = reason.as_deref(), "{operation} refused"),
-        _ => tracing::debug!("{operation} {outcome}"),
+    match operation {
+        "enqueue_many" => changed(
+            value
+                .downcast_ref::<Vec<bool>>()
+                .is_some_and(|inserted| inserted.contains(&true)),
+        ),
+        "remove_schedule" => changed(value.downcast_ref::<bool>() == Some(&true)),
+        "fire_schedule" => changed(
+            value
+                .downcast_ref::<Option<Vec<bool>>>()
+                .is_some_and(Option::is_some),
+        ),
+        "purge" | "change_queue" | "put_schedule" => ("accepted", None),
+        _ => ("read", None),
     }
-    answer
 }
 
 fn span(
@@ -194,95 +266,6 @@ fn leased(leases: &[Lease]) -> (&'static str, Option<String>) {
         },
         None,
     )
-}
-
-#[async_trait]
-impl<S: LeaseStore + ?Sized> LeaseStore for Observed<S> {
-    async fn apply(
-        &self,
-        job: &JobId,
-        command: Command,
-        then: Option<ClaimNext>,
-    ) -> Result<Applied, StoreError> {
-        // The operations keep the names the port's methods had.
-        let operation = match (&command, &then) {
-            (Command::Complete(..), Some(_)) => "complete_and_claim_next",
-            (command, _) => command.name(),
-        };
-        let span = span(
-            operation,
-            Some(job),
-            owner_of(&command),
-            command.holder_fence(),
-        );
-        let recorded = span.clone();
-        observe(
-            operation,
-            span,
-            self.inner.apply(job, command, then),
-            move |applied| {
-                if let Outcome::Claimed(Ok(fence)) = &applied.outcome {
-                    recorded.record("fence", fence.get());
-                }
-                judged(&applied.outcome)
-            },
-        )
-        .await
-    }
-
-    async fn claim_next_with(&self, claim: &ClaimNext) -> Result<Vec<Lease>, StoreError> {
-        let span = span("claim_next", None, Some(&claim.owner), None);
-        observe(
-            "claim_next",
-            span,
-            self.inner.claim_next_with(claim),
-            |leases| leased(leases),
-        )
-        .await
-    }
-
-    async fn enqueue_many(&self, jobs: &[(JobId, EnqueueSpec)]) -> Result<Vec<bool>, StoreError> {
-        let span = span("enqueue_many", None, None, None);
-        observe(
-            "enqueue_many",
-            span,
-            self.inner.enqueue_many(jobs),
-            |inserted| {
-                let outcome = if inserted.contains(&true) {
-                    "accepted"
-                } else {
-                    "unchanged"
-                };
-                (outcome, None)
-            },
-        )
-        .await
-    }
-
-    async fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError> {
-        let span = span("record", Some(job), None, None);
-        observe("record", span, self.inner.record(job), |_| ("read", None)).await
-    }
-
-    async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError> {
-        let span = span("purge", None, None, None);
-        observe("purge", span, self.inner.purge(before, statuses), |_| {
-            ("accepted", None)
-        })
-        .await
-    }
-
-    async fn list(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError> {
-        let span = span("list", None, None, None);
-        observe("list", span, self.inner.list(filter), |_| ("read", None)).await
-    }
-
-    async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
-        let span = span("stats", None, None, None);
-        let rows = observe("stats", span, self.inner.stats(now), |_| ("read", None)).await?;
-        set_gauges(&rows);
-        Ok(rows)
-    }
 }
 
 /// Sets the jobs-per-queue-and-status gauges from `stats` rows (a status a queue has no job
@@ -346,151 +329,5 @@ pub fn set_queue_gauges(
         for (name, _, value) in queue_gauges(set, now) {
             metrics::gauge!(name, "queue" => queue.as_str().to_owned()).set(value.unwrap_or(0.0));
         }
-    }
-}
-
-/// The audit trail of the wrapped store, read as it is (reads of the trail are not counted).
-#[async_trait]
-impl<S: crate::audit::AuditTrail + ?Sized> crate::audit::AuditTrail for Observed<S> {
-    async fn refusals(
-        &self,
-        filter: &crate::audit::AuditFilter,
-    ) -> Result<Vec<crate::audit::AuditRow>, StoreError> {
-        self.inner.refusals(filter).await
-    }
-}
-
-/// The overview of the wrapped store, as it is (reads for an operator, not counted).
-#[async_trait]
-impl<S: crate::overview::Overview + ?Sized> crate::overview::Overview for Observed<S> {
-    async fn due(
-        &self,
-        now: lease_domain::Timestamp,
-    ) -> Result<Vec<crate::overview::DueRow>, StoreError> {
-        self.inner.due(now).await
-    }
-
-    async fn activity(
-        &self,
-        since: lease_domain::Timestamp,
-    ) -> Result<Vec<crate::overview::MinuteRow>, StoreError> {
-        self.inner.activity(since).await
-    }
-}
-
-/// The key store of the wrapped store, as it is (key reads are not store operations of the
-/// queue, and their arguments hold digests that spans must not carry).
-#[async_trait]
-impl<S: crate::keys::KeyStore + ?Sized> crate::keys::KeyStore for Observed<S> {
-    async fn add_key(
-        &self,
-        key: &crate::keys::KeyRecord,
-    ) -> Result<Result<(), lease_domain::KeyRefused>, StoreError> {
-        self.inner.add_key(key).await
-    }
-
-    async fn key(
-        &self,
-        id: &lease_domain::KeyId,
-    ) -> Result<Option<crate::keys::KeyRecord>, StoreError> {
-        self.inner.key(id).await
-    }
-
-    async fn keys(&self) -> Result<Vec<crate::keys::KeyRecord>, StoreError> {
-        self.inner.keys().await
-    }
-
-    async fn revoke_key(
-        &self,
-        id: &lease_domain::KeyId,
-        now: Timestamp,
-    ) -> Result<bool, StoreError> {
-        self.inner.revoke_key(id, now).await
-    }
-}
-
-/// The queue control and schedules of the wrapped store: changes and fires are spans and
-/// counted like the queue's operations; reads are passed through.
-#[async_trait]
-impl<S: crate::control::Control + ?Sized> crate::control::Control for Observed<S> {
-    async fn change_queue(
-        &self,
-        queue: &lease_domain::QueueName,
-        change: lease_domain::QueueChange,
-    ) -> Result<lease_domain::QueueSettings, StoreError> {
-        let span = span("change_queue", None, None, None);
-        observe(
-            "change_queue",
-            span,
-            self.inner.change_queue(queue, change),
-            |_| ("accepted", None),
-        )
-        .await
-    }
-
-    async fn queues(
-        &self,
-    ) -> Result<Vec<(lease_domain::QueueName, lease_domain::QueueSettings)>, StoreError> {
-        self.inner.queues().await
-    }
-
-    async fn settings_of(
-        &self,
-        queue: &lease_domain::QueueName,
-    ) -> Result<lease_domain::QueueSettings, StoreError> {
-        self.inner.settings_of(queue).await
-    }
-
-    async fn put_schedule(
-        &self,
-        spec: &lease_domain::ScheduleSpec,
-        now: Timestamp,
-    ) -> Result<lease_domain::Schedule, StoreError> {
-        let span = span("put_schedule", None, None, None);
-        observe(
-            "put_schedule",
-            span,
-            self.inner.put_schedule(spec, now),
-            |_| ("accepted", None),
-        )
-        .await
-    }
-
-    async fn remove_schedule(&self, name: &lease_domain::ScheduleName) -> Result<bool, StoreError> {
-        let span = span("remove_schedule", None, None, None);
-        observe(
-            "remove_schedule",
-            span,
-            self.inner.remove_schedule(name),
-            |removed| (if *removed { "accepted" } else { "unchanged" }, None),
-        )
-        .await
-    }
-
-    async fn schedules(&self) -> Result<Vec<lease_domain::Schedule>, StoreError> {
-        self.inner.schedules().await
-    }
-
-    async fn fire_schedule(
-        &self,
-        fire: &crate::control::Fire,
-    ) -> Result<Option<Vec<bool>>, StoreError> {
-        let span = span("fire_schedule", None, None, None);
-        observe(
-            "fire_schedule",
-            span,
-            self.inner.fire_schedule(fire),
-            |fired| {
-                (
-                    if fired.is_some() {
-                        "accepted"
-                    } else {
-                        "unchanged"
-                    },
-                    None,
-                )
-            },
-        )
-        .await
     }
 }

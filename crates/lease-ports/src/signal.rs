@@ -26,13 +26,3 @@ pub trait EnqueueSignal: Send + Sync {
 }
 
 impl EnqueueSignal for crate::memory::MemoryLeaseStore {}
-
-impl<S: EnqueueSignal + ?Sized> EnqueueSignal for crate::observe::Observed<S> {
-    fn watch(&self, wake: Wake) -> bool {
-        self.inner().watch(wake)
-    }
-
-    fn signal(&self, queue: &str, jobs: usize) {
-        self.inner().signal(queue, jobs);
-    }
-}

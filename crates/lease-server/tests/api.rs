@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use lease_domain::{KeyId, Principal, Scope, Timestamp};
+use lease_ports::decorate::{Call, Decorated, Hooks};
 use lease_ports::memory::MemoryLeaseStore;
 use lease_server::{ServiceConfig, ServiceStore, router, secrets};
 use serde_json::{Value, json};
@@ -824,177 +825,46 @@ async fn every_lease_of_a_claim_has_a_token_of_its_own() {
     assert_eq!(right.status, StatusCode::OK, "{}", right.body);
 }
 
-/// A store that counts the reads of a job's record and keeps the queue changes it was asked
-/// for, over the memory store.
-struct CountingReads {
-    inner: MemoryLeaseStore,
+/// Hooks that count the reads of a job's record and keep the queue changes the store was
+/// asked for (around the memory store).
+#[derive(Default)]
+struct Counting {
     records: AtomicU64,
     changes: std::sync::Mutex<Vec<lease_domain::QueueChange>>,
 }
 
-impl CountingReads {
-    fn new() -> Self {
-        Self {
-            inner: MemoryLeaseStore::new(),
-            records: AtomicU64::new(0),
-            changes: std::sync::Mutex::new(Vec::new()),
+#[async_trait::async_trait]
+impl Hooks for Counting {
+    type Ticket = ();
+
+    async fn before(&self, call: &Call<'_>) -> Result<(), lease_ports::StoreError> {
+        match call {
+            Call::Record(_) => {
+                self.records.fetch_add(1, Ordering::SeqCst);
+            }
+            Call::ChangeQueue(_, change) => self.changes.lock().unwrap().push(*change),
+            _ => {}
         }
+        Ok(())
     }
 }
 
-#[async_trait::async_trait]
-impl lease_ports::LeaseStore for CountingReads {
-    async fn apply(
-        &self,
-        job: &lease_domain::JobId,
-        command: lease_domain::Command,
-        then: Option<lease_ports::ClaimNext>,
-    ) -> Result<lease_ports::Applied, lease_ports::StoreError> {
-        self.inner.apply(job, command, then).await
-    }
-    async fn claim_next_with(
-        &self,
-        claim: &lease_ports::ClaimNext,
-    ) -> Result<Vec<lease_ports::Lease>, lease_ports::StoreError> {
-        self.inner.claim_next_with(claim).await
-    }
-    async fn enqueue_many(
-        &self,
-        jobs: &[(lease_domain::JobId, lease_domain::EnqueueSpec)],
-    ) -> Result<Vec<bool>, lease_ports::StoreError> {
-        self.inner.enqueue_many(jobs).await
-    }
-    async fn record(
-        &self,
-        job: &lease_domain::JobId,
-    ) -> Result<Option<lease_ports::JobRecord>, lease_ports::StoreError> {
-        self.records.fetch_add(1, Ordering::SeqCst);
-        self.inner.record(job).await
-    }
-    async fn purge(
-        &self,
-        before: Timestamp,
-        statuses: &[lease_domain::Status],
-    ) -> Result<u64, lease_ports::StoreError> {
-        self.inner.purge(before, statuses).await
-    }
-    async fn list(
-        &self,
-        filter: &lease_ports::ListFilter,
-    ) -> Result<Vec<lease_ports::JobRecord>, lease_ports::StoreError> {
-        self.inner.list(filter).await
-    }
-    async fn stats(
-        &self,
-        now: Timestamp,
-    ) -> Result<Vec<lease_ports::StatsRow>, lease_ports::StoreError> {
-        self.inner.stats(now).await
-    }
-}
-
-#[async_trait::async_trait]
-impl lease_ports::audit::AuditTrail for CountingReads {
-    async fn refusals(
-        &self,
-        filter: &lease_ports::audit::AuditFilter,
-    ) -> Result<Vec<lease_ports::audit::AuditRow>, lease_ports::StoreError> {
-        self.inner.refusals(filter).await
-    }
-}
-
-#[async_trait::async_trait]
-impl lease_ports::keys::KeyStore for CountingReads {
-    async fn add_key(
-        &self,
-        key: &lease_ports::keys::KeyRecord,
-    ) -> Result<Result<(), lease_domain::KeyRefused>, lease_ports::StoreError> {
-        self.inner.add_key(key).await
-    }
-    async fn key(
-        &self,
-        id: &KeyId,
-    ) -> Result<Option<lease_ports::keys::KeyRecord>, lease_ports::StoreError> {
-        self.inner.key(id).await
-    }
-    async fn keys(&self) -> Result<Vec<lease_ports::keys::KeyRecord>, lease_ports::StoreError> {
-        self.inner.keys().await
-    }
-    async fn revoke_key(
-        &self,
-        id: &KeyId,
-        now: Timestamp,
-    ) -> Result<bool, lease_ports::StoreError> {
-        self.inner.revoke_key(id, now).await
-    }
-}
-
-#[async_trait::async_trait]
-impl lease_ports::overview::Overview for CountingReads {
-    async fn due(
-        &self,
-        now: Timestamp,
-    ) -> Result<Vec<lease_ports::overview::DueRow>, lease_ports::StoreError> {
-        self.inner.due(now).await
-    }
-    async fn activity(
-        &self,
-        since: Timestamp,
-    ) -> Result<Vec<lease_ports::overview::MinuteRow>, lease_ports::StoreError> {
-        self.inner.activity(since).await
-    }
-}
-
-impl lease_ports::signal::EnqueueSignal for CountingReads {}
-
-#[async_trait::async_trait]
-impl lease_ports::control::Control for CountingReads {
-    async fn change_queue(
-        &self,
-        queue: &lease_domain::QueueName,
-        change: lease_domain::QueueChange,
-    ) -> Result<lease_domain::QueueSettings, lease_ports::StoreError> {
-        self.changes.lock().unwrap().push(change);
-        self.inner.change_queue(queue, change).await
-    }
-    async fn queues(
-        &self,
-    ) -> Result<Vec<(lease_domain::QueueName, lease_domain::QueueSettings)>, lease_ports::StoreError>
-    {
-        self.inner.queues().await
-    }
-    async fn put_schedule(
-        &self,
-        spec: &lease_domain::ScheduleSpec,
-        now: Timestamp,
-    ) -> Result<lease_domain::Schedule, lease_ports::StoreError> {
-        self.inner.put_schedule(spec, now).await
-    }
-    async fn remove_schedule(
-        &self,
-        name: &lease_domain::ScheduleName,
-    ) -> Result<bool, lease_ports::StoreError> {
-        self.inner.remove_schedule(name).await
-    }
-    async fn schedules(&self) -> Result<Vec<lease_domain::Schedule>, lease_ports::StoreError> {
-        self.inner.schedules().await
-    }
-    async fn fire_schedule(
-        &self,
-        fire: &lease_ports::control::Fire,
-    ) -> Result<Option<Vec<bool>>, lease_ports::StoreError> {
-        self.inner.fire_schedule(fire).await
-    }
+fn counting() -> Arc<Decorated<MemoryLeaseStore, Counting>> {
+    Arc::new(Decorated::with(
+        Arc::new(MemoryLeaseStore::new()),
+        Counting::default(),
+    ))
 }
 
 /// A holder's write is judged once, by the store, in its own write: the service reads no
 /// record before it, accepted or refused (it used to read the job, judge it, then write).
 #[tokio::test]
 async fn a_holder_s_write_is_judged_in_the_store_without_a_read_before_it() {
-    let store = Arc::new(CountingReads::new());
+    let store = counting();
     let s = service_over(store.clone()).await;
     s.enqueue("q", "j").await;
     let (_, fence, token) = s.claim("q", &s.worker, "ci", 30.0).await;
-    let before = store.records.load(Ordering::SeqCst);
+    let before = store.hooks().records.load(Ordering::SeqCst);
     let writes = [
         (
             "renew",
@@ -1019,7 +889,7 @@ async fn a_holder_s_write_is_judged_in_the_store_without_a_read_before_it() {
             .await;
     }
     assert_eq!(
-        store.records.load(Ordering::SeqCst),
+        store.hooks().records.load(Ordering::SeqCst),
         before,
         "the service read the job before a holder's write"
     );
@@ -1029,7 +899,7 @@ async fn a_holder_s_write_is_judged_in_the_store_without_a_read_before_it() {
 /// so the two are applied together or not at all (it used to make two).
 #[tokio::test]
 async fn a_limit_and_a_timeout_in_one_request_are_one_change_of_the_store() {
-    let store = Arc::new(CountingReads::new());
+    let store = counting();
     let s = service_over(store.clone()).await;
     let answer = s
         .send(
@@ -1044,7 +914,7 @@ async fn a_limit_and_a_timeout_in_one_request_are_one_change_of_the_store() {
         .await;
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
     assert_eq!(
-        *store.changes.lock().unwrap(),
+        *store.hooks().changes.lock().unwrap(),
         vec![lease_domain::QueueChange::Limits(
             lease_domain::Concurrency::new(2),
             None

@@ -2,6 +2,7 @@
 //! lands, killed workers leave every job completed exactly once, failures retry then
 //! dead-letter, cancel stops a handler, a panic fails one job, and shutdown drains then releases.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -12,22 +13,20 @@ use futures::future::BoxFuture;
 use lease_domain::{
     Backoff, EnqueueSpec, Fence, JobId, JobResult, Owner, QueueName, Retry, Status, Timestamp, Ttl,
 };
+use lease_ports::decorate::{Call, Decorated, Hooks};
 use lease_ports::memory::MemoryLeaseStore;
-use lease_ports::{
-    Applied, ClaimNext, Command, JobRecord, Lease, LeaseStore, ListFilter, Outcome, StatsRow,
-    StoreError,
-};
+use lease_ports::{Applied, Command, LeaseStore, Outcome, StoreError};
 use lease_worker::{
     CancellationToken, Clock, HandlerResult, JobContext, JobOutcome, JobReport, ManualClock,
     SystemClock, Worker, WorkerConfig,
 };
 
-/// A store in front of another: it can cut one owner off from renewing (a partition, or a
+/// Hooks in front of a store: they can cut one owner off from renewing (a partition, or a
 /// stalled process whose heartbeats never arrive), leave every renewal unanswered (a store
-/// locked by another process), make `claim_next` fail, and it counts renewals and the
-/// completions it accepted.
-struct Watched {
-    inner: Arc<dyn LeaseStore>,
+/// locked by another process), make `claim_next` fail, and they count renewals and the
+/// completions the store accepted.
+#[derive(Default)]
+struct Watch {
     cut_off: Mutex<Option<Owner>>,
     hang_renewals: AtomicBool,
     slow_completions: AtomicBool,
@@ -39,33 +38,24 @@ struct Watched {
     complete_calls: Mutex<Vec<Owner>>,
 }
 
-impl Watched {
-    fn new(inner: Arc<dyn LeaseStore>) -> Arc<Self> {
-        Arc::new(Self {
-            inner,
-            cut_off: Mutex::new(None),
-            hang_renewals: AtomicBool::new(false),
-            slow_completions: AtomicBool::new(false),
-            complete_error: AtomicBool::new(false),
-            claim_error: Mutex::new(None),
-            renewals: AtomicUsize::new(0),
-            empty_claims: AtomicUsize::new(0),
-            completed: Mutex::new(HashMap::new()),
-            complete_calls: Mutex::new(Vec::new()),
-        })
-    }
+/// A store watched by [`Watch`].
+type Watched = Decorated<dyn LeaseStore, Watch>;
+
+fn watched(inner: Arc<dyn LeaseStore>) -> Arc<Watched> {
+    Arc::new(Decorated::with(inner, Watch::default()))
 }
 
 #[async_trait]
-impl LeaseStore for Watched {
-    async fn apply(
-        &self,
-        job: &JobId,
-        command: Command,
-        then: Option<ClaimNext>,
-    ) -> Result<Applied, StoreError> {
-        let completing = match &command {
-            Command::Renew(owner, _, _) => {
+impl Hooks for Watch {
+    /// The job and owner of a completion, to note once the store accepted it.
+    type Ticket = Option<(JobId, Owner)>;
+
+    async fn before(&self, call: &Call<'_>) -> Result<Self::Ticket, StoreError> {
+        match *call {
+            Call::Apply {
+                command: Command::Renew(owner, _, _),
+                ..
+            } => {
                 self.renewals.fetch_add(1, Ordering::SeqCst);
                 if self.cut_off.lock().unwrap().as_ref() == Some(owner) {
                     return Err(StoreError::Unavailable("partitioned".into()));
@@ -73,9 +63,13 @@ impl LeaseStore for Watched {
                 if self.hang_renewals.load(Ordering::SeqCst) {
                     std::future::pending::<()>().await;
                 }
-                None
+                Ok(None)
             }
-            Command::Complete(owner, _, _, _) => {
+            Call::Apply {
+                job,
+                command: Command::Complete(owner, _, _, _),
+                then,
+            } => {
                 self.complete_calls.lock().unwrap().push(owner.clone());
                 if self.complete_error.load(Ordering::SeqCst) {
                     return Err(StoreError::Unavailable("the store went away".into()));
@@ -83,44 +77,34 @@ impl LeaseStore for Watched {
                 if then.is_some() && self.slow_completions.load(Ordering::SeqCst) {
                     tokio::time::sleep(Duration::from_millis(300)).await;
                 }
-                Some(owner.clone())
+                Ok(Some((job.clone(), owner.clone())))
             }
-            _ => None,
-        };
-        let applied = self.inner.apply(job, command, then).await?;
-        if let (Some(owner), Outcome::Wrote(Ok(()))) = (completing, &applied.outcome) {
+            Call::ClaimNext(claim) => {
+                if let Some(error) = *self.claim_error.lock().unwrap() {
+                    return Err(error());
+                }
+                if claim.limit == 0 {
+                    self.empty_claims.fetch_add(1, Ordering::SeqCst);
+                }
+                Ok(None)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn after(&self, ticket: Self::Ticket, answer: Result<&dyn Any, &StoreError>, _: Duration) {
+        let accepted = answer
+            .ok()
+            .and_then(|a| a.downcast_ref::<Applied>())
+            .is_some_and(|a| a.outcome == Outcome::Wrote(Ok(())));
+        if let (Some((job, owner)), true) = (ticket, accepted) {
             self.completed
                 .lock()
                 .unwrap()
-                .entry(job.clone())
+                .entry(job)
                 .or_default()
                 .push(owner);
         }
-        Ok(applied)
-    }
-    async fn claim_next_with(&self, claim: &ClaimNext) -> Result<Vec<Lease>, StoreError> {
-        if let Some(error) = *self.claim_error.lock().unwrap() {
-            return Err(error());
-        }
-        if claim.limit == 0 {
-            self.empty_claims.fetch_add(1, Ordering::SeqCst);
-        }
-        self.inner.claim_next_with(claim).await
-    }
-    async fn enqueue_many(&self, jobs: &[(JobId, EnqueueSpec)]) -> Result<Vec<bool>, StoreError> {
-        self.inner.enqueue_many(jobs).await
-    }
-    async fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError> {
-        self.inner.record(job).await
-    }
-    async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError> {
-        self.inner.purge(before, statuses).await
-    }
-    async fn list(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError> {
-        self.inner.list(filter).await
-    }
-    async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
-        self.inner.stats(now).await
     }
 }
 
@@ -181,9 +165,9 @@ async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 /// completes it; A's late result is refused by the store too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_cannot_renew_stops_its_handler_and_its_late_result_never_lands() {
-    let store = Watched::new(Arc::new(MemoryLeaseStore::new()));
+    let store = watched(Arc::new(MemoryLeaseStore::new()));
     store.enqueue(&job("j")).await.unwrap();
-    *store.cut_off.lock().unwrap() = Some(owner("A"));
+    *store.hooks().cut_off.lock().unwrap() = Some(owner("A"));
     let a_saw_cancel = Arc::new(AtomicBool::new(false));
     let a_reports = Arc::new(Mutex::new(Vec::new()));
     let mut a_config = config("A", 0.6);
@@ -196,7 +180,7 @@ async fn a_worker_that_cannot_renew_stops_its_handler_and_its_late_result_never_
     .on_report(collect(&a_reports));
     let a = tokio::spawn(a.run(CancellationToken::new()));
     eventually("A holds the job", || {
-        a_reports.lock().unwrap().is_empty() && store.completed.lock().unwrap().is_empty()
+        a_reports.lock().unwrap().is_empty() && store.hooks().completed.lock().unwrap().is_empty()
     })
     .await;
     let summary = a.await.unwrap().unwrap();
@@ -225,7 +209,7 @@ async fn a_worker_that_cannot_renew_stops_its_handler_and_its_late_result_never_
     assert_eq!(stored.result.as_deref(), Some("from B with fence 2"));
     assert_eq!(stored.result_fence, Some(Fence::new(2).unwrap()));
     assert_eq!(
-        *store.complete_calls.lock().unwrap(),
+        *store.hooks().complete_calls.lock().unwrap(),
         [owner("B")],
         "A reported a result"
     );
@@ -249,7 +233,7 @@ async fn workers_killed_at_random_leave_every_job_completed_exactly_once() {
     const JOBS: usize = 60;
     let dir = tempfile::tempdir().unwrap();
     let sqlite = lease_sqlite::SqliteLeaseStore::open(dir.path().join("work.db")).unwrap();
-    let store = Watched::new(Arc::new(sqlite));
+    let store = watched(Arc::new(sqlite));
     let spec = EnqueueSpec {
         max_attempts: Some(100),
         ..EnqueueSpec::default()
@@ -312,7 +296,7 @@ async fn workers_killed_at_random_leave_every_job_completed_exactly_once() {
         assert!(stored.done, "j{i:02} is not done");
         assert!(stored.result.is_some() && stored.result_fence.is_some());
     }
-    let completed = store.completed.lock().unwrap();
+    let completed = store.hooks().completed.lock().unwrap();
     assert!(completed.len() <= JOBS);
     assert!(
         completed.values().all(|owners| owners.len() == 1),
@@ -376,7 +360,7 @@ async fn failures_are_retried_with_backoff_then_dead_lettered() {
 /// for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_of_a_running_job_stops_its_handler() {
-    let store = Watched::new(Arc::new(MemoryLeaseStore::new()));
+    let store = watched(Arc::new(MemoryLeaseStore::new()));
     store.enqueue(&job("j")).await.unwrap();
     let stopped = Arc::new(AtomicBool::new(false));
     let reports = Arc::new(Mutex::new(Vec::new()));
@@ -400,7 +384,7 @@ async fn cancel_of_a_running_job_stops_its_handler() {
         "{:?}",
         reports.lock().unwrap()
     );
-    assert!(store.complete_calls.lock().unwrap().is_empty());
+    assert!(store.hooks().complete_calls.lock().unwrap().is_empty());
     let stored = record(store.as_ref(), "j").await;
     assert_eq!(
         (stored.result.clone(), stored.status_at(now)),
@@ -558,9 +542,9 @@ async fn a_completion_and_the_next_claim_share_one_commit() {
 /// before the lease ends, and nothing is reported.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_that_never_answers_a_renewal_cannot_keep_a_job_past_its_lease() {
-    let store = Watched::new(Arc::new(MemoryLeaseStore::new()));
+    let store = watched(Arc::new(MemoryLeaseStore::new()));
     store.enqueue(&job("j")).await.unwrap();
-    store.hang_renewals.store(true, Ordering::SeqCst);
+    store.hooks().hang_renewals.store(true, Ordering::SeqCst);
     let clock = Arc::new(ManualClock::new(1000.0));
     let saw_cancel = Arc::new(AtomicBool::new(false));
     let reports = Arc::new(Mutex::new(Vec::new()));
@@ -590,7 +574,7 @@ async fn a_store_that_never_answers_a_renewal_cannot_keep_a_job_past_its_lease()
         );
     }
     assert!(
-        store.renewals.load(Ordering::SeqCst) >= 1,
+        store.hooks().renewals.load(Ordering::SeqCst) >= 1,
         "no renewal was tried"
     );
     clock.advance(0.25);
@@ -606,13 +590,13 @@ async fn a_store_that_never_answers_a_renewal_cannot_keep_a_job_past_its_lease()
         "{:?}",
         reports.lock().unwrap()
     );
-    assert!(store.complete_calls.lock().unwrap().is_empty());
+    assert!(store.hooks().complete_calls.lock().unwrap().is_empty());
 }
 
 /// A huge ttl is renewed at most hourly, not in a loop: over a short job, no renewal at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_ttl_does_not_turn_the_heartbeat_into_a_loop() {
-    let store = Watched::new(Arc::new(MemoryLeaseStore::new()));
+    let store = watched(Arc::new(MemoryLeaseStore::new()));
     store.enqueue(&job("j")).await.unwrap();
     let mut config = config("A", 1e20);
     config.exit_when_empty = true;
@@ -632,7 +616,7 @@ async fn a_huge_ttl_does_not_turn_the_heartbeat_into_a_loop() {
             .completed,
         1
     );
-    assert_eq!(store.renewals.load(Ordering::SeqCst), 0);
+    assert_eq!(store.hooks().renewals.load(Ordering::SeqCst), 0);
     assert_eq!(
         lease_worker::renew_interval(Ttl::new(1e20).unwrap(), 1.0 / 3.0),
         3600.0
@@ -658,8 +642,8 @@ async fn claim_errors_end_the_run_instead_of_looking_like_an_empty_queue() {
         (|| StoreError::Corrupt("stored queue: empty".into()), false),
     ];
     for (error, exit_when_empty) in cases {
-        let store = Watched::new(Arc::new(MemoryLeaseStore::new()));
-        *store.claim_error.lock().unwrap() = Some(error);
+        let store = watched(Arc::new(MemoryLeaseStore::new()));
+        *store.hooks().claim_error.lock().unwrap() = Some(error);
         let mut config = config("A", 5.0);
         config.exit_when_empty = exit_when_empty;
         let worker = Worker::new(
@@ -682,11 +666,11 @@ async fn claim_errors_end_the_run_instead_of_looking_like_an_empty_queue() {
 /// gives that lease back unrun: the handler never sees the second job, whose lease is released.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_next_lease_claimed_as_the_worker_stops_is_released_not_run() {
-    let store = Watched::new(Arc::new(MemoryLeaseStore::new()));
+    let store = watched(Arc::new(MemoryLeaseStore::new()));
     for id in ["first", "second"] {
         store.enqueue(&job(id)).await.unwrap();
     }
-    store.slow_completions.store(true, Ordering::SeqCst);
+    store.hooks().slow_completions.store(true, Ordering::SeqCst);
     let shutdown = CancellationToken::new();
     let ran = Arc::new(Mutex::new(Vec::new()));
     let handler = {
@@ -724,9 +708,9 @@ async fn a_next_lease_claimed_as_the_worker_stops_is_released_not_run() {
 /// A result the store could not take is counted as unreported, not as completed or lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_the_store_cannot_take_is_counted_as_unreported() {
-    let store = Watched::new(Arc::new(MemoryLeaseStore::new()));
+    let store = watched(Arc::new(MemoryLeaseStore::new()));
     store.enqueue(&job("j")).await.unwrap();
-    store.complete_error.store(true, Ordering::SeqCst);
+    store.hooks().complete_error.store(true, Ordering::SeqCst);
     let mut config = config("A", 30.0);
     config.max_jobs = Some(1);
     let reports = Arc::new(Mutex::new(Vec::new()));
@@ -761,7 +745,7 @@ fn the_renewal_interval_is_the_ttl_times_the_fraction_within_its_bounds() {
 /// still be a transaction), and it shows its configuration when debugged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_with_no_free_slot_does_not_call_the_store_to_claim() {
-    let store = Watched::new(Arc::new(MemoryLeaseStore::new()));
+    let store = watched(Arc::new(MemoryLeaseStore::new()));
     for id in ["a", "b"] {
         store.enqueue(&job(id)).await.unwrap();
     }
@@ -788,13 +772,13 @@ async fn a_worker_with_no_free_slot_does_not_call_the_store_to_claim() {
             .completed,
         2
     );
-    assert_eq!(store.empty_claims.load(Ordering::SeqCst), 0);
+    assert_eq!(store.hooks().empty_claims.load(Ordering::SeqCst), 0);
 }
 
 /// A report says how long its job ran, by the worker's clock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_carries_how_long_the_job_ran_by_the_workers_clock() {
-    let store = Watched::new(Arc::new(MemoryLeaseStore::new()));
+    let store = watched(Arc::new(MemoryLeaseStore::new()));
     store.enqueue(&job("j")).await.unwrap();
     let clock = Arc::new(ManualClock::new(1000.0));
     let release = Arc::new(tokio::sync::Notify::new());
@@ -832,9 +816,9 @@ async fn a_report_carries_how_long_the_job_ran_by_the_workers_clock() {
 /// worker takes the job.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_store_is_waited_out_without_exit_when_empty() {
-    let store = Watched::new(Arc::new(MemoryLeaseStore::new()));
+    let store = watched(Arc::new(MemoryLeaseStore::new()));
     store.enqueue(&job("j")).await.unwrap();
-    *store.claim_error.lock().unwrap() = Some(|| StoreError::Unavailable("restarting".into()));
+    *store.hooks().claim_error.lock().unwrap() = Some(|| StoreError::Unavailable("restarting".into()));
     let mut config = config("A", 30.0);
     config.max_jobs = Some(1);
     let worker = Worker::new(
@@ -848,7 +832,7 @@ async fn an_unreachable_store_is_waited_out_without_exit_when_empty() {
         !run.is_finished(),
         "the worker gave up on a store that was restarting"
     );
-    *store.claim_error.lock().unwrap() = None;
+    *store.hooks().claim_error.lock().unwrap() = None;
     let summary = tokio::time::timeout(Duration::from_secs(10), run)
         .await
         .expect("the worker took the job once the store answered")
@@ -862,7 +846,7 @@ async fn an_unreachable_store_is_waited_out_without_exit_when_empty() {
 /// A job without a timeout on the same worker runs as long as it needs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_past_its_timeout_is_stopped_and_failed_timed_out_whatever_its_lease() {
-    let store = Watched::new(Arc::new(MemoryLeaseStore::new()));
+    let store = watched(Arc::new(MemoryLeaseStore::new()));
     let timed = EnqueueSpec {
         timeout: Some(Ttl::new(0.3).unwrap()),
         max_attempts: Some(2),
@@ -889,7 +873,7 @@ async fn a_job_past_its_timeout_is_stopped_and_failed_timed_out_whatever_its_lea
         "the handler was never told to stop"
     );
     assert!(
-        store.renewals.load(Ordering::SeqCst) >= 2,
+        store.hooks().renewals.load(Ordering::SeqCst) >= 2,
         "the lease was renewed meanwhile"
     );
     let report = reports.lock().unwrap()[0].clone();
@@ -902,7 +886,7 @@ async fn a_job_past_its_timeout_is_stopped_and_failed_timed_out_whatever_its_lea
         Status::Pending,
         "a timed-out attempt is retried while attempts remain"
     );
-    assert!(store.complete_calls.lock().unwrap().is_empty());
+    assert!(store.hooks().complete_calls.lock().unwrap().is_empty());
 
     store.enqueue(&job("free")).await.unwrap();
     let mut free_config = config("w", 0.15);
