@@ -235,9 +235,21 @@ mod nats {
 
     pub(super) async fn guard_at(server: &str, bucket: &str) -> NatsGuard {
         let url = format!("nats://{server}/{bucket}");
-        NatsGuard::install(&url)
-            .await
-            .unwrap_or_else(|e| panic!("NATS with JetStream must run on {server}: {e}"));
+        // The checks run at once, each making and deleting a bucket of its own: when one
+        // deletes the server's last stream, the server removes its streams directory, and a
+        // bucket made at that moment fails with "error creating store for stream" (10049;
+        // the server logs that the directory is gone). Made again a moment later, it is made.
+        let mut tries = 0;
+        loop {
+            match NatsGuard::install(&url).await {
+                Ok(_) => break,
+                Err(e) if tries < 5 && e.to_string().contains("10049") => {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("NATS with JetStream must run on {server}: {e}"),
+            }
+        }
         NatsGuard::connect(&url).await.unwrap()
     }
 

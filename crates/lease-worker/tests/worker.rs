@@ -818,7 +818,8 @@ async fn a_report_carries_how_long_the_job_ran_by_the_workers_clock() {
 async fn an_unreachable_store_is_waited_out_without_exit_when_empty() {
     let store = watched(Arc::new(MemoryLeaseStore::new()));
     store.enqueue(&job("j")).await.unwrap();
-    *store.hooks().claim_error.lock().unwrap() = Some(|| StoreError::Unavailable("restarting".into()));
+    *store.hooks().claim_error.lock().unwrap() =
+        Some(|| StoreError::Unavailable("restarting".into()));
     let mut config = config("A", 30.0);
     config.max_jobs = Some(1);
     let worker = Worker::new(
