@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use support::{Server, lease, make_key};
+use support::{Server, fresh_db, lease, make_key};
 
 /// Where the proxy cuts a connection: at the first statement (prepared or simple) whose SQL
 /// contains `at`, on a connection whose transaction ran a statement containing `within`
@@ -368,7 +368,9 @@ fn a_cut_postgres_connection_is_answered_503_or_outcome_unknown_never_an_undocum
             || after["status"] == json!("running") && after["result"].is_null(),
         "{after}"
     );
-    drop(server);
+    // Every cut was answered and the server goes on: it stops cleanly.
+    let (code, log) = server.stop();
+    assert_eq!(code, Some(0), "{log}");
 }
 
 /// The same cut through the CLI's client: `lease claim --server` reports the unknown outcome
@@ -421,9 +423,7 @@ fn serve_sqlite_failing(db: &Path, syscalls: &str, error: &str) -> Server {
 /// applies nothing: `503` with `Retry-After`, and the job is not there.
 #[test]
 fn a_failed_sqlite_commit_is_answered_outcome_unknown_and_a_full_disk_503() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("cut.db");
-    assert_eq!(lease(&db, &["init"]).status.code(), Some(0));
+    let (_dir, db) = fresh_db();
     let key = make_key(&db, "ci", "worker")["key"]
         .as_str()
         .unwrap()

@@ -1,9 +1,6 @@
 //! What the tests of `lease serve` share: the binary on a database, keys, a running server
 //! and one raw HTTP request.
 
-// Each test binary that includes this module uses a part of it.
-#![allow(dead_code)]
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
