@@ -1,4 +1,4 @@
-"""The README's Python examples run as written."""
+"""The Python examples of the README and of docs/guide/python.md run as written."""
 
 import pathlib
 import re
@@ -8,14 +8,22 @@ import lease
 from conftest import REPO
 
 
-def blocks():
-    text = (REPO / "README.md").read_text()
+def blocks(path):
+    text = (REPO / path).read_text()
     return re.findall(r"```python\n(.*?)```", text, re.S)
 
 
-def test_the_readme_s_examples_run_as_written(tmp_path, monkeypatch, capsys):
+def test_the_readme_s_example_runs_as_written(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    statement, queue, worker = blocks()
+    (front,) = blocks("README.md")
+    scope = {}
+    exec(front, scope)
+    assert scope["store"].record("invoice-42").fence == 2
+
+
+def test_the_python_guide_s_examples_run_as_written(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    statement, queue, worker = blocks("docs/guide/python.md")
     scope = {}
     exec(statement, scope)
     assert lease.state("jobs.db", "invoice-42")["result"] == "from B"

@@ -659,6 +659,16 @@ fn enqueued(reply: ops::Reply) -> Result<Vec<bool>, StoreError> {
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeExamples;
 
+/// The Rust guide's examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/guide/rust.md")]
+pub struct RustGuideExamples;
+
+/// The concepts guide's examples (a guard in the writer's transaction), compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/guide/concepts.md")]
+pub struct ConceptsGuideExamples;
+
 #[async_trait::async_trait]
 impl lease_ports::audit::AuditTrail for SqliteLeaseStore {
     async fn refusals(
