@@ -2,7 +2,7 @@
 //! against which current fence, why it was refused, and how late it came. Stores record it
 //! (the opt-in audit trail) and count it (metrics).
 
-use crate::command::Command;
+use crate::command::{Command, HolderWrite};
 use crate::rules::{Job, WriteRefused};
 use crate::values::{Fence, Owner};
 
@@ -59,52 +59,6 @@ impl AuditReason {
     #[must_use]
     pub fn parse(text: &str) -> Option<AuditReason> {
         AuditReason::ALL.into_iter().find(|r| r.as_str() == text)
-    }
-}
-
-/// A lease holder's write, as metrics and the audit trail name it: the one definition that
-/// the stores' writers and every reader of the trail share, so that nothing can be recorded
-/// that a reader does not know.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum HolderWrite {
-    /// `renew`.
-    Renew,
-    /// `progress` (which renews too).
-    Progress,
-    /// `complete`.
-    Complete,
-    /// `release`.
-    Release,
-    /// `fail`.
-    Fail,
-}
-
-impl HolderWrite {
-    /// Every holder's write, in the order the docs list them.
-    pub const ALL: [HolderWrite; 5] = [
-        HolderWrite::Renew,
-        HolderWrite::Progress,
-        HolderWrite::Complete,
-        HolderWrite::Release,
-        HolderWrite::Fail,
-    ];
-
-    /// The name the audit trail and metrics use.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HolderWrite::Renew => "renew",
-            HolderWrite::Progress => "progress",
-            HolderWrite::Complete => "complete",
-            HolderWrite::Release => "release",
-            HolderWrite::Fail => "fail",
-        }
-    }
-
-    /// Reads [`HolderWrite::as_str`].
-    #[must_use]
-    pub fn parse(text: &str) -> Option<HolderWrite> {
-        HolderWrite::ALL.into_iter().find(|w| w.as_str() == text)
     }
 }
 

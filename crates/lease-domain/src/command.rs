@@ -2,7 +2,6 @@
 //! (if any) and the caller's [`Outcome`]. Stores that queue, batch or replay writes use this.
 
 use crate::access::{Credential, judge_credential};
-use crate::audit::HolderWrite;
 use crate::queue::{EnqueueSpec, ErrorText, ProgressText, Retry};
 use crate::rules::{
     ClaimRefused, Failed, Job, WriteRefused, decide_cancel, decide_claim, decide_complete,
@@ -37,6 +36,52 @@ pub enum Command {
     /// inner command's owner is a stand-in, [`judge_credential`] finds the lease's owner, then
     /// the inner command is decided as that owner.
     AsHolder(Credential, Box<Command>),
+}
+
+/// A lease holder's write, as metrics and the audit trail name it: the one definition that
+/// the stores' writers and every reader of the trail share, so that nothing can be recorded
+/// that a reader does not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum HolderWrite {
+    /// `renew`.
+    Renew,
+    /// `progress` (which renews too).
+    Progress,
+    /// `complete`.
+    Complete,
+    /// `release`.
+    Release,
+    /// `fail`.
+    Fail,
+}
+
+impl HolderWrite {
+    /// Every holder's write, in the order the docs list them.
+    pub const ALL: [HolderWrite; 5] = [
+        HolderWrite::Renew,
+        HolderWrite::Progress,
+        HolderWrite::Complete,
+        HolderWrite::Release,
+        HolderWrite::Fail,
+    ];
+
+    /// The name the audit trail and metrics use.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HolderWrite::Renew => "renew",
+            HolderWrite::Progress => "progress",
+            HolderWrite::Complete => "complete",
+            HolderWrite::Release => "release",
+            HolderWrite::Fail => "fail",
+        }
+    }
+
+    /// Reads [`HolderWrite::as_str`].
+    #[must_use]
+    pub fn parse(text: &str) -> Option<HolderWrite> {
+        HolderWrite::ALL.into_iter().find(|w| w.as_str() == text)
+    }
 }
 
 /// What a command answers its caller.

@@ -29,11 +29,9 @@ pub use access::{
     AccessError, Credential, KeyId, KeyRefused, MAX_LIVE_KEYS, Principal, Scope, TokenDigest,
     decide_new_key, judge_credential, judge_holder, may_act_as, owner_within,
 };
-pub use audit::{
-    AuditReason, HolderWrite, Refusal, holder_refusal, reclaim_delay, reclaim_delay_at, refusal,
-};
+pub use audit::{AuditReason, Refusal, holder_refusal, reclaim_delay, reclaim_delay_at, refusal};
 pub use clock::{ClockMode, ClockRefused, ClockSkew};
-pub use command::{Command, Outcome};
+pub use command::{Command, HolderWrite, Outcome};
 pub use control::{Concurrency, Pause, QueueChange, QueueSettings, decide_queue_change};
 pub use guard::{GuardRefused, decide_guard};
 pub use migrate::{ImportDecision, decide_import, raise_fence};

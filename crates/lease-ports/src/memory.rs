@@ -457,3 +457,6 @@ impl crate::control::Control for MemoryLeaseStore {
         Ok(Some(inserted))
     }
 }
+
+/// The memory store lives in one process: it carries no signal between processes.
+impl crate::signal::EnqueueSignal for MemoryLeaseStore {}

@@ -24,5 +24,3 @@ pub trait EnqueueSignal: Send + Sync {
         let _ = (queue, jobs);
     }
 }
-
-impl EnqueueSignal for crate::memory::MemoryLeaseStore {}

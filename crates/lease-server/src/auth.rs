@@ -75,7 +75,7 @@ impl KeyCache {
                 }
             }
         }
-        let record = app.store.key(id).await.map_err(|e| Problem::store(&e))?;
+        let record = app.store.key(id).await?;
         if let (Some(found), false) = (&record, ttl.is_zero()) {
             let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
             if keys.len() >= MAX_CACHED_KEYS {

@@ -8,17 +8,22 @@
 //! This crate depends on `lease-ports` and `lease-domain` only: `lease-cli` picks the store
 //! and hands it over. The OpenAPI document is generated from the handlers (utoipa).
 
-mod api;
 mod auth;
 mod body;
 mod contract;
-mod control;
 mod extract;
 mod fields;
 mod input;
+mod jobs;
+mod leases;
 mod limits;
+mod overview;
 pub mod problem;
+mod queues;
+mod respond;
+mod schedules;
 pub mod secrets;
+mod service;
 pub mod session;
 pub mod tls;
 mod ui;
@@ -240,34 +245,34 @@ impl Modify for BearerKeys {
 /// The routes and their OpenAPI document, with no state yet.
 fn routes() -> (axum::Router<Arc<App>>, utoipa::openapi::OpenApi) {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .routes(routes!(api::enqueue))
-        .routes(routes!(api::enqueue_many))
-        .routes(routes!(api::claim_next))
-        .routes(routes!(api::claim))
-        .routes(routes!(api::renew))
-        .routes(routes!(api::complete))
-        .routes(routes!(api::fail))
-        .routes(routes!(api::release))
-        .routes(routes!(api::get_job))
-        .routes(routes!(api::list_jobs))
-        .routes(routes!(api::cancel))
-        .routes(routes!(api::retry))
-        .routes(routes!(api::purge))
-        .routes(routes!(api::stats))
-        .routes(routes!(api::activity))
-        .routes(routes!(api::refusals))
-        .routes(routes!(control::queues))
-        .routes(routes!(control::pause))
-        .routes(routes!(control::resume))
-        .routes(routes!(control::limits))
-        .routes(routes!(control::schedules))
-        .routes(routes!(control::put_schedule, control::remove_schedule))
-        .routes(routes!(control::fire))
-        .routes(routes!(control::run))
-        .routes(routes!(control::progress))
-        .routes(routes!(api::healthz))
-        .routes(routes!(api::metrics))
-        .routes(routes!(api::openapi))
+        .routes(routes!(jobs::enqueue))
+        .routes(routes!(jobs::enqueue_many))
+        .routes(routes!(leases::claim_next))
+        .routes(routes!(leases::claim))
+        .routes(routes!(leases::renew))
+        .routes(routes!(leases::complete))
+        .routes(routes!(leases::fail))
+        .routes(routes!(leases::release))
+        .routes(routes!(jobs::get_job))
+        .routes(routes!(jobs::list_jobs))
+        .routes(routes!(jobs::cancel))
+        .routes(routes!(jobs::retry))
+        .routes(routes!(jobs::purge))
+        .routes(routes!(overview::stats))
+        .routes(routes!(overview::activity))
+        .routes(routes!(overview::refusals))
+        .routes(routes!(queues::queues))
+        .routes(routes!(queues::pause))
+        .routes(routes!(queues::resume))
+        .routes(routes!(queues::limits))
+        .routes(routes!(schedules::schedules))
+        .routes(routes!(schedules::put_schedule, schedules::remove_schedule))
+        .routes(routes!(schedules::fire))
+        .routes(routes!(schedules::run))
+        .routes(routes!(leases::progress))
+        .routes(routes!(service::healthz))
+        .routes(routes!(service::metrics))
+        .routes(routes!(service::openapi))
         .routes(routes!(ui::index))
         .routes(routes!(ui::file))
         .routes(routes!(ui::sign_in))
@@ -285,7 +290,7 @@ const CALLER_CLOCK: [&str; 2] = ["now", "enqueued_at"];
 /// refused as the document says (it is not a field the endpoint takes).
 fn served_document(client_clock: bool) -> serde_json::Value {
     let mut document = serde_json::to_value(routes().1).unwrap_or_default();
-    for (component, rule) in api::ACROSS_FIELDS {
+    for (component, rule) in jobs::ACROSS_FIELDS {
         if let (Some(schema), Ok(rule)) = (
             document
                 .pointer_mut(&format!("/components/schemas/{component}"))
@@ -303,8 +308,22 @@ fn served_document(client_clock: bool) -> serde_json::Value {
     document
 }
 
-/// The answers any route may give beyond its own, added to every operation of the document
-/// in one place: `503` (the server sheds load, a request ran past its timeout, or the store
+/// The routes any caller may use: health, this document, the page's files, and signing in
+/// and out (which take a key, or end the session the request carries). Every other route
+/// needs an API key or a page session (the route's extractor says which scope), and the
+/// document says so once, in [`server_answers`].
+const OPEN_ROUTES: [&str; 6] = [
+    "/healthz",
+    "/openapi.json",
+    "/",
+    "/ui/{file}",
+    "/v1/sessions",
+    "/v1/session",
+];
+
+/// What every route shares, added to every operation of the document in one place: the
+/// security of every route but the [`OPEN_ROUTES`], and the answers any route may give beyond
+/// its own: `503` (the server sheds load, a request ran past its timeout, or the store
 /// could not be reached: nothing was applied; send it again after `Retry-After`) and `500`
 /// (`outcome_unknown`: a write whose commit may or may not have happened; `store_error`: the
 /// store failed and applied nothing).
@@ -330,19 +349,27 @@ fn server_answers(document: &mut serde_json::Value) {
     else {
         return;
     };
-    for operation in paths
-        .values_mut()
-        .filter_map(serde_json::Value::as_object_mut)
-        .flat_map(|item| item.values_mut())
-    {
-        if let Some(responses) = operation
-            .get_mut("responses")
-            .and_then(serde_json::Value::as_object_mut)
-        {
-            responses
-                .entry("503")
-                .or_insert_with(|| unavailable.clone());
-            responses.entry("500").or_insert_with(|| failed.clone());
+    let keyed = serde_json::json!([{"api_key": []}, {"session": []}]);
+    for (path, item) in paths.iter_mut() {
+        let open = OPEN_ROUTES.contains(&path.as_str());
+        let Some(item) = item.as_object_mut() else {
+            continue;
+        };
+        for operation in item.values_mut() {
+            if !open {
+                if let Some(operation) = operation.as_object_mut() {
+                    operation.entry("security").or_insert_with(|| keyed.clone());
+                }
+            }
+            if let Some(responses) = operation
+                .get_mut("responses")
+                .and_then(serde_json::Value::as_object_mut)
+            {
+                responses
+                    .entry("503")
+                    .or_insert_with(|| unavailable.clone());
+                responses.entry("500").or_insert_with(|| failed.clone());
+            }
         }
     }
 }
@@ -474,7 +501,7 @@ async fn guard(
 }
 
 /// Bounds the time a request may take: `request_timeout`, and a claim's long poll (up to
-/// `api::MAX_WAIT`) on top for the claims route. It runs after routing, so the route is known,
+/// `leases::MAX_WAIT`) on top for the claims route. It runs after routing, so the route is known,
 /// and races the handler in the request's own task: every store call awaits, never blocks, so a
 /// store that is waiting on a lock held elsewhere cannot keep this timeout (or the server's
 /// drain, which waits for requests in flight) from firing.
@@ -486,9 +513,9 @@ async fn deadline(
     let long_poll = request
         .extensions()
         .get::<axum::extract::MatchedPath>()
-        .is_some_and(|path| path.as_str() == api::CLAIMS_ROUTE);
+        .is_some_and(|path| path.as_str() == leases::CLAIMS_ROUTE);
     let limit = if long_poll {
-        app.config.request_timeout + Duration::from_secs_f64(api::MAX_WAIT)
+        app.config.request_timeout + Duration::from_secs_f64(leases::MAX_WAIT)
     } else {
         app.config.request_timeout
     };
@@ -547,7 +574,7 @@ pub fn router(store: Arc<dyn ServiceStore>, config: ServiceConfig) -> axum::Rout
     let request_id = HeaderName::from_static("x-request-id");
     // A backstop over the whole service (the fallback included); each route's own bound is
     // `deadline`'s.
-    let timeout = config.request_timeout + Duration::from_secs_f64(api::MAX_WAIT + 1.0);
+    let timeout = config.request_timeout + Duration::from_secs_f64(leases::MAX_WAIT + 1.0);
     let routes = routes
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), deadline))
         .fallback(not_found)

@@ -272,6 +272,13 @@ impl Problem {
     }
 }
 
+/// A store error as its problem, so a handler writes `store.call().await?`.
+impl From<StoreError> for Problem {
+    fn from(err: StoreError) -> Self {
+        Problem::store(&err)
+    }
+}
+
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let mut response = (self.0.status, self.body().to_string()).into_response();

@@ -20,11 +20,11 @@ use tokio::sync::watch;
 use utoipa::ToSchema;
 
 use crate::App;
-use crate::api::{json_response, no_store};
 use crate::auth::{check_key, session_of};
 use crate::extract::{Checked, Viewer};
 use crate::limits::Class;
 use crate::problem::{Problem, ProblemBody};
+use crate::respond::{json_response, no_store};
 use crate::session;
 
 type AppState = State<Arc<App>>;
@@ -294,13 +294,16 @@ async fn snapshot(
     let (stats, queues) = match previous {
         Some(previous) if !counts => (previous.stats.clone(), previous.queues.clone()),
         _ => (
-            crate::api::stats_body(app, now).await.ok()?.to_string(),
-            serde_json::to_string(&crate::control::queues_body(app, now).await.ok()?).ok()?,
+            crate::overview::stats_body(app, now)
+                .await
+                .ok()?
+                .to_string(),
+            serde_json::to_string(&crate::queues::queues_body(app, now).await.ok()?).ok()?,
         ),
     };
     let activity = match previous {
         Some(previous) if !(counts && tick % ACTIVITY_EVERY == 0) => previous.activity.clone(),
-        _ => crate::api::activity_body(app, now, 60)
+        _ => crate::overview::activity_body(app, now, 60)
             .await
             .ok()?
             .to_string(),
@@ -392,7 +395,7 @@ async fn closing(receiver: Option<watch::Receiver<bool>>) {
         (status = 200, description = "Server-sent events: `stats` (as GET /v1/stats answers), `refusals` (the newest 50, as GET /v1/refusals answers), `activity` (the last hour, as GET /v1/activity answers) and `queues` (every queue's settings, as GET /v1/queues answers), each sent when it changes, the first of each at once", content_type = "text/event-stream", body = StreamEvent),
         (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
     ),
-    security(("api_key" = []), ("session" = [])))]
+)]
 pub(crate) async fn events(State(app): AppState, _: Viewer) -> Result<Response, Problem> {
     let receiver = Feed::subscribe(&app);
     // A stream lasts at most `events_lifetime`; the browser reconnects by itself, and the

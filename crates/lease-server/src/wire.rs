@@ -91,11 +91,11 @@ pub fn queue_json(
     settings: &lease_domain::QueueSettings,
     now: lease_domain::Timestamp,
 ) -> Value {
-    serde_json::to_value(crate::control::QueueView::of(queue, settings, now)).unwrap_or_default()
+    serde_json::to_value(crate::queues::QueueView::of(queue, settings, now)).unwrap_or_default()
 }
 
 /// A schedule as `GET /v1/schedules` answers each, with its next tick after `now`.
 #[must_use]
 pub fn schedule_json(schedule: &lease_domain::Schedule, now: lease_domain::Timestamp) -> Value {
-    serde_json::to_value(crate::control::ScheduleView::of(schedule, now)).unwrap_or_default()
+    serde_json::to_value(crate::schedules::ScheduleView::of(schedule, now)).unwrap_or_default()
 }

@@ -1,217 +1,18 @@
-//! The handlers of flow control and schedules: a queue's settings (read by any key; a pause,
-//! a resume and limits by admin keys), schedules (read by any key, made, changed, removed and
-//! fired or run by hand by admin keys), and a holder's progress report, judged in the store like a renewal.
+//! Schedules: read by any key; made, changed, removed, fired and run by hand by admin keys.
 
-use std::sync::Arc;
-
+use crate::extract::{Admin, Checked, Param, Viewer};
+use crate::fields::{CatchUpName, CronText, Name, ScheduleNameText, Seconds, Time, ZoneText};
+use crate::input::bad_value;
+use crate::problem::{Problem, ProblemBody};
+use crate::respond::{Answer, AppState, EmptyBody, PayloadView, json_response, now};
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::Response;
 use lease_domain::{
-    CatchUp, Command, Concurrency, EnqueueSpec, MAX_CATCH_UP, ProgressText, QueueChange, QueueName,
-    QueueSettings, Renewal, Schedule, ScheduleName, ScheduleSpec, Timestamp,
+    CatchUp, EnqueueSpec, MAX_CATCH_UP, Schedule, ScheduleName, ScheduleSpec, Timestamp,
 };
-use lease_ports::WriteOutcome;
 use lease_ports::control::Fire;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
-
-use crate::App;
-use crate::api::{PayloadView, as_holder, credential, holder_write, json_response, now, term};
-use crate::extract::{Admin, Checked, Holder, Param, Viewer};
-use crate::fields::{
-    CatchUpName, CronText, FenceNo, Name, ProgressText as ProgressField, ScheduleNameText, Seconds,
-    Time, Ttl, ZoneText,
-};
-use crate::input::bad_value;
-use crate::problem::{Problem, ProblemBody};
-
-type AppState = State<Arc<App>>;
-type Answer = Result<Response, Problem>;
-
-/// A queue's settings.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct QueueView {
-    /// The queue.
-    pub(crate) queue: String,
-    /// Whether claims take nothing from it now.
-    pub(crate) paused: bool,
-    /// When its pause ends (Unix seconds), if it ends at a time.
-    pub(crate) paused_until: Option<f64>,
-    /// The most of its leases live at once, across every worker, if it is limited.
-    pub(crate) concurrency: Option<u32>,
-    /// How long an attempt of a job that names no timeout may run, in seconds, if limited.
-    pub(crate) timeout: Option<f64>,
-}
-
-impl QueueView {
-    pub(crate) fn of(queue: &QueueName, settings: &QueueSettings, now: Timestamp) -> Self {
-        Self {
-            queue: queue.as_str().to_owned(),
-            paused: settings.is_paused_at(now),
-            paused_until: settings
-                .paused
-                .and_then(|p| p.until)
-                .map(Timestamp::get)
-                .filter(|_| settings.is_paused_at(now)),
-            concurrency: settings.concurrency.map(Concurrency::get),
-            timeout: settings.timeout.map(lease_domain::Ttl::get),
-        }
-    }
-}
-
-/// Every queue with settings.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct Queues {
-    /// The queues, by name.
-    pub(crate) queues: Vec<QueueView>,
-}
-
-#[utoipa::path(get, path = "/v1/queues", tag = "queue",
-    responses(
-        (status = 200, description = "Every queue with settings (a queue without is free)", body = Queues),
-        (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
-    ),
-    security(("api_key" = []), ("session" = [])))]
-pub(crate) async fn queues(State(app): AppState, _: Viewer) -> Answer {
-    let now = now(&app, None)?;
-    let body = queues_body(&app, now).await?;
-    Ok(json_response(StatusCode::OK, body))
-}
-
-/// Every queue's settings judged at `now`, as `GET /v1/queues` and the event stream's
-/// `queues` event give them.
-pub(crate) async fn queues_body(app: &App, now: Timestamp) -> Result<Queues, Problem> {
-    let queues = app.store.queues().await.map_err(|e| Problem::store(&e))?;
-    let queues = queues
-        .iter()
-        .map(|(queue, settings)| QueueView::of(queue, settings, now))
-        .collect();
-    Ok(Queues { queues })
-}
-
-/// Pause a queue.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(example = json!({"until": 1900000000}))]
-pub(crate) struct PauseBody {
-    /// Until when (Unix seconds); absent, until it is resumed.
-    pub(crate) until: Option<Time>,
-}
-
-async fn change(app: &App, queue: String, change: QueueChange) -> Answer {
-    let queue = Name(queue).queue("queue")?;
-    let settings = app
-        .store
-        .change_queue(&queue, change)
-        .await
-        .map_err(|e| Problem::store(&e))?;
-    let now = now(app, None)?;
-    if !settings.is_paused_at(now) {
-        // Claims waiting on a queue that runs again may find their jobs now.
-        app.wake(queue.as_str(), usize::MAX);
-    }
-    Ok(json_response(
-        StatusCode::OK,
-        QueueView::of(&queue, &settings, now),
-    ))
-}
-
-#[utoipa::path(post, path = "/v1/queues/{queue}/pause", tag = "admin",
-    params(("queue" = Name, Path, description = "The queue, percent-encoded")),
-    request_body(content = Option<PauseBody>, description = "Empty, {} or {\"until\": time}"),
-    responses(
-        (status = 200, description = "Paused: no new lease from now on; running leases go on", body = QueueView),
-        (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
-    ),
-    security(("api_key" = []), ("session" = [])))]
-pub(crate) async fn pause(
-    State(app): AppState,
-    _: Admin,
-    Param(queue): Param,
-    Checked(body): Checked<PauseBody>,
-) -> Answer {
-    let until = body.until.map(|t| t.at("until")).transpose()?;
-    change(&app, queue, QueueChange::Pause(until)).await
-}
-
-/// A body that is empty or `{}`.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(example = json!({}))]
-pub(crate) struct EmptyBody {}
-
-#[utoipa::path(post, path = "/v1/queues/{queue}/resume", tag = "admin",
-    params(("queue" = Name, Path, description = "The queue, percent-encoded")),
-    request_body(content = Option<EmptyBody>, description = "Empty, or {}"),
-    responses(
-        (status = 200, description = "Claims take its jobs again", body = QueueView),
-        (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
-    ),
-    security(("api_key" = []), ("session" = [])))]
-pub(crate) async fn resume(
-    State(app): AppState,
-    _: Admin,
-    Param(queue): Param,
-    Checked(_): Checked<EmptyBody>,
-) -> Answer {
-    change(&app, queue, QueueChange::Resume).await
-}
-
-/// A queue's limits; a field left out is left as it is.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(example = json!({"concurrency": 4, "timeout": 300}))]
-pub(crate) struct LimitsBody {
-    /// The most of its leases live at once, across every worker; 0 removes the limit.
-    #[schema(value_type = Option<i64>, minimum = 0, maximum = 4_294_967_295_i64)]
-    pub(crate) concurrency: Option<u32>,
-    /// How long an attempt of a job that names no timeout may run, in seconds.
-    pub(crate) timeout: Option<Seconds>,
-    /// `true` removes the queue's default timeout (with no `timeout`).
-    pub(crate) no_timeout: Option<bool>,
-}
-
-#[utoipa::path(put, path = "/v1/queues/{queue}/limits", tag = "admin",
-    params(("queue" = Name, Path, description = "The queue, percent-encoded")),
-    request_body = LimitsBody,
-    responses(
-        (status = 200, description = "The queue's settings now; running leases are never touched", body = QueueView),
-        (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
-    ),
-    security(("api_key" = []), ("session" = [])))]
-pub(crate) async fn limits(
-    State(app): AppState,
-    _: Admin,
-    Param(queue): Param,
-    Checked(body): Checked<LimitsBody>,
-) -> Answer {
-    let timeout = match (body.timeout, body.no_timeout) {
-        (Some(_), Some(true)) => {
-            return Err(Problem::invalid("give `timeout` or `no_timeout`, not both"));
-        }
-        (Some(t), _) => Some(Some(t.ttl("timeout")?)),
-        (None, Some(true)) => Some(None),
-        (None, _) => None,
-    };
-    // A limit and a timeout together are one change: both are applied or neither.
-    match QueueChange::limits(body.concurrency.map(Concurrency::new), timeout) {
-        Some(one) => change(&app, queue, one).await,
-        None => {
-            let name = Name(queue).queue("queue")?;
-            let now = now(&app, None)?;
-            let current = app
-                .store
-                .settings_of(&name)
-                .await
-                .map_err(|e| Problem::store(&e))?;
-            Ok(json_response(
-                StatusCode::OK,
-                QueueView::of(&name, &current, now),
-            ))
-        }
-    }
-}
 
 /// A schedule as stored, with its next tick.
 #[derive(Debug, Serialize, ToSchema)]
@@ -278,14 +79,10 @@ pub(crate) struct Schedules {
         (status = 200, description = "Every schedule, with its next tick", body = Schedules),
         (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
     ),
-    security(("api_key" = []), ("session" = [])))]
+)]
 pub(crate) async fn schedules(State(app): AppState, _: Viewer) -> Answer {
     let now = now(&app, None)?;
-    let schedules = app
-        .store
-        .schedules()
-        .await
-        .map_err(|e| Problem::store(&e))?;
+    let schedules = app.store.schedules().await?;
     let schedules = schedules.iter().map(|s| ScheduleView::of(s, now)).collect();
     Ok(json_response(StatusCode::OK, Schedules { schedules }))
 }
@@ -321,14 +118,14 @@ pub(crate) struct ScheduleBody {
 }
 
 /// A schedule's name from its path.
-fn schedule_name(name: String) -> Result<ScheduleName, Problem> {
+pub(crate) fn schedule_name(name: String) -> Result<ScheduleName, Problem> {
     ScheduleName::new(name).map_err(|_| {
         Problem::invalid("the schedule's name must be 1 to 200 bytes, with no NUL and no @")
     })
 }
 
 /// A schedule's spec from its name and body.
-fn schedule_spec(name: String, body: ScheduleBody) -> Result<ScheduleSpec, Problem> {
+pub(crate) fn schedule_spec(name: String, body: ScheduleBody) -> Result<ScheduleSpec, Problem> {
     let name = schedule_name(name)?;
     let zone = body.zone.map_or_else(|| "UTC".to_owned(), |z| z.0);
     lease_schedule::Calendar::new(&body.cron.0, &zone).map_err(|_| {
@@ -379,7 +176,7 @@ fn schedule_spec(name: String, body: ScheduleBody) -> Result<ScheduleSpec, Probl
         (status = 200, description = "Made or changed; a change keeps the ticks fired", body = ScheduleView),
         (status = "4XX", description = "Refused: 422 for a cron expression or a time zone the calendar cannot read", body = ProblemBody, content_type = "application/problem+json"),
     ),
-    security(("api_key" = []), ("session" = [])))]
+)]
 pub(crate) async fn put_schedule(
     State(app): AppState,
     _: Admin,
@@ -388,11 +185,7 @@ pub(crate) async fn put_schedule(
 ) -> Answer {
     let now = now(&app, body.now.as_ref())?;
     let spec = schedule_spec(name, body)?;
-    let schedule = app
-        .store
-        .put_schedule(&spec, now)
-        .await
-        .map_err(|e| Problem::store(&e))?;
+    let schedule = app.store.put_schedule(&spec, now).await?;
     Ok(json_response(
         StatusCode::OK,
         ScheduleView::of(&schedule, now),
@@ -412,14 +205,10 @@ pub(crate) struct Removed {
         (status = 200, description = "Removed (the jobs its ticks made stay)", body = Removed),
         (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
     ),
-    security(("api_key" = []), ("session" = [])))]
+)]
 pub(crate) async fn remove_schedule(State(app): AppState, _: Admin, Param(name): Param) -> Answer {
     let name = schedule_name(name)?;
-    let removed = app
-        .store
-        .remove_schedule(&name)
-        .await
-        .map_err(|e| Problem::store(&e))?;
+    let removed = app.store.remove_schedule(&name).await?;
     Ok(json_response(StatusCode::OK, Removed { removed }))
 }
 
@@ -466,7 +255,7 @@ pub(crate) struct FiredView {
         (status = 200, description = "Fired in one transaction, or not at all", body = FiredView),
         (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
     ),
-    security(("api_key" = []), ("session" = [])))]
+)]
 pub(crate) async fn fire(
     State(app): AppState,
     _: Admin,
@@ -474,11 +263,7 @@ pub(crate) async fn fire(
     Checked(body): Checked<FireBody>,
 ) -> Answer {
     let name = schedule_name(name)?;
-    let schedule = app
-        .store
-        .schedule(&name)
-        .await
-        .map_err(|e| Problem::store(&e))?;
+    let schedule = app.store.schedule(&name).await?;
     let Some(schedule) = schedule else {
         return Ok(json_response(
             StatusCode::OK,
@@ -499,11 +284,7 @@ pub(crate) async fn fire(
         tick: body.tick.at("tick")?,
         jobs,
     };
-    let fired = app
-        .store
-        .fire_schedule(&fire)
-        .await
-        .map_err(|e| Problem::store(&e))?;
+    let fired = app.store.fire_schedule(&fire).await?;
     if fired
         .as_ref()
         .is_some_and(|inserted| inserted.contains(&true))
@@ -539,7 +320,7 @@ pub(crate) struct RanView {
         (status = 200, description = "Its job enqueued now, outside its ticks (which are untouched)", body = RanView),
         (status = "4XX", description = "Refused: 404 no such schedule", body = ProblemBody, content_type = "application/problem+json"),
     ),
-    security(("api_key" = []), ("session" = [])))]
+)]
 pub(crate) async fn run(
     State(app): AppState,
     _: Admin,
@@ -549,8 +330,7 @@ pub(crate) async fn run(
     let name = schedule_name(name)?;
     let now = now(&app, None)?;
     let ran = lease_schedule::run_now(&*app.store, &name, now)
-        .await
-        .map_err(|e| Problem::store(&e))?
+        .await?
         .ok_or_else(|| Problem::new(StatusCode::NOT_FOUND, "not_found", "no such schedule"))?;
     if ran.inserted {
         app.wake(ran.queue.as_str(), 1);
@@ -564,68 +344,4 @@ pub(crate) async fn run(
             inserted: ran.inserted,
         },
     ))
-}
-
-/// Report a running job's progress (and renew its lease, with `ttl`).
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(example = json!({"fence": 1, "ttl": 30, "progress": "12 of 40 files"}))]
-pub(crate) struct ProgressBody {
-    /// The lease's fence.
-    pub(crate) fence: FenceNo,
-    /// The lease's new length from now, in seconds; without it the lease keeps its end.
-    pub(crate) ttl: Option<Ttl>,
-    /// What the job says of its progress.
-    pub(crate) progress: ProgressField,
-    /// Write as exactly this owner (default: any owner the key may act as).
-    pub(crate) owner: Option<Name>,
-    /// The caller's time, taken only by a server started to trust caller clocks.
-    pub(crate) now: Option<Time>,
-}
-
-#[utoipa::path(post, path = "/v1/jobs/{id}/progress", tag = "jobs",
-    params(("id" = Name, Path, description = "The job id, percent-encoded"),
-        ("Lease-Token" = String, Header, description = "The lease's token")),
-    request_body = ProgressBody,
-    responses(
-        (status = 200, description = "Stored, and the lease renewed when a ttl was given", body = Progressed),
-        (status = "4XX", description = "Refused as a renewal would be: 404, 409 stale/done/cancelled/dead/not_owner/expired, 400 no token, 403 wrong token", body = ProblemBody, content_type = "application/problem+json"),
-    ),
-    security(("api_key" = []), ("session" = [])))]
-pub(crate) async fn progress(
-    State(app): AppState,
-    holder: Holder,
-    Param(id): Param,
-    Checked(body): Checked<ProgressBody>,
-) -> Answer {
-    let id = Name(id).job()?;
-    let now = now(&app, body.now.as_ref())?;
-    let renewal = match &body.ttl {
-        Some(ttl) => Renewal::Renew(term(now, ttl)?),
-        None => Renewal::Keep(now),
-    };
-    let fence = body.fence.fence()?;
-    let text = ProgressText::new(body.progress.0).map_err(|e| bad_value("progress", &e))?;
-    let credential = credential(holder, body.owner)?;
-    let write = as_holder(credential, |owner| {
-        Command::Progress(owner, fence, renewal, text.clone())
-    });
-    holder_write::<WriteOutcome>(&app, &id, write)
-        .await?
-        .map_err(|refused| Problem::refused_write(&refused))?;
-    Ok(json_response(
-        StatusCode::OK,
-        Progressed {
-            until: renewal.term().map(|term| term.until().get()),
-        },
-    ))
-}
-
-/// A stored progress report.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct Progressed {
-    /// When the renewed lease ends (Unix seconds); absent when no ttl was given and the lease
-    /// kept its end.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) until: Option<f64>,
 }

@@ -1,0 +1,536 @@
+//! The jobs: enqueue (one, or a batch in one transaction), read one, list them in keyset
+//! pages, and an admin's cancel, retry and purge.
+
+use crate::App;
+use crate::extract::{Admin, Checked, Param, Params, Viewer, Worker};
+use crate::fields::{Name, Replace, Seconds, StatusName, Time};
+use crate::input::bad_value;
+use crate::problem::{Problem, ProblemBody};
+use crate::respond::{
+    Answer, AppState, OkBody, PayloadView, count, json_response, now, query, query_now,
+};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use base64::Engine as _;
+use lease_domain::{EnqueueSpec, JobId, Payload, QueueName, Status, Timestamp};
+use lease_ports::{JobRecord, ListFilter};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+/// Base64 as RFC 4648 writes it, its padding required but the unused bits of its last
+/// character not (the document's pattern says exactly this).
+pub(crate) const LENIENT_BASE64: base64::engine::GeneralPurpose =
+    base64::engine::GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        base64::engine::GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
+    );
+
+/// Enqueue one job.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"id": "report-42", "payload": "{\"user\": 7}"}))]
+pub(crate) struct EnqueueBody {
+    /// The job's id.
+    pub(crate) id: Name,
+    /// Higher is claimed first (default 0).
+    #[schema(minimum = -9_223_372_036_854_775_808_i64, maximum = 9_223_372_036_854_775_807_i64)]
+    pub(crate) priority: Option<i64>,
+    /// Not claimable before this time (Unix seconds).
+    pub(crate) run_at: Option<Time>,
+    /// How many leases `claims` may hand out (default 5).
+    #[schema(value_type = Option<i64>, minimum = 0, maximum = 4_294_967_295_i64)]
+    pub(crate) max_attempts: Option<u32>,
+    /// The payload as UTF-8 text: up to 1 MiB (1,048,576 bytes of UTF-8); one of `payload` and
+    /// `payload_base64`.
+    pub(crate) payload: Option<String>,
+    /// The payload as base64 (for bytes that are not UTF-8): up to 1 MiB once decoded.
+    #[schema(pattern = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$")]
+    pub(crate) payload_base64: Option<String>,
+    /// When it was enqueued (Unix seconds), taken only by a server started to trust caller
+    /// clocks; otherwise the server's clock says.
+    pub(crate) enqueued_at: Option<Time>,
+    /// How long one attempt may run before its worker stops it and fails it as "timed out"
+    /// (default: the queue's, if it has one).
+    pub(crate) timeout: Option<Seconds>,
+    /// `finished`: a job of this id that is done, dead or cancelled runs again (a pending or
+    /// running one is never touched); absent, an existing job is left as it is.
+    pub(crate) replace: Option<Replace>,
+}
+
+/// The rules of a body that tie one field to another, which utoipa cannot declare on a type:
+/// each is the `not` of its component's schema in the document (so it is both documented and
+/// checked), and the handler refuses the same with a message of its own.
+pub(crate) const ACROSS_FIELDS: [(&str, &str); 5] = [
+    (
+        "EnqueueBody",
+        r#"{"required": ["payload", "payload_base64"], "description": "a payload is given as `payload` or as `payload_base64`, not both"}"#,
+    ),
+    (
+        "BatchJob",
+        r#"{"required": ["payload", "payload_base64"], "description": "a payload is given as `payload` or as `payload_base64`, not both"}"#,
+    ),
+    (
+        "FailBody",
+        r#"{"required": ["retry", "backoff"], "properties": {"retry": {"const": false}}, "description": "no `backoff` with `retry` false"}"#,
+    ),
+    (
+        "LimitsBody",
+        r#"{"required": ["timeout", "no_timeout"], "properties": {"timeout": {"not": {"type": "null"}}, "no_timeout": {"const": true}}, "description": "give `timeout` or `no_timeout`, not both"}"#,
+    ),
+    (
+        "ScheduleBody",
+        r#"{"required": ["catch_up_max"], "properties": {"catch_up_max": {"not": {"type": "null"}}, "catch_up": {"not": {"const": "all"}}}, "description": "`catch_up_max` goes with `catch_up` `all` only"}"#,
+    ),
+];
+
+/// Whether the job was inserted (`false`: it existed, and nothing changed).
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Inserted {
+    /// `true` when this request made the job.
+    pub(crate) inserted: bool,
+}
+
+/// When a job is enqueued: the server's clock, or (on a server that trusts caller clocks)
+/// the body's `enqueued_at`, if any.
+pub(crate) fn enqueue_time(app: &App, given: Option<&Time>) -> Result<Option<Timestamp>, Problem> {
+    if app.config.client_clock {
+        given.map(|t| t.at("enqueued_at")).transpose()
+    } else {
+        now(app, None).map(Some)
+    }
+}
+
+/// A job to enqueue, in `queue`.
+pub(crate) fn spec(
+    app: &App,
+    queue: &QueueName,
+    body: EnqueueBody,
+) -> Result<(JobId, EnqueueSpec), Problem> {
+    let enqueued = enqueue_time(app, body.enqueued_at.as_ref())?;
+    let id = body.id.job()?;
+    let bytes = match (body.payload, body.payload_base64) {
+        (Some(_), Some(_)) => {
+            return Err(Problem::invalid(
+                "give the payload as `payload` or as `payload_base64`, not both",
+            ));
+        }
+        (Some(text), None) => Some(text.into_bytes()),
+        (None, Some(encoded)) => Some(
+            LENIENT_BASE64
+                .decode(encoded.as_bytes())
+                .map_err(|_| Problem::invalid("field `payload_base64` is not valid base64"))?,
+        ),
+        (None, None) => None,
+    };
+    let payload = bytes
+        .map(|b| Payload::new(b, Payload::DEFAULT_LIMIT))
+        .transpose()
+        .map_err(|e| bad_value("payload", &e))?;
+    let run_at = body.run_at.map(|t| t.at("run_at")).transpose()?;
+    Ok((
+        id,
+        EnqueueSpec {
+            queue: queue.clone(),
+            priority: body.priority.unwrap_or(0),
+            run_at,
+            max_attempts: body.max_attempts,
+            payload,
+            enqueued_at: enqueued,
+            timeout: body.timeout.map(|t| t.ttl("timeout")).transpose()?,
+            replace_finished: body.replace.is_some(),
+        },
+    ))
+}
+
+#[utoipa::path(post, path = "/v1/queues/{queue}/jobs", tag = "queue",
+    params(("queue" = Name, Path, description = "The queue, percent-encoded")),
+    request_body = EnqueueBody,
+    responses(
+        (status = 201, description = "Inserted", body = Inserted, links(
+            ("claim" = (operation_id = "claim", parameters(("path.id" = "$request.body#/id")))),
+            ("claim_next" = (operation_id = "claim_next", parameters(("path.queue" = "$request.path.queue")))),
+            ("get_job" = (operation_id = "get_job", parameters(("path.id" = "$request.body#/id")))),
+            ("cancel" = (operation_id = "cancel", parameters(("path.id" = "$request.body#/id")))),
+        )),
+        (status = 200, description = "The job existed; nothing changed", body = Inserted),
+        (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn enqueue(
+    State(app): AppState,
+    Worker(_): Worker,
+    Param(queue): Param,
+    Checked(body): Checked<EnqueueBody>,
+) -> Answer {
+    let queue = Name(queue).queue("queue")?;
+    let (id, spec) = spec(&app, &queue, body)?;
+    let inserted = app.store.enqueue_with(&id, &spec).await?;
+    if inserted {
+        app.wake(queue.as_str(), 1);
+    }
+    let status = if inserted {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(json_response(status, Inserted { inserted }))
+}
+
+/// One job of a batch: as `POST /v1/queues/{queue}/jobs` takes one, and a queue of its own.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"id": "report-43", "queue": "mail", "priority": 1}))]
+pub(crate) struct BatchJob {
+    /// The job's queue (default: the path's).
+    pub(crate) queue: Option<Name>,
+    /// The job's id.
+    pub(crate) id: Name,
+    /// Higher is claimed first (default 0).
+    #[schema(minimum = -9_223_372_036_854_775_808_i64, maximum = 9_223_372_036_854_775_807_i64)]
+    pub(crate) priority: Option<i64>,
+    /// Not claimable before this time (Unix seconds).
+    pub(crate) run_at: Option<Time>,
+    /// How many leases `claims` may hand out (default 5).
+    #[schema(value_type = Option<i64>, minimum = 0, maximum = 4_294_967_295_i64)]
+    pub(crate) max_attempts: Option<u32>,
+    /// The payload as UTF-8 text: up to 1 MiB (1,048,576 bytes of UTF-8); one of `payload` and
+    /// `payload_base64`.
+    pub(crate) payload: Option<String>,
+    /// The payload as base64 (for bytes that are not UTF-8): up to 1 MiB once decoded.
+    #[schema(pattern = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$")]
+    pub(crate) payload_base64: Option<String>,
+    /// When it was enqueued, as `POST /v1/queues/{queue}/jobs` takes it.
+    pub(crate) enqueued_at: Option<Time>,
+    /// How long one attempt may run, as `POST /v1/queues/{queue}/jobs` takes it.
+    pub(crate) timeout: Option<Seconds>,
+    /// `finished`: rerun a finished job of this id, as `POST /v1/queues/{queue}/jobs` takes it.
+    pub(crate) replace: Option<Replace>,
+}
+
+impl BatchJob {
+    /// Its own queue, if any, and the job as one enqueue takes it.
+    fn split(self) -> (Option<Name>, EnqueueBody) {
+        (
+            self.queue,
+            EnqueueBody {
+                id: self.id,
+                priority: self.priority,
+                run_at: self.run_at,
+                max_attempts: self.max_attempts,
+                payload: self.payload,
+                payload_base64: self.payload_base64,
+                enqueued_at: self.enqueued_at,
+                timeout: self.timeout,
+                replace: self.replace,
+            },
+        )
+    }
+}
+
+/// Enqueue many jobs in one transaction.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"jobs": [{"id": "report-43"}, {"id": "report-44", "queue": "mail"}]}))]
+pub(crate) struct EnqueueManyBody {
+    /// The jobs.
+    pub(crate) jobs: Vec<BatchJob>,
+}
+
+/// For each job, in order, whether it was inserted.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct InsertedMany {
+    /// `true` for each job this request made, `false` for each that existed.
+    pub(crate) inserted: Vec<bool>,
+}
+
+#[utoipa::path(post, path = "/v1/queues/{queue}/jobs/batch", tag = "queue",
+    params(("queue" = Name, Path, description = "The queue, percent-encoded")),
+    request_body = EnqueueManyBody,
+    responses(
+        (status = 200, description = "Stored, all or none", body = InsertedMany),
+        (status = "4XX", description = "Refused: nothing was stored", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn enqueue_many(
+    State(app): AppState,
+    Worker(_): Worker,
+    Param(queue): Param,
+    Checked(body): Checked<EnqueueManyBody>,
+) -> Answer {
+    let queue = Name(queue).queue("queue")?;
+    let mut jobs = Vec::with_capacity(body.jobs.len());
+    for (n, job) in body.jobs.into_iter().enumerate() {
+        let at = |p: Problem| Problem::invalid(format!("jobs[{n}]: {}", p.detail()));
+        let (own, job) = job.split();
+        let own = own.map(|q| q.queue("queue")).transpose().map_err(at)?;
+        jobs.push(spec(&app, own.as_ref().unwrap_or(&queue), job).map_err(at)?);
+    }
+    let inserted = app.store.enqueue_many(&jobs).await?;
+    for ((_, spec), inserted) in jobs.iter().zip(&inserted) {
+        if *inserted {
+            app.wake(spec.queue.as_str(), 1);
+        }
+    }
+    Ok(json_response(StatusCode::OK, InsertedMany { inserted }))
+}
+
+/// A job's record, without its lease token.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct JobView {
+    /// The id.
+    pub(crate) id: String,
+    /// The queue.
+    pub(crate) queue: String,
+    /// pending, running, done, dead or cancelled, now.
+    pub(crate) status: StatusName,
+    /// The holder (or last holder) of the lease.
+    pub(crate) owner: Option<String>,
+    /// The lease is live until then.
+    pub(crate) until: f64,
+    /// The latest fence handed out.
+    pub(crate) fence: u64,
+    /// Whether the job is done.
+    pub(crate) done: bool,
+    /// The stored result.
+    pub(crate) result: Option<String>,
+    /// The fence of the lease that completed the job.
+    pub(crate) result_fence: Option<u64>,
+    /// Higher is claimed first.
+    pub(crate) priority: i64,
+    /// Not claimable before this time.
+    pub(crate) run_at: Option<f64>,
+    /// Leases handed out by claims since enqueue or retry.
+    pub(crate) attempts: u32,
+    /// The most leases claims may hand out.
+    pub(crate) max_attempts: u32,
+    /// The last failure's text.
+    pub(crate) error: Option<String>,
+    /// `dead` or `cancelled` once the job ended so, else null.
+    pub(crate) ended: Option<String>,
+    /// When a queue rule last changed the job.
+    pub(crate) updated: Option<f64>,
+    /// How long one attempt may run, in seconds, if the job names a limit of its own.
+    pub(crate) timeout: Option<f64>,
+    /// What the current attempt last said of its progress.
+    pub(crate) progress: Option<String>,
+    /// The job's payload, if it has one.
+    #[serde(flatten)]
+    pub(crate) payload: PayloadView,
+}
+
+impl JobView {
+    fn of(record: &JobRecord, now: Timestamp) -> Self {
+        let job = &record.job;
+        Self {
+            id: record.id.as_str().to_owned(),
+            queue: job.queue.as_str().to_owned(),
+            status: StatusName::of(job.status_at(now)),
+            owner: job.owner.as_ref().map(|o| o.as_str().to_owned()),
+            until: job.until.get(),
+            fence: job.fence.get(),
+            done: job.done,
+            result: job.result.clone(),
+            result_fence: job.result_fence.map(lease_domain::Fence::get),
+            priority: job.priority,
+            run_at: job.run_at.map(Timestamp::get),
+            attempts: job.attempts,
+            max_attempts: job.max_attempts,
+            error: job.error.clone(),
+            ended: job.ended.map(|e| e.as_str().to_owned()),
+            updated: job.updated.map(Timestamp::get),
+            timeout: job.timeout.map(lease_domain::Ttl::get),
+            progress: job.progress.clone(),
+            payload: PayloadView::of(job.payload.as_deref()),
+        }
+    }
+}
+
+#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs",
+    params(("id" = Name, Path, description = "The job id, percent-encoded")),
+    responses(
+        (status = 200, description = "The job", body = JobView),
+        (status = "4XX", description = "404 no such job", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn get_job(State(app): AppState, _: Viewer, Param(id): Param) -> Answer {
+    let id = Name(id).job()?;
+    let record = app
+        .store
+        .record(&id)
+        .await?
+        .ok_or_else(Problem::no_such_job)?;
+    Ok(json_response(
+        StatusCode::OK,
+        JobView::of(&record, (app.config.clock)()),
+    ))
+}
+
+/// Which jobs to list.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ListQuery {
+    /// Only this queue.
+    #[param(value_type = Option<Name>)]
+    pub(crate) queue: Option<String>,
+    /// Only this status.
+    #[param(value_type = Option<StatusName>)]
+    pub(crate) status: Option<String>,
+    /// At most this many (default 50).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
+    pub(crate) limit: Option<String>,
+    /// Only jobs whose id comes after this one (the `next` of the page before).
+    #[param(value_type = Option<Name>)]
+    pub(crate) after: Option<String>,
+    /// The time statuses are judged at, taken only by a server that trusts caller clocks.
+    #[param(value_type = Option<Time>)]
+    pub(crate) now: Option<String>,
+}
+
+/// A page of jobs, in id order.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct JobPage {
+    /// The jobs.
+    pub(crate) jobs: Vec<JobView>,
+    /// The id to ask for the next page with (`after`), or null after the last page.
+    pub(crate) next: Option<String>,
+}
+
+#[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(ListQuery),
+    responses(
+        (status = 200, description = "A page of jobs", body = JobPage),
+        (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn list_jobs(
+    State(app): AppState,
+    _: Viewer,
+    Params: Params,
+    listed: Result<Query<ListQuery>, QueryRejection>,
+) -> Answer {
+    let listed = query(listed)?;
+    let limit = count(listed.limit.as_deref(), "limit", 50)?;
+    let status = listed
+        .status
+        .as_deref()
+        .map(Status::parse)
+        .transpose()
+        .map_err(|_| Problem::invalid("parameter `status` is not a status"))?;
+    let filter = ListFilter {
+        queue: listed.queue.map(|q| Name(q).queue("queue")).transpose()?,
+        status,
+        limit,
+        after: listed.after.map(|a| Name(a).job()).transpose()?,
+        now: query_now(&app, listed.now.as_deref())?,
+    };
+    let records = app.store.list(&filter).await?;
+    let next = if records.len() == limit {
+        records.last().map(|r| r.id.as_str().to_owned())
+    } else {
+        None
+    };
+    let jobs = records.iter().map(|r| JobView::of(r, filter.now)).collect();
+    Ok(json_response(StatusCode::OK, JobPage { jobs, next }))
+}
+
+/// The body of cancel and retry: empty or `{}` (or the caller's time, on a server that trusts
+/// caller clocks).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({}))]
+pub(crate) struct AdminBody {
+    /// The caller's time, taken only by a server started to trust caller clocks.
+    pub(crate) now: Option<Time>,
+}
+
+pub(crate) async fn admin_write(app: &App, id: String, body: AdminBody, retry: bool) -> Answer {
+    let id = Name(id).job()?;
+    let now = now(app, body.now.as_ref())?;
+    let outcome = if retry {
+        app.store.retry(&id, now).await
+    } else {
+        app.store.cancel(&id, now).await
+    };
+    outcome?.map_err(|refused| Problem::refused_write(&refused))?;
+    if retry {
+        if let Some(record) = app.store.record(&id).await? {
+            app.wake(record.job.queue.as_str(), 1);
+        }
+    }
+    Ok(json_response(StatusCode::OK, OkBody { ok: true }))
+}
+
+#[utoipa::path(post, path = "/v1/jobs/{id}/cancel", tag = "admin",
+    params(("id" = Name, Path, description = "The job id, percent-encoded")),
+    request_body(content = Option<AdminBody>, description = "Empty, or {}"),
+    responses(
+        (status = 200, description = "Cancelled: its holder's writes are refused from now on", body = OkBody, links(
+            ("retry" = (operation_id = "retry", parameters(("path.id" = "$request.path.id")))),
+        )),
+        (status = "4XX", description = "Refused: 404, 409 done/cancelled/dead", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn cancel(
+    State(app): AppState,
+    _: Admin,
+    Param(id): Param,
+    Checked(body): Checked<AdminBody>,
+) -> Answer {
+    admin_write(&app, id, body, false).await
+}
+
+#[utoipa::path(post, path = "/v1/jobs/{id}/retry", tag = "admin",
+    params(("id" = Name, Path, description = "The job id, percent-encoded")),
+    request_body(content = Option<AdminBody>, description = "Empty, or {}"),
+    responses(
+        (status = 200, description = "Pending again; its fence goes on", body = OkBody),
+        (status = "4XX", description = "Refused: 404, 409 done/live", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn retry(
+    State(app): AppState,
+    _: Admin,
+    Param(id): Param,
+    Checked(body): Checked<AdminBody>,
+) -> Answer {
+    admin_write(&app, id, body, true).await
+}
+
+/// Purge finished jobs.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"before": 1700000000, "statuses": ["done"]}))]
+pub(crate) struct PurgeBody {
+    /// Only jobs last changed before this time (Unix seconds).
+    pub(crate) before: Time,
+    /// Only these statuses (default: done, dead and cancelled); pending and running jobs are
+    /// never purged.
+    pub(crate) statuses: Option<Vec<StatusName>>,
+}
+
+/// How many jobs were purged.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Purged {
+    /// The count.
+    pub(crate) purged: u64,
+}
+
+#[utoipa::path(post, path = "/v1/purge", tag = "admin", request_body = PurgeBody,
+    responses(
+        (status = 200, description = "Purged; a purged id never gets an old fence again", body = Purged),
+        (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn purge(
+    State(app): AppState,
+    _: Admin,
+    Checked(body): Checked<PurgeBody>,
+) -> Answer {
+    let before = body.before.at("before")?;
+    let statuses = body.statuses.map_or_else(
+        || vec![Status::Done, Status::Dead, Status::Cancelled],
+        |names| names.into_iter().map(StatusName::status).collect(),
+    );
+    let purged = app.store.purge(before, &statuses).await?;
+    Ok(json_response(StatusCode::OK, Purged { purged }))
+}

@@ -1,0 +1,183 @@
+//! A queue's flow control: its settings (read by any key), and a pause, a resume and limits
+//! (admin keys).
+
+use crate::App;
+use crate::extract::{Admin, Checked, Param, Viewer};
+use crate::fields::{Name, Seconds, Time};
+use crate::problem::{Problem, ProblemBody};
+use crate::respond::{Answer, AppState, EmptyBody, json_response, now};
+use axum::extract::State;
+use axum::http::StatusCode;
+use lease_domain::{Concurrency, QueueChange, QueueName, QueueSettings, Timestamp};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// A queue's settings.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct QueueView {
+    /// The queue.
+    pub(crate) queue: String,
+    /// Whether claims take nothing from it now.
+    pub(crate) paused: bool,
+    /// When its pause ends (Unix seconds), if it ends at a time.
+    pub(crate) paused_until: Option<f64>,
+    /// The most of its leases live at once, across every worker, if it is limited.
+    pub(crate) concurrency: Option<u32>,
+    /// How long an attempt of a job that names no timeout may run, in seconds, if limited.
+    pub(crate) timeout: Option<f64>,
+}
+
+impl QueueView {
+    pub(crate) fn of(queue: &QueueName, settings: &QueueSettings, now: Timestamp) -> Self {
+        Self {
+            queue: queue.as_str().to_owned(),
+            paused: settings.is_paused_at(now),
+            paused_until: settings
+                .paused
+                .and_then(|p| p.until)
+                .map(Timestamp::get)
+                .filter(|_| settings.is_paused_at(now)),
+            concurrency: settings.concurrency.map(Concurrency::get),
+            timeout: settings.timeout.map(lease_domain::Ttl::get),
+        }
+    }
+}
+
+/// Every queue with settings.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Queues {
+    /// The queues, by name.
+    pub(crate) queues: Vec<QueueView>,
+}
+
+#[utoipa::path(get, path = "/v1/queues", tag = "queue",
+    responses(
+        (status = 200, description = "Every queue with settings (a queue without is free)", body = Queues),
+        (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn queues(State(app): AppState, _: Viewer) -> Answer {
+    let now = now(&app, None)?;
+    let body = queues_body(&app, now).await?;
+    Ok(json_response(StatusCode::OK, body))
+}
+
+/// Every queue's settings judged at `now`, as `GET /v1/queues` and the event stream's
+/// `queues` event give them.
+pub(crate) async fn queues_body(app: &App, now: Timestamp) -> Result<Queues, Problem> {
+    let queues = app.store.queues().await?;
+    let queues = queues
+        .iter()
+        .map(|(queue, settings)| QueueView::of(queue, settings, now))
+        .collect();
+    Ok(Queues { queues })
+}
+
+/// Pause a queue.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"until": 1900000000}))]
+pub(crate) struct PauseBody {
+    /// Until when (Unix seconds); absent, until it is resumed.
+    pub(crate) until: Option<Time>,
+}
+
+pub(crate) async fn change(app: &App, queue: String, change: QueueChange) -> Answer {
+    let queue = Name(queue).queue("queue")?;
+    let settings = app.store.change_queue(&queue, change).await?;
+    let now = now(app, None)?;
+    if !settings.is_paused_at(now) {
+        // Claims waiting on a queue that runs again may find their jobs now.
+        app.wake(queue.as_str(), usize::MAX);
+    }
+    Ok(json_response(
+        StatusCode::OK,
+        QueueView::of(&queue, &settings, now),
+    ))
+}
+
+#[utoipa::path(post, path = "/v1/queues/{queue}/pause", tag = "admin",
+    params(("queue" = Name, Path, description = "The queue, percent-encoded")),
+    request_body(content = Option<PauseBody>, description = "Empty, {} or {\"until\": time}"),
+    responses(
+        (status = 200, description = "Paused: no new lease from now on; running leases go on", body = QueueView),
+        (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn pause(
+    State(app): AppState,
+    _: Admin,
+    Param(queue): Param,
+    Checked(body): Checked<PauseBody>,
+) -> Answer {
+    let until = body.until.map(|t| t.at("until")).transpose()?;
+    change(&app, queue, QueueChange::Pause(until)).await
+}
+
+#[utoipa::path(post, path = "/v1/queues/{queue}/resume", tag = "admin",
+    params(("queue" = Name, Path, description = "The queue, percent-encoded")),
+    request_body(content = Option<EmptyBody>, description = "Empty, or {}"),
+    responses(
+        (status = 200, description = "Claims take its jobs again", body = QueueView),
+        (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn resume(
+    State(app): AppState,
+    _: Admin,
+    Param(queue): Param,
+    Checked(_): Checked<EmptyBody>,
+) -> Answer {
+    change(&app, queue, QueueChange::Resume).await
+}
+
+/// A queue's limits; a field left out is left as it is.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"concurrency": 4, "timeout": 300}))]
+pub(crate) struct LimitsBody {
+    /// The most of its leases live at once, across every worker; 0 removes the limit.
+    #[schema(value_type = Option<i64>, minimum = 0, maximum = 4_294_967_295_i64)]
+    pub(crate) concurrency: Option<u32>,
+    /// How long an attempt of a job that names no timeout may run, in seconds.
+    pub(crate) timeout: Option<Seconds>,
+    /// `true` removes the queue's default timeout (with no `timeout`).
+    pub(crate) no_timeout: Option<bool>,
+}
+
+#[utoipa::path(put, path = "/v1/queues/{queue}/limits", tag = "admin",
+    params(("queue" = Name, Path, description = "The queue, percent-encoded")),
+    request_body = LimitsBody,
+    responses(
+        (status = 200, description = "The queue's settings now; running leases are never touched", body = QueueView),
+        (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn limits(
+    State(app): AppState,
+    _: Admin,
+    Param(queue): Param,
+    Checked(body): Checked<LimitsBody>,
+) -> Answer {
+    let timeout = match (body.timeout, body.no_timeout) {
+        (Some(_), Some(true)) => {
+            return Err(Problem::invalid("give `timeout` or `no_timeout`, not both"));
+        }
+        (Some(t), _) => Some(Some(t.ttl("timeout")?)),
+        (None, Some(true)) => Some(None),
+        (None, _) => None,
+    };
+    // A limit and a timeout together are one change: both are applied or neither.
+    match QueueChange::limits(body.concurrency.map(Concurrency::new), timeout) {
+        Some(one) => change(&app, queue, one).await,
+        None => {
+            let name = Name(queue).queue("queue")?;
+            let now = now(&app, None)?;
+            let current = app.store.settings_of(&name).await?;
+            Ok(json_response(
+                StatusCode::OK,
+                QueueView::of(&name, &current, now),
+            ))
+        }
+    }
+}
