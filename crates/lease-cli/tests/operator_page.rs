@@ -247,9 +247,16 @@ impl Session {
     }
 
     /// Clicks `button`, waits for the confirmation (keeping its screenshot as `shot`, if
-    /// named) and confirms.
+    /// named) and confirms. The click goes through the page's script: the live tables above a
+    /// form are drawn again as their values change (a waiting time that grows widens its
+    /// column, and a wrapped cell then takes another line), so a pointer click aimed at where
+    /// the button was may land beside it (CI saw the schedule form's button missed so).
     async fn confirm(&self, button: &str, shot: Option<&str>) {
-        self.click(button).await;
+        self.eval(&format!(
+            "document.querySelector({}).click(); true",
+            json!(button)
+        ))
+        .await;
         self.until(
             "the confirmation",
             "document.getElementById('confirm').open",
