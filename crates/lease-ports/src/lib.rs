@@ -38,6 +38,34 @@ pub use lease_domain::{
     Retry, Schedule, ScheduleName, ScheduleSpec, Status, Timestamp, TokenDigest, Ttl, WriteRefused,
 };
 
+/// The whole surface of a store: the queue ([`LeaseStore`]), its settings and schedules
+/// ([`control::Control`]), the audit trail ([`audit::AuditTrail`]), the operator's overview
+/// ([`overview::Overview`]), the API keys ([`keys::KeyStore`]) and enqueue signals
+/// ([`signal::EnqueueSignal`]): what `lease serve` takes, and what the memory, SQLite and
+/// PostgreSQL stores and every [`decorate::Decorated`] store are. Migration
+/// ([`transfer::Transfer`]) comes on top for the stores that hold their data. Each trait keeps
+/// its required part small and provides the rest; `docs/ARCHITECTURE.md` lists them.
+pub trait Store:
+    LeaseStore
+    + control::Control
+    + audit::AuditTrail
+    + overview::Overview
+    + keys::KeyStore
+    + signal::EnqueueSignal
+{
+}
+
+impl<T> Store for T where
+    T: LeaseStore
+        + control::Control
+        + audit::AuditTrail
+        + overview::Overview
+        + keys::KeyStore
+        + signal::EnqueueSignal
+        + ?Sized
+{
+}
+
 /// The outcome of a claim that reached the store: the new fence, or why it was refused.
 pub type ClaimOutcome = Result<Fence, ClaimRefused>;
 

@@ -38,12 +38,6 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderName, StatusCode, header};
 use axum::response::IntoResponse;
 use lease_domain::Timestamp;
-use lease_ports::LeaseStore;
-use lease_ports::audit::AuditTrail;
-use lease_ports::control::Control;
-use lease_ports::keys::KeyStore;
-use lease_ports::overview::Overview;
-use lease_ports::signal::EnqueueSignal;
 use tower::ServiceBuilder;
 use tower_http::request_id::{
     MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
@@ -62,17 +56,8 @@ use crate::waiters::Waiters;
 
 pub use auth::LEASE_TOKEN;
 
-/// What the service needs of a store: the queue, its audit trail, its API keys, the
-/// operator's overview, and (where the store can) signals of enqueues made by anyone.
-pub trait ServiceStore:
-    LeaseStore + AuditTrail + KeyStore + Overview + EnqueueSignal + Control
-{
-}
-
-impl<T: LeaseStore + AuditTrail + KeyStore + Overview + EnqueueSignal + Control + ?Sized>
-    ServiceStore for T
-{
-}
+/// What the service needs of a store: the whole surface but migration ([`lease_ports::Store`]).
+pub use lease_ports::Store as ServiceStore;
 
 /// The clock the service decides with (the CLI's `main` passes the system clock).
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
