@@ -303,7 +303,7 @@ pub(crate) async fn execute(
             let settings = store.change_queue(queue, *change).await?;
             Report::new(
                 true,
-                lease_server::wire::queue_json(queue, &settings, *now),
+                lease_server::views::queue_json(queue, &settings, *now),
                 format!(
                     "queue {}: {}",
                     escape_controls(queue.as_str()),
@@ -351,7 +351,7 @@ pub(crate) async fn execute(
             let next = lease_schedule::next_tick(&schedule, *now);
             Report::new(
                 true,
-                lease_server::wire::schedule_json(&schedule, *now),
+                lease_server::views::schedule_json(&schedule, *now),
                 format!(
                     "schedule {} (version {}): {:?} in {}, jobs in queue {}; next tick {}",
                     escape_controls(schedule.spec.name.as_str()),
@@ -366,7 +366,7 @@ pub(crate) async fn execute(
         ControlRequest::ListSchedules(now) => {
             let schedules = store.schedules().await?;
             let json = json!({"schedules": schedules.iter()
-                .map(|s| lease_server::wire::schedule_json(s, *now)).collect::<Vec<Value>>()});
+                .map(|s| lease_server::views::schedule_json(s, *now)).collect::<Vec<Value>>()});
             let lines: Vec<String> = schedules
                 .iter()
                 .map(|s| {

@@ -184,7 +184,7 @@ pub(crate) async fn execute(
         Request::Stats(now, false) => {
             let rows = store.stats(*now).await?;
             let settings = store.queues().await?;
-            let queues = lease_server::wire::stats_json(&rows);
+            let queues = lease_server::views::stats_json(&rows);
             let mut lines = Vec::new();
             for (queue, counts) in &queues {
                 let shown: Vec<String> = Status::ALL
@@ -213,7 +213,7 @@ pub(crate) async fn execute(
                 .map(|(queue, set)| {
                     (
                         queue.as_str().to_owned(),
-                        lease_server::wire::queue_json(queue, set, *now),
+                        lease_server::views::queue_json(queue, set, *now),
                     )
                 })
                 .collect();

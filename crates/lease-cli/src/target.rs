@@ -290,7 +290,7 @@ pub(crate) async fn audit_report(
 ) -> Result<Report, String> {
     let rows = trail.refusals(filter).await.map_err(|e| e.to_string())?;
     let refusals: Vec<serde_json::Value> =
-        rows.iter().map(lease_server::wire::refusal_json).collect();
+        rows.iter().map(lease_server::views::refusal_json).collect();
     let lines: Vec<String> = rows
         .iter()
         .map(|r| {

@@ -6,7 +6,7 @@
 //! (by job and fence) and sends it with that lease's writes. A lease granted to another
 //! process has no token here, and its writes are refused by the server.
 
-mod wire;
+mod answers;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -23,7 +23,7 @@ use lease_ports::{
 };
 use serde_json::{Value, json};
 
-use crate::wire::{Answer, claim_refused, path, write_refused};
+use crate::answers::{Answer, claim_refused, path, write_refused};
 
 /// An error and every error under it, as one line (a TLS failure is three levels down).
 fn chain(err: &dyn std::error::Error) -> String {
@@ -278,14 +278,14 @@ impl HttpLeaseStore {
         }
         answer.body[field]
             .as_array()
-            .ok_or_else(|| wire::corrupt(&answer, field))?
+            .ok_or_else(|| answers::corrupt(&answer, field))?
             .iter()
             .map(read)
             .collect()
     }
 
     fn lease_of(&self, value: &Value, now: Timestamp) -> Result<Lease, StoreError> {
-        let (lease, token) = wire::lease(value, now)?;
+        let (lease, token) = answers::lease(value, now)?;
         self.keep_token(&lease.job, lease.fence, &token);
         Ok(lease)
     }
@@ -459,9 +459,9 @@ impl LeaseStore for HttpLeaseStore {
         answer.body["inserted"]
             .as_array()
             .filter(|a| a.len() == jobs.len())
-            .ok_or_else(|| wire::corrupt(&answer, "inserted"))?
+            .ok_or_else(|| answers::corrupt(&answer, "inserted"))?
             .iter()
-            .map(|v| wire::boolean(v, "inserted"))
+            .map(|v| answers::boolean(v, "inserted"))
             .collect()
     }
 
@@ -470,7 +470,7 @@ impl LeaseStore for HttpLeaseStore {
             .get(&format!("/v1/jobs/{}", path(job.as_str())))
             .await?;
         match answer.status {
-            200 => wire::record(&answer.body).map(Some),
+            200 => answers::record(&answer.body).map(Some),
             404 if answer.body["reason"] == "not_found" => Ok(None),
             _ => Err(answer.error()),
         }
@@ -488,7 +488,7 @@ impl LeaseStore for HttpLeaseStore {
         match answer.status {
             200 => answer.body["purged"]
                 .as_u64()
-                .ok_or_else(|| wire::corrupt(&answer, "purged")),
+                .ok_or_else(|| answers::corrupt(&answer, "purged")),
             _ => Err(answer.error()),
         }
     }
@@ -517,9 +517,9 @@ impl LeaseStore for HttpLeaseStore {
             }
             let jobs = answer.body["jobs"]
                 .as_array()
-                .ok_or_else(|| wire::corrupt(&answer, "jobs"))?;
+                .ok_or_else(|| answers::corrupt(&answer, "jobs"))?;
             for job in jobs {
-                found.push(wire::record(job)?);
+                found.push(answers::record(job)?);
             }
             match answer.body["next"].as_str() {
                 Some(next) if jobs.len() == page => {
@@ -542,7 +542,7 @@ impl LeaseStore for HttpLeaseStore {
         if answer.status != 200 {
             return Err(answer.error());
         }
-        wire::stats(&answer)
+        answers::stats(&answer)
     }
 }
 
@@ -577,11 +577,11 @@ impl lease_ports::control::Control for HttpLeaseStore {
         if answer.status != 200 {
             return Err(answer.error());
         }
-        Ok(wire::queue(&answer.body)?.1)
+        Ok(answers::queue(&answer.body)?.1)
     }
 
     async fn queues(&self) -> Result<Vec<(QueueName, lease_domain::QueueSettings)>, StoreError> {
-        self.list_of("/v1/queues", "queues", wire::queue).await
+        self.list_of("/v1/queues", "queues", answers::queue).await
     }
 
     async fn put_schedule(
@@ -633,7 +633,7 @@ impl lease_ports::control::Control for HttpLeaseStore {
         if answer.status != 200 {
             return Err(answer.error());
         }
-        wire::schedule(&answer.body)
+        answers::schedule(&answer.body)
     }
 
     async fn remove_schedule(&self, name: &lease_domain::ScheduleName) -> Result<bool, StoreError> {
@@ -649,11 +649,11 @@ impl lease_ports::control::Control for HttpLeaseStore {
         if answer.status != 200 {
             return Err(answer.error());
         }
-        wire::boolean(&answer.body["removed"], "removed")
+        answers::boolean(&answer.body["removed"], "removed")
     }
 
     async fn schedules(&self) -> Result<Vec<lease_domain::Schedule>, StoreError> {
-        self.list_of("/v1/schedules", "schedules", wire::schedule)
+        self.list_of("/v1/schedules", "schedules", answers::schedule)
             .await
     }
 
@@ -687,14 +687,14 @@ impl lease_ports::control::Control for HttpLeaseStore {
         if answer.status != 200 {
             return Err(answer.error());
         }
-        if !wire::boolean(&answer.body["fired"], "fired")? {
+        if !answers::boolean(&answer.body["fired"], "fired")? {
             return Ok(None);
         }
         answer.body["inserted"]
             .as_array()
-            .ok_or_else(|| wire::corrupt(&answer, "inserted"))?
+            .ok_or_else(|| answers::corrupt(&answer, "inserted"))?
             .iter()
-            .map(|v| wire::boolean(v, "inserted"))
+            .map(|v| answers::boolean(v, "inserted"))
             .collect::<Result<Vec<bool>, _>>()
             .map(Some)
     }
@@ -779,7 +779,7 @@ impl HttpLeaseStore {
             )
             .await?;
         match answer.status {
-            200 | 201 => wire::boolean(&answer.body["inserted"], "inserted"),
+            200 | 201 => answers::boolean(&answer.body["inserted"], "inserted"),
             _ => Err(answer.error()),
         }
     }
@@ -814,7 +814,7 @@ impl HttpLeaseStore {
         }
         answer.body["leases"]
             .as_array()
-            .ok_or_else(|| wire::corrupt(&answer, "leases"))?
+            .ok_or_else(|| answers::corrupt(&answer, "leases"))?
             .iter()
             .map(|lease| self.lease_of(lease, term.now()))
             .collect()
@@ -832,7 +832,7 @@ impl HttpLeaseStore {
         let mut body = json!({ "error": error.as_str() });
         match retry {
             Retry::No => body["retry"] = json!(false),
-            Retry::Backoff(backoff) => body["backoff"] = wire::backoff(&backoff),
+            Retry::Backoff(backoff) => body["backoff"] = answers::backoff(&backoff),
         }
         match self
             .holder_write("fail", job, owner, fence, body, Some(now))
@@ -884,7 +884,7 @@ impl HttpLeaseStore {
             Ok(answer) => {
                 let leases = answer.body["leases"]
                     .as_array()
-                    .ok_or_else(|| wire::corrupt(&answer, "leases"))?
+                    .ok_or_else(|| answers::corrupt(&answer, "leases"))?
                     .iter()
                     .map(|lease| self.lease_of(lease, term.now()))
                     .collect::<Result<Vec<_>, _>>();
@@ -968,9 +968,9 @@ impl lease_ports::audit::AuditTrail for HttpLeaseStore {
         }
         answer.body["refusals"]
             .as_array()
-            .ok_or_else(|| wire::corrupt(&answer, "refusals"))?
+            .ok_or_else(|| answers::corrupt(&answer, "refusals"))?
             .iter()
-            .map(|row| wire::refusal(row).ok_or_else(|| wire::corrupt(&answer, "refusals")))
+            .map(|row| answers::refusal(row).ok_or_else(|| answers::corrupt(&answer, "refusals")))
             .collect()
     }
 }

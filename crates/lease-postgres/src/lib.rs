@@ -8,10 +8,11 @@
 //! with COMMIT), where a plain loop of the same statements costs four. The queue loop's writes
 //! (`claim_next`, and a completion followed by it) are one statement, a call of the schema's
 //! `step` function, the one place a rule is restated in SQL: every row it decides is decided
-//! again by the domain here (`step.rs`). See docs/ARCHITECTURE.md for why READ COMMITTED is
+//! again by the domain here (`complete_and_claim.rs`). See docs/ARCHITECTURE.md for why READ COMMITTED is
 //! enough.
 
 mod audit;
+mod complete_and_claim;
 mod config;
 mod connection;
 mod control;
@@ -25,7 +26,6 @@ mod schema;
 mod scratch;
 mod signal;
 mod sql;
-mod step;
 mod tls;
 mod transfer;
 mod write;

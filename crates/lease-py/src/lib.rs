@@ -6,8 +6,8 @@
 
 mod errors;
 mod guard;
+mod path_api;
 mod run;
-mod seed;
 mod store;
 mod values;
 mod worker;
@@ -18,7 +18,7 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _lease(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    seed::register(m)?;
+    path_api::register(m)?;
     values::register(m)?;
     run::register(m)?;
     store::register(m)?;

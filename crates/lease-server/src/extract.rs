@@ -184,7 +184,7 @@ impl<T: DeserializeOwned> FromRequest<Arc<App>> for Checked<T> {
                     "the body must be sent as Content-Type: application/json",
                 ));
             }
-            if !crate::contract::integers_fit(&bytes) {
+            if !crate::validate::integers_fit(&bytes) {
                 return Err(Problem::invalid(
                     "a whole number in the body is outside the 64-bit range the document allows",
                 ));
@@ -205,7 +205,7 @@ impl<T: DeserializeOwned> FromRequest<Arc<App>> for Checked<T> {
         };
         let mut value = value;
         app.contract.check_body(&method, &path, &value)?;
-        crate::contract::whole_numbers(&mut value);
+        crate::validate::whole_numbers(&mut value);
         serde_json::from_value(value)
             .map(Checked)
             .map_err(|_| Problem::invalid("the body does not match what this endpoint takes"))

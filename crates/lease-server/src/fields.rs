@@ -1,6 +1,6 @@
 //! The values requests carry, each declared once: its type reads it, and its schema (a
 //! component of the OpenAPI document) says exactly what the server takes, since every request
-//! is checked against the document before a handler reads it (`contract.rs`).
+//! is checked against the document before a handler reads it (`validate.rs`).
 //!
 //! The document can state every rule of the domain but two that count bytes (a name's 1,024
 //! bytes of UTF-8, a payload's 1 MiB): a name is bounded here in characters instead, at 256,

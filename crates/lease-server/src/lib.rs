@@ -10,7 +10,6 @@
 
 mod auth;
 mod body;
-mod contract;
 mod extract;
 mod fields;
 mod input;
@@ -27,8 +26,9 @@ mod service;
 pub mod session;
 pub mod tls;
 mod ui;
+mod validate;
+pub mod views;
 pub mod waiters;
-pub mod wire;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -167,7 +167,7 @@ pub(crate) struct App {
     pub(crate) signalled: std::sync::atomic::AtomicBool,
     pub(crate) openapi: String,
     /// What the document lets each route take, checked before a handler reads a request.
-    pub(crate) contract: contract::Contract,
+    pub(crate) contract: validate::Contract,
     /// The event streams' shared reader.
     pub(crate) feed: ui::Feed,
     /// The queues whose flow-control gauges `/metrics` has set, so that one whose settings
@@ -532,9 +532,9 @@ pub fn router(store: Arc<dyn ServiceStore>, config: ServiceConfig) -> axum::Rout
     let document = served_document(config.client_clock);
     // The document's schemas are the crate's own: one that does not compile is a bug found by
     // every test, so an empty contract (no checks) is never what runs.
-    let contract = contract::Contract::of(&document).unwrap_or_else(|e| {
+    let contract = validate::Contract::of(&document).unwrap_or_else(|e| {
         tracing::error!(error = %e, "the API document does not compile; requests are not checked");
-        contract::Contract::default()
+        validate::Contract::default()
     });
     let app = Arc::new(App {
         contract,

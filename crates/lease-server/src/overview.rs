@@ -52,8 +52,8 @@ pub(crate) async fn stats(
 /// (`due`) and since when the longest-waiting one has (`oldest_due_since`).
 pub(crate) async fn stats_body(app: &App, now: Timestamp) -> Result<Value, Problem> {
     let (rows, due) = futures::try_join!(app.store.stats(now), app.store.due(now))?;
-    let mut queues = crate::wire::stats_json(&rows);
-    crate::wire::with_due(&mut queues, &due);
+    let mut queues = crate::views::stats_json(&rows);
+    crate::views::with_due(&mut queues, &due);
     Ok(json!({ "queues": queues }))
 }
 
@@ -113,7 +113,7 @@ pub(crate) async fn activity_body(
         Timestamp::new(now.get() - f64::from(back) * 60.0).unwrap_or(now),
     );
     let rows = app.store.activity(from).await?;
-    Ok(crate::wire::activity_json(&rows, from, minutes))
+    Ok(crate::views::activity_json(&rows, from, minutes))
 }
 
 /// Which refusals to read.
@@ -189,7 +189,7 @@ pub(crate) async fn refusals(
         .store
         .refusals(&AuditFilter { job, since, limit })
         .await?;
-    let refusals: Vec<Value> = rows.iter().map(crate::wire::refusal_json).collect();
+    let refusals: Vec<Value> = rows.iter().map(crate::views::refusal_json).collect();
     Ok(json_response(
         StatusCode::OK,
         json!({ "refusals": refusals }),

@@ -276,7 +276,7 @@ async fn refusals_json(app: &App) -> Option<String> {
         limit: STREAMED_REFUSALS,
     };
     let refusals = app.store.refusals(&filter).await.ok()?;
-    let refusals: Vec<Value> = refusals.iter().map(crate::wire::refusal_json).collect();
+    let refusals: Vec<Value> = refusals.iter().map(crate::views::refusal_json).collect();
     Some(json!({ "refusals": refusals }).to_string())
 }
 

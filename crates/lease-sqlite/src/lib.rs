@@ -20,10 +20,10 @@ mod group;
 mod keys;
 mod ops;
 mod options;
+mod path_api;
 mod reads;
 mod row;
 mod schema;
-mod seed;
 mod transfer;
 mod tx;
 
@@ -49,8 +49,8 @@ pub use connection::{ConnectionSettings, MIN_SQLITE_VERSION};
 pub use group::GroupCommitStats;
 pub use lease_ports::{JobState, StoreError};
 pub use options::{ConnectFn, ConnectHook, SqliteOptions, Synchronous};
+pub use path_api::{claim, claim_many, complete, enqueue, init_db, release, renew, state};
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
-pub use seed::{claim, claim_many, complete, enqueue, init_db, release, renew, state};
 
 /// The SQL the store runs for every operation, for benchmarks that compare it with raw SQLite
 /// (feature `test-support`).
