@@ -15,7 +15,7 @@ use crate::render::{Report, payload_json};
 /// # Errors
 /// A message naming the URL when no guard takes it or it cannot be opened.
 async fn open(url: &str) -> Result<Arc<dyn ValueGuard>, String> {
-    lease_guard::value::open(url)
+    lease_guard::open(url)
         .await
         .map_err(|e| format!("{url}: {e}"))
 }
@@ -106,7 +106,7 @@ fn admission(outcome: lease_guard::Admission, done: &str, fence: lease_guard::Fe
 }
 
 async fn install(url: &str) -> Result<Report, String> {
-    let installed = lease_guard::value::install(url)
+    let installed = lease_guard::install(url)
         .await
         .map_err(|e: GuardError| format!("{url}: {e}"))?;
     let what = installed.what;

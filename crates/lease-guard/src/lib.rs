@@ -32,8 +32,11 @@ pub mod nats;
 pub mod object;
 #[cfg(feature = "redis")]
 pub mod redis;
+mod registry;
 pub mod sqlite;
 pub mod value;
+
+pub use registry::{Installed, install, open};
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -70,10 +70,7 @@ impl ValueGuardCore {
     #[new]
     fn new(py: Python<'_>, url: String) -> PyResult<Self> {
         let opened = url.clone();
-        let inner = block(
-            py,
-            async move { Ok(lease_guard::value::open(&opened).await?) },
-        )?;
+        let inner = block(py, async move { Ok(lease_guard::open(&opened).await?) })?;
         Ok(Self { inner, url })
     }
 
@@ -151,9 +148,10 @@ impl ValueGuardCore {
 /// Prepares the resource `url` names (idempotent); True when something was made or upgraded.
 #[pyfunction]
 fn install(py: Python<'_>, url: String) -> PyResult<bool> {
-    block(py, async move {
-        Ok(lease_guard::value::install(&url).await?.made)
-    })
+    block(
+        py,
+        async move { Ok(lease_guard::install(&url).await?.made) },
+    )
 }
 
 /// A statement parameter from Python: None, an int, a float, a str or bytes.

@@ -3,14 +3,15 @@
 //! back with its fence.
 //!
 //! ```sh
-//! cargo run -p lease-guard --example result --features redis,object-store,dir,nats,mysql -- \
+//! cargo run -p lease-cli --example result -- \
 //!     redis://127.0.0.1:6379          # or s3://BUCKET/PREFIX, file:///DIR, nats://HOST:PORT/BUCKET, mysql://...
 //! ```
 
-use lease_guard::value::{GuardKey, PutOptions, open};
+use lease_guard::open;
+use lease_guard::value::{GuardKey, PutOptions};
 use lease_ports::{JobId, LeaseStore, LeaseTerm, Owner};
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::args()
         .nth(1)
