@@ -508,3 +508,136 @@ fn path_exists(root: &Path, section: &Path, token: &str) -> bool {
     }
     files.iter().any(|f| f.ends_with(token))
 }
+
+/// Names the architecture may give that no file of the workspace defines: the standard
+/// library's, tokio's and Python's own.
+const NAMED_ELSEWHERE: [&str; 4] = ["Any", "Notify", "ValueError", "False"];
+
+/// The names `text` defines as Rust items (a trait, type, struct, enum, constant, static,
+/// function or module, an enum variant, a name a `use ... as` gives, or one a `pub use` hands
+/// on) or as Python classes and functions.
+fn defined_names(text: &str) -> std::collections::HashSet<String> {
+    let word = |c: char| !(c.is_alphanumeric() || c == '_');
+    let words: Vec<&str> = text.split(word).filter(|w| !w.is_empty()).collect();
+    let mut names: std::collections::HashSet<String> = words
+        .windows(2)
+        .filter(|pair| {
+            matches!(
+                pair[0],
+                "trait"
+                    | "type"
+                    | "struct"
+                    | "enum"
+                    | "const"
+                    | "static"
+                    | "fn"
+                    | "mod"
+                    | "as"
+                    | "class"
+                    | "def"
+            )
+        })
+        .map(|pair| pair[1].to_owned())
+        .collect();
+    // Handed on by a `pub use` (a crate's face re-exports its modules' items).
+    for rest in text.split("pub use ").skip(1) {
+        let list = rest.split(';').next().unwrap_or_default();
+        names.extend(
+            list.split(word)
+                .filter(|w| !w.is_empty())
+                .map(str::to_owned),
+        );
+    }
+    // An enum variant: at the start of a line, then `(`, `{` or `,`.
+    for line in text.lines() {
+        let line = line.trim_start();
+        let name: String = line
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if !name.is_empty() && line[name.len()..].trim_start().starts_with(['(', '{', ',']) {
+            names.insert(name);
+        }
+    }
+    names
+}
+
+/// Every type, trait and path of the workspace the architecture names in backticks exists: a
+/// CamelCase name is defined somewhere in its sources (Rust or Python), and a path
+/// `lease_crate::module::item` has its module's file in that crate and the item defined in it.
+#[test]
+fn every_type_trait_and_module_path_the_architecture_names_exists() {
+    let root = workspace_root();
+    let text = std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).unwrap();
+    let mut sources = String::new();
+    for file in all_rust_files() {
+        sources.push_str(&std::fs::read_to_string(file).unwrap());
+    }
+    let python = root.join("crates/lease-py/python/lease");
+    for entry in std::fs::read_dir(&python).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "py" || e == "pyi") {
+            sources.push_str(&std::fs::read_to_string(path).unwrap());
+        }
+    }
+    let defined = defined_names(&sources);
+    let (mut names, mut paths) = (0, 0);
+    for token in text.split('`').skip(1).step_by(2) {
+        let camel = token.chars().next().is_some_and(char::is_uppercase)
+            && token.chars().any(char::is_lowercase)
+            && token.chars().all(char::is_alphanumeric);
+        if camel && !NAMED_ELSEWHERE.contains(&token) {
+            names += 1;
+            assert!(
+                defined.contains(token),
+                "ARCHITECTURE.md names `{token}`, which nothing in the workspace defines"
+            );
+        }
+        let segments: Vec<&str> = token.split("::").collect();
+        let is_path = segments.len() >= 2
+            && segments[0].starts_with("lease_")
+            && segments
+                .iter()
+                .all(|s| !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || c == '_'));
+        if !is_path {
+            continue;
+        }
+        paths += 1;
+        let mut file = root
+            .join("crates")
+            .join(segments[0].replace('_', "-"))
+            .join("src/lib.rs");
+        assert!(
+            file.exists(),
+            "ARCHITECTURE.md names `{token}`: no crate {}",
+            segments[0]
+        );
+        // Each segment but the last is a module, in its own file if it has one; the last is
+        // an item of the last module (or a module itself).
+        for (n, segment) in segments.iter().enumerate().skip(1) {
+            let dir = file.parent().unwrap().to_path_buf();
+            let module = [
+                dir.join(format!("{segment}.rs")),
+                dir.join(segment).join("mod.rs"),
+            ]
+            .into_iter()
+            .find(|p| p.exists());
+            let last = n + 1 == segments.len();
+            match module {
+                Some(module) => file = module,
+                None => {
+                    let text = std::fs::read_to_string(&file).unwrap();
+                    assert!(
+                        last && defined_names(&text).contains(*segment),
+                        "ARCHITECTURE.md names `{token}`: {} has no {segment}",
+                        file.display()
+                    );
+                }
+            }
+        }
+    }
+    assert!(
+        names > 50 && paths > 3,
+        "only {names} names and {paths} paths found"
+    );
+}
