@@ -7,6 +7,7 @@
 //! its answer atomically; they never restate a lease rule.
 
 pub mod audit;
+pub mod blocking;
 pub mod codec;
 pub mod control;
 pub mod decorate;

@@ -31,13 +31,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lease_domain::{
-    Command, EnqueueSpec, ErrorText, Fence, JobId, JobResult, LeaseTerm, Owner, QueueName, Retry,
-    Status, Timestamp,
-};
+use lease_domain::{Command, EnqueueSpec, JobId, QueueName, Status, Timestamp};
+use lease_ports::blocking::BlockingCore;
 use lease_ports::{
-    Applied, ClaimNext, ClaimOutcome, CompleteAndClaim, FailOutcome, FromOutcome, JobRecord, Lease,
-    LeaseStore, ListFilter, StatsRow, WriteOutcome, outcome_as,
+    Applied, ClaimNext, JobRecord, Lease, LeaseStore, ListFilter, StatsRow, outcome_as,
 };
 use ops::Op;
 use r2d2_sqlite::SqliteConnectionManager;
@@ -192,7 +189,7 @@ impl SqliteLeaseStore {
     /// for callers without an async runtime (workers, benchmarks, tools).
     #[must_use]
     pub fn blocking(&self) -> Blocking<'_> {
-        Blocking(self)
+        lease_ports::blocking::Blocking(self)
     }
 
     /// Whether the store can only read (its storage cannot be written), and why.
@@ -303,11 +300,6 @@ impl SqliteLeaseStore {
         Ok(answers.await.unwrap_or_else(|_| group::lost(count)))
     }
 
-    /// Runs one command on one job and reads its outcome as the port method's type.
-    fn write<T: FromOutcome>(&self, job: &JobId, command: Command) -> Result<T, StoreError> {
-        outcome_as(self.submit(Op::Job(job.clone(), command))?.into_outcome()?)
-    }
-
     /// Runs `body` with a pooled connection on a blocking thread when called inside a Tokio
     /// runtime, inline otherwise. This is the one place where async meets rusqlite: the
     /// connection is never held across an `.await`.
@@ -341,170 +333,63 @@ fn one(mut answers: Vec<Result<ops::Reply, StoreError>>) -> Result<ops::Reply, S
     }
 }
 
-/// The synchronous face of a [`SqliteLeaseStore`]; see [`SqliteLeaseStore::blocking`].
-///
-/// Each method has the contract of the [`LeaseStore`] method of the same name.
-#[derive(Debug, Clone, Copy)]
-pub struct Blocking<'a>(&'a SqliteLeaseStore);
+/// The synchronous face of a [`SqliteLeaseStore`] (see [`SqliteLeaseStore::blocking`]): the one
+/// synchronous face of every store, over the store's [`BlockingCore`].
+pub type Blocking<'a> = lease_ports::blocking::Blocking<'a, SqliteLeaseStore>;
 
-impl Blocking<'_> {
-    /// See [`LeaseStore::enqueue`].
-    pub fn enqueue(&self, job: &JobId) -> Result<bool, StoreError> {
-        self.0.write(job, Command::Enqueue)
-    }
-
-    /// See [`LeaseStore::state`].
-    pub fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
-        self.0.with_conn(|conn| reads::state(conn, job))
-    }
-
-    /// See [`LeaseStore::claim`].
-    pub fn claim(
+/// Writes and reads on the caller's thread: writes go through group commit as the caller's
+/// own (it leads a batch when nobody does), reads take a pooled connection.
+impl BlockingCore for SqliteLeaseStore {
+    fn apply_now(
         &self,
         job: &JobId,
-        owner: &Owner,
-        term: LeaseTerm,
-    ) -> Result<ClaimOutcome, StoreError> {
-        self.0.write(job, Command::Claim(owner.clone(), term))
+        command: Command,
+        then: Option<ClaimNext>,
+    ) -> Result<Applied, StoreError> {
+        lease_ports::claim_may_follow(&command, then.as_ref())?;
+        let claims = then.is_some();
+        let mut ops = vec![Op::Job(job.clone(), command)];
+        ops.extend(then.map(Op::ClaimNext));
+        applied(self.submit_all(ops)?, claims)
     }
 
-    /// See [`LeaseStore::renew`].
-    pub fn renew(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        term: LeaseTerm,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.0
-            .write(job, Command::Renew(owner.clone(), fence, term))
+    fn claim_next_now(&self, claim: &ClaimNext) -> Result<Vec<Lease>, StoreError> {
+        if claim.limit == 0 {
+            return Ok(Vec::new());
+        }
+        self.submit(Op::ClaimNext(claim.clone()))?.into_leases()
     }
 
-    /// See [`LeaseStore::complete`].
-    pub fn complete(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        now: Timestamp,
-        result: &JobResult,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.0.write(
-            job,
-            Command::Complete(owner.clone(), fence, now, result.clone()),
-        )
-    }
-
-    /// See [`LeaseStore::release`].
-    pub fn release(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.0.write(job, Command::Release(owner.clone(), fence))
-    }
-
-    /// See [`LeaseStore::enqueue_with`].
-    pub fn enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError> {
-        self.0.write(job, Command::EnqueueWith(spec.clone()))
-    }
-
-    /// See [`LeaseStore::enqueue_many`].
-    pub fn enqueue_many(&self, jobs: &[(JobId, EnqueueSpec)]) -> Result<Vec<bool>, StoreError> {
+    fn enqueue_many_now(&self, jobs: &[(JobId, EnqueueSpec)]) -> Result<Vec<bool>, StoreError> {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        enqueued(self.0.submit(Op::Enqueue(jobs.to_vec()))?)
+        enqueued(self.submit(Op::Enqueue(jobs.to_vec()))?)
     }
 
-    /// See [`LeaseStore::record`].
-    pub fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError> {
-        self.0.with_conn(|conn| reads::record(conn, job))
+    fn record_now(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError> {
+        self.with_conn(|conn| reads::record(conn, job))
     }
 
-    /// See [`LeaseStore::claim_next`].
-    pub fn claim_next(
-        &self,
-        queue: &QueueName,
-        owner: &Owner,
-        term: LeaseTerm,
-        limit: usize,
-    ) -> Result<Vec<Lease>, StoreError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        self.0
-            .submit(Op::ClaimNext(ClaimNext::new(queue, owner, term, limit)))?
-            .into_leases()
+    /// Reads the contract's row alone (cheaper than the whole record).
+    fn state_now(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
+        self.with_conn(|conn| reads::state(conn, job))
     }
 
-    /// See [`LeaseStore::fail`].
-    pub fn fail(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        now: Timestamp,
-        error: &ErrorText,
-        retry: Retry,
-    ) -> Result<FailOutcome, StoreError> {
-        self.0.write(
-            job,
-            Command::Fail(owner.clone(), fence, now, error.clone(), retry),
-        )
+    fn purge_now(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError> {
+        self.submit(Op::Purge {
+            before,
+            statuses: statuses.to_vec(),
+        })?
+        .into_purged()
     }
 
-    /// See [`LeaseStore::cancel`].
-    pub fn cancel(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
-        self.0.write(job, Command::Cancel(now))
+    fn list_now(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError> {
+        self.with_conn(|conn| reads::list(conn, filter))
     }
 
-    /// See [`LeaseStore::retry`].
-    pub fn retry(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
-        self.0.write(job, Command::Retry(now))
-    }
-
-    /// See [`LeaseStore::purge`].
-    pub fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError> {
-        self.0
-            .submit(Op::Purge {
-                before,
-                statuses: statuses.to_vec(),
-            })?
-            .into_purged()
-    }
-
-    /// See [`LeaseStore::list`].
-    pub fn list(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError> {
-        self.0.with_conn(|conn| reads::list(conn, filter))
-    }
-
-    /// See [`LeaseStore::stats`].
-    pub fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
-        self.0.with_conn(|conn| reads::stats(conn, now))
-    }
-
-    /// See [`LeaseStore::complete_and_claim_next`].
-    #[allow(clippy::too_many_arguments)] // The port method's arguments, as they are there.
-    pub fn complete_and_claim_next(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        result: &JobResult,
-        queue: &QueueName,
-        term: LeaseTerm,
-        limit: usize,
-    ) -> Result<CompleteAndClaim, StoreError> {
-        let command = Command::Complete(owner.clone(), fence, term.now(), result.clone());
-        let claim = ClaimNext::new(queue, owner, term, limit);
-        let ops = vec![Op::Job(job.clone(), command), Op::ClaimNext(claim)];
-        let applied = applied(self.0.submit_all(ops)?, true)?;
-        Ok((
-            outcome_as(applied.outcome)?,
-            applied.claimed.unwrap_or_else(|| Ok(Vec::new())),
-        ))
+    fn stats_now(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
+        self.with_conn(|conn| reads::stats(conn, now))
     }
 }
 
@@ -541,13 +426,13 @@ impl LeaseStore for SqliteLeaseStore {
 
     async fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError> {
         let job = job.clone();
-        self.run(move |store| store.blocking().record(&job)).await
+        self.run(move |store| store.record_now(&job)).await
     }
 
     /// Reads the contract's row alone (cheaper than the whole record).
     async fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
         let job = job.clone();
-        self.run(move |store| store.blocking().state(&job)).await
+        self.run(move |store| store.state_now(&job)).await
     }
 
     async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError> {
@@ -560,11 +445,11 @@ impl LeaseStore for SqliteLeaseStore {
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError> {
         let filter = filter.clone();
-        self.run(move |store| store.blocking().list(&filter)).await
+        self.run(move |store| store.list_now(&filter)).await
     }
 
     async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
-        self.run(move |store| store.blocking().stats(now)).await
+        self.run(move |store| store.stats_now(now)).await
     }
 }
 
