@@ -9,6 +9,7 @@ mod execute;
 mod guard;
 mod processes;
 mod render;
+mod scheduler;
 mod serve;
 mod target;
 mod when;
@@ -157,7 +158,7 @@ fn remote(cli: &Cli) -> Result<Option<lease_client::HttpLeaseStore>, String> {
 
 /// Lines said as `lease work` and `lease serve` go, on stderr (best effort: a closed stderr
 /// stops neither).
-fn say_on_stderr() -> work::Say {
+fn say_on_stderr() -> scheduler::Say {
     std::sync::Arc::new(|line: &str| {
         let _ = writeln!(std::io::stderr(), "{line}");
     })

@@ -105,7 +105,7 @@ pub(crate) async fn serve(
     request: &ServeRequest,
     clock: lease_server::Clock,
     metrics: Option<MetricsRender>,
-    say: crate::work::Say,
+    say: crate::scheduler::Say,
 ) -> Result<Report, String> {
     let live_keys = opened
         .keys()
@@ -164,7 +164,7 @@ pub(crate) async fn serve(
     // The schedules run beside the server, until it stops.
     let stop_schedules = lease_worker::CancellationToken::new();
     let scheduler = request.schedules.then(|| {
-        tokio::spawn(crate::work::run_schedules(
+        tokio::spawn(crate::scheduler::run_schedules(
             opened.store(),
             Arc::clone(&clock),
             request.schedule_recheck,

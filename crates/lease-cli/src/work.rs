@@ -32,8 +32,7 @@ fn last_lines(text: &str, n: usize) -> String {
 /// The environment variable naming the FIFO a program writes its progress lines to.
 pub(crate) const PROGRESS_VARIABLE: &str = "LEASE_PROGRESS";
 
-/// Where `lease work` and `lease serve` say things as they go (stderr, from `main`).
-pub(crate) type Say = Arc<dyn Fn(&str) + Send + Sync>;
+pub(crate) use crate::scheduler::Say;
 
 /// The progress line protocol of one run: `LEASE_PROGRESS` names a FIFO (in a directory only
 /// this user may enter) that the program, or anything it starts, writes lines to, such as
@@ -320,7 +319,7 @@ pub(crate) async fn run(
     // The schedules of the store run beside the worker, until it stops.
     let scheduler = schedules.map(|(store, clock)| {
         let stop = shutdown.child_token();
-        let task = tokio::spawn(run_schedules(
+        let task = tokio::spawn(crate::scheduler::run_schedules(
             store,
             clock,
             request.schedule_recheck,
@@ -359,47 +358,6 @@ pub(crate) async fn run(
             summary.unreported
         ),
     ))
-}
-
-/// Runs the store's schedules until `stop`, a line on stderr for each tick fired and for each
-/// new error (the same error again is not repeated).
-pub(crate) async fn run_schedules(
-    store: Arc<dyn Controlled>,
-    clock: lease_schedule::Clock,
-    recheck: Duration,
-    stop: CancellationToken,
-    who: &'static str,
-    say: Say,
-) {
-    let last_error = std::sync::Mutex::new(String::new());
-    lease_schedule::run(store, clock, recheck, stop, |pass| {
-        let error = match pass {
-            Ok(pass) => {
-                for fired in &pass.fired {
-                    say(&format!("{who}: {}", crate::control::pass_line(fired)));
-                }
-                pass.unreadable
-                    .iter()
-                    .map(|(name, why)| {
-                        format!(
-                            "schedule {} cannot be read: {why}",
-                            escape_controls(name.as_str())
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            }
-            Err(e) => format!("the schedules could not be run: {e}"),
-        };
-        let mut last = last_error
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !error.is_empty() && *last != error {
-            say(&format!("{who}: {}", escape_controls(&error)));
-        }
-        *last = error;
-    })
-    .await;
 }
 
 #[cfg(test)]
