@@ -4,8 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use lease_domain::{
-    EnqueueSpec, ErrorText, Fence, InputError, JobId, JobResult, LeaseTerm, Owner, Payload,
-    QueueName, Renewal, Retry, Status, Timestamp, Ttl,
+    EnqueueSpec, Fence, InputError, LeaseTerm, Owner, Payload, QueueName, Timestamp, Ttl,
 };
 
 /// Fenced job leases on an embedded SQLite database or on PostgreSQL: a stalled worker can
@@ -85,7 +84,7 @@ pub(crate) struct Holder {
 }
 
 impl Holder {
-    fn check(self) -> Result<(Owner, Fence), InputError> {
+    pub(crate) fn check(self) -> Result<(Owner, Fence), InputError> {
         Ok((Owner::new(self.owner)?, Fence::new(self.fence)?))
     }
 }
@@ -107,7 +106,7 @@ pub(crate) struct ResultSource {
 /// [`Command::into_request`]; `main` provides it, so that only `main` touches the file system
 /// and standard input.
 /// The most a `--result-file` may hold (a result is stored whole, in one row).
-const RESULT_FILE_LIMIT: usize = 64 << 20;
+pub(crate) const RESULT_FILE_LIMIT: usize = 64 << 20;
 
 /// Reads a file (or standard input for `-`), at most the given number of bytes.
 pub(crate) type ReadInput<'a> = &'a dyn Fn(&std::path::Path, usize) -> Result<Vec<u8>, String>;
@@ -152,7 +151,11 @@ pub(crate) struct SpecFlags {
 
 impl SpecFlags {
     /// The checked spec, with `payload`, enqueued at `now`.
-    fn into_spec(self, payload: Option<Payload>, now: f64) -> Result<EnqueueSpec, RequestError> {
+    pub(crate) fn into_spec(
+        self,
+        payload: Option<Payload>,
+        now: f64,
+    ) -> Result<EnqueueSpec, RequestError> {
         Ok(EnqueueSpec {
             enqueued_at: Timestamp::new(now).ok(),
             queue: QueueName::new(self.queue)?,
@@ -213,7 +216,7 @@ pub(crate) fn duration_flag(flag: &str, value: f64) -> Result<std::time::Duratio
 }
 
 /// A time flag's value (read by `when::parse`): a finite time; the message names the flag.
-fn time_flag(flag: &str, value: f64) -> Result<Timestamp, RequestError> {
+pub(crate) fn time_flag(flag: &str, value: f64) -> Result<Timestamp, RequestError> {
     Timestamp::new(value).map_err(|_| {
         RequestError::Flag(format!(
             "{flag} must be a finite time in Unix seconds, got {value}"
@@ -233,7 +236,7 @@ pub(crate) struct Window {
 }
 
 impl Window {
-    fn term(self, clock: impl FnOnce() -> f64) -> Result<LeaseTerm, InputError> {
+    pub(crate) fn term(self, clock: impl FnOnce() -> f64) -> Result<LeaseTerm, InputError> {
         LeaseTerm::new(self.now.unwrap_or_else(clock), self.ttl)
     }
 }
@@ -259,347 +262,73 @@ pub(crate) enum Command {
         merge: bool,
     },
     /// Add a job in the default state; an existing job is left as it is.
-    Enqueue {
-        /// The job id.
-        job: String,
-        #[command(flatten)]
-        spec: SpecFlags,
-        #[command(flatten)]
-        payload: PayloadSource,
-    },
+    Enqueue(crate::jobs::EnqueueArgs),
     /// Enqueue many jobs read from standard input, in transactions of up to 1,000: one job id
     /// per line, or with --json-lines one JSON object per line (`id`, and any of `queue`,
     /// `priority`, `run_at`, `max_attempts`, `payload`; the flags give what a line leaves out).
     /// Every line is checked before anything is stored.
-    EnqueueMany {
-        #[command(flatten)]
-        spec: SpecFlags,
-        /// Read one JSON object per line instead of one job id per line.
-        #[arg(long)]
-        json_lines: bool,
-    },
+    EnqueueMany(crate::jobs::EnqueueManyArgs),
     /// Lease up to --limit due jobs of a queue: highest priority, then earliest run-at, then FIFO.
-    ClaimNext {
-        /// The queue.
-        #[arg(long, default_value = QueueName::DEFAULT)]
-        queue: String,
-        /// The worker asking.
-        #[arg(long)]
-        owner: String,
-        #[command(flatten)]
-        window: Window,
-        /// The most leases to take.
-        #[arg(long, default_value_t = 1)]
-        limit: usize,
-    },
+    ClaimNext(crate::leases::ClaimNextArgs),
     /// Report a failure of the live current lease: retried after a backoff while attempts
     /// remain, else dead.
-    Fail {
-        /// The job id.
-        job: String,
-        #[command(flatten)]
-        holder: Holder,
-        /// What went wrong (kept with the job).
-        #[arg(long, allow_hyphen_values = true)]
-        error: String,
-        /// The current time (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z); default: the system clock.
-        #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
-        now: Option<f64>,
-        /// Dead at once, whatever attempts remain.
-        #[arg(long)]
-        no_retry: bool,
-    },
+    Fail(crate::leases::FailArgs),
     /// Cancel a pending or running job; its holder's later writes are refused.
-    Cancel {
-        /// The job id.
-        job: String,
-        /// The current time (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z); default: the system clock.
-        #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
-        now: Option<f64>,
-    },
+    Cancel(crate::jobs::CancelArgs),
     /// Put a dead or cancelled job back to pending with fresh attempts (its fence goes on).
-    Retry {
-        /// The job id.
-        job: String,
-        /// The current time (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z); default: the system clock.
-        #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
-        now: Option<f64>,
-    },
+    Retry(crate::jobs::RetryArgs),
     /// List jobs, in id order.
-    List {
-        /// Only this queue.
-        #[arg(long)]
-        queue: Option<String>,
-        /// Only this status: pending, running, done, dead or cancelled.
-        #[arg(long)]
-        status: Option<String>,
-        /// At most this many.
-        #[arg(long, default_value_t = 100)]
-        limit: usize,
-        /// Only jobs whose id comes after this one (the last id of the page before).
-        #[arg(long, allow_hyphen_values = true)]
-        after: Option<String>,
-        /// The time statuses are judged at (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z); default: the system clock.
-        #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
-        now: Option<f64>,
-    },
+    List(crate::jobs::ListArgs),
     /// Count jobs per queue and status.
-    Stats {
-        /// The time statuses are judged at (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z); default: the system clock.
-        #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
-        now: Option<f64>,
-        /// Print the counts in the Prometheus text format (gauge `lease_jobs`), and each queue's flow control (`lease_queue_paused`, `lease_queue_concurrency_limit`, `lease_queue_timeout_seconds`).
-        #[arg(long, conflicts_with = "json")]
-        prometheus: bool,
-    },
+    Stats(crate::jobs::StatsArgs),
     /// Show the audit trail of refused holder writes (recorded by stores opened with --audit).
-    Audit {
-        /// Only this job.
-        #[arg(long)]
-        job: Option<String>,
-        /// Only refusals at or after this time (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z).
-        #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
-        since: Option<f64>,
-        /// At most this many, the newest.
-        #[arg(long, default_value_t = 1000)]
-        limit: usize,
-    },
+    Audit(crate::jobs::AuditArgs),
     /// Delete finished jobs last changed before --before; a purged id never gets an old fence.
-    Purge {
-        /// The cutoff time (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z).
-        #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
-        before: f64,
-        /// Only these statuses (done, dead, cancelled; repeat for several; default: all three).
-        #[arg(long = "status")]
-        statuses: Vec<String>,
-    },
+    Purge(crate::jobs::PurgeArgs),
     /// Show a job's stored row, with its queue fields and its status at --now.
-    State {
-        /// The job id.
-        job: String,
-        /// The time the status is judged at (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z); default: the system clock.
-        #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
-        now: Option<f64>,
-    },
+    State(crate::jobs::StateArgs),
     /// Take the job's lease if it is free or expired; prints the new fence.
-    Claim {
-        /// The job id.
-        job: String,
-        /// The worker asking for the lease.
-        #[arg(long)]
-        owner: String,
-        #[command(flatten)]
-        window: Window,
-    },
+    Claim(crate::leases::ClaimArgs),
     /// Extend the live current lease.
-    Renew {
-        /// The job id.
-        job: String,
-        #[command(flatten)]
-        holder: Holder,
-        #[command(flatten)]
-        window: Window,
-    },
+    Renew(crate::leases::RenewArgs),
     /// Store the result of the live current lease and mark the job done.
-    Complete {
-        /// The job id.
-        job: String,
-        #[command(flatten)]
-        holder: Holder,
-        /// The current time (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z); default: the system clock.
-        #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
-        now: Option<f64>,
-        #[command(flatten)]
-        result: ResultSource,
-    },
+    Complete(crate::leases::CompleteArgs),
     /// Give the lease back; the fence is kept.
-    Release {
-        /// The job id.
-        job: String,
-        #[command(flatten)]
-        holder: Holder,
-    },
+    Release(crate::leases::ReleaseArgs),
     /// Race one claim per owner, concurrently; prints each owner's fence or null.
-    ClaimMany {
-        /// The job id.
-        job: String,
-        /// An owner (repeat for each).
-        #[arg(long = "owner", required = true)]
-        owners: Vec<String>,
-        #[command(flatten)]
-        window: Window,
-    },
+    ClaimMany(crate::leases::ClaimManyArgs),
     /// Pause a queue: claims lease none of its jobs (waiting claims wait) until it is resumed
     /// or --until passes; enqueueing goes on, and running leases are untouched.
-    Pause {
-        /// The queue.
-        queue: String,
-        /// Resume by itself at this time (Unix seconds or RFC 3339).
-        #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
-        until: Option<f64>,
-    },
+    Pause(crate::control::PauseArgs),
     /// Resume a paused queue.
-    Resume {
-        /// The queue.
-        queue: String,
-    },
+    Resume(crate::control::ResumeArgs),
     /// Set a queue's limits: at most --concurrency live leases at once across every worker
     /// (decided in each claim's own transaction; 0 removes the limit), and the --timeout of
     /// its jobs that name none.
-    Limit {
-        /// The queue.
-        queue: String,
-        /// The most live leases at once (0: no limit).
-        #[arg(long, value_name = "N")]
-        concurrency: Option<u32>,
-        /// How long an attempt of a job without a timeout of its own may run, in seconds.
-        #[arg(long, value_name = "SECONDS", allow_hyphen_values = true)]
-        timeout: Option<f64>,
-        /// Remove the queue's timeout.
-        #[arg(long)]
-        no_timeout: bool,
-    },
+    Limit(crate::control::LimitArgs),
     /// Store a running job's progress (a short text, up to 1,024 bytes) under its lease's
     /// fence; with --ttl the lease is renewed for that long, without it the lease keeps its
     /// end. Refused like a renewal for a stale or expired holder.
-    Progress {
-        /// The job id.
-        job: String,
-        #[command(flatten)]
-        holder: Holder,
-        /// The progress, such as "12 of 40 files".
-        #[arg(long, allow_hyphen_values = true)]
-        value: String,
-        /// The current time (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z); default: the system clock.
-        #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
-        now: Option<f64>,
-        /// Renew the lease for this many seconds from now (> 0); without it the lease keeps its end.
-        #[arg(long, allow_hyphen_values = true)]
-        ttl: Option<f64>,
-    },
+    Progress(crate::leases::ProgressArgs),
     /// Periodic schedules: each tick of a cron expression enqueues one job.
-    Schedule {
-        /// What to do.
-        #[command(subcommand)]
-        command: crate::control::ScheduleCommand,
-    },
+    Schedule(crate::control::ScheduleArgs),
     /// Replay the stale-worker story on a temporary database, step by step.
     Demo,
     /// Serve the work queue over HTTP: workers then need only a URL and an API key, never the
     /// database. Without any API key in the store it listens on loopback only.
-    Serve {
-        /// The address to listen on.
-        #[arg(long, default_value = "127.0.0.1:7070", value_name = "ADDR")]
-        listen: std::net::SocketAddr,
-        /// The largest request body, in bytes.
-        #[arg(long, default_value_t = 2 << 20, value_name = "BYTES")]
-        body_limit: usize,
-        /// Requests handled at once; more are refused with 503 and Retry-After.
-        #[arg(long, default_value_t = 1024, value_name = "N")]
-        max_in_flight: usize,
-        /// Claims waiting (long polls) at once; more are refused with 503.
-        #[arg(long, default_value_t = 1000, value_name = "N")]
-        max_waiting: usize,
-        /// Seconds a request may take beyond its long poll.
-        #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
-        request_timeout: f64,
-        /// Requests a second per principal (bursts of twice as many; a lease holder's writes
-        /// counted apart, so claims never starve renewals); over it, 429. 0 turns it off.
-        #[arg(long, default_value_t = 1000.0, value_name = "N")]
-        rate_limit: f64,
-        /// Seconds between a waiting claim's looks for jobs that came due by time (or were
-        /// enqueued where no signal reaches: SQLite written by another process).
-        #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
-        poll_interval: f64,
-        /// Serve HTTPS with this certificate chain (PEM); needs --tls-key.
-        #[arg(long, value_name = "PEM", requires = "tls_key")]
-        tls_cert: Option<PathBuf>,
-        /// The private key (PEM) of --tls-cert.
-        #[arg(long, value_name = "PEM", requires = "tls_cert")]
-        tls_key: Option<PathBuf>,
-        /// Seconds a key read from the store is trusted before it is read again: a
-        /// revocation reaches every server within it (0: read the store on every request).
-        #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
-        key_cache: f64,
-        /// Seconds a session of the operator page lasts after signing in with a key (the
-        /// key's revocation ends it sooner).
-        #[arg(long, default_value_t = 43_200.0, value_name = "SECONDS")]
-        session_ttl: f64,
-        /// Seconds one stream of `GET /v1/events` lasts before the server ends it; the page
-        /// reconnects by itself, and its key or session is checked again then.
-        #[arg(long, default_value_t = 300.0, value_name = "SECONDS")]
-        events_lifetime: f64,
-        /// Let requests carry their own `now` (for tests that script time).
-        #[arg(long, hide = true)]
-        client_clock: bool,
-        /// Do not run the store's schedules (by default every server runs them: any number
-        /// may, and each tick still makes one job).
-        #[arg(long)]
-        no_schedules: bool,
-        /// The most seconds between two looks at the schedules (a schedule made or changed is
-        /// seen within it; due ticks are fired on time regardless).
-        #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
-        schedule_recheck: f64,
-    },
+    Serve(crate::serve::ServeArgs),
     /// Write to, read from and set up the resources a worker writes its results to, under its
     /// fence: Redis, S3 (and GCS, Azure), a directory, NATS key-value, MariaDB / MySQL.
     /// A stale holder's write is refused (exit 3) and the newer value stands.
-    Guard {
-        /// What to do.
-        #[command(subcommand)]
-        command: GuardCommand,
-    },
+    Guard(crate::guard::GuardArgs),
     /// Make, list and revoke the API keys of `lease serve` (kept in the store as digests).
-    Keys {
-        /// What to do.
-        #[command(subcommand)]
-        command: KeysCommand,
-    },
+    Keys(crate::serve::KeysArgs),
     /// Run a program for each job of a queue: the payload on its stdin; LEASE_JOB, LEASE_FENCE
     /// and LEASE_ATTEMPT in its environment; exit 0 completes the job with its stdout, another
     /// exit fails it (stderr's last lines are the error). If the lease is lost or the job
     /// cancelled, the program gets SIGTERM, then SIGKILL after --grace, and nothing is written.
     /// Ctrl-C stops claiming, lets running jobs finish for --drain, then releases the rest.
-    Work {
-        /// The queue.
-        #[arg(long, default_value = QueueName::DEFAULT)]
-        queue: String,
-        /// This worker's name.
-        #[arg(long)]
-        owner: String,
-        /// The lease duration, renewed every third of it.
-        #[arg(long, allow_hyphen_values = true)]
-        ttl: f64,
-        /// How many programs run at once.
-        #[arg(long, default_value_t = 1)]
-        concurrency: usize,
-        /// Stop after this many jobs.
-        #[arg(long)]
-        max_jobs: Option<usize>,
-        /// Stop when no job is due and none is running.
-        #[arg(long)]
-        exit_when_empty: bool,
-        /// Seconds between SIGTERM and SIGKILL for a program whose lease was lost.
-        #[arg(long, default_value_t = 5.0, allow_hyphen_values = true)]
-        grace: f64,
-        /// Seconds running jobs may go on after Ctrl-C before they are stopped and released.
-        #[arg(long, default_value_t = 30.0, allow_hyphen_values = true)]
-        drain: f64,
-        /// Serve the metrics (Prometheus text) at http://ADDR/metrics while working.
-        #[arg(long, value_name = "ADDR")]
-        metrics: Option<std::net::SocketAddr>,
-        /// Do not run the store's schedules (by default a worker on a database runs them
-        /// beside its jobs; with --server, the server runs them).
-        #[arg(long)]
-        no_schedules: bool,
-        /// The most seconds between two looks at the schedules (a schedule made or changed is
-        /// seen within it; due ticks are fired on time regardless).
-        #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
-        schedule_recheck: f64,
-        /// The program and its arguments (after `--`).
-        #[arg(last = true, required = true, value_name = "CMD")]
-        command: Vec<String>,
-    },
+    Work(crate::work::WorkArgs),
 }
 
 /// What `lease keys` does.
@@ -798,38 +527,12 @@ pub(crate) enum Request {
         /// Merge into a non-empty target.
         merge: bool,
     },
-    /// Enqueue a job.
-    Enqueue(JobId, EnqueueSpec),
-    /// Enqueue many jobs, in transactions of up to [`BATCH_JOBS`].
-    EnqueueMany(Vec<(JobId, EnqueueSpec)>),
-    /// Read a job, judging its status at a time.
-    State(JobId, Timestamp),
-    /// Lease the next jobs of a queue.
-    ClaimNext(QueueName, Owner, LeaseTerm, usize),
-    /// Report a failure.
-    Fail(JobId, Owner, Fence, Timestamp, ErrorText, Retry),
-    /// Cancel a job.
-    Cancel(JobId, Timestamp),
-    /// Retry a job.
-    Retry(JobId, Timestamp),
-    /// List jobs.
-    List(lease_ports::ListFilter),
-    /// Count jobs.
-    Stats(Timestamp, bool),
     /// Show the audit trail.
     Audit(lease_ports::audit::AuditFilter),
-    /// Purge finished jobs.
-    Purge(Timestamp, Vec<Status>),
-    /// Claim a job.
-    Claim(JobId, Owner, LeaseTerm),
-    /// Renew a lease.
-    Renew(JobId, Owner, Fence, LeaseTerm),
-    /// Complete a job.
-    Complete(JobId, Owner, Fence, Timestamp, JobResult),
-    /// Release a lease.
-    Release(JobId, Owner, Fence),
-    /// Race claims.
-    ClaimMany(JobId, Vec<Owner>, LeaseTerm),
+    /// A job's command: enqueue, read, list, count, purge, cancel, retry.
+    Jobs(crate::jobs::JobsRequest),
+    /// A lease's command: claims, and a holder's writes.
+    Leases(crate::leases::LeasesRequest),
     /// Run the demo.
     Demo,
     /// Serve the queue over HTTP.
@@ -840,7 +543,7 @@ pub(crate) enum Request {
     Guard(GuardRequest),
     /// Run a worker.
     Work(WorkRequest),
-    /// Pause, resume or limit a queue, store a job's progress, or work with schedules.
+    /// Pause, resume or limit a queue, or work with schedules.
     Control(crate::control::ControlRequest),
 }
 
@@ -849,25 +552,12 @@ impl Request {
     /// for it).
     pub(crate) fn now(&self) -> Option<Timestamp> {
         match self {
-            Self::State(_, now)
-            | Self::Fail(_, _, _, now, _, _)
-            | Self::Cancel(_, now)
-            | Self::Retry(_, now)
-            | Self::Stats(now, _)
-            | Self::Complete(_, _, _, now, _) => Some(*now),
-            Self::List(filter) => Some(filter.now),
+            Self::Jobs(request) => request.now(),
+            Self::Leases(request) => request.now(),
             Self::Control(request) => request.now(),
-            Self::ClaimNext(_, _, term, _)
-            | Self::Claim(_, _, term)
-            | Self::Renew(_, _, _, term)
-            | Self::ClaimMany(_, _, term) => Some(term.now()),
             Self::Init
             | Self::Migrate { .. }
-            | Self::Enqueue(..)
-            | Self::EnqueueMany(_)
             | Self::Audit(_)
-            | Self::Purge(..)
-            | Self::Release(..)
             | Self::Demo
             | Self::Serve(_)
             | Self::Keys(_)
@@ -892,364 +582,31 @@ impl Command {
             Command::Init => Request::Init,
             Command::Migrate { from, to, merge } => Request::Migrate { from, to, merge },
             Command::Demo => Request::Demo,
-            Command::Pause { queue, until } => {
-                Request::Control(crate::control::pause(queue, until, clock())?)
-            }
-            Command::Resume { queue } => Request::Control(crate::control::resume(queue, clock())?),
-            Command::Limit {
-                queue,
-                concurrency,
-                timeout,
-                no_timeout,
-            } => Request::Control(crate::control::limit(
-                queue,
-                concurrency,
-                timeout,
-                no_timeout,
-                clock(),
-            )?),
-            Command::Progress {
-                job,
-                holder,
-                value,
-                now,
-                ttl,
-            } => {
-                let now = now.unwrap_or_else(clock);
-                let renewal = match ttl {
-                    Some(ttl) => Renewal::Renew(LeaseTerm::new(now, ttl)?),
-                    None => Renewal::Keep(Timestamp::new(now)?),
-                };
-                Request::Control(crate::control::progress(
-                    job,
-                    holder.check()?,
-                    renewal,
-                    value,
-                )?)
-            }
-            Command::Schedule { command } => {
-                Request::Control(crate::control::schedule(command, clock, read)?)
-            }
-            Command::Serve {
-                listen,
-                body_limit,
-                max_in_flight,
-                max_waiting,
-                request_timeout,
-                rate_limit,
-                key_cache,
-                session_ttl,
-                events_lifetime,
-                poll_interval,
-                tls_cert,
-                tls_key,
-                client_clock,
-                no_schedules,
-                schedule_recheck,
-            } => {
-                if !(rate_limit.is_finite() && rate_limit >= 0.0) {
-                    return Err(RequestError::Flag(format!(
-                        "--rate-limit must be 0 or more requests a second, got {rate_limit}"
-                    )));
-                }
-                for (flag, value) in [
-                    ("--body-limit", body_limit),
-                    ("--max-in-flight", max_in_flight),
-                    ("--max-waiting", max_waiting),
-                ] {
-                    if value == 0 {
-                        return Err(RequestError::Flag(format!("{flag} must be at least 1")));
-                    }
-                }
-                Request::Serve(ServeRequest {
-                    listen,
-                    body_limit,
-                    max_in_flight,
-                    max_waiting,
-                    request_timeout: duration_flag("--request-timeout", request_timeout)
-                        .map_err(RequestError::Flag)?,
-                    client_clock,
-                    rate_limit,
-                    key_cache: duration_flag("--key-cache", key_cache)
-                        .map_err(RequestError::Flag)?,
-                    tls: tls_cert.zip(tls_key),
-                    poll_interval: duration_flag("--poll-interval", poll_interval)
-                        .map_err(RequestError::Flag)?
-                        .max(std::time::Duration::from_millis(10)),
-                    session_ttl: duration_flag("--session-ttl", session_ttl)
-                        .map_err(RequestError::Flag)?
-                        .max(std::time::Duration::from_secs(1)),
-                    events_lifetime: duration_flag("--events-lifetime", events_lifetime)
-                        .map_err(RequestError::Flag)?
-                        .max(std::time::Duration::from_millis(100)),
-                    audit: false,
-                    schedules: !no_schedules,
-                    schedule_recheck: duration_flag("--schedule-recheck", schedule_recheck)
-                        .map_err(RequestError::Flag)?
-                        .max(std::time::Duration::from_millis(10)),
-                })
-            }
-            Command::Guard { command } => Request::Guard(guard_request(command, read)?),
-            Command::Keys { command } => Request::Keys(match command {
-                KeysCommand::Create { principal, scope } => KeysRequest::Create(
-                    lease_domain::Principal::new(principal)
-                        .map_err(|e| RequestError::Flag(e.to_string()))?,
-                    lease_domain::Scope::parse(&scope)
-                        .map_err(|e| RequestError::Flag(format!("--scope: {e}")))?,
-                ),
-                KeysCommand::List => KeysRequest::List,
-                KeysCommand::Revoke { id } => KeysRequest::Revoke(
-                    lease_domain::KeyId::new(id).map_err(|e| RequestError::Flag(e.to_string()))?,
-                ),
-            }),
-            Command::Work {
-                queue,
-                owner,
-                ttl,
-                concurrency,
-                max_jobs,
-                exit_when_empty,
-                grace,
-                drain,
-                metrics,
-                no_schedules,
-                schedule_recheck,
-                command,
-            } => {
-                let seconds =
-                    |flag: &str, value: f64| duration_flag(flag, value).map_err(RequestError::Flag);
-                if concurrency == 0 {
-                    return Err(RequestError::Read("concurrency must be at least 1".into()));
-                }
-                Request::Work(WorkRequest {
-                    queue: QueueName::new(queue)?,
-                    owner: Owner::new(owner)?,
-                    ttl: lease_domain::Ttl::new(ttl)?,
-                    concurrency,
-                    max_jobs,
-                    exit_when_empty,
-                    grace: seconds("--grace", grace)?,
-                    drain: seconds("--drain", drain)?,
-                    metrics,
-                    schedules: !no_schedules,
-                    schedule_recheck: seconds("--schedule-recheck", schedule_recheck)?
-                        .max(std::time::Duration::from_millis(10)),
-                    command,
-                })
-            }
-            Command::Enqueue { job, spec, payload } => {
-                let payload = match (payload.payload, payload.payload_file) {
-                    (Some(text), _) => Some(text.into_bytes()),
-                    (None, Some(path)) => Some(
-                        read(&path, Payload::DEFAULT_LIMIT)
-                            .map_err(|e| RequestError::Read(format!("--payload-file: {e}")))?,
-                    ),
-                    (None, None) => None,
-                };
-                let payload = payload
-                    .map(|bytes| Payload::new(bytes, Payload::DEFAULT_LIMIT))
-                    .transpose()?;
-                let spec = spec.into_spec(payload, clock())?;
-                Request::Enqueue(JobId::new(job)?, spec)
-            }
-            Command::EnqueueMany { spec, json_lines } => {
-                let defaults = spec.into_spec(None, clock())?;
-                let input = read(std::path::Path::new("-"), BATCH_INPUT_LIMIT)
-                    .map_err(RequestError::Read)?;
-                Request::EnqueueMany(crate::batch::parse(&input, &defaults, json_lines)?)
-            }
-            Command::State { job, now } => {
-                Request::State(JobId::new(job)?, Timestamp::new(now.unwrap_or_else(clock))?)
-            }
-            Command::ClaimNext {
-                queue,
-                owner,
-                window,
-                limit,
-            } => Request::ClaimNext(
-                QueueName::new(queue)?,
-                Owner::new(owner)?,
-                window.term(clock)?,
-                limit,
-            ),
-            Command::Fail {
-                job,
-                holder,
-                error,
-                now,
-                no_retry,
-            } => {
-                let (owner, fence) = holder.check()?;
-                let retry = if no_retry {
-                    Retry::No
-                } else {
-                    Retry::default()
-                };
-                Request::Fail(
-                    JobId::new(job)?,
-                    owner,
-                    fence,
-                    Timestamp::new(now.unwrap_or_else(clock))?,
-                    ErrorText::new(error)?,
-                    retry,
-                )
-            }
-            Command::Cancel { job, now } => {
-                Request::Cancel(JobId::new(job)?, Timestamp::new(now.unwrap_or_else(clock))?)
-            }
-            Command::Retry { job, now } => {
-                Request::Retry(JobId::new(job)?, Timestamp::new(now.unwrap_or_else(clock))?)
-            }
-            Command::List {
-                queue,
-                status,
-                limit,
-                after,
-                now,
-            } => Request::List(lease_ports::ListFilter {
-                queue: queue.map(QueueName::new).transpose()?,
-                status: status.as_deref().map(Status::parse).transpose()?,
-                limit,
-                after: after.map(JobId::new).transpose()?,
-                now: Timestamp::new(now.unwrap_or_else(clock))?,
-            }),
-            Command::Stats { now, prometheus } => {
-                Request::Stats(Timestamp::new(now.unwrap_or_else(clock))?, prometheus)
-            }
-            Command::Audit { job, since, limit } => {
-                Request::Audit(lease_ports::audit::AuditFilter {
-                    job: job.map(JobId::new).transpose()?,
-                    since: since.map(|t| time_flag("--since", t)).transpose()?,
-                    limit,
-                })
-            }
-            Command::Purge { before, statuses } => {
-                let statuses = if statuses.is_empty() {
-                    vec![Status::Done, Status::Dead, Status::Cancelled]
-                } else {
-                    statuses
-                        .iter()
-                        .map(|s| match Status::parse(s)? {
-                            status if status.is_finished() => Ok(status),
-                            _ => Err(InputError::UnknownStatus(format!(
-                                "{s} (purge takes done, dead or cancelled)"
-                            ))),
-                        })
-                        .collect::<Result<_, _>>()?
-                };
-                Request::Purge(time_flag("--before", before)?, statuses)
-            }
-            Command::Claim { job, owner, window } => {
-                Request::Claim(JobId::new(job)?, Owner::new(owner)?, window.term(clock)?)
-            }
-            Command::Renew {
-                job,
-                holder,
-                window,
-            } => {
-                let (owner, fence) = holder.check()?;
-                Request::Renew(JobId::new(job)?, owner, fence, window.term(clock)?)
-            }
-            Command::Complete {
-                job,
-                holder,
-                now,
-                result,
-            } => {
-                let (owner, fence) = holder.check()?;
-                let now = Timestamp::new(now.unwrap_or_else(clock))?;
-                let text = match (result.result, result.result_file) {
-                    (Some(text), _) => text,
-                    (None, Some(path)) => {
-                        let bytes = read(&path, RESULT_FILE_LIMIT).map_err(RequestError::Read)?;
-                        String::from_utf8(bytes).map_err(|e| {
-                            RequestError::Read(format!(
-                                "result file {} is not UTF-8 text: {e}",
-                                path.display()
-                            ))
-                        })?
-                    }
-                    (None, None) => {
-                        return Err(RequestError::Read("give --result or --result-file".into()));
-                    }
-                };
-                Request::Complete(JobId::new(job)?, owner, fence, now, JobResult::new(text)?)
-            }
-            Command::Release { job, holder } => {
-                let (owner, fence) = holder.check()?;
-                Request::Release(JobId::new(job)?, owner, fence)
-            }
-            Command::ClaimMany {
-                job,
-                owners,
-                window,
-            } => Request::ClaimMany(
-                JobId::new(job)?,
-                owners
-                    .into_iter()
-                    .map(Owner::new)
-                    .collect::<Result<_, _>>()?,
-                window.term(clock)?,
-            ),
+            Command::Pause(args) => args.request(clock)?,
+            Command::Resume(args) => args.request(clock)?,
+            Command::Limit(args) => args.request(clock)?,
+            Command::Progress(args) => Request::Leases(args.request(clock)?),
+            Command::Schedule(args) => args.request(clock, read)?,
+            Command::Serve(args) => args.request(clock)?,
+            Command::Guard(args) => args.request(read)?,
+            Command::Keys(args) => args.request()?,
+            Command::Work(args) => args.request()?,
+            Command::Enqueue(args) => Request::Jobs(args.request(clock, read)?),
+            Command::EnqueueMany(args) => Request::Jobs(args.request(clock, read)?),
+            Command::State(args) => Request::Jobs(args.request(clock)?),
+            Command::ClaimNext(args) => Request::Leases(args.request(clock)?),
+            Command::Fail(args) => Request::Leases(args.request(clock)?),
+            Command::Cancel(args) => Request::Jobs(args.request(clock)?),
+            Command::Retry(args) => Request::Jobs(args.request(clock)?),
+            Command::List(args) => Request::Jobs(args.request(clock)?),
+            Command::Stats(args) => Request::Jobs(args.request(clock)?),
+            Command::Audit(args) => args.request()?,
+            Command::Purge(args) => Request::Jobs(args.request()?),
+            Command::Claim(args) => Request::Leases(args.request(clock)?),
+            Command::Renew(args) => Request::Leases(args.request(clock)?),
+            Command::Complete(args) => Request::Leases(args.request(clock, read)?),
+            Command::Release(args) => Request::Leases(args.request()?),
+            Command::ClaimMany(args) => Request::Leases(args.request(clock)?),
         })
     }
-}
-
-/// Checks a `lease guard` command; the value comes from --value, --file or standard input.
-fn guard_request(command: GuardCommand, read: ReadInput<'_>) -> Result<GuardRequest, RequestError> {
-    use lease_guard::value::{GuardKey, PutOptions};
-    let key = |key: String| GuardKey::new(key).map_err(|e| RequestError::Flag(format!("KEY: {e}")));
-    let fence = |fence: u64| {
-        Fence::new(fence).map_err(|e| RequestError::Flag(format!("--fence (or LEASE_FENCE): {e}")))
-    };
-    Ok(match command {
-        GuardCommand::Install { url } => GuardRequest::Install(url),
-        GuardCommand::Put {
-            url,
-            key: k,
-            value,
-            file,
-            job,
-            fence: f,
-            expiry,
-        } => {
-            let key = key(k)?;
-            let fence = fence(f)?;
-            let expiry = expiry
-                .map(|seconds| {
-                    duration_flag("--expiry", seconds)
-                        .and_then(|d| {
-                            if d.is_zero() {
-                                Err("--expiry must be more than 0 seconds".to_owned())
-                            } else {
-                                Ok(d)
-                            }
-                        })
-                        .map_err(RequestError::Flag)
-                })
-                .transpose()?;
-            let value = match (value, file) {
-                (Some(text), _) => text.into_bytes(),
-                (None, path) => read(
-                    path.as_deref().unwrap_or(std::path::Path::new("-")),
-                    BATCH_INPUT_LIMIT,
-                )
-                .map_err(RequestError::Read)?,
-            };
-            GuardRequest::Put {
-                url,
-                key,
-                value,
-                fence,
-                options: PutOptions { job, expiry },
-            }
-        }
-        GuardCommand::Get { url, key: k } => GuardRequest::Get(url, key(k)?),
-        GuardCommand::Delete {
-            url,
-            key: k,
-            job,
-            fence: f,
-        } => GuardRequest::Delete(url, key(k)?, fence(f)?, job),
-    })
 }

@@ -3,17 +3,19 @@
 //! (nothing reaches a store before every value passed) and run against any store that has
 //! queue settings and schedules ([`Controlled`]): SQLite, PostgreSQL, or a server.
 
+use crate::cli::Request;
+
 use clap::Subcommand;
 use lease_domain::{
-    CatchUp, EnqueueSpec, Fence, JobId, Owner, Payload, ProgressText, QueueChange, QueueName,
-    QueueSettings, Renewal, ScheduleName, ScheduleSpec, Timestamp, Ttl,
+    CatchUp, EnqueueSpec, Payload, QueueChange, QueueName, QueueSettings, ScheduleName,
+    ScheduleSpec, Timestamp, Ttl,
 };
 use lease_ports::StoreError;
 use lease_ports::control::Controlled;
 use serde_json::{Value, json};
 
 use crate::cli::{PayloadSource, ReadInput, RequestError};
-use crate::render::{Report, escape_controls, write_refusal};
+use crate::render::{Report, escape_controls};
 use crate::when;
 
 /// The `lease schedule` commands.
@@ -93,8 +95,6 @@ pub(crate) enum ScheduleCommand {
 pub(crate) enum ControlRequest {
     /// Change a queue's settings (one change), judged at a time.
     Queue(QueueName, QueueChange, Timestamp),
-    /// Store a running job's progress under its fence.
-    Progress(JobId, Owner, Fence, Renewal, ProgressText),
     /// Make or change a schedule.
     SetSchedule(ScheduleSpec, Timestamp),
     /// List the schedules.
@@ -116,7 +116,6 @@ impl ControlRequest {
             | Self::ListSchedules(now)
             | Self::RunDue(now)
             | Self::Run(_, now) => Some(*now),
-            Self::Progress(_, _, _, renewal, _) => Some(renewal.now()),
             Self::RemoveSchedule(_) => None,
         }
     }
@@ -182,22 +181,6 @@ pub(crate) fn limit(
         QueueName::new(queue)?,
         change,
         Timestamp::new(now)?,
-    ))
-}
-
-/// `lease progress`'s request.
-pub(crate) fn progress(
-    job: String,
-    (owner, fence): (Owner, Fence),
-    renewal: Renewal,
-    value: String,
-) -> Result<ControlRequest, RequestError> {
-    Ok(ControlRequest::Progress(
-        JobId::new(job)?,
-        owner,
-        fence,
-        renewal,
-        ProgressText::new(value)?,
     ))
 }
 
@@ -310,41 +293,6 @@ pub(crate) async fn execute(
                     settings_words(&settings, *now)
                 ),
             )
-        }
-        ControlRequest::Progress(id, owner, fence, renewal, text) => {
-            match store.progress(id, owner, *fence, *renewal, text).await? {
-                Ok(()) => {
-                    let stored = format!(
-                        "stored the progress of job {} for {} (fence {fence})",
-                        escape_controls(id.as_str()),
-                        escape_controls(owner.as_str()),
-                    );
-                    match renewal.term() {
-                        Some(term) => Report::new(
-                            true,
-                            json!({"ok": true, "until": term.until().get()}),
-                            format!(
-                                "{stored}; lease renewed until {}",
-                                when::shown(term.until().get(), term.now().get())
-                            ),
-                        ),
-                        None => Report::new(
-                            true,
-                            json!({"ok": true}),
-                            format!("{stored}; the lease keeps its end"),
-                        ),
-                    }
-                }
-                Err(refused) => {
-                    let why = write_refusal(&refused);
-                    Report::new(
-                        false,
-                        json!({"ok": false}),
-                        format!("progress not stored: {why}"),
-                    )
-                    .refused_with(Some(why))
-                }
-            }
         }
         ControlRequest::SetSchedule(spec, now) => {
             let schedule = store.put_schedule(spec, *now).await?;
@@ -518,5 +466,111 @@ mod tests {
             ),
             "{one:?}"
         );
+    }
+}
+
+/// The arguments of `lease pause`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct PauseArgs {
+    /// The queue.
+    pub(crate) queue: String,
+    /// Resume by itself at this time (Unix seconds or RFC 3339).
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
+    pub(crate) until: Option<f64>,
+}
+
+impl PauseArgs {
+    /// The checked request.
+    ///
+    /// # Errors
+    /// The first bad value, named.
+    pub(crate) fn request(self, clock: impl FnOnce() -> f64) -> Result<Request, RequestError> {
+        let PauseArgs { queue, until } = self;
+        Ok(Request::Control(crate::control::pause(
+            queue,
+            until,
+            clock(),
+        )?))
+    }
+}
+
+/// The arguments of `lease resume`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ResumeArgs {
+    /// The queue.
+    pub(crate) queue: String,
+}
+
+impl ResumeArgs {
+    /// The checked request.
+    ///
+    /// # Errors
+    /// The first bad value, named.
+    pub(crate) fn request(self, clock: impl FnOnce() -> f64) -> Result<Request, RequestError> {
+        let ResumeArgs { queue } = self;
+        Ok(Request::Control(crate::control::resume(queue, clock())?))
+    }
+}
+
+/// The arguments of `lease limit`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct LimitArgs {
+    /// The queue.
+    pub(crate) queue: String,
+    /// The most live leases at once (0: no limit).
+    #[arg(long, value_name = "N")]
+    pub(crate) concurrency: Option<u32>,
+    /// How long an attempt of a job without a timeout of its own may run, in seconds.
+    #[arg(long, value_name = "SECONDS", allow_hyphen_values = true)]
+    pub(crate) timeout: Option<f64>,
+    /// Remove the queue's timeout.
+    #[arg(long)]
+    pub(crate) no_timeout: bool,
+}
+
+impl LimitArgs {
+    /// The checked request.
+    ///
+    /// # Errors
+    /// The first bad value, named.
+    pub(crate) fn request(self, clock: impl FnOnce() -> f64) -> Result<Request, RequestError> {
+        let LimitArgs {
+            queue,
+            concurrency,
+            timeout,
+            no_timeout,
+        } = self;
+        Ok(Request::Control(crate::control::limit(
+            queue,
+            concurrency,
+            timeout,
+            no_timeout,
+            clock(),
+        )?))
+    }
+}
+
+/// The arguments of `lease schedule`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ScheduleArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub(crate) command: crate::control::ScheduleCommand,
+}
+
+impl ScheduleArgs {
+    /// The checked request.
+    ///
+    /// # Errors
+    /// The first bad value, named.
+    pub(crate) fn request(
+        self,
+        clock: impl FnOnce() -> f64,
+        read: ReadInput<'_>,
+    ) -> Result<Request, RequestError> {
+        let ScheduleArgs { command } = self;
+        Ok(Request::Control(crate::control::schedule(
+            command, clock, read,
+        )?))
     }
 }

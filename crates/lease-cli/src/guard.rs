@@ -1,6 +1,11 @@
 //! `lease guard`: a guarded resource opened from its URL, and its install, put, get and delete
 //! as reports (exit 0 admitted, 3 refused or absent, 1 any other error).
 
+use crate::cli::{
+    BATCH_INPUT_LIMIT, GuardCommand, ReadInput, Request, RequestError, duration_flag,
+};
+use lease_domain::Fence;
+
 use std::sync::Arc;
 
 use lease_guard::GuardError;
@@ -119,4 +124,85 @@ async fn install(url: &str) -> Result<Report, String> {
             format!("{url} needs {what} and has it already")
         },
     ))
+}
+
+/// The arguments of `lease guard`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct GuardArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub(crate) command: GuardCommand,
+}
+
+impl GuardArgs {
+    /// The checked request.
+    ///
+    /// # Errors
+    /// The first bad value, named.
+    pub(crate) fn request(self, read: ReadInput<'_>) -> Result<Request, RequestError> {
+        let GuardArgs { command } = self;
+        Ok(Request::Guard(guard_request(command, read)?))
+    }
+}
+
+/// Checks a `lease guard` command; the value comes from --value, --file or standard input.
+pub(crate) fn guard_request(
+    command: GuardCommand,
+    read: ReadInput<'_>,
+) -> Result<GuardRequest, RequestError> {
+    use lease_guard::value::{GuardKey, PutOptions};
+    let key = |key: String| GuardKey::new(key).map_err(|e| RequestError::Flag(format!("KEY: {e}")));
+    let fence = |fence: u64| {
+        Fence::new(fence).map_err(|e| RequestError::Flag(format!("--fence (or LEASE_FENCE): {e}")))
+    };
+    Ok(match command {
+        GuardCommand::Install { url } => GuardRequest::Install(url),
+        GuardCommand::Put {
+            url,
+            key: k,
+            value,
+            file,
+            job,
+            fence: f,
+            expiry,
+        } => {
+            let key = key(k)?;
+            let fence = fence(f)?;
+            let expiry = expiry
+                .map(|seconds| {
+                    duration_flag("--expiry", seconds)
+                        .and_then(|d| {
+                            if d.is_zero() {
+                                Err("--expiry must be more than 0 seconds".to_owned())
+                            } else {
+                                Ok(d)
+                            }
+                        })
+                        .map_err(RequestError::Flag)
+                })
+                .transpose()?;
+            let value = match (value, file) {
+                (Some(text), _) => text.into_bytes(),
+                (None, path) => read(
+                    path.as_deref().unwrap_or(std::path::Path::new("-")),
+                    BATCH_INPUT_LIMIT,
+                )
+                .map_err(RequestError::Read)?,
+            };
+            GuardRequest::Put {
+                url,
+                key,
+                value,
+                fence,
+                options: PutOptions { job, expiry },
+            }
+        }
+        GuardCommand::Get { url, key: k } => GuardRequest::Get(url, key(k)?),
+        GuardCommand::Delete {
+            url,
+            key: k,
+            job,
+            fence: f,
+        } => GuardRequest::Delete(url, key(k)?, fence(f)?, job),
+    })
 }

@@ -7,6 +7,8 @@ mod control;
 mod demo;
 mod execute;
 mod guard;
+mod jobs;
+mod leases;
 mod processes;
 mod render;
 mod scheduler;
@@ -282,7 +284,9 @@ async fn run(cli: Cli) -> Result<Report, String> {
         request => {
             let target = match &request {
                 // The contract races each claim on its own connection.
-                Request::ClaimMany(_, owners, _) => target.for_racing(owners.len()),
+                Request::Leases(crate::leases::LeasesRequest::ClaimMany(_, owners, _)) => {
+                    target.for_racing(owners.len())
+                }
                 _ => target,
             };
             let store = target.open(false).await?.store();
@@ -347,15 +351,7 @@ fn main() -> ExitCode {
     let cli = Cli::try_parse().unwrap_or_else(|e| e.exit());
     // `--prometheus` conflicts with `--json` however they are placed; clap sees the conflict
     // only when both follow `stats`.
-    if cli.json
-        && matches!(
-            cli.command,
-            cli::Command::Stats {
-                prometheus: true,
-                ..
-            }
-        )
-    {
+    if cli.json && matches!(&cli.command, cli::Command::Stats(stats) if stats.prometheus) {
         <Cli as clap::CommandFactory>::command()
             .error(
                 clap::error::ErrorKind::ArgumentConflict,

@@ -1,5 +1,9 @@
 //! `lease serve` (the queue over HTTP, through `lease-server`) and `lease keys` (its API keys).
 
+use std::path::PathBuf;
+
+use crate::cli::{KeysCommand, Request, RequestError, duration_flag};
+
 use std::sync::Arc;
 
 use lease_domain::Timestamp;
@@ -232,4 +236,157 @@ pub(crate) fn install_metrics() -> Option<MetricsRender> {
         .install_recorder()
         .ok()?;
     Some(Arc::new(move || handle.render()))
+}
+
+/// The arguments of `lease serve`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ServeArgs {
+    /// The address to listen on.
+    #[arg(long, default_value = "127.0.0.1:7070", value_name = "ADDR")]
+    pub(crate) listen: std::net::SocketAddr,
+    /// The largest request body, in bytes.
+    #[arg(long, default_value_t = 2 << 20, value_name = "BYTES")]
+    pub(crate) body_limit: usize,
+    /// Requests handled at once; more are refused with 503 and Retry-After.
+    #[arg(long, default_value_t = 1024, value_name = "N")]
+    pub(crate) max_in_flight: usize,
+    /// Claims waiting (long polls) at once; more are refused with 503.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    pub(crate) max_waiting: usize,
+    /// Seconds a request may take beyond its long poll.
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    pub(crate) request_timeout: f64,
+    /// Requests a second per principal (bursts of twice as many; a lease holder's writes
+    /// counted apart, so claims never starve renewals); over it, 429. 0 turns it off.
+    #[arg(long, default_value_t = 1000.0, value_name = "N")]
+    pub(crate) rate_limit: f64,
+    /// Seconds between a waiting claim's looks for jobs that came due by time (or were
+    /// enqueued where no signal reaches: SQLite written by another process).
+    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+    pub(crate) poll_interval: f64,
+    /// Serve HTTPS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub(crate) tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub(crate) tls_key: Option<PathBuf>,
+    /// Seconds a key read from the store is trusted before it is read again: a
+    /// revocation reaches every server within it (0: read the store on every request).
+    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+    pub(crate) key_cache: f64,
+    /// Seconds a session of the operator page lasts after signing in with a key (the
+    /// key's revocation ends it sooner).
+    #[arg(long, default_value_t = 43_200.0, value_name = "SECONDS")]
+    pub(crate) session_ttl: f64,
+    /// Seconds one stream of `GET /v1/events` lasts before the server ends it; the page
+    /// reconnects by itself, and its key or session is checked again then.
+    #[arg(long, default_value_t = 300.0, value_name = "SECONDS")]
+    pub(crate) events_lifetime: f64,
+    /// Let requests carry their own `now` (for tests that script time).
+    #[arg(long, hide = true)]
+    pub(crate) client_clock: bool,
+    /// Do not run the store's schedules (by default every server runs them: any number
+    /// may, and each tick still makes one job).
+    #[arg(long)]
+    pub(crate) no_schedules: bool,
+    /// The most seconds between two looks at the schedules (a schedule made or changed is
+    /// seen within it; due ticks are fired on time regardless).
+    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    pub(crate) schedule_recheck: f64,
+}
+
+impl ServeArgs {
+    /// The checked request.
+    ///
+    /// # Errors
+    /// The first bad value, named.
+    pub(crate) fn request(self, _clock: impl FnOnce() -> f64) -> Result<Request, RequestError> {
+        let ServeArgs {
+            listen,
+            body_limit,
+            max_in_flight,
+            max_waiting,
+            request_timeout,
+            rate_limit,
+            key_cache,
+            session_ttl,
+            events_lifetime,
+            poll_interval,
+            tls_cert,
+            tls_key,
+            client_clock,
+            no_schedules,
+            schedule_recheck,
+        } = self;
+        if !(rate_limit.is_finite() && rate_limit >= 0.0) {
+            return Err(RequestError::Flag(format!(
+                "--rate-limit must be 0 or more requests a second, got {rate_limit}"
+            )));
+        }
+        for (flag, value) in [
+            ("--body-limit", body_limit),
+            ("--max-in-flight", max_in_flight),
+            ("--max-waiting", max_waiting),
+        ] {
+            if value == 0 {
+                return Err(RequestError::Flag(format!("{flag} must be at least 1")));
+            }
+        }
+        Ok(Request::Serve(ServeRequest {
+            listen,
+            body_limit,
+            max_in_flight,
+            max_waiting,
+            request_timeout: duration_flag("--request-timeout", request_timeout)
+                .map_err(RequestError::Flag)?,
+            client_clock,
+            rate_limit,
+            key_cache: duration_flag("--key-cache", key_cache).map_err(RequestError::Flag)?,
+            tls: tls_cert.zip(tls_key),
+            poll_interval: duration_flag("--poll-interval", poll_interval)
+                .map_err(RequestError::Flag)?
+                .max(std::time::Duration::from_millis(10)),
+            session_ttl: duration_flag("--session-ttl", session_ttl)
+                .map_err(RequestError::Flag)?
+                .max(std::time::Duration::from_secs(1)),
+            events_lifetime: duration_flag("--events-lifetime", events_lifetime)
+                .map_err(RequestError::Flag)?
+                .max(std::time::Duration::from_millis(100)),
+            audit: false,
+            schedules: !no_schedules,
+            schedule_recheck: duration_flag("--schedule-recheck", schedule_recheck)
+                .map_err(RequestError::Flag)?
+                .max(std::time::Duration::from_millis(10)),
+        }))
+    }
+}
+
+/// The arguments of `lease keys`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct KeysArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub(crate) command: KeysCommand,
+}
+
+impl KeysArgs {
+    /// The checked request.
+    ///
+    /// # Errors
+    /// The first bad value, named.
+    pub(crate) fn request(self) -> Result<Request, RequestError> {
+        let KeysArgs { command } = self;
+        Ok(Request::Keys(match command {
+            KeysCommand::Create { principal, scope } => KeysRequest::Create(
+                lease_domain::Principal::new(principal)
+                    .map_err(|e| RequestError::Flag(e.to_string()))?,
+                lease_domain::Scope::parse(&scope)
+                    .map_err(|e| RequestError::Flag(format!("--scope: {e}")))?,
+            ),
+            KeysCommand::List => KeysRequest::List,
+            KeysCommand::Revoke { id } => KeysRequest::Revoke(
+                lease_domain::KeyId::new(id).map_err(|e| RequestError::Flag(e.to_string()))?,
+            ),
+        }))
+    }
 }

@@ -1,5 +1,8 @@
 //! `lease work`: a worker whose handler runs a program per job, so any language can be a worker.
 
+use crate::cli::{Request, RequestError, duration_flag};
+use lease_domain::{Owner, QueueName};
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -369,5 +372,91 @@ mod tests {
         assert_eq!(last_lines("a\n\nb\nc\n", 2), "b | c");
         assert_eq!(last_lines("", 5), "");
         assert_eq!(last_lines("only\n", 5), "only");
+    }
+}
+
+/// The arguments of `lease work`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct WorkArgs {
+    /// The queue.
+    #[arg(long, default_value = QueueName::DEFAULT)]
+    pub(crate) queue: String,
+    /// This worker's name.
+    #[arg(long)]
+    pub(crate) owner: String,
+    /// The lease duration, renewed every third of it.
+    #[arg(long, allow_hyphen_values = true)]
+    pub(crate) ttl: f64,
+    /// How many programs run at once.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) concurrency: usize,
+    /// Stop after this many jobs.
+    #[arg(long)]
+    pub(crate) max_jobs: Option<usize>,
+    /// Stop when no job is due and none is running.
+    #[arg(long)]
+    pub(crate) exit_when_empty: bool,
+    /// Seconds between SIGTERM and SIGKILL for a program whose lease was lost.
+    #[arg(long, default_value_t = 5.0, allow_hyphen_values = true)]
+    pub(crate) grace: f64,
+    /// Seconds running jobs may go on after Ctrl-C before they are stopped and released.
+    #[arg(long, default_value_t = 30.0, allow_hyphen_values = true)]
+    pub(crate) drain: f64,
+    /// Serve the metrics (Prometheus text) at http://ADDR/metrics while working.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) metrics: Option<std::net::SocketAddr>,
+    /// Do not run the store's schedules (by default a worker on a database runs them
+    /// beside its jobs; with --server, the server runs them).
+    #[arg(long)]
+    pub(crate) no_schedules: bool,
+    /// The most seconds between two looks at the schedules (a schedule made or changed is
+    /// seen within it; due ticks are fired on time regardless).
+    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    pub(crate) schedule_recheck: f64,
+    /// The program and its arguments (after `--`).
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub(crate) command: Vec<String>,
+}
+
+impl WorkArgs {
+    /// The checked request.
+    ///
+    /// # Errors
+    /// The first bad value, named.
+    pub(crate) fn request(self) -> Result<Request, RequestError> {
+        let WorkArgs {
+            queue,
+            owner,
+            ttl,
+            concurrency,
+            max_jobs,
+            exit_when_empty,
+            grace,
+            drain,
+            metrics,
+            no_schedules,
+            schedule_recheck,
+            command,
+        } = self;
+        let seconds =
+            |flag: &str, value: f64| duration_flag(flag, value).map_err(RequestError::Flag);
+        if concurrency == 0 {
+            return Err(RequestError::Read("concurrency must be at least 1".into()));
+        }
+        Ok(Request::Work(WorkRequest {
+            queue: QueueName::new(queue)?,
+            owner: Owner::new(owner)?,
+            ttl: lease_domain::Ttl::new(ttl)?,
+            concurrency,
+            max_jobs,
+            exit_when_empty,
+            grace: seconds("--grace", grace)?,
+            drain: seconds("--drain", drain)?,
+            metrics,
+            schedules: !no_schedules,
+            schedule_recheck: seconds("--schedule-recheck", schedule_recheck)?
+                .max(std::time::Duration::from_millis(10)),
+            command,
+        }))
     }
 }

@@ -1,0 +1,597 @@
+//! The leases' commands: `claim`, `claim-many`, `claim-next`, and a holder's `renew`,
+//! `progress`, `complete`, `release` and `fail`, each parsed, checked into its request and run.
+
+use lease_ports::control::Controlled;
+use lease_ports::{LeaseStore, StoreError};
+use serde_json::json;
+
+use crate::render::{
+    Report, claim_refusal, escape_controls, lease_json, write_refusal, write_report,
+};
+use crate::when;
+
+use crate::cli::RESULT_FILE_LIMIT;
+
+use lease_domain::{
+    ErrorText, Fence, JobId, JobResult, LeaseTerm, Owner, ProgressText, QueueName, Renewal, Retry,
+    Timestamp,
+};
+
+use crate::cli::{Holder, ReadInput, RequestError, ResultSource, Window};
+
+/// A checked request of the leases' commands.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum LeasesRequest {
+    /// Lease the next jobs of a queue.
+    ClaimNext(QueueName, Owner, LeaseTerm, usize),
+    /// Report a failure.
+    Fail(JobId, Owner, Fence, Timestamp, ErrorText, Retry),
+    /// Claim a job.
+    Claim(JobId, Owner, LeaseTerm),
+    /// Renew a lease.
+    Renew(JobId, Owner, Fence, LeaseTerm),
+    /// Complete a job.
+    Complete(JobId, Owner, Fence, Timestamp, JobResult),
+    /// Release a lease.
+    Release(JobId, Owner, Fence),
+    /// Race claims.
+    ClaimMany(JobId, Vec<Owner>, LeaseTerm),
+    /// Store a holder's progress, renewing the lease or keeping its end.
+    Progress(JobId, Owner, Fence, Renewal, ProgressText),
+}
+
+impl LeasesRequest {
+    /// The time the request is judged at, when it carries one.
+    pub(crate) fn now(&self) -> Option<Timestamp> {
+        match self {
+            Self::Fail(_, _, _, now, _, _) | Self::Complete(_, _, _, now, _) => Some(*now),
+            Self::ClaimNext(_, _, term, _)
+            | Self::Claim(_, _, term)
+            | Self::Renew(_, _, _, term)
+            | Self::ClaimMany(_, _, term) => Some(term.now()),
+            Self::Progress(_, _, _, renewal, _) => Some(renewal.now()),
+            Self::Release(..) => None,
+        }
+    }
+}
+
+/// The arguments of `lease claim-next`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ClaimNextArgs {
+    /// The queue.
+    #[arg(long, default_value = QueueName::DEFAULT)]
+    pub(crate) queue: String,
+    /// The worker asking.
+    #[arg(long)]
+    pub(crate) owner: String,
+    #[command(flatten)]
+    pub(crate) window: Window,
+    /// The most leases to take.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) limit: usize,
+}
+
+impl ClaimNextArgs {
+    /// The checked request.
+    ///
+    /// # Errors
+    /// The first bad value, named.
+    pub(crate) fn request(
+        self,
+        clock: impl FnOnce() -> f64,
+    ) -> Result<LeasesRequest, RequestError> {
+        let ClaimNextArgs {
+            queue,
+            owner,
+            window,
+            limit,
+        } = self;
+        Ok(LeasesRequest::ClaimNext(
+            QueueName::new(queue)?,
+            Owner::new(owner)?,
+            window.term(clock)?,
+            limit,
+        ))
+    }
+}
+
+/// The arguments of `lease fail`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct FailArgs {
+    /// The job id.
+    pub(crate) job: String,
+    #[command(flatten)]
+    pub(crate) holder: Holder,
+    /// What went wrong (kept with the job).
+    #[arg(long, allow_hyphen_values = true)]
+    pub(crate) error: String,
+    /// The current time (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z); default: the system clock.
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
+    pub(crate) now: Option<f64>,
+    /// Dead at once, whatever attempts remain.
+    #[arg(long)]
+    pub(crate) no_retry: bool,
+}
+
+impl FailArgs {
+    /// The checked request.
+    ///
+    /// # Errors
+    /// The first bad value, named.
+    pub(crate) fn request(
+        self,
+        clock: impl FnOnce() -> f64,
+    ) -> Result<LeasesRequest, RequestError> {
+        let FailArgs {
+            job,
+            holder,
+            error,
+            now,
+            no_retry,
+        } = self;
+        let (owner, fence) = holder.check()?;
+        let retry = if no_retry {
+            Retry::No
+        } else {
+            Retry::default()
+        };
+        Ok(LeasesRequest::Fail(
+            JobId::new(job)?,
+            owner,
+            fence,
+            Timestamp::new(now.unwrap_or_else(clock))?,
+            ErrorText::new(error)?,
+            retry,
+        ))
+    }
+}
+
+/// The arguments of `lease claim`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ClaimArgs {
+    /// The job id.
+    pub(crate) job: String,
+    /// The worker asking for the lease.
+    #[arg(long)]
+    pub(crate) owner: String,
+    #[command(flatten)]
+    pub(crate) window: Window,
+}
+
+impl ClaimArgs {
+    /// The checked request.
+    ///
+    /// # Errors
+    /// The first bad value, named.
+    pub(crate) fn request(
+        self,
+        clock: impl FnOnce() -> f64,
+    ) -> Result<LeasesRequest, RequestError> {
+        let ClaimArgs { job, owner, window } = self;
+        Ok(LeasesRequest::Claim(
+            JobId::new(job)?,
+            Owner::new(owner)?,
+            window.term(clock)?,
+        ))
+    }
+}
+
+/// The arguments of `lease renew`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct RenewArgs {
+    /// The job id.
+    pub(crate) job: String,
+    #[command(flatten)]
+    pub(crate) holder: Holder,
+    #[command(flatten)]
+    pub(crate) window: Window,
+}
+
+impl RenewArgs {
+    /// The checked request.
+    ///
+    /// # Errors
+    /// The first bad value, named.
+    pub(crate) fn request(
+        self,
+        clock: impl FnOnce() -> f64,
+    ) -> Result<LeasesRequest, RequestError> {
+        let RenewArgs {
+            job,
+            holder,
+            window,
+        } = self;
+        let (owner, fence) = holder.check()?;
+        Ok(LeasesRequest::Renew(
+            JobId::new(job)?,
+            owner,
+            fence,
+            window.term(clock)?,
+        ))
+    }
+}
+
+/// The arguments of `lease complete`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct CompleteArgs {
+    /// The job id.
+    pub(crate) job: String,
+    #[command(flatten)]
+    pub(crate) holder: Holder,
+    /// The current time (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z); default: the system clock.
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
+    pub(crate) now: Option<f64>,
+    #[command(flatten)]
+    pub(crate) result: ResultSource,
+}
+
+impl CompleteArgs {
+    /// The checked request.
+    ///
+    /// # Errors
+    /// The first bad value, named.
+    pub(crate) fn request(
+        self,
+        clock: impl FnOnce() -> f64,
+        read: ReadInput<'_>,
+    ) -> Result<LeasesRequest, RequestError> {
+        let CompleteArgs {
+            job,
+            holder,
+            now,
+            result,
+        } = self;
+        let (owner, fence) = holder.check()?;
+        let now = Timestamp::new(now.unwrap_or_else(clock))?;
+        let text = match (result.result, result.result_file) {
+            (Some(text), _) => text,
+            (None, Some(path)) => {
+                let bytes = read(&path, RESULT_FILE_LIMIT).map_err(RequestError::Read)?;
+                String::from_utf8(bytes).map_err(|e| {
+                    RequestError::Read(format!(
+                        "result file {} is not UTF-8 text: {e}",
+                        path.display()
+                    ))
+                })?
+            }
+            (None, None) => {
+                return Err(RequestError::Read("give --result or --result-file".into()));
+            }
+        };
+        Ok(LeasesRequest::Complete(
+            JobId::new(job)?,
+            owner,
+            fence,
+            now,
+            JobResult::new(text)?,
+        ))
+    }
+}
+
+/// The arguments of `lease release`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ReleaseArgs {
+    /// The job id.
+    pub(crate) job: String,
+    #[command(flatten)]
+    pub(crate) holder: Holder,
+}
+
+impl ReleaseArgs {
+    /// The checked request.
+    ///
+    /// # Errors
+    /// The first bad value, named.
+    pub(crate) fn request(self) -> Result<LeasesRequest, RequestError> {
+        let ReleaseArgs { job, holder } = self;
+        let (owner, fence) = holder.check()?;
+        Ok(LeasesRequest::Release(JobId::new(job)?, owner, fence))
+    }
+}
+
+/// The arguments of `lease claim-many`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ClaimManyArgs {
+    /// The job id.
+    pub(crate) job: String,
+    /// An owner (repeat for each).
+    #[arg(long = "owner", required = true)]
+    pub(crate) owners: Vec<String>,
+    #[command(flatten)]
+    pub(crate) window: Window,
+}
+
+impl ClaimManyArgs {
+    /// The checked request.
+    ///
+    /// # Errors
+    /// The first bad value, named.
+    pub(crate) fn request(
+        self,
+        clock: impl FnOnce() -> f64,
+    ) -> Result<LeasesRequest, RequestError> {
+        let ClaimManyArgs {
+            job,
+            owners,
+            window,
+        } = self;
+        Ok(LeasesRequest::ClaimMany(
+            JobId::new(job)?,
+            owners
+                .into_iter()
+                .map(Owner::new)
+                .collect::<Result<_, _>>()?,
+            window.term(clock)?,
+        ))
+    }
+}
+
+/// The arguments of `lease progress`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ProgressArgs {
+    /// The job id.
+    pub(crate) job: String,
+    #[command(flatten)]
+    pub(crate) holder: Holder,
+    /// The progress, such as "12 of 40 files".
+    #[arg(long, allow_hyphen_values = true)]
+    pub(crate) value: String,
+    /// The current time (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z); default: the system clock.
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
+    pub(crate) now: Option<f64>,
+    /// Renew the lease for this many seconds from now (> 0); without it the lease keeps its end.
+    #[arg(long, allow_hyphen_values = true)]
+    pub(crate) ttl: Option<f64>,
+}
+
+impl ProgressArgs {
+    /// The checked request.
+    ///
+    /// # Errors
+    /// The first bad value, named.
+    pub(crate) fn request(
+        self,
+        clock: impl FnOnce() -> f64,
+    ) -> Result<LeasesRequest, RequestError> {
+        let ProgressArgs {
+            job,
+            holder,
+            value,
+            now,
+            ttl,
+        } = self;
+        let now = now.unwrap_or_else(clock);
+        let renewal = match ttl {
+            Some(ttl) => Renewal::Renew(LeaseTerm::new(now, ttl)?),
+            None => Renewal::Keep(Timestamp::new(now)?),
+        };
+        let (owner, fence) = holder.check()?;
+        Ok(LeasesRequest::Progress(
+            JobId::new(job)?,
+            owner,
+            fence,
+            renewal,
+            ProgressText::new(value)?,
+        ))
+    }
+}
+
+/// The stored `until` of a lease just granted or renewed (in store-clock mode it is the
+/// store's, not the caller's `now + ttl`); `None` if the lease has moved on meanwhile or the
+/// read failed (the write itself stands).
+async fn stored_until(store: &dyn LeaseStore, id: &JobId, fence: Fence) -> Option<Timestamp> {
+    match store.record(id).await {
+        Ok(Some(record)) if record.job.fence == fence => Some(record.job.until),
+        _ => None,
+    }
+}
+
+/// Runs a checked request of this family against the store and builds its report.
+///
+/// # Errors
+/// The store's error; nothing is printed here.
+pub(crate) async fn execute(
+    request: &LeasesRequest,
+    store: &dyn Controlled,
+    _now: Timestamp,
+) -> Result<Report, StoreError> {
+    Ok(match request {
+        LeasesRequest::ClaimNext(queue, owner, term, limit) => {
+            let leases = store.claim_next(queue, owner, *term, *limit).await?;
+            let human = if leases.is_empty() {
+                format!("no due job in queue {queue}")
+            } else {
+                let taken: Vec<String> = leases
+                    .iter()
+                    .map(|l| format!("{} (fence {}, attempt {})", l.job, l.fence, l.attempt))
+                    .collect();
+                // The stored until, by the clock that decided (the store's in store-clock
+                // mode), not the caller's now + ttl.
+                format!(
+                    "leased to {owner} until {}: {}",
+                    when::shown(leases[0].until.get(), leases[0].now.get()),
+                    taken.join(", ")
+                )
+            };
+            let json = json!({"leases": leases.iter().map(lease_json).collect::<Vec<_>>()});
+            Report::new(!leases.is_empty(), json, human)
+        }
+        LeasesRequest::Fail(id, owner, fence, failed_at, error, retry) => {
+            match store
+                .fail(id, owner, *fence, *failed_at, error, *retry)
+                .await?
+            {
+                Ok(failed) => {
+                    let run_at = failed.run_at.map(Timestamp::get);
+                    let human = match failed.run_at {
+                        Some(at) => format!(
+                            "job {id} failed; it will be retried at {}",
+                            when::shown(at.get(), failed_at.get())
+                        ),
+                        None => format!("job {id} failed and is dead"),
+                    };
+                    Report::new(
+                        true,
+                        json!({"ok": true, "state": failed.status.as_str(), "run_at": run_at}),
+                        human,
+                    )
+                }
+                Err(refused) => {
+                    let why = crate::render::write_refusal(&refused);
+                    Report::new(
+                        false,
+                        json!({"ok": false, "state": null, "run_at": null}),
+                        format!("not failed: {why}"),
+                    )
+                    .refused_with(Some(why))
+                }
+            }
+        }
+        LeasesRequest::Claim(id, owner, term) => match store.claim(id, owner, *term).await? {
+            Ok(fence) => Report::new(
+                true,
+                json!({"fence": fence.get()}),
+                format!(
+                    "claimed job {id} for {owner}: fence {fence}, lease until {}",
+                    when::shown(
+                        stored_until(store, id, fence)
+                            .await
+                            .unwrap_or(term.until())
+                            .get(),
+                        term.now().get()
+                    )
+                ),
+            ),
+            Err(refused) => Report::new(
+                false,
+                json!({"fence": null}),
+                format!("not claimed: {}", claim_refusal(&refused, term.now())),
+            ),
+        },
+        LeasesRequest::Renew(id, owner, fence, term) => {
+            let mut report = write_report(
+                store.renew(id, owner, *fence, *term).await?,
+                "renewed",
+                id,
+                owner,
+                *fence,
+            );
+            if report.accepted {
+                let until = stored_until(store, id, *fence)
+                    .await
+                    .unwrap_or(term.until());
+                report.human.push_str(&format!(
+                    " until {}",
+                    when::shown(until.get(), term.now().get())
+                ));
+            }
+            report
+        }
+        LeasesRequest::Complete(id, owner, fence, now, result) => write_report(
+            store.complete(id, owner, *fence, *now, result).await?,
+            "completed",
+            id,
+            owner,
+            *fence,
+        ),
+        LeasesRequest::Release(id, owner, fence) => write_report(
+            store.release(id, owner, *fence).await?,
+            "released",
+            id,
+            owner,
+            *fence,
+        ),
+        LeasesRequest::ClaimMany(id, owners, term) => claim_many(store, id, owners, *term).await?,
+        LeasesRequest::Progress(id, owner, fence, renewal, text) => {
+            progress(store, id, owner, *fence, *renewal, text).await?
+        }
+    })
+}
+
+/// Races one claim of `id` per owner and reports which won.
+async fn claim_many(
+    store: &dyn Controlled,
+    id: &JobId,
+    owners: &[Owner],
+    term: LeaseTerm,
+) -> Result<Report, StoreError> {
+    let mut fences = Vec::with_capacity(owners.len());
+    let mut first_refusal = None;
+    for outcome in lease_ports::claim_many(store, id, owners, term).await {
+        match outcome? {
+            Ok(fence) => fences.push(Some(fence.get())),
+            Err(refused) => {
+                first_refusal.get_or_insert(refused);
+                fences.push(None);
+            }
+        }
+    }
+    let winners: Vec<String> = owners
+        .iter()
+        .zip(&fences)
+        .filter_map(|(owner, fence)| fence.map(|f| format!("{owner} (fence {f})")))
+        .collect();
+    let human = match (winners.is_empty(), first_refusal) {
+        (true, Some(refused)) => format!(
+            "nobody claimed job {id}: {}",
+            claim_refusal(&refused, term.now())
+        ),
+        (true, None) => format!("nobody claimed job {id}"),
+        (false, _) => format!(
+            "claimed job {id}: {}; {} other claim(s) refused",
+            winners.join(", "),
+            owners.len() - winners.len()
+        ),
+    };
+    Ok(Report::new(
+        !winners.is_empty(),
+        json!({"fences": fences}),
+        human,
+    ))
+}
+
+/// Stores a holder's progress and reports it.
+async fn progress(
+    store: &dyn Controlled,
+    id: &JobId,
+    owner: &Owner,
+    fence: Fence,
+    renewal: Renewal,
+    text: &ProgressText,
+) -> Result<Report, StoreError> {
+    Ok(
+        match store.progress(id, owner, fence, renewal, text).await? {
+            Ok(()) => {
+                let stored = format!(
+                    "stored the progress of job {} for {} (fence {fence})",
+                    escape_controls(id.as_str()),
+                    escape_controls(owner.as_str()),
+                );
+                match renewal.term() {
+                    Some(term) => Report::new(
+                        true,
+                        json!({"ok": true, "until": term.until().get()}),
+                        format!(
+                            "{stored}; lease renewed until {}",
+                            when::shown(term.until().get(), term.now().get())
+                        ),
+                    ),
+                    None => Report::new(
+                        true,
+                        json!({"ok": true}),
+                        format!("{stored}; the lease keeps its end"),
+                    ),
+                }
+            }
+            Err(refused) => {
+                let why = write_refusal(&refused);
+                Report::new(
+                    false,
+                    json!({"ok": false}),
+                    format!("progress not stored: {why}"),
+                )
+                .refused_with(Some(why))
+            }
+        },
+    )
+}
