@@ -4,7 +4,7 @@
 use lease_domain::{EnqueueSpec, JobId, Payload, QueueName, Timestamp, Ttl};
 use serde_json::Value;
 
-use crate::cli::RequestError;
+use crate::args::RequestError;
 
 /// The fields a JSON line may have.
 const FIELDS: [&str; 8] = EnqueueSpec::FIELDS;

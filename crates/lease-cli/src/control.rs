@@ -3,8 +3,6 @@
 //! (nothing reaches a store before every value passed) and run against any store that has
 //! queue settings and schedules ([`Controlled`]): SQLite, PostgreSQL, or a server.
 
-use crate::cli::Request;
-
 use clap::Subcommand;
 use lease_domain::{
     CatchUp, EnqueueSpec, Payload, QueueChange, QueueName, QueueSettings, ScheduleName,
@@ -14,7 +12,7 @@ use lease_ports::StoreError;
 use lease_ports::control::Controlled;
 use serde_json::{Value, json};
 
-use crate::cli::{PayloadSource, ReadInput, RequestError};
+use crate::args::{PayloadSource, ReadInput, RequestError};
 use crate::render::{Report, escape_controls};
 use crate::when;
 
@@ -484,13 +482,12 @@ impl PauseArgs {
     ///
     /// # Errors
     /// The first bad value, named.
-    pub(crate) fn request(self, clock: impl FnOnce() -> f64) -> Result<Request, RequestError> {
+    pub(crate) fn request(
+        self,
+        clock: impl FnOnce() -> f64,
+    ) -> Result<ControlRequest, RequestError> {
         let PauseArgs { queue, until } = self;
-        Ok(Request::Control(crate::control::pause(
-            queue,
-            until,
-            clock(),
-        )?))
+        crate::control::pause(queue, until, clock())
     }
 }
 
@@ -506,9 +503,12 @@ impl ResumeArgs {
     ///
     /// # Errors
     /// The first bad value, named.
-    pub(crate) fn request(self, clock: impl FnOnce() -> f64) -> Result<Request, RequestError> {
+    pub(crate) fn request(
+        self,
+        clock: impl FnOnce() -> f64,
+    ) -> Result<ControlRequest, RequestError> {
         let ResumeArgs { queue } = self;
-        Ok(Request::Control(crate::control::resume(queue, clock())?))
+        crate::control::resume(queue, clock())
     }
 }
 
@@ -533,20 +533,17 @@ impl LimitArgs {
     ///
     /// # Errors
     /// The first bad value, named.
-    pub(crate) fn request(self, clock: impl FnOnce() -> f64) -> Result<Request, RequestError> {
+    pub(crate) fn request(
+        self,
+        clock: impl FnOnce() -> f64,
+    ) -> Result<ControlRequest, RequestError> {
         let LimitArgs {
             queue,
             concurrency,
             timeout,
             no_timeout,
         } = self;
-        Ok(Request::Control(crate::control::limit(
-            queue,
-            concurrency,
-            timeout,
-            no_timeout,
-            clock(),
-        )?))
+        crate::control::limit(queue, concurrency, timeout, no_timeout, clock())
     }
 }
 
@@ -567,10 +564,8 @@ impl ScheduleArgs {
         self,
         clock: impl FnOnce() -> f64,
         read: ReadInput<'_>,
-    ) -> Result<Request, RequestError> {
+    ) -> Result<ControlRequest, RequestError> {
         let ScheduleArgs { command } = self;
-        Ok(Request::Control(crate::control::schedule(
-            command, clock, read,
-        )?))
+        crate::control::schedule(command, clock, read)
     }
 }

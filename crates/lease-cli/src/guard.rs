@@ -1,9 +1,7 @@
 //! `lease guard`: a guarded resource opened from its URL, and its install, put, get and delete
 //! as reports (exit 0 admitted, 3 refused or absent, 1 any other error).
 
-use crate::cli::{
-    BATCH_INPUT_LIMIT, GuardCommand, ReadInput, Request, RequestError, duration_flag,
-};
+use crate::args::{BATCH_INPUT_LIMIT, ReadInput, RequestError, duration_flag};
 use lease_domain::Fence;
 
 use std::sync::Arc;
@@ -12,8 +10,8 @@ use lease_guard::GuardError;
 use lease_guard::value::ValueGuard;
 use serde_json::{Value, json};
 
-use crate::cli::GuardRequest;
 use crate::render::{Report, payload_json};
+use std::path::PathBuf;
 
 /// The guard behind a URL.
 ///
@@ -139,9 +137,9 @@ impl GuardArgs {
     ///
     /// # Errors
     /// The first bad value, named.
-    pub(crate) fn request(self, read: ReadInput<'_>) -> Result<Request, RequestError> {
+    pub(crate) fn request(self, read: ReadInput<'_>) -> Result<GuardRequest, RequestError> {
         let GuardArgs { command } = self;
-        Ok(Request::Guard(guard_request(command, read)?))
+        guard_request(command, read)
     }
 }
 
@@ -205,4 +203,88 @@ pub(crate) fn guard_request(
             fence: f,
         } => GuardRequest::Delete(url, key(k)?, fence(f)?, job),
     })
+}
+
+/// The `lease guard` commands. URLs: `redis://HOST:PORT[/DB]` (`rediss://`),
+/// `s3://BUCKET[/PREFIX]` (with `AWS_*`; `AWS_ENDPOINT_URL` for a compatible server),
+/// `gs://BUCKET[/PREFIX]`, `az://CONTAINER[/PREFIX]`, `file:///DIR`,
+/// `nats://HOST:PORT/BUCKET`, `mysql://USER[:PASSWORD]@HOST:PORT/DATABASE` (`mariadb://`).
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum GuardCommand {
+    /// Set a resource up for guarded writes: load the Redis function library, make the NATS
+    /// bucket, or the MariaDB tables and procedure. Idempotent; upgrades an older version.
+    Install {
+        /// The resource.
+        url: String,
+    },
+    /// Write VALUE at KEY under the holder's fence; refused (exit 3) when a newer holder wrote
+    /// there. The value is --value, --file, or standard input.
+    Put {
+        /// The resource.
+        url: String,
+        /// The key (a Redis key, an object's path under the prefix, a file's path in the
+        /// directory, a NATS key).
+        key: String,
+        /// The value, as text.
+        #[arg(long, conflicts_with = "file")]
+        value: Option<String>,
+        /// Read the value from this file (`-` for standard input, also the default).
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// The holder's job (recorded with the value where the resource keeps metadata).
+        #[arg(long, env = "LEASE_JOB")]
+        job: Option<String>,
+        /// The holder's fence (`lease work` gives each program LEASE_FENCE).
+        #[arg(long, env = "LEASE_FENCE")]
+        fence: u64,
+        /// Seconds the value lives (Redis only; the fence never expires).
+        #[arg(long, value_name = "SECONDS")]
+        expiry: Option<f64>,
+    },
+    /// Print the value at KEY (with --json, also its fence); exit 3 when there is none.
+    Get {
+        /// The resource.
+        url: String,
+        /// The key.
+        key: String,
+    },
+    /// Delete the value at KEY under the holder's fence (the fence stays: an older holder is
+    /// still refused).
+    Delete {
+        /// The resource.
+        url: String,
+        /// The key.
+        key: String,
+        /// The holder's job, as `put` takes it (a delete leaves no value to record it with;
+        /// it is named in the answer).
+        #[arg(long, env = "LEASE_JOB")]
+        job: Option<String>,
+        /// The holder's fence (`lease work` gives each program LEASE_FENCE).
+        #[arg(long, env = "LEASE_FENCE")]
+        fence: u64,
+    },
+}
+
+/// A `lease guard` command, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum GuardRequest {
+    /// Set the resource up.
+    Install(String),
+    /// Write a value under a fence.
+    Put {
+        /// The resource.
+        url: String,
+        /// The key.
+        key: lease_guard::value::GuardKey,
+        /// The value.
+        value: Vec<u8>,
+        /// The fence.
+        fence: Fence,
+        /// The job and the expiry.
+        options: lease_guard::value::PutOptions,
+    },
+    /// Read a value.
+    Get(String, lease_guard::value::GuardKey),
+    /// Delete a value under a fence, for a job if named.
+    Delete(String, lease_guard::value::GuardKey, Fence, Option<String>),
 }

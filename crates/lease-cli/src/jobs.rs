@@ -12,8 +12,8 @@ use crate::when;
 
 use lease_domain::{EnqueueSpec, InputError, JobId, Payload, QueueName, Status, Timestamp};
 
-use crate::cli::{
-    BATCH_INPUT_LIMIT, PayloadSource, ReadInput, Request, RequestError, SpecFlags, time_flag,
+use crate::args::{
+    BATCH_INPUT_LIMIT, PayloadSource, ReadInput, RequestError, SpecFlags, time_flag,
 };
 
 /// A checked request of the jobs' commands.
@@ -254,13 +254,13 @@ impl AuditArgs {
     ///
     /// # Errors
     /// The first bad value, named.
-    pub(crate) fn request(self) -> Result<Request, RequestError> {
+    pub(crate) fn request(self) -> Result<lease_ports::audit::AuditFilter, RequestError> {
         let AuditArgs { job, since, limit } = self;
-        Ok(Request::Audit(lease_ports::audit::AuditFilter {
+        Ok(lease_ports::audit::AuditFilter {
             job: job.map(JobId::new).transpose()?,
             since: since.map(|t| time_flag("--since", t)).transpose()?,
             limit,
-        }))
+        })
     }
 }
 
@@ -345,13 +345,13 @@ pub(crate) async fn execute(
         JobsRequest::EnqueueMany(jobs) => {
             let mut inserted = 0_usize;
             let mut done = 0_usize;
-            for chunk in jobs.chunks(crate::cli::BATCH_JOBS) {
+            for chunk in jobs.chunks(crate::args::BATCH_JOBS) {
                 let answers = store.enqueue_many(chunk).await.map_err(|e| {
                     e.in_context(&format!(
                         "{done} of {} jobs were stored before this failure (each transaction \
                          holds up to {} jobs; the rest were not)",
                         jobs.len(),
-                        crate::cli::BATCH_JOBS
+                        crate::args::BATCH_JOBS
                     ))
                 })?;
                 inserted += answers.iter().filter(|&&new| new).count();

@@ -10,14 +10,14 @@ use crate::render::{
 };
 use crate::when;
 
-use crate::cli::RESULT_FILE_LIMIT;
+use crate::args::RESULT_FILE_LIMIT;
 
 use lease_domain::{
     ErrorText, Fence, JobId, JobResult, LeaseTerm, Owner, ProgressText, QueueName, Renewal, Retry,
     Timestamp,
 };
 
-use crate::cli::{Holder, ReadInput, RequestError, ResultSource, Window};
+use crate::args::{Holder, ReadInput, RequestError, ResultSource, Window};
 
 /// A checked request of the leases' commands.
 #[derive(Debug, Clone, PartialEq)]

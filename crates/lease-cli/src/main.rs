@@ -1,6 +1,7 @@
 //! The `lease` binary: parses arguments, reads the clock and the environment, opens the store
 //! and prints the answer.
 
+mod args;
 mod batch;
 mod cli;
 mod control;
@@ -109,7 +110,7 @@ fn store_settings(cli: &Cli) -> Result<(String, Settings), String> {
         let seconds: f64 = text
             .parse()
             .map_err(|_| format!("--busy-timeout {text:?} is not a number of seconds"))?;
-        sqlite.busy_timeout = cli::duration_flag("--busy-timeout", seconds)?;
+        sqlite.busy_timeout = args::duration_flag("--busy-timeout", seconds)?;
     }
     let schema = setting(cli.pg_schema.clone(), "LEASE_PG_SCHEMA")?;
     if let Some(name) = &schema {
@@ -168,7 +169,7 @@ fn say_on_stderr() -> scheduler::Say {
 
 /// Runs `lease work` against `store`, serving its metrics first when asked.
 async fn run_work(
-    work: &cli::WorkRequest,
+    work: &work::WorkRequest,
     store: std::sync::Arc<dyn lease_ports::control::Controlled>,
     schedules: bool,
 ) -> Result<Report, String> {

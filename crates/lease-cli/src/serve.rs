@@ -2,7 +2,9 @@
 
 use std::path::PathBuf;
 
-use crate::cli::{KeysCommand, Request, RequestError, duration_flag};
+use clap::Subcommand;
+
+use crate::args::{RequestError, duration_flag};
 
 use std::sync::Arc;
 
@@ -10,7 +12,6 @@ use lease_domain::Timestamp;
 use lease_server::{MetricsRender, ServiceConfig};
 use serde_json::json;
 
-use crate::cli::{KeysRequest, ServeRequest};
 use crate::render::Report;
 use crate::target::Opened;
 
@@ -300,7 +301,7 @@ impl ServeArgs {
     ///
     /// # Errors
     /// The first bad value, named.
-    pub(crate) fn request(self, _clock: impl FnOnce() -> f64) -> Result<Request, RequestError> {
+    pub(crate) fn request(self) -> Result<ServeRequest, RequestError> {
         let ServeArgs {
             listen,
             body_limit,
@@ -332,7 +333,7 @@ impl ServeArgs {
                 return Err(RequestError::Flag(format!("{flag} must be at least 1")));
             }
         }
-        Ok(Request::Serve(ServeRequest {
+        Ok(ServeRequest {
             listen,
             body_limit,
             max_in_flight,
@@ -357,7 +358,7 @@ impl ServeArgs {
             schedule_recheck: duration_flag("--schedule-recheck", schedule_recheck)
                 .map_err(RequestError::Flag)?
                 .max(std::time::Duration::from_millis(10)),
-        }))
+        })
     }
 }
 
@@ -374,9 +375,9 @@ impl KeysArgs {
     ///
     /// # Errors
     /// The first bad value, named.
-    pub(crate) fn request(self) -> Result<Request, RequestError> {
+    pub(crate) fn request(self) -> Result<KeysRequest, RequestError> {
         let KeysArgs { command } = self;
-        Ok(Request::Keys(match command {
+        Ok(match command {
             KeysCommand::Create { principal, scope } => KeysRequest::Create(
                 lease_domain::Principal::new(principal)
                     .map_err(|e| RequestError::Flag(e.to_string()))?,
@@ -387,6 +388,75 @@ impl KeysArgs {
             KeysCommand::Revoke { id } => KeysRequest::Revoke(
                 lease_domain::KeyId::new(id).map_err(|e| RequestError::Flag(e.to_string()))?,
             ),
-        }))
+        })
     }
+}
+
+/// What `lease keys` does.
+#[derive(Debug, Subcommand)]
+pub(crate) enum KeysCommand {
+    /// Make a key for PRINCIPAL and print it once (the store keeps only its digest). A
+    /// principal may hold two live keys, so a key can be rotated without downtime.
+    Create {
+        /// Who holds it: 1-64 of a-z, 0-9, '.', '_', '-'. A worker key may claim as PRINCIPAL
+        /// or PRINCIPAL/anything.
+        principal: String,
+        /// viewer (reads), worker (also enqueues, claims and writes its leases) or admin
+        /// (also cancels, retries, purges and acts as any owner).
+        #[arg(long)]
+        scope: String,
+    },
+    /// List every key (never a secret).
+    List,
+    /// Revoke a key by its id: requests with it are refused from then on.
+    Revoke {
+        /// The key's id (the part after `lk_`).
+        id: String,
+    },
+}
+
+/// What `lease serve` runs with, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ServeRequest {
+    /// Where to listen.
+    pub listen: std::net::SocketAddr,
+    /// The body limit.
+    pub body_limit: usize,
+    /// Requests at once.
+    pub max_in_flight: usize,
+    /// Long polls at once.
+    pub max_waiting: usize,
+    /// The request timeout.
+    pub request_timeout: std::time::Duration,
+    /// Whether requests may carry their own `now`.
+    pub client_clock: bool,
+    /// Requests a second per principal (0: no limit).
+    pub rate_limit: f64,
+    /// How long a key read from the store is trusted.
+    pub key_cache: std::time::Duration,
+    /// The certificate chain and key to serve HTTPS with.
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// How often a waiting claim looks again.
+    pub poll_interval: std::time::Duration,
+    /// How long a page session lasts.
+    pub session_ttl: std::time::Duration,
+    /// How long one event stream lasts.
+    pub events_lifetime: std::time::Duration,
+    /// Whether the store records refused writes (from `--audit`, set by `main`).
+    pub audit: bool,
+    /// Whether to run the store's schedules.
+    pub schedules: bool,
+    /// The most time between two looks at the schedules.
+    pub schedule_recheck: std::time::Duration,
+}
+
+/// What `lease keys` does, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum KeysRequest {
+    /// Make a key.
+    Create(lease_domain::Principal, lease_domain::Scope),
+    /// List keys.
+    List,
+    /// Revoke a key.
+    Revoke(lease_domain::KeyId),
 }

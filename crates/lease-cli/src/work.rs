@@ -1,6 +1,6 @@
 //! `lease work`: a worker whose handler runs a program per job, so any language can be a worker.
 
-use crate::cli::{Request, RequestError, duration_flag};
+use crate::args::{RequestError, duration_flag};
 use lease_domain::{Owner, QueueName};
 
 use std::path::{Path, PathBuf};
@@ -18,7 +18,6 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
-use crate::cli::WorkRequest;
 use crate::processes;
 use crate::render::{Report, escape_controls};
 use crate::when;
@@ -423,7 +422,7 @@ impl WorkArgs {
     ///
     /// # Errors
     /// The first bad value, named.
-    pub(crate) fn request(self) -> Result<Request, RequestError> {
+    pub(crate) fn request(self) -> Result<WorkRequest, RequestError> {
         let WorkArgs {
             queue,
             owner,
@@ -443,7 +442,7 @@ impl WorkArgs {
         if concurrency == 0 {
             return Err(RequestError::Read("concurrency must be at least 1".into()));
         }
-        Ok(Request::Work(WorkRequest {
+        Ok(WorkRequest {
             queue: QueueName::new(queue)?,
             owner: Owner::new(owner)?,
             ttl: lease_domain::Ttl::new(ttl)?,
@@ -457,6 +456,35 @@ impl WorkArgs {
             schedule_recheck: seconds("--schedule-recheck", schedule_recheck)?
                 .max(std::time::Duration::from_millis(10)),
             command,
-        }))
+        })
     }
+}
+
+/// What `lease work` runs, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct WorkRequest {
+    /// The queue.
+    pub queue: QueueName,
+    /// The worker's name.
+    pub owner: Owner,
+    /// The lease duration.
+    pub ttl: lease_domain::Ttl,
+    /// Programs at once.
+    pub concurrency: usize,
+    /// Stop after this many jobs.
+    pub max_jobs: Option<usize>,
+    /// Stop when the queue is empty.
+    pub exit_when_empty: bool,
+    /// SIGTERM to SIGKILL.
+    pub grace: std::time::Duration,
+    /// The drain deadline after Ctrl-C.
+    pub drain: std::time::Duration,
+    /// Where to serve /metrics, if anywhere.
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Whether to run the store's schedules.
+    pub schedules: bool,
+    /// The most time between two looks at the schedules.
+    pub schedule_recheck: std::time::Duration,
+    /// The program and its arguments.
+    pub command: Vec<String>,
 }

@@ -1,0 +1,178 @@
+//! What the commands share: the lease holder's flags, a result's and a payload's source, the
+//! queue fields of an enqueue, a lease's time window, the checks of flag values, and the error
+//! of a command that does not check.
+
+use std::path::PathBuf;
+
+use lease_domain::{
+    EnqueueSpec, Fence, InputError, LeaseTerm, Owner, Payload, QueueName, Timestamp, Ttl,
+};
+
+/// The lease-holder's identity and token, shared by renew, complete and release.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Holder {
+    /// The worker that holds the lease.
+    #[arg(long)]
+    pub owner: String,
+    /// The fence the claim returned.
+    #[arg(long)]
+    pub fence: u64,
+}
+
+impl Holder {
+    pub(crate) fn check(self) -> Result<(Owner, Fence), InputError> {
+        Ok((Owner::new(self.owner)?, Fence::new(self.fence)?))
+    }
+}
+
+/// Where `complete` takes its result from: the command line, or a file (`-`: standard input)
+/// for results too large for the argument list.
+#[derive(Debug, clap::Args)]
+#[group(required = true, multiple = false)]
+pub(crate) struct ResultSource {
+    /// The result to store.
+    #[arg(long, allow_hyphen_values = true)]
+    pub result: Option<String>,
+    /// Read the result to store from this file (`-` for standard input); it must be UTF-8 text.
+    #[arg(long, value_name = "PATH")]
+    pub result_file: Option<PathBuf>,
+}
+
+/// Reads a named input (a result or payload file, `-` for standard input) as bytes for
+/// [`Command::into_request`]; `main` provides it, so that only `main` touches the file system
+/// and standard input.
+/// The most a `--result-file` may hold (a result is stored whole, in one row).
+pub(crate) const RESULT_FILE_LIMIT: usize = 64 << 20;
+
+/// Reads a file (or standard input for `-`), at most the given number of bytes.
+pub(crate) type ReadInput<'a> = &'a dyn Fn(&std::path::Path, usize) -> Result<Vec<u8>, String>;
+
+/// Where `enqueue` takes a payload from, if anywhere.
+#[derive(Debug, Default, clap::Args)]
+#[group(required = false, multiple = false)]
+pub(crate) struct PayloadSource {
+    /// The payload, as text.
+    #[arg(long, allow_hyphen_values = true)]
+    pub payload: Option<String>,
+    /// Read the payload from this file (`-` for standard input); any bytes, up to 1 MiB.
+    #[arg(long, value_name = "PATH")]
+    pub payload_file: Option<PathBuf>,
+}
+
+/// The queue fields of `enqueue` (and of each job `enqueue-many` reads, unless its line says
+/// otherwise).
+#[derive(Debug, clap::Args)]
+pub(crate) struct SpecFlags {
+    /// The queue it waits in.
+    #[arg(long, default_value = QueueName::DEFAULT)]
+    queue: String,
+    /// Higher is claimed first.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    priority: i64,
+    /// Not claimable before this time (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z).
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
+    run_at: Option<f64>,
+    /// How many times claim-next may lease it (0 or 1: no retry).
+    #[arg(long, default_value_t = EnqueueSpec::DEFAULT_MAX_ATTEMPTS)]
+    max_attempts: u32,
+    /// The most seconds one attempt may run; past it the worker stops the handler and fails
+    /// the attempt "timed out" (default: the queue's timeout, if `lease limit` set one).
+    #[arg(long, value_name = "SECONDS", allow_hyphen_values = true)]
+    timeout: Option<f64>,
+    /// Enqueue the id again even when a finished job (done, failed or cancelled) holds it: a
+    /// re-run with its attempts reset and a higher fence. A waiting or leased job is untouched.
+    #[arg(long)]
+    replace_finished: bool,
+}
+
+impl SpecFlags {
+    /// The checked spec, with `payload`, enqueued at `now`.
+    pub(crate) fn into_spec(
+        self,
+        payload: Option<Payload>,
+        now: f64,
+    ) -> Result<EnqueueSpec, RequestError> {
+        Ok(EnqueueSpec {
+            enqueued_at: Timestamp::new(now).ok(),
+            queue: QueueName::new(self.queue)?,
+            priority: self.priority,
+            run_at: self.run_at.map(|t| time_flag("--run-at", t)).transpose()?,
+            max_attempts: Some(self.max_attempts),
+            payload,
+            timeout: self
+                .timeout
+                .map(Ttl::new)
+                .transpose()
+                .map_err(|e| RequestError::Flag(format!("--timeout: {e}")))?,
+            replace_finished: self.replace_finished,
+        })
+    }
+}
+
+/// Why a command could not be turned into a request.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(crate) enum RequestError {
+    /// A value was invalid.
+    #[error("invalid input: {0}")]
+    Input(#[from] InputError),
+    /// An input could not be read.
+    #[error("{0}")]
+    Read(String),
+    /// A flag's value is out of range; the message names the flag.
+    #[error("{0}")]
+    Flag(String),
+}
+
+/// The most jobs `enqueue-many` stores in one transaction.
+pub(crate) const BATCH_JOBS: usize = 1_000;
+
+/// The most bytes `enqueue-many` reads from standard input (64 MiB).
+pub(crate) const BATCH_INPUT_LIMIT: usize = 64 << 20;
+
+/// The most seconds a duration flag takes (`--grace`, `--drain`, `--busy-timeout`): a year.
+pub(crate) const MAX_FLAG_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
+
+/// A duration flag's value: finite, 0 or more, and at most [`MAX_FLAG_SECONDS`]; the message
+/// names the flag and what is wrong with the value.
+pub(crate) fn duration_flag(flag: &str, value: f64) -> Result<std::time::Duration, String> {
+    if !value.is_finite() {
+        return Err(format!(
+            "{flag} must be a finite number of seconds, got {value}"
+        ));
+    }
+    if value < 0.0 {
+        return Err(format!("{flag} must be 0 or more seconds, got {value}"));
+    }
+    if value > MAX_FLAG_SECONDS {
+        return Err(format!(
+            "{flag} is {value} seconds, more than the most it takes ({MAX_FLAG_SECONDS} s, a year)"
+        ));
+    }
+    Ok(std::time::Duration::from_secs_f64(value))
+}
+
+/// A time flag's value (read by `when::parse`): a finite time; the message names the flag.
+pub(crate) fn time_flag(flag: &str, value: f64) -> Result<Timestamp, RequestError> {
+    Timestamp::new(value).map_err(|_| {
+        RequestError::Flag(format!(
+            "{flag} must be a finite time in Unix seconds, got {value}"
+        ))
+    })
+}
+
+/// The time window of a claim or renewal.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Window {
+    /// The current time (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z); default: the system clock.
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
+    pub now: Option<f64>,
+    /// The lease duration from now, in seconds (> 0).
+    #[arg(long, allow_hyphen_values = true)]
+    pub ttl: f64,
+}
+
+impl Window {
+    pub(crate) fn term(self, clock: impl FnOnce() -> f64) -> Result<LeaseTerm, InputError> {
+        LeaseTerm::new(self.now.unwrap_or_else(clock), self.ttl)
+    }
+}
