@@ -260,6 +260,7 @@ const SCOPES: [Scope; 5] = [
         package: "lease-sqlite",
         files: &[
             "crates/lease-sqlite/src/ops.rs",
+            "crates/lease-sqlite/src/job_write.rs",
             "crates/lease-sqlite/src/tx.rs",
             "crates/lease-sqlite/src/row.rs",
             "crates/lease-sqlite/src/reads.rs",

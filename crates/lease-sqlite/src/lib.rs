@@ -17,6 +17,7 @@ mod control;
 mod error;
 mod filesystem;
 mod group;
+mod job_write;
 mod keys;
 mod ops;
 mod options;

@@ -4,14 +4,15 @@
 //! (`row`), the domain decides, and the decision is stored.
 
 use lease_domain::{
-    ClockMode, Command, Fence, JobId, Outcome, QueueName, Status, Timestamp, is_purgeable,
+    ClockMode, Command, JobId, Outcome, QueueName, Status, Timestamp, is_purgeable,
 };
 use lease_ports::next::ClaimNextLoop;
 use lease_ports::{ClaimNext, Lease, StoreError};
 use rusqlite::Connection;
 
 use crate::error;
-use crate::row::{fence_of, load, store};
+use crate::job_write::{REMEMBER_PURGED, apply_command, decide_command, run_with};
+use crate::row::{load, store};
 
 /// The candidates of `claim_next`, in the domain's claim order, from the ready index of the
 /// jobs no one holds (after [`REFILE_ENDED_LEASES`]): exactly the jobs
@@ -37,13 +38,6 @@ pub const SELECT_CANDIDATES: &str = "SELECT q.id FROM jobs_queue q JOIN jobs j O
 #[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub const REFILE_ENDED_LEASES: &str = "UPDATE jobs_queue SET leased_until = NULL \
     WHERE queue = ?1 AND finished IS NULL AND leased_until <= ?2";
-
-pub(crate) const SELECT_PURGED: &str = "SELECT fence FROM purged WHERE id = ?1";
-
-pub(crate) const FORGET_PURGED: &str = "DELETE FROM purged WHERE id = ?1";
-
-pub(crate) const REMEMBER_PURGED: &str = "INSERT INTO purged(id, fence) VALUES (?1, ?2) \
-    ON CONFLICT(id) DO UPDATE SET fence = max(fence, excluded.fence)";
 
 pub(crate) const DELETE_JOB: &str = "DELETE FROM jobs WHERE id = ?1";
 
@@ -135,57 +129,6 @@ impl Reply {
 
 pub(crate) fn wrong_reply(reply: &Reply) -> StoreError {
     StoreError::Corrupt(format!("an operation was answered with the wrong reply {reply:?}").into())
-}
-
-pub(crate) fn run_with(conn: &Connection, sql: &str, id: &str) -> Result<(), StoreError> {
-    conn.prepare_cached(sql)
-        .and_then(|mut stmt| stmt.execute([id]))
-        .map(drop)
-        .map_err(error::sql(conn))
-}
-
-/// The fence a purged id had, when it was purged and not enqueued since.
-pub(crate) fn purged_fence(conn: &Connection, id: &JobId) -> Result<Option<Fence>, StoreError> {
-    let stored: Option<i64> = conn
-        .prepare_cached(SELECT_PURGED)
-        .and_then(|mut stmt| {
-            let mut rows = stmt.query([id.as_str()])?;
-            rows.next()?.map(|r| r.get(0)).transpose()
-        })
-        .map_err(error::sql(conn))?;
-    stored.map(|f| fence_of(id, f, "purged fence")).transpose()
-}
-
-/// Loads, decides and stores one command inside the open transaction; says whether it wrote.
-pub(crate) fn apply_command(
-    conn: &Connection,
-    id: &JobId,
-    command: &Command,
-) -> Result<(Outcome, bool), StoreError> {
-    decide_command(conn, id, command).map(|(outcome, wrote, _)| (outcome, wrote))
-}
-
-/// [`apply_command`], also giving the refusal of a holder's write (for the audit trail).
-pub(crate) fn decide_command(
-    conn: &Connection,
-    id: &JobId,
-    command: &Command,
-) -> Result<(Outcome, bool, Option<lease_domain::Refusal>), StoreError> {
-    let current = load(conn, id)?;
-    let purged = match current {
-        None if command.is_enqueue() => purged_fence(conn, id)?,
-        _ => None,
-    };
-    let (next, outcome) = command.decide(id, current.as_ref(), purged);
-    let refused = lease_ports::observe::decided(command, current.as_ref(), &outcome);
-    let Some(next) = next else {
-        return Ok((outcome, false, refused));
-    };
-    store(conn, current.is_none(), id, &next)?;
-    if current.is_none() && purged.is_some() {
-        run_with(conn, FORGET_PURGED, id.as_str())?;
-    }
-    Ok((outcome, true, None))
 }
 
 pub(crate) fn candidates(
@@ -400,7 +343,7 @@ pub(crate) fn clocked(mode: ClockMode, op: &Op, now: Timestamp) -> Result<Op, St
 
 #[cfg(test)]
 mod tests {
-    use lease_domain::{ClaimRefused, LeaseTerm, Owner};
+    use lease_domain::{ClaimRefused, Fence, LeaseTerm, Owner};
 
     use super::*;
     use crate::connection::open;

@@ -6,7 +6,7 @@ use lease_ports::transfer::{Imported, Snapshot, TargetView, Transfer, plan_impor
 use lease_ports::{JobRecord, StoreError};
 use rusqlite::Connection;
 
-use crate::{SqliteLeaseStore, error, ops, row, tx};
+use crate::{SqliteLeaseStore, error, job_write, row, tx};
 
 /// Every job id in enqueue order (a job without a queue row last, in id order).
 const SELECT_ORDER: &str = "SELECT j.id FROM jobs j LEFT JOIN jobs_queue q ON q.id = j.id \
@@ -64,13 +64,13 @@ fn write(
     let plan = plan_import(target, held, incoming, merge)?;
     for (id, job) in &plan.inserts {
         row::store(conn, true, id, job)?;
-        ops::run_with(conn, ops::FORGET_PURGED, id.as_str())?;
+        job_write::run_with(conn, job_write::FORGET_PURGED, id.as_str())?;
     }
     for (id, job) in &plan.updates {
         row::store(conn, false, id, job)?;
     }
     for (id, fence) in &plan.marks {
-        conn.prepare_cached(ops::REMEMBER_PURGED)
+        conn.prepare_cached(job_write::REMEMBER_PURGED)
             .and_then(|mut stmt| stmt.execute(rusqlite::params![id.as_str(), i64::from(*fence)]))
             .map_err(error::sql(conn))?;
     }

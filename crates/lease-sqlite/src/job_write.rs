@@ -1,0 +1,68 @@
+//! One command on one job inside the open transaction: load the row, let the domain decide,
+//! store what it decided (and the purge mark of an id enqueued again). The queue's ops and its
+//! control (a schedule's fire enqueues through it) both write jobs this way.
+
+use lease_domain::{Command, Fence, JobId, Outcome};
+use lease_ports::StoreError;
+use rusqlite::Connection;
+
+use crate::error;
+use crate::row::{fence_of, load, store};
+
+pub(crate) const SELECT_PURGED: &str = "SELECT fence FROM purged WHERE id = ?1";
+
+pub(crate) const FORGET_PURGED: &str = "DELETE FROM purged WHERE id = ?1";
+
+pub(crate) const REMEMBER_PURGED: &str = "INSERT INTO purged(id, fence) VALUES (?1, ?2) \
+    ON CONFLICT(id) DO UPDATE SET fence = max(fence, excluded.fence)";
+
+pub(crate) fn run_with(conn: &Connection, sql: &str, id: &str) -> Result<(), StoreError> {
+    conn.prepare_cached(sql)
+        .and_then(|mut stmt| stmt.execute([id]))
+        .map(drop)
+        .map_err(error::sql(conn))
+}
+
+/// The fence a purged id had, when it was purged and not enqueued since.
+pub(crate) fn purged_fence(conn: &Connection, id: &JobId) -> Result<Option<Fence>, StoreError> {
+    let stored: Option<i64> = conn
+        .prepare_cached(SELECT_PURGED)
+        .and_then(|mut stmt| {
+            let mut rows = stmt.query([id.as_str()])?;
+            rows.next()?.map(|r| r.get(0)).transpose()
+        })
+        .map_err(error::sql(conn))?;
+    stored.map(|f| fence_of(id, f, "purged fence")).transpose()
+}
+
+/// Loads, decides and stores one command inside the open transaction; says whether it wrote.
+pub(crate) fn apply_command(
+    conn: &Connection,
+    id: &JobId,
+    command: &Command,
+) -> Result<(Outcome, bool), StoreError> {
+    decide_command(conn, id, command).map(|(outcome, wrote, _)| (outcome, wrote))
+}
+
+/// [`apply_command`], also giving the refusal of a holder's write (for the audit trail).
+pub(crate) fn decide_command(
+    conn: &Connection,
+    id: &JobId,
+    command: &Command,
+) -> Result<(Outcome, bool, Option<lease_domain::Refusal>), StoreError> {
+    let current = load(conn, id)?;
+    let purged = match current {
+        None if command.is_enqueue() => purged_fence(conn, id)?,
+        _ => None,
+    };
+    let (next, outcome) = command.decide(id, current.as_ref(), purged);
+    let refused = lease_ports::observe::decided(command, current.as_ref(), &outcome);
+    let Some(next) = next else {
+        return Ok((outcome, false, refused));
+    };
+    store(conn, current.is_none(), id, &next)?;
+    if current.is_none() && purged.is_some() {
+        run_with(conn, FORGET_PURGED, id.as_str())?;
+    }
+    Ok((outcome, true, None))
+}
