@@ -14,8 +14,8 @@ use tokio_postgres::types::ToSql;
 use crate::PgLeaseStore;
 use crate::connection::Conn;
 use crate::error::{self, Stage};
-use crate::next::stored_now;
 use crate::sql;
+use crate::sql::stored_now;
 
 /// SQLSTATEs with which `step` declines a write the store must decide itself (it rolls back):
 /// a refused completion to audit, a lease the server's clock cannot time, a queue with settings.

@@ -27,24 +27,6 @@ const QUEUE_COLUMNS: &str = "queue, paused, paused_until, concurrency, timeout";
 const SCHEDULE_COLUMNS: &str = "name, cron, zone, queue, priority, max_attempts, payload, \
     timeout, catch_up, version, created, last_tick";
 
-/// A queue's settings row as a statement returned it (`QUEUE_COLUMNS`).
-pub(crate) fn decode_queue(row: &Row) -> Result<(QueueName, QueueSettings), StoreError> {
-    let read = |e: tokio_postgres::Error| {
-        StoreError::Corrupt(lease_ports::Detail::caused_by(
-            format!("a queue's settings cannot be read: {e}"),
-            e,
-        ))
-    };
-    StoredQueue {
-        queue: row.try_get(0).map_err(read)?,
-        paused: row.try_get(1).map_err(read)?,
-        paused_until: row.try_get(2).map_err(read)?,
-        concurrency: row.try_get(3).map_err(read)?,
-        timeout: row.try_get(4).map_err(read)?,
-    }
-    .decode()
-}
-
 fn decode_schedule(row: &Row) -> Result<Schedule, StoreError> {
     let read = |e: tokio_postgres::Error| {
         StoreError::Corrupt(lease_ports::Detail::caused_by(
@@ -196,7 +178,10 @@ pub(crate) async fn read_all(
     let queues = c.query(&sql.all_queues, &[]).await.map_err(before)?;
     let schedules = c.query(&sql.all_schedules, &[]).await.map_err(before)?;
     Ok((
-        queues.iter().map(decode_queue).collect::<Result<_, _>>()?,
+        queues
+            .iter()
+            .map(crate::sql::decode_queue)
+            .collect::<Result<_, _>>()?,
         schedules
             .iter()
             .map(decode_schedule)
@@ -249,7 +234,7 @@ impl Control for PgLeaseStore {
             .await
             .map_err(before)?;
         let current = match row {
-            Some(row) => decode_queue(&row)?.1,
+            Some(row) => crate::sql::decode_queue(&row)?.1,
             None => QueueSettings::default(),
         };
         let next = decide_queue_change(&current, change);
@@ -267,7 +252,7 @@ impl Control for PgLeaseStore {
             .map_err(|e| error::map(e, Stage::BeforeCommit))?;
         let mut conn = conn;
         conn.clean();
-        rows.iter().map(decode_queue).collect()
+        rows.iter().map(crate::sql::decode_queue).collect()
     }
 
     async fn put_schedule(

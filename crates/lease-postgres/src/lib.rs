@@ -50,11 +50,11 @@ pub use scratch::ScratchDatabase;
 #[cfg(feature = "test-support")]
 pub use sql::Sql as StatementTexts;
 
-pub use next::CLAIM_NEXT_SETTINGS;
+pub use sql::CLAIM_NEXT_SETTINGS;
 
 use config::connection_settings;
 use connection::{Conn, Statements, setup};
-use next::stored_now;
+use sql::stored_now;
 use write::{commit, rollback};
 
 use error::Stage;

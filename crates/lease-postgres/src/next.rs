@@ -3,46 +3,15 @@
 //! (`lease_ports::next::ClaimNextLoop`); each page's decided rows go with the next page's read.
 
 use futures::future::{try_join, try_join_all};
-use lease_domain::{ClockMode, LeaseTerm, Timestamp};
+use lease_domain::{ClockMode, LeaseTerm};
 use lease_ports::next::ClaimNextLoop;
 use lease_ports::{ClaimNext, Lease, StoreError};
 
 use crate::PgLeaseStore;
 use crate::connection::{Conn, Statements};
 use crate::error::{self, Stage};
-use crate::sql::{self, Encoded, Standing};
+use crate::sql::{self, Encoded, Standing, stored_now};
 use crate::write::{clock_if, update};
-
-/// The planner settings of every `claim_next` transaction (`SET LOCAL` each). `enable_sort`
-/// keeps the candidates on the ordered scan of the ready index, which stops at the limit. With
-/// statistics that lag a burst of enqueues, the planner otherwise estimates one row and sorts
-/// every pending job of the queue instead (seen: over two minutes on 2M jobs). It is local to
-/// those transactions because, session-wide, it also turned a catalog query into 300 ms.
-/// `jit` is off because the one sort left (merging ended leases with the unheld jobs) is costed
-/// as disabled, which puts the statement over the JIT threshold: compiling it took 250 ms per
-/// call and up to 2 s under contention, for a statement that runs in a fraction of a
-/// millisecond. `plan_cache_mode` takes the generic plan of the prepared statement at once:
-/// with the sort costed as disabled, the server otherwise kept planning the statement anew
-/// for every call (the plan test checks the generic plan).
-pub const CLAIM_NEXT_SETTINGS: [&str; 3] = [
-    "enable_sort = off",
-    "jit = off",
-    "plan_cache_mode = force_generic_plan",
-];
-
-/// [`CLAIM_NEXT_SETTINGS`] as one statement that sets each for the transaction only
-/// (`set_config(name, value, true)`); spelled once per store (`Sql::settings`) and prepared
-/// once per connection like the others.
-pub(crate) fn settings_sql() -> String {
-    let sets: Vec<String> = CLAIM_NEXT_SETTINGS
-        .iter()
-        .map(|setting| {
-            let (name, value) = setting.split_once(" = ").unwrap_or((setting, ""));
-            format!("set_config('{name}', '{value}', true)")
-        })
-        .collect();
-    format!("SELECT {}", sets.join(", "))
-}
 
 impl PgLeaseStore {
     /// Leases up to `claim.limit` candidates inside the open transaction (BEGIN pipelined
@@ -99,7 +68,7 @@ impl PgLeaseStore {
             self.clock.resolve_term(term, stored_now(now)?)?;
         }
         let settings = match &queue_row {
-            Some(row) => crate::control::decode_queue(row)?.1,
+            Some(row) => crate::sql::decode_queue(row)?.1,
             None => lease_domain::QueueSettings::default(),
         };
         // The term of the first page (the store's clock, read by its statement, in store-clock
@@ -218,11 +187,4 @@ pub(crate) struct Claimed {
     pub(crate) writes: Vec<Encoded>,
     /// Whether rows were already written in the transaction (so it must commit).
     pub(crate) wrote: bool,
-}
-
-/// The server's clock as a time; a non-finite one is the server's fault.
-pub(crate) fn stored_now(now: f64) -> Result<Timestamp, StoreError> {
-    Timestamp::new(now).map_err(|_| {
-        StoreError::Corrupt(format!("the server's clock reads {now}, not a time").into())
-    })
 }

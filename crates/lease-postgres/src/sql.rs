@@ -1,8 +1,11 @@
 //! The statements, spelled for one schema, and the conversion of a row to a job and back.
 //! No lease rule is written here: the filters only pick candidates, and the domain decides.
 
-use lease_domain::{Ended, Fence, Job, JobId, Owner, QueueName, Timestamp, TokenDigest};
+use lease_domain::{
+    Ended, Fence, Job, JobId, Owner, QueueName, QueueSettings, Timestamp, TokenDigest,
+};
 use lease_ports::StoreError;
+use lease_ports::codec::StoredQueue;
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
@@ -129,7 +132,7 @@ impl Sql {
             // Read after the statements before it in the transaction (and so after any row
             // lock they waited for).
             clock: "SELECT extract(epoch FROM clock_timestamp())::float8".to_owned(),
-            settings: crate::next::settings_sql(),
+            settings: settings_sql(),
             // The candidates of claim_next, in the domain's claim order (exactly the jobs
             // `Job::is_claim_candidate` selects), skipping rows another transaction holds. `$2`
             // is the caller's now, or NULL for the store's clock, read once for the whole
@@ -505,4 +508,60 @@ impl Encoded {
             &self.leased_until,
         ]
     }
+}
+
+/// The planner settings of every `claim_next` transaction (`SET LOCAL` each). `enable_sort`
+/// keeps the candidates on the ordered scan of the ready index, which stops at the limit. With
+/// statistics that lag a burst of enqueues, the planner otherwise estimates one row and sorts
+/// every pending job of the queue instead (seen: over two minutes on 2M jobs). It is local to
+/// those transactions because, session-wide, it also turned a catalog query into 300 ms.
+/// `jit` is off because the one sort left (merging ended leases with the unheld jobs) is costed
+/// as disabled, which puts the statement over the JIT threshold: compiling it took 250 ms per
+/// call and up to 2 s under contention, for a statement that runs in a fraction of a
+/// millisecond. `plan_cache_mode` takes the generic plan of the prepared statement at once:
+/// with the sort costed as disabled, the server otherwise kept planning the statement anew
+/// for every call (the plan test checks the generic plan).
+pub const CLAIM_NEXT_SETTINGS: [&str; 3] = [
+    "enable_sort = off",
+    "jit = off",
+    "plan_cache_mode = force_generic_plan",
+];
+
+/// [`CLAIM_NEXT_SETTINGS`] as one statement that sets each for the transaction only
+/// (`set_config(name, value, true)`); spelled once per store (`Sql::settings`) and prepared
+/// once per connection like the others.
+pub(crate) fn settings_sql() -> String {
+    let sets: Vec<String> = CLAIM_NEXT_SETTINGS
+        .iter()
+        .map(|setting| {
+            let (name, value) = setting.split_once(" = ").unwrap_or((setting, ""));
+            format!("set_config('{name}', '{value}', true)")
+        })
+        .collect();
+    format!("SELECT {}", sets.join(", "))
+}
+
+/// The server's clock as a time; a non-finite one is the server's fault.
+pub(crate) fn stored_now(now: f64) -> Result<Timestamp, StoreError> {
+    Timestamp::new(now).map_err(|_| {
+        StoreError::Corrupt(format!("the server's clock reads {now}, not a time").into())
+    })
+}
+
+/// A queue's settings row as a statement returned it (`queue, paused, paused_until, concurrency, timeout`).
+pub(crate) fn decode_queue(row: &Row) -> Result<(QueueName, QueueSettings), StoreError> {
+    let read = |e: tokio_postgres::Error| {
+        StoreError::Corrupt(lease_ports::Detail::caused_by(
+            format!("a queue's settings cannot be read: {e}"),
+            e,
+        ))
+    };
+    StoredQueue {
+        queue: row.try_get(0).map_err(read)?,
+        paused: row.try_get(1).map_err(read)?,
+        paused_until: row.try_get(2).map_err(read)?,
+        concurrency: row.try_get(3).map_err(read)?,
+        timeout: row.try_get(4).map_err(read)?,
+    }
+    .decode()
 }

@@ -10,7 +10,7 @@ use tokio_postgres::Statement;
 use crate::PgLeaseStore;
 use crate::connection::{Conn, Statements};
 use crate::error::{self, Stage};
-use crate::next::stored_now;
+use crate::sql::stored_now;
 use crate::sql::{self, Encoded, Standing};
 
 impl PgLeaseStore {
