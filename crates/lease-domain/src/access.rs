@@ -1,54 +1,13 @@
 //! Who may do what through the network service: API key scopes, principals and the owners
-//! they may act as, and the digest a lease token is kept as.
+//! they may act as, and a holder's write judged by its key and lease token.
 //!
 //! The secrets themselves (keys and lease tokens) are made and hashed outside this crate; the
 //! rules only ever see their digests, so nothing here can leak one.
 
 use std::fmt;
 
-use crate::rules::{Job, WriteRefused, check_unfinished};
-use crate::values::{Fence, Owner};
-
-/// The SHA-256 digest of a secret (an API key's or a lease token's): what a store keeps
-/// instead of the secret. Shown redacted.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct TokenDigest([u8; 32]);
-
-impl TokenDigest {
-    /// Wraps the 32 bytes of a digest.
-    #[must_use]
-    pub fn new(bytes: [u8; 32]) -> Self {
-        Self(bytes)
-    }
-
-    /// Reads a digest as a store kept it.
-    ///
-    /// # Errors
-    /// [`AccessError::DigestLength`] when `bytes` is not 32 bytes long.
-    pub fn from_slice(bytes: &[u8]) -> Result<Self, AccessError> {
-        <[u8; 32]>::try_from(bytes)
-            .map(Self)
-            .map_err(|_| AccessError::DigestLength(bytes.len()))
-    }
-
-    /// The 32 bytes.
-    #[must_use]
-    pub fn as_bytes(&self) -> &[u8; 32] {
-        &self.0
-    }
-
-    /// Whether two digests are equal, in time that does not depend on where they differ
-    /// (every byte is compared; the comparison is hidden from the optimiser).
-    #[must_use]
-    pub fn matches(&self, other: &TokenDigest) -> bool {
-        let difference = self
-            .0
-            .iter()
-            .zip(other.0.iter())
-            .fold(0_u8, |acc, (a, b)| acc | std::hint::black_box(a ^ b));
-        std::hint::black_box(difference) == 0
-    }
-}
+use crate::rules::{Job, WriteRefused, judge_holder};
+use crate::values::{AccessError, Fence, Owner, TokenDigest};
 
 /// Who writes a holder's write through the network service, and what it proves: the store
 /// judges the whole write with it, in its own transaction ([`judge_credential`]), so the
@@ -100,32 +59,6 @@ pub fn judge_credential(
         (Some(sent), Some(kept)) if sent.matches(kept) => Ok(owner),
         (Some(_), _) => Err(WriteRefused::BadToken),
     }
-}
-
-impl fmt::Debug for TokenDigest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("TokenDigest(..)")
-    }
-}
-
-/// Why an access value was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum AccessError {
-    /// A stored digest was not 32 bytes.
-    #[error("a digest is 32 bytes, this one is {0}")]
-    DigestLength(usize),
-    /// A scope name that is not `viewer`, `worker` or `admin`.
-    #[error("scope {0:?} is not one of viewer, worker or admin")]
-    UnknownScope(String),
-    /// A principal name that breaks the naming rule.
-    #[error(
-        "principal {0:?} must be 1 to 64 characters of a-z, 0-9, '.', '_' and '-', starting with a letter or digit"
-    )]
-    BadPrincipal(String),
-    /// A key id that breaks the naming rule.
-    #[error("key id {0:?} must be 1 to 32 characters of a-z and 0-9")]
-    BadKeyId(String),
 }
 
 /// What a key may do. Each scope may do everything the ones before it may.
@@ -243,38 +176,6 @@ pub fn may_act_as(scope: Scope, principal: &Principal, owner: &Owner) -> bool {
         Scope::Admin => true,
         Scope::Worker => owner_within(principal, owner),
         Scope::Viewer => false,
-    }
-}
-
-/// Judges a holder's write through the network service up to the point where the lease's
-/// token and liveness are checked, in the order every client sees: no such job; a fence other
-/// than the job's current one (stale, whoever sends it); the job done, cancelled or dead; the
-/// lease's owner (none once released) outside what the caller may act as (`may_act_as`). On
-/// success, the owner the write is made as. The service then checks the token; the store's
-/// own decision (`decide_renew` and the rest, made as that owner) judges liveness.
-///
-/// # Errors
-/// The [`WriteRefused`] reason; `caller` is named as the presented owner of `NotOwner`.
-pub fn judge_holder(
-    current: Option<&Job>,
-    fence: Fence,
-    caller: &Owner,
-    may_act_as: impl Fn(&Owner) -> bool,
-) -> Result<Owner, WriteRefused> {
-    let job = current.ok_or(WriteRefused::Missing)?;
-    if fence != job.fence {
-        return Err(WriteRefused::Stale {
-            presented: fence,
-            current: job.fence,
-        });
-    }
-    check_unfinished(job)?;
-    match &job.owner {
-        Some(owner) if may_act_as(owner) => Ok(owner.clone()),
-        current => Err(WriteRefused::NotOwner {
-            presented: caller.clone(),
-            current: current.clone(),
-        }),
     }
 }
 

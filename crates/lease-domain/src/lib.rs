@@ -26,8 +26,8 @@ mod schedule;
 mod values;
 
 pub use access::{
-    AccessError, Credential, KeyId, KeyRefused, MAX_LIVE_KEYS, Principal, Scope, TokenDigest,
-    decide_new_key, judge_credential, judge_holder, may_act_as, owner_within,
+    Credential, KeyId, KeyRefused, MAX_LIVE_KEYS, Principal, Scope, decide_new_key,
+    judge_credential, may_act_as, owner_within,
 };
 pub use audit::{AuditReason, Refusal, holder_refusal, reclaim_delay, reclaim_delay_at, refusal};
 pub use clock::{ClockMode, ClockRefused, ClockSkew};
@@ -41,14 +41,15 @@ pub use queue::{
 pub use rules::{
     ClaimRefused, Failed, Job, LEASE_EXPIRED, NextDecision, RELEASED_AT_LAST_ATTEMPT, WriteRefused,
     claim_order, decide_cancel, decide_claim, decide_claim_next, decide_complete, decide_fail,
-    decide_progress, decide_release, decide_renew, decide_retry, is_purgeable,
+    decide_progress, decide_release, decide_renew, decide_retry, is_purgeable, judge_holder,
 };
 pub use schedule::{
     CatchUp, MAX_CATCH_UP, ON_TIME, Schedule, ScheduleName, ScheduleSpec, decide_fire,
     decide_put_schedule, decide_ticks, run_job_id, tick_job_id, utc_text,
 };
 pub use values::{
-    Fence, InputError, JobId, JobResult, LeaseTerm, MAX_NAME_BYTES, Owner, Renewal, Timestamp, Ttl,
+    AccessError, Fence, InputError, JobId, JobResult, LeaseTerm, MAX_NAME_BYTES, Owner, Renewal,
+    Timestamp, TokenDigest, Ttl,
 };
 
 #[cfg(test)]

@@ -4,10 +4,11 @@
 //! caller's checked inputs, and returns either the job as it must be stored next or
 //! the reason the operation is refused. A refusal means nothing may be written.
 
-use crate::access::TokenDigest;
 use crate::control::QueueSettings;
 use crate::queue::{Ended, EnqueueSpec, ErrorText, ProgressText, QueueName, Retry, Status};
-use crate::values::{Fence, JobId, JobResult, LeaseTerm, Owner, Renewal, Timestamp, Ttl};
+use crate::values::{
+    Fence, JobId, JobResult, LeaseTerm, Owner, Renewal, Timestamp, TokenDigest, Ttl,
+};
 
 /// The stored state of one job, without its id: the seed's six columns and the queue's fields.
 #[derive(Debug, Clone, PartialEq)]
@@ -434,8 +435,40 @@ pub const LEASE_EXPIRED: &str = "lease expired";
 pub const RELEASED_AT_LAST_ATTEMPT: &str =
     "its last allowed attempt was released unfinished (a worker shut down); retry it to run again";
 
+/// Judges a holder's write through the network service up to the point where the lease's
+/// token and liveness are checked, in the order every client sees: no such job; a fence other
+/// than the job's current one (stale, whoever sends it); the job done, cancelled or dead; the
+/// lease's owner (none once released) outside what the caller may act as (`may_act_as`). On
+/// success, the owner the write is made as. The service then checks the token; the store's
+/// own decision (`decide_renew` and the rest, made as that owner) judges liveness.
+///
+/// # Errors
+/// The [`WriteRefused`] reason; `caller` is named as the presented owner of `NotOwner`.
+pub fn judge_holder(
+    current: Option<&Job>,
+    fence: Fence,
+    caller: &Owner,
+    may_act_as: impl Fn(&Owner) -> bool,
+) -> Result<Owner, WriteRefused> {
+    let job = current.ok_or(WriteRefused::Missing)?;
+    if fence != job.fence {
+        return Err(WriteRefused::Stale {
+            presented: fence,
+            current: job.fence,
+        });
+    }
+    check_unfinished(job)?;
+    match &job.owner {
+        Some(owner) if may_act_as(owner) => Ok(owner.clone()),
+        current => Err(WriteRefused::NotOwner {
+            presented: caller.clone(),
+            current: current.clone(),
+        }),
+    }
+}
+
 /// Refuses a write to a job that is done, cancelled or dead.
-pub(crate) fn check_unfinished(job: &Job) -> Result<(), WriteRefused> {
+fn check_unfinished(job: &Job) -> Result<(), WriteRefused> {
     if job.done {
         return Err(WriteRefused::Done {
             result_fence: job.result_fence,
@@ -456,7 +489,7 @@ fn check_holder<'a>(
     owner: &Owner,
     fence: Fence,
 ) -> Result<&'a Job, WriteRefused> {
-    crate::access::judge_holder(current, fence, owner, |held| held == owner)?;
+    judge_holder(current, fence, owner, |held| held == owner)?;
     current.ok_or(WriteRefused::Missing)
 }
 

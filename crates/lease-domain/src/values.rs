@@ -1,12 +1,11 @@
-//! Validated value types: job ids, owners, fences, timestamps and lease terms.
+//! Validated value types: job ids, owners, fences, timestamps, lease terms and the digest a
+//! secret is kept as.
 //!
 //! Every value that crosses the boundary into the lease rules is checked here once,
 //! so the rules themselves never see a NaN time, an empty owner or a fence that
 //! cannot round-trip through a signed 64-bit database column.
 
 use std::fmt;
-
-use crate::access::TokenDigest;
 
 /// Why a value given by a caller was refused before any rule ran.
 ///
@@ -463,5 +462,72 @@ impl Renewal {
 impl From<LeaseTerm> for Renewal {
     fn from(term: LeaseTerm) -> Self {
         Renewal::Renew(term)
+    }
+}
+
+/// Why an access value was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AccessError {
+    /// A stored digest was not 32 bytes.
+    #[error("a digest is 32 bytes, this one is {0}")]
+    DigestLength(usize),
+    /// A scope name that is not `viewer`, `worker` or `admin`.
+    #[error("scope {0:?} is not one of viewer, worker or admin")]
+    UnknownScope(String),
+    /// A principal name that breaks the naming rule.
+    #[error(
+        "principal {0:?} must be 1 to 64 characters of a-z, 0-9, '.', '_' and '-', starting with a letter or digit"
+    )]
+    BadPrincipal(String),
+    /// A key id that breaks the naming rule.
+    #[error("key id {0:?} must be 1 to 32 characters of a-z and 0-9")]
+    BadKeyId(String),
+}
+
+/// The SHA-256 digest of a secret (an API key's or a lease token's): what a store keeps
+/// instead of the secret. Shown redacted.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TokenDigest([u8; 32]);
+
+impl TokenDigest {
+    /// Wraps the 32 bytes of a digest.
+    #[must_use]
+    pub fn new(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    /// Reads a digest as a store kept it.
+    ///
+    /// # Errors
+    /// [`AccessError::DigestLength`] when `bytes` is not 32 bytes long.
+    pub fn from_slice(bytes: &[u8]) -> Result<Self, AccessError> {
+        <[u8; 32]>::try_from(bytes)
+            .map(Self)
+            .map_err(|_| AccessError::DigestLength(bytes.len()))
+    }
+
+    /// The 32 bytes.
+    #[must_use]
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// Whether two digests are equal, in time that does not depend on where they differ
+    /// (every byte is compared; the comparison is hidden from the optimiser).
+    #[must_use]
+    pub fn matches(&self, other: &TokenDigest) -> bool {
+        let difference = self
+            .0
+            .iter()
+            .zip(other.0.iter())
+            .fold(0_u8, |acc, (a, b)| acc | std::hint::black_box(a ^ b));
+        std::hint::black_box(difference) == 0
+    }
+}
+
+impl fmt::Debug for TokenDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TokenDigest(..)")
     }
 }
