@@ -2,14 +2,16 @@
 //! `crates/lease-py` and installed with pip into a fresh virtual environment under cargo's
 //! target directory, exactly as the README's `pip install ./crates/lease-py` does (but with
 //! the tests' debug build of the Rust crates, reused from that directory), then pytest over
-//! `crates/lease-py/tests`. The target directory is cargo's own (`CARGO_TARGET_DIR` included),
-//! so the `lease` binary the tests start is the one the Rust tests just built.
+//! `crates/lease-py/tests`, with mypy beside it for the type tests. The target directory is
+//! cargo's own (`CARGO_TARGET_DIR` included), so the `lease` binary the tests start is the one
+//! the Rust tests just built.
 
 use std::path::Path;
 use std::process::Command;
 
-/// The pytest the suite runs with.
-const PYTEST: &str = "pytest==8.3.5";
+/// What the suite runs with: pytest, and mypy for `tests/test_types.py` (stubtest checks the
+/// native module's stubs against the built module; mypy checks the package strictly).
+const TOOLS: [&str; 2] = ["pytest==8.3.5", "mypy==1.15.0"];
 
 fn run(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
     eprintln!("$ {} {}", program.display(), args.join(" "));
@@ -42,7 +44,9 @@ pub(crate) fn test(root: &Path, target: &Path, pytest: &[&str]) -> Result<(), St
     let venv_arg = venv.display().to_string();
     run(Path::new("python3"), &["-m", "venv", &venv_arg], &[])?;
     let pip = venv.join("bin/pip");
-    run(&pip, &["install", "--quiet", PYTEST], &[])?;
+    let mut install = vec!["install", "--quiet"];
+    install.extend(TOOLS);
+    run(&pip, &install, &[])?;
     let target_dir = target.display().to_string();
     let package = root.join("crates/lease-py").display().to_string();
     run(

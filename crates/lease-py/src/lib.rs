@@ -4,8 +4,10 @@
 //! guards are `lease_guard`'s. Every call that waits releases the interpreter (`py.detach`).
 //! The typed Python face (`Store`, `AsyncStore`, `Worker`, the exceptions) is in `python/lease`.
 
+mod args;
 mod errors;
 mod guard;
+mod open;
 mod path_api;
 mod run;
 mod store;

@@ -1,152 +1,28 @@
 //! `lease._lease.StoreCore`: one store (a SQLite file, a PostgreSQL database or a `lease serve`
 //! URL with an API key) and the port's operations, each answered as a `Pending` call that
-//! `lease.Store` waits for and `lease.AsyncStore` awaits. Arguments are checked before the
-//! call exists, so bad input raises at once and nothing is sent.
+//! `lease.Store` waits for and `lease.AsyncStore` awaits. Each method here is the one
+//! declaration of its Python method: its signature, defaults and docstring are what both
+//! classes show. Arguments are checked before the call exists, so bad input raises at once
+//! and nothing is sent.
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
-use lease_domain::{
-    EnqueueSpec, ErrorText, JobId, JobResult, LeaseTerm, Payload, ProgressText, Renewal, Status,
-    Timestamp,
-};
-use lease_ports::audit::{AuditFilter, AuditTrail};
-use lease_ports::control::Controlled;
+use lease_domain::{EnqueueSpec, ErrorText, JobResult, ProgressText, Renewal};
+use lease_ports::audit::AuditFilter;
 use lease_ports::{LeaseStore, ListFilter};
 use pyo3::IntoPyObjectExt;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+use pyo3::types::{PyDict, PyList, PyString};
 
+use crate::args::{self, batch_job, holder, job_at, schedule_name, term};
 use crate::errors::{Failure, Outcome, invalid, to_py};
+use crate::open::{Backend, Opening, open};
 use crate::run::{Pending, block, work};
 use crate::values::{
     self, Accepted, AuditRow, Backoff, Failed, Lease, QueueSettings, Record, Refused, Schedule,
     StatsRow, now_or_clock,
 };
-
-/// A store as opened, kept by kind so that its audit trail is reachable too.
-#[derive(Clone)]
-pub(crate) enum Backend {
-    Sqlite(Arc<lease_sqlite::SqliteLeaseStore>),
-    Postgres(Arc<lease_postgres::PgLeaseStore>),
-    Http(Arc<lease_client::HttpLeaseStore>),
-}
-
-impl Backend {
-    pub(crate) fn store(&self) -> Arc<dyn LeaseStore> {
-        match self {
-            Backend::Sqlite(s) => Arc::clone(s) as Arc<dyn LeaseStore>,
-            Backend::Postgres(s) => Arc::clone(s) as Arc<dyn LeaseStore>,
-            Backend::Http(s) => Arc::clone(s) as Arc<dyn LeaseStore>,
-        }
-    }
-
-    fn control(&self) -> Arc<dyn Controlled> {
-        match self {
-            Backend::Sqlite(s) => Arc::clone(s) as Arc<dyn Controlled>,
-            Backend::Postgres(s) => Arc::clone(s) as Arc<dyn Controlled>,
-            Backend::Http(s) => Arc::clone(s) as Arc<dyn Controlled>,
-        }
-    }
-
-    fn audit(&self) -> Arc<dyn AuditTrail> {
-        match self {
-            Backend::Sqlite(s) => Arc::clone(s) as Arc<dyn AuditTrail>,
-            Backend::Postgres(s) => Arc::clone(s) as Arc<dyn AuditTrail>,
-            Backend::Http(s) => Arc::clone(s) as Arc<dyn AuditTrail>,
-        }
-    }
-}
-
-/// How a store is opened (the constructor's keyword arguments).
-struct Opening {
-    api_key: Option<String>,
-    create: bool,
-    audit: Option<u64>,
-    busy_timeout: Option<f64>,
-    ca_cert: Option<PathBuf>,
-    schema: Option<String>,
-}
-
-fn seconds(what: &str, value: f64) -> Outcome<Duration> {
-    Duration::try_from_secs_f64(value)
-        .or_else(|_| invalid(format!("{what}: must be 0 or more seconds, got {value}")))
-}
-
-async fn open(target: String, how: Opening) -> Outcome<Backend> {
-    let remote = target.starts_with("http://") || target.starts_with("https://");
-    let postgres = target.starts_with("postgres://") || target.starts_with("postgresql://");
-    if !remote && how.api_key.is_some() {
-        return invalid("api_key: only a lease serve URL (http:// or https://) takes a key");
-    }
-    if remote {
-        if how.create || how.audit.is_some() || how.schema.is_some() {
-            return invalid(
-                "create, audit and schema are the server's to decide; a lease serve URL takes \
-                 api_key and ca_cert",
-            );
-        }
-        let Some(key) = how.api_key else {
-            return invalid("api_key: a lease serve URL needs an API key");
-        };
-        let ca_cert =
-            match how.ca_cert {
-                Some(path) => Some(std::fs::read(&path).or_else(|e| {
-                    invalid(format!("ca_cert: cannot read {}: {e}", path.display()))
-                })?),
-                None => None,
-            };
-        let options = lease_client::ClientOptions {
-            ca_cert,
-            ..lease_client::ClientOptions::default()
-        };
-        let store = lease_client::HttpLeaseStore::new(&target, &key, options)?;
-        return Ok(Backend::Http(Arc::new(store)));
-    }
-    if how.ca_cert.is_some() {
-        return invalid("ca_cert: only a lease serve URL (https://) takes a CA certificate");
-    }
-    if postgres {
-        let mut options = lease_postgres::PgOptions {
-            audit: how.audit,
-            ..lease_postgres::PgOptions::default()
-        };
-        if let Some(schema) = how.schema {
-            options.schema = schema;
-        }
-        if let Some(wait) = how.busy_timeout {
-            options.wait_timeout = seconds("busy_timeout", wait)?;
-        }
-        let store = if how.create {
-            lease_postgres::PgLeaseStore::init(&target, options).await?
-        } else {
-            lease_postgres::PgLeaseStore::open(&target, options).await?
-        };
-        return Ok(Backend::Postgres(Arc::new(store)));
-    }
-    if how.schema.is_some() {
-        return invalid("schema: only a PostgreSQL URL has schemas");
-    }
-    let mut options = lease_sqlite::SqliteOptions {
-        create: how.create,
-        audit: how.audit,
-        ..lease_sqlite::SqliteOptions::default()
-    };
-    if let Some(wait) = how.busy_timeout {
-        options.busy_timeout = seconds("busy_timeout", wait)?;
-    }
-    let path = target
-        .strip_prefix("sqlite://")
-        .unwrap_or(&target)
-        .to_owned();
-    let store = tokio::task::spawn_blocking(move || {
-        lease_sqlite::SqliteLeaseStore::open_with(path, options)
-    })
-    .await
-    .map_err(|e| Failure::Other(format!("opening the store stopped: {e}")))??;
-    Ok(Backend::Sqlite(Arc::new(store)))
-}
 
 /// One open store. Use it from the process that opened it: a child made by `fork` must open
 /// its own (a pooled connection must not cross a fork).
@@ -215,144 +91,6 @@ impl StoreCore {
     }
 }
 
-fn schedule_name(name: &str) -> Outcome<lease_domain::ScheduleName> {
-    lease_domain::ScheduleName::new(name).or_else(|e| invalid(format!("schedule name: {e}")))
-}
-
-/// A payload given as bytes or as text (UTF-8).
-fn payload(value: Option<&Bound<'_, PyAny>>) -> PyResult<Outcome<Option<Payload>>> {
-    let Some(value) = value.filter(|v| !v.is_none()) else {
-        return Ok(Ok(None));
-    };
-    let bytes = if let Ok(bytes) = value.cast::<PyBytes>() {
-        bytes.as_bytes().to_vec()
-    } else if let Ok(text) = value.cast::<PyString>() {
-        text.extract::<String>()?.into_bytes()
-    } else {
-        return Ok(invalid(format!(
-            "payload: must be bytes or str, got {}",
-            value.get_type().name()?
-        )));
-    };
-    Ok(Payload::new(bytes, Payload::DEFAULT_LIMIT)
-        .map(Some)
-        .or_else(|e| invalid(format!("payload: {e}"))))
-}
-
-/// The queue fields of one job.
-#[allow(clippy::too_many_arguments)] // A job's fields, as the caller names them.
-fn spec(
-    queue: &str,
-    priority: i64,
-    run_at: Option<f64>,
-    max_attempts: Option<u32>,
-    payload: Option<Payload>,
-    timeout: Option<f64>,
-    replace_finished: bool,
-) -> Outcome<EnqueueSpec> {
-    Ok(EnqueueSpec {
-        queue: values::queue(queue)?,
-        priority,
-        run_at: run_at.map(|t| values::time("run_at", t)).transpose()?,
-        max_attempts,
-        payload,
-        enqueued_at: Some(values::clock_now()?),
-        timeout: timeout
-            .map(|t| lease_domain::Ttl::new(t).map_err(|e| Failure::Input(format!("timeout: {e}"))))
-            .transpose()?,
-        replace_finished,
-    })
-}
-
-/// The fields a job of `enqueue_many` may give.
-const JOB_FIELDS: [&str; 8] = EnqueueSpec::FIELDS;
-
-/// One job of `enqueue_many`, a dict with an `id` and any of the other fields.
-fn batch_job(
-    n: usize,
-    item: &Bound<'_, PyAny>,
-    default_queue: &str,
-) -> PyResult<Outcome<(JobId, EnqueueSpec)>> {
-    let at = |why: String| invalid(format!("jobs[{n}]: {why}"));
-    let Ok(fields) = item.cast::<PyDict>() else {
-        return Ok(at("must be a dict with an \"id\"".to_owned()));
-    };
-    for key in fields.keys() {
-        let name: String = key.extract().unwrap_or_default();
-        if !JOB_FIELDS.contains(&name.as_str()) {
-            return Ok(at(format!(
-                "{name:?} is not a field of a job (the fields are {})",
-                JOB_FIELDS.join(", ")
-            )));
-        }
-    }
-    let Some(id) = fields.get_item("id")? else {
-        return Ok(at("has no \"id\"".to_owned()));
-    };
-    let id: String = id.extract()?;
-    let queue: String = match fields.get_item("queue")? {
-        Some(q) if !q.is_none() => q.extract()?,
-        _ => default_queue.to_owned(),
-    };
-    let get = |name: &str| -> PyResult<Option<Bound<'_, PyAny>>> {
-        Ok(fields.get_item(name)?.filter(|v| !v.is_none()))
-    };
-    let priority: i64 = get("priority")?
-        .map(|p| p.extract())
-        .transpose()?
-        .unwrap_or(0);
-    let run_at: Option<f64> = get("run_at")?.map(|t| t.extract()).transpose()?;
-    let max_attempts: Option<u32> = get("max_attempts")?.map(|m| m.extract()).transpose()?;
-    let timeout: Option<f64> = get("timeout")?.map(|t| t.extract()).transpose()?;
-    let replace: Option<String> = get("replace")?.map(|r| r.extract()).transpose()?;
-    let replace_finished = match replace.as_deref() {
-        None => false,
-        Some("finished") => true,
-        Some(other) => {
-            return Ok(at(format!(
-                "replace is {other:?}; the one value is \"finished\""
-            )));
-        }
-    };
-    let payload = match payload(get("payload")?.as_ref())? {
-        Ok(p) => p,
-        Err(e) => return Ok(Err(e)),
-    };
-    Ok(values::job_id(&id)
-        .and_then(|id| {
-            let spec = spec(
-                &queue,
-                priority,
-                run_at,
-                max_attempts,
-                payload,
-                timeout,
-                replace_finished,
-            )?;
-            Ok((id, spec))
-        })
-        .or_else(|e| match e {
-            Failure::Input(why) => at(why),
-            other => Err(other),
-        }))
-}
-
-/// A holder's job and name.
-fn holder(job_id: &str, owner: &str) -> Outcome<(JobId, lease_domain::Owner)> {
-    Ok((values::job_id(job_id)?, values::owner(owner)?))
-}
-
-/// A lease from the caller's `now` (or this host's clock) for `ttl` seconds.
-fn term(now: Option<f64>, ttl: f64) -> Outcome<LeaseTerm> {
-    Ok(LeaseTerm::new(now_or_clock(now)?.get(), ttl)?)
-}
-
-/// A job id and the time an operator's command on it is decided at (the caller's `now`, or
-/// the clock).
-fn job_at(job_id: &str, now: Option<f64>) -> Outcome<(JobId, Timestamp)> {
-    Ok((values::job_id(job_id)?, now_or_clock(now)?))
-}
-
 fn accepted_or_refused(py: Python<'_>, outcome: lease_ports::WriteOutcome) -> PyResult<Py<PyAny>> {
     match outcome {
         Ok(()) => Accepted.into_py_any(py),
@@ -362,31 +100,19 @@ fn accepted_or_refused(py: Python<'_>, outcome: lease_ports::WriteOutcome) -> Py
 
 #[pymethods]
 impl StoreCore {
+    /// Opens the store at `target` with the keyword options of `lease.Store`.
     #[new]
-    #[pyo3(signature = (target, *, api_key = None, create = false, audit = None, busy_timeout = None, ca_cert = None, schema = None))]
-    #[allow(clippy::too_many_arguments)] // The constructor's keyword arguments.
+    #[pyo3(signature = (target, **options))]
     fn new(
         py: Python<'_>,
         target: &Bound<'_, PyAny>,
-        api_key: Option<String>,
-        create: bool,
-        audit: Option<u64>,
-        busy_timeout: Option<f64>,
-        ca_cert: Option<PathBuf>,
-        schema: Option<String>,
+        options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         let target: String = match target.extract::<PathBuf>() {
             Ok(path) if !target.is_instance_of::<PyString>() => path.display().to_string(),
             _ => target.extract()?,
         };
-        let how = Opening {
-            api_key,
-            create,
-            audit,
-            busy_timeout,
-            ca_cert,
-            schema,
-        };
+        let how = Opening::read(py, options)?;
         let backend = block(py, open(target.clone(), how))?;
         Ok(Self {
             backend,
@@ -411,7 +137,16 @@ impl StoreCore {
         &self.target
     }
 
-    #[pyo3(signature = (job_id, queue, priority, run_at, max_attempts, payload, timeout = None, replace_finished = false))]
+    /// Adds a job: True when it was made, False when the id existed (nothing changes then).
+    ///
+    /// Higher ``priority`` is claimed first; the job is not claimable before ``run_at``;
+    /// ``claim_next`` leases it at most ``max_attempts`` times (default 5); ``payload`` is
+    /// bytes (or text, kept as UTF-8), at most 1 MiB. An attempt may run ``timeout`` seconds
+    /// (default: its queue's, if any) before its worker stops it and fails it "timed out".
+    /// With ``replace_finished``, an id that is done, dead or cancelled runs again (pending,
+    /// attempts from 0, its fence going on, its last result kept until the new run
+    /// completes); a pending or running job is never touched.
+    #[pyo3(signature = (job_id, *, queue = "default", priority = 0, run_at = None, max_attempts = None, payload = None, timeout = None, replace_finished = false))]
     #[allow(clippy::too_many_arguments)] // A job's fields, as the caller names them.
     fn enqueue(
         &self,
@@ -425,22 +160,18 @@ impl StoreCore {
         timeout: Option<f64>,
         replace_finished: bool,
     ) -> PyResult<Pending> {
-        let payload = to_py(py, self::payload(payload)?)?;
-        let (id, spec) = to_py(
-            py,
-            values::job_id(job_id).and_then(|id| {
-                let spec = spec(
-                    queue,
-                    priority,
-                    run_at,
-                    max_attempts,
-                    payload,
-                    timeout,
-                    replace_finished,
-                )?;
-                Ok((id, spec))
-            }),
-        )?;
+        let payload = to_py(py, args::payload(payload)?)?;
+        let job = args::JobArgs {
+            id: job_id,
+            queue,
+            priority,
+            run_at,
+            max_attempts,
+            payload,
+            timeout,
+            replace_finished,
+        };
+        let (id, spec) = to_py(py, job.check())?;
         let store = self.store(py)?;
         self.call(
             py,
@@ -449,6 +180,11 @@ impl StoreCore {
         )
     }
 
+    /// Adds many jobs in one transaction, all or none; for each, in order, whether it was
+    /// made. Each job is a dict with ``id`` and any of ``queue`` (default ``queue``),
+    /// ``priority``, ``run_at``, ``max_attempts``, ``payload``, ``timeout`` and ``replace``
+    /// (``"finished"``: as ``replace_finished``).
+    #[pyo3(signature = (jobs, *, queue = "default"))]
     fn enqueue_many(
         &self,
         py: Python<'_>,
@@ -467,7 +203,9 @@ impl StoreCore {
         )
     }
 
-    #[pyo3(signature = (job_id, owner, ttl, now))]
+    /// Leases one job by its id for ``ttl`` seconds: a :class:`Lease` with its new fence,
+    /// or :class:`Refused` (``missing``, ``done``, ``live``, ...).
+    #[pyo3(signature = (job_id, owner, ttl, *, now = None))]
     fn claim(
         &self,
         py: Python<'_>,
@@ -494,7 +232,10 @@ impl StoreCore {
         )
     }
 
-    #[pyo3(signature = (queue, owner, ttl, limit, now))]
+    /// Leases up to ``limit`` due jobs of ``queue`` (highest priority first, then the
+    /// oldest), each a :class:`Lease` with its fence, attempt and payload; an empty list when
+    /// none is due.
+    #[pyo3(signature = (queue, owner, ttl, *, limit = 1, now = None))]
     fn claim_next(
         &self,
         py: Python<'_>,
@@ -525,7 +266,8 @@ impl StoreCore {
         )
     }
 
-    #[pyo3(signature = (job_id, owner, fence, ttl, now))]
+    /// Extends the live lease of ``owner`` at ``fence`` to ``now + ttl``.
+    #[pyo3(signature = (job_id, owner, fence, ttl, *, now = None))]
     fn renew(
         &self,
         py: Python<'_>,
@@ -548,7 +290,10 @@ impl StoreCore {
         )
     }
 
-    #[pyo3(signature = (job_id, owner, fence, text, ttl, now))]
+    /// Stores ``text`` (up to 1,024 bytes) as the job's progress, only for the live current
+    /// lease; with ``ttl`` the lease is renewed to ``now + ttl``, without it the lease keeps
+    /// its end.
+    #[pyo3(signature = (job_id, owner, fence, text, *, ttl = None, now = None))]
     #[allow(clippy::too_many_arguments)] // The Python method's own arguments, one each.
     fn progress(
         &self,
@@ -583,7 +328,10 @@ impl StoreCore {
         )
     }
 
-    #[pyo3(signature = (job_id, owner, fence, result, now))]
+    /// Stores ``result`` and marks the job done, only for the live current lease; a stale
+    /// holder gets :class:`Refused` (``stale``, with both fences) and the stored result
+    /// stands.
+    #[pyo3(signature = (job_id, owner, fence, result = "", *, now = None))]
     fn complete(
         &self,
         py: Python<'_>,
@@ -612,7 +360,9 @@ impl StoreCore {
         )
     }
 
-    #[pyo3(signature = (job_id, owner, fence, error, retry, backoff, now))]
+    /// Reports a failure of the live current lease: the job is retried after ``backoff``
+    /// while attempts remain (``retry=False``: straight to dead).
+    #[pyo3(signature = (job_id, owner, fence, error, *, retry = true, backoff = None, now = None))]
     #[allow(clippy::too_many_arguments)] // A failure's fields, as the caller names them.
     fn fail(
         &self,
@@ -648,6 +398,8 @@ impl StoreCore {
         )
     }
 
+    /// Gives the lease back (the fence is kept), so the job can be claimed at once.
+    #[pyo3(signature = (job_id, owner, fence))]
     fn release(
         &self,
         py: Python<'_>,
@@ -665,7 +417,8 @@ impl StoreCore {
         )
     }
 
-    #[pyo3(signature = (job_id, now))]
+    /// Cancels a pending or running job; its holder's later writes are refused.
+    #[pyo3(signature = (job_id, *, now = None))]
     fn cancel(&self, py: Python<'_>, job_id: &str, now: Option<f64>) -> PyResult<Pending> {
         let (id, now) = to_py(py, job_at(job_id, now))?;
         let store = self.store(py)?;
@@ -676,7 +429,8 @@ impl StoreCore {
         )
     }
 
-    #[pyo3(signature = (job_id, now))]
+    /// Puts a dead or cancelled job back to pending, its attempts starting over.
+    #[pyo3(signature = (job_id, *, now = None))]
     fn retry(&self, py: Python<'_>, job_id: &str, now: Option<f64>) -> PyResult<Pending> {
         let (id, now) = to_py(py, job_at(job_id, now))?;
         let store = self.store(py)?;
@@ -687,20 +441,18 @@ impl StoreCore {
         )
     }
 
-    fn purge(&self, py: Python<'_>, before: f64, statuses: Vec<String>) -> PyResult<Pending> {
-        let (before, statuses) = to_py(
-            py,
-            (|| {
-                let statuses = statuses
-                    .iter()
-                    .map(|s| values::status(s))
-                    .collect::<Outcome<Vec<Status>>>()?;
-                if statuses.is_empty() {
-                    return invalid("statuses: name at least one of done, dead, cancelled");
-                }
-                Ok((values::time("before", before)?, statuses))
-            })(),
-        )?;
+    /// Deletes finished jobs last changed before ``before``, of the ``statuses`` named
+    /// (``done``, ``dead``, ``cancelled``; by default ``done``); how many. A purged id
+    /// enqueued again goes on from its old fence.
+    #[pyo3(signature = (before, statuses = None))]
+    fn purge(
+        &self,
+        py: Python<'_>,
+        before: f64,
+        statuses: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Pending> {
+        let statuses = to_py(py, args::statuses(statuses)?)?;
+        let before = to_py(py, values::time("before", before))?;
         let store = self.store(py)?;
         self.call(
             py,
@@ -709,6 +461,8 @@ impl StoreCore {
         )
     }
 
+    /// Every field of the job (its status judged now), or None.
+    #[pyo3(signature = (job_id))]
     fn record(&self, py: Python<'_>, job_id: &str) -> PyResult<Pending> {
         let id = to_py(py, values::job_id(job_id))?;
         let store = self.store(py)?;
@@ -722,6 +476,9 @@ impl StoreCore {
         )
     }
 
+    /// The statement's six fields of the job (``id``, ``owner``, ``until``, ``fence``,
+    /// ``result``, ``done``), or None.
+    #[pyo3(signature = (job_id))]
     fn state(&self, py: Python<'_>, job_id: &str) -> PyResult<Pending> {
         let id = to_py(py, values::job_id(job_id))?;
         let store = self.store(py)?;
@@ -735,7 +492,9 @@ impl StoreCore {
         )
     }
 
-    #[pyo3(signature = (queue, status, limit, after, now))]
+    /// Jobs in id order, as :class:`Record`: of ``queue``, with ``status``, after the id
+    /// ``after`` (the last of the previous page).
+    #[pyo3(signature = (*, queue = None, status = None, limit = 100, after = None, now = None))]
     fn list(
         &self,
         py: Python<'_>,
@@ -774,7 +533,8 @@ impl StoreCore {
         )
     }
 
-    #[pyo3(signature = (now))]
+    /// How many jobs each queue has in each status, as :class:`StatsRow`.
+    #[pyo3(signature = (*, now = None))]
     fn stats(&self, py: Python<'_>, now: Option<f64>) -> PyResult<Pending> {
         let now = to_py(py, now_or_clock(now))?;
         let store = self.store(py)?;
@@ -788,7 +548,9 @@ impl StoreCore {
         )
     }
 
-    #[pyo3(signature = (job, since, limit))]
+    /// The refused writes the audit trail recorded (open the store with ``audit=N``), as
+    /// :class:`AuditRow`, oldest first.
+    #[pyo3(signature = (*, job = None, since = None, limit = 100))]
     fn audit(
         &self,
         py: Python<'_>,
@@ -818,7 +580,10 @@ impl StoreCore {
         )
     }
 
-    #[pyo3(signature = (queue, until, now))]
+    /// Pauses ``queue`` (until resumed, or until the time ``until``): no claim leases its
+    /// jobs from the moment the pause commits; enqueueing goes on and running leases are
+    /// untouched. Returns the queue's :class:`QueueSettings`.
+    #[pyo3(signature = (queue, *, until = None, now = None))]
     fn pause(
         &self,
         py: Python<'_>,
@@ -833,12 +598,16 @@ impl StoreCore {
         self.change_queue(py, queue, change, now)
     }
 
-    #[pyo3(signature = (queue, now))]
+    /// Ends a pause of ``queue``.
+    #[pyo3(signature = (queue, *, now = None))]
     fn resume(&self, py: Python<'_>, queue: &str, now: Option<f64>) -> PyResult<Pending> {
         self.change_queue(py, queue, Ok(lease_domain::QueueChange::Resume), now)
     }
 
-    #[pyo3(signature = (queue, concurrency, timeout, no_timeout, now))]
+    /// Sets ``queue``'s concurrency limit (the most of its leases live at once, across
+    /// every worker; 0 removes it) and/or its default timeout in seconds (``no_timeout=True``
+    /// removes it). Both given are one change, applied together or not at all.
+    #[pyo3(signature = (queue, *, concurrency = None, timeout = None, no_timeout = false, now = None))]
     fn limit(
         &self,
         py: Python<'_>,
@@ -877,7 +646,8 @@ impl StoreCore {
         self.change_queue(py, queue, change, now)
     }
 
-    #[pyo3(signature = (now))]
+    /// Every queue that has settings, as :class:`QueueSettings` (``paused`` as of ``now``).
+    #[pyo3(signature = (*, now = None))]
     fn queues(&self, py: Python<'_>, now: Option<f64>) -> PyResult<Pending> {
         let now = to_py(py, now_or_clock(now))?;
         self.same_process(py)?;
@@ -895,7 +665,12 @@ impl StoreCore {
         )
     }
 
-    #[pyo3(signature = (name, cron, queue, tz, priority, max_attempts, timeout, payload, catch_up, now))]
+    /// Makes or changes the schedule ``name``: each tick of ``cron`` in the time zone ``tz``
+    /// enqueues one job in ``queue``, its id ``NAME@TICK`` (the tick in UTC). ``catch_up`` is
+    /// what a pass does after downtime: ``latest``, ``none``, ``all`` or ``all:N``. A change
+    /// keeps the last tick, so no tick fires twice. Every ``lease serve`` and ``lease work``
+    /// on the store runs the schedules.
+    #[pyo3(signature = (name, *, cron, queue, tz = "UTC", priority = 0, max_attempts = None, timeout = None, payload = None, catch_up = "latest", now = None))]
     #[allow(clippy::too_many_arguments)] // A schedule's fields, each a keyword.
     fn put_schedule(
         &self,
@@ -911,7 +686,7 @@ impl StoreCore {
         catch_up: &str,
         now: Option<f64>,
     ) -> PyResult<Pending> {
-        let payload = self::payload(payload)?;
+        let payload = args::payload(payload)?;
         let spec = to_py(
             py,
             (|| {
@@ -951,7 +726,8 @@ impl StoreCore {
         )
     }
 
-    #[pyo3(signature = (now))]
+    /// Every schedule, as :class:`Schedule` (with its next tick after ``now``).
+    #[pyo3(signature = (*, now = None))]
     fn schedules(&self, py: Python<'_>, now: Option<f64>) -> PyResult<Pending> {
         let now = to_py(py, now_or_clock(now))?;
         self.same_process(py)?;
@@ -966,6 +742,8 @@ impl StoreCore {
         )
     }
 
+    /// Removes a schedule (the jobs its ticks made stay); ``False`` when there was none.
+    #[pyo3(signature = (name))]
     fn remove_schedule(&self, py: Python<'_>, name: &str) -> PyResult<Pending> {
         let name = to_py(py, schedule_name(name))?;
         self.same_process(py)?;
@@ -977,7 +755,10 @@ impl StoreCore {
         )
     }
 
-    #[pyo3(signature = (name, now))]
+    /// Enqueues the schedule's job now, outside its ticks, as ``NAME@run-TIME`` (runs asked
+    /// for within one second are one job). Returns ``(job_id, inserted)``, or ``None`` when
+    /// there is no such schedule.
+    #[pyo3(signature = (name, *, now = None))]
     fn run_schedule(&self, py: Python<'_>, name: &str, now: Option<f64>) -> PyResult<Pending> {
         let name = to_py(py, schedule_name(name))?;
         let now = to_py(py, now_or_clock(now))?;

@@ -12,8 +12,9 @@ use lease_domain::Ttl;
 use lease_worker::{CancellationToken, HandlerResult, JobContext, Worker, WorkerConfig};
 use pyo3::exceptions::PyKeyboardInterrupt;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyDict};
 
+use crate::args::Options;
 use crate::errors::{Outcome, invalid, to_py};
 use crate::run::runtime;
 use crate::store::StoreCore;
@@ -189,29 +190,32 @@ fn duration(what: &str, seconds: f64) -> Outcome<Duration> {
 
 #[pymethods]
 impl WorkerCore {
+    /// A worker of `store` running `handler`, with the keyword options of `lease.Worker`.
     #[new]
-    #[pyo3(signature = (store, handler, *, queue, owner, ttl, concurrency, renew_fraction, idle_poll, retry, backoff, max_jobs, exit_when_empty, drain, cancel_grace))]
-    #[allow(clippy::too_many_arguments)] // The worker's settings, each a keyword.
+    #[pyo3(signature = (store, handler, **options))]
     fn new(
         py: Python<'_>,
         store: Py<StoreCore>,
         handler: Py<PyAny>,
-        queue: &str,
-        owner: &str,
-        ttl: f64,
-        concurrency: usize,
-        renew_fraction: f64,
-        idle_poll: f64,
-        retry: bool,
-        backoff: Option<PyRef<'_, Backoff>>,
-        max_jobs: Option<usize>,
-        exit_when_empty: bool,
-        drain: f64,
-        cancel_grace: f64,
+        options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         if !handler.bind(py).is_callable() {
             return to_py(py, invalid("handler: must be callable, as handler(job)"));
         }
+        let options = Options::new(options)?;
+        let queue: String = options.need(py, "queue")?;
+        let owner: String = options.need(py, "owner")?;
+        let ttl: f64 = options.need(py, "ttl")?;
+        let concurrency: usize = options.need(py, "concurrency")?;
+        let renew_fraction: f64 = options.need(py, "renew_fraction")?;
+        let idle_poll: f64 = options.need(py, "idle_poll")?;
+        let retry: bool = options.need(py, "retry")?;
+        let backoff: Option<PyRef<'_, Backoff>> = options.take("backoff")?;
+        let max_jobs: Option<usize> = options.take("max_jobs")?;
+        let exit_when_empty: bool = options.need(py, "exit_when_empty")?;
+        let drain: f64 = options.need(py, "drain")?;
+        let cancel_grace: f64 = options.need(py, "cancel_grace")?;
+        to_py(py, options.finish("a worker")?)?;
         let config = to_py(
             py,
             (|| {
@@ -225,7 +229,7 @@ impl WorkerCore {
                 }
                 let ttl = Ttl::new(ttl).or_else(|e| invalid(format!("ttl: {e}")))?;
                 let mut config =
-                    WorkerConfig::new(values::queue(queue)?, values::owner(owner)?, ttl);
+                    WorkerConfig::new(values::queue(&queue)?, values::owner(&owner)?, ttl);
                 config.concurrency = concurrency;
                 config.renew_fraction = renew_fraction;
                 config.idle_poll = duration("idle_poll", idle_poll)?;

@@ -18,9 +18,10 @@ exceptions under :class:`lease.errors.LeaseError`, invalid input also a ``ValueE
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
-from typing import Any, Callable, Iterable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Optional, TypeVar, Union
 
 from . import errors, guard
 from ._lease import (
@@ -46,10 +47,16 @@ from ._lease import (
     renew,
     state,
 )
+from ._lease import Pending
 from ._lease import StoreCore as _StoreCore
 from ._lease import WorkerCore as _WorkerCore
 from .errors import *  # noqa: F403 - every exception, named in errors.__all__
 from .errors import InvalidInput
+
+if TYPE_CHECKING:
+    from typing_extensions import Concatenate, ParamSpec
+
+    _P = ParamSpec("_P")
 
 __all__ = [
     "__version__",
@@ -81,8 +88,33 @@ __all__ = [
     *errors.__all__,
 ]
 
-Payload = Union[bytes, str, None]
 PathOrUrl = Union[str, "os.PathLike[str]"]
+
+_T = TypeVar("_T")
+
+
+def _blocking(
+    method: Callable[Concatenate[_StoreCore, _P], Pending[_T]],
+) -> Callable[Concatenate[Store, _P], _T]:
+    """The store's ``method`` as a blocking method: the call waits for its answer, with the
+    interpreter released."""
+
+    def call(self: Store, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        return method(self._core, *args, **kwargs).wait()
+
+    return functools.update_wrapper(call, method)
+
+
+def _asyncio(
+    method: Callable[Concatenate[_StoreCore, _P], Pending[_T]],
+) -> Callable[Concatenate[AsyncStore, _P], Coroutine[Any, Any, _T]]:
+    """The store's ``method`` as a coroutine: the call runs on the package's runtime when the
+    coroutine is awaited, so the event loop is never blocked."""
+
+    async def call(self: AsyncStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        return await method(self._core, *args, **kwargs)
+
+    return functools.update_wrapper(call, method)
 
 
 class _Opened:
@@ -123,6 +155,11 @@ class _Opened:
         return f"{type(self).__name__}({self.target!r})"
 
 
+# Each method of the stores is declared once, on the native ``StoreCore`` (its signature and
+# docstring in Rust, its types in ``_lease.pyi``, the two checked against each other by
+# stubtest); ``Store`` waits for each call and ``AsyncStore`` awaits it.
+
+
 class Store(_Opened):
     """A lease store: a SQLite file (a path), a PostgreSQL database (``postgres://...``) or a
     ``lease serve`` (``http://`` or ``https://`` with ``api_key``).
@@ -147,241 +184,31 @@ class Store(_Opened):
     :param schema: the PostgreSQL schema (default ``lease``).
     """
 
-    def _finish(self, pending: Any) -> Any:
-        return pending.wait()
-
-    def enqueue(
-        self,
-        job_id: str,
-        *,
-        queue: str = "default",
-        priority: int = 0,
-        run_at: Optional[float] = None,
-        max_attempts: Optional[int] = None,
-        payload: Payload = None,
-        timeout: Optional[float] = None,
-        replace_finished: bool = False,
-    ) -> bool:
-        """Adds a job: True when it was made, False when the id existed (nothing changes then).
-
-        Higher ``priority`` is claimed first; the job is not claimable before ``run_at``;
-        ``claim_next`` leases it at most ``max_attempts`` times (default 5); ``payload`` is
-        bytes (or text, kept as UTF-8), at most 1 MiB. An attempt may run ``timeout`` seconds
-        (default: its queue's, if any) before its worker stops it and fails it "timed out".
-        With ``replace_finished``, an id that is done, dead or cancelled runs again (pending,
-        attempts from 0, its fence going on, its last result kept until the new run
-        completes); a pending or running job is never touched.
-        """
-        return self._finish(
-            self._core.enqueue(
-                job_id, queue, priority, run_at, max_attempts, payload, timeout, replace_finished
-            )
-        )
-
-    def enqueue_many(self, jobs: Iterable[dict], *, queue: str = "default") -> list:
-        """Adds many jobs in one transaction, all or none; for each, in order, whether it was
-        made. Each job is a dict with ``id`` and any of ``queue`` (default ``queue``),
-        ``priority``, ``run_at``, ``max_attempts``, ``payload``, ``timeout`` and ``replace``
-        (``"finished"``: as ``replace_finished``)."""
-        return self._finish(self._core.enqueue_many(list(jobs), queue))
-
-    def claim(
-        self, job_id: str, owner: str, ttl: float, *, now: Optional[float] = None
-    ) -> Union[Lease, Refused]:
-        """Leases one job by its id for ``ttl`` seconds: a :class:`Lease` with its new fence,
-        or :class:`Refused` (``missing``, ``done``, ``live``, ...)."""
-        return self._finish(self._core.claim(job_id, owner, ttl, now))
-
-    def claim_next(
-        self,
-        queue: str,
-        owner: str,
-        ttl: float,
-        *,
-        limit: int = 1,
-        now: Optional[float] = None,
-    ) -> list:
-        """Leases up to ``limit`` due jobs of ``queue`` (highest priority first, then the
-        oldest), each a :class:`Lease` with its fence, attempt and payload; an empty list when
-        none is due."""
-        return self._finish(self._core.claim_next(queue, owner, ttl, limit, now))
-
-    def renew(
-        self,
-        job_id: str,
-        owner: str,
-        fence: int,
-        ttl: float,
-        *,
-        now: Optional[float] = None,
-    ) -> Union[Accepted, Refused]:
-        """Extends the live lease of ``owner`` at ``fence`` to ``now + ttl``."""
-        return self._finish(self._core.renew(job_id, owner, fence, ttl, now))
-
-    def progress(
-        self,
-        job_id: str,
-        owner: str,
-        fence: int,
-        text: str,
-        *,
-        ttl: Optional[float] = None,
-        now: Optional[float] = None,
-    ) -> Union[Accepted, Refused]:
-        """Stores ``text`` (up to 1,024 bytes) as the job's progress, only for the live current
-        lease; with ``ttl`` the lease is renewed to ``now + ttl``, without it the lease keeps
-        its end."""
-        return self._finish(self._core.progress(job_id, owner, fence, text, ttl, now))
-
-    def complete(
-        self,
-        job_id: str,
-        owner: str,
-        fence: int,
-        result: str = "",
-        *,
-        now: Optional[float] = None,
-    ) -> Union[Accepted, Refused]:
-        """Stores ``result`` and marks the job done, only for the live current lease; a stale
-        holder gets :class:`Refused` (``stale``, with both fences) and the stored result
-        stands."""
-        return self._finish(self._core.complete(job_id, owner, fence, result, now))
-
-    def fail(
-        self,
-        job_id: str,
-        owner: str,
-        fence: int,
-        error: str,
-        *,
-        retry: bool = True,
-        backoff: Optional[Backoff] = None,
-        now: Optional[float] = None,
-    ) -> Union[Failed, Refused]:
-        """Reports a failure of the live current lease: the job is retried after ``backoff``
-        while attempts remain (``retry=False``: straight to dead)."""
-        return self._finish(
-            self._core.fail(job_id, owner, fence, error, retry, backoff, now)
-        )
-
-    def release(self, job_id: str, owner: str, fence: int) -> Union[Accepted, Refused]:
-        """Gives the lease back (the fence is kept), so the job can be claimed at once."""
-        return self._finish(self._core.release(job_id, owner, fence))
-
-    def cancel(self, job_id: str, *, now: Optional[float] = None) -> Union[Accepted, Refused]:
-        """Cancels a pending or running job; its holder's later writes are refused."""
-        return self._finish(self._core.cancel(job_id, now))
-
-    def retry(self, job_id: str, *, now: Optional[float] = None) -> Union[Accepted, Refused]:
-        """Puts a dead or cancelled job back to pending, its attempts starting over."""
-        return self._finish(self._core.retry(job_id, now))
-
-    def purge(self, before: float, statuses: Sequence[str] = ("done",)) -> int:
-        """Deletes finished jobs (``done``, ``dead``, ``cancelled``) last changed before
-        ``before``; how many. A purged id enqueued again goes on from its old fence."""
-        return self._finish(self._core.purge(before, list(statuses)))
-
-    def record(self, job_id: str) -> Optional[Record]:
-        """Every field of the job (its status judged now), or None."""
-        return self._finish(self._core.record(job_id))
-
-    def state(self, job_id: str) -> Optional[dict]:
-        """The statement's six fields of the job (``id``, ``owner``, ``until``, ``fence``,
-        ``result``, ``done``), or None."""
-        return self._finish(self._core.state(job_id))
-
-    def list(
-        self,
-        *,
-        queue: Optional[str] = None,
-        status: Optional[str] = None,
-        limit: int = 100,
-        after: Optional[str] = None,
-        now: Optional[float] = None,
-    ) -> list:
-        """Jobs in id order, as :class:`Record`: of ``queue``, with ``status``, after the id
-        ``after`` (the last of the previous page)."""
-        return self._finish(self._core.list(queue, status, limit, after, now))
-
-    def stats(self, *, now: Optional[float] = None) -> list:
-        """How many jobs each queue has in each status, as :class:`StatsRow`."""
-        return self._finish(self._core.stats(now))
-
-    def audit(
-        self, *, job: Optional[str] = None, since: Optional[float] = None, limit: int = 100
-    ) -> list:
-        """The refused writes the audit trail recorded (open the store with ``audit=N``), as
-        :class:`AuditRow`, oldest first."""
-        return self._finish(self._core.audit(job, since, limit))
-
-    def pause(
-        self, queue: str, *, until: Optional[float] = None, now: Optional[float] = None
-    ) -> QueueSettings:
-        """Pauses ``queue`` (until resumed, or until the time ``until``): no claim leases its
-        jobs from the moment the pause commits; enqueueing goes on and running leases are
-        untouched. Returns the queue's :class:`QueueSettings`."""
-        return self._finish(self._core.pause(queue, until, now))
-
-    def resume(self, queue: str, *, now: Optional[float] = None) -> QueueSettings:
-        """Ends a pause of ``queue``."""
-        return self._finish(self._core.resume(queue, now))
-
-    def limit(
-        self,
-        queue: str,
-        *,
-        concurrency: Optional[int] = None,
-        timeout: Optional[float] = None,
-        no_timeout: bool = False,
-        now: Optional[float] = None,
-    ) -> QueueSettings:
-        """Sets ``queue``'s concurrency limit (the most of its leases live at once, across
-        every worker; 0 removes it) and/or its default timeout in seconds (``no_timeout=True``
-        removes it). Both given are one change, applied together or not at all."""
-        return self._finish(self._core.limit(queue, concurrency, timeout, no_timeout, now))
-
-    def queues(self, *, now: Optional[float] = None) -> list:
-        """Every queue that has settings, as :class:`QueueSettings` (``paused`` as of ``now``)."""
-        return self._finish(self._core.queues(now))
-
-    def put_schedule(
-        self,
-        name: str,
-        *,
-        cron: str,
-        queue: str,
-        tz: str = "UTC",
-        priority: int = 0,
-        max_attempts: Optional[int] = None,
-        timeout: Optional[float] = None,
-        payload: Payload = None,
-        catch_up: str = "latest",
-        now: Optional[float] = None,
-    ) -> Schedule:
-        """Makes or changes the schedule ``name``: each tick of ``cron`` in the time zone ``tz``
-        enqueues one job in ``queue``, its id ``NAME@TICK`` (the tick in UTC). ``catch_up`` is
-        what a pass does after downtime: ``latest``, ``none``, ``all`` or ``all:N``. A change
-        keeps the last tick, so no tick fires twice. Every ``lease serve`` and ``lease work``
-        on the store runs the schedules."""
-        return self._finish(
-            self._core.put_schedule(
-                name, cron, queue, tz, priority, max_attempts, timeout, payload, catch_up, now
-            )
-        )
-
-    def schedules(self, *, now: Optional[float] = None) -> list:
-        """Every schedule, as :class:`Schedule` (with its next tick after ``now``)."""
-        return self._finish(self._core.schedules(now))
-
-    def remove_schedule(self, name: str) -> bool:
-        """Removes a schedule (the jobs its ticks made stay); ``False`` when there was none."""
-        return self._finish(self._core.remove_schedule(name))
-
-    def run_schedule(self, name: str, *, now: Optional[float] = None) -> Optional[tuple]:
-        """Enqueues the schedule's job now, outside its ticks, as ``NAME@run-TIME`` (runs asked
-        for within one second are one job). Returns ``(job_id, inserted)``, or ``None`` when
-        there is no such schedule."""
-        return self._finish(self._core.run_schedule(name, now))
+    enqueue = _blocking(_StoreCore.enqueue)
+    enqueue_many = _blocking(_StoreCore.enqueue_many)
+    claim = _blocking(_StoreCore.claim)
+    claim_next = _blocking(_StoreCore.claim_next)
+    renew = _blocking(_StoreCore.renew)
+    progress = _blocking(_StoreCore.progress)
+    complete = _blocking(_StoreCore.complete)
+    fail = _blocking(_StoreCore.fail)
+    release = _blocking(_StoreCore.release)
+    cancel = _blocking(_StoreCore.cancel)
+    retry = _blocking(_StoreCore.retry)
+    purge = _blocking(_StoreCore.purge)
+    record = _blocking(_StoreCore.record)
+    state = _blocking(_StoreCore.state)
+    list = _blocking(_StoreCore.list)
+    stats = _blocking(_StoreCore.stats)
+    audit = _blocking(_StoreCore.audit)
+    pause = _blocking(_StoreCore.pause)
+    resume = _blocking(_StoreCore.resume)
+    limit = _blocking(_StoreCore.limit)
+    queues = _blocking(_StoreCore.queues)
+    put_schedule = _blocking(_StoreCore.put_schedule)
+    schedules = _blocking(_StoreCore.schedules)
+    remove_schedule = _blocking(_StoreCore.remove_schedule)
+    run_schedule = _blocking(_StoreCore.run_schedule)
 
 
 class AsyncStore(_Opened):
@@ -391,202 +218,31 @@ class AsyncStore(_Opened):
     store) blocks briefly. A :class:`Worker` takes either kind of store.
     """
 
-    async def enqueue(
-        self,
-        job_id: str,
-        *,
-        queue: str = "default",
-        priority: int = 0,
-        run_at: Optional[float] = None,
-        max_attempts: Optional[int] = None,
-        payload: Payload = None,
-        timeout: Optional[float] = None,
-        replace_finished: bool = False,
-    ) -> bool:
-        """As :meth:`Store.enqueue`."""
-        return await self._core.enqueue(
-            job_id, queue, priority, run_at, max_attempts, payload, timeout, replace_finished
-        )
-
-    async def enqueue_many(self, jobs: Iterable[dict], *, queue: str = "default") -> list:
-        """As :meth:`Store.enqueue_many`."""
-        return await self._core.enqueue_many(list(jobs), queue)
-
-    async def claim(
-        self, job_id: str, owner: str, ttl: float, *, now: Optional[float] = None
-    ) -> Union[Lease, Refused]:
-        """As :meth:`Store.claim`."""
-        return await self._core.claim(job_id, owner, ttl, now)
-
-    async def claim_next(
-        self,
-        queue: str,
-        owner: str,
-        ttl: float,
-        *,
-        limit: int = 1,
-        now: Optional[float] = None,
-    ) -> list:
-        """As :meth:`Store.claim_next`."""
-        return await self._core.claim_next(queue, owner, ttl, limit, now)
-
-    async def renew(
-        self,
-        job_id: str,
-        owner: str,
-        fence: int,
-        ttl: float,
-        *,
-        now: Optional[float] = None,
-    ) -> Union[Accepted, Refused]:
-        """As :meth:`Store.renew`."""
-        return await self._core.renew(job_id, owner, fence, ttl, now)
-
-    async def progress(
-        self,
-        job_id: str,
-        owner: str,
-        fence: int,
-        text: str,
-        *,
-        ttl: Optional[float] = None,
-        now: Optional[float] = None,
-    ) -> Union[Accepted, Refused]:
-        """As :meth:`Store.progress`."""
-        return await self._core.progress(job_id, owner, fence, text, ttl, now)
-
-    async def complete(
-        self,
-        job_id: str,
-        owner: str,
-        fence: int,
-        result: str = "",
-        *,
-        now: Optional[float] = None,
-    ) -> Union[Accepted, Refused]:
-        """As :meth:`Store.complete`."""
-        return await self._core.complete(job_id, owner, fence, result, now)
-
-    async def fail(
-        self,
-        job_id: str,
-        owner: str,
-        fence: int,
-        error: str,
-        *,
-        retry: bool = True,
-        backoff: Optional[Backoff] = None,
-        now: Optional[float] = None,
-    ) -> Union[Failed, Refused]:
-        """As :meth:`Store.fail`."""
-        return await self._core.fail(job_id, owner, fence, error, retry, backoff, now)
-
-    async def release(self, job_id: str, owner: str, fence: int) -> Union[Accepted, Refused]:
-        """As :meth:`Store.release`."""
-        return await self._core.release(job_id, owner, fence)
-
-    async def cancel(
-        self, job_id: str, *, now: Optional[float] = None
-    ) -> Union[Accepted, Refused]:
-        """As :meth:`Store.cancel`."""
-        return await self._core.cancel(job_id, now)
-
-    async def retry(
-        self, job_id: str, *, now: Optional[float] = None
-    ) -> Union[Accepted, Refused]:
-        """As :meth:`Store.retry`."""
-        return await self._core.retry(job_id, now)
-
-    async def purge(self, before: float, statuses: Sequence[str] = ("done",)) -> int:
-        """As :meth:`Store.purge`."""
-        return await self._core.purge(before, list(statuses))
-
-    async def record(self, job_id: str) -> Optional[Record]:
-        """As :meth:`Store.record`."""
-        return await self._core.record(job_id)
-
-    async def state(self, job_id: str) -> Optional[dict]:
-        """As :meth:`Store.state`."""
-        return await self._core.state(job_id)
-
-    async def list(
-        self,
-        *,
-        queue: Optional[str] = None,
-        status: Optional[str] = None,
-        limit: int = 100,
-        after: Optional[str] = None,
-        now: Optional[float] = None,
-    ) -> list:
-        """As :meth:`Store.list`."""
-        return await self._core.list(queue, status, limit, after, now)
-
-    async def stats(self, *, now: Optional[float] = None) -> list:
-        """As :meth:`Store.stats`."""
-        return await self._core.stats(now)
-
-    async def audit(
-        self, *, job: Optional[str] = None, since: Optional[float] = None, limit: int = 100
-    ) -> list:
-        """As :meth:`Store.audit`."""
-        return await self._core.audit(job, since, limit)
-
-    async def pause(
-        self, queue: str, *, until: Optional[float] = None, now: Optional[float] = None
-    ) -> QueueSettings:
-        """As :meth:`Store.pause`."""
-        return await self._core.pause(queue, until, now)
-
-    async def resume(self, queue: str, *, now: Optional[float] = None) -> QueueSettings:
-        """As :meth:`Store.resume`."""
-        return await self._core.resume(queue, now)
-
-    async def limit(
-        self,
-        queue: str,
-        *,
-        concurrency: Optional[int] = None,
-        timeout: Optional[float] = None,
-        no_timeout: bool = False,
-        now: Optional[float] = None,
-    ) -> QueueSettings:
-        """As :meth:`Store.limit`."""
-        return await self._core.limit(queue, concurrency, timeout, no_timeout, now)
-
-    async def queues(self, *, now: Optional[float] = None) -> list:
-        """As :meth:`Store.queues`."""
-        return await self._core.queues(now)
-
-    async def put_schedule(
-        self,
-        name: str,
-        *,
-        cron: str,
-        queue: str,
-        tz: str = "UTC",
-        priority: int = 0,
-        max_attempts: Optional[int] = None,
-        timeout: Optional[float] = None,
-        payload: Payload = None,
-        catch_up: str = "latest",
-        now: Optional[float] = None,
-    ) -> Schedule:
-        """As :meth:`Store.put_schedule`."""
-        return await self._core.put_schedule(
-            name, cron, queue, tz, priority, max_attempts, timeout, payload, catch_up, now
-        )
-
-    async def schedules(self, *, now: Optional[float] = None) -> list:
-        """As :meth:`Store.schedules`."""
-        return await self._core.schedules(now)
-
-    async def remove_schedule(self, name: str) -> bool:
-        """As :meth:`Store.remove_schedule`."""
-        return await self._core.remove_schedule(name)
-
-    async def run_schedule(self, name: str, *, now: Optional[float] = None) -> Optional[tuple]:
-        """As :meth:`Store.run_schedule`."""
-        return await self._core.run_schedule(name, now)
+    enqueue = _asyncio(_StoreCore.enqueue)
+    enqueue_many = _asyncio(_StoreCore.enqueue_many)
+    claim = _asyncio(_StoreCore.claim)
+    claim_next = _asyncio(_StoreCore.claim_next)
+    renew = _asyncio(_StoreCore.renew)
+    progress = _asyncio(_StoreCore.progress)
+    complete = _asyncio(_StoreCore.complete)
+    fail = _asyncio(_StoreCore.fail)
+    release = _asyncio(_StoreCore.release)
+    cancel = _asyncio(_StoreCore.cancel)
+    retry = _asyncio(_StoreCore.retry)
+    purge = _asyncio(_StoreCore.purge)
+    record = _asyncio(_StoreCore.record)
+    state = _asyncio(_StoreCore.state)
+    list = _asyncio(_StoreCore.list)
+    stats = _asyncio(_StoreCore.stats)
+    audit = _asyncio(_StoreCore.audit)
+    pause = _asyncio(_StoreCore.pause)
+    resume = _asyncio(_StoreCore.resume)
+    limit = _asyncio(_StoreCore.limit)
+    queues = _asyncio(_StoreCore.queues)
+    put_schedule = _asyncio(_StoreCore.put_schedule)
+    schedules = _asyncio(_StoreCore.schedules)
+    remove_schedule = _asyncio(_StoreCore.remove_schedule)
+    run_schedule = _asyncio(_StoreCore.run_schedule)
 
 
 def _default_owner() -> str:

@@ -1,7 +1,50 @@
 """Type stubs of the native module ``lease._lease`` (the Rust half of ``lease``)."""
 
 import os
-from typing import Any, Callable, Generator, Iterable, Optional, Sequence, Union
+from typing import (
+    Any,
+    Callable,
+    Generator,
+    Generic,
+    Iterable,
+    Optional,
+    Sequence,
+    TypeVar,
+    Union,
+    final,
+)
+
+# What the module exports at run time (PyO3 lists every name added), checked by stubtest.
+__all__ = [
+    "__version__",
+    "init_db",
+    "enqueue",
+    "state",
+    "claim",
+    "renew",
+    "complete",
+    "release",
+    "claim_many",
+    "Lease",
+    "Accepted",
+    "Refused",
+    "Failed",
+    "Record",
+    "StatsRow",
+    "QueueSettings",
+    "Schedule",
+    "AuditRow",
+    "Backoff",
+    "Pending",
+    "StoreCore",
+    "WorkerCore",
+    "Job",
+    "Summary",
+    "ValueGuard",
+    "Guarded",
+    "install",
+    "sqlite_write",
+]
 
 __version__: str
 
@@ -23,6 +66,7 @@ def claim_many(
     path: _Path, job_id: str, owners: Sequence[str], now: float, ttl: float
 ) -> list[Optional[int]]: ...
 
+@final
 class Lease:
     """A granted lease."""
 
@@ -43,6 +87,7 @@ class Lease:
     @property
     def ok(self) -> bool: ...
 
+@final
 class Accepted:
     """A write the rules (or a guard) accepted; true."""
 
@@ -50,6 +95,7 @@ class Accepted:
     def ok(self) -> bool: ...
     def __bool__(self) -> bool: ...
 
+@final
 class Refused:
     """A write or claim refused by the rules (or a guard); false; nothing changed."""
 
@@ -73,6 +119,7 @@ class Refused:
     def status(self) -> Optional[str]: ...
     def __bool__(self) -> bool: ...
 
+@final
 class Failed:
     """A failure the store took: ``status`` ``pending`` (retried at ``run_at``) or ``dead``."""
 
@@ -84,6 +131,7 @@ class Failed:
     def run_at(self) -> Optional[float]: ...
     def __bool__(self) -> bool: ...
 
+@final
 class Record:
     """Every field of a stored job."""
 
@@ -124,6 +172,7 @@ class Record:
     @property
     def progress(self) -> Optional[str]: ...
 
+@final
 class StatsRow:
     @property
     def queue(self) -> str: ...
@@ -132,6 +181,7 @@ class StatsRow:
     @property
     def count(self) -> int: ...
 
+@final
 class QueueSettings:
     @property
     def queue(self) -> str: ...
@@ -144,6 +194,7 @@ class QueueSettings:
     @property
     def timeout(self) -> Optional[float]: ...
 
+@final
 class Schedule:
     @property
     def name(self) -> str: ...
@@ -170,6 +221,7 @@ class Schedule:
     @property
     def next_tick(self) -> Optional[float]: ...
 
+@final
 class AuditRow:
     @property
     def time(self) -> float: ...
@@ -188,6 +240,7 @@ class AuditRow:
     @property
     def late_by(self) -> Optional[float]: ...
 
+@final
 class Backoff:
     """``base`` seconds, times ``factor`` per attempt, at most ``max``, up to ``jitter``
     shorter at random."""
@@ -196,24 +249,22 @@ class Backoff:
         self, base: float = 1.0, factor: float = 2.0, max: float = 3600.0, jitter: float = 0.25
     ) -> None: ...
 
-class Pending:
+_T = TypeVar("_T")
+_Payload = Union[bytes, str, None]
+_List = list  # ``StoreCore.list`` hides the builtin inside the class.
+
+@final
+class Pending(Generic[_T]):
     """A call not run yet: ``wait()`` runs it here; awaiting it runs it on the runtime."""
 
-    def wait(self) -> Any: ...
-    def __await__(self) -> Generator[Any, None, Any]: ...
+    def wait(self) -> _T: ...
+    def __await__(self) -> Generator[Any, None, _T]: ...
 
+@final
 class StoreCore:
-    def __init__(
-        self,
-        target: _Path,
-        *,
-        api_key: Optional[str] = None,
-        create: bool = False,
-        audit: Optional[int] = None,
-        busy_timeout: Optional[float] = None,
-        ca_cert: Optional[_Path] = None,
-        schema: Optional[str] = None,
-    ) -> None: ...
+    """One open store; ``lease.Store`` and ``lease.AsyncStore`` are made from its methods."""
+
+    def __init__(self, target: _Path, **options: Any) -> None: ...
     @property
     def kind(self) -> str: ...
     @property
@@ -221,88 +272,113 @@ class StoreCore:
     def enqueue(
         self,
         job_id: str,
-        queue: str,
-        priority: int,
-        run_at: Optional[float],
-        max_attempts: Optional[int],
-        payload: Union[bytes, str, None],
+        *,
+        queue: str = "default",
+        priority: int = 0,
+        run_at: Optional[float] = None,
+        max_attempts: Optional[int] = None,
+        payload: _Payload = None,
         timeout: Optional[float] = None,
         replace_finished: bool = False,
-    ) -> Pending: ...
-    def enqueue_many(self, jobs: list[dict[str, Any]], queue: str) -> Pending: ...
-    def claim(self, job_id: str, owner: str, ttl: float, now: Optional[float]) -> Pending: ...
+    ) -> Pending[bool]: ...
+    def enqueue_many(
+        self, jobs: Iterable[dict[str, Any]], *, queue: str = "default"
+    ) -> Pending[_List[bool]]: ...
+    def claim(
+        self, job_id: str, owner: str, ttl: float, *, now: Optional[float] = None
+    ) -> Pending[Union[Lease, Refused]]: ...
     def claim_next(
-        self, queue: str, owner: str, ttl: float, limit: int, now: Optional[float]
-    ) -> Pending: ...
+        self, queue: str, owner: str, ttl: float, *, limit: int = 1, now: Optional[float] = None
+    ) -> Pending[_List[Lease]]: ...
     def renew(
-        self, job_id: str, owner: str, fence: int, ttl: float, now: Optional[float]
-    ) -> Pending: ...
+        self, job_id: str, owner: str, fence: int, ttl: float, *, now: Optional[float] = None
+    ) -> Pending[Union[Accepted, Refused]]: ...
     def progress(
         self,
         job_id: str,
         owner: str,
         fence: int,
         text: str,
-        ttl: Optional[float],
-        now: Optional[float],
-    ) -> Pending: ...
+        *,
+        ttl: Optional[float] = None,
+        now: Optional[float] = None,
+    ) -> Pending[Union[Accepted, Refused]]: ...
     def complete(
-        self, job_id: str, owner: str, fence: int, result: str, now: Optional[float]
-    ) -> Pending: ...
+        self, job_id: str, owner: str, fence: int, result: str = "", *, now: Optional[float] = None
+    ) -> Pending[Union[Accepted, Refused]]: ...
     def fail(
         self,
         job_id: str,
         owner: str,
         fence: int,
         error: str,
-        retry: bool,
-        backoff: Optional[Backoff],
-        now: Optional[float],
-    ) -> Pending: ...
-    def release(self, job_id: str, owner: str, fence: int) -> Pending: ...
-    def cancel(self, job_id: str, now: Optional[float]) -> Pending: ...
-    def retry(self, job_id: str, now: Optional[float]) -> Pending: ...
-    def purge(self, before: float, statuses: list[str]) -> Pending: ...
-    def record(self, job_id: str) -> Pending: ...
-    def state(self, job_id: str) -> Pending: ...
+        *,
+        retry: bool = True,
+        backoff: Optional[Backoff] = None,
+        now: Optional[float] = None,
+    ) -> Pending[Union[Failed, Refused]]: ...
+    def release(
+        self, job_id: str, owner: str, fence: int
+    ) -> Pending[Union[Accepted, Refused]]: ...
+    def cancel(
+        self, job_id: str, *, now: Optional[float] = None
+    ) -> Pending[Union[Accepted, Refused]]: ...
+    def retry(
+        self, job_id: str, *, now: Optional[float] = None
+    ) -> Pending[Union[Accepted, Refused]]: ...
+    def purge(
+        self, before: float, statuses: Optional[Iterable[str]] = None
+    ) -> Pending[int]: ...
+    def record(self, job_id: str) -> Pending[Optional[Record]]: ...
+    def state(self, job_id: str) -> Pending[Optional[dict[str, Any]]]: ...
     def list(
         self,
-        queue: Optional[str],
-        status: Optional[str],
-        limit: int,
-        after: Optional[str],
-        now: Optional[float],
-    ) -> Pending: ...
-    def stats(self, now: Optional[float]) -> Pending: ...
-    def audit(self, job: Optional[str], since: Optional[float], limit: int) -> Pending: ...
-    def pause(self, queue: str, until: Optional[float], now: Optional[float]) -> Pending: ...
-    def resume(self, queue: str, now: Optional[float]) -> Pending: ...
+        *,
+        queue: Optional[str] = None,
+        status: Optional[str] = None,
+        limit: int = 100,
+        after: Optional[str] = None,
+        now: Optional[float] = None,
+    ) -> Pending[_List[Record]]: ...
+    def stats(self, *, now: Optional[float] = None) -> Pending[_List[StatsRow]]: ...
+    def audit(
+        self, *, job: Optional[str] = None, since: Optional[float] = None, limit: int = 100
+    ) -> Pending[_List[AuditRow]]: ...
+    def pause(
+        self, queue: str, *, until: Optional[float] = None, now: Optional[float] = None
+    ) -> Pending[QueueSettings]: ...
+    def resume(self, queue: str, *, now: Optional[float] = None) -> Pending[QueueSettings]: ...
     def limit(
         self,
         queue: str,
-        concurrency: Optional[int],
-        timeout: Optional[float],
-        no_timeout: bool,
-        now: Optional[float],
-    ) -> Pending: ...
-    def queues(self, now: Optional[float]) -> Pending: ...
+        *,
+        concurrency: Optional[int] = None,
+        timeout: Optional[float] = None,
+        no_timeout: bool = False,
+        now: Optional[float] = None,
+    ) -> Pending[QueueSettings]: ...
+    def queues(self, *, now: Optional[float] = None) -> Pending[_List[QueueSettings]]: ...
     def put_schedule(
         self,
         name: str,
+        *,
         cron: str,
         queue: str,
-        tz: str,
-        priority: int,
-        max_attempts: Optional[int],
-        timeout: Optional[float],
-        payload: Union[bytes, str, None],
-        catch_up: str,
-        now: Optional[float],
-    ) -> Pending: ...
-    def schedules(self, now: Optional[float]) -> Pending: ...
-    def remove_schedule(self, name: str) -> Pending: ...
-    def run_schedule(self, name: str, now: Optional[float]) -> Pending: ...
+        tz: str = "UTC",
+        priority: int = 0,
+        max_attempts: Optional[int] = None,
+        timeout: Optional[float] = None,
+        payload: _Payload = None,
+        catch_up: str = "latest",
+        now: Optional[float] = None,
+    ) -> Pending[Schedule]: ...
+    def schedules(self, *, now: Optional[float] = None) -> Pending[_List[Schedule]]: ...
+    def remove_schedule(self, name: str) -> Pending[bool]: ...
+    def run_schedule(
+        self, name: str, *, now: Optional[float] = None
+    ) -> Pending[Optional[tuple[str, bool]]]: ...
 
+@final
 class Job:
     """One job as a worker's handler gets it."""
 
@@ -321,6 +397,7 @@ class Job:
     def timeout(self) -> Optional[float]: ...
     def progress(self, text: str) -> bool: ...
 
+@final
 class Summary:
     @property
     def completed(self) -> int: ...
@@ -333,27 +410,14 @@ class Summary:
     @property
     def unreported(self) -> int: ...
 
+@final
 class WorkerCore:
     def __init__(
-        self,
-        store: StoreCore,
-        handler: Callable[[Job], Optional[str]],
-        *,
-        queue: str,
-        owner: str,
-        ttl: float,
-        concurrency: int,
-        renew_fraction: float,
-        idle_poll: float,
-        retry: bool,
-        backoff: Optional[Backoff],
-        max_jobs: Optional[int],
-        exit_when_empty: bool,
-        drain: float,
-        cancel_grace: float,
+        self, store: StoreCore, handler: Callable[[Job], Optional[str]], **options: Any
     ) -> None: ...
     def run(self) -> Summary: ...
 
+@final
 class Guarded:
     """A value read back with the fence it was written under."""
 
@@ -362,6 +426,7 @@ class Guarded:
     @property
     def value(self) -> bytes: ...
 
+@final
 class ValueGuard:
     """A resource that keeps, per key, a value and the highest fence that wrote it."""
 
