@@ -531,20 +531,20 @@ impl Schedule {
 
 impl Schedule {
     pub(crate) fn of(schedule: &lease_domain::Schedule, now: Timestamp) -> Self {
-        let spec = &schedule.spec;
+        let view = lease_schedule::ScheduleView::of(schedule, now);
         Self {
-            name: spec.name.as_str().to_owned(),
-            cron: spec.cron.clone(),
-            zone: spec.zone.clone(),
-            queue: spec.job.queue.as_str().to_owned(),
-            priority: spec.job.priority,
-            max_attempts: spec.job.max_attempts,
-            timeout: spec.job.timeout.map(lease_domain::Ttl::get),
-            catch_up: spec.catch_up.text(),
-            version: schedule.version,
-            created: schedule.created.get(),
-            last_tick: schedule.last_tick.map(Timestamp::get),
-            next_tick: lease_schedule::next_tick(schedule, now).map(Timestamp::get),
+            name: view.name,
+            cron: view.cron,
+            zone: view.zone,
+            queue: view.queue,
+            priority: view.priority,
+            max_attempts: view.max_attempts,
+            timeout: view.timeout,
+            catch_up: view.catch_up,
+            version: view.version,
+            created: view.created,
+            last_tick: view.last_tick,
+            next_tick: view.next_tick,
         }
     }
 }

@@ -91,6 +91,65 @@ pub struct Ran {
     pub inserted: bool,
 }
 
+/// A schedule as every reader shows it (the API, the page, Python): its fields in plain values,
+/// with its next tick as of a time. Each surface names these fields its own way; this is the
+/// one place they are read out of a [`Schedule`].
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(serde::Serialize, utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = ScheduleFields))]
+pub struct ScheduleView {
+    /// Its name.
+    pub name: String,
+    /// Its cron expression.
+    pub cron: String,
+    /// Its time zone.
+    pub zone: String,
+    /// The queue of its jobs.
+    pub queue: String,
+    /// Their priority.
+    pub priority: i64,
+    /// Their attempts, if set.
+    pub max_attempts: Option<u32>,
+    /// Their timeout in seconds, if set.
+    pub timeout: Option<f64>,
+    /// `latest`, `none` or `all:N`.
+    pub catch_up: String,
+    /// Counted by every change.
+    pub version: u64,
+    /// When it was made (Unix seconds).
+    pub created: f64,
+    /// The last tick fired, if any.
+    pub last_tick: Option<f64>,
+    /// The next tick after `now`, if its calendar has one.
+    pub next_tick: Option<f64>,
+    /// Its jobs' payload, if they have one (each surface shows it its own way).
+    #[cfg_attr(feature = "openapi", serde(skip))]
+    pub payload: Option<Vec<u8>>,
+}
+
+impl ScheduleView {
+    /// `schedule` as read at `now`.
+    #[must_use]
+    pub fn of(schedule: &Schedule, now: Timestamp) -> Self {
+        let spec = &schedule.spec;
+        Self {
+            name: spec.name.as_str().to_owned(),
+            cron: spec.cron.clone(),
+            zone: spec.zone.clone(),
+            queue: spec.job.queue.as_str().to_owned(),
+            priority: spec.job.priority,
+            max_attempts: spec.job.max_attempts,
+            timeout: spec.job.timeout.map(lease_domain::Ttl::get),
+            catch_up: spec.catch_up.text(),
+            version: schedule.version,
+            created: schedule.created.get(),
+            last_tick: schedule.last_tick.map(Timestamp::get),
+            next_tick: next_tick(schedule, now).map(Timestamp::get),
+            payload: spec.job.payload.as_ref().map(|p| p.as_bytes().to_vec()),
+        }
+    }
+}
+
 /// The next tick of a schedule after `now`, if its calendar can be read.
 #[must_use]
 pub fn next_tick(schedule: &Schedule, now: Timestamp) -> Option<Timestamp> {

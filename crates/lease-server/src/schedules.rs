@@ -17,30 +17,9 @@ use utoipa::ToSchema;
 /// A schedule as stored, with its next tick.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct ScheduleView {
-    /// Its name.
-    pub(crate) name: String,
-    /// Its cron expression.
-    pub(crate) cron: String,
-    /// Its time zone.
-    pub(crate) zone: String,
-    /// The queue of its jobs.
-    pub(crate) queue: String,
-    /// Their priority.
-    pub(crate) priority: i64,
-    /// Their attempts, if set.
-    pub(crate) max_attempts: Option<u32>,
-    /// Their timeout in seconds, if set.
-    pub(crate) timeout: Option<f64>,
-    /// `latest`, `none` or `all:N`.
-    pub(crate) catch_up: String,
-    /// Counted by every change.
-    pub(crate) version: u64,
-    /// When it was made (Unix seconds).
-    pub(crate) created: f64,
-    /// The last tick fired, if any.
-    pub(crate) last_tick: Option<f64>,
-    /// The next tick, if its calendar has one.
-    pub(crate) next_tick: Option<f64>,
+    /// The schedule's fields.
+    #[serde(flatten)]
+    pub(crate) schedule: lease_schedule::ScheduleView,
     /// Its jobs' payload, if they have one.
     #[serde(flatten)]
     pub(crate) payload: PayloadView,
@@ -48,22 +27,9 @@ pub(crate) struct ScheduleView {
 
 impl ScheduleView {
     pub(crate) fn of(schedule: &Schedule, now: Timestamp) -> Self {
-        let spec = &schedule.spec;
-        Self {
-            name: spec.name.as_str().to_owned(),
-            cron: spec.cron.clone(),
-            zone: spec.zone.clone(),
-            queue: spec.job.queue.as_str().to_owned(),
-            priority: spec.job.priority,
-            max_attempts: spec.job.max_attempts,
-            timeout: spec.job.timeout.map(lease_domain::Ttl::get),
-            catch_up: spec.catch_up.text(),
-            version: schedule.version,
-            created: schedule.created.get(),
-            last_tick: schedule.last_tick.map(Timestamp::get),
-            next_tick: lease_schedule::next_tick(schedule, now).map(Timestamp::get),
-            payload: PayloadView::of(spec.job.payload.as_ref().map(|p| p.as_bytes())),
-        }
+        let schedule = lease_schedule::ScheduleView::of(schedule, now);
+        let payload = PayloadView::of(schedule.payload.as_deref());
+        Self { schedule, payload }
     }
 }
 
