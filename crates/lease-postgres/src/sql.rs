@@ -114,55 +114,12 @@ impl Sql {
                  payload = $12, ended = $13, error = $14, result_fence = $15, updated = $16, \
                  token = $17, timeout = $18, progress = $19, leased_until = $20 WHERE id = $1"
             ),
-            update_counted: format!(
-                "WITH u AS (UPDATE {s}.jobs SET owner = $2, until = $3, fence = $4, result = $5, \
-                 done = $6, queue = $7, priority = $8, run_at = $9, attempts = $10, \
-                 max_attempts = $11, payload = $12, ended = $13, error = $14, \
-                 result_fence = $15, updated = $16, token = $17, timeout = $18, progress = $19, \
-                 leased_until = $20 WHERE id = $1 RETURNING 1), \
-                 f AS (INSERT INTO {s}.finished (queue, finished, shard, n) \
-                 SELECT q, e, pg_backend_pid(), d FROM u, (VALUES ($21::text, $22::text, -1), \
-                 ($7, $23::text, 1)) AS v(q, e, d) WHERE e IS NOT NULL \
-                 ON CONFLICT (queue, finished, shard) DO UPDATE SET n = {s}.finished.n + excluded.n), \
-                 c AS (INSERT INTO {s}.completions (minute, queue, shard, n) \
-                 SELECT $24::float8, $7, pg_backend_pid(), 1 FROM u WHERE $24::float8 IS NOT NULL \
-                 ON CONFLICT (minute, queue, shard) DO UPDATE SET n = {s}.completions.n + 1) \
-                 SELECT count(*) FROM u"
-            ),
+            update_counted: update_counted(s),
             // Read after the statements before it in the transaction (and so after any row
             // lock they waited for).
             clock: "SELECT extract(epoch FROM clock_timestamp())::float8".to_owned(),
             settings: settings_sql(),
-            // The candidates of claim_next, in the domain's claim order (exactly the jobs
-            // `Job::is_claim_candidate` selects), skipping rows another transaction holds. `$2`
-            // is the caller's now, or NULL for the store's clock, read once for the whole
-            // statement and returned with each row. Held jobs whose lease has ended are first
-            // filed with the unheld ones (`Job::leased_until`), found by the index of lease
-            // ends; the unheld ones come from the ready index in claim order, so live leases
-            // are never read. The two meet in one small sort. The ended leases are gathered
-            // into an array first, so that the update finds them by primary key: as `IN
-            // (subquery)` the generic plan was a hash join over a scan of the whole table.
-            candidates: format!(
-                "WITH clock AS MATERIALIZED \
-                 (SELECT coalesce($2, extract(epoch FROM clock_timestamp())::float8) AS now), \
-                 refiled AS (UPDATE {s}.jobs SET leased_until = NULL WHERE id = ANY(ARRAY( \
-                 SELECT id FROM {s}.jobs WHERE queue = $1 AND NOT done AND ended IS NULL \
-                 AND leased_until <= (SELECT now FROM clock) FOR UPDATE SKIP LOCKED)) \
-                 RETURNING seq, id, {COLUMNS}), \
-                 unheld AS (SELECT seq, id, {COLUMNS} FROM {s}.jobs \
-                 WHERE queue = $1 AND NOT done AND ended IS NULL AND leased_until IS NULL \
-                 AND until <= (SELECT now FROM clock) \
-                 AND (run_at IS NULL OR run_at <= (SELECT now FROM clock)) \
-                 AND fence < 9223372036854775807 \
-                 ORDER BY priority DESC, run_at ASC NULLS FIRST, seq LIMIT $3 \
-                 FOR UPDATE SKIP LOCKED) \
-                 SELECT (SELECT now FROM clock), id, {COLUMNS} FROM \
-                 (SELECT * FROM unheld UNION ALL SELECT * FROM refiled \
-                 WHERE until <= (SELECT now FROM clock) \
-                 AND (run_at IS NULL OR run_at <= (SELECT now FROM clock)) \
-                 AND fence < 9223372036854775807) c \
-                 ORDER BY priority DESC, run_at ASC NULLS FIRST, seq LIMIT $3"
-            ),
+            candidates: candidates(s),
             purgeable: format!(
                 "SELECT id, {COLUMNS} FROM {s}.jobs WHERE (done OR ended IS NOT NULL \
                  OR (attempts >= greatest(max_attempts, 1) AND until <= $1)) \
@@ -244,6 +201,58 @@ impl Sql {
             ),
         }
     }
+}
+
+/// The candidates of claim_next, in the domain's claim order (exactly the jobs
+/// `Job::is_claim_candidate` selects), skipping rows another transaction holds. `$2` is the
+/// caller's now, or NULL for the store's clock, read once for the whole statement and returned
+/// with each row. Held jobs whose lease has ended are first filed with the unheld ones
+/// (`Job::leased_until`), found by the index of lease ends; the unheld ones come from the ready
+/// index in claim order, so live leases are never read. The two meet in one small sort. The
+/// ended leases are gathered into an array first, so that the update finds them by primary key:
+/// as `IN (subquery)` the generic plan was a hash join over a scan of the whole table.
+fn candidates(s: &str) -> String {
+    format!(
+        "WITH clock AS MATERIALIZED \
+         (SELECT coalesce($2, extract(epoch FROM clock_timestamp())::float8) AS now), \
+         refiled AS (UPDATE {s}.jobs SET leased_until = NULL WHERE id = ANY(ARRAY( \
+         SELECT id FROM {s}.jobs WHERE queue = $1 AND NOT done AND ended IS NULL \
+         AND leased_until <= (SELECT now FROM clock) FOR UPDATE SKIP LOCKED)) \
+         RETURNING seq, id, {COLUMNS}), \
+         unheld AS (SELECT seq, id, {COLUMNS} FROM {s}.jobs \
+         WHERE queue = $1 AND NOT done AND ended IS NULL AND leased_until IS NULL \
+         AND until <= (SELECT now FROM clock) \
+         AND (run_at IS NULL OR run_at <= (SELECT now FROM clock)) \
+         AND fence < 9223372036854775807 \
+         ORDER BY priority DESC, run_at ASC NULLS FIRST, seq LIMIT $3 \
+         FOR UPDATE SKIP LOCKED) \
+         SELECT (SELECT now FROM clock), id, {COLUMNS} FROM \
+         (SELECT * FROM unheld UNION ALL SELECT * FROM refiled \
+         WHERE until <= (SELECT now FROM clock) \
+         AND (run_at IS NULL OR run_at <= (SELECT now FROM clock)) \
+         AND fence < 9223372036854775807) c \
+         ORDER BY priority DESC, run_at ASC NULLS FIRST, seq LIMIT $3"
+    )
+}
+
+/// A job's update that also counts what it finished and completed (migration 6's counts),
+/// in one statement.
+fn update_counted(s: &str) -> String {
+    format!(
+        "WITH u AS (UPDATE {s}.jobs SET owner = $2, until = $3, fence = $4, result = $5, \
+         done = $6, queue = $7, priority = $8, run_at = $9, attempts = $10, \
+         max_attempts = $11, payload = $12, ended = $13, error = $14, \
+         result_fence = $15, updated = $16, token = $17, timeout = $18, progress = $19, \
+         leased_until = $20 WHERE id = $1 RETURNING 1), \
+         f AS (INSERT INTO {s}.finished (queue, finished, shard, n) \
+         SELECT q, e, pg_backend_pid(), d FROM u, (VALUES ($21::text, $22::text, -1), \
+         ($7, $23::text, 1)) AS v(q, e, d) WHERE e IS NOT NULL \
+         ON CONFLICT (queue, finished, shard) DO UPDATE SET n = {s}.finished.n + excluded.n), \
+         c AS (INSERT INTO {s}.completions (minute, queue, shard, n) \
+         SELECT $24::float8, $7, pg_backend_pid(), 1 FROM u WHERE $24::float8 IS NOT NULL \
+         ON CONFLICT (minute, queue, shard) DO UPDATE SET n = {s}.completions.n + 1) \
+         SELECT count(*) FROM u"
+    )
 }
 
 /// A job's end as migration 6 indexes and counts it (`done`, `dead`, `cancelled`; NULL while
