@@ -49,6 +49,16 @@ fn key_of(key: &CompositeKey) -> String {
 /// Runs the story on `store` (through [`Observed`]) and checks what `snapshotter` counted and
 /// what `trail` recorded.
 pub async fn check(store: Arc<dyn LeaseStore>, trail: &dyn AuditTrail, snapshotter: &Snapshotter) {
+    let (job, fences) = tell_the_story(store).await;
+    check_the_metrics(snapshotter);
+    check_the_trail(trail, &job, fences).await;
+}
+
+/// The fences of the story's three claims: A's, A's again after its restart, and C's.
+type StoryFences = (Fence, Fence, Fence);
+
+/// The story, through `Observed`: every refusal it meets, each once.
+async fn tell_the_story(store: Arc<dyn LeaseStore>) -> (JobId, StoryFences) {
     let store = Observed::new(store);
     let job = JobId::new("story").unwrap();
     let (a, b, c) = (
@@ -123,7 +133,11 @@ pub async fn check(store: Arc<dyn LeaseStore>, trail: &dyn AuditTrail, snapshott
             .unwrap()
             .is_err()
     );
+    (job, (fa, fa2, fc))
+}
 
+/// What the story counted and timed, as the metrics recorder saw it.
+fn check_the_metrics(snapshotter: &Snapshotter) {
     let snapshot: HashMap<String, DebugValue> = snapshotter
         .snapshot()
         .into_vec()
@@ -198,7 +212,10 @@ pub async fn check(store: Arc<dyn LeaseStore>, trail: &dyn AuditTrail, snapshott
         3,
         "every claim is timed"
     );
+}
 
+/// What the story's refusals left in the audit trail, in order, and the trail's filters.
+async fn check_the_trail(trail: &dyn AuditTrail, job: &JobId, (fa, fa2, fc): StoryFences) {
     let rows = trail.refusals(&AuditFilter::default()).await.unwrap();
     let shape: Vec<Shape> = rows
         .iter()
