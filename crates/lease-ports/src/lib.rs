@@ -12,6 +12,7 @@ pub mod codec;
 pub mod control;
 pub mod decorate;
 mod error;
+pub mod forward;
 #[cfg(feature = "conformance")]
 pub mod history;
 pub mod keys;

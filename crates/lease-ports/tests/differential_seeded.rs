@@ -11,12 +11,13 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use lease_ports::control::{Control, Fire};
 use lease_ports::differential::{Fresh, Harness, Op, fresh_now};
+use lease_ports::forward::{Forward, Forwarded};
 use lease_ports::memory::MemoryLeaseStore;
 use lease_ports::transfer::{Imported, Snapshot, Transfer};
 use lease_ports::{
     Applied, ClaimNext, ClockMode, Command, Concurrency, EnqueueSpec, Fence, JobId, JobRecord,
-    Lease, LeaseStore, ListFilter, QueueChange, QueueName, QueueSettings, Schedule, ScheduleName,
-    ScheduleSpec, StatsRow, Status, StoreError, Timestamp,
+    QueueChange, QueueName, QueueSettings, ScheduleName, ScheduleSpec, StatsRow, StoreError,
+    Timestamp,
 };
 
 /// Where a [`Seeded`] store goes wrong.
@@ -46,15 +47,20 @@ struct Seeded {
 
 fn seeded(fault: Fault) -> Fresh {
     fresh_now(move || {
-        Box::new(Seeded {
+        Box::new(Forwarded(Seeded {
             inner: Arc::new(MemoryLeaseStore::new()),
             fault,
-        })
+        }))
     })
 }
 
+/// Only what each fault changes; every other call goes to the reference store as it is.
 #[async_trait]
-impl LeaseStore for Seeded {
+impl Forward for Seeded {
+    fn to(&self) -> &dyn Transfer {
+        &*self.inner
+    }
+
     async fn apply(
         &self,
         job: &JobId,
@@ -68,36 +74,19 @@ impl LeaseStore for Seeded {
             },
             ..claim.clone()
         });
-        self.inner.apply(job, command, then).await
+        self.to().apply(job, command, then).await
     }
-    async fn claim_next_with(&self, claim: &ClaimNext) -> Result<Vec<Lease>, StoreError> {
-        self.inner.claim_next_with(claim).await
-    }
-    async fn enqueue_many(&self, jobs: &[(JobId, EnqueueSpec)]) -> Result<Vec<bool>, StoreError> {
-        self.inner.enqueue_many(jobs).await
-    }
-    async fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError> {
-        self.inner.record(job).await
-    }
-    async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError> {
-        self.inner.purge(before, statuses).await
-    }
-    async fn list(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError> {
-        self.inner.list(filter).await
-    }
+
     async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
         let now = match self.fault {
             Fault::StatsAtOneTime => Timestamp::new(10.0)?,
             _ => now,
         };
-        self.inner.stats(now).await
+        self.to().stats(now).await
     }
-}
 
-#[async_trait]
-impl Transfer for Seeded {
     async fn export(&self) -> Result<Snapshot, StoreError> {
-        let mut snapshot = self.inner.export().await?;
+        let mut snapshot = self.to().export().await?;
         if self.fault == Fault::ExportWithoutMarks {
             snapshot.purged.clear();
         }
@@ -118,12 +107,9 @@ impl Transfer for Seeded {
                 }
             }
         }
-        self.inner.import(&snapshot, merge).await
+        self.to().import(&snapshot, merge).await
     }
-}
 
-#[async_trait]
-impl Control for Seeded {
     async fn change_queue(
         &self,
         queue: &QueueName,
@@ -135,26 +121,7 @@ impl Control for Seeded {
             }
             (_, change) => change,
         };
-        self.inner.change_queue(queue, change).await
-    }
-    async fn queues(&self) -> Result<Vec<(QueueName, QueueSettings)>, StoreError> {
-        self.inner.queues().await
-    }
-    async fn put_schedule(
-        &self,
-        spec: &ScheduleSpec,
-        now: Timestamp,
-    ) -> Result<Schedule, StoreError> {
-        self.inner.put_schedule(spec, now).await
-    }
-    async fn remove_schedule(&self, name: &ScheduleName) -> Result<bool, StoreError> {
-        self.inner.remove_schedule(name).await
-    }
-    async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
-        self.inner.schedules().await
-    }
-    async fn fire_schedule(&self, fire: &Fire) -> Result<Option<Vec<bool>>, StoreError> {
-        self.inner.fire_schedule(fire).await
+        self.to().change_queue(queue, change).await
     }
 }
 
@@ -240,10 +207,10 @@ async fn a_migration_that_loses_a_schedules_last_tick_is_caught() {
         jobs: Vec::new(),
     };
     assert_eq!(store.fire_schedule(&fire).await.unwrap(), Some(Vec::new()));
-    let lossy = Seeded {
+    let lossy = Forwarded(Seeded {
         inner: Arc::new(MemoryLeaseStore::new()),
         fault: Fault::ImportWithoutLastTicks,
-    };
+    });
     let honest = MemoryLeaseStore::new();
     lease_ports::transfer::migrate(&*store, &honest, false)
         .await
@@ -311,10 +278,10 @@ async fn a_foreign_row_read_with_another_fence_is_caught() {
 /// to it as another program would).
 fn shared(store: Arc<MemoryLeaseStore>) -> Fresh {
     fresh_now(move || {
-        Box::new(Seeded {
+        Box::new(Forwarded(Seeded {
             inner: Arc::clone(&store),
             fault: Fault::Honest,
-        })
+        }))
     })
 }
 
