@@ -39,8 +39,8 @@ pub(crate) struct ResultSource {
 }
 
 /// Reads a named input (a result or payload file, `-` for standard input) as bytes for
-/// [`Command::into_request`]; `main` provides it, so that only `main` touches the file system
-/// and standard input.
+/// [`crate::cli::Command::into_request`]; `main` provides it, so that only `main` touches the
+/// file system and standard input.
 /// The most a `--result-file` may hold (a result is stored whole, in one row).
 pub(crate) const RESULT_FILE_LIMIT: usize = 64 << 20;
 

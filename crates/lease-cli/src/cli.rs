@@ -223,7 +223,8 @@ impl Command {
     /// and `read` only for a result file.
     ///
     /// # Errors
-    /// The first [`InputError`], which names the bad value, or a file that cannot be read.
+    /// The first [`lease_domain::InputError`], which names the bad value, or a file that cannot
+    /// be read.
     pub(crate) fn into_request(
         self,
         clock: impl FnOnce() -> f64,

@@ -1,5 +1,5 @@
-//! Runs a checked request against any [`LeaseStore`] and builds its report (rendered by
-//! `render`).
+//! Runs a checked request against any [`lease_ports::LeaseStore`] and builds its report
+//! (rendered by `render`).
 
 use lease_domain::Timestamp;
 use lease_ports::StoreError;

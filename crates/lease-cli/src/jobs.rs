@@ -21,7 +21,7 @@ use crate::args::{
 pub(crate) enum JobsRequest {
     /// Enqueue a job.
     Enqueue(JobId, EnqueueSpec),
-    /// Enqueue many jobs, in transactions of up to [`BATCH_JOBS`].
+    /// Enqueue many jobs, in transactions of up to [`crate::args::BATCH_JOBS`].
     EnqueueMany(Vec<(JobId, EnqueueSpec)>),
     /// Read a job, judging its status at a time.
     State(JobId, Timestamp),
