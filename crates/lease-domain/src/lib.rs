@@ -32,11 +32,13 @@ pub use access::{
 pub use audit::{AuditReason, Refusal, holder_refusal, reclaim_delay, reclaim_delay_at, refusal};
 pub use clock::{ClockMode, ClockRefused, ClockSkew};
 pub use command::{Command, HolderWrite, Outcome};
-pub use control::{Concurrency, Pause, QueueChange, QueueSettings, decide_queue_change};
+pub use control::{
+    Concurrency, GroupGate, Limits, Pause, QueueChange, QueueSettings, decide_queue_change,
+};
 pub use guard::{GuardRefused, decide_guard};
 pub use migrate::{ImportDecision, decide_import, raise_fence};
 pub use queue::{
-    Backoff, Ended, EnqueueSpec, ErrorText, Payload, ProgressText, QueueName, Retry, Status,
+    Backoff, Ended, EnqueueSpec, ErrorText, GroupKey, Payload, ProgressText, QueueName, Retry, Status,
 };
 pub use rules::{
     ClaimRefused, Failed, Job, LEASE_EXPIRED, NextDecision, RELEASED_AT_LAST_ATTEMPT, WriteRefused,

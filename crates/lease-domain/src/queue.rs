@@ -62,6 +62,57 @@ impl fmt::Display for QueueName {
     }
 }
 
+/// The group a job belongs to inside its queue (a customer, an account, an upstream API): the
+/// partition key the queue's group rules count by. Any text of 1 to [`crate::MAX_NAME_BYTES`]
+/// bytes without NUL characters, like a queue name; a job without one is limited by no group
+/// rule (as if it were alone in its own group).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GroupKey(String);
+
+impl GroupKey {
+    /// Checks and wraps a group key.
+    ///
+    /// # Errors
+    /// [`InputError::EmptyGroup`], [`InputError::NameTooLong`] or [`InputError::NulInText`].
+    pub fn new(key: impl Into<String>) -> Result<Self, InputError> {
+        let key = key.into();
+        if key.len() > crate::values::MAX_NAME_BYTES {
+            return Err(InputError::NameTooLong {
+                what: "group",
+                len: key.len(),
+            });
+        }
+        Self::stored(key)
+    }
+
+    /// Wraps a group key read back from a store (no length limit; see `JobId::stored`).
+    ///
+    /// # Errors
+    /// [`InputError::EmptyGroup`] or [`InputError::NulInText`].
+    pub fn stored(key: impl Into<String>) -> Result<Self, InputError> {
+        let key = key.into();
+        if key.is_empty() {
+            return Err(InputError::EmptyGroup);
+        }
+        if key.contains('\0') {
+            return Err(InputError::NulInText { what: "group" });
+        }
+        Ok(Self(key))
+    }
+
+    /// The key as text.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for GroupKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(&self.0)
+    }
+}
+
 /// A job's payload: opaque bytes up to a size limit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Payload(Vec<u8>);
@@ -175,6 +226,8 @@ pub struct EnqueueSpec {
     /// pending, its attempts from 0, its fence going on and its last result kept until the new
     /// run completes). A pending or running job is never touched either way.
     pub replace_finished: bool,
+    /// The job's group in its queue (`None`: no group, limited by no group rule).
+    pub group: Option<GroupKey>,
 }
 
 impl EnqueueSpec {
@@ -184,7 +237,7 @@ impl EnqueueSpec {
     /// The fields of a job as a caller names them, its id first (the CLI's JSON lines, the
     /// Python package's dicts): the spec's own, but `enqueued_at`, which the enqueuer's clock
     /// gives.
-    pub const FIELDS: [&'static str; 8] = [
+    pub const FIELDS: [&'static str; 9] = [
         "id",
         "queue",
         "priority",
@@ -193,6 +246,7 @@ impl EnqueueSpec {
         "payload",
         "timeout",
         "replace",
+        "group",
     ];
 }
 

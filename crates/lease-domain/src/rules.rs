@@ -5,7 +5,9 @@
 //! the reason the operation is refused. A refusal means nothing may be written.
 
 use crate::control::QueueSettings;
-use crate::queue::{Ended, EnqueueSpec, ErrorText, ProgressText, QueueName, Retry, Status};
+use crate::queue::{
+    Ended, EnqueueSpec, ErrorText, GroupKey, ProgressText, QueueName, Retry, Status,
+};
 use crate::values::{
     Fence, JobId, JobResult, LeaseTerm, Owner, Renewal, Timestamp, TokenDigest, Ttl,
 };
@@ -51,6 +53,8 @@ pub struct Job {
     pub timeout: Option<Ttl>,
     /// What the current attempt last said of its progress; every claim clears it.
     pub progress: Option<String>,
+    /// The job's group in its queue, set at enqueue (`None`: no group).
+    pub group: Option<GroupKey>,
 }
 
 impl Default for Job {
@@ -74,6 +78,7 @@ impl Default for Job {
             token: None,
             timeout: None,
             progress: None,
+            group: None,
         }
     }
 }
@@ -101,6 +106,7 @@ impl Job {
             payload: spec.payload.as_ref().map(|p| p.as_bytes().to_vec()),
             updated: spec.enqueued_at,
             timeout: spec.timeout,
+            group: spec.group.clone(),
             ..Self::default()
         }
     }
@@ -176,6 +182,17 @@ impl Job {
             && !self.is_live_at(now)
             && self.is_due_at(now)
             && self.fence < Fence::MAX
+    }
+
+    /// Whether the job bears on its group's rules at `now`: it has started (been leased, or
+    /// holds a lease) and is not finished, or it is dead. Done and cancelled jobs, and jobs
+    /// never started, do not: a store reads only these jobs of a group to judge it.
+    #[must_use]
+    pub fn bears_on_group(&self, now: Timestamp) -> bool {
+        if self.done || self.ended == Some(Ended::Cancelled) {
+            return false;
+        }
+        self.ended == Some(Ended::Dead) || self.attempts > 0 || self.is_live_at(now)
     }
 
     /// Where a store's ready set files the job: `Some(until)` while someone holds it (it has

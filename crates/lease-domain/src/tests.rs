@@ -918,9 +918,11 @@ fn queue_values_are_checked_at_the_boundary() {
         enqueued_at: Some(at(4.0)),
         timeout: Some(Ttl::new(30.0).unwrap()),
         replace_finished: false,
+        group: Some(crate::GroupKey::new("acct-1").unwrap()),
     };
     let job = Job::enqueued(&spec, None);
     assert_eq!(job.timeout, Some(Ttl::new(30.0).unwrap()));
+    assert_eq!(job.group, spec.group, "the group is set at enqueue");
     assert_eq!(
         job.updated,
         Some(at(4.0)),
@@ -1285,7 +1287,10 @@ fn a_limit_and_a_timeout_given_together_are_one_change_that_keeps_the_pause() {
     let both = QueueChange::limits(Some(Concurrency::new(2)), Some(Ttl::new(9.0).ok()));
     assert_eq!(
         both,
-        Some(QueueChange::Limits(Concurrency::new(2), Ttl::new(9.0).ok()))
+        Some(QueueChange::Limits(crate::Limits::both(
+            Concurrency::new(2),
+            Ttl::new(9.0).ok()
+        )))
     );
     let next = decide_queue_change(&paused, both.unwrap());
     assert_eq!(
@@ -1664,4 +1669,150 @@ fn a_fire_lands_only_on_the_schedule_as_its_pass_read_it() {
         decide_fire(Some(&schedule), 2, Some(at(60.0)), at(60.0)),
         None
     );
+}
+
+fn grouped(group: &str) -> Job {
+    Job {
+        group: Some(GroupKey::new(group).unwrap()),
+        ..Job::new()
+    }
+}
+
+fn gate_of(settings: &QueueSettings, jobs: &[(JobId, Job)], now: f64) -> GroupGate {
+    let mut gate = GroupGate::new(settings);
+    let groups = gate.unknown(jobs.iter().map(|(_, j)| j));
+    gate.learn(&groups, jobs, at(now));
+    gate
+}
+
+#[test]
+fn a_group_key_is_checked_like_a_queue_name() {
+    assert_eq!(GroupKey::new(""), Err(InputError::EmptyGroup));
+    assert!(matches!(
+        GroupKey::new("x".repeat(MAX_NAME_BYTES + 1)),
+        Err(InputError::NameTooLong { what: "group", .. })
+    ));
+    assert_eq!(
+        GroupKey::new("a\0b"),
+        Err(InputError::NulInText { what: "group" })
+    );
+    assert_eq!(GroupKey::new("x".repeat(MAX_NAME_BYTES)).unwrap().as_str().len(), 1024);
+}
+
+#[test]
+fn per_group_admits_until_the_group_has_its_limit_of_live_leases() {
+    let settings = QueueSettings {
+        per_group: Concurrency::new(2),
+        ..QueueSettings::default()
+    };
+    let running = Job {
+        attempts: 1,
+        ..held("w", 1, 50.0)
+    };
+    let a = JobId::new("a").unwrap();
+    let jobs = vec![
+        (JobId::new("r").unwrap(), Job { group: grouped("g").group, ..running.clone() }),
+        (a.clone(), grouped("g")),
+    ];
+    let mut gate = gate_of(&settings, &jobs, 10.0);
+    assert!(gate.admits(&a, &grouped("g")), "one live of two");
+    gate.leased(grouped("g").group.as_ref());
+    assert!(!gate.admits(&a, &grouped("g")), "two live of two");
+    assert!(gate.admits(&a, &Job::new()), "a job without a group is never held back");
+    let (groups, except) = gate.held_back();
+    assert_eq!(groups, [&GroupKey::new("g").unwrap()]);
+    assert!(except.is_empty());
+    // A lease that has ended no longer counts.
+    let gate = gate_of(&settings, &jobs, 60.0);
+    assert!(gate.admits(&a, &grouped("g")));
+    // A group the gate was not told of is held back, so a store cannot forget to read one.
+    assert!(!gate.admits(&a, &grouped("h")));
+    // Without group rules, everything is admitted and nothing need be read.
+    let free = GroupGate::new(&QueueSettings::default());
+    assert!(free.unknown([&grouped("g")]).is_empty());
+    assert!(free.admits(&a, &grouped("h")));
+}
+
+#[test]
+fn an_ordered_group_runs_its_started_work_first_and_one_job_at_a_time() {
+    let settings = QueueSettings {
+        ordered: true,
+        ..QueueSettings::default()
+    };
+    let (first, second) = (JobId::new("1").unwrap(), JobId::new("2").unwrap());
+    // A started job whose lease ended is due again: only it may be leased.
+    let lapsed = Job {
+        attempts: 1,
+        ..Job { group: grouped("g").group, ..held("w", 1, 5.0) }
+    };
+    let gate = gate_of(&settings, &[(first.clone(), lapsed.clone())], 10.0);
+    assert!(gate.admits(&first, &lapsed));
+    assert!(!gate.admits(&second, &grouped("g")));
+    let (groups, except) = gate.held_back();
+    assert_eq!((groups.len(), except), (1, vec![&first]));
+    // Running, waiting for a retry, or dead: the group is closed.
+    let retrying = Job {
+        run_at: Some(at(20.0)),
+        ..lapsed.clone()
+    };
+    let dead = Job {
+        ended: Some(Ended::Dead),
+        ..lapsed.clone()
+    };
+    let out_of_attempts = Job {
+        max_attempts: 1,
+        ..lapsed.clone()
+    };
+    for holding in [&lapsed, &retrying, &dead, &out_of_attempts] {
+        let now = if holding == &lapsed { 1.0 } else { 10.0 };
+        let gate = gate_of(&settings, &[(first.clone(), holding.clone())], now);
+        assert!(!gate.admits(&second, &grouped("g")), "{holding:?} at {now}");
+    }
+    // Done and cancelled jobs free the group; a lease taken closes it again.
+    for ending in [
+        Job { done: true, ..lapsed.clone() },
+        Job { ended: Some(Ended::Cancelled), ..lapsed.clone() },
+    ] {
+        let mut gate = gate_of(&settings, &[(first.clone(), ending)], 10.0);
+        assert!(gate.admits(&second, &grouped("g")));
+        gate.leased(grouped("g").group.as_ref());
+        assert!(!gate.admits(&second, &grouped("g")));
+    }
+    // A job buried by the claim holds its group.
+    let mut gate = gate_of(&settings, &[(second.clone(), grouped("g"))], 10.0);
+    gate.buried(grouped("g").group.as_ref());
+    assert!(!gate.admits(&second, &grouped("g")));
+}
+
+#[test]
+fn limits_change_only_what_they_name() {
+    let start = QueueSettings {
+        concurrency: Concurrency::new(4),
+        timeout: Ttl::new(3.0).ok(),
+        ..QueueSettings::default()
+    };
+    let change = QueueChange::set(Limits {
+        per_group: Some(Concurrency::new(1)),
+        ordered: Some(true),
+        ..Limits::default()
+    })
+    .unwrap();
+    let next = decide_queue_change(&start, change);
+    assert_eq!(
+        next,
+        QueueSettings {
+            per_group: Concurrency::new(1),
+            ordered: true,
+            ..start
+        }
+    );
+    assert!(next.limits_groups() && next.serializes_claims());
+    let off = QueueChange::set(Limits {
+        per_group: Some(None),
+        ordered: Some(false),
+        ..Limits::default()
+    })
+    .unwrap();
+    assert_eq!(decide_queue_change(&next, off), start);
+    assert_eq!(QueueChange::set(Limits::default()), None);
 }

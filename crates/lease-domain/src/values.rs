@@ -53,6 +53,9 @@ pub enum InputError {
     /// A queue name was empty.
     #[error("queue name is empty")]
     EmptyQueue,
+    /// A group key was empty.
+    #[error("group is empty")]
+    EmptyGroup,
     /// A payload over the size limit.
     #[error("payload is {len} bytes, over the limit of {limit} bytes")]
     PayloadTooLarge {
