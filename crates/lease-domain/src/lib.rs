@@ -38,7 +38,8 @@ pub use control::{
 pub use guard::{GuardRefused, decide_guard};
 pub use migrate::{ImportDecision, decide_import, raise_fence};
 pub use queue::{
-    Backoff, Ended, EnqueueSpec, ErrorText, GroupKey, Payload, ProgressText, QueueName, Retry, Status,
+    Backoff, Ended, EnqueueSpec, ErrorText, GroupKey, Payload, ProgressText, QueueName, Retry,
+    Status,
 };
 pub use rules::{
     ClaimRefused, Failed, Job, LEASE_EXPIRED, NextDecision, RELEASED_AT_LAST_ATTEMPT, WriteRefused,

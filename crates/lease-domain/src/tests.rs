@@ -1696,7 +1696,13 @@ fn a_group_key_is_checked_like_a_queue_name() {
         GroupKey::new("a\0b"),
         Err(InputError::NulInText { what: "group" })
     );
-    assert_eq!(GroupKey::new("x".repeat(MAX_NAME_BYTES)).unwrap().as_str().len(), 1024);
+    assert_eq!(
+        GroupKey::new("x".repeat(MAX_NAME_BYTES))
+            .unwrap()
+            .as_str()
+            .len(),
+        1024
+    );
 }
 
 #[test]
@@ -1711,14 +1717,23 @@ fn per_group_admits_until_the_group_has_its_limit_of_live_leases() {
     };
     let a = JobId::new("a").unwrap();
     let jobs = vec![
-        (JobId::new("r").unwrap(), Job { group: grouped("g").group, ..running.clone() }),
+        (
+            JobId::new("r").unwrap(),
+            Job {
+                group: grouped("g").group,
+                ..running.clone()
+            },
+        ),
         (a.clone(), grouped("g")),
     ];
     let mut gate = gate_of(&settings, &jobs, 10.0);
     assert!(gate.admits(&a, &grouped("g")), "one live of two");
     gate.leased(grouped("g").group.as_ref());
     assert!(!gate.admits(&a, &grouped("g")), "two live of two");
-    assert!(gate.admits(&a, &Job::new()), "a job without a group is never held back");
+    assert!(
+        gate.admits(&a, &Job::new()),
+        "a job without a group is never held back"
+    );
     let (groups, except) = gate.held_back();
     assert_eq!(groups, [&GroupKey::new("g").unwrap()]);
     assert!(except.is_empty());
@@ -1743,7 +1758,10 @@ fn an_ordered_group_runs_its_started_work_first_and_one_job_at_a_time() {
     // A started job whose lease ended is due again: only it may be leased.
     let lapsed = Job {
         attempts: 1,
-        ..Job { group: grouped("g").group, ..held("w", 1, 5.0) }
+        ..Job {
+            group: grouped("g").group,
+            ..held("w", 1, 5.0)
+        }
     };
     let gate = gate_of(&settings, &[(first.clone(), lapsed.clone())], 10.0);
     assert!(gate.admits(&first, &lapsed));
@@ -1770,8 +1788,14 @@ fn an_ordered_group_runs_its_started_work_first_and_one_job_at_a_time() {
     }
     // Done and cancelled jobs free the group; a lease taken closes it again.
     for ending in [
-        Job { done: true, ..lapsed.clone() },
-        Job { ended: Some(Ended::Cancelled), ..lapsed.clone() },
+        Job {
+            done: true,
+            ..lapsed.clone()
+        },
+        Job {
+            ended: Some(Ended::Cancelled),
+            ..lapsed.clone()
+        },
     ] {
         let mut gate = gate_of(&settings, &[(first.clone(), ending)], 10.0);
         assert!(gate.admits(&second, &grouped("g")));

@@ -303,6 +303,10 @@ pub struct StoredQueue {
     pub concurrency: Option<i64>,
     /// The default timeout of an attempt, in seconds, if any.
     pub timeout: Option<f64>,
+    /// The limit on each group's live leases, if any.
+    pub per_group: Option<i64>,
+    /// Whether its groups are ordered.
+    pub ordered: bool,
 }
 
 impl StoredQueue {
@@ -315,6 +319,8 @@ impl StoredQueue {
             paused_until: settings.paused.and_then(|p| p.until).map(Timestamp::get),
             concurrency: settings.concurrency.map(|c| i64::from(c.get())),
             timeout: settings.timeout.map(lease_domain::Ttl::get),
+            per_group: settings.per_group.map(|c| i64::from(c.get())),
+            ordered: settings.ordered,
         }
     }
 
@@ -335,6 +341,12 @@ impl StoredQueue {
                 .transpose()
                 .map_err(|e| setting(format!("queue {queue_name}: stored {e}")))?,
             timeout: seconds(self.timeout, "a stored queue timeout")?,
+            per_group: self
+                .per_group
+                .map(lease_domain::Concurrency::stored)
+                .transpose()
+                .map_err(|e| setting(format!("queue {queue_name}: stored per-group {e}")))?,
+            ordered: self.ordered,
         };
         Ok((queue_name, settings))
     }

@@ -11,9 +11,9 @@ use crate::keys::{KeyRecord, KeyStore};
 use crate::memory::MemoryLeaseStore;
 use crate::transfer::{Snapshot, Transfer};
 use crate::{
-    Backoff, CatchUp, ClaimRefused, Concurrency, EnqueueSpec, ErrorText, Fence, Job, JobId,
-    JobRecord, JobResult, JobState, Lease, LeaseStore, LeaseTerm, ListFilter, Owner, Payload,
-    ProgressText, QueueChange, QueueName, QueueSettings, Renewal, Retry, ScheduleName,
+    Backoff, CatchUp, ClaimRefused, Concurrency, EnqueueSpec, ErrorText, Fence, GroupKey, Job,
+    JobId, JobRecord, JobResult, JobState, Lease, LeaseStore, LeaseTerm, Limits, ListFilter, Owner,
+    Payload, ProgressText, QueueChange, QueueName, QueueSettings, Renewal, Retry, ScheduleName,
     ScheduleSpec, StatsRow, Status, Timestamp, Ttl, WriteRefused,
 };
 use lease_domain::{KeyId, KeyRefused, Principal, Scope, TokenDigest};
@@ -432,6 +432,14 @@ fn spec(queue_name: &str, priority: i64, run_at: Option<f64>, max_attempts: u32)
         enqueued_at: None,
         timeout: None,
         replace_finished: false,
+        group: None,
+    }
+}
+
+fn grouped(queue_name: &str, group: &str) -> EnqueueSpec {
+    EnqueueSpec {
+        group: Some(GroupKey::new(group).expect("valid group")),
+        ..spec(queue_name, 0, None, 5)
     }
 }
 
@@ -1811,14 +1819,14 @@ pub async fn a_lease_carries_its_jobs_timeout_else_its_queues(store: ControlStor
     let both = change(
         &store,
         "q",
-        QueueChange::Limits(Concurrency::new(3), Ttl::new(7.0).ok()),
+        QueueChange::Limits(Limits::both(Concurrency::new(3), Ttl::new(7.0).ok())),
     )
     .await;
     assert_eq!(
         (both.concurrency, both.timeout),
         (Concurrency::new(3), Ttl::new(7.0).ok())
     );
-    let neither = change(&store, "q", QueueChange::Limits(None, None)).await;
+    let neither = change(&store, "q", QueueChange::Limits(Limits::both(None, None))).await;
     assert!(neither.is_default(), "{neither:?}");
 }
 
@@ -2108,6 +2116,21 @@ pub async fn export_and_import_carry_queue_settings_and_schedules(store: Transfe
         .change_queue(&queue("q"), QueueChange::Pause(Some(at(50.0))))
         .await
         .expect("change works");
+    let grouped_rules = Limits {
+        per_group: Some(Concurrency::new(2)),
+        ordered: Some(true),
+        ..Limits::default()
+    };
+    let ruled = store
+        .change_queue(&queue("q"), QueueChange::Limits(grouped_rules))
+        .await
+        .expect("change works");
+    assert_eq!(
+        (ruled.per_group, ruled.ordered),
+        (Concurrency::new(2), true)
+    );
+    let lease_store: Store = store.clone();
+    enqueued_with(&lease_store, "in-group", &grouped("q", "g")).await;
     let made = store
         .put_schedule(&schedule_spec("s", "@daily"), at(10.0))
         .await
@@ -2119,6 +2142,18 @@ pub async fn export_and_import_carry_queue_settings_and_schedules(store: Transfe
         .expect("fired");
     let snapshot = store.export().await.expect("export works");
     assert_eq!(snapshot.queues.len(), 1);
+    assert_eq!(
+        (snapshot.queues[0].1.per_group, snapshot.queues[0].1.ordered),
+        (Concurrency::new(2), true)
+    );
+    assert_eq!(
+        snapshot
+            .jobs
+            .iter()
+            .find(|j| j.id.as_str() == "in-group")
+            .map(|j| j.job.group.clone()),
+        Some(Some(GroupKey::new("g").expect("group")))
+    );
     assert_eq!(snapshot.schedules.len(), 1);
     let copy = MemoryLeaseStore::new();
     copy.import(&snapshot, false).await.expect("import works");
@@ -2134,6 +2169,190 @@ pub async fn export_and_import_carry_queue_settings_and_schedules(store: Transfe
     assert_eq!(after.queues, snapshot.queues);
     assert_eq!(after.schedules[0].spec.cron, "@daily");
     assert_eq!(after.schedules[0].last_tick, Some(at(172_800.0)));
+}
+
+// ---- Groups ----
+
+/// The group of each lease, by job id.
+fn groups_of(leases: &[Lease]) -> Vec<(&str, Option<&str>)> {
+    leases
+        .iter()
+        .map(|l| (l.job.as_str(), l.group.as_ref().map(GroupKey::as_str)))
+        .collect()
+}
+
+/// A job keeps the group it was enqueued with, its record and its lease show it, and a queue
+/// without group rules claims in claim order whatever the groups.
+pub async fn a_job_keeps_its_group_and_its_lease_carries_it(store: ControlStore) {
+    let lease_store: Store = store.clone();
+    enqueued_with(&lease_store, "a1", &grouped("q", "acct-a")).await;
+    enqueued_with(&lease_store, "a2", &grouped("q", "acct-a")).await;
+    enqueued_with(&lease_store, "free", &spec("q", 0, None, 5)).await;
+    let record = lease_store
+        .record(&job("a1"))
+        .await
+        .expect("record reads")
+        .expect("job exists");
+    assert_eq!(
+        record.job.group,
+        Some(GroupKey::new("acct-a").expect("group"))
+    );
+    let leases = next(&lease_store, "q", "w", 1.0, 5).await;
+    assert_eq!(
+        groups_of(&leases),
+        [
+            ("a1", Some("acct-a")),
+            ("a2", Some("acct-a")),
+            ("free", None)
+        ]
+    );
+}
+
+/// A per-group limit: a claim takes at most the room each group's live leases leave (jobs
+/// without a group are not limited), a completion or an expiry frees a slot of its group, and
+/// claims racing from many callers never make more of a group's leases live than the limit.
+pub async fn a_per_group_limit_bounds_each_groups_live_leases_under_racing_claims(
+    store: ControlStore,
+) {
+    let lease_store: Store = store.clone();
+    for i in 0..4 {
+        for g in ["a", "b", "c"] {
+            enqueued_with(&lease_store, &format!("{g}{i}"), &grouped("q", g)).await;
+        }
+    }
+    enqueued_with(&lease_store, "x0", &spec("q", 0, None, 5)).await;
+    enqueued_with(&lease_store, "x1", &spec("q", 0, None, 5)).await;
+    let limited = change(
+        &store,
+        "q",
+        QueueChange::set(Limits {
+            per_group: Some(Concurrency::new(2)),
+            ..Limits::default()
+        })
+        .expect("a change"),
+    )
+    .await;
+    assert_eq!(limited.per_group, Concurrency::new(2));
+    let first = next(&lease_store, "q", "w", 1.0, 20).await;
+    let mut took = ids(&first);
+    took.sort_unstable();
+    assert_eq!(took, ["a0", "a1", "b0", "b1", "c0", "c1", "x0", "x1"]);
+    assert!(next(&lease_store, "q", "w", 2.0, 20).await.is_empty());
+    let a0 = first.iter().find(|l| l.job.as_str() == "a0").expect("a0");
+    complete_granted(&lease_store, &a0.job, "w", a0.fence, 3.0, "ok").await;
+    assert_eq!(ids(&next(&lease_store, "q", "w", 4.0, 20).await), ["a2"]);
+    // Every lease so far ends by 14.0; then claims race, one lease each.
+    let racing = (0..12).map(|w| {
+        let store = Arc::clone(&lease_store);
+        async move {
+            store
+                .claim_next(&queue("q"), &owner(&format!("r{w}")), term(100.0, 10.0), 1)
+                .await
+                .expect("claim_next reaches the store")
+        }
+    });
+    let leases: Vec<Lease> = futures::future::join_all(racing)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    for g in ["a", "b", "c"] {
+        let live = leases
+            .iter()
+            .filter(|l| l.group.as_ref().is_some_and(|k| k.as_str() == g))
+            .count();
+        assert_eq!(
+            live, 2,
+            "racing claims made {live} leases of group {g} live under 2"
+        );
+    }
+    let removed = change(
+        &store,
+        "q",
+        QueueChange::set(Limits {
+            per_group: Some(None),
+            ..Limits::default()
+        })
+        .expect("a change"),
+    )
+    .await;
+    assert!(removed.is_default(), "{removed:?}");
+    assert_eq!(next(&lease_store, "q", "z", 101.0, 20).await.len(), 5);
+}
+
+/// Ordered groups run one job at a time in claim order: a later job waits while an earlier one
+/// runs, waits for its retry (which goes first when due) or is dead (until it is purged, here);
+/// completing or cancelling frees the group, and other groups and ungrouped jobs run
+/// meanwhile.
+pub async fn an_ordered_group_runs_one_job_at_a_time_in_claim_order(store: ControlStore) {
+    let lease_store: Store = store.clone();
+    for id in ["g1", "g2", "g3"] {
+        enqueued_with(&lease_store, id, &grouped("q", "g")).await;
+    }
+    enqueued_with(&lease_store, "h1", &grouped("q", "h")).await;
+    enqueued_with(&lease_store, "x", &spec("q", 0, None, 5)).await;
+    let ordered = change(
+        &store,
+        "q",
+        QueueChange::set(Limits {
+            ordered: Some(true),
+            ..Limits::default()
+        })
+        .expect("a change"),
+    )
+    .await;
+    assert!(ordered.ordered);
+    let first = next(&lease_store, "q", "w", 1.0, 10).await;
+    assert_eq!(ids(&first), ["g1", "h1", "x"]);
+    assert!(next(&lease_store, "q", "w", 2.0, 10).await.is_empty());
+    for other in &first[1..] {
+        complete_granted(&lease_store, &other.job, "w", other.fence, 2.5, "ok").await;
+    }
+    // g1 fails and waits for its retry at 13: g2 waits too, and g1 goes first when due.
+    let boom = ErrorText::new("boom").expect("valid error");
+    store
+        .fail(
+            &job("g1"),
+            &owner("w"),
+            first[0].fence,
+            at(3.0),
+            &boom,
+            no_jitter(10.0),
+        )
+        .await
+        .expect("fail reaches the store")
+        .expect("fail is granted");
+    assert!(next(&lease_store, "q", "w", 4.0, 10).await.is_empty());
+    let again = next(&lease_store, "q", "w", 13.0, 10).await;
+    assert_eq!(ids(&again), ["g1"]);
+    // g1 ends dead: the group is held until g1 is retried, cancelled or purged.
+    store
+        .fail(
+            &job("g1"),
+            &owner("w"),
+            again[0].fence,
+            at(14.0),
+            &boom,
+            Retry::No,
+        )
+        .await
+        .expect("fail reaches the store")
+        .expect("fail is granted");
+    assert_eq!(status(&lease_store, &job("g1"), 15.0).await, Status::Dead);
+    assert!(next(&lease_store, "q", "w", 15.0, 10).await.is_empty());
+    let purged = lease_store
+        .purge(at(16.0), &[Status::Dead])
+        .await
+        .expect("purge reaches the store");
+    assert_eq!(purged, 1);
+    let then = next(&lease_store, "q", "w", 17.0, 10).await;
+    assert_eq!(ids(&then), ["g2"]);
+    cancel_granted(&lease_store, &then[0].job, 18.0).await;
+    let last = next(&lease_store, "q", "w", 19.0, 10).await;
+    assert_eq!(ids(&last), ["g3"]);
+    complete_granted(&lease_store, &last[0].job, "w", last[0].fence, 20.0, "ok").await;
+    enqueued_with(&lease_store, "g4", &grouped("q", "g")).await;
+    assert_eq!(ids(&next(&lease_store, "q", "w", 21.0, 10).await), ["g4"]);
 }
 
 /// Expands to one `#[tokio::test]` per conformance check, named after the check.
@@ -2175,6 +2394,9 @@ macro_rules! conformance_tests {
             a_lease_carries_its_jobs_timeout_else_its_queues,
             a_finished_job_runs_again_only_when_asked_keeping_its_fence_and_result,
             progress_is_the_live_holders_and_renews_its_lease,
+            a_job_keeps_its_group_and_its_lease_carries_it,
+            a_per_group_limit_bounds_each_groups_live_leases_under_racing_claims,
+            an_ordered_group_runs_one_job_at_a_time_in_claim_order,
             schedules_are_kept_and_a_tick_fires_once,
             racing_fires_of_one_tick_make_one_job,
         );

@@ -7,8 +7,9 @@
 //! at fences next to `i64::MAX`; `complete_and_claim_next` runs as one call; `stats` is judged
 //! at three times; and a [`Harness`] can move both stores into fresh ones mid-sequence
 //! ([`crate::transfer::migrate`]) and go on with the copies. Queues are paused, limited and
-//! given timeouts, finished jobs run again and progress reported, and each store's queue
-//! settings are rendered with its jobs.
+//! given timeouts, per-group limits and ordered groups (most jobs have one of three groups),
+//! finished jobs run again and progress reported, and each store's queue settings are
+//! rendered with its jobs.
 
 use futures::future::LocalBoxFuture;
 use proptest::prelude::*;
@@ -16,9 +17,9 @@ use proptest::prelude::*;
 use crate::memory::MemoryLeaseStore;
 use crate::transfer::{Snapshot, Transfer, migrate};
 use crate::{
-    Backoff, Concurrency, EnqueueSpec, ErrorText, Fence, Job, JobId, JobRecord, JobResult,
-    LeaseTerm, ListFilter, Owner, Payload, ProgressText, QueueChange, QueueName, Renewal, Retry,
-    Status, Timestamp, Ttl,
+    Backoff, Concurrency, EnqueueSpec, ErrorText, Fence, GroupKey, Job, JobId, JobRecord,
+    JobResult, LeaseTerm, Limits, ListFilter, Owner, Payload, ProgressText, QueueChange, QueueName,
+    Renewal, Retry, Status, Timestamp, Ttl,
 };
 
 /// One operation of a random sequence, with small numbers for ids, owners, fences and times.
@@ -107,7 +108,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         (0..3u8, 0..2u8).prop_map(|(j, q)| Op::Rerun(j, q)),
         (0..3u8, 0..3u8, 0..5u8, -5..30i8, 0..8u8)
             .prop_map(|(j, o, f, n, t)| Op::Progress(j, o, f, n, t)),
-        (0..2u8, 0..7u8, -5..30i8).prop_map(|(q, k, n)| Op::Queue(q, k, n)),
+        (0..2u8, 0..10u8, -5..30i8).prop_map(|(q, k, n)| Op::Queue(q, k, n)),
     ]
 }
 
@@ -187,6 +188,8 @@ async fn outcome(store: &dyn Transfer, op: &Op) -> String {
                 enqueued_at: (j % 2 == 0).then(|| at(priority / 2)),
                 timeout: (j % 3 == 1).then(|| Ttl::new(5.5).unwrap()),
                 replace_finished: false,
+                // Three of four jobs are in one of three groups.
+                group: (j % 4 != 0).then(|| GroupKey::new(format!("g{}", j % 3)).unwrap()),
             };
             format!("{:?}", store.enqueue_with(&job(j), &spec).await)
         }
@@ -287,10 +290,24 @@ async fn outcome(store: &dyn Transfer, op: &Op) -> String {
                 3 => QueueChange::Concurrency(Concurrency::new(u32::from(n.unsigned_abs() % 3))),
                 4 => QueueChange::Timeout(Some(Ttl::new(3.0).unwrap())),
                 5 => QueueChange::Timeout(None),
-                _ => QueueChange::Limits(
+                6 => QueueChange::Limits(Limits::both(
                     Concurrency::new(u32::from(n.unsigned_abs() % 3)),
                     Ttl::new(2.0).ok(),
-                ),
+                )),
+                7 => QueueChange::Limits(Limits {
+                    per_group: Some(Concurrency::new(u32::from(n.unsigned_abs() % 3))),
+                    ..Limits::default()
+                }),
+                8 => QueueChange::Limits(Limits {
+                    ordered: Some(n % 2 == 0),
+                    ..Limits::default()
+                }),
+                _ => QueueChange::Limits(Limits {
+                    concurrency: Some(Concurrency::new(3)),
+                    per_group: Some(Concurrency::new(1)),
+                    ordered: Some(n > 10),
+                    ..Limits::default()
+                }),
             };
             format!("{:?}", store.change_queue(&queue(q), change).await)
         }

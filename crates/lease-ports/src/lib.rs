@@ -35,9 +35,10 @@ use async_trait::async_trait;
 pub use error::{Detail, StoreError};
 pub use lease_domain::{
     Backoff, CatchUp, ClaimRefused, ClockMode, ClockRefused, ClockSkew, Command, Concurrency,
-    Ended, EnqueueSpec, ErrorText, Failed, Fence, InputError, Job, JobId, JobResult, LeaseTerm,
-    Outcome, Owner, Pause, Payload, ProgressText, QueueChange, QueueName, QueueSettings, Renewal,
-    Retry, Schedule, ScheduleName, ScheduleSpec, Status, Timestamp, TokenDigest, Ttl, WriteRefused,
+    Ended, EnqueueSpec, ErrorText, Failed, Fence, GroupKey, InputError, Job, JobId, JobResult,
+    LeaseTerm, Limits, Outcome, Owner, Pause, Payload, ProgressText, QueueChange, QueueName,
+    QueueSettings, Renewal, Retry, Schedule, ScheduleName, ScheduleSpec, Status, Timestamp,
+    TokenDigest, Ttl, WriteRefused,
 };
 
 /// The whole surface of a store: the queue ([`LeaseStore`]), its settings and schedules
@@ -205,6 +206,8 @@ pub struct Lease {
     /// How long this attempt may run (the job's own timeout, else its queue's default): its
     /// worker stops it after that and fails it as "timed out".
     pub timeout: Option<Ttl>,
+    /// The job's group in its queue, if it has one.
+    pub group: Option<GroupKey>,
 }
 
 /// Which jobs `list` returns.

@@ -258,11 +258,25 @@ fn claim_next(jobs: &mut Jobs, claim: &ClaimNext) -> Vec<Lease> {
             .map(|(id, (job, seq))| (id, job, *seq))
             .collect();
         candidates.sort_by(|a, b| claim_order((a.1, a.2), (b.1, b.2)));
-        let page = candidates
+        let page: Vec<(JobId, Job)> = candidates
             .into_iter()
             .take(want)
             .map(|(id, job, _)| (id.clone(), job.clone()))
             .collect();
+        let groups = next.unknown_groups(&page);
+        if !groups.is_empty() {
+            let bearing: Vec<(JobId, Job)> = jobs
+                .jobs
+                .iter()
+                .filter(|(_, (job, _))| {
+                    job.queue == *queue
+                        && job.group.as_ref().is_some_and(|g| groups.contains(g))
+                        && job.bears_on_group(term.now())
+                })
+                .map(|(id, (job, _))| (id.clone(), job.clone()))
+                .collect();
+            next.learn(&groups, &bearing, term.now());
+        }
         for (id, job) in next.page(term, page) {
             jobs.store(&id, job);
         }

@@ -6,7 +6,8 @@
 use std::collections::HashSet;
 
 use lease_domain::{
-    Job, JobId, LeaseTerm, NextDecision, Owner, QueueSettings, Ttl, decide_claim_next,
+    GroupGate, GroupKey, Job, JobId, LeaseTerm, NextDecision, Owner, QueueSettings, Timestamp, Ttl,
+    decide_claim_next,
 };
 
 use crate::Lease;
@@ -31,6 +32,8 @@ pub struct ClaimNextLoop {
     leases: Vec<Lease>,
     skipped: HashSet<JobId>,
     over: bool,
+    /// The queue's group rules, with the standing of each group met so far.
+    gate: GroupGate,
 }
 
 impl ClaimNextLoop {
@@ -49,6 +52,7 @@ impl ClaimNextLoop {
         let limit = settings.allowance(held, claim.term.now(), claim.limit);
         let mut next = Self::new(&claim.owner, limit).with_tokens(claim.tokens.clone());
         next.timeout = settings.timeout;
+        next.gate = GroupGate::new(settings);
         next
     }
 
@@ -63,7 +67,37 @@ impl ClaimNextLoop {
             leases: Vec::new(),
             skipped: HashSet::new(),
             over: limit == 0,
+            gate: GroupGate::default(),
         }
+    }
+
+    /// Whether the queue limits its groups: the store must then read, before it hands a page
+    /// to [`ClaimNextLoop::page`], the standing of the page's groups
+    /// ([`ClaimNextLoop::unknown_groups`], [`ClaimNextLoop::learn`]), and may leave the groups
+    /// [`ClaimNextLoop::held_back`] out of the candidates it reads.
+    #[must_use]
+    pub fn limits_groups(&self) -> bool {
+        self.gate.is_active()
+    }
+
+    /// The groups of `page` whose standing the loop does not know yet (none when the queue
+    /// does not limit its groups).
+    #[must_use]
+    pub fn unknown_groups(&self, page: &[(JobId, Job)]) -> Vec<GroupKey> {
+        self.gate.unknown(page.iter().map(|(_, job)| job))
+    }
+
+    /// Learns the standing of `groups` at `now` from their jobs that bear on the group rules
+    /// ([`Job::bears_on_group`]), read in the claim's transaction.
+    pub fn learn(&mut self, groups: &[GroupKey], jobs: &[(JobId, Job)], now: Timestamp) {
+        self.gate.learn(groups, jobs, now);
+    }
+
+    /// The groups whose jobs the next page need not read, and the jobs of those groups it
+    /// must still read (see [`GroupGate::held_back`]).
+    #[must_use]
+    pub fn held_back(&self) -> (Vec<&GroupKey>, Vec<&JobId>) {
+        self.gate.held_back()
     }
 
     /// Gives the `n`th lease the `n`th token (a lease past the last keeps the page's term's).
@@ -101,8 +135,13 @@ impl ClaimNextLoop {
                 Some(token) => term.with_token(*token),
                 None => term,
             };
+            if !self.gate.admits(&id, &job) {
+                progressed |= self.skipped.insert(id);
+                continue;
+            }
             match decide_claim_next(&job, &self.owner, term) {
                 NextDecision::Lease(next) => {
+                    self.gate.leased(job.group.as_ref());
                     crate::observe::leased_next(&job, term.now());
                     self.leases.push(Lease {
                         job: id.clone(),
@@ -112,11 +151,13 @@ impl ClaimNextLoop {
                         attempt: next.attempts,
                         payload: next.payload.clone(),
                         timeout: next.timeout.or(self.timeout),
+                        group: next.group.clone(),
                     });
                     writes.push((id, next));
                     progressed = true;
                 }
                 NextDecision::Bury(next) => {
+                    self.gate.buried(job.group.as_ref());
                     writes.push((id, next));
                     progressed = true;
                 }
