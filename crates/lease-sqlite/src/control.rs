@@ -13,16 +13,17 @@ use rusqlite::{Connection, OptionalExtension};
 
 use crate::error;
 
-const SELECT_QUEUE: &str = "SELECT queue, paused, paused_until, concurrency, timeout \
-    FROM lease_queues WHERE queue = ?1";
+const SELECT_QUEUE: &str = "SELECT queue, paused, paused_until, concurrency, timeout, \
+    per_group, ordered FROM lease_queues WHERE queue = ?1";
 
-const SELECT_QUEUES: &str = "SELECT queue, paused, paused_until, concurrency, timeout \
-    FROM lease_queues ORDER BY queue";
+const SELECT_QUEUES: &str = "SELECT queue, paused, paused_until, concurrency, timeout, \
+    per_group, ordered FROM lease_queues ORDER BY queue";
 
 const UPSERT_QUEUE: &str = "INSERT INTO lease_queues(queue, paused, paused_until, concurrency, \
-    timeout) VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT(queue) DO UPDATE SET paused = excluded.paused, \
+    timeout, per_group, ordered) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+    ON CONFLICT(queue) DO UPDATE SET paused = excluded.paused, \
     paused_until = excluded.paused_until, concurrency = excluded.concurrency, \
-    timeout = excluded.timeout";
+    timeout = excluded.timeout, per_group = excluded.per_group, ordered = excluded.ordered";
 
 const DELETE_QUEUE: &str = "DELETE FROM lease_queues WHERE queue = ?1";
 
@@ -51,6 +52,8 @@ fn queue_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredQueue> {
         paused_until: row.get(2)?,
         concurrency: row.get(3)?,
         timeout: row.get(4)?,
+        per_group: row.get(5)?,
+        ordered: row.get(6)?,
     })
 }
 
@@ -117,7 +120,9 @@ pub(crate) fn write_settings(
                 row.paused,
                 row.paused_until,
                 row.concurrency,
-                row.timeout
+                row.timeout,
+                row.per_group,
+                row.ordered
             ])
         })
     };

@@ -4,7 +4,7 @@
 //! (`row`), the domain decides, and the decision is stored.
 
 use lease_domain::{
-    ClockMode, Command, JobId, Outcome, QueueName, Status, Timestamp, is_purgeable,
+    ClockMode, Command, GroupKey, Job, JobId, Outcome, QueueName, Status, Timestamp, is_purgeable,
 };
 use lease_ports::next::ClaimNextLoop;
 use lease_ports::{ClaimNext, Lease, StoreError};
@@ -30,6 +30,23 @@ pub const SELECT_CANDIDATES: &str = "SELECT q.id FROM jobs_queue q JOIN jobs j O
     AND j.done = 0 AND j.until <= ?2 \
     AND (q.run_at IS NULL OR q.run_at <= ?2) AND j.fence < 9223372036854775807 \
     ORDER BY q.priority DESC, q.run_at, q.seq LIMIT +?3";
+
+/// The candidates of a queue that limits its groups: as [`SELECT_CANDIDATES`], leaving out the
+/// groups whose jobs the claim may not lease (`?4`, a JSON array) but for the jobs of those
+/// groups it still may (`?5`), so that a group's backlog is not read again and again.
+const SELECT_GROUPED_CANDIDATES: &str = "SELECT q.id FROM jobs_queue q JOIN jobs j ON j.id = q.id \
+    WHERE q.queue = ?1 AND q.finished IS NULL AND q.leased_until IS NULL \
+    AND j.done = 0 AND j.until <= ?2 \
+    AND (q.run_at IS NULL OR q.run_at <= ?2) AND j.fence < 9223372036854775807 \
+    AND (q.grp IS NULL OR q.grp NOT IN (SELECT value FROM json_each(?4)) \
+        OR q.id IN (SELECT value FROM json_each(?5))) \
+    ORDER BY q.priority DESC, q.run_at, q.seq LIMIT +?3";
+
+/// The jobs of one group of a queue that bear on the group rules (`Job::bears_on_group`):
+/// started and not finished, or dead; found by `jobs_queue_group`, whose condition this is.
+const SELECT_GROUP_BEARING: &str = "SELECT id FROM jobs_queue WHERE queue = ?1 AND grp = ?2 \
+    AND grp IS NOT NULL \
+    AND (finished = 'dead' OR (finished IS NULL AND (attempts > 0 OR leased_until IS NOT NULL)))";
 
 /// Files the held jobs of a queue whose lease has ended by `?2` with the unheld jobs, so that
 /// the candidates see them in claim order (`Job::leased_until`): each is moved once, found by
@@ -154,6 +171,84 @@ pub(crate) fn candidates(
         .collect()
 }
 
+/// A page of candidates of a queue that limits its groups, leaving out the groups the loop
+/// holds back.
+fn grouped_candidates(
+    conn: &Connection,
+    queue: &QueueName,
+    now: Timestamp,
+    limit: usize,
+    next: &ClaimNextLoop,
+) -> Result<Vec<JobId>, StoreError> {
+    let (groups, except) = next.held_back();
+    let groups = json_strings(groups.iter().map(|g| g.as_str()));
+    let except = json_strings(except.iter().map(|id| id.as_str()));
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let ids = conn
+        .prepare_cached(SELECT_GROUPED_CANDIDATES)
+        .and_then(|mut stmt| {
+            stmt.query_map(
+                rusqlite::params![queue.as_str(), now.get(), limit, groups, except],
+                |r| r.get::<_, String>(0),
+            )?
+            .collect::<Result<Vec<String>, _>>()
+        })
+        .map_err(error::sql(conn))?;
+    ids.into_iter()
+        .map(|id| {
+            JobId::stored(id).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))
+        })
+        .collect()
+}
+
+/// The jobs of `groups` (of `queue`) that bear on the group rules, loaded.
+fn group_bearing(
+    conn: &Connection,
+    queue: &QueueName,
+    groups: &[GroupKey],
+) -> Result<Vec<(JobId, Job)>, StoreError> {
+    let mut jobs = Vec::new();
+    let mut stmt = conn
+        .prepare_cached(SELECT_GROUP_BEARING)
+        .map_err(error::sql(conn))?;
+    for group in groups {
+        let ids = stmt
+            .query_map([queue.as_str(), group.as_str()], |r| r.get::<_, String>(0))
+            .and_then(Iterator::collect::<Result<Vec<String>, _>>)
+            .map_err(error::sql(conn))?;
+        for id in ids {
+            let id = JobId::stored(id)
+                .map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))?;
+            if let Some(job) = load(conn, &id)? {
+                jobs.push((id, job));
+            }
+        }
+    }
+    Ok(jobs)
+}
+
+/// Texts as a JSON array of strings (for `json_each`).
+fn json_strings<'a>(texts: impl Iterator<Item = &'a str>) -> String {
+    let mut out = String::from("[");
+    for (i, text) in texts.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push('"');
+        for c in text.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
+    out.push(']');
+    out
+}
+
 /// Leases up to `limit` jobs: the shared loop (`lease_ports::next`) reads pages of candidates
 /// from the ready index in claim order and decides each; the decided rows are stored here.
 pub(crate) fn claim_next(
@@ -178,11 +273,21 @@ pub(crate) fn claim_next(
     };
     let mut next = ClaimNextLoop::in_queue(claim, &settings, held);
     while let Some(want) = next.want() {
+        let ids = if next.limits_groups() {
+            grouped_candidates(conn, queue, term.now(), want, &next)?
+        } else {
+            candidates(conn, queue, term.now(), want)?
+        };
         let mut page = Vec::new();
-        for id in candidates(conn, queue, term.now(), want)? {
+        for id in ids {
             if let Some(job) = load(conn, &id)? {
                 page.push((id, job));
             }
+        }
+        let groups = next.unknown_groups(&page);
+        if !groups.is_empty() {
+            let bearing = group_bearing(conn, queue, &groups)?;
+            next.learn(&groups, &bearing, term.now());
         }
         for (id, job) in next.page(term, page) {
             store(conn, false, &id, &job)?;
@@ -505,8 +610,8 @@ mod tests {
     fn when_the_disk_fills_mid_batch_every_answer_matches_what_is_stored() {
         let dir = tempfile::tempdir().unwrap();
         let options = SqliteOptions {
-            // The empty schema takes 20 pages; the batch fills the other two.
-            max_pages: Some(22),
+            // The empty schema takes most of these pages; the batch fills the rest.
+            max_pages: Some(23),
             ..SqliteOptions::default()
         };
         let mut conn = fresh(&dir, &options);

@@ -14,7 +14,7 @@ use crate::error;
 #[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub const SELECT_JOB: &str = "SELECT j.owner, j.until, j.fence, j.result, j.done, q.queue, \
     q.priority, q.run_at, q.attempts, q.max_attempts, q.payload, q.finished, q.error, \
-    q.result_fence, q.updated, q.token, q.timeout, q.progress FROM jobs j \
+    q.result_fence, q.updated, q.token, q.timeout, q.progress, q.grp FROM jobs j \
     LEFT JOIN jobs_queue q ON q.id = j.id WHERE j.id = ?1";
 
 /// Stores the contract's columns of a decided job over its row.
@@ -35,14 +35,14 @@ pub const INSERT_JOB: &str =
 #[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub const UPSERT_QUEUE: &str = "INSERT INTO jobs_queue(id, queue, priority, run_at, attempts, \
     max_attempts, payload, finished, error, result_fence, updated, leased_until, token, timeout, \
-    progress) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
+    progress, grp) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
     ON CONFLICT(id) DO UPDATE SET \
     queue = excluded.queue, priority = excluded.priority, run_at = excluded.run_at, \
     attempts = excluded.attempts, max_attempts = excluded.max_attempts, \
     payload = excluded.payload, finished = excluded.finished, error = excluded.error, \
     result_fence = excluded.result_fence, updated = excluded.updated, \
     leased_until = excluded.leased_until, token = excluded.token, timeout = excluded.timeout, \
-    progress = excluded.progress";
+    progress = excluded.progress, grp = excluded.grp";
 
 /// Stores the queue's columns of a decided job over its existing queue row (most writes:
 /// cheaper than the upsert's failed insert); a job whose queue row is missing gets one by
@@ -52,7 +52,7 @@ pub const UPSERT_QUEUE: &str = "INSERT INTO jobs_queue(id, queue, priority, run_
 pub const UPDATE_QUEUE: &str = "UPDATE jobs_queue SET queue = ?2, priority = ?3, \
     run_at = ?4, attempts = ?5, max_attempts = ?6, payload = ?7, finished = ?8, error = ?9, \
     result_fence = ?10, updated = ?11, leased_until = ?12, token = ?13, timeout = ?14, \
-    progress = ?15 WHERE id = ?1";
+    progress = ?15, grp = ?16 WHERE id = ?1";
 
 pub(crate) fn corrupt(id: &JobId, what: String) -> StoreError {
     StoreError::Corrupt(format!("job {id}: {what}").into())
@@ -231,6 +231,10 @@ pub(crate) fn decode(id: &JobId, row: &rusqlite::Row<'_>) -> Result<Job, StoreEr
             })
             .transpose()?,
         progress: text(id, row, 17, "progress")?,
+        group: text(id, row, 18, "grp")?
+            .map(lease_domain::GroupKey::stored)
+            .transpose()
+            .map_err(|e| corrupt(id, format!("stored group: {e}")))?,
     })
 }
 
@@ -293,6 +297,7 @@ pub(crate) fn store(
                     job.token.as_ref().map(TokenDigest::as_bytes),
                     job.timeout.map(lease_domain::Ttl::get),
                     job.progress.as_deref(),
+                    job.group.as_ref().map(lease_domain::GroupKey::as_str),
                 ])
             })
             .map_err(error::sql(conn))

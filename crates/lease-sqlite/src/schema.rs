@@ -18,8 +18,9 @@ pub const APPLICATION_ID: i32 = 0x4C45_4153;
 /// table, version 2 the work queue beside it, version 3 the audit trail's table, version 4 the
 /// ready set that leaves held jobs out of claim order, version 5 the network service's lease
 /// tokens and API keys, version 6 the overview's counters and the index of finished jobs,
-/// version 7 queue settings, schedules, and a job's timeout and progress.
-pub(crate) const MIGRATIONS: [Migration; 7] = [
+/// version 7 queue settings, schedules, and a job's timeout and progress, version 8 a job's
+/// group and the queue's rules per group.
+pub(crate) const MIGRATIONS: [Migration; 8] = [
     Migration {
         version: 1,
         sql: include_str!("../migrations/0001_jobs.sql"),
@@ -47,6 +48,10 @@ pub(crate) const MIGRATIONS: [Migration; 7] = [
     Migration {
         version: 7,
         sql: include_str!("../migrations/0007_control.sql"),
+    },
+    Migration {
+        version: 8,
+        sql: include_str!("../migrations/0008_groups.sql"),
     },
 ];
 
@@ -428,7 +433,7 @@ mod tests {
     }
 
     /// A file at the current version as `migrate` leaves it, with `checksums` recorded.
-    fn current(checksums: [String; 7]) -> Schema {
+    fn current(checksums: [String; 8]) -> Schema {
         let mut found = schema(
             APPLICATION_ID,
             SCHEMA_VERSION,
@@ -464,7 +469,7 @@ mod tests {
         assert_eq!(pinned, PINNED.map(str::to_owned));
     }
 
-    const PINNED: [&str; 7] = [
+    const PINNED: [&str; 8] = [
         "c878484aeb0818a54dffb888a21f5d3cd8d52a3f63db5a4214c0cc7bd9ee83cb",
         "8c0d06a026396a17df9ec1349a99ba3645ab58379280df82ccc3d7bcf0b0440a",
         "921260be82b4a9a3180ddbb59bd347469d61457937659996082d1d84db6e1646",
@@ -472,6 +477,7 @@ mod tests {
         "57b6fe7f51c4b1c7a027146d7bba79530d21e88b924e4433f7dfd20ecd362361",
         "0c3ba251640cb5405104e4acb0bd48161be6c98c75c29639b18753c1485e4f37",
         "64a151ab83940b7da3e67c93d85463fa65457ea2247be9e663baff6375317926",
+        "5172d4227bc85adf9131abb4e161ee49c240e7d42d94bbfdf7b473f4ea8bbf6d",
     ];
 
     #[test]
@@ -479,7 +485,7 @@ mod tests {
         let checksums = MIGRATIONS.map(|m| m.checksum());
         assert_eq!(
             classify(&current(checksums.clone()), "f").unwrap(),
-            Found::Lease(7)
+            Found::Lease(8)
         );
         let mut edited = checksums.clone();
         edited[1] = "0".repeat(64);
