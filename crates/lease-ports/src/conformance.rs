@@ -2261,8 +2261,9 @@ pub async fn a_per_group_limit_bounds_each_groups_live_leases_under_racing_claim
             .iter()
             .filter(|l| l.group.as_ref().is_some_and(|k| k.as_str() == g))
             .count();
-        assert_eq!(
-            live, 2,
+        // Fewer is allowed: a racer may find the rows it would take locked by another.
+        assert!(
+            live <= 2,
             "racing claims made {live} leases of group {g} live under 2"
         );
     }
@@ -2277,7 +2278,11 @@ pub async fn a_per_group_limit_bounds_each_groups_live_leases_under_racing_claim
     )
     .await;
     assert!(removed.is_default(), "{removed:?}");
-    assert_eq!(next(&lease_store, "q", "z", 101.0, 20).await.len(), 5);
+    // Thirteen jobs could run at 100 (a0 is done): the rest of them are leased now.
+    assert_eq!(
+        next(&lease_store, "q", "z", 101.0, 20).await.len(),
+        13 - leases.len()
+    );
 }
 
 /// Ordered groups run one job at a time in claim order: a later job waits while an earlier one

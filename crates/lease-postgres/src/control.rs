@@ -1,8 +1,9 @@
 //! Queue settings and schedules (migration 8). A claim reads its queue's settings `FOR SHARE`
 //! in its own transaction; a change of settings locks the table (`EXCLUSIVE`, which every such
 //! read conflicts with), so it waits for the claims in flight and every later claim sees it.
-//! Claims of a queue with a concurrency limit take a transaction-scoped advisory lock on the
-//! queue before they count its live leases, so two of them never decide on the same count.
+//! Claims of a queue with a concurrency limit or group rules take a transaction-scoped
+//! advisory lock on the queue before they count its live leases or read its groups' standing,
+//! so two of them never decide on the same count.
 //! A fire locks its schedule's row, decides with the domain, enqueues and records its tick in
 //! one transaction.
 
@@ -22,7 +23,7 @@ use crate::error::{self, Stage};
 use crate::sql::{self, Encoded, Standing};
 use crate::write::{rollback, update};
 
-const QUEUE_COLUMNS: &str = "queue, paused, paused_until, concurrency, timeout";
+const QUEUE_COLUMNS: &str = "queue, paused, paused_until, concurrency, timeout, per_group, ordered";
 
 const SCHEDULE_COLUMNS: &str = "name, cron, zone, queue, priority, max_attempts, payload, \
     timeout, catch_up, version, created, last_tick";
@@ -59,6 +60,10 @@ pub(crate) struct ControlSql {
     pub(crate) lock_queue: String,
     /// The live leases of a queue at a time (`$1` queue, `$2` now).
     pub(crate) held: String,
+    /// The jobs of some groups of a queue that bear on the group rules (`$1` queue, `$2` the
+    /// groups): started and not finished, or dead (`Job::bears_on_group`), found by the index
+    /// of migration 9, whose condition this is.
+    pub(crate) group_bearing: String,
     lock_table: String,
     settings_for_update: String,
     upsert_queue: String,
@@ -81,15 +86,22 @@ impl ControlSql {
                 "SELECT count(*) FROM {s}.jobs WHERE queue = $1 AND NOT done AND ended IS NULL \
                  AND leased_until > $2"
             ),
+            group_bearing: format!(
+                "SELECT id, {columns} FROM {s}.jobs WHERE queue = $1 AND grp = ANY($2::text[]) \
+                 AND grp IS NOT NULL AND (ended = 'dead' OR (NOT done AND ended IS NULL \
+                 AND (attempts > 0 OR leased_until IS NOT NULL)))",
+                columns = sql::COLUMNS
+            ),
             lock_table: format!("LOCK TABLE {s}.queues IN EXCLUSIVE MODE"),
             settings_for_update: format!(
                 "SELECT {QUEUE_COLUMNS} FROM {s}.queues WHERE queue = $1 FOR UPDATE"
             ),
             upsert_queue: format!(
-                "INSERT INTO {s}.queues ({QUEUE_COLUMNS}) VALUES ($1, $2, $3, $4, $5) \
+                "INSERT INTO {s}.queues ({QUEUE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7) \
                  ON CONFLICT (queue) DO UPDATE SET paused = excluded.paused, \
                  paused_until = excluded.paused_until, concurrency = excluded.concurrency, \
-                 timeout = excluded.timeout"
+                 timeout = excluded.timeout, per_group = excluded.per_group, \
+                 ordered = excluded.ordered"
             ),
             delete_queue: format!("DELETE FROM {s}.queues WHERE queue = $1"),
             all_queues: format!(
@@ -134,6 +146,8 @@ pub(crate) async fn write_settings(
                 &row.paused_until,
                 &row.concurrency,
                 &row.timeout,
+                &row.per_group,
+                &row.ordered,
             ],
         )
         .await?;

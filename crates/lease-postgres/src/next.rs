@@ -79,23 +79,35 @@ impl PgLeaseStore {
                 .resolve_term(term, stored_now(row_clock(row)?)?)?,
             None => term,
         };
-        // Under a limit, claims of the queue take turns (an advisory lock for the transaction)
-        // and count its live leases after their turn comes, so no two decide on one count.
-        let held = if settings.counts_leases() && !rows.is_empty() {
+        // Under a limit or group rules, claims of the queue take turns (an advisory lock for
+        // the transaction) and count its live leases and read its groups after their turn
+        // comes, so no two decide on one count.
+        let held = if settings.serializes_claims() && !rows.is_empty() {
             let ((), count) = try_join(
                 async {
                     c.query_one(&self.control.lock_queue, &[&queue.as_str()])
                         .await
                         .map(drop)
                 },
-                c.query_one(
-                    &self.control.held,
-                    &[&queue.as_str(), &first_term.now().get()],
-                ),
+                async {
+                    if settings.counts_leases() {
+                        c.query_one(
+                            &self.control.held,
+                            &[&queue.as_str(), &first_term.now().get()],
+                        )
+                        .await
+                        .map(Some)
+                    } else {
+                        Ok(None)
+                    }
+                },
             )
             .await
             .map_err(|e| error::map(e, Stage::BeforeCommit))?;
-            lease_ports::codec::count(count.get(0), "a queue's live leases")?
+            match count {
+                Some(row) => lease_ports::codec::count(row.get(0), "a queue's live leases")?,
+                None => 0,
+            }
         } else {
             0
         };
@@ -104,26 +116,47 @@ impl PgLeaseStore {
             ..claim.clone()
         };
         let mut next = ClaimNextLoop::in_queue(&at_first, &settings, held);
-        let mut written = self.decide_page(&mut next, term, &rows)?;
+        let mut written = self.decide_page(c, &mut next, term, &rows).await?;
         let mut wrote = false;
         // Further pages (when candidates were skipped): each page's decided rows go with the
         // next page's read.
         while let Some(want) = next.want() {
+            let (groups, except) = next.held_back();
+            let groups: Vec<&str> = groups.iter().map(|g| g.as_str()).collect();
+            let except: Vec<&str> = except.iter().map(|id| id.as_str()).collect();
+            let page = async {
+                if next.limits_groups() {
+                    c.query(
+                        &self.sql.grouped_candidates,
+                        &[
+                            &queue.as_str(),
+                            &caller_now,
+                            &want_of(Some(want)),
+                            &groups,
+                            &except,
+                        ],
+                    )
+                    .await
+                } else {
+                    c.query(
+                        &s.candidates,
+                        &[&queue.as_str(), &caller_now, &want_of(Some(want))],
+                    )
+                    .await
+                }
+            };
             let (_, rows) = try_join(
                 try_join_all(
                     written
                         .iter()
                         .map(|w| update(c, &s.update, &s.update_counted, w)),
                 ),
-                c.query(
-                    &s.candidates,
-                    &[&queue.as_str(), &caller_now, &want_of(Some(want))],
-                ),
+                page,
             )
             .await
             .map_err(|e| error::map(e, Stage::BeforeCommit))?;
             wrote |= !written.is_empty();
-            written = self.decide_page(&mut next, term, &rows)?;
+            written = self.decide_page(c, &mut next, term, &rows).await?;
         }
         Ok((
             Claimed {
@@ -135,9 +168,11 @@ impl PgLeaseStore {
         ))
     }
 
-    /// Decides one page of candidates (each row carries the statement's clock reading).
-    fn decide_page(
+    /// Decides one page of candidates (each row carries the statement's clock reading), first
+    /// reading the standing of the groups the loop meets for the first time.
+    async fn decide_page(
         &self,
+        c: &tokio_postgres::Client,
         next: &mut ClaimNextLoop,
         term: LeaseTerm,
         rows: &[tokio_postgres::Row],
@@ -150,6 +185,22 @@ impl PgLeaseStore {
                 .clock
                 .resolve_term(term, stored_now(row_clock(row)?)?)?;
             page.push(sql::decode_with_id(row, 1)?);
+        }
+        let groups = next.unknown_groups(&page);
+        if !groups.is_empty() {
+            let keys: Vec<&str> = groups.iter().map(lease_domain::GroupKey::as_str).collect();
+            let rows = c
+                .query(
+                    &self.control.group_bearing,
+                    &[&page[0].1.queue.as_str(), &keys],
+                )
+                .await
+                .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+            let bearing = rows
+                .iter()
+                .map(|row| sql::decode_with_id(row, 0))
+                .collect::<Result<Vec<_>, _>>()?;
+            next.learn(&groups, &bearing, page_term.now());
         }
         // Where each candidate stood, for the counts a write moves (a job buried as dead).
         let read: std::collections::HashMap<lease_domain::JobId, Standing> = page

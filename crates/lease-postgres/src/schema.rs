@@ -29,7 +29,7 @@ const OURS: [&str; 12] = [
 ];
 
 /// The released migrations, frozen (`migrations/*.sql`; `{s}` stands for the schema name).
-const MIGRATIONS: [Migration; 8] = [
+const MIGRATIONS: [Migration; 9] = [
     Migration {
         version: 1,
         sql: include_str!("../migrations/0001_jobs.sql"),
@@ -61,6 +61,10 @@ const MIGRATIONS: [Migration; 8] = [
     Migration {
         version: 8,
         sql: include_str!("../migrations/0008_control.sql"),
+    },
+    Migration {
+        version: 9,
+        sql: include_str!("../migrations/0009_groups.sql"),
     },
 ];
 
@@ -301,7 +305,7 @@ mod tests {
         // A released migration is never edited: these are the checksums databases record.
         let pinned = MIGRATIONS.map(|m| m.checksum());
         assert_eq!(pinned, PINNED.map(str::to_owned));
-        assert_eq!(CURRENT_VERSION, 8);
+        assert_eq!(CURRENT_VERSION, 9);
     }
 
     #[test]
@@ -329,7 +333,7 @@ mod tests {
         }
     }
 
-    const PINNED: [&str; 8] = [
+    const PINNED: [&str; 9] = [
         "21ac859f099c73a2cfd49e089bf85213014d3ff3143f88a78d480d1e86bb59bd",
         "8505302d5ab97431700ce91b427106b910ee3c01618c1d65f4da182c61b8f06a",
         "0bf2cb357e23e48a89126c5ec138cd9473c954eb54b191211dd84d9dfa99a49f",
@@ -338,5 +342,6 @@ mod tests {
         "8007b2202d987e668820d3f5013097c7385b92b29fcc44faf8df7161facaddf9",
         "d25b2039940b6eed5bd573ef7d30ff1307bfba81a2d12abef776cfb2cd2c0bcb",
         "bbb498171ca96c56d8fac1e90ce36b8b0397b8dcee9f256b9627bcbbc3dea1ea",
+        "375ce127fed7c0ec085c39b8e560fa0de5486826e44da457644657804bbeb812",
     ];
 }

@@ -11,7 +11,7 @@ use tokio_postgres::types::ToSql;
 
 /// Every column of a job after its id, in the order `decode` reads them.
 pub(crate) const COLUMNS: &str = "owner, until, fence, result, done, queue, priority, run_at, attempts, \
-    max_attempts, payload, ended, error, result_fence, updated, token, timeout, progress";
+    max_attempts, payload, ended, error, result_fence, updated, token, timeout, progress, grp";
 
 /// The statements of one schema (exported as `StatementTexts` with the feature `test-support`,
 /// so that benchmarks can run the same SQL raw).
@@ -36,7 +36,7 @@ pub struct Sql {
     /// Writes every column of a job.
     pub update: String,
     /// Writes every column of a job and, in the same statement, the counts of migration 6 it
-    /// moves (`$21`..`$24`, see `Encoded::counted_params`); answers how many rows it wrote.
+    /// moves (`$22`..`$25`, see `Encoded::counted_params`); answers how many rows it wrote.
     pub update_counted: String,
     /// Reads the server's clock.
     pub clock: String,
@@ -44,6 +44,9 @@ pub struct Sql {
     pub settings: String,
     /// The candidates of `claim_next` (`$1` queue, `$2` caller's now or NULL, `$3` limit).
     pub candidates: String,
+    /// The candidates of `claim_next` in a queue that limits its groups: as `candidates`,
+    /// leaving out the groups `$4` but for the jobs `$5` (`ClaimNextLoop::held_back`).
+    pub grouped_candidates: String,
     /// Finished jobs changed before `$1`, locked (`SKIP LOCKED`).
     pub purgeable: String,
     /// Records purge marks (`$1` ids, `$2` fences), keeping the larger fence.
@@ -105,21 +108,26 @@ impl Sql {
             insert: format!(
                 "INSERT INTO {s}.jobs (id, {COLUMNS}, leased_until) VALUES \
                  ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
-                 $18, $19, $20) \
+                 $18, $19, $20, $21) \
                  ON CONFLICT (id) DO NOTHING"
             ),
             update: format!(
                 "UPDATE {s}.jobs SET owner = $2, until = $3, fence = $4, result = $5, done = $6, \
                  queue = $7, priority = $8, run_at = $9, attempts = $10, max_attempts = $11, \
                  payload = $12, ended = $13, error = $14, result_fence = $15, updated = $16, \
-                 token = $17, timeout = $18, progress = $19, leased_until = $20 WHERE id = $1"
+                 token = $17, timeout = $18, progress = $19, grp = $20, leased_until = $21 \
+                 WHERE id = $1"
             ),
             update_counted: update_counted(s),
             // Read after the statements before it in the transaction (and so after any row
             // lock they waited for).
             clock: "SELECT extract(epoch FROM clock_timestamp())::float8".to_owned(),
             settings: settings_sql(),
-            candidates: candidates(s),
+            candidates: candidates(s, ""),
+            grouped_candidates: candidates(
+                s,
+                "AND (grp IS NULL OR NOT (grp = ANY($4::text[])) OR id = ANY($5::text[])) ",
+            ),
             purgeable: format!(
                 "SELECT id, {COLUMNS} FROM {s}.jobs WHERE (done OR ended IS NOT NULL \
                  OR (attempts >= greatest(max_attempts, 1) AND until <= $1)) \
@@ -211,7 +219,7 @@ impl Sql {
 /// index in claim order, so live leases are never read. The two meet in one small sort. The
 /// ended leases are gathered into an array first, so that the update finds them by primary key:
 /// as `IN (subquery)` the generic plan was a hash join over a scan of the whole table.
-fn candidates(s: &str) -> String {
+fn candidates(s: &str, held_back: &str) -> String {
     format!(
         "WITH clock AS MATERIALIZED \
          (SELECT coalesce($2, extract(epoch FROM clock_timestamp())::float8) AS now), \
@@ -223,14 +231,14 @@ fn candidates(s: &str) -> String {
          WHERE queue = $1 AND NOT done AND ended IS NULL AND leased_until IS NULL \
          AND until <= (SELECT now FROM clock) \
          AND (run_at IS NULL OR run_at <= (SELECT now FROM clock)) \
-         AND fence < 9223372036854775807 \
+         AND fence < 9223372036854775807 {held_back}\
          ORDER BY priority DESC, run_at ASC NULLS FIRST, seq LIMIT $3 \
          FOR UPDATE SKIP LOCKED) \
          SELECT (SELECT now FROM clock), id, {COLUMNS} FROM \
          (SELECT * FROM unheld UNION ALL SELECT * FROM refiled \
          WHERE until <= (SELECT now FROM clock) \
          AND (run_at IS NULL OR run_at <= (SELECT now FROM clock)) \
-         AND fence < 9223372036854775807) c \
+         AND fence < 9223372036854775807 {held_back}) c \
          ORDER BY priority DESC, run_at ASC NULLS FIRST, seq LIMIT $3"
     )
 }
@@ -243,13 +251,13 @@ fn update_counted(s: &str) -> String {
          done = $6, queue = $7, priority = $8, run_at = $9, attempts = $10, \
          max_attempts = $11, payload = $12, ended = $13, error = $14, \
          result_fence = $15, updated = $16, token = $17, timeout = $18, progress = $19, \
-         leased_until = $20 WHERE id = $1 RETURNING 1), \
+         grp = $20, leased_until = $21 WHERE id = $1 RETURNING 1), \
          f AS (INSERT INTO {s}.finished (queue, finished, shard, n) \
-         SELECT q, e, pg_backend_pid(), d FROM u, (VALUES ($21::text, $22::text, -1), \
-         ($7, $23::text, 1)) AS v(q, e, d) WHERE e IS NOT NULL \
+         SELECT q, e, pg_backend_pid(), d FROM u, (VALUES ($22::text, $23::text, -1), \
+         ($7, $24::text, 1)) AS v(q, e, d) WHERE e IS NOT NULL \
          ON CONFLICT (queue, finished, shard) DO UPDATE SET n = {s}.finished.n + excluded.n), \
          c AS (INSERT INTO {s}.completions (minute, queue, shard, n) \
-         SELECT $24::float8, $7, pg_backend_pid(), 1 FROM u WHERE $24::float8 IS NOT NULL \
+         SELECT $25::float8, $7, pg_backend_pid(), 1 FROM u WHERE $25::float8 IS NOT NULL \
          ON CONFLICT (minute, queue, shard) DO UPDATE SET n = {s}.completions.n + 1) \
          SELECT count(*) FROM u"
     )
@@ -323,6 +331,7 @@ pub(crate) fn decode(id: &JobId, row: &Row, at: usize) -> Result<Job, StoreError
     let updated: Option<f64> = get(id, row, at + 14)?;
     let token: Option<Vec<u8>> = get(id, row, at + 15)?;
     let timeout: Option<f64> = get(id, row, at + 16)?;
+    let group: Option<String> = get(id, row, at + 18)?;
     let timeout = timeout
         .map(|t| {
             lease_domain::Ttl::new(t)
@@ -353,6 +362,10 @@ pub(crate) fn decode(id: &JobId, row: &Row, at: usize) -> Result<Job, StoreError
             .map_err(|e| corrupt(id, format!("stored token: {e}")))?,
         timeout,
         progress: get(id, row, at + 17)?,
+        group: group
+            .map(lease_domain::GroupKey::stored)
+            .transpose()
+            .map_err(|e| corrupt(id, format!("stored group: {e}")))?,
     })
 }
 
@@ -367,7 +380,7 @@ pub(crate) fn decode_with_id(row: &Row, at: usize) -> Result<(JobId, Job), Store
     Ok((id, job))
 }
 
-/// The values of one job's row, in the order of `$1..$20` of `insert` and `update`.
+/// The values of one job's row, in the order of `$1..$21` of `insert` and `update`.
 pub(crate) struct Encoded {
     id: String,
     owner: Option<String>,
@@ -388,6 +401,7 @@ pub(crate) struct Encoded {
     token: Option<Vec<u8>>,
     timeout: Option<f64>,
     progress: Option<String>,
+    group: Option<String>,
     leased_until: Option<f64>,
     /// The counts the write moves (migration 6), when it changes a job's end or the queue of
     /// a finished job: written by the same statement as the row.
@@ -452,8 +466,8 @@ impl Encoded {
         self.counted.is_some()
     }
 
-    /// [`Encoded::params`] and the counts the write moves (`$21` the queue and `$22` the end
-    /// it leaves, `$23` the end it enters, `$24` the minute of its completion).
+    /// [`Encoded::params`] and the counts the write moves (`$22` the queue and `$23` the end
+    /// it leaves, `$24` the end it enters, `$25` the minute of its completion).
     pub(crate) fn counted_params(&self) -> Vec<&(dyn ToSql + Sync)> {
         let mut params = self.params().to_vec();
         if let Some(c) = &self.counted {
@@ -488,12 +502,13 @@ impl Encoded {
             token: job.token.map(|t| t.as_bytes().to_vec()),
             timeout: job.timeout.map(lease_domain::Ttl::get),
             progress: job.progress.clone(),
+            group: job.group.as_ref().map(|g| g.as_str().to_owned()),
             leased_until: job.leased_until().map(Timestamp::get),
             counted: None,
         }
     }
 
-    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 20] {
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 21] {
         [
             &self.id,
             &self.owner,
@@ -514,6 +529,7 @@ impl Encoded {
             &self.token,
             &self.timeout,
             &self.progress,
+            &self.group,
             &self.leased_until,
         ]
     }
@@ -557,7 +573,8 @@ pub(crate) fn stored_now(now: f64) -> Result<Timestamp, StoreError> {
     })
 }
 
-/// A queue's settings row as a statement returned it (`queue, paused, paused_until, concurrency, timeout`).
+/// A queue's settings row as a statement returned it (`queue, paused, paused_until,
+/// concurrency, timeout, per_group, ordered`).
 pub(crate) fn decode_queue(row: &Row) -> Result<(QueueName, QueueSettings), StoreError> {
     let read = |e: tokio_postgres::Error| {
         StoreError::Corrupt(lease_ports::Detail::caused_by(
@@ -571,6 +588,8 @@ pub(crate) fn decode_queue(row: &Row) -> Result<(QueueName, QueueSettings), Stor
         paused_until: row.try_get(2).map_err(read)?,
         concurrency: row.try_get(3).map_err(read)?,
         timeout: row.try_get(4).map_err(read)?,
+        per_group: row.try_get(5).map_err(read)?,
+        ordered: row.try_get(6).map_err(read)?,
     }
     .decode()
 }
