@@ -83,6 +83,10 @@ pub(crate) struct SpecFlags {
     /// re-run with its attempts reset and a higher fence. A waiting or leased job is untouched.
     #[arg(long)]
     replace_finished: bool,
+    /// The job's group in its queue (a customer, an account): the key the queue's group
+    /// rules (`lease limit --per-group`, `--ordered`) count by. 1 to 1,024 bytes.
+    #[arg(long, value_name = "GROUP")]
+    group: Option<String>,
 }
 
 impl SpecFlags {
@@ -105,6 +109,11 @@ impl SpecFlags {
                 .transpose()
                 .map_err(|e| RequestError::Flag(format!("--timeout: {e}")))?,
             replace_finished: self.replace_finished,
+            group: self
+                .group
+                .map(lease_domain::GroupKey::new)
+                .transpose()
+                .map_err(|e| RequestError::Flag(format!("--group: {e}")))?,
         })
     }
 }

@@ -150,16 +150,11 @@ pub(crate) fn resume(queue: String, now: f64) -> Result<ControlRequest, RequestE
     ))
 }
 
-/// `lease limit`'s request: `--concurrency N` (0 removes the limit) and `--timeout SECONDS`
-/// or `--no-timeout`, at least one of them.
-pub(crate) fn limit(
-    queue: String,
-    concurrency: Option<u32>,
-    timeout: Option<f64>,
-    no_timeout: bool,
-    now: f64,
-) -> Result<ControlRequest, RequestError> {
-    let timeout = match (timeout, no_timeout) {
+/// `lease limit`'s request: any of `--concurrency N` and `--per-group N` (0 removes the
+/// limit), `--timeout SECONDS` or `--no-timeout`, and `--ordered` or `--unordered`; at least
+/// one. Every flag given is one change of the store, applied together or not at all.
+pub(crate) fn limit(args: LimitArgs, now: f64) -> Result<ControlRequest, RequestError> {
+    let timeout = match (args.timeout, args.no_timeout) {
         (Some(_), true) => return Err(flag("give --timeout or --no-timeout, not both".to_owned())),
         (Some(seconds), false) => Some(Some(
             Ttl::new(seconds).map_err(|e| flag(format!("--timeout: {e}")))?,
@@ -167,16 +162,27 @@ pub(crate) fn limit(
         (None, true) => Some(None),
         (None, false) => None,
     };
-    // Both flags are one change: the limit and the timeout are applied together or not at all.
-    let change = QueueChange::limits(concurrency.map(lease_domain::Concurrency::new), timeout)
-        .ok_or_else(|| {
-            flag(
-                "give --concurrency N (0 removes the limit), --timeout SECONDS or --no-timeout"
-                    .to_owned(),
-            )
-        })?;
+    let ordered = match (args.ordered, args.unordered) {
+        (true, true) => return Err(flag("give --ordered or --unordered, not both".to_owned())),
+        (true, false) => Some(true),
+        (false, true) => Some(false),
+        (false, false) => None,
+    };
+    let change = QueueChange::set(lease_domain::Limits {
+        concurrency: args.concurrency.map(lease_domain::Concurrency::new),
+        timeout,
+        per_group: args.per_group.map(lease_domain::Concurrency::new),
+        ordered,
+    })
+    .ok_or_else(|| {
+        flag(
+            "give --concurrency N or --per-group N (0 removes the limit), --timeout SECONDS, \
+             --no-timeout, --ordered or --unordered"
+                .to_owned(),
+        )
+    })?;
     Ok(ControlRequest::Queue(
-        QueueName::new(queue)?,
+        QueueName::new(args.queue)?,
         change,
         Timestamp::new(now)?,
     ))
@@ -248,8 +254,8 @@ pub(crate) fn schedule(
     })
 }
 
-/// A queue's settings in words: `paused until ...`, `at most N leases`, `timeout S s`, or
-/// `runs freely`.
+/// A queue's settings in words: `paused until ...`, `at most N leases`, `timeout S s`, the
+/// group rules, or `runs freely`.
 pub(crate) fn settings_words(settings: &QueueSettings, now: Timestamp) -> String {
     let mut words = Vec::new();
     if settings.is_paused_at(now) {
@@ -263,6 +269,12 @@ pub(crate) fn settings_words(settings: &QueueSettings, now: Timestamp) -> String
     }
     if let Some(timeout) = settings.timeout {
         words.push(format!("timeout {} s", timeout.get()));
+    }
+    if let Some(n) = settings.per_group {
+        words.push(format!("at most {} lease(s) of a group at once", n.get()));
+    }
+    if settings.ordered {
+        words.push("groups in order".to_owned());
     }
     if words.is_empty() {
         "runs freely".to_owned()
@@ -445,18 +457,33 @@ pub(crate) fn pass_line(fired: &lease_schedule::Fired) -> String {
 mod tests {
     use super::*;
 
+    fn args(concurrency: Option<u32>, timeout: Option<f64>, no_timeout: bool) -> LimitArgs {
+        LimitArgs {
+            queue: "q".to_owned(),
+            concurrency,
+            timeout,
+            no_timeout,
+            per_group: None,
+            ordered: false,
+            unordered: false,
+        }
+    }
+
     #[test]
     fn lease_limit_with_both_flags_is_one_change_of_the_store() {
-        let request = limit("q".to_owned(), Some(2), None, true, 5.0).unwrap();
+        let request = limit(args(Some(2), None, true), 5.0).unwrap();
         assert_eq!(
             request,
             ControlRequest::Queue(
                 QueueName::new("q").unwrap(),
-                QueueChange::Limits(lease_domain::Concurrency::new(2), None),
+                QueueChange::Limits(lease_domain::Limits::both(
+                    lease_domain::Concurrency::new(2),
+                    None
+                )),
                 Timestamp::new(5.0).unwrap(),
             )
         );
-        let one = limit("q".to_owned(), None, Some(3.0), false, 5.0).unwrap();
+        let one = limit(args(None, Some(3.0), false), 5.0).unwrap();
         assert!(
             matches!(
                 one,
@@ -518,7 +545,7 @@ pub(crate) struct LimitArgs {
     /// The queue.
     pub(crate) queue: String,
     /// The most live leases at once (0: no limit).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
     pub(crate) concurrency: Option<u32>,
     /// How long an attempt of a job without a timeout of its own may run, in seconds.
     #[arg(long, value_name = "SECONDS", allow_hyphen_values = true)]
@@ -526,6 +553,17 @@ pub(crate) struct LimitArgs {
     /// Remove the queue's timeout.
     #[arg(long)]
     pub(crate) no_timeout: bool,
+    /// The most live leases of each group of the queue at once, across every worker (0: no
+    /// limit). Jobs without a group are not limited.
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
+    pub(crate) per_group: Option<u32>,
+    /// Run each group one job at a time, in claim order: a later job of a group waits while
+    /// an earlier one runs, waits for its retry, or is dead (until it is retried or purged).
+    #[arg(long)]
+    pub(crate) ordered: bool,
+    /// Stop running groups in order.
+    #[arg(long)]
+    pub(crate) unordered: bool,
 }
 
 impl LimitArgs {
@@ -537,13 +575,7 @@ impl LimitArgs {
         self,
         clock: impl FnOnce() -> f64,
     ) -> Result<ControlRequest, RequestError> {
-        let LimitArgs {
-            queue,
-            concurrency,
-            timeout,
-            no_timeout,
-        } = self;
-        crate::control::limit(queue, concurrency, timeout, no_timeout, clock())
+        crate::control::limit(self, clock())
     }
 }
 

@@ -379,6 +379,9 @@ pub(crate) async fn execute(
                     j.attempts,
                     j.max_attempts.max(1)
                 ));
+                if let Some(group) = &j.group {
+                    human.push_str(&format!(", group {:?}", group.as_str()));
+                }
                 if let Some(error) = &j.error {
                     human.push_str(&format!(", last error {error:?}"));
                 }

@@ -215,6 +215,10 @@ pub(crate) fn record_json(record: &JobRecord, now: Timestamp) -> Value {
             json!(j.timeout.map(lease_domain::Ttl::get)),
         ),
         ("progress".to_owned(), json!(j.progress)),
+        (
+            "group".to_owned(),
+            json!(j.group.as_ref().map(lease_domain::GroupKey::as_str)),
+        ),
     ]);
     payload_json(j.payload.as_deref(), &mut object);
     Value::Object(object)
@@ -231,17 +235,21 @@ pub(crate) fn lease_json(lease: &Lease) -> Value {
             "timeout".to_owned(),
             json!(lease.timeout.map(lease_domain::Ttl::get)),
         ),
+        (
+            "group".to_owned(),
+            json!(lease.group.as_ref().map(lease_domain::GroupKey::as_str)),
+        ),
     ]);
     payload_json(lease.payload.as_deref(), &mut object);
     Value::Object(object)
 }
 
-/// `list`'s table: a header and one row per job (id, queue, status, fence, attempts, when it
+/// `list`'s table: a header and one row per job (id, queue, group, status, fence, attempts, when it
 /// is due or its lease ends, seen from `now`, and the error if any), each column as wide as
 /// its widest value, so every value stands under its heading whatever its length.
 pub(crate) fn record_table(records: &[JobRecord], now: Timestamp) -> Vec<String> {
     let header = [
-        "ID", "QUEUE", "STATUS", "FENCE", "ATTEMPTS", "WHEN", "ERROR",
+        "ID", "QUEUE", "GROUP", "STATUS", "FENCE", "ATTEMPTS", "WHEN", "ERROR",
     ]
     .map(str::to_owned);
     let rows = records.iter().map(|record| {
@@ -258,6 +266,10 @@ pub(crate) fn record_table(records: &[JobRecord], now: Timestamp) -> Vec<String>
         [
             record.id.to_string(),
             j.queue.to_string(),
+            j.group
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default(),
             status.as_str().to_owned(),
             j.fence.to_string(),
             format!("{}/{}", j.attempts, j.max_attempts.max(1)),

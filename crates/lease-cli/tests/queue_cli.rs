@@ -251,7 +251,14 @@ fn list_lines_each_value_up_under_its_heading_whatever_its_length() {
     json_of(&db, &["enqueue", "job-1", "--queue", "mail"], 0);
     json_of(
         &db,
-        &["enqueue", long, "--queue", "reports-for-customers"],
+        &[
+            "enqueue",
+            long,
+            "--queue",
+            "reports-for-customers",
+            "--group",
+            "customer-with-a-long-name",
+        ],
         0,
     );
     json_of(&db, &["enqueue", "ü-ß", "--queue", "q"], 0);
@@ -288,7 +295,7 @@ fn list_lines_each_value_up_under_its_heading_whatever_its_length() {
     assert_eq!(
         header,
         [
-            "ID", "QUEUE", "STATUS", "FENCE", "ATTEMPTS", "WHEN", "ERROR"
+            "ID", "QUEUE", "GROUP", "STATUS", "FENCE", "ATTEMPTS", "WHEN", "ERROR"
         ]
     );
     let rows: Vec<Vec<String>> = lines[1..].iter().map(|l| columns(lines[0], l)).collect();
@@ -298,6 +305,7 @@ fn list_lines_each_value_up_under_its_heading_whatever_its_length() {
             vec![
                 "job-1",
                 "mail",
+                "",
                 "dead",
                 "1",
                 "0/5",
@@ -307,13 +315,14 @@ fn list_lines_each_value_up_under_its_heading_whatever_its_length() {
             vec![
                 long,
                 "reports-for-customers",
+                "customer-with-a-long-name",
                 "pending",
                 "0",
                 "0/5",
                 "due now",
                 ""
             ],
-            vec!["ü-ß", "q", "pending", "0", "0/5", "due now", ""],
+            vec!["ü-ß", "q", "", "pending", "0", "0/5", "due now", ""],
         ]
     );
 }
@@ -373,7 +382,7 @@ fn list_stats_and_purge() {
     assert_eq!(
         header,
         [
-            "ID", "QUEUE", "STATUS", "FENCE", "ATTEMPTS", "WHEN", "ERROR"
+            "ID", "QUEUE", "GROUP", "STATUS", "FENCE", "ATTEMPTS", "WHEN", "ERROR"
         ]
     );
     let b = lines.iter().find(|l| l.starts_with("b ")).unwrap();

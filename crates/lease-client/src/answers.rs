@@ -136,21 +136,23 @@ pub(crate) fn queue(value: &Value) -> Result<(QueueName, lease_domain::QueueSett
         .map_err(|_| bad("queue"))?;
     let paused = boolean(&value["paused"], "paused")?;
     let until = optional_time(&value["paused_until"], "paused_until")?;
-    let concurrency = match &value["concurrency"] {
-        Value::Null => None,
-        n => Some(
-            n.as_u64()
-                .and_then(|n| u32::try_from(n).ok())
-                .and_then(lease_domain::Concurrency::new)
-                .ok_or_else(|| bad("concurrency"))?,
-        ),
+    let limit = |field: &str| match &value[field] {
+        Value::Null => Ok(None),
+        n => n
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .and_then(lease_domain::Concurrency::new)
+            .map(Some)
+            .ok_or_else(|| bad(field)),
     };
     Ok((
         name,
         lease_domain::QueueSettings {
             paused: paused.then_some(lease_domain::Pause { until }),
-            concurrency,
+            concurrency: limit("concurrency")?,
             timeout: seconds(&value["timeout"], "timeout")?,
+            per_group: limit("per_group")?,
+            ordered: boolean(&value["ordered"], "ordered")?,
         },
     ))
 }
@@ -194,6 +196,14 @@ pub(crate) fn schedule(value: &Value) -> Result<lease_domain::Schedule, StoreErr
     })
 }
 
+/// A job's group, or none.
+fn group(value: &Value) -> Result<Option<lease_domain::GroupKey>, StoreError> {
+    text(value, "group")?
+        .map(lease_domain::GroupKey::stored)
+        .transpose()
+        .map_err(|_| bad("group"))
+}
+
 fn payload(value: &Value) -> Result<Option<Vec<u8>>, StoreError> {
     if let Some(text) = text(&value["payload"], "payload")? {
         return Ok(Some(text.into_bytes()));
@@ -223,6 +233,7 @@ pub(crate) fn lease(value: &Value, now: Timestamp) -> Result<(Lease, String), St
             attempt: count(&value["attempt"], "attempt")?,
             payload: payload(value)?,
             timeout: seconds(&value["timeout"], "timeout")?,
+            group: group(&value["group"])?,
         },
         token,
     ))
@@ -263,6 +274,7 @@ pub(crate) fn record(value: &Value) -> Result<JobRecord, StoreError> {
         token: None,
         timeout: seconds(&value["timeout"], "timeout")?,
         progress: text(&value["progress"], "progress")?,
+        group: group(&value["group"])?,
     };
     Ok(JobRecord {
         id: JobId::stored(id).map_err(|_| bad("id"))?,

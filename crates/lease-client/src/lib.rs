@@ -235,27 +235,32 @@ impl HttpLeaseStore {
             .await
     }
 
-    /// One `PUT {base}/limits` with what is given of a limit (`Some(None)` removes it, sent as
-    /// 0) and a default timeout (`Some(None)` removes it, sent as `no_timeout`): the server
-    /// applies the two as one change. The write is idempotent, so it may be sent again.
+    /// One `PUT {base}/limits` with what `limits` gives (a limit set to `None` is sent as 0,
+    /// a removed timeout as `no_timeout`): the server applies it as one change. The write is
+    /// idempotent, so it may be sent again.
     async fn put_limits(
         &self,
         base: &str,
-        limit: Option<Option<lease_domain::Concurrency>>,
-        timeout: Option<Option<lease_domain::Ttl>>,
+        limits: lease_domain::Limits,
     ) -> Result<Answer, StoreError> {
+        let count = |limit: Option<lease_domain::Concurrency>| {
+            json!(limit.map_or(0, lease_domain::Concurrency::get))
+        };
         let mut body = serde_json::Map::new();
-        if let Some(limit) = limit {
-            body.insert(
-                "concurrency".to_owned(),
-                json!(limit.map_or(0, lease_domain::Concurrency::get)),
-            );
+        if let Some(limit) = limits.concurrency {
+            body.insert("concurrency".to_owned(), count(limit));
         }
-        match timeout {
+        match limits.timeout {
             Some(Some(t)) => body.insert("timeout".to_owned(), json!(t.get())),
             Some(None) => body.insert("no_timeout".to_owned(), json!(true)),
             None => None,
         };
+        if let Some(limit) = limits.per_group {
+            body.insert("per_group".to_owned(), count(limit));
+        }
+        if let Some(ordered) = limits.ordered {
+            body.insert("ordered".to_owned(), json!(ordered));
+        }
         self.send(
             reqwest::Method::PUT,
             &format!("{base}/limits"),
@@ -345,6 +350,9 @@ impl HttpLeaseStore {
         }
         if spec.replace_finished {
             body["replace"] = json!("finished");
+        }
+        if let Some(group) = &spec.group {
+            body["group"] = json!(group.as_str());
         }
         if let Some(payload) = &spec.payload {
             match std::str::from_utf8(payload.as_bytes()) {

@@ -30,11 +30,21 @@ impl lease_ports::control::Control for HttpLeaseStore {
                 self.post(&format!("{base}/resume"), json!({}), None)
                     .await?
             }
-            QueueChange::Concurrency(limit) => self.put_limits(&base, Some(limit), None).await?,
-            QueueChange::Timeout(timeout) => self.put_limits(&base, None, Some(timeout)).await?,
-            QueueChange::Limits(limit, timeout) => {
-                self.put_limits(&base, Some(limit), Some(timeout)).await?
+            QueueChange::Concurrency(limit) => {
+                let limits = lease_domain::Limits {
+                    concurrency: Some(limit),
+                    ..lease_domain::Limits::default()
+                };
+                self.put_limits(&base, limits).await?
             }
+            QueueChange::Timeout(timeout) => {
+                let limits = lease_domain::Limits {
+                    timeout: Some(timeout),
+                    ..lease_domain::Limits::default()
+                };
+                self.put_limits(&base, limits).await?
+            }
+            QueueChange::Limits(limits) => self.put_limits(&base, limits).await?,
         };
         if answer.status != 200 {
             return Err(answer.error());

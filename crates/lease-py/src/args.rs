@@ -43,6 +43,7 @@ pub(crate) struct JobArgs<'a> {
     pub(crate) payload: Option<Payload>,
     pub(crate) timeout: Option<f64>,
     pub(crate) replace_finished: bool,
+    pub(crate) group: Option<&'a str>,
 }
 
 impl JobArgs<'_> {
@@ -63,13 +64,20 @@ impl JobArgs<'_> {
                 })
                 .transpose()?,
             replace_finished: self.replace_finished,
+            group: self
+                .group
+                .map(|g| {
+                    lease_domain::GroupKey::new(g)
+                        .map_err(|e| Failure::Input(format!("group: {e}")))
+                })
+                .transpose()?,
         };
         Ok((id, spec))
     }
 }
 
 /// The fields a job of `enqueue_many` may give.
-const JOB_FIELDS: [&str; 8] = EnqueueSpec::FIELDS;
+const JOB_FIELDS: [&str; 9] = EnqueueSpec::FIELDS;
 
 /// One job of `enqueue_many`, a dict with an `id` and any of the other fields.
 pub(crate) fn batch_job(
@@ -109,6 +117,7 @@ pub(crate) fn batch_job(
     let max_attempts: Option<u32> = get("max_attempts")?.map(|m| m.extract()).transpose()?;
     let timeout: Option<f64> = get("timeout")?.map(|t| t.extract()).transpose()?;
     let replace: Option<String> = get("replace")?.map(|r| r.extract()).transpose()?;
+    let group: Option<String> = get("group")?.map(|g| g.extract()).transpose()?;
     let replace_finished = match replace.as_deref() {
         None => false,
         Some("finished") => true,
@@ -131,6 +140,7 @@ pub(crate) fn batch_job(
         payload,
         timeout,
         replace_finished,
+        group: group.as_deref(),
     };
     Ok(job.check().or_else(|e| match e {
         Failure::Input(why) => at(why),

@@ -145,8 +145,9 @@ impl StoreCore {
     /// (default: its queue's, if any) before its worker stops it and fails it "timed out".
     /// With ``replace_finished``, an id that is done, dead or cancelled runs again (pending,
     /// attempts from 0, its fence going on, its last result kept until the new run
-    /// completes); a pending or running job is never touched.
-    #[pyo3(signature = (job_id, *, queue = "default", priority = 0, run_at = None, max_attempts = None, payload = None, timeout = None, replace_finished = false))]
+    /// completes); a pending or running job is never touched. ``group`` puts the job in a
+    /// group of its queue (a customer, an account), which the queue's group rules count by.
+    #[pyo3(signature = (job_id, *, queue = "default", priority = 0, run_at = None, max_attempts = None, payload = None, timeout = None, replace_finished = false, group = None))]
     #[allow(clippy::too_many_arguments)] // A job's fields, as the caller names them.
     fn enqueue(
         &self,
@@ -159,6 +160,7 @@ impl StoreCore {
         payload: Option<&Bound<'_, PyAny>>,
         timeout: Option<f64>,
         replace_finished: bool,
+        group: Option<&str>,
     ) -> PyResult<Pending> {
         let payload = to_py(py, args::payload(payload)?)?;
         let job = args::JobArgs {
@@ -170,6 +172,7 @@ impl StoreCore {
             payload,
             timeout,
             replace_finished,
+            group,
         };
         let (id, spec) = to_py(py, job.check())?;
         let store = self.store(py)?;
@@ -182,8 +185,8 @@ impl StoreCore {
 
     /// Adds many jobs in one transaction, all or none; for each, in order, whether it was
     /// made. Each job is a dict with ``id`` and any of ``queue`` (default ``queue``),
-    /// ``priority``, ``run_at``, ``max_attempts``, ``payload``, ``timeout`` and ``replace``
-    /// (``"finished"``: as ``replace_finished``).
+    /// ``priority``, ``run_at``, ``max_attempts``, ``payload``, ``timeout``, ``replace``
+    /// (``"finished"``: as ``replace_finished``) and ``group``.
     #[pyo3(signature = (jobs, *, queue = "default"))]
     fn enqueue_many(
         &self,
@@ -605,9 +608,12 @@ impl StoreCore {
     }
 
     /// Sets ``queue``'s concurrency limit (the most of its leases live at once, across
-    /// every worker; 0 removes it) and/or its default timeout in seconds (``no_timeout=True``
-    /// removes it). Both given are one change, applied together or not at all.
-    #[pyo3(signature = (queue, *, concurrency = None, timeout = None, no_timeout = false, now = None))]
+    /// every worker; 0 removes it), its default timeout in seconds (``no_timeout=True``
+    /// removes it), the most live leases of each of its groups (``per_group``; 0 removes it)
+    /// and whether each group runs one job at a time in claim order (``ordered``). All given
+    /// are one change, applied together or not at all.
+    #[pyo3(signature = (queue, *, concurrency = None, timeout = None, no_timeout = false, per_group = None, ordered = None, now = None))]
+    #[allow(clippy::too_many_arguments)] // A queue's settings, as the caller names them.
     fn limit(
         &self,
         py: Python<'_>,
@@ -615,6 +621,8 @@ impl StoreCore {
         concurrency: Option<u32>,
         timeout: Option<f64>,
         no_timeout: bool,
+        per_group: Option<u32>,
+        ordered: Option<bool>,
         now: Option<f64>,
     ) -> PyResult<Pending> {
         let change = (|| {
@@ -629,15 +637,19 @@ impl StoreCore {
                 (None, true) => Some(None),
                 (None, false) => None,
             };
-            // Both given are one change: applied together or not at all.
-            lease_domain::QueueChange::limits(
-                concurrency.map(lease_domain::Concurrency::new),
+            // All given are one change: applied together or not at all.
+            lease_domain::QueueChange::set(lease_domain::Limits {
+                concurrency: concurrency.map(lease_domain::Concurrency::new),
                 timeout,
-            )
+                per_group: per_group.map(lease_domain::Concurrency::new),
+                ordered,
+            })
             .map_or_else(
                 || {
                     invalid(
-                        "give concurrency (0 removes the limit), timeout or no_timeout".to_owned(),
+                        "give concurrency (0 removes the limit), timeout, no_timeout, per_group \
+                         or ordered"
+                            .to_owned(),
                     )
                 },
                 Ok,

@@ -97,6 +97,8 @@ pub(crate) struct Lease {
     /// How long this attempt may run, in seconds (the job's timeout, else its queue's), if
     /// it is limited.
     timeout: Option<f64>,
+    /// The job's group in its queue, if it has one.
+    group: Option<String>,
 }
 
 #[pymethods]
@@ -128,6 +130,7 @@ impl Lease {
                 .as_deref()
                 .map(|p| PyBytes::new(py, p).unbind()),
             timeout: lease.timeout.map(lease_domain::Ttl::get),
+            group: lease.group.as_ref().map(|g| g.as_str().to_owned()),
         }
     }
 
@@ -141,6 +144,7 @@ impl Lease {
             attempt: 0,
             payload: None,
             timeout: None,
+            group: None,
         }
     }
 }
@@ -381,6 +385,8 @@ pub(crate) struct Record {
     timeout: Option<f64>,
     /// What the current attempt last reported of its progress.
     progress: Option<String>,
+    /// The job's group in its queue, if it has one.
+    group: Option<String>,
 }
 
 #[pymethods]
@@ -415,6 +421,7 @@ impl Record {
             updated: job.updated.map(Timestamp::get),
             timeout: job.timeout.map(lease_domain::Ttl::get),
             progress: job.progress.clone(),
+            group: job.group.as_ref().map(|g| g.as_str().to_owned()),
         }
     }
 }
@@ -454,7 +461,7 @@ fn optional<T: std::fmt::Display>(value: Option<T>) -> String {
 }
 
 /// A queue's flow control: whether it is paused (at the time it was read) and until when, its
-/// concurrency limit and its default timeout.
+/// concurrency limit, its default timeout, the limit per group and whether groups are ordered.
 #[pyclass(module = "lease", frozen, get_all)]
 #[derive(Debug)]
 pub(crate) struct QueueSettings {
@@ -463,18 +470,24 @@ pub(crate) struct QueueSettings {
     paused_until: Option<f64>,
     concurrency: Option<u32>,
     timeout: Option<f64>,
+    per_group: Option<u32>,
+    ordered: bool,
 }
 
 #[pymethods]
 impl QueueSettings {
     fn __repr__(&self) -> String {
+        let flag = |b: bool| if b { "True" } else { "False" };
         format!(
-            "QueueSettings(queue={:?}, paused={}, paused_until={}, concurrency={}, timeout={})",
+            "QueueSettings(queue={:?}, paused={}, paused_until={}, concurrency={}, timeout={}, \
+             per_group={}, ordered={})",
             self.queue,
-            if self.paused { "True" } else { "False" },
+            flag(self.paused),
             optional(self.paused_until),
             optional(self.concurrency),
-            optional(self.timeout)
+            optional(self.timeout),
+            optional(self.per_group),
+            flag(self.ordered)
         )
     }
 }
@@ -491,6 +504,8 @@ impl QueueSettings {
             paused_until: settings.paused.and_then(|p| p.until).map(Timestamp::get),
             concurrency: settings.concurrency.map(lease_domain::Concurrency::get),
             timeout: settings.timeout.map(lease_domain::Ttl::get),
+            per_group: settings.per_group.map(lease_domain::Concurrency::get),
+            ordered: settings.ordered,
         }
     }
 }

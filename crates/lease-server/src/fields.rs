@@ -202,6 +202,11 @@ impl Name {
         lease_domain::QueueName::new(self.0).map_err(|e| crate::input::bad_value(field, &e))
     }
 
+    /// The name as a job's group.
+    pub(crate) fn group(self) -> Result<lease_domain::GroupKey, crate::problem::Problem> {
+        lease_domain::GroupKey::new(self.0).map_err(|e| crate::input::bad_value("group", &e))
+    }
+
     /// The name as an owner's.
     pub(crate) fn owner(self) -> Result<lease_domain::Owner, crate::problem::Problem> {
         lease_domain::Owner::new(self.0).map_err(|e| crate::input::bad_value("owner", &e))

@@ -56,6 +56,9 @@ pub(crate) struct EnqueueBody {
     /// `finished`: a job of this id that is done, dead or cancelled runs again (a pending or
     /// running one is never touched); absent, an existing job is left as it is.
     pub(crate) replace: Option<Replace>,
+    /// The job's group in its queue (a customer, an account): the key the queue's group rules
+    /// (`per_group`, `ordered`) count by. 1 to 1,024 bytes; absent, no group rule limits it.
+    pub(crate) group: Option<Name>,
 }
 
 /// The rules of a body that tie one field to another, which utoipa cannot declare on a type:
@@ -139,6 +142,7 @@ pub(crate) fn spec(
             enqueued_at: enqueued,
             timeout: body.timeout.map(|t| t.ttl("timeout")).transpose()?,
             replace_finished: body.replace.is_some(),
+            group: body.group.map(Name::group).transpose()?,
         },
     ))
 }
@@ -206,6 +210,8 @@ pub(crate) struct BatchJob {
     pub(crate) timeout: Option<Seconds>,
     /// `finished`: rerun a finished job of this id, as `POST /v1/queues/{queue}/jobs` takes it.
     pub(crate) replace: Option<Replace>,
+    /// The job's group, as `POST /v1/queues/{queue}/jobs` takes it.
+    pub(crate) group: Option<Name>,
 }
 
 impl BatchJob {
@@ -223,6 +229,7 @@ impl BatchJob {
                 enqueued_at: self.enqueued_at,
                 timeout: self.timeout,
                 replace: self.replace,
+                group: self.group,
             },
         )
     }
@@ -314,6 +321,8 @@ pub(crate) struct JobView {
     pub(crate) timeout: Option<f64>,
     /// What the current attempt last said of its progress.
     pub(crate) progress: Option<String>,
+    /// The job's group in its queue, if it has one.
+    pub(crate) group: Option<String>,
     /// The job's payload, if it has one.
     #[serde(flatten)]
     pub(crate) payload: PayloadView,
@@ -341,6 +350,7 @@ impl JobView {
             updated: job.updated.map(Timestamp::get),
             timeout: job.timeout.map(lease_domain::Ttl::get),
             progress: job.progress.clone(),
+            group: job.group.as_ref().map(|g| g.as_str().to_owned()),
             payload: PayloadView::of(job.payload.as_deref()),
         }
     }

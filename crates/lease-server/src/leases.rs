@@ -59,6 +59,9 @@ pub(crate) struct LeaseView {
     /// it has a limit: stop after that, and fail it as "timed out".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) timeout: Option<f64>,
+    /// The job's group in its queue, if it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) group: Option<String>,
     /// The job's payload, if it has one.
     #[serde(flatten)]
     pub(crate) payload: PayloadView,
@@ -75,6 +78,7 @@ impl LeaseView {
             until: lease.until.get(),
             attempt: lease.attempt,
             timeout: lease.timeout.map(lease_domain::Ttl::get),
+            group: lease.group.as_ref().map(|g| g.as_str().to_owned()),
             payload: PayloadView::of(lease.payload.as_deref()),
             lease_token: token.to_owned(),
         }
@@ -245,14 +249,16 @@ pub(crate) async fn claim(
         }
         None => None,
     };
+    let (payload, group) = record.map_or((None, None), |r| (r.job.payload, r.job.group));
     let lease = Lease {
         job: id,
         fence,
         now,
         until: term.until(),
         attempt: 0,
-        payload: record.and_then(|r| r.job.payload),
+        payload,
         timeout,
+        group,
     };
     Ok(no_store(json_response(
         StatusCode::OK,

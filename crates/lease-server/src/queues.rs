@@ -25,6 +25,10 @@ pub(crate) struct QueueView {
     pub(crate) concurrency: Option<u32>,
     /// How long an attempt of a job that names no timeout may run, in seconds, if limited.
     pub(crate) timeout: Option<f64>,
+    /// The most live leases of one group of the queue at once, if limited.
+    pub(crate) per_group: Option<u32>,
+    /// Whether each group runs one job at a time, in claim order.
+    pub(crate) ordered: bool,
 }
 
 impl QueueView {
@@ -39,6 +43,8 @@ impl QueueView {
                 .filter(|_| settings.is_paused_at(now)),
             concurrency: settings.concurrency.map(Concurrency::get),
             timeout: settings.timeout.map(lease_domain::Ttl::get),
+            per_group: settings.per_group.map(Concurrency::get),
+            ordered: settings.ordered,
         }
     }
 }
@@ -134,7 +140,7 @@ pub(crate) async fn resume(
 /// A queue's limits; a field left out is left as it is.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(example = json!({"concurrency": 4, "timeout": 300}))]
+#[schema(example = json!({"concurrency": 4, "timeout": 300, "per_group": 1}))]
 pub(crate) struct LimitsBody {
     /// The most of its leases live at once, across every worker; 0 removes the limit.
     #[schema(value_type = Option<i64>, minimum = 0, maximum = 4_294_967_295_i64)]
@@ -143,6 +149,13 @@ pub(crate) struct LimitsBody {
     pub(crate) timeout: Option<Seconds>,
     /// `true` removes the queue's default timeout (with no `timeout`).
     pub(crate) no_timeout: Option<bool>,
+    /// The most live leases of one group of the queue at once, across every worker; 0
+    /// removes the limit.
+    #[schema(value_type = Option<i64>, minimum = 0, maximum = 4_294_967_295_i64)]
+    pub(crate) per_group: Option<u32>,
+    /// `true`: each group runs one job at a time, in claim order (a later job waits while an
+    /// earlier one runs, waits for its retry, or is dead); `false` turns it off.
+    pub(crate) ordered: Option<bool>,
 }
 
 #[utoipa::path(put, path = "/v1/queues/{queue}/limits", tag = "admin",
@@ -167,8 +180,14 @@ pub(crate) async fn limits(
         (None, Some(true)) => Some(None),
         (None, _) => None,
     };
-    // A limit and a timeout together are one change: both are applied or neither.
-    match QueueChange::limits(body.concurrency.map(Concurrency::new), timeout) {
+    // Every limit given is one change: all are applied or none.
+    let limits = lease_domain::Limits {
+        concurrency: body.concurrency.map(Concurrency::new),
+        timeout,
+        per_group: body.per_group.map(Concurrency::new),
+        ordered: body.ordered,
+    };
+    match QueueChange::set(limits) {
         Some(one) => change(&app, queue, one).await,
         None => {
             let name = Name(queue).queue("queue")?;

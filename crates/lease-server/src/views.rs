@@ -84,7 +84,7 @@ pub fn refusal_json(row: &AuditRow) -> Value {
 }
 
 /// A queue's settings as `GET /v1/queues` answers each (`paused`, `paused_until`,
-/// `concurrency`, `timeout`), judged at `now`.
+/// `concurrency`, `timeout`, `per_group`, `ordered`), judged at `now`.
 #[must_use]
 pub fn queue_json(
     queue: &lease_domain::QueueName,

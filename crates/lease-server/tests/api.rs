@@ -916,8 +916,7 @@ async fn a_limit_and_a_timeout_in_one_request_are_one_change_of_the_store() {
     assert_eq!(
         *store.hooks().changes.lock().unwrap(),
         vec![lease_domain::QueueChange::Limits(
-            lease_domain::Concurrency::new(2),
-            None
+            lease_domain::Limits::both(lease_domain::Concurrency::new(2), None)
         )]
     );
     assert_eq!(answer.body["concurrency"], 2, "{}", answer.body);

@@ -85,6 +85,8 @@ class Lease:
     @property
     def timeout(self) -> Optional[float]: ...
     @property
+    def group(self) -> Optional[str]: ...
+    @property
     def ok(self) -> bool: ...
 
 @final
@@ -171,6 +173,8 @@ class Record:
     def timeout(self) -> Optional[float]: ...
     @property
     def progress(self) -> Optional[str]: ...
+    @property
+    def group(self) -> Optional[str]: ...
 
 @final
 class StatsRow:
@@ -193,6 +197,10 @@ class QueueSettings:
     def concurrency(self) -> Optional[int]: ...
     @property
     def timeout(self) -> Optional[float]: ...
+    @property
+    def per_group(self) -> Optional[int]: ...
+    @property
+    def ordered(self) -> bool: ...
 
 @final
 class Schedule:
@@ -280,6 +288,7 @@ class StoreCore:
         payload: _Payload = None,
         timeout: Optional[float] = None,
         replace_finished: bool = False,
+        group: Optional[str] = None,
     ) -> Pending[bool]: ...
     def enqueue_many(
         self, jobs: Iterable[dict[str, Any]], *, queue: str = "default"
@@ -355,6 +364,8 @@ class StoreCore:
         concurrency: Optional[int] = None,
         timeout: Optional[float] = None,
         no_timeout: bool = False,
+        per_group: Optional[int] = None,
+        ordered: Optional[bool] = None,
         now: Optional[float] = None,
     ) -> Pending[QueueSettings]: ...
     def queues(self, *, now: Optional[float] = None) -> Pending[_List[QueueSettings]]: ...
