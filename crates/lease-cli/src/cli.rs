@@ -156,8 +156,8 @@ pub(crate) enum Command {
     Guard(crate::guard::GuardArgs),
     /// Make, list and revoke the API keys of `lease serve` (kept in the store as digests).
     Keys(crate::serve::KeysArgs),
-    /// Run a program for each job of a queue: the payload on its stdin; LEASE_JOB, LEASE_FENCE
-    /// and LEASE_ATTEMPT in its environment; exit 0 completes the job with its stdout, another
+    /// Run a program for each job of a queue: the payload on its stdin; LEASE_JOB, LEASE_FENCE,
+    /// LEASE_ATTEMPT (and LEASE_GROUP for a job of a group) in its environment; exit 0 completes the job with its stdout, another
     /// exit fails it (stderr's last lines are the error). If the lease is lost or the job
     /// cancelled, the program gets SIGTERM, then SIGKILL after --grace, and nothing is written.
     /// Ctrl-C stops claiming, lets running jobs finish for --drain, then releases the rest.

@@ -163,6 +163,9 @@ async fn run_program(
     if let Some(timeout) = job.timeout {
         program_command.env("LEASE_TIMEOUT", timeout.get().to_string());
     }
+    if let Some(group) = &job.group {
+        program_command.env("LEASE_GROUP", group.as_str());
+    }
     let mut child = program_command
         .args(args)
         .env("LEASE_JOB", job.job.as_str())

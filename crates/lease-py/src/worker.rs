@@ -32,6 +32,7 @@ pub(crate) struct Job {
     payload: Option<Py<PyBytes>>,
     cancel: CancellationToken,
     timeout: Option<f64>,
+    group: Option<String>,
     progress: lease_worker::Progress,
 }
 
@@ -104,6 +105,12 @@ impl Job {
         self.timeout
     }
 
+    /// The job's group in its queue, if it has one.
+    #[getter]
+    fn group(&self) -> Option<String> {
+        self.group.clone()
+    }
+
     /// Stores `text` (up to 1,024 bytes) as the job's progress under this lease's fence, and
     /// renews the lease; True when stored, False when the lease is no longer this run's
     /// (nothing is stored then). Waits with the interpreter released.
@@ -157,6 +164,7 @@ fn call_handler(handler: &Py<PyAny>, context: JobContext) -> HandlerResult {
                 .map(|p| PyBytes::new(py, p).unbind()),
             cancel: context.cancel.clone(),
             timeout: context.timeout.map(Ttl::get),
+            group: context.group.as_ref().map(|g| g.as_str().to_owned()),
             progress: context.progress.clone(),
         };
         let answer = handler.call1(py, (job,)).map_err(|e| error_text(py, &e))?;

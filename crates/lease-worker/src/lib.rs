@@ -50,6 +50,8 @@ pub struct JobContext {
     pub cancel: CancellationToken,
     /// How long this attempt may run (the job's timeout, else its queue's), if it is limited.
     pub timeout: Option<Ttl>,
+    /// The job's group in its queue, if it has one.
+    pub group: Option<lease_domain::GroupKey>,
     /// Reports this attempt's progress.
     pub progress: Progress,
 }
@@ -525,6 +527,7 @@ async fn run_job(
         payload: lease.payload.clone(),
         cancel: token.clone(),
         timeout: lease.timeout,
+        group: lease.group.clone(),
         progress: Progress {
             store: Arc::clone(&shared.store),
             clock: Arc::clone(&shared.clock),
