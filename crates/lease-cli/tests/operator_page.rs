@@ -880,8 +880,9 @@ async fn an_admin_pauses_limits_and_schedules_from_the_page_and_a_job_shows_its_
         .unwrap()
         .to_owned();
     for id in ["m1", "m2", "m3"] {
+        let group = format!("acct-{id}");
         assert_eq!(
-            lease(&db, &["enqueue", id, "--queue", "mail"])
+            lease(&db, &["enqueue", id, "--queue", "mail", "--group", &group])
                 .status
                 .code(),
             Some(0)
@@ -948,17 +949,27 @@ async fn an_admin_pauses_limits_and_schedules_from_the_page_and_a_job_shows_its_
     session
         .until("the mail queue, resumed", &format!("{mail_flow} === '—'"))
         .await;
-    // A limit of 2 from the form.
+    // A limit of 2, one job a group, groups in order, all from the form (each job of the
+    // mail queue is in a group of its own).
     session
-        .eval("document.getElementById('limit-queue').value = 'mail'; document.getElementById('limit-concurrency').value = '2'")
+        .eval("document.getElementById('limit-queue').value = 'mail'; document.getElementById('limit-concurrency').value = '2'; document.getElementById('limit-per-group').value = '1'; document.getElementById('limit-ordered').value = 'yes'")
         .await;
     session.confirm("#limit-form button", None).await;
     session
         .until(
-            "the mail queue's limit",
-            &format!("{mail_flow}.startsWith('≤ 2')"),
+            "the mail queue's limits",
+            &format!("{mail_flow}.startsWith('≤ 2') && {mail_flow}.includes('≤ 1 a group, groups in order')"),
         )
         .await;
+    let (_, queues) = server.call("GET", "/v1/queues", &as_admin, "");
+    assert_eq!(
+        (
+            &queues["queues"][0]["per_group"],
+            &queues["queues"][0]["ordered"]
+        ),
+        (&json!(1), &json!(true)),
+        "{queues}"
+    );
     let leases = claim(3);
     assert_eq!(
         leases.len(),
@@ -1094,6 +1105,12 @@ async fn an_admin_pauses_limits_and_schedules_from_the_page_and_a_job_shows_its_
         .until(
             "the job's progress",
             "[...document.querySelectorAll('#job-fields dd')].some(d => d.innerText === '12 of 40 files')",
+        )
+        .await;
+    session
+        .until(
+            "the job's group",
+            &format!("[...document.querySelectorAll('#job-fields dd')].some(d => d.innerText === 'acct-{id}')"),
         )
         .await;
     session.screenshot("11-job-progress").await;

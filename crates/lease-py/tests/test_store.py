@@ -157,6 +157,35 @@ def test_a_queue_is_paused_limited_and_resumed_from_python(store):
     assert store.queues() == [], "a refused change changed settings"
 
 
+def test_groups_are_limited_and_ordered_from_python(store):
+    for n in range(3):
+        assert store.enqueue(f"a{n}", queue="g", group="acct-a")
+    assert store.enqueue_many([{"id": "b0", "group": "acct-b"}, {"id": "free"}], queue="g")
+    assert store.record("a1").group == "acct-a" and store.record("free").group is None
+    ruled = store.limit("g", per_group=1, ordered=True)
+    assert (ruled.per_group, ruled.ordered, ruled.concurrency) == (1, True, None)
+    assert "per_group=1, ordered=True" in repr(ruled)
+    leases = store.claim_next("g", A, 30.0, limit=10)
+    assert [(h.id, h.group) for h in leases] == [("a0", "acct-a"), ("b0", "acct-b"), ("free", None)]
+    assert store.claim_next("g", A, 30.0, limit=10) == [], "a group ran two jobs at once"
+    assert store.complete("a0", A, leases[0].fence, "ok")
+    assert [h.id for h in store.claim_next("g", A, 30.0, limit=10)] == ["a1"]
+    for bad, says in [
+        (dict(queue="g", group=""), "group"),
+        (dict(queue="g", group="x" * 1025), "group"),
+    ]:
+        with pytest.raises(lease.InvalidInput) as raised:
+            store.enqueue("bad", **bad)
+        assert says in str(raised.value)
+    with pytest.raises(lease.InvalidInput) as raised:
+        store.enqueue_many([{"id": "bad", "group": ""}], queue="g")
+    assert "jobs[0]" in str(raised.value) and "group" in str(raised.value)
+    assert store.record("bad") is None, "a refused enqueue stored a job"
+    freed = store.limit("g", per_group=0, ordered=False)
+    assert (freed.per_group, freed.ordered) == (None, False)
+    assert store.queues() == []
+
+
 def test_a_schedule_is_set_listed_run_by_hand_and_removed_from_python(store):
     # 2026-01-01T00:00:00Z; a tick every five minutes.
     t0 = 1_767_225_600.0

@@ -150,13 +150,14 @@ def test_the_default_owner_names_the_host_and_the_process(db):
     assert worker.owner.endswith(f"/{os.getpid()}")
 
 
-def test_a_handler_reports_progress_under_its_fence_and_sees_its_timeout(db):
+def test_a_handler_reports_progress_under_its_fence_and_sees_its_timeout_and_group(db):
     store = lease.Store(db, create=True)
-    store.enqueue("p", timeout=120)
+    store.enqueue("p", timeout=120, group="acct-7")
     seen = {}
 
     def handle(job):
         seen["timeout"] = job.timeout
+        seen["group"] = job.group
         seen["stored"] = job.progress("3 of 10")
         seen["record"] = store.record("p").progress
         with pytest.raises(lease.InvalidInput) as raised:
@@ -167,6 +168,7 @@ def test_a_handler_reports_progress_under_its_fence_and_sees_its_timeout(db):
     summary = lease.Worker(store, handle, owner="py/w", exit_when_empty=True, idle_poll=0.05).run()
     assert summary.completed == 1
     assert seen["timeout"] == 120.0 and seen["stored"] is True
+    assert seen["group"] == "acct-7"
     assert seen["record"] == "3 of 10"
     assert "progress" in seen["too_long"]
     assert store.record("p").progress == "3 of 10"

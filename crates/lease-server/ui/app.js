@@ -186,7 +186,8 @@ function chart(series) {
   return svg;
 }
 
-// A queue's flow control in words: paused (until when), its limit and its timeout.
+// A queue's flow control in words: paused (until when), its limit, its timeout and its group
+// rules.
 function flow(settings) {
   if (!settings) return '—';
   const words = [];
@@ -195,6 +196,8 @@ function flow(settings) {
   }
   if (settings.concurrency !== null && settings.concurrency !== undefined) words.push(`≤ ${num(settings.concurrency)} at once`);
   if (settings.timeout !== null && settings.timeout !== undefined) words.push(`timeout ${duration(settings.timeout)}`);
+  if (settings.per_group !== null && settings.per_group !== undefined) words.push(`≤ ${num(settings.per_group)} a group`);
+  if (settings.ordered) words.push('groups in order');
   return words.length ? words.join(', ') : '—';
 }
 
@@ -406,6 +409,7 @@ function renderJob(job) {
   const list = $('job-fields');
   list.replaceChildren();
   field(list, 'Queue', job.queue);
+  field(list, 'Group', job.group === null || job.group === undefined ? null : text(job.group));
   field(list, 'Status', job.status);
   field(list, 'Fence', num(job.fence));
   field(list, 'Owner', job.owner);
@@ -489,7 +493,11 @@ async function limit(event) {
   const body = {};
   const concurrency = $('limit-concurrency').value;
   const timeout = $('limit-timeout').value;
+  const perGroup = $('limit-per-group').value;
+  const ordered = $('limit-ordered').value;
   if (concurrency !== '') body.concurrency = Number(concurrency);
+  if (perGroup !== '') body.per_group = Number(perGroup);
+  if (ordered !== '') body.ordered = ordered === 'yes';
   if (timeout !== '') {
     if (Number(timeout) === 0) body.no_timeout = true; else body.timeout = Number(timeout);
   }
