@@ -87,6 +87,11 @@ pub(crate) struct SpecFlags {
     /// rules (`lease limit --per-group`, `--ordered`) count by. 1 to 1,024 bytes.
     #[arg(long, value_name = "GROUP")]
     group: Option<String>,
+    /// Debounce: the job is due SECONDS from now; enqueueing the same id again while it still
+    /// waits to start replaces its payload and pushes it to SECONDS from then (a started or
+    /// finished job is left alone).
+    #[arg(long, value_name = "SECONDS", allow_hyphen_values = true)]
+    debounce: Option<f64>,
 }
 
 impl SpecFlags {
@@ -114,6 +119,11 @@ impl SpecFlags {
                 .map(lease_domain::GroupKey::new)
                 .transpose()
                 .map_err(|e| RequestError::Flag(format!("--group: {e}")))?,
+            debounce: self
+                .debounce
+                .map(Ttl::new)
+                .transpose()
+                .map_err(|e| RequestError::Flag(format!("--debounce: {e}")))?,
         })
     }
 }

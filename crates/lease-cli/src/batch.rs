@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::args::RequestError;
 
 /// The fields a JSON line may have.
-const FIELDS: [&str; 9] = EnqueueSpec::FIELDS;
+const FIELDS: [&str; 10] = EnqueueSpec::FIELDS;
 
 /// The jobs `input` lists, each with `defaults` where its line says nothing. Empty lines are
 /// skipped; a line's final carriage return (a file written on Windows) is not part of it.
@@ -101,6 +101,12 @@ fn json_line(line: &str, defaults: &EnqueueSpec) -> Result<(JobId, EnqueueSpec),
             .as_f64()
             .ok_or_else(|| format!("timeout must be a number of seconds, not {value}"))?;
         spec.timeout = Some(Ttl::new(seconds).map_err(|e| format!("timeout: {e}"))?);
+    }
+    if let Some(value) = fields.get("debounce") {
+        let seconds = value
+            .as_f64()
+            .ok_or_else(|| format!("debounce must be a number of seconds, not {value}"))?;
+        spec.debounce = Some(Ttl::new(seconds).map_err(|e| format!("debounce: {e}"))?);
     }
     if let Some(group) = text("group")? {
         spec.group = Some(lease_domain::GroupKey::new(group).map_err(|e| format!("group: {e}"))?);

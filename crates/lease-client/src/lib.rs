@@ -354,6 +354,9 @@ impl HttpLeaseStore {
         if let Some(group) = &spec.group {
             body["group"] = json!(group.as_str());
         }
+        if let Some(debounce) = spec.debounce {
+            body["debounce"] = json!(debounce.get());
+        }
         if let Some(payload) = &spec.payload {
             match std::str::from_utf8(payload.as_bytes()) {
                 Ok(text) => body["payload"] = json!(text),

@@ -259,6 +259,8 @@ fn enqueue(
         Some(job) if spec.replace_finished && job.finished().is_some() => {
             (Some(job.rerun(spec)), Outcome::Enqueued(true))
         }
+        // A debounced enqueue of a job still waiting to start moves it; nothing is inserted.
+        Some(job) if spec.debounce.is_some() => (job.debounced(spec), Outcome::Enqueued(false)),
         Some(_) => (None, Outcome::Enqueued(false)),
         None => (Some(Job::enqueued(spec, purged)), Outcome::Enqueued(true)),
     }

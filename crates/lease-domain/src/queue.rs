@@ -228,6 +228,11 @@ pub struct EnqueueSpec {
     pub replace_finished: bool,
     /// The job's group in its queue (`None`: no group, limited by no group rule).
     pub group: Option<GroupKey>,
+    /// Debounce: the job is due this long after `enqueued_at` (and not before `run_at`), and
+    /// an enqueue of its id while it still waits to start takes its payload and pushes its
+    /// due time to this long from that enqueue ([`crate::Job::debounced`]). Without
+    /// `enqueued_at` it has no effect.
+    pub debounce: Option<Ttl>,
 }
 
 impl EnqueueSpec {
@@ -237,7 +242,7 @@ impl EnqueueSpec {
     /// The fields of a job as a caller names them, its id first (the CLI's JSON lines, the
     /// Python package's dicts): the spec's own, but `enqueued_at`, which the enqueuer's clock
     /// gives.
-    pub const FIELDS: [&'static str; 9] = [
+    pub const FIELDS: [&'static str; 10] = [
         "id",
         "queue",
         "priority",
@@ -247,7 +252,22 @@ impl EnqueueSpec {
         "timeout",
         "replace",
         "group",
+        "debounce",
     ];
+
+    /// When a job enqueued as this spec says is due: the later of `run_at` and, with a
+    /// debounce, `enqueued_at` plus it; `None`: at once.
+    #[must_use]
+    pub fn due(&self) -> Option<Timestamp> {
+        let debounced = self
+            .debounce
+            .zip(self.enqueued_at)
+            .and_then(|(d, at)| Timestamp::new(at.get() + d.get()).ok());
+        match (self.run_at, debounced) {
+            (Some(a), Some(b)) => Some(if a > b { a } else { b }),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 /// How a job ended without completing.

@@ -99,7 +99,7 @@ impl Job {
             fence: purged.unwrap_or(Fence::ZERO),
             queue: spec.queue.clone(),
             priority: spec.priority,
-            run_at: spec.run_at,
+            run_at: spec.due(),
             max_attempts: spec
                 .max_attempts
                 .unwrap_or(EnqueueSpec::DEFAULT_MAX_ATTEMPTS),
@@ -123,6 +123,22 @@ impl Job {
             result_fence: self.result_fence,
             ..Self::enqueued(spec, None)
         }
+    }
+
+    /// The job after a debounced enqueue of its id (`spec` with a debounce): while it waits to
+    /// start (no lease ever granted, not finished) it takes the spec's payload and is due as
+    /// the spec says ([`EnqueueSpec::due`]); `None` for a job that has started or finished,
+    /// which the enqueue leaves alone, or a spec without a debounce.
+    #[must_use]
+    pub fn debounced(&self, spec: &EnqueueSpec) -> Option<Self> {
+        let waiting =
+            !self.done && self.ended.is_none() && self.attempts == 0 && self.owner.is_none();
+        (spec.debounce.is_some() && waiting).then(|| Self {
+            payload: spec.payload.as_ref().map(|p| p.as_bytes().to_vec()),
+            run_at: spec.due(),
+            updated: spec.enqueued_at.or(self.updated),
+            ..self.clone()
+        })
     }
 
     /// How long an attempt of the job may run in a queue with `settings`: its own timeout, else

@@ -919,6 +919,7 @@ fn queue_values_are_checked_at_the_boundary() {
         timeout: Some(Ttl::new(30.0).unwrap()),
         replace_finished: false,
         group: Some(crate::GroupKey::new("acct-1").unwrap()),
+        debounce: None,
     };
     let job = Job::enqueued(&spec, None);
     assert_eq!(job.timeout, Some(Ttl::new(30.0).unwrap()));
@@ -1839,4 +1840,60 @@ fn limits_change_only_what_they_name() {
     .unwrap();
     assert_eq!(decide_queue_change(&next, off), start);
     assert_eq!(QueueChange::set(Limits::default()), None);
+}
+
+#[test]
+fn a_debounced_enqueue_moves_a_waiting_job_and_leaves_a_started_one() {
+    let spec = |payload: &[u8], at_: f64| EnqueueSpec {
+        debounce: Some(Ttl::new(10.0).unwrap()),
+        enqueued_at: Some(at(at_)),
+        payload: Some(Payload::new(payload.to_vec(), 16).unwrap()),
+        ..EnqueueSpec::default()
+    };
+    let id = JobId::new("d").unwrap();
+    let (first, outcome) = Command::EnqueueWith(spec(b"1", 100.0)).decide(&id, None, None);
+    let first = first.unwrap();
+    assert_eq!(
+        (first.run_at, outcome),
+        (Some(at(110.0)), Outcome::Enqueued(true))
+    );
+    let (moved, outcome) = Command::EnqueueWith(spec(b"2", 105.0)).decide(&id, Some(&first), None);
+    let moved = moved.expect("a waiting job is moved");
+    assert_eq!(
+        outcome,
+        Outcome::Enqueued(false),
+        "nothing new was inserted"
+    );
+    assert_eq!(
+        (moved.run_at, moved.payload.as_deref()),
+        (Some(at(115.0)), Some(&b"2"[..]))
+    );
+    assert_eq!((moved.fence, moved.priority), (first.fence, first.priority));
+    // A started job (leased once) and a finished one are left alone.
+    let started = Job {
+        attempts: 1,
+        ..moved.clone()
+    };
+    let done = Job {
+        done: true,
+        ..moved.clone()
+    };
+    for job in [&started, &done] {
+        let (next, outcome) = Command::EnqueueWith(spec(b"3", 106.0)).decide(&id, Some(job), None);
+        assert_eq!((next, outcome), (None, Outcome::Enqueued(false)));
+    }
+    // `run_at` later than the debounce wins; without a debounce an enqueue changes nothing.
+    let later = EnqueueSpec {
+        run_at: Some(at(500.0)),
+        ..spec(b"4", 107.0)
+    };
+    assert_eq!(later.due(), Some(at(500.0)));
+    let plain = EnqueueSpec {
+        debounce: None,
+        ..spec(b"5", 108.0)
+    };
+    assert_eq!(
+        Command::EnqueueWith(plain).decide(&id, Some(&moved), None),
+        (None, Outcome::Enqueued(false))
+    );
 }

@@ -433,6 +433,7 @@ fn spec(queue_name: &str, priority: i64, run_at: Option<f64>, max_attempts: u32)
         timeout: None,
         replace_finished: false,
         group: None,
+        debounce: None,
     }
 }
 
@@ -2360,6 +2361,65 @@ pub async fn an_ordered_group_runs_one_job_at_a_time_in_claim_order(store: Contr
     assert_eq!(ids(&next(&lease_store, "q", "w", 21.0, 10).await), ["g4"]);
 }
 
+/// A debounced enqueue: the job is due the debounce after its enqueue; enqueueing its id again
+/// while it waits to start takes the new payload and pushes its due time (nothing is
+/// inserted); once it has been leased, or is finished, an enqueue leaves it alone.
+pub async fn a_debounced_enqueue_moves_a_waiting_job_and_leaves_a_started_one(store: Store) {
+    let debounced = |payload: &str, now: f64| EnqueueSpec {
+        debounce: Some(Ttl::new(10.0).expect("ttl")),
+        enqueued_at: Some(at(now)),
+        payload: Some(Payload::new(payload.as_bytes().to_vec(), 64).expect("payload")),
+        ..spec("q", 0, None, 5)
+    };
+    assert!(
+        store
+            .enqueue_with(&job("d"), &debounced("first", 100.0))
+            .await
+            .expect("enqueue")
+    );
+    assert!(
+        next(&store, "q", "w", 109.0, 1).await.is_empty(),
+        "due at 110"
+    );
+    let again = store
+        .enqueue_with(&job("d"), &debounced("second", 105.0))
+        .await;
+    assert!(
+        !again.expect("enqueue reaches the store"),
+        "a debounce inserted a job"
+    );
+    assert!(
+        next(&store, "q", "w", 114.0, 1).await.is_empty(),
+        "due at 115 now"
+    );
+    // Several in one batch: the last one's payload and time win.
+    let batch = vec![
+        (job("d"), debounced("third", 106.0)),
+        (job("d"), debounced("fourth", 107.0)),
+    ];
+    assert_eq!(
+        store.enqueue_many(&batch).await.expect("enqueue_many"),
+        [false, false]
+    );
+    assert!(
+        next(&store, "q", "w", 116.5, 1).await.is_empty(),
+        "due at 117 now"
+    );
+    let leased = next(&store, "q", "w", 117.0, 1).await;
+    assert_eq!(ids(&leased), ["d"]);
+    assert_eq!(leased[0].payload.as_deref(), Some(&b"fourth"[..]));
+    // A started job is left alone.
+    assert!(
+        !store
+            .enqueue_with(&job("d"), &debounced("late", 118.0))
+            .await
+            .expect("enqueue")
+    );
+    let record = store.record(&job("d")).await.expect("record").expect("job");
+    assert_eq!(record.job.payload.as_deref(), Some(&b"fourth"[..]));
+    assert_eq!(record.job.fence, leased[0].fence);
+}
+
 /// Expands to one `#[tokio::test]` per conformance check, named after the check.
 ///
 /// `$factory` is a function returning `(Arc<dyn Transfer>, guard)`; the guard (for example a
@@ -2449,6 +2509,7 @@ macro_rules! conformance_tests {
             claim_next_finds_each_lease_the_moment_it_ends_in_claim_order,
             enqueue_many_inserts_each_new_job_once_in_order,
             purge_judges_status_as_list_does,
+            a_debounced_enqueue_moves_a_waiting_job_and_leaves_a_started_one,
         );
     };
     (@transfer ($($mode:tt)?) $factory:path) => {

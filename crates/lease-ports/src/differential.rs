@@ -190,6 +190,8 @@ async fn outcome(store: &dyn Transfer, op: &Op) -> String {
                 replace_finished: false,
                 // Three of four jobs are in one of three groups.
                 group: (j % 4 != 0).then(|| GroupKey::new(format!("g{}", j % 3)).unwrap()),
+                // Some are debounced (those that say when they were enqueued move).
+                debounce: (j % 5 == 2).then(|| Ttl::new(3.0).unwrap()),
             };
             format!("{:?}", store.enqueue_with(&job(j), &spec).await)
         }

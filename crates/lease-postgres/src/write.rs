@@ -132,7 +132,8 @@ impl PgLeaseStore {
             })?;
             purged.insert(id, fence);
         }
-        // Each write: the row, whether it is new (else a finished job run again), its mark.
+        // Each write: the row, whether it is new (else a finished job run again or a waiting
+        // one debounced), its mark, and the index of its outcome.
         let mut writes = Vec::new();
         let mut decided = Vec::with_capacity(jobs.len());
         for (id, spec) in jobs {
@@ -143,7 +144,12 @@ impl PgLeaseStore {
             decided.push(outcome);
             if let Some(next) = next {
                 let encoded = Encoded::from_to(id, stood.map(Standing::of), &next);
-                writes.push((encoded, stood.is_none(), mark.map(|_| id.as_str())));
+                writes.push((
+                    encoded,
+                    stood.is_none(),
+                    mark.map(|_| id.as_str()),
+                    decided.len() - 1,
+                ));
                 current.insert(id.clone(), next);
             }
         }
@@ -153,7 +159,7 @@ impl PgLeaseStore {
             let (insert, forget) = (&s.insert, &s.forget_purged);
             let (plain, counted) = (&s.update, &s.update_counted);
             let (written, _) = try_join(
-                try_join_all(writes.iter().map(|(row, new, marked)| async move {
+                try_join_all(writes.iter().map(|(row, new, marked, _)| async move {
                     let n = if *new {
                         c.execute(insert, &row.params()).await?
                     } else {
@@ -170,10 +176,9 @@ impl PgLeaseStore {
             .map_err(|e| error::map(e, Stage::Commit))?;
             // An insert that found the id taken by an enqueue that committed first changed
             // nothing: that job was not inserted by this batch.
-            let mut written = written.into_iter();
-            for outcome in &mut decided {
-                if matches!(outcome, Outcome::Enqueued(true)) && written.next() == Some(0) {
-                    *outcome = Outcome::Enqueued(false);
+            for ((_, _, _, at), n) in writes.iter().zip(written) {
+                if n == 0 && matches!(decided[*at], Outcome::Enqueued(true)) {
+                    decided[*at] = Outcome::Enqueued(false);
                 }
             }
         }

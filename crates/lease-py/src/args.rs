@@ -44,6 +44,7 @@ pub(crate) struct JobArgs<'a> {
     pub(crate) timeout: Option<f64>,
     pub(crate) replace_finished: bool,
     pub(crate) group: Option<&'a str>,
+    pub(crate) debounce: Option<f64>,
 }
 
 impl JobArgs<'_> {
@@ -71,13 +72,19 @@ impl JobArgs<'_> {
                         .map_err(|e| Failure::Input(format!("group: {e}")))
                 })
                 .transpose()?,
+            debounce: self
+                .debounce
+                .map(|d| {
+                    lease_domain::Ttl::new(d).map_err(|e| Failure::Input(format!("debounce: {e}")))
+                })
+                .transpose()?,
         };
         Ok((id, spec))
     }
 }
 
 /// The fields a job of `enqueue_many` may give.
-const JOB_FIELDS: [&str; 9] = EnqueueSpec::FIELDS;
+const JOB_FIELDS: [&str; 10] = EnqueueSpec::FIELDS;
 
 /// One job of `enqueue_many`, a dict with an `id` and any of the other fields.
 pub(crate) fn batch_job(
@@ -118,6 +125,7 @@ pub(crate) fn batch_job(
     let timeout: Option<f64> = get("timeout")?.map(|t| t.extract()).transpose()?;
     let replace: Option<String> = get("replace")?.map(|r| r.extract()).transpose()?;
     let group: Option<String> = get("group")?.map(|g| g.extract()).transpose()?;
+    let debounce: Option<f64> = get("debounce")?.map(|d| d.extract()).transpose()?;
     let replace_finished = match replace.as_deref() {
         None => false,
         Some("finished") => true,
@@ -141,6 +149,7 @@ pub(crate) fn batch_job(
         timeout,
         replace_finished,
         group: group.as_deref(),
+        debounce,
     };
     Ok(job.check().or_else(|e| match e {
         Failure::Input(why) => at(why),

@@ -147,7 +147,10 @@ impl StoreCore {
     /// attempts from 0, its fence going on, its last result kept until the new run
     /// completes); a pending or running job is never touched. ``group`` puts the job in a
     /// group of its queue (a customer, an account), which the queue's group rules count by.
-    #[pyo3(signature = (job_id, *, queue = "default", priority = 0, run_at = None, max_attempts = None, payload = None, timeout = None, replace_finished = false, group = None))]
+    /// With ``debounce`` (seconds) the job is due that long from now, and enqueueing its id
+    /// again while it waits to start takes the new payload and pushes it to that long from
+    /// then (answered False: nothing new was made).
+    #[pyo3(signature = (job_id, *, queue = "default", priority = 0, run_at = None, max_attempts = None, payload = None, timeout = None, replace_finished = false, group = None, debounce = None))]
     #[allow(clippy::too_many_arguments)] // A job's fields, as the caller names them.
     fn enqueue(
         &self,
@@ -161,6 +164,7 @@ impl StoreCore {
         timeout: Option<f64>,
         replace_finished: bool,
         group: Option<&str>,
+        debounce: Option<f64>,
     ) -> PyResult<Pending> {
         let payload = to_py(py, args::payload(payload)?)?;
         let job = args::JobArgs {
@@ -173,6 +177,7 @@ impl StoreCore {
             timeout,
             replace_finished,
             group,
+            debounce,
         };
         let (id, spec) = to_py(py, job.check())?;
         let store = self.store(py)?;
@@ -186,7 +191,7 @@ impl StoreCore {
     /// Adds many jobs in one transaction, all or none; for each, in order, whether it was
     /// made. Each job is a dict with ``id`` and any of ``queue`` (default ``queue``),
     /// ``priority``, ``run_at``, ``max_attempts``, ``payload``, ``timeout``, ``replace``
-    /// (``"finished"``: as ``replace_finished``) and ``group``.
+    /// (``"finished"``: as ``replace_finished``), ``group`` and ``debounce``.
     #[pyo3(signature = (jobs, *, queue = "default"))]
     fn enqueue_many(
         &self,

@@ -59,6 +59,11 @@ pub(crate) struct EnqueueBody {
     /// The job's group in its queue (a customer, an account): the key the queue's group rules
     /// (`per_group`, `ordered`) count by. 1 to 1,024 bytes; absent, no group rule limits it.
     pub(crate) group: Option<Name>,
+    /// Debounce, in seconds: the job is due this long from now (and not before `run_at`);
+    /// an enqueue of its id while it still waits to start takes this payload and pushes its
+    /// due time to this long from then (answered `inserted: false`); a started or finished
+    /// job is left alone.
+    pub(crate) debounce: Option<Seconds>,
 }
 
 /// The rules of a body that tie one field to another, which utoipa cannot declare on a type:
@@ -143,6 +148,7 @@ pub(crate) fn spec(
             timeout: body.timeout.map(|t| t.ttl("timeout")).transpose()?,
             replace_finished: body.replace.is_some(),
             group: body.group.map(Name::group).transpose()?,
+            debounce: body.debounce.map(|d| d.ttl("debounce")).transpose()?,
         },
     ))
 }
@@ -212,6 +218,8 @@ pub(crate) struct BatchJob {
     pub(crate) replace: Option<Replace>,
     /// The job's group, as `POST /v1/queues/{queue}/jobs` takes it.
     pub(crate) group: Option<Name>,
+    /// Debounce in seconds, as `POST /v1/queues/{queue}/jobs` takes it.
+    pub(crate) debounce: Option<Seconds>,
 }
 
 impl BatchJob {
@@ -230,6 +238,7 @@ impl BatchJob {
                 timeout: self.timeout,
                 replace: self.replace,
                 group: self.group,
+                debounce: self.debounce,
             },
         )
     }

@@ -289,6 +289,7 @@ class StoreCore:
         timeout: Optional[float] = None,
         replace_finished: bool = False,
         group: Optional[str] = None,
+        debounce: Optional[float] = None,
     ) -> Pending[bool]: ...
     def enqueue_many(
         self, jobs: Iterable[dict[str, Any]], *, queue: str = "default"
