@@ -623,10 +623,10 @@ fn claim_next_sizes(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
 /// The group rules' cost: `claim_next(limit 1)` on a queue of many groups, one of them holding
 /// a backlog ahead of the rest in claim order (100,000 groups and a backlog of 1,000,000 in
 /// quick and full mode; 200 and 2,000 in the smoke pass), beside the same number of jobs
-/// without groups, then the same queue under `--per-group 1` and under `--ordered`. Each lease
-/// lasts one tick (see [`claim_next_each_tick`]), so every call leases the backlog's head
-/// again: the rows measure what a claim pays to read and judge a group, with the group's
-/// standing read through the index of the jobs that bear on it.
+/// without groups, then the same queue under `--per-group 1` and under `--ordered`, each
+/// twice: with the backlog's group free (each call leases its head again: what a claim pays
+/// to read and judge a group) and with the backlog's group full, its head held by a lease
+/// that outlasts the run (each call must reach past the whole backlog to the other groups).
 fn claim_next_groups(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
     let (groups, backlog) = if plan.big_table > 10_000 {
         (100_000_u64, 1_000_000_u64)
@@ -659,17 +659,33 @@ fn claim_next_groups(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
     )
     .expect("put the jobs in groups");
     let store = SqliteLeaseStore::open(&grouped).expect("open store");
-    for (rule, per_group, ordered) in [
-        ("no group rule", None, false),
-        ("--per-group 1", Some(1), false),
-        ("--ordered", None, true),
+    let b = store.blocking();
+    for (rule, per_group, ordered, full) in [
+        ("no group rule", None, false, false),
+        ("--per-group 1, its group free", Some(1), false, false),
+        ("--per-group 1, its group full", Some(1), false, true),
+        ("--ordered, its group free", None, true, false),
+        ("--ordered, its group running", None, true, true),
     ] {
+        // Every lease of the run before ends; the attempts start again.
+        conn.execute_batch(
+            "UPDATE jobs SET owner = NULL, until = 0 WHERE owner IS NOT NULL; \
+             UPDATE jobs_queue SET leased_until = NULL, attempts = 0 \
+             WHERE leased_until IS NOT NULL OR attempts > 0",
+        )
+        .expect("end the leases of the run before");
         conn.execute(
             "INSERT OR REPLACE INTO lease_queues(queue, per_group, ordered) \
              VALUES ('default', ?1, ?2)",
             rusqlite::params![per_group, ordered],
         )
         .expect("set the group rule");
+        if full {
+            let held = b
+                .claim_next(&QueueName::default(), &owner(1), term(0.0, 1e12), 1)
+                .expect("hold the backlog's head");
+            assert_eq!(held.len(), 1, "the backlog's head is leased");
+        }
         let runs = claim_next_each_tick(plan, &store);
         rows.push(summarize(
             &format!("claim_next, {groups} groups and a backlog of {backlog} in one, {rule}"),

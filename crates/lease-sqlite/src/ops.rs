@@ -523,6 +523,36 @@ mod tests {
     }
 
     #[test]
+    fn the_group_rules_statements_read_their_indexes_without_a_scan() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = fresh(&dir, &SqliteOptions::default());
+        let plan_of = |sql: &str, params: &[&dyn rusqlite::ToSql]| -> String {
+            conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .unwrap()
+                .query_map(params, |r| r.get::<_, String>(3))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        let bearing = plan_of(SELECT_GROUP_BEARING, &[&"q", &"g"]);
+        assert!(
+            bearing.contains("USING INDEX jobs_queue_group (queue=? AND grp=?)"),
+            "{bearing}"
+        );
+        let grouped = plan_of(
+            SELECT_GROUPED_CANDIDATES,
+            &[&"q", &0.0, &10, &"[\"g\"]", &"[]"],
+        );
+        assert!(
+            grouped.contains("USING INDEX jobs_queue_ready"),
+            "{grouped}"
+        );
+        assert!(!grouped.contains("TEMP B-TREE"), "{grouped}");
+        assert!(!grouped.starts_with("SCAN q"), "{grouped}");
+    }
+
+    #[test]
     fn a_failed_batch_keeps_the_kind_of_its_error_for_every_command() {
         let kinds = [
             StoreError::Full("x".into()),
