@@ -636,8 +636,12 @@ fn claim_next_groups(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
     let total = groups + backlog;
     let plain = dir.join("groups-none.db");
     populate(&plain, total, 0);
+    // Both files are loaded the same way and checkpointed before they are measured.
     Connection::open(&plain)
-        .and_then(|c| c.execute("UPDATE jobs_queue SET max_attempts = 1000000000", []))
+        .and_then(|c| {
+            c.execute("UPDATE jobs_queue SET max_attempts = 1000000000", [])?;
+            c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+        })
         .expect("raise max_attempts");
     let store = SqliteLeaseStore::open(&plain).expect("open store");
     let runs = claim_next_each_tick(plan, &store);
@@ -658,6 +662,8 @@ fn claim_next_groups(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
         [i64::try_from(backlog).unwrap_or(i64::MAX)],
     )
     .expect("put the jobs in groups");
+    conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+        .expect("checkpoint");
     let store = SqliteLeaseStore::open(&grouped).expect("open store");
     let b = store.blocking();
     for (rule, per_group, ordered, full) in [

@@ -1080,3 +1080,66 @@ fn many_workers_run_each_ordered_group_one_job_at_a_time_in_order() {
     json_of(&db, &["limit", "q", "--per-group", "0", "--unordered"]);
     assert_eq!(json_of(&db, &["stats"])["settings"], json!({}));
 }
+
+/// `lease enqueue --debounce`: the job is due the debounce from now; enqueueing its id again
+/// while it waits replaces its payload and pushes it (answered "inserted": false); once it
+/// has been leased it is left alone; a bad value is refused naming the flag.
+#[test]
+fn a_debounced_enqueue_pushes_a_waiting_job_and_leaves_a_leased_one() {
+    let (_dir, db) = fresh_db();
+    let first = json_of(
+        &db,
+        &["enqueue", "d", "--debounce", "100", "--payload", "one"],
+    );
+    assert_eq!(first["inserted"], true);
+    let due = json_of(&db, &["state", "d"])["run_at"].as_f64().unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let again = json_of(
+        &db,
+        &["enqueue", "d", "--debounce", "100", "--payload", "two"],
+    );
+    assert_eq!(again["inserted"], false, "a debounce inserted a job");
+    let state = json_of(&db, &["state", "d"]);
+    let pushed = state["run_at"].as_f64().unwrap();
+    assert!(
+        pushed > due,
+        "the due time {pushed} was not pushed past {due}"
+    );
+    assert_eq!(state["payload"], "two");
+    let early = format!("{}", due - 50.0);
+    assert_eq!(
+        run(
+            &db,
+            &["claim-next", "--owner", "w", "--ttl", "5", "--now", &early]
+        )
+        .status
+        .code(),
+        Some(3),
+        "a debounced job was leased before it was due"
+    );
+    let late = format!("{}", pushed + 1.0);
+    let claim = json_of(
+        &db,
+        &["claim-next", "--owner", "w", "--ttl", "500", "--now", &late],
+    );
+    assert_eq!(claim["leases"][0]["id"], "d");
+    json_of(
+        &db,
+        &["enqueue", "d", "--debounce", "100", "--payload", "three"],
+    );
+    assert_eq!(
+        json_of(&db, &["state", "d"])["payload"],
+        "two",
+        "a leased job changed"
+    );
+    for bad in ["-1", "0"] {
+        refused(
+            &run(&db, &["enqueue", "x", "--debounce", bad]),
+            "--debounce",
+        );
+    }
+    let word = run(&db, &["enqueue", "x", "--debounce", "five"]);
+    assert_eq!(word.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&word.stderr).contains("--debounce"));
+    assert_eq!(json_of(&db, &["state", "x"]), Value::Null);
+}

@@ -186,6 +186,21 @@ def test_groups_are_limited_and_ordered_from_python(store):
     assert store.queues() == []
 
 
+def test_a_debounced_enqueue_pushes_a_waiting_job_from_python(store):
+    assert store.enqueue("d", queue="deb", payload="one", debounce=60.0)
+    due = store.record("d").run_at
+    assert store.claim_next("deb", A, 30.0) == [], "a debounced job was leased at once"
+    time.sleep(0.02)
+    assert not store.enqueue("d", queue="deb", payload="two", debounce=60.0)
+    record = store.record("d")
+    assert record.payload == b"two" and record.run_at > due
+    assert store.enqueue_many([{"id": "e", "debounce": 30}], queue="deb") == [True]
+    with pytest.raises(lease.InvalidInput) as raised:
+        store.enqueue("bad", debounce=-1)
+    assert "debounce" in str(raised.value)
+    assert store.record("bad") is None
+
+
 def test_a_schedule_is_set_listed_run_by_hand_and_removed_from_python(store):
     # 2026-01-01T00:00:00Z; a tick every five minutes.
     t0 = 1_767_225_600.0
