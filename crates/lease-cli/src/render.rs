@@ -421,8 +421,9 @@ pub(crate) fn label(value: &str) -> String {
 
 /// Job counts in the Prometheus text format (every status of every queue, zeros included),
 /// then the flow control of every queue that has settings: `lease_queue_paused` (1 while
-/// paused at `now`, else 0), `lease_queue_concurrency_limit` and `lease_queue_timeout_seconds`
-/// (each only for a queue that has one).
+/// paused at `now`, else 0), `lease_queue_concurrency_limit`, `lease_queue_timeout_seconds`
+/// and `lease_queue_per_group_limit` (each only for a queue that has one), and
+/// `lease_queue_ordered` (1 or 0).
 pub(crate) fn prometheus(
     rows: &[lease_ports::StatsRow],
     settings: &[(lease_domain::QueueName, lease_domain::QueueSettings)],

@@ -156,6 +156,7 @@ fn stats_prometheus_shows_each_queue_s_pause_limit_and_timeout_as_gauges() {
         &db,
         &["limit", "sms", "--concurrency", "3", "--timeout", "2.5"],
     );
+    json_of(&db, &["limit", "sms", "--per-group", "2", "--ordered"]);
     let text = prometheus("100");
     for line in [
         "# TYPE lease_queue_paused gauge\n",
@@ -165,6 +166,11 @@ fn stats_prometheus_shows_each_queue_s_pause_limit_and_timeout_as_gauges() {
         "lease_queue_concurrency_limit{queue=\"sms\"} 3\n",
         "# TYPE lease_queue_timeout_seconds gauge\n",
         "lease_queue_timeout_seconds{queue=\"sms\"} 2.5\n",
+        "# TYPE lease_queue_per_group_limit gauge\n",
+        "lease_queue_per_group_limit{queue=\"sms\"} 2\n",
+        "# TYPE lease_queue_ordered gauge\n",
+        "lease_queue_ordered{queue=\"sms\"} 1\n",
+        "lease_queue_ordered{queue=\"mail\"} 0\n",
         "lease_jobs{queue=\"mail\",status=\"pending\"} 1\n",
     ] {
         assert!(text.contains(line), "no {line:?} in {text}");

@@ -47,6 +47,10 @@ pub mod names {
     pub const QUEUE_CONCURRENCY_LIMIT: &str = "lease_queue_concurrency_limit";
     /// Gauge: the default timeout of an attempt of the `queue`'s jobs, in seconds (0: none).
     pub const QUEUE_TIMEOUT_SECONDS: &str = "lease_queue_timeout_seconds";
+    /// Gauge: the most live leases of one group of the `queue` (0: no limit per group).
+    pub const QUEUE_PER_GROUP_LIMIT: &str = "lease_queue_per_group_limit";
+    /// Gauge: 1 while the `queue` runs each group one job at a time in order, else 0.
+    pub const QUEUE_ORDERED: &str = "lease_queue_ordered";
     /// Counter: leases a worker lost (a refused renewal, or the store unreachable until the
     /// lease ran out).
     pub const LEASES_LOST: &str = "lease_worker_leases_lost_total";
@@ -287,12 +291,13 @@ pub fn set_gauges(rows: &[StatsRow]) {
 
 /// The flow-control gauges of a queue with `settings`, as of `now`: each name with its help
 /// text and its value, `None` where the queue has none (no limit, no timeout); whether it is
-/// paused is always 1 or 0. `lease stats --prometheus` and [`set_queue_gauges`] both read it.
+/// paused and whether its groups are ordered are always 1 or 0. `lease stats --prometheus` and
+/// [`set_queue_gauges`] both read it.
 #[must_use]
 pub fn queue_gauges(
     settings: &lease_domain::QueueSettings,
     now: Timestamp,
-) -> [(&'static str, &'static str, Option<f64>); 3] {
+) -> [(&'static str, &'static str, Option<f64>); 5] {
     [
         (
             names::QUEUE_PAUSED,
@@ -309,12 +314,22 @@ pub fn queue_gauges(
             "The default timeout of an attempt of the queue's jobs.",
             settings.timeout.map(lease_domain::Ttl::get),
         ),
+        (
+            names::QUEUE_PER_GROUP_LIMIT,
+            "The most live leases of one group of the queue at once.",
+            settings.per_group.map(|c| f64::from(c.get())),
+        ),
+        (
+            names::QUEUE_ORDERED,
+            "1 while the queue runs each group one job at a time in order, else 0.",
+            Some(if settings.ordered { 1.0 } else { 0.0 }),
+        ),
     ]
 }
 
 /// Sets the flow-control gauges of each queue in `settings` as of `now`, and of each queue in
 /// `before` (queues reported earlier) that has no settings now, which reads as free: not
-/// paused, no limit (0), no timeout (0).
+/// paused, no limit (0), no timeout (0), no limit per group (0), not ordered.
 pub fn set_queue_gauges(
     settings: &[(QueueName, lease_domain::QueueSettings)],
     before: &std::collections::BTreeSet<QueueName>,

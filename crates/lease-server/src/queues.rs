@@ -68,6 +68,23 @@ pub(crate) async fn queues(State(app): AppState, _: Viewer) -> Answer {
     Ok(json_response(StatusCode::OK, body))
 }
 
+#[utoipa::path(get, path = "/v1/queues/{queue}/limits", tag = "queue",
+    params(("queue" = Name, Path, description = "The queue, percent-encoded")),
+    responses(
+        (status = 200, description = "The queue's settings (a queue without any is free)", body = QueueView),
+        (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn queue_limits(State(app): AppState, _: Viewer, Param(queue): Param) -> Answer {
+    let name = Name(queue).queue("queue")?;
+    let now = now(&app, None)?;
+    let current = app.store.settings_of(&name).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        QueueView::of(&name, &current, now),
+    ))
+}
+
 /// Every queue's settings judged at `now`, as `GET /v1/queues` and the event stream's
 /// `queues` event give them.
 pub(crate) async fn queues_body(app: &App, now: Timestamp) -> Result<Queues, Problem> {
