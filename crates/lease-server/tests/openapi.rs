@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const ROUTES: [(&str, &str); 35] = [
+const ROUTES: [(&str, &str); 36] = [
     ("post", "/v1/queues/{queue}/jobs"),
     ("post", "/v1/queues/{queue}/jobs/batch"),
     ("post", "/v1/queues/{queue}/claims"),
@@ -37,6 +37,7 @@ const ROUTES: [(&str, &str); 35] = [
     ("post", "/v1/queues/{queue}/pause"),
     ("post", "/v1/queues/{queue}/resume"),
     ("put", "/v1/queues/{queue}/limits"),
+    ("get", "/v1/queues/{queue}/limits"),
     ("get", "/v1/schedules"),
     ("put", "/v1/schedules/{name}"),
     ("delete", "/v1/schedules/{name}"),
