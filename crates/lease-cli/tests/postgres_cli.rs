@@ -459,3 +459,96 @@ fn schedules_pause_and_limits_on_postgres_hold_under_sixteen_racing_processes() 
     assert_eq!(claim["leases"].as_array().unwrap().len(), 3);
     assert_eq!(json_of(url, &["stats"])["settings"]["r"]["concurrency"], 3);
 }
+
+/// Groups on PostgreSQL through the binary: sixteen `claim-next` processes race over four
+/// groups of five jobs under `--per-group 1`: every lease they got is live at once (each lasts
+/// an hour), and no group has two; the store's own list agrees.
+#[test]
+fn sixteen_racing_processes_never_hold_two_leases_of_a_group_on_postgres() {
+    let db = ScratchDatabase::create();
+    let url = db.url();
+    ok(&run(url, &["init"]));
+    for g in 0..4 {
+        for n in 0..5 {
+            json_of(
+                url,
+                &[
+                    "enqueue",
+                    &format!("g{g}-{n}"),
+                    "--queue",
+                    "p",
+                    "--group",
+                    &format!("g{g}"),
+                ],
+            );
+        }
+    }
+    json_of(url, &["limit", "p", "--per-group", "1"]);
+    let racers: Vec<_> = (0..16)
+        .map(|w| {
+            lease(url)
+                .args([
+                    "claim-next",
+                    "--queue",
+                    "p",
+                    "--owner",
+                    &format!("w{w}"),
+                    "--ttl",
+                    "3600",
+                    "--limit",
+                    "3",
+                    "--json",
+                ])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut groups = Vec::new();
+    for racer in racers {
+        let out = racer.wait_with_output().unwrap();
+        // Exit 3: nothing it could take.
+        if out.status.code() == Some(3) {
+            continue;
+        }
+        ok(&out);
+        let claim: Value = serde_json::from_slice(&out.stdout).unwrap();
+        for lease in claim["leases"].as_array().unwrap() {
+            groups.push(lease["group"].as_str().unwrap().to_owned());
+        }
+    }
+    groups.sort();
+    let mut distinct = groups.clone();
+    distinct.dedup();
+    assert_eq!(
+        groups, distinct,
+        "two leases of one group were live at once"
+    );
+    let running = json_of(url, &["list", "--queue", "p", "--status", "running"]);
+    assert_eq!(running["jobs"].as_array().unwrap().len(), groups.len());
+    // A later claim takes only groups none of them holds.
+    let late = run(
+        url,
+        &[
+            "claim-next",
+            "--queue",
+            "p",
+            "--owner",
+            "late",
+            "--ttl",
+            "60",
+            "--limit",
+            "9",
+            "--json",
+        ],
+    );
+    if late.status.code() != Some(3) {
+        ok(&late);
+        let claim: Value = serde_json::from_slice(&late.stdout).unwrap();
+        for lease in claim["leases"].as_array().unwrap() {
+            let group = lease["group"].as_str().unwrap();
+            assert!(!groups.iter().any(|g| g == group), "{group} leased twice");
+        }
+    }
+}
