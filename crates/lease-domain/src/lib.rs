@@ -18,6 +18,7 @@ mod audit;
 mod clock;
 mod command;
 mod control;
+mod groups;
 mod guard;
 mod migrate;
 mod queue;
@@ -32,9 +33,8 @@ pub use access::{
 pub use audit::{AuditReason, Refusal, holder_refusal, reclaim_delay, reclaim_delay_at, refusal};
 pub use clock::{ClockMode, ClockRefused, ClockSkew};
 pub use command::{Command, HolderWrite, Outcome};
-pub use control::{
-    Concurrency, GroupGate, Limits, Pause, QueueChange, QueueSettings, decide_queue_change,
-};
+pub use control::{Concurrency, Limits, Pause, QueueChange, QueueSettings, decide_queue_change};
+pub use groups::GroupGate;
 pub use guard::{GuardRefused, decide_guard};
 pub use migrate::{ImportDecision, decide_import, raise_fence};
 pub use queue::{

@@ -1,0 +1,189 @@
+//! The group rules of one claim: which candidates of a queue with a limit per group, or with
+//! ordered groups, a claim may lease, judged from the standing of each group it meets (read in
+//! the claim's own transaction) and the leases it has taken so far. Pure, with `now` a
+//! parameter.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::control::{Concurrency, QueueSettings};
+use crate::queue::{Ended, GroupKey};
+use crate::rules::Job;
+use crate::values::{JobId, Timestamp};
+
+/// Where a group stands for a claim: how many of its leases are live, and, in an ordered
+/// queue, whose turn it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Turn {
+    /// Any of its jobs may be leased (in claim order).
+    Open,
+    /// Only these jobs, which have started and are due again (a lease that ended, a retry that
+    /// is due): the group's earlier work goes first.
+    Only(HashSet<JobId>),
+    /// None: a job of the group is running, waiting for its retry, or dead.
+    Closed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Standing {
+    live: u64,
+    turn: Turn,
+}
+
+/// The group rules of one claim: which candidates it may lease, given the standing of each
+/// group as read in the claim's transaction and the leases the claim has taken so far.
+///
+/// A store gives the gate, for every group it meets among the candidates, the group's jobs
+/// that bear on the rules ([`Job::bears_on_group`]: started and not finished, or dead); the
+/// gate then [`admits`](GroupGate::admits) candidates and counts each lease taken.
+#[derive(Debug, Clone, Default)]
+pub struct GroupGate {
+    per_group: Option<Concurrency>,
+    ordered: bool,
+    groups: HashMap<GroupKey, Standing>,
+}
+
+impl GroupGate {
+    /// The gate of a queue with `settings`.
+    #[must_use]
+    pub fn new(settings: &QueueSettings) -> Self {
+        Self {
+            per_group: settings.per_group,
+            ordered: settings.ordered,
+            groups: HashMap::new(),
+        }
+    }
+
+    /// Whether the gate holds anything back (the queue limits its groups).
+    #[must_use]
+    pub fn is_active(&self) -> bool {
+        self.per_group.is_some() || self.ordered
+    }
+
+    /// The groups among `jobs` whose standing the gate does not know yet (none when it is not
+    /// active), each once.
+    #[must_use]
+    pub fn unknown<'a>(&self, jobs: impl IntoIterator<Item = &'a Job>) -> Vec<GroupKey> {
+        if !self.is_active() {
+            return Vec::new();
+        }
+        let mut seen = HashSet::new();
+        jobs.into_iter()
+            .filter_map(|job| job.group.as_ref())
+            .filter(|g| !self.groups.contains_key(*g) && seen.insert(*g))
+            .cloned()
+            .collect()
+    }
+
+    /// Learns the standing of `groups` at `now` from `jobs`: every job of those groups that
+    /// [bears on the group rules](Job::bears_on_group) (others are ignored). A group with no
+    /// such job is free.
+    pub fn learn(&mut self, groups: &[GroupKey], jobs: &[(JobId, Job)], now: Timestamp) {
+        for group in groups {
+            self.groups.insert(
+                group.clone(),
+                Standing {
+                    live: 0,
+                    turn: Turn::Open,
+                },
+            );
+        }
+        for (id, job) in jobs {
+            let Some(group) = &job.group else { continue };
+            let Some(standing) = self.groups.get_mut(group) else {
+                continue;
+            };
+            if !job.bears_on_group(now) {
+                continue;
+            }
+            if job.is_live_at(now) {
+                standing.live += 1;
+            }
+            let closes = job.is_live_at(now)
+                || job.ended == Some(Ended::Dead)
+                || !job.has_attempts_left()
+                || !job.is_claim_candidate(now);
+            standing.turn = match (std::mem::replace(&mut standing.turn, Turn::Closed), closes) {
+                (_, true) | (Turn::Closed, _) => Turn::Closed,
+                (Turn::Open, false) => Turn::Only(HashSet::from([id.clone()])),
+                (Turn::Only(mut ids), false) => {
+                    ids.insert(id.clone());
+                    Turn::Only(ids)
+                }
+            };
+        }
+    }
+
+    /// Whether the claim may lease `job` (`id`) now: a job without a group always; a job of a
+    /// group whose standing the gate knows while the group is under its limit and, in an
+    /// ordered queue, has its turn. A group the gate was not told of is held back.
+    #[must_use]
+    pub fn admits(&self, id: &JobId, job: &Job) -> bool {
+        if !self.is_active() {
+            return true;
+        }
+        let Some(group) = &job.group else {
+            return true;
+        };
+        let Some(standing) = self.groups.get(group) else {
+            return false;
+        };
+        let under = self
+            .per_group
+            .is_none_or(|limit| standing.live < u64::from(limit.get()));
+        let turn = !self.ordered
+            || match &standing.turn {
+                Turn::Open => true,
+                Turn::Only(ids) => ids.contains(id),
+                Turn::Closed => false,
+            };
+        under && turn
+    }
+
+    /// Counts a lease the claim took of a job of `group`: one more live lease, and in an
+    /// ordered queue the group's turn is taken.
+    pub fn leased(&mut self, group: Option<&GroupKey>) {
+        self.hold(group, true);
+    }
+
+    /// Counts a job of `group` the claim buried (dead, no attempt left): in an ordered queue
+    /// it now holds its group.
+    pub fn buried(&mut self, group: Option<&GroupKey>) {
+        self.hold(group, false);
+    }
+
+    fn hold(&mut self, group: Option<&GroupKey>, live: bool) {
+        let Some(standing) = group.and_then(|g| self.groups.get_mut(g)) else {
+            return;
+        };
+        if live {
+            standing.live += 1;
+        }
+        if self.ordered {
+            standing.turn = Turn::Closed;
+        }
+    }
+
+    /// The groups none of whose jobs the claim may lease now, and the jobs of those groups it
+    /// still may (an ordered group's started work): a store leaves the rest out of the
+    /// candidates it reads, so a group's backlog is not read again and again.
+    #[must_use]
+    pub fn held_back(&self) -> (Vec<&GroupKey>, Vec<&JobId>) {
+        let mut groups = Vec::new();
+        let mut except = Vec::new();
+        for (group, standing) in &self.groups {
+            let full = self
+                .per_group
+                .is_some_and(|limit| standing.live >= u64::from(limit.get()));
+            match &standing.turn {
+                _ if full => groups.push(group),
+                Turn::Closed if self.ordered => groups.push(group),
+                Turn::Only(ids) if self.ordered => {
+                    groups.push(group);
+                    except.extend(ids);
+                }
+                _ => {}
+            }
+        }
+        (groups, except)
+    }
+}
