@@ -5,7 +5,7 @@
 
 use clap::Subcommand;
 use lease_domain::{
-    CatchUp, EnqueueSpec, Payload, QueueChange, QueueName, QueueSettings, ScheduleName,
+    CatchUp, EnqueueSpec, GroupKey, Payload, QueueChange, QueueName, QueueSettings, ScheduleName,
     ScheduleSpec, Timestamp, Ttl,
 };
 use lease_ports::StoreError;
@@ -123,9 +123,18 @@ fn flag(message: String) -> RequestError {
     RequestError::Flag(message)
 }
 
-/// `lease pause`'s request.
+/// A `--group` flag's value, checked.
+fn group_flag(group: Option<String>) -> Result<Option<GroupKey>, RequestError> {
+    group
+        .map(GroupKey::new)
+        .transpose()
+        .map_err(|e| flag(format!("--group: {e}")))
+}
+
+/// `lease pause`'s request: the queue, or with `--group` one group of it.
 pub(crate) fn pause(
     queue: String,
+    group: Option<String>,
     until: Option<f64>,
     now: f64,
 ) -> Result<ControlRequest, RequestError> {
@@ -134,18 +143,30 @@ pub(crate) fn pause(
             Timestamp::new(t).map_err(|_| flag(format!("--until must be a finite time, got {t}")))
         })
         .transpose()?;
+    let change = match group_flag(group)? {
+        Some(group) => QueueChange::PauseGroup(group, until),
+        None => QueueChange::Pause(until),
+    };
     Ok(ControlRequest::Queue(
         QueueName::new(queue)?,
-        QueueChange::Pause(until),
+        change,
         Timestamp::new(now)?,
     ))
 }
 
-/// `lease resume`'s request.
-pub(crate) fn resume(queue: String, now: f64) -> Result<ControlRequest, RequestError> {
+/// `lease resume`'s request: the queue, or with `--group` one group of it.
+pub(crate) fn resume(
+    queue: String,
+    group: Option<String>,
+    now: f64,
+) -> Result<ControlRequest, RequestError> {
+    let change = match group_flag(group)? {
+        Some(group) => QueueChange::ResumeGroup(group),
+        None => QueueChange::Resume,
+    };
     Ok(ControlRequest::Queue(
         QueueName::new(queue)?,
-        QueueChange::Resume,
+        change,
         Timestamp::new(now)?,
     ))
 }
@@ -276,6 +297,18 @@ pub(crate) fn settings_words(settings: &QueueSettings, now: Timestamp) -> String
     if settings.ordered {
         words.push("groups in order".to_owned());
     }
+    for (group, until) in &settings.paused_groups {
+        if settings.is_group_paused_at(group, now) {
+            words.push(match until {
+                Some(until) => format!(
+                    "group {} paused until {}",
+                    escape_controls(group.as_str()),
+                    when::shown(until.get(), now.get())
+                ),
+                None => format!("group {} paused", escape_controls(group.as_str())),
+            });
+        }
+    }
     if words.is_empty() {
         "runs freely".to_owned()
     } else {
@@ -293,7 +326,7 @@ pub(crate) async fn execute(
 ) -> Result<Report, StoreError> {
     Ok(match request {
         ControlRequest::Queue(queue, change, now) => {
-            let settings = store.change_queue(queue, *change).await?;
+            let settings = store.change_queue(queue, change.clone()).await?;
             Report::new(
                 true,
                 lease_server::views::queue_json(queue, &settings, *now),
@@ -502,6 +535,9 @@ pub(crate) struct PauseArgs {
     /// Resume by itself at this time (Unix seconds or RFC 3339).
     #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
     pub(crate) until: Option<f64>,
+    /// Pause only this group of the queue: its jobs are not leased, the other groups run.
+    #[arg(long, value_name = "GROUP")]
+    pub(crate) group: Option<String>,
 }
 
 impl PauseArgs {
@@ -513,8 +549,12 @@ impl PauseArgs {
         self,
         clock: impl FnOnce() -> f64,
     ) -> Result<ControlRequest, RequestError> {
-        let PauseArgs { queue, until } = self;
-        crate::control::pause(queue, until, clock())
+        let PauseArgs {
+            queue,
+            until,
+            group,
+        } = self;
+        crate::control::pause(queue, group, until, clock())
     }
 }
 
@@ -523,6 +563,9 @@ impl PauseArgs {
 pub(crate) struct ResumeArgs {
     /// The queue.
     pub(crate) queue: String,
+    /// Resume only this paused group of the queue.
+    #[arg(long, value_name = "GROUP")]
+    pub(crate) group: Option<String>,
 }
 
 impl ResumeArgs {
@@ -534,8 +577,8 @@ impl ResumeArgs {
         self,
         clock: impl FnOnce() -> f64,
     ) -> Result<ControlRequest, RequestError> {
-        let ResumeArgs { queue } = self;
-        crate::control::resume(queue, clock())
+        let ResumeArgs { queue, group } = self;
+        crate::control::resume(queue, group, clock())
     }
 }
 

@@ -1149,3 +1149,62 @@ fn a_debounced_enqueue_pushes_a_waiting_job_and_leaves_a_leased_one() {
     assert!(String::from_utf8_lossy(&word.stderr).contains("--debounce"));
     assert_eq!(json_of(&db, &["state", "x"]), Value::Null);
 }
+
+/// `lease pause QUEUE --group G` holds back that group's jobs while the queue's other groups
+/// run; `stats` shows it; `lease resume QUEUE --group G` lets it run again; an empty group is
+/// refused, naming the flag, and changes nothing.
+#[test]
+fn one_group_is_paused_and_resumed_while_the_others_run() {
+    let (_dir, db) = fresh_db();
+    for (id, group) in [("a1", "acct-a"), ("b1", "acct-b")] {
+        json_of(&db, &["enqueue", id, "--queue", "q", "--group", group]);
+    }
+    let paused = json_of(&db, &["pause", "q", "--group", "acct-a"]);
+    assert_eq!(paused["paused"], false, "{paused}");
+    assert_eq!(
+        paused["paused_groups"],
+        json!([{"group": "acct-a", "until": null}])
+    );
+    let human = String::from_utf8(run(&db, &["stats"]).stdout).unwrap();
+    assert!(human.contains("group acct-a paused"), "{human}");
+    let claim = json_of(
+        &db,
+        &[
+            "claim-next",
+            "--queue",
+            "q",
+            "--owner",
+            "w",
+            "--ttl",
+            "60",
+            "--limit",
+            "5",
+        ],
+    );
+    let leased: Vec<&str> = claim["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(leased, ["b1"]);
+    refused(&run(&db, &["pause", "q", "--group", ""]), "--group");
+    let resumed = json_of(&db, &["resume", "q", "--group", "acct-a"]);
+    assert_eq!(resumed["paused_groups"], json!([]));
+    let claim = json_of(
+        &db,
+        &[
+            "claim-next",
+            "--queue",
+            "q",
+            "--owner",
+            "w",
+            "--ttl",
+            "60",
+            "--limit",
+            "5",
+        ],
+    );
+    assert_eq!(claim["leases"][0]["id"], "a1");
+    assert_eq!(json_of(&db, &["stats"])["settings"], json!({}));
+}

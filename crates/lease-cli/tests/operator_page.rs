@@ -970,6 +970,33 @@ async fn an_admin_pauses_limits_and_schedules_from_the_page_and_a_job_shows_its_
         (&json!(1), &json!(true)),
         "{queues}"
     );
+    // One group paused from the page, and resumed.
+    session
+        .eval("document.getElementById('group-queue').value = 'mail'; document.getElementById('group-name').value = 'acct-m1'; document.getElementById('group-action').value = 'pause'")
+        .await;
+    session.confirm("#group-form button", None).await;
+    session
+        .until(
+            "the mail queue's paused group",
+            &format!("{mail_flow}.includes('group acct-m1 paused')"),
+        )
+        .await;
+    let (_, queues) = server.call("GET", "/v1/queues", &as_admin, "");
+    assert_eq!(
+        queues["queues"][0]["paused_groups"],
+        json!([{"group": "acct-m1", "until": null}]),
+        "{queues}"
+    );
+    session
+        .eval("document.getElementById('group-action').value = 'resume'")
+        .await;
+    session.confirm("#group-form button", None).await;
+    session
+        .until(
+            "the mail queue's group resumed",
+            &format!("!{mail_flow}.includes('paused')"),
+        )
+        .await;
     let leases = claim(3);
     assert_eq!(
         leases.len(),

@@ -153,6 +153,15 @@ pub(crate) fn queue(value: &Value) -> Result<(QueueName, lease_domain::QueueSett
             timeout: seconds(&value["timeout"], "timeout")?,
             per_group: limit("per_group")?,
             ordered: boolean(&value["ordered"], "ordered")?,
+            paused_groups: value["paused_groups"]
+                .as_array()
+                .ok_or_else(|| bad("paused_groups"))?
+                .iter()
+                .map(|pause| {
+                    let group = group(&pause["group"])?.ok_or_else(|| bad("paused_groups"))?;
+                    Ok((group, optional_time(&pause["until"], "paused_groups")?))
+                })
+                .collect::<Result<_, StoreError>>()?,
         },
     ))
 }

@@ -45,6 +45,18 @@ impl lease_ports::control::Control for HttpLeaseStore {
                 self.put_limits(&base, limits).await?
             }
             QueueChange::Limits(limits) => self.put_limits(&base, limits).await?,
+            QueueChange::PauseGroup(group, until) => {
+                let body = match until {
+                    Some(t) => json!({ "until": t.get() }),
+                    None => json!({}),
+                };
+                let at = format!("{base}/groups/{}/pause", path(group.as_str()));
+                self.post(&at, body, None).await?
+            }
+            QueueChange::ResumeGroup(group) => {
+                let at = format!("{base}/groups/{}/resume", path(group.as_str()));
+                self.post(&at, json!({}), None).await?
+            }
         };
         if answer.status != 200 {
             return Err(answer.error());

@@ -6,6 +6,9 @@
 //! claim's own transaction, and asks [`QueueSettings::allowance`] how many leases the claim
 //! may take and a [`crate::GroupGate`] which candidates it may lease.
 
+use std::collections::BTreeMap;
+
+use crate::queue::GroupKey;
 use crate::values::{InputError, Timestamp, Ttl};
 
 /// How a queue is paused.
@@ -16,7 +19,7 @@ pub struct Pause {
 }
 
 /// The settings of one queue. The default (what a queue without settings has) runs freely.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct QueueSettings {
     /// Whether (and until when) the queue is paused: `claim_next` leases nothing from it.
     pub paused: Option<Pause>,
@@ -29,6 +32,9 @@ pub struct QueueSettings {
     /// Whether each group runs one job at a time, in claim order: a later job of a group waits
     /// while an earlier one is running, waiting for its retry, or dead.
     pub ordered: bool,
+    /// The paused groups of the queue, each until resumed (`None`) or until a time: a claim
+    /// leases none of a paused group's jobs; the queue's other groups run.
+    pub paused_groups: BTreeMap<GroupKey, Option<Timestamp>>,
 }
 
 /// A limit on live leases: at least 1 (a limit of 0 is no limit, and is written as `None`).
@@ -61,6 +67,15 @@ impl Concurrency {
 }
 
 impl QueueSettings {
+    /// Whether `group` of the queue is paused at `now`: a pause until a time ends at that
+    /// time.
+    #[must_use]
+    pub fn is_group_paused_at(&self, group: &GroupKey, now: Timestamp) -> bool {
+        self.paused_groups
+            .get(group)
+            .is_some_and(|until| until.is_none_or(|until| now < until))
+    }
+
     /// Whether the queue is paused at `now`: a pause until a time ends at that time.
     #[must_use]
     pub fn is_paused_at(&self, now: Timestamp) -> bool {
@@ -102,6 +117,13 @@ impl QueueSettings {
     #[must_use]
     pub fn limits_groups(&self) -> bool {
         self.per_group.is_some() || self.ordered
+    }
+
+    /// Whether a claim must look at its candidates' groups at all (group rules, or a paused
+    /// group).
+    #[must_use]
+    pub fn judges_groups(&self) -> bool {
+        self.limits_groups() || !self.paused_groups.is_empty()
     }
 
     /// Whether claims of the queue must take turns: each decides on counts (of the queue's or
@@ -161,7 +183,7 @@ impl Limits {
 }
 
 /// A change an operator makes to a queue's settings.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum QueueChange {
     /// Pause the queue, until resumed (`None`) or until a time.
     Pause(Option<Timestamp>),
@@ -174,6 +196,11 @@ pub enum QueueChange {
     /// Any of the limits in one change: what is given is applied together or not at all, what
     /// is left out is kept.
     Limits(Limits),
+    /// Pause one group of the queue, until resumed (`None`) or until a time (a pause given
+    /// again replaces its time).
+    PauseGroup(GroupKey, Option<Timestamp>),
+    /// End the pause of one group.
+    ResumeGroup(GroupKey),
 }
 
 impl QueueChange {
@@ -219,13 +246,19 @@ impl QueueChange {
 /// a pause or a lower limit only holds back new leases.
 #[must_use]
 pub fn decide_queue_change(current: &QueueSettings, change: QueueChange) -> QueueSettings {
-    let mut next = *current;
+    let mut next = current.clone();
     match change {
         QueueChange::Pause(until) => next.paused = Some(Pause { until }),
         QueueChange::Resume => next.paused = None,
         QueueChange::Concurrency(limit) => next.concurrency = limit,
         QueueChange::Timeout(timeout) => next.timeout = timeout,
         QueueChange::Limits(limits) => limits.apply(&mut next),
+        QueueChange::PauseGroup(group, until) => {
+            next.paused_groups.insert(group, until);
+        }
+        QueueChange::ResumeGroup(group) => {
+            next.paused_groups.remove(&group);
+        }
     }
     next
 }

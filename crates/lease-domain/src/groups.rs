@@ -39,23 +39,38 @@ struct Standing {
 pub struct GroupGate {
     per_group: Option<Concurrency>,
     ordered: bool,
+    /// The groups paused at the claim's now: none of their jobs is leased.
+    paused: HashSet<GroupKey>,
     groups: HashMap<GroupKey, Standing>,
 }
 
 impl GroupGate {
-    /// The gate of a queue with `settings`.
+    /// The gate of a queue with `settings`, for a claim at `now`.
     #[must_use]
-    pub fn new(settings: &QueueSettings) -> Self {
+    pub fn new(settings: &QueueSettings, now: Timestamp) -> Self {
         Self {
             per_group: settings.per_group,
             ordered: settings.ordered,
+            paused: settings
+                .paused_groups
+                .keys()
+                .filter(|g| settings.is_group_paused_at(g, now))
+                .cloned()
+                .collect(),
             groups: HashMap::new(),
         }
     }
 
-    /// Whether the gate holds anything back (the queue limits its groups).
+    /// Whether the gate holds anything back (the queue limits its groups, or a group of it is
+    /// paused).
     #[must_use]
     pub fn is_active(&self) -> bool {
+        self.judges_standing() || !self.paused.is_empty()
+    }
+
+    /// Whether a group's standing must be read to judge its jobs (a limit per group, or
+    /// ordered groups).
+    fn judges_standing(&self) -> bool {
         self.per_group.is_some() || self.ordered
     }
 
@@ -63,7 +78,7 @@ impl GroupGate {
     /// active), each once.
     #[must_use]
     pub fn unknown<'a>(&self, jobs: impl IntoIterator<Item = &'a Job>) -> Vec<GroupKey> {
-        if !self.is_active() {
+        if !self.judges_standing() {
             return Vec::new();
         }
         let mut seen = HashSet::new();
@@ -124,6 +139,12 @@ impl GroupGate {
         let Some(group) = &job.group else {
             return true;
         };
+        if self.paused.contains(group) {
+            return false;
+        }
+        if !self.judges_standing() {
+            return true;
+        }
         let Some(standing) = self.groups.get(group) else {
             return false;
         };
@@ -168,7 +189,7 @@ impl GroupGate {
     /// candidates it reads, so a group's backlog is not read again and again.
     #[must_use]
     pub fn held_back(&self) -> (Vec<&GroupKey>, Vec<&JobId>) {
-        let mut groups = Vec::new();
+        let mut groups: Vec<&GroupKey> = self.paused.iter().collect();
         let mut except = Vec::new();
         for (group, standing) in &self.groups {
             let full = self

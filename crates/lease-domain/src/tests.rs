@@ -1680,7 +1680,7 @@ fn grouped(group: &str) -> Job {
 }
 
 fn gate_of(settings: &QueueSettings, jobs: &[(JobId, Job)], now: f64) -> GroupGate {
-    let mut gate = GroupGate::new(settings);
+    let mut gate = GroupGate::new(settings, at(now));
     let groups = gate.unknown(jobs.iter().map(|(_, j)| j));
     gate.learn(&groups, jobs, at(now));
     gate
@@ -1744,7 +1744,7 @@ fn per_group_admits_until_the_group_has_its_limit_of_live_leases() {
     // A group the gate was not told of is held back, so a store cannot forget to read one.
     assert!(!gate.admits(&a, &grouped("h")));
     // Without group rules, everything is admitted and nothing need be read.
-    let free = GroupGate::new(&QueueSettings::default());
+    let free = GroupGate::new(&QueueSettings::default(), at(0.0));
     assert!(free.unknown([&grouped("g")]).is_empty());
     assert!(free.admits(&a, &grouped("h")));
 }
@@ -1828,7 +1828,7 @@ fn limits_change_only_what_they_name() {
         QueueSettings {
             per_group: Concurrency::new(1),
             ordered: true,
-            ..start
+            ..start.clone()
         }
     );
     assert!(next.limits_groups() && next.serializes_claims());
@@ -1896,4 +1896,32 @@ fn a_debounced_enqueue_moves_a_waiting_job_and_leaves_a_started_one() {
         Command::EnqueueWith(plain).decide(&id, Some(&moved), None),
         (None, Outcome::Enqueued(false))
     );
+}
+
+#[test]
+fn a_paused_group_is_held_back_until_resumed_or_its_time_and_other_groups_run() {
+    let g = GroupKey::new("acct-9").unwrap();
+    let paused = decide_queue_change(
+        &QueueSettings::default(),
+        QueueChange::PauseGroup(g.clone(), Some(at(50.0))),
+    );
+    assert!(!paused.is_default() && paused.judges_groups() && !paused.limits_groups());
+    assert!(paused.is_group_paused_at(&g, at(49.9)));
+    assert!(
+        !paused.is_group_paused_at(&g, at(50.0)),
+        "a pause until a time ends at it"
+    );
+    let (id, job) = (JobId::new("j").unwrap(), grouped("acct-9"));
+    let gate = GroupGate::new(&paused, at(10.0));
+    assert!(gate.is_active() && !gate.admits(&id, &job));
+    assert!(gate.admits(&id, &grouped("acct-1")), "another group runs");
+    assert!(gate.admits(&id, &Job::new()), "a job without a group runs");
+    assert!(
+        gate.unknown([&job]).is_empty(),
+        "a pause alone reads no group's jobs"
+    );
+    assert_eq!(gate.held_back().0, [&g]);
+    assert!(GroupGate::new(&paused, at(60.0)).admits(&id, &job));
+    let resumed = decide_queue_change(&paused, QueueChange::ResumeGroup(g));
+    assert!(resumed.is_default());
 }

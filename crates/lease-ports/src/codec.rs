@@ -307,6 +307,9 @@ pub struct StoredQueue {
     pub per_group: Option<i64>,
     /// Whether its groups are ordered.
     pub ordered: bool,
+    /// Its paused groups, each with the end of its pause (`None`: until resumed), as the
+    /// store's table of group pauses holds them.
+    pub paused_groups: Vec<(String, Option<f64>)>,
 }
 
 impl StoredQueue {
@@ -321,6 +324,11 @@ impl StoredQueue {
             timeout: settings.timeout.map(lease_domain::Ttl::get),
             per_group: settings.per_group.map(|c| i64::from(c.get())),
             ordered: settings.ordered,
+            paused_groups: settings
+                .paused_groups
+                .iter()
+                .map(|(g, until)| (g.as_str().to_owned(), until.map(Timestamp::get)))
+                .collect(),
         }
     }
 
@@ -347,6 +355,15 @@ impl StoredQueue {
                 .transpose()
                 .map_err(|e| setting(format!("queue {queue_name}: stored per-group {e}")))?,
             ordered: self.ordered,
+            paused_groups: self
+                .paused_groups
+                .into_iter()
+                .map(|(group, until)| {
+                    let group = lease_domain::GroupKey::stored(group)
+                        .map_err(|e| setting(format!("queue {queue_name}: stored group {e}")))?;
+                    Ok((group, maybe_time(until, "a stored group pause's end")?))
+                })
+                .collect::<Result<_, StoreError>>()?,
         };
         Ok((queue_name, settings))
     }

@@ -1717,7 +1717,7 @@ pub async fn a_paused_queue_leases_nothing_until_it_is_resumed_and_running_lease
         .expect("a running lease is renewed while its queue is paused");
     complete_granted(&lease_store, &held.job, "w", held.fence, 4.0, "done").await;
     let listed = store.queues().await.expect("queues reads");
-    assert_eq!(listed, vec![(queue("q"), paused)]);
+    assert_eq!(listed, vec![(queue("q"), paused.clone())]);
     assert_eq!(
         store.settings_of(&queue("q")).await.expect("settings read"),
         paused
@@ -2126,6 +2126,14 @@ pub async fn export_and_import_carry_queue_settings_and_schedules(store: Transfe
         .change_queue(&queue("q"), QueueChange::Limits(grouped_rules))
         .await
         .expect("change works");
+    let held = GroupKey::new("held").expect("group");
+    store
+        .change_queue(
+            &queue("q"),
+            QueueChange::PauseGroup(held.clone(), Some(at(90.0))),
+        )
+        .await
+        .expect("change works");
     assert_eq!(
         (ruled.per_group, ruled.ordered),
         (Concurrency::new(2), true)
@@ -2146,6 +2154,10 @@ pub async fn export_and_import_carry_queue_settings_and_schedules(store: Transfe
     assert_eq!(
         (snapshot.queues[0].1.per_group, snapshot.queues[0].1.ordered),
         (Concurrency::new(2), true)
+    );
+    assert_eq!(
+        snapshot.queues[0].1.paused_groups.get(&held),
+        Some(&Some(at(90.0)))
     );
     assert_eq!(
         snapshot
@@ -2361,6 +2373,46 @@ pub async fn an_ordered_group_runs_one_job_at_a_time_in_claim_order(store: Contr
     assert_eq!(ids(&next(&lease_store, "q", "w", 21.0, 10).await), ["g4"]);
 }
 
+/// A paused group: a claim leases none of its jobs while the queue's other groups and its
+/// jobs without a group run; a pause until a time ends at that time, a pause given again
+/// replaces its time, a resumed group runs again, and `queues` shows the paused groups.
+pub async fn a_paused_group_leases_nothing_while_the_queues_other_groups_run(store: ControlStore) {
+    let lease_store: Store = store.clone();
+    for id in ["a1", "a2"] {
+        enqueued_with(&lease_store, id, &grouped("q", "a")).await;
+    }
+    enqueued_with(&lease_store, "b1", &grouped("q", "b")).await;
+    enqueued_with(&lease_store, "x", &spec("q", 0, None, 5)).await;
+    let a = GroupKey::new("a").expect("group");
+    let paused = change(&store, "q", QueueChange::PauseGroup(a.clone(), None)).await;
+    assert!(paused.is_group_paused_at(&a, at(1e9)));
+    assert_eq!(
+        store.queues().await.expect("queues reads"),
+        vec![(queue("q"), paused.clone())]
+    );
+    let first = next(&lease_store, "q", "w", 1.0, 10).await;
+    assert_eq!(ids(&first), ["b1", "x"]);
+    assert!(next(&lease_store, "q", "w", 2.0, 10).await.is_empty());
+    for other in &first {
+        complete_granted(&lease_store, &other.job, "w", other.fence, 2.5, "ok").await;
+    }
+    // Until a time: nothing of the group before it, its jobs from then on.
+    change(
+        &store,
+        "q",
+        QueueChange::PauseGroup(a.clone(), Some(at(20.0))),
+    )
+    .await;
+    assert!(next(&lease_store, "q", "w", 19.5, 1).await.is_empty());
+    assert_eq!(ids(&next(&lease_store, "q", "w", 20.0, 1).await), ["a1"]);
+    change(&store, "q", QueueChange::PauseGroup(a.clone(), None)).await;
+    assert!(next(&lease_store, "q", "w", 21.0, 10).await.is_empty());
+    let resumed = change(&store, "q", QueueChange::ResumeGroup(a)).await;
+    assert!(resumed.is_default(), "{resumed:?}");
+    assert_eq!(ids(&next(&lease_store, "q", "w", 22.0, 10).await), ["a2"]);
+    assert_eq!(store.queues().await.expect("queues reads"), vec![]);
+}
+
 /// A debounced enqueue: the job is due the debounce after its enqueue; enqueueing its id again
 /// while it waits to start takes the new payload and pushes its due time (nothing is
 /// inserted); once it has been leased, or is finished, an enqueue leaves it alone.
@@ -2462,6 +2514,7 @@ macro_rules! conformance_tests {
             a_job_keeps_its_group_and_its_lease_carries_it,
             a_per_group_limit_bounds_each_groups_live_leases_under_racing_claims,
             an_ordered_group_runs_one_job_at_a_time_in_claim_order,
+            a_paused_group_leases_nothing_while_the_queues_other_groups_run,
             schedules_are_kept_and_a_tick_fires_once,
             racing_fires_of_one_tick_make_one_job,
         );

@@ -54,7 +54,7 @@ pub enum Call<'a> {
     /// [`LeaseStore::stats`].
     Stats(Timestamp),
     /// [`Control::change_queue`].
-    ChangeQueue(&'a QueueName, QueueChange),
+    ChangeQueue(&'a QueueName, &'a QueueChange),
     /// [`Control::queues`].
     Queues,
     /// [`Control::settings_of`].
@@ -230,8 +230,8 @@ impl<S: Control + ?Sized, H: Hooks> Control for Decorated<S, H> {
         change: QueueChange,
     ) -> Result<QueueSettings, StoreError> {
         self.around(
-            Call::ChangeQueue(queue, change),
-            self.inner.change_queue(queue, change),
+            Call::ChangeQueue(queue, &change),
+            self.inner.change_queue(queue, change.clone()),
         )
         .await
     }

@@ -37,7 +37,7 @@ struct Jobs {
 impl Jobs {
     /// The queues that have settings, as owned pairs.
     fn queue_settings(&self) -> impl Iterator<Item = (QueueName, QueueSettings)> + '_ {
-        self.queues.iter().map(|(q, s)| (q.clone(), *s))
+        self.queues.iter().map(|(q, s)| (q.clone(), s.clone()))
     }
 
     fn store(&mut self, id: &JobId, job: Job) {
@@ -239,7 +239,7 @@ impl LeaseStore for MemoryLeaseStore {
 /// candidates in claim order.
 fn claim_next(jobs: &mut Jobs, claim: &ClaimNext) -> Vec<Lease> {
     let (queue, term) = (&claim.queue, claim.term);
-    let settings = jobs.queues.get(queue).copied().unwrap_or_default();
+    let settings = jobs.queues.get(queue).cloned().unwrap_or_default();
     let held = if settings.counts_leases() {
         let running = jobs
             .jobs
@@ -414,12 +414,12 @@ impl crate::control::Control for MemoryLeaseStore {
         change: QueueChange,
     ) -> Result<QueueSettings, StoreError> {
         let mut jobs = self.jobs()?;
-        let current = jobs.queues.get(queue).copied().unwrap_or_default();
+        let current = jobs.queues.get(queue).cloned().unwrap_or_default();
         let next = decide_queue_change(&current, change);
         if next.is_default() {
             jobs.queues.remove(queue);
         } else {
-            jobs.queues.insert(queue.clone(), next);
+            jobs.queues.insert(queue.clone(), next.clone());
         }
         Ok(next)
     }
@@ -430,7 +430,7 @@ impl crate::control::Control for MemoryLeaseStore {
     }
 
     async fn settings_of(&self, queue: &QueueName) -> Result<QueueSettings, StoreError> {
-        Ok(self.jobs()?.queues.get(queue).copied().unwrap_or_default())
+        Ok(self.jobs()?.queues.get(queue).cloned().unwrap_or_default())
     }
 
     async fn put_schedule(

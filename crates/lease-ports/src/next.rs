@@ -52,7 +52,7 @@ impl ClaimNextLoop {
         let limit = settings.allowance(held, claim.term.now(), claim.limit);
         let mut next = Self::new(&claim.owner, limit).with_tokens(claim.tokens.clone());
         next.timeout = settings.timeout;
-        next.gate = GroupGate::new(settings);
+        next.gate = GroupGate::new(settings, claim.term.now());
         next
     }
 

@@ -295,7 +295,7 @@ pub fn plan_import(
     // A queue's settings: the source's, unless a merge finds the target's own.
     for (queue, settings) in &incoming.queues {
         if !queues.contains_key(queue) {
-            plan.queues.push((queue.clone(), *settings));
+            plan.queues.push((queue.clone(), settings.clone()));
             plan.imported.queues += 1;
         }
     }

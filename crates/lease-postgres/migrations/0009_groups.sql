@@ -1,6 +1,7 @@
 -- Version 9: flow control per group. A job may belong to a group of its queue (`grp`, set at
--- enqueue), and a queue may limit the live leases of each group (`per_group`) and run each
--- group one job at a time in claim order (`ordered`). A claim under those rules reads, for
+-- enqueue), and a queue may limit the live leases of each group (`per_group`), run each
+-- group one job at a time in claim order (`ordered`), and pause single groups
+-- (`group_pauses`, read with the queue's settings row; a queue with a paused group has one). A claim under those rules reads, for
 -- each group it meets, the group's jobs that bear on them (started and not finished, or dead:
 -- `Job::bears_on_group` in lease-domain) through `jobs_group`, so a group's backlog of jobs
 -- never started is not read to judge it. `step` (migration 8) is made again only to answer
@@ -12,6 +13,12 @@
 ALTER TABLE {s}.jobs ADD COLUMN grp text;
 ALTER TABLE {s}.queues ADD COLUMN per_group bigint CHECK (per_group IS NULL OR per_group >= 1);
 ALTER TABLE {s}.queues ADD COLUMN ordered boolean NOT NULL DEFAULT false;
+CREATE TABLE {s}.group_pauses (
+    queue text NOT NULL,
+    grp text NOT NULL,
+    until double precision,
+    PRIMARY KEY (queue, grp)
+);
 CREATE INDEX jobs_group ON {s}.jobs (queue, grp)
     WHERE grp IS NOT NULL
     AND (ended = 'dead' OR (NOT done AND ended IS NULL AND (attempts > 0 OR leased_until IS NOT NULL)));

@@ -25,6 +25,18 @@ use crate::write::{rollback, update};
 
 const QUEUE_COLUMNS: &str = "queue, paused, paused_until, concurrency, timeout, per_group, ordered";
 
+/// A queue's settings row as `decode_queue` reads it: its columns, then its paused groups and
+/// the end of each pause as two arrays in group order (`{s}` the schema; the row is `q`).
+fn queue_select(s: &str) -> String {
+    format!(
+        "q.queue, q.paused, q.paused_until, q.concurrency, q.timeout, q.per_group, q.ordered, \
+         ARRAY(SELECT p.grp FROM {s}.group_pauses p WHERE p.queue = q.queue \
+         ORDER BY p.grp COLLATE \"C\"), \
+         ARRAY(SELECT p.until FROM {s}.group_pauses p WHERE p.queue = q.queue \
+         ORDER BY p.grp COLLATE \"C\")"
+    )
+}
+
 const SCHEDULE_COLUMNS: &str = "name, cron, zone, queue, priority, max_attempts, payload, \
     timeout, catch_up, version, created, last_tick";
 
@@ -66,6 +78,8 @@ pub(crate) struct ControlSql {
     pub(crate) group_bearing: String,
     lock_table: String,
     settings_for_update: String,
+    delete_group_pauses: String,
+    insert_group_pauses: String,
     upsert_queue: String,
     delete_queue: String,
     all_queues: String,
@@ -78,7 +92,10 @@ pub(crate) struct ControlSql {
 impl ControlSql {
     pub(crate) fn new(s: &str) -> Self {
         Self {
-            settings: format!("SELECT {QUEUE_COLUMNS} FROM {s}.queues WHERE queue = $1 FOR SHARE"),
+            settings: format!(
+                "SELECT {} FROM {s}.queues q WHERE q.queue = $1 FOR SHARE",
+                queue_select(s)
+            ),
             lock_queue: format!(
                 "SELECT pg_advisory_xact_lock(hashtextextended('{s}.queues/' || $1, 0))"
             ),
@@ -94,7 +111,13 @@ impl ControlSql {
             ),
             lock_table: format!("LOCK TABLE {s}.queues IN EXCLUSIVE MODE"),
             settings_for_update: format!(
-                "SELECT {QUEUE_COLUMNS} FROM {s}.queues WHERE queue = $1 FOR UPDATE"
+                "SELECT {} FROM {s}.queues q WHERE q.queue = $1 FOR UPDATE",
+                queue_select(s)
+            ),
+            delete_group_pauses: format!("DELETE FROM {s}.group_pauses WHERE queue = $1"),
+            insert_group_pauses: format!(
+                "INSERT INTO {s}.group_pauses (queue, grp, until) \
+                 SELECT $1, * FROM unnest($2::text[], $3::float8[])"
             ),
             upsert_queue: format!(
                 "INSERT INTO {s}.queues ({QUEUE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7) \
@@ -105,7 +128,8 @@ impl ControlSql {
             ),
             delete_queue: format!("DELETE FROM {s}.queues WHERE queue = $1"),
             all_queues: format!(
-                "SELECT {QUEUE_COLUMNS} FROM {s}.queues ORDER BY queue COLLATE \"C\""
+                "SELECT {} FROM {s}.queues q ORDER BY q.queue COLLATE \"C\"",
+                queue_select(s)
             ),
             schedule_for_update: format!(
                 "SELECT {SCHEDULE_COLUMNS} FROM {s}.schedules WHERE name = $1 FOR UPDATE"
@@ -134,10 +158,21 @@ pub(crate) async fn write_settings(
     queue: &QueueName,
     settings: &QueueSettings,
 ) -> Result<(), tokio_postgres::Error> {
+    c.execute(&sql.delete_group_pauses, &[&queue.as_str()])
+        .await?;
     if settings.is_default() {
         c.execute(&sql.delete_queue, &[&queue.as_str()]).await?;
     } else {
         let row = StoredQueue::of(queue, settings);
+        if !row.paused_groups.is_empty() {
+            let (groups, ends): (Vec<&str>, Vec<Option<f64>>) = row
+                .paused_groups
+                .iter()
+                .map(|(g, until)| (g.as_str(), *until))
+                .unzip();
+            c.execute(&sql.insert_group_pauses, &[&queue.as_str(), &groups, &ends])
+                .await?;
+        }
         c.execute(
             &sql.upsert_queue,
             &[

@@ -13,9 +13,10 @@ use crate::error::{self, Stage};
 pub const CURRENT_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].version;
 
 /// The tables (and their sequences) lease makes; anything else in the schema is foreign.
-const OURS: [&str; 12] = [
+const OURS: [&str; 13] = [
     "jobs",
     "queues",
+    "group_pauses",
     "schedules",
     "finished",
     "completions",
@@ -342,6 +343,6 @@ mod tests {
         "8007b2202d987e668820d3f5013097c7385b92b29fcc44faf8df7161facaddf9",
         "d25b2039940b6eed5bd573ef7d30ff1307bfba81a2d12abef776cfb2cd2c0bcb",
         "bbb498171ca96c56d8fac1e90ce36b8b0397b8dcee9f256b9627bcbbc3dea1ea",
-        "375ce127fed7c0ec085c39b8e560fa0de5486826e44da457644657804bbeb812",
+        "d4893e794486a3fff09889568d40abade6477af8c6e996e3f1efc4b7d639cb85",
     ];
 }

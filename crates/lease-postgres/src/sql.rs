@@ -574,7 +574,8 @@ pub(crate) fn stored_now(now: f64) -> Result<Timestamp, StoreError> {
 }
 
 /// A queue's settings row as a statement returned it (`queue, paused, paused_until,
-/// concurrency, timeout, per_group, ordered`).
+/// concurrency, timeout, per_group, ordered`, then the paused groups and their ends as two
+/// arrays).
 pub(crate) fn decode_queue(row: &Row) -> Result<(QueueName, QueueSettings), StoreError> {
     let read = |e: tokio_postgres::Error| {
         StoreError::Corrupt(lease_ports::Detail::caused_by(
@@ -590,6 +591,11 @@ pub(crate) fn decode_queue(row: &Row) -> Result<(QueueName, QueueSettings), Stor
         timeout: row.try_get(4).map_err(read)?,
         per_group: row.try_get(5).map_err(read)?,
         ordered: row.try_get(6).map_err(read)?,
+        paused_groups: {
+            let groups: Vec<String> = row.try_get(7).map_err(read)?;
+            let ends: Vec<Option<f64>> = row.try_get(8).map_err(read)?;
+            groups.into_iter().zip(ends).collect()
+        },
     }
     .decode()
 }

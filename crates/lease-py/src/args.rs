@@ -13,6 +13,11 @@ pub(crate) fn schedule_name(name: &str) -> Outcome<lease_domain::ScheduleName> {
     lease_domain::ScheduleName::new(name).or_else(|e| invalid(format!("schedule name: {e}")))
 }
 
+/// A job's group, checked.
+pub(crate) fn group(group: &str) -> Outcome<lease_domain::GroupKey> {
+    lease_domain::GroupKey::new(group).or_else(|e| invalid(format!("group: {e}")))
+}
+
 /// A payload given as bytes or as text (UTF-8).
 pub(crate) fn payload(value: Option<&Bound<'_, PyAny>>) -> PyResult<Outcome<Option<Payload>>> {
     let Some(value) = value.filter(|v| !v.is_none()) else {
@@ -65,13 +70,7 @@ impl JobArgs<'_> {
                 })
                 .transpose()?,
             replace_finished: self.replace_finished,
-            group: self
-                .group
-                .map(|g| {
-                    lease_domain::GroupKey::new(g)
-                        .map_err(|e| Failure::Input(format!("group: {e}")))
-                })
-                .transpose()?,
+            group: self.group.map(group).transpose()?,
             debounce: self
                 .debounce
                 .map(|d| {

@@ -590,26 +590,41 @@ impl StoreCore {
 
     /// Pauses ``queue`` (until resumed, or until the time ``until``): no claim leases its
     /// jobs from the moment the pause commits; enqueueing goes on and running leases are
-    /// untouched. Returns the queue's :class:`QueueSettings`.
-    #[pyo3(signature = (queue, *, until = None, now = None))]
+    /// untouched. With ``group``, pauses only that group of the queue: its jobs are not
+    /// leased while the queue's other groups run. Returns the queue's :class:`QueueSettings`.
+    #[pyo3(signature = (queue, *, until = None, group = None, now = None))]
     fn pause(
         &self,
         py: Python<'_>,
         queue: &str,
         until: Option<f64>,
+        group: Option<&str>,
         now: Option<f64>,
     ) -> PyResult<Pending> {
-        let change = until
-            .map(|t| values::time("until", t))
-            .transpose()
-            .map(lease_domain::QueueChange::Pause);
+        let change = (|| {
+            let until = until.map(|t| values::time("until", t)).transpose()?;
+            Ok(match group.map(args::group).transpose()? {
+                Some(group) => lease_domain::QueueChange::PauseGroup(group, until),
+                None => lease_domain::QueueChange::Pause(until),
+            })
+        })();
         self.change_queue(py, queue, change, now)
     }
 
-    /// Ends a pause of ``queue``.
-    #[pyo3(signature = (queue, *, now = None))]
-    fn resume(&self, py: Python<'_>, queue: &str, now: Option<f64>) -> PyResult<Pending> {
-        self.change_queue(py, queue, Ok(lease_domain::QueueChange::Resume), now)
+    /// Ends a pause of ``queue``, or with ``group`` of that group only.
+    #[pyo3(signature = (queue, *, group = None, now = None))]
+    fn resume(
+        &self,
+        py: Python<'_>,
+        queue: &str,
+        group: Option<&str>,
+        now: Option<f64>,
+    ) -> PyResult<Pending> {
+        let change = group.map(args::group).transpose().map(|group| match group {
+            Some(group) => lease_domain::QueueChange::ResumeGroup(group),
+            None => lease_domain::QueueChange::Resume,
+        });
+        self.change_queue(py, queue, change, now)
     }
 
     /// Sets ``queue``'s concurrency limit (the most of its leases live at once, across

@@ -472,6 +472,9 @@ pub(crate) struct QueueSettings {
     timeout: Option<f64>,
     per_group: Option<u32>,
     ordered: bool,
+    /// The groups paused at the time the settings were read, each with the end of its pause
+    /// (`None`: until resumed).
+    paused_groups: std::collections::BTreeMap<String, Option<f64>>,
 }
 
 #[pymethods]
@@ -506,6 +509,12 @@ impl QueueSettings {
             timeout: settings.timeout.map(lease_domain::Ttl::get),
             per_group: settings.per_group.map(lease_domain::Concurrency::get),
             ordered: settings.ordered,
+            paused_groups: settings
+                .paused_groups
+                .iter()
+                .filter(|(group, _)| settings.is_group_paused_at(group, now))
+                .map(|(group, until)| (group.as_str().to_owned(), until.map(Timestamp::get)))
+                .collect(),
         }
     }
 }

@@ -184,6 +184,17 @@ def test_groups_are_limited_and_ordered_from_python(store):
     freed = store.limit("g", per_group=0, ordered=False)
     assert (freed.per_group, freed.ordered) == (None, False)
     assert store.queues() == []
+    # One group paused: its jobs wait, the others run; resumed, it runs again.
+    assert store.enqueue("c1", queue="g", group="acct-c")
+    paused = store.pause("g", group="acct-c", until=2e9)
+    assert paused.paused_groups == {"acct-c": 2e9} and paused.paused is False
+    assert [h.id for h in store.claim_next("g", A, 30.0, limit=10)] == ["a2", "b2"]
+    assert store.resume("g", group="acct-c").paused_groups == {}
+    assert [h.id for h in store.claim_next("g", A, 30.0, limit=10)] == ["c1"]
+    with pytest.raises(lease.InvalidInput) as raised:
+        store.pause("g", group="")
+    assert "group" in str(raised.value)
+    assert store.queues() == []
 
 
 def test_a_debounced_enqueue_pushes_a_waiting_job_from_python(store):

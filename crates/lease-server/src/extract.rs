@@ -134,6 +134,26 @@ impl FromRequestParts<Arc<App>> for Param {
     }
 }
 
+/// The two path parameters of a route (a queue and one of its groups), percent-decoded, in
+/// path order, after the request's parameters were checked against the document.
+#[derive(Debug)]
+pub(crate) struct TwoParams(pub(crate) String, pub(crate) String);
+
+impl FromRequestParts<Arc<App>> for TwoParams {
+    type Rejection = Problem;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        app: &Arc<App>,
+    ) -> Result<Self, Self::Rejection> {
+        let params = checked_params(parts, app).await?;
+        match <[(String, String); 2]>::try_from(params) {
+            Ok([(_, first), (_, second)]) => Ok(TwoParams(first, second)),
+            Err(_) => Err(Problem::malformed("the path could not be read")),
+        }
+    }
+}
+
 /// A JSON body read into `T` after it was checked against the document (the handler's
 /// `Param` or `Params` checks the parameters): `415` unless it is `application/json`, `413` over the body limit, `400`
 /// unless it is JSON, `422` naming the field when the document does not allow it. An empty

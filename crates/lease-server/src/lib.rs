@@ -249,6 +249,8 @@ fn routes() -> (axum::Router<Arc<App>>, utoipa::openapi::OpenApi) {
         .routes(routes!(queues::queues))
         .routes(routes!(queues::pause))
         .routes(routes!(queues::resume))
+        .routes(routes!(queues::pause_group))
+        .routes(routes!(queues::resume_group))
         .routes(routes!(queues::limits, queues::queue_limits))
         .routes(routes!(schedules::schedules))
         .routes(routes!(schedules::put_schedule, schedules::remove_schedule))

@@ -2,7 +2,7 @@
 //! (admin keys).
 
 use crate::App;
-use crate::extract::{Admin, Checked, Param, Viewer};
+use crate::extract::{Admin, Checked, Param, TwoParams, Viewer};
 use crate::fields::{Name, Seconds, Time};
 use crate::problem::{Problem, ProblemBody};
 use crate::respond::{Answer, AppState, EmptyBody, json_response, now};
@@ -29,6 +29,17 @@ pub(crate) struct QueueView {
     pub(crate) per_group: Option<u32>,
     /// Whether each group runs one job at a time, in claim order.
     pub(crate) ordered: bool,
+    /// The groups paused now, in group order.
+    pub(crate) paused_groups: Vec<GroupPauseView>,
+}
+
+/// A paused group of a queue.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct GroupPauseView {
+    /// The group.
+    pub(crate) group: String,
+    /// When its pause ends (Unix seconds), if it ends at a time.
+    pub(crate) until: Option<f64>,
 }
 
 impl QueueView {
@@ -45,6 +56,15 @@ impl QueueView {
             timeout: settings.timeout.map(lease_domain::Ttl::get),
             per_group: settings.per_group.map(Concurrency::get),
             ordered: settings.ordered,
+            paused_groups: settings
+                .paused_groups
+                .iter()
+                .filter(|(group, _)| settings.is_group_paused_at(group, now))
+                .map(|(group, until)| GroupPauseView {
+                    group: group.as_str().to_owned(),
+                    until: until.map(Timestamp::get),
+                })
+                .collect(),
         }
     }
 }
@@ -152,6 +172,52 @@ pub(crate) async fn resume(
     Checked(_): Checked<EmptyBody>,
 ) -> Answer {
     change(&app, queue, QueueChange::Resume).await
+}
+
+#[utoipa::path(post, path = "/v1/queues/{queue}/groups/{group}/pause", tag = "admin",
+    params(
+        ("queue" = Name, Path, description = "The queue, percent-encoded"),
+        ("group" = Name, Path, description = "The group, percent-encoded"),
+    ),
+    request_body(content = Option<PauseBody>, description = "Empty, {} or {\"until\": time}"),
+    responses(
+        (status = 200, description = "The group is paused: no new lease of its jobs from now on; its running leases and the queue's other groups go on", body = QueueView),
+        (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn pause_group(
+    State(app): AppState,
+    _: Admin,
+    TwoParams(queue, group): TwoParams,
+    Checked(body): Checked<PauseBody>,
+) -> Answer {
+    let until = body.until.map(|t| t.at("until")).transpose()?;
+    let group = Name(group).group()?;
+    change(&app, queue, QueueChange::PauseGroup(group, until)).await
+}
+
+#[utoipa::path(post, path = "/v1/queues/{queue}/groups/{group}/resume", tag = "admin",
+    params(
+        ("queue" = Name, Path, description = "The queue, percent-encoded"),
+        ("group" = Name, Path, description = "The group, percent-encoded"),
+    ),
+    request_body(content = Option<EmptyBody>, description = "Empty, or {}"),
+    responses(
+        (status = 200, description = "Claims take the group's jobs again", body = QueueView),
+        (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn resume_group(
+    State(app): AppState,
+    _: Admin,
+    TwoParams(queue, group): TwoParams,
+    Checked(_): Checked<EmptyBody>,
+) -> Answer {
+    let group = Name(group).group()?;
+    let woken = change(&app, queue.clone(), QueueChange::ResumeGroup(group)).await?;
+    // Claims waiting on the queue may find the group's jobs now.
+    app.wake(&queue, usize::MAX);
+    Ok(woken)
 }
 
 /// A queue's limits; a field left out is left as it is.

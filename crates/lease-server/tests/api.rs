@@ -842,7 +842,7 @@ impl Hooks for Counting {
             Call::Record(_) => {
                 self.records.fetch_add(1, Ordering::SeqCst);
             }
-            Call::ChangeQueue(_, change) => self.changes.lock().unwrap().push(*change),
+            Call::ChangeQueue(_, change) => self.changes.lock().unwrap().push((*change).clone()),
             _ => {}
         }
         Ok(())

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const ROUTES: [(&str, &str); 36] = [
+const ROUTES: [(&str, &str); 38] = [
     ("post", "/v1/queues/{queue}/jobs"),
     ("post", "/v1/queues/{queue}/jobs/batch"),
     ("post", "/v1/queues/{queue}/claims"),
@@ -38,6 +38,8 @@ const ROUTES: [(&str, &str); 36] = [
     ("post", "/v1/queues/{queue}/resume"),
     ("put", "/v1/queues/{queue}/limits"),
     ("get", "/v1/queues/{queue}/limits"),
+    ("post", "/v1/queues/{queue}/groups/{group}/pause"),
+    ("post", "/v1/queues/{queue}/groups/{group}/resume"),
     ("get", "/v1/schedules"),
     ("put", "/v1/schedules/{name}"),
     ("delete", "/v1/schedules/{name}"),

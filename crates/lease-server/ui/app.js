@@ -198,6 +198,9 @@ function flow(settings) {
   if (settings.timeout !== null && settings.timeout !== undefined) words.push(`timeout ${duration(settings.timeout)}`);
   if (settings.per_group !== null && settings.per_group !== undefined) words.push(`≤ ${num(settings.per_group)} a group`);
   if (settings.ordered) words.push('groups in order');
+  const pausedGroups = settings.paused_groups || [];
+  if (pausedGroups.length === 1) words.push(`group ${pausedGroups[0].group} paused`);
+  else if (pausedGroups.length > 1) words.push(`${num(pausedGroups.length)} groups paused`);
   return words.length ? words.join(', ') : '—';
 }
 
@@ -487,6 +490,28 @@ async function pauseOrResume(queue, paused) {
   await loadControl();
 }
 
+// Pause or resume one group of a queue, from the group form.
+async function pauseGroup(event) {
+  event.preventDefault();
+  const queue = $('group-queue').value;
+  const group = $('group-name').value;
+  const action = $('group-action').value;
+  if (!queue || !group) {
+    say('Name a queue and one of its groups.');
+    return;
+  }
+  const verb = action === 'resume' ? 'Resume' : 'Pause';
+  if (!(await confirmed(`${verb} group “${group}” of queue “${queue}”? Its running leases are not touched.`))) return;
+  try {
+    const path = `/v1/queues/${encodeURIComponent(queue)}/groups/${encodeURIComponent(group)}/${action}`;
+    const answer = await api('POST', path, {});
+    say(`Queue ${queue}: ${flow(answer)}.`);
+  } catch (e) {
+    say(`Queue ${queue}, group ${group}: ${e.message}`);
+  }
+  await loadControl();
+}
+
 async function limit(event) {
   event.preventDefault();
   const queue = $('limit-queue').value;
@@ -646,6 +671,7 @@ async function start() {
   $('retry-job').addEventListener('click', () => act('retry', state.job));
   $('purge-form').addEventListener('submit', purge);
   $('limit-form').addEventListener('submit', limit);
+  $('group-form').addEventListener('submit', pauseGroup);
   $('schedule-form').addEventListener('submit', saveSchedule);
   window.addEventListener('hashchange', () => {
     if (!location.hash.startsWith('#/jobs')) state.pageAfter = [];

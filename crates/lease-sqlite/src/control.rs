@@ -27,6 +27,15 @@ const UPSERT_QUEUE: &str = "INSERT INTO lease_queues(queue, paused, paused_until
 
 const DELETE_QUEUE: &str = "DELETE FROM lease_queues WHERE queue = ?1";
 
+/// The paused groups of one queue (`?1`), or of every queue (`?1` NULL).
+const SELECT_GROUP_PAUSES: &str = "SELECT queue, grp, until FROM lease_group_pauses \
+    WHERE ?1 IS NULL OR queue = ?1 ORDER BY queue, grp";
+
+const DELETE_GROUP_PAUSES: &str = "DELETE FROM lease_group_pauses WHERE queue = ?1";
+
+const INSERT_GROUP_PAUSE: &str =
+    "INSERT INTO lease_group_pauses(queue, grp, until) VALUES (?1, ?2, ?3)";
+
 /// The live leases of a queue at `?2`: its held jobs whose lease has not ended (the index of
 /// lease ends; `Job::leased_until` is the lease's end while someone holds the job).
 const COUNT_HELD: &str = "SELECT count(*) FROM jobs_queue INDEXED BY jobs_queue_leased \
@@ -54,7 +63,33 @@ fn queue_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredQueue> {
         timeout: row.get(4)?,
         per_group: row.get(5)?,
         ordered: row.get(6)?,
+        paused_groups: Vec::new(),
     })
+}
+
+/// The paused groups of `queue` (all queues' when `None`), as (queue, group, until) rows.
+fn group_pauses(
+    conn: &Connection,
+    queue: Option<&QueueName>,
+) -> Result<Vec<(String, String, Option<f64>)>, StoreError> {
+    conn.prepare_cached(SELECT_GROUP_PAUSES)
+        .and_then(|mut stmt| {
+            stmt.query_map([queue.map(QueueName::as_str)], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?
+            .collect()
+        })
+        .map_err(error::sql(conn))
+}
+
+/// A stored queue row with its paused groups taken from `pauses`.
+fn with_pauses(mut row: StoredQueue, pauses: &[(String, String, Option<f64>)]) -> StoredQueue {
+    row.paused_groups = pauses
+        .iter()
+        .filter(|(queue, _, _)| *queue == row.queue)
+        .map(|(_, group, until)| (group.clone(), *until))
+        .collect();
+    row
 }
 
 fn schedule_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredSchedule> {
@@ -83,7 +118,11 @@ pub(crate) fn settings(conn: &Connection, queue: &QueueName) -> Result<QueueSett
         .optional()
         .map_err(error::sql(conn))?;
     Ok(match stored {
-        Some(stored) => stored.decode()?.1,
+        Some(stored) => {
+            with_pauses(stored, &group_pauses(conn, Some(queue))?)
+                .decode()?
+                .1
+        }
         None => QueueSettings::default(),
     })
 }
@@ -109,10 +148,25 @@ pub(crate) fn write_settings(
     queue: &QueueName,
     settings: &QueueSettings,
 ) -> Result<(), StoreError> {
+    conn.prepare_cached(DELETE_GROUP_PAUSES)
+        .and_then(|mut stmt| stmt.execute([queue.as_str()]))
+        .map_err(error::sql(conn))?;
     let done = if settings.is_default() {
         conn.prepare_cached(DELETE_QUEUE)
             .and_then(|mut stmt| stmt.execute([queue.as_str()]))
     } else {
+        let mut insert = conn
+            .prepare_cached(INSERT_GROUP_PAUSE)
+            .map_err(error::sql(conn))?;
+        for (group, until) in &settings.paused_groups {
+            insert
+                .execute(rusqlite::params![
+                    queue.as_str(),
+                    group.as_str(),
+                    until.map(Timestamp::get)
+                ])
+                .map_err(error::sql(conn))?;
+        }
         let row = StoredQueue::of(queue, settings);
         conn.prepare_cached(UPSERT_QUEUE).and_then(|mut stmt| {
             stmt.execute(rusqlite::params![
@@ -148,7 +202,10 @@ pub(crate) fn queues(conn: &Connection) -> Result<Vec<(QueueName, QueueSettings)
         .query_map([], queue_row)
         .and_then(Iterator::collect)
         .map_err(error::sql(conn))?;
-    rows.into_iter().map(StoredQueue::decode).collect()
+    let pauses = group_pauses(conn, None)?;
+    rows.into_iter()
+        .map(|row| with_pauses(row, &pauses).decode())
+        .collect()
 }
 
 /// One schedule, by name.

@@ -351,7 +351,7 @@ pub(crate) fn apply(conn: &Connection, op: &Op) -> Result<(Reply, bool), StoreEr
             }
             Ok((Reply::Jobs(outcomes), wrote))
         }
-        Op::Queue(queue, change) => crate::control::change_queue(conn, queue, *change)
+        Op::Queue(queue, change) => crate::control::change_queue(conn, queue, change.clone())
             .map(|settings| (Reply::Settings(settings), true)),
         Op::PutSchedule(spec, now) => crate::control::put_schedule(conn, spec, *now)
             .map(|schedule| (Reply::Schedule(Box::new(schedule)), true)),
@@ -641,7 +641,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let options = SqliteOptions {
             // The empty schema takes most of these pages; the batch fills the rest.
-            max_pages: Some(23),
+            max_pages: Some(24),
             ..SqliteOptions::default()
         };
         let mut conn = fresh(&dir, &options);

@@ -66,7 +66,7 @@ const CREATE_RECORD: &str = "CREATE TABLE IF NOT EXISTS lease_migrations(\
     version INTEGER PRIMARY KEY, checksum TEXT NOT NULL)";
 
 /// The tables each version has, beside `jobs`: a marked file missing one is corrupt.
-const TABLES: [(i32, &str); 9] = [
+const TABLES: [(i32, &str); 10] = [
     (2, "jobs_queue"),
     (2, "purged"),
     (3, "lease_audit"),
@@ -76,6 +76,7 @@ const TABLES: [(i32, &str); 9] = [
     (6, "lease_completions"),
     (7, "lease_queues"),
     (7, "lease_schedules"),
+    (8, "lease_group_pauses"),
 ];
 
 /// One column as `PRAGMA table_info` describes it: name, declared type, NOT NULL, default, key.
@@ -448,6 +449,7 @@ mod tests {
                 ("lease_completions", "table"),
                 ("lease_queues", "table"),
                 ("lease_schedules", "table"),
+                ("lease_group_pauses", "table"),
             ],
         );
         found.migrations = Some(
@@ -477,7 +479,7 @@ mod tests {
         "57b6fe7f51c4b1c7a027146d7bba79530d21e88b924e4433f7dfd20ecd362361",
         "0c3ba251640cb5405104e4acb0bd48161be6c98c75c29639b18753c1485e4f37",
         "64a151ab83940b7da3e67c93d85463fa65457ea2247be9e663baff6375317926",
-        "5172d4227bc85adf9131abb4e161ee49c240e7d42d94bbfdf7b473f4ea8bbf6d",
+        "853d538a31c59325516e255615216065009b990656db65bc55227d2e2a5c70ef",
     ];
 
     #[test]

@@ -201,6 +201,8 @@ class QueueSettings:
     def per_group(self) -> Optional[int]: ...
     @property
     def ordered(self) -> bool: ...
+    @property
+    def paused_groups(self) -> dict[str, Optional[float]]: ...
 
 @final
 class Schedule:
@@ -355,9 +357,16 @@ class StoreCore:
         self, *, job: Optional[str] = None, since: Optional[float] = None, limit: int = 100
     ) -> Pending[_List[AuditRow]]: ...
     def pause(
-        self, queue: str, *, until: Optional[float] = None, now: Optional[float] = None
+        self,
+        queue: str,
+        *,
+        until: Optional[float] = None,
+        group: Optional[str] = None,
+        now: Optional[float] = None,
     ) -> Pending[QueueSettings]: ...
-    def resume(self, queue: str, *, now: Optional[float] = None) -> Pending[QueueSettings]: ...
+    def resume(
+        self, queue: str, *, group: Optional[str] = None, now: Optional[float] = None
+    ) -> Pending[QueueSettings]: ...
     def limit(
         self,
         queue: str,
