@@ -80,7 +80,10 @@ impl Outbox {
     fn add(&self, queue: &str, jobs: usize) -> bool {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let (pending, sending) = &mut *state;
-        *pending.entry(queue.to_owned()).or_default() += jobs;
+        // A wake of every waiting claim is `usize::MAX` jobs: two of them before a send must
+        // not overflow (two queue resumes at once once took a server's worker down).
+        let gathered = pending.entry(queue.to_owned()).or_default();
+        *gathered = gathered.saturating_add(jobs);
         !std::mem::replace(sending, true)
     }
 
@@ -148,6 +151,14 @@ async fn listen(
 #[cfg(test)]
 mod tests {
     use super::Outbox;
+
+    #[test]
+    fn two_wakes_of_every_waiting_claim_gather_without_overflow() {
+        let outbox = Outbox::default();
+        assert!(outbox.add("q", usize::MAX));
+        assert!(!outbox.add("q", usize::MAX));
+        assert_eq!(outbox.take(), Some(vec![format!("{} q", usize::MAX)]));
+    }
 
     #[test]
     fn signals_gather_while_one_sender_is_out_and_the_sender_stops_when_none_are_left() {

@@ -214,10 +214,9 @@ pub(crate) async fn resume_group(
     Checked(_): Checked<EmptyBody>,
 ) -> Answer {
     let group = Name(group).group()?;
-    let woken = change(&app, queue.clone(), QueueChange::ResumeGroup(group)).await?;
-    // Claims waiting on the queue may find the group's jobs now.
-    app.wake(&queue, usize::MAX);
-    Ok(woken)
+    // `change` wakes the claims waiting on the queue (when it is not paused itself): they may
+    // find the group's jobs now.
+    change(&app, queue, QueueChange::ResumeGroup(group)).await
 }
 
 /// A queue's limits; a field left out is left as it is.
