@@ -132,6 +132,8 @@ fn queue_row(
             None::<Vec<u8>>,
             // No timeout, and a claim clears the progress.
             None::<f64>,
+            None::<&str>,
+            // No group.
             None::<&str>
         ])
         .expect("upsert queue row");
