@@ -114,11 +114,7 @@ impl SpecFlags {
                 .transpose()
                 .map_err(|e| RequestError::Flag(format!("--timeout: {e}")))?,
             replace_finished: self.replace_finished,
-            group: self
-                .group
-                .map(lease_domain::GroupKey::new)
-                .transpose()
-                .map_err(|e| RequestError::Flag(format!("--group: {e}")))?,
+            group: group_flag(self.group)?,
             debounce: self
                 .debounce
                 .map(Ttl::new)
@@ -126,6 +122,19 @@ impl SpecFlags {
                 .map_err(|e| RequestError::Flag(format!("--debounce: {e}")))?,
         })
     }
+}
+
+/// A `--group` flag's value, checked.
+///
+/// # Errors
+/// [`RequestError::Flag`] naming `--group`.
+pub(crate) fn group_flag(
+    group: Option<String>,
+) -> Result<Option<lease_domain::GroupKey>, RequestError> {
+    group
+        .map(lease_domain::GroupKey::new)
+        .transpose()
+        .map_err(|e| RequestError::Flag(format!("--group: {e}")))
 }
 
 /// Why a command could not be turned into a request.

@@ -5,14 +5,14 @@
 
 use clap::Subcommand;
 use lease_domain::{
-    CatchUp, EnqueueSpec, GroupKey, Payload, QueueChange, QueueName, QueueSettings, ScheduleName,
+    CatchUp, EnqueueSpec, Payload, QueueChange, QueueName, QueueSettings, ScheduleName,
     ScheduleSpec, Timestamp, Ttl,
 };
 use lease_ports::StoreError;
 use lease_ports::control::Controlled;
 use serde_json::{Value, json};
 
-use crate::args::{PayloadSource, ReadInput, RequestError};
+use crate::args::{PayloadSource, ReadInput, RequestError, group_flag};
 use crate::render::{Report, escape_controls};
 use crate::when;
 
@@ -121,14 +121,6 @@ impl ControlRequest {
 
 fn flag(message: String) -> RequestError {
     RequestError::Flag(message)
-}
-
-/// A `--group` flag's value, checked.
-fn group_flag(group: Option<String>) -> Result<Option<GroupKey>, RequestError> {
-    group
-        .map(GroupKey::new)
-        .transpose()
-        .map_err(|e| flag(format!("--group: {e}")))
 }
 
 /// `lease pause`'s request: the queue, or with `--group` one group of it.

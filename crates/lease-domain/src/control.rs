@@ -119,13 +119,6 @@ impl QueueSettings {
         self.per_group.is_some() || self.ordered
     }
 
-    /// Whether a claim must look at its candidates' groups at all (group rules, or a paused
-    /// group).
-    #[must_use]
-    pub fn judges_groups(&self) -> bool {
-        self.limits_groups() || !self.paused_groups.is_empty()
-    }
-
     /// Whether claims of the queue must take turns: each decides on counts (of the queue's or
     /// a group's live leases) that another claim's leases would change.
     #[must_use]

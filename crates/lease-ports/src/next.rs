@@ -71,7 +71,8 @@ impl ClaimNextLoop {
         }
     }
 
-    /// Whether the queue limits its groups: the store must then read, before it hands a page
+    /// Whether the claim judges its candidates by group (the queue limits its groups, or a
+    /// group of it is paused): the store must then read, before it hands a page
     /// to [`ClaimNextLoop::page`], the standing of the page's groups
     /// ([`ClaimNextLoop::unknown_groups`], [`ClaimNextLoop::learn`]), and may leave the groups
     /// [`ClaimNextLoop::held_back`] out of the candidates it reads.

@@ -164,6 +164,11 @@ pub(crate) fn candidates(
         })
         .and_then(Iterator::collect::<Result<Vec<String>, _>>)
         .map_err(error::sql(conn))?;
+    stored_ids(ids)
+}
+
+/// Job ids read back from the store, each checked.
+fn stored_ids(ids: Vec<String>) -> Result<Vec<JobId>, StoreError> {
     ids.into_iter()
         .map(|id| {
             JobId::stored(id).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))
@@ -194,11 +199,7 @@ fn grouped_candidates(
             .collect::<Result<Vec<String>, _>>()
         })
         .map_err(error::sql(conn))?;
-    ids.into_iter()
-        .map(|id| {
-            JobId::stored(id).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))
-        })
-        .collect()
+    stored_ids(ids)
 }
 
 /// The jobs of `groups` (of `queue`) that bear on the group rules, loaded.
@@ -216,9 +217,7 @@ fn group_bearing(
             .query_map([queue.as_str(), group.as_str()], |r| r.get::<_, String>(0))
             .and_then(Iterator::collect::<Result<Vec<String>, _>>)
             .map_err(error::sql(conn))?;
-        for id in ids {
-            let id = JobId::stored(id)
-                .map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))?;
+        for id in stored_ids(ids)? {
             if let Some(job) = load(conn, &id)? {
                 jobs.push((id, job));
             }
