@@ -186,11 +186,22 @@ pub(crate) fn limit(args: LimitArgs, now: f64) -> Result<ControlRequest, Request
         timeout,
         per_group: args.per_group.map(lease_domain::Concurrency::new),
         ordered,
+        rate: args
+            .rate
+            .as_deref()
+            .map(|r| rate_flag("--rate", r))
+            .transpose()?,
+        rate_per_group: args
+            .rate_per_group
+            .as_deref()
+            .map(|r| rate_flag("--rate-per-group", r))
+            .transpose()?,
     })
     .ok_or_else(|| {
         flag(
             "give --concurrency N or --per-group N (0 removes the limit), --timeout SECONDS, \
-             --no-timeout, --ordered or --unordered"
+             --no-timeout, --ordered or --unordered, --rate or --rate-per-group N/PERIOD \
+             (none removes it)"
                 .to_owned(),
         )
     })?;
@@ -199,6 +210,16 @@ pub(crate) fn limit(args: LimitArgs, now: f64) -> Result<ControlRequest, Request
         change,
         Timestamp::new(now)?,
     ))
+}
+
+/// A rate flag's value: `N/PERIOD` (`100/1m`, `5/500ms`), or `none` to remove the rate.
+fn rate_flag(name: &str, text: &str) -> Result<Option<lease_domain::Rate>, RequestError> {
+    if text == "none" {
+        return Ok(None);
+    }
+    lease_domain::Rate::parse(text)
+        .map(Some)
+        .map_err(|e| flag(format!("{name}: {e}")))
 }
 
 /// A `lease schedule` command's request; `clock` is read when no `--now` was given.
@@ -288,6 +309,12 @@ pub(crate) fn settings_words(settings: &QueueSettings, now: Timestamp) -> String
     }
     if settings.ordered {
         words.push("groups in order".to_owned());
+    }
+    if let Some(rate) = settings.rate {
+        words.push(format!("at most {rate} lease(s)"));
+    }
+    if let Some(rate) = settings.rate_per_group {
+        words.push(format!("at most {rate} lease(s) of a group"));
     }
     for (group, until) in &settings.paused_groups {
         if settings.is_group_paused_at(group, now) {
@@ -491,6 +518,8 @@ mod tests {
             per_group: None,
             ordered: false,
             unordered: false,
+            rate: None,
+            rate_per_group: None,
         }
     }
 
@@ -599,6 +628,14 @@ pub(crate) struct LimitArgs {
     /// Stop running groups in order.
     #[arg(long)]
     pub(crate) unordered: bool,
+    /// The most leases of the queue granted in any window of PERIOD, across every worker (a
+    /// sliding window): N/PERIOD with PERIOD as 500ms, 1s, 1m or 1h; `none` removes it.
+    #[arg(long, value_name = "N/PERIOD", allow_hyphen_values = true)]
+    pub(crate) rate: Option<String>,
+    /// The most leases of each group granted in any window of PERIOD (jobs without a group
+    /// are not limited): N/PERIOD, or `none`.
+    #[arg(long, value_name = "N/PERIOD", allow_hyphen_values = true)]
+    pub(crate) rate_per_group: Option<String>,
 }
 
 impl LimitArgs {

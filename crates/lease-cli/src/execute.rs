@@ -92,6 +92,7 @@ mod tests {
             async fn put_schedule(&self, spec: &lease_domain::ScheduleSpec, now: Timestamp) -> Result<lease_domain::Schedule, StoreError>;
             async fn remove_schedule(&self, name: &lease_domain::ScheduleName) -> Result<bool, StoreError>;
             async fn schedules(&self) -> Result<Vec<lease_domain::Schedule>, StoreError>;
+            async fn throttle(&self, queue: &QueueName, now: Timestamp) -> Result<lease_domain::Throttle, StoreError>;
             async fn fire_schedule(&self, fire: &lease_ports::control::Fire) -> Result<Option<Vec<bool>>, StoreError>;
         }
     }

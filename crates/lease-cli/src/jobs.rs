@@ -216,7 +216,7 @@ pub(crate) struct StatsArgs {
     /// The time statuses are judged at (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z); default: the system clock.
     #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
     pub(crate) now: Option<f64>,
-    /// Print the counts in the Prometheus text format (gauge `lease_jobs`), and each queue's flow control (`lease_queue_paused`, `lease_queue_concurrency_limit`, `lease_queue_timeout_seconds`, `lease_queue_per_group_limit`, `lease_queue_ordered`).
+    /// Print the counts in the Prometheus text format (gauge `lease_jobs`), and each queue's flow control (`lease_queue_paused`, `lease_queue_concurrency_limit`, `lease_queue_timeout_seconds`, `lease_queue_per_group_limit`, `lease_queue_ordered`, `lease_queue_paused_groups`, `lease_queue_throttled`, `lease_queue_throttled_groups`).
     #[arg(long, conflicts_with = "json")]
     pub(crate) prometheus: bool,
 }
@@ -416,7 +416,7 @@ pub(crate) async fn execute(
         }
         JobsRequest::Stats(now, true) => {
             let rows = store.stats(*now).await?;
-            let settings = store.queues().await?;
+            let settings = lease_ports::control::queues_and_throttles(store, *now).await?;
             Report::verbatim(json!({}), prometheus(&rows, &settings, *now))
         }
         JobsRequest::Stats(now, false) => {

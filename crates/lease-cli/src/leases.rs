@@ -398,7 +398,18 @@ pub(crate) async fn execute(
     Ok(match request {
         LeasesRequest::ClaimNext(queue, owner, term, limit) => {
             let leases = store.claim_next(queue, owner, *term, *limit).await?;
-            let human = if leases.is_empty() {
+            // Nothing granted: a rate may be why, and says until when.
+            let throttled = if leases.is_empty() {
+                store.throttle(queue, term.now()).await?.opens_at()
+            } else {
+                None
+            };
+            let human = if let Some(at) = throttled {
+                format!(
+                    "nothing leased from queue {queue}: its rate lets the next lease at {}",
+                    when::shown(at.get(), term.now().get())
+                )
+            } else if leases.is_empty() {
                 format!("no due job in queue {queue}")
             } else {
                 let taken: Vec<String> = leases
@@ -413,7 +424,10 @@ pub(crate) async fn execute(
                     taken.join(", ")
                 )
             };
-            let json = json!({"leases": leases.iter().map(lease_json).collect::<Vec<_>>()});
+            let mut json = json!({"leases": leases.iter().map(lease_json).collect::<Vec<_>>()});
+            if let Some(at) = throttled {
+                json["throttled_until"] = json!(at.get());
+            }
             Report::new(!leases.is_empty(), json, human)
         }
         LeasesRequest::Fail(id, owner, fence, failed_at, error, retry) => {

@@ -422,11 +422,16 @@ pub(crate) fn label(value: &str) -> String {
 /// Job counts in the Prometheus text format (every status of every queue, zeros included),
 /// then the flow control of every queue that has settings: `lease_queue_paused` (1 while
 /// paused at `now`, else 0), `lease_queue_concurrency_limit`, `lease_queue_timeout_seconds`
-/// and `lease_queue_per_group_limit` (each only for a queue that has one), and
-/// `lease_queue_ordered` (1 or 0).
+/// and `lease_queue_per_group_limit` (each only for a queue that has one),
+/// `lease_queue_ordered` (1 or 0), `lease_queue_paused_groups`, `lease_queue_throttled` (1
+/// while its rate lets no lease be granted) and `lease_queue_throttled_groups`.
 pub(crate) fn prometheus(
     rows: &[lease_ports::StatsRow],
-    settings: &[(lease_domain::QueueName, lease_domain::QueueSettings)],
+    settings: &[(
+        lease_domain::QueueName,
+        lease_domain::QueueSettings,
+        lease_domain::Throttle,
+    )],
     now: lease_domain::Timestamp,
 ) -> String {
     let mut out =
@@ -450,9 +455,18 @@ pub(crate) fn prometheus(
     }
     let gauges: Vec<_> = settings
         .iter()
-        .map(|(queue, set)| (queue, lease_ports::observe::queue_gauges(set, now)))
+        .map(|(queue, set, throttle)| {
+            (
+                queue,
+                lease_ports::observe::queue_gauges(set, throttle, now),
+            )
+        })
         .collect();
-    let named = lease_ports::observe::queue_gauges(&lease_domain::QueueSettings::default(), now);
+    let named = lease_ports::observe::queue_gauges(
+        &lease_domain::QueueSettings::default(),
+        &lease_domain::Throttle::default(),
+        now,
+    );
     for (i, (name, help, _)) in named.into_iter().enumerate() {
         out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
         for (queue, values) in &gauges {

@@ -189,6 +189,62 @@ fn stats_prometheus_shows_each_queue_s_pause_limit_and_timeout_as_gauges() {
         prometheus("200").contains("lease_queue_paused{queue=\"mail\"} 0\n"),
         "a pause until 200 still shown at 200"
     );
+    // A paused group, a queue's rate used up and a group's rate used up, each counted.
+    json_of(
+        &db,
+        &["enqueue", "g1", "--queue", "sms", "--group", "acct-a"],
+    );
+    json_of(
+        &db,
+        &["pause", "sms", "--group", "acct-b", "--until", "300"],
+    );
+    json_of(
+        &db,
+        &[
+            "limit",
+            "sms",
+            "--rate",
+            "2/1m",
+            "--rate-per-group",
+            "1/1m",
+            "--per-group",
+            "0",
+        ],
+    );
+    json_of(
+        &db,
+        &[
+            "claim-next",
+            "--queue",
+            "sms",
+            "--owner",
+            "w",
+            "--ttl",
+            "5",
+            "--limit",
+            "5",
+            "--now",
+            "250",
+        ],
+    );
+    let text = prometheus("260");
+    for line in [
+        "lease_queue_paused_groups{queue=\"sms\"} 1\n",
+        "lease_queue_paused_groups{queue=\"mail\"} 0\n",
+        "lease_queue_throttled{queue=\"sms\"} 1\n",
+        "lease_queue_throttled{queue=\"mail\"} 0\n",
+        "lease_queue_throttled_groups{queue=\"sms\"} 1\n",
+    ] {
+        assert!(text.contains(line), "no {line:?} in {text}");
+    }
+    let later = prometheus("400");
+    for line in [
+        "lease_queue_paused_groups{queue=\"sms\"} 0\n",
+        "lease_queue_throttled{queue=\"sms\"} 0\n",
+        "lease_queue_throttled_groups{queue=\"sms\"} 0\n",
+    ] {
+        assert!(later.contains(line), "no {line:?} in {later}");
+    }
 }
 
 #[test]
@@ -1206,5 +1262,84 @@ fn one_group_is_paused_and_resumed_while_the_others_run() {
         ],
     );
     assert_eq!(claim["leases"][0]["id"], "a1");
+    assert_eq!(json_of(&db, &["stats"])["settings"], json!({}));
+}
+
+/// `lease limit --rate N/PERIOD` and `--rate-per-group`: shown by `stats`, kept by every claim
+/// (a claim-next that gets nothing because of it exits 3 and says until when), removed with
+/// `none`; bad rates refused naming the flag, with nothing changed.
+#[test]
+fn a_rate_is_set_kept_by_claim_next_said_and_removed_from_the_cli() {
+    let (_dir, db) = fresh_db();
+    for n in 0..4 {
+        json_of(&db, &["enqueue", &format!("r{n}"), "--queue", "q"]);
+    }
+    for (flag, bad, says) in [
+        ("--rate", "0/1s", "count"),
+        ("--rate", "5/0s", "more than 0"),
+        ("--rate", "five/1s", "whole number"),
+        ("--rate", "5", "N/PERIOD"),
+        ("--rate-per-group", "-3/1m", "whole number"),
+    ] {
+        refused(
+            &run(&db, &["limit", "q", flag, bad, "--per-group", "1"]),
+            flag,
+        );
+        let out = run(&db, &["limit", "q", flag, bad]);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(err.contains(says), "{flag} {bad}: {err}");
+    }
+    assert_eq!(json_of(&db, &["stats"])["settings"], json!({}));
+    let set = json_of(
+        &db,
+        &["limit", "q", "--rate", "2/1h", "--rate-per-group", "5/1m"],
+    );
+    assert_eq!(
+        (&set["rate"], &set["rate_per_group"]),
+        (&json!("2/1h"), &json!("5/1m"))
+    );
+    let human = String::from_utf8(run(&db, &["stats"]).stdout).unwrap();
+    assert!(human.contains("at most 2/1h lease(s)"), "{human}");
+    let claim = |limit: &str| {
+        run(
+            &db,
+            &[
+                "claim-next",
+                "--queue",
+                "q",
+                "--owner",
+                "w",
+                "--ttl",
+                "60",
+                "--limit",
+                limit,
+                "--json",
+            ],
+        )
+    };
+    let first = claim("5");
+    assert!(first.status.success(), "{first:?}");
+    let leases: Value = serde_json::from_slice(&first.stdout).unwrap();
+    assert_eq!(leases["leases"].as_array().unwrap().len(), 2);
+    let held = claim("5");
+    assert_eq!(held.status.code(), Some(3), "nothing leased exits 3");
+    let answer: Value = serde_json::from_slice(&held.stdout).unwrap();
+    assert_eq!(answer["leases"], json!([]));
+    assert!(answer["throttled_until"].as_f64().is_some(), "{answer}");
+    let said = run(
+        &db,
+        &["claim-next", "--queue", "q", "--owner", "w", "--ttl", "60"],
+    );
+    let said = String::from_utf8_lossy(&said.stdout).into_owned();
+    assert!(said.contains("its rate lets the next lease at"), "{said}");
+    let removed = json_of(
+        &db,
+        &["limit", "q", "--rate", "none", "--rate-per-group", "none"],
+    );
+    assert_eq!(removed["rate"], Value::Null);
+    let after = claim("5");
+    assert!(after.status.success(), "{after:?}");
+    let leases: Value = serde_json::from_slice(&after.stdout).unwrap();
+    assert_eq!(leases["leases"].as_array().unwrap().len(), 2);
     assert_eq!(json_of(&db, &["stats"])["settings"], json!({}));
 }

@@ -952,22 +952,24 @@ async fn an_admin_pauses_limits_and_schedules_from_the_page_and_a_job_shows_its_
     // A limit of 2, one job a group, groups in order, all from the form (each job of the
     // mail queue is in a group of its own).
     session
-        .eval("document.getElementById('limit-queue').value = 'mail'; document.getElementById('limit-concurrency').value = '2'; document.getElementById('limit-per-group').value = '1'; document.getElementById('limit-ordered').value = 'yes'")
+        .eval("document.getElementById('limit-queue').value = 'mail'; document.getElementById('limit-concurrency').value = '2'; document.getElementById('limit-per-group').value = '1'; document.getElementById('limit-ordered').value = 'yes'; document.getElementById('limit-rate').value = '1000/1h'; document.getElementById('limit-rate-per-group').value = '100/1h'")
         .await;
     session.confirm("#limit-form button", None).await;
     session
         .until(
             "the mail queue's limits",
-            &format!("{mail_flow}.startsWith('≤ 2') && {mail_flow}.includes('≤ 1 a group, groups in order')"),
+            &format!("{mail_flow}.startsWith('≤ 2') && {mail_flow}.includes('≤ 1 a group, groups in order, ≤ 1000/1h, ≤ 100/1h a group')"),
         )
         .await;
     let (_, queues) = server.call("GET", "/v1/queues", &as_admin, "");
     assert_eq!(
         (
             &queues["queues"][0]["per_group"],
-            &queues["queues"][0]["ordered"]
+            &queues["queues"][0]["ordered"],
+            &queues["queues"][0]["rate"],
+            &queues["queues"][0]["rate_per_group"]
         ),
-        (&json!(1), &json!(true)),
+        (&json!(1), &json!(true), &json!("1000/1h"), &json!("100/1h")),
         "{queues}"
     );
     // One group paused from the page, and resumed.

@@ -552,3 +552,56 @@ fn sixteen_racing_processes_never_hold_two_leases_of_a_group_on_postgres() {
         }
     }
 }
+
+/// Sixteen processes claim at once from a queue with `--rate 3/1h` on PostgreSQL: between
+/// them they are granted exactly three leases (the rate is decided in each claim's own
+/// transaction, after the queue's turn came), and every later claim exits 3 saying until when.
+#[test]
+fn sixteen_racing_processes_are_granted_no_more_than_the_rate_on_postgres() {
+    let db = ScratchDatabase::create();
+    let url = db.url();
+    ok(&run(url, &["init"]));
+    for n in 0..20 {
+        json_of(url, &["enqueue", &format!("r{n}"), "--queue", "rated"]);
+    }
+    let set = json_of(url, &["limit", "rated", "--rate", "3/1h"]);
+    assert_eq!(set["rate"], "3/1h", "{set}");
+    let racers: Vec<_> = (0..16)
+        .map(|w| {
+            lease(url)
+                .args([
+                    "claim-next",
+                    "--queue",
+                    "rated",
+                    "--owner",
+                    &format!("w{w}"),
+                    "--ttl",
+                    "3600",
+                    "--limit",
+                    "2",
+                    "--json",
+                ])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut granted = 0;
+    for racer in racers {
+        let out = racer.wait_with_output().unwrap();
+        let claim: Value = serde_json::from_slice(&out.stdout).unwrap();
+        if out.status.code() == Some(3) {
+            assert!(claim["throttled_until"].as_f64().is_some(), "{claim}");
+            continue;
+        }
+        ok(&out);
+        granted += claim["leases"].as_array().unwrap().len();
+    }
+    assert_eq!(
+        granted, 3,
+        "the racers were granted {granted} leases under 3/1h"
+    );
+    let running = json_of(url, &["list", "--queue", "rated", "--status", "running"]);
+    assert_eq!(running["jobs"].as_array().unwrap().len(), 3);
+}

@@ -162,8 +162,34 @@ pub(crate) fn queue(value: &Value) -> Result<(QueueName, lease_domain::QueueSett
                     Ok((group, optional_time(&pause["until"], "paused_groups")?))
                 })
                 .collect::<Result<_, StoreError>>()?,
+            rate: rate(&value["rate"], "rate")?,
+            rate_per_group: rate(&value["rate_per_group"], "rate_per_group")?,
         },
     ))
+}
+
+/// A rate (`N/PERIOD`), or its absence.
+fn rate(value: &Value, what: &str) -> Result<Option<lease_domain::Rate>, StoreError> {
+    text(value, what)?
+        .map(|t| lease_domain::Rate::parse(&t).map_err(|_| bad(what)))
+        .transpose()
+}
+
+/// Where a queue's rates stand, from its throttle view.
+pub(crate) fn throttle(value: &Value) -> Result<lease_domain::Throttle, StoreError> {
+    Ok(lease_domain::Throttle {
+        until: optional_time(&value["until"], "until")?,
+        groups: value["groups"]
+            .as_array()
+            .ok_or_else(|| bad("groups"))?
+            .iter()
+            .map(|g| {
+                let group = group(&g["group"])?.ok_or_else(|| bad("groups"))?;
+                let until = optional_time(&g["until"], "groups")?.ok_or_else(|| bad("groups"))?;
+                Ok((group, until))
+            })
+            .collect::<Result<_, StoreError>>()?,
+    })
 }
 
 /// A schedule from its view.

@@ -261,6 +261,15 @@ impl HttpLeaseStore {
         if let Some(ordered) = limits.ordered {
             body.insert("ordered".to_owned(), json!(ordered));
         }
+        let rate = |rate: Option<lease_domain::Rate>| {
+            json!(rate.map_or_else(|| "none".to_owned(), |r| r.to_string()))
+        };
+        if let Some(r) = limits.rate {
+            body.insert("rate".to_owned(), rate(r));
+        }
+        if let Some(r) = limits.rate_per_group {
+            body.insert("rate_per_group".to_owned(), rate(r));
+        }
         self.send(
             reqwest::Method::PUT,
             &format!("{base}/limits"),

@@ -68,6 +68,24 @@ impl lease_ports::control::Control for HttpLeaseStore {
         self.list_of("/v1/queues", "queues", answers::queue).await
     }
 
+    async fn throttle(
+        &self,
+        queue: &QueueName,
+        now: Timestamp,
+    ) -> Result<lease_domain::Throttle, StoreError> {
+        // A server that trusts caller clocks judges at `now`, any other at its own.
+        let at = format!("/v1/queues/{}/throttle", path(queue.as_str()));
+        let at = match self.now(now) {
+            Some(now) => format!("{at}?now={now}"),
+            None => at,
+        };
+        let answer = self.get(&at).await?;
+        if answer.status != 200 {
+            return Err(answer.error());
+        }
+        answers::throttle(&answer.body)
+    }
+
     async fn put_schedule(
         &self,
         spec: &lease_domain::ScheduleSpec,

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use crate::queue::GroupKey;
+use crate::rate::Rate;
 use crate::values::{InputError, Timestamp, Ttl};
 
 /// How a queue is paused.
@@ -35,6 +36,12 @@ pub struct QueueSettings {
     /// The paused groups of the queue, each until resumed (`None`) or until a time: a claim
     /// leases none of a paused group's jobs; the queue's other groups run.
     pub paused_groups: BTreeMap<GroupKey, Option<Timestamp>>,
+    /// The most leases of the queue granted in any window of the rate's period, across every
+    /// worker (`None`: no rate).
+    pub rate: Option<Rate>,
+    /// The most leases of each group of the queue granted in any window of the rate's period
+    /// (`None`: no rate per group).
+    pub rate_per_group: Option<Rate>,
 }
 
 /// A limit on live leases: at least 1 (a limit of 0 is no limit, and is written as `None`).
@@ -116,14 +123,20 @@ impl QueueSettings {
     /// ordered groups).
     #[must_use]
     pub fn limits_groups(&self) -> bool {
-        self.per_group.is_some() || self.ordered
+        self.per_group.is_some() || self.ordered || self.rate_per_group.is_some()
+    }
+
+    /// Whether a claim must read the log of grants (the queue or its groups have a rate).
+    #[must_use]
+    pub fn limits_rate(&self) -> bool {
+        self.rate.is_some() || self.rate_per_group.is_some()
     }
 
     /// Whether claims of the queue must take turns: each decides on counts (of the queue's or
     /// a group's live leases) that another claim's leases would change.
     #[must_use]
     pub fn serializes_claims(&self) -> bool {
-        self.counts_leases() || self.limits_groups()
+        self.counts_leases() || self.limits_groups() || self.limits_rate()
     }
 }
 
@@ -139,6 +152,10 @@ pub struct Limits {
     pub per_group: Option<Option<Concurrency>>,
     /// Whether groups are ordered.
     pub ordered: Option<bool>,
+    /// The queue's rate.
+    pub rate: Option<Option<Rate>>,
+    /// The rate of each group.
+    pub rate_per_group: Option<Option<Rate>>,
 }
 
 impl Limits {
@@ -171,6 +188,12 @@ impl Limits {
         }
         if let Some(ordered) = self.ordered {
             settings.ordered = ordered;
+        }
+        if let Some(rate) = self.rate {
+            settings.rate = rate;
+        }
+        if let Some(rate) = self.rate_per_group {
+            settings.rate_per_group = rate;
         }
     }
 }
@@ -223,12 +246,16 @@ impl QueueChange {
                 timeout: None,
                 per_group: None,
                 ordered: None,
+                rate: None,
+                rate_per_group: None,
             } => Some(Self::Concurrency(limit)),
             Limits {
                 concurrency: None,
                 timeout: Some(timeout),
                 per_group: None,
                 ordered: None,
+                rate: None,
+                rate_per_group: None,
             } => Some(Self::Timeout(timeout)),
             l => Some(Self::Limits(l)),
         }

@@ -7,6 +7,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::control::{Concurrency, QueueSettings};
 use crate::queue::{Ended, GroupKey};
+use crate::rate::{Grant, Rate};
 use crate::rules::Job;
 use crate::values::{JobId, Timestamp};
 
@@ -27,6 +28,9 @@ enum Turn {
 struct Standing {
     live: u64,
     turn: Turn,
+    /// How many more leases the group's rate lets the claim grant (`usize::MAX` without a
+    /// rate per group).
+    room: usize,
 }
 
 /// The group rules of one claim: which candidates it may lease, given the standing of each
@@ -39,6 +43,7 @@ struct Standing {
 pub struct GroupGate {
     per_group: Option<Concurrency>,
     ordered: bool,
+    rate: Option<Rate>,
     /// The groups paused at the claim's now: none of their jobs is leased.
     paused: HashSet<GroupKey>,
     groups: HashMap<GroupKey, Standing>,
@@ -51,6 +56,7 @@ impl GroupGate {
         Self {
             per_group: settings.per_group,
             ordered: settings.ordered,
+            rate: settings.rate_per_group,
             paused: settings
                 .paused_groups
                 .keys()
@@ -68,10 +74,10 @@ impl GroupGate {
         self.judges_standing() || !self.paused.is_empty()
     }
 
-    /// Whether a group's standing must be read to judge its jobs (a limit per group, or
-    /// ordered groups).
+    /// Whether a group's standing must be read to judge its jobs (a limit per group, ordered
+    /// groups, or a rate per group).
     fn judges_standing(&self) -> bool {
-        self.per_group.is_some() || self.ordered
+        self.per_group.is_some() || self.ordered || self.rate.is_some()
     }
 
     /// The groups among `jobs` whose standing the gate does not know yet (none when it is not
@@ -90,15 +96,31 @@ impl GroupGate {
     }
 
     /// Learns the standing of `groups` at `now` from `jobs`: every job of those groups that
-    /// [bears on the group rules](Job::bears_on_group) (others are ignored). A group with no
-    /// such job is free.
-    pub fn learn(&mut self, groups: &[GroupKey], jobs: &[(JobId, Job)], now: Timestamp) {
+    /// [bears on the group rules](Job::bears_on_group) (others are ignored), and from the
+    /// logged `grants` of those groups (others are ignored; read only under a rate per group).
+    /// A group with no such job and no grant is free.
+    pub fn learn(
+        &mut self,
+        groups: &[GroupKey],
+        jobs: &[(JobId, Job)],
+        grants: &[Grant],
+        now: Timestamp,
+    ) {
         for group in groups {
+            let room = self.rate.map_or(usize::MAX, |rate| {
+                let expiries: Vec<Timestamp> = grants
+                    .iter()
+                    .filter(|(g, _)| g.as_ref() == Some(group))
+                    .map(|(_, at)| *at)
+                    .collect();
+                rate.room(&expiries, now)
+            });
             self.groups.insert(
                 group.clone(),
                 Standing {
                     live: 0,
                     turn: Turn::Open,
+                    room,
                 },
             );
         }
@@ -150,7 +172,8 @@ impl GroupGate {
         };
         let under = self
             .per_group
-            .is_none_or(|limit| standing.live < u64::from(limit.get()));
+            .is_none_or(|limit| standing.live < u64::from(limit.get()))
+            && standing.room > 0;
         let turn = !self.ordered
             || match &standing.turn {
                 Turn::Open => true,
@@ -178,6 +201,7 @@ impl GroupGate {
         };
         if live {
             standing.live += 1;
+            standing.room = standing.room.saturating_sub(1);
         }
         if self.ordered {
             standing.turn = Turn::Closed;
@@ -194,7 +218,8 @@ impl GroupGate {
         for (group, standing) in &self.groups {
             let full = self
                 .per_group
-                .is_some_and(|limit| standing.live >= u64::from(limit.get()));
+                .is_some_and(|limit| standing.live >= u64::from(limit.get()))
+                || standing.room == 0;
             match &standing.turn {
                 _ if full => groups.push(group),
                 Turn::Closed if self.ordered => groups.push(group),

@@ -22,6 +22,7 @@ mod groups;
 mod guard;
 mod migrate;
 mod queue;
+mod rate;
 mod rules;
 mod schedule;
 mod values;
@@ -41,6 +42,7 @@ pub use queue::{
     Backoff, Ended, EnqueueSpec, ErrorText, GroupKey, Payload, ProgressText, QueueName, Retry,
     Status,
 };
+pub use rate::{Grant, Rate, Throttle};
 pub use rules::{
     ClaimRefused, Failed, Job, LEASE_EXPIRED, NextDecision, RELEASED_AT_LAST_ATTEMPT, WriteRefused,
     claim_order, decide_cancel, decide_claim, decide_claim_next, decide_complete, decide_fail,

@@ -1682,7 +1682,7 @@ fn grouped(group: &str) -> Job {
 fn gate_of(settings: &QueueSettings, jobs: &[(JobId, Job)], now: f64) -> GroupGate {
     let mut gate = GroupGate::new(settings, at(now));
     let groups = gate.unknown(jobs.iter().map(|(_, j)| j));
-    gate.learn(&groups, jobs, at(now));
+    gate.learn(&groups, jobs, &[], at(now));
     gate
 }
 
@@ -1924,4 +1924,143 @@ fn a_paused_group_is_held_back_until_resumed_or_its_time_and_other_groups_run() 
     assert!(GroupGate::new(&paused, at(60.0)).admits(&id, &job));
     let resumed = decide_queue_change(&paused, QueueChange::ResumeGroup(g));
     assert!(resumed.is_default());
+}
+
+#[test]
+fn a_rate_reads_n_per_period_and_refuses_what_is_not_one_naming_it() {
+    let rate = Rate::parse("100/1m").unwrap();
+    assert_eq!((rate.count(), rate.period()), (100, 60.0));
+    assert_eq!(Rate::parse("5/500ms").unwrap().period(), 0.5);
+    assert_eq!(Rate::parse("1/1.5h").unwrap().period(), 5_400.0);
+    for shown in ["100/1m", "5/500ms", "3/10s", "1/2h", "7/1500ms"] {
+        assert_eq!(Rate::parse(shown).unwrap().to_string(), shown);
+    }
+    for (bad, says) in [
+        ("0/1s", "1 or more"),
+        ("5/0s", "more than 0"),
+        ("five/1s", "whole number"),
+        ("-1/1s", "whole number"),
+        ("5", "N/PERIOD"),
+        ("5/1", "no unit"),
+        ("5/1d", "unknown unit"),
+        ("5/s", "not a number"),
+        ("5/25h", "1ms to 24h"),
+        ("5/NaNs", "unknown unit"),
+        ("5/-1s", "more than 0"),
+    ] {
+        let err = Rate::parse(bad).unwrap_err().to_string();
+        assert!(err.contains(says), "{bad}: {err}");
+        assert!(err.contains(bad), "{bad}: the error names the value: {err}");
+    }
+}
+
+#[test]
+fn a_rate_counts_the_grants_that_have_not_expired_and_says_when_a_place_opens() {
+    let rate = Rate::parse("3/10s").unwrap();
+    let grants = [at(11.0), at(12.0), at(15.0), at(9.0)];
+    assert_eq!(rate.room(&grants, at(10.0)), 0, "9.0 has expired");
+    assert_eq!(rate.opens_at(&grants, at(10.0)), Some(at(11.0)));
+    assert_eq!(
+        rate.room(&grants, at(11.0)),
+        1,
+        "a grant stops counting at its expiry"
+    );
+    assert_eq!(rate.opens_at(&grants, at(11.0)), None);
+    // Over the count (the rate was lowered): the place opens when enough have gone.
+    let lower = Rate::parse("1/10s").unwrap();
+    assert_eq!(
+        lower.opens_at(&grants, at(10.0)),
+        Some(at(15.0)),
+        "all three must go"
+    );
+    assert_eq!(rate.expiry(at(5.0)), at(15.0));
+}
+
+#[test]
+fn no_window_of_a_rates_period_holds_more_than_its_count_whatever_the_claims_ask() {
+    // Claims at many times (some going back, as callers' clocks do between claims of one
+    // store), each granting what the log allows, never put more than N grants in any window.
+    let rate = Rate::parse("4/10s").unwrap();
+    let mut log: Vec<Timestamp> = Vec::new();
+    let mut granted: Vec<f64> = Vec::new();
+    let mut seed = 7_u64;
+    for step in 0..2_000 {
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        let jitter = f64::from(u32::try_from(seed >> 44).unwrap() % 700) / 100.0;
+        let now = f64::from(step) * 0.5 - jitter;
+        let wanted = usize::try_from(seed >> 61).unwrap();
+        let take = rate.room(&log, at(now)).min(wanted);
+        for _ in 0..take {
+            log.push(rate.expiry(at(now)));
+            granted.push(now);
+        }
+    }
+    granted.sort_by(f64::total_cmp);
+    for (i, start) in granted.iter().enumerate() {
+        let within = granted[i..]
+            .iter()
+            .take_while(|t| **t < start + 10.0)
+            .count();
+        assert!(within <= 4, "{within} grants in the window from {start}");
+    }
+    assert!(granted.len() > 100, "the claims were granted something");
+}
+
+#[test]
+fn a_rate_per_group_holds_back_a_group_whose_window_is_full() {
+    let settings = QueueSettings {
+        rate_per_group: Some(Rate::parse("1/1m").unwrap()),
+        ..QueueSettings::default()
+    };
+    let a = GroupKey::new("a").unwrap();
+    let b = GroupKey::new("b").unwrap();
+    let mut gate = GroupGate::new(&settings, at(100.0));
+    gate.learn(
+        &[a.clone(), b.clone()],
+        &[],
+        &[(Some(a.clone()), at(130.0)), (None, at(500.0))],
+        at(100.0),
+    );
+    let job_of = |g: &GroupKey| Job {
+        group: Some(g.clone()),
+        ..Job::new()
+    };
+    let id = JobId::new("j").unwrap();
+    assert!(
+        !gate.admits(&id, &job_of(&a)),
+        "a's one grant is still counting"
+    );
+    assert!(gate.admits(&id, &job_of(&b)));
+    gate.leased(Some(&b));
+    assert!(
+        !gate.admits(&id, &job_of(&b)),
+        "b's lease filled its window"
+    );
+    let (held, _) = gate.held_back();
+    let mut held: Vec<&str> = held.iter().map(|g| g.as_str()).collect();
+    held.sort_unstable();
+    assert_eq!(held, ["a", "b"]);
+}
+
+#[test]
+fn a_throttle_says_when_the_queue_and_each_full_group_open_again() {
+    let settings = QueueSettings {
+        rate: Some(Rate::parse("2/1m").unwrap()),
+        rate_per_group: Some(Rate::parse("1/1m").unwrap()),
+        ..QueueSettings::default()
+    };
+    let a = GroupKey::new("a").unwrap();
+    let grants = [
+        (None, at(150.0)),
+        (None, at(140.0)),
+        (Some(a.clone()), at(140.0)),
+        (Some(GroupKey::new("b").unwrap()), at(90.0)),
+    ];
+    let throttle = Throttle::of(&settings, &grants, at(100.0));
+    assert_eq!(throttle.until, Some(at(140.0)));
+    assert_eq!(
+        throttle.groups.into_iter().collect::<Vec<_>>(),
+        [(a, at(140.0))]
+    );
+    assert!(Throttle::of(&QueueSettings::default(), &grants, at(100.0)).is_clear());
 }

@@ -310,6 +310,34 @@ pub struct StoredQueue {
     /// Its paused groups, each with the end of its pause (`None`: until resumed), as the
     /// store's table of group pauses holds them.
     pub paused_groups: Vec<(String, Option<f64>)>,
+    /// The queue's rate, as its count and its period in seconds, if any.
+    pub rate: (Option<i64>, Option<f64>),
+    /// The rate of each group, as its count and its period in seconds, if any.
+    pub rate_per_group: (Option<i64>, Option<f64>),
+}
+
+/// A rate as its stored count and period.
+fn rate_row(rate: Option<lease_domain::Rate>) -> (Option<i64>, Option<f64>) {
+    (
+        rate.map(|r| i64::from(r.count())),
+        rate.map(lease_domain::Rate::period),
+    )
+}
+
+/// A stored rate read back: both halves or neither.
+fn stored_rate(
+    row: (Option<i64>, Option<f64>),
+    what: &str,
+) -> Result<Option<lease_domain::Rate>, StoreError> {
+    match row {
+        (None, None) => Ok(None),
+        (Some(count), Some(period)) => lease_domain::Rate::stored(count, period)
+            .map(Some)
+            .map_err(|e| setting(format!("{what}: stored {e}"))),
+        _ => Err(setting(format!(
+            "{what}: a stored rate has half of its columns"
+        ))),
+    }
 }
 
 impl StoredQueue {
@@ -329,6 +357,8 @@ impl StoredQueue {
                 .iter()
                 .map(|(g, until)| (g.as_str().to_owned(), until.map(Timestamp::get)))
                 .collect(),
+            rate: rate_row(settings.rate),
+            rate_per_group: rate_row(settings.rate_per_group),
         }
     }
 
@@ -364,6 +394,11 @@ impl StoredQueue {
                     Ok((group, maybe_time(until, "a stored group pause's end")?))
                 })
                 .collect::<Result<_, StoreError>>()?,
+            rate: stored_rate(self.rate, &format!("queue {queue_name}"))?,
+            rate_per_group: stored_rate(
+                self.rate_per_group,
+                &format!("queue {queue_name}'s groups"),
+            )?,
         };
         Ok((queue_name, settings))
     }
@@ -462,4 +497,17 @@ impl StoredSchedule {
             last_tick: maybe_time(self.last_tick, "a schedule's last tick")?,
         })
     }
+}
+
+/// One stored grant of a rate-limited queue: its group (`None`: the queue's own rate) and when
+/// it stops counting.
+///
+/// # Errors
+/// [`StoreError::Corrupt`] for a group or time no store writes.
+pub fn grant(group: Option<String>, expires: f64) -> Result<lease_domain::Grant, StoreError> {
+    let group = group
+        .map(lease_domain::GroupKey::stored)
+        .transpose()
+        .map_err(|e| setting(format!("a stored grant's group: {e}")))?;
+    Ok((group, time(expires, "a stored grant's expiry")?))
 }

@@ -465,6 +465,25 @@ async fn next(store: &Store, q: &str, who: &str, now: f64, limit: usize) -> Vec<
         .expect("claim_next reaches the store")
 }
 
+/// `racers` claims of one lease each from `q` at `now`, all at once, by owners `r0`, `r1`...;
+/// the leases they got between them.
+async fn racing_claims(store: &Store, q: &str, racers: usize, now: f64) -> Vec<Lease> {
+    let racing = (0..racers).map(|w| {
+        let store = Arc::clone(store);
+        async move {
+            store
+                .claim_next(&queue(q), &owner(&format!("r{w}")), term(now, 10.0), 1)
+                .await
+                .expect("claim_next reaches the store")
+        }
+    });
+    futures::future::join_all(racing)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
 fn ids(leases: &[Lease]) -> Vec<&str> {
     leases.iter().map(|l| l.job.as_str()).collect()
 }
@@ -2255,20 +2274,7 @@ pub async fn a_per_group_limit_bounds_each_groups_live_leases_under_racing_claim
     complete_granted(&lease_store, &a0.job, "w", a0.fence, 3.0, "ok").await;
     assert_eq!(ids(&next(&lease_store, "q", "w", 4.0, 20).await), ["a2"]);
     // Every lease so far ends by 14.0; then claims race, one lease each.
-    let racing = (0..12).map(|w| {
-        let store = Arc::clone(&lease_store);
-        async move {
-            store
-                .claim_next(&queue("q"), &owner(&format!("r{w}")), term(100.0, 10.0), 1)
-                .await
-                .expect("claim_next reaches the store")
-        }
-    });
-    let leases: Vec<Lease> = futures::future::join_all(racing)
-        .await
-        .into_iter()
-        .flatten()
-        .collect();
+    let leases = racing_claims(&lease_store, "q", 12, 100.0).await;
     for g in ["a", "b", "c"] {
         let live = leases
             .iter()
@@ -2295,6 +2301,115 @@ pub async fn a_per_group_limit_bounds_each_groups_live_leases_under_racing_claim
     assert_eq!(
         next(&lease_store, "q", "z", 101.0, 20).await.len(),
         13 - leases.len()
+    );
+}
+
+/// Rates: a queue's rate grants at most N leases in any window of its period (sliding: a
+/// window opens again as each grant expires, not at a bucket's edge), whatever the claims ask
+/// and however many race; a rate per group does the same for each group (jobs without a group
+/// are not limited by it); `throttle` says until when; removing a rate frees the queue.
+pub async fn a_rate_grants_at_most_n_leases_in_any_window_under_racing_claims(store: ControlStore) {
+    let lease_store: Store = store.clone();
+    for i in 0..30 {
+        enqueued_with(&lease_store, &format!("x{i:02}"), &spec("q", 0, None, 5)).await;
+    }
+    let rated = change(
+        &store,
+        "q",
+        QueueChange::set(Limits {
+            rate: Some(Some(lease_domain::Rate::parse("3/10s").expect("a rate"))),
+            ..Limits::default()
+        })
+        .expect("a change"),
+    )
+    .await;
+    assert_eq!(rated.rate.map(|r| r.to_string()).as_deref(), Some("3/10s"));
+    assert_eq!(next(&lease_store, "q", "w", 1.0, 2).await.len(), 2);
+    assert_eq!(next(&lease_store, "q", "w", 4.0, 10).await.len(), 1);
+    assert!(next(&lease_store, "q", "w", 5.0, 10).await.is_empty());
+    let throttle = store
+        .throttle(&queue("q"), at(5.0))
+        .await
+        .expect("throttle reaches the store");
+    assert_eq!(
+        throttle.until,
+        Some(at(11.0)),
+        "the first grant leaves at 11"
+    );
+    // Sliding: at 11 the two grants of 1.0 have left the window, the one of 4.0 has not.
+    assert_eq!(next(&lease_store, "q", "w", 11.0, 10).await.len(), 2);
+    assert!(next(&lease_store, "q", "w", 13.0, 10).await.is_empty());
+    // Racing claims at a fresh window never grant more than 3 between them.
+    let leases = racing_claims(&lease_store, "q", 12, 100.0).await;
+    assert!(
+        (1..=3).contains(&leases.len()),
+        "racing claims under 3/10s granted {}",
+        leases.len()
+    );
+    assert!(next(&lease_store, "q", "w", 105.0, 10).await.len() <= 3 - leases.len());
+    // A rate per group instead: each group gets one lease a window, ungrouped jobs run.
+    for i in 0..3 {
+        for g in ["a", "b"] {
+            enqueued_with(&lease_store, &format!("{g}{i}"), &grouped("p", g)).await;
+        }
+    }
+    enqueued_with(&lease_store, "y0", &spec("p", 0, None, 5)).await;
+    enqueued_with(&lease_store, "y1", &spec("p", 0, None, 5)).await;
+    change(
+        &store,
+        "p",
+        QueueChange::set(Limits {
+            rate_per_group: Some(Some(lease_domain::Rate::parse("1/1m").expect("a rate"))),
+            ..Limits::default()
+        })
+        .expect("a change"),
+    )
+    .await;
+    let mut took = ids(&next(&lease_store, "p", "w", 200.0, 20).await)
+        .into_iter()
+        .map(str::to_owned)
+        .collect::<Vec<_>>();
+    took.sort_unstable();
+    assert_eq!(took, ["a0", "b0", "y0", "y1"]);
+    // (At 205 the leases of 200 still run; a0's and b0's groups have no grant left.)
+    assert!(next(&lease_store, "p", "w", 205.0, 20).await.is_empty());
+    let throttle = store
+        .throttle(&queue("p"), at(230.0))
+        .await
+        .expect("throttle reaches the store");
+    assert_eq!(throttle.until, None);
+    let groups: Vec<(&str, f64)> = throttle
+        .groups
+        .iter()
+        .map(|(g, t)| (g.as_str(), t.get()))
+        .collect();
+    assert_eq!(groups, [("a", 260.0), ("b", 260.0)]);
+    let mut again = ids(&next(&lease_store, "p", "w", 260.0, 20).await)
+        .into_iter()
+        .map(str::to_owned)
+        .collect::<Vec<_>>();
+    again.sort_unstable();
+    // a0, b0 and the ungrouped jobs' leases ended at 210: in claim order a0 and b0 go again.
+    assert_eq!(again, ["a0", "b0", "y0", "y1"]);
+    // Removing the rate frees the group at once.
+    let removed = change(
+        &store,
+        "p",
+        QueueChange::set(Limits {
+            rate_per_group: Some(None),
+            ..Limits::default()
+        })
+        .expect("a change"),
+    )
+    .await;
+    assert!(removed.is_default(), "{removed:?}");
+    assert_eq!(next(&lease_store, "p", "w", 261.0, 20).await.len(), 4);
+    assert!(
+        store
+            .throttle(&queue("p"), at(261.0))
+            .await
+            .expect("throttle reaches the store")
+            .is_clear()
     );
 }
 
@@ -2515,6 +2630,7 @@ macro_rules! conformance_tests {
             a_per_group_limit_bounds_each_groups_live_leases_under_racing_claims,
             an_ordered_group_runs_one_job_at_a_time_in_claim_order,
             a_paused_group_leases_nothing_while_the_queues_other_groups_run,
+            a_rate_grants_at_most_n_leases_in_any_window_under_racing_claims,
             schedules_are_kept_and_a_tick_fires_once,
             racing_fires_of_one_tick_make_one_job,
         );

@@ -6,7 +6,7 @@
 use async_trait::async_trait;
 use lease_domain::{
     EnqueueSpec, JobId, QueueChange, QueueName, QueueSettings, Schedule, ScheduleName,
-    ScheduleSpec, Timestamp,
+    ScheduleSpec, Throttle, Timestamp,
 };
 
 use crate::StoreError;
@@ -34,6 +34,9 @@ pub struct Fire {
 ///   transaction: no lease of a paused queue is granted once the pause is committed, and no
 ///   claim makes more of a queue's leases live at once than its concurrency limit, however many
 ///   claims race (running leases are never touched by a change).
+/// - A queue's rates MUST be judged by every `claim_next` of that queue in the claim's own
+///   transaction, from a log of the grants made that the claim extends before it commits: no
+///   window of a rate's period holds more grants than its count, however many claims race.
 /// - [`Control::fire_schedule`] MUST enqueue its jobs and record its tick in one transaction, and
 ///   only while the schedule has the version and last tick the pass read: of two passes that
 ///   read the same schedule, at most one fires.
@@ -63,6 +66,11 @@ pub trait Control: Send + Sync {
             .map(|(_, s)| s)
             .unwrap_or_default())
     }
+
+    /// Where the queue's rates stand at `now` ([`Throttle::of`] over the grants the store has
+    /// logged): when the queue's rate lets a claim lease again, if it lets none now, and the
+    /// same for each of its throttled groups. Clear for a queue without a rate.
+    async fn throttle(&self, queue: &QueueName, now: Timestamp) -> Result<Throttle, StoreError>;
 
     /// Makes or replaces a schedule as [`lease_domain::decide_put_schedule`] decides, and
     /// returns it.
@@ -100,6 +108,27 @@ impl Fire {
     pub fn decide(&self, current: Option<&Schedule>) -> Option<Schedule> {
         lease_domain::decide_fire(current, self.version, self.last_tick, self.tick)
     }
+}
+
+/// Every queue with settings, with where its rates stand at `now` (read only for a queue
+/// that has a rate; clear for the others): what the gauges and the operators' page show.
+///
+/// # Errors
+/// The store's error.
+pub async fn queues_and_throttles(
+    store: &(impl Control + ?Sized),
+    now: Timestamp,
+) -> Result<Vec<(QueueName, QueueSettings, lease_domain::Throttle)>, StoreError> {
+    let mut out = Vec::new();
+    for (queue, settings) in store.queues().await? {
+        let throttle = if settings.limits_rate() {
+            store.throttle(&queue, now).await?
+        } else {
+            lease_domain::Throttle::default()
+        };
+        out.push((queue, settings, throttle));
+    }
+    Ok(out)
 }
 
 /// A store with its queue settings and schedules: what the scheduler, the CLI and the network

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use lease_domain::{
     Command, EnqueueSpec, JobId, KeyId, KeyRefused, QueueChange, QueueName, QueueSettings,
-    Schedule, ScheduleName, ScheduleSpec, Status, Timestamp,
+    Schedule, ScheduleName, ScheduleSpec, Status, Throttle, Timestamp,
 };
 use tracing::Instrument;
 
@@ -59,6 +59,8 @@ pub enum Call<'a> {
     Queues,
     /// [`Control::settings_of`].
     SettingsOf(&'a QueueName),
+    /// [`Control::throttle`].
+    Throttle(&'a QueueName, Timestamp),
     /// [`Control::put_schedule`].
     PutSchedule(&'a ScheduleSpec, Timestamp),
     /// [`Control::remove_schedule`].
@@ -243,6 +245,11 @@ impl<S: Control + ?Sized, H: Hooks> Control for Decorated<S, H> {
     // Provided, but a store may answer it without reading every queue: passed on as such.
     async fn settings_of(&self, queue: &QueueName) -> Result<QueueSettings, StoreError> {
         self.around(Call::SettingsOf(queue), self.inner.settings_of(queue))
+            .await
+    }
+
+    async fn throttle(&self, queue: &QueueName, now: Timestamp) -> Result<Throttle, StoreError> {
+        self.around(Call::Throttle(queue, now), self.inner.throttle(queue, now))
             .await
     }
 

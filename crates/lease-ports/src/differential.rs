@@ -50,7 +50,9 @@ pub enum Op {
     /// A progress report (job, owner, fence, now, ttl; a ttl of 0 keeps the lease's end).
     Progress(u8, u8, u8, i8, u8),
     /// A change of a queue's settings (queue, which, a time or a limit): 0 pause, 1 pause until
-    /// the time, 2 resume, 3 a limit of the number mod 3 (0 removes it), 4 a timeout, 5 none.
+    /// the time, 2 resume, 3 a limit of the number mod 3 (0 removes it), 4 a timeout, 5 none,
+    /// 6-9 limits and group rules, 10 a rate of the number mod 3 a 5 s window (0 removes it),
+    /// 11 the same per group.
     Queue(u8, u8, i8),
 }
 
@@ -108,7 +110,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         (0..3u8, 0..2u8).prop_map(|(j, q)| Op::Rerun(j, q)),
         (0..3u8, 0..3u8, 0..5u8, -5..30i8, 0..8u8)
             .prop_map(|(j, o, f, n, t)| Op::Progress(j, o, f, n, t)),
-        (0..2u8, 0..10u8, -5..30i8).prop_map(|(q, k, n)| Op::Queue(q, k, n)),
+        (0..2u8, 0..12u8, -5..30i8).prop_map(|(q, k, n)| Op::Queue(q, k, n)),
     ]
 }
 
@@ -304,6 +306,16 @@ async fn outcome(store: &dyn Transfer, op: &Op) -> String {
                     ordered: Some(n % 2 == 0),
                     ..Limits::default()
                 }),
+                10 => QueueChange::Limits(Limits {
+                    rate: Some(lease_domain::Rate::new(u32::from(n.unsigned_abs() % 3), 5.0).ok()),
+                    ..Limits::default()
+                }),
+                11 => QueueChange::Limits(Limits {
+                    rate_per_group: Some(
+                        lease_domain::Rate::new(u32::from(n.unsigned_abs() % 3), 5.0).ok(),
+                    ),
+                    ..Limits::default()
+                }),
                 _ => QueueChange::Limits(Limits {
                     concurrency: Some(Concurrency::new(3)),
                     per_group: Some(Concurrency::new(1)),
@@ -341,11 +353,18 @@ async fn contents(store: &dyn Transfer) -> String {
     for when in [-5, 10, 30] {
         stats.push(format!("{:?}", store.stats(at(when)).await));
     }
+    let mut throttles = Vec::new();
+    for q in 0..2 {
+        for when in [0, 10, 30] {
+            throttles.push(format!("{:?}", store.throttle(&queue(q), at(when)).await));
+        }
+    }
     format!(
-        "{} listed {listed:?} stats {} queues {:?}",
+        "{} listed {listed:?} stats {} queues {:?} throttles {}",
         states.join(" "),
         stats.join(" "),
-        store.queues().await
+        store.queues().await,
+        throttles.join(" ")
     )
 }
 

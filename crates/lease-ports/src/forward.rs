@@ -11,7 +11,7 @@
 use async_trait::async_trait;
 use lease_domain::{
     Command, EnqueueSpec, JobId, QueueChange, QueueName, QueueSettings, Schedule, ScheduleName,
-    ScheduleSpec, Status, Timestamp,
+    ScheduleSpec, Status, Throttle, Timestamp,
 };
 
 use crate::control::{Control, Fire};
@@ -86,6 +86,11 @@ pub trait Forward: Send + Sync {
         now: Timestamp,
     ) -> Result<Schedule, StoreError> {
         self.to().put_schedule(spec, now).await
+    }
+
+    /// [`Control::throttle`].
+    async fn throttle(&self, queue: &QueueName, now: Timestamp) -> Result<Throttle, StoreError> {
+        self.to().throttle(queue, now).await
     }
 
     /// [`Control::remove_schedule`].
@@ -169,6 +174,9 @@ impl<F: Forward> Control for Forwarded<F> {
     }
     async fn remove_schedule(&self, name: &ScheduleName) -> Result<bool, StoreError> {
         self.0.remove_schedule(name).await
+    }
+    async fn throttle(&self, queue: &QueueName, now: Timestamp) -> Result<Throttle, StoreError> {
+        self.0.throttle(queue, now).await
     }
     async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
         self.0.schedules().await

@@ -32,6 +32,8 @@ struct Jobs {
     queues: BTreeMap<QueueName, QueueSettings>,
     /// The schedules.
     schedules: BTreeMap<ScheduleName, Schedule>,
+    /// The grants logged against each rate-limited queue's rates, until they expire.
+    grants: BTreeMap<QueueName, Vec<lease_domain::Grant>>,
 }
 
 impl Jobs {
@@ -249,7 +251,10 @@ fn claim_next(jobs: &mut Jobs, claim: &ClaimNext) -> Vec<Lease> {
     } else {
         0
     };
-    let mut next = ClaimNextLoop::in_queue(claim, &settings, held);
+    // The log of grants (those expired by this claim's clock do not count).
+    let now = term.now();
+    let grants = jobs.grants.get(queue).cloned().unwrap_or_default();
+    let mut next = ClaimNextLoop::in_queue(claim, &settings, held, &grants);
     while let Some(want) = next.want() {
         let mut candidates: Vec<(&JobId, &Job, u64)> = jobs
             .jobs
@@ -275,11 +280,19 @@ fn claim_next(jobs: &mut Jobs, claim: &ClaimNext) -> Vec<Lease> {
                 })
                 .map(|(id, (job, _))| (id.clone(), job.clone()))
                 .collect();
-            next.learn(&groups, &bearing, term.now());
+            next.learn(&groups, &bearing, &grants, term.now());
         }
         for (id, job) in next.page(term, page) {
             jobs.store(&id, job);
         }
+    }
+    // A claim that grants logs its grants and forgets those expired by its clock (as every
+    // store does, so that all agree on what a claim at an earlier time still counts).
+    let granted = next.grants();
+    if !granted.is_empty() {
+        let log = jobs.grants.entry(queue.clone()).or_default();
+        log.retain(|(_, at)| at.get() > now.get());
+        log.extend(granted);
     }
     next.into_leases()
 }
@@ -431,6 +444,17 @@ impl crate::control::Control for MemoryLeaseStore {
 
     async fn settings_of(&self, queue: &QueueName) -> Result<QueueSettings, StoreError> {
         Ok(self.jobs()?.queues.get(queue).cloned().unwrap_or_default())
+    }
+
+    async fn throttle(
+        &self,
+        queue: &QueueName,
+        now: Timestamp,
+    ) -> Result<lease_domain::Throttle, StoreError> {
+        let jobs = self.jobs()?;
+        let settings = jobs.queues.get(queue).cloned().unwrap_or_default();
+        let grants = jobs.grants.get(queue).map_or(&[][..], Vec::as_slice);
+        Ok(lease_domain::Throttle::of(&settings, grants, now))
     }
 
     async fn put_schedule(

@@ -6,8 +6,8 @@
 use std::collections::HashSet;
 
 use lease_domain::{
-    GroupGate, GroupKey, Job, JobId, LeaseTerm, NextDecision, Owner, QueueSettings, Timestamp, Ttl,
-    decide_claim_next,
+    Grant, GroupGate, GroupKey, Job, JobId, LeaseTerm, NextDecision, Owner, QueueSettings, Rate,
+    Timestamp, Ttl, decide_claim_next,
 };
 
 use crate::Lease;
@@ -34,6 +34,8 @@ pub struct ClaimNextLoop {
     over: bool,
     /// The queue's group rules, with the standing of each group met so far.
     gate: GroupGate,
+    /// The queue's rate and its groups' rate, whose grants this claim logs.
+    rates: (Option<Rate>, Option<Rate>),
 }
 
 impl ClaimNextLoop {
@@ -45,15 +47,50 @@ impl ClaimNextLoop {
     }
 
     /// The loop of `claim` in a queue with `settings`, `held` of whose leases are live at the
-    /// claim's now: it leases no more than [`QueueSettings::allowance`] allows (none while the
-    /// queue is paused), and each lease carries its job's timeout, else the queue's.
+    /// claim's now and whose logged `grants` are these (the queue's own, read when it has a
+    /// rate: [`QueueSettings::limits_rate`]): it leases no more than
+    /// [`QueueSettings::allowance`] allows (none while the queue is paused) and the queue's
+    /// rate leaves room for, and each lease carries its job's timeout, else the queue's.
     #[must_use]
-    pub fn in_queue(claim: &crate::ClaimNext, settings: &QueueSettings, held: u64) -> Self {
-        let limit = settings.allowance(held, claim.term.now(), claim.limit);
+    pub fn in_queue(
+        claim: &crate::ClaimNext,
+        settings: &QueueSettings,
+        held: u64,
+        grants: &[Grant],
+    ) -> Self {
+        let now = claim.term.now();
+        let mut limit = settings.allowance(held, now, claim.limit);
+        if let Some(rate) = settings.rate {
+            let queue: Vec<Timestamp> = grants
+                .iter()
+                .filter(|(g, _)| g.is_none())
+                .map(|(_, at)| *at)
+                .collect();
+            limit = limit.min(rate.room(&queue, now));
+        }
         let mut next = Self::new(&claim.owner, limit).with_tokens(claim.tokens.clone());
         next.timeout = settings.timeout;
-        next.gate = GroupGate::new(settings, claim.term.now());
+        next.gate = GroupGate::new(settings, now);
+        next.rates = (settings.rate, settings.rate_per_group);
         next
+    }
+
+    /// The grants to log for the leases taken (empty when the queue has no rate): one against
+    /// the queue's rate for each lease, one against its group's rate for each lease of a job
+    /// with a group, each with when it stops counting.
+    #[must_use]
+    pub fn grants(&self) -> Vec<Grant> {
+        let (queue, group) = self.rates;
+        let mut grants = Vec::new();
+        for lease in &self.leases {
+            if let Some(rate) = queue {
+                grants.push((None, rate.expiry(lease.now)));
+            }
+            if let (Some(rate), Some(g)) = (group, &lease.group) {
+                grants.push((Some(g.clone()), rate.expiry(lease.now)));
+            }
+        }
+        grants
     }
 
     /// A loop leasing up to `limit` jobs to `owner`.
@@ -68,6 +105,7 @@ impl ClaimNextLoop {
             skipped: HashSet::new(),
             over: limit == 0,
             gate: GroupGate::default(),
+            rates: (None, None),
         }
     }
 
@@ -89,9 +127,22 @@ impl ClaimNextLoop {
     }
 
     /// Learns the standing of `groups` at `now` from their jobs that bear on the group rules
-    /// ([`Job::bears_on_group`]), read in the claim's transaction.
-    pub fn learn(&mut self, groups: &[GroupKey], jobs: &[(JobId, Job)], now: Timestamp) {
-        self.gate.learn(groups, jobs, now);
+    /// ([`Job::bears_on_group`]) and, under a rate per group, their logged grants, read in the
+    /// claim's transaction.
+    pub fn learn(
+        &mut self,
+        groups: &[GroupKey],
+        jobs: &[(JobId, Job)],
+        grants: &[Grant],
+        now: Timestamp,
+    ) {
+        self.gate.learn(groups, jobs, grants, now);
+    }
+
+    /// Whether the store must read the grants of the groups it meets (a rate per group).
+    #[must_use]
+    pub fn rates_groups(&self) -> bool {
+        self.rates.1.is_some()
     }
 
     /// The groups whose jobs the next page need not read, and the jobs of those groups it

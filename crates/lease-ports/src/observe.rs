@@ -51,6 +51,12 @@ pub mod names {
     pub const QUEUE_PER_GROUP_LIMIT: &str = "lease_queue_per_group_limit";
     /// Gauge: 1 while the `queue` runs each group one job at a time in order, else 0.
     pub const QUEUE_ORDERED: &str = "lease_queue_ordered";
+    /// Gauge: how many groups of the `queue` are paused.
+    pub const QUEUE_PAUSED_GROUPS: &str = "lease_queue_paused_groups";
+    /// Gauge: 1 while the `queue`'s rate lets no lease be granted, else 0.
+    pub const QUEUE_THROTTLED: &str = "lease_queue_throttled";
+    /// Gauge: how many groups of the `queue` their rate lets no lease be granted now.
+    pub const QUEUE_THROTTLED_GROUPS: &str = "lease_queue_throttled_groups";
     /// Counter: leases a worker lost (a refused renewal, or the store unreachable until the
     /// lease ran out).
     pub const LEASES_LOST: &str = "lease_worker_leases_lost_total";
@@ -296,8 +302,15 @@ pub fn set_gauges(rows: &[StatsRow]) {
 #[must_use]
 pub fn queue_gauges(
     settings: &lease_domain::QueueSettings,
+    throttle: &lease_domain::Throttle,
     now: Timestamp,
-) -> [(&'static str, &'static str, Option<f64>); 5] {
+) -> [(&'static str, &'static str, Option<f64>); 8] {
+    let count = |n: usize| Some(f64::from(u32::try_from(n).unwrap_or(u32::MAX)));
+    let paused_groups = settings
+        .paused_groups
+        .keys()
+        .filter(|g| settings.is_group_paused_at(g, now))
+        .count();
     [
         (
             names::QUEUE_PAUSED,
@@ -324,6 +337,21 @@ pub fn queue_gauges(
             "1 while the queue runs each group one job at a time in order, else 0.",
             Some(if settings.ordered { 1.0 } else { 0.0 }),
         ),
+        (
+            names::QUEUE_PAUSED_GROUPS,
+            "How many groups of the queue are paused.",
+            count(paused_groups),
+        ),
+        (
+            names::QUEUE_THROTTLED,
+            "1 while the queue's rate lets no lease be granted, else 0.",
+            Some(if throttle.until.is_some() { 1.0 } else { 0.0 }),
+        ),
+        (
+            names::QUEUE_THROTTLED_GROUPS,
+            "How many groups of the queue their rate lets no lease be granted now.",
+            count(throttle.groups.len()),
+        ),
     ]
 }
 
@@ -331,17 +359,22 @@ pub fn queue_gauges(
 /// `before` (queues reported earlier) that has no settings now, which reads as free: not
 /// paused, no limit (0), no timeout (0), no limit per group (0), not ordered.
 pub fn set_queue_gauges(
-    settings: &[(QueueName, lease_domain::QueueSettings)],
+    settings: &[(
+        QueueName,
+        lease_domain::QueueSettings,
+        lease_domain::Throttle,
+    )],
     before: &std::collections::BTreeSet<QueueName>,
     now: Timestamp,
 ) {
     let free = lease_domain::QueueSettings::default();
+    let clear = lease_domain::Throttle::default();
     let gone = before
         .iter()
-        .filter(|q| !settings.iter().any(|(s, _)| s == *q))
-        .map(|q| (q, &free));
-    for (queue, set) in settings.iter().map(|(q, s)| (q, s)).chain(gone) {
-        for (name, _, value) in queue_gauges(set, now) {
+        .filter(|q| !settings.iter().any(|(s, _, _)| s == *q))
+        .map(|q| (q, &free, &clear));
+    for (queue, set, throttle) in settings.iter().map(|(q, s, t)| (q, s, t)).chain(gone) {
+        for (name, _, value) in queue_gauges(set, throttle, now) {
             metrics::gauge!(name, "queue" => queue.as_str().to_owned()).set(value.unwrap_or(0.0));
         }
     }

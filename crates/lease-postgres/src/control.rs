@@ -23,7 +23,8 @@ use crate::error::{self, Stage};
 use crate::sql::{self, Encoded, Standing};
 use crate::write::{rollback, update};
 
-const QUEUE_COLUMNS: &str = "queue, paused, paused_until, concurrency, timeout, per_group, ordered";
+const QUEUE_COLUMNS: &str = "queue, paused, paused_until, concurrency, timeout, per_group, ordered, \
+    rate_count, rate_period, group_rate_count, group_rate_period";
 
 /// A queue's settings row as `decode_queue` reads it: its columns, then its paused groups and
 /// the end of each pause as two arrays in group order (`{s}` the schema; the row is `q`).
@@ -33,7 +34,8 @@ fn queue_select(s: &str) -> String {
          ARRAY(SELECT p.grp FROM {s}.group_pauses p WHERE p.queue = q.queue \
          ORDER BY p.grp COLLATE \"C\"), \
          ARRAY(SELECT p.until FROM {s}.group_pauses p WHERE p.queue = q.queue \
-         ORDER BY p.grp COLLATE \"C\")"
+         ORDER BY p.grp COLLATE \"C\"), \
+         q.rate_count, q.rate_period, q.group_rate_count, q.group_rate_period"
     )
 }
 
@@ -76,6 +78,14 @@ pub(crate) struct ControlSql {
     /// groups): started and not finished, or dead (`Job::bears_on_group`), found by the index
     /// of migration 9, whose condition this is.
     pub(crate) group_bearing: String,
+    /// The grants of a queue that still count (`$1` queue, `$2` now), of its own rate and,
+    /// among the groups `$3` (an array), theirs.
+    pub(crate) grants: String,
+    /// Every grant of a queue that still counts (`$1` queue, `$2` now).
+    queue_grants: String,
+    /// Forgets a queue's grants expired by `$2`, and logs the grants `$3` (groups, NULL for
+    /// the queue's own) expiring at `$4`.
+    pub(crate) log_grants: String,
     lock_table: String,
     settings_for_update: String,
     delete_group_pauses: String,
@@ -109,6 +119,18 @@ impl ControlSql {
                  AND (attempts > 0 OR leased_until IS NOT NULL)))",
                 columns = sql::COLUMNS
             ),
+            grants: format!(
+                "SELECT grp, expires FROM {s}.grants WHERE queue = $1 AND expires > $2 \
+                 AND (grp IS NULL OR grp = ANY($3::text[]))"
+            ),
+            queue_grants: format!(
+                "SELECT grp, expires FROM {s}.grants WHERE queue = $1 AND expires > $2"
+            ),
+            log_grants: format!(
+                "WITH gone AS (DELETE FROM {s}.grants WHERE queue = $1 AND expires <= $2) \
+                 INSERT INTO {s}.grants (queue, grp, expires) \
+                 SELECT $1, * FROM unnest($3::text[], $4::float8[])"
+            ),
             lock_table: format!("LOCK TABLE {s}.queues IN EXCLUSIVE MODE"),
             settings_for_update: format!(
                 "SELECT {} FROM {s}.queues q WHERE q.queue = $1 FOR UPDATE",
@@ -120,11 +142,15 @@ impl ControlSql {
                  SELECT $1, * FROM unnest($2::text[], $3::float8[])"
             ),
             upsert_queue: format!(
-                "INSERT INTO {s}.queues ({QUEUE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+                "INSERT INTO {s}.queues ({QUEUE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, \
+                 $8, $9, $10, $11) \
                  ON CONFLICT (queue) DO UPDATE SET paused = excluded.paused, \
                  paused_until = excluded.paused_until, concurrency = excluded.concurrency, \
                  timeout = excluded.timeout, per_group = excluded.per_group, \
-                 ordered = excluded.ordered"
+                 ordered = excluded.ordered, rate_count = excluded.rate_count, \
+                 rate_period = excluded.rate_period, \
+                 group_rate_count = excluded.group_rate_count, \
+                 group_rate_period = excluded.group_rate_period"
             ),
             delete_queue: format!("DELETE FROM {s}.queues WHERE queue = $1"),
             all_queues: format!(
@@ -149,6 +175,24 @@ impl ControlSql {
             delete_schedule: format!("DELETE FROM {s}.schedules WHERE name = $1"),
         }
     }
+}
+
+/// Grant rows (`grp`, `expires`) read back.
+pub(crate) fn decode_grants(rows: &[Row]) -> Result<Vec<lease_domain::Grant>, StoreError> {
+    rows.iter()
+        .map(|row| {
+            let group: Option<String> = row.try_get(0).map_err(grant_column)?;
+            let expires: f64 = row.try_get(1).map_err(grant_column)?;
+            lease_ports::codec::grant(group, expires)
+        })
+        .collect()
+}
+
+fn grant_column(e: tokio_postgres::Error) -> StoreError {
+    StoreError::Corrupt(lease_ports::Detail::caused_by(
+        format!("a grant cannot be read: {e}"),
+        e,
+    ))
 }
 
 /// Writes a queue's settings in the open transaction (forgetting default ones).
@@ -183,6 +227,10 @@ pub(crate) async fn write_settings(
                 &row.timeout,
                 &row.per_group,
                 &row.ordered,
+                &row.rate.0,
+                &row.rate.1,
+                &row.rate_per_group.0,
+                &row.rate_per_group.1,
             ],
         )
         .await?;
@@ -302,6 +350,27 @@ impl Control for PgLeaseStore {
         let mut conn = conn;
         conn.clean();
         rows.iter().map(crate::sql::decode_queue).collect()
+    }
+
+    async fn throttle(
+        &self,
+        queue: &QueueName,
+        now: Timestamp,
+    ) -> Result<lease_domain::Throttle, StoreError> {
+        let settings = self.settings_of(queue).await?;
+        if !settings.limits_rate() {
+            return Ok(lease_domain::Throttle::default());
+        }
+        let conn = self.conn().await?;
+        let rows = conn
+            .client()
+            .query(&self.control.queue_grants, &[&queue.as_str(), &now.get()])
+            .await
+            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+        let mut conn = conn;
+        conn.clean();
+        let grants = decode_grants(&rows)?;
+        Ok(lease_domain::Throttle::of(&settings, &grants, now))
     }
 
     async fn put_schedule(

@@ -115,7 +115,25 @@ impl PgLeaseStore {
             term: first_term,
             ..claim.clone()
         };
-        let mut next = ClaimNextLoop::in_queue(&at_first, &settings, held);
+        // Under a rate, the grants that still count (the queue's own; its groups' are read
+        // as the loop meets them), read after the queue's turn came.
+        let grants = if settings.rate.is_some() && !rows.is_empty() {
+            let rows = c
+                .query(
+                    &self.control.grants,
+                    &[
+                        &queue.as_str(),
+                        &first_term.now().get(),
+                        &Vec::<&str>::new(),
+                    ],
+                )
+                .await
+                .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+            crate::control::decode_grants(&rows)?
+        } else {
+            Vec::new()
+        };
+        let mut next = ClaimNextLoop::in_queue(&at_first, &settings, held, &grants);
         let mut written = self.decide_page(c, &mut next, term, &rows).await?;
         let mut wrote = false;
         // Further pages (when candidates were skipped): each page's decided rows go with the
@@ -157,6 +175,20 @@ impl PgLeaseStore {
             .map_err(|e| error::map(e, Stage::BeforeCommit))?;
             wrote |= !written.is_empty();
             written = self.decide_page(c, &mut next, term, &rows).await?;
+        }
+        let grants = next.grants();
+        if !grants.is_empty() {
+            let (groups, ends): (Vec<Option<&str>>, Vec<f64>) = grants
+                .iter()
+                .map(|(g, at)| (g.as_ref().map(lease_domain::GroupKey::as_str), at.get()))
+                .unzip();
+            c.execute(
+                &self.control.log_grants,
+                &[&queue.as_str(), &first_term.now().get(), &groups, &ends],
+            )
+            .await
+            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+            wrote = true;
         }
         Ok((
             Claimed {
@@ -200,7 +232,19 @@ impl PgLeaseStore {
                 .iter()
                 .map(|row| sql::decode_with_id(row, 0))
                 .collect::<Result<Vec<_>, _>>()?;
-            next.learn(&groups, &bearing, page_term.now());
+            let grants = if next.rates_groups() {
+                let rows = c
+                    .query(
+                        &self.control.grants,
+                        &[&page[0].1.queue.as_str(), &page_term.now().get(), &keys],
+                    )
+                    .await
+                    .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+                crate::control::decode_grants(&rows)?
+            } else {
+                Vec::new()
+            };
+            next.learn(&groups, &bearing, &grants, page_term.now());
         }
         // Where each candidate stood, for the counts a write moves (a job buried as dead).
         let read: std::collections::HashMap<lease_domain::JobId, Standing> = page

@@ -13,10 +13,11 @@ use crate::error::{self, Stage};
 pub const CURRENT_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].version;
 
 /// The tables (and their sequences) lease makes; anything else in the schema is foreign.
-const OURS: [&str; 13] = [
+const OURS: [&str; 14] = [
     "jobs",
     "queues",
     "group_pauses",
+    "grants",
     "schedules",
     "finished",
     "completions",
@@ -30,7 +31,7 @@ const OURS: [&str; 13] = [
 ];
 
 /// The released migrations, frozen (`migrations/*.sql`; `{s}` stands for the schema name).
-const MIGRATIONS: [Migration; 9] = [
+const MIGRATIONS: [Migration; 10] = [
     Migration {
         version: 1,
         sql: include_str!("../migrations/0001_jobs.sql"),
@@ -66,6 +67,10 @@ const MIGRATIONS: [Migration; 9] = [
     Migration {
         version: 9,
         sql: include_str!("../migrations/0009_groups.sql"),
+    },
+    Migration {
+        version: 10,
+        sql: include_str!("../migrations/0010_rates.sql"),
     },
 ];
 
@@ -306,7 +311,7 @@ mod tests {
         // A released migration is never edited: these are the checksums databases record.
         let pinned = MIGRATIONS.map(|m| m.checksum());
         assert_eq!(pinned, PINNED.map(str::to_owned));
-        assert_eq!(CURRENT_VERSION, 9);
+        assert_eq!(CURRENT_VERSION, 10);
     }
 
     #[test]
@@ -334,7 +339,7 @@ mod tests {
         }
     }
 
-    const PINNED: [&str; 9] = [
+    const PINNED: [&str; 10] = [
         "21ac859f099c73a2cfd49e089bf85213014d3ff3143f88a78d480d1e86bb59bd",
         "8505302d5ab97431700ce91b427106b910ee3c01618c1d65f4da182c61b8f06a",
         "0bf2cb357e23e48a89126c5ec138cd9473c954eb54b191211dd84d9dfa99a49f",
@@ -344,5 +349,6 @@ mod tests {
         "d25b2039940b6eed5bd573ef7d30ff1307bfba81a2d12abef776cfb2cd2c0bcb",
         "bbb498171ca96c56d8fac1e90ce36b8b0397b8dcee9f256b9627bcbbc3dea1ea",
         "d4893e794486a3fff09889568d40abade6477af8c6e996e3f1efc4b7d639cb85",
+        "b5b79ac04c541d21bf3a46b7ec27dcfbd5c73ac2fe686f9634858f5a78cc3ac3",
     ];
 }

@@ -596,6 +596,14 @@ pub(crate) fn decode_queue(row: &Row) -> Result<(QueueName, QueueSettings), Stor
             let ends: Vec<Option<f64>> = row.try_get(8).map_err(read)?;
             groups.into_iter().zip(ends).collect()
         },
+        rate: (
+            row.try_get(9).map_err(read)?,
+            row.try_get(10).map_err(read)?,
+        ),
+        rate_per_group: (
+            row.try_get(11).map_err(read)?,
+            row.try_get(12).map_err(read)?,
+        ),
     }
     .decode()
 }

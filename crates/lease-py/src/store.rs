@@ -630,9 +630,11 @@ impl StoreCore {
     /// Sets ``queue``'s concurrency limit (the most of its leases live at once, across
     /// every worker; 0 removes it), its default timeout in seconds (``no_timeout=True``
     /// removes it), the most live leases of each of its groups (``per_group``; 0 removes it)
-    /// and whether each group runs one job at a time in claim order (``ordered``). All given
+    /// and whether each group runs one job at a time in claim order (``ordered``), the most
+    /// leases of the queue granted in any window of a period (``rate``, ``"N/PERIOD"`` such as
+    /// ``"100/1m"``; ``"none"`` removes it) and of each group (``rate_per_group``). All given
     /// are one change, applied together or not at all.
-    #[pyo3(signature = (queue, *, concurrency = None, timeout = None, no_timeout = false, per_group = None, ordered = None, now = None))]
+    #[pyo3(signature = (queue, *, concurrency = None, timeout = None, no_timeout = false, per_group = None, ordered = None, rate = None, rate_per_group = None, now = None))]
     #[allow(clippy::too_many_arguments)] // A queue's settings, as the caller names them.
     fn limit(
         &self,
@@ -643,8 +645,18 @@ impl StoreCore {
         no_timeout: bool,
         per_group: Option<u32>,
         ordered: Option<bool>,
+        rate: Option<&str>,
+        rate_per_group: Option<&str>,
         now: Option<f64>,
     ) -> PyResult<Pending> {
+        let rate_of = |name: &str, text: &str| -> Result<Option<lease_domain::Rate>, Failure> {
+            if text == "none" {
+                return Ok(None);
+            }
+            lease_domain::Rate::parse(text)
+                .map(Some)
+                .map_err(|e| Failure::Input(format!("{name}: {e}")))
+        };
         let change = (|| {
             let timeout = match (timeout, no_timeout) {
                 (Some(_), true) => {
@@ -663,12 +675,16 @@ impl StoreCore {
                 timeout,
                 per_group: per_group.map(lease_domain::Concurrency::new),
                 ordered,
+                rate: rate.map(|r| rate_of("rate", r)).transpose()?,
+                rate_per_group: rate_per_group
+                    .map(|r| rate_of("rate_per_group", r))
+                    .transpose()?,
             })
             .map_or_else(
                 || {
                     invalid(
-                        "give concurrency (0 removes the limit), timeout, no_timeout, per_group \
-                         or ordered"
+                        "give concurrency (0 removes the limit), timeout, no_timeout, per_group, \
+                         ordered, rate or rate_per_group"
                             .to_owned(),
                     )
                 },
@@ -676,6 +692,23 @@ impl StoreCore {
             )
         })();
         self.change_queue(py, queue, change, now)
+    }
+
+    /// Where ``queue``'s rates stand at ``now``, as :class:`Throttle`: when its rate lets a
+    /// claim lease again, if it lets none now, and the same for each throttled group.
+    #[pyo3(signature = (queue, *, now = None))]
+    fn throttle(&self, py: Python<'_>, queue: &str, now: Option<f64>) -> PyResult<Pending> {
+        let (queue, now) = to_py(py, (|| Ok((values::queue(queue)?, now_or_clock(now)?)))())?;
+        self.same_process(py)?;
+        let control = self.backend.control();
+        self.call(
+            py,
+            async move {
+                let throttle = control.throttle(&queue, now).await?;
+                Ok((queue, throttle))
+            },
+            |py, (queue, throttle)| values::Throttle::of(&queue, &throttle).into_py_any(py),
+        )
     }
 
     /// Every queue that has settings, as :class:`QueueSettings` (``paused`` as of ``now``).

@@ -475,6 +475,46 @@ pub(crate) struct QueueSettings {
     /// The groups paused at the time the settings were read, each with the end of its pause
     /// (`None`: until resumed).
     paused_groups: std::collections::BTreeMap<String, Option<f64>>,
+    /// The queue's rate as ``N/PERIOD``, if any.
+    rate: Option<String>,
+    /// Each group's rate as ``N/PERIOD``, if any.
+    rate_per_group: Option<String>,
+}
+
+/// Where a queue's rates stand: when its rate lets a claim lease again (``until``, ``None``
+/// when it is not throttled) and each throttled group with when its rate opens again.
+#[pyclass(module = "lease", frozen, get_all)]
+#[derive(Debug)]
+pub(crate) struct Throttle {
+    queue: String,
+    until: Option<f64>,
+    groups: std::collections::BTreeMap<String, f64>,
+}
+
+#[pymethods]
+impl Throttle {
+    fn __repr__(&self) -> String {
+        format!(
+            "Throttle(queue={:?}, until={}, groups={:?})",
+            self.queue,
+            optional(self.until),
+            self.groups
+        )
+    }
+}
+
+impl Throttle {
+    pub(crate) fn of(queue: &QueueName, throttle: &lease_domain::Throttle) -> Self {
+        Self {
+            queue: queue.as_str().to_owned(),
+            until: throttle.until.map(Timestamp::get),
+            groups: throttle
+                .groups
+                .iter()
+                .map(|(g, at)| (g.as_str().to_owned(), at.get()))
+                .collect(),
+        }
+    }
 }
 
 #[pymethods]
@@ -483,14 +523,16 @@ impl QueueSettings {
         let flag = |b: bool| if b { "True" } else { "False" };
         format!(
             "QueueSettings(queue={:?}, paused={}, paused_until={}, concurrency={}, timeout={}, \
-             per_group={}, ordered={})",
+             per_group={}, ordered={}, rate={}, rate_per_group={})",
             self.queue,
             flag(self.paused),
             optional(self.paused_until),
             optional(self.concurrency),
             optional(self.timeout),
             optional(self.per_group),
-            flag(self.ordered)
+            flag(self.ordered),
+            optional(self.rate.as_deref().map(|r| format!("{r:?}"))),
+            optional(self.rate_per_group.as_deref().map(|r| format!("{r:?}")))
         )
     }
 }
@@ -515,6 +557,8 @@ impl QueueSettings {
                 .filter(|(group, _)| settings.is_group_paused_at(group, now))
                 .map(|(group, until)| (group.as_str().to_owned(), until.map(Timestamp::get)))
                 .collect(),
+            rate: settings.rate.map(|r| r.to_string()),
+            rate_per_group: settings.rate_per_group.map(|r| r.to_string()),
         }
     }
 }
@@ -670,6 +714,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Record>()?;
     m.add_class::<StatsRow>()?;
     m.add_class::<QueueSettings>()?;
+    m.add_class::<Throttle>()?;
     m.add_class::<Schedule>()?;
     m.add_class::<AuditRow>()?;
     m.add_class::<Backoff>()?;

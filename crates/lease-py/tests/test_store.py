@@ -197,6 +197,30 @@ def test_groups_are_limited_and_ordered_from_python(store):
     assert store.queues() == []
 
 
+def test_a_rate_limits_grants_in_a_sliding_window_from_python(store):
+    for n in range(4):
+        assert store.enqueue(f"r{n}", queue="rated")
+    for bad, says in [("0/1s", "count"), ("5/0s", "more than 0"), ("five/1s", "whole number"), ("5", "N/PERIOD")]:
+        with pytest.raises(lease.InvalidInput) as raised:
+            store.limit("rated", rate=bad, per_group=1)
+        assert "rate" in str(raised.value) and says in str(raised.value)
+    assert store.queues() == [], "a refused rate changed the settings"
+    rated = store.limit("rated", rate="2/1s", rate_per_group="1/500ms")
+    assert (rated.rate, rated.rate_per_group) == ("2/1s", "1/500ms")
+    assert "rate='2/1s'" in repr(rated) or 'rate="2/1s"' in repr(rated)
+    assert len(store.claim_next("rated", A, 30.0, limit=4)) == 2
+    assert store.claim_next("rated", A, 30.0, limit=4) == []
+    throttle = store.throttle("rated")
+    assert throttle.queue == "rated" and throttle.groups == {}
+    assert time.time() < throttle.until <= time.time() + 1.0
+    # Sliding: the window opens as the first grants expire.
+    time.sleep(max(0.0, throttle.until - time.time()) + 0.05)
+    assert len(store.claim_next("rated", A, 30.0, limit=4)) == 2
+    assert store.limit("rated", rate="none", rate_per_group="none").rate is None
+    assert store.throttle("rated").until is None
+    assert store.queues() == []
+
+
 def test_a_debounced_enqueue_pushes_a_waiting_job_from_python(store):
     assert store.enqueue("d", queue="deb", payload="one", debounce=60.0)
     due = store.record("d").run_at

@@ -99,6 +99,22 @@ impl LeaseView {
 pub(crate) struct Leases {
     /// The leases.
     pub(crate) leases: Vec<LeaseView>,
+    /// When none was granted because the queue's rate (or, for every group with a due job,
+    /// its group's rate) lets none now: when it lets one again (Unix seconds; the response's
+    /// `Retry-After` says the same in whole seconds). Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) throttled_until: Option<f64>,
+}
+
+/// When the rates of `queue` let a claim lease again, if they let none at `now`: the queue's
+/// own rate, else the earliest of its throttled groups.
+async fn throttled_until(
+    app: &crate::App,
+    queue: &lease_domain::QueueName,
+    now: lease_domain::Timestamp,
+) -> Result<Option<lease_domain::Timestamp>, Problem> {
+    let throttle = lease_ports::control::Control::throttle(&*app.store, queue, now).await?;
+    Ok(throttle.opens_at())
 }
 
 pub(crate) fn claimant(caller: &Caller, owner: Option<Name>) -> Result<Owner, Problem> {
@@ -138,7 +154,9 @@ pub(crate) fn new_token() -> Result<(String, lease_domain::TokenDigest), Problem
     params(("queue" = Name, Path, description = "The queue, percent-encoded")),
     request_body = ClaimBody,
     responses(
-        (status = 200, description = "The leases granted, possibly none", body = Leases, links(
+        (status = 200, description = "The leases granted, possibly none", body = Leases, headers(
+            ("Retry-After" = Option<u64>, description = "With no lease because of a rate: whole seconds until it lets one again"),
+        ), links(
             ("renew" = (operation_id = "renew", parameters(("path.id" = "$response.body#/leases/0/id"), ("header.Lease-Token" = "$response.body#/leases/0/lease_token")), request_body = json!({"fence": "$response.body#/leases/0/fence"}))),
             ("complete" = (operation_id = "complete", parameters(("path.id" = "$response.body#/leases/0/id"), ("header.Lease-Token" = "$response.body#/leases/0/lease_token")), request_body = json!({"fence": "$response.body#/leases/0/fence"}))),
             ("fail" = (operation_id = "fail", parameters(("path.id" = "$response.body#/leases/0/id"), ("header.Lease-Token" = "$response.body#/leases/0/lease_token")), request_body = json!({"fence": "$response.body#/leases/0/fence"}))),
@@ -176,9 +194,32 @@ pub(crate) async fn claim_next(
         };
         let leases = app.store.claim_next_with(&claim).await?;
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        // Nothing granted: a rate may be why, and says until when.
+        let throttled = if leases.is_empty() {
+            throttled_until(&app, &queue, claim.term.now()).await?
+        } else {
+            None
+        };
         if !leases.is_empty() || left.is_zero() {
             let leases = LeaseView::all(&leases, &tokens);
-            return Ok(no_store(json_response(StatusCode::OK, Leases { leases })));
+            let wait = throttled.map(|at| (at.get() - claim.term.now().get()).max(0.0));
+            let mut response = no_store(json_response(
+                StatusCode::OK,
+                Leases {
+                    leases,
+                    throttled_until: throttled.map(lease_domain::Timestamp::get),
+                },
+            ));
+            if let Some(wait) = wait {
+                // Whole seconds, rounded up, as the header takes them.
+                let seconds = Duration::try_from_secs_f64(wait.ceil().clamp(0.0, 86_400.0))
+                    .map_or(1, |d| d.as_secs());
+                response.headers_mut().insert(
+                    axum::http::header::RETRY_AFTER,
+                    axum::http::HeaderValue::from(seconds),
+                );
+            }
+            return Ok(response);
         }
         if waiting.is_none() {
             waiting = Some(app.waiters.join(queue.as_str()).ok_or_else(|| {
@@ -191,7 +232,13 @@ pub(crate) async fn claim_next(
             })?);
         }
         if let Some(waiting) = &waiting {
-            waiting.wait(left.min(app.config.poll_interval)).await;
+            // A rate that opens sooner than the poll interval is waited for exactly.
+            let opens = throttled.map_or(app.config.poll_interval, |at| {
+                Duration::from_secs_f64((at.get() - claim.term.now().get()).clamp(0.001, 3_600.0))
+            });
+            waiting
+                .wait(left.min(app.config.poll_interval).min(opens))
+                .await;
         }
     }
 }

@@ -27,7 +27,7 @@ pub(crate) struct Stats {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct StatsQuery {
-    /// The time statuses are judged at, taken only by a server that trusts caller clocks.
+    /// The time to judge at, taken only by a server that trusts caller clocks.
     #[param(value_type = Option<Time>)]
     pub(crate) now: Option<String>,
 }

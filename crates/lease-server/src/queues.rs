@@ -31,6 +31,23 @@ pub(crate) struct QueueView {
     pub(crate) ordered: bool,
     /// The groups paused now, in group order.
     pub(crate) paused_groups: Vec<GroupPauseView>,
+    /// The most leases of the queue granted in any window of a period, as `N/PERIOD` (such
+    /// as `100/1m`), if it has a rate.
+    pub(crate) rate: Option<String>,
+    /// The most leases of each group granted in any window of a period, as `N/PERIOD`, if
+    /// its groups have a rate.
+    pub(crate) rate_per_group: Option<String>,
+}
+
+/// Where a queue's rates stand now.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ThrottleView {
+    /// The queue.
+    pub(crate) queue: String,
+    /// When the queue's rate lets a claim lease again (Unix seconds), if it lets none now.
+    pub(crate) until: Option<f64>,
+    /// The groups whose rate lets none of their jobs be leased now, in group order.
+    pub(crate) groups: Vec<GroupPauseView>,
 }
 
 /// A paused group of a queue.
@@ -65,8 +82,46 @@ impl QueueView {
                     until: until.map(Timestamp::get),
                 })
                 .collect(),
+            rate: settings.rate.map(|r| r.to_string()),
+            rate_per_group: settings.rate_per_group.map(|r| r.to_string()),
         }
     }
+}
+
+#[utoipa::path(get, path = "/v1/queues/{queue}/throttle", tag = "queue",
+    params(("queue" = Name, Path, description = "The queue, percent-encoded"), crate::overview::StatsQuery),
+    responses(
+        (status = 200, description = "Where the queue's rates stand now (nothing throttled for a queue without a rate)", body = ThrottleView),
+        (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn throttle(
+    State(app): AppState,
+    _: Viewer,
+    Param(queue): Param,
+    asked: Result<
+        axum::extract::Query<crate::overview::StatsQuery>,
+        axum::extract::rejection::QueryRejection,
+    >,
+) -> Answer {
+    let name = Name(queue).queue("queue")?;
+    let now = crate::respond::query_now(&app, crate::respond::query(asked)?.now.as_deref())?;
+    let throttle = app.store.throttle(&name, now).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        ThrottleView {
+            queue: name.as_str().to_owned(),
+            until: throttle.until.map(Timestamp::get),
+            groups: throttle
+                .groups
+                .iter()
+                .map(|(group, until)| GroupPauseView {
+                    group: group.as_str().to_owned(),
+                    until: Some(until.get()),
+                })
+                .collect(),
+        },
+    ))
 }
 
 /// Every queue with settings.
@@ -238,6 +293,24 @@ pub(crate) struct LimitsBody {
     /// `true`: each group runs one job at a time, in claim order (a later job waits while an
     /// earlier one runs, waits for its retry, or is dead); `false` turns it off.
     pub(crate) ordered: Option<bool>,
+    /// The most leases of the queue granted in any window of a period (a sliding window,
+    /// across every worker), as `N/PERIOD` with PERIOD as `500ms`, `1s`, `1m` or `1h`;
+    /// `none` removes it.
+    #[schema(example = "100/1m", max_length = 64)]
+    pub(crate) rate: Option<String>,
+    /// The same for each group of the queue; `none` removes it.
+    #[schema(example = "10/1m", max_length = 64)]
+    pub(crate) rate_per_group: Option<String>,
+}
+
+/// A rate field's value: `N/PERIOD`, or `none` to remove the rate.
+fn rate_field(name: &str, text: &str) -> Result<Option<lease_domain::Rate>, Problem> {
+    if text == "none" {
+        return Ok(None);
+    }
+    lease_domain::Rate::parse(text)
+        .map(Some)
+        .map_err(|e| Problem::invalid(format!("`{name}`: {e}")))
 }
 
 #[utoipa::path(put, path = "/v1/queues/{queue}/limits", tag = "admin",
@@ -268,6 +341,16 @@ pub(crate) async fn limits(
         timeout,
         per_group: body.per_group.map(Concurrency::new),
         ordered: body.ordered,
+        rate: body
+            .rate
+            .as_deref()
+            .map(|r| rate_field("rate", r))
+            .transpose()?,
+        rate_per_group: body
+            .rate_per_group
+            .as_deref()
+            .map(|r| rate_field("rate_per_group", r))
+            .transpose()?,
     };
     match QueueChange::set(limits) {
         Some(one) => change(&app, queue, one).await,

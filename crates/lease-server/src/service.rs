@@ -47,13 +47,13 @@ pub(crate) async fn metrics(State(app): AppState, _: Viewer) -> Answer {
     if app.config.metrics.is_some() {
         // The queues' flow control, read at each scrape (the settings are a small table).
         let now = now(&app, None)?;
-        let settings = lease_ports::control::Control::queues(&*app.store).await?;
+        let settings = lease_ports::control::queues_and_throttles(&*app.store, now).await?;
         let mut gauged = app
             .gauged
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         lease_ports::observe::set_queue_gauges(&settings, &gauged, now);
-        gauged.extend(settings.into_iter().map(|(queue, _)| queue));
+        gauged.extend(settings.into_iter().map(|(queue, _, _)| queue));
     }
     let text = app
         .config

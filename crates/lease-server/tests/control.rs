@@ -574,3 +574,92 @@ async fn groups_are_enqueued_limited_and_shown_through_the_api() {
         assert_eq!(s.get("/v1/jobs/d").await.body["payload"], "two");
     }
 }
+
+/// Rates through the API: `PUT .../limits` with `rate` and `rate_per_group` (shown by
+/// `GET .../limits` as `N/PERIOD`), a claim that gets no more than the rate and then an empty
+/// answer with `throttled_until` and `Retry-After`, `GET .../throttle`, a long poll that
+/// waits for the window to open and takes the job, `none` removing a rate, and bad rates
+/// refused naming the field with nothing changed.
+#[tokio::test]
+async fn a_rate_is_set_kept_to_said_when_it_opens_and_waited_for_through_the_api() {
+    for s in services().await {
+        for i in 0..5 {
+            let made = s.enqueue("r", json!({"id": format!("r{i}")})).await;
+            assert_eq!(made.status, StatusCode::CREATED, "{}", made.body);
+        }
+        let limits = |body: Value| {
+            s.call(
+                Method::PUT,
+                "/v1/queues/r/limits",
+                &s.admin,
+                None,
+                Some(body),
+            )
+        };
+        for (bad, says) in [
+            ("0/1s", "count"),
+            ("5/0s", "more than 0"),
+            ("five/1s", "whole number"),
+            ("5", "N/PERIOD"),
+            ("5/1d", "unit"),
+        ] {
+            let refused = limits(json!({ "rate": bad, "per_group": 1 })).await;
+            assert_problem(&refused, StatusCode::UNPROCESSABLE_ENTITY, "invalid", says);
+            assert!(refused.body["detail"].as_str().unwrap().contains("`rate`"));
+        }
+        let unchanged = s.get("/v1/queues/r/limits").await;
+        assert_eq!(
+            (&unchanged.body["rate"], &unchanged.body["per_group"]),
+            (&Value::Null, &Value::Null),
+            "a refused change changed nothing"
+        );
+        let set = limits(json!({"rate": "2/1m", "rate_per_group": "1/1s"})).await;
+        assert_eq!(set.status, StatusCode::OK, "{}", set.body);
+        assert_eq!(
+            (&set.body["rate"], &set.body["rate_per_group"]),
+            (&json!("2/1m"), &json!("1/1s"))
+        );
+        assert_eq!(s.claim("r", 5).await.len(), 2);
+        let empty = s
+            .post(
+                "/v1/queues/r/claims",
+                &s.worker,
+                json!({"ttl": 60, "owner": "ci/w", "limit": 5}),
+            )
+            .await;
+        assert_eq!(empty.status, StatusCode::OK, "{}", empty.body);
+        assert_eq!(empty.body["leases"], json!([]));
+        assert_eq!(empty.body["throttled_until"], json!(1_000_060.0));
+        assert_eq!(empty.headers["retry-after"], "60");
+        let throttle = s.get("/v1/queues/r/throttle").await;
+        assert_eq!(throttle.status, StatusCode::OK, "{}", throttle.body);
+        assert_eq!(
+            throttle.body,
+            json!({"queue": "r", "until": 1_000_060.0, "groups": []})
+        );
+        // A long poll started before the window opens takes a job once it does.
+        s.time.set(1_000_059.5);
+        let poll = s.post(
+            "/v1/queues/r/claims",
+            &s.worker,
+            json!({"ttl": 60, "owner": "ci/w", "limit": 5, "wait": 20}),
+        );
+        let open = async {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            s.time.set(1_000_060.5);
+        };
+        let (polled, ()) = tokio::join!(poll, open);
+        assert_eq!(polled.status, StatusCode::OK, "{}", polled.body);
+        assert_eq!(
+            polled.body["leases"].as_array().map(Vec::len),
+            Some(2),
+            "the poll took the window's two places once it opened: {}",
+            polled.body
+        );
+        assert!(polled.body.get("throttled_until").is_none());
+        let removed = limits(json!({"rate": "none"})).await;
+        assert_eq!(removed.body["rate"], Value::Null, "{}", removed.body);
+        // The last job, and the first two, whose leases of 60 s ended at 1_000_060.
+        assert_eq!(s.claim("r", 5).await.len(), 3);
+    }
+}

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const ROUTES: [(&str, &str); 38] = [
+const ROUTES: [(&str, &str); 39] = [
     ("post", "/v1/queues/{queue}/jobs"),
     ("post", "/v1/queues/{queue}/jobs/batch"),
     ("post", "/v1/queues/{queue}/claims"),
@@ -38,6 +38,7 @@ const ROUTES: [(&str, &str); 38] = [
     ("post", "/v1/queues/{queue}/resume"),
     ("put", "/v1/queues/{queue}/limits"),
     ("get", "/v1/queues/{queue}/limits"),
+    ("get", "/v1/queues/{queue}/throttle"),
     ("post", "/v1/queues/{queue}/groups/{group}/pause"),
     ("post", "/v1/queues/{queue}/groups/{group}/resume"),
     ("get", "/v1/schedules"),

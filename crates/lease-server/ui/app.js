@@ -198,6 +198,8 @@ function flow(settings) {
   if (settings.timeout !== null && settings.timeout !== undefined) words.push(`timeout ${duration(settings.timeout)}`);
   if (settings.per_group !== null && settings.per_group !== undefined) words.push(`≤ ${num(settings.per_group)} a group`);
   if (settings.ordered) words.push('groups in order');
+  if (settings.rate) words.push(`≤ ${settings.rate}`);
+  if (settings.rate_per_group) words.push(`≤ ${settings.rate_per_group} a group`);
   const pausedGroups = settings.paused_groups || [];
   if (pausedGroups.length === 1) words.push(`group ${pausedGroups[0].group} paused`);
   else if (pausedGroups.length > 1) words.push(`${num(pausedGroups.length)} groups paused`);
@@ -520,6 +522,10 @@ async function limit(event) {
   const timeout = $('limit-timeout').value;
   const perGroup = $('limit-per-group').value;
   const ordered = $('limit-ordered').value;
+  const rate = $('limit-rate').value.trim();
+  const ratePerGroup = $('limit-rate-per-group').value.trim();
+  if (rate !== '') body.rate = rate;
+  if (ratePerGroup !== '') body.rate_per_group = ratePerGroup;
   if (concurrency !== '') body.concurrency = Number(concurrency);
   if (perGroup !== '') body.per_group = Number(perGroup);
   if (ordered !== '') body.ordered = ordered === 'yes';

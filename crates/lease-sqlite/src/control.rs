@@ -14,16 +14,35 @@ use rusqlite::{Connection, OptionalExtension};
 use crate::error;
 
 const SELECT_QUEUE: &str = "SELECT queue, paused, paused_until, concurrency, timeout, \
-    per_group, ordered FROM lease_queues WHERE queue = ?1";
+    per_group, ordered, rate_count, rate_period, group_rate_count, group_rate_period \
+    FROM lease_queues WHERE queue = ?1";
 
 const SELECT_QUEUES: &str = "SELECT queue, paused, paused_until, concurrency, timeout, \
-    per_group, ordered FROM lease_queues ORDER BY queue";
+    per_group, ordered, rate_count, rate_period, group_rate_count, group_rate_period \
+    FROM lease_queues ORDER BY queue";
 
 const UPSERT_QUEUE: &str = "INSERT INTO lease_queues(queue, paused, paused_until, concurrency, \
-    timeout, per_group, ordered) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+    timeout, per_group, ordered, rate_count, rate_period, group_rate_count, group_rate_period) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
     ON CONFLICT(queue) DO UPDATE SET paused = excluded.paused, \
     paused_until = excluded.paused_until, concurrency = excluded.concurrency, \
-    timeout = excluded.timeout, per_group = excluded.per_group, ordered = excluded.ordered";
+    timeout = excluded.timeout, per_group = excluded.per_group, ordered = excluded.ordered, \
+    rate_count = excluded.rate_count, rate_period = excluded.rate_period, \
+    group_rate_count = excluded.group_rate_count, group_rate_period = excluded.group_rate_period";
+
+/// The grants of a queue's own rate (`?2` NULL) or of one of its groups that still count at
+/// `?3` (`lease_grants_scope`).
+const SELECT_GRANTS: &str = "SELECT grp, expires FROM lease_grants \
+    WHERE queue = ?1 AND grp IS ?2 AND expires > ?3";
+
+/// Every grant of a queue that still counts at `?2`.
+const SELECT_QUEUE_GRANTS: &str = "SELECT grp, expires FROM lease_grants INDEXED BY lease_grants_expiry \
+    WHERE queue = ?1 AND expires > ?2";
+
+const INSERT_GRANT: &str = "INSERT INTO lease_grants(queue, grp, expires) VALUES (?1, ?2, ?3)";
+
+/// Forgets a queue's grants that stopped counting by `?2` (`lease_grants_expiry`).
+const DELETE_EXPIRED_GRANTS: &str = "DELETE FROM lease_grants WHERE queue = ?1 AND expires <= ?2";
 
 const DELETE_QUEUE: &str = "DELETE FROM lease_queues WHERE queue = ?1";
 
@@ -64,6 +83,8 @@ fn queue_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredQueue> {
         per_group: row.get(5)?,
         ordered: row.get(6)?,
         paused_groups: Vec::new(),
+        rate: (row.get(7)?, row.get(8)?),
+        rate_per_group: (row.get(9)?, row.get(10)?),
     })
 }
 
@@ -142,6 +163,77 @@ pub(crate) fn held(
     lease_ports::codec::count(n, "a queue's live leases")
 }
 
+/// The grants of `queue` that still count at `now`: against the queue's own rate (`group`
+/// `None`) or one group's.
+pub(crate) fn grants(
+    conn: &Connection,
+    queue: &QueueName,
+    group: Option<&lease_domain::GroupKey>,
+    now: Timestamp,
+) -> Result<Vec<lease_domain::Grant>, StoreError> {
+    read_grants(
+        conn,
+        SELECT_GRANTS,
+        rusqlite::params![queue.as_str(), group.map(|g| g.as_str()), now.get()],
+    )
+}
+
+/// Every grant of `queue` that still counts at `now`.
+pub(crate) fn queue_grants(
+    conn: &Connection,
+    queue: &QueueName,
+    now: Timestamp,
+) -> Result<Vec<lease_domain::Grant>, StoreError> {
+    read_grants(
+        conn,
+        SELECT_QUEUE_GRANTS,
+        rusqlite::params![queue.as_str(), now.get()],
+    )
+}
+
+/// The grant rows (`grp`, `expires`) a statement reads, checked.
+fn read_grants(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> Result<Vec<lease_domain::Grant>, StoreError> {
+    let rows: Vec<(Option<String>, f64)> = conn
+        .prepare_cached(sql)
+        .and_then(|mut stmt| {
+            stmt.query_map(params, |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect()
+        })
+        .map_err(error::sql(conn))?;
+    rows.into_iter()
+        .map(|(g, at)| lease_ports::codec::grant(g, at))
+        .collect()
+}
+
+/// Logs a claim's grants and forgets the queue's grants that stopped counting by `now`.
+pub(crate) fn log_grants(
+    conn: &Connection,
+    queue: &QueueName,
+    grants: &[lease_domain::Grant],
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(DELETE_EXPIRED_GRANTS)
+        .and_then(|mut stmt| stmt.execute(rusqlite::params![queue.as_str(), now.get()]))
+        .map_err(error::sql(conn))?;
+    let mut insert = conn
+        .prepare_cached(INSERT_GRANT)
+        .map_err(error::sql(conn))?;
+    for (group, expires) in grants {
+        insert
+            .execute(rusqlite::params![
+                queue.as_str(),
+                group.as_ref().map(|g| g.as_str()),
+                expires.get()
+            ])
+            .map_err(error::sql(conn))?;
+    }
+    Ok(())
+}
+
 /// Writes a queue's settings (forgetting default ones).
 pub(crate) fn write_settings(
     conn: &Connection,
@@ -176,7 +268,11 @@ pub(crate) fn write_settings(
                 row.concurrency,
                 row.timeout,
                 row.per_group,
-                row.ordered
+                row.ordered,
+                row.rate.0,
+                row.rate.1,
+                row.rate_per_group.0,
+                row.rate_per_group.1
             ])
         })
     };

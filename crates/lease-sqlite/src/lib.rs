@@ -477,6 +477,26 @@ impl lease_ports::control::Control for SqliteLeaseStore {
             .await
     }
 
+    async fn throttle(
+        &self,
+        queue: &QueueName,
+        now: Timestamp,
+    ) -> Result<lease_domain::Throttle, StoreError> {
+        let queue = queue.clone();
+        self.run(move |store| {
+            store.with_conn(|conn| {
+                let settings = control::settings(conn, &queue)?;
+                let grants = if settings.limits_rate() {
+                    control::queue_grants(conn, &queue, now)?
+                } else {
+                    Vec::new()
+                };
+                Ok(lease_domain::Throttle::of(&settings, &grants, now))
+            })
+        })
+        .await
+    }
+
     async fn put_schedule(
         &self,
         spec: &lease_domain::ScheduleSpec,

@@ -270,7 +270,12 @@ pub(crate) fn claim_next(
     } else {
         0
     };
-    let mut next = ClaimNextLoop::in_queue(claim, &settings, held);
+    let grants = if settings.rate.is_some() && limit > 0 {
+        crate::control::grants(conn, queue, None, term.now())?
+    } else {
+        Vec::new()
+    };
+    let mut next = ClaimNextLoop::in_queue(claim, &settings, held, &grants);
     while let Some(want) = next.want() {
         let ids = if next.limits_groups() {
             grouped_candidates(conn, queue, term.now(), want, &next)?
@@ -286,12 +291,28 @@ pub(crate) fn claim_next(
         let groups = next.unknown_groups(&page);
         if !groups.is_empty() {
             let bearing = group_bearing(conn, queue, &groups)?;
-            next.learn(&groups, &bearing, term.now());
+            let mut grants = Vec::new();
+            if next.rates_groups() {
+                for group in &groups {
+                    grants.extend(crate::control::grants(
+                        conn,
+                        queue,
+                        Some(group),
+                        term.now(),
+                    )?);
+                }
+            }
+            next.learn(&groups, &bearing, &grants, term.now());
         }
         for (id, job) in next.page(term, page) {
             store(conn, false, &id, &job)?;
             wrote = true;
         }
+    }
+    let grants = next.grants();
+    if !grants.is_empty() {
+        crate::control::log_grants(conn, queue, &grants, term.now())?;
+        wrote = true;
     }
     Ok((next.into_leases(), wrote))
 }
@@ -640,7 +661,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let options = SqliteOptions {
             // The empty schema takes most of these pages; the batch fills the rest.
-            max_pages: Some(24),
+            max_pages: Some(27),
             ..SqliteOptions::default()
         };
         let mut conn = fresh(&dir, &options);

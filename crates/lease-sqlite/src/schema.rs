@@ -19,8 +19,8 @@ pub const APPLICATION_ID: i32 = 0x4C45_4153;
 /// ready set that leaves held jobs out of claim order, version 5 the network service's lease
 /// tokens and API keys, version 6 the overview's counters and the index of finished jobs,
 /// version 7 queue settings, schedules, and a job's timeout and progress, version 8 a job's
-/// group and the queue's rules per group.
-pub(crate) const MIGRATIONS: [Migration; 8] = [
+/// group and the queue's rules per group, version 9 rate limits and their log of grants.
+pub(crate) const MIGRATIONS: [Migration; 9] = [
     Migration {
         version: 1,
         sql: include_str!("../migrations/0001_jobs.sql"),
@@ -53,6 +53,10 @@ pub(crate) const MIGRATIONS: [Migration; 8] = [
         version: 8,
         sql: include_str!("../migrations/0008_groups.sql"),
     },
+    Migration {
+        version: 9,
+        sql: include_str!("../migrations/0009_rates.sql"),
+    },
 ];
 
 /// `PRAGMA user_version`: the schema version this code writes and reads (the newest migration).
@@ -66,7 +70,7 @@ const CREATE_RECORD: &str = "CREATE TABLE IF NOT EXISTS lease_migrations(\
     version INTEGER PRIMARY KEY, checksum TEXT NOT NULL)";
 
 /// The tables each version has, beside `jobs`: a marked file missing one is corrupt.
-const TABLES: [(i32, &str); 10] = [
+const TABLES: [(i32, &str); 11] = [
     (2, "jobs_queue"),
     (2, "purged"),
     (3, "lease_audit"),
@@ -77,6 +81,7 @@ const TABLES: [(i32, &str); 10] = [
     (7, "lease_queues"),
     (7, "lease_schedules"),
     (8, "lease_group_pauses"),
+    (9, "lease_grants"),
 ];
 
 /// One column as `PRAGMA table_info` describes it: name, declared type, NOT NULL, default, key.
@@ -434,7 +439,7 @@ mod tests {
     }
 
     /// A file at the current version as `migrate` leaves it, with `checksums` recorded.
-    fn current(checksums: [String; 8]) -> Schema {
+    fn current(checksums: [String; 9]) -> Schema {
         let mut found = schema(
             APPLICATION_ID,
             SCHEMA_VERSION,
@@ -450,6 +455,7 @@ mod tests {
                 ("lease_queues", "table"),
                 ("lease_schedules", "table"),
                 ("lease_group_pauses", "table"),
+                ("lease_grants", "table"),
             ],
         );
         found.migrations = Some(
@@ -471,7 +477,7 @@ mod tests {
         assert_eq!(pinned, PINNED.map(str::to_owned));
     }
 
-    const PINNED: [&str; 8] = [
+    const PINNED: [&str; 9] = [
         "c878484aeb0818a54dffb888a21f5d3cd8d52a3f63db5a4214c0cc7bd9ee83cb",
         "8c0d06a026396a17df9ec1349a99ba3645ab58379280df82ccc3d7bcf0b0440a",
         "921260be82b4a9a3180ddbb59bd347469d61457937659996082d1d84db6e1646",
@@ -480,6 +486,7 @@ mod tests {
         "0c3ba251640cb5405104e4acb0bd48161be6c98c75c29639b18753c1485e4f37",
         "64a151ab83940b7da3e67c93d85463fa65457ea2247be9e663baff6375317926",
         "853d538a31c59325516e255615216065009b990656db65bc55227d2e2a5c70ef",
+        "75297b8e9dc6a3e3a78fa2a068caf76e49eda3bc9e26ea56179aeb1d4940a298",
     ];
 
     #[test]
@@ -487,7 +494,7 @@ mod tests {
         let checksums = MIGRATIONS.map(|m| m.checksum());
         assert_eq!(
             classify(&current(checksums.clone()), "f").unwrap(),
-            Found::Lease(8)
+            Found::Lease(9)
         );
         let mut edited = checksums.clone();
         edited[1] = "0".repeat(64);

@@ -32,6 +32,7 @@ from ._lease import (
     Job,
     Lease,
     QueueSettings,
+    Throttle,
     Record,
     Refused,
     Schedule,
@@ -80,6 +81,7 @@ __all__ = [
     "Record",
     "StatsRow",
     "QueueSettings",
+    "Throttle",
     "Schedule",
     "AuditRow",
     "Backoff",
@@ -204,6 +206,7 @@ class Store(_Opened):
     pause = _blocking(_StoreCore.pause)
     resume = _blocking(_StoreCore.resume)
     limit = _blocking(_StoreCore.limit)
+    throttle = _blocking(_StoreCore.throttle)
     queues = _blocking(_StoreCore.queues)
     put_schedule = _blocking(_StoreCore.put_schedule)
     schedules = _blocking(_StoreCore.schedules)
@@ -238,6 +241,7 @@ class AsyncStore(_Opened):
     pause = _asyncio(_StoreCore.pause)
     resume = _asyncio(_StoreCore.resume)
     limit = _asyncio(_StoreCore.limit)
+    throttle = _asyncio(_StoreCore.throttle)
     queues = _asyncio(_StoreCore.queues)
     put_schedule = _asyncio(_StoreCore.put_schedule)
     schedules = _asyncio(_StoreCore.schedules)

@@ -32,6 +32,7 @@ __all__ = [
     "Record",
     "StatsRow",
     "QueueSettings",
+    "Throttle",
     "Schedule",
     "AuditRow",
     "Backoff",
@@ -203,6 +204,19 @@ class QueueSettings:
     def ordered(self) -> bool: ...
     @property
     def paused_groups(self) -> dict[str, Optional[float]]: ...
+    @property
+    def rate(self) -> Optional[str]: ...
+    @property
+    def rate_per_group(self) -> Optional[str]: ...
+
+@final
+class Throttle:
+    @property
+    def queue(self) -> str: ...
+    @property
+    def until(self) -> Optional[float]: ...
+    @property
+    def groups(self) -> dict[str, float]: ...
 
 @final
 class Schedule:
@@ -376,8 +390,11 @@ class StoreCore:
         no_timeout: bool = False,
         per_group: Optional[int] = None,
         ordered: Optional[bool] = None,
+        rate: Optional[str] = None,
+        rate_per_group: Optional[str] = None,
         now: Optional[float] = None,
     ) -> Pending[QueueSettings]: ...
+    def throttle(self, queue: str, *, now: Optional[float] = None) -> Pending[Throttle]: ...
     def queues(self, *, now: Optional[float] = None) -> Pending[_List[QueueSettings]]: ...
     def put_schedule(
         self,
