@@ -626,7 +626,9 @@ fn claim_next_sizes(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
 /// without groups, then the same queue under `--per-group 1` and under `--ordered`, each
 /// twice: with the backlog's group free (each call leases its head again: what a claim pays
 /// to read and judge a group) and with the backlog's group full, its head held by a lease
-/// that outlasts the run (each call must reach past the whole backlog to the other groups).
+/// that outlasts the run (each call must reach past the whole backlog to the other groups);
+/// then under a queue's rate and a rate per group, each with 10,000 grants in its window (a
+/// claim reads the grants that still count).
 fn claim_next_groups(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
     let (groups, backlog) = if plan.big_table > 10_000 {
         (100_000_u64, 1_000_000_u64)
@@ -666,26 +668,108 @@ fn claim_next_groups(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
         .expect("checkpoint");
     let store = SqliteLeaseStore::open(&grouped).expect("open store");
     let b = store.blocking();
-    for (rule, per_group, ordered, full) in [
-        ("no group rule", None, false, false),
-        ("--per-group 1, its group free", Some(1), false, false),
-        ("--per-group 1, its group full", Some(1), false, true),
-        ("--ordered, its group free", None, true, false),
-        ("--ordered, its group running", None, true, true),
+    // Rates: `(count, period)` of the queue and of each group, and how many grants that
+    // still count the log holds before the run (against the queue, or the backlog's group).
+    let none = (None::<i64>, None::<f64>);
+    let wide = (Some(1_000_000_i64), Some(3_600.0_f64));
+    for (rule, per_group, ordered, full, rate, group_rate, logged) in [
+        ("no group rule", None, false, false, none, none, 0),
+        (
+            "--per-group 1, its group free",
+            Some(1),
+            false,
+            false,
+            none,
+            none,
+            0,
+        ),
+        (
+            "--per-group 1, its group full",
+            Some(1),
+            false,
+            true,
+            none,
+            none,
+            0,
+        ),
+        (
+            "--ordered, its group free",
+            None,
+            true,
+            false,
+            none,
+            none,
+            0,
+        ),
+        (
+            "--ordered, its group running",
+            None,
+            true,
+            true,
+            none,
+            none,
+            0,
+        ),
+        (
+            "--rate 1000000/1h, 10000 grants counting",
+            None,
+            false,
+            false,
+            wide,
+            none,
+            10_000,
+        ),
+        (
+            "--rate-per-group 1000000/1h, 10000 grants of its group counting",
+            None,
+            false,
+            false,
+            none,
+            wide,
+            10_000,
+        ),
     ] {
         // Every lease of the run before ends; the attempts start again.
         conn.execute_batch(
             "UPDATE jobs SET owner = NULL, until = 0 WHERE owner IS NOT NULL; \
              UPDATE jobs_queue SET leased_until = NULL, attempts = 0 \
-             WHERE leased_until IS NOT NULL OR attempts > 0",
+             WHERE leased_until IS NOT NULL OR attempts > 0; DELETE FROM lease_grants; \
+             DELETE FROM lease_grant_counts",
         )
         .expect("end the leases of the run before");
         conn.execute(
-            "INSERT OR REPLACE INTO lease_queues(queue, per_group, ordered) \
-             VALUES ('default', ?1, ?2)",
-            rusqlite::params![per_group, ordered],
+            "INSERT OR REPLACE INTO lease_queues(queue, per_group, ordered, rate_count, \
+             rate_period, group_rate_count, group_rate_period) \
+             VALUES ('default', ?1, ?2, ?3, ?4, ?5, ?6)",
+            rusqlite::params![
+                per_group,
+                ordered,
+                rate.0,
+                rate.1,
+                group_rate.0,
+                group_rate.1
+            ],
         )
         .expect("set the group rule");
+        let grp = if group_rate.0.is_some() {
+            Some("backlog")
+        } else {
+            None
+        };
+        for _ in 0..logged {
+            conn.execute(
+                "INSERT INTO lease_grants(queue, grp, expires) VALUES ('default', ?1, 1e12)",
+                [grp],
+            )
+            .expect("log a grant");
+        }
+        if logged > 0 {
+            conn.execute(
+                "INSERT INTO lease_grant_counts(queue, grp, n) VALUES ('default', ?1, ?2)",
+                rusqlite::params![grp.unwrap_or(""), logged],
+            )
+            .expect("count the grants");
+        }
         if full {
             let held = b
                 .claim_next(&QueueName::default(), &owner(1), term(0.0, 1e12), 1)

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::control::{Concurrency, QueueSettings};
 use crate::queue::{Ended, GroupKey};
-use crate::rate::{Grant, Rate};
+use crate::rate::Rate;
 use crate::rules::Job;
 use crate::values::{JobId, Timestamp};
 
@@ -96,24 +96,23 @@ impl GroupGate {
     }
 
     /// Learns the standing of `groups` at `now` from `jobs`: every job of those groups that
-    /// [bears on the group rules](Job::bears_on_group) (others are ignored), and from the
-    /// logged `grants` of those groups (others are ignored; read only under a rate per group).
-    /// A group with no such job and no grant is free.
+    /// [bears on the group rules](Job::bears_on_group) (others are ignored), and, under a rate
+    /// per group, how many of each group's logged grants still count (`counting`; a group not
+    /// named has none). A group with no such job and no grant is free.
     pub fn learn(
         &mut self,
         groups: &[GroupKey],
         jobs: &[(JobId, Job)],
-        grants: &[Grant],
+        counting: &[(GroupKey, u64)],
         now: Timestamp,
     ) {
         for group in groups {
             let room = self.rate.map_or(usize::MAX, |rate| {
-                let expiries: Vec<Timestamp> = grants
+                let n = counting
                     .iter()
-                    .filter(|(g, _)| g.as_ref() == Some(group))
-                    .map(|(_, at)| *at)
-                    .collect();
-                rate.room(&expiries, now)
+                    .find(|(g, _)| g == group)
+                    .map_or(0, |(_, n)| *n);
+                rate.room_after(n)
             });
             self.groups.insert(
                 group.clone(),

@@ -122,9 +122,14 @@ impl Rate {
     #[must_use]
     pub fn room(self, expiries: &[Timestamp], now: Timestamp) -> usize {
         let counting = expiries.iter().filter(|e| e.get() > now.get()).count();
-        usize::try_from(self.count)
-            .unwrap_or(usize::MAX)
-            .saturating_sub(counting)
+        self.room_after(u64::try_from(counting).unwrap_or(u64::MAX))
+    }
+
+    /// How many more leases may be granted when `counting` grants still count (a store that
+    /// keeps a count of its log's grants, having forgotten the expired ones, passes it).
+    #[must_use]
+    pub fn room_after(self, counting: u64) -> usize {
+        usize::try_from(u64::from(self.count).saturating_sub(counting)).unwrap_or(usize::MAX)
     }
 
     /// When the next grant may be made, if none may be made at `now`: when enough of the

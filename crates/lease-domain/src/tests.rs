@@ -2015,12 +2015,7 @@ fn a_rate_per_group_holds_back_a_group_whose_window_is_full() {
     let a = GroupKey::new("a").unwrap();
     let b = GroupKey::new("b").unwrap();
     let mut gate = GroupGate::new(&settings, at(100.0));
-    gate.learn(
-        &[a.clone(), b.clone()],
-        &[],
-        &[(Some(a.clone()), at(130.0)), (None, at(500.0))],
-        at(100.0),
-    );
+    gate.learn(&[a.clone(), b.clone()], &[], &[(a.clone(), 1)], at(100.0));
     let job_of = |g: &GroupKey| Job {
         group: Some(g.clone()),
         ..Job::new()

@@ -7,8 +7,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use lease_domain::{
-    ClockMode, Command, EnqueueSpec, Fence, Job, JobId, LeaseTerm, Outcome, QueueChange, QueueName,
-    QueueSettings, Schedule, ScheduleName, ScheduleSpec, Status, Timestamp, claim_order,
+    ClockMode, Command, EnqueueSpec, Fence, GroupKey, Job, JobId, LeaseTerm, Outcome, QueueChange,
+    QueueName, QueueSettings, Schedule, ScheduleName, ScheduleSpec, Status, Timestamp, claim_order,
     decide_put_schedule, decide_queue_change, is_purgeable,
 };
 use lease_domain::{KeyId, KeyRefused, decide_new_key};
@@ -251,10 +251,20 @@ fn claim_next(jobs: &mut Jobs, claim: &ClaimNext) -> Vec<Lease> {
     } else {
         0
     };
-    // The log of grants (those expired by this claim's clock do not count).
+    // Under a rate, the claim forgets the grants expired by its clock, then counts the rest
+    // (as every store does, so that all agree on what a claim at an earlier time still counts).
     let now = term.now();
+    if settings.limits_rate() && claim.limit > 0 {
+        if let Some(log) = jobs.grants.get_mut(queue) {
+            log.retain(|(_, at)| at.get() > now.get());
+        }
+    }
     let grants = jobs.grants.get(queue).cloned().unwrap_or_default();
-    let mut next = ClaimNextLoop::in_queue(claim, &settings, held, &grants);
+    let counting = |group: Option<&GroupKey>| {
+        let n = grants.iter().filter(|(g, _)| g.as_ref() == group).count();
+        u64::try_from(n).unwrap_or(u64::MAX)
+    };
+    let mut next = ClaimNextLoop::in_queue(claim, &settings, held, counting(None));
     while let Some(want) = next.want() {
         let mut candidates: Vec<(&JobId, &Job, u64)> = jobs
             .jobs
@@ -280,19 +290,22 @@ fn claim_next(jobs: &mut Jobs, claim: &ClaimNext) -> Vec<Lease> {
                 })
                 .map(|(id, (job, _))| (id.clone(), job.clone()))
                 .collect();
-            next.learn(&groups, &bearing, &grants, term.now());
+            let counted: Vec<(GroupKey, u64)> = groups
+                .iter()
+                .map(|g| (g.clone(), counting(Some(g))))
+                .collect();
+            next.learn(&groups, &bearing, &counted, term.now());
         }
         for (id, job) in next.page(term, page) {
             jobs.store(&id, job);
         }
     }
-    // A claim that grants logs its grants and forgets those expired by its clock (as every
-    // store does, so that all agree on what a claim at an earlier time still counts).
     let granted = next.grants();
     if !granted.is_empty() {
-        let log = jobs.grants.entry(queue.clone()).or_default();
-        log.retain(|(_, at)| at.get() > now.get());
-        log.extend(granted);
+        jobs.grants
+            .entry(queue.clone())
+            .or_default()
+            .extend(granted);
     }
     next.into_leases()
 }

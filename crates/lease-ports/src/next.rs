@@ -47,8 +47,8 @@ impl ClaimNextLoop {
     }
 
     /// The loop of `claim` in a queue with `settings`, `held` of whose leases are live at the
-    /// claim's now and whose logged `grants` are these (the queue's own, read when it has a
-    /// rate: [`QueueSettings::limits_rate`]): it leases no more than
+    /// claim's now and `counting` of whose logged grants still count against its own rate
+    /// (read when it has one: [`QueueSettings::limits_rate`]): it leases no more than
     /// [`QueueSettings::allowance`] allows (none while the queue is paused) and the queue's
     /// rate leaves room for, and each lease carries its job's timeout, else the queue's.
     #[must_use]
@@ -56,17 +56,12 @@ impl ClaimNextLoop {
         claim: &crate::ClaimNext,
         settings: &QueueSettings,
         held: u64,
-        grants: &[Grant],
+        counting: u64,
     ) -> Self {
         let now = claim.term.now();
         let mut limit = settings.allowance(held, now, claim.limit);
         if let Some(rate) = settings.rate {
-            let queue: Vec<Timestamp> = grants
-                .iter()
-                .filter(|(g, _)| g.is_none())
-                .map(|(_, at)| *at)
-                .collect();
-            limit = limit.min(rate.room(&queue, now));
+            limit = limit.min(rate.room_after(counting));
         }
         let mut next = Self::new(&claim.owner, limit).with_tokens(claim.tokens.clone());
         next.timeout = settings.timeout;
@@ -127,16 +122,16 @@ impl ClaimNextLoop {
     }
 
     /// Learns the standing of `groups` at `now` from their jobs that bear on the group rules
-    /// ([`Job::bears_on_group`]) and, under a rate per group, their logged grants, read in the
-    /// claim's transaction.
+    /// ([`Job::bears_on_group`]) and, under a rate per group, how many of each one's logged
+    /// grants still count, read in the claim's transaction.
     pub fn learn(
         &mut self,
         groups: &[GroupKey],
         jobs: &[(JobId, Job)],
-        grants: &[Grant],
+        counting: &[(GroupKey, u64)],
         now: Timestamp,
     ) {
-        self.gate.learn(groups, jobs, grants, now);
+        self.gate.learn(groups, jobs, counting, now);
     }
 
     /// Whether the store must read the grants of the groups it meets (a rate per group).

@@ -78,13 +78,15 @@ pub(crate) struct ControlSql {
     /// groups): started and not finished, or dead (`Job::bears_on_group`), found by the index
     /// of migration 9, whose condition this is.
     pub(crate) group_bearing: String,
-    /// The grants of a queue that still count (`$1` queue, `$2` now), of its own rate and,
-    /// among the groups `$3` (an array), theirs.
-    pub(crate) grants: String,
+    /// Forgets a queue's grants expired by `$2` and uncounts them (`$1` queue).
+    pub(crate) forget_expired_grants: String,
+    /// How many grants count against the rates `$2` of a queue (`$1`; '' for its own, else
+    /// groups): `grp`, `n` for each that has any.
+    pub(crate) counting: String,
     /// Every grant of a queue that still counts (`$1` queue, `$2` now).
     queue_grants: String,
-    /// Forgets a queue's grants expired by `$2`, and logs the grants `$3` (groups, NULL for
-    /// the queue's own) expiring at `$4`.
+    /// Logs the grants `$2` (groups, NULL for the queue's own) expiring at `$3` of queue `$1`,
+    /// and counts them.
     pub(crate) log_grants: String,
     lock_table: String,
     settings_for_update: String,
@@ -119,17 +121,26 @@ impl ControlSql {
                  AND (attempts > 0 OR leased_until IS NOT NULL)))",
                 columns = sql::COLUMNS
             ),
-            grants: format!(
-                "SELECT grp, expires FROM {s}.grants WHERE queue = $1 AND expires > $2 \
-                 AND (grp IS NULL OR grp = ANY($3::text[]))"
+            forget_expired_grants: format!(
+                "WITH gone AS (DELETE FROM {s}.grants WHERE queue = $1 AND expires <= $2 \
+                 RETURNING coalesce(grp, '') AS g), \
+                 per AS (SELECT g, count(*) AS k FROM gone GROUP BY g) \
+                 UPDATE {s}.grant_counts c SET n = greatest(c.n - per.k, 0) FROM per \
+                 WHERE c.queue = $1 AND c.grp = per.g"
+            ),
+            counting: format!(
+                "SELECT grp, n FROM {s}.grant_counts WHERE queue = $1 AND grp = ANY($2::text[])"
             ),
             queue_grants: format!(
                 "SELECT grp, expires FROM {s}.grants WHERE queue = $1 AND expires > $2"
             ),
             log_grants: format!(
-                "WITH gone AS (DELETE FROM {s}.grants WHERE queue = $1 AND expires <= $2) \
-                 INSERT INTO {s}.grants (queue, grp, expires) \
-                 SELECT $1, * FROM unnest($3::text[], $4::float8[])"
+                "WITH logged AS (INSERT INTO {s}.grants (queue, grp, expires) \
+                 SELECT $1, * FROM unnest($2::text[], $3::float8[])) \
+                 INSERT INTO {s}.grant_counts (queue, grp, n) \
+                 SELECT $1, coalesce(g, ''), count(*) FROM unnest($2::text[]) AS g \
+                 GROUP BY coalesce(g, '') \
+                 ON CONFLICT (queue, grp) DO UPDATE SET n = {s}.grant_counts.n + excluded.n"
             ),
             lock_table: format!("LOCK TABLE {s}.queues IN EXCLUSIVE MODE"),
             settings_for_update: format!(
@@ -177,8 +188,29 @@ impl ControlSql {
     }
 }
 
+/// How many grants count against the rates `rates` of `queue` ('' for its own, else groups),
+/// for each that has any.
+pub(crate) async fn counting(
+    c: &tokio_postgres::Client,
+    sql: &ControlSql,
+    queue: &QueueName,
+    rates: &[&str],
+) -> Result<Vec<(String, u64)>, StoreError> {
+    let rows = c
+        .query(&sql.counting, &[&queue.as_str(), &rates])
+        .await
+        .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+    rows.iter()
+        .map(|row| {
+            let group: String = row.try_get(0).map_err(grant_column)?;
+            let n: i64 = row.try_get(1).map_err(grant_column)?;
+            Ok((group, lease_ports::codec::count(n, "a rate's grants")?))
+        })
+        .collect()
+}
+
 /// Grant rows (`grp`, `expires`) read back.
-pub(crate) fn decode_grants(rows: &[Row]) -> Result<Vec<lease_domain::Grant>, StoreError> {
+fn decode_grants(rows: &[Row]) -> Result<Vec<lease_domain::Grant>, StoreError> {
     rows.iter()
         .map(|row| {
             let group: Option<String> = row.try_get(0).map_err(grant_column)?;

@@ -115,27 +115,31 @@ impl PgLeaseStore {
             term: first_term,
             ..claim.clone()
         };
-        // Under a rate, the grants that still count (the queue's own; its groups' are read
-        // as the loop meets them), read after the queue's turn came.
-        let grants = if settings.rate.is_some() && !rows.is_empty() {
-            let rows = c
-                .query(
-                    &self.control.grants,
-                    &[
-                        &queue.as_str(),
-                        &first_term.now().get(),
-                        &Vec::<&str>::new(),
-                    ],
+        // Under a rate, forget the grants expired by this claim's clock (after the queue's
+        // turn came, when it has candidates), then count those of the queue's own rate (its
+        // groups' are counted as the loop meets them).
+        let mut forgot = false;
+        let counting = if settings.limits_rate() && claim.limit > 0 {
+            forgot = c
+                .execute(
+                    &self.control.forget_expired_grants,
+                    &[&queue.as_str(), &first_term.now().get()],
                 )
                 .await
-                .map_err(|e| error::map(e, Stage::BeforeCommit))?;
-            crate::control::decode_grants(&rows)?
+                .map_err(|e| error::map(e, Stage::BeforeCommit))?
+                > 0;
+            if settings.rate.is_some() && !rows.is_empty() {
+                let counted = crate::control::counting(c, &self.control, queue, &[""]).await?;
+                counted.first().map_or(0, |(_, n)| *n)
+            } else {
+                0
+            }
         } else {
-            Vec::new()
+            0
         };
-        let mut next = ClaimNextLoop::in_queue(&at_first, &settings, held, &grants);
+        let mut next = ClaimNextLoop::in_queue(&at_first, &settings, held, counting);
         let mut written = self.decide_page(c, &mut next, term, &rows).await?;
-        let mut wrote = false;
+        let mut wrote = forgot;
         // Further pages (when candidates were skipped): each page's decided rows go with the
         // next page's read.
         while let Some(want) = next.want() {
@@ -182,12 +186,9 @@ impl PgLeaseStore {
                 .iter()
                 .map(|(g, at)| (g.as_ref().map(lease_domain::GroupKey::as_str), at.get()))
                 .unzip();
-            c.execute(
-                &self.control.log_grants,
-                &[&queue.as_str(), &first_term.now().get(), &groups, &ends],
-            )
-            .await
-            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+            c.execute(&self.control.log_grants, &[&queue.as_str(), &groups, &ends])
+                .await
+                .map_err(|e| error::map(e, Stage::BeforeCommit))?;
             wrote = true;
         }
         Ok((
@@ -232,19 +233,23 @@ impl PgLeaseStore {
                 .iter()
                 .map(|row| sql::decode_with_id(row, 0))
                 .collect::<Result<Vec<_>, _>>()?;
-            let grants = if next.rates_groups() {
-                let rows = c
-                    .query(
-                        &self.control.grants,
-                        &[&page[0].1.queue.as_str(), &page_term.now().get(), &keys],
-                    )
-                    .await
-                    .map_err(|e| error::map(e, Stage::BeforeCommit))?;
-                crate::control::decode_grants(&rows)?
+            let counted = if next.rates_groups() {
+                let queue = &page[0].1.queue;
+                let counted = crate::control::counting(c, &self.control, queue, &keys).await?;
+                counted
+                    .into_iter()
+                    .map(|(g, n)| {
+                        lease_domain::GroupKey::stored(g)
+                            .map(|g| (g, n))
+                            .map_err(|e| {
+                                StoreError::Corrupt(format!("a rate's stored group: {e}").into())
+                            })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?
             } else {
                 Vec::new()
             };
-            next.learn(&groups, &bearing, &grants, page_term.now());
+            next.learn(&groups, &bearing, &counted, page_term.now());
         }
         // Where each candidate stood, for the counts a write moves (a job buried as dead).
         let read: std::collections::HashMap<lease_domain::JobId, Standing> = page

@@ -308,7 +308,7 @@ async fn a_schema_at_version_5_is_counted_when_it_is_brought_up_to_date() {
     // 8, 9 and 10 made too).
     db.execute(
         "DROP TABLE lease.finished, lease.completions, lease.queues, lease.schedules, \
-         lease.group_pauses, lease.grants; \
+         lease.group_pauses, lease.grants, lease.grant_counts; \
          DROP FUNCTION lease.count_finished() CASCADE; DROP INDEX lease.jobs_ended; \
          DROP FUNCTION lease.step; ALTER TABLE lease.jobs DROP COLUMN timeout, \
          DROP COLUMN progress, DROP COLUMN grp; DELETE FROM lease.migrations WHERE version >= 6",

@@ -3,7 +3,10 @@
 -- (`group_rate_count`/`group_rate_period`); every claim of such a queue reads, in its own
 -- transaction, the log of the grants that still count (`lease_grants`: one row per lease
 -- granted and rate it counts against, `grp` NULL for the queue's own, kept until `expires`,
--- the grant's time plus the period), adds its own and forgets the expired ones.
+-- the grant's time plus the period): it first forgets the expired ones, then reads how many
+-- still count from `lease_grant_counts` (one row per queue and rate: `grp` '' for the
+-- queue's own, else the group; kept with the log in the same transaction), so a claim's cost
+-- does not grow with the rate's count, and logs its own.
 -- Frozen: a released migration is never edited (its checksum is recorded in lease_migrations
 -- and checked at every open). Runs once per file, when it is created or upgraded from an
 -- older version.
@@ -20,3 +23,9 @@ CREATE TABLE lease_grants (
 );
 CREATE INDEX lease_grants_scope ON lease_grants(queue, grp, expires);
 CREATE INDEX lease_grants_expiry ON lease_grants(queue, expires);
+CREATE TABLE lease_grant_counts (
+    queue TEXT NOT NULL,
+    grp TEXT NOT NULL,
+    n INTEGER NOT NULL CHECK (n >= 0),
+    PRIMARY KEY (queue, grp)
+) WITHOUT ROWID;

@@ -30,19 +30,30 @@ const UPSERT_QUEUE: &str = "INSERT INTO lease_queues(queue, paused, paused_until
     rate_count = excluded.rate_count, rate_period = excluded.rate_period, \
     group_rate_count = excluded.group_rate_count, group_rate_period = excluded.group_rate_period";
 
-/// The grants of a queue's own rate (`?2` NULL) or of one of its groups that still count at
-/// `?3` (`lease_grants_scope`).
-const SELECT_GRANTS: &str = "SELECT grp, expires FROM lease_grants \
-    WHERE queue = ?1 AND grp IS ?2 AND expires > ?3";
-
 /// Every grant of a queue that still counts at `?2`.
 const SELECT_QUEUE_GRANTS: &str = "SELECT grp, expires FROM lease_grants INDEXED BY lease_grants_expiry \
     WHERE queue = ?1 AND expires > ?2";
 
+/// How many of a queue's grants count against its own rate (`?2` '') or a group's.
+const SELECT_COUNTING: &str = "SELECT n FROM lease_grant_counts WHERE queue = ?1 AND grp = ?2";
+
+/// Counts one more grant against a rate.
+const COUNT_GRANT: &str = "INSERT INTO lease_grant_counts(queue, grp, n) VALUES (?1, ?2, 1) \
+    ON CONFLICT(queue, grp) DO UPDATE SET n = n + 1";
+
+/// Counts `?3` fewer grants against a rate.
+const UNCOUNT_GRANTS: &str = "UPDATE lease_grant_counts SET n = max(n - ?3, 0) \
+    WHERE queue = ?1 AND grp = ?2";
+
+/// Forgets a queue's counts that reached 0.
+const DELETE_EMPTY_COUNTS: &str = "DELETE FROM lease_grant_counts WHERE queue = ?1 AND n = 0";
+
 const INSERT_GRANT: &str = "INSERT INTO lease_grants(queue, grp, expires) VALUES (?1, ?2, ?3)";
 
-/// Forgets a queue's grants that stopped counting by `?2` (`lease_grants_expiry`).
-const DELETE_EXPIRED_GRANTS: &str = "DELETE FROM lease_grants WHERE queue = ?1 AND expires <= ?2";
+/// Forgets a queue's grants that stopped counting by `?2` (`lease_grants_expiry`), saying the
+/// rate each counted against.
+const DELETE_EXPIRED_GRANTS: &str =
+    "DELETE FROM lease_grants WHERE queue = ?1 AND expires <= ?2 RETURNING grp";
 
 const DELETE_QUEUE: &str = "DELETE FROM lease_queues WHERE queue = ?1";
 
@@ -163,19 +174,59 @@ pub(crate) fn held(
     lease_ports::codec::count(n, "a queue's live leases")
 }
 
-/// The grants of `queue` that still count at `now`: against the queue's own rate (`group`
-/// `None`) or one group's.
-pub(crate) fn grants(
+/// Forgets the grants of `queue` that stopped counting by `now` (and uncounts them); whether
+/// any was forgotten. Every claim of a queue with a rate does this before it counts.
+pub(crate) fn forget_expired_grants(
+    conn: &Connection,
+    queue: &QueueName,
+    now: Timestamp,
+) -> Result<bool, StoreError> {
+    let gone: Vec<Option<String>> = conn
+        .prepare_cached(DELETE_EXPIRED_GRANTS)
+        .and_then(|mut stmt| {
+            stmt.query_map(rusqlite::params![queue.as_str(), now.get()], |r| r.get(0))?
+                .collect()
+        })
+        .map_err(error::sql(conn))?;
+    if gone.is_empty() {
+        return Ok(false);
+    }
+    let mut per_rate: std::collections::BTreeMap<String, i64> = std::collections::BTreeMap::new();
+    for group in gone {
+        *per_rate.entry(group.unwrap_or_default()).or_default() += 1;
+    }
+    let mut uncount = conn
+        .prepare_cached(UNCOUNT_GRANTS)
+        .map_err(error::sql(conn))?;
+    for (group, n) in per_rate {
+        uncount
+            .execute(rusqlite::params![queue.as_str(), group, n])
+            .map_err(error::sql(conn))?;
+    }
+    conn.prepare_cached(DELETE_EMPTY_COUNTS)
+        .and_then(|mut stmt| stmt.execute([queue.as_str()]))
+        .map_err(error::sql(conn))?;
+    Ok(true)
+}
+
+/// How many of `queue`'s grants count against its own rate (`group` `None`) or a group's
+/// (after [`forget_expired_grants`]: all that are logged).
+pub(crate) fn counting(
     conn: &Connection,
     queue: &QueueName,
     group: Option<&lease_domain::GroupKey>,
-    now: Timestamp,
-) -> Result<Vec<lease_domain::Grant>, StoreError> {
-    read_grants(
-        conn,
-        SELECT_GRANTS,
-        rusqlite::params![queue.as_str(), group.map(|g| g.as_str()), now.get()],
-    )
+) -> Result<u64, StoreError> {
+    let n: Option<i64> = conn
+        .prepare_cached(SELECT_COUNTING)
+        .and_then(|mut stmt| {
+            stmt.query_row(
+                rusqlite::params![queue.as_str(), group.map_or("", |g| g.as_str())],
+                |r| r.get(0),
+            )
+            .optional()
+        })
+        .map_err(error::sql(conn))?;
+    lease_ports::codec::count(n.unwrap_or(0), "a rate's grants")
 }
 
 /// Every grant of `queue` that still counts at `now`.
@@ -184,24 +235,13 @@ pub(crate) fn queue_grants(
     queue: &QueueName,
     now: Timestamp,
 ) -> Result<Vec<lease_domain::Grant>, StoreError> {
-    read_grants(
-        conn,
-        SELECT_QUEUE_GRANTS,
-        rusqlite::params![queue.as_str(), now.get()],
-    )
-}
-
-/// The grant rows (`grp`, `expires`) a statement reads, checked.
-fn read_grants(
-    conn: &Connection,
-    sql: &str,
-    params: impl rusqlite::Params,
-) -> Result<Vec<lease_domain::Grant>, StoreError> {
     let rows: Vec<(Option<String>, f64)> = conn
-        .prepare_cached(sql)
+        .prepare_cached(SELECT_QUEUE_GRANTS)
         .and_then(|mut stmt| {
-            stmt.query_map(params, |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect()
+            stmt.query_map(rusqlite::params![queue.as_str(), now.get()], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?
+            .collect()
         })
         .map_err(error::sql(conn))?;
     rows.into_iter()
@@ -209,26 +249,23 @@ fn read_grants(
         .collect()
 }
 
-/// Logs a claim's grants and forgets the queue's grants that stopped counting by `now`.
+/// Logs a claim's grants and counts them.
 pub(crate) fn log_grants(
     conn: &Connection,
     queue: &QueueName,
     grants: &[lease_domain::Grant],
-    now: Timestamp,
 ) -> Result<(), StoreError> {
-    conn.prepare_cached(DELETE_EXPIRED_GRANTS)
-        .and_then(|mut stmt| stmt.execute(rusqlite::params![queue.as_str(), now.get()]))
-        .map_err(error::sql(conn))?;
     let mut insert = conn
         .prepare_cached(INSERT_GRANT)
         .map_err(error::sql(conn))?;
+    let mut count = conn.prepare_cached(COUNT_GRANT).map_err(error::sql(conn))?;
     for (group, expires) in grants {
+        let group = group.as_ref().map(|g| g.as_str());
         insert
-            .execute(rusqlite::params![
-                queue.as_str(),
-                group.as_ref().map(|g| g.as_str()),
-                expires.get()
-            ])
+            .execute(rusqlite::params![queue.as_str(), group, expires.get()])
+            .map_err(error::sql(conn))?;
+        count
+            .execute(rusqlite::params![queue.as_str(), group.unwrap_or("")])
             .map_err(error::sql(conn))?;
     }
     Ok(())

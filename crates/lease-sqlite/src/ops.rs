@@ -270,12 +270,14 @@ pub(crate) fn claim_next(
     } else {
         0
     };
-    let grants = if settings.rate.is_some() && limit > 0 {
-        crate::control::grants(conn, queue, None, term.now())?
+    // Under a rate: forget the grants expired by this claim's clock, then count the rest.
+    let counting = if settings.limits_rate() && limit > 0 {
+        wrote |= crate::control::forget_expired_grants(conn, queue, term.now())?;
+        crate::control::counting(conn, queue, None)?
     } else {
-        Vec::new()
+        0
     };
-    let mut next = ClaimNextLoop::in_queue(claim, &settings, held, &grants);
+    let mut next = ClaimNextLoop::in_queue(claim, &settings, held, counting);
     while let Some(want) = next.want() {
         let ids = if next.limits_groups() {
             grouped_candidates(conn, queue, term.now(), want, &next)?
@@ -291,18 +293,14 @@ pub(crate) fn claim_next(
         let groups = next.unknown_groups(&page);
         if !groups.is_empty() {
             let bearing = group_bearing(conn, queue, &groups)?;
-            let mut grants = Vec::new();
+            let mut counted = Vec::new();
             if next.rates_groups() {
                 for group in &groups {
-                    grants.extend(crate::control::grants(
-                        conn,
-                        queue,
-                        Some(group),
-                        term.now(),
-                    )?);
+                    let n = crate::control::counting(conn, queue, Some(group))?;
+                    counted.push((group.clone(), n));
                 }
             }
-            next.learn(&groups, &bearing, &grants, term.now());
+            next.learn(&groups, &bearing, &counted, term.now());
         }
         for (id, job) in next.page(term, page) {
             store(conn, false, &id, &job)?;
@@ -311,7 +309,7 @@ pub(crate) fn claim_next(
     }
     let grants = next.grants();
     if !grants.is_empty() {
-        crate::control::log_grants(conn, queue, &grants, term.now())?;
+        crate::control::log_grants(conn, queue, &grants)?;
         wrote = true;
     }
     Ok((next.into_leases(), wrote))
@@ -661,7 +659,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let options = SqliteOptions {
             // The empty schema takes most of these pages; the batch fills the rest.
-            max_pages: Some(27),
+            max_pages: Some(28),
             ..SqliteOptions::default()
         };
         let mut conn = fresh(&dir, &options);

@@ -70,7 +70,7 @@ const CREATE_RECORD: &str = "CREATE TABLE IF NOT EXISTS lease_migrations(\
     version INTEGER PRIMARY KEY, checksum TEXT NOT NULL)";
 
 /// The tables each version has, beside `jobs`: a marked file missing one is corrupt.
-const TABLES: [(i32, &str); 11] = [
+const TABLES: [(i32, &str); 12] = [
     (2, "jobs_queue"),
     (2, "purged"),
     (3, "lease_audit"),
@@ -82,6 +82,7 @@ const TABLES: [(i32, &str); 11] = [
     (7, "lease_schedules"),
     (8, "lease_group_pauses"),
     (9, "lease_grants"),
+    (9, "lease_grant_counts"),
 ];
 
 /// One column as `PRAGMA table_info` describes it: name, declared type, NOT NULL, default, key.
@@ -456,6 +457,7 @@ mod tests {
                 ("lease_schedules", "table"),
                 ("lease_group_pauses", "table"),
                 ("lease_grants", "table"),
+                ("lease_grant_counts", "table"),
             ],
         );
         found.migrations = Some(
@@ -486,7 +488,7 @@ mod tests {
         "0c3ba251640cb5405104e4acb0bd48161be6c98c75c29639b18753c1485e4f37",
         "64a151ab83940b7da3e67c93d85463fa65457ea2247be9e663baff6375317926",
         "853d538a31c59325516e255615216065009b990656db65bc55227d2e2a5c70ef",
-        "75297b8e9dc6a3e3a78fa2a068caf76e49eda3bc9e26ea56179aeb1d4940a298",
+        "d8f6fc24307c2676c25f638e95e2acfa85bcb9ebf55e39fab5e3a8dae3d2e592",
     ];
 
     #[test]
