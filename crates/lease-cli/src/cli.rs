@@ -143,6 +143,11 @@ pub(crate) enum Command {
     /// fence; with --ttl the lease is renewed for that long, without it the lease keeps its
     /// end. Refused like a renewal for a stale or expired holder.
     Progress(crate::leases::ProgressArgs),
+    /// Hold a running job's group until a time (its upstream answered 429 with a
+    /// Retry-After): the queue leases none of the group's jobs until then, as `pause --group
+    /// --until` does, but only the job's live lease holder may (refused like a renewal for a
+    /// stale or expired holder), so a stalled worker cannot.
+    HoldGroup(crate::leases::HoldGroupArgs),
     /// Periodic schedules: each tick of a cron expression enqueues one job.
     Schedule(crate::control::ScheduleArgs),
     /// Replay the stale-worker story on a temporary database, step by step.
@@ -157,7 +162,9 @@ pub(crate) enum Command {
     /// Make, list and revoke the API keys of `lease serve` (kept in the store as digests).
     Keys(crate::serve::KeysArgs),
     /// Run a program for each job of a queue: the payload on its stdin; LEASE_JOB, LEASE_FENCE,
-    /// LEASE_ATTEMPT (and LEASE_GROUP for a job of a group) in its environment; exit 0 completes the job with its stdout, another
+    /// LEASE_ATTEMPT (and LEASE_GROUP for a job of a group) in its environment; LEASE_PROGRESS
+    /// and LEASE_HOLD_GROUP name FIFOs it may write lines to (its progress; seconds to hold its
+    /// job's group, as an upstream's Retry-After says); exit 0 completes the job with its stdout, another
     /// exit fails it (stderr's last lines are the error). If the lease is lost or the job
     /// cancelled, the program gets SIGTERM, then SIGKILL after --grace, and nothing is written.
     /// Ctrl-C stops claiming, lets running jobs finish for --drain, then releases the rest.
@@ -238,6 +245,7 @@ impl Command {
             Command::Resume(args) => Request::Control(args.request(clock)?),
             Command::Limit(args) => Request::Control(args.request(clock)?),
             Command::Progress(args) => Request::Leases(args.request(clock)?),
+            Command::HoldGroup(args) => Request::Leases(args.request(clock)?),
             Command::Schedule(args) => Request::Control(args.request(clock, read)?),
             Command::Serve(args) => Request::Serve(args.request()?),
             Command::Guard(args) => Request::Guard(args.request(read)?),

@@ -38,6 +38,8 @@ pub(crate) enum LeasesRequest {
     ClaimMany(JobId, Vec<Owner>, LeaseTerm),
     /// Store a holder's progress, renewing the lease or keeping its end.
     Progress(JobId, Owner, Fence, Renewal, ProgressText),
+    /// Hold the job's group until a time, as its lease's holder (now, until).
+    HoldGroup(JobId, Owner, Fence, Timestamp, Timestamp),
 }
 
 impl LeasesRequest {
@@ -50,6 +52,7 @@ impl LeasesRequest {
             | Self::Renew(_, _, _, term)
             | Self::ClaimMany(_, _, term) => Some(term.now()),
             Self::Progress(_, _, _, renewal, _) => Some(renewal.now()),
+            Self::HoldGroup(_, _, _, now, _) => Some(*now),
             Self::Release(..) => None,
         }
     }
@@ -376,6 +379,45 @@ impl ProgressArgs {
     }
 }
 
+/// The arguments of `lease hold-group`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct HoldGroupArgs {
+    /// The job id.
+    pub(crate) job: String,
+    #[command(flatten)]
+    pub(crate) holder: Holder,
+    /// Until when the group is held (Unix seconds or RFC 3339, such as the time an upstream's
+    /// Retry-After names).
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
+    pub(crate) until: f64,
+    /// The current time (Unix seconds or RFC 3339); default: the system clock.
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
+    pub(crate) now: Option<f64>,
+}
+
+impl HoldGroupArgs {
+    /// The checked request.
+    ///
+    /// # Errors
+    /// The first bad value, named.
+    pub(crate) fn request(
+        self,
+        clock: impl FnOnce() -> f64,
+    ) -> Result<LeasesRequest, RequestError> {
+        let (owner, fence) = self.holder.check()?;
+        let now = Timestamp::new(self.now.unwrap_or_else(clock))?;
+        let until =
+            Timestamp::new(self.until).map_err(|e| RequestError::Flag(format!("--until: {e}")))?;
+        Ok(LeasesRequest::HoldGroup(
+            JobId::new(self.job)?,
+            owner,
+            fence,
+            now,
+            until,
+        ))
+    }
+}
+
 /// The stored `until` of a lease just granted or renewed (in store-clock mode it is the
 /// store's, not the caller's `now + ttl`); `None` if the lease has moved on meanwhile or the
 /// read failed (the write itself stands).
@@ -518,6 +560,28 @@ pub(crate) async fn execute(
         LeasesRequest::ClaimMany(id, owners, term) => claim_many(store, id, owners, *term).await?,
         LeasesRequest::Progress(id, owner, fence, renewal, text) => {
             progress(store, id, owner, *fence, *renewal, text).await?
+        }
+        LeasesRequest::HoldGroup(id, owner, fence, now, until) => {
+            match store.hold_group(id, owner, *fence, *now, *until).await? {
+                Ok(()) => Report::new(
+                    true,
+                    json!({"ok": true, "until": until.get()}),
+                    format!(
+                        "held the group of job {} until {} (fence {fence})",
+                        escape_controls(id.as_str()),
+                        when::shown(until.get(), now.get())
+                    ),
+                ),
+                Err(refused) => {
+                    let why = write_refusal(&refused);
+                    Report::new(
+                        false,
+                        json!({"ok": false}),
+                        format!("group not held: {why}"),
+                    )
+                    .refused_with(Some(why))
+                }
+            }
         }
     })
 }

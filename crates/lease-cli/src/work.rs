@@ -34,6 +34,9 @@ fn last_lines(text: &str, n: usize) -> String {
 /// The environment variable naming the FIFO a program writes its progress lines to.
 pub(crate) const PROGRESS_VARIABLE: &str = "LEASE_PROGRESS";
 
+/// The environment variable naming the FIFO a program writes a hold of its job's group to.
+pub(crate) const HOLD_VARIABLE: &str = "LEASE_HOLD_GROUP";
+
 pub(crate) use crate::scheduler::Say;
 
 /// The progress line protocol of one run: `LEASE_PROGRESS` names a FIFO (in a directory only
@@ -46,25 +49,125 @@ pub(crate) use crate::scheduler::Say;
 struct ProgressPipe {
     path: PathBuf,
     task: tokio::task::JoinHandle<()>,
+    /// Told when the program has ended, so that the lines it wrote last are still read.
+    done: Option<Arc<tokio::sync::Notify>>,
+}
+
+/// A FIFO named `{marker}.{what}` in `dir`, only this user's, opened for reading and writing.
+fn fifo(
+    dir: &Path,
+    marker: &str,
+    what: &str,
+) -> Result<(PathBuf, tokio::net::unix::pipe::Receiver), String> {
+    let path = dir.join(format!("{marker}.{what}"));
+    let mode = rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR;
+    rustix::fs::mkfifoat(rustix::fs::CWD, &path, mode)
+        .map_err(|e| format!("cannot make the {what} FIFO {}: {e}", path.display()))?;
+    let receiver = tokio::net::unix::pipe::OpenOptions::new()
+        .read_write(true)
+        .open_receiver(&path)
+        .map_err(|e| format!("cannot open the {what} FIFO {}: {e}", path.display()))?;
+    Ok((path, receiver))
+}
+
+/// How a run's warnings name it.
+fn shown(job: &JobContext) -> String {
+    format!(
+        "lease work: {} fence {}",
+        escape_controls(job.job.as_str()),
+        job.fence
+    )
 }
 
 impl ProgressPipe {
     fn open(dir: &Path, marker: &str, job: &JobContext, say: Say) -> Result<Self, String> {
-        let path = dir.join(format!("{marker}.progress"));
-        let mode = rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR;
-        rustix::fs::mkfifoat(rustix::fs::CWD, &path, mode)
-            .map_err(|e| format!("cannot make the progress FIFO {}: {e}", path.display()))?;
-        let receiver = tokio::net::unix::pipe::OpenOptions::new()
-            .read_write(true)
-            .open_receiver(&path)
-            .map_err(|e| format!("cannot open the progress FIFO {}: {e}", path.display()))?;
-        let shown = format!(
-            "lease work: {} fence {}",
-            escape_controls(job.job.as_str()),
-            job.fence
-        );
-        let task = tokio::spawn(forward_progress(receiver, job.progress.clone(), shown, say));
-        Ok(Self { path, task })
+        let (path, receiver) = fifo(dir, marker, "progress")?;
+        let task = tokio::spawn(forward_progress(
+            receiver,
+            job.progress.clone(),
+            shown(job),
+            say,
+        ));
+        Ok(Self {
+            path,
+            task,
+            done: None,
+        })
+    }
+
+    /// The hold line protocol of one run: `LEASE_HOLD_GROUP` names a FIFO the program writes
+    /// lines of seconds to (what an upstream's `Retry-After` says), such as
+    /// `echo 30 > "$LEASE_HOLD_GROUP"`: each holds the job's group that long from when it is
+    /// read, under the lease's fence. A line that is not a number of seconds from 0 to a day
+    /// is named on stderr and skipped; a refused hold (a lost lease, a job without a group)
+    /// is said on stderr. Lines written just before the program exits are still read (see
+    /// [`ProgressPipe::finish`]).
+    fn hold(dir: &Path, marker: &str, job: &JobContext, say: Say) -> Result<Self, String> {
+        let (path, receiver) = fifo(dir, marker, "hold")?;
+        let done = Arc::new(tokio::sync::Notify::new());
+        let task = tokio::spawn(forward_holds(receiver, job.clone(), say, Arc::clone(&done)));
+        Ok(Self {
+            path,
+            task,
+            done: Some(done),
+        })
+    }
+
+    /// After the program has ended: lets the reader take the lines still in the FIFO (it
+    /// stops at the first pause of 50 ms), for at most 5 s.
+    async fn finish(&mut self) {
+        if let Some(done) = &self.done {
+            done.notify_one();
+            let _ = tokio::time::timeout(Duration::from_secs(5), &mut self.task).await;
+        }
+    }
+}
+
+/// Reads hold lines and holds the job's group for each, one write at a time, until the run
+/// is `done` and no line is left.
+async fn forward_holds(
+    receiver: tokio::net::unix::pipe::Receiver,
+    job: JobContext,
+    say: Say,
+    done: Arc<tokio::sync::Notify>,
+) {
+    use tokio::io::AsyncBufReadExt;
+    let shown = shown(&job);
+    let mut lines = tokio::io::BufReader::new(receiver).lines();
+    let mut finishing = false;
+    loop {
+        // `next_line` is cancel safe: a line half read when the run ends is read on.
+        let next = if finishing {
+            tokio::time::timeout(Duration::from_millis(50), lines.next_line())
+                .await
+                .unwrap_or(Ok(None))
+        } else {
+            tokio::select! {
+                next = lines.next_line() => next,
+                () = done.notified() => {
+                    finishing = true;
+                    continue;
+                }
+            }
+        };
+        let Ok(Some(line)) = next else { break };
+        let seconds = line
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|s| (0.0..=86_400.0).contains(s));
+        let Some(seconds) = seconds else {
+            say(&format!(
+                "{shown}: hold line ignored: {:?} is not a number of seconds from 0 to 86400",
+                escape_controls(line.trim())
+            ));
+            continue;
+        };
+        match job.hold_group_for(seconds).await {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => say(&format!("{shown}: group not held: {why}")),
+            Err(e) => say(&format!("{shown}: group not held: {e}")),
+        }
     }
 }
 
@@ -158,7 +261,8 @@ async fn run_program(
         .split_first()
         .ok_or_else(|| "no program to run".to_owned())?;
     let marker = processes::next_marker();
-    let pipe = ProgressPipe::open(fifos.path(), &marker, &job, say)?;
+    let pipe = ProgressPipe::open(fifos.path(), &marker, &job, say.clone())?;
+    let mut hold = ProgressPipe::hold(fifos.path(), &marker, &job, say)?;
     let mut program_command = Command::new(program);
     if let Some(timeout) = job.timeout {
         program_command.env("LEASE_TIMEOUT", timeout.get().to_string());
@@ -172,6 +276,7 @@ async fn run_program(
         .env("LEASE_FENCE", job.fence.to_string())
         .env("LEASE_ATTEMPT", job.attempt.to_string())
         .env(PROGRESS_VARIABLE, &pipe.path)
+        .env(HOLD_VARIABLE, &hold.path)
         .env(processes::MARKER, &marker)
         .process_group(0)
         .stdin(std::process::Stdio::piped())
@@ -213,6 +318,7 @@ async fn run_program(
             // What the program left running goes with it (before its output is awaited: a
             // background process holding the pipes open would keep it from ending).
             processes::end_run(group, &marker, grace).await;
+            hold.finish().await;
             let out = out.await.unwrap_or_default();
             let err = String::from_utf8_lossy(&err.await.unwrap_or_default()).into_owned();
             if status.success() {

@@ -1343,3 +1343,139 @@ fn a_rate_is_set_kept_by_claim_next_said_and_removed_from_the_cli() {
     assert_eq!(leases["leases"].as_array().unwrap().len(), 2);
     assert_eq!(json_of(&db, &["stats"])["settings"], json!({}));
 }
+
+/// `lease hold-group JOB --owner O --fence N --until T`: the live holder pauses its job's
+/// group until T (the queue's other groups run); a stale holder, or a job without a group,
+/// exits 3 and pauses nothing; a bad `--until` is refused naming it.
+#[test]
+fn a_holder_holds_its_jobs_group_from_the_cli_and_a_stale_one_cannot() {
+    let (_dir, db) = fresh_db();
+    for (id, group) in [("a1", "acct-a"), ("a2", "acct-a"), ("b1", "acct-b")] {
+        json_of(&db, &["enqueue", id, "--queue", "q", "--group", group]);
+    }
+    json_of(&db, &["enqueue", "x", "--queue", "q"]);
+    let claimed = json_of(&db, &["claim", "a1", "--owner", "w", "--ttl", "600"]);
+    let fence = claimed["fence"].as_u64().unwrap().to_string();
+    let hold = |fence: &str, job: &str, until: &str| {
+        run(
+            &db,
+            &[
+                "hold-group",
+                job,
+                "--owner",
+                "w",
+                "--fence",
+                fence,
+                "--until",
+                until,
+                "--json",
+            ],
+        )
+    };
+    let stale = hold("7", "a1", "4102444800");
+    assert_eq!(stale.status.code(), Some(3), "{stale:?}");
+    assert!(String::from_utf8_lossy(&stale.stdout).contains("\"ok\":false"));
+    assert_eq!(
+        json_of(&db, &["stats"])["settings"],
+        json!({}),
+        "a stale hold paused"
+    );
+    // A time that cannot be read is a usage error (exit 2), as for every time flag.
+    let unreadable = hold(&fence, "a1", "soon");
+    assert_eq!(unreadable.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unreadable.stderr).contains("--until"));
+    let held = hold(&fence, "a1", "2100-01-01T00:00:00Z");
+    assert!(held.status.success(), "{held:?}");
+    let answer: Value = serde_json::from_slice(&held.stdout).unwrap();
+    assert_eq!(answer["until"], json!(4_102_444_800.0));
+    let settings = json_of(&db, &["stats"])["settings"]["q"].clone();
+    assert_eq!(
+        settings["paused_groups"],
+        json!([{"group": "acct-a", "until": 4_102_444_800.0}])
+    );
+    let claim = json_of(
+        &db,
+        &[
+            "claim-next",
+            "--queue",
+            "q",
+            "--owner",
+            "w",
+            "--ttl",
+            "60",
+            "--limit",
+            "5",
+        ],
+    );
+    let mut leased: Vec<&str> = claim["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["id"].as_str().unwrap())
+        .collect();
+    leased.sort_unstable();
+    assert_eq!(leased, ["b1", "x"]);
+    let x_fence = claim["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["id"] == "x")
+        .unwrap()["fence"]
+        .to_string();
+    let lonely = hold(&x_fence, "x", "4102444800");
+    assert_eq!(lonely.status.code(), Some(3));
+    let said = String::from_utf8_lossy(&lonely.stderr).into_owned()
+        + &String::from_utf8_lossy(&lonely.stdout);
+    assert!(said.contains("no group"), "{said}");
+}
+
+/// `lease work` gives its program `LEASE_HOLD_GROUP`, a FIFO: a line of seconds written to it
+/// (what an upstream's `Retry-After` says) holds the job's group that long under the lease's
+/// fence; the group's other job then waits while the rest of the queue runs, and a line that
+/// is not a number of seconds is named on stderr and skipped.
+#[test]
+fn a_work_program_holds_its_group_through_the_hold_line_protocol() {
+    let (_dir, db) = fresh_db();
+    json_of(
+        &db,
+        &["enqueue", "m1", "--queue", "q", "--group", "merchant-9"],
+    );
+    json_of(
+        &db,
+        &["enqueue", "m2", "--queue", "q", "--group", "merchant-9"],
+    );
+    json_of(
+        &db,
+        &["enqueue", "o1", "--queue", "q", "--group", "merchant-1"],
+    );
+    let program = r#"if [ "$LEASE_JOB" = m1 ]; then echo soon > "$LEASE_HOLD_GROUP"; echo 3600 > "$LEASE_HOLD_GROUP"; echo 'upstream said 429' >&2; exit 1; fi; echo ok"#;
+    let out = lease(&db)
+        .args([
+            "work",
+            "--queue",
+            "q",
+            "--owner",
+            "w",
+            "--ttl",
+            "30",
+            "--concurrency",
+            "1",
+            "--exit-when-empty",
+            "--no-schedules",
+        ])
+        .args(["--", "sh", "-c", program])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("hold line ignored"), "{stderr}");
+    let settings = json_of(&db, &["stats"])["settings"]["q"].clone();
+    let held = &settings["paused_groups"];
+    assert_eq!(held[0]["group"], "merchant-9", "{settings}");
+    assert!(
+        held[0]["until"].as_f64().unwrap() > 3000.0 + 1.7e9,
+        "{settings}"
+    );
+    assert_eq!(json_of(&db, &["state", "m2"])["status"], "pending");
+    assert_eq!(json_of(&db, &["state", "o1"])["status"], "done");
+}

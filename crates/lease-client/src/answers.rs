@@ -394,6 +394,7 @@ pub(crate) fn write_refused(
             },
         },
         (409, Some("cancelled")) => WriteRefused::Cancelled,
+        (409, Some("no_group")) => WriteRefused::NoGroup,
         (409, Some("dead")) => WriteRefused::Dead,
         (409, Some("live")) => WriteRefused::Active {
             status: Status::parse(body["job_status"].as_str().unwrap_or_default())

@@ -331,7 +331,7 @@ impl HttpLeaseStore {
         match answer.status {
             200 => {
                 // A completion, failure or release ends the lease: its token is spent.
-                if op != "renew" && op != "progress" {
+                if op != "renew" && op != "progress" && op != "hold-group" {
                     self.forget_token(job, fence);
                 }
                 Ok(Ok(answer))
@@ -418,6 +418,13 @@ impl LeaseStore for HttpLeaseStore {
                 }
                 let written = self
                     .holder_write("progress", job, &owner, fence, body, Some(renewal.now()))
+                    .await?;
+                Outcome::Wrote(written.map(drop))
+            }
+            Command::HoldGroup(owner, fence, now, until) => {
+                let body = json!({ "until": until.get() });
+                let written = self
+                    .holder_write("hold-group", job, &owner, fence, body, Some(now))
                     .await?;
                 Outcome::Wrote(written.map(drop))
             }

@@ -53,6 +53,15 @@ impl lease_ports::control::Control for HttpLeaseStore {
                 let at = format!("{base}/groups/{}/pause", path(group.as_str()));
                 self.post(&at, body, None).await?
             }
+            // A hold is a lease holder's write (`LeaseStore::hold_group`), not an admin's.
+            QueueChange::HoldGroup(..) => {
+                return Err(StoreError::Incompatible {
+                    path: base,
+                    reason: "a group is held by its job's lease holder (hold_group); an \
+                             admin pauses it (PauseGroup)"
+                        .into(),
+                });
+            }
             QueueChange::ResumeGroup(group) => {
                 let at = format!("{base}/groups/{}/resume", path(group.as_str()));
                 self.post(&at, json!({}), None).await?

@@ -121,7 +121,10 @@ pub fn holder_refusal(
         WriteRefused::Expired { .. } => AuditReason::Expired,
         WriteRefused::BadToken => AuditReason::BadToken,
         // A request without a token is the client's mistake, not a holder's stale write.
-        WriteRefused::Active { .. } | WriteRefused::TokenMissing => return None,
+        // A hold of a job without a group is the caller's mistake too.
+        WriteRefused::Active { .. } | WriteRefused::TokenMissing | WriteRefused::NoGroup => {
+            return None;
+        }
     };
     let late_by = match refused {
         WriteRefused::Expired { until, now } => Some(now.get() - until.get()),

@@ -171,6 +171,7 @@ impl Command {
             Command::Claim(_, term) | Command::Renew(_, _, term) => Some(term.now()),
             Command::Progress(_, _, renewal, _) => Some(renewal.now()),
             Command::Complete(_, _, now, _)
+            | Command::HoldGroup(_, _, now, _)
             | Command::Fail(_, _, now, _, _)
             | Command::Cancel(now)
             | Command::Retry(now) => Some(*now),
@@ -197,6 +198,9 @@ impl Command {
             }
             Command::Fail(owner, fence, _, error, retry) => {
                 Command::Fail(owner.clone(), *fence, now, error.clone(), *retry)
+            }
+            Command::HoldGroup(owner, fence, _, until) => {
+                Command::HoldGroup(owner.clone(), *fence, now, *until)
             }
             Command::Cancel(_) => Command::Cancel(now),
             Command::Retry(_) => Command::Retry(now),

@@ -5,7 +5,7 @@ use crate::access::{Credential, judge_credential};
 use crate::queue::{EnqueueSpec, ErrorText, ProgressText, Retry};
 use crate::rules::{
     ClaimRefused, Failed, Job, WriteRefused, decide_cancel, decide_claim, decide_complete,
-    decide_fail, decide_progress, decide_release, decide_renew, decide_retry,
+    decide_fail, decide_hold_group, decide_progress, decide_release, decide_renew, decide_retry,
 };
 use crate::values::{Fence, JobId, JobResult, LeaseTerm, Owner, Renewal, Timestamp};
 
@@ -22,6 +22,9 @@ pub enum Command {
     Renew(Owner, Fence, LeaseTerm),
     /// Store the live current lease's progress, and renew it or keep its end.
     Progress(Owner, Fence, Renewal, ProgressText),
+    /// Hold the job's group until a time (owner, fence, now, until): the live current
+    /// lease's holder pauses its group, as [`Command::queue_change`] says.
+    HoldGroup(Owner, Fence, Timestamp, Timestamp),
     /// Complete the job with a result.
     Complete(Owner, Fence, Timestamp, JobResult),
     /// Release the lease.
@@ -53,16 +56,19 @@ pub enum HolderWrite {
     Release,
     /// `fail`.
     Fail,
+    /// `hold_group`.
+    HoldGroup,
 }
 
 impl HolderWrite {
     /// Every holder's write, in the order the docs list them.
-    pub const ALL: [HolderWrite; 5] = [
+    pub const ALL: [HolderWrite; 6] = [
         HolderWrite::Renew,
         HolderWrite::Progress,
         HolderWrite::Complete,
         HolderWrite::Release,
         HolderWrite::Fail,
+        HolderWrite::HoldGroup,
     ];
 
     /// The name the audit trail and metrics use.
@@ -74,6 +80,7 @@ impl HolderWrite {
             HolderWrite::Complete => "complete",
             HolderWrite::Release => "release",
             HolderWrite::Fail => "fail",
+            HolderWrite::HoldGroup => "hold_group",
         }
     }
 
@@ -130,6 +137,10 @@ impl Command {
             Command::Progress(owner, fence, renewal, text) => {
                 wrote(decide_progress(current, owner, *fence, *renewal, text))
             }
+            Command::HoldGroup(owner, fence, now, _) => (
+                None,
+                Outcome::Wrote(decide_hold_group(current, owner, *fence, *now).map(drop)),
+            ),
             Command::Complete(owner, fence, now, result) => {
                 wrote(decide_complete(current, owner, *fence, *now, result))
             }
@@ -164,6 +175,7 @@ impl Command {
         match self {
             Command::Renew(_, fence, _)
             | Command::Progress(_, fence, _, _)
+            | Command::HoldGroup(_, fence, _, _)
             | Command::Complete(_, fence, _, _)
             | Command::Release(_, fence)
             | Command::Fail(_, fence, _, _, _) => Some(*fence),
@@ -178,6 +190,7 @@ impl Command {
         match self {
             Command::Renew(..) => Some(HolderWrite::Renew),
             Command::Progress(..) => Some(HolderWrite::Progress),
+            Command::HoldGroup(..) => Some(HolderWrite::HoldGroup),
             Command::Complete(..) => Some(HolderWrite::Complete),
             Command::Release(..) => Some(HolderWrite::Release),
             Command::Fail(..) => Some(HolderWrite::Fail),
@@ -193,6 +206,7 @@ impl Command {
         match self {
             Command::Renew(owner, ..)
             | Command::Progress(owner, ..)
+            | Command::HoldGroup(owner, ..)
             | Command::Complete(owner, ..)
             | Command::Release(owner, ..)
             | Command::Fail(owner, ..) => Some(owner),
@@ -212,10 +226,36 @@ impl Command {
                 Command::Complete(owner, *fence, *now, result.clone())
             }
             Command::Release(_, fence) => Command::Release(owner, *fence),
+            Command::HoldGroup(_, fence, now, until) => {
+                Command::HoldGroup(owner, *fence, *now, *until)
+            }
             Command::Fail(_, fence, now, error, retry) => {
                 Command::Fail(owner, *fence, *now, error.clone(), *retry)
             }
             other => other.clone(),
+        }
+    }
+
+    /// The change of its queue's settings a granted command makes beside the job, in the same
+    /// transaction (`None` for every command but a hold of a group, and for a hold the domain
+    /// refuses): the job's queue and the change.
+    #[must_use]
+    pub fn queue_change(
+        &self,
+        current: Option<&Job>,
+        outcome: &Outcome,
+    ) -> Option<(crate::QueueName, crate::QueueChange)> {
+        match (self, outcome) {
+            (Command::HoldGroup(_, _, _, until), Outcome::Wrote(Ok(()))) => {
+                let job = current?;
+                let group = job.group.clone()?;
+                Some((
+                    job.queue.clone(),
+                    crate::QueueChange::HoldGroup(group, *until),
+                ))
+            }
+            (Command::AsHolder(_, inner), _) => inner.queue_change(current, outcome),
+            _ => None,
         }
     }
 
@@ -239,6 +279,7 @@ impl Command {
             Command::Claim(..) => "claim",
             Command::Renew(..)
             | Command::Progress(..)
+            | Command::HoldGroup(..)
             | Command::Complete(..)
             | Command::Release(..)
             | Command::Fail(..) => self.holder_write().map_or("write", HolderWrite::as_str),

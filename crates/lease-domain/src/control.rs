@@ -217,6 +217,10 @@ pub enum QueueChange {
     PauseGroup(GroupKey, Option<Timestamp>),
     /// End the pause of one group.
     ResumeGroup(GroupKey),
+    /// Hold one group until a time, from a job's holder (a fenced write decided by
+    /// [`crate::decide_hold_group`]): the group is paused until then, or until later if it
+    /// already was (a pause until resumed stays so).
+    HoldGroup(GroupKey, Timestamp),
 }
 
 impl QueueChange {
@@ -278,6 +282,14 @@ pub fn decide_queue_change(current: &QueueSettings, change: QueueChange) -> Queu
         }
         QueueChange::ResumeGroup(group) => {
             next.paused_groups.remove(&group);
+        }
+        QueueChange::HoldGroup(group, until) => {
+            let end = match next.paused_groups.get(&group) {
+                Some(None) => None,
+                Some(Some(was)) if was.get() > until.get() => Some(*was),
+                _ => Some(until),
+            };
+            next.paused_groups.insert(group, end);
         }
     }
     next

@@ -338,6 +338,9 @@ pub enum WriteRefused {
     /// A write through the network service sent a token that is not the lease's.
     #[error("the lease token is not this lease's")]
     BadToken,
+    /// A hold of the job's group, of a job that has no group.
+    #[error("the job has no group to hold")]
+    NoGroup,
     /// The caller's lease expired; it cannot be renewed or completed.
     #[error("the lease expired at {until} (now is {now})")]
     Expired {
@@ -541,6 +544,24 @@ fn check_live_holder<'a>(
         });
     }
     Ok(job)
+}
+
+/// Decides a hold of the job's group from its holder (the upstream answered 429): only the
+/// live current lease may hold it, and only a job that has a group. The job itself is not
+/// changed; the store pauses the group until the hold's time in the same transaction
+/// ([`crate::QueueChange::HoldGroup`]).
+///
+/// # Errors
+/// The [`WriteRefused`] reason ([`WriteRefused::NoGroup`] for a job without a group); nothing
+/// is then changed.
+pub fn decide_hold_group<'a>(
+    current: Option<&'a Job>,
+    owner: &Owner,
+    fence: Fence,
+    now: Timestamp,
+) -> Result<&'a crate::GroupKey, WriteRefused> {
+    let job = check_live_holder(current, owner, fence, now)?;
+    job.group.as_ref().ok_or(WriteRefused::NoGroup)
 }
 
 /// Decides a renewal: only the live current lease (owner and fence match, not done,

@@ -420,6 +420,7 @@ fn every_refused_holder_write_is_audited_under_its_own_name_directly_and_through
             error_text("boom"),
             Retry::default(),
         ),
+        Command::HoldGroup(owner("w"), stale, at(50.0), at(90.0)),
     ];
     let mut named = Vec::new();
     for direct in writes {
@@ -2058,4 +2059,68 @@ fn a_throttle_says_when_the_queue_and_each_full_group_open_again() {
         [(a, at(140.0))]
     );
     assert!(Throttle::of(&QueueSettings::default(), &grants, at(100.0)).is_clear());
+}
+
+#[test]
+fn only_the_live_holder_holds_its_jobs_group_and_a_hold_never_shortens_a_pause() {
+    let a = GroupKey::new("acct-a").unwrap();
+    let job = Job {
+        owner: Some(owner("w")),
+        fence: fence(2),
+        until: at(100.0),
+        group: Some(a.clone()),
+        ..Job::new()
+    };
+    let id = JobId::new("j").unwrap();
+    let hold =
+        |who: &str, f: u64, now: f64| Command::HoldGroup(owner(who), fence(f), at(now), at(500.0));
+    for (command, why) in [
+        (hold("w", 1, 50.0), "stale"),
+        (hold("x", 2, 50.0), "not the owner"),
+        (hold("w", 2, 100.0), "expired"),
+    ] {
+        let (next, outcome) = command.decide(&id, Some(&job), None);
+        assert!(next.is_none());
+        let Outcome::Wrote(Err(refused)) = &outcome else {
+            panic!("{why}: {outcome:?}");
+        };
+        assert!(refused.to_string().contains(why), "{refused}");
+        assert_eq!(command.queue_change(Some(&job), &outcome), None);
+    }
+    let granted = hold("w", 2, 50.0);
+    let (next, outcome) = granted.decide(&id, Some(&job), None);
+    assert_eq!((next, &outcome), (None, &Outcome::Wrote(Ok(()))));
+    assert_eq!(
+        granted.queue_change(Some(&job), &outcome),
+        Some((
+            job.queue.clone(),
+            QueueChange::HoldGroup(a.clone(), at(500.0))
+        ))
+    );
+    let lonely = Job {
+        group: None,
+        ..job.clone()
+    };
+    assert_eq!(
+        granted.decide(&id, Some(&lonely), None).1,
+        Outcome::Wrote(Err(WriteRefused::NoGroup))
+    );
+    // The hold keeps the later end; a pause until resumed stays so.
+    let held = |existing: Option<Option<f64>>, until: f64| {
+        let mut settings = QueueSettings::default();
+        if let Some(end) = existing {
+            settings.paused_groups.insert(a.clone(), end.map(at));
+        }
+        decide_queue_change(&settings, QueueChange::HoldGroup(a.clone(), at(until))).paused_groups
+            [&a]
+    };
+    assert_eq!(held(None, 500.0), Some(at(500.0)));
+    assert_eq!(held(Some(Some(900.0)), 500.0), Some(at(900.0)));
+    assert_eq!(held(Some(Some(100.0)), 500.0), Some(at(500.0)));
+    assert_eq!(held(Some(None), 500.0), None);
+    assert_eq!(granted.holder_write(), Some(HolderWrite::HoldGroup));
+    assert_eq!(
+        HolderWrite::parse("hold_group"),
+        Some(HolderWrite::HoldGroup)
+    );
 }

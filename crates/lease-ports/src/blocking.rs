@@ -161,6 +161,18 @@ impl<S: BlockingCore + ?Sized> Blocking<'_, S> {
         )
     }
 
+    /// See [`LeaseStore::hold_group`].
+    pub fn hold_group(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> Result<WriteOutcome, StoreError> {
+        self.command(job, Command::HoldGroup(owner.clone(), fence, now, until))
+    }
+
     /// See [`LeaseStore::complete`].
     pub fn complete(
         &self,

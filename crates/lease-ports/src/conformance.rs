@@ -2413,6 +2413,100 @@ pub async fn a_rate_grants_at_most_n_leases_in_any_window_under_racing_claims(st
     );
 }
 
+/// A lease holder holds its job's group until a time (its upstream answered 429): the group's
+/// jobs wait until then while the queue's other groups run; a stale or expired holder, or a
+/// job without a group, is refused and pauses nothing; a hold never shortens a longer pause.
+pub async fn a_holder_holds_its_group_until_a_time_and_a_stale_holder_cannot(store: ControlStore) {
+    let lease_store: Store = store.clone();
+    for id in ["a1", "a2"] {
+        enqueued_with(&lease_store, id, &grouped("q", "a")).await;
+    }
+    enqueued_with(&lease_store, "b1", &grouped("q", "b")).await;
+    enqueued_with(&lease_store, "x", &spec("q", 0, None, 5)).await;
+    let first = next(&lease_store, "q", "w", 1.0, 1).await;
+    assert_eq!(ids(&first), ["a1"]);
+    let hold = |who: &str, f: Fence, now: f64, until: f64| {
+        let store = Arc::clone(&lease_store);
+        let who = owner(who);
+        async move {
+            store
+                .hold_group(&job("a1"), &who, f, at(now), at(until))
+                .await
+                .expect("hold_group reaches the store")
+        }
+    };
+    let fence_now = first[0].fence;
+    assert!(matches!(
+        hold("w", Fence::ZERO, 2.0, 100.0).await,
+        Err(WriteRefused::Stale { .. })
+    ));
+    assert!(matches!(
+        hold("other", fence_now, 2.0, 100.0).await,
+        Err(WriteRefused::NotOwner { .. })
+    ));
+    assert!(matches!(
+        hold("w", fence_now, 20.0, 100.0).await,
+        Err(WriteRefused::Expired { .. })
+    ));
+    assert!(
+        store
+            .settings_of(&queue("q"))
+            .await
+            .expect("settings")
+            .is_default(),
+        "a refused hold paused nothing"
+    );
+    hold("w", fence_now, 2.0, 100.0)
+        .await
+        .expect("the live holder holds its group");
+    let settings = store.settings_of(&queue("q")).await.expect("settings");
+    assert_eq!(
+        settings
+            .paused_groups
+            .get(&GroupKey::new("a").expect("group")),
+        Some(&Some(at(100.0)))
+    );
+    // a1 ends at 11; the group waits until 100 while the others run.
+    let mut took: Vec<String> = ids(&next(&lease_store, "q", "w", 50.0, 10).await)
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    took.sort_unstable();
+    assert_eq!(took, ["b1", "x"]);
+    // A shorter hold from a new lease does not shorten the pause.
+    let again = lease_store
+        .claim(&job("a1"), &owner("w"), term(60.0, 10.0))
+        .await
+        .expect("claim reaches the store")
+        .expect("a claim by id is not held back");
+    lease_store
+        .hold_group(&job("a1"), &owner("w"), again, at(61.0), at(80.0))
+        .await
+        .expect("hold_group reaches the store")
+        .expect("held");
+    // (b1 and x, whose leases of 50 ended at 60, are leased again meanwhile.)
+    let at_90 = next(&lease_store, "q", "w", 90.0, 10).await;
+    assert!(
+        ids(&at_90).iter().all(|id| !id.starts_with('a')),
+        "a held group leased {:?}",
+        ids(&at_90)
+    );
+    assert!(ids(&next(&lease_store, "q", "w", 100.0, 10).await).contains(&"a2"));
+    // A job without a group has nothing to hold.
+    let x = lease_store
+        .claim(&job("x"), &owner("w"), term(200.0, 10.0))
+        .await
+        .expect("claim reaches the store")
+        .expect("claimed");
+    assert_eq!(
+        lease_store
+            .hold_group(&job("x"), &owner("w"), x, at(201.0), at(300.0))
+            .await
+            .expect("hold_group reaches the store"),
+        Err(WriteRefused::NoGroup)
+    );
+}
+
 /// Ordered groups run one job at a time in claim order: a later job waits while an earlier one
 /// runs, waits for its retry (which goes first when due) or is dead (until it is purged, here);
 /// completing or cancelling frees the group, and other groups and ungrouped jobs run
@@ -2631,6 +2725,7 @@ macro_rules! conformance_tests {
             an_ordered_group_runs_one_job_at_a_time_in_claim_order,
             a_paused_group_leases_nothing_while_the_queues_other_groups_run,
             a_rate_grants_at_most_n_leases_in_any_window_under_racing_claims,
+            a_holder_holds_its_group_until_a_time_and_a_stale_holder_cannot,
             schedules_are_kept_and_a_tick_fires_once,
             racing_fires_of_one_tick_make_one_job,
         );

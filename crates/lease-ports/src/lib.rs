@@ -483,6 +483,22 @@ pub trait LeaseStore: Send + Sync {
         outcome_as(self.apply(job, command, None).await?.outcome)
     }
 
+    /// Holds the job's group until `until` (its upstream answered 429): only the live current
+    /// lease's holder may, as decided by [`lease_domain::decide_hold_group`]; the group is
+    /// paused until then (or later, if it already was) in the same transaction as the check,
+    /// so a stale holder can never pause it.
+    async fn hold_group(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> Result<WriteOutcome, StoreError> {
+        let command = Command::HoldGroup(owner.clone(), fence, now, until);
+        outcome_as(self.apply(job, command, None).await?.outcome)
+    }
+
     /// Stores the result of the live current lease and marks the job done,
     /// as decided by [`lease_domain::decide_complete`].
     async fn complete(

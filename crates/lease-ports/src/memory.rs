@@ -142,8 +142,18 @@ fn apply(jobs: &mut Jobs, job: &JobId, command: &Command) -> Outcome {
     };
     let (next, outcome) = command.decide(job, current, purged);
     crate::observe::decided(command, current, &outcome);
+    let change = command.queue_change(current, &outcome);
     if let Some(next) = next {
         jobs.store(job, next);
+    }
+    if let Some((queue, change)) = change {
+        let settings = jobs.queues.get(&queue).cloned().unwrap_or_default();
+        let next = decide_queue_change(&settings, change);
+        if next.is_default() {
+            jobs.queues.remove(&queue);
+        } else {
+            jobs.queues.insert(queue, next);
+        }
     }
     outcome
 }

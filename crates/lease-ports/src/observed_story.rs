@@ -502,6 +502,7 @@ pub async fn every_refused_holder_write_is_audited_and_read_back(
             JobResult::new("r").expect("result"),
         ),
         HolderWrite::Release => Command::Release(owner.clone(), fence),
+        HolderWrite::HoldGroup => Command::HoldGroup(owner.clone(), fence, now, now),
         HolderWrite::Fail => Command::Fail(
             owner.clone(),
             fence,

@@ -227,6 +227,30 @@ fn grant_column(e: tokio_postgres::Error) -> StoreError {
     ))
 }
 
+/// Changes a queue's settings as the domain decides, in the open transaction: the settings
+/// table locked (`EXCLUSIVE`, so the change waits for the claims that read it), the row read
+/// `FOR UPDATE`, the decided settings written.
+pub(crate) async fn change_in(
+    c: &tokio_postgres::Client,
+    sql: &ControlSql,
+    queue: &QueueName,
+    change: QueueChange,
+) -> Result<QueueSettings, StoreError> {
+    let before = |e| error::map(e, Stage::BeforeCommit);
+    c.batch_execute(&sql.lock_table).await.map_err(before)?;
+    let row = c
+        .query_opt(&sql.settings_for_update, &[&queue.as_str()])
+        .await
+        .map_err(before)?;
+    let current = match row {
+        Some(row) => crate::sql::decode_queue(&row)?.1,
+        None => QueueSettings::default(),
+    };
+    let next = decide_queue_change(&current, change);
+    write_settings(c, sql, queue, &next).await.map_err(before)?;
+    Ok(next)
+}
+
 /// Writes a queue's settings in the open transaction (forgetting default ones).
 pub(crate) async fn write_settings(
     c: &tokio_postgres::Client,
@@ -353,21 +377,8 @@ impl Control for PgLeaseStore {
         queue: &QueueName,
         change: QueueChange,
     ) -> Result<QueueSettings, StoreError> {
-        let sql = &self.control;
         let (conn, s) = self.begin().await?;
-        let c = conn.client();
-        let before = |e| error::map(e, Stage::BeforeCommit);
-        c.batch_execute(&sql.lock_table).await.map_err(before)?;
-        let row = c
-            .query_opt(&sql.settings_for_update, &[&queue.as_str()])
-            .await
-            .map_err(before)?;
-        let current = match row {
-            Some(row) => crate::sql::decode_queue(&row)?.1,
-            None => QueueSettings::default(),
-        };
-        let next = decide_queue_change(&current, change);
-        write_settings(c, sql, queue, &next).await.map_err(before)?;
+        let next = change_in(conn.client(), &self.control, queue, change).await?;
         Self::end(conn, &s, true).await?;
         Ok(next)
     }

@@ -57,6 +57,15 @@ impl PgLeaseStore {
         let command = self.resolved(c, &s, command, now).await?;
         let (next, outcome) = command.decide(id, current.as_ref(), purged);
         let refused = lease_ports::observe::decided(&command, current.as_ref(), &outcome);
+        // A hold of the job's group changes its queue's settings in this transaction (the job
+        // row stays locked until COMMIT, so its lease cannot change meanwhile).
+        if let Some((queue, change)) = command.queue_change(current.as_ref(), &outcome) {
+            crate::control::change_in(c, &self.control, &queue, change).await?;
+            c.execute(&s.commit, &[])
+                .await
+                .map_err(|e| error::map(e, Stage::Commit))?;
+            return Ok(outcome);
+        }
         let Some(next) = next else {
             match (refused, self.audit) {
                 (Some(entry), Some(retention)) => {

@@ -298,6 +298,38 @@ impl StoreCore {
         )
     }
 
+    /// Holds the job's group until ``until`` (Unix seconds), only for the live current
+    /// lease: the queue leases none of the group's jobs until then (or later, if it was
+    /// paused longer). Refused (``Refused``, reason ``no_group``) for a job without a group.
+    #[pyo3(signature = (job_id, owner, fence, until, *, now = None))]
+    fn hold_group(
+        &self,
+        py: Python<'_>,
+        job_id: &str,
+        owner: &str,
+        fence: &Bound<'_, PyAny>,
+        until: f64,
+        now: Option<f64>,
+    ) -> PyResult<Pending> {
+        let fence = to_py(py, values::fence(fence)?)?;
+        let ((id, owner), now, until) = to_py(
+            py,
+            (|| {
+                Ok((
+                    holder(job_id, owner)?,
+                    now_or_clock(now)?,
+                    values::time("until", until)?,
+                ))
+            })(),
+        )?;
+        let store = self.store(py)?;
+        self.call(
+            py,
+            async move { Ok(store.hold_group(&id, &owner, fence, now, until).await?) },
+            accepted_or_refused,
+        )
+    }
+
     /// Stores ``text`` (up to 1,024 bytes) as the job's progress, only for the live current
     /// lease; with ``ttl`` the lease is renewed to ``now + ttl``, without it the lease keeps
     /// its end.

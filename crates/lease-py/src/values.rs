@@ -240,6 +240,10 @@ impl Refused {
                 reason: "dead",
                 ..base
             },
+            WriteRefused::NoGroup => Self {
+                reason: "no_group",
+                ..base
+            },
             WriteRefused::Active { status } => Self {
                 reason: "active",
                 status: Some(status.as_str()),

@@ -33,7 +33,8 @@ pub(crate) struct Job {
     cancel: CancellationToken,
     timeout: Option<f64>,
     group: Option<String>,
-    progress: lease_worker::Progress,
+    /// The lease's context: its holder's writes (progress, a hold of the group) go through it.
+    context: JobContext,
 }
 
 #[pymethods]
@@ -116,8 +117,29 @@ impl Job {
     /// (nothing is stored then). Waits with the interpreter released.
     fn progress(&self, py: Python<'_>, text: &str) -> PyResult<bool> {
         let runtime = to_py(py, runtime())?;
-        let progress = self.progress.clone();
+        let progress = self.context.progress.clone();
         let answer = py.detach(|| runtime.block_on(progress.report(text)));
+        to_py(
+            py,
+            answer.map(|outcome| outcome.is_ok()).map_err(Into::into),
+        )
+    }
+
+    /// Holds the job's group for ``seconds`` from now (what an upstream's ``Retry-After``
+    /// says): the queue leases none of the group's jobs until then (or later, if it was
+    /// paused longer). A fenced write: True when held, False when the lease is no longer this
+    /// run's or the job has no group (nothing is paused then). Waits with the interpreter
+    /// released.
+    fn hold_group(&self, py: Python<'_>, seconds: f64) -> PyResult<bool> {
+        if !(seconds.is_finite() && (0.0..=86_400.0).contains(&seconds)) {
+            return to_py(
+                py,
+                invalid(format!("seconds: must be from 0 to 86400, got {seconds}")),
+            );
+        }
+        let runtime = to_py(py, runtime())?;
+        let context = self.context.clone();
+        let answer = py.detach(|| runtime.block_on(context.hold_group_for(seconds)));
         to_py(
             py,
             answer.map(|outcome| outcome.is_ok()).map_err(Into::into),
@@ -165,7 +187,7 @@ fn call_handler(handler: &Py<PyAny>, context: JobContext) -> HandlerResult {
             cancel: context.cancel.clone(),
             timeout: context.timeout.map(Ttl::get),
             group: context.group.as_ref().map(|g| g.as_str().to_owned()),
-            progress: context.progress.clone(),
+            context: context.clone(),
         };
         let answer = handler.call1(py, (job,)).map_err(|e| error_text(py, &e))?;
         if answer.is_none(py) {

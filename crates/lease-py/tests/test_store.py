@@ -306,6 +306,7 @@ def test_every_refused_holder_write_is_audited_and_read_back(store):
         ("complete", store.complete("j", A, stale.fence, "late")),
         ("release", store.release("j", A, stale.fence)),
         ("fail", store.fail("j", A, stale.fence, "late")),
+        ("hold_group", store.hold_group("j", A, stale.fence, 4102444800.0)),
     ]
     for name, answer in refused:
         assert not answer, name

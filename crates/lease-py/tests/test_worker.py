@@ -150,6 +150,38 @@ def test_the_default_owner_names_the_host_and_the_process(db):
     assert worker.owner.endswith(f"/{os.getpid()}")
 
 
+def test_a_handler_holds_its_jobs_group_when_its_upstream_says_429(db):
+    store = lease.Store(db, create=True)
+    store.enqueue("m1", group="merchant-9")
+    store.enqueue("m2", group="merchant-9")
+    store.enqueue("other", group="merchant-1")
+    store.enqueue("loner")
+    seen = {}
+
+    def handle(job):
+        if job.id == "m1":
+            # The upstream answered 429 with Retry-After: 3600.
+            seen["held"] = job.hold_group(3600)
+            with pytest.raises(lease.InvalidInput) as raised:
+                job.hold_group(-1)
+            seen["bad"] = str(raised.value)
+            raise RuntimeError("rate limited upstream")
+        if job.id == "loner":
+            seen["loner"] = job.hold_group(60)
+        return "ok"
+
+    summary = lease.Worker(store, handle, owner="py/w", exit_when_empty=True, idle_poll=0.05).run()
+    assert seen["held"] is True and seen["loner"] is False
+    assert "seconds" in seen["bad"]
+    (settings,) = store.queues()
+    assert list(settings.paused_groups) == ["merchant-9"]
+    assert settings.paused_groups["merchant-9"] > time.time() + 3000
+    # The group's other job waited; the rest ran.
+    assert store.record("m2").status == "pending"
+    assert store.record("other").status == "done" and store.record("loner").status == "done"
+    assert summary.completed == 2
+
+
 def test_a_handler_reports_progress_under_its_fence_and_sees_its_timeout_and_group(db):
     store = lease.Store(db, create=True)
     store.enqueue("p", timeout=120, group="acct-7")

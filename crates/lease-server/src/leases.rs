@@ -700,6 +700,50 @@ pub(crate) async fn progress(
     ))
 }
 
+/// Hold the job's group until a time (its upstream answered 429).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"fence": 1, "until": 1900000000}))]
+pub(crate) struct HoldGroupBody {
+    /// The lease's fence.
+    pub(crate) fence: FenceNo,
+    /// Until when the group is held (Unix seconds).
+    pub(crate) until: Time,
+    /// Write as exactly this owner (default: any owner the key may act as).
+    pub(crate) owner: Option<Name>,
+    /// The caller's time, taken only by a server started to trust caller clocks.
+    pub(crate) now: Option<Time>,
+}
+
+#[utoipa::path(post, path = "/v1/jobs/{id}/hold-group", tag = "jobs",
+    params(("id" = Name, Path, description = "The job id, percent-encoded"),
+        ("Lease-Token" = String, Header, description = "The lease's token")),
+    request_body = HoldGroupBody,
+    responses(
+        (status = 200, description = "The job's group is paused until then (or later, if it already was); the lease goes on", body = OkBody),
+        (status = "4XX", description = "Refused as a renewal would be (404, 409 stale/done/cancelled/dead/not_owner/expired, 400 no token, 403 wrong token), or 409 no_group for a job without a group", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn hold_group(
+    State(app): AppState,
+    holder: Holder,
+    Param(id): Param,
+    Checked(body): Checked<HoldGroupBody>,
+) -> Answer {
+    let id = Name(id).job()?;
+    let now = now(&app, body.now.as_ref())?;
+    let until = body.until.at("until")?;
+    let fence = body.fence.fence()?;
+    let credential = credential(holder, body.owner)?;
+    let write = as_holder(credential, |owner| {
+        Command::HoldGroup(owner, fence, now, until)
+    });
+    holder_write::<WriteOutcome>(&app, &id, write)
+        .await?
+        .map_err(|refused| Problem::refused_write(&refused))?;
+    Ok(json_response(StatusCode::OK, OkBody { ok: true }))
+}
+
 /// A stored progress report.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Progressed {

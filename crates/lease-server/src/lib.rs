@@ -258,6 +258,7 @@ fn routes() -> (axum::Router<Arc<App>>, utoipa::openapi::OpenApi) {
         .routes(routes!(schedules::fire))
         .routes(routes!(schedules::run))
         .routes(routes!(leases::progress))
+        .routes(routes!(leases::hold_group))
         .routes(routes!(service::healthz))
         .routes(routes!(service::metrics))
         .routes(routes!(service::openapi))

@@ -180,6 +180,7 @@ impl Problem {
                     "the Lease-Token is not this lease's",
                 )
             }
+            WriteRefused::NoGroup => conflict("no_group", "the job has no group to hold"),
             WriteRefused::Active { status } => conflict(
                 "live",
                 format!(

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const ROUTES: [(&str, &str); 39] = [
+const ROUTES: [(&str, &str); 40] = [
     ("post", "/v1/queues/{queue}/jobs"),
     ("post", "/v1/queues/{queue}/jobs/batch"),
     ("post", "/v1/queues/{queue}/claims"),
@@ -33,6 +33,7 @@ const ROUTES: [(&str, &str); 39] = [
     ("delete", "/v1/session"),
     ("get", "/v1/events"),
     ("post", "/v1/jobs/{id}/progress"),
+    ("post", "/v1/jobs/{id}/hold-group"),
     ("get", "/v1/queues"),
     ("post", "/v1/queues/{queue}/pause"),
     ("post", "/v1/queues/{queue}/resume"),

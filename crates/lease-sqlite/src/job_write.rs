@@ -57,6 +57,11 @@ pub(crate) fn decide_command(
     };
     let (next, outcome) = command.decide(id, current.as_ref(), purged);
     let refused = lease_ports::observe::decided(command, current.as_ref(), &outcome);
+    // A hold of the job's group changes its queue's settings in this transaction.
+    if let Some((queue, change)) = command.queue_change(current.as_ref(), &outcome) {
+        crate::control::change_queue(conn, &queue, change)?;
+        return Ok((outcome, true, refused));
+    }
     let Some(next) = next else {
         return Ok((outcome, false, refused));
     };

@@ -56,6 +56,33 @@ pub struct JobContext {
     pub progress: Progress,
 }
 
+impl JobContext {
+    /// Holds this job's group until `until` (Unix seconds), when its upstream answered 429
+    /// with a Retry-After: the queue leases none of the group's jobs until then (or later, if
+    /// it was already paused longer). A fenced write: refused, and nothing paused, once this
+    /// lease is lost. The handler then usually fails its job with a retry after that time.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidInput`] for a time that is not finite, or the store's error. A
+    /// refusal (the lease was lost, or the job has no group) is the `Err` inside.
+    pub async fn hold_group(&self, until: f64) -> Result<WriteOutcome, StoreError> {
+        let p = &self.progress;
+        let now = Timestamp::new(p.clock.now())?;
+        p.store
+            .hold_group(&self.job, &p.owner, self.fence, now, Timestamp::new(until)?)
+            .await
+    }
+
+    /// [`JobContext::hold_group`] for `seconds` from now by the worker's clock (what an
+    /// upstream's `Retry-After` says).
+    ///
+    /// # Errors
+    /// As [`JobContext::hold_group`].
+    pub async fn hold_group_for(&self, seconds: f64) -> Result<WriteOutcome, StoreError> {
+        self.hold_group(self.progress.clock.now() + seconds).await
+    }
+}
+
 /// Reports a running job's progress: a short text stored with the job (shown by `record`,
 /// the API and the page) under the lease's fence, which also renews the lease. A stale holder's
 /// report is refused like any of its writes.

@@ -13,6 +13,7 @@ use futures::future::BoxFuture;
 use lease_domain::{
     Backoff, EnqueueSpec, Fence, JobId, JobResult, Owner, QueueName, Retry, Status, Timestamp, Ttl,
 };
+use lease_ports::control::Control;
 use lease_ports::decorate::{Call, Decorated, Hooks};
 use lease_ports::memory::MemoryLeaseStore;
 use lease_ports::{Applied, Command, LeaseStore, Outcome, StoreError};
@@ -968,4 +969,90 @@ async fn progress_reports_are_stored_under_the_fence_and_a_stale_one_is_refused(
     let stale = kept.lock().unwrap().clone().unwrap();
     assert!(stale.report("from the old lease").await.unwrap().is_err());
     assert_eq!(record(store.as_ref(), "p").await.progress, None);
+}
+
+/// A handler holds its job's group (`JobContext::hold_group_for`, as after an upstream's 429):
+/// the group is paused by the worker's clock from then, its other job waits while the rest of
+/// the queue runs; once the lease is another's, the old context's hold is refused and changes
+/// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_holds_its_group_under_its_fence_and_a_stale_hold_is_refused() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    let grouped = |g: &str| EnqueueSpec {
+        group: Some(lease_domain::GroupKey::new(g).unwrap()),
+        ..EnqueueSpec::default()
+    };
+    for (id, g) in [
+        ("m1", "merchant-9"),
+        ("m2", "merchant-9"),
+        ("o1", "merchant-1"),
+    ] {
+        assert!(store.enqueue_with(&job(id), &grouped(g)).await.unwrap());
+    }
+    let kept: Arc<Mutex<Option<JobContext>>> = Arc::new(Mutex::new(None));
+    let seen = Arc::clone(&kept);
+    let mut config = config("w", 5.0);
+    config.max_jobs = Some(2);
+    let lease_store: Arc<dyn LeaseStore> = store.clone();
+    let summary = Worker::new(
+        lease_store,
+        move |ctx: JobContext| {
+            let seen = Arc::clone(&seen);
+            async move {
+                if ctx.job.as_str() == "m1" {
+                    assert!(matches!(ctx.hold_group_for(3600.0).await, Ok(Ok(()))));
+                    *seen.lock().unwrap() = Some(ctx.clone());
+                }
+                Ok::<_, String>("done".to_owned())
+            }
+        },
+        config,
+    )
+    .run(CancellationToken::new())
+    .await
+    .unwrap();
+    assert_eq!(summary.completed, 2);
+    let settings = store.settings_of(&QueueName::default()).await.unwrap();
+    let until = settings.paused_groups[&lease_domain::GroupKey::new("merchant-9").unwrap()]
+        .expect("held until a time");
+    assert!(until.get() > SystemClock.now() + 3000.0);
+    assert_eq!(
+        record(store.as_ref(), "m2").await.status_at(until),
+        Status::Pending
+    );
+    assert!(record(store.as_ref(), "o1").await.done);
+    // Resumed, and m1 run again under a new lease: the old context's hold is refused.
+    store
+        .change_queue(
+            &QueueName::default(),
+            lease_domain::QueueChange::ResumeGroup(
+                lease_domain::GroupKey::new("merchant-9").unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+    let rerun = EnqueueSpec {
+        replace_finished: true,
+        ..grouped("merchant-9")
+    };
+    assert!(store.enqueue_with(&job("m1"), &rerun).await.unwrap());
+    let now = lease_domain::LeaseTerm::new(SystemClock.now(), 5.0).unwrap();
+    assert_eq!(
+        store
+            .claim_next(&QueueName::default(), &owner("w"), now, 1)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let stale = kept.lock().unwrap().clone().unwrap();
+    assert!(stale.hold_group_for(60.0).await.unwrap().is_err());
+    assert!(
+        store
+            .settings_of(&QueueName::default())
+            .await
+            .unwrap()
+            .is_default(),
+        "a stale hold paused the group"
+    );
 }

@@ -22,7 +22,8 @@ import schemathesis
 
 CLAIMS = ("/v1/queues/{queue}/claims", "/v1/jobs/{id}/claim")
 HOLDER_WRITES = tuple(
-    f"/v1/jobs/{{id}}/{write}" for write in ("renew", "progress", "complete", "fail", "release")
+    f"/v1/jobs/{{id}}/{write}"
+    for write in ("renew", "progress", "hold-group", "complete", "fail", "release")
 )
 
 
