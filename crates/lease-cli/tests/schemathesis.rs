@@ -80,7 +80,11 @@ fn nothing_found_over(db: &Path) {
     // With the audit trail on, so that the refusals the run provokes (every kind of holder
     // write) are recorded and `GET /v1/refusals` and the event stream read them back.
     let server = Server::start(db, &["--audit", "--events-lifetime", "0.5"], &[]);
-    let (seed, examples) = (seed(), setting("LEASE_SCHEMATHESIS_EXAMPLES", "10"));
+    // 25 examples an operation in CI: at 10 the stateful phase's few scenarios left a holder
+    // write unreached under some seeds (seeds 2 and 3 did; seed 1 did once the document
+    // gained two routes), so the check below failed by luck; at 25 seeds 1 to 3 reach every
+    // one, for about 15 s more.
+    let (seed, examples) = (seed(), setting("LEASE_SCHEMATHESIS_EXAMPLES", "25"));
     // Printed (and kept by the test harness with a failure) so that the run can be replayed.
     eprintln!(
         "schemathesis: seed {seed}, {examples} examples per operation, against {}",
