@@ -137,7 +137,7 @@ pub(crate) enum Command {
     Resume(crate::control::ResumeArgs),
     /// Set a queue's limits: at most --concurrency live leases at once across every worker
     /// and at most --per-group of each group (decided in each claim's own transaction; 0
-    /// removes a limit), --ordered groups, and the --timeout of its jobs that name none.
+    /// removes a limit), --ordered groups, --fair turns across groups, rates, and the --timeout of its jobs that name none.
     Limit(crate::control::LimitArgs),
     /// Store a running job's progress (a short text, up to 1,024 bytes) under its lease's
     /// fence; with --ttl the lease is renewed for that long, without it the lease keeps its

@@ -164,8 +164,8 @@ pub(crate) fn resume(
 }
 
 /// `lease limit`'s request: any of `--concurrency N` and `--per-group N` (0 removes the
-/// limit), `--timeout SECONDS` or `--no-timeout`, and `--ordered` or `--unordered`; at least
-/// one. Every flag given is one change of the store, applied together or not at all.
+/// limit), `--timeout SECONDS` or `--no-timeout`, `--ordered` or `--unordered`, `--fair` or
+/// `--no-fair`, and the rates; at least one. Every flag given is one change of the store, applied together or not at all.
 pub(crate) fn limit(args: LimitArgs, now: f64) -> Result<ControlRequest, RequestError> {
     let timeout = match (args.timeout, args.no_timeout) {
         (Some(_), true) => return Err(flag("give --timeout or --no-timeout, not both".to_owned())),
@@ -175,17 +175,14 @@ pub(crate) fn limit(args: LimitArgs, now: f64) -> Result<ControlRequest, Request
         (None, true) => Some(None),
         (None, false) => None,
     };
-    let ordered = match (args.ordered, args.unordered) {
-        (true, true) => return Err(flag("give --ordered or --unordered, not both".to_owned())),
-        (true, false) => Some(true),
-        (false, true) => Some(false),
-        (false, false) => None,
-    };
+    let ordered = switch(args.ordered, args.unordered, "--ordered or --unordered")?;
+    let fair = switch(args.fair, args.no_fair, "--fair or --no-fair")?;
     let change = QueueChange::set(lease_domain::Limits {
         concurrency: args.concurrency.map(lease_domain::Concurrency::new),
         timeout,
         per_group: args.per_group.map(lease_domain::Concurrency::new),
         ordered,
+        fair,
         rate: args
             .rate
             .as_deref()
@@ -200,8 +197,8 @@ pub(crate) fn limit(args: LimitArgs, now: f64) -> Result<ControlRequest, Request
     .ok_or_else(|| {
         flag(
             "give --concurrency N or --per-group N (0 removes the limit), --timeout SECONDS, \
-             --no-timeout, --ordered or --unordered, --rate or --rate-per-group N/PERIOD \
-             (none removes it)"
+             --no-timeout, --ordered or --unordered, --fair or --no-fair, --rate or \
+             --rate-per-group N/PERIOD (none removes it)"
                 .to_owned(),
         )
     })?;
@@ -210,6 +207,17 @@ pub(crate) fn limit(args: LimitArgs, now: f64) -> Result<ControlRequest, Request
         change,
         Timestamp::new(now)?,
     ))
+}
+
+/// A setting turned on (`on`) or off (`off`) by a pair of flags, or left alone; both is an
+/// error naming the pair (`names`).
+fn switch(on: bool, off: bool, names: &str) -> Result<Option<bool>, RequestError> {
+    match (on, off) {
+        (true, true) => Err(flag(format!("give {names}, not both"))),
+        (true, false) => Ok(Some(true)),
+        (false, true) => Ok(Some(false)),
+        (false, false) => Ok(None),
+    }
 }
 
 /// A rate flag's value: `N/PERIOD` (`100/1m`, `5/500ms`), or `none` to remove the rate.
@@ -309,6 +317,9 @@ pub(crate) fn settings_words(settings: &QueueSettings, now: Timestamp) -> String
     }
     if settings.ordered {
         words.push("groups in order".to_owned());
+    }
+    if settings.fair {
+        words.push("groups served in turn".to_owned());
     }
     if let Some(rate) = settings.rate {
         words.push(format!("at most {rate} lease(s)"));
@@ -518,6 +529,8 @@ mod tests {
             per_group: None,
             ordered: false,
             unordered: false,
+            fair: false,
+            no_fair: false,
             rate: None,
             rate_per_group: None,
         }
@@ -628,6 +641,14 @@ pub(crate) struct LimitArgs {
     /// Stop running groups in order.
     #[arg(long)]
     pub(crate) unordered: bool,
+    /// Serve the groups in turn, the group served least recently first, so a group with a
+    /// large backlog cannot starve one enqueued later (jobs without a group go first;
+    /// priority orders the jobs of one group).
+    #[arg(long)]
+    pub(crate) fair: bool,
+    /// Stop serving the groups in turn: claim order across groups again.
+    #[arg(long)]
+    pub(crate) no_fair: bool,
     /// The most leases of the queue granted in any window of PERIOD, across every worker (a
     /// sliding window): N/PERIOD with PERIOD as 500ms, 1s, 1m or 1h; `none` removes it.
     #[arg(long, value_name = "N/PERIOD", allow_hyphen_values = true)]

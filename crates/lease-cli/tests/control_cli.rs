@@ -1143,6 +1143,58 @@ fn many_workers_run_each_ordered_group_one_job_at_a_time_in_order() {
     assert_eq!(json_of(&db, &["stats"])["settings"], json!({}));
 }
 
+/// `lease limit --fair` through the binary: a group enqueued after another's backlog is
+/// served by the next claim (claim order would serve the backlog first), `stats` says so,
+/// both flags at once are refused and change nothing, and `--no-fair` goes back to claim
+/// order.
+#[test]
+fn a_fair_queue_serves_a_late_group_before_an_earlier_backlog_from_the_cli() {
+    let (_dir, db) = fresh_db();
+    for n in 0..5 {
+        json_of(
+            &db,
+            &[
+                "enqueue",
+                &format!("big{n}"),
+                "--queue",
+                "q",
+                "--group",
+                "big",
+            ],
+        );
+    }
+    // One claim of one lease: the id it leased.
+    let claim = || {
+        let leases = json_of(
+            &db,
+            &["claim-next", "--queue", "q", "--owner", "w", "--ttl", "60"],
+        );
+        leases["leases"][0]["id"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(json_of(&db, &["limit", "q", "--fair"])["fair"], true);
+    assert_eq!(claim(), "big0");
+    json_of(
+        &db,
+        &["enqueue", "small0", "--queue", "q", "--group", "small"],
+    );
+    json_of(
+        &db,
+        &["enqueue", "small1", "--queue", "q", "--group", "small"],
+    );
+    assert_eq!(claim(), "small0");
+    assert_eq!(claim(), "big1");
+    let words = String::from_utf8_lossy(&run(&db, &["stats"]).stdout).into_owned();
+    assert!(words.contains("groups served in turn"), "{words}");
+    refused(
+        &run(&db, &["limit", "q", "--fair", "--no-fair"]),
+        "not both",
+    );
+    assert_eq!(json_of(&db, &["stats"])["settings"]["q"]["fair"], true);
+    assert_eq!(json_of(&db, &["limit", "q", "--no-fair"])["fair"], false);
+    assert_eq!(json_of(&db, &["stats"])["settings"], json!({}));
+    assert_eq!(claim(), "big2");
+}
+
 /// `lease enqueue --debounce`: the job is due the debounce from now; enqueueing its id again
 /// while it waits replaces its payload and pushes it (answered "inserted": false); once it
 /// has been leased it is left alone; a bad value is refused naming the flag.

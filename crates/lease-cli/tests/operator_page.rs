@@ -949,16 +949,16 @@ async fn an_admin_pauses_limits_and_schedules_from_the_page_and_a_job_shows_its_
     session
         .until("the mail queue, resumed", &format!("{mail_flow} === '—'"))
         .await;
-    // A limit of 2, one job a group, groups in order, all from the form (each job of the
-    // mail queue is in a group of its own).
+    // A limit of 2, one job a group, groups in order and in turn, all from the form (each
+    // job of the mail queue is in a group of its own).
     session
-        .eval("document.getElementById('limit-queue').value = 'mail'; document.getElementById('limit-concurrency').value = '2'; document.getElementById('limit-per-group').value = '1'; document.getElementById('limit-ordered').value = 'yes'; document.getElementById('limit-rate').value = '1000/1h'; document.getElementById('limit-rate-per-group').value = '100/1h'")
+        .eval("document.getElementById('limit-queue').value = 'mail'; document.getElementById('limit-concurrency').value = '2'; document.getElementById('limit-per-group').value = '1'; document.getElementById('limit-ordered').value = 'yes'; document.getElementById('limit-fair').value = 'yes'; document.getElementById('limit-rate').value = '1000/1h'; document.getElementById('limit-rate-per-group').value = '100/1h'")
         .await;
     session.confirm("#limit-form button", None).await;
     session
         .until(
             "the mail queue's limits",
-            &format!("{mail_flow}.startsWith('≤ 2') && {mail_flow}.includes('≤ 1 a group, groups in order, ≤ 1000/1h, ≤ 100/1h a group')"),
+            &format!("{mail_flow}.startsWith('≤ 2') && {mail_flow}.includes('≤ 1 a group, groups in order, groups served in turn, ≤ 1000/1h, ≤ 100/1h a group')"),
         )
         .await;
     let (_, queues) = server.call("GET", "/v1/queues", &as_admin, "");
@@ -967,9 +967,16 @@ async fn an_admin_pauses_limits_and_schedules_from_the_page_and_a_job_shows_its_
             &queues["queues"][0]["per_group"],
             &queues["queues"][0]["ordered"],
             &queues["queues"][0]["rate"],
-            &queues["queues"][0]["rate_per_group"]
+            &queues["queues"][0]["rate_per_group"],
+            &queues["queues"][0]["fair"]
         ),
-        (&json!(1), &json!(true), &json!("1000/1h"), &json!("100/1h")),
+        (
+            &json!(1),
+            &json!(true),
+            &json!("1000/1h"),
+            &json!("100/1h"),
+            &json!(true)
+        ),
         "{queues}"
     );
     // One group paused from the page, and resumed.

@@ -25,6 +25,25 @@ fn json_of(db: &str, args: &[&str]) -> Value {
         .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&out.stderr)))
 }
 
+/// `lease ARGS` with `lines` on its stdin, one a line.
+fn fed(db: &str, args: &[&str], lines: &[String]) -> Output {
+    use std::io::Write as _;
+    let mut child = lease(db)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(lines.join("\n").as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
 fn ok(out: &Output) {
     assert!(
         out.status.success(),
@@ -356,26 +375,12 @@ fn init_on_a_missing_postgres_database_says_to_create_the_database() {
 
 #[test]
 fn enqueue_many_on_postgres_inserts_each_new_id_once_in_transactions_of_a_thousand() {
-    use std::io::Write as _;
     let db = ScratchDatabase::create();
     let url = db.url();
     ok(&run(url, &["init"]));
     ok(&run(url, &["enqueue", "job-5"]));
     let ids: Vec<String> = (0..1_500).map(|n| format!("job-{n}")).collect();
-    let mut child = lease(url)
-        .args(["enqueue-many", "--queue", "bulk", "--json"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(ids.join("\n").as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = fed(url, &["enqueue-many", "--queue", "bulk", "--json"], &ids);
     ok(&out);
     let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(answer, serde_json::json!({"inserted": 1_499, "existed": 1}));
@@ -637,4 +642,45 @@ fn sixteen_racing_processes_are_granted_no_more_than_the_rate_on_postgres() {
     assert!(claim["throttled_until"].as_f64().is_some(), "{claim}");
     let running = json_of(url, &["list", "--queue", "rated", "--status", "running"]);
     assert_eq!(running["jobs"].as_array().unwrap().len(), 3);
+}
+
+/// Eight processes claim one job each at once from a `--fair` queue on PostgreSQL whose
+/// eight groups were enqueued one after another (each with more jobs than the racers could
+/// lock): each claim takes its turn after the queue's lock and serves the group served least
+/// recently, so between them they serve all eight groups, one each, where claim order would
+/// have served only the first.
+#[test]
+fn eight_racing_processes_on_a_fair_queue_serve_eight_groups_on_postgres() {
+    let db = ScratchDatabase::create();
+    let url = db.url();
+    ok(&run(url, &["init"]));
+    let lines: Vec<String> = (0..8)
+        .flat_map(|g| (0..20).map(move |n| format!(r#"{{"id": "g{g}-{n:02}", "group": "g{g}"}}"#)))
+        .collect();
+    let many = ["enqueue-many", "--queue", "f", "--json-lines", "--json"];
+    ok(&fed(url, &many, &lines));
+    assert_eq!(json_of(url, &["limit", "f", "--fair"])["fair"], true);
+    let racers: Vec<_> = (0..8)
+        .map(|w| {
+            lease(url)
+                .args(["claim-next", "--queue", "f", "--owner", &format!("w{w}")])
+                .args(["--ttl", "3600", "--limit", "1", "--json"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut groups = Vec::new();
+    for racer in racers {
+        let out = racer.wait_with_output().unwrap();
+        ok(&out);
+        let claim: Value = serde_json::from_slice(&out.stdout).unwrap();
+        for lease in claim["leases"].as_array().unwrap() {
+            groups.push(lease["group"].as_str().unwrap().to_owned());
+        }
+    }
+    groups.sort();
+    let every: Vec<String> = (0..8).map(|g| format!("g{g}")).collect();
+    assert_eq!(groups, every);
 }

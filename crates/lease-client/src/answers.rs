@@ -164,6 +164,7 @@ pub(crate) fn queue(value: &Value) -> Result<(QueueName, lease_domain::QueueSett
                 .collect::<Result<_, StoreError>>()?,
             rate: rate(&value["rate"], "rate")?,
             rate_per_group: rate(&value["rate_per_group"], "rate_per_group")?,
+            fair: boolean(&value["fair"], "fair")?,
         },
     ))
 }

@@ -261,6 +261,9 @@ impl HttpLeaseStore {
         if let Some(ordered) = limits.ordered {
             body.insert("ordered".to_owned(), json!(ordered));
         }
+        if let Some(fair) = limits.fair {
+            body.insert("fair".to_owned(), json!(fair));
+        }
         let rate = |rate: Option<lease_domain::Rate>| {
             json!(rate.map_or_else(|| "none".to_owned(), |r| r.to_string()))
         };

@@ -42,6 +42,9 @@ pub struct QueueSettings {
     /// The most leases of each group of the queue granted in any window of the rate's period
     /// (`None`: no rate per group).
     pub rate_per_group: Option<Rate>,
+    /// Whether claims serve the queue's groups in turn, the group served least recently first
+    /// ([`crate::Turn`]), instead of in claim order across groups.
+    pub fair: bool,
 }
 
 /// A limit on live leases: at least 1 (a limit of 0 is no limit, and is written as `None`).
@@ -133,10 +136,10 @@ impl QueueSettings {
     }
 
     /// Whether claims of the queue must take turns: each decides on counts (of the queue's or
-    /// a group's live leases) that another claim's leases would change.
+    /// a group's live leases) or on the groups' turns that another claim's leases would change.
     #[must_use]
     pub fn serializes_claims(&self) -> bool {
-        self.counts_leases() || self.limits_groups() || self.limits_rate()
+        self.counts_leases() || self.limits_groups() || self.limits_rate() || self.fair
     }
 }
 
@@ -156,6 +159,8 @@ pub struct Limits {
     pub rate: Option<Option<Rate>>,
     /// The rate of each group.
     pub rate_per_group: Option<Option<Rate>>,
+    /// Whether claims serve the groups in turn.
+    pub fair: Option<bool>,
 }
 
 impl Limits {
@@ -194,6 +199,9 @@ impl Limits {
         }
         if let Some(rate) = self.rate_per_group {
             settings.rate_per_group = rate;
+        }
+        if let Some(fair) = self.fair {
+            settings.fair = fair;
         }
     }
 }
@@ -252,6 +260,7 @@ impl QueueChange {
                 ordered: None,
                 rate: None,
                 rate_per_group: None,
+                fair: None,
             } => Some(Self::Concurrency(limit)),
             Limits {
                 concurrency: None,
@@ -260,6 +269,7 @@ impl QueueChange {
                 ordered: None,
                 rate: None,
                 rate_per_group: None,
+                fair: None,
             } => Some(Self::Timeout(timeout)),
             l => Some(Self::Limits(l)),
         }

@@ -24,6 +24,17 @@ enum Turn {
     Closed,
 }
 
+/// What a fair claim may take from a group on its turn ([`GroupGate::turn`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupTurn<'a> {
+    /// None of its jobs.
+    Closed,
+    /// Only these jobs (an ordered group's started work, due again).
+    Only(Vec<&'a JobId>),
+    /// Any of its jobs, in claim order.
+    Open,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Standing {
     live: u64,
@@ -207,6 +218,44 @@ impl GroupGate {
         }
     }
 
+    /// What a fair claim may take from `group` on its turn: nothing (paused, full, out of its
+    /// rate, not its turn in an ordered queue, or a group whose standing the gate was not
+    /// told of while it judges standing), only some started jobs (an ordered group's), or any
+    /// of its jobs in claim order.
+    #[must_use]
+    pub fn turn(&self, group: &GroupKey) -> GroupTurn<'_> {
+        if self.paused.contains(group) {
+            return GroupTurn::Closed;
+        }
+        if !self.judges_standing() {
+            return GroupTurn::Open;
+        }
+        match self.groups.get(group) {
+            Some(standing) => self.standing_turn(standing),
+            None => GroupTurn::Closed,
+        }
+    }
+
+    /// What the claim may take from a group that stands so.
+    fn standing_turn<'a>(&self, standing: &'a Standing) -> GroupTurn<'a> {
+        let full = self
+            .per_group
+            .is_some_and(|limit| standing.live >= u64::from(limit.get()))
+            || standing.room == 0;
+        match &standing.turn {
+            _ if full => GroupTurn::Closed,
+            Turn::Closed if self.ordered => GroupTurn::Closed,
+            Turn::Only(ids) if self.ordered => GroupTurn::Only(ids.iter().collect()),
+            _ => GroupTurn::Open,
+        }
+    }
+
+    /// Whether the gate must learn the standing of `group` before judging its jobs.
+    #[must_use]
+    pub fn must_learn(&self, group: &GroupKey) -> bool {
+        self.judges_standing() && !self.groups.contains_key(group)
+    }
+
     /// The groups none of whose jobs the claim may lease now, and the jobs of those groups it
     /// still may (an ordered group's started work): a store leaves the rest out of the
     /// candidates it reads, so a group's backlog is not read again and again.
@@ -215,18 +264,13 @@ impl GroupGate {
         let mut groups: Vec<&GroupKey> = self.paused.iter().collect();
         let mut except = Vec::new();
         for (group, standing) in &self.groups {
-            let full = self
-                .per_group
-                .is_some_and(|limit| standing.live >= u64::from(limit.get()))
-                || standing.room == 0;
-            match &standing.turn {
-                _ if full => groups.push(group),
-                Turn::Closed if self.ordered => groups.push(group),
-                Turn::Only(ids) if self.ordered => {
+            match self.standing_turn(standing) {
+                GroupTurn::Closed => groups.push(group),
+                GroupTurn::Only(ids) => {
                     groups.push(group);
                     except.extend(ids);
                 }
-                _ => {}
+                GroupTurn::Open => {}
             }
         }
         (groups, except)

@@ -25,6 +25,7 @@ mod queue;
 mod rate;
 mod rules;
 mod schedule;
+mod turns;
 mod values;
 
 pub use access::{
@@ -35,7 +36,7 @@ pub use audit::{AuditReason, Refusal, holder_refusal, reclaim_delay, reclaim_del
 pub use clock::{ClockMode, ClockRefused, ClockSkew};
 pub use command::{Command, HolderWrite, Outcome};
 pub use control::{Concurrency, Limits, Pause, QueueChange, QueueSettings, decide_queue_change};
-pub use groups::GroupGate;
+pub use groups::{GroupGate, GroupTurn};
 pub use guard::{GuardRefused, decide_guard};
 pub use migrate::{ImportDecision, decide_import, raise_fence};
 pub use queue::{
@@ -53,6 +54,7 @@ pub use schedule::{
     CatchUp, MAX_CATCH_UP, ON_TIME, Schedule, ScheduleName, ScheduleSpec, decide_fire,
     decide_put_schedule, decide_ticks, run_job_id, tick_job_id, utc_text,
 };
+pub use turns::Turn;
 pub use values::{
     AccessError, Fence, InputError, JobId, JobResult, LeaseTerm, MAX_NAME_BYTES, Owner, Renewal,
     Timestamp, TokenDigest, Ttl,

@@ -314,6 +314,8 @@ pub struct StoredQueue {
     pub rate: (Option<i64>, Option<f64>),
     /// The rate of each group, as its count and its period in seconds, if any.
     pub rate_per_group: (Option<i64>, Option<f64>),
+    /// Whether claims serve its groups in turn.
+    pub fair: bool,
 }
 
 /// A rate as its stored count and period.
@@ -359,6 +361,7 @@ impl StoredQueue {
                 .collect(),
             rate: rate_row(settings.rate),
             rate_per_group: rate_row(settings.rate_per_group),
+            fair: settings.fair,
         }
     }
 
@@ -399,6 +402,7 @@ impl StoredQueue {
                 self.rate_per_group,
                 &format!("queue {queue_name}'s groups"),
             )?,
+            fair: self.fair,
         };
         Ok((queue_name, settings))
     }

@@ -458,6 +458,11 @@ async fn cancel_granted(store: &Store, id: &JobId, now: f64) {
         .expect("cancel is granted");
 }
 
+/// Sets what `limits` gives of queue `q`'s limits, as one change.
+async fn limit(store: &ControlStore, q: &str, limits: Limits) -> QueueSettings {
+    change(store, q, QueueChange::set(limits).expect("a change")).await
+}
+
 async fn next(store: &Store, q: &str, who: &str, now: f64, limit: usize) -> Vec<Lease> {
     store
         .claim_next(&queue(q), &owner(who), term(now, 10.0), limit)
@@ -2254,14 +2259,13 @@ pub async fn a_per_group_limit_bounds_each_groups_live_leases_under_racing_claim
     }
     enqueued_with(&lease_store, "x0", &spec("q", 0, None, 5)).await;
     enqueued_with(&lease_store, "x1", &spec("q", 0, None, 5)).await;
-    let limited = change(
+    let limited = limit(
         &store,
         "q",
-        QueueChange::set(Limits {
+        Limits {
             per_group: Some(Concurrency::new(2)),
             ..Limits::default()
-        })
-        .expect("a change"),
+        },
     )
     .await;
     assert_eq!(limited.per_group, Concurrency::new(2));
@@ -2286,14 +2290,13 @@ pub async fn a_per_group_limit_bounds_each_groups_live_leases_under_racing_claim
             "racing claims made {live} leases of group {g} live under 2"
         );
     }
-    let removed = change(
+    let removed = limit(
         &store,
         "q",
-        QueueChange::set(Limits {
+        Limits {
             per_group: Some(None),
             ..Limits::default()
-        })
-        .expect("a change"),
+        },
     )
     .await;
     assert!(removed.is_default(), "{removed:?}");
@@ -2313,14 +2316,13 @@ pub async fn a_rate_grants_at_most_n_leases_in_any_window_under_racing_claims(st
     for i in 0..30 {
         enqueued_with(&lease_store, &format!("x{i:02}"), &spec("q", 0, None, 5)).await;
     }
-    let rated = change(
+    let rated = limit(
         &store,
         "q",
-        QueueChange::set(Limits {
+        Limits {
             rate: Some(Some(lease_domain::Rate::parse("3/10s").expect("a rate"))),
             ..Limits::default()
-        })
-        .expect("a change"),
+        },
     )
     .await;
     assert_eq!(rated.rate.map(|r| r.to_string()).as_deref(), Some("3/10s"));
@@ -2355,14 +2357,13 @@ pub async fn a_rate_grants_at_most_n_leases_in_any_window_under_racing_claims(st
     }
     enqueued_with(&lease_store, "y0", &spec("p", 0, None, 5)).await;
     enqueued_with(&lease_store, "y1", &spec("p", 0, None, 5)).await;
-    change(
+    limit(
         &store,
         "p",
-        QueueChange::set(Limits {
+        Limits {
             rate_per_group: Some(Some(lease_domain::Rate::parse("1/1m").expect("a rate"))),
             ..Limits::default()
-        })
-        .expect("a change"),
+        },
     )
     .await;
     let mut took = ids(&next(&lease_store, "p", "w", 200.0, 20).await)
@@ -2392,14 +2393,13 @@ pub async fn a_rate_grants_at_most_n_leases_in_any_window_under_racing_claims(st
     // a0, b0 and the ungrouped jobs' leases ended at 210: in claim order a0 and b0 go again.
     assert_eq!(again, ["a0", "b0", "y0", "y1"]);
     // Removing the rate frees the group at once.
-    let removed = change(
+    let removed = limit(
         &store,
         "p",
-        QueueChange::set(Limits {
+        Limits {
             rate_per_group: Some(None),
             ..Limits::default()
-        })
-        .expect("a change"),
+        },
     )
     .await;
     assert!(removed.is_default(), "{removed:?}");
@@ -2518,14 +2518,13 @@ pub async fn an_ordered_group_runs_one_job_at_a_time_in_claim_order(store: Contr
     }
     enqueued_with(&lease_store, "h1", &grouped("q", "h")).await;
     enqueued_with(&lease_store, "x", &spec("q", 0, None, 5)).await;
-    let ordered = change(
+    let ordered = limit(
         &store,
         "q",
-        QueueChange::set(Limits {
+        Limits {
             ordered: Some(true),
             ..Limits::default()
-        })
-        .expect("a change"),
+        },
     )
     .await;
     assert!(ordered.ordered);
@@ -2580,6 +2579,90 @@ pub async fn an_ordered_group_runs_one_job_at_a_time_in_claim_order(store: Contr
     complete_granted(&lease_store, &last[0].job, "w", last[0].fence, 20.0, "ok").await;
     enqueued_with(&lease_store, "g4", &grouped("q", "g")).await;
     assert_eq!(ids(&next(&lease_store, "q", "w", 21.0, 10).await), ["g4"]);
+}
+
+/// Fair claims serve the groups in turn, the group served least recently first, whatever
+/// their backlog and priority: the jobs without a group first, then one lease a group per
+/// turn, round the groups; a group enqueued later is served by the next claim; the group
+/// rules still hold; `--no-fair` goes back to claim order.
+pub async fn fair_claims_serve_the_groups_in_turn_whatever_their_backlog(store: ControlStore) {
+    let lease_store: Store = store.clone();
+    for n in 1..=20 {
+        let big = EnqueueSpec {
+            priority: 9,
+            ..grouped("q", "big")
+        };
+        enqueued_with(&lease_store, &format!("big{n:02}"), &big).await;
+    }
+    for id in ["a1", "a2"] {
+        enqueued_with(&lease_store, id, &grouped("q", "a")).await;
+    }
+    for id in ["b1", "b2"] {
+        enqueued_with(&lease_store, id, &grouped("q", "b")).await;
+    }
+    enqueued_with(&lease_store, "x", &spec("q", 0, None, 5)).await;
+    let fair = |on: bool| Limits {
+        fair: Some(on),
+        ..Limits::default()
+    };
+    let settings = limit(&store, "q", fair(true)).await;
+    assert!(settings.fair);
+    // The job without a group, then a, b and big (never served, by key), then round again.
+    let first = next(&lease_store, "q", "w", 1.0, 5).await;
+    assert_eq!(ids(&first), ["x", "a1", "b1", "big01", "a2"]);
+    // b waited longest, then big; a and b have nothing due (their jobs are running).
+    let second = next(&lease_store, "q", "w", 2.0, 4).await;
+    assert_eq!(ids(&second), ["b2", "big02", "big03", "big04"]);
+    // A group enqueued after big's run is served by the next claim.
+    enqueued_with(&lease_store, "late1", &grouped("q", "late")).await;
+    enqueued_with(&lease_store, "late2", &grouped("q", "late")).await;
+    let third = next(&lease_store, "q", "w", 3.0, 3).await;
+    assert_eq!(ids(&third), ["late1", "big05", "late2"]);
+    // The group rules still hold: one live lease per group.
+    limit(
+        &store,
+        "q",
+        Limits {
+            per_group: Some(Concurrency::new(1)),
+            ..Limits::default()
+        },
+    )
+    .await;
+    for lease in &third {
+        complete_granted(&lease_store, &lease.job, "w", lease.fence, 3.5, "ok").await;
+    }
+    enqueued_with(&lease_store, "a3", &grouped("q", "a")).await;
+    for lease in first
+        .iter()
+        .chain(&second)
+        .filter(|l| l.job.as_str() != "x")
+    {
+        complete_granted(&lease_store, &lease.job, "w", lease.fence, 3.5, "ok").await;
+    }
+    let limited = next(&lease_store, "q", "w", 4.0, 10).await;
+    assert_eq!(ids(&limited), ["a3", "big06"]);
+    // Without fair, claim order again: big's priority first once its limit lets it (a fair
+    // claim would serve c, never served, first).
+    limit(&store, "q", fair(false)).await;
+    let late = EnqueueSpec {
+        priority: 1,
+        ..grouped("q", "c")
+    };
+    enqueued_with(&lease_store, "c1", &late).await;
+    enqueued_with(&lease_store, "c2", &late).await;
+    let unfair = next(&lease_store, "q", "w", 5.0, 10).await;
+    assert_eq!(ids(&unfair), ["c1"]);
+    limit(
+        &store,
+        "q",
+        Limits {
+            per_group: Some(None),
+            ..Limits::default()
+        },
+    )
+    .await;
+    let ordered = next(&lease_store, "q", "w", 6.0, 2).await;
+    assert_eq!(ids(&ordered), ["big07", "big08"]);
 }
 
 /// A paused group: a claim leases none of its jobs while the queue's other groups and its
@@ -2724,6 +2807,7 @@ macro_rules! conformance_tests {
             a_per_group_limit_bounds_each_groups_live_leases_under_racing_claims,
             an_ordered_group_runs_one_job_at_a_time_in_claim_order,
             a_paused_group_leases_nothing_while_the_queues_other_groups_run,
+            fair_claims_serve_the_groups_in_turn_whatever_their_backlog,
             a_rate_grants_at_most_n_leases_in_any_window_under_racing_claims,
             a_holder_holds_its_group_until_a_time_and_a_stale_holder_cannot,
             schedules_are_kept_and_a_tick_fires_once,

@@ -7,9 +7,9 @@
 //! at fences next to `i64::MAX`; `complete_and_claim_next` runs as one call; `stats` is judged
 //! at three times; and a [`Harness`] can move both stores into fresh ones mid-sequence
 //! ([`crate::transfer::migrate`]) and go on with the copies. Queues are paused, limited and
-//! given timeouts, per-group limits and ordered groups (most jobs have one of three groups),
-//! finished jobs run again and progress reported, and each store's queue settings are
-//! rendered with its jobs.
+//! given timeouts, per-group limits, ordered groups, rates and fair claims (most jobs have one
+//! of three groups), finished jobs run again and progress reported, and each store's queue
+//! settings are rendered with its jobs.
 
 use futures::future::LocalBoxFuture;
 use proptest::prelude::*;
@@ -110,7 +110,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         (0..3u8, 0..2u8).prop_map(|(j, q)| Op::Rerun(j, q)),
         (0..3u8, 0..3u8, 0..5u8, -5..30i8, 0..8u8)
             .prop_map(|(j, o, f, n, t)| Op::Progress(j, o, f, n, t)),
-        (0..2u8, 0..12u8, -5..30i8).prop_map(|(q, k, n)| Op::Queue(q, k, n)),
+        (0..2u8, 0..13u8, -5..30i8).prop_map(|(q, k, n)| Op::Queue(q, k, n)),
     ]
 }
 
@@ -308,6 +308,10 @@ async fn outcome(store: &dyn Transfer, op: &Op) -> String {
                 }),
                 10 => QueueChange::Limits(Limits {
                     rate: Some(lease_domain::Rate::new(u32::from(n.unsigned_abs() % 3), 5.0).ok()),
+                    ..Limits::default()
+                }),
+                12 => QueueChange::Limits(Limits {
+                    fair: Some(n % 3 != 0),
                     ..Limits::default()
                 }),
                 11 => QueueChange::Limits(Limits {

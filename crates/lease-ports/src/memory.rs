@@ -7,9 +7,9 @@ use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use lease_domain::{
-    ClockMode, Command, EnqueueSpec, Fence, GroupKey, Job, JobId, LeaseTerm, Outcome, QueueChange,
-    QueueName, QueueSettings, Schedule, ScheduleName, ScheduleSpec, Status, Timestamp, claim_order,
-    decide_put_schedule, decide_queue_change, is_purgeable,
+    ClockMode, Command, EnqueueSpec, Fence, GroupKey, GroupTurn, Job, JobId, LeaseTerm, Outcome,
+    QueueChange, QueueName, QueueSettings, Schedule, ScheduleName, ScheduleSpec, Status, Timestamp,
+    Turn, claim_order, decide_put_schedule, decide_queue_change, is_purgeable,
 };
 use lease_domain::{KeyId, KeyRefused, decide_new_key};
 
@@ -34,6 +34,9 @@ struct Jobs {
     schedules: BTreeMap<ScheduleName, Schedule>,
     /// The grants logged against each rate-limited queue's rates, until they expire.
     grants: BTreeMap<QueueName, Vec<lease_domain::Grant>>,
+    /// The turn of each group with an unfinished job, per queue: the number of the lease that
+    /// last served it (0: never), as fair claims keep them (`lease_domain::Turn`).
+    turns: BTreeMap<QueueName, BTreeMap<GroupKey, u64>>,
 }
 
 impl Jobs {
@@ -43,6 +46,13 @@ impl Jobs {
     }
 
     fn store(&mut self, id: &JobId, job: Job) {
+        if let Some(group) = Turn::kept_by(&job) {
+            self.turns
+                .entry(job.queue.clone())
+                .or_default()
+                .entry(group.clone())
+                .or_insert(0);
+        }
         match self.jobs.get_mut(id) {
             Some(slot) => slot.0 = job,
             None => {
@@ -247,6 +257,109 @@ impl LeaseStore for MemoryLeaseStore {
     }
 }
 
+/// The due jobs of `queue` at `now` in `group` (`None`: those without a group), in claim
+/// order.
+fn due_in(
+    jobs: &Jobs,
+    queue: &QueueName,
+    group: Option<&GroupKey>,
+    now: Timestamp,
+) -> Vec<(JobId, Job)> {
+    let mut due: Vec<(&JobId, &Job, u64)> = jobs
+        .jobs
+        .iter()
+        .filter(|(_, (job, _))| {
+            job.queue == *queue && job.group.as_ref() == group && job.is_claim_candidate(now)
+        })
+        .map(|(id, (job, seq))| (id, job, *seq))
+        .collect();
+    due.sort_by(|a, b| claim_order((a.1, a.2), (b.1, b.2)));
+    due.into_iter()
+        .map(|(id, job, _)| (id.clone(), job.clone()))
+        .collect()
+}
+
+/// A fair claim (`lease_domain::Turn`): the due jobs without a group first, then each group's
+/// on its turn, the group served least recently first; each lease moves its group behind
+/// every other, and a group left with no unfinished job loses its turn.
+fn fair_claim(
+    jobs: &mut Jobs,
+    next: &mut ClaimNextLoop,
+    claim: &ClaimNext,
+    counting: &dyn Fn(Option<&GroupKey>) -> u64,
+) {
+    let (queue, term) = (&claim.queue, claim.term);
+    let now = term.now();
+    let (writes, _) = next.offer(term, due_in(jobs, queue, None, now));
+    for (id, job) in writes {
+        jobs.store(&id, job);
+    }
+    let mut cursor: Option<Turn> = None;
+    while !next.is_full() {
+        let turns = jobs.turns.get(queue);
+        let Some(turn) = turns.and_then(|turns| {
+            turns
+                .iter()
+                .map(|(group, served)| Turn {
+                    served: *served,
+                    group: group.clone(),
+                })
+                .filter(|turn| cursor.as_ref().is_none_or(|c| turn > c))
+                .min()
+        }) else {
+            break;
+        };
+        cursor = Some(turn.clone());
+        let group = &turn.group;
+        if next.must_learn(group) {
+            let bearing: Vec<(JobId, Job)> = jobs
+                .jobs
+                .iter()
+                .filter(|(_, (job, _))| {
+                    job.queue == *queue
+                        && job.group.as_ref() == Some(group)
+                        && job.bears_on_group(now)
+                })
+                .map(|(id, (job, _))| (id.clone(), job.clone()))
+                .collect();
+            let counted = [(group.clone(), counting(Some(group)))];
+            next.learn(std::slice::from_ref(group), &bearing, &counted, now);
+        }
+        let due = due_in(jobs, queue, Some(group), now);
+        let offered = match next.group_turn(group) {
+            GroupTurn::Closed => continue,
+            GroupTurn::Only(ids) => due
+                .into_iter()
+                .filter(|(id, _)| ids.contains(&id))
+                .collect(),
+            GroupTurn::Open => due,
+        };
+        // One lease a turn: the group goes behind every other once it is served.
+        let mut leased = 0;
+        for candidate in offered {
+            let (writes, n) = next.offer(term, vec![candidate]);
+            for (id, job) in writes {
+                jobs.store(&id, job);
+            }
+            leased += n;
+            if leased > 0 || next.is_full() {
+                break;
+            }
+        }
+        let turns = jobs.turns.entry(queue.clone()).or_default();
+        let open = jobs
+            .jobs
+            .values()
+            .any(|(job, _)| job.queue == *queue && Turn::kept_by(job) == Some(group));
+        if leased > 0 {
+            let last = turns.values().copied().max().unwrap_or(0);
+            turns.insert(group.clone(), Turn::next_served(last));
+        } else if !open {
+            turns.remove(group);
+        }
+    }
+}
+
 /// `claim_next` over the locked jobs: the shared loop under the queue's settings, fed with the
 /// candidates in claim order.
 fn claim_next(jobs: &mut Jobs, claim: &ClaimNext) -> Vec<Lease> {
@@ -275,7 +388,10 @@ fn claim_next(jobs: &mut Jobs, claim: &ClaimNext) -> Vec<Lease> {
         u64::try_from(n).unwrap_or(u64::MAX)
     };
     let mut next = ClaimNextLoop::in_queue(claim, &settings, held, counting(None));
-    while let Some(want) = next.want() {
+    if next.is_fair() {
+        fair_claim(jobs, &mut next, claim, &counting);
+    }
+    while let Some(want) = next.want().filter(|_| !next.is_fair()) {
         let mut candidates: Vec<(&JobId, &Job, u64)> = jobs
             .jobs
             .iter()

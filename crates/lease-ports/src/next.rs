@@ -6,8 +6,8 @@
 use std::collections::HashSet;
 
 use lease_domain::{
-    Grant, GroupGate, GroupKey, Job, JobId, LeaseTerm, NextDecision, Owner, QueueSettings, Rate,
-    Timestamp, Ttl, decide_claim_next,
+    Grant, GroupGate, GroupKey, GroupTurn, Job, JobId, LeaseTerm, NextDecision, Owner,
+    QueueSettings, Rate, Timestamp, Ttl, decide_claim_next,
 };
 
 use crate::Lease;
@@ -36,6 +36,19 @@ pub struct ClaimNextLoop {
     gate: GroupGate,
     /// The queue's rate and its groups' rate, whose grants this claim logs.
     rates: (Option<Rate>, Option<Rate>),
+    /// Whether the queue serves its groups in turn.
+    fair: bool,
+}
+
+/// What [`ClaimNextLoop`] did with one candidate.
+// Returned once per candidate and taken apart at once: boxing the row would cost an
+// allocation per lease for nothing.
+#[allow(clippy::large_enum_variant)]
+enum Decided {
+    /// Leased (`true`) or buried: the row to write.
+    Wrote((JobId, Job), bool),
+    /// Left alone; whether for the first time.
+    Skipped(bool),
 }
 
 impl ClaimNextLoop {
@@ -67,6 +80,7 @@ impl ClaimNextLoop {
         next.timeout = settings.timeout;
         next.gate = GroupGate::new(settings, now);
         next.rates = (settings.rate, settings.rate_per_group);
+        next.fair = settings.fair;
         next
     }
 
@@ -101,6 +115,7 @@ impl ClaimNextLoop {
             over: limit == 0,
             gate: GroupGate::default(),
             rates: (None, None),
+            fair: false,
         }
     }
 
@@ -175,44 +190,103 @@ impl ClaimNextLoop {
         let mut writes = Vec::new();
         let mut progressed = false;
         for (id, job) in candidates {
-            if self.leases.len() >= self.limit {
+            if self.is_full() {
                 break;
             }
-            let term = match self.tokens.get(self.leases.len()) {
-                Some(token) => term.with_token(*token),
-                None => term,
-            };
-            if !self.gate.admits(&id, &job) {
-                progressed |= self.skipped.insert(id);
-                continue;
-            }
-            match decide_claim_next(&job, &self.owner, term) {
-                NextDecision::Lease(next) => {
-                    self.gate.leased(job.group.as_ref());
-                    crate::observe::leased_next(&job, term.now());
-                    self.leases.push(Lease {
-                        job: id.clone(),
-                        now: term.now(),
-                        fence: next.fence,
-                        until: next.until,
-                        attempt: next.attempts,
-                        payload: next.payload.clone(),
-                        timeout: next.timeout.or(self.timeout),
-                        group: next.group.clone(),
-                    });
-                    writes.push((id, next));
+            match self.decide(term, id, &job) {
+                Decided::Wrote(write, _) => {
+                    writes.push(write);
                     progressed = true;
                 }
-                NextDecision::Bury(next) => {
-                    self.gate.buried(job.group.as_ref());
-                    writes.push((id, next));
-                    progressed = true;
-                }
-                NextDecision::Skip => progressed |= self.skipped.insert(id),
+                Decided::Skipped(new) => progressed |= new,
             }
         }
-        self.over = self.leases.len() >= self.limit || read < asked || !progressed;
+        self.over = self.is_full() || read < asked || !progressed;
         writes
+    }
+
+    /// Whether the queue serves its groups in turn ([`lease_domain::Turn`]): the store then
+    /// offers the candidates without a group first, then each group's on its turn, with
+    /// [`ClaimNextLoop::offer`], instead of reading pages.
+    #[must_use]
+    pub fn is_fair(&self) -> bool {
+        self.fair
+    }
+
+    /// Whether the claim has all the leases it may take.
+    #[must_use]
+    pub fn is_full(&self) -> bool {
+        self.leases.len() >= self.limit
+    }
+
+    /// What a fair claim may take from `group` on its turn (learn its standing first when
+    /// [`ClaimNextLoop::must_learn`] says so).
+    #[must_use]
+    pub fn group_turn(&self, group: &GroupKey) -> GroupTurn<'_> {
+        self.gate.turn(group)
+    }
+
+    /// Whether the store must read the standing of `group` ([`ClaimNextLoop::learn`]) before
+    /// offering its jobs.
+    #[must_use]
+    pub fn must_learn(&self, group: &GroupKey) -> bool {
+        self.gate.must_learn(group)
+    }
+
+    /// Decides candidates offered on a fair claim's turn (in claim order, at `term`): leases
+    /// or buries each in order while the claim wants leases and the group rules admit them.
+    /// Returns the jobs to write (those leased and those buried) and how many it leased.
+    pub fn offer(
+        &mut self,
+        term: LeaseTerm,
+        candidates: Vec<(JobId, Job)>,
+    ) -> (Vec<(JobId, Job)>, usize) {
+        let mut writes = Vec::new();
+        let mut leased = 0;
+        for (id, job) in candidates {
+            if self.is_full() {
+                break;
+            }
+            if let Decided::Wrote(write, lease) = self.decide(term, id, &job) {
+                writes.push(write);
+                leased += usize::from(lease);
+            }
+        }
+        (writes, leased)
+    }
+
+    /// Decides one candidate: leased or buried (the row to write, and whether it was a lease),
+    /// or skipped (and whether it was skipped for the first time).
+    fn decide(&mut self, term: LeaseTerm, id: JobId, job: &Job) -> Decided {
+        let term = match self.tokens.get(self.leases.len()) {
+            Some(token) => term.with_token(*token),
+            None => term,
+        };
+        if !self.gate.admits(&id, job) {
+            return Decided::Skipped(self.skipped.insert(id));
+        }
+        match decide_claim_next(job, &self.owner, term) {
+            NextDecision::Lease(next) => {
+                self.gate.leased(job.group.as_ref());
+                crate::observe::leased_next(job, term.now());
+                self.leases.push(Lease {
+                    job: id.clone(),
+                    now: term.now(),
+                    fence: next.fence,
+                    until: next.until,
+                    attempt: next.attempts,
+                    payload: next.payload.clone(),
+                    timeout: next.timeout.or(self.timeout),
+                    group: next.group.clone(),
+                });
+                Decided::Wrote((id, next), true)
+            }
+            NextDecision::Bury(next) => {
+                self.gate.buried(job.group.as_ref());
+                Decided::Wrote((id, next), false)
+            }
+            NextDecision::Skip => Decided::Skipped(self.skipped.insert(id)),
+        }
     }
 
     /// The leases handed out, in claim order.

@@ -24,7 +24,7 @@ use crate::sql::{self, Encoded, Standing};
 use crate::write::{rollback, update};
 
 const QUEUE_COLUMNS: &str = "queue, paused, paused_until, concurrency, timeout, per_group, ordered, \
-    rate_count, rate_period, group_rate_count, group_rate_period";
+    rate_count, rate_period, group_rate_count, group_rate_period, fair";
 
 /// A queue's settings row as `decode_queue` reads it: its columns, then its paused groups and
 /// the end of each pause as two arrays in group order (`{s}` the schema; the row is `q`).
@@ -35,7 +35,7 @@ fn queue_select(s: &str) -> String {
          ORDER BY p.grp COLLATE \"C\"), \
          ARRAY(SELECT p.until FROM {s}.group_pauses p WHERE p.queue = q.queue \
          ORDER BY p.grp COLLATE \"C\"), \
-         q.rate_count, q.rate_period, q.group_rate_count, q.group_rate_period"
+         q.rate_count, q.rate_period, q.group_rate_count, q.group_rate_period, q.fair"
     )
 }
 
@@ -66,6 +66,22 @@ fn decode_schedule(row: &Row) -> Result<Schedule, StoreError> {
     .decode()
 }
 
+/// The due jobs of one group of a queue (`held` picks the group), in claim order through
+/// `jobs_turn`, each with the clock reading, locked.
+fn turn_candidates(s: &str, held: &str) -> String {
+    format!(
+        "WITH clock AS MATERIALIZED \
+         (SELECT coalesce($2, extract(epoch FROM clock_timestamp())::float8) AS now) \
+         SELECT (SELECT now FROM clock), id, {columns} FROM {s}.jobs \
+         WHERE queue = $1 AND {held} AND NOT done AND ended IS NULL AND leased_until IS NULL \
+         AND until <= (SELECT now FROM clock) \
+         AND (run_at IS NULL OR run_at <= (SELECT now FROM clock)) \
+         AND fence < 9223372036854775807 \
+         ORDER BY priority DESC, run_at ASC NULLS FIRST, seq LIMIT $3 FOR UPDATE SKIP LOCKED",
+        columns = sql::COLUMNS
+    )
+}
+
 /// The statements of queue settings and schedules for schema `s`.
 pub(crate) struct ControlSql {
     /// A queue's settings, read `FOR SHARE` (`$1` queue).
@@ -78,6 +94,24 @@ pub(crate) struct ControlSql {
     /// groups): started and not finished, or dead (`Job::bears_on_group`), found by the index
     /// of migration 9, whose condition this is.
     pub(crate) group_bearing: String,
+    /// The due jobs of one group (`$4`) of a queue (`$1`), in claim order, at most `$3`,
+    /// each with the clock reading (`$2`, else the store's): found by `jobs_turn`, locked
+    /// (`SKIP LOCKED`).
+    pub(crate) turn_candidates: String,
+    /// As `turn_candidates`, for the jobs without a group (`$4` unused and NULL).
+    pub(crate) ungrouped_candidates: String,
+    /// As `turn_candidates`, for the jobs `$4` (an ordered group's started work).
+    pub(crate) only_candidates: String,
+    /// The next group's turn of a fair queue (`$1`) after (`$2` served, `$3` group), in turn
+    /// order (`lease_domain::Turn`): `served`, `grp`.
+    pub(crate) next_turn: String,
+    /// Moves a group (`$2`) behind every other of its queue (`$1`; `Turn::next_served`).
+    pub(crate) serve_turn: String,
+    /// Takes the advisory lock of a group's turn (`$1` queue, `$2` group) if no writer of the
+    /// group holds it: whether it did.
+    pub(crate) try_lock_turn: String,
+    /// Takes its turn from a group (`$2` of queue `$1`) left with no unfinished job.
+    pub(crate) drop_turn: String,
     /// Forgets a queue's grants expired by `$2` and uncounts them (`$1` queue).
     pub(crate) forget_expired_grants: String,
     /// How many grants count against the rates `$2` of a queue (`$1`; '' for its own, else
@@ -121,6 +155,28 @@ impl ControlSql {
                  AND (attempts > 0 OR leased_until IS NOT NULL)))",
                 columns = sql::COLUMNS
             ),
+            turn_candidates: turn_candidates(s, "grp = $4"),
+            ungrouped_candidates: turn_candidates(s, "grp IS NULL AND $4::text IS NULL"),
+            only_candidates: turn_candidates(s, "id = ANY($4::text[])"),
+            next_turn: format!(
+                "SELECT served, grp FROM {s}.group_turns WHERE queue = $1 \
+                 AND (served, grp COLLATE \"C\") > ($2, $3::text COLLATE \"C\") \
+                 ORDER BY served, grp COLLATE \"C\" LIMIT 1"
+            ),
+            serve_turn: format!(
+                "UPDATE {s}.group_turns SET served = \
+                 (SELECT max(served) FROM {s}.group_turns WHERE queue = $1) + 1 \
+                 WHERE queue = $1 AND grp = $2"
+            ),
+            try_lock_turn: format!(
+                "SELECT pg_try_advisory_xact_lock(\
+                 hashtextextended('{s}.group_turns/' || $1 || '/' || $2, 0))"
+            ),
+            drop_turn: format!(
+                "DELETE FROM {s}.group_turns WHERE queue = $1 AND grp = $2 \
+                 AND NOT EXISTS (SELECT 1 FROM {s}.jobs WHERE queue = $1 AND grp = $2 \
+                 AND NOT done AND ended IS NULL)"
+            ),
             forget_expired_grants: format!(
                 "WITH gone AS (DELETE FROM {s}.grants WHERE queue = $1 AND expires <= $2 \
                  RETURNING coalesce(grp, '') AS g), \
@@ -154,14 +210,14 @@ impl ControlSql {
             ),
             upsert_queue: format!(
                 "INSERT INTO {s}.queues ({QUEUE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, \
-                 $8, $9, $10, $11) \
+                 $8, $9, $10, $11, $12) \
                  ON CONFLICT (queue) DO UPDATE SET paused = excluded.paused, \
                  paused_until = excluded.paused_until, concurrency = excluded.concurrency, \
                  timeout = excluded.timeout, per_group = excluded.per_group, \
                  ordered = excluded.ordered, rate_count = excluded.rate_count, \
                  rate_period = excluded.rate_period, \
                  group_rate_count = excluded.group_rate_count, \
-                 group_rate_period = excluded.group_rate_period"
+                 group_rate_period = excluded.group_rate_period, fair = excluded.fair"
             ),
             delete_queue: format!("DELETE FROM {s}.queues WHERE queue = $1"),
             all_queues: format!(
@@ -287,6 +343,7 @@ pub(crate) async fn write_settings(
                 &row.rate.1,
                 &row.rate_per_group.0,
                 &row.rate_per_group.1,
+                &row.fair,
             ],
         )
         .await?;

@@ -3,7 +3,7 @@
 //! (`lease_ports::next::ClaimNextLoop`); each page's decided rows go with the next page's read.
 
 use futures::future::{try_join, try_join_all};
-use lease_domain::{ClockMode, LeaseTerm};
+use lease_domain::{ClockMode, GroupKey, GroupTurn, LeaseTerm, QueueName};
 use lease_ports::next::ClaimNextLoop;
 use lease_ports::{ClaimNext, Lease, StoreError};
 
@@ -138,11 +138,20 @@ impl PgLeaseStore {
             0
         };
         let mut next = ClaimNextLoop::in_queue(&at_first, &settings, held, counting);
-        let mut written = self.decide_page(c, &mut next, term, &rows).await?;
         let mut wrote = forgot;
+        let mut written = if next.is_fair() {
+            if !rows.is_empty() {
+                wrote |= self
+                    .fair_claim(c, s, &mut next, queue, term, caller_now)
+                    .await?;
+            }
+            Vec::new()
+        } else {
+            self.decide_page(c, &mut next, term, &rows).await?
+        };
         // Further pages (when candidates were skipped): each page's decided rows go with the
         // next page's read.
-        while let Some(want) = next.want() {
+        while let Some(want) = next.want().filter(|_| !next.is_fair()) {
             let (groups, except) = next.held_back();
             let groups: Vec<&str> = groups.iter().map(|g| g.as_str()).collect();
             let except: Vec<&str> = except.iter().map(|id| id.as_str()).collect();
@@ -210,46 +219,11 @@ impl PgLeaseStore {
         term: LeaseTerm,
         rows: &[tokio_postgres::Row],
     ) -> Result<Vec<Encoded>, StoreError> {
-        // Every row of a page carries the same clock reading (one per statement).
-        let mut page_term = term;
-        let mut page = Vec::with_capacity(rows.len());
-        for row in rows {
-            page_term = self
-                .clock
-                .resolve_term(term, stored_now(row_clock(row)?)?)?;
-            page.push(sql::decode_with_id(row, 1)?);
-        }
+        let (page_term, page) = self.decoded(term, rows)?;
         let groups = next.unknown_groups(&page);
         if !groups.is_empty() {
-            let keys: Vec<&str> = groups.iter().map(lease_domain::GroupKey::as_str).collect();
-            let rows = c
-                .query(
-                    &self.control.group_bearing,
-                    &[&page[0].1.queue.as_str(), &keys],
-                )
-                .await
-                .map_err(|e| error::map(e, Stage::BeforeCommit))?;
-            let bearing = rows
-                .iter()
-                .map(|row| sql::decode_with_id(row, 0))
-                .collect::<Result<Vec<_>, _>>()?;
-            let counted = if next.rates_groups() {
-                let queue = &page[0].1.queue;
-                let counted = crate::control::counting(c, &self.control, queue, &keys).await?;
-                counted
-                    .into_iter()
-                    .map(|(g, n)| {
-                        lease_domain::GroupKey::stored(g)
-                            .map(|g| (g, n))
-                            .map_err(|e| {
-                                StoreError::Corrupt(format!("a rate's stored group: {e}").into())
-                            })
-                    })
-                    .collect::<Result<Vec<_>, _>>()?
-            } else {
-                Vec::new()
-            };
-            next.learn(&groups, &bearing, &counted, page_term.now());
+            self.learn(c, next, &page[0].1.queue, &groups, page_term.now())
+                .await?;
         }
         // Where each candidate stood, for the counts a write moves (a job buried as dead).
         let read: std::collections::HashMap<lease_domain::JobId, Standing> = page
@@ -261,6 +235,192 @@ impl PgLeaseStore {
             .iter()
             .map(|(id, job)| Encoded::from_to(id, read.get(id).cloned(), job))
             .collect())
+    }
+}
+
+impl PgLeaseStore {
+    /// Reads the standing of `groups` of `queue` (their jobs that bear on the group rules and,
+    /// under a rate per group, the grants that still count) for the claim.
+    async fn learn(
+        &self,
+        c: &tokio_postgres::Client,
+        next: &mut ClaimNextLoop,
+        queue: &QueueName,
+        groups: &[GroupKey],
+        now: lease_domain::Timestamp,
+    ) -> Result<(), StoreError> {
+        let keys: Vec<&str> = groups.iter().map(GroupKey::as_str).collect();
+        let rows = c
+            .query(&self.control.group_bearing, &[&queue.as_str(), &keys])
+            .await
+            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+        let bearing = rows
+            .iter()
+            .map(|row| sql::decode_with_id(row, 0))
+            .collect::<Result<Vec<_>, _>>()?;
+        let counted = if next.rates_groups() {
+            let counted = crate::control::counting(c, &self.control, queue, &keys).await?;
+            counted
+                .into_iter()
+                .map(|(g, n)| {
+                    GroupKey::stored(g).map(|g| (g, n)).map_err(|e| {
+                        StoreError::Corrupt(format!("a rate's stored group: {e}").into())
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            Vec::new()
+        };
+        next.learn(groups, &bearing, &counted, now);
+        Ok(())
+    }
+
+    /// A fair claim (`lease_domain::Turn`), after the queue's advisory lock: the due jobs
+    /// without a group first, then each group's on its turn (`group_turns`, the group served
+    /// least recently first), one lease a turn, each decided row written at once; each lease
+    /// moves its group behind every other, and a group found with no unfinished job loses
+    /// its turn (once no writer of the group holds its lock). Says whether it wrote.
+    async fn fair_claim(
+        &self,
+        c: &tokio_postgres::Client,
+        s: &Statements,
+        next: &mut ClaimNextLoop,
+        queue: &QueueName,
+        term: LeaseTerm,
+        caller_now: Option<f64>,
+    ) -> Result<bool, StoreError> {
+        let db = |e| error::map(e, Stage::BeforeCommit);
+        let q = queue.as_str();
+        let none: Option<&str> = None;
+        let mut wrote = false;
+        while let Some(want) = next.want().filter(|_| !next.is_full()) {
+            let rows = c
+                .query(
+                    &self.control.ungrouped_candidates,
+                    &[&q, &caller_now, &want_of(Some(want)), &none],
+                )
+                .await
+                .map_err(db)?;
+            let (writes, _) = self.offer(c, s, next, term, &rows).await?;
+            if writes == 0 {
+                break;
+            }
+            wrote = true;
+        }
+        let mut cursor: (i64, String) = (-1, String::new());
+        while !next.is_full() {
+            let Some(row) = c
+                .query_opt(&self.control.next_turn, &[&q, &cursor.0, &cursor.1])
+                .await
+                .map_err(db)?
+            else {
+                break;
+            };
+            let turn: (i64, String) = (row.try_get(0).map_err(db)?, row.try_get(1).map_err(db)?);
+            let group = GroupKey::stored(turn.1.clone())
+                .map_err(|e| StoreError::Corrupt(format!("a turn's stored group: {e}").into()))?;
+            cursor = turn;
+            if next.must_learn(&group) {
+                self.learn(c, next, queue, std::slice::from_ref(&group), term.now())
+                    .await?;
+            }
+            let only: Option<Vec<String>> = match next.group_turn(&group) {
+                GroupTurn::Closed => continue,
+                GroupTurn::Only(ids) => Some(ids.iter().map(|id| id.as_str().to_owned()).collect()),
+                GroupTurn::Open => None,
+            };
+            let (mut leased, mut found) = (0, false);
+            while leased == 0 && !next.is_full() {
+                let rows = match &only {
+                    Some(ids) => {
+                        c.query(
+                            &self.control.only_candidates,
+                            &[&q, &caller_now, &want_of(Some(ids.len())), ids],
+                        )
+                        .await
+                    }
+                    None => {
+                        c.query(
+                            &self.control.turn_candidates,
+                            &[&q, &caller_now, &1_i64, &group.as_str()],
+                        )
+                        .await
+                    }
+                }
+                .map_err(db)?;
+                found |= !rows.is_empty();
+                let (writes, n) = self.offer(c, s, next, term, &rows).await?;
+                if writes == 0 {
+                    break;
+                }
+                wrote = true;
+                leased += n;
+            }
+            if leased > 0 {
+                c.execute(&self.control.serve_turn, &[&q, &group.as_str()])
+                    .await
+                    .map_err(db)?;
+            } else if !found {
+                let locked: bool = c
+                    .query_one(&self.control.try_lock_turn, &[&q, &group.as_str()])
+                    .await
+                    .and_then(|row| row.try_get(0))
+                    .map_err(db)?;
+                if locked {
+                    wrote |= c
+                        .execute(&self.control.drop_turn, &[&q, &group.as_str()])
+                        .await
+                        .map_err(db)?
+                        > 0;
+                }
+            }
+        }
+        Ok(wrote)
+    }
+
+    /// Offers the candidate rows (each with the statement's clock reading) to a fair claim
+    /// and writes what it decided: how many rows it wrote and how many leases it took.
+    async fn offer(
+        &self,
+        c: &tokio_postgres::Client,
+        s: &Statements,
+        next: &mut ClaimNextLoop,
+        term: LeaseTerm,
+        rows: &[tokio_postgres::Row],
+    ) -> Result<(usize, usize), StoreError> {
+        let (page_term, page) = self.decoded(term, rows)?;
+        let read: std::collections::HashMap<lease_domain::JobId, Standing> = page
+            .iter()
+            .map(|(id, job)| (id.clone(), Standing::of(job)))
+            .collect();
+        let (writes, leased) = next.offer(page_term, page);
+        for (id, job) in &writes {
+            let encoded = Encoded::from_to(id, read.get(id).cloned(), job);
+            update(c, &s.update, &s.update_counted, &encoded)
+                .await
+                .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+        }
+        Ok((writes.len(), leased))
+    }
+}
+
+impl PgLeaseStore {
+    /// Candidate rows read back, with the term at the clock reading their statement made
+    /// (every row of a statement carries the same one).
+    fn decoded(
+        &self,
+        term: LeaseTerm,
+        rows: &[tokio_postgres::Row],
+    ) -> Result<(LeaseTerm, Vec<(lease_domain::JobId, lease_domain::Job)>), StoreError> {
+        let mut page_term = term;
+        let mut page = Vec::with_capacity(rows.len());
+        for row in rows {
+            page_term = self
+                .clock
+                .resolve_term(term, stored_now(row_clock(row)?)?)?;
+            page.push(sql::decode_with_id(row, 1)?);
+        }
+        Ok((page_term, page))
     }
 }
 

@@ -604,6 +604,7 @@ pub(crate) fn decode_queue(row: &Row) -> Result<(QueueName, QueueSettings), Stor
             row.try_get(11).map_err(read)?,
             row.try_get(12).map_err(read)?,
         ),
+        fair: row.try_get(13).map_err(read)?,
     }
     .decode()
 }

@@ -664,9 +664,10 @@ impl StoreCore {
     /// removes it), the most live leases of each of its groups (``per_group``; 0 removes it)
     /// and whether each group runs one job at a time in claim order (``ordered``), the most
     /// leases of the queue granted in any window of a period (``rate``, ``"N/PERIOD"`` such as
-    /// ``"100/1m"``; ``"none"`` removes it) and of each group (``rate_per_group``). All given
-    /// are one change, applied together or not at all.
-    #[pyo3(signature = (queue, *, concurrency = None, timeout = None, no_timeout = false, per_group = None, ordered = None, rate = None, rate_per_group = None, now = None))]
+    /// ``"100/1m"``; ``"none"`` removes it) and of each group (``rate_per_group``), and whether
+    /// claims serve the groups in turn, the group served least recently first (``fair``). All
+    /// given are one change, applied together or not at all.
+    #[pyo3(signature = (queue, *, concurrency = None, timeout = None, no_timeout = false, per_group = None, ordered = None, rate = None, rate_per_group = None, fair = None, now = None))]
     #[allow(clippy::too_many_arguments)] // A queue's settings, as the caller names them.
     fn limit(
         &self,
@@ -679,6 +680,7 @@ impl StoreCore {
         ordered: Option<bool>,
         rate: Option<&str>,
         rate_per_group: Option<&str>,
+        fair: Option<bool>,
         now: Option<f64>,
     ) -> PyResult<Pending> {
         let rate_of = |name: &str, text: &str| -> Result<Option<lease_domain::Rate>, Failure> {
@@ -711,12 +713,13 @@ impl StoreCore {
                 rate_per_group: rate_per_group
                     .map(|r| rate_of("rate_per_group", r))
                     .transpose()?,
+                fair,
             })
             .map_or_else(
                 || {
                     invalid(
                         "give concurrency (0 removes the limit), timeout, no_timeout, per_group, \
-                         ordered, rate or rate_per_group"
+                         ordered, rate, rate_per_group or fair"
                             .to_owned(),
                     )
                 },

@@ -465,7 +465,8 @@ fn optional<T: std::fmt::Display>(value: Option<T>) -> String {
 }
 
 /// A queue's flow control: whether it is paused (at the time it was read) and until when, its
-/// concurrency limit, its default timeout, the limit per group and whether groups are ordered.
+/// concurrency limit, its default timeout, the limit per group, whether groups are ordered,
+/// its rates and whether claims serve its groups in turn (``fair``).
 #[pyclass(module = "lease", frozen, get_all)]
 #[derive(Debug)]
 pub(crate) struct QueueSettings {
@@ -483,6 +484,8 @@ pub(crate) struct QueueSettings {
     rate: Option<String>,
     /// Each group's rate as ``N/PERIOD``, if any.
     rate_per_group: Option<String>,
+    /// Whether claims serve the groups in turn, the group served least recently first.
+    fair: bool,
 }
 
 /// Where a queue's rates stand: when its rate lets a claim lease again (``until``, ``None``
@@ -527,7 +530,7 @@ impl QueueSettings {
         let flag = |b: bool| if b { "True" } else { "False" };
         format!(
             "QueueSettings(queue={:?}, paused={}, paused_until={}, concurrency={}, timeout={}, \
-             per_group={}, ordered={}, rate={}, rate_per_group={})",
+             per_group={}, ordered={}, rate={}, rate_per_group={}, fair={})",
             self.queue,
             flag(self.paused),
             optional(self.paused_until),
@@ -536,7 +539,8 @@ impl QueueSettings {
             optional(self.per_group),
             flag(self.ordered),
             optional(self.rate.as_deref().map(|r| format!("{r:?}"))),
-            optional(self.rate_per_group.as_deref().map(|r| format!("{r:?}")))
+            optional(self.rate_per_group.as_deref().map(|r| format!("{r:?}"))),
+            flag(self.fair)
         )
     }
 }
@@ -563,6 +567,7 @@ impl QueueSettings {
                 .collect(),
             rate: settings.rate.map(|r| r.to_string()),
             rate_per_group: settings.rate_per_group.map(|r| r.to_string()),
+            fair: settings.fair,
         }
     }
 }

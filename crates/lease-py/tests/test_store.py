@@ -197,6 +197,18 @@ def test_groups_are_limited_and_ordered_from_python(store):
     assert store.queues() == []
 
 
+def test_a_fair_queue_serves_its_groups_in_turn_from_python(store):
+    assert store.enqueue_many([{"id": f"big{n}", "group": "big"} for n in range(5)], queue="f")
+    fair = store.limit("f", fair=True)
+    assert fair.fair is True and "fair=True" in repr(fair)
+    assert [h.id for h in store.claim_next("f", A, 30.0)] == ["big0"]
+    assert store.enqueue("small0", queue="f", group="small")
+    # The late group waited less than big, which was just served: it goes first.
+    assert [h.id for h in store.claim_next("f", A, 30.0, limit=3)] == ["small0", "big1", "big2"]
+    assert store.limit("f", fair=False).fair is False
+    assert store.queues() == []
+
+
 def test_a_rate_limits_grants_in_a_sliding_window_from_python(store):
     for n in range(4):
         assert store.enqueue(f"r{n}", queue="rated")

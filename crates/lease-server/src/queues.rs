@@ -37,6 +37,8 @@ pub(crate) struct QueueView {
     /// The most leases of each group granted in any window of a period, as `N/PERIOD`, if
     /// its groups have a rate.
     pub(crate) rate_per_group: Option<String>,
+    /// Whether claims serve its groups in turn, the group served least recently first.
+    pub(crate) fair: bool,
 }
 
 /// Where a queue's rates stand now.
@@ -84,6 +86,7 @@ impl QueueView {
                 .collect(),
             rate: settings.rate.map(|r| r.to_string()),
             rate_per_group: settings.rate_per_group.map(|r| r.to_string()),
+            fair: settings.fair,
         }
     }
 }
@@ -301,6 +304,10 @@ pub(crate) struct LimitsBody {
     /// The same for each group of the queue; `none` removes it.
     #[schema(example = "10/1m", max_length = 64)]
     pub(crate) rate_per_group: Option<String>,
+    /// `true`: claims serve the groups in turn, the group served least recently first, so a
+    /// group with a large backlog cannot starve one enqueued later (jobs without a group go
+    /// first; priority orders the jobs of one group); `false` goes back to claim order.
+    pub(crate) fair: Option<bool>,
 }
 
 /// A rate field's value: `N/PERIOD`, or `none` to remove the rate.
@@ -351,6 +358,7 @@ pub(crate) async fn limits(
             .as_deref()
             .map(|r| rate_field("rate_per_group", r))
             .transpose()?,
+        fair: body.fair,
     };
     match QueueChange::set(limits) {
         Some(one) => change(&app, queue, one).await,

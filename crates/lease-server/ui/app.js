@@ -198,6 +198,7 @@ function flow(settings) {
   if (settings.timeout !== null && settings.timeout !== undefined) words.push(`timeout ${duration(settings.timeout)}`);
   if (settings.per_group !== null && settings.per_group !== undefined) words.push(`≤ ${num(settings.per_group)} a group`);
   if (settings.ordered) words.push('groups in order');
+  if (settings.fair) words.push('groups served in turn');
   if (settings.rate) words.push(`≤ ${settings.rate}`);
   if (settings.rate_per_group) words.push(`≤ ${settings.rate_per_group} a group`);
   const pausedGroups = settings.paused_groups || [];
@@ -522,6 +523,7 @@ async function limit(event) {
   const timeout = $('limit-timeout').value;
   const perGroup = $('limit-per-group').value;
   const ordered = $('limit-ordered').value;
+  const fair = $('limit-fair').value;
   const rate = $('limit-rate').value.trim();
   const ratePerGroup = $('limit-rate-per-group').value.trim();
   if (rate !== '') body.rate = rate;
@@ -529,6 +531,7 @@ async function limit(event) {
   if (concurrency !== '') body.concurrency = Number(concurrency);
   if (perGroup !== '') body.per_group = Number(perGroup);
   if (ordered !== '') body.ordered = ordered === 'yes';
+  if (fair !== '') body.fair = fair === 'yes';
   if (timeout !== '') {
     if (Number(timeout) === 0) body.no_timeout = true; else body.timeout = Number(timeout);
   }

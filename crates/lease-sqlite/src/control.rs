@@ -14,21 +14,22 @@ use rusqlite::{Connection, OptionalExtension};
 use crate::error;
 
 const SELECT_QUEUE: &str = "SELECT queue, paused, paused_until, concurrency, timeout, \
-    per_group, ordered, rate_count, rate_period, group_rate_count, group_rate_period \
+    per_group, ordered, rate_count, rate_period, group_rate_count, group_rate_period, fair \
     FROM lease_queues WHERE queue = ?1";
 
 const SELECT_QUEUES: &str = "SELECT queue, paused, paused_until, concurrency, timeout, \
-    per_group, ordered, rate_count, rate_period, group_rate_count, group_rate_period \
+    per_group, ordered, rate_count, rate_period, group_rate_count, group_rate_period, fair \
     FROM lease_queues ORDER BY queue";
 
 const UPSERT_QUEUE: &str = "INSERT INTO lease_queues(queue, paused, paused_until, concurrency, \
-    timeout, per_group, ordered, rate_count, rate_period, group_rate_count, group_rate_period) \
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
+    timeout, per_group, ordered, rate_count, rate_period, group_rate_count, group_rate_period, \
+    fair) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) \
     ON CONFLICT(queue) DO UPDATE SET paused = excluded.paused, \
     paused_until = excluded.paused_until, concurrency = excluded.concurrency, \
     timeout = excluded.timeout, per_group = excluded.per_group, ordered = excluded.ordered, \
     rate_count = excluded.rate_count, rate_period = excluded.rate_period, \
-    group_rate_count = excluded.group_rate_count, group_rate_period = excluded.group_rate_period";
+    group_rate_count = excluded.group_rate_count, group_rate_period = excluded.group_rate_period, \
+    fair = excluded.fair";
 
 /// Every grant of a queue that still counts at `?2`.
 const SELECT_QUEUE_GRANTS: &str = "SELECT grp, expires FROM lease_grants INDEXED BY lease_grants_expiry \
@@ -96,6 +97,7 @@ fn queue_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredQueue> {
         paused_groups: Vec::new(),
         rate: (row.get(7)?, row.get(8)?),
         rate_per_group: (row.get(9)?, row.get(10)?),
+        fair: row.get(11)?,
     })
 }
 
@@ -309,7 +311,8 @@ pub(crate) fn write_settings(
                 row.rate.0,
                 row.rate.1,
                 row.rate_per_group.0,
-                row.rate_per_group.1
+                row.rate_per_group.1,
+                row.fair
             ])
         })
     };

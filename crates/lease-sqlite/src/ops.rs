@@ -4,11 +4,12 @@
 //! (`row`), the domain decides, and the decision is stored.
 
 use lease_domain::{
-    ClockMode, Command, GroupKey, Job, JobId, Outcome, QueueName, Status, Timestamp, is_purgeable,
+    ClockMode, Command, GroupKey, GroupTurn, Job, JobId, LeaseTerm, Outcome, QueueName, Status,
+    Timestamp, is_purgeable,
 };
 use lease_ports::next::ClaimNextLoop;
 use lease_ports::{ClaimNext, Lease, StoreError};
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension};
 
 use crate::error;
 use crate::job_write::{REMEMBER_PURGED, apply_command, decide_command, run_with};
@@ -41,6 +42,30 @@ const SELECT_GROUPED_CANDIDATES: &str = "SELECT q.id FROM jobs_queue q JOIN jobs
     AND (q.grp IS NULL OR q.grp NOT IN (SELECT value FROM json_each(?4)) \
         OR q.id IN (SELECT value FROM json_each(?5))) \
     ORDER BY q.priority DESC, q.run_at, q.seq LIMIT +?3";
+
+/// The due jobs of one group of a queue (`?4`; NULL: the jobs without a group), in claim
+/// order, found by `jobs_queue_turn` so that no other group's backlog is read.
+const SELECT_TURN_CANDIDATES: &str = "SELECT q.id FROM jobs_queue q INDEXED BY jobs_queue_turn \
+    JOIN jobs j ON j.id = q.id \
+    WHERE q.queue = ?1 AND q.grp IS ?4 AND q.finished IS NULL AND q.leased_until IS NULL \
+    AND j.done = 0 AND j.until <= ?2 \
+    AND (q.run_at IS NULL OR q.run_at <= ?2) AND j.fence < 9223372036854775807 \
+    ORDER BY q.priority DESC, q.run_at, q.seq LIMIT +?3";
+
+/// The next group's turn of a fair queue after (`?2` served, `?3` group), in turn order
+/// (`lease_domain::Turn`).
+const SELECT_NEXT_TURN: &str = "SELECT served, grp FROM lease_group_turns \
+    WHERE queue = ?1 AND (served, grp) > (?2, ?3) ORDER BY served, grp LIMIT 1";
+
+/// Moves a group behind every other of its queue (`Turn::next_served`).
+const SERVE_TURN: &str = "UPDATE lease_group_turns SET served = \
+    (SELECT max(served) FROM lease_group_turns WHERE queue = ?1) + 1 \
+    WHERE queue = ?1 AND grp = ?2";
+
+/// Takes its turn from a group left with no unfinished job.
+const DROP_TURN: &str = "DELETE FROM lease_group_turns WHERE queue = ?1 AND grp = ?2 \
+    AND NOT EXISTS (SELECT 1 FROM jobs_queue INDEXED BY jobs_queue_turn \
+    WHERE queue = ?1 AND grp = ?2 AND finished IS NULL)";
 
 /// The jobs of one group of a queue that bear on the group rules (`Job::bears_on_group`):
 /// started and not finished, or dead; found by `jobs_queue_group`, whose condition this is.
@@ -226,6 +251,146 @@ fn group_bearing(
     Ok(jobs)
 }
 
+/// The due jobs of `group` of `queue` (`None`: those without a group) at `now`, in claim
+/// order, at most `limit`, loaded.
+fn turn_candidates(
+    conn: &Connection,
+    queue: &QueueName,
+    group: Option<&GroupKey>,
+    now: Timestamp,
+    limit: usize,
+) -> Result<Vec<(JobId, Job)>, StoreError> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let ids = conn
+        .prepare_cached(SELECT_TURN_CANDIDATES)
+        .and_then(|mut stmt| {
+            stmt.query_map(
+                rusqlite::params![
+                    queue.as_str(),
+                    now.get(),
+                    limit,
+                    group.map(GroupKey::as_str)
+                ],
+                |r| r.get::<_, String>(0),
+            )?
+            .collect::<Result<Vec<String>, _>>()
+        })
+        .map_err(error::sql(conn))?;
+    loaded(conn, stored_ids(ids)?)
+}
+
+/// The jobs of `ids` that are stored, loaded.
+fn loaded(conn: &Connection, ids: Vec<JobId>) -> Result<Vec<(JobId, Job)>, StoreError> {
+    let mut jobs = Vec::with_capacity(ids.len());
+    for id in ids {
+        if let Some(job) = load(conn, &id)? {
+            jobs.push((id, job));
+        }
+    }
+    Ok(jobs)
+}
+
+/// Reads the standing of `groups` (their jobs that bear on the group rules and, under a rate
+/// per group, the grants that still count) for the claim.
+fn learn_groups(
+    conn: &Connection,
+    queue: &QueueName,
+    groups: &[GroupKey],
+    next: &mut ClaimNextLoop,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let bearing = group_bearing(conn, queue, groups)?;
+    let mut counted = Vec::new();
+    if next.rates_groups() {
+        for group in groups {
+            let n = crate::control::counting(conn, queue, Some(group))?;
+            counted.push((group.clone(), n));
+        }
+    }
+    next.learn(groups, &bearing, &counted, now);
+    Ok(())
+}
+
+/// A fair claim (`lease_domain::Turn`): the due jobs without a group first, then each group's
+/// on its turn (`lease_group_turns`, the group served least recently first), one lease a
+/// turn; each lease moves its group behind every other, and a group found with no unfinished
+/// job loses its turn. Says whether it wrote.
+fn fair_claim(
+    conn: &Connection,
+    queue: &QueueName,
+    term: LeaseTerm,
+    next: &mut ClaimNextLoop,
+) -> Result<bool, StoreError> {
+    let now = term.now();
+    let mut wrote = false;
+    while let Some(want) = next.want().filter(|_| !next.is_full()) {
+        let (writes, _) = next.offer(term, turn_candidates(conn, queue, None, now, want)?);
+        if writes.is_empty() {
+            break;
+        }
+        for (id, job) in writes {
+            store(conn, false, &id, &job)?;
+            wrote = true;
+        }
+    }
+    let mut cursor: (i64, String) = (-1, String::new());
+    while !next.is_full() {
+        let turn = conn
+            .prepare_cached(SELECT_NEXT_TURN)
+            .and_then(|mut stmt| {
+                stmt.query_row(rusqlite::params![queue.as_str(), cursor.0, cursor.1], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+                })
+                .optional()
+            })
+            .map_err(error::sql(conn))?;
+        let Some(turn) = turn else { break };
+        let group = GroupKey::stored(turn.1.clone())
+            .map_err(|e| StoreError::Corrupt(format!("a turn's stored group: {e}").into()))?;
+        cursor = turn;
+        if next.must_learn(&group) {
+            learn_groups(conn, queue, std::slice::from_ref(&group), next, now)?;
+        }
+        let only: Option<Vec<JobId>> = match next.group_turn(&group) {
+            GroupTurn::Closed => continue,
+            GroupTurn::Only(ids) => Some(ids.into_iter().cloned().collect()),
+            GroupTurn::Open => None,
+        };
+        let mut leased = 0;
+        let mut found = false;
+        while leased == 0 && !next.is_full() {
+            let offered = match &only {
+                Some(ids) => loaded(conn, ids.clone())?
+                    .into_iter()
+                    .filter(|(_, job)| job.is_claim_candidate(now))
+                    .collect(),
+                None => turn_candidates(conn, queue, Some(&group), now, 1)?,
+            };
+            found |= !offered.is_empty();
+            let (writes, n) = next.offer(term, offered);
+            if writes.is_empty() {
+                break;
+            }
+            for (id, job) in writes {
+                store(conn, false, &id, &job)?;
+                wrote = true;
+            }
+            leased += n;
+        }
+        let statement = match (leased > 0, found) {
+            (true, _) => SERVE_TURN,
+            (false, false) => DROP_TURN,
+            (false, true) => continue,
+        };
+        wrote |= conn
+            .prepare_cached(statement)
+            .and_then(|mut stmt| stmt.execute([queue.as_str(), group.as_str()]))
+            .map_err(error::sql(conn))?
+            > 0;
+    }
+    Ok(wrote)
+}
+
 /// Texts as a JSON array of strings (for `json_each`).
 fn json_strings<'a>(texts: impl Iterator<Item = &'a str>) -> String {
     let mut out = String::from("[");
@@ -278,29 +443,19 @@ pub(crate) fn claim_next(
         0
     };
     let mut next = ClaimNextLoop::in_queue(claim, &settings, held, counting);
-    while let Some(want) = next.want() {
+    if next.is_fair() {
+        wrote |= fair_claim(conn, queue, term, &mut next)?;
+    }
+    while let Some(want) = next.want().filter(|_| !next.is_fair()) {
         let ids = if next.limits_groups() {
             grouped_candidates(conn, queue, term.now(), want, &next)?
         } else {
             candidates(conn, queue, term.now(), want)?
         };
-        let mut page = Vec::new();
-        for id in ids {
-            if let Some(job) = load(conn, &id)? {
-                page.push((id, job));
-            }
-        }
+        let page = loaded(conn, ids)?;
         let groups = next.unknown_groups(&page);
         if !groups.is_empty() {
-            let bearing = group_bearing(conn, queue, &groups)?;
-            let mut counted = Vec::new();
-            if next.rates_groups() {
-                for group in &groups {
-                    let n = crate::control::counting(conn, queue, Some(group))?;
-                    counted.push((group.clone(), n));
-                }
-            }
-            next.learn(&groups, &bearing, &counted, term.now());
+            learn_groups(conn, queue, &groups, &mut next, term.now())?;
         }
         for (id, job) in next.page(term, page) {
             store(conn, false, &id, &job)?;
@@ -659,7 +814,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let options = SqliteOptions {
             // The empty schema takes most of these pages; the batch fills the rest.
-            max_pages: Some(28),
+            max_pages: Some(32),
             ..SqliteOptions::default()
         };
         let mut conn = fresh(&dir, &options);

@@ -208,6 +208,8 @@ class QueueSettings:
     def rate(self) -> Optional[str]: ...
     @property
     def rate_per_group(self) -> Optional[str]: ...
+    @property
+    def fair(self) -> bool: ...
 
 @final
 class Throttle:
@@ -395,6 +397,7 @@ class StoreCore:
         ordered: Optional[bool] = None,
         rate: Optional[str] = None,
         rate_per_group: Optional[str] = None,
+        fair: Optional[bool] = None,
         now: Optional[float] = None,
     ) -> Pending[QueueSettings]: ...
     def throttle(self, queue: str, *, now: Optional[float] = None) -> Pending[Throttle]: ...
