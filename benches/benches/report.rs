@@ -628,7 +628,8 @@ fn claim_next_sizes(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
 /// to read and judge a group) and with the backlog's group full, its head held by a lease
 /// that outlasts the run (each call must reach past the whole backlog to the other groups);
 /// then under a queue's rate and a rate per group, each with 10,000 grants in its window (a
-/// claim reads the grants that still count).
+/// claim reads the grants that still count); then `--fair`, with the backlog's group free
+/// and, under `--per-group 1`, full.
 fn claim_next_groups(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
     let (groups, backlog) = if plan.big_table > 10_000 {
         (100_000_u64, 1_000_000_u64)
@@ -672,8 +673,8 @@ fn claim_next_groups(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
     // still count the log holds before the run (against the queue, or the backlog's group).
     let none = (None::<i64>, None::<f64>);
     let wide = (Some(1_000_000_i64), Some(3_600.0_f64));
-    for (rule, per_group, ordered, full, rate, group_rate, logged) in [
-        ("no group rule", None, false, false, none, none, 0),
+    for (rule, per_group, ordered, full, rate, group_rate, logged, fair) in [
+        ("no group rule", None, false, false, none, none, 0, false),
         (
             "--per-group 1, its group free",
             Some(1),
@@ -682,6 +683,7 @@ fn claim_next_groups(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
             none,
             none,
             0,
+            false,
         ),
         (
             "--per-group 1, its group full",
@@ -691,6 +693,7 @@ fn claim_next_groups(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
             none,
             none,
             0,
+            false,
         ),
         (
             "--ordered, its group free",
@@ -700,6 +703,7 @@ fn claim_next_groups(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
             none,
             none,
             0,
+            false,
         ),
         (
             "--ordered, its group running",
@@ -709,6 +713,7 @@ fn claim_next_groups(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
             none,
             none,
             0,
+            false,
         ),
         (
             "--rate 1000000/1h, 10000 grants counting",
@@ -718,6 +723,7 @@ fn claim_next_groups(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
             wide,
             none,
             10_000,
+            false,
         ),
         (
             "--rate-per-group 1000000/1h, 10000 grants of its group counting",
@@ -727,6 +733,27 @@ fn claim_next_groups(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
             none,
             wide,
             10_000,
+            false,
+        ),
+        (
+            "--fair, the backlog's group first in turn",
+            None,
+            false,
+            false,
+            none,
+            none,
+            0,
+            true,
+        ),
+        (
+            "--fair --per-group 1, its group full",
+            Some(1),
+            false,
+            true,
+            none,
+            none,
+            0,
+            true,
         ),
     ] {
         // Every lease of the run before ends; the attempts start again.
@@ -739,15 +766,16 @@ fn claim_next_groups(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
         .expect("end the leases of the run before");
         conn.execute(
             "INSERT OR REPLACE INTO lease_queues(queue, per_group, ordered, rate_count, \
-             rate_period, group_rate_count, group_rate_period) \
-             VALUES ('default', ?1, ?2, ?3, ?4, ?5, ?6)",
+             rate_period, group_rate_count, group_rate_period, fair) \
+             VALUES ('default', ?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             rusqlite::params![
                 per_group,
                 ordered,
                 rate.0,
                 rate.1,
                 group_rate.0,
-                group_rate.1
+                group_rate.1,
+                fair
             ],
         )
         .expect("set the group rule");
@@ -771,10 +799,20 @@ fn claim_next_groups(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
             .expect("count the grants");
         }
         if full {
+            // In claim order (not in turn), so that the lease is the backlog's head.
+            conn.execute("UPDATE lease_queues SET fair = 0", [])
+                .expect("claim order");
             let held = b
                 .claim_next(&QueueName::default(), &owner(1), term(0.0, 1e12), 1)
                 .expect("hold the backlog's head");
             assert_eq!(held.len(), 1, "the backlog's head is leased");
+            assert_eq!(
+                held[0].group.as_ref().map(|g| g.as_str()),
+                Some("backlog"),
+                "the backlog's group is full"
+            );
+            conn.execute("UPDATE lease_queues SET fair = ?1", [fair])
+                .expect("back in turn");
         }
         let runs = claim_next_each_tick(plan, &store);
         rows.push(summarize(
@@ -784,7 +822,35 @@ fn claim_next_groups(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
             &runs,
             false,
         ));
+        if fair {
+            served_in_one_round(&b, &conn);
+        }
     }
+}
+
+/// Under `--fair`, after the timed run: 1,000 claims of one lease each, held, and how many
+/// of them the backlog's group got (the round: every other group with a due job is served
+/// before it is served again). Printed for docs/PERFORMANCE.md, not timed.
+fn served_in_one_round(b: &lease_ports::blocking::Blocking<SqliteLeaseStore>, conn: &Connection) {
+    let mut groups = std::collections::HashMap::<String, u32>::new();
+    for n in 0..1_000_usize {
+        let leases = b
+            .claim_next(&QueueName::default(), &owner(n), term(0.0, 1e12), 1)
+            .expect("a fair claim");
+        for lease in leases {
+            let group = lease
+                .group
+                .map_or_else(String::new, |g| g.as_str().to_owned());
+            *groups.entry(group).or_default() += 1;
+        }
+    }
+    let backlog = groups.get("backlog").copied().unwrap_or(0);
+    println!(
+        "--fair: 1000 claims served {} groups; the backlog's group {backlog} time(s)",
+        groups.len()
+    );
+    conn.execute_batch("UPDATE lease_queues SET fair = 0")
+        .expect("fair off");
 }
 
 /// Enqueue throughput: `jobs` new jobs by W threads one job per call, and by one caller with

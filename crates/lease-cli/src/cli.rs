@@ -139,6 +139,9 @@ pub(crate) enum Command {
     /// and at most --per-group of each group (decided in each claim's own transaction; 0
     /// removes a limit), --ordered groups, --fair turns across groups, rates, and the --timeout of its jobs that name none.
     Limit(crate::control::LimitArgs),
+    /// Show a queue's busiest groups: each group's waiting and running jobs, and whether it
+    /// is paused or throttled now.
+    Groups(crate::control::GroupsArgs),
     /// Store a running job's progress (a short text, up to 1,024 bytes) under its lease's
     /// fence; with --ttl the lease is renewed for that long, without it the lease keeps its
     /// end. Refused like a renewal for a stale or expired holder.
@@ -244,6 +247,7 @@ impl Command {
             Command::Pause(args) => Request::Control(args.request(clock)?),
             Command::Resume(args) => Request::Control(args.request(clock)?),
             Command::Limit(args) => Request::Control(args.request(clock)?),
+            Command::Groups(args) => Request::Control(args.request(clock)?),
             Command::Progress(args) => Request::Leases(args.request(clock)?),
             Command::HoldGroup(args) => Request::Leases(args.request(clock)?),
             Command::Schedule(args) => Request::Control(args.request(clock, read)?),

@@ -103,6 +103,8 @@ pub(crate) enum ControlRequest {
     RunDue(Timestamp),
     /// A run of one schedule by hand.
     Run(ScheduleName, Timestamp),
+    /// Show a queue's busiest groups (at most so many), judged at a time.
+    Groups(QueueName, usize, Timestamp),
 }
 
 impl ControlRequest {
@@ -113,7 +115,8 @@ impl ControlRequest {
             | Self::SetSchedule(_, now)
             | Self::ListSchedules(now)
             | Self::RunDue(now)
-            | Self::Run(_, now) => Some(*now),
+            | Self::Run(_, now)
+            | Self::Groups(_, _, now) => Some(*now),
             Self::RemoveSchedule(_) => None,
         }
     }
@@ -383,6 +386,36 @@ pub(crate) async fn execute(
                     next.map_or_else(|| "never".to_owned(), |t| when::shown(t.get(), now.get()))
                 ),
             )
+        }
+        ControlRequest::Groups(queue, limit, now) => {
+            let standings =
+                lease_ports::control::busiest_groups(store, queue, *now, *limit).await?;
+            let lines: Vec<String> = standings
+                .iter()
+                .map(|s| {
+                    let mut line = format!(
+                        "{}: {} waiting, {} running",
+                        escape_controls(s.load.group.as_str()),
+                        s.load.backlog,
+                        s.load.running
+                    );
+                    if s.paused {
+                        line.push_str(&s.paused_until.map_or_else(
+                            || ", paused".to_owned(),
+                            |at| format!(", paused until {}", when::shown(at.get(), now.get())),
+                        ));
+                    }
+                    if let Some(at) = s.throttled_until {
+                        line.push_str(&format!(
+                            ", throttled until {}",
+                            when::shown(at.get(), now.get())
+                        ));
+                    }
+                    line
+                })
+                .collect();
+            let json = lease_server::views::groups_json(queue, &standings);
+            Report::lines(true, json, lines, "no group has unfinished jobs")
         }
         ControlRequest::ListSchedules(now) => {
             let schedules = store.schedules().await?;
@@ -657,6 +690,36 @@ pub(crate) struct LimitArgs {
     /// are not limited): N/PERIOD, or `none`.
     #[arg(long, value_name = "N/PERIOD", allow_hyphen_values = true)]
     pub(crate) rate_per_group: Option<String>,
+}
+
+/// The arguments of `lease groups`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct GroupsArgs {
+    /// The queue.
+    pub(crate) queue: String,
+    /// At most this many groups, the busiest (most unfinished jobs) first: 1 to 1,000.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub(crate) limit: u16,
+    /// The time statuses are judged at (Unix seconds or RFC 3339); default: the system clock.
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
+    pub(crate) now: Option<f64>,
+}
+
+impl GroupsArgs {
+    /// The checked request.
+    ///
+    /// # Errors
+    /// The first bad value, named.
+    pub(crate) fn request(
+        self,
+        clock: impl FnOnce() -> f64,
+    ) -> Result<ControlRequest, RequestError> {
+        Ok(ControlRequest::Groups(
+            QueueName::new(self.queue)?,
+            usize::from(self.limit),
+            Timestamp::new(self.now.unwrap_or_else(clock))?,
+        ))
+    }
 }
 
 impl LimitArgs {

@@ -93,6 +93,7 @@ mod tests {
             async fn remove_schedule(&self, name: &lease_domain::ScheduleName) -> Result<bool, StoreError>;
             async fn schedules(&self) -> Result<Vec<lease_domain::Schedule>, StoreError>;
             async fn throttle(&self, queue: &QueueName, now: Timestamp) -> Result<lease_domain::Throttle, StoreError>;
+            async fn group_loads(&self, queue: &QueueName, now: Timestamp, limit: usize) -> Result<Vec<lease_ports::control::GroupLoad>, StoreError>;
             async fn fire_schedule(&self, fire: &lease_ports::control::Fire) -> Result<Option<Vec<bool>>, StoreError>;
         }
     }

@@ -1195,6 +1195,41 @@ fn a_fair_queue_serves_a_late_group_before_an_earlier_backlog_from_the_cli() {
     assert_eq!(claim(), "big2");
 }
 
+/// `lease groups QUEUE`: the busiest groups first, each with its jobs waiting and running and
+/// whether it is paused, in words and as JSON; `--limit` keeps the busiest, a bad one is
+/// refused naming the flag.
+#[test]
+fn lease_groups_lists_the_busiest_groups_waiting_running_and_paused() {
+    let (_dir, db) = fresh_db();
+    for (id, group) in [("a1", "a"), ("a2", "a"), ("b1", "b"), ("a3", "a")] {
+        json_of(&db, &["enqueue", id, "--queue", "q", "--group", group]);
+    }
+    json_of(&db, &["enqueue", "free", "--queue", "q"]);
+    json_of(
+        &db,
+        &["claim-next", "--queue", "q", "--owner", "w", "--ttl", "600"],
+    );
+    json_of(&db, &["pause", "q", "--group", "b"]);
+    let shown = json_of(&db, &["groups", "q"]);
+    assert_eq!(
+        shown,
+        json!({"queue": "q", "groups": [
+            {"group": "a", "backlog": 2, "running": 1, "paused": false, "paused_until": null,
+             "throttled_until": null},
+            {"group": "b", "backlog": 1, "running": 0, "paused": true, "paused_until": null,
+             "throttled_until": null},
+        ]})
+    );
+    let words =
+        String::from_utf8_lossy(&run(&db, &["groups", "q", "--limit", "1"]).stdout).into_owned();
+    assert_eq!(words, "a: 2 waiting, 1 running\n");
+    let bad = run(&db, &["groups", "q", "--limit", "0"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--limit"));
+    let none = run(&db, &["groups", "other"]);
+    assert!(String::from_utf8_lossy(&none.stdout).contains("no group has unfinished jobs"));
+}
+
 /// `lease enqueue --debounce`: the job is due the debounce from now; enqueueing its id again
 /// while it waits replaces its payload and pushes it (answered "inserted": false); once it
 /// has been leased it is left alone; a bad value is refused naming the flag.

@@ -996,10 +996,26 @@ async fn an_admin_pauses_limits_and_schedules_from_the_page_and_a_job_shows_its_
         json!([{"group": "acct-m1", "until": null}]),
         "{queues}"
     );
+    // The busiest groups show it paused, and its row's button resumes it.
+    let busiest = "document.querySelector('#groups tbody').textContent";
     session
-        .eval("document.getElementById('group-action').value = 'resume'")
+        .until(
+            "the paused group among the busiest",
+            &format!("{busiest}.includes('acct-m1') && {busiest}.includes('paused')"),
+        )
         .await;
-    session.confirm("#group-form button", None).await;
+    let (_, groups) = server.call("GET", "/v1/queues/mail/groups", &as_admin, "");
+    assert!(
+        groups["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["group"] == "acct-m1" && g["paused"] == true),
+        "{groups}"
+    );
+    session
+        .confirm("#groups button[data-group='acct-m1']", None)
+        .await;
     session
         .until(
             "the mail queue's group resumed",

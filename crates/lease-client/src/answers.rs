@@ -193,6 +193,25 @@ pub(crate) fn throttle(value: &Value) -> Result<lease_domain::Throttle, StoreErr
     })
 }
 
+/// A queue's busiest groups, from its groups view.
+pub(crate) fn group_loads(
+    value: &Value,
+) -> Result<Vec<lease_ports::control::GroupLoad>, StoreError> {
+    value["groups"]
+        .as_array()
+        .ok_or_else(|| bad("groups"))?
+        .iter()
+        .map(|g| {
+            let count = |field: &str| g[field].as_u64().ok_or_else(|| bad("groups"));
+            Ok(lease_ports::control::GroupLoad {
+                group: group(&g["group"])?.ok_or_else(|| bad("groups"))?,
+                backlog: count("backlog")?,
+                running: count("running")?,
+            })
+        })
+        .collect()
+}
+
 /// A schedule from its view.
 pub(crate) fn schedule(value: &Value) -> Result<lease_domain::Schedule, StoreError> {
     let name = lease_domain::ScheduleName::new(value["name"].as_str().ok_or_else(|| bad("name"))?)

@@ -95,6 +95,25 @@ impl lease_ports::control::Control for HttpLeaseStore {
         answers::throttle(&answer.body)
     }
 
+    async fn group_loads(
+        &self,
+        queue: &QueueName,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<lease_ports::control::GroupLoad>, StoreError> {
+        // The server answers at most 1,000, as does every store's page.
+        let limit = limit.clamp(1, 1000);
+        let mut at = format!("/v1/queues/{}/groups?limit={limit}", path(queue.as_str()));
+        if let Some(now) = self.now(now) {
+            at = format!("{at}&now={now}");
+        }
+        let answer = self.get(&at).await?;
+        if answer.status != 200 {
+            return Err(answer.error());
+        }
+        answers::group_loads(&answer.body)
+    }
+
     async fn put_schedule(
         &self,
         spec: &lease_domain::ScheduleSpec,

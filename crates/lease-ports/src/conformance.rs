@@ -2665,6 +2665,64 @@ pub async fn fair_claims_serve_the_groups_in_turn_whatever_their_backlog(store: 
     assert_eq!(ids(&ordered), ["big07", "big08"]);
 }
 
+/// `group_loads` counts each group's unfinished jobs, running and waiting, busiest first:
+/// finished and out-of-attempts jobs, other queues and jobs without a group are left out,
+/// and `limit` keeps the busiest.
+pub async fn group_loads_show_the_busiest_groups_running_and_waiting(store: ControlStore) {
+    let lease_store: Store = store.clone();
+    for id in ["a1", "a2", "a3"] {
+        enqueued_with(&lease_store, id, &grouped("q", "a")).await;
+    }
+    for id in ["b1", "b2"] {
+        enqueued_with(&lease_store, id, &grouped("q", "b")).await;
+    }
+    enqueued_with(&lease_store, "c1", &grouped("q", "c")).await;
+    enqueued_with(&lease_store, "x", &spec("q", 0, None, 5)).await;
+    let once = EnqueueSpec {
+        max_attempts: Some(1),
+        ..grouped("r", "d")
+    };
+    enqueued_with(&lease_store, "d1", &once).await;
+    let loads = |q: &'static str, now: f64, limit: usize| {
+        let store = store.clone();
+        async move {
+            store
+                .group_loads(&queue(q), at(now), limit)
+                .await
+                .expect("group_loads reaches the store")
+                .into_iter()
+                .map(|l| (l.group.as_str().to_owned(), l.backlog, l.running))
+                .collect::<Vec<_>>()
+        }
+    };
+    let row = |g: &str, backlog: u64, running: u64| (g.to_owned(), backlog, running);
+    assert_eq!(
+        loads("q", 1.0, 10).await,
+        [row("a", 3, 0), row("b", 2, 0), row("c", 1, 0)]
+    );
+    // b1 and b2 leased until 11, b1 completed, c1 cancelled.
+    let mut fences = Vec::new();
+    for id in ["b1", "b2"] {
+        let fence = store
+            .claim(&job(id), &owner("w"), term(1.0, 10.0))
+            .await
+            .expect("claim reaches the store")
+            .expect("claim is granted");
+        fences.push(fence);
+    }
+    complete_granted(&lease_store, &job("b1"), "w", fences[0], 2.0, "ok").await;
+    cancel_granted(&lease_store, &job("c1"), 2.0).await;
+    assert_eq!(loads("q", 3.0, 10).await, [row("a", 3, 0), row("b", 0, 1)]);
+    assert_eq!(loads("q", 3.0, 1).await, [row("a", 3, 0)]);
+    // At 12 b2's lease has lapsed: it waits again.
+    assert_eq!(loads("q", 12.0, 10).await, [row("a", 3, 0), row("b", 1, 0)]);
+    // A job whose only attempt lapsed is out of attempts: its group has nothing left.
+    assert_eq!(ids(&next(&lease_store, "r", "w", 1.0, 1).await), ["d1"]);
+    assert_eq!(loads("r", 3.0, 10).await, [row("d", 0, 1)]);
+    assert!(loads("r", 12.0, 10).await.is_empty());
+    assert!(loads("none", 1.0, 10).await.is_empty());
+}
+
 /// A paused group: a claim leases none of its jobs while the queue's other groups and its
 /// jobs without a group run; a pause until a time ends at that time, a pause given again
 /// replaces its time, a resumed group runs again, and `queues` shows the paused groups.
@@ -2808,6 +2866,7 @@ macro_rules! conformance_tests {
             an_ordered_group_runs_one_job_at_a_time_in_claim_order,
             a_paused_group_leases_nothing_while_the_queues_other_groups_run,
             fair_claims_serve_the_groups_in_turn_whatever_their_backlog,
+            group_loads_show_the_busiest_groups_running_and_waiting,
             a_rate_grants_at_most_n_leases_in_any_window_under_racing_claims,
             a_holder_holds_its_group_until_a_time_and_a_stale_holder_cannot,
             schedules_are_kept_and_a_tick_fires_once,

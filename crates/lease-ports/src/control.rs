@@ -5,8 +5,8 @@
 
 use async_trait::async_trait;
 use lease_domain::{
-    EnqueueSpec, JobId, QueueChange, QueueName, QueueSettings, Schedule, ScheduleName,
-    ScheduleSpec, Throttle, Timestamp,
+    EnqueueSpec, GroupKey, Job, JobId, QueueChange, QueueName, QueueSettings, Schedule,
+    ScheduleName, ScheduleSpec, Status, Throttle, Timestamp,
 };
 
 use crate::StoreError;
@@ -72,6 +72,16 @@ pub trait Control: Send + Sync {
     /// same for each of its throttled groups. Clear for a queue without a rate.
     async fn throttle(&self, queue: &QueueName, now: Timestamp) -> Result<Throttle, StoreError>;
 
+    /// The groups of `queue` with unfinished jobs at `now`, the busiest first
+    /// ([`busiest`]), at most `limit`: how many of each group's jobs are running and how many
+    /// wait (every other unfinished job: due, scheduled or waiting for a retry).
+    async fn group_loads(
+        &self,
+        queue: &QueueName,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<GroupLoad>, StoreError>;
+
     /// Makes or replaces a schedule as [`lease_domain::decide_put_schedule`] decides, and
     /// returns it.
     async fn put_schedule(
@@ -99,6 +109,97 @@ pub trait Control: Send + Sync {
     /// (an id already there is left as it is), or `None` when the schedule changed since the
     /// pass read it (another pass fired first, or it was changed or removed): nothing written.
     async fn fire_schedule(&self, fire: &Fire) -> Result<Option<Vec<bool>>, StoreError>;
+}
+
+/// How loaded one group of a queue is: its unfinished jobs, running and waiting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupLoad {
+    /// The group.
+    pub group: GroupKey,
+    /// Its jobs that wait: unfinished and not held by a live lease (due, scheduled, waiting
+    /// for a retry).
+    pub backlog: u64,
+    /// Its jobs held by a live lease.
+    pub running: u64,
+}
+
+impl GroupLoad {
+    /// Counts `job` (of this load's group) at `now`: running, waiting, or (finished) not at
+    /// all.
+    pub fn count(&mut self, job: &Job, now: Timestamp) {
+        match job.status_at(now) {
+            Status::Running => self.running += 1,
+            Status::Done | Status::Dead | Status::Cancelled => {}
+            _ => self.backlog += 1,
+        }
+    }
+}
+
+/// One of a queue's busiest groups as an operator sees it: its load, and whether it is
+/// paused or throttled now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupStanding {
+    /// Its jobs waiting and running.
+    pub load: GroupLoad,
+    /// Whether it is paused now.
+    pub paused: bool,
+    /// When its pause ends, if it is paused until a time.
+    pub paused_until: Option<Timestamp>,
+    /// When its rate lets a claim lease its jobs again, if it lets none now.
+    pub throttled_until: Option<Timestamp>,
+}
+
+/// The busiest `limit` groups of `queue` at `now` ([`Control::group_loads`]), each with
+/// whether it is paused (by the queue's settings) or throttled (by its rate per group): what
+/// `lease groups`, the API, Python and the page show.
+///
+/// # Errors
+/// The store's error.
+pub async fn busiest_groups(
+    store: &(impl Control + ?Sized),
+    queue: &QueueName,
+    now: Timestamp,
+    limit: usize,
+) -> Result<Vec<GroupStanding>, StoreError> {
+    let loads = store.group_loads(queue, now, limit).await?;
+    let settings = store.settings_of(queue).await?;
+    let throttle = if settings.rate_per_group.is_some() {
+        store.throttle(queue, now).await?
+    } else {
+        Throttle::default()
+    };
+    Ok(loads
+        .into_iter()
+        .map(|load| {
+            let paused = settings.is_group_paused_at(&load.group, now);
+            GroupStanding {
+                paused,
+                paused_until: settings
+                    .paused_groups
+                    .get(&load.group)
+                    .copied()
+                    .flatten()
+                    .filter(|_| paused),
+                throttled_until: throttle.groups.get(&load.group).copied(),
+                load,
+            }
+        })
+        .collect())
+}
+
+/// The busiest `limit` of `loads`: most unfinished jobs (running and waiting) first, then
+/// most running, then by group; groups with none are left out.
+#[must_use]
+pub fn busiest(mut loads: Vec<GroupLoad>, limit: usize) -> Vec<GroupLoad> {
+    loads.retain(|l| l.backlog + l.running > 0);
+    loads.sort_by(|a, b| {
+        (b.backlog + b.running)
+            .cmp(&(a.backlog + a.running))
+            .then(b.running.cmp(&a.running))
+            .then_with(|| a.group.cmp(&b.group))
+    });
+    loads.truncate(limit);
+    loads
 }
 
 impl Fire {

@@ -61,6 +61,8 @@ pub enum Call<'a> {
     SettingsOf(&'a QueueName),
     /// [`Control::throttle`].
     Throttle(&'a QueueName, Timestamp),
+    /// [`Control::group_loads`].
+    GroupLoads(&'a QueueName, Timestamp, usize),
     /// [`Control::put_schedule`].
     PutSchedule(&'a ScheduleSpec, Timestamp),
     /// [`Control::remove_schedule`].
@@ -251,6 +253,19 @@ impl<S: Control + ?Sized, H: Hooks> Control for Decorated<S, H> {
     async fn throttle(&self, queue: &QueueName, now: Timestamp) -> Result<Throttle, StoreError> {
         self.around(Call::Throttle(queue, now), self.inner.throttle(queue, now))
             .await
+    }
+
+    async fn group_loads(
+        &self,
+        queue: &QueueName,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<crate::control::GroupLoad>, StoreError> {
+        self.around(
+            Call::GroupLoads(queue, now, limit),
+            self.inner.group_loads(queue, now, limit),
+        )
+        .await
     }
 
     async fn put_schedule(

@@ -14,7 +14,7 @@ use lease_domain::{
     ScheduleSpec, Status, Throttle, Timestamp,
 };
 
-use crate::control::{Control, Fire};
+use crate::control::{Control, Fire, GroupLoad};
 use crate::transfer::{Imported, Snapshot, Transfer};
 use crate::{Applied, ClaimNext, JobRecord, Lease, LeaseStore, ListFilter, StatsRow, StoreError};
 
@@ -91,6 +91,16 @@ pub trait Forward: Send + Sync {
     /// [`Control::throttle`].
     async fn throttle(&self, queue: &QueueName, now: Timestamp) -> Result<Throttle, StoreError> {
         self.to().throttle(queue, now).await
+    }
+
+    /// [`Control::group_loads`].
+    async fn group_loads(
+        &self,
+        queue: &QueueName,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<GroupLoad>, StoreError> {
+        self.to().group_loads(queue, now, limit).await
     }
 
     /// [`Control::remove_schedule`].
@@ -177,6 +187,14 @@ impl<F: Forward> Control for Forwarded<F> {
     }
     async fn throttle(&self, queue: &QueueName, now: Timestamp) -> Result<Throttle, StoreError> {
         self.0.throttle(queue, now).await
+    }
+    async fn group_loads(
+        &self,
+        queue: &QueueName,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<GroupLoad>, StoreError> {
+        self.0.group_loads(queue, now, limit).await
     }
     async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
         self.0.schedules().await

@@ -596,6 +596,33 @@ impl crate::control::Control for MemoryLeaseStore {
         Ok(lease_domain::Throttle::of(&settings, grants, now))
     }
 
+    async fn group_loads(
+        &self,
+        queue: &QueueName,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<crate::control::GroupLoad>, StoreError> {
+        let jobs = self.jobs()?;
+        let mut loads = BTreeMap::<GroupKey, crate::control::GroupLoad>::new();
+        for (job, _) in jobs.jobs.values() {
+            let Some(group) = job.group.as_ref().filter(|_| job.queue == *queue) else {
+                continue;
+            };
+            loads
+                .entry(group.clone())
+                .or_insert_with(|| crate::control::GroupLoad {
+                    group: group.clone(),
+                    backlog: 0,
+                    running: 0,
+                })
+                .count(job, now);
+        }
+        Ok(crate::control::busiest(
+            loads.into_values().collect(),
+            limit,
+        ))
+    }
+
     async fn put_schedule(
         &self,
         spec: &ScheduleSpec,

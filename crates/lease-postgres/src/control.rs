@@ -112,6 +112,9 @@ pub(crate) struct ControlSql {
     pub(crate) try_lock_turn: String,
     /// Takes its turn from a group (`$2` of queue `$1`) left with no unfinished job.
     pub(crate) drop_turn: String,
+    /// Each group of queue `$1` with unfinished jobs at `$2`: `grp`, how many are running (a
+    /// live lease), how many wait (no live lease, attempts left), through `jobs_turn`.
+    group_loads: String,
     /// Forgets a queue's grants expired by `$2` and uncounts them (`$1` queue).
     pub(crate) forget_expired_grants: String,
     /// How many grants count against the rates `$2` of a queue (`$1`; '' for its own, else
@@ -176,6 +179,12 @@ impl ControlSql {
                 "DELETE FROM {s}.group_turns WHERE queue = $1 AND grp = $2 \
                  AND NOT EXISTS (SELECT 1 FROM {s}.jobs WHERE queue = $1 AND grp = $2 \
                  AND NOT done AND ended IS NULL)"
+            ),
+            group_loads: format!(
+                "SELECT grp, count(*) FILTER (WHERE until > $2), \
+                 count(*) FILTER (WHERE until <= $2 AND attempts < greatest(max_attempts, 1)) \
+                 FROM {s}.jobs WHERE queue = $1 AND grp IS NOT NULL AND NOT done \
+                 AND ended IS NULL GROUP BY grp"
             ),
             forget_expired_grants: format!(
                 "WITH gone AS (DELETE FROM {s}.grants WHERE queue = $1 AND expires <= $2 \
@@ -491,6 +500,48 @@ impl Control for PgLeaseStore {
         write_schedule(c, sql, &next).await.map_err(before)?;
         Self::end(conn, &s, true).await?;
         Ok(next)
+    }
+
+    async fn group_loads(
+        &self,
+        queue: &QueueName,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<lease_ports::control::GroupLoad>, StoreError> {
+        let conn = self.conn().await?;
+        let rows = conn
+            .client()
+            .query(&self.control.group_loads, &[&queue.as_str(), &now.get()])
+            .await
+            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+        let mut conn = conn;
+        conn.clean();
+        let read = |e: tokio_postgres::Error| {
+            StoreError::Corrupt(lease_ports::Detail::caused_by(
+                format!("a group's load cannot be read: {e}"),
+                e,
+            ))
+        };
+        let loads = rows
+            .iter()
+            .map(|row| {
+                let group: String = row.try_get(0).map_err(read)?;
+                Ok(lease_ports::control::GroupLoad {
+                    group: lease_domain::GroupKey::stored(group).map_err(|e| {
+                        StoreError::Corrupt(format!("a job's stored group: {e}").into())
+                    })?,
+                    running: lease_ports::codec::count(
+                        row.try_get(1).map_err(read)?,
+                        "a group's running jobs",
+                    )?,
+                    backlog: lease_ports::codec::count(
+                        row.try_get(2).map_err(read)?,
+                        "a group's waiting jobs",
+                    )?,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(lease_ports::control::busiest(loads, limit))
     }
 
     async fn remove_schedule(&self, name: &ScheduleName) -> Result<bool, StoreError> {

@@ -729,6 +729,42 @@ impl StoreCore {
         self.change_queue(py, queue, change, now)
     }
 
+    /// ``queue``'s busiest groups at ``now`` (most unfinished jobs first, at most ``limit``,
+    /// 1 to 1,000), each as :class:`GroupLoad`: its waiting and running jobs, and whether it
+    /// is paused or throttled.
+    #[pyo3(signature = (queue, *, limit = 10, now = None))]
+    fn groups(
+        &self,
+        py: Python<'_>,
+        queue: &str,
+        limit: usize,
+        now: Option<f64>,
+    ) -> PyResult<Pending> {
+        let (queue, now) = to_py(
+            py,
+            (|| {
+                if !(1..=1000).contains(&limit) {
+                    return invalid(format!("limit: {limit} is not 1 to 1000"));
+                }
+                Ok((values::queue(queue)?, now_or_clock(now)?))
+            })(),
+        )?;
+        self.same_process(py)?;
+        let control = self.backend.control();
+        self.call(
+            py,
+            async move {
+                let standings =
+                    lease_ports::control::busiest_groups(&*control, &queue, now, limit).await?;
+                Ok(standings
+                    .iter()
+                    .map(values::GroupLoad::of)
+                    .collect::<Vec<_>>())
+            },
+            |py, loads| loads.into_py_any(py),
+        )
+    }
+
     /// Where ``queue``'s rates stand at ``now``, as :class:`Throttle`: when its rate lets a
     /// claim lease again, if it lets none now, and the same for each throttled group.
     #[pyo3(signature = (queue, *, now = None))]

@@ -498,6 +498,49 @@ pub(crate) struct Throttle {
     groups: std::collections::BTreeMap<String, f64>,
 }
 
+/// How loaded one group of a queue is: its jobs that wait (``backlog``) and run
+/// (``running``), and whether it is paused or throttled now (``paused_until`` or
+/// ``throttled_until`` when that ends at a time).
+#[pyclass(module = "lease", frozen, get_all)]
+#[derive(Debug)]
+pub(crate) struct GroupLoad {
+    group: String,
+    backlog: u64,
+    running: u64,
+    paused: bool,
+    paused_until: Option<f64>,
+    throttled_until: Option<f64>,
+}
+
+#[pymethods]
+impl GroupLoad {
+    fn __repr__(&self) -> String {
+        format!(
+            "GroupLoad(group={:?}, backlog={}, running={}, paused={}, paused_until={}, \
+             throttled_until={})",
+            self.group,
+            self.backlog,
+            self.running,
+            if self.paused { "True" } else { "False" },
+            optional(self.paused_until),
+            optional(self.throttled_until)
+        )
+    }
+}
+
+impl GroupLoad {
+    pub(crate) fn of(standing: &lease_ports::control::GroupStanding) -> Self {
+        Self {
+            group: standing.load.group.as_str().to_owned(),
+            backlog: standing.load.backlog,
+            running: standing.load.running,
+            paused: standing.paused,
+            paused_until: standing.paused_until.map(Timestamp::get),
+            throttled_until: standing.throttled_until.map(Timestamp::get),
+        }
+    }
+}
+
 #[pymethods]
 impl Throttle {
     fn __repr__(&self) -> String {
@@ -724,6 +767,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<StatsRow>()?;
     m.add_class::<QueueSettings>()?;
     m.add_class::<Throttle>()?;
+    m.add_class::<GroupLoad>()?;
     m.add_class::<Schedule>()?;
     m.add_class::<AuditRow>()?;
     m.add_class::<Backoff>()?;

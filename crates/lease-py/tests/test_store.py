@@ -209,6 +209,25 @@ def test_a_fair_queue_serves_its_groups_in_turn_from_python(store):
     assert store.queues() == []
 
 
+def test_the_busiest_groups_are_shown_from_python(store):
+    assert store.enqueue_many([{"id": f"a{n}", "group": "a"} for n in range(3)], queue="g")
+    assert store.enqueue_many([{"id": "b0", "group": "b"}, {"id": "free"}], queue="g")
+    assert [h.id for h in store.claim_next("g", A, 30.0)] == ["a0"]
+    store.pause("g", group="b", until=2e9)
+    loads = store.groups("g")
+    assert [(l.group, l.backlog, l.running, l.paused) for l in loads] == [
+        ("a", 2, 1, False),
+        ("b", 1, 0, True),
+    ]
+    assert loads[1].paused_until == 2e9 and loads[0].throttled_until is None
+    assert "GroupLoad(group=\"a\", backlog=2, running=1" in repr(loads[0])
+    assert [l.group for l in store.groups("g", limit=1)] == ["a"]
+    assert store.groups("empty") == []
+    with pytest.raises(lease.InvalidInput) as raised:
+        store.groups("g", limit=0)
+    assert "limit" in str(raised.value)
+
+
 def test_a_rate_limits_grants_in_a_sliding_window_from_python(store):
     for n in range(4):
         assert store.enqueue(f"r{n}", queue="rated")

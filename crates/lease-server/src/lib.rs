@@ -253,6 +253,7 @@ fn routes() -> (axum::Router<Arc<App>>, utoipa::openapi::OpenApi) {
         .routes(routes!(queues::resume_group))
         .routes(routes!(queues::limits, queues::queue_limits))
         .routes(routes!(queues::throttle))
+        .routes(routes!(queues::groups))
         .routes(routes!(schedules::schedules))
         .routes(routes!(schedules::put_schedule, schedules::remove_schedule))
         .routes(routes!(schedules::fire))

@@ -127,6 +127,92 @@ pub(crate) async fn throttle(
     ))
 }
 
+/// Which of a queue's groups to show.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct GroupsQuery {
+    /// At most this many, the busiest first (default 10).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
+    pub(crate) limit: Option<String>,
+    /// The time to judge at, taken only by a server that trusts caller clocks.
+    #[param(value_type = Option<Time>)]
+    pub(crate) now: Option<String>,
+}
+
+/// A queue's busiest groups.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct GroupsView {
+    /// The queue.
+    pub(crate) queue: String,
+    /// Its groups with unfinished jobs, the most unfinished jobs first.
+    pub(crate) groups: Vec<GroupView>,
+}
+
+/// How one group of a queue stands.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct GroupView {
+    /// The group.
+    pub(crate) group: String,
+    /// Its jobs that wait: unfinished and not held by a live lease (due, scheduled, or
+    /// waiting for a retry).
+    pub(crate) backlog: u64,
+    /// Its jobs held by a live lease.
+    pub(crate) running: u64,
+    /// Whether it is paused now.
+    pub(crate) paused: bool,
+    /// When its pause ends (Unix seconds), if it is paused until a time.
+    pub(crate) paused_until: Option<f64>,
+    /// When its rate lets a claim lease its jobs again (Unix seconds), if it lets none now.
+    pub(crate) throttled_until: Option<f64>,
+}
+
+#[utoipa::path(get, path = "/v1/queues/{queue}/groups", tag = "queue",
+    params(("queue" = Name, Path, description = "The queue, percent-encoded"), GroupsQuery),
+    responses(
+        (status = 200, description = "The queue's busiest groups now, each paused or throttled or not", body = GroupsView),
+        (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn groups(
+    State(app): AppState,
+    _: Viewer,
+    Param(queue): Param,
+    asked: Result<axum::extract::Query<GroupsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Answer {
+    let name = Name(queue).queue("queue")?;
+    let asked = crate::respond::query(asked)?;
+    let limit = crate::respond::count(asked.limit.as_deref(), "limit", 10)?;
+    if !(1..=1000).contains(&limit) {
+        return Err(Problem::invalid("parameter `limit` must be 1 to 1000"));
+    }
+    let now = crate::respond::query_now(&app, asked.now.as_deref())?;
+    let standings = lease_ports::control::busiest_groups(&*app.store, &name, now, limit).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        GroupsView::of(&name, &standings),
+    ))
+}
+
+impl GroupsView {
+    /// The view of `queue`'s busiest groups.
+    pub(crate) fn of(queue: &QueueName, standings: &[lease_ports::control::GroupStanding]) -> Self {
+        Self {
+            queue: queue.as_str().to_owned(),
+            groups: standings
+                .iter()
+                .map(|s| GroupView {
+                    group: s.load.group.as_str().to_owned(),
+                    backlog: s.load.backlog,
+                    running: s.load.running,
+                    paused: s.paused,
+                    paused_until: s.paused_until.map(Timestamp::get),
+                    throttled_until: s.throttled_until.map(Timestamp::get),
+                })
+                .collect(),
+        }
+    }
+}
+
 /// Every queue with settings.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Queues {

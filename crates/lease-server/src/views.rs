@@ -94,6 +94,15 @@ pub fn queue_json(
     serde_json::to_value(crate::queues::QueueView::of(queue, settings, now)).unwrap_or_default()
 }
 
+/// A queue's busiest groups as `GET /v1/queues/{queue}/groups` answers them.
+#[must_use]
+pub fn groups_json(
+    queue: &lease_domain::QueueName,
+    standings: &[lease_ports::control::GroupStanding],
+) -> Value {
+    serde_json::to_value(crate::queues::GroupsView::of(queue, standings)).unwrap_or_default()
+}
+
 /// A schedule as `GET /v1/schedules` answers each, with its next tick after `now`.
 #[must_use]
 pub fn schedule_json(schedule: &lease_domain::Schedule, now: lease_domain::Timestamp) -> Value {

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const ROUTES: [(&str, &str); 40] = [
+const ROUTES: [(&str, &str); 41] = [
     ("post", "/v1/queues/{queue}/jobs"),
     ("post", "/v1/queues/{queue}/jobs/batch"),
     ("post", "/v1/queues/{queue}/claims"),
@@ -40,6 +40,7 @@ const ROUTES: [(&str, &str); 40] = [
     ("put", "/v1/queues/{queue}/limits"),
     ("get", "/v1/queues/{queue}/limits"),
     ("get", "/v1/queues/{queue}/throttle"),
+    ("get", "/v1/queues/{queue}/groups"),
     ("post", "/v1/queues/{queue}/groups/{group}/pause"),
     ("post", "/v1/queues/{queue}/groups/{group}/resume"),
     ("get", "/v1/schedules"),

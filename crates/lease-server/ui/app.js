@@ -298,6 +298,42 @@ function renderSchedules() {
   $('no-schedules').hidden = rows.length > 0;
 }
 
+// The five busiest groups of each queue: waiting and running jobs, paused or throttled.
+function renderGroups() {
+  const rows = [];
+  for (const answer of state.groups || []) {
+    for (const g of answer.groups) {
+      const row = el('tr');
+      cell(row, answer.queue, 'id');
+      cell(row, g.group, 'id');
+      cell(row, num(g.backlog), 'num');
+      cell(row, num(g.running), 'num');
+      const words = [];
+      if (g.paused) words.push(g.paused_until ? `paused until ${new Date(g.paused_until * 1000).toLocaleString()}` : 'paused');
+      if (g.throttled_until) words.push(`throttled until ${new Date(g.throttled_until * 1000).toLocaleString()}`);
+      cell(row, words.length ? words.join(', ') : '—', g.paused ? 'flow paused' : 'flow');
+      if (isAdmin()) {
+        const button = el('button', g.paused ? 'Resume…' : 'Pause…', g.paused ? undefined : 'danger');
+        button.type = 'button';
+        button.dataset.group = g.group;
+        button.addEventListener('click', () => groupAct(answer.queue, g.group, g.paused ? 'resume' : 'pause'));
+        cell(row, button);
+      }
+      rows.push(row);
+    }
+  }
+  $('groups').tBodies[0].replaceChildren(...rows);
+  $('no-groups').hidden = rows.length > 0;
+}
+
+async function loadGroups() {
+  const names = Object.keys((state.stats && state.stats.queues) || {});
+  state.groups = await Promise.all(
+    names.map((name) => api('GET', `/v1/queues/${encodeURIComponent(name)}/groups?limit=5`)),
+  );
+  renderGroups();
+}
+
 async function loadControl() {
   const [queues, schedules] = await Promise.all([
     api('GET', '/v1/queues'),
@@ -307,6 +343,7 @@ async function loadControl() {
   state.schedules = schedules.schedules;
   renderQueues();
   renderSchedules();
+  await loadGroups();
 }
 
 async function loadOverview() {
@@ -340,6 +377,10 @@ function startEvents() {
   source.addEventListener('stats', (e) => {
     state.stats = JSON.parse(e.data);
     renderQueues();
+    if (!state.loadingGroups) {
+      state.loadingGroups = true;
+      loadGroups().catch(() => {}).finally(() => { state.loadingGroups = false; });
+    }
   });
   source.addEventListener('activity', (e) => {
     state.activity = JSON.parse(e.data);
@@ -503,6 +544,11 @@ async function pauseGroup(event) {
     say('Name a queue and one of its groups.');
     return;
   }
+  await groupAct(queue, group, action);
+}
+
+// Pauses or resumes one group of a queue, once confirmed.
+async function groupAct(queue, group, action) {
   const verb = action === 'resume' ? 'Resume' : 'Pause';
   if (!(await confirmed(`${verb} group “${group}” of queue “${queue}”? Its running leases are not touched.`))) return;
   try {

@@ -319,6 +319,50 @@ pub(crate) fn write_settings(
     done.map(drop).map_err(error::sql(conn))
 }
 
+/// Each group of a queue with unfinished jobs: how many are running (a live lease) and how
+/// many wait (`Job::status_at` pending: no live lease, attempts left), through
+/// `jobs_queue_turn`.
+const SELECT_GROUP_LOADS: &str = "SELECT q.grp, \
+    sum(j.until > ?2), sum(j.until <= ?2 AND q.attempts < max(q.max_attempts, 1)) \
+    FROM jobs_queue q INDEXED BY jobs_queue_turn JOIN jobs j ON j.id = q.id \
+    WHERE q.queue = ?1 AND q.grp IS NOT NULL AND q.finished IS NULL AND j.done = 0 \
+    GROUP BY q.grp";
+
+/// The busiest `limit` groups of `queue` at `now` (`lease_ports::control::busiest`).
+pub(crate) fn group_loads(
+    conn: &Connection,
+    queue: &QueueName,
+    now: Timestamp,
+    limit: usize,
+) -> Result<Vec<lease_ports::control::GroupLoad>, StoreError> {
+    let rows = conn
+        .prepare_cached(SELECT_GROUP_LOADS)
+        .and_then(|mut stmt| {
+            stmt.query_map(rusqlite::params![queue.as_str(), now.get()], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, i64>(2)?,
+                ))
+            })?
+            .collect::<Result<Vec<_>, _>>()
+        })
+        .map_err(error::sql(conn))?;
+    let loads = rows
+        .into_iter()
+        .map(|(group, running, backlog)| {
+            Ok(lease_ports::control::GroupLoad {
+                group: lease_domain::GroupKey::stored(group).map_err(|e| {
+                    StoreError::Corrupt(format!("a job's stored group: {e}").into())
+                })?,
+                backlog: lease_ports::codec::count(backlog, "a group's waiting jobs")?,
+                running: lease_ports::codec::count(running, "a group's running jobs")?,
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    Ok(lease_ports::control::busiest(loads, limit))
+}
+
 /// Changes a queue's settings as the domain decides.
 pub(crate) fn change_queue(
     conn: &Connection,

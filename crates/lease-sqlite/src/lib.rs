@@ -497,6 +497,19 @@ impl lease_ports::control::Control for SqliteLeaseStore {
         .await
     }
 
+    async fn group_loads(
+        &self,
+        queue: &QueueName,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<lease_ports::control::GroupLoad>, StoreError> {
+        let queue = queue.clone();
+        self.run(move |store| {
+            store.with_conn(|conn| control::group_loads(conn, &queue, now, limit))
+        })
+        .await
+    }
+
     async fn put_schedule(
         &self,
         spec: &lease_domain::ScheduleSpec,

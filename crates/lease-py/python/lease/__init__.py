@@ -33,6 +33,7 @@ from ._lease import (
     Lease,
     QueueSettings,
     Throttle,
+    GroupLoad,
     Record,
     Refused,
     Schedule,
@@ -82,6 +83,7 @@ __all__ = [
     "StatsRow",
     "QueueSettings",
     "Throttle",
+    "GroupLoad",
     "Schedule",
     "AuditRow",
     "Backoff",
@@ -208,6 +210,7 @@ class Store(_Opened):
     limit = _blocking(_StoreCore.limit)
     hold_group = _blocking(_StoreCore.hold_group)
     throttle = _blocking(_StoreCore.throttle)
+    groups = _blocking(_StoreCore.groups)
     queues = _blocking(_StoreCore.queues)
     put_schedule = _blocking(_StoreCore.put_schedule)
     schedules = _blocking(_StoreCore.schedules)
@@ -244,6 +247,7 @@ class AsyncStore(_Opened):
     limit = _asyncio(_StoreCore.limit)
     hold_group = _asyncio(_StoreCore.hold_group)
     throttle = _asyncio(_StoreCore.throttle)
+    groups = _asyncio(_StoreCore.groups)
     queues = _asyncio(_StoreCore.queues)
     put_schedule = _asyncio(_StoreCore.put_schedule)
     schedules = _asyncio(_StoreCore.schedules)

@@ -33,6 +33,7 @@ __all__ = [
     "StatsRow",
     "QueueSettings",
     "Throttle",
+    "GroupLoad",
     "Schedule",
     "AuditRow",
     "Backoff",
@@ -210,6 +211,21 @@ class QueueSettings:
     def rate_per_group(self) -> Optional[str]: ...
     @property
     def fair(self) -> bool: ...
+
+@final
+class GroupLoad:
+    @property
+    def group(self) -> str: ...
+    @property
+    def backlog(self) -> int: ...
+    @property
+    def running(self) -> int: ...
+    @property
+    def paused(self) -> bool: ...
+    @property
+    def paused_until(self) -> Optional[float]: ...
+    @property
+    def throttled_until(self) -> Optional[float]: ...
 
 @final
 class Throttle:
@@ -401,6 +417,9 @@ class StoreCore:
         now: Optional[float] = None,
     ) -> Pending[QueueSettings]: ...
     def throttle(self, queue: str, *, now: Optional[float] = None) -> Pending[Throttle]: ...
+    def groups(
+        self, queue: str, *, limit: int = 10, now: Optional[float] = None
+    ) -> Pending[_List[GroupLoad]]: ...
     def queues(self, *, now: Optional[float] = None) -> Pending[_List[QueueSettings]]: ...
     def put_schedule(
         self,
