@@ -11,6 +11,21 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
+/// The arguments of `lease claim-next --queue QUEUE --owner OWNER --ttl TTL`, then `more`.
+fn claim_args<'a>(queue: &'a str, owner: &'a str, ttl: &'a str, more: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "claim-next",
+        "--queue",
+        queue,
+        "--owner",
+        owner,
+        "--ttl",
+        ttl,
+    ];
+    args.extend_from_slice(more);
+    args
+}
+
 fn lease(db: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_lease"));
     command.arg("--db").arg(db).env_remove("LEASE_DB");
@@ -61,18 +76,7 @@ fn a_paused_queue_leases_nothing_and_stats_say_so_until_it_is_resumed() {
         (&paused["paused"], &paused["queue"]),
         (&json!(true), &json!("mail"))
     );
-    let claim = run(
-        &db,
-        &[
-            "claim-next",
-            "--queue",
-            "mail",
-            "--owner",
-            "w",
-            "--ttl",
-            "5",
-        ],
-    );
+    let claim = run(&db, &claim_args("mail", "w", "5", &[]));
     assert_eq!(claim.status.code(), Some(3), "a paused queue leased a job");
     // Enqueueing goes on.
     assert_eq!(
@@ -88,53 +92,14 @@ fn a_paused_queue_leases_nothing_and_stats_say_so_until_it_is_resumed() {
         "{human}"
     );
     assert_eq!(json_of(&db, &["resume", "mail"])["paused"], false);
-    let leases = json_of(
-        &db,
-        &[
-            "claim-next",
-            "--queue",
-            "mail",
-            "--owner",
-            "w",
-            "--ttl",
-            "5",
-            "--limit",
-            "5",
-        ],
-    );
+    let leases = json_of(&db, &claim_args("mail", "w", "5", &["--limit", "5"]));
     assert_eq!(leases["leases"].as_array().unwrap().len(), 2);
     // A pause until a time ends by itself.
     json_of(&db, &["enqueue", "c", "--queue", "sms"]);
     json_of(&db, &["pause", "sms", "--until", "2000"]);
-    let early = run(
-        &db,
-        &[
-            "claim-next",
-            "--queue",
-            "sms",
-            "--owner",
-            "w",
-            "--ttl",
-            "5",
-            "--now",
-            "1999",
-        ],
-    );
+    let early = run(&db, &claim_args("sms", "w", "5", &["--now", "1999"]));
     assert_eq!(early.status.code(), Some(3));
-    let late = json_of(
-        &db,
-        &[
-            "claim-next",
-            "--queue",
-            "sms",
-            "--owner",
-            "w",
-            "--ttl",
-            "5",
-            "--now",
-            "2000",
-        ],
-    );
+    let late = json_of(&db, &claim_args("sms", "w", "5", &["--now", "2000"]));
     assert_eq!(late["leases"][0]["id"], "c");
 }
 
@@ -213,19 +178,7 @@ fn stats_prometheus_shows_each_queue_s_pause_limit_and_timeout_as_gauges() {
     );
     json_of(
         &db,
-        &[
-            "claim-next",
-            "--queue",
-            "sms",
-            "--owner",
-            "w",
-            "--ttl",
-            "5",
-            "--limit",
-            "5",
-            "--now",
-            "250",
-        ],
+        &claim_args("sms", "w", "5", &["--limit", "5", "--now", "250"]),
     );
     let text = prometheus("260");
     for line in [
@@ -273,30 +226,12 @@ fn a_limit_caps_the_leases_of_a_claim_and_bad_flags_change_nothing() {
         (&limited["concurrency"], &limited["timeout"]),
         (&json!(2), &json!(30.0))
     );
-    let claim = json_of(
-        &db,
-        &[
-            "claim-next",
-            "--queue",
-            "q",
-            "--owner",
-            "w",
-            "--ttl",
-            "60",
-            "--limit",
-            "3",
-        ],
-    );
+    let claim = json_of(&db, &claim_args("q", "w", "60", &["--limit", "3"]));
     let leases = claim["leases"].as_array().unwrap();
     assert_eq!(leases.len(), 2, "{claim}");
     assert!(leases.iter().all(|l| l["timeout"] == 30.0));
     assert_eq!(
-        run(
-            &db,
-            &["claim-next", "--queue", "q", "--owner", "w", "--ttl", "60"]
-        )
-        .status
-        .code(),
+        run(&db, &claim_args("q", "w", "60", &[])).status.code(),
         Some(3)
     );
     let human = String::from_utf8(run(&db, &["stats"]).stdout).unwrap();
@@ -312,10 +247,7 @@ fn a_limit_caps_the_leases_of_a_claim_and_bad_flags_change_nothing() {
 fn a_finished_job_runs_again_with_replace_finished_and_keeps_its_result_until_then() {
     let (_dir, db) = fresh_db();
     json_of(&db, &["enqueue", "r", "--queue", "q", "--payload", "one"]);
-    let first = json_of(
-        &db,
-        &["claim-next", "--queue", "q", "--owner", "w", "--ttl", "60"],
-    );
+    let first = json_of(&db, &claim_args("q", "w", "60", &[]));
     let fence = first["leases"][0]["fence"].to_string();
     assert!(
         run(
@@ -368,10 +300,7 @@ fn a_finished_job_runs_again_with_replace_finished_and_keeps_its_result_until_th
         ],
     );
     assert_eq!(again["inserted"], false);
-    let second = json_of(
-        &db,
-        &["claim-next", "--queue", "q", "--owner", "w", "--ttl", "60"],
-    );
+    let second = json_of(&db, &claim_args("q", "w", "60", &[]));
     assert_eq!(second["leases"][0]["fence"], 2, "the fence goes on");
     // The same through enqueue-many's JSON lines, and a bad value names its line.
     let mut child = lease(&db)
@@ -401,20 +330,7 @@ fn a_finished_job_runs_again_with_replace_finished_and_keeps_its_result_until_th
 fn progress_is_stored_under_the_fence_and_a_stale_holder_is_refused() {
     let (_dir, db) = fresh_db();
     json_of(&db, &["enqueue", "p", "--queue", "q"]);
-    json_of(
-        &db,
-        &[
-            "claim-next",
-            "--queue",
-            "q",
-            "--owner",
-            "a",
-            "--ttl",
-            "10",
-            "--now",
-            "100",
-        ],
-    );
+    json_of(&db, &claim_args("q", "a", "10", &["--now", "100"]));
     let stored = json_of(
         &db,
         &[
@@ -459,20 +375,7 @@ fn progress_is_stored_under_the_fence_and_a_stale_holder_is_refused() {
         ),
         json!({"ok": true})
     );
-    json_of(
-        &db,
-        &[
-            "claim-next",
-            "--queue",
-            "q",
-            "--owner",
-            "b",
-            "--ttl",
-            "10",
-            "--now",
-            "120",
-        ],
-    );
+    json_of(&db, &claim_args("q", "b", "10", &["--now", "120"]));
     let late = run(
         &db,
         &[
@@ -1165,10 +1068,7 @@ fn a_fair_queue_serves_a_late_group_before_an_earlier_backlog_from_the_cli() {
     }
     // One claim of one lease: the id it leased.
     let claim = || {
-        let leases = json_of(
-            &db,
-            &["claim-next", "--queue", "q", "--owner", "w", "--ttl", "60"],
-        );
+        let leases = json_of(&db, &claim_args("q", "w", "60", &[]));
         leases["leases"][0]["id"].as_str().unwrap().to_owned()
     };
     assert_eq!(json_of(&db, &["limit", "q", "--fair"])["fair"], true);
@@ -1205,10 +1105,7 @@ fn lease_groups_lists_the_busiest_groups_waiting_running_and_paused() {
         json_of(&db, &["enqueue", id, "--queue", "q", "--group", group]);
     }
     json_of(&db, &["enqueue", "free", "--queue", "q"]);
-    json_of(
-        &db,
-        &["claim-next", "--queue", "q", "--owner", "w", "--ttl", "600"],
-    );
+    json_of(&db, &claim_args("q", "w", "600", &[]));
     json_of(&db, &["pause", "q", "--group", "b"]);
     let shown = json_of(&db, &["groups", "q"]);
     assert_eq!(
@@ -1310,20 +1207,7 @@ fn one_group_is_paused_and_resumed_while_the_others_run() {
     );
     let human = String::from_utf8(run(&db, &["stats"]).stdout).unwrap();
     assert!(human.contains("group acct-a paused"), "{human}");
-    let claim = json_of(
-        &db,
-        &[
-            "claim-next",
-            "--queue",
-            "q",
-            "--owner",
-            "w",
-            "--ttl",
-            "60",
-            "--limit",
-            "5",
-        ],
-    );
+    let claim = json_of(&db, &claim_args("q", "w", "60", &["--limit", "5"]));
     let leased: Vec<&str> = claim["leases"]
         .as_array()
         .unwrap()
@@ -1334,20 +1218,7 @@ fn one_group_is_paused_and_resumed_while_the_others_run() {
     refused(&run(&db, &["pause", "q", "--group", ""]), "--group");
     let resumed = json_of(&db, &["resume", "q", "--group", "acct-a"]);
     assert_eq!(resumed["paused_groups"], json!([]));
-    let claim = json_of(
-        &db,
-        &[
-            "claim-next",
-            "--queue",
-            "q",
-            "--owner",
-            "w",
-            "--ttl",
-            "60",
-            "--limit",
-            "5",
-        ],
-    );
+    let claim = json_of(&db, &claim_args("q", "w", "60", &["--limit", "5"]));
     assert_eq!(claim["leases"][0]["id"], "a1");
     assert_eq!(json_of(&db, &["stats"])["settings"], json!({}));
 }
@@ -1390,18 +1261,7 @@ fn a_rate_is_set_kept_by_claim_next_said_and_removed_from_the_cli() {
     let claim = |limit: &str| {
         run(
             &db,
-            &[
-                "claim-next",
-                "--queue",
-                "q",
-                "--owner",
-                "w",
-                "--ttl",
-                "60",
-                "--limit",
-                limit,
-                "--json",
-            ],
+            &claim_args("q", "w", "60", &["--limit", limit, "--json"]),
         )
     };
     let first = claim("5");
@@ -1413,10 +1273,7 @@ fn a_rate_is_set_kept_by_claim_next_said_and_removed_from_the_cli() {
     let answer: Value = serde_json::from_slice(&held.stdout).unwrap();
     assert_eq!(answer["leases"], json!([]));
     assert!(answer["throttled_until"].as_f64().is_some(), "{answer}");
-    let said = run(
-        &db,
-        &["claim-next", "--queue", "q", "--owner", "w", "--ttl", "60"],
-    );
+    let said = run(&db, &claim_args("q", "w", "60", &[]));
     let said = String::from_utf8_lossy(&said.stdout).into_owned();
     assert!(said.contains("its rate lets the next lease at"), "{said}");
     let removed = json_of(
@@ -1480,20 +1337,7 @@ fn a_holder_holds_its_jobs_group_from_the_cli_and_a_stale_one_cannot() {
         settings["paused_groups"],
         json!([{"group": "acct-a", "until": 4_102_444_800.0}])
     );
-    let claim = json_of(
-        &db,
-        &[
-            "claim-next",
-            "--queue",
-            "q",
-            "--owner",
-            "w",
-            "--ttl",
-            "60",
-            "--limit",
-            "5",
-        ],
-    );
+    let claim = json_of(&db, &claim_args("q", "w", "60", &["--limit", "5"]));
     let mut leased: Vec<&str> = claim["leases"]
         .as_array()
         .unwrap()

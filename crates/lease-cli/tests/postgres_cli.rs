@@ -9,6 +9,21 @@ use std::process::{Command, Output};
 use lease_postgres::ScratchDatabase;
 use serde_json::Value;
 
+/// The arguments of `lease claim-next --queue QUEUE --owner OWNER --ttl TTL`, then `more`.
+fn claim_args<'a>(queue: &'a str, owner: &'a str, ttl: &'a str, more: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "claim-next",
+        "--queue",
+        queue,
+        "--owner",
+        owner,
+        "--ttl",
+        ttl,
+    ];
+    args.extend_from_slice(more);
+    args
+}
+
 fn lease(db: &str) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_lease"));
     command.arg("--db").arg(db).env_remove("LEASE_DB");
@@ -440,27 +455,11 @@ fn schedules_pause_and_limits_on_postgres_hold_under_sixteen_racing_processes() 
     let stats = json_of(url, &["stats"]);
     assert_eq!(stats["queues"]["r"]["pending"], 60);
     json_of(url, &["pause", "r"]);
-    let paused = run(
-        url,
-        &["claim-next", "--queue", "r", "--owner", "w", "--ttl", "60"],
-    );
+    let paused = run(url, &claim_args("r", "w", "60", &[]));
     assert_eq!(paused.status.code(), Some(3), "a paused queue leased a job");
     json_of(url, &["resume", "r"]);
     json_of(url, &["limit", "r", "--concurrency", "3"]);
-    let claim = json_of(
-        url,
-        &[
-            "claim-next",
-            "--queue",
-            "r",
-            "--owner",
-            "w",
-            "--ttl",
-            "60",
-            "--limit",
-            "10",
-        ],
-    );
+    let claim = json_of(url, &claim_args("r", "w", "60", &["--limit", "10"]));
     assert_eq!(claim["leases"].as_array().unwrap().len(), 3);
     assert_eq!(json_of(url, &["stats"])["settings"]["r"]["concurrency"], 3);
 }
@@ -492,18 +491,12 @@ fn sixteen_racing_processes_never_hold_two_leases_of_a_group_on_postgres() {
     let racers: Vec<_> = (0..16)
         .map(|w| {
             lease(url)
-                .args([
-                    "claim-next",
-                    "--queue",
+                .args(claim_args(
                     "p",
-                    "--owner",
                     &format!("w{w}"),
-                    "--ttl",
                     "3600",
-                    "--limit",
-                    "3",
-                    "--json",
-                ])
+                    &["--limit", "3", "--json"],
+                ))
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
                 .spawn()
@@ -535,18 +528,7 @@ fn sixteen_racing_processes_never_hold_two_leases_of_a_group_on_postgres() {
     // A later claim takes only groups none of them holds.
     let late = run(
         url,
-        &[
-            "claim-next",
-            "--queue",
-            "p",
-            "--owner",
-            "late",
-            "--ttl",
-            "60",
-            "--limit",
-            "9",
-            "--json",
-        ],
+        &claim_args("p", "late", "60", &["--limit", "9", "--json"]),
     );
     if late.status.code() != Some(3) {
         ok(&late);
@@ -576,18 +558,12 @@ fn sixteen_racing_processes_are_granted_no_more_than_the_rate_on_postgres() {
     let racers: Vec<_> = (0..16)
         .map(|w| {
             lease(url)
-                .args([
-                    "claim-next",
-                    "--queue",
+                .args(claim_args(
                     "rated",
-                    "--owner",
                     &format!("w{w}"),
-                    "--ttl",
                     "3600",
-                    "--limit",
-                    "2",
-                    "--json",
-                ])
+                    &["--limit", "2", "--json"],
+                ))
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
                 .spawn()
@@ -614,18 +590,7 @@ fn sixteen_racing_processes_are_granted_no_more_than_the_rate_on_postgres() {
     let claim_all = || {
         run(
             url,
-            &[
-                "claim-next",
-                "--queue",
-                "rated",
-                "--owner",
-                "late",
-                "--ttl",
-                "3600",
-                "--limit",
-                "20",
-                "--json",
-            ],
+            &claim_args("rated", "late", "3600", &["--limit", "20", "--json"]),
         )
     };
     let late = claim_all();
@@ -663,8 +628,12 @@ fn eight_racing_processes_on_a_fair_queue_serve_eight_groups_on_postgres() {
     let racers: Vec<_> = (0..8)
         .map(|w| {
             lease(url)
-                .args(["claim-next", "--queue", "f", "--owner", &format!("w{w}")])
-                .args(["--ttl", "3600", "--limit", "1", "--json"])
+                .args(claim_args(
+                    "f",
+                    &format!("w{w}"),
+                    "3600",
+                    &["--limit", "1", "--json"],
+                ))
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
                 .spawn()

@@ -4,7 +4,7 @@
 //! does not is refused, and every answer is as the document says.
 //!
 //! `cargo xtask test` installs the pinned schemathesis. The run here is short (a fixed seed
-//! and `LEASE_SCHEMATHESIS_EXAMPLES` examples per operation, 10 by default), so CI replays
+//! and `LEASE_SCHEMATHESIS_EXAMPLES` examples per operation, 25 by default), so CI replays
 //! the same search. `cargo xtask schemathesis` is the longer search run before every stop: a
 //! fresh random seed (`LEASE_SCHEMATHESIS_SEED=random`, printed so that a failure can be
 //! replayed with it) and 50 examples per operation.
