@@ -2144,6 +2144,7 @@ pub async fn export_and_import_carry_queue_settings_and_schedules(store: Transfe
     let grouped_rules = Limits {
         per_group: Some(Concurrency::new(2)),
         ordered: Some(true),
+        fair: Some(true),
         ..Limits::default()
     };
     let ruled = store
@@ -2176,8 +2177,12 @@ pub async fn export_and_import_carry_queue_settings_and_schedules(store: Transfe
     let snapshot = store.export().await.expect("export works");
     assert_eq!(snapshot.queues.len(), 1);
     assert_eq!(
-        (snapshot.queues[0].1.per_group, snapshot.queues[0].1.ordered),
-        (Concurrency::new(2), true)
+        (
+            snapshot.queues[0].1.per_group,
+            snapshot.queues[0].1.ordered,
+            snapshot.queues[0].1.fair
+        ),
+        (Concurrency::new(2), true, true)
     );
     assert_eq!(
         snapshot.queues[0].1.paused_groups.get(&held),
@@ -2584,7 +2589,8 @@ pub async fn an_ordered_group_runs_one_job_at_a_time_in_claim_order(store: Contr
 /// Fair claims serve the groups in turn, the group served least recently first, whatever
 /// their backlog and priority: the jobs without a group first, then one lease a group per
 /// turn, round the groups; a group enqueued later is served by the next claim; the group
-/// rules still hold; `--no-fair` goes back to claim order.
+/// rules still hold; `--no-fair` goes back to claim order; racing claims serve one group
+/// each.
 pub async fn fair_claims_serve_the_groups_in_turn_whatever_their_backlog(store: ControlStore) {
     let lease_store: Store = store.clone();
     for n in 1..=20 {
@@ -2663,6 +2669,22 @@ pub async fn fair_claims_serve_the_groups_in_turn_whatever_their_backlog(store: 
     .await;
     let ordered = next(&lease_store, "q", "w", 6.0, 2).await;
     assert_eq!(ids(&ordered), ["big07", "big08"]);
+    // Six claims racing on a fair queue of six groups, enqueued one after another: each
+    // serves the group served least recently, so they serve all six, one each.
+    for g in 0..6 {
+        for n in 0..10 {
+            let spec = grouped("race", &format!("g{g}"));
+            enqueued_with(&lease_store, &format!("r{g}-{n}"), &spec).await;
+        }
+    }
+    limit(&store, "race", fair(true)).await;
+    let raced = racing_claims(&lease_store, "race", 6, 7.0).await;
+    let mut served: Vec<&str> = raced
+        .iter()
+        .filter_map(|l| l.group.as_ref().map(GroupKey::as_str))
+        .collect();
+    served.sort_unstable();
+    assert_eq!(served, ["g0", "g1", "g2", "g3", "g4", "g5"]);
 }
 
 /// `group_loads` counts each group's unfinished jobs, running and waiting, busiest first:
