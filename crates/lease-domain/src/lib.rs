@@ -27,6 +27,7 @@ mod rules;
 mod schedule;
 mod turns;
 mod values;
+mod workflow;
 
 pub use access::{
     Credential, KeyId, KeyRefused, MAX_LIVE_KEYS, Principal, Scope, decide_new_key,
@@ -58,6 +59,10 @@ pub use turns::Turn;
 pub use values::{
     AccessError, Fence, InputError, JobId, JobResult, LeaseTerm, MAX_NAME_BYTES, Owner, Renewal,
     Timestamp, TokenDigest, Ttl,
+};
+pub use workflow::{
+    CheckpointName, ChildFate, MAX_CHECKPOINT_NAME_BYTES, MAX_CHECKPOINTS, MAX_PARENTS,
+    OnParentFailure, WorkflowRefused, cancelled_by, check_workflow, decide_child,
 };
 
 #[cfg(test)]

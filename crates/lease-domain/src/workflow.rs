@@ -1,0 +1,356 @@
+//! Workflows (issue 38), the rules first: a job may run after other jobs (its parents), a
+//! batch of jobs that name each other must form no cycle, a waiting child becomes due,
+//! waits, or is cancelled by how its parents ended, and a checkpoint's name is checked.
+//! Pure, as every rule here: the stores read the parents' ends in the transaction that
+//! finishes a parent and apply what [`decide_child`] says.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::queue::{ErrorText, Status};
+use crate::values::JobId;
+
+/// The most parents one job may name (the issue asks for at least 1,000).
+pub const MAX_PARENTS: usize = 10_000;
+
+/// The most checkpoints one job may keep.
+pub const MAX_CHECKPOINTS: usize = 1_000;
+
+/// The longest checkpoint name, in bytes.
+pub const MAX_CHECKPOINT_NAME_BYTES: usize = 256;
+
+/// Why a workflow (or a checkpoint name) is refused; each names what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorkflowRefused {
+    /// A job names itself as its parent.
+    #[error("job {0} names itself as its parent (--after)")]
+    SelfParent(JobId),
+    /// A job names a parent that is neither stored nor in the same batch.
+    #[error("job {child} names parent {parent}, which does not exist (--after)")]
+    MissingParent {
+        /// The job.
+        child: JobId,
+        /// Its parent.
+        parent: JobId,
+    },
+    /// The jobs of a batch name each other in a cycle; `0` is one of them.
+    #[error("job {0} is in a cycle of parents (--after): a workflow runs each job once")]
+    Cycle(JobId),
+    /// A job names more parents than a job may have.
+    #[error("job {child} names {count} parents (--after); at most {MAX_PARENTS}")]
+    TooManyParents {
+        /// The job.
+        child: JobId,
+        /// How many it named.
+        count: usize,
+    },
+    /// A policy other than `cancel` or `run`.
+    #[error("--on-parent-failure {0:?} is not cancel or run")]
+    Policy(String),
+    /// A checkpoint name that is empty, too long or holds a NUL.
+    #[error("checkpoint name {0:?} is not 1 to 256 bytes without NUL (name)")]
+    CheckpointName(String),
+}
+
+/// What a child does when a parent ends dead or cancelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnParentFailure {
+    /// It is cancelled, with an error naming the parent (a batch's "success" callback).
+    #[default]
+    Cancel,
+    /// It runs once every parent has finished, however each ended (a batch's "complete"
+    /// callback).
+    Run,
+}
+
+impl OnParentFailure {
+    /// Reads `cancel` or `run`.
+    ///
+    /// # Errors
+    /// [`WorkflowRefused::Policy`] for anything else.
+    pub fn parse(text: &str) -> Result<Self, WorkflowRefused> {
+        match text {
+            "cancel" => Ok(Self::Cancel),
+            "run" => Ok(Self::Run),
+            other => Err(WorkflowRefused::Policy(other.to_owned())),
+        }
+    }
+
+    /// `cancel` or `run`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cancel => "cancel",
+            Self::Run => "run",
+        }
+    }
+}
+
+/// What a waiting child becomes, judged from how its parents stand.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChildFate {
+    /// It keeps waiting: a parent it waits for has not finished.
+    Wait,
+    /// It becomes due (pending, then as its run_at, priority and flow control say).
+    Due,
+    /// It is cancelled by this parent, which ended so (dead or cancelled).
+    Cancel(JobId, Status),
+}
+
+/// What a waiting child with `policy` becomes when its parents stand as `parents` (each
+/// parent's finished status, `None` while it is unfinished; a parent that is gone, purged
+/// after it finished, counts as done: a purge takes only finished jobs, and a child whose
+/// parent ended dead or cancelled was cancelled then). Under [`OnParentFailure::Cancel`] the
+/// first parent (in the order given) that ended dead or cancelled cancels it, else it is due
+/// once every parent is done; under [`OnParentFailure::Run`] it is due once every parent has
+/// finished.
+#[must_use]
+pub fn decide_child(policy: OnParentFailure, parents: &[(JobId, Option<Status>)]) -> ChildFate {
+    if policy == OnParentFailure::Cancel {
+        let failed = parents
+            .iter()
+            .find(|(_, end)| matches!(end, Some(Status::Dead | Status::Cancelled)));
+        if let Some((parent, Some(end))) = failed {
+            return ChildFate::Cancel(parent.clone(), *end);
+        }
+    }
+    if parents.iter().all(|(_, end)| end.is_some()) {
+        ChildFate::Due
+    } else {
+        ChildFate::Wait
+    }
+}
+
+/// The error of a child that `parent` cancelled by ending so.
+#[must_use]
+pub fn cancelled_by(parent: &JobId, end: Status) -> ErrorText {
+    ErrorText::lossy(format!(
+        "cancelled: its parent {parent} ended {}",
+        end.as_str()
+    ))
+}
+
+/// Checks a batch of jobs and the parents each names: no job names itself, every parent is
+/// stored (`stored`) or in the batch (named before or after its child), no job names more
+/// than [`MAX_PARENTS`], and the batch's jobs form no cycle (a stored job cannot name a job
+/// of the batch, so a cycle can only be among them). Returns each job's parents without
+/// repeats, in the order first named.
+///
+/// # Errors
+/// The first problem found, naming the job: [`WorkflowRefused::SelfParent`],
+/// [`WorkflowRefused::TooManyParents`], [`WorkflowRefused::MissingParent`] or
+/// [`WorkflowRefused::Cycle`] (naming the smallest id of the jobs left in cycles).
+pub fn check_workflow(
+    batch: &[(JobId, Vec<JobId>)],
+    stored: impl Fn(&JobId) -> bool,
+) -> Result<Vec<Vec<JobId>>, WorkflowRefused> {
+    let in_batch: BTreeSet<&JobId> = batch.iter().map(|(id, _)| id).collect();
+    let mut parents_of = Vec::with_capacity(batch.len());
+    for (child, parents) in batch {
+        let mut seen = BTreeSet::new();
+        let unique: Vec<JobId> = parents
+            .iter()
+            .filter(|p| seen.insert(*p))
+            .cloned()
+            .collect();
+        if unique.len() > MAX_PARENTS {
+            return Err(WorkflowRefused::TooManyParents {
+                child: child.clone(),
+                count: unique.len(),
+            });
+        }
+        for parent in &unique {
+            if parent == child {
+                return Err(WorkflowRefused::SelfParent(child.clone()));
+            }
+            if !in_batch.contains(parent) && !stored(parent) {
+                return Err(WorkflowRefused::MissingParent {
+                    child: child.clone(),
+                    parent: parent.clone(),
+                });
+            }
+        }
+        parents_of.push(unique);
+    }
+    // Kahn's algorithm over the edges within the batch: whatever is left is in a cycle.
+    let mut waiting: BTreeMap<&JobId, usize> = BTreeMap::new();
+    let mut children: BTreeMap<&JobId, Vec<&JobId>> = BTreeMap::new();
+    for ((child, _), parents) in batch.iter().zip(&parents_of) {
+        let inner: Vec<&JobId> = parents.iter().filter(|p| in_batch.contains(p)).collect();
+        *waiting.entry(child).or_default() += inner.len();
+        for parent in inner {
+            children.entry(parent).or_default().push(child);
+        }
+    }
+    let mut ready: Vec<&JobId> = waiting
+        .iter()
+        .filter(|(_, n)| **n == 0)
+        .map(|(id, _)| *id)
+        .collect();
+    while let Some(done) = ready.pop() {
+        waiting.remove(done);
+        for child in children.get(done).map_or(&[][..], Vec::as_slice) {
+            if let Some(n) = waiting.get_mut(child) {
+                *n -= 1;
+                if *n == 0 {
+                    ready.push(child);
+                }
+            }
+        }
+    }
+    match waiting.keys().next() {
+        Some(id) => Err(WorkflowRefused::Cycle((*id).clone())),
+        None => Ok(parents_of),
+    }
+}
+
+/// A checkpoint's name: 1 to [`MAX_CHECKPOINT_NAME_BYTES`] bytes, no NUL.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CheckpointName(String);
+
+impl CheckpointName {
+    /// Checks and wraps a checkpoint name.
+    ///
+    /// # Errors
+    /// [`WorkflowRefused::CheckpointName`].
+    pub fn new(name: impl Into<String>) -> Result<Self, WorkflowRefused> {
+        let name = name.into();
+        if name.is_empty() || name.len() > MAX_CHECKPOINT_NAME_BYTES || name.contains('\0') {
+            return Err(WorkflowRefused::CheckpointName(name));
+        }
+        Ok(Self(name))
+    }
+
+    /// The name.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(name: &str) -> JobId {
+        JobId::new(name).unwrap()
+    }
+
+    fn batch(edges: &[(&str, &[&str])]) -> Vec<(JobId, Vec<JobId>)> {
+        edges
+            .iter()
+            .map(|(child, parents)| (id(child), parents.iter().map(|p| id(p)).collect()))
+            .collect()
+    }
+
+    #[test]
+    fn a_chain_and_a_fan_in_are_accepted_with_parents_named_before_or_after() {
+        let jobs = batch(&[
+            ("c", &["b"]),
+            ("b", &["a"]),
+            ("a", &[]),
+            ("d", &["a", "b", "a"]),
+        ]);
+        let parents = check_workflow(&jobs, |_| false).unwrap();
+        assert_eq!(parents[3], [id("a"), id("b")], "repeats are dropped");
+        // A parent already stored is fine.
+        let later = batch(&[("e", &["stored"])]);
+        assert!(check_workflow(&later, |p| p.as_str() == "stored").is_ok());
+    }
+
+    #[test]
+    fn a_self_parent_a_missing_parent_and_too_many_are_refused_naming_the_job() {
+        let err = check_workflow(&batch(&[("a", &["a"])]), |_| false).unwrap_err();
+        assert_eq!(err, WorkflowRefused::SelfParent(id("a")));
+        assert!(err.to_string().contains("job a names itself"));
+        let err = check_workflow(&batch(&[("a", &["ghost"])]), |_| false).unwrap_err();
+        assert!(
+            err.to_string().contains("job a names parent ghost"),
+            "{err}"
+        );
+        let many: Vec<JobId> = (0..=MAX_PARENTS).map(|n| id(&format!("p{n}"))).collect();
+        let err = check_workflow(&[(id("child"), many)], |_| true).unwrap_err();
+        assert!(
+            matches!(err, WorkflowRefused::TooManyParents { count, .. } if count == MAX_PARENTS + 1)
+        );
+    }
+
+    #[test]
+    fn a_cycle_of_any_length_is_refused_naming_a_job_in_it() {
+        let two = batch(&[("a", &["b"]), ("b", &["a"]), ("free", &[])]);
+        assert_eq!(
+            check_workflow(&two, |_| false).unwrap_err(),
+            WorkflowRefused::Cycle(id("a"))
+        );
+        let three = batch(&[
+            ("x", &["z"]),
+            ("y", &["x"]),
+            ("z", &["y"]),
+            ("tail", &["x"]),
+        ]);
+        let err = check_workflow(&three, |_| false).unwrap_err();
+        assert!(
+            matches!(&err, WorkflowRefused::Cycle(j) if ["tail", "x", "y", "z"].contains(&j.as_str())),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_child_is_released_cancelled_or_kept_waiting_by_its_parents_and_policy() {
+        let done = Some(Status::Done);
+        let dead = Some(Status::Dead);
+        let parents = |ends: &[Option<Status>]| -> Vec<(JobId, Option<Status>)> {
+            ends.iter()
+                .enumerate()
+                .map(|(n, end)| (id(&format!("p{n}")), *end))
+                .collect()
+        };
+        use OnParentFailure::{Cancel, Run};
+        assert_eq!(
+            decide_child(Cancel, &parents(&[done, None])),
+            ChildFate::Wait
+        );
+        assert_eq!(
+            decide_child(Cancel, &parents(&[done, done])),
+            ChildFate::Due
+        );
+        assert_eq!(
+            decide_child(Cancel, &parents(&[done, None, dead])),
+            ChildFate::Cancel(id("p2"), Status::Dead),
+            "a failed parent cancels at once, before the others finish"
+        );
+        assert_eq!(decide_child(Run, &parents(&[dead, None])), ChildFate::Wait);
+        assert_eq!(
+            decide_child(Run, &parents(&[dead, Some(Status::Cancelled), done])),
+            ChildFate::Due
+        );
+        assert_eq!(decide_child(Run, &[]), ChildFate::Due);
+        let text = cancelled_by(&id("p2"), Status::Dead);
+        assert!(
+            text.as_str().contains("parent p2 ended dead"),
+            "{}",
+            text.as_str()
+        );
+    }
+
+    #[test]
+    fn a_policy_and_a_checkpoint_name_are_checked() {
+        assert_eq!(OnParentFailure::parse("run").unwrap(), OnParentFailure::Run);
+        assert_eq!(OnParentFailure::default().as_str(), "cancel");
+        assert!(
+            OnParentFailure::parse("skip")
+                .unwrap_err()
+                .to_string()
+                .contains("skip")
+        );
+        assert!(CheckpointName::new("fetch").is_ok());
+        for bad in [String::new(), "x".repeat(257), "a\0b".to_owned()] {
+            assert!(
+                CheckpointName::new(bad)
+                    .unwrap_err()
+                    .to_string()
+                    .contains("name")
+            );
+        }
+        assert!(CheckpointName::new("x".repeat(256)).is_ok());
+    }
+}
