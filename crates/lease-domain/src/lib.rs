@@ -62,7 +62,8 @@ pub use values::{
 };
 pub use workflow::{
     CheckpointName, ChildFate, MAX_CHECKPOINT_NAME_BYTES, MAX_CHECKPOINTS, MAX_PARENTS,
-    OnParentFailure, WorkflowRefused, cancelled_by, check_workflow, decide_child,
+    OnParentFailure, Waiting, WorkflowRefused, cancelled_by, check_workflow, decide_child,
+    propagate,
 };
 
 #[cfg(test)]

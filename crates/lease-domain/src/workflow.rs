@@ -129,7 +129,61 @@ pub fn cancelled_by(parent: &JobId, end: Status) -> ErrorText {
     ))
 }
 
-/// Checks a batch of jobs and the parents each names: no job names itself, every parent is
+/// A waiting child as a store reads it when one of its parents finishes: its policy and
+/// each of its parents with how it stands (finished status, `None` while unfinished).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    /// The child.
+    pub id: JobId,
+    /// What it does when a parent fails.
+    pub policy: OnParentFailure,
+    /// Its parents and how each stands, as read.
+    pub parents: Vec<(JobId, Option<Status>)>,
+}
+
+/// The fates of the children waiting on `finished`, which has just ended as `end`, and
+/// transitively of theirs: each child is judged by [`decide_child`] with the ends decided
+/// here taking the place of what was read (the store reads them in the same transaction,
+/// before this finish is written); a child that becomes due is done with (it has not
+/// finished); a child cancelled by a parent ends cancelled, so its own waiting children are
+/// judged next. Each child is decided at most once. `children_of` reads the jobs waiting on
+/// a job. In the order decided.
+pub fn propagate(
+    finished: &JobId,
+    end: Status,
+    children_of: &mut dyn FnMut(&JobId) -> Vec<Waiting>,
+) -> Vec<(JobId, ChildFate)> {
+    let mut ends: BTreeMap<JobId, Status> = BTreeMap::from([(finished.clone(), end)]);
+    let mut next = vec![finished.clone()];
+    let mut fates = Vec::new();
+    let mut decided = BTreeSet::new();
+    while let Some(parent) = next.pop() {
+        for mut child in children_of(&parent) {
+            if decided.contains(&child.id) {
+                continue;
+            }
+            for (id, stands) in &mut child.parents {
+                if let Some(end) = ends.get(id) {
+                    *stands = Some(*end);
+                }
+            }
+            let fate = decide_child(child.policy, &child.parents);
+            match &fate {
+                ChildFate::Wait => continue,
+                ChildFate::Due => {}
+                ChildFate::Cancel(..) => {
+                    ends.insert(child.id.clone(), Status::Cancelled);
+                    next.push(child.id.clone());
+                }
+            }
+            decided.insert(child.id.clone());
+            fates.push((child.id, fate));
+        }
+    }
+    fates
+}
+
+/// Checks a batch of jobs and the parents each names:/// Checks a batch of jobs and the parents each names: no job names itself, every parent is
 /// stored (`stored`) or in the batch (named before or after its child), no job names more
 /// than [`MAX_PARENTS`], and the batch's jobs form no cycle (a stored job cannot name a job
 /// of the batch, so a cycle can only be among them). Returns each job's parents without
@@ -330,6 +384,83 @@ mod tests {
             "{}",
             text.as_str()
         );
+    }
+
+    #[test]
+    fn a_failure_cancels_down_the_chain_and_a_run_child_is_released_once_all_finished() {
+        // a -> b -> c, a -> r (runs whatever), and d waits on a and b.
+        let graph: BTreeMap<&str, Vec<(&str, OnParentFailure, Vec<&str>)>> = BTreeMap::from([
+            (
+                "a",
+                vec![
+                    ("b", OnParentFailure::Cancel, vec!["a"]),
+                    ("r", OnParentFailure::Run, vec!["a"]),
+                    ("d", OnParentFailure::Cancel, vec!["a", "b"]),
+                ],
+            ),
+            (
+                "b",
+                vec![
+                    ("c", OnParentFailure::Cancel, vec!["b"]),
+                    ("d", OnParentFailure::Cancel, vec!["a", "b"]),
+                ],
+            ),
+        ]);
+        let mut read = |parent: &JobId| -> Vec<Waiting> {
+            graph
+                .get(parent.as_str())
+                .map(|children| {
+                    children
+                        .iter()
+                        .map(|(child, policy, parents)| Waiting {
+                            id: id(child),
+                            policy: *policy,
+                            parents: parents.iter().map(|p| (id(p), None)).collect(),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let fates = propagate(&id("a"), Status::Dead, &mut read);
+        let by: BTreeMap<String, ChildFate> = fates
+            .into_iter()
+            .map(|(j, f)| (j.as_str().to_owned(), f))
+            .collect();
+        assert_eq!(by["b"], ChildFate::Cancel(id("a"), Status::Dead));
+        assert_eq!(by["c"], ChildFate::Cancel(id("b"), Status::Cancelled));
+        assert_eq!(by["d"], ChildFate::Cancel(id("a"), Status::Dead));
+        assert_eq!(by["r"], ChildFate::Due);
+        assert_eq!(by.len(), 4, "each child decided once: {by:?}");
+        // Done, a releases r and keeps b (its only parent done: due) and d waiting on b.
+        let fates = propagate(&id("a"), Status::Done, &mut read);
+        let by: BTreeMap<String, ChildFate> = fates
+            .into_iter()
+            .map(|(j, f)| (j.as_str().to_owned(), f))
+            .collect();
+        assert_eq!(
+            by.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["b", "r"],
+            "d still waits on b"
+        );
+    }
+
+    #[test]
+    fn ten_thousand_children_of_one_parent_are_all_released() {
+        let mut read = |parent: &JobId| -> Vec<Waiting> {
+            if parent.as_str() != "root" {
+                return Vec::new();
+            }
+            (0..10_000)
+                .map(|n| Waiting {
+                    id: id(&format!("c{n}")),
+                    policy: OnParentFailure::Cancel,
+                    parents: vec![(id("root"), None)],
+                })
+                .collect()
+        };
+        let fates = propagate(&id("root"), Status::Done, &mut read);
+        assert_eq!(fates.len(), 10_000);
+        assert!(fates.iter().all(|(_, f)| *f == ChildFate::Due));
     }
 
     #[test]
