@@ -389,7 +389,9 @@ mod tests {
     #[test]
     fn a_failure_cancels_down_the_chain_and_a_run_child_is_released_once_all_finished() {
         // a -> b -> c, a -> r (runs whatever), and d waits on a and b.
-        let graph: BTreeMap<&str, Vec<(&str, OnParentFailure, Vec<&str>)>> = BTreeMap::from([
+        // Each parent's waiting children: (child, policy, the child's parents).
+        type Children<'a> = Vec<(&'a str, OnParentFailure, Vec<&'a str>)>;
+        let graph: BTreeMap<&str, Children<'_>> = BTreeMap::from([
             (
                 "a",
                 vec![
