@@ -92,6 +92,16 @@ pub(crate) struct SpecFlags {
     /// finished job is left alone).
     #[arg(long, value_name = "SECONDS", allow_hyphen_values = true)]
     debounce: Option<f64>,
+    /// Run after this job (repeat the flag for each parent): the job waits (status
+    /// `waiting`) until every parent has finished, and becomes due in the transaction that
+    /// completes the last one. The parent must exist (or, with enqueue-many, be in the same
+    /// input, before or after).
+    #[arg(long, value_name = "PARENT")]
+    after: Vec<String>,
+    /// What the job does when a parent ends dead or cancelled: `cancel` (the default) cancels
+    /// it, naming the parent; `run` runs it once every parent has finished, however each ended.
+    #[arg(long, value_name = "POLICY", value_parser = ["cancel", "run"])]
+    on_parent_failure: Option<String>,
 }
 
 impl SpecFlags {
@@ -101,7 +111,23 @@ impl SpecFlags {
         payload: Option<Payload>,
         now: f64,
     ) -> Result<EnqueueSpec, RequestError> {
+        let after = self
+            .after
+            .into_iter()
+            .map(|p| {
+                lease_domain::JobId::new(p).map_err(|e| RequestError::Flag(format!("--after: {e}")))
+            })
+            .collect::<Result<_, _>>()?;
+        let on_parent_failure = self
+            .on_parent_failure
+            .as_deref()
+            .map(lease_domain::OnParentFailure::parse)
+            .transpose()
+            .map_err(|e| RequestError::Flag(e.to_string()))?
+            .unwrap_or_default();
         Ok(EnqueueSpec {
+            after,
+            on_parent_failure,
             enqueued_at: Timestamp::new(now).ok(),
             queue: QueueName::new(self.queue)?,
             priority: self.priority,

@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::args::RequestError;
 
 /// The fields a JSON line may have.
-const FIELDS: [&str; 10] = EnqueueSpec::FIELDS;
+const FIELDS: [&str; 12] = EnqueueSpec::FIELDS;
 
 /// The jobs `input` lists, each with `defaults` where its line says nothing. Empty lines are
 /// skipped; a line's final carriage return (a file written on Windows) is not part of it.
@@ -110,6 +110,24 @@ fn json_line(line: &str, defaults: &EnqueueSpec) -> Result<(JobId, EnqueueSpec),
     }
     if let Some(group) = text("group")? {
         spec.group = Some(lease_domain::GroupKey::new(group).map_err(|e| format!("group: {e}"))?);
+    }
+    if let Some(value) = fields.get("after") {
+        let parents = value
+            .as_array()
+            .ok_or_else(|| format!("after must be a list of job ids, not {value}"))?;
+        spec.after = parents
+            .iter()
+            .map(|p| match p {
+                Value::String(id) => JobId::new(id.clone()).map_err(|e| format!("after: {e}")),
+                other => Err(format!(
+                    "after must be a list of job ids, not one of {other}"
+                )),
+            })
+            .collect::<Result<_, _>>()?;
+    }
+    if let Some(policy) = text("on_parent_failure")? {
+        spec.on_parent_failure = lease_domain::OnParentFailure::parse(&policy)
+            .map_err(|e| format!("on_parent_failure: {e}"))?;
     }
     match text("replace")?.as_deref() {
         None => {}

@@ -6,7 +6,7 @@ use lease_ports::{JobRecord, StoreError};
 use serde_json::{Value, json};
 
 use crate::render::{
-    Report, prometheus, queue_write_report, record_json, record_table, state_sentence,
+    Report, parents_json, prometheus, queue_write_report, record_json, record_table, state_sentence,
 };
 use crate::when;
 
@@ -345,13 +345,19 @@ pub(crate) async fn execute(
         JobsRequest::EnqueueMany(jobs) => {
             let mut inserted = 0_usize;
             let mut done = 0_usize;
-            for chunk in jobs.chunks(crate::args::BATCH_JOBS) {
+            // A workflow (a job that names parents) is stored whole, in one transaction: a
+            // parent may come later in the input, and a refusal must leave nothing of it.
+            let per_transaction = if jobs.iter().any(|(_, spec)| !spec.after.is_empty()) {
+                jobs.len().max(1)
+            } else {
+                crate::args::BATCH_JOBS
+            };
+            for chunk in jobs.chunks(per_transaction) {
                 let answers = store.enqueue_many(chunk).await.map_err(|e| {
                     e.in_context(&format!(
                         "{done} of {} jobs were stored before this failure (each transaction \
-                         holds up to {} jobs; the rest were not)",
+                         holds up to {per_transaction} jobs; the rest were not)",
                         jobs.len(),
-                        crate::args::BATCH_JOBS
                     ))
                 })?;
                 inserted += answers.iter().filter(|&&new| new).count();
@@ -392,11 +398,30 @@ pub(crate) async fn execute(
                     human.push_str(&format!(", timeout {} s an attempt", timeout.get()));
                 }
             }
-            Report::new(
-                true,
-                record.map_or(Value::Null, |r| record_json(&r, *now)),
-                human,
-            )
+            // Each parent as it stands now, read one by one (a job's parents are few next to
+            // what its page shows; at most MAX_PARENTS).
+            let mut parents = Vec::new();
+            for parent in record.iter().flat_map(|r| &r.job.after) {
+                parents.push((parent.clone(), store.record(parent).await?));
+            }
+            if !parents.is_empty() {
+                let open = parents
+                    .iter()
+                    .filter(|(_, r)| r.as_ref().is_some_and(|r| r.job.finished().is_none()))
+                    .count();
+                let named = |n: usize| if n == 1 { "job" } else { "jobs" };
+                human.push_str(&format!(
+                    ", after {} {} ({open} not finished)",
+                    parents.len(),
+                    named(parents.len())
+                ));
+            }
+            let json = record.map_or(Value::Null, |r| {
+                let mut json = record_json(&r, *now);
+                json["parents"] = parents_json(&parents, *now);
+                json
+            });
+            Report::new(true, json, human)
         }
         JobsRequest::Cancel(id, now) => {
             queue_write_report(store.cancel(id, *now).await?, "cancelled", id)
@@ -425,8 +450,10 @@ pub(crate) async fn execute(
             let queues = lease_server::views::stats_json(&rows);
             let mut lines = Vec::new();
             for (queue, counts) in &queues {
+                // Waiting jobs (those with parents) are named only when a queue has some.
                 let shown: Vec<String> = Status::ALL
                     .iter()
+                    .filter(|s| **s != Status::Waiting || counts[s.as_str()] != 0)
                     .map(|s| format!("{} {}", counts[s.as_str()], s.as_str()))
                     .collect();
                 let set = settings

@@ -219,8 +219,34 @@ pub(crate) fn record_json(record: &JobRecord, now: Timestamp) -> Value {
             "group".to_owned(),
             json!(j.group.as_ref().map(lease_domain::GroupKey::as_str)),
         ),
+        (
+            "after".to_owned(),
+            json!(j.after.iter().map(JobId::as_str).collect::<Vec<_>>()),
+        ),
+        (
+            "on_parent_failure".to_owned(),
+            json!((!j.after.is_empty()).then(|| j.on_parent_failure.as_str())),
+        ),
     ]);
     payload_json(j.payload.as_deref(), &mut object);
+    Value::Object(object)
+}
+
+/// How each parent of a job stands, as `state --json` shows it: `{id: {"status", "result",
+/// "result_fence"}}` (a parent purged since counts as done, its result gone: `null`).
+pub(crate) fn parents_json(parents: &[(JobId, Option<JobRecord>)], now: Timestamp) -> Value {
+    let mut object = serde_json::Map::new();
+    for (id, record) in parents {
+        let shown = match record {
+            Some(record) => json!({
+                "status": record.job.status_at(now).as_str(),
+                "result": record.job.result,
+                "result_fence": record.job.result_fence.map(Fence::get),
+            }),
+            None => json!({"status": "done", "result": null, "result_fence": null}),
+        };
+        object.insert(id.as_str().to_owned(), shown);
+    }
     Value::Object(object)
 }
 
@@ -260,6 +286,10 @@ pub(crate) fn record_table(records: &[JobRecord], now: Timestamp) -> Vec<String>
             Status::Pending => match j.run_at {
                 Some(at) if at > now => format!("due {}", when::shown(at.get(), now.get())),
                 _ => "due now".to_owned(),
+            },
+            Status::Waiting => match j.after.len() {
+                1 => "after 1 job".to_owned(),
+                n => format!("after {n} jobs"),
             },
             Status::Done | Status::Dead | Status::Cancelled => String::new(),
         };

@@ -206,7 +206,8 @@ fn every_command_prints_its_json_shape_and_exit_code() {
             "id": "j", "owner": null, "until": 0.0, "fence": 1, "result": null, "done": false,
             "queue": "default", "priority": 0, "run_at": null, "attempts": 0, "max_attempts": 5,
             "status": "pending", "result_fence": null, "error": null, "timeout": null,
-            "progress": null, "group": null, "payload": null
+            "progress": null, "group": null, "after": [], "on_parent_failure": null,
+            "payload": null, "parents": {}
         })
     );
     let race = [

@@ -3,6 +3,9 @@
 //! SQLite and PostgreSQL, which never lets a fence be handed out twice. Each test makes its own
 //! database and drops it.
 
+#[path = "common/stdin.rs"]
+mod stdin;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -42,21 +45,7 @@ fn json_of(db: &str, args: &[&str]) -> Value {
 
 /// `lease ARGS` with `lines` on its stdin, one a line.
 fn fed(db: &str, args: &[&str], lines: &[String]) -> Output {
-    use std::io::Write as _;
-    let mut child = lease(db)
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(lines.join("\n").as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    stdin::fed(lease(db).args(args), lines.join("\n").as_bytes())
 }
 
 fn ok(out: &Output) {
@@ -402,6 +391,125 @@ fn enqueue_many_on_postgres_inserts_each_new_id_once_in_transactions_of_a_thousa
     let stats = json_of(url, &["stats", "--now", "0"]);
     assert_eq!(stats["queues"]["bulk"]["pending"], 1_499, "{stats}");
     assert_eq!(stats["queues"]["default"]["pending"], 1, "{stats}");
+}
+
+/// A workflow of 1,500 jobs on PostgreSQL through the CLI, stored whole (one transaction,
+/// though more than `enqueue-many`'s thousand a transaction) with its root named last: the
+/// children wait, the root's completion by its holder releases them all, and a stale
+/// completion of the root by an earlier holder releases nothing.
+#[test]
+fn a_workflow_on_postgres_is_stored_whole_and_released_by_its_current_holder_only() {
+    let db = ScratchDatabase::create();
+    let url = db.url();
+    ok(&run(url, &["init"]));
+    let mut lines: Vec<String> = (0..1_500)
+        .map(|n| format!("{{\"id\": \"child-{n}\", \"after\": [\"root\"]}}"))
+        .collect();
+    lines.push("{\"id\": \"root\"}".to_owned());
+    ok(&fed(
+        url,
+        &["enqueue-many", "--json-lines", "--queue", "flow"],
+        &lines,
+    ));
+    let stats = json_of(url, &["stats", "--now", "0"]);
+    assert_eq!(stats["queues"]["flow"]["waiting"], 1_500, "{stats}");
+    let first = json_of(
+        url,
+        &claim_args("flow", "a", "10", &["--now", "1", "--limit", "5"]),
+    );
+    assert_eq!(first["leases"].as_array().unwrap().len(), 1, "{first}");
+    assert_eq!(first["leases"][0]["id"], "root");
+    // The lease ends at 11; b takes the job over; a's completion comes too late.
+    let second = json_of(url, &claim_args("flow", "b", "10", &["--now", "20"]));
+    assert_eq!(second["leases"][0]["fence"], 2, "{second}");
+    let stale = run(
+        url,
+        &[
+            "complete", "root", "--owner", "a", "--fence", "1", "--result", "r", "--now", "21",
+        ],
+    );
+    assert_eq!(
+        stale.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&stale.stderr)
+    );
+    let stats = json_of(url, &["stats", "--now", "21"]);
+    assert_eq!(stats["queues"]["flow"]["waiting"], 1_500, "{stats}");
+    ok(&run(
+        url,
+        &[
+            "complete", "root", "--owner", "b", "--fence", "2", "--result", "r", "--now", "22",
+        ],
+    ));
+    let stats = json_of(url, &["stats", "--now", "23"]);
+    assert_eq!(stats["queues"]["flow"]["waiting"], 0, "{stats}");
+    assert_eq!(stats["queues"]["flow"]["pending"], 1_500, "{stats}");
+    let child = json_of(url, &["state", "child-7", "--now", "23"]);
+    assert_eq!(child["parents"]["root"]["result_fence"], 2, "{child}");
+}
+
+/// `kill -9` of a completion that releases 5,000 children on PostgreSQL, at several moments:
+/// afterwards the parent is done and every child due, or still running and every child
+/// waiting; never anything between.
+#[test]
+fn kill_9_during_a_parents_completion_on_postgres_releases_all_its_children_or_none() {
+    let db = ScratchDatabase::create();
+    let url = db.url();
+    ok(&run(url, &["init"]));
+    let children = 5_000_u64;
+    let mut lines: Vec<String> = (0..children)
+        .map(|n| format!("{{\"id\": \"c{n}\", \"after\": [\"root\"]}}"))
+        .collect();
+    lines.push("{\"id\": \"root\"}".to_owned());
+    ok(&fed(
+        url,
+        &["enqueue-many", "--json-lines", "--queue", "k"],
+        &lines,
+    ));
+    let leased = json_of(url, &claim_args("k", "w", "100", &["--now", "1"]));
+    assert_eq!(leased["leases"][0]["id"], "root");
+    let mut completed = false;
+    for delay_ms in [0, 30, 80, 150, 300, 600, 1_200, 5_000] {
+        let mut child = lease(url)
+            .args([
+                "complete", "root", "--owner", "w", "--fence", "1", "--result", "r",
+            ])
+            .args(["--now", "2"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        let _ = child.kill();
+        let _ = child.wait();
+        // A read sees what is committed: a transaction the killed process left open is
+        // rolled back by the server when it sees the socket closed (the next attempt waits
+        // for its row lock); one whose COMMIT was sent commits whole.
+        let stats = json_of(url, &["stats", "--now", "2"]);
+        let q = &stats["queues"]["k"];
+        let at = |status: &str| q[status].as_u64();
+        match (at("running"), at("done")) {
+            (Some(1), Some(0)) => {
+                assert_eq!(
+                    (at("waiting"), at("pending")),
+                    (Some(children), Some(0)),
+                    "{stats}"
+                );
+            }
+            (Some(0), Some(1)) => {
+                assert_eq!(
+                    (at("waiting"), at("pending")),
+                    (Some(0), Some(children)),
+                    "{stats}"
+                );
+                completed = true;
+                break;
+            }
+            other => panic!("the parent is neither running nor done: {other:?} {stats}"),
+        }
+    }
+    assert!(completed, "no completion committed within 5 s");
 }
 
 /// Scheduling and flow control on PostgreSQL through the CLI: sixteen processes run the same

@@ -1,6 +1,9 @@
 //! The queue commands of the `lease` binary, as a user (or a held-out test) drives them: their
 //! JSON shapes, exit codes, refusals on stderr, and bad input.
 
+#[path = "common/stdin.rs"]
+mod stdin;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -395,8 +398,8 @@ fn list_stats_and_purge() {
     assert_eq!(
         stats,
         json!({"queues": {
-            "default": {"pending": 1, "running": 1, "done": 1, "dead": 0, "cancelled": 0},
-            "mail": {"pending": 1, "running": 0, "done": 0, "dead": 0, "cancelled": 0}
+            "default": {"waiting": 0, "pending": 1, "running": 1, "done": 1, "dead": 0, "cancelled": 0},
+            "mail": {"waiting": 0, "pending": 1, "running": 0, "done": 0, "dead": 0, "cancelled": 0}
         }, "settings": {}})
     );
     assert_eq!(
@@ -754,4 +757,207 @@ fn enqueue_many_with_one_bad_line_stores_nothing_and_names_the_line() {
         stderr(&out)
     );
     assert_eq!(json_of(&db, &["state", "ok"], 0), Value::Null);
+}
+
+/// Runs `lease` with `input` on standard input.
+fn fed(db: &Path, args: &[&str], input: &str) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_lease"));
+    command
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .env_remove("LEASE_DB");
+    stdin::fed(&mut command, input.as_bytes())
+}
+
+#[test]
+fn a_workflow_runs_after_its_parents_and_a_failure_cancels_or_runs_its_children() {
+    let (_dir, db) = fresh_db();
+    let ok = |args: &[&str]| {
+        let out = lease(&db, args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+    };
+    ok(&["enqueue", "build", "--queue", "ci"]);
+    ok(&["enqueue", "test", "--queue", "ci", "--after", "build"]);
+    // A parent named later in the same input; the policy per line.
+    let out = fed(
+        &db,
+        &["enqueue-many", "--json-lines", "--queue", "ci"],
+        "{\"id\": \"deploy\", \"after\": [\"test\"], \"on_parent_failure\": \"run\"}\n\
+         {\"id\": \"report\", \"after\": [\"test\", \"lint\"]}\n\
+         {\"id\": \"lint\"}\n",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let state = json_of(&db, &["state", "test"], 0);
+    assert_eq!(state["status"], "waiting");
+    assert_eq!(state["after"], json!(["build"]));
+    assert_eq!(state["on_parent_failure"], "cancel");
+    assert_eq!(state["parents"]["build"]["status"], "pending");
+    // Only the jobs without parents are due.
+    let leases = claim_next(&db, "ci", "w", "10", "10");
+    let mut ids: Vec<&str> = leases["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["id"].as_str().unwrap())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["build", "lint"]);
+    for id in ids {
+        ok(&[
+            "complete", id, "--owner", "w", "--fence", "1", "--result", "built", "--now", "11",
+        ]);
+    }
+    let state = json_of(&db, &["state", "test", "--now", "12"], 0);
+    assert_eq!(state["status"], "pending");
+    assert_eq!(
+        state["parents"]["build"],
+        json!({"status": "done", "result": "built", "result_fence": 1})
+    );
+    let leases = claim_next(&db, "ci", "w", "12", "10");
+    assert_eq!(leases["leases"][0]["id"], "test");
+    assert_eq!(leases["leases"].as_array().unwrap().len(), 1);
+    ok(&[
+        "fail",
+        "test",
+        "--owner",
+        "w",
+        "--fence",
+        "1",
+        "--error",
+        "red",
+        "--no-retry",
+        "--now",
+        "13",
+    ]);
+    let report = json_of(&db, &["state", "report", "--now", "14"], 0);
+    assert_eq!(report["status"], "cancelled");
+    assert_eq!(report["error"], "cancelled: its parent test ended dead");
+    let deploy = json_of(&db, &["state", "deploy", "--now", "14"], 0);
+    assert_eq!(
+        deploy["status"], "pending",
+        "deploy runs whatever its parent's end"
+    );
+    let listed = lease(&db, &["list", "--now", "14"]);
+    let text = String::from_utf8_lossy(&listed.stdout).into_owned();
+    assert!(text.contains("cancelled"), "{text}");
+}
+
+#[test]
+fn a_missing_parent_a_self_parent_and_a_cycle_are_refused_naming_the_job_and_store_nothing() {
+    let (_dir, db) = fresh_db();
+    let out = lease(&db, &["enqueue", "orphan", "--after", "ghost"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains("job orphan names parent ghost"),
+        "{}",
+        stderr(&out)
+    );
+    let out = lease(&db, &["enqueue", "loop", "--after", "loop"]);
+    assert!(
+        stderr(&out).contains("job loop names itself"),
+        "{}",
+        stderr(&out)
+    );
+    let out = fed(
+        &db,
+        &["enqueue-many", "--json-lines"],
+        "{\"id\": \"fine\"}\n{\"id\": \"p\", \"after\": [\"q\"]}\n{\"id\": \"q\", \"after\": [\"p\"]}\n",
+    );
+    assert_ne!(out.status.code(), Some(0));
+    assert!(stderr(&out).contains("cycle"), "{}", stderr(&out));
+    let out = fed(
+        &db,
+        &["enqueue-many", "--json-lines"],
+        "{\"id\": \"bad\", \"after\": \"p\"}\n",
+    );
+    assert!(
+        stderr(&out).contains("line 1: after must be a list"),
+        "{}",
+        stderr(&out)
+    );
+    let out = lease(
+        &db,
+        &[
+            "enqueue",
+            "x",
+            "--after",
+            "a",
+            "--on-parent-failure",
+            "maybe",
+        ],
+    );
+    assert!(
+        stderr(&out).contains("on-parent-failure"),
+        "{}",
+        stderr(&out)
+    );
+    for id in ["orphan", "loop", "fine", "p", "q", "bad", "x"] {
+        assert_eq!(
+            json_of(&db, &["state", id], 0),
+            Value::Null,
+            "{id} was stored"
+        );
+    }
+}
+
+/// `kill -9` of a completion that releases 20,000 children, at several moments: afterwards
+/// the parent is done and every child due, or the parent still running and every child
+/// waiting; never a child waiting on a done parent, nor due before it.
+#[test]
+fn kill_9_during_a_parents_completion_leaves_all_its_children_released_or_none() {
+    let (_dir, db) = fresh_db();
+    let children = 20_000;
+    let mut lines: String = (0..children)
+        .map(|n| format!("{{\"id\": \"c{n}\", \"after\": [\"root\"]}}\n"))
+        .collect();
+    lines.push_str("{\"id\": \"root\"}\n");
+    let out = fed(
+        &db,
+        &["enqueue-many", "--json-lines", "--queue", "k"],
+        &lines,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let leased = claim_next(&db, "k", "w", "1", "1");
+    assert_eq!(leased["leases"][0]["id"], "root");
+    let counts = |db: &Path| {
+        let stats = json_of(db, &["stats", "--now", "2"], 0);
+        let q = &stats["queues"]["k"];
+        (
+            q["running"].as_u64(),
+            q["done"].as_u64(),
+            q["waiting"].as_u64(),
+            q["pending"].as_u64(),
+        )
+    };
+    let mut completed = false;
+    for delay_ms in [0, 30, 80, 150, 300, 600, 1_200, 5_000] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_lease"))
+            .arg("--db")
+            .arg(&db)
+            .args([
+                "complete", "root", "--owner", "w", "--fence", "1", "--result", "r",
+            ])
+            .args(["--now", "2"])
+            .env_remove("LEASE_DB")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        let _ = child.kill();
+        let _ = child.wait();
+        let (running, done, waiting, pending) = counts(&db);
+        let all = Some(children);
+        match (running, done) {
+            (Some(1), Some(0)) => assert_eq!((waiting, pending), (all, Some(0)), "{delay_ms} ms"),
+            (Some(0), Some(1)) => {
+                assert_eq!((waiting, pending), (Some(0), all), "{delay_ms} ms");
+                completed = true;
+                break;
+            }
+            other => panic!("the parent is neither running nor done: {other:?}"),
+        }
+    }
+    assert!(completed, "no completion committed within 5 s");
 }

@@ -41,6 +41,12 @@ impl Answer {
             403 => StoreError::Denied(
                 format!("the server at {} refused this key: {detail}", self.server).into(),
             ),
+            // The caller's input, refused as the store itself would refuse it (a workflow the
+            // stored jobs refuse is a 409 `workflow`).
+            422 => StoreError::InvalidInput(lease_domain::InputError::Refused(detail.to_owned())),
+            409 if reason == "workflow" => {
+                StoreError::InvalidInput(lease_domain::InputError::Refused(detail.to_owned()))
+            }
             _ => StoreError::Incompatible {
                 path: self.server.clone(),
                 reason: said.into(),
@@ -330,6 +336,22 @@ pub(crate) fn record(value: &Value) -> Result<JobRecord, StoreError> {
         timeout: seconds(&value["timeout"], "timeout")?,
         progress: text(&value["progress"], "progress")?,
         group: group(&value["group"])?,
+        waiting: value["status"].as_str() == Some(Status::Waiting.as_str()),
+        after: value["after"]
+            .as_array()
+            .ok_or_else(|| bad("after"))?
+            .iter()
+            .map(|p| {
+                p.as_str()
+                    .and_then(|p| JobId::stored(p).ok())
+                    .ok_or_else(|| bad("after"))
+            })
+            .collect::<Result<_, _>>()?,
+        on_parent_failure: match value["on_parent_failure"].as_str() {
+            None => lease_domain::OnParentFailure::default(),
+            Some(policy) => lease_domain::OnParentFailure::parse(policy)
+                .map_err(|_| bad("on_parent_failure"))?,
+        },
     };
     Ok(JobRecord {
         id: JobId::stored(id).map_err(|_| bad("id"))?,
@@ -369,6 +391,7 @@ pub(crate) fn claim_refused(answer: &Answer) -> Result<ClaimRefused, StoreError>
         (409, Some("done")) => ClaimRefused::Done,
         (409, Some("dead")) => ClaimRefused::Dead,
         (409, Some("cancelled")) => ClaimRefused::Cancelled,
+        (409, Some("waiting")) => ClaimRefused::Waiting,
         (409, Some("not_due")) => ClaimRefused::NotDue {
             run_at: time(&answer.body["run_at"], "run_at")?,
         },

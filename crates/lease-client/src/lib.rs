@@ -369,6 +369,11 @@ impl HttpLeaseStore {
         if let Some(debounce) = spec.debounce {
             body["debounce"] = json!(debounce.get());
         }
+        if !spec.after.is_empty() {
+            let after: Vec<&str> = spec.after.iter().map(lease_domain::JobId::as_str).collect();
+            body["after"] = json!(after);
+            body["on_parent_failure"] = json!(spec.on_parent_failure.as_str());
+        }
         if let Some(payload) = &spec.payload {
             match std::str::from_utf8(payload.as_bytes()) {
                 Ok(text) => body["payload"] = json!(text),

@@ -66,6 +66,7 @@ mod over_memory {
     }
 
     lease_ports::conformance_tests!(lease_store async fresh_client);
+    lease_ports::workflow_conformance_tests!(async fresh_client);
 }
 
 mod over_sqlite {
@@ -79,4 +80,5 @@ mod over_sqlite {
     }
 
     lease_ports::conformance_tests!(lease_store async fresh_client);
+    lease_ports::workflow_conformance_tests!(async fresh_client);
 }

@@ -259,6 +259,17 @@ impl Command {
         }
     }
 
+    /// Whether the command can finish a job (complete, fail or cancel it, directly or through
+    /// the service): a store that must then settle the jobs waiting on it reads them first.
+    #[must_use]
+    pub fn may_finish(&self) -> bool {
+        match self {
+            Command::Complete(..) | Command::Fail(..) | Command::Cancel(_) => true,
+            Command::AsHolder(_, inner) => inner.may_finish(),
+            _ => false,
+        }
+    }
+
     /// Whether the command completes a job (as a holder, directly or through the service): the
     /// one command a claim of the next jobs may follow in the same transaction.
     #[must_use]

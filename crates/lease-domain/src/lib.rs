@@ -62,8 +62,8 @@ pub use values::{
 };
 pub use workflow::{
     CheckpointName, ChildFate, MAX_CHECKPOINT_NAME_BYTES, MAX_CHECKPOINTS, MAX_PARENTS,
-    OnParentFailure, Waiting, WorkflowRefused, cancelled_by, check_workflow, decide_child,
-    propagate,
+    OnParentFailure, Propagation, Waiting, WorkflowRefused, cancelled_by, check_workflow,
+    decide_child, finishes, judges_parents, propagate,
 };
 
 #[cfg(test)]

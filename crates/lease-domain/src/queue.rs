@@ -4,6 +4,7 @@
 use std::fmt;
 
 use crate::values::{InputError, JobId, Timestamp, Ttl};
+use crate::workflow::OnParentFailure;
 
 /// The queue a job waits in: any non-empty text without NUL characters; `default` by default.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -233,6 +234,11 @@ pub struct EnqueueSpec {
     /// due time to this long from that enqueue ([`crate::Job::debounced`]). Without
     /// `enqueued_at` it has no effect.
     pub debounce: Option<Ttl>,
+    /// The jobs it runs after (`--after`): it waits until they have finished, as
+    /// `on_parent_failure` says. Each must be stored or in the same batch.
+    pub after: Vec<JobId>,
+    /// What it does when a parent ends dead or cancelled (cancel, by default).
+    pub on_parent_failure: OnParentFailure,
 }
 
 impl EnqueueSpec {
@@ -242,7 +248,7 @@ impl EnqueueSpec {
     /// The fields of a job as a caller names them, its id first (the CLI's JSON lines, the
     /// Python package's dicts): the spec's own, but `enqueued_at`, which the enqueuer's clock
     /// gives.
-    pub const FIELDS: [&'static str; 10] = [
+    pub const FIELDS: [&'static str; 12] = [
         "id",
         "queue",
         "priority",
@@ -253,6 +259,8 @@ impl EnqueueSpec {
         "replace",
         "group",
         "debounce",
+        "after",
+        "on_parent_failure",
     ];
 
     /// When a job enqueued as this spec says is due: the later of `run_at` and, with a
@@ -302,6 +310,8 @@ impl Ended {
 /// Where a job stands at a given `now`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Status {
+    /// Waiting for its parents (`--after`) to finish: not claimable until they have.
+    Waiting,
     /// Waiting to be claimed (due or scheduled).
     Pending,
     /// Leased: a live lease.
@@ -316,7 +326,8 @@ pub enum Status {
 
 impl Status {
     /// Every status, in the order they are listed.
-    pub const ALL: [Status; 5] = [
+    pub const ALL: [Status; 6] = [
+        Status::Waiting,
         Status::Pending,
         Status::Running,
         Status::Done,
@@ -324,10 +335,11 @@ impl Status {
         Status::Cancelled,
     ];
 
-    /// The lowercase name (`pending`, `running`, `done`, `dead`, `cancelled`).
+    /// The lowercase name (`waiting`, `pending`, `running`, `done`, `dead`, `cancelled`).
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
+            Status::Waiting => "waiting",
             Status::Pending => "pending",
             Status::Running => "running",
             Status::Done => "done",

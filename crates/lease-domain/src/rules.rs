@@ -11,6 +11,7 @@ use crate::queue::{
 use crate::values::{
     Fence, JobId, JobResult, LeaseTerm, Owner, Renewal, Timestamp, TokenDigest, Ttl,
 };
+use crate::workflow::OnParentFailure;
 
 /// The stored state of one job, without its id: the seed's six columns and the queue's fields.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,6 +56,14 @@ pub struct Job {
     pub progress: Option<String>,
     /// The job's group in its queue, set at enqueue (`None`: no group).
     pub group: Option<GroupKey>,
+    /// Whether it waits for its parents (`after`): not claimable, its status `waiting`, until
+    /// the store finds them finished as [`crate::decide_child`] says, in the transaction that
+    /// finishes the last of them.
+    pub waiting: bool,
+    /// The jobs it runs after, in the order first named, without repeats (empty: none).
+    pub after: Vec<JobId>,
+    /// What it does when a parent ends dead or cancelled.
+    pub on_parent_failure: OnParentFailure,
 }
 
 impl Default for Job {
@@ -79,6 +88,9 @@ impl Default for Job {
             timeout: None,
             progress: None,
             group: None,
+            waiting: false,
+            after: Vec::new(),
+            on_parent_failure: OnParentFailure::Cancel,
         }
     }
 }
@@ -107,6 +119,14 @@ impl Job {
             updated: spec.enqueued_at,
             timeout: spec.timeout,
             group: spec.group.clone(),
+            waiting: !spec.after.is_empty(),
+            after: spec.after.clone(),
+            // A policy is a job's only while it has parents (stores keep none without them).
+            on_parent_failure: if spec.after.is_empty() {
+                OnParentFailure::default()
+            } else {
+                spec.on_parent_failure
+            },
             ..Self::default()
         }
     }
@@ -195,6 +215,7 @@ impl Job {
     pub fn is_claim_candidate(&self, now: Timestamp) -> bool {
         !self.done
             && self.ended.is_none()
+            && !self.waiting
             && !self.is_live_at(now)
             && self.is_due_at(now)
             && self.fence < Fence::MAX
@@ -234,6 +255,7 @@ impl Job {
         match self.ended {
             Some(Ended::Dead) => Status::Dead,
             Some(Ended::Cancelled) => Status::Cancelled,
+            None if self.waiting => Status::Waiting,
             None if self.is_live_at(now) => Status::Running,
             None if self.has_attempts_left() => Status::Pending,
             None => Status::Dead,
@@ -268,6 +290,9 @@ pub enum ClaimRefused {
     /// The job was cancelled.
     #[error("the job was cancelled")]
     Cancelled,
+    /// The job waits for its parents (`--after`) to finish.
+    #[error("the job waits for its parents to finish")]
+    Waiting,
     /// The job is scheduled for later.
     #[error("the job is not due until {run_at}")]
     NotDue {
@@ -381,6 +406,9 @@ pub fn decide_claim(
         Some(Ended::Dead) => return Err(ClaimRefused::Dead),
         Some(Ended::Cancelled) => return Err(ClaimRefused::Cancelled),
         None => {}
+    }
+    if job.waiting {
+        return Err(ClaimRefused::Waiting);
     }
     if job.is_live_at(term.now()) {
         return Err(ClaimRefused::Live {
@@ -687,7 +715,7 @@ pub fn decide_fail(
     }
 }
 
-/// Decides a cancel: a pending or running job becomes cancelled at once (its holder's later
+/// Decides a cancel: a waiting, pending or running job becomes cancelled at once (its holder's later
 /// writes are refused as `Cancelled`); done, dead and cancelled jobs are refused.
 ///
 /// # Errors
@@ -700,8 +728,9 @@ pub fn decide_cancel(current: Option<&Job>, now: Timestamp) -> Result<Job, Write
         }),
         Status::Dead => Err(WriteRefused::Dead),
         Status::Cancelled => Err(WriteRefused::Cancelled),
-        Status::Pending | Status::Running => Ok(Job {
+        Status::Waiting | Status::Pending | Status::Running => Ok(Job {
             ended: Some(Ended::Cancelled),
+            waiting: false,
             updated: Some(now),
             ..job.clone()
         }),
@@ -709,7 +738,8 @@ pub fn decide_cancel(current: Option<&Job>, now: Timestamp) -> Result<Job, Write
 }
 
 /// Decides a retry: a dead or cancelled job goes back to pending, due at once, with fresh
-/// attempts and no lease; its fence continues (never reset).
+/// attempts and no lease; its fence continues (never reset). A job with parents is then
+/// judged against them again by the store ([`crate::judges_parents`]), so it may wait.
 ///
 /// # Errors
 /// The [`WriteRefused`] reason (`Active` for a pending or running job).

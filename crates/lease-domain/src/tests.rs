@@ -908,7 +908,7 @@ fn queue_values_are_checked_at_the_boundary() {
     assert!(Status::parse("sleeping").is_err());
     assert_eq!(
         Status::ALL.map(Status::is_finished),
-        [false, false, true, true, true]
+        [false, false, false, true, true, true]
     );
     let spec = EnqueueSpec {
         queue: QueueName::new("mail").unwrap(),
@@ -921,8 +921,18 @@ fn queue_values_are_checked_at_the_boundary() {
         replace_finished: false,
         group: Some(crate::GroupKey::new("acct-1").unwrap()),
         debounce: None,
+        after: vec![JobId::new("parent").unwrap()],
+        on_parent_failure: crate::OnParentFailure::Run,
     };
     let job = Job::enqueued(&spec, None);
+    assert!(
+        job.waiting,
+        "a job with parents waits until its store judges them"
+    );
+    assert_eq!(job.status_at(at(100.0)), Status::Waiting);
+    assert!(!job.is_claim_candidate(at(100.0)));
+    assert_eq!(job.after, spec.after);
+    assert_eq!(job.on_parent_failure, crate::OnParentFailure::Run);
     assert_eq!(job.timeout, Some(Ttl::new(30.0).unwrap()));
     assert_eq!(job.group, spec.group, "the group is set at enqueue");
     assert_eq!(

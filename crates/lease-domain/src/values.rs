@@ -64,8 +64,8 @@ pub enum InputError {
         /// The limit.
         limit: usize,
     },
-    /// A status name that is not one of the five.
-    #[error("unknown status {0:?} (expected pending, running, done, dead or cancelled)")]
+    /// A status name that is not one of the six.
+    #[error("unknown status {0:?} (expected waiting, pending, running, done, dead or cancelled)")]
     UnknownStatus(String),
     /// A backoff policy value out of range.
     #[error("invalid backoff: {0}")]
@@ -90,6 +90,13 @@ pub enum InputError {
     /// A queue setting or a schedule that cannot be used, named with what is wrong with it.
     #[error("{0}")]
     InvalidSetting(String),
+    /// An input the network service refused as invalid (422), in its words.
+    #[error("{0}")]
+    Refused(String),
+    /// A workflow that cannot be stored: a missing parent, a job that names itself, a cycle,
+    /// too many parents, or a bad policy or checkpoint name.
+    #[error(transparent)]
+    Workflow(#[from] crate::workflow::WorkflowRefused),
 }
 
 /// The longest job id, owner or queue name every store accepts, in bytes of UTF-8: the same

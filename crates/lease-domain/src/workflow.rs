@@ -6,8 +6,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::queue::{ErrorText, Status};
-use crate::values::JobId;
+use crate::queue::{Ended, ErrorText, Status};
+use crate::rules::Job;
+use crate::values::{JobId, Timestamp};
 
 /// The most parents one job may name (the issue asks for at least 1,000).
 pub const MAX_PARENTS: usize = 10_000;
@@ -102,7 +103,8 @@ pub enum ChildFate {
 /// parent ended dead or cancelled was cancelled then). Under [`OnParentFailure::Cancel`] the
 /// first parent (in the order given) that ended dead or cancelled cancels it, else it is due
 /// once every parent is done; under [`OnParentFailure::Run`] it is due once every parent has
-/// finished.
+/// finished. A parent that is done weighs on neither, so a store may leave done parents out
+/// of `parents` (and read only the others).
 #[must_use]
 pub fn decide_child(policy: OnParentFailure, parents: &[(JobId, Option<Status>)]) -> ChildFate {
     if policy == OnParentFailure::Cancel {
@@ -153,17 +155,51 @@ pub fn propagate(
     end: Status,
     children_of: &mut dyn FnMut(&JobId) -> Vec<Waiting>,
 ) -> Vec<(JobId, ChildFate)> {
-    let mut ends: BTreeMap<JobId, Status> = BTreeMap::from([(finished.clone(), end)]);
-    let mut next = vec![finished.clone()];
+    let mut propagation = Propagation::new(finished, end);
     let mut fates = Vec::new();
-    let mut decided = BTreeSet::new();
-    while let Some(parent) = next.pop() {
-        for mut child in children_of(&parent) {
-            if decided.contains(&child.id) {
+    while let Some(parent) = propagation.next_parent() {
+        fates.extend(propagation.judge(children_of(&parent)));
+    }
+    fates
+}
+
+/// [`propagate`] one step at a time, for a store that reads the waiting children of each
+/// job with a request of its own: ask [`Propagation::next_parent`] whose children to read,
+/// then give them to [`Propagation::judge`], until there is no next parent.
+#[derive(Debug, Clone)]
+pub struct Propagation {
+    ends: BTreeMap<JobId, Status>,
+    next: Vec<JobId>,
+    decided: BTreeSet<JobId>,
+}
+
+impl Propagation {
+    /// The propagation of `finished`'s end, `end`.
+    #[must_use]
+    pub fn new(finished: &JobId, end: Status) -> Self {
+        Self {
+            ends: BTreeMap::from([(finished.clone(), end)]),
+            next: vec![finished.clone()],
+            decided: BTreeSet::new(),
+        }
+    }
+
+    /// The next job whose waiting children must be read; `None` when all are settled.
+    pub fn next_parent(&mut self) -> Option<JobId> {
+        self.next.pop()
+    }
+
+    /// Judges the children waiting on the last job [`Propagation::next_parent`] gave, as
+    /// read, and answers the fate of each one decided now (a child that still waits, or was
+    /// decided before, is left out); a cancelled child's own children are read next.
+    pub fn judge(&mut self, children: Vec<Waiting>) -> Vec<(JobId, ChildFate)> {
+        let mut fates = Vec::new();
+        for mut child in children {
+            if self.decided.contains(&child.id) {
                 continue;
             }
             for (id, stands) in &mut child.parents {
-                if let Some(end) = ends.get(id) {
+                if let Some(end) = self.ends.get(id) {
                     *stands = Some(*end);
                 }
             }
@@ -172,18 +208,66 @@ pub fn propagate(
                 ChildFate::Wait => continue,
                 ChildFate::Due => {}
                 ChildFate::Cancel(..) => {
-                    ends.insert(child.id.clone(), Status::Cancelled);
-                    next.push(child.id.clone());
+                    self.ends.insert(child.id.clone(), Status::Cancelled);
+                    self.next.push(child.id.clone());
                 }
             }
-            decided.insert(child.id.clone());
+            self.decided.insert(child.id.clone());
             fates.push((child.id, fate));
         }
+        fates
     }
-    fates
 }
 
-/// Checks a batch of jobs and the parents each names:/// Checks a batch of jobs and the parents each names: no job names itself, every parent is
+/// Whether the store must judge `next` against its parents before it commits: `next` names
+/// parents, can still run, and has just been enqueued, run again or retried (it was not
+/// stored, or was finished). It then reads how each parent stands and stores
+/// [`Job::settled`] with [`decide_child`]'s fate.
+#[must_use]
+pub fn judges_parents(before: Option<&Job>, next: &Job) -> bool {
+    !next.after.is_empty()
+        && next.finished().is_none()
+        && before.is_none_or(|b| b.finished().is_some())
+}
+
+/// The end `next` has just come to (done, dead or cancelled) when `before` had not finished:
+/// the store then judges the jobs waiting on it with [`propagate`], in the same transaction.
+#[must_use]
+pub fn finishes(before: Option<&Job>, next: &Job) -> Option<Status> {
+    next.finished()
+        .filter(|_| before.is_some_and(|b| b.finished().is_none()))
+}
+
+impl Job {
+    /// The job as `fate` leaves it, changed `at` (the time its parent finished; `None`: not
+    /// known, its last change kept), or `None` when it changes nothing: `Wait` makes it wait,
+    /// `Due` ends its wait (it is pending, due as its `run_at` says), `Cancel` ends it
+    /// cancelled with an error naming the parent ([`cancelled_by`]).
+    #[must_use]
+    pub fn settled(&self, fate: &ChildFate, at: Option<Timestamp>) -> Option<Job> {
+        let updated = at.or(self.updated);
+        match fate {
+            ChildFate::Wait => (!self.waiting).then(|| Job {
+                waiting: true,
+                ..self.clone()
+            }),
+            ChildFate::Due => self.waiting.then(|| Job {
+                waiting: false,
+                updated,
+                ..self.clone()
+            }),
+            ChildFate::Cancel(parent, end) => Some(Job {
+                waiting: false,
+                ended: Some(Ended::Cancelled),
+                error: Some(cancelled_by(parent, *end).as_str().to_owned()),
+                updated,
+                ..self.clone()
+            }),
+        }
+    }
+}
+
+/// Checks a batch of jobs and the parents each names: no job names itself, every parent is
 /// stored (`stored`) or in the batch (named before or after its child), no job names more
 /// than [`MAX_PARENTS`], and the batch's jobs form no cycle (a stored job cannot name a job
 /// of the batch, so a cycle can only be among them). Returns each job's parents without
@@ -485,5 +569,32 @@ mod tests {
             );
         }
         assert!(CheckpointName::new("x".repeat(256)).is_ok());
+    }
+
+    #[test]
+    fn a_done_parent_weighs_on_no_decision_so_a_store_may_leave_it_out() {
+        let stands = [
+            None,
+            Some(Status::Done),
+            Some(Status::Dead),
+            Some(Status::Cancelled),
+        ];
+        for policy in [OnParentFailure::Cancel, OnParentFailure::Run] {
+            for a in stands {
+                for b in stands {
+                    let all = [(id("a"), a), (id("done"), Some(Status::Done)), (id("b"), b)];
+                    let without: Vec<_> = all
+                        .iter()
+                        .filter(|(_, s)| *s != Some(Status::Done))
+                        .cloned()
+                        .collect();
+                    assert_eq!(
+                        decide_child(policy, &all),
+                        decide_child(policy, &without),
+                        "{policy:?} {a:?} {b:?}"
+                    );
+                }
+            }
+        }
     }
 }

@@ -41,6 +41,19 @@ pub fn ended(text: Option<&str>, what: &str) -> Result<Option<Ended>, StoreError
     }
 }
 
+/// The stored text of where a job stands when it cannot run now: as [`ended`], and `waiting`
+/// (a job waiting for its parents, which both stores keep in the same column as the ends so
+/// that their indexes of jobs that can run leave it out) is no end, waiting (`true`).
+///
+/// # Errors
+/// [`StoreError::Corrupt`] naming `what` for any other text.
+pub fn stands(text: Option<&str>, what: &str) -> Result<(Option<Ended>, bool), StoreError> {
+    match text {
+        Some(text) if text == Status::Waiting.as_str() => Ok((None, true)),
+        other => ended(other, what).map(|end| (end, false)),
+    }
+}
+
 /// One row of a store's `stats` grouping query: the inputs of the status rule, as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredGroup {
@@ -48,7 +61,7 @@ pub struct StoredGroup {
     pub queue: String,
     /// Whether the jobs are done.
     pub done: bool,
-    /// The stored end (`dead`, `cancelled`) or `None`.
+    /// The stored end (`dead`, `cancelled`), `waiting`, or `None`.
     pub ended: Option<String>,
     /// Whether their lease is live at the time judged.
     pub live: bool,
@@ -64,10 +77,12 @@ impl StoredGroup {
     /// # Errors
     /// [`StoreError::Corrupt`] for an invalid queue name, an unknown end or a negative count.
     pub fn decode(self) -> Result<StatusGroup, StoreError> {
+        let (ended, waiting) = stands(self.ended.as_deref(), "stored end")?;
         Ok(StatusGroup {
             queue: queue(self.queue)?,
             done: self.done,
-            ended: ended(self.ended.as_deref(), "stored end")?,
+            ended,
+            waiting,
             live: self.live,
             exhausted: self.exhausted,
             count: count(self.count, "a stats group's count")?,

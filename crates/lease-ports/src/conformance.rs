@@ -18,6 +18,8 @@ use crate::{
 };
 use lease_domain::{KeyId, KeyRefused, Principal, Scope, TokenDigest};
 
+pub use crate::workflow_conformance::export_and_import_carry_a_workflow;
+
 /// A shared handle to the store under test.
 pub type Store = Arc<dyn LeaseStore>;
 
@@ -424,6 +426,8 @@ fn queue(name: &str) -> QueueName {
 
 fn spec(queue_name: &str, priority: i64, run_at: Option<f64>, max_attempts: u32) -> EnqueueSpec {
     EnqueueSpec {
+        after: Vec::new(),
+        on_parent_failure: Default::default(),
         queue: queue(queue_name),
         priority,
         run_at: run_at.map(at),
@@ -2948,6 +2952,7 @@ macro_rules! conformance_tests {
             import_with_merge_keeps_the_larger_fence,
             a_claim_stores_its_lease_token_digest_and_the_next_claim_replaces_it,
             export_and_import_carry_queue_settings_and_schedules,
+            export_and_import_carry_a_workflow,
         );
     };
     (@each () $factory:path; $($check:ident),* $(,)?) => {

@@ -181,6 +181,18 @@ async fn outcome(store: &dyn Transfer, op: &Op) -> String {
         Op::Release(j, o, f) => format!("{:?}", store.release(&job(j), &owner(o), fence(f)).await),
         Op::EnqueueWith(j, q, priority, run_at, max_attempts) => {
             let spec = EnqueueSpec {
+                // Job 2 runs after jobs 1 and 0: a parent that is missing is refused, those
+                // that are there decide whether it waits; half the time it runs whatever its
+                // parents' end.
+                after: match j {
+                    2 => vec![job(1), job(0)],
+                    _ => Vec::new(),
+                },
+                on_parent_failure: if priority % 2 == 0 {
+                    lease_domain::OnParentFailure::Run
+                } else {
+                    lease_domain::OnParentFailure::Cancel
+                },
                 queue: queue(q),
                 priority: i64::from(priority),
                 run_at: run_at.map(at),

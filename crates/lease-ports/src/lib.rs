@@ -30,15 +30,17 @@ pub mod conformance;
 pub mod differential;
 #[cfg(feature = "conformance")]
 pub mod observed_story;
+#[cfg(feature = "conformance")]
+pub mod workflow_conformance;
 
 use async_trait::async_trait;
 pub use error::{Detail, StoreError};
 pub use lease_domain::{
     Backoff, CatchUp, ClaimRefused, ClockMode, ClockRefused, ClockSkew, Command, Concurrency,
     Ended, EnqueueSpec, ErrorText, Failed, Fence, GroupKey, InputError, Job, JobId, JobResult,
-    LeaseTerm, Limits, Outcome, Owner, Pause, Payload, ProgressText, QueueChange, QueueName,
-    QueueSettings, Renewal, Retry, Schedule, ScheduleName, ScheduleSpec, Status, Timestamp,
-    TokenDigest, Ttl, WriteRefused,
+    LeaseTerm, Limits, OnParentFailure, Outcome, Owner, Pause, Payload, ProgressText, QueueChange,
+    QueueName, QueueSettings, Renewal, Retry, Schedule, ScheduleName, ScheduleSpec, Status,
+    Timestamp, TokenDigest, Ttl, WriteRefused,
 };
 
 /// The whole surface of a store: the queue ([`LeaseStore`]), its settings and schedules
@@ -265,6 +267,8 @@ pub struct StatusGroup {
     pub done: bool,
     /// Whether they are dead or cancelled.
     pub ended: Option<Ended>,
+    /// Whether they wait for their parents.
+    pub waiting: bool,
     /// Whether their lease is live at the time judged.
     pub live: bool,
     /// Whether they used every attempt.
@@ -286,6 +290,7 @@ pub fn tally_groups(
         let representative = Job {
             done: group.done,
             ended: group.ended,
+            waiting: group.waiting,
             until: if group.live {
                 Timestamp::new(f64::MAX).unwrap_or(now)
             } else {

@@ -7,9 +7,10 @@ use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use lease_domain::{
-    ClockMode, Command, EnqueueSpec, Fence, GroupKey, GroupTurn, Job, JobId, LeaseTerm, Outcome,
-    QueueChange, QueueName, QueueSettings, Schedule, ScheduleName, ScheduleSpec, Status, Timestamp,
-    Turn, claim_order, decide_put_schedule, decide_queue_change, is_purgeable,
+    ClockMode, Command, EnqueueSpec, Fence, GroupKey, GroupTurn, InputError, Job, JobId, LeaseTerm,
+    Outcome, QueueChange, QueueName, QueueSettings, Schedule, ScheduleName, ScheduleSpec, Status,
+    Timestamp, Turn, Waiting, check_workflow, claim_order, decide_child, decide_put_schedule,
+    decide_queue_change, finishes, is_purgeable, judges_parents, propagate,
 };
 use lease_domain::{KeyId, KeyRefused, decide_new_key};
 
@@ -43,6 +44,77 @@ impl Jobs {
     /// The queues that have settings, as owned pairs.
     fn queue_settings(&self) -> impl Iterator<Item = (QueueName, QueueSettings)> + '_ {
         self.queues.iter().map(|(q, s)| (q.clone(), s.clone()))
+    }
+
+    /// Stores `next` as a command decided it, then settles the workflow around it in the same
+    /// critical section: a job just enqueued again or retried with parents is judged against
+    /// them, and a job that has just finished releases (or cancels) the jobs waiting on it.
+    fn write(&mut self, id: &JobId, next: Job) {
+        let before = self.jobs.get(id).map(|(job, _)| job);
+        let judge = judges_parents(before, &next);
+        let end = finishes(before, &next);
+        let at = next.updated;
+        self.store(id, next);
+        if judge {
+            self.judge(id);
+        }
+        if let Some(end) = end {
+            self.release(id, end, at);
+        }
+    }
+
+    /// How each of `parents` stands: its finished status, `None` while it can still run (a
+    /// parent that is gone was purged after it finished, and counts as done).
+    fn stands(&self, parents: &[JobId]) -> Vec<(JobId, Option<Status>)> {
+        parents
+            .iter()
+            .map(|p| {
+                let stands = self
+                    .jobs
+                    .get(p)
+                    .map_or(Some(Status::Done), |(j, _)| j.finished());
+                (p.clone(), stands)
+            })
+            .collect()
+    }
+
+    /// Judges the job `id` against its parents and stores what that decides.
+    fn judge(&mut self, id: &JobId) {
+        let Some((job, _)) = self.jobs.get(id) else {
+            return;
+        };
+        let fate = decide_child(job.on_parent_failure, &self.stands(&job.after));
+        if let Some(next) = job.settled(&fate, job.updated) {
+            let (at, end) = (next.updated, next.finished());
+            self.store(id, next);
+            if let Some(end) = end {
+                self.release(id, end, at);
+            }
+        }
+    }
+
+    /// Settles the jobs waiting on `finished`, which ended as `end` at `at`, transitively.
+    fn release(&mut self, finished: &JobId, end: Status, at: Option<Timestamp>) {
+        let fates = propagate(finished, end, &mut |parent| {
+            self.jobs
+                .iter()
+                .filter(|(_, (job, _))| job.waiting && job.after.contains(parent))
+                .map(|(id, (job, _))| Waiting {
+                    id: id.clone(),
+                    policy: job.on_parent_failure,
+                    parents: self.stands(&job.after),
+                })
+                .collect()
+        });
+        for (child, fate) in fates {
+            let settled = self
+                .jobs
+                .get(&child)
+                .and_then(|(j, _)| j.settled(&fate, at));
+            if let Some(next) = settled {
+                self.store(&child, next);
+            }
+        }
     }
 
     fn store(&mut self, id: &JobId, job: Job) {
@@ -143,8 +215,47 @@ impl MemoryLeaseStore {
     }
 }
 
+/// Enqueues a batch over the locked jobs, all or nothing: the batch's workflow is checked
+/// first ([`check_workflow`]), then each job is decided and stored, then each new job with
+/// parents is judged against them (a parent may come later in the batch).
+fn enqueue(jobs: &mut Jobs, batch: &[(JobId, EnqueueSpec)]) -> Result<Vec<Outcome>, StoreError> {
+    if batch.iter().any(|(_, spec)| !spec.after.is_empty()) {
+        let named: Vec<(JobId, Vec<JobId>)> = batch
+            .iter()
+            .map(|(id, spec)| (id.clone(), spec.after.clone()))
+            .collect();
+        check_workflow(&named, |p| jobs.jobs.contains_key(p)).map_err(InputError::from)?;
+    }
+    let mut judged = Vec::new();
+    let mut outcomes = Vec::with_capacity(batch.len());
+    for (id, spec) in batch {
+        let current = jobs.jobs.get(id).map(|(j, _)| j);
+        let purged = current.map_or_else(|| jobs.purged.get(id).copied(), |_| None);
+        let command = Command::EnqueueWith(spec.clone());
+        let (next, outcome) = command.decide(id, current, purged);
+        crate::observe::decided(&command, current, &outcome);
+        if let Some(next) = next {
+            if judges_parents(current, &next) {
+                judged.push(id.clone());
+            }
+            jobs.store(id, next);
+        }
+        outcomes.push(outcome);
+    }
+    for id in judged {
+        jobs.judge(&id);
+    }
+    Ok(outcomes)
+}
+
 /// Decides and stores one command over the locked jobs; a refusal stores nothing.
-fn apply(jobs: &mut Jobs, job: &JobId, command: &Command) -> Outcome {
+fn apply(jobs: &mut Jobs, job: &JobId, command: &Command) -> Result<Outcome, StoreError> {
+    if let Command::EnqueueWith(spec) = command {
+        let mut outcomes = enqueue(jobs, &[(job.clone(), spec.clone())])?;
+        return outcomes
+            .pop()
+            .ok_or_else(|| StoreError::Corrupt("an enqueue of one job gave no outcome".into()));
+    }
     let current = jobs.jobs.get(job).map(|(j, _)| j);
     let purged = match current {
         None if command.is_enqueue() => jobs.purged.get(job).copied(),
@@ -154,7 +265,7 @@ fn apply(jobs: &mut Jobs, job: &JobId, command: &Command) -> Outcome {
     crate::observe::decided(command, current, &outcome);
     let change = command.queue_change(current, &outcome);
     if let Some(next) = next {
-        jobs.store(job, next);
+        jobs.write(job, next);
     }
     if let Some((queue, change)) = change {
         let settings = jobs.queues.get(&queue).cloned().unwrap_or_default();
@@ -165,7 +276,7 @@ fn apply(jobs: &mut Jobs, job: &JobId, command: &Command) -> Outcome {
             jobs.queues.insert(queue, next);
         }
     }
-    outcome
+    Ok(outcome)
 }
 
 #[async_trait]
@@ -179,7 +290,7 @@ impl LeaseStore for MemoryLeaseStore {
         crate::claim_may_follow(&command, then.as_ref())?;
         let mut jobs = self.jobs()?;
         let (command, term) = self.timed(command, then.as_ref().map(|claim| claim.term))?;
-        let outcome = apply(&mut jobs, job, &command);
+        let outcome = apply(&mut jobs, job, &command)?;
         let claimed = then.map(|claim| {
             let claim = ClaimNext {
                 term: term.unwrap_or(claim.term),
@@ -204,10 +315,9 @@ impl LeaseStore for MemoryLeaseStore {
         // One lock for the batch: no other call sees part of it. Enqueue cannot fail once the
         // lock is held, so the batch is stored whole.
         let mut stored = self.jobs()?;
-        jobs.iter()
-            .map(|(job, spec)| {
-                outcome_as(apply(&mut stored, job, &Command::EnqueueWith(spec.clone())))
-            })
+        enqueue(&mut stored, jobs)?
+            .into_iter()
+            .map(outcome_as)
             .collect()
     }
 
@@ -292,7 +402,7 @@ fn fair_claim(
     let now = term.now();
     let (writes, _) = next.offer(term, due_in(jobs, queue, None, now));
     for (id, job) in writes {
-        jobs.store(&id, job);
+        jobs.write(&id, job);
     }
     let mut cursor: Option<Turn> = None;
     while !next.is_full() {
@@ -339,7 +449,7 @@ fn fair_claim(
         for candidate in offered {
             let (writes, n) = next.offer(term, vec![candidate]);
             for (id, job) in writes {
-                jobs.store(&id, job);
+                jobs.write(&id, job);
             }
             leased += n;
             if leased > 0 || next.is_full() {
@@ -423,7 +533,7 @@ fn claim_next(jobs: &mut Jobs, claim: &ClaimNext) -> Vec<Lease> {
             next.learn(&groups, &bearing, &counted, term.now());
         }
         for (id, job) in next.page(term, page) {
-            jobs.store(&id, job);
+            jobs.write(&id, job);
         }
     }
     let granted = next.grants();
@@ -650,12 +760,9 @@ impl crate::control::Control for MemoryLeaseStore {
         let Some(fired) = fire.decide(jobs.schedules.get(&fire.name)) else {
             return Ok(None);
         };
-        let inserted = fire
-            .jobs
-            .iter()
-            .map(|(job, spec)| {
-                outcome_as(apply(&mut jobs, job, &Command::EnqueueWith(spec.clone())))
-            })
+        let inserted = enqueue(&mut jobs, &fire.jobs)?
+            .into_iter()
+            .map(outcome_as)
             .collect::<Result<Vec<bool>, StoreError>>()?;
         jobs.schedules.insert(fire.name.clone(), fired);
         Ok(Some(inserted))

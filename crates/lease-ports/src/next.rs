@@ -30,6 +30,8 @@ pub struct ClaimNextLoop {
     timeout: Option<Ttl>,
     tokens: Vec<lease_domain::TokenDigest>,
     leases: Vec<Lease>,
+    /// The jobs buried, with when.
+    buried: Vec<(JobId, Option<lease_domain::Timestamp>)>,
     skipped: HashSet<JobId>,
     over: bool,
     /// The queue's group rules, with the standing of each group met so far.
@@ -111,6 +113,7 @@ impl ClaimNextLoop {
             owner: owner.clone(),
             limit,
             leases: Vec::new(),
+            buried: Vec::new(),
             skipped: HashSet::new(),
             over: limit == 0,
             gate: GroupGate::default(),
@@ -283,10 +286,18 @@ impl ClaimNextLoop {
             }
             NextDecision::Bury(next) => {
                 self.gate.buried(job.group.as_ref());
+                self.buried.push((id.clone(), next.updated));
                 Decided::Wrote((id, next), false)
             }
             NextDecision::Skip => Decided::Skipped(self.skipped.insert(id)),
         }
+    }
+
+    /// The jobs this claim buried (out of attempts, now dead), each with the time it was
+    /// buried: a store settles the jobs waiting on each before it commits.
+    #[must_use]
+    pub fn buried(&self) -> &[(JobId, Option<lease_domain::Timestamp>)] {
+        &self.buried
     }
 
     /// The leases handed out, in claim order.

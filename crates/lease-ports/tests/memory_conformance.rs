@@ -10,6 +10,7 @@ fn fresh_store() -> (Arc<dyn Transfer>, ()) {
 }
 
 lease_ports::conformance_tests!(fresh_store);
+lease_ports::workflow_conformance_tests!(fresh_store);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn key_store_keeps_keys_by_the_rules() {

@@ -18,8 +18,9 @@ use crate::sql;
 use crate::sql::stored_now;
 
 /// SQLSTATEs with which `step` declines a write the store must decide itself (it rolls back):
-/// a refused completion to audit, a lease the server's clock cannot time, a queue with settings.
-const DECLINED: [&str; 3] = ["LE001", "LE002", "LE003"];
+/// a refused completion to audit, a lease the server's clock cannot time, a queue with settings,
+/// a job that finishes with children waiting on it.
+const DECLINED: [&str; 4] = ["LE001", "LE002", "LE003", "LE004"];
 
 /// What `step` answered, as the domain decides it.
 pub(crate) struct Stepped {

@@ -28,6 +28,7 @@ mod signal;
 mod sql;
 mod tls;
 mod transfer;
+mod workflow;
 mod write;
 
 use std::sync::Arc;
@@ -182,6 +183,8 @@ pub struct PgLeaseStore {
     sql: Arc<Sql>,
     /// The statements of queue settings and schedules.
     control: Arc<control::ControlSql>,
+    /// The statements of workflows.
+    workflow: Arc<workflow::WorkflowSql>,
     clock: ClockMode,
     target: Arc<str>,
     schema: Arc<str>,
@@ -283,6 +286,7 @@ impl PgLeaseStore {
             outbox: Arc::default(),
             sql: Arc::new(Sql::new(&options.schema)),
             control: Arc::new(control::ControlSql::new(&options.schema)),
+            workflow: Arc::new(workflow::WorkflowSql::new(&options.schema)),
             clock: options.clock,
             target: shown.into(),
             schema: options.schema.as_str().into(),
@@ -401,20 +405,48 @@ impl LeaseStore for PgLeaseStore {
         // One round trip: BEGIN, the completed job's row lock (and the clock after it), the
         // claim's settings and its first page of candidates.
         let key: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&key];
+        let probe = conn.prepare(&self.workflow.has_waiting).await?;
+        // With the lock: whether jobs wait on the completed job (read after the lock).
         let lock = try_join(
-            c.query_opt(&s.lock, &key),
-            write::clock_if(c, &s, needs_clock),
+            try_join(
+                c.query_opt(&s.lock, &key),
+                write::clock_if(c, &s, needs_clock),
+            ),
+            async { c.query_one(&probe, &key).await.map(|r| r.get::<_, bool>(0)) },
         );
-        let (claimed, (row, now)) = self.claim_next_on(&conn, &s, &claim, true, lock).await?;
+        let (claimed, ((row, now), waited_on)) =
+            self.claim_next_on(&conn, &s, &claim, true, lock).await?;
         let current = row.map(|r| sql::decode(job, &r, 0)).transpose()?;
         let command = self.resolved(c, &s, command, now).await?;
         let (next, outcome) = command.decide(job, current.as_ref(), None);
         let refused = lease_ports::observe::decided(&command, current.as_ref(), &outcome);
+        let released = next
+            .as_ref()
+            .and_then(|next| lease_domain::finishes(current.as_ref(), next))
+            .filter(|_| waited_on)
+            .zip(next.as_ref().map(|next| next.updated));
         let mut writes = claimed.writes;
         let completion =
             next.map(|next| Encoded::from_to(job, current.as_ref().map(Standing::of), &next));
-        let wrote = claimed.wrote || completion.is_some();
+        let mut wrote = claimed.wrote || completion.is_some();
         writes.extend(completion);
+        // A workflow's jobs settle after the rows that finished their parents are written.
+        if released.is_some() || !claimed.buried.is_empty() {
+            for write in writes.drain(..) {
+                write::update(c, &s.update, &s.update_counted, &write)
+                    .await
+                    .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+                wrote = true;
+            }
+            let finished = claimed
+                .buried
+                .iter()
+                .map(|(id, at)| (id.clone(), Status::Dead, *at))
+                .chain(released.map(|(end, at)| (job.clone(), end, at)));
+            for (id, end, at) in finished {
+                workflow::release(&conn, &s, &self.workflow, &id, end, at).await?;
+            }
+        }
         // The second round trip: the refusal's audit row (in this transaction), the writes
         // and COMMIT.
         match (&refused, self.audit) {
@@ -449,9 +481,10 @@ impl LeaseStore for PgLeaseStore {
             // Declined and rolled back: the same connection goes on with the statements.
         }
         let s = Statements::prepare(&conn, &self.sql).await?;
-        let (claimed, ()) = self
+        let (mut claimed, ()) = self
             .claim_next_on(&conn, &s, claim, true, async { Ok(()) })
             .await?;
+        claimed.settle(&conn, &s, &self.workflow).await?;
         commit(conn.client(), &s, &claimed.writes, claimed.wrote).await?;
         conn.clean();
         Ok(claimed.leases)
@@ -475,14 +508,24 @@ impl LeaseStore for PgLeaseStore {
             .query_opt(&stmt, &[&job.as_str()])
             .await
             .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+        let Some(row) = row else {
+            conn.clean();
+            return Ok(None);
+        };
+        let mut found = [JobRecord {
+            id: job.clone(),
+            job: sql::decode(job, &row, 0)?,
+        }];
+        workflow::with_parents(
+            &conn,
+            &self.workflow,
+            &mut found,
+            &[sql::names_parents(&row, 0)],
+        )
+        .await?;
         conn.clean();
-        row.map(|r| {
-            Ok(JobRecord {
-                id: job.clone(),
-                job: sql::decode(job, &r, 0)?,
-            })
-        })
-        .transpose()
+        let [record] = found;
+        Ok(Some(record))
     }
 
     async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError> {
@@ -565,6 +608,8 @@ impl LeaseStore for PgLeaseStore {
             }
             found.extend(self.list_from(&conn, &source, filter).await?);
         }
+        let named = vec![true; found.len()];
+        workflow::with_parents(&conn, &self.workflow, &mut found, &named).await?;
         conn.client()
             .batch_execute("COMMIT")
             .await

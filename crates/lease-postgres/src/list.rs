@@ -54,6 +54,7 @@ impl PgLeaseStore {
         Ok(match filter.status {
             None => vec![Source::All(queue.clone())],
             Some(Status::Pending | Status::Running) => vec![Source::Open(queue.clone())],
+            Some(Status::Waiting) => ended("waiting").await?,
             Some(Status::Done) => ended("done").await?,
             Some(Status::Cancelled) => ended("cancelled").await?,
             Some(Status::Dead) => {

@@ -200,11 +200,13 @@ impl PgLeaseStore {
                 .map_err(|e| error::map(e, Stage::BeforeCommit))?;
             wrote = true;
         }
+        let buried = next.buried().to_vec();
         Ok((
             Claimed {
                 leases: next.into_leases(),
                 writes: written,
                 wrote,
+                buried,
             },
             along,
         ))
@@ -447,4 +449,32 @@ pub(crate) struct Claimed {
     pub(crate) writes: Vec<Encoded>,
     /// Whether rows were already written in the transaction (so it must commit).
     pub(crate) wrote: bool,
+    /// The jobs the claim buried, with when: the jobs waiting on each are settled before
+    /// COMMIT ([`Claimed::settle`]).
+    pub(crate) buried: Vec<(lease_domain::JobId, Option<lease_domain::Timestamp>)>,
+}
+
+impl Claimed {
+    /// Writes the rows still to write, then settles the jobs waiting on each job the claim
+    /// buried (a burial is rare: only then are the waiting children looked for).
+    pub(crate) async fn settle(
+        &mut self,
+        conn: &Conn,
+        s: &Statements,
+        w: &crate::workflow::WorkflowSql,
+    ) -> Result<(), StoreError> {
+        if self.buried.is_empty() {
+            return Ok(());
+        }
+        for write in self.writes.drain(..) {
+            crate::write::update(conn.client(), &s.update, &s.update_counted, &write)
+                .await
+                .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+            self.wrote = true;
+        }
+        for (id, at) in std::mem::take(&mut self.buried) {
+            crate::workflow::release(conn, s, w, &id, lease_domain::Status::Dead, at).await?;
+        }
+        Ok(())
+    }
 }

@@ -13,8 +13,9 @@ use crate::error::{self, Stage};
 pub const CURRENT_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].version;
 
 /// The tables (and their sequences) lease makes; anything else in the schema is foreign.
-const OURS: [&str; 16] = [
+const OURS: [&str; 17] = [
     "jobs",
+    "parents",
     "queues",
     "group_pauses",
     "group_turns",
@@ -33,7 +34,7 @@ const OURS: [&str; 16] = [
 ];
 
 /// The released migrations, frozen (`migrations/*.sql`; `{s}` stands for the schema name).
-const MIGRATIONS: [Migration; 11] = [
+const MIGRATIONS: [Migration; 12] = [
     Migration {
         version: 1,
         sql: include_str!("../migrations/0001_jobs.sql"),
@@ -78,6 +79,10 @@ const MIGRATIONS: [Migration; 11] = [
         version: 11,
         sql: include_str!("../migrations/0011_turns.sql"),
     },
+    Migration {
+        version: 12,
+        sql: include_str!("../migrations/0012_workflows.sql"),
+    },
 ];
 
 /// What a schema holds, read in one snapshot.
@@ -119,7 +124,13 @@ pub fn check_schema_name(schema: &str) -> Result<(), StoreError> {
 }
 
 /// The functions lease makes in its schema (by migrations 2, 6, 7 and 11).
-const OUR_FUNCTIONS: [&str; 4] = ["admit_fence", "count_finished", "keep_group_turn", "step"];
+const OUR_FUNCTIONS: [&str; 5] = [
+    "admit_fence",
+    "count_finished",
+    "forget_parents",
+    "keep_group_turn",
+    "step",
+];
 
 /// Every object of the schema but indexes and the row types of its tables: relations
 /// (tables, sequences, views, materialized views, foreign tables), functions and procedures,
@@ -317,7 +328,7 @@ mod tests {
         // A released migration is never edited: these are the checksums databases record.
         let pinned = MIGRATIONS.map(|m| m.checksum());
         assert_eq!(pinned, PINNED.map(str::to_owned));
-        assert_eq!(CURRENT_VERSION, 11);
+        assert_eq!(CURRENT_VERSION, 12);
     }
 
     #[test]
@@ -345,7 +356,7 @@ mod tests {
         }
     }
 
-    const PINNED: [&str; 11] = [
+    const PINNED: [&str; 12] = [
         "21ac859f099c73a2cfd49e089bf85213014d3ff3143f88a78d480d1e86bb59bd",
         "8505302d5ab97431700ce91b427106b910ee3c01618c1d65f4da182c61b8f06a",
         "0bf2cb357e23e48a89126c5ec138cd9473c954eb54b191211dd84d9dfa99a49f",
@@ -357,5 +368,6 @@ mod tests {
         "d4893e794486a3fff09889568d40abade6477af8c6e996e3f1efc4b7d639cb85",
         "ae337bb3821ae37bfa675de6e1a7aa91531e751ba145f83383496cf86ba81e6d",
         "cb4ded358edbeb605cf2864cc737d2e8c5c4bee2cc9d9b040c65f930bf5034d2",
+        "436c965655d0ed6098463cce3bc7c0e2b2f9f2e28f392b3f80e7bf2c2678224a",
     ];
 }

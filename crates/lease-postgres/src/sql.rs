@@ -1,17 +1,22 @@
 //! The statements, spelled for one schema, and the conversion of a row to a job and back.
 //! No lease rule is written here: the filters only pick candidates, and the domain decides.
 
-use lease_domain::{
-    Ended, Fence, Job, JobId, Owner, QueueName, QueueSettings, Timestamp, TokenDigest,
-};
+use lease_domain::{Fence, Job, JobId, Owner, QueueName, QueueSettings, Timestamp, TokenDigest};
 use lease_ports::StoreError;
 use lease_ports::codec::StoredQueue;
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
-/// Every column of a job after its id, in the order `decode` reads them.
+/// Every column of a job after its id that a write writes, in the order `decode` reads them.
 pub(crate) const COLUMNS: &str = "owner, until, fence, result, done, queue, priority, run_at, attempts, \
     max_attempts, payload, ended, error, result_fence, updated, token, timeout, progress, grp";
+
+/// [`COLUMNS`] and the job's policy when a parent fails (set with its parents, by the
+/// workflow's own statements; NULL for a job without parents): what reads of whole jobs
+/// select (`decode` reads the policy when the row has it).
+pub(crate) const READ_COLUMNS: &str = "owner, until, fence, result, done, queue, priority, \
+    run_at, attempts, max_attempts, payload, ended, error, result_fence, updated, token, \
+    timeout, progress, grp, on_parent_failure";
 
 /// The statements of one schema (exported as `StatementTexts` with the feature `test-support`,
 /// so that benchmarks can run the same SQL raw).
@@ -95,12 +100,12 @@ impl Sql {
     pub fn new(s: &str) -> Self {
         let open = open_jobs(s);
         Self {
-            select: format!("SELECT {COLUMNS} FROM {s}.jobs WHERE id = $1"),
-            lock: format!("SELECT {COLUMNS} FROM {s}.jobs WHERE id = $1 FOR UPDATE"),
+            select: format!("SELECT {READ_COLUMNS} FROM {s}.jobs WHERE id = $1"),
+            lock: format!("SELECT {READ_COLUMNS} FROM {s}.jobs WHERE id = $1 FOR UPDATE"),
             lock_purged: format!("SELECT fence FROM {s}.purged WHERE id = $1 FOR UPDATE"),
             forget_purged: format!("DELETE FROM {s}.purged WHERE id = $1"),
             lock_many: format!(
-                "SELECT id, {COLUMNS} FROM {s}.jobs WHERE id = ANY($1::text[]) FOR UPDATE"
+                "SELECT id, {READ_COLUMNS} FROM {s}.jobs WHERE id = ANY($1::text[]) FOR UPDATE"
             ),
             lock_purged_many: format!(
                 "SELECT id, fence FROM {s}.purged WHERE id = ANY($1::text[]) FOR UPDATE"
@@ -139,7 +144,7 @@ impl Sql {
             ),
             delete: format!("DELETE FROM {s}.jobs WHERE id = ANY($1::text[])"),
             page: format!(
-                "SELECT id, {COLUMNS} FROM {s}.jobs WHERE ($1::text IS NULL OR queue = $1) \
+                "SELECT id, {READ_COLUMNS} FROM {s}.jobs WHERE ($1::text IS NULL OR queue = $1) \
                  AND id > $2 ORDER BY id LIMIT $3"
             ),
             // The inputs of the status rule for the open jobs, grouped (the domain judges
@@ -162,15 +167,15 @@ impl Sql {
                  GROUP BY 1, 2 HAVING sum(n) <> 0"
             ),
             open_page: format!(
-                "SELECT id, {COLUMNS} FROM {open} o WHERE queue = $1 \
+                "SELECT id, {READ_COLUMNS} FROM {open} o WHERE queue = $1 \
                  AND id > $2 COLLATE \"C\" ORDER BY id COLLATE \"C\" LIMIT $3"
             ),
             open_page_any: format!(
-                "SELECT id, {COLUMNS} FROM {open} o WHERE id > $1 COLLATE \"C\" \
+                "SELECT id, {READ_COLUMNS} FROM {open} o WHERE id > $1 COLLATE \"C\" \
                  ORDER BY id COLLATE \"C\" LIMIT $2"
             ),
             ended_page: format!(
-                "SELECT id, {COLUMNS} FROM {s}.jobs WHERE (done OR ended IS NOT NULL) \
+                "SELECT id, {READ_COLUMNS} FROM {s}.jobs WHERE (done OR ended IS NOT NULL) \
                  AND queue = $1 AND ({END}) = $3 AND id > $2 COLLATE \"C\" \
                  ORDER BY queue, ({END}), id COLLATE \"C\" LIMIT $4"
             ),
@@ -272,9 +277,9 @@ const END: &str = "CASE WHEN done THEN 'done' ELSE ended END";
 /// of its partial index, so neither half reads a finished job.
 fn open_jobs(s: &str) -> String {
     format!(
-        "(SELECT id, seq, {COLUMNS}, leased_until FROM {s}.jobs \
+        "(SELECT id, seq, {COLUMNS}, on_parent_failure, leased_until FROM {s}.jobs \
          WHERE NOT done AND ended IS NULL AND leased_until IS NULL \
-         UNION ALL SELECT id, seq, {COLUMNS}, leased_until FROM {s}.jobs \
+         UNION ALL SELECT id, seq, {COLUMNS}, on_parent_failure, leased_until FROM {s}.jobs \
          WHERE NOT done AND ended IS NULL AND leased_until IS NOT NULL)"
     )
 }
@@ -321,11 +326,23 @@ pub(crate) fn decode(id: &JobId, row: &Row, at: usize) -> Result<Job, StoreError
         .map_err(|e| corrupt(id, format!("stored owner: {e}")))?;
     let queue: String = get(id, row, at + 5)?;
     let ended: Option<String> = get(id, row, at + 11)?;
-    let ended =
-        lease_ports::codec::ended(ended.as_deref(), "stored ended").map_err(|e| match e {
+    let (ended, waiting) =
+        lease_ports::codec::stands(ended.as_deref(), "stored ended").map_err(|e| match e {
             StoreError::Corrupt(what) => corrupt(id, what.to_string()),
             other => other,
         })?;
+    // Rows of `READ_COLUMNS` carry the policy; others (the step function's, the candidates')
+    // do not, and their jobs keep the default (no statement of theirs writes it).
+    let policy: Option<String> = if row.len() > at + 19 {
+        get(id, row, at + 19)?
+    } else {
+        None
+    };
+    let on_parent_failure = policy
+        .map(|p| lease_domain::OnParentFailure::parse(&p))
+        .transpose()
+        .map_err(|e| corrupt(id, format!("stored on_parent_failure: {e}")))?
+        .unwrap_or_default();
     let run_at: Option<f64> = get(id, row, at + 7)?;
     let result_fence: Option<i64> = get(id, row, at + 13)?;
     let updated: Option<f64> = get(id, row, at + 14)?;
@@ -366,7 +383,27 @@ pub(crate) fn decode(id: &JobId, row: &Row, at: usize) -> Result<Job, StoreError
             .map(lease_domain::GroupKey::stored)
             .transpose()
             .map_err(|e| corrupt(id, format!("stored group: {e}")))?,
+        waiting,
+        // Read from `parents` by `workflow::with_parents` for the rows that name any.
+        after: Vec::new(),
+        on_parent_failure,
     })
+}
+
+/// Whether the row (of [`READ_COLUMNS`] from `at`) says the job has parents: a policy is
+/// kept only for those.
+pub(crate) fn names_parents(row: &Row, at: usize) -> bool {
+    row.len() > at + 19 && matches!(row.try_get::<_, Option<&str>>(at + 19), Ok(Some(_)))
+}
+
+/// What the `ended` column holds: the job's end, or `waiting` while it waits for its parents
+/// (kept there so the indexes of jobs that can run leave it out), else NULL.
+fn stored_end(job: &Job) -> Option<&'static str> {
+    match job.ended {
+        Some(end) => Some(end.as_str()),
+        None if job.waiting && !job.done => Some(lease_domain::Status::Waiting.as_str()),
+        None => None,
+    }
 }
 
 /// Reads a row whose first column is the id and the rest [`COLUMNS`].
@@ -433,7 +470,7 @@ impl Standing {
             end: if job.done {
                 Some("done")
             } else {
-                job.ended.map(Ended::as_str)
+                stored_end(job)
             },
             done: job.done,
         }
@@ -495,7 +532,7 @@ impl Encoded {
             attempts: i64::from(job.attempts),
             max_attempts: i64::from(job.max_attempts),
             payload: job.payload.clone(),
-            ended: job.ended.map(Ended::as_str),
+            ended: stored_end(job),
             error: job.error.clone(),
             result_fence: job.result_fence.map(i64::from),
             updated: job.updated.map(Timestamp::get),

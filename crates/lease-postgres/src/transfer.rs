@@ -33,11 +33,20 @@ impl Transfer for PgLeaseStore {
         let read = |e: tokio_postgres::Error| error::map(e, Stage::BeforeCommit);
         let jobs = c
             .query(
-                &format!("SELECT id, {} FROM {s}.jobs ORDER BY seq", sql::COLUMNS),
+                &format!(
+                    "SELECT id, {} FROM {s}.jobs ORDER BY seq",
+                    sql::READ_COLUMNS
+                ),
                 &[],
             )
             .await
             .map_err(read)?;
+        let mut records = jobs
+            .iter()
+            .map(|row| sql::decode_with_id(row, 0).map(|(id, job)| JobRecord { id, job }))
+            .collect::<Result<Vec<_>, _>>()?;
+        let named: Vec<bool> = jobs.iter().map(|row| sql::names_parents(row, 1)).collect();
+        crate::workflow::with_parents(&conn, &self.workflow, &mut records, &named).await?;
         let marks = c
             .query(
                 &format!("SELECT id, fence FROM {s}.purged ORDER BY id"),
@@ -53,10 +62,7 @@ impl Transfer for PgLeaseStore {
             schedules,
             ..Snapshot::default()
         };
-        for row in &jobs {
-            let (id, job) = sql::decode_with_id(row, 0)?;
-            snapshot.jobs.push(JobRecord { id, job });
-        }
+        snapshot.jobs = records;
         for row in &marks {
             snapshot
                 .purged
@@ -98,6 +104,8 @@ impl Transfer for PgLeaseStore {
                 .collect(),
             ..TargetView::default()
         };
+        // The target's jobs that name parents (an update replaces them).
+        let mut named = std::collections::HashSet::new();
         if view.total_jobs > 0 || view.total_marks > 0 {
             let ids: Vec<&str> = snapshot
                 .jobs
@@ -109,7 +117,7 @@ impl Transfer for PgLeaseStore {
                 .query(
                     &format!(
                         "SELECT id, {} FROM {s}.jobs WHERE id = ANY($1)",
-                        sql::COLUMNS
+                        sql::READ_COLUMNS
                     ),
                     &[&ids],
                 )
@@ -117,6 +125,9 @@ impl Transfer for PgLeaseStore {
                 .map_err(before)?;
             for row in &rows {
                 let (id, job) = sql::decode_with_id(row, 0)?;
+                if sql::names_parents(row, 1) {
+                    named.insert(id.clone());
+                }
                 view.jobs.insert(id, job);
             }
             let rows = c
@@ -188,7 +199,19 @@ impl Transfer for PgLeaseStore {
                 .await
                 .map_err(before)?;
         }
-        c.batch_execute("COMMIT").await.map_err(commit)?;
+        // Each job's parents and policy, as the source had them.
+        let parented: Vec<(&JobId, &lease_domain::Job)> = plan
+            .inserts
+            .iter()
+            .chain(&plan.updates)
+            .filter(|(id, job)| !job.after.is_empty() || named.contains(id))
+            .map(|(id, job)| (id, job))
+            .collect();
+        crate::workflow::write_parents(&conn, &self.workflow, &parented).await?;
+        conn.client()
+            .batch_execute("COMMIT")
+            .await
+            .map_err(commit)?;
         conn.clean();
         Ok(plan.imported)
     }

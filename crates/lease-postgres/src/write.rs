@@ -3,7 +3,7 @@
 //! trips.
 
 use futures::future::{try_join, try_join_all};
-use lease_domain::{Command, Fence, JobId, Outcome};
+use lease_domain::{Command, Fence, JobId, Outcome, finishes, judges_parents};
 use lease_ports::{StoreError, outcome_as};
 use tokio_postgres::Statement;
 
@@ -21,30 +21,72 @@ impl PgLeaseStore {
         id: &JobId,
         command: Command,
     ) -> Result<Outcome, StoreError> {
+        // An enqueue that names parents, or may run a finished job again (whose parents it
+        // replaces), is a batch of one: the batch checks and writes its workflow.
+        if let Command::EnqueueWith(spec) = &command {
+            if !spec.after.is_empty() || spec.replace_finished {
+                let inserted = self
+                    .enqueue_many_on(conn, &[(id.clone(), spec.clone())])
+                    .await?;
+                return Ok(Outcome::Enqueued(
+                    inserted.first().copied().unwrap_or(false),
+                ));
+            }
+        }
         let s = Statements::prepare(conn, &self.sql).await?;
+        let probe = if command.may_finish() {
+            Some(conn.prepare(&self.workflow.has_waiting).await?)
+        } else {
+            None
+        };
         let c = conn.client();
         let key = id.as_str();
         let needs_clock = self.clock.needs_clock(&command);
         let enqueue = command.is_enqueue();
-        // One round trip: BEGIN, the row lock, the clock after it, the purge mark.
-        let (((_, row), now), purged) = try_join(
+        // One round trip: BEGIN, the row lock, the clock after it, the purge mark, and (for a
+        // write that may finish the job) whether jobs wait on it, read after the lock.
+        let ((((_, row), now), purged), waited_on) = try_join(
             try_join(
-                try_join(c.execute(&s.begin, &[]), c.query_opt(&s.lock, &[&key])),
-                clock_if(c, &s, needs_clock),
+                try_join(
+                    try_join(c.execute(&s.begin, &[]), c.query_opt(&s.lock, &[&key])),
+                    clock_if(c, &s, needs_clock),
+                ),
+                async {
+                    if enqueue {
+                        c.query_opt(&s.lock_purged, &[&key])
+                            .await
+                            .map(|r| r.map(|r| r.get::<_, i64>(0)))
+                    } else {
+                        Ok(None)
+                    }
+                },
             ),
             async {
-                if enqueue {
-                    c.query_opt(&s.lock_purged, &[&key])
+                match &probe {
+                    Some(probe) => c
+                        .query_one(probe, &[&key])
                         .await
-                        .map(|r| r.map(|r| r.get::<_, i64>(0)))
-                } else {
-                    Ok(None)
+                        .map(|r| r.get::<_, bool>(0)),
+                    None => Ok(false),
                 }
             },
         )
         .await
         .map_err(|e| error::map(e, Stage::BeforeCommit))?;
-        let current = row.map(|r| sql::decode(id, &r, 0)).transpose()?;
+        let mut current = row.as_ref().map(|r| sql::decode(id, r, 0)).transpose()?;
+        // A retried job is judged against its parents again: read them.
+        if let (Some(row), Some(job), Command::Retry(_)) = (&row, &mut current, &command) {
+            if sql::names_parents(row, 0) {
+                let mut jobs = [lease_ports::JobRecord {
+                    id: id.clone(),
+                    job: job.clone(),
+                }];
+                crate::workflow::with_parents(conn, &self.workflow, &mut jobs, &[true]).await?;
+                let [record] = jobs;
+                *job = record.job;
+            }
+        }
+        let c = conn.client();
         let purged = purged
             .map(|f| {
                 Fence::try_from(f).map_err(|f| {
@@ -77,6 +119,25 @@ impl PgLeaseStore {
         };
         let encoded = Encoded::from_to(id, current.as_ref().map(Standing::of), &next);
         let inserting = current.is_none();
+        let judged = judges_parents(current.as_ref(), &next);
+        let released = finishes(current.as_ref(), &next).filter(|_| waited_on);
+        if judged || released.is_some() {
+            // A workflow's write: the row first, then the jobs it decides, then COMMIT.
+            update(c, &s.update, &s.update_counted, &encoded)
+                .await
+                .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+            if judged {
+                crate::workflow::judge(conn, &s, &self.workflow, &[id]).await?;
+            }
+            if let Some(end) = released {
+                crate::workflow::release(conn, &s, &self.workflow, id, end, next.updated).await?;
+            }
+            conn.client()
+                .execute(&s.commit, &[])
+                .await
+                .map_err(|e| error::map(e, Stage::Commit))?;
+            return Ok(outcome);
+        }
         // One round trip: the write, the purge mark's removal, COMMIT.
         let ((written, _), _) = try_join(
             try_join(
@@ -133,6 +194,15 @@ impl PgLeaseStore {
             .iter()
             .map(|row| sql::decode_with_id(row, 0))
             .collect::<Result<_, _>>()?;
+        // A batch that names parents, or may run a finished job again, is a workflow's: its
+        // parents are checked (and locked) before anything is decided.
+        let workflow = jobs
+            .iter()
+            .any(|(_, spec)| !spec.after.is_empty() || spec.replace_finished);
+        if workflow {
+            crate::workflow::check(conn, &self.workflow, jobs).await?;
+        }
+        let c = conn.client();
         let mut purged = std::collections::HashMap::new();
         for mark in &marks {
             let (id, fence): (String, i64) = (mark.get(0), mark.get(1));
@@ -164,25 +234,37 @@ impl PgLeaseStore {
         }
         if writes.is_empty() {
             rollback(c, &s).await?;
-        } else {
-            let (insert, forget) = (&s.insert, &s.forget_purged);
-            let (plain, counted) = (&s.update, &s.update_counted);
-            let (written, _) = try_join(
-                try_join_all(writes.iter().map(|(row, new, marked, _)| async move {
-                    let n = if *new {
-                        c.execute(insert, &row.params()).await?
-                    } else {
-                        update(c, plain, counted, row).await?
-                    };
-                    if let Some(key) = marked {
-                        c.execute(forget, &[key]).await?;
+        } else if workflow {
+            // The rows first, then each started job's parents and its judgement, then COMMIT.
+            let written = send_rows(c, &s, &writes)
+                .await
+                .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+            let mut started = Vec::new();
+            for ((_, _, _, at), n) in writes.iter().zip(written) {
+                if n == 0 && matches!(decided[*at], Outcome::Enqueued(true)) {
+                    decided[*at] = Outcome::Enqueued(false);
+                } else if matches!(decided[*at], Outcome::Enqueued(true)) {
+                    let id = &jobs[*at].0;
+                    if let Some(job) = current.get(id) {
+                        started.push((id, job));
                     }
-                    Ok::<u64, tokio_postgres::Error>(n)
-                })),
-                c.execute(&s.commit, &[]),
-            )
-            .await
-            .map_err(|e| error::map(e, Stage::Commit))?;
+                }
+            }
+            crate::workflow::write_parents(conn, &self.workflow, &started).await?;
+            let judged: Vec<&JobId> = started
+                .iter()
+                .filter(|(_, job)| judges_parents(None, job))
+                .map(|(id, _)| *id)
+                .collect();
+            crate::workflow::judge(conn, &s, &self.workflow, &judged).await?;
+            conn.client()
+                .execute(&s.commit, &[])
+                .await
+                .map_err(|e| error::map(e, Stage::Commit))?;
+        } else {
+            let (written, _) = try_join(send_rows(c, &s, &writes), c.execute(&s.commit, &[]))
+                .await
+                .map_err(|e| error::map(e, Stage::Commit))?;
             // An insert that found the id taken by an enqueue that committed first changed
             // nothing: that job was not inserted by this batch.
             for ((_, _, _, at), n) in writes.iter().zip(written) {
@@ -230,6 +312,33 @@ pub(crate) async fn clock_if(
     } else {
         Ok(None)
     }
+}
+
+/// A row an enqueue writes: the row, whether it is new (else an update), the purge mark it
+/// replaces, and the index of its outcome.
+type RowWrite<'a> = (Encoded, bool, Option<&'a str>, usize);
+
+/// Sends an enqueue's rows (inserts or updates, each with the removal of the purge mark it
+/// replaces), pipelined; answers how many rows each wrote.
+async fn send_rows(
+    c: &tokio_postgres::Client,
+    s: &Statements,
+    writes: &[RowWrite<'_>],
+) -> Result<Vec<u64>, tokio_postgres::Error> {
+    let (insert, forget) = (&s.insert, &s.forget_purged);
+    let (plain, counted) = (&s.update, &s.update_counted);
+    try_join_all(writes.iter().map(|(row, new, marked, _)| async move {
+        let n = if *new {
+            c.execute(insert, &row.params()).await?
+        } else {
+            update(c, plain, counted, row).await?
+        };
+        if let Some(key) = marked {
+            c.execute(forget, &[key]).await?;
+        }
+        Ok(n)
+    }))
+    .await
 }
 
 /// Inserts one job's row; the parameters live as long as the request.

@@ -25,6 +25,7 @@ async fn fresh_store() -> (Arc<dyn Transfer>, ScratchDatabase) {
 }
 
 lease_ports::conformance_tests!(async fresh_store);
+lease_ports::workflow_conformance_tests!(async fresh_store);
 
 /// The same checks with `claim_next` and a completion followed by it as separate statements.
 mod statements {
@@ -35,6 +36,7 @@ mod statements {
     }
 
     lease_ports::conformance_tests!(async fresh_store);
+    lease_ports::workflow_conformance_tests!(small async fresh_store);
 }
 
 /// The key store of the network service (outside the suite, which takes `Transfer` stores).

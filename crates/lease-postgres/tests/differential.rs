@@ -54,7 +54,7 @@ proptest! {
                  IF to_regclass('lease.jobs') IS NOT NULL THEN \
                  TRUNCATE lease.jobs, lease.purged, lease.queues, lease.schedules, \
                  lease.group_pauses, lease.grants, lease.grant_counts, lease.group_turns, \
-                 lease.finished, lease.completions RESTART IDENTITY; END IF; \
+                 lease.parents, lease.finished, lease.completions RESTART IDENTITY; END IF; \
                  FOR s IN SELECT nspname FROM pg_namespace WHERE nspname ~ '^m[0-9]+$' LOOP \
                  EXECUTE format('DROP SCHEMA %I CASCADE', s); END LOOP; END $$",
             )

@@ -50,13 +50,28 @@ pub(crate) struct JobArgs<'a> {
     pub(crate) replace_finished: bool,
     pub(crate) group: Option<&'a str>,
     pub(crate) debounce: Option<f64>,
+    pub(crate) after: Vec<String>,
+    pub(crate) on_parent_failure: Option<&'a str>,
 }
 
 impl JobArgs<'_> {
     /// The job's id and queue fields, enqueued now.
     pub(crate) fn check(self) -> Outcome<(JobId, EnqueueSpec)> {
         let id = values::job_id(self.id)?;
+        let after = self
+            .after
+            .into_iter()
+            .map(|p| JobId::new(p).map_err(|e| Failure::Input(format!("after: {e}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let on_parent_failure = self
+            .on_parent_failure
+            .map(lease_domain::OnParentFailure::parse)
+            .transpose()
+            .map_err(|e| Failure::Input(format!("on_parent_failure: {e}")))?
+            .unwrap_or_default();
         let spec = EnqueueSpec {
+            after,
+            on_parent_failure,
             queue: values::queue(self.queue)?,
             priority: self.priority,
             run_at: self.run_at.map(|t| values::time("run_at", t)).transpose()?,
@@ -83,7 +98,7 @@ impl JobArgs<'_> {
 }
 
 /// The fields a job of `enqueue_many` may give.
-const JOB_FIELDS: [&str; 10] = EnqueueSpec::FIELDS;
+const JOB_FIELDS: [&str; 12] = EnqueueSpec::FIELDS;
 
 /// One job of `enqueue_many`, a dict with an `id` and any of the other fields.
 pub(crate) fn batch_job(
@@ -125,6 +140,12 @@ pub(crate) fn batch_job(
     let replace: Option<String> = get("replace")?.map(|r| r.extract()).transpose()?;
     let group: Option<String> = get("group")?.map(|g| g.extract()).transpose()?;
     let debounce: Option<f64> = get("debounce")?.map(|d| d.extract()).transpose()?;
+    let after: Vec<String> = get("after")?
+        .map(|a| a.extract())
+        .transpose()?
+        .unwrap_or_default();
+    let on_parent_failure: Option<String> =
+        get("on_parent_failure")?.map(|p| p.extract()).transpose()?;
     let replace_finished = match replace.as_deref() {
         None => false,
         Some("finished") => true,
@@ -149,6 +170,8 @@ pub(crate) fn batch_job(
         replace_finished,
         group: group.as_deref(),
         debounce,
+        after,
+        on_parent_failure: on_parent_failure.as_deref(),
     };
     Ok(job.check().or_else(|e| match e {
         Failure::Input(why) => at(why),

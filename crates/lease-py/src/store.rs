@@ -149,8 +149,11 @@ impl StoreCore {
     /// group of its queue (a customer, an account), which the queue's group rules count by.
     /// With ``debounce`` (seconds) the job is due that long from now, and enqueueing its id
     /// again while it waits to start takes the new payload and pushes it to that long from
-    /// then (answered False: nothing new was made).
-    #[pyo3(signature = (job_id, *, queue = "default", priority = 0, run_at = None, max_attempts = None, payload = None, timeout = None, replace_finished = false, group = None, debounce = None))]
+    /// then (answered False: nothing new was made). With ``after`` (job ids) the job waits
+    /// (status ``waiting``) until those jobs have finished: it becomes due when the last of
+    /// them completes; if one ends dead or cancelled it is cancelled, naming that parent,
+    /// unless ``on_parent_failure`` is ``"run"`` (then it runs once every parent finished).
+    #[pyo3(signature = (job_id, *, queue = "default", priority = 0, run_at = None, max_attempts = None, payload = None, timeout = None, replace_finished = false, group = None, debounce = None, after = None, on_parent_failure = None))]
     #[allow(clippy::too_many_arguments)] // A job's fields, as the caller names them.
     fn enqueue(
         &self,
@@ -165,6 +168,8 @@ impl StoreCore {
         replace_finished: bool,
         group: Option<&str>,
         debounce: Option<f64>,
+        after: Option<Vec<String>>,
+        on_parent_failure: Option<&str>,
     ) -> PyResult<Pending> {
         let payload = to_py(py, args::payload(payload)?)?;
         let job = args::JobArgs {
@@ -178,6 +183,8 @@ impl StoreCore {
             replace_finished,
             group,
             debounce,
+            after: after.unwrap_or_default(),
+            on_parent_failure,
         };
         let (id, spec) = to_py(py, job.check())?;
         let store = self.store(py)?;
@@ -191,7 +198,8 @@ impl StoreCore {
     /// Adds many jobs in one transaction, all or none; for each, in order, whether it was
     /// made. Each job is a dict with ``id`` and any of ``queue`` (default ``queue``),
     /// ``priority``, ``run_at``, ``max_attempts``, ``payload``, ``timeout``, ``replace``
-    /// (``"finished"``: as ``replace_finished``), ``group`` and ``debounce``.
+    /// (``"finished"``: as ``replace_finished``), ``group``, ``debounce``, ``after`` and
+    /// ``on_parent_failure``; a job's parents may be named before or after it in the batch.
     #[pyo3(signature = (jobs, *, queue = "default"))]
     fn enqueue_many(
         &self,

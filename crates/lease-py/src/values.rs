@@ -299,6 +299,10 @@ impl Refused {
                 reason: "cancelled",
                 ..base
             },
+            ClaimRefused::Waiting => Self {
+                reason: "waiting",
+                ..base
+            },
             ClaimRefused::NotDue { run_at } => Self {
                 reason: "not_due",
                 run_at: Some(run_at.get()),
@@ -391,6 +395,10 @@ pub(crate) struct Record {
     progress: Option<String>,
     /// The job's group in its queue, if it has one.
     group: Option<String>,
+    /// The jobs it runs after, in the order named (empty: none).
+    after: Vec<String>,
+    /// What it does when a parent fails (``cancel`` or ``run``), for a job with parents.
+    on_parent_failure: Option<&'static str>,
 }
 
 #[pymethods]
@@ -426,6 +434,8 @@ impl Record {
             timeout: job.timeout.map(lease_domain::Ttl::get),
             progress: job.progress.clone(),
             group: job.group.as_ref().map(|g| g.as_str().to_owned()),
+            after: job.after.iter().map(|p| p.as_str().to_owned()).collect(),
+            on_parent_failure: (!job.after.is_empty()).then(|| job.on_parent_failure.as_str()),
         }
     }
 }

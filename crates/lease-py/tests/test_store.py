@@ -209,6 +209,49 @@ def test_a_fair_queue_serves_its_groups_in_turn_from_python(store):
     assert store.queues() == []
 
 
+def test_a_workflow_runs_after_its_parents_from_python(store):
+    # A parent named after its children in the batch; one child runs whatever its parent's end.
+    assert store.enqueue_many(
+        [
+            {"id": "test", "after": ["build"]},
+            {"id": "deploy", "after": ["test"], "on_parent_failure": "run"},
+            {"id": "report", "after": ["test"]},
+            {"id": "build"},
+        ],
+        queue="w",
+    ) == [True, True, True, True]
+    assert store.record("test").status == "waiting"
+    assert store.record("test").after == ["build"]
+    assert store.record("deploy").on_parent_failure == "run"
+    assert store.record("build").after == [] and store.record("build").on_parent_failure is None
+    refused = store.claim("test", A, 30.0)
+    assert isinstance(refused, lease.Refused) and refused.reason == "waiting"
+    [build] = store.claim_next("w", A, 30.0, limit=10)
+    assert build.id == "build"
+    assert store.complete("build", A, build.fence, "built")
+    [test] = store.claim_next("w", A, 30.0, limit=10)
+    assert test.id == "test"
+    assert store.fail("test", A, test.fence, "red", retry=False).status == "dead"
+    assert store.record("report").status == "cancelled"
+    assert store.record("report").error == "cancelled: its parent test ended dead"
+    assert store.record("deploy").status == "pending"
+    assert store.enqueue("late", queue="w", after=["build"]) is True
+    assert store.record("late").status == "pending", "a parent already done releases at once"
+    for bad, says in [
+        (dict(after=["ghost"]), "ghost"),
+        (dict(after=["self"]), "itself"),
+        (dict(after=["build"], on_parent_failure="maybe"), "on_parent_failure"),
+        (dict(after=[""]), "after"),
+    ]:
+        with pytest.raises(lease.InvalidInput) as raised:
+            store.enqueue("self", queue="w", **bad)
+        assert says in str(raised.value)
+    with pytest.raises(lease.InvalidInput) as raised:
+        store.enqueue_many([{"id": "p", "after": ["q"]}, {"id": "q", "after": ["p"]}], queue="w")
+    assert "cycle" in str(raised.value)
+    assert store.record("self") is None and store.record("p") is None
+
+
 def test_the_busiest_groups_are_shown_from_python(store):
     assert store.enqueue_many([{"id": f"a{n}", "group": "a"} for n in range(3)], queue="g")
     assert store.enqueue_many([{"id": "b0", "group": "b"}, {"id": "free"}], queue="g")

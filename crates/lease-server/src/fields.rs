@@ -176,6 +176,26 @@ pub(crate) enum Replace {
     Finished,
 }
 
+/// What a job does when one of its parents ends dead or cancelled.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum ParentFailure {
+    /// It is cancelled, with an error naming the parent (the default).
+    Cancel,
+    /// It runs once every parent has finished, however each ended.
+    Run,
+}
+
+impl ParentFailure {
+    /// The domain's policy.
+    pub(crate) fn policy(self) -> lease_domain::OnParentFailure {
+        match self {
+            Self::Cancel => lease_domain::OnParentFailure::Cancel,
+            Self::Run => lease_domain::OnParentFailure::Run,
+        }
+    }
+}
+
 /// A schedule's catch-up policy after downtime.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -192,6 +212,11 @@ impl Name {
     /// The name as a job id.
     pub(crate) fn job(self) -> Result<lease_domain::JobId, crate::problem::Problem> {
         lease_domain::JobId::new(self.0).map_err(|e| crate::input::bad_value("id", &e))
+    }
+
+    /// The name as a parent's job id (`after`).
+    pub(crate) fn parent(self) -> Result<lease_domain::JobId, crate::problem::Problem> {
+        lease_domain::JobId::new(self.0).map_err(|e| crate::input::bad_value("after", &e))
     }
 
     /// The name as a queue's.
@@ -241,6 +266,8 @@ impl FenceNo {
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum StatusName {
+    /// Waiting for its parents to finish.
+    Waiting,
     /// Waiting to be claimed (or to come due).
     Pending,
     /// Leased now.
@@ -258,6 +285,7 @@ impl StatusName {
     pub(crate) fn of(status: lease_domain::Status) -> Self {
         use lease_domain::Status;
         match status {
+            Status::Waiting => Self::Waiting,
             Status::Pending => Self::Pending,
             Status::Running => Self::Running,
             Status::Done => Self::Done,
@@ -270,6 +298,7 @@ impl StatusName {
     pub(crate) fn status(self) -> lease_domain::Status {
         use lease_domain::Status;
         match self {
+            Self::Waiting => Status::Waiting,
             Self::Pending => Status::Pending,
             Self::Running => Status::Running,
             Self::Done => Status::Done,

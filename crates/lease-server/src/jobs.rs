@@ -3,6 +3,7 @@
 
 use crate::App;
 use crate::extract::{Admin, Checked, Param, Params, Viewer, Worker};
+use crate::fields::ParentFailure;
 use crate::fields::{Name, Replace, Seconds, StatusName, Time};
 use crate::input::bad_value;
 use crate::problem::{Problem, ProblemBody};
@@ -64,6 +65,13 @@ pub(crate) struct EnqueueBody {
     /// due time to this long from then (answered `inserted: false`); a started or finished
     /// job is left alone.
     pub(crate) debounce: Option<Seconds>,
+    /// The jobs it runs after (its parents): it waits (status `waiting`) until they have
+    /// finished, as `on_parent_failure` says. Each must exist or be in the same batch; at
+    /// most 10,000, no repeats counted.
+    #[schema(max_items = 10_000)]
+    pub(crate) after: Option<Vec<Name>>,
+    /// What it does when a parent ends dead or cancelled (default `cancel`).
+    pub(crate) on_parent_failure: Option<ParentFailure>,
 }
 
 /// The rules of a body that tie one field to another, which utoipa cannot declare on a type:
@@ -149,6 +157,15 @@ pub(crate) fn spec(
             replace_finished: body.replace.is_some(),
             group: body.group.map(Name::group).transpose()?,
             debounce: body.debounce.map(|d| d.ttl("debounce")).transpose()?,
+            after: body
+                .after
+                .unwrap_or_default()
+                .into_iter()
+                .map(Name::parent)
+                .collect::<Result<_, _>>()?,
+            on_parent_failure: body
+                .on_parent_failure
+                .map_or_else(Default::default, ParentFailure::policy),
         },
     ))
 }
@@ -220,6 +237,12 @@ pub(crate) struct BatchJob {
     pub(crate) group: Option<Name>,
     /// Debounce in seconds, as `POST /v1/queues/{queue}/jobs` takes it.
     pub(crate) debounce: Option<Seconds>,
+    /// The jobs it runs after, as `POST /v1/queues/{queue}/jobs` takes them (a parent may be
+    /// another job of the batch, named before or after it).
+    #[schema(max_items = 10_000)]
+    pub(crate) after: Option<Vec<Name>>,
+    /// What it does when a parent fails, as `POST /v1/queues/{queue}/jobs` takes it.
+    pub(crate) on_parent_failure: Option<ParentFailure>,
 }
 
 impl BatchJob {
@@ -239,6 +262,8 @@ impl BatchJob {
                 replace: self.replace,
                 group: self.group,
                 debounce: self.debounce,
+                after: self.after,
+                on_parent_failure: self.on_parent_failure,
             },
         )
     }
@@ -332,6 +357,10 @@ pub(crate) struct JobView {
     pub(crate) progress: Option<String>,
     /// The job's group in its queue, if it has one.
     pub(crate) group: Option<String>,
+    /// The jobs it runs after, in the order named (empty: none).
+    pub(crate) after: Vec<String>,
+    /// What it does when a parent fails (`cancel` or `run`), for a job with parents.
+    pub(crate) on_parent_failure: Option<String>,
     /// The job's payload, if it has one.
     #[serde(flatten)]
     pub(crate) payload: PayloadView,
@@ -360,6 +389,9 @@ impl JobView {
             timeout: job.timeout.map(lease_domain::Ttl::get),
             progress: job.progress.clone(),
             group: job.group.as_ref().map(|g| g.as_str().to_owned()),
+            after: job.after.iter().map(|p| p.as_str().to_owned()).collect(),
+            on_parent_failure: (!job.after.is_empty())
+                .then(|| job.on_parent_failure.as_str().to_owned()),
             payload: PayloadView::of(job.payload.as_deref()),
         }
     }

@@ -165,9 +165,9 @@ pub(crate) struct App {
     /// Whether the store carries enqueue signals between servers (then this server's own
     /// enqueues wake waiters through the signal only, so one job wakes one waiter, not two).
     pub(crate) signalled: std::sync::atomic::AtomicBool,
-    pub(crate) openapi: String,
+    pub(crate) openapi: Arc<str>,
     /// What the document lets each route take, checked before a handler reads a request.
-    pub(crate) contract: validate::Contract,
+    pub(crate) contract: Arc<validate::Contract>,
     /// The event streams' shared reader.
     pub(crate) feed: ui::Feed,
     /// The queues whose flow-control gauges `/metrics` has set, so that one whose settings
@@ -278,6 +278,30 @@ const CALLER_CLOCK: [&str; 2] = ["now", "enqueued_at"];
 /// The OpenAPI document a server with `client_clock` serves, as JSON: without it, the fields
 /// and parameters of a caller's clock are not in the document, so a request that sends one is
 /// refused as the document says (it is not a field the endpoint takes).
+/// The served document (as text) and the contract compiled from it, for a service with or
+/// without the caller's clock: made once per process for each (compiling the schemas is
+/// most of what building a router costs), then shared by every router.
+fn compiled_document(client_clock: bool) -> (Arc<validate::Contract>, Arc<str>) {
+    static MADE: [std::sync::OnceLock<(Arc<validate::Contract>, Arc<str>)>; 2] =
+        [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
+    MADE[usize::from(client_clock)]
+        .get_or_init(|| {
+            let document = served_document(client_clock);
+            // The document's schemas are the crate's own: one that does not compile is a bug
+            // found by every test, so an empty contract (no checks) is never what runs.
+            let contract = validate::Contract::of(&document).unwrap_or_else(|e| {
+                tracing::error!(
+                    error = %e,
+                    "the API document does not compile; requests are not checked"
+                );
+                validate::Contract::default()
+            });
+            let text = serde_json::to_string_pretty(&document).unwrap_or_default();
+            (Arc::new(contract), Arc::from(text))
+        })
+        .clone()
+}
+
 fn served_document(client_clock: bool) -> serde_json::Value {
     let mut document = serde_json::to_value(routes().1).unwrap_or_default();
     for (component, rule) in jobs::ACROSS_FIELDS {
@@ -534,13 +558,7 @@ async fn not_found() -> Problem {
 /// timeout), ready for `axum::serve`.
 pub fn router(store: Arc<dyn ServiceStore>, config: ServiceConfig) -> axum::Router {
     let (routes, _) = routes();
-    let document = served_document(config.client_clock);
-    // The document's schemas are the crate's own: one that does not compile is a bug found by
-    // every test, so an empty contract (no checks) is never what runs.
-    let contract = validate::Contract::of(&document).unwrap_or_else(|e| {
-        tracing::error!(error = %e, "the API document does not compile; requests are not checked");
-        validate::Contract::default()
-    });
+    let (contract, openapi) = compiled_document(config.client_clock);
     let app = Arc::new(App {
         contract,
         store,
@@ -548,7 +566,7 @@ pub fn router(store: Arc<dyn ServiceStore>, config: ServiceConfig) -> axum::Rout
         limits: limits::RateLimits::new(config.rate_limit, 2.0 * config.rate_limit),
         keys: auth::KeyCache::default(),
         signalled: std::sync::atomic::AtomicBool::new(false),
-        openapi: serde_json::to_string_pretty(&document).unwrap_or_default(),
+        openapi,
         feed: ui::Feed::default(),
         gauged: std::sync::Mutex::default(),
         config: config.clone(),

@@ -204,6 +204,7 @@ impl Problem {
                 conflict("dead", "the job can never be leased again")
             }
             ClaimRefused::Cancelled => conflict("cancelled", "the job was cancelled"),
+            ClaimRefused::Waiting => conflict("waiting", "the job waits for its parents to finish"),
             ClaimRefused::NotDue { run_at } => {
                 conflict("not_due", "the job is not due yet").with("run_at", json!(run_at.get()))
             }
@@ -221,6 +222,11 @@ impl Problem {
     #[must_use]
     pub fn store(err: &StoreError) -> Self {
         match err {
+            // A workflow the document allows but the stored jobs refuse (a parent that does
+            // not exist, a job naming itself, a cycle): a conflict with what is stored.
+            StoreError::InvalidInput(e @ lease_domain::InputError::Workflow(_)) => {
+                Self::new(StatusCode::CONFLICT, "workflow", e.to_string())
+            }
             StoreError::InvalidInput(e) => Self::invalid(e.to_string()),
             StoreError::ClockSkew(_) => {
                 Self::invalid("the time given is too far from the store's clock for its skew bound")

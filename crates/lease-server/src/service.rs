@@ -76,7 +76,7 @@ pub(crate) async fn openapi(State(app): AppState) -> Response {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         )],
-        app.openapi.clone(),
+        app.openapi.to_string(),
     )
         .into_response()
 }

@@ -2,7 +2,7 @@
 //! store what it decided (and the purge mark of an id enqueued again). The queue's ops and its
 //! control (a schedule's fire enqueues through it) both write jobs this way.
 
-use lease_domain::{Command, Fence, JobId, Outcome};
+use lease_domain::{Command, Fence, JobId, Outcome, finishes, judges_parents};
 use lease_ports::StoreError;
 use rusqlite::Connection;
 
@@ -44,11 +44,49 @@ pub(crate) fn apply_command(
     decide_command(conn, id, command).map(|(outcome, wrote, _)| (outcome, wrote))
 }
 
+/// Enqueues a batch inside the open transaction, all or nothing: its workflow is checked
+/// before anything is written, then each job is decided and stored in order, then each job
+/// with parents is judged against them (a parent may come later in the batch).
+pub(crate) fn enqueue_batch(
+    conn: &Connection,
+    jobs: &[(JobId, lease_domain::EnqueueSpec)],
+) -> Result<(Vec<Outcome>, bool), StoreError> {
+    crate::workflow::check(conn, jobs)?;
+    let mut judged = Vec::new();
+    let mut outcomes = Vec::with_capacity(jobs.len());
+    let mut wrote = false;
+    for (id, spec) in jobs {
+        let command = Command::EnqueueWith(spec.clone());
+        let (outcome, inserted, _) = decide(conn, id, &command, Some(&mut judged))?;
+        wrote |= inserted;
+        outcomes.push(outcome);
+    }
+    for id in judged {
+        crate::workflow::judge(conn, &id)?;
+    }
+    Ok((outcomes, wrote))
+}
+
 /// [`apply_command`], also giving the refusal of a holder's write (for the audit trail).
 pub(crate) fn decide_command(
     conn: &Connection,
     id: &JobId,
     command: &Command,
+) -> Result<(Outcome, bool, Option<lease_domain::Refusal>), StoreError> {
+    if let Command::EnqueueWith(spec) = command {
+        crate::workflow::check(conn, &[(id.clone(), spec.clone())])?;
+    }
+    decide(conn, id, command, None)
+}
+
+/// [`decide_command`] after any check of its workflow; with `judged`, a job to be judged
+/// against its parents is added there instead of judged now (a batch judges after it is
+/// all written).
+fn decide(
+    conn: &Connection,
+    id: &JobId,
+    command: &Command,
+    judged: Option<&mut Vec<JobId>>,
 ) -> Result<(Outcome, bool, Option<lease_domain::Refusal>), StoreError> {
     let current = load(conn, id)?;
     let purged = match current {
@@ -68,6 +106,21 @@ pub(crate) fn decide_command(
     store(conn, current.is_none(), id, &next)?;
     if current.is_none() && purged.is_some() {
         run_with(conn, FORGET_PURGED, id.as_str())?;
+    }
+    // An enqueue that inserts the job or runs it again writes its parents (a run again may
+    // name others, or none).
+    let started = current.as_ref().is_none_or(|c| c.finished().is_some());
+    if command.is_enqueue() && started && (current.is_some() || !next.after.is_empty()) {
+        crate::workflow::write_parents(conn, id, &next)?;
+    }
+    if judges_parents(current.as_ref(), &next) {
+        match judged {
+            Some(later) => later.push(id.clone()),
+            None => crate::workflow::judge(conn, id)?,
+        }
+    }
+    if let Some(end) = finishes(current.as_ref(), &next) {
+        crate::workflow::release(conn, id, end, next.updated)?;
     }
     Ok((outcome, true, None))
 }

@@ -27,6 +27,7 @@ mod row;
 mod schema;
 mod transfer;
 mod tx;
+mod workflow;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

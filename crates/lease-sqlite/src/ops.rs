@@ -329,7 +329,7 @@ fn fair_claim(
             break;
         }
         for (id, job) in writes {
-            store(conn, false, &id, &job)?;
+            store_claimed(conn, &id, &job)?;
             wrote = true;
         }
     }
@@ -372,7 +372,7 @@ fn fair_claim(
                 break;
             }
             for (id, job) in writes {
-                store(conn, false, &id, &job)?;
+                store_claimed(conn, &id, &job)?;
                 wrote = true;
             }
             leased += n;
@@ -415,6 +415,16 @@ fn json_strings<'a>(texts: impl Iterator<Item = &'a str>) -> String {
 
 /// Leases up to `limit` jobs: the shared loop (`lease_ports::next`) reads pages of candidates
 /// from the ready index in claim order and decides each; the decided rows are stored here.
+/// Stores a job a claim decided on (leased, or buried out of attempts); a buried job releases
+/// or cancels the jobs waiting on it in the same transaction.
+fn store_claimed(conn: &Connection, id: &JobId, job: &Job) -> Result<(), StoreError> {
+    store(conn, false, id, job)?;
+    if let Some(end) = job.finished() {
+        crate::workflow::release(conn, id, end, job.updated)?;
+    }
+    Ok(())
+}
+
 pub(crate) fn claim_next(
     conn: &Connection,
     claim: &ClaimNext,
@@ -458,7 +468,7 @@ pub(crate) fn claim_next(
             learn_groups(conn, queue, &groups, &mut next, term.now())?;
         }
         for (id, job) in next.page(term, page) {
-            store(conn, false, &id, &job)?;
+            store_claimed(conn, &id, &job)?;
             wrote = true;
         }
     }
@@ -513,17 +523,8 @@ pub(crate) fn apply(conn: &Connection, op: &Op) -> Result<(Reply, bool), StoreEr
         Op::Purge { before, statuses } => {
             purge(conn, *before, statuses).map(|(n, wrote)| (Reply::Purged(n), wrote))
         }
-        Op::Enqueue(jobs) => {
-            let mut outcomes = Vec::with_capacity(jobs.len());
-            let mut wrote = false;
-            for (id, spec) in jobs {
-                let (outcome, inserted) =
-                    apply_command(conn, id, &Command::EnqueueWith(spec.clone()))?;
-                wrote |= inserted;
-                outcomes.push(outcome);
-            }
-            Ok((Reply::Jobs(outcomes), wrote))
-        }
+        Op::Enqueue(jobs) => crate::job_write::enqueue_batch(conn, jobs)
+            .map(|(outcomes, wrote)| (Reply::Jobs(outcomes), wrote)),
         Op::Queue(queue, change) => crate::control::change_queue(conn, queue, change.clone())
             .map(|settings| (Reply::Settings(settings), true)),
         Op::PutSchedule(spec, now) => crate::control::put_schedule(conn, spec, *now)
@@ -813,8 +814,8 @@ mod tests {
     fn when_the_disk_fills_mid_batch_every_answer_matches_what_is_stored() {
         let dir = tempfile::tempdir().unwrap();
         let options = SqliteOptions {
-            // The empty schema takes most of these pages; the batch fills the rest.
-            max_pages: Some(32),
+            // The empty schema takes most of these pages (34); the batch fills the rest.
+            max_pages: Some(36),
             ..SqliteOptions::default()
         };
         let mut conn = fresh(&dir, &options);

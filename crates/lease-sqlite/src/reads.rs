@@ -99,6 +99,7 @@ fn id_sources(conn: &Connection, filter: &ListFilter) -> Result<Vec<IdSource>, S
     Ok(match filter.status {
         None => vec![(SELECT_IDS, queue.clone(), None)],
         Some(Status::Pending | Status::Running) => vec![open],
+        Some(Status::Waiting) => ended("waiting")?,
         Some(Status::Done) => ended("done")?,
         Some(Status::Cancelled) => ended("cancelled")?,
         Some(Status::Dead) => {

@@ -14,7 +14,8 @@ use crate::error;
 #[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub const SELECT_JOB: &str = "SELECT j.owner, j.until, j.fence, j.result, j.done, q.queue, \
     q.priority, q.run_at, q.attempts, q.max_attempts, q.payload, q.finished, q.error, \
-    q.result_fence, q.updated, q.token, q.timeout, q.progress, q.grp FROM jobs j \
+    q.result_fence, q.updated, q.token, q.timeout, q.progress, q.grp, q.on_parent_failure \
+    FROM jobs j \
     LEFT JOIN jobs_queue q ON q.id = j.id WHERE j.id = ?1";
 
 /// Stores the contract's columns of a decided job over its row.
@@ -35,14 +36,16 @@ pub const INSERT_JOB: &str =
 #[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub const UPSERT_QUEUE: &str = "INSERT INTO jobs_queue(id, queue, priority, run_at, attempts, \
     max_attempts, payload, finished, error, result_fence, updated, leased_until, token, timeout, \
-    progress, grp) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
+    progress, grp, on_parent_failure) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17) \
     ON CONFLICT(id) DO UPDATE SET \
     queue = excluded.queue, priority = excluded.priority, run_at = excluded.run_at, \
     attempts = excluded.attempts, max_attempts = excluded.max_attempts, \
     payload = excluded.payload, finished = excluded.finished, error = excluded.error, \
     result_fence = excluded.result_fence, updated = excluded.updated, \
     leased_until = excluded.leased_until, token = excluded.token, timeout = excluded.timeout, \
-    progress = excluded.progress, grp = excluded.grp";
+    progress = excluded.progress, grp = excluded.grp, \
+    on_parent_failure = excluded.on_parent_failure";
 
 /// Stores the queue's columns of a decided job over its existing queue row (most writes:
 /// cheaper than the upsert's failed insert); a job whose queue row is missing gets one by
@@ -52,7 +55,7 @@ pub const UPSERT_QUEUE: &str = "INSERT INTO jobs_queue(id, queue, priority, run_
 pub const UPDATE_QUEUE: &str = "UPDATE jobs_queue SET queue = ?2, priority = ?3, \
     run_at = ?4, attempts = ?5, max_attempts = ?6, payload = ?7, finished = ?8, error = ?9, \
     result_fence = ?10, updated = ?11, leased_until = ?12, token = ?13, timeout = ?14, \
-    progress = ?15, grp = ?16 WHERE id = ?1";
+    progress = ?15, grp = ?16, on_parent_failure = ?17 WHERE id = ?1";
 
 pub(crate) fn corrupt(id: &JobId, what: String) -> StoreError {
     StoreError::Corrupt(format!("job {id}: {what}").into())
@@ -171,8 +174,8 @@ pub(crate) fn decode(id: &JobId, row: &rusqlite::Row<'_>) -> Result<Job, StoreEr
         None => QueueName::default(),
     };
     let finished = text(id, row, 11, "finished")?;
-    let ended = codec::ended(finished.as_deref(), "stored finished")?;
-    if ended.is_some() && done {
+    let (ended, waiting) = codec::stands(finished.as_deref(), "stored finished")?;
+    if (ended.is_some() || waiting) && done {
         return Err(corrupt(
             id,
             format!("stored finished {finished:?} does not fit done = {done}"),
@@ -235,20 +238,41 @@ pub(crate) fn decode(id: &JobId, row: &rusqlite::Row<'_>) -> Result<Job, StoreEr
             .map(lease_domain::GroupKey::stored)
             .transpose()
             .map_err(|e| corrupt(id, format!("stored group: {e}")))?,
+        waiting,
+        // Read by `load` from `lease_parents` when the policy says the job has parents.
+        after: Vec::new(),
+        on_parent_failure: match text(id, row, 19, "on_parent_failure")? {
+            None => lease_domain::OnParentFailure::default(),
+            Some(policy) => lease_domain::OnParentFailure::parse(&policy)
+                .map_err(|e| corrupt(id, format!("stored on_parent_failure: {e}")))?,
+        },
     })
+}
+
+/// Whether the stored row says the job has parents (a policy is kept only for those).
+fn has_parents(row: &rusqlite::Row<'_>) -> bool {
+    matches!(row.get_ref(19), Ok(ValueRef::Text(_)))
 }
 
 pub(crate) fn load(conn: &Connection, id: &JobId) -> Result<Option<Job>, StoreError> {
     let mut stmt = conn.prepare_cached(SELECT_JOB).map_err(error::sql(conn))?;
     let mut rows = stmt.query([id.as_str()]).map_err(error::sql(conn))?;
-    match rows.next().map_err(error::sql(conn))? {
-        Some(row) => decode(id, row).map(Some),
-        None => Ok(None),
+    let Some(row) = rows.next().map_err(error::sql(conn))? else {
+        return Ok(None);
+    };
+    let mut job = decode(id, row)?;
+    if has_parents(row) {
+        job.after = crate::workflow::parents(conn, id)?;
     }
+    Ok(Some(job))
 }
 
+/// What the `finished` column holds: the job's end, or `waiting` while it waits for its
+/// parents (kept there so the indexes of jobs that can run leave it out), else NULL.
 pub(crate) fn finished_text(job: &Job) -> Option<&'static str> {
-    job.finished().map(Status::as_str)
+    job.finished()
+        .or(job.waiting.then_some(Status::Waiting))
+        .map(Status::as_str)
 }
 
 pub(crate) fn store(
@@ -298,6 +322,7 @@ pub(crate) fn store(
                     job.timeout.map(lease_domain::Ttl::get),
                     job.progress.as_deref(),
                     job.group.as_ref().map(lease_domain::GroupKey::as_str),
+                    (!job.after.is_empty()).then(|| job.on_parent_failure.as_str()),
                 ])
             })
             .map_err(error::sql(conn))

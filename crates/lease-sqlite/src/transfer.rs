@@ -65,9 +65,13 @@ fn write(
     for (id, job) in &plan.inserts {
         row::store(conn, true, id, job)?;
         job_write::run_with(conn, job_write::FORGET_PURGED, id.as_str())?;
+        if !job.after.is_empty() {
+            crate::workflow::write_parents(conn, id, job)?;
+        }
     }
     for (id, job) in &plan.updates {
         row::store(conn, false, id, job)?;
+        crate::workflow::write_parents(conn, id, job)?;
     }
     for (id, fence) in &plan.marks {
         conn.prepare_cached(job_write::REMEMBER_PURGED)

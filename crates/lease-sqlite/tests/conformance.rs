@@ -13,6 +13,7 @@ fn fresh_store() -> (Arc<dyn Transfer>, TempDir) {
 }
 
 lease_ports::conformance_tests!(fresh_store);
+lease_ports::workflow_conformance_tests!(fresh_store);
 
 /// With the audit trail on (outside the suite, which opens stores without it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

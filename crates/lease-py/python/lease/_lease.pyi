@@ -177,6 +177,10 @@ class Record:
     def progress(self) -> Optional[str]: ...
     @property
     def group(self) -> Optional[str]: ...
+    @property
+    def after(self) -> list[str]: ...
+    @property
+    def on_parent_failure(self) -> Optional[str]: ...
 
 @final
 class StatsRow:
@@ -324,6 +328,8 @@ class StoreCore:
         replace_finished: bool = False,
         group: Optional[str] = None,
         debounce: Optional[float] = None,
+        after: Optional[Sequence[str]] = None,
+        on_parent_failure: Optional[str] = None,
     ) -> Pending[bool]: ...
     def enqueue_many(
         self, jobs: Iterable[dict[str, Any]], *, queue: str = "default"
