@@ -165,7 +165,8 @@ pub(crate) enum Command {
     /// Make, list and revoke the API keys of `lease serve` (kept in the store as digests).
     Keys(crate::serve::KeysArgs),
     /// Run a program for each job of a queue: the payload on its stdin; LEASE_JOB, LEASE_FENCE,
-    /// LEASE_ATTEMPT (and LEASE_GROUP for a job of a group) in its environment; LEASE_PROGRESS
+    /// LEASE_ATTEMPT (LEASE_GROUP for a job of a group, LEASE_PARENTS_FILE, a JSON file of
+    /// its parents' statuses and results, for a job with parents) in its environment; LEASE_PROGRESS
     /// and LEASE_HOLD_GROUP name FIFOs it may write lines to (its progress; seconds to hold its
     /// job's group, as an upstream's Retry-After says); exit 0 completes the job with its stdout, another
     /// exit fails it (stderr's last lines are the error). If the lease is lost or the job

@@ -398,17 +398,9 @@ pub(crate) async fn execute(
                     human.push_str(&format!(", timeout {} s an attempt", timeout.get()));
                 }
             }
-            // Each parent as it stands now, read one by one (a job's parents are few next to
-            // what its page shows; at most MAX_PARENTS).
-            let mut parents = Vec::new();
-            for parent in record.iter().flat_map(|r| &r.job.after) {
-                parents.push((parent.clone(), store.record(parent).await?));
-            }
+            let parents = lease_ports::parents_of(store, id, *now).await?;
             if !parents.is_empty() {
-                let open = parents
-                    .iter()
-                    .filter(|(_, r)| r.as_ref().is_some_and(|r| r.job.finished().is_none()))
-                    .count();
+                let open = parents.iter().filter(|p| !p.status.is_finished()).count();
                 let named = |n: usize| if n == 1 { "job" } else { "jobs" };
                 human.push_str(&format!(
                     ", after {} {} ({open} not finished)",
@@ -418,7 +410,7 @@ pub(crate) async fn execute(
             }
             let json = record.map_or(Value::Null, |r| {
                 let mut json = record_json(&r, *now);
-                json["parents"] = parents_json(&parents, *now);
+                json["parents"] = parents_json(&parents);
                 json
             });
             Report::new(true, json, human)

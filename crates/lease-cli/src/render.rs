@@ -234,18 +234,17 @@ pub(crate) fn record_json(record: &JobRecord, now: Timestamp) -> Value {
 
 /// How each parent of a job stands, as `state --json` shows it: `{id: {"status", "result",
 /// "result_fence"}}` (a parent purged since counts as done, its result gone: `null`).
-pub(crate) fn parents_json(parents: &[(JobId, Option<JobRecord>)], now: Timestamp) -> Value {
+pub(crate) fn parents_json(parents: &[lease_ports::ParentState]) -> Value {
     let mut object = serde_json::Map::new();
-    for (id, record) in parents {
-        let shown = match record {
-            Some(record) => json!({
-                "status": record.job.status_at(now).as_str(),
-                "result": record.job.result,
-                "result_fence": record.job.result_fence.map(Fence::get),
+    for parent in parents {
+        object.insert(
+            parent.id.as_str().to_owned(),
+            json!({
+                "status": parent.status.as_str(),
+                "result": parent.result,
+                "result_fence": parent.result_fence.map(Fence::get),
             }),
-            None => json!({"status": "done", "result": null, "result_fence": null}),
-        };
-        object.insert(id.as_str().to_owned(), shown);
+        );
     }
     Value::Object(object)
 }

@@ -37,6 +37,10 @@ pub(crate) const PROGRESS_VARIABLE: &str = "LEASE_PROGRESS";
 /// The environment variable naming the FIFO a program writes a hold of its job's group to.
 pub(crate) const HOLD_VARIABLE: &str = "LEASE_HOLD_GROUP";
 
+/// Names the JSON file of a job's parents, for a job that has any:
+/// `{id: {"status", "result", "result_fence"}}`.
+pub(crate) const PARENTS_VARIABLE: &str = "LEASE_PARENTS_FILE";
+
 pub(crate) use crate::scheduler::Say;
 
 /// The progress line protocol of one run: `LEASE_PROGRESS` names a FIFO (in a directory only
@@ -269,6 +273,18 @@ async fn run_program(
     }
     if let Some(group) = &job.group {
         program_command.env("LEASE_GROUP", group.as_str());
+    }
+    // A job with parents gets them, as `state --json` shows them, in a file beside its FIFOs
+    // (read for every job: one read of the store, next to starting a process).
+    let parents = job
+        .parents()
+        .await
+        .map_err(|e| format!("cannot read the job's parents: {e}"))?;
+    if !parents.is_empty() {
+        let path = fifos.path().join(format!("{marker}.parents.json"));
+        let text = crate::render::parents_json(&parents).to_string();
+        std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        program_command.env(PARENTS_VARIABLE, &path);
     }
     let mut child = program_command
         .args(args)

@@ -1410,3 +1410,54 @@ fn a_work_program_holds_its_group_through_the_hold_line_protocol() {
     assert_eq!(json_of(&db, &["state", "m2"])["status"], "pending");
     assert_eq!(json_of(&db, &["state", "o1"])["status"], "done");
 }
+
+/// `lease work` gives a job with parents `LEASE_PARENTS_FILE`, a JSON file of each parent's
+/// status, result and fence; a job without parents gets no such variable; the child runs only
+/// after both parents completed.
+#[test]
+fn a_work_program_reads_its_parents_results_from_lease_parents_file() {
+    let (_dir, db) = fresh_db();
+    json_of(&db, &["enqueue", "left", "--queue", "w", "--payload", "2"]);
+    json_of(&db, &["enqueue", "right", "--queue", "w", "--payload", "3"]);
+    json_of(
+        &db,
+        &[
+            "enqueue", "sum", "--queue", "w", "--after", "left", "--after", "right",
+        ],
+    );
+    // Parents print their payload times ten; the child prints its parents file as it got it.
+    let program = r#"if [ -n "$LEASE_PARENTS_FILE" ]; then cat "$LEASE_PARENTS_FILE"; else echo "$(( $(cat) * 10 ))"; fi"#;
+    let out = lease(&db)
+        .args([
+            "work",
+            "--queue",
+            "w",
+            "--owner",
+            "w",
+            "--ttl",
+            "30",
+            "--concurrency",
+            "1",
+            "--exit-when-empty",
+            "--no-schedules",
+        ])
+        .args(["--", "sh", "-c", program])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(json_of(&db, &["state", "left"])["result"], "20\n");
+    let sum = json_of(&db, &["state", "sum"]);
+    assert_eq!(sum["status"], "done", "{sum}");
+    let parents: serde_json::Value = serde_json::from_str(sum["result"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        parents,
+        serde_json::json!({
+            "left": {"status": "done", "result": "20\n", "result_fence": 1},
+            "right": {"status": "done", "result": "30\n", "result_fence": 1},
+        })
+    );
+}

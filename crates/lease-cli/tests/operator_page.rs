@@ -1166,6 +1166,32 @@ async fn an_admin_pauses_limits_and_schedules_from_the_page_and_a_job_shows_its_
         )
         .await;
     session.screenshot("11-job-progress").await;
+    // A job that runs after another: its page links its parent with the parent's status,
+    // and the overview counts it beside its queue's pending jobs.
+    for body in [
+        json!({"id": "wf-parent"}),
+        json!({"id": "wf-child", "after": ["wf-parent"], "on_parent_failure": "run"}),
+    ] {
+        let (code, answer) =
+            server.call("POST", "/v1/queues/flow/jobs", &as_admin, &body.to_string());
+        assert_eq!(code, 201, "{answer}");
+    }
+    session.visit("#/job/wf-child").await;
+    session.job_page("wf-child").await;
+    session
+        .until(
+            "the child's parent, linked, with its status, and its policy",
+            "[...document.querySelectorAll('#job-fields ul.parents li')].some(li => li.querySelector('a')?.getAttribute('href') === '#/job/wf-parent' && li.innerText.includes('pending')) && [...document.querySelectorAll('#job-fields dd')].some(d => d.innerText === 'runs anyway') && [...document.querySelectorAll('#job-fields dd')].some(d => d.innerText === 'waiting')",
+        )
+        .await;
+    session.screenshot("12-job-after-its-parent").await;
+    session.click("nav a[href='#/']").await;
+    session
+        .until(
+            "the flow queue's waiting job beside its pending one",
+            "[...document.querySelectorAll('#queues tbody tr')].some(r => r.cells[0].innerText === 'flow' && r.cells[1].innerText.includes('+ 1 waiting'))",
+        )
+        .await;
     // The one error logged is the refused schedule's answer, which the page showed.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let errors = session.errors.lock().unwrap().clone();

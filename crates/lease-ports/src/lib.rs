@@ -189,6 +189,56 @@ impl JobRecord {
     }
 }
 
+/// How a parent of a job stands, as its child sees it: its status, its result and the fence
+/// that wrote it. A parent purged since is `done` with no result (a purge takes only finished
+/// jobs, and a child whose parent failed was settled then).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParentState {
+    /// The parent.
+    pub id: JobId,
+    /// Its status, judged at the time read.
+    pub status: Status,
+    /// Its result, once done.
+    pub result: Option<String>,
+    /// The fence of the lease that completed it.
+    pub result_fence: Option<Fence>,
+}
+
+/// The parents of `job`, in the order it named them, each as it stands at `now` (read one by
+/// one: a job's parents are few next to what a read costs; at most
+/// [`lease_domain::MAX_PARENTS`]). Empty for a job without parents, or one that is gone.
+///
+/// # Errors
+/// The store's.
+pub async fn parents_of(
+    store: &dyn LeaseStore,
+    job: &JobId,
+    now: Timestamp,
+) -> Result<Vec<ParentState>, StoreError> {
+    let Some(record) = store.record(job).await? else {
+        return Ok(Vec::new());
+    };
+    let mut parents = Vec::with_capacity(record.job.after.len());
+    for id in record.job.after {
+        let read = store.record(&id).await?;
+        parents.push(match read {
+            Some(parent) => ParentState {
+                status: parent.job.status_at(now),
+                result: parent.job.result,
+                result_fence: parent.job.result_fence,
+                id,
+            },
+            None => ParentState {
+                id,
+                status: Status::Done,
+                result: None,
+                result_fence: None,
+            },
+        });
+    }
+    Ok(parents)
+}
+
 /// A lease handed out by `claim_next`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Lease {

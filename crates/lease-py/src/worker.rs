@@ -146,6 +146,28 @@ impl Job {
         )
     }
 
+    /// The job's parents (the jobs it ran after): a dict ``{id: {"status", "result",
+    /// "result_fence"}}`` in the order they were named, read from the store when called;
+    /// empty for a job without parents. Waits with the interpreter released.
+    fn parents(&self, py: Python<'_>) -> PyResult<Py<PyDict>> {
+        let runtime = to_py(py, runtime())?;
+        let context = self.context.clone();
+        let answer = py.detach(|| runtime.block_on(context.parents()));
+        let parents = to_py(py, answer.map_err(Into::into))?;
+        let shown = PyDict::new(py);
+        for parent in parents {
+            let one = PyDict::new(py);
+            one.set_item("status", parent.status.as_str())?;
+            one.set_item("result", parent.result)?;
+            one.set_item(
+                "result_fence",
+                parent.result_fence.map(lease_domain::Fence::get),
+            )?;
+            shown.set_item(parent.id.as_str(), one)?;
+        }
+        Ok(shown.unbind())
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "Job(id={:?}, fence={}, attempt={})",

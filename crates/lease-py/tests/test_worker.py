@@ -204,3 +204,33 @@ def test_a_handler_reports_progress_under_its_fence_and_sees_its_timeout_and_gro
     assert seen["record"] == "3 of 10"
     assert "progress" in seen["too_long"]
     assert store.record("p").progress == "3 of 10"
+
+
+def test_a_handler_reads_its_parents_results_and_a_child_runs_after_them(opening):
+    target, how = opening
+    store = lease.Store(target, **how)
+    assert store.enqueue_many(
+        [
+            {"id": "sum", "after": ["left", "right"]},
+            {"id": "left", "payload": "2"},
+            {"id": "right", "payload": "3"},
+        ]
+    ) == [True, True, True]
+    order = []
+
+    def handle(job):
+        order.append(job.id)
+        parents = job.parents()
+        if job.id != "sum":
+            assert parents == {}
+            return str(int(job.payload.decode()) * 10)
+        assert list(parents) == ["left", "right"], "in the order named"
+        assert all(p["status"] == "done" and p["result_fence"] == 1 for p in parents.values())
+        return str(sum(int(p["result"]) for p in parents.values()))
+
+    summary = lease.Worker(
+        store, handle, owner="py/w", concurrency=1, exit_when_empty=True, idle_poll=0.05
+    ).run()
+    assert summary.completed == 3 and summary.failed == 0
+    assert order[-1] == "sum", "the child ran after both parents"
+    assert store.record("sum").result == "50"

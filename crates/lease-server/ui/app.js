@@ -2,7 +2,7 @@
 // session cookie; every string from the store is set as text (textContent), never as markup.
 'use strict';
 
-const STATUSES = ['pending', 'running', 'done', 'dead', 'cancelled'];
+const STATUSES = ['waiting', 'pending', 'running', 'done', 'dead', 'cancelled'];
 const PAGE = 50;
 
 const state = {
@@ -220,7 +220,9 @@ function renderQueues() {
     const link = el('a', name);
     link.href = `#/jobs?queue=${encodeURIComponent(name)}`;
     cell(row, link, 'id');
-    cell(row, num(q.pending), 'num');
+    const pending = cell(row, num(q.pending), 'num');
+    // Jobs waiting for their parents are shown with the pending ones, only when there are any.
+    if (q.waiting) pending.append(el('span', ` + ${num(q.waiting)} waiting`, 'waiting'));
     cell(row, num(q.due), 'num');
     const oldest = q.oldest_due_since;
     const wait = cell(row, oldest === null || oldest === undefined ? '—' : duration(now - oldest), 'num');
@@ -470,12 +472,16 @@ function renderJob(job) {
   field(list, 'Progress', text(job.progress));
   field(list, 'Timeout', job.timeout === null || job.timeout === undefined ? null : duration(job.timeout));
   field(list, 'Ended', job.ended);
+  if (job.after && job.after.length > 0) {
+    field(list, 'Runs after', parentList(job.after, state.parents || {}));
+    field(list, 'If a parent fails', job.on_parent_failure === 'run' ? 'runs anyway' : 'cancelled');
+  }
   field(list, 'Updated', time(job.updated));
   if (typeof job.payload === 'string') field(list, 'Payload', text(job.payload));
   else if (typeof job.payload_base64 === 'string') {
     field(list, 'Payload', `${num(base64Size(job.payload_base64))} bytes (not UTF-8 text)`);
   } else field(list, 'Payload', null);
-  const open = job.status === 'pending' || job.status === 'running';
+  const open = job.status === 'waiting' || job.status === 'pending' || job.status === 'running';
   $('cancel-job').disabled = !open;
   $('retry-job').disabled = !(job.status === 'dead' || job.status === 'cancelled');
 }
@@ -486,12 +492,42 @@ function renderJobRefusals() {
   $('no-job-refusals').hidden = list.length > 0;
 }
 
+// The parents shown on a job's page, each a link with its status (at most this many are read).
+const PARENTS_SHOWN = 20;
+
+function parentList(after, parents) {
+  const list = el('ul', null, 'parents');
+  for (const id of after.slice(0, PARENTS_SHOWN)) {
+    const item = el('li');
+    const link = el('a', id);
+    link.href = `#/job/${encodeURIComponent(id)}`;
+    const parent = parents[id];
+    // A parent gone was purged after it finished: it counts as done.
+    const status = parent === undefined ? '…' : parent === null ? 'done (purged)' : parent.status;
+    item.append(link, el('span', ` ${status}`, `status ${status}`));
+    list.append(item);
+  }
+  if (after.length > PARENTS_SHOWN) list.append(el('li', `and ${num(after.length - PARENTS_SHOWN)} more`));
+  return list;
+}
+
+async function loadParents(after) {
+  const shown = (after || []).slice(0, PARENTS_SHOWN);
+  const read = await Promise.all(shown.map((id) =>
+    api('GET', `/v1/jobs/${encodeURIComponent(id)}`).catch((e) => {
+      if (e instanceof ApiError && e.status === 404) return null;
+      throw e;
+    })));
+  return Object.fromEntries(shown.map((id, n) => [id, read[n]]));
+}
+
 async function loadJob(id) {
   state.job = id;
   const [job, refusals] = await Promise.all([
     api('GET', `/v1/jobs/${encodeURIComponent(id)}`),
     api('GET', `/v1/refusals?limit=100&job=${encodeURIComponent(id)}`),
   ]);
+  state.parents = await loadParents(job.after);
   renderJob(job);
   state.jobRefusals = refusals.refusals;
   renderJobRefusals();

@@ -73,6 +73,18 @@ impl JobContext {
             .await
     }
 
+    /// This job's parents (the jobs it ran after), each with its status, result and the
+    /// fence that wrote it, read from the store when asked (a handler that does not ask pays
+    /// nothing); empty for a job without parents.
+    ///
+    /// # Errors
+    /// The store's.
+    pub async fn parents(&self) -> Result<Vec<lease_ports::ParentState>, StoreError> {
+        let p = &self.progress;
+        let now = Timestamp::new(p.clock.now())?;
+        lease_ports::parents_of(p.store.as_ref(), &self.job, now).await
+    }
+
     /// [`JobContext::hold_group`] for `seconds` from now by the worker's clock (what an
     /// upstream's `Retry-After` says).
     ///

@@ -1056,3 +1056,66 @@ async fn a_handler_holds_its_group_under_its_fence_and_a_stale_hold_is_refused()
         "a stale hold paused the group"
     );
 }
+
+/// A handler reads its parents' results through its context, in the order named, and a child
+/// runs only after every parent completed; a job without parents reads none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_reads_its_parents_results_and_runs_after_them() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    let batch = [
+        (
+            job("sum"),
+            EnqueueSpec {
+                after: vec![job("left"), job("right")],
+                ..EnqueueSpec::default()
+            },
+        ),
+        (job("left"), EnqueueSpec::default()),
+        (job("right"), EnqueueSpec::default()),
+    ];
+    store.enqueue_many(&batch).await.unwrap();
+    let order: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = Arc::clone(&order);
+    let mut config = config("w", 5.0);
+    config.max_jobs = Some(3);
+    let lease_store: Arc<dyn LeaseStore> = store.clone();
+    let summary = Worker::new(
+        lease_store,
+        move |ctx: JobContext| {
+            let seen = Arc::clone(&seen);
+            async move {
+                seen.lock().unwrap().push(ctx.job.as_str().to_owned());
+                let parents = ctx.parents().await.map_err(|e| e.to_string())?;
+                if ctx.job.as_str() != "sum" {
+                    assert!(parents.is_empty());
+                    return Ok(format!("{}-result", ctx.job));
+                }
+                let shown: Vec<(&str, Status, Option<&str>)> = parents
+                    .iter()
+                    .map(|p| (p.id.as_str(), p.status, p.result.as_deref()))
+                    .collect();
+                assert_eq!(
+                    shown,
+                    [
+                        ("left", Status::Done, Some("left-result")),
+                        ("right", Status::Done, Some("right-result")),
+                    ]
+                );
+                Ok::<_, String>("summed".to_owned())
+            }
+        },
+        config,
+    )
+    .run(CancellationToken::new())
+    .await
+    .unwrap();
+    assert_eq!(summary.completed, 3);
+    assert_eq!(
+        order.lock().unwrap().last().map(String::as_str),
+        Some("sum")
+    );
+    assert_eq!(
+        record(store.as_ref(), "sum").await.result.as_deref(),
+        Some("summed")
+    );
+}
