@@ -5,6 +5,7 @@
 mod needs;
 mod peers;
 mod python;
+mod side;
 
 use std::process::{Command, ExitCode};
 
@@ -111,12 +112,26 @@ fn test(rest: &[String]) -> Result<(), String> {
         .skip_while(|a| *a == "--")
         .map(String::as_str)
         .collect();
-    let mut args = vec!["test", "--workspace", "--no-fail-fast"];
-    args.extend(&passed);
-    let rust = cargo(&args, &[]);
     if !passed.is_empty() {
-        return rust;
+        let mut args = vec!["test", "--workspace", "--no-fail-fast"];
+        args.extend(&passed);
+        return cargo(&args, &[]);
     }
+    // The slowest test binary, which mostly waits on PostgreSQL, runs beside the others (cargo
+    // runs test binaries one after another): built with them, then started on its own.
+    let beside = side::start(root)?;
+    let rust = cargo(
+        &[
+            "test",
+            "--workspace",
+            "--no-fail-fast",
+            "--",
+            "--skip",
+            side::SKIPPED,
+        ],
+        &[],
+    );
+    let rust = rust.and(beside.finish());
     // The Python tests run even when a Rust test failed, so one run shows every failure (the
     // lease binary they start is built either way).
     let python = target_dir().and_then(|target| python::test(root, &target, &[]));
