@@ -133,7 +133,8 @@ fn queue_row(
             // No timeout, and a claim clears the progress.
             None::<f64>,
             None::<&str>,
-            // No group.
+            // No group, no parents (so no policy when one fails).
+            None::<&str>,
             None::<&str>
         ])
         .expect("upsert queue row");

@@ -2704,6 +2704,12 @@ pub async fn group_loads_show_the_busiest_groups_running_and_waiting(store: Cont
     }
     enqueued_with(&lease_store, "c1", &grouped("q", "c")).await;
     enqueued_with(&lease_store, "x", &spec("q", 0, None, 5)).await;
+    // A job waiting for its parent cannot run yet: no group's backlog counts it.
+    let waiting = EnqueueSpec {
+        after: vec![job("x")],
+        ..grouped("q", "a")
+    };
+    enqueued_with(&lease_store, "a-after-x", &waiting).await;
     let once = EnqueueSpec {
         max_attempts: Some(1),
         ..grouped("r", "d")

@@ -117,7 +117,7 @@ pub struct GroupLoad {
     /// The group.
     pub group: GroupKey,
     /// Its jobs that wait: unfinished and not held by a live lease (due, scheduled, waiting
-    /// for a retry).
+    /// for a retry); a job waiting for its parents is not counted (it cannot run yet).
     pub backlog: u64,
     /// Its jobs held by a live lease.
     pub running: u64,
@@ -129,8 +129,8 @@ impl GroupLoad {
     pub fn count(&mut self, job: &Job, now: Timestamp) {
         match job.status_at(now) {
             Status::Running => self.running += 1,
-            Status::Done | Status::Dead | Status::Cancelled => {}
-            _ => self.backlog += 1,
+            Status::Waiting | Status::Done | Status::Dead | Status::Cancelled => {}
+            Status::Pending => self.backlog += 1,
         }
     }
 }
