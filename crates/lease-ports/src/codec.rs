@@ -54,6 +54,29 @@ pub fn stands(text: Option<&str>, what: &str) -> Result<(Option<Ended>, bool), S
     }
 }
 
+/// How a parent stands as its child judges it, from the parent's stored `done` (`None`: the
+/// parent is gone, purged after it finished, so it counts as done) and its stored end text
+/// (read by [`stands`]): its end, or `None` while it can still run or waits itself.
+///
+/// # Errors
+/// [`StoreError::Corrupt`] naming the parent for an end no store writes.
+pub fn parent_end(
+    parent: &lease_domain::JobId,
+    done: Option<bool>,
+    end: Option<&str>,
+) -> Result<Option<Status>, StoreError> {
+    match done {
+        None | Some(true) => Ok(Some(Status::Done)),
+        Some(false) => {
+            let (ended, _) = stands(end, &format!("job {parent}: stored end"))?;
+            Ok(ended.map(|e| match e {
+                Ended::Dead => Status::Dead,
+                Ended::Cancelled => Status::Cancelled,
+            }))
+        }
+    }
+}
+
 /// One row of a store's `stats` grouping query: the inputs of the status rule, as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredGroup {

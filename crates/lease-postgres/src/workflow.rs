@@ -201,14 +201,7 @@ fn stand(row: &tokio_postgres::Row, at: usize) -> Result<(JobId, Option<Status>)
     let parent = stored_id(row.get(at))?;
     let done: Option<bool> = row.get(at + 1);
     let ended: Option<String> = row.get(at + 2);
-    let stands =
-        match (done, ended.as_deref()) {
-            (None | Some(true), _) => Some(Status::Done),
-            (Some(false), None | Some("waiting")) => None,
-            (Some(false), Some(end)) => Some(Status::parse(end).map_err(|e| {
-                StoreError::Corrupt(format!("job {parent}: stored ended: {e}").into())
-            })?),
-        };
+    let stands = lease_ports::codec::parent_end(&parent, done, ended.as_deref())?;
     Ok((parent, stands))
 }
 

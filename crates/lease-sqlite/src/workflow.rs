@@ -105,13 +105,7 @@ fn stands(conn: &Connection, child: &JobId) -> Result<Vec<(JobId, Option<Status>
     rows.into_iter()
         .map(|(parent, done, finished)| {
             let parent = JobId::stored(parent).map_err(corrupt_id)?;
-            let stands = match (done, finished.as_deref()) {
-                (None | Some(true), _) => Some(Status::Done),
-                (Some(false), None | Some("waiting")) => None,
-                (Some(false), Some(end)) => Some(Status::parse(end).map_err(|e| {
-                    StoreError::Corrupt(format!("job {parent}: stored finished: {e}").into())
-                })?),
-            };
+            let stands = lease_ports::codec::parent_end(&parent, done, finished.as_deref())?;
             Ok((parent, stands))
         })
         .collect()
