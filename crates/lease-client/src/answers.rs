@@ -384,6 +384,31 @@ pub(crate) fn stats(answer: &Answer) -> Result<Vec<StatsRow>, StoreError> {
     Ok(rows)
 }
 
+/// The checkpoints of `job`, as `GET /v1/jobs/{id}/checkpoints` gives them.
+pub(crate) fn checkpoints(
+    answer: &Answer,
+    job: &JobId,
+) -> Result<Vec<lease_domain::KeptCheckpoint>, StoreError> {
+    let list = answer.body["checkpoints"]
+        .as_array()
+        .ok_or_else(|| corrupt(answer, "checkpoints"))?;
+    list.iter()
+        .map(|c| {
+            let text = |key: &str| {
+                c[key]
+                    .as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| bad(&format!("checkpoints.{key}")))
+            };
+            let fence = c["fence"]
+                .as_i64()
+                .ok_or_else(|| bad("checkpoints.fence"))?;
+            let at = c["at"].as_f64().ok_or_else(|| bad("checkpoints.at"))?;
+            lease_ports::codec::checkpoint(job.as_str(), text("name")?, text("value")?, fence, at)
+        })
+        .collect()
+}
+
 /// A refused claim by id (404 or 409).
 pub(crate) fn claim_refused(answer: &Answer) -> Result<ClaimRefused, StoreError> {
     Ok(match (answer.status, answer.body["reason"].as_str()) {

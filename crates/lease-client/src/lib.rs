@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lease_domain::{
-    Command, EnqueueSpec, ErrorText, Failed, Fence, JobId, JobResult, LeaseTerm, Outcome, Owner,
-    QueueName, Retry, Status, Timestamp,
+    Command, EnqueueSpec, ErrorText, Failed, Fence, JobId, JobResult, KeptCheckpoint, LeaseTerm,
+    Outcome, Owner, QueueName, Retry, Status, Timestamp,
 };
 use lease_ports::{
     Applied, ClaimNext, ClaimOutcome, CompleteAndClaim, FailOutcome, JobRecord, Lease, LeaseStore,
@@ -334,7 +334,7 @@ impl HttpLeaseStore {
         match answer.status {
             200 => {
                 // A completion, failure or release ends the lease: its token is spent.
-                if op != "renew" && op != "progress" && op != "hold-group" {
+                if matches!(op, "complete" | "fail" | "release") {
                     self.forget_token(job, fence);
                 }
                 Ok(Ok(answer))
@@ -436,6 +436,16 @@ impl LeaseStore for HttpLeaseStore {
                     .await?;
                 Outcome::Wrote(written.map(drop))
             }
+            Command::Checkpoint(owner, fence, now, checkpoint) => {
+                let body = json!({
+                    "name": checkpoint.name.as_str(),
+                    "value": checkpoint.value.as_str(),
+                });
+                let written = self
+                    .holder_write("checkpoints", job, &owner, fence, body, Some(now))
+                    .await?;
+                Outcome::Wrote(written.map(drop))
+            }
             Command::Complete(owner, fence, now, result) => {
                 Outcome::Wrote(self.http_complete(job, &owner, fence, now, &result).await?)
             }
@@ -508,6 +518,17 @@ impl LeaseStore for HttpLeaseStore {
         match answer.status {
             200 => answers::record(&answer.body).map(Some),
             404 if answer.body["reason"] == "not_found" => Ok(None),
+            _ => Err(answer.error()),
+        }
+    }
+
+    async fn checkpoints(&self, job: &JobId) -> Result<Vec<KeptCheckpoint>, StoreError> {
+        let answer = self
+            .get(&format!("/v1/jobs/{}/checkpoints", path(job.as_str())))
+            .await?;
+        match answer.status {
+            200 => answers::checkpoints(&answer, job),
+            404 if answer.body["reason"] == "not_found" => Ok(Vec::new()),
             _ => Err(answer.error()),
         }
     }

@@ -172,6 +172,7 @@ impl Command {
             Command::Progress(_, _, renewal, _) => Some(renewal.now()),
             Command::Complete(_, _, now, _)
             | Command::HoldGroup(_, _, now, _)
+            | Command::Checkpoint(_, _, now, _)
             | Command::Fail(_, _, now, _, _)
             | Command::Cancel(now)
             | Command::Retry(now) => Some(*now),
@@ -201,6 +202,9 @@ impl Command {
             }
             Command::HoldGroup(owner, fence, _, until) => {
                 Command::HoldGroup(owner.clone(), *fence, now, *until)
+            }
+            Command::Checkpoint(owner, fence, _, checkpoint) => {
+                Command::Checkpoint(owner.clone(), *fence, now, checkpoint.clone())
             }
             Command::Cancel(_) => Command::Cancel(now),
             Command::Retry(_) => Command::Retry(now),

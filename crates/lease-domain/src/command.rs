@@ -4,10 +4,12 @@
 use crate::access::{Credential, judge_credential};
 use crate::queue::{EnqueueSpec, ErrorText, ProgressText, Retry};
 use crate::rules::{
-    ClaimRefused, Failed, Job, WriteRefused, decide_cancel, decide_claim, decide_complete,
-    decide_fail, decide_hold_group, decide_progress, decide_release, decide_renew, decide_retry,
+    ClaimRefused, Failed, Job, WriteRefused, decide_cancel, decide_checkpoint, decide_claim,
+    decide_complete, decide_fail, decide_hold_group, decide_progress, decide_release, decide_renew,
+    decide_retry,
 };
 use crate::values::{Fence, JobId, JobResult, LeaseTerm, Owner, Renewal, Timestamp};
+use crate::workflow::Checkpoint;
 
 /// One write to one job, with the caller's checked inputs.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,6 +27,9 @@ pub enum Command {
     /// Hold the job's group until a time (owner, fence, now, until): the live current
     /// lease's holder pauses its group, as [`Command::queue_change`] says.
     HoldGroup(Owner, Fence, Timestamp, Timestamp),
+    /// Keep a checkpoint of the live current lease (owner, fence, now, checkpoint): the job
+    /// is not changed, the store keeps the checkpoint, as [`Command::checkpoint`] says.
+    Checkpoint(Owner, Fence, Timestamp, Checkpoint),
     /// Complete the job with a result.
     Complete(Owner, Fence, Timestamp, JobResult),
     /// Release the lease.
@@ -58,17 +63,20 @@ pub enum HolderWrite {
     Fail,
     /// `hold_group`.
     HoldGroup,
+    /// `checkpoint`.
+    Checkpoint,
 }
 
 impl HolderWrite {
     /// Every holder's write, in the order the docs list them.
-    pub const ALL: [HolderWrite; 6] = [
+    pub const ALL: [HolderWrite; 7] = [
         HolderWrite::Renew,
         HolderWrite::Progress,
         HolderWrite::Complete,
         HolderWrite::Release,
         HolderWrite::Fail,
         HolderWrite::HoldGroup,
+        HolderWrite::Checkpoint,
     ];
 
     /// The name the audit trail and metrics use.
@@ -81,6 +89,7 @@ impl HolderWrite {
             HolderWrite::Release => "release",
             HolderWrite::Fail => "fail",
             HolderWrite::HoldGroup => "hold_group",
+            HolderWrite::Checkpoint => "checkpoint",
         }
     }
 
@@ -141,6 +150,10 @@ impl Command {
                 None,
                 Outcome::Wrote(decide_hold_group(current, owner, *fence, *now).map(drop)),
             ),
+            Command::Checkpoint(owner, fence, now, _) => (
+                None,
+                Outcome::Wrote(decide_checkpoint(current, owner, *fence, *now)),
+            ),
             Command::Complete(owner, fence, now, result) => {
                 wrote(decide_complete(current, owner, *fence, *now, result))
             }
@@ -176,6 +189,7 @@ impl Command {
             Command::Renew(_, fence, _)
             | Command::Progress(_, fence, _, _)
             | Command::HoldGroup(_, fence, _, _)
+            | Command::Checkpoint(_, fence, _, _)
             | Command::Complete(_, fence, _, _)
             | Command::Release(_, fence)
             | Command::Fail(_, fence, _, _, _) => Some(*fence),
@@ -191,6 +205,7 @@ impl Command {
             Command::Renew(..) => Some(HolderWrite::Renew),
             Command::Progress(..) => Some(HolderWrite::Progress),
             Command::HoldGroup(..) => Some(HolderWrite::HoldGroup),
+            Command::Checkpoint(..) => Some(HolderWrite::Checkpoint),
             Command::Complete(..) => Some(HolderWrite::Complete),
             Command::Release(..) => Some(HolderWrite::Release),
             Command::Fail(..) => Some(HolderWrite::Fail),
@@ -207,6 +222,7 @@ impl Command {
             Command::Renew(owner, ..)
             | Command::Progress(owner, ..)
             | Command::HoldGroup(owner, ..)
+            | Command::Checkpoint(owner, ..)
             | Command::Complete(owner, ..)
             | Command::Release(owner, ..)
             | Command::Fail(owner, ..) => Some(owner),
@@ -228,6 +244,9 @@ impl Command {
             Command::Release(_, fence) => Command::Release(owner, *fence),
             Command::HoldGroup(_, fence, now, until) => {
                 Command::HoldGroup(owner, *fence, *now, *until)
+            }
+            Command::Checkpoint(_, fence, now, checkpoint) => {
+                Command::Checkpoint(owner, *fence, *now, checkpoint.clone())
             }
             Command::Fail(_, fence, now, error, retry) => {
                 Command::Fail(owner, *fence, *now, error.clone(), *retry)
@@ -257,6 +276,28 @@ impl Command {
             (Command::AsHolder(_, inner), _) => inner.queue_change(current, outcome),
             _ => None,
         }
+    }
+
+    /// The checkpoint a granted command keeps beside the job, in the same transaction, with
+    /// the fence that writes it and when (`None` for every command but a checkpoint, and for
+    /// one the domain refuses).
+    #[must_use]
+    pub fn checkpoint(&self, outcome: &Outcome) -> Option<(&Checkpoint, Fence, Timestamp)> {
+        match (self, outcome) {
+            (Command::Checkpoint(_, fence, now, checkpoint), Outcome::Wrote(Ok(()))) => {
+                Some((checkpoint, *fence, *now))
+            }
+            (Command::AsHolder(_, inner), _) => inner.checkpoint(outcome),
+            _ => None,
+        }
+    }
+
+    /// Whether the job's checkpoints go when this command's decision `next` is stored over
+    /// `current`: an enqueue that runs a finished job again starts it without them (a retry,
+    /// a failed attempt or an expired lease keeps them).
+    #[must_use]
+    pub fn clears_checkpoints(&self, current: Option<&Job>, next: Option<&Job>) -> bool {
+        self.is_enqueue() && next.is_some() && current.is_some_and(|job| job.finished().is_some())
     }
 
     /// Whether the command can finish a job (complete, fail or cancel it, directly or through
@@ -291,6 +332,7 @@ impl Command {
             Command::Renew(..)
             | Command::Progress(..)
             | Command::HoldGroup(..)
+            | Command::Checkpoint(..)
             | Command::Complete(..)
             | Command::Release(..)
             | Command::Fail(..) => self.holder_write().map_or("write", HolderWrite::as_str),

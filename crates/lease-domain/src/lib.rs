@@ -47,9 +47,9 @@ pub use queue::{
 pub use rate::{Grant, Rate, Throttle};
 pub use rules::{
     ClaimRefused, Failed, Job, LEASE_EXPIRED, NextDecision, RELEASED_AT_LAST_ATTEMPT, WriteRefused,
-    claim_order, decide_cancel, decide_claim, decide_claim_next, decide_complete, decide_fail,
-    decide_hold_group, decide_progress, decide_release, decide_renew, decide_retry, is_purgeable,
-    judge_holder,
+    claim_order, decide_cancel, decide_checkpoint, decide_claim, decide_claim_next,
+    decide_complete, decide_fail, decide_hold_group, decide_progress, decide_release, decide_renew,
+    decide_retry, is_purgeable, judge_holder,
 };
 pub use schedule::{
     CatchUp, MAX_CATCH_UP, ON_TIME, Schedule, ScheduleName, ScheduleSpec, decide_fire,
@@ -61,9 +61,10 @@ pub use values::{
     Timestamp, TokenDigest, Ttl,
 };
 pub use workflow::{
-    CheckpointName, ChildFate, MAX_CHECKPOINT_NAME_BYTES, MAX_CHECKPOINTS, MAX_PARENTS,
+    Checkpoint, CheckpointName, CheckpointValue, ChildFate, KeptCheckpoint,
+    MAX_CHECKPOINT_NAME_BYTES, MAX_CHECKPOINT_VALUE_BYTES, MAX_CHECKPOINTS, MAX_PARENTS,
     OnParentFailure, Propagation, Waiting, WorkflowRefused, cancelled_by, check_workflow,
-    decide_child, finishes, judges_parents, propagate,
+    checkpoint_fits, decide_child, finishes, judges_parents, propagate,
 };
 
 #[cfg(test)]

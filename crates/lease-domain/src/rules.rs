@@ -592,6 +592,22 @@ pub fn decide_hold_group<'a>(
     job.group.as_ref().ok_or(WriteRefused::NoGroup)
 }
 
+/// Decides a checkpoint from its holder: only the live current lease may keep one (so a
+/// stalled attempt can never overwrite the step a newer attempt recorded). The job itself is
+/// not changed; the store keeps the checkpoint in the same transaction as the check, if
+/// [`crate::checkpoint_fits`] says the job may keep it.
+///
+/// # Errors
+/// The [`WriteRefused`] reason; nothing is then changed.
+pub fn decide_checkpoint(
+    current: Option<&Job>,
+    owner: &Owner,
+    fence: Fence,
+    now: Timestamp,
+) -> Result<(), WriteRefused> {
+    check_live_holder(current, owner, fence, now).map(drop)
+}
+
 /// Decides a renewal: only the live current lease (owner and fence match, not done,
 /// `until > now`) is extended to `until = now + ttl`. An expired lease is never revived.
 ///

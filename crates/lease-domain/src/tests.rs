@@ -421,6 +421,7 @@ fn every_refused_holder_write_is_audited_under_its_own_name_directly_and_through
             Retry::default(),
         ),
         Command::HoldGroup(owner("w"), stale, at(50.0), at(90.0)),
+        Command::Checkpoint(owner("w"), stale, at(50.0), checkpoint("fetch", "v")),
     ];
     let mut named = Vec::new();
     for direct in writes {
@@ -450,6 +451,77 @@ fn every_refused_holder_write_is_audited_under_its_own_name_directly_and_through
     for reason in AuditReason::ALL {
         assert_eq!(AuditReason::parse(reason.as_str()), Some(reason));
     }
+}
+
+fn checkpoint(name: &str, value: &str) -> Checkpoint {
+    Checkpoint {
+        name: CheckpointName::new(name).unwrap(),
+        value: CheckpointValue::new(value).unwrap(),
+    }
+}
+
+#[test]
+fn only_the_live_current_lease_keeps_a_checkpoint_and_the_job_is_not_rewritten() {
+    let j = id("j");
+    let live = held("w", 2, 100.0);
+    let step = checkpoint("fetch", "rows=3");
+    let write = |who: &str, fence_no: u64, now: f64| {
+        Command::Checkpoint(owner(who), fence(fence_no), at(now), step.clone())
+    };
+    let granted = write("w", 2, 50.0);
+    let (next, outcome) = granted.decide(&j, Some(&live), None);
+    assert_eq!((next, &outcome), (None, &Outcome::Wrote(Ok(()))));
+    assert_eq!(
+        granted.checkpoint(&outcome),
+        Some((&step, fence(2), at(50.0)))
+    );
+    for (command, why) in [
+        (write("w", 1, 50.0), "a stale fence"),
+        (write("x", 2, 50.0), "another owner"),
+        (write("w", 2, 100.0), "an expired lease"),
+    ] {
+        let (next, outcome) = command.decide(&j, Some(&live), None);
+        assert_eq!(next, None, "{why}");
+        assert!(
+            matches!(outcome, Outcome::Wrote(Err(_))),
+            "{why}: {outcome:?}"
+        );
+        assert_eq!(command.checkpoint(&outcome), None, "{why} keeps nothing");
+    }
+    let (_, outcome) = write("w", 2, 50.0).decide(&j, None, None);
+    assert_eq!(outcome, Outcome::Wrote(Err(WriteRefused::Missing)));
+}
+
+#[test]
+fn only_a_run_again_of_a_finished_job_clears_its_checkpoints() {
+    let j = id("j");
+    let again = Command::EnqueueWith(EnqueueSpec {
+        replace_finished: true,
+        ..EnqueueSpec::default()
+    });
+    let claimed = decide_claim(Some(&Job::new()), &owner("A"), term(100.0, 30.0)).unwrap();
+    let failed = decide_fail(
+        &j,
+        Some(&claimed),
+        &owner("A"),
+        fence(1),
+        at(110.0),
+        &error_text("boom"),
+        Retry::default(),
+    )
+    .unwrap()
+    .0;
+    let result = JobResult::new("v").unwrap();
+    let done = decide_complete(Some(&claimed), &owner("A"), fence(1), at(110.0), &result).unwrap();
+    let (rerun, _) = again.decide(&j, Some(&done), None);
+    assert!(again.clears_checkpoints(Some(&done), rerun.as_ref()));
+    // A failed attempt, a retry of a dead job and a plain enqueue of a live one keep them.
+    let (retried, _) = Command::Retry(at(120.0)).decide(&j, Some(&failed), None);
+    assert!(!Command::Retry(at(120.0)).clears_checkpoints(Some(&failed), retried.as_ref()));
+    let (kept, _) = again.decide(&j, Some(&claimed), None);
+    assert!(!again.clears_checkpoints(Some(&claimed), kept.as_ref()));
+    let (inserted, _) = again.decide(&j, None, None);
+    assert!(!again.clears_checkpoints(None, inserted.as_ref()));
 }
 
 // ---- The queue rules ----

@@ -19,6 +19,10 @@ pub const MAX_CHECKPOINTS: usize = 1_000;
 /// The longest checkpoint name, in bytes.
 pub const MAX_CHECKPOINT_NAME_BYTES: usize = 256;
 
+/// The longest checkpoint value, in bytes: the CLI's limit on a result (a checkpoint is a
+/// step's result).
+pub const MAX_CHECKPOINT_VALUE_BYTES: usize = 64 << 20;
+
 /// Why a workflow (or a checkpoint name) is refused; each names what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WorkflowRefused {
@@ -50,6 +54,16 @@ pub enum WorkflowRefused {
     /// A checkpoint name that is empty, too long or holds a NUL.
     #[error("checkpoint name {0:?} is not 1 to 256 bytes without NUL (name)")]
     CheckpointName(String),
+    /// A checkpoint value over [`MAX_CHECKPOINT_VALUE_BYTES`].
+    #[error(
+        "checkpoint value is {0} bytes long, over the limit of {MAX_CHECKPOINT_VALUE_BYTES} bytes (value)"
+    )]
+    CheckpointValue(usize),
+    /// A new checkpoint for a job that keeps [`MAX_CHECKPOINTS`] already.
+    #[error(
+        "job {0} keeps {MAX_CHECKPOINTS} checkpoints, the most a job may keep: a new name is refused (name); write one of its names again instead"
+    )]
+    TooManyCheckpoints(JobId),
 }
 
 /// What a child does when a parent ends dead or cancelled.
@@ -365,6 +379,76 @@ impl CheckpointName {
     }
 }
 
+/// A checkpoint's value: text without NUL, at most [`MAX_CHECKPOINT_VALUE_BYTES`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointValue(String);
+
+impl CheckpointValue {
+    /// Checks and wraps a checkpoint value.
+    ///
+    /// # Errors
+    /// [`crate::InputError::NulInText`], or [`WorkflowRefused::CheckpointValue`] wrapped in
+    /// [`crate::InputError::Workflow`].
+    pub fn new(value: impl Into<String>) -> Result<Self, crate::InputError> {
+        let value = value.into();
+        if value.len() > MAX_CHECKPOINT_VALUE_BYTES {
+            return Err(WorkflowRefused::CheckpointValue(value.len()).into());
+        }
+        if value.contains('\0') {
+            return Err(crate::InputError::NulInText {
+                what: "checkpoint value",
+            });
+        }
+        Ok(Self(value))
+    }
+
+    /// The value.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A durable step's result as a lease holder writes it: a name and a value. A job keeps one
+/// value per name (a second write of a name replaces it), at most [`MAX_CHECKPOINTS`] names,
+/// across failed attempts, lease expiry and retries; a run again of a finished job
+/// (`--replace-finished`) starts without them ([`Command::clears_checkpoints`]).
+///
+/// [`Command::clears_checkpoints`]: crate::Command::clears_checkpoints
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// Its name.
+    pub name: CheckpointName,
+    /// Its value.
+    pub value: CheckpointValue,
+}
+
+/// A checkpoint a job keeps: what was written, by which lease (`fence`) and when.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeptCheckpoint {
+    /// Its name.
+    pub name: CheckpointName,
+    /// Its value.
+    pub value: CheckpointValue,
+    /// The fence of the lease that wrote it.
+    pub fence: crate::Fence,
+    /// When it was written, by the clock the store decides with.
+    pub at: Timestamp,
+}
+
+/// Whether job `job`, which keeps `kept` checkpoints, may keep one more: a name it keeps
+/// already (`replaces`) always may, a new one only under [`MAX_CHECKPOINTS`].
+///
+/// # Errors
+/// [`WorkflowRefused::TooManyCheckpoints`].
+pub fn checkpoint_fits(job: &JobId, kept: usize, replaces: bool) -> Result<(), WorkflowRefused> {
+    if replaces || kept < MAX_CHECKPOINTS {
+        Ok(())
+    } else {
+        Err(WorkflowRefused::TooManyCheckpoints(job.clone()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -569,6 +653,26 @@ mod tests {
             );
         }
         assert!(CheckpointName::new("x".repeat(256)).is_ok());
+    }
+
+    #[test]
+    fn a_checkpoint_value_over_the_limit_or_with_nul_is_refused_naming_it() {
+        assert!(CheckpointValue::new("x".repeat(MAX_CHECKPOINT_VALUE_BYTES)).is_ok());
+        let long = CheckpointValue::new("x".repeat(MAX_CHECKPOINT_VALUE_BYTES + 1)).unwrap_err();
+        assert!(long.to_string().contains("(value)"), "{long}");
+        let nul = CheckpointValue::new("a\0b").unwrap_err();
+        assert!(nul.to_string().contains("checkpoint value"), "{nul}");
+    }
+
+    #[test]
+    fn a_job_keeps_at_most_the_checkpoint_limit_but_may_always_rewrite_a_name() {
+        let job = id("j");
+        assert!(checkpoint_fits(&job, MAX_CHECKPOINTS - 1, false).is_ok());
+        assert_eq!(
+            checkpoint_fits(&job, MAX_CHECKPOINTS, false),
+            Err(WorkflowRefused::TooManyCheckpoints(job.clone()))
+        );
+        assert!(checkpoint_fits(&job, MAX_CHECKPOINTS, true).is_ok());
     }
 
     #[test]

@@ -26,6 +26,27 @@ pub fn fence(n: i64, what: &str) -> Result<Fence, StoreError> {
     Fence::try_from(n).map_err(|_| StoreError::Corrupt(format!("{what} is {n}, below 0").into()))
 }
 
+/// A stored checkpoint of job `job`: its name, value, fence and time as columns.
+///
+/// # Errors
+/// [`StoreError::Corrupt`] naming the job and what no store could have written.
+pub fn checkpoint(
+    job: &str,
+    name: String,
+    value: String,
+    fence_no: i64,
+    at: f64,
+) -> Result<lease_domain::KeptCheckpoint, StoreError> {
+    let corrupt =
+        |what: String| StoreError::Corrupt(format!("job {job}: checkpoint {what}").into());
+    Ok(lease_domain::KeptCheckpoint {
+        name: lease_domain::CheckpointName::new(name).map_err(|e| corrupt(e.to_string()))?,
+        value: lease_domain::CheckpointValue::new(value).map_err(|e| corrupt(e.to_string()))?,
+        fence: fence(fence_no, &format!("job {job}: checkpoint fence"))?,
+        at: Timestamp::new(at).map_err(|_| corrupt(format!("time {at} is not finite")))?,
+    })
+}
+
 /// The stored text of how a job ended: `None` (or `done`, which the SQLite store writes for a
 /// completed job beside its `done` flag) is no end, `dead` and `cancelled` are [`Ended`] ([`Ended::as_str`]).
 ///

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use lease_domain::{
-    Command, EnqueueSpec, JobId, KeyId, KeyRefused, QueueChange, QueueName, QueueSettings,
-    Schedule, ScheduleName, ScheduleSpec, Status, Throttle, Timestamp,
+    Command, EnqueueSpec, JobId, KeptCheckpoint, KeyId, KeyRefused, QueueChange, QueueName,
+    QueueSettings, Schedule, ScheduleName, ScheduleSpec, Status, Throttle, Timestamp,
 };
 use tracing::Instrument;
 
@@ -53,6 +53,8 @@ pub enum Call<'a> {
     List(&'a ListFilter),
     /// [`LeaseStore::stats`].
     Stats(Timestamp),
+    /// [`LeaseStore::checkpoints`].
+    Checkpoints(&'a JobId),
     /// [`Control::change_queue`].
     ChangeQueue(&'a QueueName, &'a QueueChange),
     /// [`Control::queues`].
@@ -223,6 +225,11 @@ impl<S: LeaseStore + ?Sized, H: Hooks> LeaseStore for Decorated<S, H> {
 
     async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
         self.around(Call::Stats(now), self.inner.stats(now)).await
+    }
+
+    async fn checkpoints(&self, job: &JobId) -> Result<Vec<KeptCheckpoint>, StoreError> {
+        self.around(Call::Checkpoints(job), self.inner.checkpoints(job))
+            .await
     }
 }
 

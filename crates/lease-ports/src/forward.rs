@@ -10,8 +10,8 @@
 
 use async_trait::async_trait;
 use lease_domain::{
-    Command, EnqueueSpec, JobId, QueueChange, QueueName, QueueSettings, Schedule, ScheduleName,
-    ScheduleSpec, Status, Throttle, Timestamp,
+    Command, EnqueueSpec, JobId, KeptCheckpoint, QueueChange, QueueName, QueueSettings, Schedule,
+    ScheduleName, ScheduleSpec, Status, Throttle, Timestamp,
 };
 
 use crate::control::{Control, Fire, GroupLoad};
@@ -63,6 +63,11 @@ pub trait Forward: Send + Sync {
     /// [`LeaseStore::stats`].
     async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
         self.to().stats(now).await
+    }
+
+    /// [`LeaseStore::checkpoints`].
+    async fn checkpoints(&self, job: &JobId) -> Result<Vec<KeptCheckpoint>, StoreError> {
+        self.to().checkpoints(job).await
     }
 
     /// [`Control::change_queue`].
@@ -160,6 +165,10 @@ impl<F: Forward> LeaseStore for Forwarded<F> {
     }
     async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
         self.0.stats(now).await
+    }
+
+    async fn checkpoints(&self, job: &JobId) -> Result<Vec<KeptCheckpoint>, StoreError> {
+        self.0.checkpoints(job).await
     }
 }
 

@@ -36,11 +36,12 @@ pub mod workflow_conformance;
 use async_trait::async_trait;
 pub use error::{Detail, StoreError};
 pub use lease_domain::{
-    Backoff, CatchUp, ClaimRefused, ClockMode, ClockRefused, ClockSkew, Command, Concurrency,
-    Ended, EnqueueSpec, ErrorText, Failed, Fence, GroupKey, InputError, Job, JobId, JobResult,
-    LeaseTerm, Limits, OnParentFailure, Outcome, Owner, Pause, Payload, ProgressText, QueueChange,
-    QueueName, QueueSettings, Renewal, Retry, Schedule, ScheduleName, ScheduleSpec, Status,
-    Timestamp, TokenDigest, Ttl, WriteRefused,
+    Backoff, CatchUp, Checkpoint, CheckpointName, CheckpointValue, ClaimRefused, ClockMode,
+    ClockRefused, ClockSkew, Command, Concurrency, Ended, EnqueueSpec, ErrorText, Failed, Fence,
+    GroupKey, InputError, Job, JobId, JobResult, KeptCheckpoint, LeaseTerm, Limits,
+    OnParentFailure, Outcome, Owner, Pause, Payload, ProgressText, QueueChange, QueueName,
+    QueueSettings, Renewal, Retry, Schedule, ScheduleName, ScheduleSpec, Status, Timestamp,
+    TokenDigest, Ttl, WriteRefused,
 };
 
 /// The whole surface of a store: the queue ([`LeaseStore`]), its settings and schedules
@@ -489,6 +490,9 @@ pub trait LeaseStore: Send + Sync {
     /// How many jobs each queue has in each status at `now` (statuses with no job left out).
     async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError>;
 
+    /// The checkpoints the job keeps, in name order (none for a job that is gone).
+    async fn checkpoints(&self, job: &JobId) -> Result<Vec<KeptCheckpoint>, StoreError>;
+
     /// Inserts the job in the default state and returns `true`; if the job exists,
     /// changes nothing (never resets a lease or a result) and returns `false`.
     async fn enqueue(&self, job: &JobId) -> Result<bool, StoreError> {
@@ -551,6 +555,22 @@ pub trait LeaseStore: Send + Sync {
         until: Timestamp,
     ) -> Result<WriteOutcome, StoreError> {
         let command = Command::HoldGroup(owner.clone(), fence, now, until);
+        outcome_as(self.apply(job, command, None).await?.outcome)
+    }
+
+    /// Keeps a checkpoint of the live current lease, as decided by
+    /// [`lease_domain::decide_checkpoint`], in the transaction that checks the lease: a new
+    /// name only while the job keeps fewer than [`lease_domain::MAX_CHECKPOINTS`]
+    /// ([`lease_domain::checkpoint_fits`]; else [`StoreError::InvalidInput`], nothing kept).
+    async fn checkpoint(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        now: Timestamp,
+        checkpoint: &Checkpoint,
+    ) -> Result<WriteOutcome, StoreError> {
+        let command = Command::Checkpoint(owner.clone(), fence, now, checkpoint.clone());
         outcome_as(self.apply(job, command, None).await?.outcome)
     }
 

@@ -6,13 +6,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
+use lease_domain::{CheckpointName, KeptCheckpoint, KeyId, KeyRefused, decide_new_key};
 use lease_domain::{
     ClockMode, Command, EnqueueSpec, Fence, GroupKey, GroupTurn, InputError, Job, JobId, LeaseTerm,
     Outcome, QueueChange, QueueName, QueueSettings, Schedule, ScheduleName, ScheduleSpec, Status,
-    Timestamp, Turn, Waiting, check_workflow, claim_order, decide_child, decide_put_schedule,
-    decide_queue_change, finishes, is_purgeable, judges_parents, propagate,
+    Timestamp, Turn, Waiting, check_workflow, checkpoint_fits, claim_order, decide_child,
+    decide_put_schedule, decide_queue_change, finishes, is_purgeable, judges_parents, propagate,
 };
-use lease_domain::{KeyId, KeyRefused, decide_new_key};
 
 use crate::keys::{KeyRecord, KeyStore, live_scopes};
 use crate::next::ClaimNextLoop;
@@ -38,6 +38,8 @@ struct Jobs {
     /// The turn of each group with an unfinished job, per queue: the number of the lease that
     /// last served it (0: never), as fair claims keep them (`lease_domain::Turn`).
     turns: BTreeMap<QueueName, BTreeMap<GroupKey, u64>>,
+    /// The checkpoints each job keeps, by name.
+    checkpoints: HashMap<JobId, BTreeMap<CheckpointName, KeptCheckpoint>>,
 }
 
 impl Jobs {
@@ -234,6 +236,9 @@ fn enqueue(jobs: &mut Jobs, batch: &[(JobId, EnqueueSpec)]) -> Result<Vec<Outcom
         let command = Command::EnqueueWith(spec.clone());
         let (next, outcome) = command.decide(id, current, purged);
         crate::observe::decided(&command, current, &outcome);
+        if command.clears_checkpoints(current, next.as_ref()) {
+            jobs.checkpoints.remove(id);
+        }
         if let Some(next) = next {
             if judges_parents(current, &next) {
                 judged.push(id.clone());
@@ -264,6 +269,20 @@ fn apply(jobs: &mut Jobs, job: &JobId, command: &Command) -> Result<Outcome, Sto
     let (next, outcome) = command.decide(job, current, purged);
     crate::observe::decided(command, current, &outcome);
     let change = command.queue_change(current, &outcome);
+    if let Some((checkpoint, fence, at)) = command.checkpoint(&outcome) {
+        let kept = jobs.checkpoints.entry(job.clone()).or_default();
+        checkpoint_fits(job, kept.len(), kept.contains_key(&checkpoint.name))
+            .map_err(|refused| StoreError::InvalidInput(refused.into()))?;
+        kept.insert(
+            checkpoint.name.clone(),
+            KeptCheckpoint {
+                name: checkpoint.name.clone(),
+                value: checkpoint.value.clone(),
+                fence,
+                at,
+            },
+        );
+    }
     if let Some(next) = next {
         jobs.write(job, next);
     }
@@ -338,6 +357,7 @@ impl LeaseStore for MemoryLeaseStore {
             .collect();
         for (id, fence) in &doomed {
             jobs.jobs.remove(id);
+            jobs.checkpoints.remove(id);
             jobs.purged.insert(id.clone(), *fence);
         }
         Ok(u64::try_from(doomed.len()).unwrap_or(u64::MAX))
@@ -364,6 +384,15 @@ impl LeaseStore for MemoryLeaseStore {
     async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
         let jobs = self.jobs()?;
         Ok(tally(jobs.jobs.values().map(|(job, _)| job), now))
+    }
+
+    async fn checkpoints(&self, job: &JobId) -> Result<Vec<KeptCheckpoint>, StoreError> {
+        let jobs = self.jobs()?;
+        Ok(jobs
+            .checkpoints
+            .get(job)
+            .map(|kept| kept.values().cloned().collect())
+            .unwrap_or_default())
     }
 }
 
@@ -566,6 +595,15 @@ impl crate::transfer::Transfer for MemoryLeaseStore {
             purged,
             queues: jobs.queue_settings().collect(),
             schedules: jobs.schedules.values().cloned().collect(),
+            checkpoints: {
+                let mut all: Vec<(JobId, KeptCheckpoint)> = jobs
+                    .checkpoints
+                    .iter()
+                    .flat_map(|(id, kept)| kept.values().map(|c| (id.clone(), c.clone())))
+                    .collect();
+                all.sort_by(|a, b| (&a.0, &a.1.name).cmp(&(&b.0, &b.1.name)));
+                all
+            },
         })
     }
 
@@ -599,6 +637,15 @@ impl crate::transfer::Transfer for MemoryLeaseStore {
         jobs.queues.extend(plan.queues);
         for schedule in plan.schedules {
             jobs.schedules.insert(schedule.spec.name.clone(), schedule);
+        }
+        for id in &plan.cleared {
+            jobs.checkpoints.remove(id);
+        }
+        for (id, checkpoint) in plan.checkpoints {
+            jobs.checkpoints
+                .entry(id)
+                .or_default()
+                .insert(checkpoint.name.clone(), checkpoint);
         }
         Ok(plan.imported)
     }

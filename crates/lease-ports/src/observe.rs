@@ -145,6 +145,7 @@ impl Hooks for Observe {
             Call::ClaimNext(claim) => ("claim_next", None, Some(&claim.owner), None),
             Call::EnqueueMany(_) => ("enqueue_many", None, None, None),
             Call::Record(job) => ("record", Some(job), None, None),
+            Call::Checkpoints(job) => ("checkpoints", Some(job), None, None),
             Call::Purge(..) => ("purge", None, None, None),
             Call::List(_) => ("list", None, None, None),
             Call::Stats(_) => ("stats", None, None, None),

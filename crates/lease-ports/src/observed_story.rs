@@ -503,6 +503,15 @@ pub async fn every_refused_holder_write_is_audited_and_read_back(
         ),
         HolderWrite::Release => Command::Release(owner.clone(), fence),
         HolderWrite::HoldGroup => Command::HoldGroup(owner.clone(), fence, now, now),
+        HolderWrite::Checkpoint => Command::Checkpoint(
+            owner.clone(),
+            fence,
+            now,
+            lease_domain::Checkpoint {
+                name: lease_domain::CheckpointName::new("fetch").expect("name"),
+                value: lease_domain::CheckpointValue::new("rows=3").expect("value"),
+            },
+        ),
         HolderWrite::Fail => Command::Fail(
             owner.clone(),
             fence,

@@ -8,8 +8,8 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use lease_domain::{
-    Fence, ImportDecision, Job, JobId, QueueName, QueueSettings, Schedule, ScheduleName,
-    decide_import, raise_fence,
+    Fence, ImportDecision, Job, JobId, KeptCheckpoint, QueueName, QueueSettings, Schedule,
+    ScheduleName, decide_import, raise_fence,
 };
 
 use crate::{JobRecord, StoreError};
@@ -25,6 +25,8 @@ pub struct Snapshot {
     pub queues: Vec<(QueueName, QueueSettings)>,
     /// Every schedule.
     pub schedules: Vec<Schedule>,
+    /// Every job's checkpoints, in job then name order.
+    pub checkpoints: Vec<(JobId, KeptCheckpoint)>,
 }
 
 impl Snapshot {
@@ -145,6 +147,30 @@ pub async fn migrate(
             ));
         }
     }
+    // A job copied as it was (not merged with a larger fence) has the source's checkpoints.
+    let mut kept: HashMap<&JobId, Vec<&KeptCheckpoint>> = HashMap::new();
+    for (id, checkpoint) in &after.checkpoints {
+        kept.entry(id).or_default().push(checkpoint);
+    }
+    let mut wanted: HashMap<&JobId, Vec<&KeptCheckpoint>> = HashMap::new();
+    for (id, checkpoint) in &source.checkpoints {
+        wanted.entry(id).or_default().push(checkpoint);
+    }
+    for record in &source.jobs {
+        if merged.contains(&record.id) {
+            continue;
+        }
+        let (copy, want) = (kept.get(&record.id), wanted.get(&record.id));
+        if copy.map_or(0, Vec::len) != want.map_or(0, Vec::len) || copy != want {
+            return Err(StoreError::Corrupt(
+                format!(
+                    "verification: job {}'s checkpoints differ between source and target",
+                    record.id
+                )
+                .into(),
+            ));
+        }
+    }
     for (id, fence) in &source.purged {
         let floor = stored
             .get(id)
@@ -259,6 +285,11 @@ pub struct ImportPlan {
     pub queues: Vec<(QueueName, QueueSettings)>,
     /// Schedules to write (replacing the target's of the same name).
     pub schedules: Vec<Schedule>,
+    /// Jobs whose checkpoints in the target go before [`ImportPlan::checkpoints`] are
+    /// written: those replaced by the source's.
+    pub cleared: Vec<JobId>,
+    /// The source's checkpoints of every job inserted or replaced, to write after the jobs.
+    pub checkpoints: Vec<(JobId, KeptCheckpoint)>,
     /// The summary the import answers.
     pub imported: Imported,
 }
@@ -334,6 +365,20 @@ pub fn plan_import(
             ImportDecision::Keep => plan.imported.conflicts.push(conflict(false)),
         }
     }
+    // A job copied (inserted or replaced) takes the source's checkpoints; one kept keeps its own.
+    let copied: std::collections::HashSet<&JobId> = plan
+        .inserts
+        .iter()
+        .chain(&plan.updates)
+        .map(|(id, _)| id)
+        .collect();
+    plan.checkpoints = incoming
+        .checkpoints
+        .iter()
+        .filter(|(id, _)| copied.contains(id))
+        .cloned()
+        .collect();
+    plan.cleared = plan.updates.iter().map(|(id, _)| id.clone()).collect();
     for (id, fence) in &incoming.purged {
         match existing.get(id) {
             Some(job) if job.fence < *fence => {

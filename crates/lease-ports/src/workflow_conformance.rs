@@ -5,8 +5,9 @@
 
 use crate::conformance::Store;
 use crate::{
-    ClaimRefused, EnqueueSpec, ErrorText, Fence, JobId, JobResult, Lease, LeaseTerm, ListFilter,
-    OnParentFailure, Owner, QueueName, Retry, Status, StoreError, Timestamp, WriteRefused,
+    Checkpoint, CheckpointName, CheckpointValue, ClaimRefused, EnqueueSpec, ErrorText, Fence,
+    JobId, JobResult, Lease, LeaseTerm, ListFilter, OnParentFailure, Owner, QueueName, Retry,
+    Status, StoreError, Timestamp, WriteRefused,
 };
 
 fn job(id: &str) -> JobId {
@@ -416,6 +417,194 @@ pub async fn waiting_jobs_are_listed_and_never_purged(store: Store) {
     assert_eq!(ids, ["w"]);
 }
 
+/// Keeps a checkpoint as `lease`'s holder at `now`.
+async fn keep(
+    store: &Store,
+    lease: &Lease,
+    now: f64,
+    name: &str,
+    value: &str,
+) -> Result<(), WriteRefused> {
+    let checkpoint = Checkpoint {
+        name: CheckpointName::new(name).expect("name"),
+        value: CheckpointValue::new(value).expect("value"),
+    };
+    store
+        .checkpoint(
+            &lease.job,
+            &Owner::new("w").expect("owner"),
+            lease.fence,
+            at(now),
+            &checkpoint,
+        )
+        .await
+        .expect("checkpoint reaches the store")
+}
+
+/// What `id` keeps: (name, value, fence) in name order.
+async fn kept(store: &Store, id: &str) -> Vec<(String, String, u64)> {
+    store
+        .checkpoints(&job(id))
+        .await
+        .expect("checkpoints read")
+        .into_iter()
+        .map(|c| {
+            (
+                c.name.as_str().to_owned(),
+                c.value.as_str().to_owned(),
+                c.fence.get(),
+            )
+        })
+        .collect()
+}
+
+fn step(name: &str, value: &str, fence: u64) -> (String, String, u64) {
+    (name.to_owned(), value.to_owned(), fence)
+}
+
+/// A checkpoint is a fenced write: only the live current lease keeps one (a lapsed or stale
+/// attempt is refused and changes nothing); a name written again is replaced; checkpoints
+/// outlive an expired lease, a failed attempt and a retry of a dead job; a run again of the
+/// finished job starts without them, and a purge takes them with the job.
+pub async fn checkpoints_are_fenced_and_kept_across_attempts(store: Store) {
+    submit(&store, &[("s", after(&[]))]).await;
+    let [first] = <[Lease; 1]>::try_from(leases(&store, 1.0, 1).await).expect("one lease");
+    assert_eq!(first.job.as_str(), "s");
+    keep(&store, &first, 2.0, "fetch", "v1")
+        .await
+        .expect("kept");
+    keep(&store, &first, 2.0, "parse", "p1")
+        .await
+        .expect("kept");
+    // Its lease lapses: it may not write, and the next attempt's claim makes it stale.
+    let late = keep(&store, &first, 40.0, "fetch", "late").await;
+    assert!(
+        matches!(late, Err(WriteRefused::Expired { .. })),
+        "{late:?}"
+    );
+    let second = leases(&store, 40.0, 1).await;
+    let second = second.first().expect("s again");
+    let stale = keep(&store, &first, 41.0, "fetch", "stale").await;
+    assert!(
+        matches!(stale, Err(WriteRefused::Stale { .. })),
+        "{stale:?}"
+    );
+    assert_eq!(
+        kept(&store, "s").await,
+        [step("fetch", "v1", 1), step("parse", "p1", 1)]
+    );
+    keep(&store, second, 41.0, "fetch", "v2")
+        .await
+        .expect("kept");
+    assert_eq!(
+        kept(&store, "s").await,
+        [step("fetch", "v2", 2), step("parse", "p1", 1)]
+    );
+    let owner = Owner::new("w").expect("owner");
+    store
+        .fail(
+            &second.job,
+            &owner,
+            second.fence,
+            at(42.0),
+            &ErrorText::lossy("flaky"),
+            Retry::default(),
+        )
+        .await
+        .expect("fail reaches the store")
+        .expect("the holder fails it");
+    let third = leases(&store, 100.0, 1).await;
+    let third = third.first().expect("s is due again");
+    kill(&store, third, 101.0).await;
+    let dead = keep(&store, third, 102.0, "fetch", "v3").await;
+    assert!(matches!(dead, Err(WriteRefused::Dead)), "{dead:?}");
+    store
+        .retry(&job("s"), at(103.0))
+        .await
+        .expect("retry reaches the store")
+        .expect("a dead job is retried");
+    let kept_so_far = [step("fetch", "v2", 2), step("parse", "p1", 1)];
+    assert_eq!(kept(&store, "s").await, kept_so_far);
+    let fourth = leases(&store, 200.0, 1).await;
+    let fourth = fourth.first().expect("s is due after its retry");
+    complete(&store, fourth, 201.0).await.expect("completed");
+    let done = keep(&store, fourth, 202.0, "fetch", "after").await;
+    assert!(matches!(done, Err(WriteRefused::Done { .. })), "{done:?}");
+    assert_eq!(kept(&store, "s").await, kept_so_far);
+    // A run again starts without them.
+    let again = EnqueueSpec {
+        replace_finished: true,
+        ..after(&[])
+    };
+    assert!(
+        store
+            .enqueue_with(&job("s"), &again)
+            .await
+            .expect("enqueue")
+    );
+    assert_eq!(kept(&store, "s").await, []);
+    // A purge takes them with the job: the id enqueued again starts without them.
+    complete(&store, &leases(&store, 250.0, 1).await[0], 251.0)
+        .await
+        .expect("s completed again");
+    submit(&store, &[("t", after(&[]))]).await;
+    let t = leases(&store, 300.0, 1).await;
+    let t = t.iter().find(|l| l.job.as_str() == "t").expect("t leased");
+    keep(&store, t, 301.0, "fetch", "t1").await.expect("kept");
+    complete(&store, t, 302.0).await.expect("completed");
+    store
+        .purge(at(1e9), &[Status::Done])
+        .await
+        .expect("purge works");
+    assert_eq!(kept(&store, "t").await, []);
+    submit(&store, &[("t", after(&[]))]).await;
+    assert_eq!(kept(&store, "t").await, []);
+    let missing = Lease {
+        job: job("nobody"),
+        ..t.clone()
+    };
+    let gone = keep(&store, &missing, 303.0, "fetch", "x").await;
+    assert!(matches!(gone, Err(WriteRefused::Missing)), "{gone:?}");
+}
+
+/// A job keeps at most [`lease_domain::MAX_CHECKPOINTS`] names: a new one past them is
+/// refused naming the limit and nothing is kept; a name it keeps may always be written again.
+pub async fn a_job_keeps_at_most_the_checkpoint_limit(store: Store) {
+    submit(&store, &[("s", after(&[]))]).await;
+    let lease = leases(&store, 1.0, 1).await;
+    let lease = lease.first().expect("s leased");
+    for n in 0..lease_domain::MAX_CHECKPOINTS {
+        keep(&store, lease, 2.0, &format!("step-{n:04}"), "ok")
+            .await
+            .expect("kept");
+    }
+    let over = store
+        .checkpoint(
+            &lease.job,
+            &Owner::new("w").expect("owner"),
+            lease.fence,
+            at(2.0),
+            &Checkpoint {
+                name: CheckpointName::new("one-more").expect("name"),
+                value: CheckpointValue::new("x").expect("value"),
+            },
+        )
+        .await;
+    match over {
+        Err(StoreError::InvalidInput(e)) => {
+            assert!(e.to_string().contains("1000 checkpoints"), "{e}");
+        }
+        other => panic!("a checkpoint past the limit was not refused: {other:?}"),
+    }
+    keep(&store, lease, 3.0, "step-0000", "again")
+        .await
+        .expect("a kept name is written again");
+    let all = kept(&store, "s").await;
+    assert_eq!(all.len(), lease_domain::MAX_CHECKPOINTS);
+    assert_eq!(all[0], step("step-0000", "again", 1));
+    assert!(all.iter().all(|(name, _, _)| name != "one-more"));
+}
+
 /// `migrate` carries a workflow: each job's parents, its policy and whether it waits, so the
 /// copy goes on as the source would (its children released by the same completion). Run by
 /// [`conformance_tests!`](crate::conformance_tests) on every store that can be moved.
@@ -431,7 +620,27 @@ pub async fn export_and_import_carry_a_workflow(transfer: crate::conformance::Tr
         &[("a", after(&[])), ("b", after(&["a"])), ("c", anyway)],
     )
     .await;
+    // A job of another queue keeps checkpoints.
+    let steps = EnqueueSpec {
+        queue: QueueName::new("steps").expect("queue"),
+        ..EnqueueSpec::default()
+    };
+    assert!(
+        store
+            .enqueue_with(&job("k"), &steps)
+            .await
+            .expect("enqueue")
+    );
+    let owner = Owner::new("w").expect("owner");
+    let k = store
+        .claim_next(&steps.queue, &owner, term(0.5), 1)
+        .await
+        .expect("claim");
+    let k = k.first().expect("k leased");
+    keep(&store, k, 0.6, "fetch", "rows=3").await.expect("kept");
+    keep(&store, k, 0.6, "parse", "ok").await.expect("kept");
     let exported = transfer.export().await.expect("export works");
+    assert_eq!(exported.checkpoints.len(), 2);
     let c = exported
         .jobs
         .iter()
@@ -456,6 +665,10 @@ pub async fn export_and_import_carry_a_workflow(transfer: crate::conformance::Tr
         );
         assert_eq!(run_due(moved, 2.0).await, ["b"]);
         assert_eq!(status(moved, "c", 3.0).await, Status::Pending);
+        assert_eq!(
+            kept(moved, "k").await,
+            [step("fetch", "rows=3", 1), step("parse", "ok", 1)]
+        );
     }
 }
 
@@ -478,6 +691,7 @@ macro_rules! workflow_conformance_tests {
                 a_failed_parent_cancels_its_children_unless_they_run_anyway,
                 a_stale_completion_releases_no_child,
                 waiting_jobs_are_listed_and_never_purged,
+                checkpoints_are_fenced_and_kept_across_attempts,
             );
         }
     };
@@ -493,6 +707,8 @@ macro_rules! workflow_conformance_tests {
                 a_failed_parent_cancels_its_children_unless_they_run_anyway,
                 a_stale_completion_releases_no_child,
                 waiting_jobs_are_listed_and_never_purged,
+                checkpoints_are_fenced_and_kept_across_attempts,
+                a_job_keeps_at_most_the_checkpoint_limit,
             );
             $crate::workflow_conformance_tests!(@sized $mode $factory;
                 a_fan_out_is_released_by_its_parents_completion, 10_000;

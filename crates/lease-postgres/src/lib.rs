@@ -12,6 +12,7 @@
 //! enough.
 
 mod audit;
+mod checkpoint;
 mod complete_and_claim;
 mod config;
 mod connection;
@@ -37,7 +38,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use deadpool_postgres::{Hook, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use futures::future::try_join;
-use lease_domain::{ClockMode, Command, EnqueueSpec, JobId, Status, Timestamp, Ttl, is_purgeable};
+use lease_domain::{
+    ClockMode, Command, EnqueueSpec, JobId, KeptCheckpoint, Status, Timestamp, Ttl, is_purgeable,
+};
 use lease_ports::codec::{StoredDue, StoredGroup, StoredMinute};
 use lease_ports::{
     Applied, ClaimNext, JobRecord, Lease, LeaseStore, ListFilter, StatsRow, StoreError,
@@ -185,6 +188,8 @@ pub struct PgLeaseStore {
     control: Arc<control::ControlSql>,
     /// The statements of workflows.
     workflow: Arc<workflow::WorkflowSql>,
+    /// The statements of checkpoints.
+    checkpoints: Arc<checkpoint::CheckpointSql>,
     clock: ClockMode,
     target: Arc<str>,
     schema: Arc<str>,
@@ -287,6 +292,7 @@ impl PgLeaseStore {
             sql: Arc::new(Sql::new(&options.schema)),
             control: Arc::new(control::ControlSql::new(&options.schema)),
             workflow: Arc::new(workflow::WorkflowSql::new(&options.schema)),
+            checkpoints: Arc::new(checkpoint::CheckpointSql::new(&options.schema)),
             clock: options.clock,
             target: shown.into(),
             schema: options.schema.as_str().into(),
@@ -642,5 +648,12 @@ impl LeaseStore for PgLeaseStore {
             groups.push(stored.decode()?);
         }
         Ok(lease_ports::tally_groups(groups, now))
+    }
+
+    async fn checkpoints(&self, job: &JobId) -> Result<Vec<KeptCheckpoint>, StoreError> {
+        let mut conn = self.conn().await?;
+        let kept = checkpoint::of(&conn, &self.checkpoints, job).await?;
+        conn.clean();
+        Ok(kept)
     }
 }

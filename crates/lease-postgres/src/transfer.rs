@@ -55,11 +55,16 @@ impl Transfer for PgLeaseStore {
             .await
             .map_err(read)?;
         let (queues, schedules) = crate::control::read_all(c, &self.control).await?;
+        let checkpoints = c
+            .query(&self.checkpoints.select_all, &[])
+            .await
+            .map_err(read)?;
         c.batch_execute("COMMIT").await.map_err(read)?;
         conn.clean();
         let mut snapshot = Snapshot {
             queues,
             schedules,
+            checkpoints: crate::checkpoint::decode_all(&checkpoints)?,
             ..Snapshot::default()
         };
         snapshot.jobs = records;
@@ -208,6 +213,9 @@ impl Transfer for PgLeaseStore {
             .map(|(id, job)| (id, job))
             .collect();
         crate::workflow::write_parents(&conn, &self.workflow, &parented).await?;
+        let cleared: Vec<&str> = plan.cleared.iter().map(JobId::as_str).collect();
+        crate::checkpoint::clear(&conn, &self.checkpoints, &cleared).await?;
+        crate::checkpoint::put(&conn, &self.checkpoints, &plan.checkpoints).await?;
         conn.client()
             .batch_execute("COMMIT")
             .await

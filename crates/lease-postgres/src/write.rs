@@ -108,6 +108,21 @@ impl PgLeaseStore {
                 .map_err(|e| error::map(e, Stage::Commit))?;
             return Ok(outcome);
         }
+        // A checkpoint is kept beside the job, which it leaves as it is (its row stays locked
+        // until COMMIT). A refusal of the limit rolls back.
+        if let Some((checkpoint, fence, at)) = command.checkpoint(&outcome) {
+            let kept =
+                crate::checkpoint::keep(conn, &self.checkpoints, id, checkpoint, fence, at).await;
+            let c = conn.client();
+            if let Err(refused) = kept {
+                rollback(c, &s).await?;
+                return Err(refused);
+            }
+            c.execute(&s.commit, &[])
+                .await
+                .map_err(|e| error::map(e, Stage::Commit))?;
+            return Ok(outcome);
+        }
         let Some(next) = next else {
             match (refused, self.audit) {
                 (Some(entry), Some(retention)) => {
@@ -215,11 +230,15 @@ impl PgLeaseStore {
         // one debounced), its mark, and the index of its outcome.
         let mut writes = Vec::new();
         let mut decided = Vec::with_capacity(jobs.len());
+        let mut reruns = std::collections::HashSet::new();
         for (id, spec) in jobs {
             let command = Command::EnqueueWith(spec.clone());
             let mark = purged.get(id.as_str()).copied();
             let stood = current.get(id);
             let (next, outcome) = command.decide(id, stood, mark);
+            if command.clears_checkpoints(stood, next.as_ref()) {
+                reruns.insert(id);
+            }
             decided.push(outcome);
             if let Some(next) = next {
                 let encoded = Encoded::from_to(id, stood.map(Standing::of), &next);
@@ -251,6 +270,13 @@ impl PgLeaseStore {
                 }
             }
             crate::workflow::write_parents(conn, &self.workflow, &started).await?;
+            // A finished job run again starts without its checkpoints.
+            let rerun: Vec<&str> = started
+                .iter()
+                .filter(|(id, _)| reruns.contains(id))
+                .map(|(id, _)| id.as_str())
+                .collect();
+            crate::checkpoint::clear(conn, &self.checkpoints, &rerun).await?;
             let judged: Vec<&JobId> = started
                 .iter()
                 .filter(|(_, job)| judges_parents(None, job))

@@ -568,7 +568,7 @@ async fn a_stale_complete_and_claim_next_is_audited_and_still_claims() {
     // unknown, and the rest of the trail still reads.
     db.execute(
         "INSERT INTO lease.audit(time, job, owner, operation, presented, current, reason, \
-         late_by) VALUES (2e9, 'later', 'w', 'checkpoint', 3, 4, 'overtaken', NULL)",
+         late_by) VALUES (2e9, 'later', 'w', 'rewind', 3, 4, 'overtaken', NULL)",
     )
     .expect("insert a newer writer's row");
     let rows = lease_ports::audit::AuditTrail::refusals(

@@ -121,6 +121,20 @@ field!(
 );
 
 field!(
+    /// A checkpoint's name.
+    CheckpointNameText(String),
+    ObjectBuilder::new()
+        .schema_type(SchemaType::Type(Type::String))
+        .description(Some(
+            "A checkpoint's name (a step of the job): 1 to 256 bytes, none of them NUL",
+        ))
+        .min_length(Some(1))
+        .max_length(Some(256))
+        .pattern(Some(NO_NUL))
+        .examples(["fetch"])
+);
+
+field!(
     /// A schedule's name.
     ScheduleNameText(String),
     ObjectBuilder::new()

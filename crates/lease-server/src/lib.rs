@@ -10,6 +10,7 @@
 
 mod auth;
 mod body;
+mod checkpoints;
 mod extract;
 mod fields;
 mod input;
@@ -260,6 +261,7 @@ fn routes() -> (axum::Router<Arc<App>>, utoipa::openapi::OpenApi) {
         .routes(routes!(schedules::run))
         .routes(routes!(leases::progress))
         .routes(routes!(leases::hold_group))
+        .routes(routes!(checkpoints::keep, checkpoints::read))
         .routes(routes!(service::healthz))
         .routes(routes!(service::metrics))
         .routes(routes!(service::openapi))

@@ -34,6 +34,8 @@ const ROUTES: [(&str, &str); 41] = [
     ("get", "/v1/events"),
     ("post", "/v1/jobs/{id}/progress"),
     ("post", "/v1/jobs/{id}/hold-group"),
+    ("post", "/v1/jobs/{id}/checkpoints"),
+    ("get", "/v1/jobs/{id}/checkpoints"),
     ("get", "/v1/queues"),
     ("post", "/v1/queues/{queue}/pause"),
     ("post", "/v1/queues/{queue}/resume"),

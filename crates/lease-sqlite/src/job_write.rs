@@ -100,6 +100,14 @@ fn decide(
         crate::control::change_queue(conn, &queue, change)?;
         return Ok((outcome, true, refused));
     }
+    // A checkpoint is kept beside the job, which it leaves as it is.
+    if let Some((checkpoint, fence, at)) = command.checkpoint(&outcome) {
+        crate::checkpoint::keep(conn, id, checkpoint, fence, at)?;
+        return Ok((outcome, true, refused));
+    }
+    if command.clears_checkpoints(current.as_ref(), next.as_ref()) {
+        crate::checkpoint::clear(conn, id)?;
+    }
     let Some(next) = next else {
         return Ok((outcome, false, refused));
     };

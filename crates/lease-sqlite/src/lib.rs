@@ -11,6 +11,7 @@
 //!   [`complete`], [`release`], [`claim_many`]), synchronous and path-based: each call opens
 //!   the file afresh, so they stay correct when the file is replaced between calls.
 
+mod checkpoint;
 mod clock;
 mod connection;
 mod control;
@@ -33,7 +34,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lease_domain::{Command, EnqueueSpec, JobId, QueueName, Status, Timestamp};
+use lease_domain::{Command, EnqueueSpec, JobId, KeptCheckpoint, QueueName, Status, Timestamp};
 use lease_ports::blocking::BlockingCore;
 use lease_ports::{
     Applied, ClaimNext, JobRecord, Lease, LeaseStore, ListFilter, StatsRow, outcome_as,
@@ -452,6 +453,12 @@ impl LeaseStore for SqliteLeaseStore {
 
     async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
         self.run(move |store| store.stats_now(now)).await
+    }
+
+    async fn checkpoints(&self, job: &JobId) -> Result<Vec<KeptCheckpoint>, StoreError> {
+        let job = job.clone();
+        self.run(move |store| store.with_conn(|conn| checkpoint::of(conn, &job)))
+            .await
     }
 }
 

@@ -50,6 +50,7 @@ fn snapshot(conn: &Connection) -> Result<Snapshot, StoreError> {
     }
     snapshot.queues = crate::control::queues(conn)?;
     snapshot.schedules = crate::control::schedules(conn)?;
+    snapshot.checkpoints = crate::checkpoint::all(conn)?;
     Ok(snapshot)
 }
 
@@ -84,6 +85,10 @@ fn write(
     for schedule in &plan.schedules {
         crate::control::write_schedule(conn, schedule)?;
     }
+    for id in &plan.cleared {
+        crate::checkpoint::clear(conn, id)?;
+    }
+    crate::checkpoint::put(conn, &plan.checkpoints)?;
     Ok(plan.imported)
 }
 

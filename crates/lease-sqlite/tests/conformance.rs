@@ -63,7 +63,7 @@ async fn an_audit_row_of_an_unknown_operation_reads_as_unknown_and_the_trail_sti
         .expect("open")
         .execute(
             "INSERT INTO lease_audit(time, job, owner, operation, presented, current, reason, \
-             late_by) VALUES (2e9, 'later', 'w', 'checkpoint', 3, 4, 'overtaken', NULL)",
+             late_by) VALUES (2e9, 'later', 'w', 'rewind', 3, 4, 'overtaken', NULL)",
             [],
         )
         .expect("insert a newer writer's row");

@@ -1,0 +1,111 @@
+//! Checkpoints, a job's durable steps: a lease holder keeps one (a fenced write, judged in
+//! the store's own transaction like every holder's write), anyone who may view jobs reads
+//! them.
+
+use crate::extract::{Checked, Holder, Param, Viewer};
+use crate::fields::{CheckpointNameText, FenceNo, Name, Text, Time};
+use crate::input::bad_value;
+use crate::problem::{Problem, ProblemBody};
+use crate::respond::{
+    Answer, AppState, OkBody, as_holder, credential, holder_write, json_response, now,
+};
+use axum::extract::State;
+use axum::http::StatusCode;
+use lease_domain::{Checkpoint, CheckpointName, CheckpointValue, Command, InputError};
+use lease_ports::WriteOutcome;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// Keep a step's result: a new value of the name replaces the old one.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"fence": 1, "name": "fetch", "value": "rows=1200"}))]
+pub(crate) struct CheckpointBody {
+    /// The lease's fence.
+    pub(crate) fence: FenceNo,
+    /// The step's name.
+    pub(crate) name: CheckpointNameText,
+    /// What the step produced.
+    pub(crate) value: Text,
+    /// Write as exactly this owner (default: any owner the key may act as).
+    pub(crate) owner: Option<Name>,
+    /// The caller's time, taken only by a server started to trust caller clocks.
+    pub(crate) now: Option<Time>,
+}
+
+#[utoipa::path(post, path = "/v1/jobs/{id}/checkpoints", tag = "jobs",
+    params(("id" = Name, Path, description = "The job id, percent-encoded"),
+        ("Lease-Token" = String, Header, description = "The lease's token")),
+    request_body = CheckpointBody,
+    responses(
+        (status = 200, description = "Kept, with the lease's fence; the lease goes on", body = OkBody),
+        (status = "4XX", description = "Refused as a renewal would be (404, 409 stale/done/cancelled/dead/not_owner/expired, 400 no token, 403 wrong token), 409 workflow for a new name when the job keeps 1,000 already, 422 a name or value out of bounds", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn keep(
+    State(app): AppState,
+    holder: Holder,
+    Param(id): Param,
+    Checked(body): Checked<CheckpointBody>,
+) -> Answer {
+    let id = Name(id).job()?;
+    let now = now(&app, body.now.as_ref())?;
+    let fence = body.fence.fence()?;
+    let name = CheckpointName::new(body.name.0)
+        .map_err(|e| bad_value("name", &InputError::Workflow(e)))?;
+    let value = CheckpointValue::new(body.value.0).map_err(|e| bad_value("value", &e))?;
+    let checkpoint = Checkpoint { name, value };
+    let credential = credential(holder, body.owner)?;
+    let write = as_holder(credential, |owner| {
+        Command::Checkpoint(owner, fence, now, checkpoint.clone())
+    });
+    holder_write::<WriteOutcome>(&app, &id, write)
+        .await?
+        .map_err(|refused| Problem::refused_write(&refused))?;
+    Ok(json_response(StatusCode::OK, OkBody { ok: true }))
+}
+
+/// One checkpoint a job keeps.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct CheckpointView {
+    /// The step's name.
+    pub(crate) name: String,
+    /// What it produced.
+    pub(crate) value: String,
+    /// The fence of the lease that wrote it.
+    pub(crate) fence: u64,
+    /// When it was written (Unix seconds).
+    pub(crate) at: f64,
+}
+
+/// The checkpoints of a job.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Checkpoints {
+    /// Each checkpoint, in name order.
+    pub(crate) checkpoints: Vec<CheckpointView>,
+}
+
+#[utoipa::path(get, path = "/v1/jobs/{id}/checkpoints", tag = "jobs",
+    params(("id" = Name, Path, description = "The job id, percent-encoded")),
+    responses(
+        (status = 200, description = "The job's checkpoints, in name order", body = Checkpoints),
+        (status = "4XX", description = "404 no such job", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn read(State(app): AppState, _: Viewer, Param(id): Param) -> Answer {
+    let id = Name(id).job()?;
+    let kept = app.store.checkpoints(&id).await?;
+    if kept.is_empty() && app.store.record(&id).await?.is_none() {
+        return Err(Problem::no_such_job());
+    }
+    let checkpoints = kept
+        .into_iter()
+        .map(|c| CheckpointView {
+            name: c.name.as_str().to_owned(),
+            value: c.value.as_str().to_owned(),
+            fence: c.fence.get(),
+            at: c.at.get(),
+        })
+        .collect();
+    Ok(json_response(StatusCode::OK, Checkpoints { checkpoints }))
+}
