@@ -151,6 +151,12 @@ pub(crate) enum Command {
     /// --until` does, but only the job's live lease holder may (refused like a renewal for a
     /// stale or expired holder), so a stalled worker cannot.
     HoldGroup(crate::leases::HoldGroupArgs),
+    /// Keep a checkpoint of a running job (a durable step: its name and what it produced)
+    /// under its lease's fence: kept across failed attempts, expired leases and retries, so
+    /// that the next attempt resumes after it; a name written again is replaced. Refused like
+    /// a renewal for a stale or expired holder (exit 3), so a stalled worker cannot overwrite
+    /// a newer attempt's step. At most 1,000 names a job.
+    Checkpoint(crate::leases::CheckpointArgs),
     /// Periodic schedules: each tick of a cron expression enqueues one job.
     Schedule(crate::control::ScheduleArgs),
     /// Replay the stale-worker story on a temporary database, step by step.
@@ -251,6 +257,7 @@ impl Command {
             Command::Groups(args) => Request::Control(args.request(clock)?),
             Command::Progress(args) => Request::Leases(args.request(clock)?),
             Command::HoldGroup(args) => Request::Leases(args.request(clock)?),
+            Command::Checkpoint(args) => Request::Leases(args.request(clock, read)?),
             Command::Schedule(args) => Request::Control(args.request(clock, read)?),
             Command::Serve(args) => Request::Serve(args.request()?),
             Command::Guard(args) => Request::Guard(args.request(read)?),

@@ -6,7 +6,8 @@ use lease_ports::{JobRecord, StoreError};
 use serde_json::{Value, json};
 
 use crate::render::{
-    Report, parents_json, prometheus, queue_write_report, record_json, record_table, state_sentence,
+    Report, checkpoints_json, escape_controls, parents_json, prometheus, queue_write_report,
+    record_json, record_table, state_sentence,
 };
 use crate::when;
 
@@ -408,9 +409,23 @@ pub(crate) async fn execute(
                     named(parents.len())
                 ));
             }
+            let kept = if record.is_some() {
+                store.checkpoints(id).await?
+            } else {
+                Vec::new()
+            };
+            if !kept.is_empty() {
+                let names: Vec<&str> = kept.iter().map(|c| c.name.as_str()).collect();
+                human.push_str(&format!(
+                    ", {} checkpoint(s): {}",
+                    kept.len(),
+                    escape_controls(&names.join(", "))
+                ));
+            }
             let json = record.map_or(Value::Null, |r| {
                 let mut json = record_json(&r, *now);
                 json["parents"] = parents_json(&parents);
+                json["checkpoints"] = checkpoints_json(&kept);
                 json
             });
             Report::new(true, json, human)

@@ -40,6 +40,8 @@ pub(crate) enum LeasesRequest {
     Progress(JobId, Owner, Fence, Renewal, ProgressText),
     /// Hold the job's group until a time, as its lease's holder (now, until).
     HoldGroup(JobId, Owner, Fence, Timestamp, Timestamp),
+    /// Keep a checkpoint, as the job's lease holder.
+    Checkpoint(JobId, Owner, Fence, Timestamp, lease_domain::Checkpoint),
 }
 
 impl LeasesRequest {
@@ -52,7 +54,7 @@ impl LeasesRequest {
             | Self::Renew(_, _, _, term)
             | Self::ClaimMany(_, _, term) => Some(term.now()),
             Self::Progress(_, _, _, renewal, _) => Some(renewal.now()),
-            Self::HoldGroup(_, _, _, now, _) => Some(*now),
+            Self::HoldGroup(_, _, _, now, _) | Self::Checkpoint(_, _, _, now, _) => Some(*now),
             Self::Release(..) => None,
         }
     }
@@ -246,27 +248,98 @@ impl CompleteArgs {
         } = self;
         let (owner, fence) = holder.check()?;
         let now = Timestamp::new(now.unwrap_or_else(clock))?;
-        let text = match (result.result, result.result_file) {
-            (Some(text), _) => text,
-            (None, Some(path)) => {
-                let bytes = read(&path, RESULT_FILE_LIMIT).map_err(RequestError::Read)?;
-                String::from_utf8(bytes).map_err(|e| {
-                    RequestError::Read(format!(
-                        "result file {} is not UTF-8 text: {e}",
-                        path.display()
-                    ))
-                })?
-            }
-            (None, None) => {
-                return Err(RequestError::Read("give --result or --result-file".into()));
-            }
-        };
+        let text = text_or_file(result.result, result.result_file, read, "result")?;
         Ok(LeasesRequest::Complete(
             JobId::new(job)?,
             owner,
             fence,
             now,
             JobResult::new(text)?,
+        ))
+    }
+}
+
+/// Text given on the command line or read from a file (`-`: standard input), at most
+/// [`RESULT_FILE_LIMIT`] bytes of UTF-8; `what` names it (`result`, `value`) and its flags
+/// (`--result`, `--result-file`).
+fn text_or_file(
+    text: Option<String>,
+    file: Option<std::path::PathBuf>,
+    read: ReadInput<'_>,
+    what: &str,
+) -> Result<String, RequestError> {
+    match (text, file) {
+        (Some(text), _) => Ok(text),
+        (None, Some(path)) => {
+            let bytes = read(&path, RESULT_FILE_LIMIT).map_err(RequestError::Read)?;
+            String::from_utf8(bytes).map_err(|e| {
+                RequestError::Read(format!(
+                    "{what} file {} is not UTF-8 text: {e}",
+                    path.display()
+                ))
+            })
+        }
+        (None, None) => Err(RequestError::Read(format!(
+            "give --{what} or --{what}-file"
+        ))),
+    }
+}
+
+/// The arguments of `lease checkpoint`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct CheckpointArgs {
+    /// The job id.
+    pub(crate) job: String,
+    #[command(flatten)]
+    pub(crate) holder: Holder,
+    /// The step's name: 1 to 256 bytes, no NUL. Writing a name again replaces its value.
+    #[arg(long, allow_hyphen_values = true)]
+    pub(crate) name: String,
+    #[command(flatten)]
+    pub(crate) value: ValueSource,
+    /// The current time (Unix seconds or RFC 3339); default: the system clock.
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
+    pub(crate) now: Option<f64>,
+}
+
+/// Where `checkpoint` takes its value from: the command line, or a file (`-`: standard
+/// input).
+#[derive(Debug, clap::Args)]
+#[group(required = true, multiple = false)]
+pub(crate) struct ValueSource {
+    /// What the step produced.
+    #[arg(long, allow_hyphen_values = true)]
+    pub value: Option<String>,
+    /// Read the value from this file (`-` for standard input); it must be UTF-8 text.
+    #[arg(long, value_name = "PATH")]
+    pub value_file: Option<std::path::PathBuf>,
+}
+
+impl CheckpointArgs {
+    /// The checked request.
+    ///
+    /// # Errors
+    /// The first bad value, named.
+    pub(crate) fn request(
+        self,
+        clock: impl FnOnce() -> f64,
+        read: ReadInput<'_>,
+    ) -> Result<LeasesRequest, RequestError> {
+        let (owner, fence) = self.holder.check()?;
+        let now = Timestamp::new(self.now.unwrap_or_else(clock))?;
+        let name = lease_domain::CheckpointName::new(self.name)
+            .map_err(lease_domain::InputError::Workflow)?;
+        let value = text_or_file(self.value.value, self.value.value_file, read, "value")?;
+        let checkpoint = lease_domain::Checkpoint {
+            name,
+            value: lease_domain::CheckpointValue::new(value)?,
+        };
+        Ok(LeasesRequest::Checkpoint(
+            JobId::new(self.job)?,
+            owner,
+            fence,
+            now,
+            checkpoint,
         ))
     }
 }
@@ -560,6 +633,32 @@ pub(crate) async fn execute(
         LeasesRequest::ClaimMany(id, owners, term) => claim_many(store, id, owners, *term).await?,
         LeasesRequest::Progress(id, owner, fence, renewal, text) => {
             progress(store, id, owner, *fence, *renewal, text).await?
+        }
+        LeasesRequest::Checkpoint(id, owner, fence, now, checkpoint) => {
+            match store
+                .checkpoint(id, owner, *fence, *now, checkpoint)
+                .await?
+            {
+                Ok(()) => Report::new(
+                    true,
+                    json!({"ok": true}),
+                    format!(
+                        "kept checkpoint {} of job {} for {} (fence {fence})",
+                        escape_controls(checkpoint.name.as_str()),
+                        escape_controls(id.as_str()),
+                        escape_controls(owner.as_str()),
+                    ),
+                ),
+                Err(refused) => {
+                    let why = write_refusal(&refused);
+                    Report::new(
+                        false,
+                        json!({"ok": false}),
+                        format!("checkpoint not kept: {why}"),
+                    )
+                    .refused_with(Some(why))
+                }
+            }
         }
         LeasesRequest::HoldGroup(id, owner, fence, now, until) => {
             match store.hold_group(id, owner, *fence, *now, *until).await? {

@@ -249,6 +249,16 @@ pub(crate) fn parents_json(parents: &[lease_ports::ParentState]) -> Value {
     Value::Object(object)
 }
 
+/// The checkpoints a job keeps, as `state --json` and `LEASE_CHECKPOINTS_FILE` show them:
+/// `{name: value}`.
+pub(crate) fn checkpoints_json(kept: &[lease_domain::KeptCheckpoint]) -> Value {
+    Value::Object(
+        kept.iter()
+            .map(|c| (c.name.as_str().to_owned(), json!(c.value.as_str())))
+            .collect(),
+    )
+}
+
 pub(crate) fn lease_json(lease: &Lease) -> Value {
     let mut object = serde_json::Map::new();
     object.extend([

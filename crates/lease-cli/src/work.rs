@@ -41,6 +41,12 @@ pub(crate) const HOLD_VARIABLE: &str = "LEASE_HOLD_GROUP";
 /// `{id: {"status", "result", "result_fence"}}`.
 pub(crate) const PARENTS_VARIABLE: &str = "LEASE_PARENTS_FILE";
 
+/// Names the JSON file of the checkpoints the job keeps, `{name: value}` (`{}` for none).
+pub(crate) const CHECKPOINTS_VARIABLE: &str = "LEASE_CHECKPOINTS_FILE";
+
+/// The environment variable naming the FIFO a program writes its checkpoints to.
+pub(crate) const CHECKPOINT_VARIABLE: &str = "LEASE_CHECKPOINT";
+
 pub(crate) use crate::scheduler::Say;
 
 /// The progress line protocol of one run: `LEASE_PROGRESS` names a FIFO (in a directory only
@@ -72,6 +78,23 @@ fn fifo(
         .open_receiver(&path)
         .map_err(|e| format!("cannot open the {what} FIFO {}: {e}", path.display()))?;
     Ok((path, receiver))
+}
+
+/// A file a run's program reads, `{marker}.{what}` beside its FIFOs, removed when dropped.
+struct RunFile(PathBuf);
+
+impl RunFile {
+    fn write(dir: &Path, marker: &str, what: &str, text: &str) -> Result<Self, String> {
+        let path = dir.join(format!("{marker}.{what}"));
+        std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        Ok(Self(path))
+    }
+}
+
+impl Drop for RunFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// How a run's warnings name it.
@@ -117,12 +140,119 @@ impl ProgressPipe {
         })
     }
 
+    /// The checkpoint line protocol of one run: `LEASE_CHECKPOINT` names a FIFO the program
+    /// writes lines to, each `NAME=VALUE` (split at the first `=`) or a JSON object
+    /// `{"name": ..., "value": ...}` (for a name with `=` or a value with a line break), such
+    /// as `echo "fetch=rows.csv" > "$LEASE_CHECKPOINT"`: each is kept under the lease's
+    /// fence, in the order written, before the run's completion or failure is written. A bad
+    /// line, or a checkpoint refused (a lost lease, a bad name, the limit), is said on stderr.
+    fn checkpoint(dir: &Path, marker: &str, job: &JobContext, say: Say) -> Result<Self, String> {
+        let (path, receiver) = fifo(dir, marker, "checkpoint")?;
+        let done = Arc::new(tokio::sync::Notify::new());
+        let task = tokio::spawn(forward_checkpoints(
+            receiver,
+            job.clone(),
+            say,
+            Arc::clone(&done),
+        ));
+        Ok(Self {
+            path,
+            task,
+            done: Some(done),
+        })
+    }
+
     /// After the program has ended: lets the reader take the lines still in the FIFO (it
     /// stops at the first pause of 50 ms), for at most 5 s.
     async fn finish(&mut self) {
         if let Some(done) = &self.done {
             done.notify_one();
             let _ = tokio::time::timeout(Duration::from_secs(5), &mut self.task).await;
+        }
+    }
+}
+
+/// The lines of a run's FIFO, until the run is `done` and no line is left (the reader stops
+/// at the first pause of 50 ms after that).
+struct RunLines {
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::net::unix::pipe::Receiver>>,
+    done: Arc<tokio::sync::Notify>,
+    finishing: bool,
+}
+
+impl RunLines {
+    fn new(receiver: tokio::net::unix::pipe::Receiver, done: Arc<tokio::sync::Notify>) -> Self {
+        use tokio::io::AsyncBufReadExt;
+        Self {
+            lines: tokio::io::BufReader::new(receiver).lines(),
+            done,
+            finishing: false,
+        }
+    }
+
+    async fn next(&mut self) -> Option<String> {
+        loop {
+            // `next_line` is cancel safe: a line half read when the run ends is read on.
+            let next = if self.finishing {
+                tokio::time::timeout(Duration::from_millis(50), self.lines.next_line())
+                    .await
+                    .unwrap_or(Ok(None))
+            } else {
+                tokio::select! {
+                    next = self.lines.next_line() => next,
+                    () = self.done.notified() => {
+                        self.finishing = true;
+                        continue;
+                    }
+                }
+            };
+            return next.ok().flatten();
+        }
+    }
+}
+
+/// One checkpoint line: a JSON object `{"name": ..., "value": ...}`, or `NAME=VALUE` (split
+/// at the first `=`).
+fn checkpoint_line(line: &str) -> Result<(String, String), String> {
+    if line.trim_start().starts_with('{') {
+        let parsed: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| format!("not a JSON object: {e}"))?;
+        match (parsed["name"].as_str(), parsed["value"].as_str()) {
+            (Some(name), Some(value)) => Ok((name.to_owned(), value.to_owned())),
+            _ => Err("a JSON line needs the texts \"name\" and \"value\"".to_owned()),
+        }
+    } else {
+        line.split_once('=')
+            .map(|(name, value)| (name.to_owned(), value.to_owned()))
+            .ok_or_else(|| "not NAME=VALUE or a JSON object".to_owned())
+    }
+}
+
+/// Reads checkpoint lines and keeps each under the lease's fence, in the order written, one
+/// write at a time, until the run is `done` and no line is left.
+async fn forward_checkpoints(
+    receiver: tokio::net::unix::pipe::Receiver,
+    job: JobContext,
+    say: Say,
+    done: Arc<tokio::sync::Notify>,
+) {
+    let shown = shown(&job);
+    let mut lines = RunLines::new(receiver, done);
+    while let Some(line) = lines.next().await {
+        let (name, value) = match checkpoint_line(&line) {
+            Ok(parsed) => parsed,
+            Err(why) => {
+                say(&format!(
+                    "{shown}: checkpoint line ignored: {why}: {:?}",
+                    escape_controls(&line.chars().take(80).collect::<String>())
+                ));
+                continue;
+            }
+        };
+        match job.checkpoint(&name, &value).await {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => say(&format!("{shown}: checkpoint not kept: {why}")),
+            Err(e) => say(&format!("{shown}: checkpoint not kept: {e}")),
         }
     }
 }
@@ -135,26 +265,9 @@ async fn forward_holds(
     say: Say,
     done: Arc<tokio::sync::Notify>,
 ) {
-    use tokio::io::AsyncBufReadExt;
     let shown = shown(&job);
-    let mut lines = tokio::io::BufReader::new(receiver).lines();
-    let mut finishing = false;
-    loop {
-        // `next_line` is cancel safe: a line half read when the run ends is read on.
-        let next = if finishing {
-            tokio::time::timeout(Duration::from_millis(50), lines.next_line())
-                .await
-                .unwrap_or(Ok(None))
-        } else {
-            tokio::select! {
-                next = lines.next_line() => next,
-                () = done.notified() => {
-                    finishing = true;
-                    continue;
-                }
-            }
-        };
-        let Ok(Some(line)) = next else { break };
+    let mut lines = RunLines::new(receiver, done);
+    while let Some(line) = lines.next().await {
         let seconds = line
             .trim()
             .parse::<f64>()
@@ -266,7 +379,8 @@ async fn run_program(
         .ok_or_else(|| "no program to run".to_owned())?;
     let marker = processes::next_marker();
     let pipe = ProgressPipe::open(fifos.path(), &marker, &job, say.clone())?;
-    let mut hold = ProgressPipe::hold(fifos.path(), &marker, &job, say)?;
+    let mut hold = ProgressPipe::hold(fifos.path(), &marker, &job, say.clone())?;
+    let mut steps = ProgressPipe::checkpoint(fifos.path(), &marker, &job, say)?;
     let mut program_command = Command::new(program);
     if let Some(timeout) = job.timeout {
         program_command.env("LEASE_TIMEOUT", timeout.get().to_string());
@@ -274,6 +388,8 @@ async fn run_program(
     if let Some(group) = &job.group {
         program_command.env("LEASE_GROUP", group.as_str());
     }
+    // The run's files, removed when it ends (a worker may run jobs for months).
+    let mut files = Vec::new();
     // A job with parents gets them, as `state --json` shows them, in a file beside its FIFOs
     // (read for every job: one read of the store, next to starting a process).
     let parents = job
@@ -281,11 +397,25 @@ async fn run_program(
         .await
         .map_err(|e| format!("cannot read the job's parents: {e}"))?;
     if !parents.is_empty() {
-        let path = fifos.path().join(format!("{marker}.parents.json"));
         let text = crate::render::parents_json(&parents).to_string();
-        std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        program_command.env(PARENTS_VARIABLE, &path);
+        let file = RunFile::write(fifos.path(), &marker, "parents.json", &text)?;
+        program_command.env(PARENTS_VARIABLE, &file.0);
+        files.push(file);
     }
+    // Every job gets the checkpoints its earlier attempts kept (`{}` for none).
+    let kept = job
+        .checkpoints()
+        .await
+        .map_err(|e| format!("cannot read the job's checkpoints: {e}"))?;
+    let text = serde_json::Value::Object(
+        kept.into_iter()
+            .map(|(name, value)| (name, serde_json::Value::String(value)))
+            .collect(),
+    )
+    .to_string();
+    let file = RunFile::write(fifos.path(), &marker, "checkpoints.json", &text)?;
+    program_command.env(CHECKPOINTS_VARIABLE, &file.0);
+    files.push(file);
     let mut child = program_command
         .args(args)
         .env("LEASE_JOB", job.job.as_str())
@@ -293,6 +423,7 @@ async fn run_program(
         .env("LEASE_ATTEMPT", job.attempt.to_string())
         .env(PROGRESS_VARIABLE, &pipe.path)
         .env(HOLD_VARIABLE, &hold.path)
+        .env(CHECKPOINT_VARIABLE, &steps.path)
         .env(processes::MARKER, &marker)
         .process_group(0)
         .stdin(std::process::Stdio::piped())
@@ -335,6 +466,7 @@ async fn run_program(
             // background process holding the pipes open would keep it from ending).
             processes::end_run(group, &marker, grace).await;
             hold.finish().await;
+            steps.finish().await;
             let out = out.await.unwrap_or_default();
             let err = String::from_utf8_lossy(&err.await.unwrap_or_default()).into_owned();
             if status.success() {

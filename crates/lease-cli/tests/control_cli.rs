@@ -4,6 +4,11 @@
 //! running the same schedule at once, many workers against one concurrency limit, and
 //! `kill -9` in the middle of a tick.
 
+#[path = "common/checkpoint_cli.rs"]
+mod checkpoint_cli;
+#[path = "common/stdin.rs"]
+mod stdin;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -1459,5 +1464,77 @@ fn a_work_program_reads_its_parents_results_from_lease_parents_file() {
             "left": {"status": "done", "result": "20\n", "result_fence": 1},
             "right": {"status": "done", "result": "30\n", "result_fence": 1},
         })
+    );
+}
+
+/// `lease work` gives every program `LEASE_CHECKPOINTS_FILE` (the steps earlier attempts
+/// kept, `{}` for none) and `LEASE_CHECKPOINT`, a FIFO of `NAME=VALUE` or JSON lines, each kept
+/// under the lease's fence before the run's end is written: a retried job resumes after the
+/// step its failed attempt kept, and a bad line is named on stderr and skipped.
+#[test]
+fn a_work_program_resumes_from_the_checkpoints_its_failed_attempt_kept() {
+    let (_dir, db) = fresh_db();
+    json_of(&db, &["enqueue", "etl", "--queue", "w"]);
+    let program = r#"
+        seen=$(cat "$LEASE_CHECKPOINTS_FILE")
+        case "$seen" in
+            *extract*) ;;
+            *) echo "extract=rows of attempt $LEASE_ATTEMPT" > "$LEASE_CHECKPOINT" ;;
+        esac
+        if [ "$LEASE_ATTEMPT" = 1 ]; then
+            printf '%s\n' '{"name": "a=b", "value": "two\nlines"}' > "$LEASE_CHECKPOINT"
+            echo 'no equals sign' > "$LEASE_CHECKPOINT"
+            exit 1
+        fi
+        printf '%s' "$seen"
+    "#;
+    let work = || {
+        lease(&db)
+            .args([
+                "work",
+                "--queue",
+                "w",
+                "--owner",
+                "w",
+                "--ttl",
+                "30",
+                "--max-jobs",
+                "1",
+                "--no-schedules",
+            ])
+            .args(["--", "sh", "-c", program])
+            .output()
+            .unwrap()
+    };
+    let first = work();
+    let stderr = String::from_utf8_lossy(&first.stderr);
+    assert!(stderr.contains("checkpoint line ignored"), "{stderr}");
+    let state = json_of(&db, &["state", "etl"]);
+    assert_eq!(state["status"], "pending", "{state}");
+    assert_eq!(
+        state["checkpoints"],
+        serde_json::json!({"a=b": "two\nlines", "extract": "rows of attempt 1"})
+    );
+    let second = work();
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    let state = json_of(&db, &["state", "etl"]);
+    assert_eq!(state["status"], "done", "{state}");
+    let seen: serde_json::Value = serde_json::from_str(state["result"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        seen,
+        serde_json::json!({"a=b": "two\nlines", "extract": "rows of attempt 1"}),
+        "the second attempt saw the first's steps and kept no new extract"
+    );
+}
+
+#[test]
+fn the_checkpoint_command_keeps_a_holders_steps_under_its_fence() {
+    let (_dir, db) = fresh_db();
+    checkpoint_cli::the_checkpoint_command_keeps_a_holders_steps_under_its_fence(
+        db.to_str().unwrap(),
     );
 }

@@ -3,6 +3,8 @@
 //! SQLite and PostgreSQL, which never lets a fence be handed out twice. Each test makes its own
 //! database and drops it.
 
+#[path = "common/checkpoint_cli.rs"]
+mod checkpoint_cli;
 #[path = "common/stdin.rs"]
 mod stdin;
 
@@ -760,4 +762,11 @@ fn eight_racing_processes_on_a_fair_queue_serve_eight_groups_on_postgres() {
     groups.sort();
     let every: Vec<String> = (0..8).map(|g| format!("g{g}")).collect();
     assert_eq!(groups, every);
+}
+
+#[test]
+fn the_checkpoint_command_keeps_a_holders_steps_under_its_fence_on_postgres() {
+    let db = ScratchDatabase::create();
+    ok(&run(db.url(), &["init"]));
+    checkpoint_cli::the_checkpoint_command_keeps_a_holders_steps_under_its_fence(db.url());
 }

@@ -18,6 +18,7 @@
 
 mod clock;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -25,8 +26,8 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use lease_domain::{
-    ErrorText, Failed, Fence, JobId, JobResult, LeaseTerm, Owner, ProgressText, QueueName, Retry,
-    Timestamp, Ttl,
+    ErrorText, Failed, Fence, InputError, JobId, JobResult, LeaseTerm, Owner, ProgressText,
+    QueueName, Retry, Timestamp, Ttl,
 };
 use lease_ports::{Lease, LeaseStore, StoreError, WriteOutcome};
 use tokio::task::JoinSet;
@@ -83,6 +84,69 @@ impl JobContext {
         let p = &self.progress;
         let now = Timestamp::new(p.clock.now())?;
         lease_ports::parents_of(p.store.as_ref(), &self.job, now).await
+    }
+
+    /// Keeps a checkpoint of this attempt: `value` under `name` (replacing what the name
+    /// held), kept across failed attempts, lease expiry and retries, so that the next attempt
+    /// can resume where this one stopped. A fenced write: refused, and nothing kept, once
+    /// this lease is lost (a stalled attempt can never overwrite a newer attempt's step).
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidInput`] for a name that is not 1 to 256 bytes without NUL, a
+    /// value over the limit, or a new name when the job keeps 1,000 already (nothing is
+    /// kept); or the store's error. A refusal (the lease was lost) is the `Err` inside.
+    pub async fn checkpoint(&self, name: &str, value: &str) -> Result<WriteOutcome, StoreError> {
+        let checkpoint = lease_domain::Checkpoint {
+            name: lease_domain::CheckpointName::new(name).map_err(InputError::Workflow)?,
+            value: lease_domain::CheckpointValue::new(value)?,
+        };
+        let p = &self.progress;
+        let now = Timestamp::new(p.clock.now())?;
+        p.store
+            .checkpoint(&self.job, &p.owner, self.fence, now, &checkpoint)
+            .await
+    }
+
+    /// The checkpoints this job keeps, by name (read from the store when asked).
+    ///
+    /// # Errors
+    /// The store's.
+    pub async fn checkpoints(&self) -> Result<BTreeMap<String, String>, StoreError> {
+        Ok(self
+            .progress
+            .store
+            .checkpoints(&self.job)
+            .await?
+            .into_iter()
+            .map(|c| (c.name.as_str().to_owned(), c.value.as_str().to_owned()))
+            .collect())
+    }
+
+    /// A durable step: the value kept under `name` if an attempt of this job kept one, else
+    /// runs `step` and keeps what it returns before returning it. A step that fails keeps
+    /// nothing (the next attempt runs it again).
+    ///
+    /// # Errors
+    /// The step's error; or, when the value cannot be kept (the lease was lost, or the store
+    /// failed), that reason: the handler should then stop, as no result of it will count.
+    pub async fn step<F, Fut>(&self, name: &str, step: F) -> Result<String, String>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<String, String>>,
+    {
+        let kept = self
+            .checkpoints()
+            .await
+            .map_err(|e| format!("checkpoint {name}: cannot read the checkpoints: {e}"))?;
+        if let Some(value) = kept.get(name) {
+            return Ok(value.clone());
+        }
+        let value = step().await?;
+        match self.checkpoint(name, &value).await {
+            Ok(Ok(())) => Ok(value),
+            Ok(Err(why)) => Err(format!("checkpoint {name} not kept: {why}")),
+            Err(e) => Err(format!("checkpoint {name} not kept: {e}")),
+        }
     }
 
     /// [`JobContext::hold_group`] for `seconds` from now by the worker's clock (what an

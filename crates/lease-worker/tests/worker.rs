@@ -1119,3 +1119,83 @@ async fn a_handler_reads_its_parents_results_and_runs_after_them() {
         Some("summed")
     );
 }
+
+/// A retried job resumes where its failed attempt stopped: a step it kept returns the kept
+/// value without running again, a step that failed runs again, and the job's checkpoints
+/// are what the steps returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_job_resumes_after_the_steps_its_last_attempt_kept() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    store.enqueue(&job("etl")).await.unwrap();
+    let runs: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = Arc::clone(&runs);
+    let mut config = config("w", 5.0);
+    config.max_jobs = Some(2);
+    config.retry = Retry::Backoff(Backoff::new(0.05, 2.0, 1.0, 0.0).unwrap());
+    let lease_store: Arc<dyn LeaseStore> = store.clone();
+    let summary = Worker::new(
+        lease_store,
+        move |ctx: JobContext| {
+            let seen = Arc::clone(&seen);
+            async move {
+                let note =
+                    |step: &str| seen.lock().unwrap().push(format!("{step}@{}", ctx.attempt));
+                let rows = ctx
+                    .step("extract", || async {
+                        note("extract");
+                        Ok(format!("rows from attempt {}", ctx.attempt))
+                    })
+                    .await?;
+                let loaded = ctx
+                    .step("load", || async {
+                        note("load");
+                        if ctx.attempt == 1 {
+                            Err("the warehouse is down".to_owned())
+                        } else {
+                            Ok(format!("loaded {rows}"))
+                        }
+                    })
+                    .await?;
+                Ok(loaded)
+            }
+        },
+        config,
+    )
+    .run(CancellationToken::new())
+    .await
+    .unwrap();
+    assert_eq!((summary.failed, summary.completed), (1, 1));
+    assert_eq!(
+        *runs.lock().unwrap(),
+        ["extract@1", "load@1", "load@2"],
+        "the kept step ran once"
+    );
+    assert_eq!(
+        record(store.as_ref(), "etl").await.result.as_deref(),
+        Some("loaded rows from attempt 1")
+    );
+    let kept: Vec<(String, String, u64)> = store
+        .checkpoints(&job("etl"))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| {
+            (
+                c.name.as_str().to_owned(),
+                c.value.as_str().to_owned(),
+                c.fence.get(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kept,
+        [
+            ("extract".to_owned(), "rows from attempt 1".to_owned(), 1),
+            (
+                "load".to_owned(),
+                "loaded rows from attempt 1".to_owned(),
+                2
+            ),
+        ]
+    );
+}
