@@ -338,6 +338,59 @@ impl StoreCore {
         )
     }
 
+    /// Keeps a checkpoint (a durable step's result: ``value`` under ``name``, 1 to 256 bytes),
+    /// only for the live current lease: kept across failed attempts, expired leases and
+    /// retries; a name written again is replaced. A stale holder gets :class:`Refused`
+    /// (``stale``) and nothing is kept; a new name past the job's 1,000 raises
+    /// :class:`InvalidInput`.
+    #[pyo3(signature = (job_id, owner, fence, name, value, *, now = None))]
+    #[allow(clippy::too_many_arguments)] // The Python method's own arguments, one each.
+    fn checkpoint(
+        &self,
+        py: Python<'_>,
+        job_id: &str,
+        owner: &str,
+        fence: &Bound<'_, PyAny>,
+        name: &str,
+        value: &str,
+        now: Option<f64>,
+    ) -> PyResult<Pending> {
+        let fence = to_py(py, values::fence(fence)?)?;
+        let ((id, owner), now, checkpoint) = to_py(
+            py,
+            (|| {
+                Ok((
+                    holder(job_id, owner)?,
+                    now_or_clock(now)?,
+                    values::checkpoint(name, value)?,
+                ))
+            })(),
+        )?;
+        let store = self.store(py)?;
+        self.call(
+            py,
+            async move {
+                Ok(store
+                    .checkpoint(&id, &owner, fence, now, &checkpoint)
+                    .await?)
+            },
+            accepted_or_refused,
+        )
+    }
+
+    /// The checkpoints the job keeps, ``{name: value}`` in name order (empty for a job that
+    /// keeps none, or is gone).
+    #[pyo3(signature = (job_id))]
+    fn checkpoints(&self, py: Python<'_>, job_id: &str) -> PyResult<Pending> {
+        let id = to_py(py, values::job_id(job_id))?;
+        let store = self.store(py)?;
+        self.call(
+            py,
+            async move { Ok(store.checkpoints(&id).await?) },
+            |py, kept| values::checkpoints_dict(py, &kept).map(|d| d.into_any().unbind()),
+        )
+    }
+
     /// Stores ``text`` (up to 1,024 bytes) as the job's progress, only for the live current
     /// lease; with ``ttl`` the lease is renewed to ``now + ttl``, without it the lease keeps
     /// its end.

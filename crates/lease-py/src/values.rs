@@ -783,3 +783,24 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Backoff>()?;
     Ok(())
 }
+
+/// A checkpoint from Python's arguments, its bad input named.
+pub(crate) fn checkpoint(name: &str, value: &str) -> Outcome<lease_domain::Checkpoint> {
+    Ok(lease_domain::Checkpoint {
+        name: lease_domain::CheckpointName::new(name)
+            .map_err(|e| crate::errors::Failure::Input(e.to_string()))?,
+        value: lease_domain::CheckpointValue::new(value)?,
+    })
+}
+
+/// A job's checkpoints as Python sees them: ``{name: value}`` in name order.
+pub(crate) fn checkpoints_dict<'py>(
+    py: Python<'py>,
+    kept: &[lease_domain::KeptCheckpoint],
+) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    let shown = pyo3::types::PyDict::new(py);
+    for c in kept {
+        shown.set_item(c.name.as_str(), c.value.as_str())?;
+    }
+    Ok(shown)
+}

@@ -168,6 +168,66 @@ impl Job {
         Ok(shown.unbind())
     }
 
+    /// Keeps a checkpoint of this attempt (a step's result: ``value`` under ``name``) under
+    /// its lease's fence, kept across failed attempts, expiry and retries so that the next
+    /// attempt can resume; True when kept, False when the lease is no longer this run's
+    /// (nothing is kept then). Waits with the interpreter released.
+    fn checkpoint(&self, py: Python<'_>, name: &str, value: &str) -> PyResult<bool> {
+        let runtime = to_py(py, runtime())?;
+        let context = self.context.clone();
+        let answer = py.detach(|| runtime.block_on(context.checkpoint(name, value)));
+        to_py(
+            py,
+            answer.map(|outcome| outcome.is_ok()).map_err(Into::into),
+        )
+    }
+
+    /// The checkpoints this job keeps (from this attempt and earlier ones), ``{name: value}``,
+    /// read from the store when called. Waits with the interpreter released.
+    fn checkpoints(&self, py: Python<'_>) -> PyResult<Py<PyDict>> {
+        let runtime = to_py(py, runtime())?;
+        let context = self.context.clone();
+        let answer = py.detach(|| runtime.block_on(context.checkpoints()));
+        let kept = to_py(py, answer.map_err(Into::into))?;
+        let shown = PyDict::new(py);
+        for (name, value) in kept {
+            shown.set_item(name, value)?;
+        }
+        Ok(shown.unbind())
+    }
+
+    /// A durable step: the value an attempt of this job kept under ``name``, if one did;
+    /// else calls ``step()`` (which returns a ``str``), keeps what it returns, and returns
+    /// it. A step that raises keeps nothing (the next attempt calls it again). Raises
+    /// :class:`LeaseLost` when the value cannot be kept because the lease is no longer this
+    /// run's: stop then, nothing this run reports will count.
+    fn step(&self, py: Python<'_>, name: &str, step: &Bound<'_, PyAny>) -> PyResult<String> {
+        let kept = self.checkpoints(py)?;
+        if let Some(value) = kept.bind(py).get_item(name)? {
+            return value.extract();
+        }
+        let value = step.call0()?;
+        let text: String = value.extract().map_err(|_| {
+            crate::errors::raise(
+                py,
+                "InvalidInput",
+                format!("step {name:?}: the step must return a str to keep"),
+            )
+        })?;
+        if self.checkpoint(py, name, &text)? {
+            Ok(text)
+        } else {
+            Err(crate::errors::raise(
+                py,
+                "LeaseLost",
+                format!(
+                    "step {name:?} not kept: this run's lease of job {} was lost",
+                    self.id
+                ),
+            ))
+        }
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "Job(id={:?}, fence={}, attempt={})",

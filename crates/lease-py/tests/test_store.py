@@ -381,6 +381,7 @@ def test_every_refused_holder_write_is_audited_and_read_back(store):
         ("release", store.release("j", A, stale.fence)),
         ("fail", store.fail("j", A, stale.fence, "late")),
         ("hold_group", store.hold_group("j", A, stale.fence, 4102444800.0)),
+        ("checkpoint", store.checkpoint("j", A, stale.fence, "fetch", "late")),
     ]
     for name, answer in refused:
         assert not answer, name
@@ -394,6 +395,26 @@ def test_every_refused_holder_write_is_audited_and_read_back(store):
     assert store.progress("j", B, held.fence, "1 of 4")
     record = store.record("j")
     assert (record.progress, record.until) == ("1 of 4", until)
+
+
+def test_checkpoints_are_kept_under_the_fence_and_outlive_an_expired_lease(store):
+    store.enqueue("etl")
+    (first,) = store.claim_next("default", A, 0.3)
+    assert store.checkpoint("etl", A, first.fence, "extract", "rows=3")
+    assert store.checkpoint("etl", A, first.fence, "note", "two\nlines")
+    time.sleep(0.4)
+    assert store.checkpoints("etl") == {"extract": "rows=3", "note": "two\nlines"}
+    # The lapsed attempt's fence is stale once B claims: its late step is refused.
+    (second,) = store.claim_next("default", B, 30.0)
+    late = store.checkpoint("etl", A, first.fence, "extract", "late")
+    assert not late and late.reason == "stale"
+    assert store.checkpoint("etl", B, second.fence, "extract", "rows=4")
+    assert store.checkpoints("etl") == {"extract": "rows=4", "note": "two\nlines"}
+    for name, value in [("", "x"), ("n" * 257, "x"), ("ok", "a\0b")]:
+        with pytest.raises(lease.InvalidInput, match="checkpoint"):
+            store.checkpoint("etl", B, second.fence, name, value)
+    assert store.checkpoints("etl") == {"extract": "rows=4", "note": "two\nlines"}
+    assert store.checkpoints("nobody") == {}
 
 
 def test_the_asyncio_store_runs_the_same_story_without_blocking_the_loop(opening):

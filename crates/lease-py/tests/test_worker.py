@@ -234,3 +234,37 @@ def test_a_handler_reads_its_parents_results_and_a_child_runs_after_them(opening
     assert summary.completed == 3 and summary.failed == 0
     assert order[-1] == "sum", "the child ran after both parents"
     assert store.record("sum").result == "50"
+
+
+def test_a_retried_job_resumes_after_the_steps_its_failed_attempt_kept(opening):
+    target, how = opening
+    store = lease.Store(target, **how)
+    store.enqueue("etl")
+    ran = []
+
+    def handle(job):
+        def extract():
+            ran.append(("extract", job.attempt))
+            return f"rows of attempt {job.attempt}"
+
+        def load():
+            ran.append(("load", job.attempt))
+            if job.attempt == 1:
+                raise RuntimeError("the warehouse is down")
+            return "loaded"
+
+        rows = job.step("extract", extract)
+        return job.step("load", load) + " " + rows
+
+    summary = lease.Worker(
+        store,
+        handle,
+        owner="py/w",
+        max_jobs=2,
+        idle_poll=0.02,
+        backoff=lease.Backoff(base=0.01, jitter=0),
+    ).run()
+    assert (summary.failed, summary.completed) == (1, 1)
+    assert ran == [("extract", 1), ("load", 1), ("load", 2)], "the kept step ran once"
+    assert store.record("etl").result == "loaded rows of attempt 1"
+    assert store.checkpoints("etl") == {"extract": "rows of attempt 1", "load": "loaded"}

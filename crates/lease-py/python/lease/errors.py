@@ -19,6 +19,7 @@ __all__ = [
     "Corrupt",
     "GuardError",
     "Unsupported",
+    "LeaseLost",
 ]
 
 
@@ -77,3 +78,9 @@ class GuardError(LeaseError):
 class Unsupported(GuardError):
     """The resource cannot do what was asked (an expiry on an object store, an object store
     without conditional writes, a URL no guard takes)."""
+
+
+class LeaseLost(LeaseError):
+    """This run's lease of its job is no longer its own (it expired and another worker took
+    the job, or the job was cancelled): stop, because nothing this run writes will count.
+    Raised by ``job.step`` when the step's value cannot be kept."""
