@@ -1151,6 +1151,17 @@ async fn an_admin_pauses_limits_and_schedules_from_the_page_and_a_job_shows_its_
         &json!({"fence": lease["fence"], "ttl": 60, "progress": "12 of 40 files"}).to_string(),
     );
     assert_eq!(code, 200, "{body}");
+    // And a step it kept.
+    let (code, body) = server.call(
+        "POST",
+        &format!("/v1/jobs/{id}/checkpoints"),
+        &[
+            ("Authorization", worker_auth.as_str()),
+            ("Lease-Token", lease["lease_token"].as_str().unwrap()),
+        ],
+        &json!({"fence": lease["fence"], "name": "extract", "value": "rows=1200"}).to_string(),
+    );
+    assert_eq!(code, 200, "{body}");
     session.visit(&format!("#/job/{id}")).await;
     session.job_page(id).await;
     session
@@ -1163,6 +1174,12 @@ async fn an_admin_pauses_limits_and_schedules_from_the_page_and_a_job_shows_its_
         .until(
             "the job's group",
             &format!("[...document.querySelectorAll('#job-fields dd')].some(d => d.innerText === 'acct-{id}')"),
+        )
+        .await;
+    session
+        .until(
+            "the job's checkpoint, its name, value and fence",
+            "[...document.querySelectorAll('#job-fields ul.checkpoints li')].some(li => li.innerText.includes('extract') && li.innerText.includes('rows=1200') && li.innerText.includes('fence'))",
         )
         .await;
     session.screenshot("11-job-progress").await;
@@ -1185,6 +1202,14 @@ async fn an_admin_pauses_limits_and_schedules_from_the_page_and_a_job_shows_its_
         )
         .await;
     session.screenshot("12-job-after-its-parent").await;
+    session.visit("#/job/wf-parent").await;
+    session.job_page("wf-parent").await;
+    session
+        .until(
+            "the parent's child, linked, with its status",
+            "[...document.querySelectorAll('#job-fields dt')].some(t => t.innerText === 'Runs before') && [...document.querySelectorAll('#job-fields ul.parents li')].some(li => li.querySelector('a')?.getAttribute('href') === '#/job/wf-child' && li.innerText.includes('waiting'))",
+        )
+        .await;
     session.click("nav a[href='#/']").await;
     session
         .until(

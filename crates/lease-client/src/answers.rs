@@ -409,6 +409,20 @@ pub(crate) fn checkpoints(
         .collect()
 }
 
+/// The children of a job, as `GET /v1/jobs/{id}/children` gives them.
+pub(crate) fn children(answer: &Answer) -> Result<Vec<JobId>, StoreError> {
+    answer.body["children"]
+        .as_array()
+        .ok_or_else(|| corrupt(answer, "children"))?
+        .iter()
+        .map(|id| {
+            id.as_str()
+                .and_then(|id| JobId::stored(id).ok())
+                .ok_or_else(|| corrupt(answer, "children"))
+        })
+        .collect()
+}
+
 /// A refused claim by id (404 or 409).
 pub(crate) fn claim_refused(answer: &Answer) -> Result<ClaimRefused, StoreError> {
     Ok(match (answer.status, answer.body["reason"].as_str()) {

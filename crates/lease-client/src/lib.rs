@@ -522,6 +522,36 @@ impl LeaseStore for HttpLeaseStore {
         }
     }
 
+    async fn children(
+        &self,
+        job: &JobId,
+        after: Option<&JobId>,
+        limit: usize,
+    ) -> Result<Vec<JobId>, StoreError> {
+        // Pages of at most 1,000 (the route's limit), each after the last id read.
+        let mut found: Vec<JobId> = Vec::new();
+        let mut from = after.cloned();
+        while found.len() < limit {
+            let page = (limit - found.len()).min(1000);
+            let mut route = format!("/v1/jobs/{}/children?limit={page}", path(job.as_str()));
+            if let Some(from) = &from {
+                route.push_str(&format!("&after={}", path(from.as_str())));
+            }
+            let answer = self.get(&route).await?;
+            let (read, more) = match answer.status {
+                200 => (answers::children(&answer)?, answer.body["more"] == true),
+                404 if answer.body["reason"] == "not_found" => return Ok(Vec::new()),
+                _ => return Err(answer.error()),
+            };
+            from = read.last().cloned();
+            found.extend(read);
+            if !more || from.is_none() {
+                break;
+            }
+        }
+        Ok(found)
+    }
+
     async fn checkpoints(&self, job: &JobId) -> Result<Vec<KeptCheckpoint>, StoreError> {
         let answer = self
             .get(&format!("/v1/jobs/{}/checkpoints", path(job.as_str())))

@@ -55,6 +55,8 @@ pub enum Call<'a> {
     Stats(Timestamp),
     /// [`LeaseStore::checkpoints`].
     Checkpoints(&'a JobId),
+    /// [`LeaseStore::children`].
+    Children(&'a JobId, usize),
     /// [`Control::change_queue`].
     ChangeQueue(&'a QueueName, &'a QueueChange),
     /// [`Control::queues`].
@@ -230,6 +232,19 @@ impl<S: LeaseStore + ?Sized, H: Hooks> LeaseStore for Decorated<S, H> {
     async fn checkpoints(&self, job: &JobId) -> Result<Vec<KeptCheckpoint>, StoreError> {
         self.around(Call::Checkpoints(job), self.inner.checkpoints(job))
             .await
+    }
+
+    async fn children(
+        &self,
+        job: &JobId,
+        after: Option<&JobId>,
+        limit: usize,
+    ) -> Result<Vec<JobId>, StoreError> {
+        self.around(
+            Call::Children(job, limit),
+            self.inner.children(job, after, limit),
+        )
+        .await
     }
 }
 

@@ -70,6 +70,16 @@ pub trait Forward: Send + Sync {
         self.to().checkpoints(job).await
     }
 
+    /// [`LeaseStore::children`].
+    async fn children(
+        &self,
+        job: &JobId,
+        after: Option<&JobId>,
+        limit: usize,
+    ) -> Result<Vec<JobId>, StoreError> {
+        self.to().children(job, after, limit).await
+    }
+
     /// [`Control::change_queue`].
     async fn change_queue(
         &self,
@@ -169,6 +179,15 @@ impl<F: Forward> LeaseStore for Forwarded<F> {
 
     async fn checkpoints(&self, job: &JobId) -> Result<Vec<KeptCheckpoint>, StoreError> {
         self.0.checkpoints(job).await
+    }
+
+    async fn children(
+        &self,
+        job: &JobId,
+        after: Option<&JobId>,
+        limit: usize,
+    ) -> Result<Vec<JobId>, StoreError> {
+        self.0.children(job, after, limit).await
     }
 }
 

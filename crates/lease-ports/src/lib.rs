@@ -499,6 +499,37 @@ pub trait LeaseStore: Send + Sync {
         outcome_as(self.apply(job, Command::Enqueue, None).await?.outcome)
     }
 
+    /// The jobs that name `job` among their parents, in id order, after the id `after` (for
+    /// the next page), at most `limit` of them. Provided by reading every job in pages of
+    /// [`LeaseStore::list`]; the stores read their index of parents instead.
+    async fn children(
+        &self,
+        job: &JobId,
+        after: Option<&JobId>,
+        limit: usize,
+    ) -> Result<Vec<JobId>, StoreError> {
+        let mut found = Vec::new();
+        let mut filter = ListFilter {
+            queue: None,
+            status: None,
+            limit: 1000,
+            after: after.cloned(),
+            now: Timestamp::ZERO,
+        };
+        while found.len() < limit {
+            let page = self.list(&filter).await?;
+            let Some(last) = page.last() else { break };
+            filter.after = Some(last.id.clone());
+            found.extend(
+                page.into_iter()
+                    .filter(|r| r.job.after.contains(job))
+                    .map(|r| r.id),
+            );
+        }
+        found.truncate(limit);
+        Ok(found)
+    }
+
     /// The stored job, or `None`.
     async fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
         Ok(self.record(job).await?.map(|record| record.state()))

@@ -234,6 +234,30 @@ pub async fn a_fan_out_is_released_by_its_parents_completion(store: Store, child
     };
     let rows = store.stats(at(1.0)).await.expect("stats");
     assert_eq!(count(rows, Status::Waiting), children as u64);
+    // Its children are read in id order, as many as asked for; a child has none.
+    let first: Vec<String> = store
+        .children(&job("root"), None, 3)
+        .await
+        .expect("children")
+        .iter()
+        .map(|c| c.as_str().to_owned())
+        .collect();
+    assert_eq!(
+        first,
+        ["child-00000", "child-00001", "child-00002"][..3.min(children)]
+    );
+    let all = store.children(&job("root"), None, children + 1).await;
+    assert_eq!(all.expect("children").len(), children);
+    let next = store
+        .children(&job("root"), Some(&job("child-00001")), 1)
+        .await;
+    let next: Vec<JobId> = next.expect("children");
+    assert_eq!(
+        next,
+        [job("child-00002")][..1.min(children.saturating_sub(2))]
+    );
+    let none = store.children(&job("child-00000"), None, 10).await;
+    assert!(none.expect("children").is_empty());
     let lease = leases(&store, 1.0, 10).await;
     assert_eq!(lease.len(), 1, "only the parent is due");
     complete(&store, &lease[0], 2.0).await.expect("completes");

@@ -650,6 +650,29 @@ impl LeaseStore for PgLeaseStore {
         Ok(lease_ports::tally_groups(groups, now))
     }
 
+    async fn children(
+        &self,
+        job: &JobId,
+        after: Option<&JobId>,
+        limit: usize,
+    ) -> Result<Vec<JobId>, StoreError> {
+        let mut conn = self.conn().await?;
+        let stmt = conn.prepare(&self.workflow.children).await?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = conn
+            .client()
+            .query(&stmt, &[&job.as_str(), &after.map(JobId::as_str), &limit])
+            .await
+            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+        conn.clean();
+        rows.iter()
+            .map(|r| {
+                JobId::stored(r.get::<_, String>(0))
+                    .map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))
+            })
+            .collect()
+    }
+
     async fn checkpoints(&self, job: &JobId) -> Result<Vec<KeptCheckpoint>, StoreError> {
         let mut conn = self.conn().await?;
         let kept = checkpoint::of(&conn, &self.checkpoints, job).await?;

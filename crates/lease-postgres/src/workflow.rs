@@ -26,6 +26,8 @@ pub(crate) struct WorkflowSql {
     pub(crate) has_waiting: String,
     /// The children waiting on `$1`.
     waiting_children: String,
+    /// The jobs that name `$1`, in id order after `$2` (when not NULL), at most `$3`.
+    pub(crate) children: String,
     /// Reads and locks the jobs `$1` with their policy, in id order.
     lock_many: String,
     /// How each parent of each job of `$1` stands, each job's in its order.
@@ -52,6 +54,11 @@ impl WorkflowSql {
             waiting_children: format!(
                 "SELECT p.child FROM {s}.parents p JOIN {s}.jobs c ON c.id = p.child \
                  WHERE p.parent = $1 AND c.ended = 'waiting' ORDER BY p.child COLLATE \"C\""
+            ),
+            children: format!(
+                "SELECT child FROM {s}.parents WHERE parent = $1 \
+                 AND ($2::text IS NULL OR child COLLATE \"C\" > $2) \
+                 ORDER BY child COLLATE \"C\" LIMIT $3"
             ),
             lock_many: format!(
                 "SELECT id, {} FROM {s}.jobs WHERE id = ANY($1::text[]) \

@@ -10,7 +10,6 @@
 
 mod auth;
 mod body;
-mod checkpoints;
 mod extract;
 mod fields;
 mod input;
@@ -30,6 +29,7 @@ mod ui;
 mod validate;
 pub mod views;
 pub mod waiters;
+mod workflow;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -261,7 +261,8 @@ fn routes() -> (axum::Router<Arc<App>>, utoipa::openapi::OpenApi) {
         .routes(routes!(schedules::run))
         .routes(routes!(leases::progress))
         .routes(routes!(leases::hold_group))
-        .routes(routes!(checkpoints::keep, checkpoints::read))
+        .routes(routes!(workflow::keep, workflow::read))
+        .routes(routes!(workflow::children))
         .routes(routes!(service::healthz))
         .routes(routes!(service::metrics))
         .routes(routes!(service::openapi))

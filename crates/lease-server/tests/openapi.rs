@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const ROUTES: [(&str, &str); 43] = [
+const ROUTES: [(&str, &str); 44] = [
     ("post", "/v1/queues/{queue}/jobs"),
     ("post", "/v1/queues/{queue}/jobs/batch"),
     ("post", "/v1/queues/{queue}/claims"),
@@ -36,6 +36,7 @@ const ROUTES: [(&str, &str); 43] = [
     ("post", "/v1/jobs/{id}/hold-group"),
     ("post", "/v1/jobs/{id}/checkpoints"),
     ("get", "/v1/jobs/{id}/checkpoints"),
+    ("get", "/v1/jobs/{id}/children"),
     ("get", "/v1/queues"),
     ("post", "/v1/queues/{queue}/pause"),
     ("post", "/v1/queues/{queue}/resume"),

@@ -476,6 +476,15 @@ function renderJob(job) {
     field(list, 'Runs after', parentList(job.after, state.parents || {}));
     field(list, 'If a parent fails', job.on_parent_failure === 'run' ? 'runs anyway' : 'cancelled');
   }
+  const children = state.children || { children: [], more: false };
+  if (children.children.length > 0) {
+    const statuses = Object.fromEntries(children.children.map((id) => [id, state.childJobs[id]]));
+    const runsBefore = parentList(children.children, statuses);
+    if (children.more) runsBefore.append(el('li', 'and more'));
+    field(list, 'Runs before', runsBefore);
+  }
+  const kept = state.checkpoints || [];
+  if (kept.length > 0) field(list, 'Checkpoints', checkpointList(kept));
   field(list, 'Updated', time(job.updated));
   if (typeof job.payload === 'string') field(list, 'Payload', text(job.payload));
   else if (typeof job.payload_base64 === 'string') {
@@ -511,6 +520,21 @@ function parentList(after, parents) {
   return list;
 }
 
+// A job's checkpoints: each step's name, what it kept (its start, for a long value) and the
+// fence of the attempt that wrote it.
+const CHECKPOINT_CHARS = 200;
+
+function checkpointList(kept) {
+  const list = el('ul', null, 'checkpoints');
+  for (const c of kept) {
+    const item = el('li');
+    const value = c.value.length > CHECKPOINT_CHARS ? `${c.value.slice(0, CHECKPOINT_CHARS)}…` : c.value;
+    item.append(el('strong', c.name), el('span', ` fence ${num(c.fence)} `, 'muted'), el('pre', value, 'value-text'));
+    list.append(item);
+  }
+  return list;
+}
+
 async function loadParents(after) {
   const shown = (after || []).slice(0, PARENTS_SHOWN);
   const read = await Promise.all(shown.map((id) =>
@@ -523,11 +547,19 @@ async function loadParents(after) {
 
 async function loadJob(id) {
   state.job = id;
-  const [job, refusals] = await Promise.all([
-    api('GET', `/v1/jobs/${encodeURIComponent(id)}`),
+  const path = `/v1/jobs/${encodeURIComponent(id)}`;
+  const [job, refusals, kept, children] = await Promise.all([
+    api('GET', path),
     api('GET', `/v1/refusals?limit=100&job=${encodeURIComponent(id)}`),
+    api('GET', `${path}/checkpoints`),
+    api('GET', `${path}/children?limit=${PARENTS_SHOWN}`),
   ]);
-  state.parents = await loadParents(job.after);
+  [state.parents, state.childJobs] = await Promise.all([
+    loadParents(job.after),
+    loadParents(children.children),
+  ]);
+  state.checkpoints = kept.checkpoints;
+  state.children = children;
   renderJob(job);
   state.jobRefusals = refusals.refusals;
   renderJobRefusals();

@@ -455,6 +455,19 @@ impl LeaseStore for SqliteLeaseStore {
         self.run(move |store| store.stats_now(now)).await
     }
 
+    async fn children(
+        &self,
+        job: &JobId,
+        after: Option<&JobId>,
+        limit: usize,
+    ) -> Result<Vec<JobId>, StoreError> {
+        let (job, after) = (job.clone(), after.cloned());
+        self.run(move |store| {
+            store.with_conn(|conn| workflow::children(conn, &job, after.as_ref(), limit))
+        })
+        .await
+    }
+
     async fn checkpoints(&self, job: &JobId) -> Result<Vec<KeptCheckpoint>, StoreError> {
         let job = job.clone();
         self.run(move |store| store.with_conn(|conn| checkpoint::of(conn, &job)))

@@ -28,6 +28,9 @@ const SELECT_WAITING_CHILDREN: &str = "SELECT p.child FROM lease_parents p \
     JOIN jobs_queue q ON q.id = p.child WHERE p.parent = ?1 AND q.finished = 'waiting' \
     ORDER BY p.child";
 
+const SELECT_CHILDREN: &str = "SELECT child FROM lease_parents WHERE parent = ?1 \
+    AND (?2 IS NULL OR child > ?2) ORDER BY child LIMIT ?3";
+
 const DELETE_PARENTS: &str = "DELETE FROM lease_parents WHERE child = ?1";
 
 const INSERT_PARENT: &str = "INSERT INTO lease_parents(child, parent, ord) VALUES (?1, ?2, ?3)";
@@ -45,6 +48,29 @@ pub(crate) fn parents(conn: &Connection, child: &JobId) -> Result<Vec<JobId>, St
         .map_err(error::sql(conn))?;
     let ids: Vec<String> = stmt
         .query_map([child.as_str()], |r| r.get(0))
+        .and_then(Iterator::collect)
+        .map_err(error::sql(conn))?;
+    ids.into_iter()
+        .map(|id| JobId::stored(id).map_err(corrupt_id))
+        .collect()
+}
+
+/// The jobs that name `parent`, in id order after `after`, at most `limit`.
+pub(crate) fn children(
+    conn: &Connection,
+    parent: &JobId,
+    after: Option<&JobId>,
+    limit: usize,
+) -> Result<Vec<JobId>, StoreError> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut stmt = conn
+        .prepare_cached(SELECT_CHILDREN)
+        .map_err(error::sql(conn))?;
+    let ids: Vec<String> = stmt
+        .query_map(
+            rusqlite::params![parent.as_str(), after.map(JobId::as_str), limit],
+            |r| r.get(0),
+        )
         .and_then(Iterator::collect)
         .map_err(error::sql(conn))?;
     ids.into_iter()

@@ -1,6 +1,6 @@
-//! Checkpoints, a job's durable steps: a lease holder keeps one (a fenced write, judged in
-//! the store's own transaction like every holder's write), anyone who may view jobs reads
-//! them.
+//! A job's workflow beyond its own row: its checkpoints, the durable steps a lease holder
+//! keeps (a fenced write, judged in the store's own transaction like every holder's write)
+//! and anyone who may view jobs reads; and its children, the jobs that run after it.
 
 use crate::extract::{Checked, Holder, Param, Viewer};
 use crate::fields::{CheckpointNameText, FenceNo, Name, Text, Time};
@@ -9,12 +9,13 @@ use crate::problem::{Problem, ProblemBody};
 use crate::respond::{
     Answer, AppState, OkBody, as_holder, credential, holder_write, json_response, now,
 };
-use axum::extract::State;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use lease_domain::{Checkpoint, CheckpointName, CheckpointValue, Command, InputError};
 use lease_ports::WriteOutcome;
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 /// Keep a step's result: a new value of the name replaces the old one.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -108,4 +109,55 @@ pub(crate) async fn read(State(app): AppState, _: Viewer, Param(id): Param) -> A
         })
         .collect();
     Ok(json_response(StatusCode::OK, Checkpoints { checkpoints }))
+}
+
+/// How many children to read.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ChildrenQuery {
+    /// At most this many (default 100).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
+    pub(crate) limit: Option<String>,
+    /// Only children whose id comes after this one (the last of the page before).
+    #[param(value_type = Option<Name>)]
+    pub(crate) after: Option<String>,
+}
+
+/// The jobs that run after a job.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Children {
+    /// Their ids, in id order.
+    pub(crate) children: Vec<String>,
+    /// Whether it has more than were read.
+    pub(crate) more: bool,
+}
+
+#[utoipa::path(get, path = "/v1/jobs/{id}/children", tag = "jobs",
+    params(("id" = Name, Path, description = "The job id, percent-encoded"), ChildrenQuery),
+    responses(
+        (status = 200, description = "The jobs that name it among their parents, in id order", body = Children),
+        (status = "4XX", description = "404 no such job, 400 a limit out of bounds", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn children(
+    State(app): AppState,
+    _: Viewer,
+    Param(id): Param,
+    asked: Result<Query<ChildrenQuery>, QueryRejection>,
+) -> Answer {
+    let asked = crate::respond::query(asked)?;
+    let limit = crate::respond::count(asked.limit.as_deref(), "limit", 100)?;
+    if !(1..=1000).contains(&limit) {
+        return Err(Problem::invalid("parameter `limit` must be from 1 to 1000"));
+    }
+    let id = Name(id).job()?;
+    let after = asked.after.map(|a| Name(a).job()).transpose()?;
+    let mut found = app.store.children(&id, after.as_ref(), limit + 1).await?;
+    if found.is_empty() && app.store.record(&id).await?.is_none() {
+        return Err(Problem::no_such_job());
+    }
+    let more = found.len() > limit;
+    found.truncate(limit);
+    let children = found.into_iter().map(|c| c.as_str().to_owned()).collect();
+    Ok(json_response(StatusCode::OK, Children { children, more }))
 }
