@@ -54,6 +54,8 @@ pub enum Op {
     /// 6-9 limits and group rules, 10 a rate of the number mod 3 a 5 s window (0 removes it),
     /// 11 the same per group.
     Queue(u8, u8, i8),
+    /// A checkpoint (job, owner, fence, now, which of three names; its value names the op).
+    Checkpoint(u8, u8, u8, i8, u8),
 }
 
 /// The fences an [`Op::Import`] gives its job: a small one, and the two at the top of the range.
@@ -72,6 +74,7 @@ impl Op {
             | Op::Cancel(_, n)
             | Op::Retry(_, n)
             | Op::Progress(_, _, _, n, _)
+            | Op::Checkpoint(_, _, _, n, _)
             | Op::CompleteAndClaimNext(_, _, _, n, _, _) => Some(n),
             _ => None,
         }
@@ -111,6 +114,8 @@ pub fn op() -> impl Strategy<Value = Op> {
         (0..3u8, 0..3u8, 0..5u8, -5..30i8, 0..8u8)
             .prop_map(|(j, o, f, n, t)| Op::Progress(j, o, f, n, t)),
         (0..2u8, 0..13u8, -5..30i8).prop_map(|(q, k, n)| Op::Queue(q, k, n)),
+        (0..3u8, 0..3u8, 0..5u8, -5..30i8, 0..3u8)
+            .prop_map(|(j, o, f, n, k)| Op::Checkpoint(j, o, f, n, k)),
     ]
 }
 
@@ -181,13 +186,16 @@ async fn outcome(store: &dyn Transfer, op: &Op) -> String {
         Op::Release(j, o, f) => format!("{:?}", store.release(&job(j), &owner(o), fence(f)).await),
         Op::EnqueueWith(j, q, priority, run_at, max_attempts) => {
             let spec = EnqueueSpec {
-                // Job 2 runs after jobs 1 and 0: a parent that is missing is refused, those
-                // that are there decide whether it waits; half the time it runs whatever its
-                // parents' end.
-                after: match j {
-                    2 => vec![job(1), job(0)],
-                    _ => Vec::new(),
-                },
+                // A random DAG: a job of queue 1 runs after the other jobs its max_attempts
+                // picks (bit 0 the next job, bit 1 the one after); a parent that is missing is
+                // refused, those that are there decide whether it waits; half the time it runs
+                // whatever its parents' end. (A cycle cannot be formed: a parent must be
+                // stored first.)
+                after: [(1u8, 1u8), (2, 2)]
+                    .into_iter()
+                    .filter(|(bit, _)| q == 1 && max_attempts & bit != 0)
+                    .map(|(_, step)| job((j + step) % 3))
+                    .collect(),
                 on_parent_failure: if priority % 2 == 0 {
                     lease_domain::OnParentFailure::Run
                 } else {
@@ -341,15 +349,28 @@ async fn outcome(store: &dyn Transfer, op: &Op) -> String {
             };
             format!("{:?}", store.change_queue(&queue(q), change).await)
         }
+        Op::Checkpoint(j, o, f, n, k) => {
+            let checkpoint = lease_domain::Checkpoint {
+                name: lease_domain::CheckpointName::new(format!("step-{k}")).unwrap(),
+                value: lease_domain::CheckpointValue::new(format!("{o}/{f}@{n}")).unwrap(),
+            };
+            format!(
+                "{:?}",
+                store
+                    .checkpoint(&job(j), &owner(o), fence(f), at(n), &checkpoint)
+                    .await
+            )
+        }
         Op::Migrate | Op::Foreign(..) => format!("{op:?} needs a harness"),
     }
 }
 
-/// Every job's record, the pending jobs `list` shows at 10, and the `stats` at -5, 10 and 30.
+/// Every job's record and checkpoints, the pending jobs `list` shows at 10, and the `stats` at -5, 10 and 30.
 async fn contents(store: &dyn Transfer) -> String {
     let mut states = Vec::new();
     for j in 0..3 {
         states.push(format!("{:?}", store.record(&job(j)).await));
+        states.push(format!("{:?}", store.checkpoints(&job(j)).await));
     }
     let now = at(10);
     let filter = ListFilter {
