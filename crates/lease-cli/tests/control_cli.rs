@@ -1538,3 +1538,40 @@ fn the_checkpoint_command_keeps_a_holders_steps_under_its_fence() {
         db.to_str().unwrap(),
     );
 }
+
+/// The files `lease work` writes for a run (its parents and checkpoints) are removed when
+/// the run ends: each program sees only its own beside its FIFOs, however many ran before.
+#[test]
+fn a_work_runs_files_are_removed_when_it_ends() {
+    let (_dir, db) = fresh_db();
+    json_of(&db, &["enqueue", "p", "--queue", "w"]);
+    json_of(&db, &["enqueue", "a", "--queue", "w", "--after", "p"]);
+    json_of(&db, &["enqueue", "b", "--queue", "w", "--after", "p"]);
+    let program = r#"ls "$(dirname "$LEASE_CHECKPOINTS_FILE")" | grep -c '\.json$'"#;
+    let out = lease(&db)
+        .args([
+            "work",
+            "--queue",
+            "w",
+            "--owner",
+            "w",
+            "--ttl",
+            "30",
+            "--concurrency",
+            "1",
+            "--exit-when-empty",
+            "--no-schedules",
+        ])
+        .args(["--", "sh", "-c", program])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // p has its checkpoints file; a and b have theirs and their parents file, and nothing more.
+    for (id, files) in [("p", "1\n"), ("a", "2\n"), ("b", "2\n")] {
+        assert_eq!(json_of(&db, &["state", id])["result"], files, "{id}");
+    }
+}
