@@ -14,6 +14,8 @@ mod overview;
 mod pg;
 #[path = "support/raw.rs"]
 mod raw;
+#[path = "support/workflow.rs"]
+mod workflow;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -860,153 +862,30 @@ fn served_in_one_round(
 
 /// Enqueue throughput: `jobs` new jobs by W threads one job per call, and by one caller with
 /// `enqueue_many` in batches of 1,000; FULL, process CPU per job alongside.
-/// Workflows' cost on SQLite, each beside its plain counterpart measured in the same run: the
-/// queue loop (claim_next, then complete) over independent jobs and over a chain (each job
-/// after the one before, released by its completion), one completion that releases a fan-out
-/// of children, and a checkpoint beside a progress report (both fenced holder writes).
+/// Workflows' cost (`support/workflow.rs`) on SQLite, and on PostgreSQL when a server answers.
 fn workflow_rows(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
-    let jobs: u64 = if queue_jobs(plan) < 1_000 { 200 } else { 5_000 };
-    let open = |name: &str| {
-        let path = dir.join(name);
-        let _ = std::fs::remove_file(&path);
-        SqliteLeaseStore::open(&path).expect("open store")
-    };
-    let w = owner(0);
-    let lease_term = term(1.0, 600.0);
-    let result = JobResult::new("r").expect("result");
-    let q = QueueName::default();
-    for chained in [false, true] {
-        let store = open(if chained { "chain.db" } else { "flat.db" });
-        let b = store.blocking();
-        let batch: Vec<(JobId, lease_domain::EnqueueSpec)> = (0..jobs)
-            .map(|k| {
-                let spec = lease_domain::EnqueueSpec {
-                    after: if chained && k > 0 {
-                        vec![id(k - 1)]
-                    } else {
-                        Vec::new()
-                    },
-                    ..lease_domain::EnqueueSpec::default()
-                };
-                (id(k), spec)
-            })
-            .collect();
-        b.enqueue_many(&batch).expect("enqueue_many");
-        let mut caller = Caller::default();
-        let start = Instant::now();
-        let cpu = cpu_seconds();
-        for _ in 0..jobs {
-            let began = Instant::now();
-            let leases = b.claim_next(&q, &w, lease_term, 1).expect("claim_next");
-            let lease = leases.first().expect("a due job");
-            b.complete(&lease.job, &w, lease.fence, lease_term.now(), &result)
-                .expect("complete")
-                .expect("completed");
-            caller.latencies.push(began.elapsed());
-        }
-        let run = Run {
-            callers: vec![caller],
-            wall: start.elapsed(),
-        };
-        let cpu = (cpu_seconds() - cpu) / to_f64(usize::try_from(jobs).unwrap_or(1));
-        let what = if chained {
-            "a chain (each job after the one before)"
-        } else {
-            "independent jobs"
-        };
-        rows.push(jobs_row(
-            format!(
-                "workflow: claim_next + complete, {what}, jobs/s [CPU {:.0} µs/job]",
-                cpu * 1e6
-            ),
-            1,
-            jobs,
-            &run,
-            None,
-        ));
-    }
-    // One completion that releases a fan-out: children released per second.
-    let children: u64 = if queue_jobs(plan) < 1_000 {
-        500
+    let (jobs, children) = if queue_jobs(plan) < 1_000 {
+        (200, 500)
     } else {
-        10_000
+        (5_000, 10_000)
     };
-    let store = open("fan-out.db");
-    let b = store.blocking();
-    let mut batch = vec![(id(u64::MAX / 2), lease_domain::EnqueueSpec::default())];
-    batch.extend((0..children).map(|k| {
-        let spec = lease_domain::EnqueueSpec {
-            after: vec![id(u64::MAX / 2)],
-            ..lease_domain::EnqueueSpec::default()
-        };
-        (id(k), spec)
-    }));
-    b.enqueue_many(&batch).expect("enqueue_many");
-    let leases = b.claim_next(&q, &w, lease_term, 1).expect("claim_next");
-    let lease = leases.first().expect("the parent");
-    let start = Instant::now();
-    b.complete(&lease.job, &w, lease.fence, lease_term.now(), &result)
-        .expect("complete")
-        .expect("completed");
-    let wall = start.elapsed();
-    let run = Run {
-        callers: vec![Caller {
-            latencies: vec![wall],
-            per_slot: Vec::new(),
-        }],
-        wall,
-    };
-    rows.push(jobs_row(
-        format!("workflow: one completion releasing {children} children, children/s"),
-        1,
+    workflow::rows(
+        "sqlite",
+        jobs,
         children,
-        &run,
-        None,
-    ));
-    // A checkpoint beside a progress report, each a fenced write of the live lease.
-    let store = open("steps.db");
-    let b = store.blocking();
-    b.enqueue(&id(0)).expect("enqueue");
-    let leases = b.claim_next(&q, &w, lease_term, 1).expect("claim_next");
-    let lease = leases.first().expect("a lease");
-    let writes = jobs.min(2_000);
-    for checkpoint in [false, true] {
-        let mut caller = Caller::default();
-        let start = Instant::now();
-        for k in 0..writes {
-            let began = Instant::now();
-            if checkpoint {
-                let step = lease_domain::Checkpoint {
-                    name: lease_domain::CheckpointName::new(format!("step-{}", k % 100))
-                        .expect("name"),
-                    value: lease_domain::CheckpointValue::new(format!("value {k}")).expect("value"),
-                };
-                b.checkpoint(&lease.job, &w, lease.fence, lease_term.now(), &step)
-            } else {
-                let text = lease_domain::ProgressText::new(format!("{k}")).expect("text");
-                let keep = lease_domain::Renewal::Keep(lease_term.now());
-                b.progress(&lease.job, &w, lease.fence, keep, &text)
-            }
-            .expect("write")
-            .expect("written");
-            caller.latencies.push(began.elapsed());
-        }
-        let run = Run {
-            callers: vec![caller],
-            wall: start.elapsed(),
-        };
-        let what = if checkpoint {
-            "checkpoint (100 names, rewritten)"
-        } else {
-            "progress (the lease keeps its end)"
-        };
-        rows.push(jobs_row(
-            format!("workflow: {what}, writes/s"),
-            1,
-            writes,
-            &run,
-            None,
-        ));
+        &workflow::sqlite(dir),
+        &cpu_seconds,
+        rows,
+    );
+    if std::net::TcpStream::connect("127.0.0.1:5432").is_ok() {
+        workflow::rows(
+            "pg",
+            jobs,
+            children,
+            &workflow::postgres,
+            &cpu_seconds,
+            rows,
+        );
     }
 }
 

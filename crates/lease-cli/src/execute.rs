@@ -130,6 +130,14 @@ mod tests {
                 },
             }))
         });
+        store.expect_checkpoints().returning(|_| {
+            Ok(vec![lease_domain::KeptCheckpoint {
+                name: lease_domain::CheckpointName::new("step\u{1b}[2J").unwrap(),
+                value: lease_domain::CheckpointValue::new("v").unwrap(),
+                fence: Fence::new(1).unwrap(),
+                at: Timestamp::new(0.5).unwrap(),
+            }])
+        });
         let request = Request::Jobs(JobsRequest::State(
             JobId::new("j\nfake line\u{1b}[2J").unwrap(),
             Timestamp::new(0.0).unwrap(),
@@ -141,9 +149,11 @@ mod tests {
             "{human:?}"
         );
         assert!(human.contains("\\u{1b}]0;pwned\\u{7}"), "{human}");
+        assert!(human.contains("step\\u{1b}[2J"), "{human}");
         let json = answer(&request, &store, true).stdout;
         let value: Value = serde_json::from_str(&json).unwrap();
         assert_eq!(value["owner"], "evil\u{1b}]0;pwned\u{7}");
+        assert_eq!(value["checkpoints"]["step\u{1b}[2J"], "v");
     }
 
     #[test]

@@ -1217,6 +1217,24 @@ async fn an_admin_pauses_limits_and_schedules_from_the_page_and_a_job_shows_its_
             "[...document.querySelectorAll('#queues tbody tr')].some(r => r.cells[0].innerText === 'flow' && r.cells[1].innerText.includes('+ 1 waiting'))",
         )
         .await;
+    // A child the parent's end cancelled names that parent, linked.
+    let (code, answer) = server.call(
+        "POST",
+        "/v1/queues/flow/jobs",
+        &as_admin,
+        &json!({"id": "wf-child2", "after": ["wf-parent"]}).to_string(),
+    );
+    assert_eq!(code, 201, "{answer}");
+    let (code, answer) = server.call("POST", "/v1/jobs/wf-parent/cancel", &as_admin, "{}");
+    assert_eq!(code, 200, "{answer}");
+    session.visit("#/job/wf-child2").await;
+    session.job_page("wf-child2").await;
+    session
+        .until(
+            "the parent that cancelled the child, linked",
+            "[...document.querySelectorAll('#job-fields dt')].some(t => t.innerText === 'Cancelled by' && t.nextElementSibling.querySelector('a')?.getAttribute('href') === '#/job/wf-parent')",
+        )
+        .await;
     // The one error logged is the refused schedule's answer, which the page showed.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let errors = session.errors.lock().unwrap().clone();

@@ -24,8 +24,12 @@ use crate::sql::{self, Encoded, Standing};
 pub(crate) struct WorkflowSql {
     /// Whether job `$1` has children waiting on it.
     pub(crate) has_waiting: String,
-    /// The children waiting on `$1`.
-    waiting_children: String,
+    /// Reads and locks the children waiting on `$1` with their policy, in id order (a
+    /// finishing job's first statement of each generation).
+    lock_children: String,
+    /// How each unfinished parent of each child waiting on `$1` stands, each child's in its
+    /// order (sent with [`WorkflowSql::lock_children`], in the same round trip).
+    stands_of_children: String,
     /// The jobs that name `$1`, in id order after `$2` (when not NULL), at most `$3`.
     pub(crate) children: String,
     /// Reads and locks the jobs `$1` with their policy, in id order.
@@ -51,9 +55,18 @@ impl WorkflowSql {
                 "SELECT EXISTS (SELECT 1 FROM {s}.parents p JOIN {s}.jobs c ON c.id = p.child \
                  WHERE p.parent = $1 AND c.ended = 'waiting')"
             ),
-            waiting_children: format!(
-                "SELECT p.child FROM {s}.parents p JOIN {s}.jobs c ON c.id = p.child \
-                 WHERE p.parent = $1 AND c.ended = 'waiting' ORDER BY p.child COLLATE \"C\""
+            lock_children: format!(
+                "SELECT id, {} FROM {s}.jobs WHERE id IN \
+                 (SELECT child FROM {s}.parents WHERE parent = $1) AND ended = 'waiting' \
+                 ORDER BY id COLLATE \"C\" FOR UPDATE",
+                sql::READ_COLUMNS
+            ),
+            stands_of_children: format!(
+                "SELECT p.child, p.parent, j.done, j.ended FROM {s}.parents p \
+                 JOIN {s}.jobs j ON j.id = p.parent WHERE p.child IN \
+                 (SELECT q.child FROM {s}.parents q JOIN {s}.jobs c ON c.id = q.child \
+                 WHERE q.parent = $1 AND c.ended = 'waiting') \
+                 AND NOT j.done ORDER BY p.child, p.ord"
             ),
             children: format!(
                 "SELECT child FROM {s}.parents WHERE parent = $1 \
@@ -287,8 +300,9 @@ fn stands_by_child(rows: &[tokio_postgres::Row]) -> Result<HashMap<String, Stand
 
 /// Settles the jobs waiting on `finished`, which ended as `end` at `at`, transitively, a
 /// generation at a time: the children waiting on a job are locked together (in id order),
-/// then how their parents stand is read (after the locks, so a parent that finished in a
-/// transaction that held a child before is seen finished), then each decided row is written.
+/// then how their parents stand is read (pipelined in the same round trip, and run by the
+/// server after the locks are held, so a parent that finished in a transaction that held a
+/// child before is seen finished), then each decided row is written.
 pub(crate) async fn release(
     conn: &Conn,
     s: &crate::connection::Statements,
@@ -298,23 +312,22 @@ pub(crate) async fn release(
     at: Option<Timestamp>,
 ) -> Result<(), StoreError> {
     let mut propagation = Propagation::new(finished, end);
-    let children = conn.prepare(&w.waiting_children).await?;
-    let lock_many = conn.prepare(&w.lock_many).await?;
-    let stands_many = conn.prepare(&w.stands_many).await?;
+    let lock_children = conn.prepare(&w.lock_children).await?;
+    let stands_of_children = conn.prepare(&w.stands_of_children).await?;
     let c = conn.client();
     while let Some(parent) = propagation.next_parent() {
-        let rows = c
-            .query(&children, &[&parent.as_str()])
-            .await
-            .map_err(before)?;
-        let ids: Vec<String> = rows.iter().map(|r| r.get::<_, String>(0)).collect();
-        if ids.is_empty() {
+        // One round trip a generation: the waiting children, locked in id order after their
+        // parent, and how their other parents stand.
+        let key = parent.as_str();
+        let (locked, stood) = futures::future::try_join(
+            c.query(&lock_children, &[&key]),
+            c.query(&stands_of_children, &[&key]),
+        )
+        .await
+        .map_err(before)?;
+        if locked.is_empty() {
             continue;
         }
-        let (locked, stood) =
-            futures::future::try_join(c.query(&lock_many, &[&ids]), c.query(&stands_many, &[&ids]))
-                .await
-                .map_err(before)?;
         let mut parents = stands_by_child(&stood)?;
         let mut waiting = Vec::with_capacity(locked.len());
         let mut read = HashMap::new();

@@ -476,6 +476,14 @@ function renderJob(job) {
     field(list, 'Runs after', parentList(job.after, state.parents || {}));
     field(list, 'If a parent fails', job.on_parent_failure === 'run' ? 'runs anyway' : 'cancelled');
   }
+  // A child cancelled by a parent's end names that parent (the error the domain writes).
+  const cancelledBy = (job.after || []).find((p) =>
+    ['dead', 'cancelled'].some((end) => job.error === `cancelled: its parent ${p} ended ${end}`));
+  if (cancelledBy !== undefined) {
+    const link = el('a', cancelledBy);
+    link.href = `#/job/${encodeURIComponent(cancelledBy)}`;
+    field(list, 'Cancelled by', link);
+  }
   const children = state.children || { children: [], more: false };
   if (children.children.length > 0) {
     const statuses = Object.fromEntries(children.children.map((id) => [id, state.childJobs[id]]));
