@@ -308,6 +308,44 @@ pub async fn a_fan_in_waits_for_its_last_parent(store: Store, parents: usize) {
     assert_eq!(run_due(&store, 4.0).await, ["sink"]);
 }
 
+/// The children of one parent are settled together, some cancelled and some due by their
+/// policies, and every store's counts (`stats`) move with them: none is left counted as
+/// waiting, each is counted where it went.
+pub async fn a_generation_of_children_is_settled_and_counted_together(store: Store) {
+    let anyway = EnqueueSpec {
+        on_parent_failure: OnParentFailure::Run,
+        ..after(&["p"])
+    };
+    let mut batch = vec![("p", after(&[]))];
+    batch.extend(["c1", "c2", "c3"].map(|c| (c, after(&["p"]))));
+    batch.extend(["r1", "r2"].map(|r| (r, anyway.clone())));
+    submit(&store, &batch).await;
+    let counted = |rows: Vec<crate::StatsRow>| -> Vec<(Status, u64)> {
+        let mut found: Vec<(Status, u64)> = rows
+            .into_iter()
+            .filter(|r| r.queue == flow())
+            .map(|r| (r.status, r.count))
+            .collect();
+        found.sort_by_key(|(status, _)| status.as_str());
+        found
+    };
+    let rows = store.stats(at(1.0)).await.expect("stats");
+    assert_eq!(counted(rows), [(Status::Pending, 1), (Status::Waiting, 5)]);
+    let lease = leases(&store, 1.0, 10).await;
+    assert_eq!(lease.len(), 1, "only the parent is due");
+    kill(&store, &lease[0], 2.0).await;
+    let rows = store.stats(at(3.0)).await.expect("stats");
+    assert_eq!(
+        counted(rows),
+        [
+            (Status::Cancelled, 3),
+            (Status::Dead, 1),
+            (Status::Pending, 2)
+        ]
+    );
+    assert_eq!(run_due(&store, 3.0).await, ["r1", "r2"]);
+}
+
 /// A parent that ends dead cancels its waiting children, transitively, each with an error
 /// naming the parent that ended it; a child that runs whatever its parents' end
 /// (`on_parent_failure: run`) becomes due instead. Retrying the dead parent does not revive
@@ -713,6 +751,7 @@ macro_rules! workflow_conformance_tests {
                 a_chain_runs_one_job_after_another,
                 a_missing_parent_a_self_parent_and_a_cycle_are_refused_storing_nothing,
                 a_failed_parent_cancels_its_children_unless_they_run_anyway,
+                a_generation_of_children_is_settled_and_counted_together,
                 a_stale_completion_releases_no_child,
                 waiting_jobs_are_listed_and_never_purged,
                 checkpoints_are_fenced_and_kept_across_attempts,
@@ -729,6 +768,7 @@ macro_rules! workflow_conformance_tests {
                 a_chain_runs_one_job_after_another,
                 a_missing_parent_a_self_parent_and_a_cycle_are_refused_storing_nothing,
                 a_failed_parent_cancels_its_children_unless_they_run_anyway,
+                a_generation_of_children_is_settled_and_counted_together,
                 a_stale_completion_releases_no_child,
                 waiting_jobs_are_listed_and_never_purged,
                 checkpoints_are_fenced_and_kept_across_attempts,

@@ -268,6 +268,165 @@ fn update_counted(s: &str) -> String {
     )
 }
 
+/// Writes many jobs in one statement, each column an array (`$1`..`$21` as
+/// [`Encoded::params`], `$22`..`$25` the counts each moves as [`Encoded::counted_params`],
+/// NULL for a write that moves none), with the counts of migration 6 they move summed by queue
+/// and end; answers how many rows it wrote. For rows already locked (a generation of a
+/// workflow's children).
+pub(crate) fn update_many(s: &str) -> String {
+    format!(
+        "WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::float8[], $4::int8[], \
+         $5::text[], $6::bool[], $7::text[], $8::int8[], $9::float8[], $10::int8[], \
+         $11::int8[], $12::bytea[], $13::text[], $14::text[], $15::int8[], $16::float8[], \
+         $17::bytea[], $18::float8[], $19::text[], $20::text[], $21::float8[], $22::text[], \
+         $23::text[], $24::text[], $25::float8[]) AS v(id, owner, until, fence, result, done, \
+         queue, priority, run_at, attempts, max_attempts, payload, ended, error, result_fence, \
+         updated, token, timeout, progress, grp, leased_until, old_queue, old_end, new_end, \
+         completed)), \
+         u AS (UPDATE {s}.jobs j SET owner = v.owner, until = v.until, fence = v.fence, \
+         result = v.result, done = v.done, queue = v.queue, priority = v.priority, \
+         run_at = v.run_at, attempts = v.attempts, max_attempts = v.max_attempts, \
+         payload = v.payload, ended = v.ended, error = v.error, result_fence = v.result_fence, \
+         updated = v.updated, token = v.token, timeout = v.timeout, progress = v.progress, \
+         grp = v.grp, leased_until = v.leased_until FROM v WHERE j.id = v.id \
+         RETURNING v.queue, v.old_queue, v.old_end, v.new_end, v.completed), \
+         f AS (INSERT INTO {s}.finished (queue, finished, shard, n) \
+         SELECT q, e, pg_backend_pid(), sum(d) FROM (\
+         SELECT old_queue AS q, old_end AS e, -1 AS d FROM u WHERE old_end IS NOT NULL \
+         UNION ALL SELECT queue, new_end, 1 FROM u WHERE new_end IS NOT NULL) AS moved \
+         GROUP BY q, e \
+         ON CONFLICT (queue, finished, shard) DO UPDATE SET n = {s}.finished.n + excluded.n), \
+         c AS (INSERT INTO {s}.completions (minute, queue, shard, n) \
+         SELECT completed, queue, pg_backend_pid(), count(*) FROM u \
+         WHERE completed IS NOT NULL GROUP BY completed, queue \
+         ON CONFLICT (minute, queue, shard) DO UPDATE SET n = {s}.completions.n + excluded.n) \
+         SELECT count(*) FROM u"
+    )
+}
+
+/// Many [`Encoded`] writes as the columns of [`update_many`].
+pub(crate) struct Columns {
+    id: Vec<String>,
+    owner: Vec<Option<String>>,
+    until: Vec<f64>,
+    fence: Vec<i64>,
+    result: Vec<Option<String>>,
+    done: Vec<bool>,
+    queue: Vec<String>,
+    priority: Vec<i64>,
+    run_at: Vec<Option<f64>>,
+    attempts: Vec<i64>,
+    max_attempts: Vec<i64>,
+    payload: Vec<Option<Vec<u8>>>,
+    ended: Vec<Option<&'static str>>,
+    error: Vec<Option<String>>,
+    result_fence: Vec<Option<i64>>,
+    updated: Vec<Option<f64>>,
+    token: Vec<Option<Vec<u8>>>,
+    timeout: Vec<Option<f64>>,
+    progress: Vec<Option<String>>,
+    group: Vec<Option<String>>,
+    leased_until: Vec<Option<f64>>,
+    old_queue: Vec<Option<String>>,
+    old_end: Vec<Option<&'static str>>,
+    new_end: Vec<Option<&'static str>>,
+    completed: Vec<Option<f64>>,
+}
+
+impl Columns {
+    /// The columns of `writes`, row by row.
+    pub(crate) fn of(writes: &[Encoded]) -> Self {
+        let n = writes.len();
+        let mut c = Self {
+            id: Vec::with_capacity(n),
+            owner: Vec::with_capacity(n),
+            until: Vec::with_capacity(n),
+            fence: Vec::with_capacity(n),
+            result: Vec::with_capacity(n),
+            done: Vec::with_capacity(n),
+            queue: Vec::with_capacity(n),
+            priority: Vec::with_capacity(n),
+            run_at: Vec::with_capacity(n),
+            attempts: Vec::with_capacity(n),
+            max_attempts: Vec::with_capacity(n),
+            payload: Vec::with_capacity(n),
+            ended: Vec::with_capacity(n),
+            error: Vec::with_capacity(n),
+            result_fence: Vec::with_capacity(n),
+            updated: Vec::with_capacity(n),
+            token: Vec::with_capacity(n),
+            timeout: Vec::with_capacity(n),
+            progress: Vec::with_capacity(n),
+            group: Vec::with_capacity(n),
+            leased_until: Vec::with_capacity(n),
+            old_queue: Vec::with_capacity(n),
+            old_end: Vec::with_capacity(n),
+            new_end: Vec::with_capacity(n),
+            completed: Vec::with_capacity(n),
+        };
+        for w in writes {
+            c.id.push(w.id.clone());
+            c.owner.push(w.owner.clone());
+            c.until.push(w.until);
+            c.fence.push(w.fence);
+            c.result.push(w.result.clone());
+            c.done.push(w.done);
+            c.queue.push(w.queue.clone());
+            c.priority.push(w.priority);
+            c.run_at.push(w.run_at);
+            c.attempts.push(w.attempts);
+            c.max_attempts.push(w.max_attempts);
+            c.payload.push(w.payload.clone());
+            c.ended.push(w.ended);
+            c.error.push(w.error.clone());
+            c.result_fence.push(w.result_fence);
+            c.updated.push(w.updated);
+            c.token.push(w.token.clone());
+            c.timeout.push(w.timeout);
+            c.progress.push(w.progress.clone());
+            c.group.push(w.group.clone());
+            c.leased_until.push(w.leased_until);
+            let counted = w.counted.as_ref();
+            c.old_queue.push(counted.map(|k| k.old_queue.clone()));
+            c.old_end.push(counted.and_then(|k| k.old_end));
+            c.new_end.push(counted.and_then(|k| k.new_end));
+            c.completed.push(counted.and_then(|k| k.completed));
+        }
+        c
+    }
+
+    /// The parameters of [`update_many`].
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 25] {
+        [
+            &self.id,
+            &self.owner,
+            &self.until,
+            &self.fence,
+            &self.result,
+            &self.done,
+            &self.queue,
+            &self.priority,
+            &self.run_at,
+            &self.attempts,
+            &self.max_attempts,
+            &self.payload,
+            &self.ended,
+            &self.error,
+            &self.result_fence,
+            &self.updated,
+            &self.token,
+            &self.timeout,
+            &self.progress,
+            &self.group,
+            &self.leased_until,
+            &self.old_queue,
+            &self.old_end,
+            &self.new_end,
+            &self.completed,
+        ]
+    }
+}
+
 /// A job's end as migration 6 indexes and counts it (`done`, `dead`, `cancelled`; NULL while
 /// open), spelled exactly as in its index so the planner uses it.
 const END: &str = "CASE WHEN done THEN 'done' ELSE ended END";

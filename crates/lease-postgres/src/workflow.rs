@@ -46,6 +46,8 @@ pub(crate) struct WorkflowSql {
     delete_parents: String,
     insert_parents: String,
     set_policy: String,
+    /// Writes a generation of settled children in one statement (`sql::update_many`).
+    update_many: String,
 }
 
 impl WorkflowSql {
@@ -97,6 +99,7 @@ impl WorkflowSql {
                 "INSERT INTO {s}.parents (child, parent, ord) \
                  SELECT * FROM unnest($1::text[], $2::text[], $3::integer[])"
             ),
+            update_many: sql::update_many(s),
             set_policy: format!(
                 "UPDATE {s}.jobs j SET on_parent_failure = u.p \
                  FROM unnest($1::text[], $2::text[]) AS u(id, p) WHERE j.id = u.id"
@@ -259,7 +262,7 @@ pub(crate) async fn judge(
             }
         }
     }
-    update_all(conn, s, &writes).await?;
+    update_all(conn, s, w, &writes).await?;
     for (id, end, at) in cancelled {
         release(conn, s, w, &id, end, at).await?;
     }
@@ -270,16 +273,38 @@ pub(crate) async fn judge(
 async fn update_all(
     conn: &Conn,
     s: &crate::connection::Statements,
+    w: &WorkflowSql,
     writes: &[Encoded],
 ) -> Result<(), StoreError> {
     let c = conn.client();
-    futures::future::try_join_all(
-        writes
-            .iter()
-            .map(|row| crate::write::update(c, &s.update, &s.update_counted, row)),
-    )
-    .await
-    .map_err(before)?;
+    if writes.len() < 2 {
+        // One row: the plain statement, as any write.
+        futures::future::try_join_all(
+            writes
+                .iter()
+                .map(|row| crate::write::update(c, &s.update, &s.update_counted, row)),
+        )
+        .await
+        .map_err(before)?;
+        return Ok(());
+    }
+    // Many: one statement, its columns arrays, its counts summed.
+    let update_many = conn.prepare(&w.update_many).await?;
+    let columns = sql::Columns::of(writes);
+    let row = c
+        .query_one(&update_many, &columns.params())
+        .await
+        .map_err(before)?;
+    let written = row.get::<_, i64>(0);
+    if usize::try_from(written).ok() != Some(writes.len()) {
+        return Err(StoreError::Corrupt(
+            format!(
+                "a write of {} locked children changed {written} rows",
+                writes.len()
+            )
+            .into(),
+        ));
+    }
     Ok(())
 }
 
@@ -354,7 +379,7 @@ pub(crate) async fn release(
                 writes.push(Encoded::from_to(&child, Some(Standing::of(job)), &next));
             }
         }
-        update_all(conn, s, &writes).await?;
+        update_all(conn, s, w, &writes).await?;
     }
     Ok(())
 }
