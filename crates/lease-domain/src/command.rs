@@ -278,6 +278,17 @@ impl Command {
         }
     }
 
+    /// The checkpoint the command would keep if granted (directly or through the service): a
+    /// store that counts the job's checkpoints reads them with the job's row.
+    #[must_use]
+    pub fn checkpoint_asked(&self) -> Option<&Checkpoint> {
+        match self {
+            Command::Checkpoint(_, _, _, checkpoint) => Some(checkpoint),
+            Command::AsHolder(_, inner) => inner.checkpoint_asked(),
+            _ => None,
+        }
+    }
+
     /// The checkpoint a granted command keeps beside the job, in the same transaction, with
     /// the fence that writes it and when (`None` for every command but a checkpoint, and for
     /// one the domain refuses).

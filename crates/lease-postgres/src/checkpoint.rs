@@ -2,7 +2,7 @@
 //! the job does): a granted checkpoint kept (a new name only while the job keeps fewer than
 //! the limit, as `lease_domain::checkpoint_fits` says), a run again's cleared, and the reads.
 
-use lease_domain::{Checkpoint, Fence, JobId, KeptCheckpoint, Timestamp, checkpoint_fits};
+use lease_domain::{Checkpoint, Fence, JobId, KeptCheckpoint, Timestamp};
 use lease_ports::StoreError;
 
 use crate::connection::Conn;
@@ -26,6 +26,11 @@ pub(crate) struct CheckpointSql {
 }
 
 impl CheckpointSql {
+    /// How many checkpoints `$1` keeps, and whether one is named `$2`.
+    pub(crate) fn count(&self) -> &str {
+        &self.count
+    }
+
     pub(crate) fn new(s: &str) -> Self {
         let set = "ON CONFLICT (job, name) DO UPDATE SET value = excluded.value, \
             fence = excluded.fence, at = excluded.at";
@@ -64,41 +69,31 @@ fn fence_param(fence: Fence) -> i64 {
     i64::try_from(fence.get()).unwrap_or(i64::MAX)
 }
 
-/// Keeps `checkpoint` of `job`, written by `fence` at `at`, if the job may keep it.
+/// Keeps `checkpoint` of `job`, written by `fence` at `at`, and commits, in one round trip
+/// (the caller has judged, with [`CheckpointSql::count`] read after the row lock, that the
+/// job may keep it).
 pub(crate) async fn keep(
     conn: &Conn,
     sql: &CheckpointSql,
+    s: &crate::connection::Statements,
     job: &JobId,
     checkpoint: &Checkpoint,
     fence: Fence,
     at: Timestamp,
 ) -> Result<(), StoreError> {
-    let (key, name) = (job.as_str(), checkpoint.name.as_str());
-    let count = conn.prepare(&sql.count).await?;
-    let row = conn
-        .client()
-        .query_one(&count, &[&key, &name])
-        .await
-        .map_err(before)?;
-    let (kept, named): (i64, bool) = (row.get(0), row.get(1));
-    let kept = usize::try_from(kept).unwrap_or(usize::MAX);
-    checkpoint_fits(job, kept, named)
-        .map_err(|refused| StoreError::InvalidInput(refused.into()))?;
     let upsert = conn.prepare(&sql.upsert).await?;
-    conn.client()
-        .execute(
-            &upsert,
-            &[
-                &key,
-                &name,
-                &checkpoint.value.as_str(),
-                &fence_param(fence),
-                &at.get(),
-            ],
-        )
+    let c = conn.client();
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [
+        &job.as_str(),
+        &checkpoint.name.as_str(),
+        &checkpoint.value.as_str(),
+        &fence_param(fence),
+        &at.get(),
+    ];
+    futures::future::try_join(c.execute(&upsert, &params), c.execute(&s.commit, &[]))
         .await
         .map(drop)
-        .map_err(before)
+        .map_err(|e| error::map(e, Stage::Commit))
 }
 
 /// Deletes every checkpoint of `jobs`.

@@ -39,35 +39,54 @@ impl PgLeaseStore {
         } else {
             None
         };
+        let count = match command.checkpoint_asked() {
+            Some(checkpoint) => Some((
+                conn.prepare(self.checkpoints.count()).await?,
+                checkpoint.name.as_str().to_owned(),
+            )),
+            None => None,
+        };
         let c = conn.client();
         let key = id.as_str();
         let needs_clock = self.clock.needs_clock(&command);
         let enqueue = command.is_enqueue();
-        // One round trip: BEGIN, the row lock, the clock after it, the purge mark, and (for a
-        // write that may finish the job) whether jobs wait on it, read after the lock.
-        let ((((_, row), now), purged), waited_on) = try_join(
+        // One round trip: BEGIN, the row lock, the clock after it, the purge mark, (for a
+        // write that may finish the job) whether jobs wait on it, and (for a checkpoint) how
+        // many the job keeps, each read after the lock.
+        let (((((_, row), now), purged), waited_on), kept) = try_join(
             try_join(
                 try_join(
-                    try_join(c.execute(&s.begin, &[]), c.query_opt(&s.lock, &[&key])),
-                    clock_if(c, &s, needs_clock),
+                    try_join(
+                        try_join(c.execute(&s.begin, &[]), c.query_opt(&s.lock, &[&key])),
+                        clock_if(c, &s, needs_clock),
+                    ),
+                    async {
+                        if enqueue {
+                            c.query_opt(&s.lock_purged, &[&key])
+                                .await
+                                .map(|r| r.map(|r| r.get::<_, i64>(0)))
+                        } else {
+                            Ok(None)
+                        }
+                    },
                 ),
                 async {
-                    if enqueue {
-                        c.query_opt(&s.lock_purged, &[&key])
+                    match &probe {
+                        Some(probe) => c
+                            .query_one(probe, &[&key])
                             .await
-                            .map(|r| r.map(|r| r.get::<_, i64>(0)))
-                    } else {
-                        Ok(None)
+                            .map(|r| r.get::<_, bool>(0)),
+                        None => Ok(false),
                     }
                 },
             ),
             async {
-                match &probe {
-                    Some(probe) => c
-                        .query_one(probe, &[&key])
+                match &count {
+                    Some((count, name)) => c
+                        .query_one(count, &[&key, name])
                         .await
-                        .map(|r| r.get::<_, bool>(0)),
-                    None => Ok(false),
+                        .map(|r| Some((r.get::<_, i64>(0), r.get::<_, bool>(1)))),
+                    None => Ok(None),
                 }
             },
         )
@@ -109,18 +128,16 @@ impl PgLeaseStore {
             return Ok(outcome);
         }
         // A checkpoint is kept beside the job, which it leaves as it is (its row stays locked
-        // until COMMIT). A refusal of the limit rolls back.
+        // until COMMIT), its upsert and COMMIT in one round trip. A refusal of the limit rolls
+        // back.
         if let Some((checkpoint, fence, at)) = command.checkpoint(&outcome) {
-            let kept =
-                crate::checkpoint::keep(conn, &self.checkpoints, id, checkpoint, fence, at).await;
-            let c = conn.client();
-            if let Err(refused) = kept {
+            let (kept, named) = kept.unwrap_or((0, false));
+            let kept = usize::try_from(kept).unwrap_or(usize::MAX);
+            if let Err(refused) = lease_domain::checkpoint_fits(id, kept, named) {
                 rollback(c, &s).await?;
-                return Err(refused);
+                return Err(StoreError::InvalidInput(refused.into()));
             }
-            c.execute(&s.commit, &[])
-                .await
-                .map_err(|e| error::map(e, Stage::Commit))?;
+            crate::checkpoint::keep(conn, &self.checkpoints, &s, id, checkpoint, fence, at).await?;
             return Ok(outcome);
         }
         let Some(next) = next else {
