@@ -173,19 +173,6 @@ impl<S: BlockingCore + ?Sized> Blocking<'_, S> {
         self.command(job, Command::HoldGroup(owner.clone(), fence, now, until))
     }
 
-    /// See [`LeaseStore::checkpoint`].
-    pub fn checkpoint(
-        &self,
-        job: &JobId,
-        owner: &Owner,
-        fence: Fence,
-        now: Timestamp,
-        checkpoint: &lease_domain::Checkpoint,
-    ) -> Result<WriteOutcome, StoreError> {
-        let command = Command::Checkpoint(owner.clone(), fence, now, checkpoint.clone());
-        self.command(job, command)
-    }
-
     /// See [`LeaseStore::complete`].
     pub fn complete(
         &self,

@@ -12,7 +12,7 @@ use crate::error::{self, Stage};
 #[derive(Debug)]
 pub(crate) struct CheckpointSql {
     /// How many checkpoints `$1` keeps, and whether one is named `$2`.
-    count: String,
+    pub(crate) count: String,
     /// Keeps a checkpoint (`$1` job, `$2` name, `$3` value, `$4` fence, `$5` time).
     upsert: String,
     /// Writes checkpoints as they are (arrays of job, name, value, fence, time).
@@ -26,11 +26,6 @@ pub(crate) struct CheckpointSql {
 }
 
 impl CheckpointSql {
-    /// How many checkpoints `$1` keeps, and whether one is named `$2`.
-    pub(crate) fn count(&self) -> &str {
-        &self.count
-    }
-
     pub(crate) fn new(s: &str) -> Self {
         let set = "ON CONFLICT (job, name) DO UPDATE SET value = excluded.value, \
             fence = excluded.fence, at = excluded.at";
@@ -65,10 +60,6 @@ fn before(e: tokio_postgres::Error) -> StoreError {
     error::map(e, Stage::BeforeCommit)
 }
 
-fn fence_param(fence: Fence) -> i64 {
-    i64::try_from(fence.get()).unwrap_or(i64::MAX)
-}
-
 /// Keeps `checkpoint` of `job`, written by `fence` at `at`, and commits, in one round trip
 /// (the caller has judged, with [`CheckpointSql::count`] read after the row lock, that the
 /// job may keep it).
@@ -87,7 +78,7 @@ pub(crate) async fn keep(
         &job.as_str(),
         &checkpoint.name.as_str(),
         &checkpoint.value.as_str(),
-        &fence_param(fence),
+        &i64::from(fence),
         &at.get(),
     ];
     futures::future::try_join(c.execute(&upsert, &params), c.execute(&s.commit, &[]))
@@ -161,7 +152,7 @@ pub(crate) async fn put(
     let values: Vec<&str> = checkpoints.iter().map(|(_, c)| c.value.as_str()).collect();
     let fences: Vec<i64> = checkpoints
         .iter()
-        .map(|(_, c)| fence_param(c.fence))
+        .map(|(_, c)| i64::from(c.fence))
         .collect();
     let ats: Vec<f64> = checkpoints.iter().map(|(_, c)| c.at.get()).collect();
     let put = conn.prepare(&sql.put).await?;

@@ -41,7 +41,7 @@ impl PgLeaseStore {
         };
         let count = match command.checkpoint_asked() {
             Some(checkpoint) => Some((
-                conn.prepare(self.checkpoints.count()).await?,
+                conn.prepare(&self.checkpoints.count).await?,
                 checkpoint.name.as_str().to_owned(),
             )),
             None => None,

@@ -41,7 +41,7 @@ pub(crate) fn keep(
     let kept = usize::try_from(kept).unwrap_or(usize::MAX);
     checkpoint_fits(job, kept, named != 0)
         .map_err(|refused| StoreError::InvalidInput(refused.into()))?;
-    let fence = i64::try_from(fence.get()).unwrap_or(i64::MAX);
+    let fence = i64::from(fence);
     let value = checkpoint.value.as_str();
     conn.prepare_cached(UPSERT)
         .and_then(|mut stmt| stmt.execute(params![key, name, value, fence, at.get()]))
@@ -107,7 +107,7 @@ pub(crate) fn put(
 ) -> Result<(), StoreError> {
     let mut stmt = conn.prepare_cached(UPSERT).map_err(error::sql(conn))?;
     for (job, kept) in checkpoints {
-        let fence = i64::try_from(kept.fence.get()).unwrap_or(i64::MAX);
+        let fence = i64::from(kept.fence);
         stmt.execute(params![
             job.as_str(),
             kept.name.as_str(),

@@ -35,6 +35,27 @@ fn checkpoint(db: &str, owner: &str, fence: &str, now: &str, step: &[&str]) -> O
         .unwrap()
 }
 
+/// `lease checkpoint s` as `a` with fence 1 at `now`, its value `input` on standard input.
+fn checkpoint_fed(db: &str, now: &str, name: &str, input: &[u8]) -> Output {
+    super::stdin::fed(
+        lease(db).args([
+            "checkpoint",
+            "s",
+            "--owner",
+            "a",
+            "--fence",
+            "1",
+            "--now",
+            now,
+            "--name",
+            name,
+            "--value-file",
+            "-",
+        ]),
+        input,
+    )
+}
+
 fn claim(db: &str, owner: &str, now: &str) {
     let out = lease(db)
         .args([
@@ -80,23 +101,7 @@ pub fn the_checkpoint_command_keeps_a_holders_steps_under_its_fence(db: &str) {
         serde_json::from_slice::<Value>(&out.stdout).unwrap(),
         json!({"ok": true})
     );
-    let out = super::stdin::fed(
-        lease(db).args([
-            "checkpoint",
-            "s",
-            "--owner",
-            "a",
-            "--fence",
-            "1",
-            "--now",
-            "102",
-            "--name",
-            "parse",
-            "--value-file",
-            "-",
-        ]),
-        b"two\nlines",
-    );
+    let out = checkpoint_fed(db, "102", "parse", b"two\nlines");
     assert!(
         out.status.success(),
         "{}",
@@ -105,23 +110,7 @@ pub fn the_checkpoint_command_keeps_a_holders_steps_under_its_fence(db: &str) {
     assert_eq!(kept(db), json!({"fetch": "rows=3", "parse": "two\nlines"}));
     // Bad input: exit 1, naming what is wrong; nothing kept.
     let long = "n".repeat(257);
-    let nul = super::stdin::fed(
-        lease(db).args([
-            "checkpoint",
-            "s",
-            "--owner",
-            "a",
-            "--fence",
-            "1",
-            "--now",
-            "103",
-            "--name",
-            "ok",
-            "--value-file",
-            "-",
-        ]),
-        b"a\0b",
-    );
+    let nul = checkpoint_fed(db, "103", "ok", b"a\0b");
     for (out, names) in [
         (
             checkpoint(db, "a", "1", "103", &["--name", "", "--value", "x"]),
