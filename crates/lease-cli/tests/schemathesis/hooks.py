@@ -40,13 +40,24 @@ def map_case(context, case):
             body["wait"] = wait / 40
     meta = case.meta
     stateful = meta is not None and str(meta.phase.name) == "stateful"
+    # Fields are dropped only from a case drawn to be valid: a dropped field may be the one a
+    # case drawn to be invalid got wrong, which would then be sent as valid data.
+    valid = meta is not None and str(meta.generation.mode.value) == "positive"
     if stateful and case.operation.path in CLAIMS and isinstance(body, dict):
         if number(body.get("ttl")) and 0 < body["ttl"] < 300:
             body["ttl"] = 300
-    if stateful and case.operation.path in HOLDER_WRITES and isinstance(body, dict):
+    dropping = stateful and valid and isinstance(body, dict)
+    if dropping and case.operation.path in CLAIMS + HOLDER_WRITES:
+        # At the server's time (a caller's clock is refused by a server that does not trust
+        # caller clocks).
+        body.pop("now", None)
+    if dropping and case.operation.path in HOLDER_WRITES:
         # Written as the lease's own owner (a drawn one is refused as not the owner).
         body.pop("owner", None)
-    if stateful and case.operation.path == "/v1/queues/{queue}/jobs" and isinstance(body, dict):
-        # Due now, so that the claim the links lead to finds it.
-        body.pop("run_at", None)
+    if dropping and case.operation.path == "/v1/queues/{queue}/jobs":
+        # Due now and for as long as its lease, so that the claim the links lead to finds it
+        # and the writes after the claim find the lease live: no `run_at`, no `debounce` (due
+        # later), no parents to wait for (`after`), no `timeout` that ends the lease early.
+        for field in ("run_at", "debounce", "after", "on_parent_failure", "timeout"):
+            body.pop(field, None)
     return case
