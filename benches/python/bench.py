@@ -169,6 +169,9 @@ def main():
     parser.add_argument("--statement-jobs", type=int, default=300)
     parser.add_argument("--worker-jobs", type=int, default=5000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--statement-only", action="store_true", help="only the statement's rows (no workers)"
+    )
     args = parser.parse_args()
     rows = []
     ours, plain, pooled = [], [], []
@@ -182,7 +185,7 @@ def main():
     rows.append(("statement functions, `lease` (a connection per call, WAL, FULL), ops/s", 1, ours_rate, f"{ours_rate / plain_rate:.2f}x the plain sqlite3 service.py"))
     rows.append(("statement functions, plain sqlite3 service.py (a connection per call, rollback journal, FULL), ops/s", 1, plain_rate, ""))
     rows.append(("the same calls through one `lease.Store` (a pool, WAL, FULL), ops/s", 1, pooled_rate, f"{pooled_rate / plain_rate:.2f}x the plain sqlite3 service.py"))
-    for workers in (1, 16):
+    for workers in () if args.statement_only else (1, 16):
         py, rust = [], []
         for _ in range(args.runs):
             py.append(python_worker_run(args.worker_jobs, workers))

@@ -193,8 +193,9 @@ fn ci() -> Result<(), String> {
 
 /// Runs the benchmark report (one table, also written to target/bench-report.md); without
 /// `--quick` it then runs the criterion micro-benchmarks too. `--python` runs the Python
-/// package's rows instead (`benches/python/bench.py`, against the report's Rust rows), and
-/// `--peers` the SQLite queue loop against effectum (`peers.rs`).
+/// package's rows instead (`benches/python/bench.py`, against the report's Rust rows; with
+/// `--statement-only`, only the problem statement's rows), and `--peers` the SQLite queue loop
+/// against effectum (`peers.rs`).
 fn bench(rest: &[String]) -> Result<(), String> {
     let python = rest.iter().any(|a| a == "--python");
     if python || rest.iter().any(|a| a == "--peers") {
@@ -215,7 +216,8 @@ fn bench(rest: &[String]) -> Result<(), String> {
         let target = target_dir()?;
         let report = newest_report(&target.join("release/deps"))?;
         return if python {
-            python::bench(root, &target, &report)
+            let statement_only = rest.iter().any(|a| a == "--statement-only");
+            python::bench(root, &target, &report, statement_only)
         } else {
             peers::bench(root, &report)
         };

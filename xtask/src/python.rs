@@ -70,7 +70,12 @@ pub(crate) fn test(root: &Path, target: &Path, pytest: &[&str]) -> Result<(), St
 ///
 /// # Errors
 /// The step that failed.
-pub(crate) fn bench(root: &Path, target: &Path, report: &Path) -> Result<(), String> {
+pub(crate) fn bench(
+    root: &Path,
+    target: &Path,
+    report: &Path,
+    statement_only: bool,
+) -> Result<(), String> {
     let venv = target.join("python-bench-venv");
     let venv_arg = venv.display().to_string();
     if !venv.join("bin/python").exists() {
@@ -91,9 +96,9 @@ pub(crate) fn bench(root: &Path, target: &Path, report: &Path) -> Result<(), Str
     )?;
     let script = root.join("benches/python/bench.py").display().to_string();
     let report = report.display().to_string();
-    run(
-        &venv.join("bin/python"),
-        &[&script, "--report", &report],
-        &[],
-    )
+    let mut args = vec![script.as_str(), "--report", &report];
+    if statement_only {
+        args.push("--statement-only");
+    }
+    run(&venv.join("bin/python"), &args, &[])
 }

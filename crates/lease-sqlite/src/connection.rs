@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use lease_ports::StoreError;
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use crate::error::{self, OpenError};
@@ -230,6 +231,21 @@ pub(crate) fn connect_as(
     }
 }
 
+/// Leaves the write-ahead log in place when `conn` closes, even as the file's last connection:
+/// no checkpoint, no deletion of the log and its index. A call that opens the file afresh then
+/// costs fewer syncs: the close's checkpoint and the next call's new log and index cost four
+/// more than the commit's. Every commit in the log is as durable as in the main file. SQLite's
+/// automatic checkpoints do not bound the log here (the first connection to a file rebuilds the
+/// log's index and counts nothing in it as checkpointed, so the log never starts over), so the
+/// caller empties it (`path_api`); a connection that closes without this setting checkpoints
+/// it. Readers on storage that can only be read open a file whose log holds commits with
+/// `mode=ro` (see [`read_only_access`]).
+pub(crate) fn keep_log_on_close(conn: &Connection) -> Result<(), StoreError> {
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+        .map(drop)
+        .map_err(error::sql(conn))
+}
+
 /// Opens one configured read-write connection without any schema check (the file was checked
 /// when the store was opened).
 pub(crate) fn connect(path: &Path, options: &SqliteOptions) -> Result<Connection, StoreError> {
@@ -342,7 +358,7 @@ fn open_once(
         Some(reason) => read_only_access(path, reason),
         None => Access::ReadWrite,
     };
-    let found = inspect(path, &access, options, shown)?;
+    let (found, inspected) = inspect(path, &access, options, shown)?;
     if found == Found::Empty && !options.create {
         return Err(StoreError::NotFound {
             path: shown.to_owned(),
@@ -364,8 +380,16 @@ fn open_once(
             .into()),
         };
     }
-    let conn = Connection::open_with_flags(path, existing_file_flags())
-        .map_err(|e| OpenError::Fail(error::before_commit(e)))?;
+    let conn = match inspected {
+        Some(conn) => {
+            // A lease database (or an empty file): it closes as any other connection again.
+            conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, false)
+                .map_err(error::open_step(&conn))?;
+            conn
+        }
+        None => Connection::open_with_flags(path, existing_file_flags())
+            .map_err(|e| OpenError::Fail(error::before_commit(e)))?,
+    };
     configure(&conn, options).map_err(error::open_step(&conn))?;
     if found != Found::Lease(SCHEMA_VERSION) {
         // Create or mark under the write lock, judging the file again there: another process
@@ -388,15 +412,23 @@ fn open_once(
     })
 }
 
-/// Reads what the file holds through a read-only connection, in one transaction, and judges it.
-/// Nothing is written to the file, whatever it turns out to be.
+/// Reads what the file holds, in one transaction, and judges it. Nothing is written to the
+/// file, whatever it turns out to be.
+///
+/// Where the store may write (and not in exclusive mode, whose locking mode must be set before
+/// the first read), the reading connection can write, and it is returned to be configured and
+/// used: the schema is then parsed once per opening, not once to judge and once to use (a
+/// third of a seed call's time). It reads only, and it is set not to checkpoint when it
+/// closes, so that dropping it over another program's file moves nothing into that file.
+/// Otherwise the file is read through a read-only connection, and none is returned.
 fn inspect(
     path: &Path,
     access: &Access,
     options: &SqliteOptions,
     shown: &str,
-) -> Result<Found, OpenError> {
+) -> Result<(Found, Option<Connection>), OpenError> {
     let (target, flags) = match access {
+        Access::ReadWrite if !options.exclusive => (path.to_path_buf(), existing_file_flags()),
         Access::ReadWrite => (
             path.to_path_buf(),
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -408,6 +440,9 @@ fn inspect(
     let read_schema = |flags: OpenFlags| -> Result<Read, OpenError> {
         let mut conn = Connection::open_with_flags(&target, flags)
             .map_err(|e| OpenError::Fail(error::before_commit(e)))?;
+        if flags.contains(OpenFlags::SQLITE_OPEN_READ_WRITE) {
+            keep_log_on_close(&conn)?;
+        }
         conn.busy_timeout(options.busy_timeout)
             .map_err(error::open_step(&conn))?;
         let read = conn.transaction().and_then(|tx| {
@@ -463,7 +498,11 @@ fn inspect(
             });
         }
     };
-    Ok(schema::classify(&found, shown)?)
+    let found = schema::classify(&found, shown)?;
+    // In exclusive mode a connection that could write may have been opened to roll back a hot
+    // journal; it has read already, so it is not the one to use.
+    let reuse = matches!(access, Access::ReadWrite) && !options.exclusive;
+    Ok((found, reuse.then_some(conn)))
 }
 
 /// Whether a read failed because the file has a hot journal that this read-only connection

@@ -3,6 +3,12 @@
 //! Inputs are checked before the file is touched, so bad input changes nothing. Each call
 //! opens the file afresh (no process cache), which keeps it correct when the file is deleted
 //! and re-created between calls; long-lived callers should use [`SqliteLeaseStore`](crate::SqliteLeaseStore).
+//!
+//! A call leaves the write-ahead log in place when it closes (SQLite would otherwise checkpoint
+//! it into the main file and delete it, and the next call would make it again: five syncs a
+//! write where the commit needs one), and a write empties it once it passes 128 KiB. Every
+//! acknowledged write is as durable in the log as in the main file; a copy of the database
+//! must take its `-wal` file with it (as with any SQLite file in WAL mode).
 
 use std::path::Path;
 use std::sync::Barrier;
@@ -21,21 +27,46 @@ use crate::tx;
 /// Claim threads of [`claim_many`] at most; more owners share these threads.
 const MAX_CLAIM_THREADS: usize = 64;
 
+/// The size past which a call that wrote empties the write-ahead log it leaves behind: 32
+/// pages. Each call's connection reads the whole log again when it opens (the first connection
+/// to a file rebuilds the log's index), and emptying it costs a checkpoint (two syncs); 8 to
+/// 128 pages measured alike (docs/PERFORMANCE.md).
+const KEPT_LOG_BYTES: u64 = 32 * 4096;
+
 /// Opens the file afresh and runs one write in its own transaction.
 fn execute<T: FromOutcome>(path: &Path, id: &JobId, command: Command) -> Result<T, StoreError> {
     let op = Op::Job(id.clone(), command);
-    outcome_as(tx::execute(&mut open_for_writing(path)?, &op)?.into_outcome()?)
+    let mut conn = open_for_writing(path)?;
+    let reply = tx::execute(&mut conn, &op)?;
+    keep_log_small(path, &conn);
+    outcome_as(reply.into_outcome()?)
 }
 
-/// Opens an existing database afresh (never creates one).
+/// After a commit: moves the log into the main file and empties it once it holds more than
+/// [`KEPT_LOG_BYTES`]. Housekeeping, after the write committed: a checkpoint that cannot run
+/// now (another connection reads an older snapshot) is left to a later call, without waiting
+/// and without failing this one.
+fn keep_log_small(path: &Path, conn: &Connection) {
+    let mut log = path.as_os_str().to_owned();
+    log.push("-wal");
+    if std::fs::metadata(&log).map_or(0, |m| m.len()) > KEPT_LOG_BYTES
+        && conn.busy_timeout(std::time::Duration::ZERO).is_ok()
+    {
+        let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+    }
+}
+
+/// Opens an existing database afresh (never creates one), keeping the log past the close.
 fn opened(path: &Path) -> Result<connection::Opened, StoreError> {
-    connection::open(
+    let opened = connection::open(
         path,
         &SqliteOptions {
             create: false,
             ..SqliteOptions::default()
         },
-    )
+    )?;
+    connection::keep_log_on_close(&opened.conn)?;
+    Ok(opened)
 }
 
 fn open_existing(path: &Path) -> Result<Connection, StoreError> {

@@ -113,8 +113,17 @@ impl Drop for ReadOnlyMount<'_> {
     }
 }
 
-#[test]
-fn a_read_only_database_gives_typed_errors_and_works_again_when_writable() {
+/// The bytes of `db` and of its write-ahead log (empty when there is none).
+fn files(db: &Path) -> (Vec<u8>, Vec<u8>) {
+    let log = std::fs::read(format!("{}-wal", db.display())).unwrap_or_default();
+    (std::fs::read(db).unwrap(), log)
+}
+
+/// Typed errors for writes, reads that work, and nothing changed, on storage that can only be
+/// read; the database takes writes again once it can be written. `log_holds_commits`: the
+/// claim is left in the write-ahead log (as a seed call leaves it), or moved into the main
+/// file (as a store does when it closes).
+fn read_only_storage(log_holds_commits: bool) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("ro.db");
     lease_sqlite::init_db(&db).unwrap();
@@ -122,7 +131,15 @@ fn a_read_only_database_gives_typed_errors_and_works_again_when_writable() {
     let fence = lease_sqlite::claim(&db, "j", "w", 0.0, 10.0)
         .unwrap()
         .unwrap();
-    let before = std::fs::read(&db).unwrap();
+    if !log_holds_commits {
+        drop(SqliteLeaseStore::open_existing(&db).unwrap());
+    }
+    let before = files(&db);
+    assert_eq!(
+        !before.1.is_empty(),
+        log_holds_commits,
+        "the log is not as the test needs it"
+    );
     {
         let _mount = ReadOnlyMount::new(dir.path());
         let err = lease_sqlite::complete(&db, "j", "w", fence, 1.0, "r").unwrap_err();
@@ -131,7 +148,8 @@ fn a_read_only_database_gives_typed_errors_and_works_again_when_writable() {
         assert!(matches!(err, Error::ReadOnly(_)), "{err}");
         let err = lease_sqlite::init_db(dir.path().join("new.db")).unwrap_err();
         assert!(matches!(err, Error::ReadOnly(_)), "{err}");
-        // Reads work on storage that can only be read, through the path API and a store.
+        // Reads work on storage that can only be read, through the path API and a store, and
+        // see the claim wherever it is kept.
         let s = lease_sqlite::state(&db, "j").unwrap().unwrap();
         assert_eq!((s.owner.as_deref(), s.fence), (Some("w"), fence));
         let store = SqliteLeaseStore::open_existing(&db).unwrap();
@@ -150,13 +168,22 @@ fn a_read_only_database_gives_typed_errors_and_works_again_when_writable() {
         assert!(matches!(err, Error::ReadOnly(_)), "{err}");
         lease_sqlite::init_db(&db).unwrap();
     }
-    assert_eq!(
-        std::fs::read(&db).unwrap(),
-        before,
-        "the read-only attempts changed the file"
+    assert!(
+        files(&db) == before,
+        "the read-only attempts changed the file or its log"
     );
     assert!(lease_sqlite::complete(&db, "j", "w", fence, 1.0, "r").unwrap());
     assert_eq!(integrity(&db), "ok");
+}
+
+#[test]
+fn a_read_only_database_gives_typed_errors_and_works_again_when_writable() {
+    read_only_storage(false);
+}
+
+#[test]
+fn a_read_only_database_whose_log_holds_commits_is_read_whole() {
+    read_only_storage(true);
 }
 
 /// Mounts a tmpfs of `size` at `dir`; the guard unmounts it.
@@ -204,7 +231,7 @@ fn a_file_system_filled_to_the_last_byte_is_reported_as_full_not_as_an_outage() 
     assert!(lease_sqlite::enqueue(&db, "j").unwrap());
     let filler = dir.path().join("filler");
     fill(&filler);
-    // Each call opens the file afresh, so SQLite must create and grow the -shm file again.
+    // The write must grow the log (the calls before left it in place, holding their commits).
     let err = lease_sqlite::enqueue(&db, "x").unwrap_err();
     assert!(matches!(err, Error::Full(_)), "enqueue: {err}");
     match lease_sqlite::state(&db, "j") {
@@ -213,10 +240,14 @@ fn a_file_system_filled_to_the_last_byte_is_reported_as_full_not_as_an_outage() 
     }
     let store = SqliteLeaseStore::open_existing(&db);
     if let Ok(store) = &store {
-        let err = store
-            .blocking()
-            .enqueue(&JobId::new("y").unwrap())
-            .unwrap_err();
+        // The failed write grew the log before it ran out of space, and the calls leave the
+        // log in place, so the next writes reuse what it took; then they are refused as full.
+        let err = (0..1000)
+            .find_map(|i| {
+                let job = JobId::new(format!("y{i}")).unwrap();
+                store.blocking().enqueue(&job).err()
+            })
+            .expect("the store never ran out of space");
         assert!(matches!(err, Error::Full(_)), "store enqueue: {err}");
     } else if let Err(err) = store {
         assert!(matches!(err, Error::Full(_)), "open: {err}");

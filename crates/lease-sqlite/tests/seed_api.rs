@@ -471,3 +471,79 @@ fn claim_many_runs_every_claim_at_the_same_time_on_its_own_connection() {
         "at most {most} connections (the holder's included) were open at once"
     );
 }
+
+/// The size of `path`'s write-ahead log, 0 when there is none.
+fn log_len(path: &Path) -> u64 {
+    std::fs::metadata(format!("{}-wal", path.display())).map_or(0, |m| m.len())
+}
+
+#[test]
+fn a_call_leaves_its_commits_in_the_log_and_the_log_stays_small() {
+    let (_dir, path) = fresh_db();
+    assert!(enqueue(&path, "j").unwrap());
+    assert_eq!(claim(&path, "j", "a", 0.0, 5.0).unwrap(), Some(1));
+    // The claim's commit is in the log, not yet in the main file, after its call closed.
+    assert!(log_len(&path) > 0, "the call's close emptied the log");
+    let main_only = Connection::open_with_flags(
+        format!("file:{}?immutable=1", path.display()),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI,
+    )
+    .unwrap();
+    let fence_in_main_file: Option<i64> = main_only
+        .query_row("SELECT fence FROM jobs WHERE id = 'j'", [], |r| r.get(0))
+        .unwrap_or(None);
+    assert_ne!(fence_in_main_file, Some(1), "the claim was checkpointed");
+    drop(main_only);
+    // Every call reads it: the next one sees the claim.
+    assert_eq!(row(&path, "j").fence, 1);
+    // A write empties the log once it passes 128 KiB, so after any call it holds no more than
+    // that and one commit's pages.
+    let (mut largest, mut emptied, mut last) = (0, 0, log_len(&path));
+    let mut after_call = || {
+        let now = log_len(&path);
+        largest = largest.max(now);
+        if now < last {
+            emptied += 1;
+        }
+        last = now;
+    };
+    for i in 0..300 {
+        let job = format!("job-{i}");
+        assert!(enqueue(&path, &job).unwrap());
+        after_call();
+        let fence = claim(&path, &job, "a", 0.0, 5.0).unwrap().unwrap();
+        after_call();
+        assert!(complete(&path, &job, "a", fence, 1.0, "done").unwrap());
+        after_call();
+    }
+    assert!(
+        emptied >= 2,
+        "the log was emptied {emptied} times in 900 writes"
+    );
+    assert!(
+        largest <= 32 * 4096,
+        "the log held {largest} bytes after a call; a write empties it past 128 KiB"
+    );
+    for i in 0..300 {
+        assert!(row(&path, &format!("job-{i}")).done);
+    }
+}
+
+#[test]
+fn deleting_only_the_main_file_brings_no_commit_of_its_log_back() {
+    let (_dir, path) = fresh_db();
+    assert!(enqueue(&path, "j").unwrap());
+    assert_eq!(claim(&path, "j", "a", 0.0, 5.0).unwrap(), Some(1));
+    assert!(
+        log_len(&path) > 0,
+        "the test needs a log that holds commits"
+    );
+    // Only the main file goes; its log and the log's index stay behind.
+    std::fs::remove_file(&path).unwrap();
+    assert!(matches!(state(&path, "j"), Err(Error::NotFound { .. })));
+    init_db(&path).unwrap();
+    assert_eq!(state(&path, "j").unwrap(), None, "an old commit came back");
+    assert!(enqueue(&path, "j").unwrap());
+    assert_eq!(claim(&path, "j", "a", 0.0, 5.0).unwrap(), Some(1));
+    assert_eq!(row(&path, "j").fence, 1);
+}
