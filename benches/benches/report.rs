@@ -14,6 +14,8 @@ mod overview;
 mod pg;
 #[path = "support/raw.rs"]
 mod raw;
+#[path = "support/statement.rs"]
+mod statement;
 #[path = "support/workflow.rs"]
 mod workflow;
 
@@ -1121,6 +1123,8 @@ fn main() {
     let groups_only = args.iter().any(|a| a == "--groups-only");
     // `-- --workflow-only` runs the workflow rows alone.
     let workflow_only = args.iter().any(|a| a == "--workflow-only");
+    // `-- --statement-only` runs the problem statement's functions' rows alone.
+    let statement_only = args.iter().any(|a| a == "--statement-only");
     let mut signal_note = None;
     if guards_only {
         signal_note = guards::rows(&plan, dir.path(), &mut rows);
@@ -1128,6 +1132,8 @@ fn main() {
         claim_next_groups(&plan, dir.path(), &mut rows);
     } else if workflow_only {
         workflow_rows(&plan, dir.path(), &mut rows);
+    } else if statement_only {
+        statement::rows(&plan, dir.path(), &mut rows);
     } else if journal_only {
         rollback_journal(&plan, dir.path(), &mut rows);
     } else if api_only {
@@ -1160,6 +1166,7 @@ fn main() {
             claim_next_live_leases(&plan, dir.path(), &mut rows);
             claim_next_groups(&plan, dir.path(), &mut rows);
             workflow_rows(&plan, dir.path(), &mut rows);
+            statement::rows(&plan, dir.path(), &mut rows);
             rollback_journal(&plan, dir.path(), &mut rows);
         }
     }
@@ -1167,6 +1174,7 @@ fn main() {
         signal_note
     } else if groups_only
         || workflow_only
+        || statement_only
         || queue_only
         || live_only
         || enqueue_only
