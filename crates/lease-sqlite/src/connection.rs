@@ -231,8 +231,8 @@ pub(crate) fn connect_as(
     }
 }
 
-/// Leaves the write-ahead log in place when `conn` closes, even as the file's last connection:
-/// no checkpoint, no deletion of the log and its index. A call that opens the file afresh then
+/// With `keep`, leaves the write-ahead log in place when `conn` closes, even as the file's last
+/// connection: no checkpoint, no deletion of the log and its index (without, SQLite's default). A call that opens the file afresh then
 /// costs fewer syncs: the close's checkpoint and the next call's new log and index cost four
 /// more than the commit's. Every commit in the log is as durable as in the main file. SQLite's
 /// automatic checkpoints do not bound the log here (the first connection to a file rebuilds the
@@ -240,8 +240,8 @@ pub(crate) fn connect_as(
 /// caller empties it (`path_api`); a connection that closes without this setting checkpoints
 /// it. Readers on storage that can only be read open a file whose log holds commits with
 /// `mode=ro` (see [`read_only_access`]).
-pub(crate) fn keep_log_on_close(conn: &Connection) -> Result<(), StoreError> {
-    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+pub(crate) fn keep_log_on_close(conn: &Connection, keep: bool) -> Result<(), StoreError> {
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, keep)
         .map(drop)
         .map_err(error::sql(conn))
 }
@@ -383,8 +383,7 @@ fn open_once(
     let conn = match inspected {
         Some(conn) => {
             // A lease database (or an empty file): it closes as any other connection again.
-            conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, false)
-                .map_err(error::open_step(&conn))?;
+            keep_log_on_close(&conn, false)?;
             conn
         }
         None => Connection::open_with_flags(path, existing_file_flags())
@@ -441,7 +440,7 @@ fn inspect(
         let mut conn = Connection::open_with_flags(&target, flags)
             .map_err(|e| OpenError::Fail(error::before_commit(e)))?;
         if flags.contains(OpenFlags::SQLITE_OPEN_READ_WRITE) {
-            keep_log_on_close(&conn)?;
+            keep_log_on_close(&conn, true)?;
         }
         conn.busy_timeout(options.busy_timeout)
             .map_err(error::open_step(&conn))?;

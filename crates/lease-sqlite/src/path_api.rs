@@ -65,7 +65,7 @@ fn opened(path: &Path) -> Result<connection::Opened, StoreError> {
             ..SqliteOptions::default()
         },
     )?;
-    connection::keep_log_on_close(&opened.conn)?;
+    connection::keep_log_on_close(&opened.conn, true)?;
     Ok(opened)
 }
 
