@@ -738,10 +738,16 @@ fn loop_queue(url: &str, queue: &str) {
 /// A store over `url` with `workers` connections, every one made (and its statements prepared)
 /// before the clock starts, as the hand-written workers' are: `workers` concurrent claims of an
 /// empty queue.
-async fn warm_store(url: &str, workers: usize, step: bool) -> Arc<PgLeaseStore> {
+async fn warm_store(url: &str, workers: usize, step: bool, batch: bool) -> Arc<PgLeaseStore> {
     let options = PgOptions {
-        pool_size: workers,
+        // With group commit, its runners' connections besides the workers'.
+        pool_size: workers + if batch { 2 } else { 0 },
         step,
+        max_batch: if batch {
+            PgOptions::default().max_batch
+        } else {
+            1
+        },
         ..PgOptions::default()
     };
     let store = Arc::new(PgLeaseStore::open(url, options).await.expect("open"));
@@ -803,10 +809,17 @@ async fn store_loop(store: Arc<PgLeaseStore>, queue: &str, workers: usize, runti
 /// statements) and the worker runtime, run in turn, medians of the runs; ratios to the
 /// hand-written loop of the same run.
 fn queue_loop_rows(plan: &Plan, url: &str, rows: &mut Vec<Row>) {
-    // (row, step function, worker runtime)
-    const STORE_ROWS: [(&str, bool, bool); 3] = [
+    // (row, step function, group commit, worker runtime)
+    const STORE_ROWS: [(&str, bool, bool, bool); 5] = [
         (
-            "pg queue loop, claim_next + complete_and_claim_next, one step call per job, jobs/s",
+            "pg queue loop, claim_next + complete_and_claim_next, one step call per job (group commit off), jobs/s",
+            true,
+            false,
+            false,
+        ),
+        (
+            "pg queue loop, claim_next + complete_and_claim_next, group commit (step calls batched), jobs/s",
+            true,
             true,
             false,
         ),
@@ -814,9 +827,17 @@ fn queue_loop_rows(plan: &Plan, url: &str, rows: &mut Vec<Row>) {
             "pg queue loop, claim_next + complete_and_claim_next, as statements (the build before issue 28), jobs/s",
             false,
             false,
+            false,
         ),
         (
-            "pg queue loop, Worker runtime, one step call per job, jobs/s",
+            "pg queue loop, Worker runtime, one step call per job (group commit off), jobs/s",
+            true,
+            false,
+            true,
+        ),
+        (
+            "pg queue loop, Worker runtime, group commit (step calls batched), jobs/s",
+            true,
             true,
             true,
         ),
@@ -825,8 +846,8 @@ fn queue_loop_rows(plan: &Plan, url: &str, rows: &mut Vec<Row>) {
     let mut round = 0_u32;
     for workers in [1_usize, 16, 64] {
         let mut hands = Vec::new();
-        let mut stores: [Vec<Run>; 3] = Default::default();
-        let mut ratios: [Vec<f64>; 3] = Default::default();
+        let mut stores: [Vec<Run>; 5] = Default::default();
+        let mut ratios: [Vec<f64>; 5] = Default::default();
         for _ in 0..plan.runs.max(1) {
             round += 1;
             let table = format!("public.hand_{round}");
@@ -843,11 +864,11 @@ fn queue_loop_rows(plan: &Plan, url: &str, rows: &mut Vec<Row>) {
                     .collect();
                 joined(tasks, start).await
             });
-            for (k, (_, step, runtime)) in STORE_ROWS.into_iter().enumerate() {
+            for (k, (_, step, batch, runtime)) in STORE_ROWS.into_iter().enumerate() {
                 let queue = format!("loop-{round}-{k}");
                 loop_queue(url, &queue);
                 let store = rt().block_on(async {
-                    let store = warm_store(url, workers, step).await;
+                    let store = warm_store(url, workers, step, batch).await;
                     store_loop(store, &queue, workers, runtime).await
                 });
                 assert_eq!(hand.ops(), store.ops(), "both loops finish every job");
@@ -863,7 +884,7 @@ fn queue_loop_rows(plan: &Plan, url: &str, rows: &mut Vec<Row>) {
             &hands,
             false,
         ));
-        for (k, (name, _, _)) in STORE_ROWS.into_iter().enumerate() {
+        for (k, (name, _, _, _)) in STORE_ROWS.into_iter().enumerate() {
             rows.push(Row {
                 ratio: Some(median(std::mem::take(&mut ratios[k]))),
                 baseline: Some("hand-written loop"),
@@ -907,7 +928,7 @@ fn loop_round_trips(db: &ScratchDatabase) -> [(f64, f64); 3] {
         for step in [true, false] {
             let queue = format!("trips-{step}");
             // The warm-up's claim prepares the connection's statements.
-            let store = warm_store(&url, 1, step).await;
+            let store = warm_store(&url, 1, step, false).await;
             let q = QueueName::new(queue).expect("queue");
             let before = relay.counts();
             let me = Owner::new("w0").expect("owner");

@@ -81,8 +81,7 @@ impl Target {
     }
 
     /// The same target with a pool large enough for `callers` concurrent claims, each on its
-    /// own connection (SQLite's group commit off, so they race for the lock as the contract
-    /// describes).
+    /// own connection (group commit off, so they race for the lock as the contract describes).
     #[must_use]
     pub(crate) fn for_racing(self, callers: usize) -> Self {
         let callers = callers.clamp(1, 64);
@@ -99,6 +98,7 @@ impl Target {
                 url,
                 PgOptions {
                     pool_size: callers,
+                    max_batch: 1,
                     ..options
                 },
             ),

@@ -365,6 +365,19 @@ pub fn tally_groups(
         .collect()
 }
 
+/// What group commit has done so far, for benchmarks and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GroupCommitStats {
+    /// Batches run (each one transaction).
+    pub batches: u64,
+    /// Batches that carried more than one write.
+    pub batches_of_many: u64,
+    /// Writes run in all batches.
+    pub writes: u64,
+    /// The most writes one batch carried.
+    pub largest_batch: u64,
+}
+
 /// A claim of the next due jobs of a queue, as [`LeaseStore::claim_next_with`] and
 /// [`LeaseStore::apply`] take it.
 #[derive(Debug, Clone, PartialEq)]

@@ -54,6 +54,74 @@ impl PgLeaseStore {
         claim: &ClaimNext,
     ) -> Result<Option<Stepped>, StoreError> {
         let stmt = conn.prepare(&self.sql.step).await?;
+        let a = StepArgs::of(self.clock, completion, claim);
+        let token = a.token_bytes();
+        let tokens: Vec<&[u8]> = claim
+            .tokens
+            .iter()
+            .map(|t| t.as_bytes().as_slice())
+            .collect();
+        let params: [&(dyn ToSql + Sync); 16] = [
+            &a.job,
+            &a.owner,
+            &a.fence,
+            &a.result,
+            &a.done_at,
+            &a.queue,
+            &a.claimer,
+            &a.limit,
+            &tokens,
+            &token,
+            &a.now,
+            &a.until,
+            &a.length,
+            &self.audit.is_some(),
+            &LEASE_EXPIRED,
+            &RELEASED_AT_LAST_ATTEMPT,
+        ];
+        let rows = match conn.client().query(&stmt, &params).await {
+            Ok(rows) => rows,
+            Err(e) if declined(&e) => return Ok(None),
+            Err(e) => return Err(error::map(e, Stage::Commit)),
+        };
+        let completion = completion.map(|(id, command)| (id, command.clone()));
+        judge(self.clock, &rows, 0, completion, claim).map(Some)
+    }
+}
+
+/// Whether `step` declined the write (SQLSTATE LE001-LE004), rolling back its statement.
+pub(crate) fn declined(e: &tokio_postgres::Error) -> bool {
+    e.code().is_some_and(|c| DECLINED.contains(&c.code()))
+}
+
+/// The arguments of one call of `step` but its tokens and the store's constants.
+pub(crate) struct StepArgs<'a> {
+    pub(crate) job: Option<&'a str>,
+    pub(crate) owner: Option<&'a str>,
+    pub(crate) fence: Option<i64>,
+    pub(crate) result: Option<&'a str>,
+    pub(crate) done_at: Option<f64>,
+    pub(crate) queue: &'a str,
+    pub(crate) claimer: &'a str,
+    pub(crate) limit: i32,
+    pub(crate) token: Option<lease_domain::TokenDigest>,
+    /// The caller's now, or `None` for the server's clock.
+    pub(crate) now: Option<f64>,
+    pub(crate) until: f64,
+    /// The lease length as `LeaseTerm::at` keeps it when the store's clock decides.
+    pub(crate) length: f64,
+}
+
+impl<'a> StepArgs<'a> {
+    pub(crate) fn token_bytes(&self) -> Option<&[u8]> {
+        self.token.as_ref().map(|t| t.as_bytes().as_slice())
+    }
+
+    pub(crate) fn of(
+        clock: ClockMode,
+        completion: Option<(&'a JobId, &'a Command)>,
+        claim: &'a ClaimNext,
+    ) -> Self {
         let (job, owner, fence, result, done_at) = match completion {
             Some((id, Command::Complete(owner, fence, now, result))) => (
                 Some(id.as_str()),
@@ -64,44 +132,22 @@ impl PgLeaseStore {
             ),
             _ => (None, None, None, None, None),
         };
-        let term = claim.term;
-        let store_clock = matches!(self.clock, ClockMode::Store);
-        let now = (!store_clock).then_some(term.now().get());
-        let tokens: Vec<&[u8]> = claim
-            .tokens
-            .iter()
-            .map(|t| t.as_bytes().as_slice())
-            .collect();
-        let token = term.token();
-        let token = token.as_ref().map(|t| t.as_bytes().as_slice());
-        let limit = i32::try_from(claim.limit).unwrap_or(i32::MAX);
-        // The lease length as `LeaseTerm::at` keeps it when the store's clock decides.
-        let length = term.until().get() - term.now().get();
-        let params: [&(dyn ToSql + Sync); 16] = [
-            &job,
-            &owner,
-            &fence,
-            &result,
-            &done_at,
-            &claim.queue.as_str(),
-            &claim.owner.as_str(),
-            &limit,
-            &tokens,
-            &token,
-            &now,
-            &term.until().get(),
-            &length,
-            &self.audit.is_some(),
-            &LEASE_EXPIRED,
-            &RELEASED_AT_LAST_ATTEMPT,
-        ];
-        let rows = match conn.client().query(&stmt, &params).await {
-            Ok(rows) => rows,
-            Err(e) if e.code().is_some_and(|c| DECLINED.contains(&c.code())) => return Ok(None),
-            Err(e) => return Err(error::map(e, Stage::Commit)),
-        };
-        let completion = completion.map(|(id, command)| (id, command.clone()));
-        judge(self.clock, &rows, completion, claim).map(Some)
+        let term = &claim.term;
+        let store_clock = matches!(clock, ClockMode::Store);
+        Self {
+            job,
+            owner,
+            fence,
+            result,
+            done_at,
+            queue: claim.queue.as_str(),
+            claimer: claim.owner.as_str(),
+            limit: i32::try_from(claim.limit).unwrap_or(i32::MAX),
+            token: term.token(),
+            now: (!store_clock).then_some(term.now().get()),
+            until: term.until().get(),
+            length: term.until().get() - term.now().get(),
+        }
     }
 }
 
@@ -113,16 +159,17 @@ struct Answered {
     job: lease_domain::Job,
 }
 
-fn read(row: &Row) -> Result<Answered, StoreError> {
+/// Reads the answered row whose columns from `at` on are `step`'s.
+fn read(row: &Row, at: usize) -> Result<Answered, StoreError> {
     let head = |e: tokio_postgres::Error| {
         StoreError::Corrupt(lease_ports::Detail::caused_by(
             format!("the step function's answer: {e}"),
             e,
         ))
     };
-    let role: String = row.try_get(0).map_err(head)?;
-    let now: f64 = row.try_get(1).map_err(head)?;
-    let (id, job) = sql::decode_with_id(row, 2)?;
+    let role: String = row.try_get(at).map_err(head)?;
+    let now: f64 = row.try_get(at + 1).map_err(head)?;
+    let (id, job) = sql::decode_with_id(row, at + 2)?;
     Ok(Answered { role, now, id, job })
 }
 
@@ -143,16 +190,18 @@ fn disagree(
 }
 
 /// Decides again, with the domain, every row `step` read, compares each decision with the row
-/// it wrote, and answers the domain's outcome and leases.
-fn judge(
+/// it wrote, and answers the domain's outcome and leases (`rows`' columns from `at` on are
+/// `step`'s).
+pub(crate) fn judge(
     clock: ClockMode,
     rows: &[Row],
+    at: usize,
     completion: Option<(&JobId, Command)>,
     claim: &ClaimNext,
 ) -> Result<Stepped, StoreError> {
     let mut answered = rows
         .iter()
-        .map(read)
+        .map(|row| read(row, at))
         .collect::<Result<Vec<_>, _>>()?
         .into_iter()
         .peekable();

@@ -12,6 +12,7 @@
 //! enough.
 
 mod audit;
+mod batch;
 mod checkpoint;
 mod complete_and_claim;
 mod config;
@@ -93,6 +94,15 @@ pub struct PgOptions {
     /// domain in this process. A store with a skew bound, or an audit trail when a completion
     /// is refused, takes the statements either way.
     pub step: bool,
+    /// Group commit: the most queue-loop writes (claims, and completions with the claim that
+    /// follows) of concurrent callers that share one statement and one commit (default 128).
+    /// A write is still answered only after its commit, and judged alone by the domain. `1`
+    /// turns it off: each write is its own call of `step`. Without `step`, nothing is batched.
+    pub max_batch: usize,
+    /// Whether a lone write also goes through group commit's batch statement (by default it is
+    /// a plain call of `step`): for tests that check that statement with one caller.
+    #[cfg(feature = "test-support")]
+    pub alone_in_batch: bool,
 }
 
 impl Default for PgOptions {
@@ -105,6 +115,9 @@ impl Default for PgOptions {
             idle_in_transaction_timeout: Duration::from_secs(30),
             audit: None,
             step: true,
+            max_batch: 128,
+            #[cfg(feature = "test-support")]
+            alone_in_batch: false,
         }
     }
 }
@@ -196,6 +209,8 @@ pub struct PgLeaseStore {
     audit: Option<u64>,
     /// [`PgOptions::step`].
     step_enabled: bool,
+    /// Group commit of the queue loop's writes ([`PgOptions::max_batch`]); `None` when off.
+    batcher: Option<Arc<batch::Batcher>>,
 }
 
 impl std::fmt::Debug for PgLeaseStore {
@@ -284,6 +299,10 @@ impl PgLeaseStore {
                     e,
                 ))
             })?;
+        #[cfg(feature = "test-support")]
+        let alone_in_batch = options.alone_in_batch;
+        #[cfg(not(feature = "test-support"))]
+        let alone_in_batch = false;
         let store = Self {
             pool,
             config,
@@ -298,6 +317,8 @@ impl PgLeaseStore {
             schema: options.schema.as_str().into(),
             audit: options.audit,
             step_enabled: options.step,
+            batcher: (options.step && options.max_batch > 1)
+                .then(|| Arc::new(batch::Batcher::new(options.max_batch, alone_in_batch))),
         };
         let mut conn = store.conn().await?;
         schema::prepare(conn.client_mut(), &options.schema, create, &store.target).await?;
@@ -315,6 +336,39 @@ impl PgLeaseStore {
     #[must_use]
     pub fn schema(&self) -> &str {
         &self.schema
+    }
+
+    /// What group commit has done so far; `None` when it is off ([`PgOptions::max_batch`] 1,
+    /// or `step` off).
+    #[must_use]
+    pub fn group_commit_stats(&self) -> Option<lease_ports::GroupCommitStats> {
+        self.batcher.as_ref().map(|b| b.stats())
+    }
+
+    /// This store without group commit: what a batch's runner uses, so that it holds no
+    /// handle of the queue it serves.
+    pub(crate) fn without_batcher(&self) -> Self {
+        Self {
+            batcher: None,
+            ..self.clone()
+        }
+    }
+
+    /// Completes `completion` (when given) and claims as `claim` says with `step`: in the next
+    /// batch when group commit takes the queue, else alone on a pooled connection. `None`:
+    /// declined, so the caller decides the write through statements.
+    pub(crate) async fn stepped(
+        &self,
+        completion: Option<(&JobId, &Command)>,
+        claim: &ClaimNext,
+    ) -> Result<Option<complete_and_claim::Stepped>, StoreError> {
+        if let Some(batcher) = self.batcher.as_ref().filter(|b| b.takes(&claim.queue)) {
+            return self.batched_step(batcher, completion, claim).await;
+        }
+        let mut conn = self.conn().await?;
+        let stepped = self.step(&conn, completion, claim).await?;
+        conn.clean();
+        Ok(stepped)
     }
 
     /// Whose clock decides `now`.
@@ -389,11 +443,9 @@ impl LeaseStore for PgLeaseStore {
                 claimed: None,
             });
         };
-        let mut conn = self.conn().await?;
         if self.steps(Some(&command)) {
-            let stepped = self.step(&conn, Some((job, &command)), &claim).await?;
+            let stepped = self.stepped(Some((job, &command)), &claim).await?;
             if let Some(stepped) = stepped {
-                conn.clean();
                 let outcome = stepped.outcome.ok_or_else(|| {
                     StoreError::Corrupt("the step function answered no completion".into())
                 })?;
@@ -402,8 +454,9 @@ impl LeaseStore for PgLeaseStore {
                     claimed: Some(Ok(stepped.leases)),
                 });
             }
-            // Declined and rolled back: the same connection goes on with the statements.
+            // Declined and rolled back: the statements decide it.
         }
+        let mut conn = self.conn().await?;
         let s = Statements::prepare(&conn, &self.sql).await?;
         let c = conn.client();
         let key = job.as_str();
@@ -477,15 +530,13 @@ impl LeaseStore for PgLeaseStore {
         if claim.limit == 0 {
             return Ok(Vec::new());
         }
-        let mut conn = self.conn().await?;
         if self.steps(None) {
-            let stepped = self.step(&conn, None, claim).await?;
-            if let Some(stepped) = stepped {
-                conn.clean();
+            if let Some(stepped) = self.stepped(None, claim).await? {
                 return Ok(stepped.leases);
             }
-            // Declined and rolled back: the same connection goes on with the statements.
+            // Declined and rolled back: the statements decide it.
         }
+        let mut conn = self.conn().await?;
         let s = Statements::prepare(&conn, &self.sql).await?;
         let (mut claimed, ()) = self
             .claim_next_on(&conn, &s, claim, true, async { Ok(()) })

@@ -90,6 +90,10 @@ pub struct Sql {
     pub trim_audit: String,
     /// Completes a job and claims the next ones in one statement (migration 7's `step`).
     pub step: String,
+    /// A batch of `step` calls in one statement (group commit): one call per element of the
+    /// arrays, in their order; each call's tokens are `$15[$9[i]:$10[i]]`. Rows are the call's
+    /// place in the batch (from 1), then `step`'s columns, in the calls' order and each call's.
+    pub steps: String,
 }
 
 // Public only through `StatementTexts` (feature `test-support`).
@@ -211,6 +215,21 @@ impl Sql {
             step: format!(
                 "SELECT * FROM {s}.step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
                  $14, $15, $16)"
+            ),
+            steps: format!(
+                "SELECT b.i, s.o_role, s.o_now, s.o_id, s.o_owner, s.o_until, s.o_fence, \
+                 s.o_result, s.o_done, s.o_queue, s.o_priority, s.o_run_at, s.o_attempts, \
+                 s.o_max_attempts, s.o_payload, s.o_ended, s.o_error, s.o_result_fence, \
+                 s.o_updated, s.o_token, s.o_timeout, s.o_progress, s.o_grp \
+                 FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], \
+                 $5::float8[], $6::text[], $7::text[], $8::int4[], $9::int4[], $10::int4[], \
+                 $11::bytea[], $12::float8[], $13::float8[], $14::float8[]) WITH ORDINALITY \
+                 AS b(job, owner, fence, result, done_at, queue, claimer, lim, tokens_from, \
+                 tokens_to, token, now, until, length, i) \
+                 CROSS JOIN LATERAL {s}.step(b.job, b.owner, b.fence, b.result, b.done_at, \
+                 b.queue, b.claimer, b.lim, ($15::bytea[])[b.tokens_from:b.tokens_to], b.token, \
+                 b.now, b.until, b.length, $16, $17, $18) WITH ORDINALITY AS s \
+                 ORDER BY b.i, s.ordinality"
             ),
         }
     }

@@ -1,17 +1,19 @@
 //! The PostgreSQL store passes the shared conformance suite, each check in its own fresh
-//! database (dropped afterwards): with the queue loop's writes as one call of the `step`
-//! function (the default), and as separate statements (`statements::`).
+//! database (dropped afterwards): with the queue loop's writes as calls of the `step` function
+//! batched by group commit (the default), as one call each (`one_step_per_call::`), and as
+//! separate statements (`statements::`).
 
 use std::sync::Arc;
 
 use lease_ports::transfer::Transfer;
 use lease_postgres::{PgLeaseStore, PgOptions, ScratchDatabase};
 
-async fn store_with(step: bool) -> (Arc<dyn Transfer>, ScratchDatabase) {
+async fn store_with(step: bool, max_batch: usize) -> (Arc<dyn Transfer>, ScratchDatabase) {
     let db = ScratchDatabase::create();
     let options = PgOptions {
         pool_size: 8,
         step,
+        max_batch,
         ..PgOptions::default()
     };
     let store = PgLeaseStore::init(db.url(), options)
@@ -21,18 +23,30 @@ async fn store_with(step: bool) -> (Arc<dyn Transfer>, ScratchDatabase) {
 }
 
 async fn fresh_store() -> (Arc<dyn Transfer>, ScratchDatabase) {
-    store_with(true).await
+    store_with(true, PgOptions::default().max_batch).await
 }
 
 lease_ports::conformance_tests!(async fresh_store);
 lease_ports::workflow_conformance_tests!(async fresh_store);
+
+/// The same checks with group commit off: each queue-loop write its own call of `step`.
+mod one_step_per_call {
+    use super::*;
+
+    async fn fresh_store() -> (Arc<dyn Transfer>, ScratchDatabase) {
+        store_with(true, 1).await
+    }
+
+    lease_ports::conformance_tests!(async fresh_store);
+    lease_ports::workflow_conformance_tests!(small async fresh_store);
+}
 
 /// The same checks with `claim_next` and a completion followed by it as separate statements.
 mod statements {
     use super::*;
 
     async fn fresh_store() -> (Arc<dyn Transfer>, ScratchDatabase) {
-        store_with(false).await
+        store_with(false, 1).await
     }
 
     lease_ports::conformance_tests!(async fresh_store);

@@ -4,8 +4,9 @@
 //! identical outcomes, stored jobs, `list` and `stats` answers (the harness is
 //! `lease_ports::differential`). One database; each case starts from empty tables
 //! (`TRUNCATE ... RESTART IDENTITY`, so enqueue order restarts too) and drops the schemas its
-//! migrations made. Half the cases run the queue loop's writes as one call of the `step`
-//! function, half as separate statements. The store-clock mode is not compared here: the server's clock cannot be
+//! migrations made. A third of the cases run the queue loop's writes as calls of the `step`
+//! function batched by group commit (each, though alone, in the batch statement), a
+//! third as one call each, a third as separate statements. The store-clock mode is not compared here: the server's clock cannot be
 //! set, and the SQLite differential test covers the mode against the same reference.
 
 use std::sync::Arc;
@@ -16,8 +17,8 @@ use lease_postgres::{PgLeaseStore, PgOptions, ScratchDatabase};
 use proptest::prelude::*;
 
 /// The first store is schema `lease`, emptied; each migration makes schema `m1`, `m2`, ...
-/// (`step`: see `PgOptions::step`).
-fn postgres_stores(url: Arc<str>, step: bool) -> Fresh {
+/// (`step`, `max_batch`: see `PgOptions`).
+fn postgres_stores(url: Arc<str>, step: bool, max_batch: usize) -> Fresh {
     let mut made = 0;
     Box::new(move || {
         let schema = if made == 0 {
@@ -32,6 +33,9 @@ fn postgres_stores(url: Arc<str>, step: bool) -> Fresh {
                 pool_size: 2,
                 schema,
                 step,
+                max_batch,
+                // A lone write through the batch statement too, so that it is compared.
+                alone_in_batch: true,
                 ..PgOptions::default()
             };
             let store = PgLeaseStore::init(&url, options).await.unwrap();
@@ -62,7 +66,7 @@ proptest! {
             db.url().into()
         });
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let mut harness = runtime.block_on(Harness::against_memory(postgres_stores(url, ops.len() % 2 == 0)));
+        let mut harness = runtime.block_on(Harness::against_memory(postgres_stores(url, ops.len() % 3 != 2, if ops.len() % 3 == 0 { 128 } else { 1 })));
         let outcome = runtime.block_on(harness.run_all(&ops));
         drop(harness);
         outcome.map_err(TestCaseError::fail)?;

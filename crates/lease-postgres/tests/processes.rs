@@ -1,7 +1,8 @@
 //! Many OS processes, each with its own connection pool, against one PostgreSQL database:
 //!
-//! - contention: processes race `claim` on shared jobs and `claim_next` on a shared queue
-//!   while the driver kills some of them with SIGKILL and starts others; every acknowledged
+//! - contention: processes (four tasks each, sharing the store's group commit) race `claim` on
+//!   shared jobs and `claim_next` on a shared queue while the driver kills some of them with
+//!   SIGKILL and starts others; every acknowledged
 //!   (job, fence) is unique, the acknowledged leases of a job never overlap in time (each one
 //!   starts at or after the previous one's `until`), and each job has at most one acknowledged
 //!   result, which is the stored one;
@@ -67,15 +68,29 @@ async fn open() -> PgLeaseStore {
         .unwrap()
 }
 
-/// One contending process: until its deadline, claims shared jobs by id and leases from the
-/// shared queue, completing some and letting others expire; logs every acknowledged lease and
-/// completion as one line.
+/// One contending process: [`CONTENDERS`] tasks sharing one store, so that their claims share
+/// group commit's batches and a kill lands in a batch of several.
 async fn contend() {
     let store = open().await;
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|t| tokio::spawn(contend_as(store.clone(), t)))
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+/// Contending tasks per process.
+const TASKS: u64 = 4;
+
+/// One contending task: until its deadline, claims shared jobs by id and leases from the
+/// shared queue, completing some and letting others expire; logs every acknowledged lease and
+/// completion as one line.
+async fn contend_as(store: PgLeaseStore, t: u64) {
     let deadline: f64 = env("LEASE_PG_DEADLINE").parse().unwrap();
-    let me = Owner::new(format!("p{}", std::process::id())).unwrap();
+    let me = Owner::new(format!("p{}-{t}", std::process::id())).unwrap();
     let mut note = log_file(me.as_str());
-    let mut rng = Rng::new(u64::from(std::process::id()));
+    let mut rng = Rng::new(u64::from(std::process::id()) * TASKS + t);
     let queue = QueueName::new("q").unwrap();
     let mut n = 0_u64;
     while wall() < deadline {

@@ -56,18 +56,7 @@ struct Queue {
     leading: bool,
 }
 
-/// What group commit has done so far, for benchmarks and tests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct GroupCommitStats {
-    /// Batches run (each one transaction).
-    pub batches: u64,
-    /// Batches that carried more than one write.
-    pub batches_of_many: u64,
-    /// Writes run in all batches.
-    pub writes: u64,
-    /// The most writes one batch carried.
-    pub largest_batch: u64,
-}
+pub use lease_ports::GroupCommitStats;
 
 /// The write queue of one store.
 pub(crate) struct GroupCommit {

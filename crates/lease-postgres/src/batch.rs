@@ -1,0 +1,386 @@
+//! Group commit on PostgreSQL: the queue loop's writes of one store (a claim, and a completion
+//! with the claim that follows it) that arrive together share one statement and one commit.
+//!
+//! A caller queues its write and awaits its answer. A runner (at most [`RUNNERS`] per store,
+//! each with a pooled connection while it runs a batch) takes every queued write, up to
+//! [`PgOptions::max_batch`](crate::PgOptions::max_batch), and sends them as one statement: a
+//! call of migration 7's `step` function per write, in one lateral join over arrays, so one
+//! transaction and one WAL flush carry them all. Nothing waits on a timer: a batch is whatever
+//! queued while the previous one ran, so a lone caller's write goes at once, alone, as a plain
+//! call of `step`.
+//!
+//! Each write's rows are decided again by the domain (`complete_and_claim::judge`) as a lone
+//! call's are, and each caller gets its own answer, only after the commit. Completions run in
+//! job order, so two batches lock the rows they complete in the same order; claims skip locked
+//! rows and wait on nothing.
+//!
+//! When the statement fails with an answer from the server, it rolled back and nothing was
+//! written: a write `step` declines (a refusal to audit, a queue with settings, a job with
+//! children waiting), or any other error. Then each write runs alone, as a lone caller's would,
+//! and a queue whose write was declined leaves batching for [`DECLINED_FOR`], so a queue that
+//! always declines costs one failed batch per period. When the connection fails instead, the
+//! batch may have committed: every caller gets `Indeterminate`, never an acceptance.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use lease_domain::{Command, JobId, LEASE_EXPIRED, QueueName, RELEASED_AT_LAST_ATTEMPT};
+use lease_ports::{ClaimNext, GroupCommitStats, StoreError};
+use tokio::sync::{mpsc, oneshot};
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+
+use crate::PgLeaseStore;
+use crate::complete_and_claim::{StepArgs, Stepped, judge};
+use crate::connection::Conn;
+use crate::error::{self, Stage};
+
+/// How many batches of one store run at once, each on its own connection. The measurement
+/// before this was built (docs/PERFORMANCE.md) found one to four batching connections about
+/// equal; two keep one batch filling while the other commits.
+pub(crate) const RUNNERS: usize = 2;
+
+/// How long a queue whose write `step` declined goes around batching.
+pub(crate) const DECLINED_FOR: Duration = Duration::from_secs(10);
+
+/// The most queues remembered as declining; past it the memory starts over.
+const DECLINED_KEPT: usize = 1024;
+
+/// What a caller is answered: the step's answer (`None`: declined, decide it through
+/// statements), or the error.
+type Answer = Result<Option<Stepped>, StoreError>;
+
+/// One queued write.
+struct Request {
+    completion: Option<(JobId, Command)>,
+    claim: ClaimNext,
+    reply: oneshot::Sender<Answer>,
+}
+
+/// The write queue of one store. Its runners hold what it shares with them, not the queue's
+/// sending side, so they stop once the store's last handle is dropped.
+pub(crate) struct Batcher {
+    /// The queue's sending side, made (with its runners) on the first write in the caller's
+    /// runtime, and made again if that runtime has gone.
+    sender: Mutex<Option<mpsc::UnboundedSender<Request>>>,
+    shared: Arc<Shared>,
+}
+
+/// What a store's batcher and its runners share.
+struct Shared {
+    max_batch: usize,
+    /// Whether a batch of one write runs as the batch's statement too (for tests).
+    alone_in_batch: bool,
+    /// Queues whose write `step` declined, with when.
+    declined: Mutex<HashMap<QueueName, Instant>>,
+    stats: Mutex<GroupCommitStats>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Batcher {
+    pub(crate) fn new(max_batch: usize, alone_in_batch: bool) -> Self {
+        Self {
+            sender: Mutex::new(None),
+            shared: Arc::new(Shared {
+                max_batch,
+                alone_in_batch,
+                declined: Mutex::new(HashMap::new()),
+                stats: Mutex::new(GroupCommitStats::default()),
+            }),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> GroupCommitStats {
+        *lock(&self.shared.stats)
+    }
+
+    /// Whether writes to `queue` go into batches: not while it is remembered as declining.
+    pub(crate) fn takes(&self, queue: &QueueName) -> bool {
+        let mut declined = lock(&self.shared.declined);
+        match declined.get(queue) {
+            Some(at) if at.elapsed() < DECLINED_FOR => false,
+            Some(_) => {
+                declined.remove(queue);
+                true
+            }
+            None => true,
+        }
+    }
+}
+
+impl Batcher {
+    /// Queues `request`, starting the runners (in the caller's runtime) first if there are
+    /// none or theirs has gone.
+    fn send(&self, store: &PgLeaseStore, request: Request) {
+        let mut sender = lock(&self.sender);
+        let request = match sender.as_ref() {
+            Some(s) => match s.send(request) {
+                Ok(()) => return,
+                Err(mpsc::error::SendError(back)) => back,
+            },
+            None => request,
+        };
+        let (s, r) = mpsc::unbounded_channel();
+        let queue = Arc::new(tokio::sync::Mutex::new(r));
+        let runner = store.without_batcher();
+        for _ in 0..RUNNERS {
+            let shared = Arc::clone(&self.shared);
+            tokio::spawn(run(runner.clone(), shared, Arc::clone(&queue)));
+        }
+        // The receiver is alive (its runners were just spawned), so this send is taken; were
+        // it not, the request's reply is dropped and its caller told the write is unknown.
+        let _ = s.send(request);
+        *sender = Some(s);
+    }
+}
+
+impl Shared {
+    fn remember_declined(&self, queue: &QueueName) {
+        let mut declined = lock(&self.declined);
+        if declined.len() >= DECLINED_KEPT {
+            declined.clear();
+        }
+        declined.insert(queue.clone(), Instant::now());
+    }
+
+    fn count(&self, writes: usize) {
+        let mut stats = lock(&self.stats);
+        let writes = writes as u64;
+        stats.batches += 1;
+        stats.writes += writes;
+        if writes > 1 {
+            stats.batches_of_many += 1;
+        }
+        stats.largest_batch = stats.largest_batch.max(writes);
+    }
+}
+
+impl PgLeaseStore {
+    /// Queues `completion` (when given) and `claim` for the next batch, and awaits its answer:
+    /// as [`PgLeaseStore::step`] answers, after the batch's commit.
+    pub(crate) async fn batched_step(
+        &self,
+        batcher: &Arc<Batcher>,
+        completion: Option<(&JobId, &Command)>,
+        claim: &ClaimNext,
+    ) -> Answer {
+        let (reply, answer) = oneshot::channel();
+        let request = Request {
+            completion: completion.map(|(id, c)| (id.clone(), c.clone())),
+            claim: claim.clone(),
+            reply,
+        };
+        batcher.send(self, request);
+        self.answered(answer).await
+    }
+
+    async fn answered(&self, answer: oneshot::Receiver<Answer>) -> Answer {
+        answer.await.unwrap_or_else(|_| {
+            Err(StoreError::Indeterminate(
+                "the batch carrying this write stopped before it answered (its runtime shut \
+                 down), so it may have committed"
+                    .into(),
+            ))
+        })
+    }
+
+    /// Runs one batch on a pooled connection and answers each caller.
+    async fn run_batch(&self, batcher: &Shared, mut batch: Vec<Request>) {
+        // A caller that stopped waiting is not written for.
+        batch.retain(|r| !r.reply.is_closed());
+        if batch.is_empty() {
+            return;
+        }
+        let mut conn = match self.conn().await {
+            Ok(conn) => conn,
+            Err(e) => return answer_all(batch, &e),
+        };
+        batcher.count(batch.len());
+        // A lone write is a plain call of `step`: the batch's statement costs a lone caller
+        // about a sixth more time (docs/PERFORMANCE.md).
+        if batch.len() == 1 && !batcher.alone_in_batch {
+            return self.run_alone(&mut conn, batcher, batch).await;
+        }
+        // Completions in job order (claims first: they lock nothing another batch waits on).
+        batch.sort_by(|a, b| {
+            let key = |r: &Request| r.completion.as_ref().map(|(id, _)| id.clone());
+            key(a).cmp(&key(b))
+        });
+        let stmt = match conn.prepare(&self.sql.steps).await {
+            Ok(stmt) => stmt,
+            Err(e) => return answer_all(batch, &e),
+        };
+        match self.steps_in_one(&conn, &stmt, &batch).await {
+            Ok(rows) => {
+                conn.clean();
+                let mut rows = rows.into_iter();
+                for request in batch {
+                    let answer = match rows.next() {
+                        Some(rows) => judge(
+                            self.clock,
+                            &rows,
+                            1,
+                            request.completion.as_ref().map(|(id, c)| (id, c.clone())),
+                            &request.claim,
+                        )
+                        .map(Some),
+                        None => Err(StoreError::Corrupt(
+                            "the batch's statement answered fewer writes than it was sent".into(),
+                        )),
+                    };
+                    let _ = request.reply.send(answer);
+                }
+            }
+            // The server answered with an error: the statement rolled back, nothing was
+            // written, so each write runs alone.
+            Err(e) if !error::is_connection_loss(&e) => {
+                self.run_alone(&mut conn, batcher, batch).await;
+            }
+            Err(e) => answer_all(batch, &error::map(e, Stage::Commit)),
+        }
+    }
+
+    /// Runs each write of `batch` as a lone call of `step`, pipelined on `conn`.
+    async fn run_alone(&self, conn: &mut Conn, batcher: &Shared, batch: Vec<Request>) {
+        let answers = futures::future::join_all(batch.iter().map(|r| {
+            let completion = r.completion.as_ref().map(|(id, c)| (id, c));
+            self.step(conn, completion, &r.claim)
+        }))
+        .await;
+        if answers.iter().all(Result::is_ok) {
+            conn.clean();
+        }
+        for (request, answer) in batch.into_iter().zip(answers) {
+            if matches!(answer, Ok(None)) {
+                batcher.remember_declined(&request.claim.queue);
+            }
+            let _ = request.reply.send(answer);
+        }
+    }
+
+    /// The batch as one statement; its rows, one list per write in the batch's order.
+    async fn steps_in_one(
+        &self,
+        conn: &Conn,
+        stmt: &tokio_postgres::Statement,
+        batch: &[Request],
+    ) -> Result<Vec<Vec<Row>>, tokio_postgres::Error> {
+        let args: Vec<StepArgs<'_>> = batch
+            .iter()
+            .map(|r| {
+                let completion = r.completion.as_ref().map(|(id, c)| (id, c));
+                StepArgs::of(self.clock, completion, &r.claim)
+            })
+            .collect();
+        let column = |f: &dyn Fn(&StepArgs<'_>) -> Option<f64>| -> Vec<Option<f64>> {
+            args.iter().map(f).collect()
+        };
+        let job: Vec<_> = args.iter().map(|a| a.job).collect();
+        let owner: Vec<_> = args.iter().map(|a| a.owner).collect();
+        let fence: Vec<_> = args.iter().map(|a| a.fence).collect();
+        let result: Vec<_> = args.iter().map(|a| a.result).collect();
+        let done_at = column(&|a| a.done_at);
+        let queue: Vec<_> = args.iter().map(|a| a.queue).collect();
+        let claimer: Vec<_> = args.iter().map(|a| a.claimer).collect();
+        let limit: Vec<_> = args.iter().map(|a| a.limit).collect();
+        let token: Vec<_> = args.iter().map(StepArgs::token_bytes).collect();
+        let now = column(&|a| a.now);
+        let until = column(&|a| Some(a.until));
+        let length = column(&|a| Some(a.length));
+        // Every write's lease tokens in one array, each write's as a slice of it.
+        let mut tokens: Vec<&[u8]> = Vec::new();
+        let mut from = Vec::with_capacity(batch.len());
+        let mut to = Vec::with_capacity(batch.len());
+        for r in batch {
+            from.push(i32::try_from(tokens.len() + 1).unwrap_or(i32::MAX));
+            tokens.extend(r.claim.tokens.iter().map(|t| t.as_bytes().as_slice()));
+            to.push(i32::try_from(tokens.len()).unwrap_or(i32::MAX));
+        }
+        let audit = self.audit.is_some();
+        let params: [&(dyn ToSql + Sync); 18] = [
+            &job,
+            &owner,
+            &fence,
+            &result,
+            &done_at,
+            &queue,
+            &claimer,
+            &limit,
+            &from,
+            &to,
+            &token,
+            &now,
+            &until,
+            &length,
+            &tokens,
+            &audit,
+            &LEASE_EXPIRED,
+            &RELEASED_AT_LAST_ATTEMPT,
+        ];
+        let rows = conn.client().query(stmt, &params).await?;
+        // Rows come in write order (the first column is the write's place, from 1).
+        let mut split: Vec<Vec<Row>> = (0..batch.len()).map(|_| Vec::new()).collect();
+        for row in rows {
+            let at: i64 = row.try_get(0)?;
+            if let Some(rows) = usize::try_from(at - 1).ok().and_then(|i| split.get_mut(i)) {
+                rows.push(row);
+            }
+        }
+        Ok(split)
+    }
+}
+
+/// Answers every caller of `batch` with `error`, each told in its own words.
+fn answer_all(batch: Vec<Request>, error: &StoreError) {
+    for request in batch {
+        let _ = request.reply.send(Err(retold(error)));
+    }
+}
+
+/// The same failure for another caller of the batch.
+fn retold(error: &StoreError) -> StoreError {
+    let message = |d: &lease_ports::Detail| {
+        d.retold(format!(
+            "{} (this write was one of a batch sharing one commit)",
+            d.message()
+        ))
+    };
+    match error {
+        StoreError::Indeterminate(d) => StoreError::Indeterminate(message(d)),
+        StoreError::Full(d) => StoreError::Full(message(d)),
+        StoreError::ReadOnly(d) => StoreError::ReadOnly(message(d)),
+        StoreError::Corrupt(d) => StoreError::Corrupt(message(d)),
+        StoreError::Unavailable(d) => StoreError::Unavailable(message(d)),
+        other => StoreError::Unavailable(other.to_string().into()),
+    }
+}
+
+/// A runner: takes every queued write (up to the batch bound) and runs them as one batch,
+/// until the store is gone.
+async fn run(
+    store: PgLeaseStore,
+    batcher: Arc<Shared>,
+    queue: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Request>>>,
+) {
+    loop {
+        let mut batch = Vec::new();
+        {
+            let mut queue = queue.lock().await;
+            match queue.recv().await {
+                Some(request) => batch.push(request),
+                None => return,
+            }
+            while batch.len() < batcher.max_batch {
+                match queue.try_recv() {
+                    Ok(request) => batch.push(request),
+                    Err(_) => break,
+                }
+            }
+        }
+        store.run_batch(&batcher, batch).await;
+    }
+}

@@ -1,0 +1,314 @@
+//! Group commit on PostgreSQL: concurrent queue-loop writes of one store share a statement and
+//! a commit, and each caller still gets its own answer, as the domain decides it: every job is
+//! done once, under the fence it was leased with; a batch's writes with tokens keep each
+//! lease's own; a write `step` declines inside a batch is decided alone and the queue's limit
+//! holds; a batch whose connection is lost while it runs tells every caller the write may have
+//! committed, never that it was accepted.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_domain::{JobId, JobResult, LeaseTerm, Owner, QueueName, TokenDigest};
+use lease_ports::{ClaimNext, LeaseStore, StoreError};
+use lease_postgres::{PgLeaseStore, PgOptions, ScratchDatabase};
+
+fn owner(s: &str) -> Owner {
+    Owner::new(s).unwrap()
+}
+
+fn term(now: f64, ttl: f64) -> LeaseTerm {
+    LeaseTerm::new(now, ttl).unwrap()
+}
+
+async fn store(db: &ScratchDatabase, options: PgOptions) -> Arc<PgLeaseStore> {
+    Arc::new(PgLeaseStore::init(db.url(), options).await.unwrap())
+}
+
+/// `n` pending jobs `{queue}-0..` of `queue`.
+fn fill(db: &ScratchDatabase, queue: &str, n: usize) {
+    db.execute(&format!(
+        "INSERT INTO lease.jobs(id, queue) SELECT '{queue}-' || g, '{queue}' \
+         FROM generate_series(0, {}) g",
+        n - 1
+    ))
+    .unwrap();
+}
+
+/// One worker of the queue loop: claims, then completes each job with the next claim, until
+/// nothing is due; answers the jobs it completed with the fence of each.
+async fn queue_loop(store: Arc<PgLeaseStore>, queue: QueueName, me: Owner) -> Vec<(JobId, u64)> {
+    let mut done = Vec::new();
+    let mut leases = store
+        .claim_next(&queue, &me, term(1.0, 600.0), 1)
+        .await
+        .unwrap();
+    while let Some(lease) = leases.pop() {
+        let result = JobResult::new(format!("by {me}")).unwrap();
+        let (outcome, next) = store
+            .complete_and_claim_next(
+                &lease.job,
+                &me,
+                lease.fence,
+                &result,
+                &queue,
+                term(2.0, 600.0),
+                1,
+            )
+            .await
+            .unwrap();
+        assert!(outcome.is_ok(), "{}: {outcome:?}", lease.job);
+        done.push((lease.job, lease.fence.get()));
+        leases = next.unwrap();
+    }
+    done
+}
+
+/// `workers` queue loops over queue `q` at once; every job each completed, with its fence,
+/// checked to be completed once.
+async fn loops(store: &Arc<PgLeaseStore>, workers: usize) -> HashMap<JobId, u64> {
+    let queue = QueueName::new("q").unwrap();
+    let tasks: Vec<_> = (0..workers)
+        .map(|w| {
+            let me = owner(&format!("w{w}"));
+            tokio::spawn(queue_loop(Arc::clone(store), queue.clone(), me))
+        })
+        .collect();
+    let mut done = HashMap::new();
+    for task in tasks {
+        for (job, fence) in task.await.unwrap() {
+            assert!(
+                done.insert(job.clone(), fence).is_none(),
+                "{job} was completed twice"
+            );
+        }
+    }
+    done
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_queue_loops_share_commits_and_every_job_is_done_once_under_its_fence() {
+    let db = ScratchDatabase::create();
+    let store = store(
+        &db,
+        PgOptions {
+            pool_size: 8,
+            ..PgOptions::default()
+        },
+    )
+    .await;
+    fill(&db, "q", 400);
+    let done = loops(&store, 32).await;
+    assert_eq!(done.len(), 400, "every job is completed");
+    for (job, fence) in &done {
+        let stored = store.record(job).await.unwrap().unwrap().job;
+        assert!(stored.done, "{job}");
+        assert_eq!(
+            stored.result_fence.map(|f| f.get()),
+            Some(*fence),
+            "{job} is done under the fence it was leased with"
+        );
+    }
+    let stats = store.group_commit_stats().unwrap();
+    assert!(
+        stats.batches_of_many > 0,
+        "concurrent writes shared batches: {stats:?}"
+    );
+    assert!(
+        stats.batches < stats.writes,
+        "fewer commits than writes: {stats:?}"
+    );
+    assert_eq!(
+        stats.writes,
+        400 + 32,
+        "every claim and completion went through batches: {stats:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn off_it_runs_each_write_alone() {
+    let db = ScratchDatabase::create();
+    let store = store(
+        &db,
+        PgOptions {
+            max_batch: 1,
+            ..PgOptions::default()
+        },
+    )
+    .await;
+    assert_eq!(store.group_commit_stats(), None);
+    fill(&db, "q", 20);
+    let done = loops(&store, 4).await.len();
+    assert_eq!(done, 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_write_of_a_batch_keeps_its_own_lease_tokens() {
+    let db = ScratchDatabase::create();
+    let store = store(&db, PgOptions::default()).await;
+    fill(&db, "t", 64);
+    let queue = QueueName::new("t").unwrap();
+    let tasks: Vec<_> = (0..16u8)
+        .map(|w| {
+            let (store, queue) = (Arc::clone(&store), queue.clone());
+            tokio::spawn(async move {
+                let mut claim =
+                    ClaimNext::new(&queue, &owner(&format!("w{w}")), term(1.0, 60.0), 3);
+                claim.tokens = (0..3u8)
+                    .map(|k| TokenDigest::new([w * 3 + k + 1; 32]))
+                    .collect();
+                let leases = store.claim_next_with(&claim).await.unwrap();
+                (claim.tokens, leases)
+            })
+        })
+        .collect();
+    let mut leased = 0;
+    for task in tasks {
+        let (tokens, leases) = task.await.unwrap();
+        assert_eq!(leases.len(), 3);
+        for (lease, token) in leases.iter().zip(&tokens) {
+            let stored = store.record(&lease.job).await.unwrap().unwrap().job;
+            assert_eq!(
+                stored.token.as_ref(),
+                Some(token),
+                "{} keeps its own token",
+                lease.job
+            );
+            leased += 1;
+        }
+    }
+    assert_eq!(leased, 48);
+    assert!(store.group_commit_stats().unwrap().batches_of_many > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_declined_in_a_batch_is_decided_alone_and_the_queues_limit_holds() {
+    let db = ScratchDatabase::create();
+    let store = store(&db, PgOptions::default()).await;
+    fill(&db, "limited", 50);
+    fill(&db, "plain", 50);
+    let limited = QueueName::new("limited").unwrap();
+    lease_ports::control::Control::change_queue(
+        store.as_ref(),
+        &limited,
+        lease_domain::QueueChange::Concurrency(lease_domain::Concurrency::new(3)),
+    )
+    .await
+    .unwrap();
+    let plain = QueueName::new("plain").unwrap();
+    let tasks: Vec<_> = (0..24)
+        .map(|w| {
+            let store = Arc::clone(&store);
+            let queue = if w % 2 == 0 {
+                limited.clone()
+            } else {
+                plain.clone()
+            };
+            tokio::spawn(async move {
+                let leases = store
+                    .claim_next(&queue, &owner(&format!("w{w}")), term(1.0, 60.0), 2)
+                    .await
+                    .unwrap();
+                (queue, leases.len())
+            })
+        })
+        .collect();
+    let mut counts: HashMap<QueueName, usize> = HashMap::new();
+    for task in tasks {
+        let (queue, n) = task.await.unwrap();
+        *counts.entry(queue).or_default() += n;
+    }
+    assert_eq!(
+        counts[&limited], 3,
+        "the queue's limit of three live leases holds"
+    );
+    assert_eq!(
+        counts[&plain], 24,
+        "the plain queue's claims are all answered"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_connection_is_lost_tells_every_caller_the_write_may_have_committed() {
+    let db = ScratchDatabase::create();
+    let store = store(&db, PgOptions::default()).await;
+    fill(&db, "q", 64);
+    // Every leased row takes a while, so the batch is still running when its backend ends.
+    db.execute(
+        "CREATE FUNCTION public.slow() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN PERFORM pg_sleep(0.2); RETURN NULL; END $$; \
+         CREATE TRIGGER slow AFTER UPDATE ON lease.jobs FOR EACH ROW \
+         WHEN (NEW.owner IS NOT NULL) EXECUTE FUNCTION public.slow()",
+    )
+    .unwrap();
+    let queue = QueueName::new("q").unwrap();
+    let tasks: Vec<_> = (0..12)
+        .map(|w| {
+            let (store, queue) = (Arc::clone(&store), queue.clone());
+            tokio::spawn(async move {
+                store
+                    .claim_next(&queue, &owner(&format!("w{w}")), term(1.0, 60.0), 1)
+                    .await
+            })
+        })
+        .collect();
+    let killer = db.client().await.unwrap();
+    let mut killed = 0_i64;
+    for _ in 0..200 {
+        let row = killer
+            .query_one(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                 AND state = 'active' AND query LIKE '%unnest%'",
+                &[],
+            )
+            .await
+            .unwrap();
+        killed = row.get(0);
+        if killed > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(killed > 0, "a batch of many ran");
+    let (mut unknown, mut leased) = (0, 0);
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(leases) => leased += leases.len(),
+            Err(StoreError::Indeterminate(detail)) => {
+                assert!(
+                    detail.to_string().contains("may have committed")
+                        || detail.to_string().contains("failed while committing"),
+                    "{detail}"
+                );
+                unknown += 1;
+            }
+            Err(other) => panic!("a caller of the lost batch got {other}"),
+        }
+    }
+    assert!(
+        unknown >= 2,
+        "every caller of the lost batch is told the outcome is unknown ({unknown})"
+    );
+    db.execute("DROP TRIGGER slow ON lease.jobs").unwrap();
+    // Nothing of the lost batch committed: only the leases acknowledged are held.
+    let held: i64 = killer
+        .query_one(
+            "SELECT count(*) FROM lease.jobs WHERE owner IS NOT NULL",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        usize::try_from(held).unwrap(),
+        leased,
+        "only acknowledged leases are held"
+    );
+    // The store goes on: the next claim gets a job.
+    let next = store
+        .claim_next(&queue, &owner("after"), term(2.0, 60.0), 1)
+        .await
+        .unwrap();
+    assert_eq!(next.len(), 1);
+}
