@@ -443,6 +443,15 @@ fn async_workers(store: &SqliteLeaseStore, workers: usize) -> Run {
     }
 }
 
+/// The SQLite worker-runtime rows' prefetch: `LEASE_BENCH_PREFETCH`, else 0 (the default of
+/// `WorkerConfig`).
+fn bench_prefetch() -> usize {
+    std::env::var("LEASE_BENCH_PREFETCH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 /// The worker runtime with `workers` slots and an immediate handler, until the queue is empty.
 fn runtime_worker(store: &SqliteLeaseStore, workers: usize) -> Run {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -453,6 +462,7 @@ fn runtime_worker(store: &SqliteLeaseStore, workers: usize) -> Run {
         Arc::new(store.clone()),
         QueueName::default(),
         workers,
+        bench_prefetch(),
     ))
 }
 

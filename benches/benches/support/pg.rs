@@ -783,12 +783,23 @@ async fn joined(tasks: Vec<tokio::task::JoinHandle<Caller>>, start: Instant) -> 
     }
 }
 
+/// The worker runtime's prefetch in the rows that prefetch: of 2, 4, 16 and as many as slots,
+/// 2 gained as much as any at 1 and 16 workers and lost least at 64 (docs/PERFORMANCE.md).
+const PREFETCH: usize = 2;
+
 /// The store's queue loop (`claim_next`, then `complete_and_claim_next`) with `workers` tasks,
-/// or the worker runtime with as many slots, on `queue` until it is empty.
-async fn store_loop(store: Arc<PgLeaseStore>, queue: &str, workers: usize, runtime: bool) -> Run {
+/// or the worker runtime with as many slots (`runtime`: whether it prefetches [`PREFETCH`]
+/// leases), on `queue` until it is empty.
+async fn store_loop(
+    store: Arc<PgLeaseStore>,
+    queue: &str,
+    workers: usize,
+    runtime: Option<bool>,
+) -> Run {
     let q = QueueName::new(queue).expect("queue");
-    let run = if runtime {
-        crate::harness::worker_run(store.clone(), q, workers).await
+    let run = if let Some(prefetch) = runtime {
+        let prefetch = if prefetch { PREFETCH } else { 0 };
+        crate::harness::worker_run(store.clone(), q, workers, prefetch).await
     } else {
         let start = Instant::now();
         let tasks: Vec<_> = (0..workers)
@@ -809,45 +820,51 @@ async fn store_loop(store: Arc<PgLeaseStore>, queue: &str, workers: usize, runti
 /// statements) and the worker runtime, run in turn, medians of the runs; ratios to the
 /// hand-written loop of the same run.
 fn queue_loop_rows(plan: &Plan, url: &str, rows: &mut Vec<Row>) {
-    // (row, step function, group commit, worker runtime)
-    const STORE_ROWS: [(&str, bool, bool, bool); 5] = [
+    // (row, step function, group commit, worker runtime: whether it prefetches `PREFETCH`)
+    const STORE_ROWS: [(&str, bool, bool, Option<bool>); 6] = [
         (
             "pg queue loop, claim_next + complete_and_claim_next, one step call per job (group commit off), jobs/s",
             true,
             false,
-            false,
+            None,
         ),
         (
             "pg queue loop, claim_next + complete_and_claim_next, group commit (step calls batched), jobs/s",
             true,
             true,
-            false,
+            None,
         ),
         (
             "pg queue loop, claim_next + complete_and_claim_next, as statements (the build before issue 28), jobs/s",
             false,
             false,
-            false,
+            None,
         ),
         (
             "pg queue loop, Worker runtime, one step call per job (group commit off), jobs/s",
             true,
             false,
-            true,
+            Some(false),
         ),
         (
             "pg queue loop, Worker runtime, group commit (step calls batched), jobs/s",
             true,
             true,
+            Some(false),
+        ),
+        (
+            "pg queue loop, Worker runtime, group commit, prefetch 2, jobs/s",
             true,
+            true,
+            Some(true),
         ),
     ];
     let jobs = loop_jobs();
     let mut round = 0_u32;
     for workers in [1_usize, 16, 64] {
         let mut hands = Vec::new();
-        let mut stores: [Vec<Run>; 5] = Default::default();
-        let mut ratios: [Vec<f64>; 5] = Default::default();
+        let mut stores: [Vec<Run>; 6] = Default::default();
+        let mut ratios: [Vec<f64>; 6] = Default::default();
         for _ in 0..plan.runs.max(1) {
             round += 1;
             let table = format!("public.hand_{round}");

@@ -528,6 +528,7 @@ pub(crate) async fn run(
     );
     let mut config = WorkerConfig::new(request.queue.clone(), request.owner.clone(), request.ttl);
     config.concurrency = request.concurrency;
+    config.prefetch = request.prefetch;
     config.max_jobs = request.max_jobs;
     config.exit_when_empty = request.exit_when_empty;
     config.drain = request.drain;
@@ -646,6 +647,11 @@ pub(crate) struct WorkArgs {
     /// How many programs run at once.
     #[arg(long, default_value_t = 1)]
     pub(crate) concurrency: usize,
+    /// How many leases to hold beyond the running programs, ready to start (renewed while
+    /// they wait, released at exit); a finished program's next job then starts while its
+    /// result commits.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) prefetch: usize,
     /// Stop after this many jobs.
     #[arg(long)]
     pub(crate) max_jobs: Option<usize>,
@@ -685,6 +691,7 @@ impl WorkArgs {
             owner,
             ttl,
             concurrency,
+            prefetch,
             max_jobs,
             exit_when_empty,
             grace,
@@ -704,6 +711,7 @@ impl WorkArgs {
             owner: Owner::new(owner)?,
             ttl: lease_domain::Ttl::new(ttl)?,
             concurrency,
+            prefetch,
             max_jobs,
             exit_when_empty,
             grace: seconds("--grace", grace)?,
@@ -728,6 +736,8 @@ pub(crate) struct WorkRequest {
     pub ttl: lease_domain::Ttl,
     /// Programs at once.
     pub concurrency: usize,
+    /// Leases held ahead of the running programs.
+    pub prefetch: usize,
     /// Stop after this many jobs.
     pub max_jobs: Option<usize>,
     /// Stop when the queue is empty.

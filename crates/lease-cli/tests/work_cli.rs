@@ -39,6 +39,17 @@ fn work(db: &Path, extra: &[&str], program: &str) -> Output {
         .unwrap()
 }
 
+/// The summary `lease work --json` printed, once it exited 0.
+fn succeeded(out: &Output) -> Value {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 #[test]
 fn each_job_runs_the_program_with_its_payload_and_its_fence_and_stdout_completes_it() {
     let (_dir, db) = fresh_db();
@@ -50,13 +61,7 @@ fn each_job_runs_the_program_with_its_payload_and_its_fence_and_stdout_completes
         &["--exit-when-empty"],
         r#"printf '%s fence %s attempt %s: %s' "$LEASE_JOB" "$LEASE_FENCE" "$LEASE_ATTEMPT" "$(cat)""#,
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let summary = succeeded(&out);
     assert_eq!(summary["completed"], 2);
     let progress = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
@@ -72,6 +77,40 @@ fn each_job_runs_the_program_with_its_payload_and_its_fence_and_stdout_completes
         );
         assert_eq!(state["status"], "done");
     }
+}
+
+#[test]
+fn with_prefetch_every_job_runs_once_and_what_was_held_ahead_is_given_back() {
+    let (_dir, db) = fresh_db();
+    for i in 0..8 {
+        json_of(&db, &["enqueue", &format!("j{i}"), "--queue", "q"]);
+    }
+    let out = work(
+        &db,
+        &["--prefetch", "3", "--max-jobs", "5"],
+        r#"printf '%s under %s' "$LEASE_JOB" "$LEASE_FENCE""#,
+    );
+    let summary = succeeded(&out);
+    assert_eq!(
+        (summary["completed"].as_u64(), summary["lost"].as_u64()),
+        (Some(5), Some(0))
+    );
+    let mut done = 0;
+    for i in 0..8 {
+        let job = format!("j{i}");
+        let state = json_of(&db, &["state", &job]);
+        if state["status"] == "done" {
+            assert_eq!(state["result"], format!("{job} under 1"));
+            done += 1;
+        } else {
+            assert_eq!(
+                (state["status"].as_str(), state["owner"].as_str()),
+                (Some("pending"), None),
+                "{job} held ahead is released: {state}"
+            );
+        }
+    }
+    assert_eq!(done, 5);
 }
 
 #[test]

@@ -319,6 +319,7 @@ impl WorkerCore {
         let owner: String = options.need(py, "owner")?;
         let ttl: f64 = options.need(py, "ttl")?;
         let concurrency: usize = options.need(py, "concurrency")?;
+        let prefetch: i64 = options.need(py, "prefetch")?;
         let renew_fraction: f64 = options.need(py, "renew_fraction")?;
         let idle_poll: f64 = options.need(py, "idle_poll")?;
         let retry: bool = options.need(py, "retry")?;
@@ -343,6 +344,8 @@ impl WorkerCore {
                 let mut config =
                     WorkerConfig::new(values::queue(&queue)?, values::owner(&owner)?, ttl);
                 config.concurrency = concurrency;
+                config.prefetch = usize::try_from(prefetch)
+                    .or_else(|_| invalid(format!("prefetch: must be 0 or more, got {prefetch}")))?;
                 config.renew_fraction = renew_fraction;
                 config.idle_poll = duration("idle_poll", idle_poll)?;
                 config.retry = values::retry(retry, backoff.as_deref())?;

@@ -34,6 +34,28 @@ def test_a_worker_runs_every_job_and_stores_what_its_handler_returns(opening):
     assert store.record("j7").result == "r7"
 
 
+def test_a_prefetching_worker_runs_every_job_once_and_gives_back_what_it_held(opening):
+    target, how = opening
+    store = lease.Store(target, **how)
+    store.enqueue_many([{"id": f"p{i}", "payload": f"{i}"} for i in range(40)])
+    seen = []
+
+    def handle(job):
+        seen.append((job.id, job.fence))
+        return "r" + job.payload.decode()
+
+    summary = lease.Worker(
+        store, handle, owner="py/p", concurrency=2, prefetch=4, max_jobs=25, idle_poll=0.05
+    ).run()
+    assert summary.completed == 25 and summary.lost == 0
+    assert len(seen) == 25 and len({j for j, _ in seen}) == 25
+    assert all(fence == 1 for _, fence in seen)
+    # What was held ahead beyond max_jobs was released, not run: every other job is pending.
+    records = [store.record(f"p{i}") for i in range(40)]
+    assert sum(r.status == "done" for r in records) == 25
+    assert all(r.status == "pending" and r.owner is None for r in records if r.status != "done")
+
+
 def test_a_handler_s_exception_fails_the_job_and_it_is_retried_then_dead(db):
     store = lease.Store(db, create=True)
     store.enqueue("flaky", max_attempts=3)
@@ -131,6 +153,7 @@ def test_worker_settings_are_checked_and_named(db):
     store = lease.Store(db, create=True)
     for kwargs, named in [
         ({"concurrency": 0}, "concurrency"),
+        ({"prefetch": -1}, "prefetch"),
         ({"ttl": 0}, "ttl"),
         ({"renew_fraction": 1.5}, "renew_fraction"),
         ({"drain": -1}, "drain"),

@@ -244,6 +244,11 @@ pub struct WorkerConfig {
     pub drain: Duration,
     /// After a job's token is cancelled, how long its handler may run before it is dropped.
     pub cancel_grace: Duration,
+    /// How many leases the worker holds beyond its busy slots, ready to run (default 0). A
+    /// prefetched lease is a real lease: it counts against the queue's limits, is renewed
+    /// while it waits, and is released at shutdown. With any, a slot whose job finished starts
+    /// the next prefetched one while the finished job's completion commits.
+    pub prefetch: usize,
 }
 
 impl WorkerConfig {
@@ -262,6 +267,7 @@ impl WorkerConfig {
             exit_when_empty: false,
             drain: Duration::from_secs(30),
             cancel_grace: Duration::from_secs(5),
+            prefetch: 0,
         }
     }
 }
@@ -385,6 +391,23 @@ struct Shared {
     stopping: CancellationToken,
     /// Where slots send the report of every job they ran.
     reports: tokio::sync::mpsc::UnboundedSender<JobReport>,
+    /// Leases claimed ahead of a free slot ([`WorkerConfig::prefetch`]), oldest first.
+    waiting: std::sync::Mutex<std::collections::VecDeque<Held>>,
+}
+
+/// A lease this worker holds, with when it ends by the worker's clock (the store's `until`
+/// measured from when the worker got it, so in store-clock mode too).
+struct Held {
+    lease: Lease,
+    until: f64,
+}
+
+impl Held {
+    /// A lease just granted.
+    fn granted(lease: Lease, now: f64) -> Self {
+        let until = now + (lease.until.get() - lease.now.get());
+        Self { lease, until }
+    }
 }
 
 impl Shared {
@@ -403,6 +426,109 @@ impl Shared {
     /// Returns starts that were taken but not used.
     fn give_back(&self, unused: usize) {
         self.budget.fetch_add(unused, Ordering::SeqCst);
+    }
+
+    fn waiting(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<Held>> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The oldest prefetched lease, unless the worker is stopping.
+    fn next_waiting(&self) -> Option<Held> {
+        if self.stopping.is_cancelled() {
+            return None;
+        }
+        self.waiting().pop_front()
+    }
+
+    /// Keeps a lease claimed ahead (or, once the worker stops, gives it back).
+    async fn keep_waiting(&self, held: Held) {
+        if self.stopping.is_cancelled() {
+            self.give_back_lease(&held.lease).await;
+        } else {
+            self.waiting().push_back(held);
+        }
+    }
+
+    /// Releases a lease that was never run, and returns its start to the budget.
+    async fn give_back_lease(&self, lease: &Lease) {
+        let _ = self
+            .store
+            .release(&lease.job, &self.config.owner, lease.fence)
+            .await;
+        self.give_back(1);
+    }
+
+    /// Renews every prefetched lease that has waited an interval since it was granted or last
+    /// renewed, all at once; a lease refused, or about to end unrenewed, is dropped and reported
+    /// lost (it never ran).
+    async fn renew_waiting(&self) {
+        let config = &self.config;
+        let interval = renew_interval(config.ttl, config.renew_fraction);
+        let now = self.clock.now();
+        let due: Vec<Lease> = self
+            .waiting()
+            .iter()
+            .filter(|h| h.until - now <= config.ttl.get() - interval)
+            .map(|h| h.lease.clone())
+            .collect();
+        let Ok(term) = Timestamp::new(now).and_then(|t| LeaseTerm::from_parts(t, config.ttl))
+        else {
+            return;
+        };
+        let answers = futures::future::join_all(due.iter().map(|lease| {
+            self.store
+                .renew(&lease.job, &config.owner, lease.fence, term)
+        }))
+        .await;
+        let margin = stop_margin(config.ttl);
+        let mut lost = Vec::new();
+        {
+            let mut waiting = self.waiting();
+            for (lease, answer) in due.iter().zip(answers) {
+                let Some(at) = waiting
+                    .iter()
+                    .position(|h| h.lease.job == lease.job && h.lease.fence == lease.fence)
+                else {
+                    continue;
+                };
+                let why = match answer {
+                    Ok(Ok(())) => {
+                        waiting[at].until = now + config.ttl.get();
+                        continue;
+                    }
+                    Ok(Err(refused)) => {
+                        format!("renewal refused while it waited to run: {refused}")
+                    }
+                    Err(_) if waiting[at].until - margin > self.clock.now() => continue,
+                    Err(e) => format!("the lease could not be renewed while it waited to run: {e}"),
+                };
+                if let Some(held) = waiting.remove(at) {
+                    lost.push((held.lease, why));
+                }
+            }
+        }
+        for (lease, why) in lost {
+            self.give_back(1);
+            let _ = self.reports.send(JobReport {
+                job: lease.job,
+                fence: lease.fence,
+                attempt: lease.attempt,
+                outcome: JobOutcome::Lost(why),
+                seconds: 0.0,
+            });
+        }
+    }
+
+    /// When the next prefetched lease is due a renewal, by the worker's clock.
+    fn next_renewal(&self) -> Option<f64> {
+        let config = &self.config;
+        let interval = renew_interval(config.ttl, config.renew_fraction);
+        self.waiting()
+            .iter()
+            .map(|h| h.until - (config.ttl.get() - interval))
+            .reduce(f64::min)
     }
 }
 
@@ -464,6 +590,7 @@ impl Worker {
             config: self.config,
             stopping: CancellationToken::new(),
             reports,
+            waiting: std::sync::Mutex::default(),
         });
         let config = &shared.config;
         let abort = CancellationToken::new();
@@ -481,11 +608,19 @@ impl Worker {
             if shutdown.is_cancelled() {
                 break;
             }
+            let mut free = config.concurrency.max(1).saturating_sub(slots.len());
+            while free > 0 {
+                let Some(held) = shared.next_waiting() else {
+                    break;
+                };
+                slots.spawn(run_slot(Arc::clone(&shared), held, abort.clone()));
+                free -= 1;
+            }
             if shared.budget.load(Ordering::SeqCst) == 0 && slots.is_empty() {
                 break;
             }
-            let free = config.concurrency.max(1).saturating_sub(slots.len());
-            let taken = shared.take(free);
+            let ahead = config.prefetch.saturating_sub(shared.waiting().len());
+            let taken = shared.take(free + ahead);
             let mut idle = false;
             if taken > 0 {
                 let term = LeaseTerm::from_parts(Timestamp::new(shared.clock.now())?, config.ttl)?;
@@ -497,8 +632,15 @@ impl Worker {
                     Ok(leases) => {
                         idle = leases.len() < taken;
                         shared.give_back(taken - leases.len());
-                        for lease in leases {
-                            slots.spawn(run_slot(Arc::clone(&shared), lease, abort.clone()));
+                        let now = shared.clock.now();
+                        let mut leases = leases.into_iter().map(|l| Held::granted(l, now));
+                        let run: Vec<Held> = leases.by_ref().take(free).collect();
+                        // Those held ahead first, so the slots started next can find them.
+                        for held in leases {
+                            shared.keep_waiting(held).await;
+                        }
+                        for held in run {
+                            slots.spawn(run_slot(Arc::clone(&shared), held, abort.clone()));
                         }
                     }
                     // An unreachable store is waited out like an empty queue, unless the worker
@@ -513,20 +655,29 @@ impl Worker {
                         idle = true;
                     }
                 }
-                if idle && slots.is_empty() && config.exit_when_empty {
+                if idle && slots.is_empty() && config.exit_when_empty && shared.waiting().is_empty()
+                {
                     break;
                 }
             }
+            let renewal = shared.next_renewal();
             tokio::select! {
                 Some(_) = slots.join_next(), if !slots.is_empty() => {}
                 Some(report) = reported.recv() => record(report, &mut summary),
                 () = shared.clock.sleep(config.idle_poll.as_secs_f64()), if idle => {}
+                () = shared.clock.sleep(renewal.unwrap_or(0.0) - shared.clock.now()), if renewal.is_some() => {
+                    shared.renew_waiting().await;
+                }
                 () = shutdown.cancelled() => {}
             }
         }
         // Stop claiming (finishing jobs no longer take a next one); drain until the deadline;
         // then cancel and release the rest.
         shared.stopping.cancel();
+        let unrun: Vec<Held> = shared.waiting().drain(..).collect();
+        for held in unrun {
+            shared.give_back_lease(&held.lease).await;
+        }
         let deadline = tokio::time::sleep(config.drain);
         tokio::pin!(deadline);
         loop {
@@ -590,36 +741,73 @@ async fn claim_unless_stopped(
     }
 }
 
-/// One busy slot: runs its lease, then each lease the completion claimed for the slot, until
-/// there is none (or the worker stops: a lease claimed as it stopped is given back unrun).
-async fn run_slot(shared: Arc<Shared>, first: Lease, abort: CancellationToken) {
-    let mut lease = first;
+/// What became of a job, told now or once its completion has committed.
+enum Reported {
+    Now(JobReport),
+    /// The report, whose outcome the completion still committing answers (with prefetch, the
+    /// slot runs its next job meanwhile).
+    Later(JobReport, tokio::task::JoinHandle<JobOutcome>),
+}
+
+/// The outcome of a job's result, known now or once its completion has committed.
+enum Finished {
+    Now(JobOutcome),
+    Later(tokio::task::JoinHandle<JobOutcome>),
+}
+
+/// The report of a completion that was committing, once it has.
+async fn committed(
+    mut report: JobReport,
+    completion: tokio::task::JoinHandle<JobOutcome>,
+) -> JobReport {
+    report.outcome = completion.await.unwrap_or_else(|e| {
+        JobOutcome::Unreported(format!(
+            "the completion's task ended without an answer: {e}"
+        ))
+    });
+    report
+}
+
+/// One busy slot: runs its lease, then each lease the completion claimed for the slot (or, with
+/// prefetch, the oldest lease claimed ahead), until there is none (or the worker stops: a lease
+/// claimed as it stopped is given back unrun). At most one completion of the slot commits while
+/// its next job runs; it is awaited before the next one's report, and before the slot ends.
+async fn run_slot(shared: Arc<Shared>, first: Held, abort: CancellationToken) {
+    let mut held = first;
+    let mut committing = None;
     loop {
-        let (report, next) = run_job(&shared, lease, &abort).await;
-        // The receiver lives as long as the worker's run.
-        let _ = shared.reports.send(report);
-        match next {
-            Some(next) if !shared.stopping.is_cancelled() => lease = next,
-            Some(next) => {
-                let config = &shared.config;
-                let _ = shared
-                    .store
-                    .release(&next.job, &config.owner, next.fence)
-                    .await;
-                shared.give_back(1);
-                return;
-            }
-            None => return,
+        let (report, next) = run_job(&shared, held, &abort).await;
+        if let Some((report, completion)) = committing.take() {
+            // The receiver lives as long as the worker's run.
+            let _ = shared.reports.send(committed(report, completion).await);
         }
+        match report {
+            Reported::Now(report) => {
+                let _ = shared.reports.send(report);
+            }
+            Reported::Later(report, completion) => committing = Some((report, completion)),
+        }
+        match next.or_else(|| shared.next_waiting()) {
+            Some(next) if !shared.stopping.is_cancelled() => held = next,
+            Some(next) => {
+                shared.give_back_lease(&next.lease).await;
+                break;
+            }
+            None => break,
+        }
+    }
+    if let Some((report, completion)) = committing.take() {
+        let _ = shared.reports.send(committed(report, completion).await);
     }
 }
 
 /// Runs one job: the handler in its own task, and the heartbeat here.
 async fn run_job(
-    shared: &Shared,
-    lease: Lease,
+    shared: &Arc<Shared>,
+    held: Held,
     abort: &CancellationToken,
-) -> (JobReport, Option<Lease>) {
+) -> (Reported, Option<Held>) {
+    let Held { lease, until } = held;
     let config = &shared.config;
     let started = shared.clock.now();
     let token = CancellationToken::new();
@@ -644,25 +832,24 @@ async fn run_job(
     let deadline = lease.timeout.map(|t| started + t.get());
     let interval = renew_interval(config.ttl, config.renew_fraction);
     let margin = stop_margin(config.ttl);
-    // When the lease ends by the worker's clock: the store's `until` measured from the grant
-    // (in store-clock mode the store's `now` and the worker's differ).
-    let mut until = shared.clock.now() + (lease.until.get() - lease.now.get());
+    // When the lease ends by the worker's clock (see `Held`).
+    let mut until = until;
     let mut next = None;
-    let outcome = loop {
+    let finished = loop {
         tokio::select! {
             joined = &mut handle => {
-                let (outcome, following) = finish(shared, &lease, joined).await;
+                let (finished, following) = finish(shared, &lease, joined).await;
                 next = following;
-                break outcome;
+                break finished;
             }
             // Past its timeout: stop the handler, then fail the job while the lease is held.
             () = shared.clock.sleep(deadline.map_or(0.0, |d| d - shared.clock.now())), if deadline.is_some() => {
                 let _ = stop(&token, handle, config.cancel_grace, String::new()).await;
-                break report_failure(shared, &lease, TIMED_OUT.to_owned()).await;
+                break Finished::Now(report_failure(shared, &lease, TIMED_OUT.to_owned()).await);
             }
             // The lease is about to end by the worker's clock and was not renewed: stop now.
             () = shared.clock.sleep(until - margin - shared.clock.now()) => {
-                break stop(&token, handle, config.cancel_grace, "the lease ran out before it could be renewed".to_owned()).await;
+                break Finished::Now(stop(&token, handle, config.cancel_grace, "the lease ran out before it could be renewed".to_owned()).await);
             }
             () = shared.clock.sleep(interval) => {
                 let now = shared.clock.now();
@@ -678,52 +865,59 @@ async fn run_job(
                     () = shared.clock.sleep(until - margin - now) => None,
                 };
                 let Some(renewed) = renewed else {
-                    break stop(&token, handle, config.cancel_grace, "the store did not answer the renewal before the lease ran out".to_owned()).await;
+                    break Finished::Now(stop(&token, handle, config.cancel_grace, "the store did not answer the renewal before the lease ran out".to_owned()).await);
                 };
                 match renewed {
                     Ok(Ok(())) => until = now + config.ttl.get(),
                     Ok(Err(refused)) => {
-                        break stop(&token, handle, config.cancel_grace, format!("renewal refused: {refused}")).await;
+                        break Finished::Now(stop(&token, handle, config.cancel_grace, format!("renewal refused: {refused}")).await);
                     }
                     // The next try would come after the lease ran out: stop now, while it may
                     // still be live, rather than let the handler outlive it.
                     Err(e) if now + interval >= until => {
-                        break stop(&token, handle, config.cancel_grace, format!("the lease could not be renewed before it ran out: {e}")).await;
+                        break Finished::Now(stop(&token, handle, config.cancel_grace, format!("the lease could not be renewed before it ran out: {e}")).await);
                     }
                     Err(_) => {}
                 }
             }
             () = abort.cancelled() => {
                 let _ = stop(&token, handle, config.cancel_grace, String::new()).await;
-                break match shared.store.release(&lease.job, &config.owner, lease.fence).await {
+                break Finished::Now(match shared.store.release(&lease.job, &config.owner, lease.fence).await {
                     Ok(_) => JobOutcome::Released,
                     Err(e) => JobOutcome::Unreported(format!("could not release the lease: {e}")),
-                };
+                });
             }
         }
     };
-    let report = JobReport {
-        job: lease.job,
+    let report = |outcome| JobReport {
+        job: lease.job.clone(),
         fence: lease.fence,
         attempt: lease.attempt,
         outcome,
         seconds: shared.clock.now() - started,
     };
-    (report, next)
+    let reported = match finished {
+        Finished::Now(outcome) => Reported::Now(report(outcome)),
+        Finished::Later(completion) => Reported::Later(report(JobOutcome::Completed), completion),
+    };
+    (reported, next)
 }
 
 /// Stores the handler's result. While the worker is still claiming, the completion and the
 /// claim of this slot's next job share one transaction (one commit); the next lease, if any,
-/// is returned for the slot to run.
+/// is returned for the slot to run. With a lease claimed ahead, that one is returned at once and
+/// the completion commits while it runs; the lease the completion claims is kept ahead.
 async fn report_result(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     lease: &Lease,
     result: &JobResult,
-) -> (JobOutcome, Option<Lease>) {
+) -> (Finished, Option<Held>) {
     let config = &shared.config;
     let Ok(now) = Timestamp::new(shared.clock.now()) else {
         return (
-            JobOutcome::Unreported("the clock is not a finite time".to_owned()),
+            Finished::Now(JobOutcome::Unreported(
+                "the clock is not a finite time".to_owned(),
+            )),
             None,
         );
     };
@@ -739,37 +933,61 @@ async fn report_result(
                 Ok(Err(refused)) => JobOutcome::Lost(format!("completion refused: {refused}")),
                 Err(e) => JobOutcome::Unreported(e.to_string()),
             };
-            return (outcome, None);
+            return (Finished::Now(outcome), None);
         }
     };
-    let answer = shared
-        .store
-        .complete_and_claim_next(
-            &lease.job,
-            &config.owner,
-            lease.fence,
-            result,
-            &config.queue,
-            term,
-            1,
-        )
-        .await;
-    let (completed, next) = match answer {
-        Ok(answer) => answer,
-        Err(e) => {
-            shared.give_back(1);
-            return (JobOutcome::Unreported(e.to_string()), None);
+    let ahead = shared.next_waiting();
+    let completion = {
+        let (shared, lease, result) = (Arc::clone(shared), lease.clone(), result.clone());
+        let pipelined = ahead.is_some();
+        async move {
+            let config = &shared.config;
+            let answer = shared
+                .store
+                .complete_and_claim_next(
+                    &lease.job,
+                    &config.owner,
+                    lease.fence,
+                    &result,
+                    &config.queue,
+                    term,
+                    1,
+                )
+                .await;
+            let (completed, next) = match answer {
+                Ok(answer) => answer,
+                Err(e) => {
+                    shared.give_back(1);
+                    return (JobOutcome::Unreported(e.to_string()), None);
+                }
+            };
+            let mut next = next
+                .unwrap_or_default()
+                .pop()
+                .map(|next| Held::granted(next, shared.clock.now()));
+            if next.is_none() {
+                shared.give_back(1);
+            }
+            if pipelined && let Some(held) = next.take() {
+                shared.keep_waiting(held).await;
+            }
+            let outcome = match completed {
+                Ok(()) => JobOutcome::Completed,
+                Err(refused) => JobOutcome::Lost(format!("completion refused: {refused}")),
+            };
+            (outcome, next)
         }
     };
-    let next = next.unwrap_or_default().pop();
-    if next.is_none() {
-        shared.give_back(1);
+    match ahead {
+        Some(ahead) => {
+            let completion = tokio::spawn(async move { completion.await.0 });
+            (Finished::Later(completion), Some(ahead))
+        }
+        None => {
+            let (outcome, next) = completion.await;
+            (Finished::Now(outcome), next)
+        }
     }
-    let outcome = match completed {
-        Ok(()) => JobOutcome::Completed,
-        Err(refused) => JobOutcome::Lost(format!("completion refused: {refused}")),
-    };
-    (outcome, next)
 }
 
 /// Tells the handler to stop, gives it `grace` to do so, then drops it; nothing is reported.
@@ -788,10 +1006,10 @@ async fn stop(
 
 /// Reports what the handler answered: complete, or fail (a panic is a failure too).
 async fn finish(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     lease: &Lease,
     joined: Result<HandlerResult, tokio::task::JoinError>,
-) -> (JobOutcome, Option<Lease>) {
+) -> (Finished, Option<Held>) {
     let outcome = match joined {
         Ok(Ok(result)) => match JobResult::new(result) {
             Ok(result) => return report_result(shared, lease, &result).await,
@@ -801,7 +1019,10 @@ async fn finish(
         Err(e) if e.is_panic() => format!("the handler panicked: {}", panic_text(e)),
         Err(e) => format!("the handler did not finish: {e}"),
     };
-    (report_failure(shared, lease, outcome).await, None)
+    (
+        Finished::Now(report_failure(shared, lease, outcome).await),
+        None,
+    )
 }
 
 /// Fails the job with the handler's error (retried or dead by the store's rules).

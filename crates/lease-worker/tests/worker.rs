@@ -133,6 +133,38 @@ async fn record(store: &dyn LeaseStore, id: &str) -> lease_domain::Job {
     store.record(&job(id)).await.unwrap().unwrap().job
 }
 
+/// A watched SQLite store in `dir` holding `jobs` jobs `j00`.. of 100 attempts each.
+async fn many_attempts_store(dir: &tempfile::TempDir, jobs: usize) -> Arc<Watched> {
+    let sqlite = lease_sqlite::SqliteLeaseStore::open(dir.path().join("work.db")).unwrap();
+    let store = watched(Arc::new(sqlite));
+    let spec = EnqueueSpec {
+        max_attempts: Some(100),
+        ..EnqueueSpec::default()
+    };
+    for i in 0..jobs {
+        let id = job(&format!("j{i:02}"));
+        store.enqueue_with(&id, &spec).await.unwrap();
+    }
+    store
+}
+
+/// Every job `j00`.. of `jobs` is done with a result, and the store accepted one completion
+/// of each at most. (A completion whose caller was killed may commit without being heard; the
+/// store, not the callers' tallies, says what happened.)
+async fn each_done_once(store: &Arc<Watched>, jobs: usize) {
+    for i in 0..jobs {
+        let stored = record(store.as_ref(), &format!("j{i:02}")).await;
+        assert!(stored.done, "j{i:02} is not done");
+        assert!(stored.result.is_some() && stored.result_fence.is_some());
+    }
+    let completed = store.hooks().completed.lock().unwrap();
+    assert!(completed.len() <= jobs);
+    assert!(
+        completed.values().all(|owners| owners.len() == 1),
+        "a job was completed twice: {completed:?}"
+    );
+}
+
 /// A handler that waits until its token is cancelled, notes that it was, then answers `answer`
 /// (which the runtime must never report).
 fn waits_for_cancel(
@@ -233,18 +265,7 @@ async fn a_worker_that_cannot_renew_stops_its_handler_and_its_late_result_never_
 async fn workers_killed_at_random_leave_every_job_completed_exactly_once() {
     const JOBS: usize = 60;
     let dir = tempfile::tempdir().unwrap();
-    let sqlite = lease_sqlite::SqliteLeaseStore::open(dir.path().join("work.db")).unwrap();
-    let store = watched(Arc::new(sqlite));
-    let spec = EnqueueSpec {
-        max_attempts: Some(100),
-        ..EnqueueSpec::default()
-    };
-    for i in 0..JOBS {
-        store
-            .enqueue_with(&job(&format!("j{i:02}")), &spec)
-            .await
-            .unwrap();
-    }
+    let store = many_attempts_store(&dir, JOBS).await;
     let spawn_worker = |n: usize| {
         let mut config = config(&format!("w{n}"), 0.4);
         config.concurrency = 3;
@@ -290,19 +311,7 @@ async fn workers_killed_at_random_leave_every_job_completed_exactly_once() {
     .await
     .unwrap();
     assert!(killed >= 10);
-    // Every job is done, with one result. (A completion whose caller was killed may commit
-    // without being heard; the store, not the callers' tallies, says what happened.)
-    for i in 0..JOBS {
-        let stored = record(store.as_ref(), &format!("j{i:02}")).await;
-        assert!(stored.done, "j{i:02} is not done");
-        assert!(stored.result.is_some() && stored.result_fence.is_some());
-    }
-    let completed = store.hooks().completed.lock().unwrap();
-    assert!(completed.len() <= JOBS);
-    assert!(
-        completed.values().all(|owners| owners.len() == 1),
-        "a job was completed twice: {completed:?}"
-    );
+    each_done_once(&store, JOBS).await;
 }
 
 /// A handler that always fails is retried after its backoff until its attempts run out, then
@@ -1197,5 +1206,179 @@ async fn a_retried_job_resumes_after_the_steps_its_last_attempt_kept() {
                 2
             ),
         ]
+    );
+}
+
+/// With prefetch, killed workers still leave every job completed exactly once: the leases they
+/// held ahead are real leases, rescued once they expire like the running ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefetching_workers_killed_at_random_leave_every_job_completed_exactly_once() {
+    const JOBS: usize = 80;
+    let dir = tempfile::tempdir().unwrap();
+    let store = many_attempts_store(&dir, JOBS).await;
+    let spawn_worker = |n: usize| {
+        let mut config = config(&format!("w{n}"), 0.4);
+        config.concurrency = 2;
+        config.prefetch = 4;
+        config.exit_when_empty = true;
+        let worker = Worker::new(
+            store.clone(),
+            move |ctx: JobContext| async move {
+                tokio::time::sleep(Duration::from_millis(5 + (ctx.fence.get() % 3) * 5)).await;
+                Ok::<_, String>(format!("{} done by w{n}", ctx.job))
+            },
+            config,
+        );
+        tokio::spawn(worker.run(CancellationToken::new()))
+    };
+    let mut workers: Vec<_> = (0..3).map(spawn_worker).collect();
+    for (k, next) in (3..9).enumerate() {
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        let victim = k % 3;
+        workers[victim].abort();
+        workers[victim] = spawn_worker(next);
+    }
+    for worker in workers {
+        let _ = worker.await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut last = config("finisher", 0.4);
+    last.concurrency = 3;
+    last.prefetch = 3;
+    last.exit_when_empty = true;
+    Worker::new(
+        store.clone(),
+        |ctx: JobContext| async move { Ok::<_, String>(format!("{} done late", ctx.job)) },
+        last,
+    )
+    .run(CancellationToken::new())
+    .await
+    .unwrap();
+    each_done_once(&store, JOBS).await;
+}
+
+/// A lease claimed ahead is renewed while it waits for a slot, so it runs under the fence it
+/// was claimed with, however long the job before it took (here five of its ttls).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_claimed_ahead_is_renewed_while_it_waits_and_runs_under_its_fence() {
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    for id in ["a-slow", "b-next"] {
+        store.enqueue(&job(id)).await.unwrap();
+    }
+    let mut config = config("w", 0.3);
+    config.prefetch = 1;
+    config.exit_when_empty = true;
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    let summary = Worker::new(
+        Arc::clone(&store),
+        |ctx: JobContext| async move {
+            if ctx.job.as_str() == "a-slow" {
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+            }
+            Ok::<_, String>(format!("{} under {}", ctx.job, ctx.fence))
+        },
+        config,
+    )
+    .on_report(collect(&reports))
+    .run(CancellationToken::new())
+    .await
+    .unwrap();
+    assert_eq!((summary.completed, summary.lost), (2, 0), "{reports:?}");
+    let next = record(store.as_ref(), "b-next").await;
+    assert_eq!(
+        (next.done, next.fence.get(), next.result.as_deref()),
+        (true, 1, Some("b-next under 1")),
+        "the lease claimed ahead ran under its first fence"
+    );
+}
+
+/// At shutdown the leases claimed ahead are released unrun, and their jobs can be claimed at
+/// once by another worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_claimed_ahead_are_released_at_shutdown() {
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    for id in ["a", "b", "c", "d"] {
+        store.enqueue(&job(id)).await.unwrap();
+    }
+    let mut config = config("w", 30.0);
+    config.prefetch = 3;
+    config.drain = Duration::from_millis(200);
+    let shutdown = CancellationToken::new();
+    let started = Arc::new(AtomicUsize::new(0));
+    let worker = {
+        let started = Arc::clone(&started);
+        Worker::new(
+            Arc::clone(&store),
+            move |ctx: JobContext| {
+                started.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    ctx.cancel.cancelled().await;
+                    Err::<String, _>("stopped".into())
+                }
+            },
+            config,
+        )
+    };
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    let held = || async {
+        let mut held = 0;
+        for id in ["a", "b", "c", "d"] {
+            held += usize::from(record(store.as_ref(), id).await.owner.is_some());
+        }
+        held
+    };
+    for _ in 0..200 {
+        if held().await == 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(held().await, 4, "one job runs and three are held ahead");
+    assert_eq!(started.load(Ordering::SeqCst), 1, "one slot runs one job");
+    shutdown.cancel();
+    let summary = running.await.unwrap().unwrap();
+    assert_eq!(summary.released, 1);
+    assert_eq!(held().await, 0, "every lease was given back");
+    assert_eq!(
+        started.load(Ordering::SeqCst),
+        1,
+        "nothing held ahead was run"
+    );
+}
+
+/// With prefetch, a slot starts its next job while the last one's completion commits: a
+/// completion that takes 300 ms does not hold up the job after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_runs_its_next_job_while_the_last_completion_commits() {
+    let store = watched(Arc::new(MemoryLeaseStore::new()));
+    for id in ["a", "b", "c"] {
+        store.enqueue(&job(id)).await.unwrap();
+    }
+    store.hooks().slow_completions.store(true, Ordering::SeqCst);
+    let mut config = config("w", 30.0);
+    config.prefetch = 2;
+    config.exit_when_empty = true;
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let summary = {
+        let starts = Arc::clone(&starts);
+        Worker::new(
+            store.clone(),
+            move |ctx: JobContext| {
+                starts.lock().unwrap().push(std::time::Instant::now());
+                async move { Ok::<_, String>(ctx.job.to_string()) }
+            },
+            config,
+        )
+        .run(CancellationToken::new())
+        .await
+        .unwrap()
+    };
+    assert_eq!(summary.completed, 3);
+    let starts = starts.lock().unwrap();
+    assert_eq!(starts.len(), 3);
+    assert!(
+        starts[1] - starts[0] < Duration::from_millis(200),
+        "the second job waited for the first one's completion: {:?}",
+        starts[1] - starts[0]
     );
 }

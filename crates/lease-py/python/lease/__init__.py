@@ -270,6 +270,10 @@ class Worker:
     exception's text (retried after ``backoff`` while attempts remain), and stops a job the
     moment its lease is lost or it is cancelled.
 
+    ``prefetch`` leases are held beyond the running ones, ready to start (renewed while they
+    wait, released at the end): a finished job's next one then starts while its result
+    commits. Each is a real lease, counted by the queue's limits.
+
     ``handler`` runs on threads of its own (``concurrency`` at once) and gets a
     :class:`Job`: its ``id``, ``fence``, ``attempt`` and ``payload``, and ``cancelled`` /
     ``wait_cancelled()`` for the stop. A Python thread cannot be killed: a handler that goes on
@@ -293,6 +297,7 @@ class Worker:
         owner: Optional[str] = None,
         ttl: float = 30.0,
         concurrency: int = 1,
+        prefetch: int = 0,
         renew_fraction: float = 1.0 / 3.0,
         idle_poll: float = 0.5,
         retry: bool = True,
@@ -315,6 +320,7 @@ class Worker:
             owner=self.owner,
             ttl=ttl,
             concurrency=concurrency,
+            prefetch=prefetch,
             renew_fraction=renew_fraction,
             idle_poll=idle_poll,
             retry=retry,
