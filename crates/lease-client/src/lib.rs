@@ -450,7 +450,10 @@ impl LeaseStore for HttpLeaseStore {
                 Outcome::Wrote(self.http_complete(job, &owner, fence, now, &result).await?)
             }
             Command::Release(owner, fence) => {
-                Outcome::Wrote(self.http_release(job, &owner, fence).await?)
+                Outcome::Wrote(self.http_release(job, &owner, fence, false).await?)
+            }
+            Command::GiveBack(owner, fence) => {
+                Outcome::Wrote(self.http_release(job, &owner, fence, true).await?)
             }
             Command::Fail(owner, fence, now, error, retry) => Outcome::Failed(
                 self.http_fail(job, &owner, fence, now, &error, retry)
@@ -691,14 +694,21 @@ impl HttpLeaseStore {
             .map(drop))
     }
 
+    /// A release; `unstarted`: of a lease whose job never started, giving its attempt back.
     async fn http_release(
         &self,
         job: &JobId,
         owner: &Owner,
         fence: Fence,
+        unstarted: bool,
     ) -> Result<WriteOutcome, StoreError> {
+        let body = if unstarted {
+            json!({"unstarted": true})
+        } else {
+            json!({})
+        };
         Ok(self
-            .holder_write("release", job, owner, fence, json!({}), None)
+            .holder_write("release", job, owner, fence, body, None)
             .await?
             .map(drop))
     }

@@ -176,7 +176,10 @@ impl Command {
             | Command::Fail(_, _, now, _, _)
             | Command::Cancel(now)
             | Command::Retry(now) => Some(*now),
-            Command::Enqueue | Command::EnqueueWith(_) | Command::Release(_, _) => None,
+            Command::Enqueue
+            | Command::EnqueueWith(_)
+            | Command::Release(_, _)
+            | Command::GiveBack(_, _) => None,
             Command::AsHolder(_, inner) => inner.caller_now(),
         }
     }

@@ -5,8 +5,8 @@ use crate::access::{Credential, judge_credential};
 use crate::queue::{EnqueueSpec, ErrorText, ProgressText, Retry};
 use crate::rules::{
     ClaimRefused, Failed, Job, WriteRefused, decide_cancel, decide_checkpoint, decide_claim,
-    decide_complete, decide_fail, decide_hold_group, decide_progress, decide_release, decide_renew,
-    decide_retry,
+    decide_complete, decide_fail, decide_give_back, decide_hold_group, decide_progress,
+    decide_release, decide_renew, decide_retry,
 };
 use crate::values::{Fence, JobId, JobResult, LeaseTerm, Owner, Renewal, Timestamp};
 use crate::workflow::Checkpoint;
@@ -34,6 +34,10 @@ pub enum Command {
     Complete(Owner, Fence, Timestamp, JobResult),
     /// Release the lease.
     Release(Owner, Fence),
+    /// Give back a lease whose job was never started (a worker's lease claimed ahead, or one
+    /// it got as it stopped): released as [`Command::Release`], and the attempt its claim
+    /// counted is given back ([`decide_give_back`]).
+    GiveBack(Owner, Fence),
     /// Report a failure of the live current lease.
     Fail(Owner, Fence, Timestamp, ErrorText, Retry),
     /// Cancel the job.
@@ -158,6 +162,7 @@ impl Command {
                 wrote(decide_complete(current, owner, *fence, *now, result))
             }
             Command::Release(owner, fence) => wrote(decide_release(current, owner, *fence)),
+            Command::GiveBack(owner, fence) => wrote(decide_give_back(current, owner, *fence)),
             Command::Fail(owner, fence, now, error, retry) => {
                 match decide_fail(id, current, owner, *fence, *now, error, *retry) {
                     Ok((next, failed)) => (Some(next), Outcome::Failed(Ok(failed))),
@@ -192,6 +197,7 @@ impl Command {
             | Command::Checkpoint(_, fence, _, _)
             | Command::Complete(_, fence, _, _)
             | Command::Release(_, fence)
+            | Command::GiveBack(_, fence)
             | Command::Fail(_, fence, _, _, _) => Some(*fence),
             Command::AsHolder(_, inner) => inner.holder_fence(),
             _ => None,
@@ -207,7 +213,7 @@ impl Command {
             Command::HoldGroup(..) => Some(HolderWrite::HoldGroup),
             Command::Checkpoint(..) => Some(HolderWrite::Checkpoint),
             Command::Complete(..) => Some(HolderWrite::Complete),
-            Command::Release(..) => Some(HolderWrite::Release),
+            Command::Release(..) | Command::GiveBack(..) => Some(HolderWrite::Release),
             Command::Fail(..) => Some(HolderWrite::Fail),
             Command::AsHolder(_, inner) => inner.holder_write(),
             _ => None,
@@ -225,6 +231,7 @@ impl Command {
             | Command::Checkpoint(owner, ..)
             | Command::Complete(owner, ..)
             | Command::Release(owner, ..)
+            | Command::GiveBack(owner, ..)
             | Command::Fail(owner, ..) => Some(owner),
             _ => None,
         }
@@ -242,6 +249,7 @@ impl Command {
                 Command::Complete(owner, *fence, *now, result.clone())
             }
             Command::Release(_, fence) => Command::Release(owner, *fence),
+            Command::GiveBack(_, fence) => Command::GiveBack(owner, *fence),
             Command::HoldGroup(_, fence, now, until) => {
                 Command::HoldGroup(owner, *fence, *now, *until)
             }
@@ -346,6 +354,7 @@ impl Command {
             | Command::Checkpoint(..)
             | Command::Complete(..)
             | Command::Release(..)
+            | Command::GiveBack(..)
             | Command::Fail(..) => self.holder_write().map_or("write", HolderWrite::as_str),
             Command::Cancel(_) => "cancel",
             Command::Retry(_) => "retry",

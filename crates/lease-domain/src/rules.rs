@@ -811,3 +811,19 @@ pub fn decide_release(
         ..job.clone()
     })
 }
+
+/// Give back a lease whose job was never started: the same holders as [`decide_release`], the
+/// same release, and the attempt the claim counted is given back, so a job held ahead by a
+/// worker that stopped is neither nearer its last attempt nor buried for having been held. The
+/// fence stays where the claim took it: the next lease takes the next fence, as always.
+pub fn decide_give_back(
+    current: Option<&Job>,
+    owner: &Owner,
+    fence: Fence,
+) -> Result<Job, WriteRefused> {
+    let released = decide_release(current, owner, fence)?;
+    Ok(Job {
+        attempts: released.attempts.saturating_sub(1),
+        ..released
+    })
+}

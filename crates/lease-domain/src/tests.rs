@@ -204,6 +204,39 @@ fn release_clears_owner_and_until_and_keeps_fence() {
 }
 
 #[test]
+fn a_give_back_releases_and_hands_back_one_attempt_and_only_its_holder_may() {
+    let job = Job {
+        attempts: 2,
+        ..held("a", 3, 15.0)
+    };
+    let given = decide_give_back(Some(&job), &owner("a"), fence(3)).unwrap();
+    assert_eq!(
+        given,
+        Job {
+            fence: fence(3),
+            attempts: 1,
+            ..Job::new()
+        }
+    );
+    // Never below none.
+    let fresh = held("a", 3, 15.0);
+    assert_eq!(
+        decide_give_back(Some(&fresh), &owner("a"), fence(3))
+            .unwrap()
+            .attempts,
+        0
+    );
+    assert!(matches!(
+        decide_give_back(Some(&job), &owner("b"), fence(3)),
+        Err(WriteRefused::NotOwner { .. })
+    ));
+    assert!(matches!(
+        decide_give_back(Some(&job), &owner("a"), fence(2)),
+        Err(WriteRefused::Stale { .. })
+    ));
+}
+
+#[test]
 fn release_of_expired_lease_by_its_holder_succeeds() {
     // No time condition: until 15 is long past, but nobody claimed since.
     assert!(decide_release(Some(&held("a", 1, 15.0)), &owner("a"), fence(1)).is_ok());

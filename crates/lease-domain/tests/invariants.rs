@@ -3,8 +3,8 @@
 use lease_domain::{
     Backoff, Command, Ended, EnqueueSpec, ErrorText, Fence, Job, JobId, JobResult, LeaseTerm,
     NextDecision, Owner, ProgressText, Retry, Timestamp, decide_cancel, decide_claim,
-    decide_claim_next, decide_complete, decide_fail, decide_progress, decide_release, decide_renew,
-    decide_retry,
+    decide_claim_next, decide_complete, decide_fail, decide_give_back, decide_progress,
+    decide_release, decide_renew, decide_retry,
 };
 use proptest::prelude::*;
 
@@ -28,6 +28,10 @@ enum Op {
         result: u8,
     },
     Release {
+        owner: u8,
+        fence: u8,
+    },
+    GiveBack {
         owner: u8,
         fence: u8,
     },
@@ -78,6 +82,7 @@ fn op() -> impl Strategy<Value = Op> {
             result
         }),
         (0..3u8, 0..6u8).prop_map(|(owner, fence)| Op::Release { owner, fence }),
+        (0..3u8, 0..6u8).prop_map(|(owner, fence)| Op::GiveBack { owner, fence }),
         (0..3u8, -5..40i8, 1..10u8).prop_map(|(owner, now, ttl)| Op::ClaimNext { owner, now, ttl }),
         (0..3u8, 0..6u8, -5..40i8, any::<bool>()).prop_map(|(owner, fence, now, retry)| Op::Fail {
             owner,
@@ -158,6 +163,16 @@ fn apply(job: &Job, op: &Op) -> (Job, bool) {
             .ok()
         }
         Op::Release { owner: o, fence: f } => decide_release(Some(job), &owner(o), fence(f)).ok(),
+        Op::GiveBack { owner: o, fence: f } => {
+            let given = decide_give_back(Some(job), &owner(o), fence(f)).ok();
+            // A give-back is a release that hands back one counted attempt, nothing else.
+            let released = decide_release(Some(job), &owner(o), fence(f)).ok();
+            assert_eq!(
+                given.as_ref().map(|g| (g.attempts + 1).min(job.attempts)),
+                released.as_ref().map(|r| r.attempts)
+            );
+            given
+        }
         Op::ClaimNext { owner: o, now, ttl } => {
             match decide_claim_next(job, &owner(o), term(now, ttl)) {
                 NextDecision::Lease(next) | NextDecision::Bury(next) => Some(next),
@@ -314,7 +329,10 @@ proptest! {
             if leased {
                 prop_assert_eq!(after.leased_until(), Some(after.until));
             }
-            let let_go = matches!(op, Op::Release { .. } | Op::Complete { .. } | Op::Fail { .. });
+            let let_go = matches!(
+                op,
+                Op::Release { .. } | Op::GiveBack { .. } | Op::Complete { .. } | Op::Fail { .. }
+            );
             if accepted && let_go {
                 prop_assert_eq!(after.leased_until(), None);
             }

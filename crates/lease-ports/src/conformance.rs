@@ -637,6 +637,42 @@ pub async fn an_expired_lease_counts_as_an_attempt_and_then_the_job_dies(store: 
     );
 }
 
+/// A lease given back unstarted hands back the attempt its claim counted: a job on its last
+/// attempt is leased again (at the next fence, the same attempt), where a plain release of the
+/// same lease leaves the job to be buried; only the holder of the current fence can give back.
+pub async fn a_lease_given_back_unstarted_hands_back_its_attempt(store: Store) {
+    let given = enqueued_with(&store, "given", &spec("g", 0, None, 1)).await;
+    let lease = next(&store, "g", "a", 0.0, 1).await;
+    assert_eq!((lease[0].fence, lease[0].attempt), (fence(1), 1));
+    let stale = store.give_back(&given, &owner("b"), fence(1)).await;
+    assert!(
+        matches!(
+            stale.expect("give back reaches the store"),
+            Err(WriteRefused::NotOwner { .. })
+        ),
+        "another owner cannot give the lease back"
+    );
+    let back = store.give_back(&given, &owner("a"), fence(1)).await;
+    assert_eq!(back.expect("give back reaches the store"), Ok(()));
+    let again = next(&store, "g", "b", 1.0, 1).await;
+    assert_eq!(
+        (again[0].job.as_str(), again[0].fence, again[0].attempt),
+        ("given", fence(2), 1),
+        "leased again at the next fence, on the attempt it had not used"
+    );
+    let released = enqueued_with(&store, "released", &spec("r", 0, None, 1)).await;
+    let lease = next(&store, "r", "a", 0.0, 1).await;
+    let back = store.release(&released, &owner("a"), lease[0].fence).await;
+    assert_eq!(back.expect("release reaches the store"), Ok(()));
+    assert!(next(&store, "r", "b", 1.0, 1).await.is_empty());
+    let record = store
+        .record(&released)
+        .await
+        .expect("record reads")
+        .expect("job exists");
+    assert_eq!(record.job.status_at(at(1.0)), Status::Dead);
+}
+
 /// `claim` by id refuses dead, cancelled and not-yet-due jobs, but never counts or applies the
 /// attempt limit.
 pub async fn claim_by_id_refuses_dead_cancelled_and_scheduled_jobs_but_ignores_attempts(
@@ -2932,6 +2968,7 @@ macro_rules! conformance_tests {
             claim_next_leases_only_due_free_jobs_of_its_queue,
             claim_next_respects_its_limit_and_never_leases_a_live_job_twice,
             an_expired_lease_counts_as_an_attempt_and_then_the_job_dies,
+            a_lease_given_back_unstarted_hands_back_its_attempt,
             claim_by_id_refuses_dead_cancelled_and_scheduled_jobs_but_ignores_attempts,
             fail_retries_with_backoff_then_dead_letters,
             fail_is_refused_unless_current_and_live,

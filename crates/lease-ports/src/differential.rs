@@ -30,7 +30,8 @@ pub enum Op {
     Claim(u8, u8, i8, u8),
     Renew(u8, u8, u8, i8, u8),
     Complete(u8, u8, u8, i8, u8),
-    Release(u8, u8, u8),
+    /// A release, or (`true`) the give-back of a lease never started.
+    Release(u8, u8, u8, bool),
     EnqueueWith(u8, u8, i8, Option<i8>, u8),
     ClaimNext(u8, u8, i8, u8, u8),
     Fail(u8, u8, u8, i8, bool),
@@ -90,7 +91,8 @@ pub fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(j, o, f, n, t)| Op::Renew(j, o, f, n, t)),
         (0..3u8, 0..3u8, 0..5u8, -5..30i8, 0..3u8)
             .prop_map(|(j, o, f, n, r)| Op::Complete(j, o, f, n, r)),
-        (0..3u8, 0..3u8, 0..5u8).prop_map(|(j, o, f)| Op::Release(j, o, f)),
+        (0..3u8, 0..3u8, 0..5u8, proptest::bool::ANY)
+            .prop_map(|(j, o, f, unstarted)| Op::Release(j, o, f, unstarted)),
         (
             0..3u8,
             0..2u8,
@@ -183,7 +185,12 @@ async fn outcome(store: &dyn Transfer, op: &Op) -> String {
                     .await
             )
         }
-        Op::Release(j, o, f) => format!("{:?}", store.release(&job(j), &owner(o), fence(f)).await),
+        Op::Release(j, o, f, false) => {
+            format!("{:?}", store.release(&job(j), &owner(o), fence(f)).await)
+        }
+        Op::Release(j, o, f, true) => {
+            format!("{:?}", store.give_back(&job(j), &owner(o), fence(f)).await)
+        }
         Op::EnqueueWith(j, q, priority, run_at, max_attempts) => {
             let spec = EnqueueSpec {
                 // A random DAG: a job of queue 1 runs after the other jobs its max_attempts

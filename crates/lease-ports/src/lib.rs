@@ -644,6 +644,18 @@ pub trait LeaseStore: Send + Sync {
         outcome_as(self.apply(job, command, None).await?.outcome)
     }
 
+    /// Gives back a lease whose job was never started: a release that also gives back the
+    /// attempt the claim counted, as decided by [`lease_domain::decide_give_back`].
+    async fn give_back(
+        &self,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+    ) -> Result<WriteOutcome, StoreError> {
+        let command = Command::GiveBack(owner.clone(), fence);
+        outcome_as(self.apply(job, command, None).await?.outcome)
+    }
+
     /// Inserts the job with the queue fields of `spec` and returns `true`; if the job exists,
     /// changes nothing and returns `false`. An id that was purged continues from its old fence.
     async fn enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError> {

@@ -618,6 +618,9 @@ pub(crate) struct ReleaseBody {
     pub(crate) fence: FenceNo,
     /// Write as exactly this owner (default: any owner the key may act as).
     pub(crate) owner: Option<Name>,
+    /// The job was never started (a lease a worker claimed ahead, or got as it stopped): the
+    /// attempt its claim counted is given back too (default false).
+    pub(crate) unstarted: Option<bool>,
 }
 
 #[utoipa::path(post, path = "/v1/jobs/{id}/release", tag = "jobs",
@@ -638,7 +641,14 @@ pub(crate) async fn release(
     let id = Name(id).job()?;
     let fence = body.fence.fence()?;
     let credential = credential(holder, body.owner)?;
-    let release = as_holder(credential, |owner| Command::Release(owner, fence));
+    let unstarted = body.unstarted.unwrap_or(false);
+    let release = as_holder(credential, |owner| {
+        if unstarted {
+            Command::GiveBack(owner, fence)
+        } else {
+            Command::Release(owner, fence)
+        }
+    });
     holder_write::<WriteOutcome>(&app, &id, release)
         .await?
         .map_err(|refused| Problem::refused_write(&refused))?;

@@ -451,11 +451,12 @@ impl Shared {
         }
     }
 
-    /// Releases a lease that was never run, and returns its start to the budget.
+    /// Gives back a lease that was never run (its attempt too), and returns its start to the
+    /// budget.
     async fn give_back_lease(&self, lease: &Lease) {
         let _ = self
             .store
-            .release(&lease.job, &self.config.owner, lease.fence)
+            .give_back(&lease.job, &self.config.owner, lease.fence)
             .await;
         self.give_back(1);
     }
@@ -732,7 +733,7 @@ async fn claim_unless_stopped(
             tokio::spawn(async move {
                 if let Ok(Ok(leases)) = claim.await {
                     for lease in leases {
-                        let _ = store.release(&lease.job, &owner, lease.fence).await;
+                        let _ = store.give_back(&lease.job, &owner, lease.fence).await;
                     }
                 }
             });

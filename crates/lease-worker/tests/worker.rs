@@ -1346,6 +1346,61 @@ async fn leases_claimed_ahead_are_released_at_shutdown() {
     );
 }
 
+/// A lease held ahead and given back at shutdown hands back its attempt: a job of one attempt
+/// held by a worker that stopped is not buried, and the next worker runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_held_ahead_on_its_last_attempt_runs_after_its_worker_stops() {
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    let once = EnqueueSpec {
+        max_attempts: Some(1),
+        ..EnqueueSpec::default()
+    };
+    for id in ["a", "b"] {
+        store.enqueue_with(&job(id), &once).await.unwrap();
+    }
+    let mut first = config("w1", 30.0);
+    first.prefetch = 1;
+    first.drain = Duration::from_millis(100);
+    let shutdown = CancellationToken::new();
+    let worker = Worker::new(
+        Arc::clone(&store),
+        |ctx: JobContext| async move {
+            ctx.cancel.cancelled().await;
+            Err::<String, _>("stopped".into())
+        },
+        first,
+    );
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    for _ in 0..200 {
+        let a = record(store.as_ref(), "a").await;
+        let b = record(store.as_ref(), "b").await;
+        if a.owner.is_some() && b.owner.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+    let mut second = config("w2", 30.0);
+    second.exit_when_empty = true;
+    let summary = Worker::new(
+        Arc::clone(&store),
+        |ctx: JobContext| async move { Ok::<_, String>(ctx.job.to_string()) },
+        second,
+    )
+    .run(CancellationToken::new())
+    .await
+    .unwrap();
+    // The job that ran under the first worker was released after it started: its one
+    // attempt is spent, so it is buried; the one held ahead never started and runs now.
+    assert_eq!(summary.completed, 1);
+    let done: Vec<bool> = futures::future::join_all(
+        ["a", "b"].map(|id| async { record(store.as_ref(), id).await.done }),
+    )
+    .await;
+    assert_eq!(done.iter().filter(|d| **d).count(), 1, "{done:?}");
+}
+
 /// With prefetch, a slot starts its next job while the last one's completion commits: a
 /// completion that takes 300 ms does not hold up the job after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
