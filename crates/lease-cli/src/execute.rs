@@ -223,6 +223,7 @@ mod tests {
             JobId::new("j").unwrap(),
             Owner::new("a").unwrap(),
             Fence::new(2).unwrap(),
+            false,
         ));
         let response = answer(&request, &store, false);
         assert_eq!(response.code, EXIT_REFUSED);

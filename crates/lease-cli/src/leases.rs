@@ -32,8 +32,8 @@ pub(crate) enum LeasesRequest {
     Renew(JobId, Owner, Fence, LeaseTerm),
     /// Complete a job.
     Complete(JobId, Owner, Fence, Timestamp, JobResult),
-    /// Release a lease.
-    Release(JobId, Owner, Fence),
+    /// Release a lease (`true`: one whose job never started, its attempt given back).
+    Release(JobId, Owner, Fence, bool),
     /// Race claims.
     ClaimMany(JobId, Vec<Owner>, LeaseTerm),
     /// Store a holder's progress, renewing the lease or keeping its end.
@@ -351,6 +351,9 @@ pub(crate) struct ReleaseArgs {
     pub(crate) job: String,
     #[command(flatten)]
     pub(crate) holder: Holder,
+    /// The job was never started: give back the attempt the claim counted too.
+    #[arg(long)]
+    pub(crate) unstarted: bool,
 }
 
 impl ReleaseArgs {
@@ -359,9 +362,18 @@ impl ReleaseArgs {
     /// # Errors
     /// The first bad value, named.
     pub(crate) fn request(self) -> Result<LeasesRequest, RequestError> {
-        let ReleaseArgs { job, holder } = self;
+        let ReleaseArgs {
+            job,
+            holder,
+            unstarted,
+        } = self;
         let (owner, fence) = holder.check()?;
-        Ok(LeasesRequest::Release(JobId::new(job)?, owner, fence))
+        Ok(LeasesRequest::Release(
+            JobId::new(job)?,
+            owner,
+            fence,
+            unstarted,
+        ))
     }
 }
 
@@ -623,8 +635,12 @@ pub(crate) async fn execute(
             owner,
             *fence,
         ),
-        LeasesRequest::Release(id, owner, fence) => write_report(
-            store.release(id, owner, *fence).await?,
+        LeasesRequest::Release(id, owner, fence, unstarted) => write_report(
+            if *unstarted {
+                store.give_back(id, owner, *fence).await?
+            } else {
+                store.release(id, owner, *fence).await?
+            },
             "released",
             id,
             owner,

@@ -114,6 +114,54 @@ fn with_prefetch_every_job_runs_once_and_what_was_held_ahead_is_given_back() {
 }
 
 #[test]
+fn a_lease_released_unstarted_gives_its_attempt_back_and_a_plain_release_does_not() {
+    let (_dir, db) = fresh_db();
+    for (job, queue) in [("given", "g"), ("released", "r")] {
+        json_of(
+            &db,
+            &["enqueue", job, "--queue", queue, "--max-attempts", "1"],
+        );
+    }
+    for (queue, extra) in [("g", Some("--unstarted")), ("r", None)] {
+        let leased = json_of(
+            &db,
+            &[
+                "claim-next",
+                "--queue",
+                queue,
+                "--owner",
+                "a",
+                "--ttl",
+                "30",
+            ],
+        );
+        let job = leased["leases"][0]["id"].as_str().unwrap().to_owned();
+        let mut args = vec!["release", job.as_str(), "--owner", "a", "--fence", "1"];
+        args.extend(extra);
+        assert_eq!(json_of(&db, &args)["ok"], true);
+    }
+    let again = json_of(
+        &db,
+        &["claim-next", "--queue", "g", "--owner", "b", "--ttl", "30"],
+    );
+    assert_eq!(
+        (&again["leases"][0]["fence"], &again["leases"][0]["attempt"]),
+        (&json!(2), &json!(1)),
+        "given back unstarted: leased again on its one attempt"
+    );
+    let buried = json_of(
+        &db,
+        &["claim-next", "--queue", "r", "--owner", "b", "--ttl", "30"],
+    );
+    assert_eq!(
+        buried["leases"],
+        json!([]),
+        "released plainly: its one attempt is spent"
+    );
+    assert_eq!(json_of(&db, &["state", "released"])["status"], "dead");
+}
+
+#[test]
 fn a_failing_program_fails_the_job_with_its_last_stderr_lines() {
     let (_dir, db) = fresh_db();
     json_of(

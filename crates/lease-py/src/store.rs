@@ -499,21 +499,30 @@ impl StoreCore {
         )
     }
 
-    /// Gives the lease back (the fence is kept), so the job can be claimed at once.
-    #[pyo3(signature = (job_id, owner, fence))]
+    /// Gives the lease back (the fence is kept), so the job can be claimed at once; with
+    /// `unstarted=True` (the job was never started) the attempt its claim counted is given back
+    /// too.
+    #[pyo3(signature = (job_id, owner, fence, *, unstarted = false))]
     fn release(
         &self,
         py: Python<'_>,
         job_id: &str,
         owner: &str,
         fence: &Bound<'_, PyAny>,
+        unstarted: bool,
     ) -> PyResult<Pending> {
         let fence = to_py(py, values::fence(fence)?)?;
         let (id, owner) = to_py(py, holder(job_id, owner))?;
         let store = self.store(py)?;
         self.call(
             py,
-            async move { Ok(store.release(&id, &owner, fence).await?) },
+            async move {
+                Ok(if unstarted {
+                    store.give_back(&id, &owner, fence).await?
+                } else {
+                    store.release(&id, &owner, fence).await?
+                })
+            },
             accepted_or_refused,
         )
     }

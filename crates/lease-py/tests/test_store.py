@@ -519,3 +519,16 @@ def test_a_lost_answer_from_the_server_raises_outcome_unknown_and_a_503_unavaila
             store.claim("k", A, 30.0)
     finally:
         server.shutdown()
+
+
+def test_a_lease_released_unstarted_gives_its_attempt_back(store):
+    for job, queue in [("given", "g"), ("released", "r")]:
+        store.enqueue(job, queue=queue, max_attempts=1)
+    (given,) = store.claim_next("g", A, 30)
+    assert store.release("given", A, given.fence, unstarted=True)
+    (released,) = store.claim_next("r", A, 30)
+    assert store.release("released", A, released.fence)
+    (again,) = store.claim_next("g", B, 30)
+    assert (again.id, again.fence, again.attempt) == ("given", 2, 1)
+    assert store.claim_next("r", B, 30) == []
+    assert store.record("released").status == "dead"

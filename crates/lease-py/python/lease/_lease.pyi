@@ -382,7 +382,7 @@ class StoreCore:
         now: Optional[float] = None,
     ) -> Pending[Union[Failed, Refused]]: ...
     def release(
-        self, job_id: str, owner: str, fence: int
+        self, job_id: str, owner: str, fence: int, *, unstarted: bool = False
     ) -> Pending[Union[Accepted, Refused]]: ...
     def cancel(
         self, job_id: str, *, now: Optional[float] = None
