@@ -400,13 +400,26 @@ struct Shared {
 struct Held {
     lease: Lease,
     until: f64,
+    /// Not renewed before this time, by the worker's clock: after a renewal the store could
+    /// not answer, the next try waits a little instead of asking again at once.
+    retry_after: f64,
 }
 
 impl Held {
     /// A lease just granted.
     fn granted(lease: Lease, now: f64) -> Self {
         let until = now + (lease.until.get() - lease.now.get());
-        Self { lease, until }
+        Self {
+            lease,
+            until,
+            retry_after: now,
+        }
+    }
+
+    /// When this lease is due a renewal while it waits (an interval after its grant or last
+    /// renewal, and not before a retry may be made).
+    fn renewal_due(&self, ttl: Ttl, interval: f64) -> f64 {
+        (self.until - (ttl.get() - interval)).max(self.retry_after)
     }
 }
 
@@ -471,7 +484,7 @@ impl Shared {
         let due: Vec<Lease> = self
             .waiting()
             .iter()
-            .filter(|h| h.until - now <= config.ttl.get() - interval)
+            .filter(|h| h.renewal_due(config.ttl, interval) <= now)
             .map(|h| h.lease.clone())
             .collect();
         let Ok(term) = Timestamp::new(now).and_then(|t| LeaseTerm::from_parts(t, config.ttl))
@@ -502,7 +515,10 @@ impl Shared {
                     Ok(Err(refused)) => {
                         format!("renewal refused while it waited to run: {refused}")
                     }
-                    Err(_) if waiting[at].until - margin > self.clock.now() => continue,
+                    Err(_) if waiting[at].until - margin > self.clock.now() => {
+                        waiting[at].retry_after = now + (interval / 4.0).min(1.0);
+                        continue;
+                    }
                     Err(e) => format!("the lease could not be renewed while it waited to run: {e}"),
                 };
                 if let Some(held) = waiting.remove(at) {
@@ -528,7 +544,7 @@ impl Shared {
         let interval = renew_interval(config.ttl, config.renew_fraction);
         self.waiting()
             .iter()
-            .map(|h| h.until - (config.ttl.get() - interval))
+            .map(|h| h.renewal_due(config.ttl, interval))
             .reduce(f64::min)
     }
 }
@@ -808,7 +824,7 @@ async fn run_job(
     held: Held,
     abort: &CancellationToken,
 ) -> (Reported, Option<Held>) {
-    let Held { lease, until } = held;
+    let Held { lease, until, .. } = held;
     let config = &shared.config;
     let started = shared.clock.now();
     let token = CancellationToken::new();

@@ -1292,6 +1292,39 @@ async fn a_lease_claimed_ahead_is_renewed_while_it_waits_and_runs_under_its_fenc
     );
 }
 
+/// A lease held ahead whose renewal the store cannot answer is tried again after a pause, not
+/// at once in a loop: a store that is down is not flooded with renewals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_lease_whose_renewal_fails_is_retried_after_a_pause_not_in_a_loop() {
+    let store = watched(Arc::new(MemoryLeaseStore::new()));
+    for id in ["a-slow", "b-next"] {
+        store.enqueue(&job(id)).await.unwrap();
+    }
+    *store.hooks().cut_off.lock().unwrap() = Some(owner("w"));
+    let mut config = config("w", 1.0);
+    config.prefetch = 1;
+    config.exit_when_empty = true;
+    let summary = Worker::new(
+        store.clone(),
+        |ctx: JobContext| async move {
+            if ctx.job.as_str() == "a-slow" {
+                tokio::time::sleep(Duration::from_millis(600)).await;
+            }
+            Ok::<_, String>(ctx.job.to_string())
+        },
+        config,
+    )
+    .run(CancellationToken::new())
+    .await
+    .unwrap();
+    assert_eq!(summary.completed, 2);
+    let renewals = store.hooks().renewals.load(Ordering::SeqCst);
+    assert!(
+        (2..50).contains(&renewals),
+        "{renewals} renewals in 0.6 s: the held lease's failed renewal was retried in a loop"
+    );
+}
+
 /// At shutdown the leases claimed ahead are released unrun, and their jobs can be claimed at
 /// once by another worker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
