@@ -683,7 +683,15 @@ impl Worker {
                 Some(report) = reported.recv() => record(report, &mut summary),
                 () = shared.clock.sleep(config.idle_poll.as_secs_f64()), if idle => {}
                 () = shared.clock.sleep(renewal.unwrap_or(0.0) - shared.clock.now()), if renewal.is_some() => {
-                    shared.renew_waiting().await;
+                    // A store that does not answer holds up neither the run nor its shutdown:
+                    // the held leases are asked again next round, and one that runs out before
+                    // an answer is stopped as it starts, writing nothing.
+                    let interval = renew_interval(config.ttl, config.renew_fraction);
+                    tokio::select! {
+                        () = shared.renew_waiting() => {}
+                        () = shared.clock.sleep(interval) => {}
+                        () = shutdown.cancelled() => {}
+                    }
                 }
                 () = shutdown.cancelled() => {}
             }

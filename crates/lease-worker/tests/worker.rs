@@ -1325,6 +1325,42 @@ async fn a_held_lease_whose_renewal_fails_is_retried_after_a_pause_not_in_a_loop
     );
 }
 
+/// A store that never answers the renewal of a held lease cannot hold up the worker's
+/// shutdown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_of_a_held_lease_that_never_returns_cannot_hold_up_the_shutdown() {
+    let store = watched(Arc::new(MemoryLeaseStore::new()));
+    for id in ["a-running", "b-held"] {
+        store.enqueue(&job(id)).await.unwrap();
+    }
+    store.hooks().hang_renewals.store(true, Ordering::SeqCst);
+    let mut config = config("w", 0.6);
+    config.prefetch = 1;
+    config.drain = Duration::from_millis(100);
+    let shutdown = CancellationToken::new();
+    let worker = Worker::new(
+        store.clone(),
+        |ctx: JobContext| async move {
+            ctx.cancel.cancelled().await;
+            Err::<String, _>("stopped".into())
+        },
+        config,
+    );
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    // The held lease's renewal is due after a third of the ttl, and never answered.
+    eventually("a renewal was asked", || {
+        store.hooks().renewals.load(Ordering::SeqCst) > 0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    shutdown.cancel();
+    let stopped = tokio::time::timeout(Duration::from_secs(3), running).await;
+    assert!(
+        stopped.is_ok(),
+        "the shutdown waited on a renewal the store never answered"
+    );
+}
+
 /// At shutdown the leases claimed ahead are released unrun, and their jobs can be claimed at
 /// once by another worker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
