@@ -699,10 +699,12 @@ impl Worker {
         // Stop claiming (finishing jobs no longer take a next one); drain until the deadline;
         // then cancel and release the rest.
         shared.stopping.cancel();
+        // The leases held ahead are given back together, for no longer than the drain (a
+        // store that does not answer cannot hold up the shutdown; those leases then expire).
         let unrun: Vec<Held> = shared.waiting().drain(..).collect();
-        for held in unrun {
-            shared.give_back_lease(&held.lease).await;
-        }
+        let giving =
+            futures::future::join_all(unrun.iter().map(|held| shared.give_back_lease(&held.lease)));
+        let _ = tokio::time::timeout(config.drain, giving).await;
         let deadline = tokio::time::sleep(config.drain);
         tokio::pin!(deadline);
         loop {

@@ -30,6 +30,7 @@ use lease_worker::{
 struct Watch {
     cut_off: Mutex<Option<Owner>>,
     hang_renewals: AtomicBool,
+    hang_give_backs: AtomicBool,
     slow_completions: AtomicBool,
     complete_error: AtomicBool,
     claim_error: Mutex<Option<fn() -> StoreError>>,
@@ -79,6 +80,15 @@ impl Hooks for Watch {
                     tokio::time::sleep(Duration::from_millis(300)).await;
                 }
                 Ok(Some((job.clone(), owner.clone())))
+            }
+            Call::Apply {
+                command: Command::GiveBack(..),
+                ..
+            } => {
+                if self.hang_give_backs.load(Ordering::SeqCst) {
+                    std::future::pending::<()>().await;
+                }
+                Ok(None)
             }
             Call::ClaimNext(claim) => {
                 if let Some(error) = *self.claim_error.lock().unwrap() {
@@ -1358,6 +1368,42 @@ async fn a_renewal_of_a_held_lease_that_never_returns_cannot_hold_up_the_shutdow
     assert!(
         stopped.is_ok(),
         "the shutdown waited on a renewal the store never answered"
+    );
+}
+
+/// A store that never answers the give-back of the leases held ahead holds up the shutdown
+/// for the drain at most.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_that_never_returns_holds_up_the_shutdown_for_the_drain_at_most() {
+    let store = watched(Arc::new(MemoryLeaseStore::new()));
+    for id in ["a", "b", "c"] {
+        store.enqueue(&job(id)).await.unwrap();
+    }
+    store.hooks().hang_give_backs.store(true, Ordering::SeqCst);
+    let mut config = config("w", 30.0);
+    config.prefetch = 2;
+    config.drain = Duration::from_millis(200);
+    let shutdown = CancellationToken::new();
+    let worker = Worker::new(
+        store.clone(),
+        |ctx: JobContext| async move {
+            ctx.cancel.cancelled().await;
+            Err::<String, _>("stopped".into())
+        },
+        config,
+    );
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    for _ in 0..200 {
+        if record(store.as_ref(), "c").await.owner.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    shutdown.cancel();
+    let stopped = tokio::time::timeout(Duration::from_secs(3), running).await;
+    assert!(
+        stopped.is_ok(),
+        "the shutdown waited on give-backs the store never answered"
     );
 }
 
