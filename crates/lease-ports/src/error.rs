@@ -141,15 +141,23 @@ impl StoreError {
     /// kinds name their own subject and are returned as they are).
     #[must_use]
     pub fn in_context(self, context: &str) -> Self {
-        let tell = |d: &Detail| d.retold(format!("{context}: {}", d.message()));
-        match &self {
+        self.retold(|d| d.retold(format!("{context}: {}", d.message())))
+            .unwrap_or(self)
+    }
+
+    /// A storage failure (unavailable, full, read-only, indeterminate, corrupt) told again by
+    /// `tell`, its kind and cause kept: for another caller of a failed batch, or a failure
+    /// put in context. `None` for the other kinds, which name their own subject.
+    #[must_use]
+    pub fn retold(&self, tell: impl Fn(&Detail) -> Detail) -> Option<Self> {
+        Some(match self {
             StoreError::Unavailable(d) => StoreError::Unavailable(tell(d)),
             StoreError::Full(d) => StoreError::Full(tell(d)),
             StoreError::ReadOnly(d) => StoreError::ReadOnly(tell(d)),
             StoreError::Indeterminate(d) => StoreError::Indeterminate(tell(d)),
             StoreError::Corrupt(d) => StoreError::Corrupt(tell(d)),
-            _ => self,
-        }
+            _ => return None,
+        })
     }
 }
 

@@ -343,20 +343,14 @@ fn answer_all(batch: Vec<Request>, error: &StoreError) {
 
 /// The same failure for another caller of the batch.
 fn retold(error: &StoreError) -> StoreError {
-    let message = |d: &lease_ports::Detail| {
-        d.retold(format!(
-            "{} (this write was one of a batch sharing one commit)",
-            d.message()
-        ))
-    };
-    match error {
-        StoreError::Indeterminate(d) => StoreError::Indeterminate(message(d)),
-        StoreError::Full(d) => StoreError::Full(message(d)),
-        StoreError::ReadOnly(d) => StoreError::ReadOnly(message(d)),
-        StoreError::Corrupt(d) => StoreError::Corrupt(message(d)),
-        StoreError::Unavailable(d) => StoreError::Unavailable(message(d)),
-        other => StoreError::Unavailable(other.to_string().into()),
-    }
+    error
+        .retold(|d| {
+            d.retold(format!(
+                "{} (this write was one of a batch sharing one commit)",
+                d.message()
+            ))
+        })
+        .unwrap_or_else(|| StoreError::Unavailable(error.to_string().into()))
 }
 
 /// A runner: takes every queued write (up to the batch bound) and runs them as one batch,

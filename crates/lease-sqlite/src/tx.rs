@@ -178,14 +178,8 @@ pub(crate) fn batch_error(err: &StoreError, why: &str) -> StoreError {
     } else {
         format!("{why}: {err}")
     };
-    match err {
-        StoreError::Full(d) => StoreError::Full(d.retold(message)),
-        StoreError::ReadOnly(d) => StoreError::ReadOnly(d.retold(message)),
-        StoreError::Corrupt(d) => StoreError::Corrupt(d.retold(message)),
-        StoreError::Indeterminate(d) => StoreError::Indeterminate(d.retold(message)),
-        StoreError::Unavailable(d) => StoreError::Unavailable(d.retold(message)),
-        _ => StoreError::Unavailable(message.into()),
-    }
+    err.retold(|d| d.retold(message.as_str()))
+        .unwrap_or_else(|| StoreError::Unavailable(message.into()))
 }
 
 /// Runs `body` in a read transaction, so that a multi-row read sees one snapshot.
