@@ -175,6 +175,53 @@ async fn each_done_once(store: &Arc<Watched>, jobs: usize) {
     );
 }
 
+/// Starts a worker on `store` whose handler counts its start in `started`, then runs until
+/// its token is cancelled and fails; the run, and the token that shuts the worker down.
+fn run_until_shutdown(
+    store: Arc<dyn LeaseStore>,
+    config: WorkerConfig,
+    started: &Arc<AtomicUsize>,
+) -> (
+    tokio::task::JoinHandle<Result<lease_worker::Summary, StoreError>>,
+    CancellationToken,
+) {
+    let started = Arc::clone(started);
+    let worker = Worker::new(
+        store,
+        move |ctx: JobContext| {
+            started.fetch_add(1, Ordering::SeqCst);
+            async move {
+                ctx.cancel.cancelled().await;
+                Err::<String, _>("stopped".into())
+            }
+        },
+        config,
+    );
+    let shutdown = CancellationToken::new();
+    (tokio::spawn(worker.run(shutdown.clone())), shutdown)
+}
+
+/// How many jobs of `ids` are leased.
+async fn held(store: &dyn LeaseStore, ids: &[&str]) -> usize {
+    let mut held = 0;
+    for id in ids {
+        held += usize::from(record(store, id).await.owner.is_some());
+    }
+    held
+}
+
+/// Waits (a bounded number of short sleeps) until every job of `ids` is leased; answers how
+/// many are.
+async fn until_held(store: &dyn LeaseStore, ids: &[&str]) -> usize {
+    for _ in 0..200 {
+        if held(store, ids).await == ids.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    held(store, ids).await
+}
+
 /// A handler that waits until its token is cancelled, notes that it was, then answers `answer`
 /// (which the runtime must never report).
 fn waits_for_cancel(
@@ -1347,16 +1394,7 @@ async fn a_renewal_of_a_held_lease_that_never_returns_cannot_hold_up_the_shutdow
     let mut config = config("w", 0.6);
     config.prefetch = 1;
     config.drain = Duration::from_millis(100);
-    let shutdown = CancellationToken::new();
-    let worker = Worker::new(
-        store.clone(),
-        |ctx: JobContext| async move {
-            ctx.cancel.cancelled().await;
-            Err::<String, _>("stopped".into())
-        },
-        config,
-    );
-    let running = tokio::spawn(worker.run(shutdown.clone()));
+    let (running, shutdown) = run_until_shutdown(store.clone(), config, &Arc::default());
     // The held lease's renewal is due after a third of the ttl, and never answered.
     eventually("a renewal was asked", || {
         store.hooks().renewals.load(Ordering::SeqCst) > 0
@@ -1383,22 +1421,8 @@ async fn a_give_back_that_never_returns_holds_up_the_shutdown_for_the_drain_at_m
     let mut config = config("w", 30.0);
     config.prefetch = 2;
     config.drain = Duration::from_millis(200);
-    let shutdown = CancellationToken::new();
-    let worker = Worker::new(
-        store.clone(),
-        |ctx: JobContext| async move {
-            ctx.cancel.cancelled().await;
-            Err::<String, _>("stopped".into())
-        },
-        config,
-    );
-    let running = tokio::spawn(worker.run(shutdown.clone()));
-    for _ in 0..200 {
-        if record(store.as_ref(), "c").await.owner.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let (running, shutdown) = run_until_shutdown(store.clone(), config, &Arc::default());
+    assert_eq!(until_held(store.as_ref(), &["a", "b", "c"]).await, 3);
     shutdown.cancel();
     let stopped = tokio::time::timeout(Duration::from_secs(3), running).await;
     assert!(
@@ -1418,42 +1442,23 @@ async fn leases_claimed_ahead_are_released_at_shutdown() {
     let mut config = config("w", 30.0);
     config.prefetch = 3;
     config.drain = Duration::from_millis(200);
-    let shutdown = CancellationToken::new();
     let started = Arc::new(AtomicUsize::new(0));
-    let worker = {
-        let started = Arc::clone(&started);
-        Worker::new(
-            Arc::clone(&store),
-            move |ctx: JobContext| {
-                started.fetch_add(1, Ordering::SeqCst);
-                async move {
-                    ctx.cancel.cancelled().await;
-                    Err::<String, _>("stopped".into())
-                }
-            },
-            config,
-        )
-    };
-    let running = tokio::spawn(worker.run(shutdown.clone()));
-    let held = || async {
-        let mut held = 0;
-        for id in ["a", "b", "c", "d"] {
-            held += usize::from(record(store.as_ref(), id).await.owner.is_some());
-        }
-        held
-    };
-    for _ in 0..200 {
-        if held().await == 4 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(held().await, 4, "one job runs and three are held ahead");
+    let (running, shutdown) = run_until_shutdown(Arc::clone(&store), config, &started);
+    let ids = ["a", "b", "c", "d"];
+    assert_eq!(
+        until_held(store.as_ref(), &ids).await,
+        4,
+        "one job runs and three are held ahead"
+    );
     assert_eq!(started.load(Ordering::SeqCst), 1, "one slot runs one job");
     shutdown.cancel();
     let summary = running.await.unwrap().unwrap();
     assert_eq!(summary.released, 1);
-    assert_eq!(held().await, 0, "every lease was given back");
+    assert_eq!(
+        held(store.as_ref(), &ids).await,
+        0,
+        "every lease was given back"
+    );
     assert_eq!(
         started.load(Ordering::SeqCst),
         1,
@@ -1476,24 +1481,8 @@ async fn a_job_held_ahead_on_its_last_attempt_runs_after_its_worker_stops() {
     let mut first = config("w1", 30.0);
     first.prefetch = 1;
     first.drain = Duration::from_millis(100);
-    let shutdown = CancellationToken::new();
-    let worker = Worker::new(
-        Arc::clone(&store),
-        |ctx: JobContext| async move {
-            ctx.cancel.cancelled().await;
-            Err::<String, _>("stopped".into())
-        },
-        first,
-    );
-    let running = tokio::spawn(worker.run(shutdown.clone()));
-    for _ in 0..200 {
-        let a = record(store.as_ref(), "a").await;
-        let b = record(store.as_ref(), "b").await;
-        if a.owner.is_some() && b.owner.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let (running, shutdown) = run_until_shutdown(Arc::clone(&store), first, &Arc::default());
+    assert_eq!(until_held(store.as_ref(), &["a", "b"]).await, 2);
     shutdown.cancel();
     running.await.unwrap().unwrap();
     let mut second = config("w2", 30.0);
