@@ -40,28 +40,40 @@ impl PgLeaseStore {
         entry: &lease_domain::Refusal,
         retention: u64,
     ) -> Result<(), StoreError> {
-        let (insert, trim) = (&s.insert_audit, &s.trim_audit);
-        let current = entry.current.map(i64::from);
-        let retention = i64::try_from(retention).unwrap_or(i64::MAX);
-        try_join(
-            c.execute(
-                insert,
-                &[
-                    &id.as_str(),
-                    &entry.owner.as_str(),
-                    &entry.operation.as_str(),
-                    &i64::from(entry.presented),
-                    &current,
-                    &entry.reason.as_str(),
-                    &entry.late_by,
-                ],
-            ),
-            c.execute(trim, &[&retention]),
-        )
-        .await
-        .map(drop)
-        .map_err(|e| error::map(e, Stage::Commit))
+        audit_sent(c, s, id, entry, retention)
+            .await
+            .map_err(|e| error::map(e, Stage::Commit))
     }
+}
+
+/// [`PgLeaseStore::audit_rows`]'s two statements, with the server's own error.
+pub(crate) async fn audit_sent(
+    c: &tokio_postgres::Client,
+    s: &Statements,
+    id: &JobId,
+    entry: &lease_domain::Refusal,
+    retention: u64,
+) -> Result<(), tokio_postgres::Error> {
+    let (insert, trim) = (&s.insert_audit, &s.trim_audit);
+    let current = entry.current.map(i64::from);
+    let retention = i64::try_from(retention).unwrap_or(i64::MAX);
+    try_join(
+        c.execute(
+            insert,
+            &[
+                &id.as_str(),
+                &entry.owner.as_str(),
+                &entry.operation.as_str(),
+                &i64::from(entry.presented),
+                &current,
+                &entry.reason.as_str(),
+                &entry.late_by,
+            ],
+        ),
+        c.execute(trim, &[&retention]),
+    )
+    .await
+    .map(drop)
 }
 
 #[async_trait]

@@ -1,5 +1,6 @@
 //! Group commit on PostgreSQL: the queue loop's writes of one store (a claim, and a completion
 //! with the claim that follows it) that arrive together share one statement and one commit.
+//! Renewals queue here too and share a transaction of their own (`crate::renewals`).
 //!
 //! A caller queues its write and awaits its answer. A runner (at most [`RUNNERS`] per store,
 //! each with a pooled connection while it runs a batch) takes every queued write, up to
@@ -51,8 +52,14 @@ const DECLINED_KEPT: usize = 1024;
 /// statements), or the error.
 type Answer = Result<Option<Stepped>, StoreError>;
 
-/// One queued write.
-struct Request {
+/// One queued write: a step (a claim, or a completion with its claim), or a renewal.
+pub(crate) enum Queued {
+    Step(Request),
+    Renew(crate::renewals::Renewal),
+}
+
+/// One queued step.
+pub(crate) struct Request {
     completion: Option<(JobId, Command)>,
     claim: ClaimNext,
     reply: oneshot::Sender<Answer>,
@@ -63,12 +70,12 @@ struct Request {
 pub(crate) struct Batcher {
     /// The queue's sending side, made (with its runners) on the first write in the caller's
     /// runtime, and made again if that runtime has gone.
-    sender: Mutex<Option<mpsc::UnboundedSender<Request>>>,
+    sender: Mutex<Option<mpsc::UnboundedSender<Queued>>>,
     shared: Arc<Shared>,
 }
 
 /// What a store's batcher and its runners share.
-struct Shared {
+pub(crate) struct Shared {
     max_batch: usize,
     /// Whether a batch of one write runs as the batch's statement too (for tests).
     alone_in_batch: bool,
@@ -115,7 +122,7 @@ impl Batcher {
 impl Batcher {
     /// Queues `request`, starting the runners (in the caller's runtime) first if there are
     /// none or theirs has gone.
-    fn send(&self, store: &PgLeaseStore, request: Request) {
+    pub(crate) fn send(&self, store: &PgLeaseStore, request: Queued) {
         let mut sender = lock(&self.sender);
         let request = match sender.as_ref() {
             Some(s) => match s.send(request) {
@@ -139,6 +146,11 @@ impl Batcher {
 }
 
 impl Shared {
+    /// Whether a batch of one write runs as the batch's statement too (for tests).
+    pub(crate) fn alone_in_batch(&self) -> bool {
+        self.alone_in_batch
+    }
+
     fn remember_declined(&self, queue: &QueueName) {
         let mut declined = lock(&self.declined);
         if declined.len() >= DECLINED_KEPT {
@@ -147,7 +159,7 @@ impl Shared {
         declined.insert(queue.clone(), Instant::now());
     }
 
-    fn count(&self, writes: usize) {
+    pub(crate) fn count(&self, writes: usize) {
         let mut stats = lock(&self.stats);
         let writes = writes as u64;
         stats.batches += 1;
@@ -174,18 +186,8 @@ impl PgLeaseStore {
             claim: claim.clone(),
             reply,
         };
-        batcher.send(self, request);
-        self.answered(answer).await
-    }
-
-    async fn answered(&self, answer: oneshot::Receiver<Answer>) -> Answer {
-        answer.await.unwrap_or_else(|_| {
-            Err(StoreError::Indeterminate(
-                "the batch carrying this write stopped before it answered (its runtime shut \
-                 down), so it may have committed"
-                    .into(),
-            ))
-        })
+        batcher.send(self, Queued::Step(request));
+        answered(answer).await
     }
 
     /// Runs one batch on a pooled connection and answers each caller.
@@ -334,6 +336,20 @@ impl PgLeaseStore {
     }
 }
 
+/// A caller's answer, or, when the batch carrying its write stopped before answering, an
+/// error saying the write may have committed.
+pub(crate) async fn answered<T>(
+    answer: oneshot::Receiver<Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    answer.await.unwrap_or_else(|_| {
+        Err(StoreError::Indeterminate(
+            "the batch carrying this write stopped before it answered (its runtime shut \
+             down), so it may have committed"
+                .into(),
+        ))
+    })
+}
+
 /// Answers every caller of `batch` with `error`, each told in its own words.
 fn answer_all(batch: Vec<Request>, error: &StoreError) {
     for request in batch {
@@ -342,7 +358,7 @@ fn answer_all(batch: Vec<Request>, error: &StoreError) {
 }
 
 /// The same failure for another caller of the batch.
-fn retold(error: &StoreError) -> StoreError {
+pub(crate) fn retold(error: &StoreError) -> StoreError {
     error
         .retold(|d| {
             d.retold(format!(
@@ -358,7 +374,7 @@ fn retold(error: &StoreError) -> StoreError {
 async fn run(
     store: PgLeaseStore,
     batcher: Arc<Shared>,
-    queue: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Request>>>,
+    queue: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Queued>>>,
 ) {
     loop {
         let mut batch = Vec::new();
@@ -375,6 +391,17 @@ async fn run(
                 }
             }
         }
-        store.run_batch(&batcher, batch).await;
+        let (mut steps, mut renewals) = (Vec::new(), Vec::new());
+        for queued in batch {
+            match queued {
+                Queued::Step(request) => steps.push(request),
+                Queued::Renew(renewal) => renewals.push(renewal),
+            }
+        }
+        // Each kind in a transaction of its own, on a connection of its own, at once.
+        tokio::join!(
+            store.run_batch(&batcher, steps),
+            store.run_renewals(&batcher, renewals)
+        );
     }
 }

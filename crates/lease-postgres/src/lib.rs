@@ -23,6 +23,7 @@ pub mod guard;
 mod keys;
 mod list;
 mod next;
+mod renewals;
 mod schema;
 #[cfg(feature = "test-support")]
 mod scratch;
@@ -435,6 +436,14 @@ impl LeaseStore for PgLeaseStore {
     ) -> Result<Applied, StoreError> {
         lease_ports::claim_may_follow(&command, then.as_ref())?;
         let Some(claim) = then else {
+            // Renewals arriving together share a commit (group commit, `renewals`).
+            if let (Command::Renew(..), Some(batcher)) = (&command, &self.batcher) {
+                let outcome = self.batched_renew(batcher, job, command).await?;
+                return Ok(Applied {
+                    outcome,
+                    claimed: None,
+                });
+            }
             let mut conn = self.conn().await?;
             let outcome = self.write_on(&mut conn, job, command).await?;
             conn.clean();

@@ -3,7 +3,9 @@
 //! done once, under the fence it was leased with; a batch's writes with tokens keep each
 //! lease's own; a write `step` declines inside a batch is decided alone and the queue's limit
 //! holds; a batch whose connection is lost while it runs tells every caller the write may have
-//! committed, never that it was accepted (and nothing of it is stored).
+//! committed, never that it was accepted (and nothing of it is stored). Concurrent renewals
+//! share a transaction too, each decided alone (a refusal recorded in the audit trail), and a
+//! lost batch of them is told so.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -253,18 +255,9 @@ async fn a_batch_whose_connection_is_lost_tells_every_caller_the_write_may_have_
         })
         .collect();
     let killer = db.client().await.unwrap();
-    let mut killed = 0_i64;
+    let mut killed = 0;
     for _ in 0..200 {
-        let row = killer
-            .query_one(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-                 WHERE datname = current_database() AND pid <> pg_backend_pid() \
-                 AND state = 'active' AND query LIKE '%unnest%'",
-                &[],
-            )
-            .await
-            .unwrap();
-        killed = row.get(0);
+        killed = terminate_sleeping(&killer, "%unnest%").await;
         if killed > 0 {
             break;
         }
@@ -276,11 +269,7 @@ async fn a_batch_whose_connection_is_lost_tells_every_caller_the_write_may_have_
         match task.await.unwrap() {
             Ok(leases) => leased += leases.len(),
             Err(StoreError::Indeterminate(detail)) => {
-                assert!(
-                    detail.to_string().contains("may have committed")
-                        || detail.to_string().contains("failed while committing"),
-                    "{detail}"
-                );
+                assert_may_have_committed(&detail.to_string());
                 unknown += 1;
             }
             // A later batch that took a pooled connection whose backend was being terminated
@@ -315,4 +304,193 @@ async fn a_batch_whose_connection_is_lost_tells_every_caller_the_write_may_have_
         .await
         .unwrap();
     assert_eq!(next.len(), 1);
+}
+
+/// Ends every backend of the test's database that runs a statement `like` this and is inside
+/// the slow trigger's sleep (so inside the statement, not preparing it); answers how many.
+async fn terminate_sleeping(killer: &tokio_postgres::Client, like: &str) -> i64 {
+    killer
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid() \
+             AND state = 'active' AND wait_event = 'PgSleep' AND query LIKE $1",
+            &[&like],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// A lost batch's caller is told its write may have committed.
+fn assert_may_have_committed(detail: &str) {
+    assert!(
+        detail.contains("may have committed") || detail.contains("failed while committing"),
+        "{detail}"
+    );
+}
+
+/// Renews `lease`'s job as `who` under `fence` to 600 s from `now`.
+async fn renew_as(
+    store: &PgLeaseStore,
+    job: &JobId,
+    who: &Owner,
+    fence: lease_domain::Fence,
+    now: f64,
+) -> Result<(), String> {
+    match store.renew(job, who, fence, term(now, 600.0)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(refused)) => Err(refused.to_string()),
+        Err(e) => panic!("{job}: the store failed: {e}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_renewals_share_commits_and_each_is_decided_alone() {
+    let db = ScratchDatabase::create();
+    let store = store(
+        &db,
+        PgOptions {
+            pool_size: 4,
+            audit: Some(1000),
+            ..PgOptions::default()
+        },
+    )
+    .await;
+    fill(&db, "q", 40);
+    let (me, intruder) = (owner("me"), owner("intruder"));
+    let queue = QueueName::new("q").unwrap();
+    let leases = store
+        .claim_next(&queue, &me, term(1.0, 600.0), 40)
+        .await
+        .unwrap();
+    assert_eq!(leases.len(), 40);
+    let before = store.group_commit_stats().unwrap();
+    // Every lease renewed by its holder, the first one twice, and the
+    // first five also by someone else under the right fence.
+    let mut calls: Vec<(usize, &Owner, f64)> = (0..40).map(|i| (i, &me, 10.0)).collect();
+    calls.push((0, &me, 11.0));
+    calls.extend((0..5).map(|i| (i, &intruder, 10.0)));
+    let answers = futures::future::join_all(calls.iter().map(|(i, who, now)| {
+        let lease = &leases[*i];
+        renew_as(&store, &lease.job, who, lease.fence, *now)
+    }))
+    .await;
+    for ((i, who, _), answer) in calls.iter().zip(&answers) {
+        if *who == &intruder {
+            assert!(
+                answer.is_err(),
+                "{i}: a renewal by another owner is refused"
+            );
+        } else {
+            assert_eq!(answer, &Ok(()), "{i}: the holder's renewal is accepted");
+        }
+    }
+    for (i, lease) in leases.iter().enumerate() {
+        let stored = store.record(&lease.job).await.unwrap().unwrap().job;
+        // The job renewed twice ends at the term of whichever renewal came last.
+        let until: &[f64] = if i == 0 { &[610.0, 611.0] } else { &[610.0] };
+        assert!(until.contains(&stored.until.get()), "{}", lease.job);
+        assert_eq!(stored.owner.as_ref(), Some(&me), "{}", lease.job);
+        assert_eq!(stored.fence, lease.fence, "{}", lease.job);
+    }
+    let refusals = lease_ports::audit::AuditTrail::refusals(
+        store.as_ref(),
+        &lease_ports::audit::AuditFilter::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        refusals.len(),
+        5,
+        "each refused renewal is in the audit trail"
+    );
+    let after = store.group_commit_stats().unwrap();
+    assert_eq!(after.writes - before.writes, 46, "every renewal was queued");
+    assert!(
+        after.batches_of_many > before.batches_of_many,
+        "renewals shared batches: {after:?}"
+    );
+    assert!(
+        after.batches - before.batches < 46,
+        "fewer commits than renewals: {after:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_renewals_whose_connection_is_lost_tells_its_callers_the_write_may_have_committed()
+ {
+    let db = ScratchDatabase::create();
+    let store = store(&db, PgOptions::default()).await;
+    fill(&db, "q", 20);
+    let me = owner("me");
+    let queue = QueueName::new("q").unwrap();
+    let leases = store
+        .claim_next(&queue, &me, term(1.0, 600.0), 20)
+        .await
+        .unwrap();
+    // Every renewed row takes a while, so a batch is still writing (its COMMIT sent behind
+    // its rows) when its backend ends.
+    db.execute(
+        "CREATE FUNCTION public.slow() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN PERFORM pg_sleep(0.2); RETURN NULL; END $$; \
+         CREATE TRIGGER slow AFTER UPDATE ON lease.jobs FOR EACH ROW \
+         WHEN (NEW.until > 605) EXECUTE FUNCTION public.slow()",
+    )
+    .unwrap();
+    let before = store.group_commit_stats().unwrap();
+    let renewals: Vec<_> = leases
+        .iter()
+        .map(|l| {
+            let (store, me, l) = (Arc::clone(&store), me.clone(), l.clone());
+            tokio::spawn(async move { store.renew(&l.job, &me, l.fence, term(10.0, 600.0)).await })
+        })
+        .collect();
+    // Until every renewal is answered, every backend writing a row is ended.
+    let killer = db.client().await.unwrap();
+    let answered = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let killing = tokio::spawn({
+        let answered = Arc::clone(&answered);
+        async move {
+            let mut killed = 0;
+            while !answered.load(std::sync::atomic::Ordering::SeqCst) {
+                killed += terminate_sleeping(&killer, "UPDATE%").await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            killed
+        }
+    });
+    let mut answers = Vec::new();
+    for renewal in renewals {
+        answers.push(renewal.await.unwrap());
+    }
+    answered.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(killing.await.unwrap() > 0, "a renewal was writing");
+    let stats = store.group_commit_stats().unwrap();
+    assert!(
+        stats.batches_of_many > before.batches_of_many,
+        "the renewals ran as a batch: {stats:?}"
+    );
+    db.execute("DROP TRIGGER slow ON lease.jobs").unwrap();
+    let mut unknown = 0;
+    for (lease, answer) in leases.iter().zip(answers) {
+        let stored = store.record(&lease.job).await.unwrap().unwrap().job;
+        match answer {
+            Ok(Ok(())) => assert_eq!(stored.until.get(), 610.0, "{} was renewed", lease.job),
+            Err(StoreError::Indeterminate(detail)) => {
+                assert_may_have_committed(&detail.to_string());
+                unknown += 1;
+            }
+            Err(StoreError::Unavailable(detail))
+                if detail.to_string().contains("nothing was applied") =>
+            {
+                assert_eq!(stored.until.get(), 601.0, "{} was not renewed", lease.job);
+            }
+            other => panic!("{}: {other:?}", lease.job),
+        }
+    }
+    // A lone renewal lost is one caller told; more than one is a batch's callers.
+    assert!(
+        unknown >= 2,
+        "the callers of the lost batch are told the outcome is unknown ({unknown})"
+    );
 }
