@@ -1,6 +1,7 @@
 //! Group commit on PostgreSQL: the queue loop's writes of one store (a claim, and a completion
 //! with the claim that follows it) that arrive together share one statement and one commit.
-//! Renewals queue here too and share a transaction of their own (`crate::renewals`).
+//! Renewals and enqueues queue here too, each kind sharing a transaction of its own
+//! (`crate::renewals`, `crate::enqueues`).
 //!
 //! A caller queues its write and awaits its answer. A runner (at most [`RUNNERS`] per store,
 //! each with a pooled connection while it runs a batch) takes every queued write, up to
@@ -52,10 +53,12 @@ const DECLINED_KEPT: usize = 1024;
 /// statements), or the error.
 type Answer = Result<Option<Stepped>, StoreError>;
 
-/// One queued write: a step (a claim, or a completion with its claim), or a renewal.
+/// One queued write: a step (a claim, or a completion with its claim), a renewal or an
+/// enqueue.
 pub(crate) enum Queued {
     Step(Request),
     Renew(crate::renewals::Renewal),
+    Enqueue(crate::enqueues::Enqueue),
 }
 
 /// One queued step.
@@ -352,8 +355,16 @@ pub(crate) async fn answered<T>(
 
 /// Answers every caller of `batch` with `error`, each told in its own words.
 fn answer_all(batch: Vec<Request>, error: &StoreError) {
-    for request in batch {
-        let _ = request.reply.send(Err(retold(error)));
+    tell_all(batch.into_iter().map(|r| r.reply), error);
+}
+
+/// Answers every one of `replies` with `error`, each told in its own words.
+pub(crate) fn tell_all<T>(
+    replies: impl IntoIterator<Item = oneshot::Sender<Result<T, StoreError>>>,
+    error: &StoreError,
+) {
+    for reply in replies {
+        let _ = reply.send(Err(retold(error)));
     }
 }
 
@@ -391,17 +402,19 @@ async fn run(
                 }
             }
         }
-        let (mut steps, mut renewals) = (Vec::new(), Vec::new());
+        let (mut steps, mut renewals, mut enqueues) = (Vec::new(), Vec::new(), Vec::new());
         for queued in batch {
             match queued {
                 Queued::Step(request) => steps.push(request),
                 Queued::Renew(renewal) => renewals.push(renewal),
+                Queued::Enqueue(enqueue) => enqueues.push(enqueue),
             }
         }
         // Each kind in a transaction of its own, on a connection of its own, at once.
         tokio::join!(
             store.run_batch(&batcher, steps),
-            store.run_renewals(&batcher, renewals)
+            store.run_renewals(&batcher, renewals),
+            store.run_enqueues(&batcher, enqueues)
         );
     }
 }

@@ -18,6 +18,7 @@ mod complete_and_claim;
 mod config;
 mod connection;
 mod control;
+mod enqueues;
 mod error;
 pub mod guard;
 mod keys;
@@ -436,13 +437,22 @@ impl LeaseStore for PgLeaseStore {
     ) -> Result<Applied, StoreError> {
         lease_ports::claim_may_follow(&command, then.as_ref())?;
         let Some(claim) = then else {
-            // Renewals arriving together share a commit (group commit, `renewals`).
-            if let (Command::Renew(..), Some(batcher)) = (&command, &self.batcher) {
-                let outcome = self.batched_renew(batcher, job, command).await?;
-                return Ok(Applied {
-                    outcome,
-                    claimed: None,
-                });
+            // Renewals, and plain enqueues, arriving together share a commit (group commit:
+            // `renewals`, `enqueues`).
+            if let Some(batcher) = &self.batcher {
+                let outcome = match (&command, enqueues::batchable(&command)) {
+                    (Command::Renew(..), _) => {
+                        Some(self.batched_renew(batcher, job, command.clone()).await?)
+                    }
+                    (_, Some(spec)) => Some(self.batched_enqueue(batcher, job, spec).await?),
+                    _ => None,
+                };
+                if let Some(outcome) = outcome {
+                    return Ok(Applied {
+                        outcome,
+                        claimed: None,
+                    });
+                }
             }
             let mut conn = self.conn().await?;
             let outcome = self.write_on(&mut conn, job, command).await?;

@@ -19,7 +19,7 @@ use lease_ports::StoreError;
 use tokio::sync::oneshot;
 
 use crate::PgLeaseStore;
-use crate::batch::{Batcher, Queued, Shared, answered, retold};
+use crate::batch::{Batcher, Queued, Shared, answered, retold, tell_all};
 use crate::connection::{Conn, Statements};
 use crate::error::{self, Stage};
 use crate::sql::{self, Encoded, Standing, stored_now};
@@ -237,7 +237,5 @@ impl PgLeaseStore {
 
 /// Answers every caller of `batch` with `error`, each told in its own words.
 fn answer_all(batch: Vec<Renewal>, error: &StoreError) {
-    for renewal in batch {
-        let _ = renewal.reply.send(Err(retold(error)));
-    }
+    tell_all(batch.into_iter().map(|r| r.reply), error);
 }

@@ -5,7 +5,8 @@
 //! holds; a batch whose connection is lost while it runs tells every caller the write may have
 //! committed, never that it was accepted (and nothing of it is stored). Concurrent renewals
 //! share a transaction too, each decided alone (a refusal recorded in the audit trail), and a
-//! lost batch of them is told so.
+//! lost batch of them is told so. Concurrent enqueues share a transaction, each caller told
+//! whether its job was new, and one the server refuses fails alone.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -329,6 +330,25 @@ fn assert_may_have_committed(detail: &str) {
     );
 }
 
+/// Since `before`, `writes` writes were queued, some batches held many, and they took fewer
+/// commits than writes.
+fn assert_shared(store: &PgLeaseStore, before: lease_ports::GroupCommitStats, writes: u64) {
+    let after = store.group_commit_stats().unwrap();
+    assert_eq!(
+        after.writes - before.writes,
+        writes,
+        "every write was queued"
+    );
+    assert!(
+        after.batches_of_many > before.batches_of_many,
+        "writes shared batches: {after:?}"
+    );
+    assert!(
+        after.batches - before.batches < writes,
+        "fewer commits than writes: {after:?}"
+    );
+}
+
 /// Renews `lease`'s job as `who` under `fence` to 600 s from `now`.
 async fn renew_as(
     store: &PgLeaseStore,
@@ -404,16 +424,7 @@ async fn concurrent_renewals_share_commits_and_each_is_decided_alone() {
         5,
         "each refused renewal is in the audit trail"
     );
-    let after = store.group_commit_stats().unwrap();
-    assert_eq!(after.writes - before.writes, 46, "every renewal was queued");
-    assert!(
-        after.batches_of_many > before.batches_of_many,
-        "renewals shared batches: {after:?}"
-    );
-    assert!(
-        after.batches - before.batches < 46,
-        "fewer commits than renewals: {after:?}"
-    );
+    assert_shared(&store, before, 46);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -492,5 +503,105 @@ async fn a_batch_of_renewals_whose_connection_is_lost_tells_its_callers_the_writ
     assert!(
         unknown >= 2,
         "the callers of the lost batch are told the outcome is unknown ({unknown})"
+    );
+}
+
+/// Enqueues each of `ids` at once, each by a task of its own; each caller's answer.
+async fn enqueue_at_once(
+    store: &Arc<PgLeaseStore>,
+    ids: &[String],
+) -> Vec<Result<bool, StoreError>> {
+    let tasks: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            let (store, id) = (Arc::clone(store), JobId::new(id.clone()).unwrap());
+            tokio::spawn(async move { store.enqueue(&id).await })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.unwrap());
+    }
+    answers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_enqueues_share_commits_and_each_caller_learns_whether_its_job_was_new() {
+    let db = ScratchDatabase::create();
+    let store = store(&db, PgOptions::default()).await;
+    fill(&db, "default", 10);
+    let before = store.group_commit_stats().unwrap();
+    // 40 new ids, the 10 already stored, and the first 10 new ids a second time.
+    let mut ids: Vec<String> = (0..40).map(|i| format!("new-{i}")).collect();
+    ids.extend((0..10).map(|i| format!("default-{i}")));
+    ids.extend((0..10).map(|i| format!("new-{i}")));
+    let answers = enqueue_at_once(&store, &ids).await;
+    let mut inserted: HashMap<&str, usize> = HashMap::new();
+    for (id, answer) in ids.iter().zip(&answers) {
+        match answer {
+            Ok(true) => *inserted.entry(id).or_default() += 1,
+            Ok(false) => {}
+            Err(e) => panic!("{id}: {e}"),
+        }
+    }
+    for i in 0..40 {
+        let id = format!("new-{i}");
+        assert_eq!(
+            inserted.get(id.as_str()),
+            Some(&1),
+            "{id} was inserted once"
+        );
+        let stored = store
+            .record(&JobId::new(id.clone()).unwrap())
+            .await
+            .unwrap();
+        assert!(
+            stored.is_some_and(|r| r.job.owner.is_none() && !r.job.done),
+            "{id}"
+        );
+    }
+    for i in 0..10 {
+        let id = format!("default-{i}");
+        assert_eq!(inserted.get(id.as_str()), None, "{id} was already stored");
+    }
+    assert_shared(&store, before, 60);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enqueue_failing_in_a_batch_fails_alone() {
+    let db = ScratchDatabase::create();
+    let store = store(&db, PgOptions::default()).await;
+    // The server refuses one id's insert, so a batch holding it rolls back whole.
+    db.execute(
+        "CREATE FUNCTION public.refuse() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN IF NEW.id = 'bad' THEN RAISE EXCEPTION 'no bad jobs here'; END IF; \
+         RETURN NEW; END $$; \
+         CREATE TRIGGER refuse BEFORE INSERT ON lease.jobs FOR EACH ROW \
+         EXECUTE FUNCTION public.refuse()",
+    )
+    .unwrap();
+    let before = store.group_commit_stats().unwrap();
+    let mut ids: Vec<String> = (0..30).map(|i| format!("good-{i}")).collect();
+    ids.insert(15, "bad".to_owned());
+    let answers = enqueue_at_once(&store, &ids).await;
+    for (id, answer) in ids.iter().zip(&answers) {
+        if id == "bad" {
+            let e = answer.as_ref().expect_err("the refused insert fails");
+            assert!(e.to_string().contains("no bad jobs here"), "{e}");
+        } else {
+            assert!(matches!(answer, Ok(true)), "{id}: {answer:?}");
+        }
+    }
+    let after = store.group_commit_stats().unwrap();
+    assert!(
+        after.batches_of_many > before.batches_of_many,
+        "the enqueues shared batches: {after:?}"
+    );
+    assert!(
+        store
+            .record(&JobId::new("bad").unwrap())
+            .await
+            .unwrap()
+            .is_none()
     );
 }
