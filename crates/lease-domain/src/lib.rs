@@ -25,6 +25,7 @@ mod queue;
 mod rate;
 mod rules;
 mod schedule;
+mod sealed;
 mod turns;
 mod values;
 mod workflow;
@@ -54,6 +55,11 @@ pub use rules::{
 pub use schedule::{
     CatchUp, MAX_CATCH_UP, ON_TIME, Schedule, ScheduleName, ScheduleSpec, decide_fire,
     decide_put_schedule, decide_ticks, run_job_id, tick_job_id, utc_text,
+};
+pub use sealed::{
+    KEY_NAME_MAX, SEALED_MAGIC, SEALED_NONCE_LEN, SEALED_TAG_LEN, SEALED_TEXT_PREFIX, Sealed,
+    SealedKind, is_key_name, sealed_associated_data, sealed_label, sealed_payload,
+    sealed_payload_header, sealed_result,
 };
 pub use turns::Turn;
 pub use values::{

@@ -2239,3 +2239,67 @@ fn only_the_live_holder_holds_its_jobs_group_and_a_hold_never_shortens_a_pause()
         Some(HolderWrite::HoldGroup)
     );
 }
+
+/// A sealed payload of `body_len` bytes after its header, under `key`.
+fn sealed_bytes(key: &str, body_len: usize) -> Vec<u8> {
+    let mut bytes = sealed_payload_header(key);
+    bytes.extend(std::iter::repeat_n(7u8, body_len));
+    bytes
+}
+
+#[test]
+fn a_sealed_payload_is_known_by_its_header_and_names_its_key() {
+    let bytes = sealed_bytes("k-2026", SEALED_NONCE_LEN + SEALED_TAG_LEN + 3);
+    let sealed = sealed_payload(&bytes).expect("sealed");
+    assert_eq!(sealed.key, "k-2026");
+    assert_eq!(sealed.body.len(), SEALED_NONCE_LEN + SEALED_TAG_LEN + 3);
+    assert_eq!(sealed_label(sealed.key), "encrypted (key k-2026)");
+}
+
+#[test]
+fn a_plain_or_cut_payload_is_not_sealed() {
+    assert_eq!(sealed_payload(b"{\"to\": \"a@example.com\"}"), None);
+    assert_eq!(sealed_payload(&[]), None);
+    // Shorter than a nonce and a tag: not a sealed payload.
+    let short = sealed_bytes("k", SEALED_NONCE_LEN + SEALED_TAG_LEN - 1);
+    assert_eq!(sealed_payload(&short), None);
+    // A name that is not a key name.
+    let mut odd = sealed_bytes("k", 40);
+    odd[8] = b' ';
+    assert_eq!(sealed_payload(&odd), None);
+    // Another version.
+    let mut later = sealed_bytes("k", 40);
+    later[6] = 2;
+    assert_eq!(sealed_payload(&later), None);
+}
+
+#[test]
+fn a_sealed_result_is_known_by_its_prefix_and_names_its_key() {
+    let sealed = sealed_result("lease-sealed:v1:ops.1:AAAA+/==").expect("sealed");
+    assert_eq!(sealed.key, "ops.1");
+    assert_eq!(sealed.body, b"AAAA+/==");
+    assert_eq!(sealed_result("lease-sealed:v1:ops.1:"), None);
+    assert_eq!(sealed_result("lease-sealed:v1:bad name:AAAA"), None);
+    assert_eq!(sealed_result("lease-sealed:v1:k:not base64!"), None);
+    assert_eq!(sealed_result("done"), None);
+}
+
+#[test]
+fn key_names_are_short_and_plain() {
+    assert!(is_key_name("2026-01_ops.primary"));
+    assert!(!is_key_name(""));
+    assert!(!is_key_name(&"k".repeat(KEY_NAME_MAX + 1)));
+    assert!(!is_key_name("a=b"));
+    assert!(!is_key_name("ключ"));
+}
+
+#[test]
+fn associated_data_binds_the_key_the_kind_and_the_job() {
+    let a = sealed_associated_data("k", SealedKind::Payload, "job-1");
+    assert_ne!(a, sealed_associated_data("k", SealedKind::Payload, "job-2"));
+    assert_ne!(a, sealed_associated_data("k", SealedKind::Result, "job-1"));
+    assert_ne!(
+        a,
+        sealed_associated_data("k2", SealedKind::Payload, "job-1")
+    );
+}

@@ -1,0 +1,401 @@
+//! Encrypted job payloads and results.
+//!
+//! A producer seals a job's payload before it leaves the process; the store and `lease serve`
+//! keep and route the sealed bytes without any key; the worker that leases the job opens them.
+//! The format is `lease_domain`'s envelope (docs/ENCRYPTION.md): AES-256-GCM with a random
+//! 96-bit nonce, under a named key, its associated data binding the key's name, the kind of
+//! value (payload or result) and the job's id, so a ciphertext moved to another job, or from a
+//! result to a payload, does not open.
+//!
+//! Keys come from the environment ([`Keyring::from_env`]): `LEASE_PAYLOAD_KEY`, 32 bytes in
+//! standard base64 (named `key-` and the first 8 hex digits of its SHA-256), or
+//! `LEASE_PAYLOAD_KEY_FILE`, a file of `NAME=BASE64` lines for rotation: the last line's key
+//! seals, any line's key opens. No error message ever holds a key or a plaintext.
+
+use std::fmt;
+use std::path::Path;
+
+use aes_gcm::aead::{Aead, KeyInit, Payload};
+use aes_gcm::{Aes256Gcm, Nonce};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use lease_domain::{
+    SEALED_NONCE_LEN, SEALED_TEXT_PREFIX, SealedKind, is_key_name, sealed_associated_data,
+    sealed_payload, sealed_payload_header, sealed_result,
+};
+use sha2::{Digest, Sha256};
+
+/// The environment variable holding one key, in standard base64.
+pub const KEY_VAR: &str = "LEASE_PAYLOAD_KEY";
+
+/// The environment variable naming a file of `NAME=BASE64` lines.
+pub const KEY_FILE_VAR: &str = "LEASE_PAYLOAD_KEY_FILE";
+
+/// Why a value could not be sealed or opened, or keys not read. Never holds a key or a
+/// plaintext.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SealError {
+    /// A key (from `source`) is not 32 bytes in standard base64, or is badly named.
+    #[error("{origin} {reason}")]
+    BadKey {
+        /// Where the key came from: the variable, or the file and line.
+        origin: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The key file cannot be read.
+    #[error("{KEY_FILE_VAR} names {path}, which cannot be read: {reason}")]
+    KeyFile {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// Both variables are set, so which keys count is unclear.
+    #[error("both {KEY_VAR} and {KEY_FILE_VAR} are set: set one")]
+    BothSet,
+    /// The value is sealed and no key was given.
+    #[error(
+        "the {kind} of job {job} is encrypted with key {key}, and no key is given (set {KEY_VAR} or {KEY_FILE_VAR})"
+    )]
+    NoKey {
+        /// The job.
+        job: String,
+        /// `payload` or `result`.
+        kind: &'static str,
+        /// The name of the key it was sealed with.
+        key: String,
+    },
+    /// The value is sealed with a key that is not among those given.
+    #[error(
+        "the {kind} of job {job} is encrypted with key {key}, which is not among the keys given ({known})"
+    )]
+    UnknownKey {
+        /// The job.
+        job: String,
+        /// `payload` or `result`.
+        kind: &'static str,
+        /// The name of the key it was sealed with.
+        key: String,
+        /// The names of the keys given.
+        known: String,
+    },
+    /// The key of that name does not open the value: another key under the same name, or the
+    /// value was changed or moved from another job.
+    #[error(
+        "the {kind} of job {job} does not open with key {key}: the key is not the one it was sealed with, or the value was changed or moved from another job"
+    )]
+    WontOpen {
+        /// The job.
+        job: String,
+        /// `payload` or `result`.
+        kind: &'static str,
+        /// The key's name.
+        key: String,
+    },
+    /// A sealed result whose body is not base64.
+    #[error("the {kind} of job {job} is marked sealed with key {key} but its body is not base64")]
+    Malformed {
+        /// The job.
+        job: String,
+        /// `payload` or `result`.
+        kind: &'static str,
+        /// The key's name.
+        key: String,
+    },
+    /// The OS's random source failed, so no nonce could be made.
+    #[error("no random nonce: the OS's random source failed: {0}")]
+    Random(String),
+}
+
+/// One named key.
+struct NamedKey {
+    name: String,
+    cipher: Aes256Gcm,
+}
+
+/// The keys a process seals and opens with: the last seals, any opens.
+pub struct Keyring {
+    keys: Vec<NamedKey>,
+}
+
+impl fmt::Debug for Keyring {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Names only: never a key.
+        f.debug_struct("Keyring")
+            .field("keys", &self.names())
+            .finish()
+    }
+}
+
+/// A key from its base64 text; `source` says where it came from in errors.
+fn decode_key(text: &str, source: &str) -> Result<[u8; 32], SealError> {
+    let bytes = STANDARD
+        .decode(text.trim())
+        .map_err(|_| SealError::BadKey {
+            origin: source.to_owned(),
+            reason: "is not standard base64 (a key is 32 random bytes in base64, 44 characters)"
+                .to_owned(),
+        })?;
+    <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| SealError::BadKey {
+        origin: source.to_owned(),
+        reason: format!(
+            "is {} bytes, not 32 (a key is 32 random bytes in base64, 44 characters)",
+            bytes.len()
+        ),
+    })
+}
+
+impl Keyring {
+    /// The keys the environment gives: `LEASE_PAYLOAD_KEY` or `LEASE_PAYLOAD_KEY_FILE`;
+    /// `None` when neither is set.
+    ///
+    /// # Errors
+    /// Both set, an unreadable file, or a key that is not 32 bytes in base64.
+    pub fn from_env() -> Result<Option<Self>, SealError> {
+        let key = std::env::var(KEY_VAR).ok().filter(|k| !k.is_empty());
+        let file = std::env::var_os(KEY_FILE_VAR).filter(|f| !f.is_empty());
+        match (key, file) {
+            (Some(_), Some(_)) => Err(SealError::BothSet),
+            (Some(key), None) => Self::single(&key).map(Some),
+            (None, Some(file)) => Self::from_file(Path::new(&file)).map(Some),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// One key, from its base64 text; its name is `key-` and the first 8 hex digits of the
+    /// key's SHA-256.
+    ///
+    /// # Errors
+    /// A key that is not 32 bytes in base64.
+    pub fn single(base64: &str) -> Result<Self, SealError> {
+        let key = decode_key(base64, KEY_VAR)?;
+        let digest = Sha256::digest(key);
+        let name = format!(
+            "key-{}",
+            digest[..4]
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        );
+        Ok(Self {
+            keys: vec![NamedKey {
+                name,
+                cipher: Aes256Gcm::new(&key.into()),
+            }],
+        })
+    }
+
+    /// The keys of a key file.
+    ///
+    /// # Errors
+    /// An unreadable file, or a line [`Keyring::parse`] refuses.
+    pub fn from_file(path: &Path) -> Result<Self, SealError> {
+        let text = std::fs::read_to_string(path).map_err(|e| SealError::KeyFile {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// The keys of a key file's text: a `NAME=BASE64` line per key (blank lines and lines
+    /// starting with `#` skipped); the last seals. `file` names it in errors.
+    ///
+    /// # Errors
+    /// A line that is not `NAME=BASE64`, a name given twice or not a key name, a key that is
+    /// not 32 bytes in base64, or no key at all.
+    pub fn parse(text: &str, file: &str) -> Result<Self, SealError> {
+        let mut keys: Vec<NamedKey> = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let source = format!("{KEY_FILE_VAR} ({file}, line {})", n + 1);
+            let bad = |reason: &str| SealError::BadKey {
+                origin: source.clone(),
+                reason: reason.to_owned(),
+            };
+            let (name, key) = line
+                .split_once('=')
+                .ok_or_else(|| bad("is not NAME=BASE64"))?;
+            let name = name.trim();
+            if !is_key_name(name) {
+                return Err(bad(
+                    "names its key badly: a name is 1 to 64 of A-Z a-z 0-9 - _ .",
+                ));
+            }
+            if keys.iter().any(|k| k.name == name) {
+                return Err(bad(&format!("names key {name} a second time")));
+            }
+            let key = decode_key(key, &source)?;
+            keys.push(NamedKey {
+                name: name.to_owned(),
+                cipher: Aes256Gcm::new(&key.into()),
+            });
+        }
+        if keys.is_empty() {
+            return Err(SealError::BadKey {
+                origin: format!("{KEY_FILE_VAR} ({file})"),
+                reason: "holds no key".to_owned(),
+            });
+        }
+        Ok(Self { keys })
+    }
+
+    /// The names of the keys, the sealing one last.
+    #[must_use]
+    pub fn names(&self) -> Vec<&str> {
+        self.keys.iter().map(|k| k.name.as_str()).collect()
+    }
+
+    /// The name of the key that seals.
+    #[must_use]
+    pub fn sealing_key(&self) -> &str {
+        self.keys.last().map_or("", |k| k.name.as_str())
+    }
+
+    fn sealer(&self) -> Result<&NamedKey, SealError> {
+        self.keys.last().ok_or_else(|| SealError::BadKey {
+            origin: "the keyring".to_owned(),
+            reason: "holds no key".to_owned(),
+        })
+    }
+
+    /// `nonce | ciphertext | tag` of `plain` under the sealing key.
+    fn seal(
+        &self,
+        kind: SealedKind,
+        job: &str,
+        plain: &[u8],
+    ) -> Result<(&str, Vec<u8>), SealError> {
+        let key = self.sealer()?;
+        let mut nonce = [0u8; SEALED_NONCE_LEN];
+        getrandom::fill(&mut nonce).map_err(|e| SealError::Random(e.to_string()))?;
+        let aad = sealed_associated_data(&key.name, kind, job);
+        let sealed = key
+            .cipher
+            .encrypt(
+                Nonce::from_slice(&nonce),
+                Payload {
+                    msg: plain,
+                    aad: &aad,
+                },
+            )
+            .map_err(|_| SealError::Random("the cipher refused the value".to_owned()))?;
+        let mut body = Vec::with_capacity(SEALED_NONCE_LEN + sealed.len());
+        body.extend_from_slice(&nonce);
+        body.extend_from_slice(&sealed);
+        Ok((&key.name, body))
+    }
+
+    /// The plaintext of `body` (`nonce | ciphertext | tag`) sealed under `key`.
+    fn open(
+        &self,
+        kind: SealedKind,
+        job: &str,
+        key: &str,
+        body: &[u8],
+    ) -> Result<Vec<u8>, SealError> {
+        let named =
+            self.keys
+                .iter()
+                .find(|k| k.name == key)
+                .ok_or_else(|| SealError::UnknownKey {
+                    job: job.to_owned(),
+                    kind: kind.as_str(),
+                    key: key.to_owned(),
+                    known: self.names().join(", "),
+                })?;
+        let wont = || SealError::WontOpen {
+            job: job.to_owned(),
+            kind: kind.as_str(),
+            key: key.to_owned(),
+        };
+        if body.len() < SEALED_NONCE_LEN {
+            return Err(wont());
+        }
+        let (nonce, sealed) = body.split_at(SEALED_NONCE_LEN);
+        let aad = sealed_associated_data(key, kind, job);
+        named
+            .cipher
+            .decrypt(
+                Nonce::from_slice(nonce),
+                Payload {
+                    msg: sealed,
+                    aad: &aad,
+                },
+            )
+            .map_err(|_| wont())
+    }
+
+    /// `plain` sealed as job `job`'s payload under the sealing key.
+    ///
+    /// # Errors
+    /// [`SealError::Random`] when no nonce could be made.
+    pub fn seal_payload(&self, job: &str, plain: &[u8]) -> Result<Vec<u8>, SealError> {
+        let (name, body) = self.seal(SealedKind::Payload, job, plain)?;
+        let mut bytes = sealed_payload_header(name);
+        bytes.extend_from_slice(&body);
+        Ok(bytes)
+    }
+
+    /// `plain` sealed as job `job`'s result under the sealing key (text).
+    ///
+    /// # Errors
+    /// [`SealError::Random`] when no nonce could be made.
+    pub fn seal_result(&self, job: &str, plain: &str) -> Result<String, SealError> {
+        let (name, body) = self.seal(SealedKind::Result, job, plain.as_bytes())?;
+        Ok(format!(
+            "{SEALED_TEXT_PREFIX}{name}:{}",
+            STANDARD.encode(body)
+        ))
+    }
+}
+
+/// Job `job`'s payload as its worker reads it: a plain payload as it is, a sealed one opened
+/// with `keys`.
+///
+/// # Errors
+/// A sealed payload with no keys, under a key not given, or that does not open.
+pub fn open_payload(keys: Option<&Keyring>, job: &str, bytes: &[u8]) -> Result<Vec<u8>, SealError> {
+    let Some(sealed) = sealed_payload(bytes) else {
+        return Ok(bytes.to_vec());
+    };
+    let kind = SealedKind::Payload;
+    let keys = keys.ok_or_else(|| SealError::NoKey {
+        job: job.to_owned(),
+        kind: kind.as_str(),
+        key: sealed.key.to_owned(),
+    })?;
+    keys.open(kind, job, sealed.key, sealed.body)
+}
+
+/// Job `job`'s result as its reader reads it: a plain result as it is, a sealed one opened with
+/// `keys` (its plaintext must be UTF-8, as a result is).
+///
+/// # Errors
+/// A sealed result with no keys, under a key not given, malformed, or that does not open.
+pub fn open_result(keys: Option<&Keyring>, job: &str, text: &str) -> Result<String, SealError> {
+    let Some(sealed) = sealed_result(text) else {
+        return Ok(text.to_owned());
+    };
+    let kind = SealedKind::Result;
+    let keys = keys.ok_or_else(|| SealError::NoKey {
+        job: job.to_owned(),
+        kind: kind.as_str(),
+        key: sealed.key.to_owned(),
+    })?;
+    let malformed = || SealError::Malformed {
+        job: job.to_owned(),
+        kind: kind.as_str(),
+        key: sealed.key.to_owned(),
+    };
+    let body = STANDARD.decode(sealed.body).map_err(|_| malformed())?;
+    let plain = keys.open(kind, job, sealed.key, &body)?;
+    String::from_utf8(plain).map_err(|_| SealError::WontOpen {
+        job: job.to_owned(),
+        kind: kind.as_str(),
+        key: sealed.key.to_owned(),
+    })
+}
