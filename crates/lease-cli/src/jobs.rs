@@ -85,8 +85,10 @@ impl EnqueueArgs {
         let payload = payload
             .map(|bytes| Payload::new(bytes, Payload::DEFAULT_LIMIT))
             .transpose()?;
-        let spec = spec.into_spec(payload, clock())?;
-        Ok(JobsRequest::Enqueue(JobId::new(job)?, spec))
+        let mut spec = spec.into_spec(payload, clock())?;
+        let job = JobId::new(job)?;
+        crate::args::seal_payloads([(&job, &mut spec.payload)])?;
+        Ok(JobsRequest::Enqueue(job, spec))
     }
 }
 
@@ -114,9 +116,12 @@ impl EnqueueManyArgs {
         let defaults = spec.into_spec(None, clock())?;
         let input =
             read(std::path::Path::new("-"), BATCH_INPUT_LIMIT).map_err(RequestError::Read)?;
-        Ok(JobsRequest::EnqueueMany(crate::batch::parse(
-            &input, &defaults, json_lines,
-        )?))
+        let mut jobs = crate::batch::parse(&input, &defaults, json_lines)?;
+        crate::args::seal_payloads(
+            jobs.iter_mut()
+                .map(|(job, spec)| (&*job, &mut spec.payload)),
+        )?;
+        Ok(JobsRequest::EnqueueMany(jobs))
     }
 }
 

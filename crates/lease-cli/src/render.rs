@@ -170,9 +170,16 @@ pub(crate) fn escape_controls_but_newline(text: &str) -> String {
     lines.join("\n")
 }
 
-/// A payload as JSON: `payload` when it is UTF-8 text, else `payload_base64`.
+/// A payload as JSON: `payload` when it is UTF-8 text, else `payload_base64`; a sealed one
+/// (docs/ENCRYPTION.md) as `payload_encrypted: {"key": NAME}` and `payload: null`, never its
+/// bytes.
 pub(crate) fn payload_json(payload: Option<&[u8]>, into: &mut serde_json::Map<String, Value>) {
     use base64::Engine;
+    if let Some(sealed) = payload.and_then(lease_domain::sealed_payload) {
+        into.insert("payload".into(), Value::Null);
+        into.insert("payload_encrypted".into(), json!({ "key": sealed.key }));
+        return;
+    }
     match payload.map(std::str::from_utf8) {
         None => {
             into.insert("payload".into(), Value::Null);

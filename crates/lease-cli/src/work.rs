@@ -529,6 +529,11 @@ pub(crate) async fn run(
     let mut config = WorkerConfig::new(request.queue.clone(), request.owner.clone(), request.ttl);
     config.concurrency = request.concurrency;
     config.prefetch = request.prefetch;
+    // Sealed payloads are opened for the program (docs/ENCRYPTION.md); bad keys stop here,
+    // before any job is claimed.
+    config.keys = lease_seal::Keyring::from_env()
+        .map_err(|e| e.to_string())?
+        .map(Arc::new);
     config.max_jobs = request.max_jobs;
     config.exit_when_empty = request.exit_when_empty;
     config.drain = request.drain;

@@ -608,3 +608,107 @@ fn lease_work_stops_the_program_by_its_lease_s_end_while_another_process_holds_t
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     assert_eq!(summary["lost"], 1, "{summary}");
 }
+
+/// 32 bytes in base64: a payload key.
+const KEY: &str = "q83vEjRWeJCrze8SNFZ4kKvN7xI0VniQq83vEjRWeJA=";
+
+/// Whether any file of the database (with its log) holds `text`.
+fn db_holds(db: &Path, text: &str) -> bool {
+    let dir = db.parent().unwrap();
+    std::fs::read_dir(dir).unwrap().any(|entry| {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap_or_default();
+        bytes.windows(text.len()).any(|w| w == text.as_bytes())
+    })
+}
+
+/// Enqueues job `mail` of queue `q` (one attempt) with a payload sealed under [`KEY`]; the
+/// key's name, as `state --json` shows it.
+fn enqueue_sealed(db: &Path) -> String {
+    let out = lease(db)
+        .env("LEASE_PAYLOAD_KEY", KEY)
+        .args(["enqueue", "mail", "--queue", "q", "--max-attempts", "1"])
+        .args(["--payload", "to=alice@example.com"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let state = json_of(db, &["state", "mail"]);
+    state["payload_encrypted"]["key"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{state}"))
+        .to_owned()
+}
+
+#[test]
+fn an_encrypted_payload_is_stored_sealed_shown_by_its_key_and_opened_only_for_the_program() {
+    let (_dir, db) = fresh_db();
+    enqueue_sealed(&db);
+    assert!(
+        !db_holds(&db, "alice"),
+        "no plaintext in the database or its log"
+    );
+    let state = json_of(&db, &["state", "mail"]);
+    assert_eq!(state["payload"], Value::Null);
+    let key = state["payload_encrypted"]["key"].as_str().unwrap();
+    assert!(key.starts_with("key-"), "{state}");
+    assert!(!state.to_string().contains("alice"));
+    // The program reads the opened payload on its stdin.
+    let out = lease(&db)
+        .env("LEASE_PAYLOAD_KEY", KEY)
+        .args([
+            "work", "--queue", "q", "--owner", "w", "--ttl", "5", "--json",
+        ])
+        .args(["--exit-when-empty", "--", "sh", "-c"])
+        .arg("grep -q '^to=alice@example.com$' && printf read-it")
+        .output()
+        .unwrap();
+    assert_eq!(succeeded(&out)["completed"], 1);
+    assert_eq!(json_of(&db, &["state", "mail"])["result"], "read-it");
+}
+
+#[test]
+fn an_encrypted_payload_without_its_key_fails_the_job_naming_the_key() {
+    let (_dir, db) = fresh_db();
+    let key = enqueue_sealed(&db);
+    let ran = db.parent().unwrap().join("ran.txt");
+    let program = format!("cat; echo ran > '{}'", ran.display());
+    let out = work(&db, &["--exit-when-empty"], &program);
+    let summary = succeeded(&out);
+    assert_eq!(summary["completed"], 0);
+    assert_eq!(summary["failed"], 1);
+    let state = json_of(&db, &["state", "mail"]);
+    assert_eq!(state["status"], "dead");
+    let error = state["error"].as_str().unwrap();
+    assert!(error.contains(&format!("key {key}")), "{error}");
+    assert!(!error.contains("alice"));
+    assert!(!ran.exists(), "the program never ran");
+}
+
+#[test]
+fn a_bad_payload_key_is_refused_by_name_and_nothing_is_stored() {
+    let (_dir, db) = fresh_db();
+    let out = lease(&db)
+        .env("LEASE_PAYLOAD_KEY", "c2hvcnQ=")
+        .args(["enqueue", "mail", "--payload", "to=alice@example.com"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "an error, not a usage error");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("LEASE_PAYLOAD_KEY is 5 bytes, not 32"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("c2hvcnQ="), "{stderr}");
+    assert_eq!(json_of(&db, &["state", "mail"]), Value::Null);
+    let out = lease(&db)
+        .env("LEASE_PAYLOAD_KEY", "c2hvcnQ=")
+        .args(["work", "--queue", "q", "--owner", "w", "--ttl", "5"])
+        .args(["--exit-when-empty", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("LEASE_PAYLOAD_KEY is 5 bytes"));
+}

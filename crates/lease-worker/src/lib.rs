@@ -249,6 +249,11 @@ pub struct WorkerConfig {
     /// while it waits, and is released at shutdown. With any, a slot whose job finished starts
     /// the next prefetched one while the finished job's completion commits.
     pub prefetch: usize,
+    /// The keys that open sealed payloads (docs/ENCRYPTION.md; default none). A handler is
+    /// given a sealed payload opened; a payload that does not open (no keys, a key not among
+    /// them, a key that does not open it) fails the job with that error, and its handler does
+    /// not run. A plain payload is given as it is.
+    pub keys: Option<Arc<lease_seal::Keyring>>,
 }
 
 impl WorkerConfig {
@@ -268,6 +273,7 @@ impl WorkerConfig {
             drain: Duration::from_secs(30),
             cancel_grace: Duration::from_secs(5),
             prefetch: 0,
+            keys: None,
         }
     }
 }
@@ -837,12 +843,33 @@ async fn run_job(
     let Held { lease, until, .. } = held;
     let config = &shared.config;
     let started = shared.clock.now();
+    let report = |outcome| JobReport {
+        job: lease.job.clone(),
+        fence: lease.fence,
+        attempt: lease.attempt,
+        outcome,
+        seconds: shared.clock.now() - started,
+    };
+    // A sealed payload is opened before the handler runs; one that does not open fails the
+    // job with the reason, naming the job and the key, and the handler never sees it.
+    let payload = match &lease.payload {
+        Some(bytes) => {
+            match lease_seal::open_payload(config.keys.as_deref(), lease.job.as_str(), bytes) {
+                Ok(payload) => Some(payload),
+                Err(e) => {
+                    let outcome = report_failure(shared, &lease, e.to_string()).await;
+                    return (Reported::Now(report(outcome)), None);
+                }
+            }
+        }
+        None => None,
+    };
     let token = CancellationToken::new();
     let mut handle = tokio::spawn(shared.handler.handle(JobContext {
         job: lease.job.clone(),
         fence: lease.fence,
         attempt: lease.attempt,
-        payload: lease.payload.clone(),
+        payload,
         cancel: token.clone(),
         timeout: lease.timeout,
         group: lease.group.clone(),
@@ -915,13 +942,6 @@ async fn run_job(
                 });
             }
         }
-    };
-    let report = |outcome| JobReport {
-        job: lease.job.clone(),
-        fence: lease.fence,
-        attempt: lease.attempt,
-        outcome,
-        seconds: shared.clock.now() - started,
     };
     let reported = match finished {
         Finished::Now(outcome) => Reported::Now(report(outcome)),

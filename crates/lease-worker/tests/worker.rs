@@ -1541,3 +1541,78 @@ async fn a_slot_runs_its_next_job_while_the_last_completion_commits() {
         starts[1] - starts[0]
     );
 }
+
+/// A store holding job `sealed`, its payload sealed under `keys` (one attempt), and job
+/// `plain` with a plain payload.
+async fn sealed_store(keys: &lease_seal::Keyring) -> Arc<dyn LeaseStore> {
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    let sealed = keys.seal_payload("sealed", b"alice@example.com").unwrap();
+    for (id, bytes) in [("sealed", sealed), ("plain", b"as it is".to_vec())] {
+        let spec = EnqueueSpec {
+            max_attempts: Some(1),
+            payload: Some(lease_domain::Payload::new(bytes, 1 << 20).unwrap()),
+            ..EnqueueSpec::default()
+        };
+        store.enqueue_with(&job(id), &spec).await.unwrap();
+    }
+    store
+}
+
+/// Runs a worker with `keys` over `store` until it is empty; the payloads its handler saw.
+async fn payloads_seen(
+    store: Arc<dyn LeaseStore>,
+    keys: Option<lease_seal::Keyring>,
+) -> HashMap<String, Vec<u8>> {
+    let seen = Arc::new(Mutex::new(HashMap::new()));
+    let into = Arc::clone(&seen);
+    let mut config = config("w", 30.0);
+    config.exit_when_empty = true;
+    config.keys = keys.map(Arc::new);
+    Worker::new(
+        store,
+        move |ctx: JobContext| {
+            into.lock()
+                .unwrap()
+                .insert(ctx.job.as_str().to_owned(), ctx.payload.unwrap_or_default());
+            async move { Ok::<_, String>("done".to_owned()) }
+        },
+        config,
+    )
+    .run(CancellationToken::new())
+    .await
+    .unwrap();
+    seen.lock().unwrap().clone()
+}
+
+#[tokio::test]
+async fn a_sealed_payload_reaches_the_handler_opened() {
+    let keys = lease_seal::Keyring::single(&("A".repeat(43) + "=")).unwrap();
+    let store = sealed_store(&keys).await;
+    let seen = payloads_seen(Arc::clone(&store), Some(keys)).await;
+    assert_eq!(seen["sealed"], b"alice@example.com");
+    assert_eq!(seen["plain"], b"as it is");
+    assert!(record(store.as_ref(), "sealed").await.done);
+}
+
+#[tokio::test]
+async fn a_sealed_payload_without_its_key_fails_the_job_naming_the_key_and_the_handler_never_runs()
+{
+    let keys =
+        lease_seal::Keyring::parse(&format!("k2026={}\n", "A".repeat(43) + "="), "test").unwrap();
+    let store = sealed_store(&keys).await;
+    let seen = payloads_seen(Arc::clone(&store), None).await;
+    assert!(!seen.contains_key("sealed"), "the handler never saw it");
+    assert_eq!(seen["plain"], b"as it is", "a plain payload still runs");
+    let stored = record(store.as_ref(), "sealed").await;
+    assert!(!stored.done);
+    assert_eq!(
+        stored.status_at(Timestamp::new(1e12).unwrap()),
+        Status::Dead
+    );
+    let error = stored.error.unwrap();
+    assert!(
+        error.contains("key k2026") && error.contains("job sealed"),
+        "{error}"
+    );
+    assert!(!error.contains("alice"), "{error}");
+}
