@@ -800,7 +800,8 @@ async fn a_viewer_has_no_actions_and_a_forged_cross_site_request_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hostile_job_ids_results_and_payloads_render_as_text() {
+async fn hostile_job_ids_results_and_payloads_render_as_text_and_a_sealed_payload_by_its_key() {
+    use base64::Engine;
     let (_dir, db) = fresh_db();
     let admin = make_key(&db, "ops", "admin")["key"]
         .as_str()
@@ -862,6 +863,24 @@ async fn hostile_job_ids_results_and_payloads_render_as_text() {
             json!(0)
         );
     }
+    // A sealed payload is shown by its key's name, never as its bytes.
+    let mut sealed = lease_domain::sealed_payload_header("ops-2026");
+    sealed.extend([0x41u8; 40]);
+    let (code, body) = server.call(
+        "POST",
+        "/v1/queues/x/jobs",
+        &[("Authorization", &auth)],
+        &json!({"id": "sealed", "payload_base64": base64::engine::general_purpose::STANDARD.encode(&sealed)}).to_string(),
+    );
+    assert_eq!(code, 201, "{body}");
+    session.visit("#/job/sealed").await;
+    session.job_page("sealed").await;
+    assert_eq!(
+        session
+            .eval("[...document.querySelectorAll('#job-fields dd')].some(d => d.innerText === 'encrypted (key ops-2026)') && !document.querySelector('main').innerText.includes('AAAA')")
+            .await,
+        json!(true)
+    );
     session.close().await;
 }
 

@@ -112,28 +112,52 @@ pub(crate) async fn holder_write<T: lease_ports::FromOutcome>(
     Ok(lease_ports::outcome_as(outcome)?)
 }
 
-/// A payload as a view shows it: as text when it is UTF-8, else as base64.
+/// A payload as a view shows it: as text when it is UTF-8, else as base64; a sealed payload
+/// (docs/ENCRYPTION.md) as base64 with the name of its key, so that a worker can open it and a
+/// reader is told it is encrypted instead of being shown bytes.
 #[derive(Debug, Default, Serialize, ToSchema)]
 pub(crate) struct PayloadView {
-    /// The payload as text, when it is UTF-8.
+    /// The payload as text, when it is UTF-8 (never when it is sealed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) payload: Option<String>,
-    /// The payload as base64, when it is not UTF-8.
+    /// The payload as base64, when it is not UTF-8 (a sealed payload's sealed bytes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) payload_base64: Option<String>,
+    /// Present when the payload is sealed: the name of the key it opens with. The server holds
+    /// no key and cannot read it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) payload_encrypted: Option<EncryptedView>,
+}
+
+/// What a sealed value says of itself without its key.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct EncryptedView {
+    /// The name of the key it was sealed with.
+    pub(crate) key: String,
 }
 
 impl PayloadView {
     pub(crate) fn of(payload: Option<&[u8]>) -> Self {
-        match payload.map(|bytes| (std::str::from_utf8(bytes), bytes)) {
-            None => Self::default(),
-            Some((Ok(text), _)) => Self {
-                payload: Some(text.to_owned()),
-                payload_base64: None,
-            },
-            Some((Err(_), bytes)) => Self {
+        let Some(bytes) = payload else {
+            return Self::default();
+        };
+        if let Some(sealed) = lease_domain::sealed_payload(bytes) {
+            return Self {
                 payload: None,
                 payload_base64: Some(STANDARD.encode(bytes)),
+                payload_encrypted: Some(EncryptedView {
+                    key: sealed.key.to_owned(),
+                }),
+            };
+        }
+        match std::str::from_utf8(bytes) {
+            Ok(text) => Self {
+                payload: Some(text.to_owned()),
+                ..Self::default()
+            },
+            Err(_) => Self {
+                payload_base64: Some(STANDARD.encode(bytes)),
+                ..Self::default()
             },
         }
     }

@@ -536,6 +536,57 @@ async fn enqueue_answers_201_then_200_and_a_batch_is_stored_whole_or_not_at_all(
 }
 
 #[tokio::test]
+async fn a_sealed_payload_is_shown_by_its_key_and_leased_with_its_bytes() {
+    use base64::Engine;
+    let s = service().await;
+    // A sealed payload as a producer sends it (the server never opens one, so any body will
+    // do): the envelope's header under key `ops`, then a nonce, ciphertext and tag.
+    let mut sealed = lease_domain::sealed_payload_header("ops");
+    sealed.extend((0u8..40).map(|b| b.wrapping_mul(37)));
+    let sealed = base64::engine::general_purpose::STANDARD.encode(&sealed);
+    let sent = s
+        .post(
+            "/v1/queues/q/jobs",
+            &s.worker,
+            None,
+            json!({"id": "mail", "payload_base64": sealed}),
+        )
+        .await;
+    assert_eq!(sent.status, StatusCode::CREATED, "{}", sent.body);
+    let job = s.get("/v1/jobs/mail", &s.viewer).await;
+    assert_eq!(job.body["payload_encrypted"], json!({"key": "ops"}));
+    assert_eq!(job.body.get("payload"), None, "never shown as text");
+    assert_eq!(job.body["payload_base64"], sealed.as_str());
+    let claimed = s
+        .post(
+            "/v1/queues/q/claims",
+            &s.worker,
+            None,
+            json!({"ttl": 5, "owner": "ci"}),
+        )
+        .await;
+    assert_eq!(claimed.status, StatusCode::OK, "{}", claimed.body);
+    let lease = &claimed.body["leases"][0];
+    assert_eq!(
+        lease["payload_base64"],
+        sealed.as_str(),
+        "the worker gets the bytes"
+    );
+    assert_eq!(lease["payload_encrypted"], json!({"key": "ops"}));
+    // A plain payload says nothing of keys.
+    s.post(
+        "/v1/queues/q/jobs",
+        &s.worker,
+        None,
+        json!({"id": "plain", "payload": "hello"}),
+    )
+    .await;
+    let plain = s.get("/v1/jobs/plain", &s.viewer).await;
+    assert_eq!(plain.body["payload"], "hello");
+    assert_eq!(plain.body.get("payload_encrypted"), None);
+}
+
+#[tokio::test]
 async fn jobs_page_by_key_and_the_next_id_leads_to_the_rest() {
     let s = service().await;
     for id in ["e", "a", "c", "b", "d"] {

@@ -494,7 +494,8 @@ function renderJob(job) {
   const kept = state.checkpoints || [];
   if (kept.length > 0) field(list, 'Checkpoints', checkpointList(kept));
   field(list, 'Updated', time(job.updated));
-  if (typeof job.payload === 'string') field(list, 'Payload', text(job.payload));
+  if (job.payload_encrypted) field(list, 'Payload', `encrypted (key ${job.payload_encrypted.key})`);
+  else if (typeof job.payload === 'string') field(list, 'Payload', text(job.payload));
   else if (typeof job.payload_base64 === 'string') {
     field(list, 'Payload', `${num(base64Size(job.payload_base64))} bytes (not UTF-8 text)`);
   } else field(list, 'Payload', null);
