@@ -176,38 +176,9 @@ pub(crate) enum RequestError {
     #[error("{0}")]
     Flag(String),
     /// A payload could not be sealed: the keys in the environment are bad (the message names
-    /// the variable, never the key).
+    /// the variable, never the key), or it is too large sealed.
     #[error("{0}")]
     Seal(#[from] lease_seal::SealError),
-}
-
-/// `payloads` sealed for their jobs with the keys of the environment
-/// (`LEASE_PAYLOAD_KEY` or `LEASE_PAYLOAD_KEY_FILE`, docs/ENCRYPTION.md), when it gives any;
-/// the keys are read only when there is a payload to seal.
-///
-/// # Errors
-/// [`RequestError::Seal`] for bad keys; [`RequestError::Input`] for a sealed payload over the
-/// size limit.
-pub(crate) fn seal_payloads<'a>(
-    payloads: impl IntoIterator<Item = (&'a lease_domain::JobId, &'a mut Option<Payload>)>,
-) -> Result<(), RequestError> {
-    let mut keys = None;
-    for (job, payload) in payloads {
-        let Some(plain) = payload.as_ref() else {
-            continue;
-        };
-        if keys.is_none() {
-            match lease_seal::Keyring::from_env()? {
-                Some(found) => keys = Some(found),
-                None => return Ok(()),
-            }
-        }
-        if let Some(keys) = &keys {
-            let sealed = keys.seal_payload(job.as_str(), plain.as_bytes())?;
-            *payload = Some(Payload::new(sealed, Payload::DEFAULT_LIMIT)?);
-        }
-    }
-    Ok(())
 }
 
 /// The most jobs `enqueue-many` stores in one transaction.

@@ -87,7 +87,7 @@ impl EnqueueArgs {
             .transpose()?;
         let mut spec = spec.into_spec(payload, clock())?;
         let job = JobId::new(job)?;
-        crate::args::seal_payloads([(&job, &mut spec.payload)])?;
+        lease_seal::seal_payloads_from_env([(&job, &mut spec.payload)])?;
         Ok(JobsRequest::Enqueue(job, spec))
     }
 }
@@ -117,7 +117,7 @@ impl EnqueueManyArgs {
         let input =
             read(std::path::Path::new("-"), BATCH_INPUT_LIMIT).map_err(RequestError::Read)?;
         let mut jobs = crate::batch::parse(&input, &defaults, json_lines)?;
-        crate::args::seal_payloads(
+        lease_seal::seal_payloads_from_env(
             jobs.iter_mut()
                 .map(|(job, spec)| (&*job, &mut spec.payload)),
         )?;

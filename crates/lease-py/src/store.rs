@@ -186,7 +186,8 @@ impl StoreCore {
             after: after.unwrap_or_default(),
             on_parent_failure,
         };
-        let (id, spec) = to_py(py, job.check())?;
+        let (id, mut spec) = to_py(py, job.check())?;
+        to_py(py, sealed([(&id, &mut spec.payload)]))?;
         let store = self.store(py)?;
         self.call(
             py,
@@ -211,6 +212,10 @@ impl StoreCore {
         for (n, item) in jobs.try_iter()?.enumerate() {
             specs.push(to_py(py, batch_job(n, &item?, queue)?)?);
         }
+        to_py(
+            py,
+            sealed(specs.iter_mut().map(|(id, spec)| (&*id, &mut spec.payload))),
+        )?;
         let store = self.store(py)?;
         self.call(
             py,
@@ -988,4 +993,18 @@ impl StoreCore {
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<StoreCore>()?;
     Ok(())
+}
+
+/// `payloads` sealed for their jobs with the keys of the environment, when it gives any
+/// (docs/ENCRYPTION.md): a payload leaves the process sealed. Bad keys are a `ValueError`
+/// naming the variable, never the key.
+fn sealed<'a>(
+    payloads: impl IntoIterator<
+        Item = (
+            &'a lease_domain::JobId,
+            &'a mut Option<lease_domain::Payload>,
+        ),
+    >,
+) -> crate::errors::Outcome<()> {
+    lease_seal::seal_payloads_from_env(payloads).or_else(|e| invalid(e.to_string()))
 }

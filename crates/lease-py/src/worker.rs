@@ -353,6 +353,10 @@ impl WorkerCore {
                 config.exit_when_empty = exit_when_empty;
                 config.drain = duration("drain", drain)?;
                 config.cancel_grace = duration("cancel_grace", cancel_grace)?;
+                // Sealed payloads are opened for the handler (docs/ENCRYPTION.md).
+                config.keys = lease_seal::Keyring::from_env()
+                    .or_else(|e| invalid(e.to_string()))?
+                    .map(Arc::new);
                 Ok(config)
             })(),
         )?;

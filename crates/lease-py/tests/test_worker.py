@@ -291,3 +291,61 @@ def test_a_retried_job_resumes_after_the_steps_its_failed_attempt_kept(opening):
     assert ran == [("extract", 1), ("load", 1), ("load", 2)], "the kept step ran once"
     assert store.record("etl").result == "loaded rows of attempt 1"
     assert store.checkpoints("etl") == {"extract": "rows of attempt 1", "load": "loaded"}
+
+
+# 32 bytes in base64: a payload key (docs/ENCRYPTION.md).
+PAYLOAD_KEY = "q83vEjRWeJCrze8SNFZ4kKvN7xI0VniQq83vEjRWeJA="
+
+
+def test_an_encrypted_payload_leaves_python_sealed_and_reaches_the_handler_opened(
+    opening, monkeypatch
+):
+    target, how = opening
+    monkeypatch.setenv("LEASE_PAYLOAD_KEY", PAYLOAD_KEY)
+    store = lease.Store(target, **how)
+    store.enqueue("mail", payload="to=alice@example.com", max_attempts=1)
+    store.enqueue_many([{"id": "mail2", "payload": b"to=bob@example.com"}])
+    for job in ("mail", "mail2"):
+        stored = store.record(job).payload
+        assert stored.startswith(b"\xfflease\x01"), stored
+        assert b"example.com" not in stored
+    seen = {}
+
+    def handle(job):
+        seen[job.id] = job.payload
+        return "sent"
+
+    summary = lease.Worker(
+        store, handle, owner="py/sealed", exit_when_empty=True, idle_poll=0.05
+    ).run()
+    assert summary.completed == 2
+    assert seen == {"mail": b"to=alice@example.com", "mail2": b"to=bob@example.com"}
+
+
+def test_a_sealed_payload_without_its_key_fails_the_job_naming_the_key(db, monkeypatch):
+    monkeypatch.setenv("LEASE_PAYLOAD_KEY", PAYLOAD_KEY)
+    store = lease.Store(db, create=True)
+    store.enqueue("mail", payload="to=alice@example.com", max_attempts=1)
+    monkeypatch.delenv("LEASE_PAYLOAD_KEY")
+    ran = []
+    summary = lease.Worker(
+        store, ran.append, owner="py/nokey", exit_when_empty=True, idle_poll=0.05
+    ).run()
+    assert summary.failed == 1 and ran == []
+    record = store.record("mail")
+    assert record.status == "dead"
+    assert "job mail is encrypted with key key-" in record.error
+    assert "alice" not in record.error
+
+
+def test_a_bad_payload_key_is_a_value_error_naming_the_variable_and_stores_nothing(
+    db, monkeypatch
+):
+    store = lease.Store(db, create=True)
+    monkeypatch.setenv("LEASE_PAYLOAD_KEY", "c2hvcnQ=")
+    with pytest.raises(ValueError, match="LEASE_PAYLOAD_KEY is 5 bytes, not 32") as told:
+        store.enqueue("mail", payload="to=alice@example.com")
+    assert "c2hvcnQ=" not in str(told.value)
+    assert store.record("mail") is None
+    with pytest.raises(ValueError, match="LEASE_PAYLOAD_KEY is 5 bytes"):
+        lease.Worker(store, lambda job: "x", owner="py/bad")

@@ -15,13 +15,13 @@
 use std::fmt;
 use std::path::Path;
 
-use aes_gcm::aead::{Aead, KeyInit, Payload};
+use aes_gcm::aead::{Aead, KeyInit, Payload as Message};
 use aes_gcm::{Aes256Gcm, Nonce};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use lease_domain::{
-    SEALED_NONCE_LEN, SEALED_TEXT_PREFIX, SealedKind, is_key_name, sealed_associated_data,
-    sealed_payload, sealed_payload_header, sealed_result,
+    JobId, Payload, SEALED_NONCE_LEN, SEALED_TEXT_PREFIX, SealedKind, is_key_name,
+    sealed_associated_data, sealed_payload, sealed_payload_header, sealed_result,
 };
 use sha2::{Digest, Sha256};
 
@@ -106,6 +106,14 @@ pub enum SealError {
     /// The OS's random source failed, so no nonce could be made.
     #[error("no random nonce: the OS's random source failed: {0}")]
     Random(String),
+    /// Sealed, a payload is over the size limit.
+    #[error("the payload of job {job}, sealed, is over the {limit}-byte limit")]
+    TooLarge {
+        /// The job.
+        job: String,
+        /// The limit.
+        limit: usize,
+    },
 }
 
 /// One named key.
@@ -277,7 +285,7 @@ impl Keyring {
             .cipher
             .encrypt(
                 Nonce::from_slice(&nonce),
-                Payload {
+                Message {
                     msg: plain,
                     aad: &aad,
                 },
@@ -321,7 +329,7 @@ impl Keyring {
             .cipher
             .decrypt(
                 Nonce::from_slice(nonce),
-                Payload {
+                Message {
                     msg: sealed,
                     aad: &aad,
                 },
@@ -398,4 +406,37 @@ pub fn open_result(keys: Option<&Keyring>, job: &str, text: &str) -> Result<Stri
         kind: kind.as_str(),
         key: sealed.key.to_owned(),
     })
+}
+
+/// Seals each of `payloads` for its job with the keys the environment gives
+/// ([`Keyring::from_env`]), when it gives any; the keys are read only when there is a payload
+/// to seal. What producers (the command line, Python) do before a job leaves the process.
+///
+/// # Errors
+/// Bad keys in the environment, or a payload over [`Payload::DEFAULT_LIMIT`] once sealed.
+pub fn seal_payloads_from_env<'a>(
+    payloads: impl IntoIterator<Item = (&'a JobId, &'a mut Option<Payload>)>,
+) -> Result<(), SealError> {
+    let mut keys = None;
+    for (job, payload) in payloads {
+        let Some(plain) = payload.as_ref() else {
+            continue;
+        };
+        let keys = match &keys {
+            Some(keys) => keys,
+            None => match Keyring::from_env()? {
+                Some(found) => keys.insert(found),
+                None => return Ok(()),
+            },
+        };
+        let sealed = keys.seal_payload(job.as_str(), plain.as_bytes())?;
+        let limit = Payload::DEFAULT_LIMIT;
+        *payload = Some(
+            Payload::new(sealed, limit).map_err(|_| SealError::TooLarge {
+                job: job.as_str().to_owned(),
+                limit,
+            })?,
+        );
+    }
+    Ok(())
 }
