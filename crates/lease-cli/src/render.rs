@@ -236,6 +236,9 @@ pub(crate) fn record_json(record: &JobRecord, now: Timestamp) -> Value {
         ),
     ]);
     payload_json(j.payload.as_deref(), &mut object);
+    if let Some(sealed) = j.result.as_deref().and_then(lease_domain::sealed_result) {
+        object.insert("result_encrypted".into(), json!({ "key": sealed.key }));
+    }
     Value::Object(object)
 }
 

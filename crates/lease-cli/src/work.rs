@@ -534,6 +534,14 @@ pub(crate) async fn run(
     config.keys = lease_seal::Keyring::from_env()
         .map_err(|e| e.to_string())?
         .map(Arc::new);
+    if request.seal_results && config.keys.is_none() {
+        return Err(format!(
+            "--seal-results needs a key: set {} or {}",
+            lease_seal::KEY_VAR,
+            lease_seal::KEY_FILE_VAR
+        ));
+    }
+    config.seal_results = request.seal_results;
     config.max_jobs = request.max_jobs;
     config.exit_when_empty = request.exit_when_empty;
     config.drain = request.drain;
@@ -657,6 +665,10 @@ pub(crate) struct WorkArgs {
     /// result commits.
     #[arg(long, default_value_t = 0)]
     pub(crate) prefetch: usize,
+    /// Seal each program's result before it is stored (docs/ENCRYPTION.md), with the key of
+    /// LEASE_PAYLOAD_KEY or the last of LEASE_PAYLOAD_KEY_FILE.
+    #[arg(long)]
+    pub(crate) seal_results: bool,
     /// Stop after this many jobs.
     #[arg(long)]
     pub(crate) max_jobs: Option<usize>,
@@ -697,6 +709,7 @@ impl WorkArgs {
             ttl,
             concurrency,
             prefetch,
+            seal_results,
             max_jobs,
             exit_when_empty,
             grace,
@@ -717,6 +730,7 @@ impl WorkArgs {
             ttl: lease_domain::Ttl::new(ttl)?,
             concurrency,
             prefetch,
+            seal_results,
             max_jobs,
             exit_when_empty,
             grace: seconds("--grace", grace)?,
@@ -743,6 +757,8 @@ pub(crate) struct WorkRequest {
     pub concurrency: usize,
     /// Leases held ahead of the running programs.
     pub prefetch: usize,
+    /// Whether results are sealed before they are stored.
+    pub seal_results: bool,
     /// Stop after this many jobs.
     pub max_jobs: Option<usize>,
     /// Stop when the queue is empty.

@@ -800,7 +800,8 @@ async fn a_viewer_has_no_actions_and_a_forged_cross_site_request_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hostile_job_ids_results_and_payloads_render_as_text_and_a_sealed_payload_by_its_key() {
+async fn hostile_job_ids_results_and_payloads_render_as_text_and_a_sealed_payload_and_result_by_their_key()
+ {
     use base64::Engine;
     let (_dir, db) = fresh_db();
     let admin = make_key(&db, "ops", "admin")["key"]
@@ -870,14 +871,34 @@ async fn hostile_job_ids_results_and_payloads_render_as_text_and_a_sealed_payloa
         "POST",
         "/v1/queues/x/jobs",
         &[("Authorization", &auth)],
-        &json!({"id": "sealed", "payload_base64": base64::engine::general_purpose::STANDARD.encode(&sealed)}).to_string(),
+        &json!({"id": "sealed", "priority": 10, "payload_base64": base64::engine::general_purpose::STANDARD.encode(&sealed)}).to_string(),
     );
     assert_eq!(code, 201, "{body}");
+    // Its worker stores a sealed result.
+    let (code, body) = server.call(
+        "POST",
+        "/v1/queues/x/claims",
+        &[("Authorization", &auth)],
+        &json!({"ttl": 60, "owner": "ops"}).to_string(),
+    );
+    assert_eq!(code, 200, "{body}");
+    let lease = &body["leases"][0];
+    assert_eq!(lease["id"], "sealed");
+    let (code, body) = server.call(
+        "POST",
+        "/v1/jobs/sealed/complete",
+        &[
+            ("Authorization", &auth),
+            ("Lease-Token", lease["lease_token"].as_str().unwrap()),
+        ],
+        &json!({"fence": lease["fence"], "result": "lease-sealed:v1:ops-2026:QUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQQ=="}).to_string(),
+    );
+    assert_eq!(code, 200, "{body}");
     session.visit("#/job/sealed").await;
     session.job_page("sealed").await;
     assert_eq!(
         session
-            .eval("[...document.querySelectorAll('#job-fields dd')].some(d => d.innerText === 'encrypted (key ops-2026)') && !document.querySelector('main').innerText.includes('AAAA')")
+            .eval("[...document.querySelectorAll('#job-fields dd')].filter(d => d.innerText === 'encrypted (key ops-2026)').length === 2 && !document.querySelector('main').innerText.includes('QUFB')")
             .await,
         json!(true)
     );

@@ -712,3 +712,45 @@ fn a_bad_payload_key_is_refused_by_name_and_nothing_is_stored() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("LEASE_PAYLOAD_KEY is 5 bytes"));
 }
+
+#[test]
+fn with_seal_results_a_program_s_result_is_stored_sealed_and_without_a_key_work_refuses_to_start() {
+    let (_dir, db) = fresh_db();
+    json_of(&db, &["enqueue", "report", "--queue", "q"]);
+    let out = lease(&db)
+        .args(["work", "--queue", "q", "--owner", "w", "--ttl", "5"])
+        .args(["--seal-results", "--exit-when-empty", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--seal-results needs a key"), "{stderr}");
+    assert_eq!(
+        json_of(&db, &["state", "report"])["owner"],
+        Value::Null,
+        "nothing claimed"
+    );
+    let out = lease(&db)
+        .env("LEASE_PAYLOAD_KEY", KEY)
+        .args([
+            "work", "--queue", "q", "--owner", "w", "--ttl", "5", "--json",
+        ])
+        .args(["--seal-results", "--exit-when-empty", "--", "sh", "-c"])
+        .arg("printf 'revenue 42'")
+        .output()
+        .unwrap();
+    assert_eq!(succeeded(&out)["completed"], 1);
+    let state = json_of(&db, &["state", "report"]);
+    assert!(
+        state["result_encrypted"]["key"]
+            .as_str()
+            .unwrap()
+            .starts_with("key-")
+    );
+    let result = state["result"].as_str().unwrap();
+    assert!(result.starts_with("lease-sealed:v1:"), "{result}");
+    assert!(
+        !db_holds(&db, "revenue"),
+        "no plaintext result in the database or its log"
+    );
+}

@@ -320,6 +320,7 @@ impl WorkerCore {
         let ttl: f64 = options.need(py, "ttl")?;
         let concurrency: usize = options.need(py, "concurrency")?;
         let prefetch: i64 = options.need(py, "prefetch")?;
+        let seal_results: bool = options.need(py, "seal_results")?;
         let renew_fraction: f64 = options.need(py, "renew_fraction")?;
         let idle_poll: f64 = options.need(py, "idle_poll")?;
         let retry: bool = options.need(py, "retry")?;
@@ -357,6 +358,12 @@ impl WorkerCore {
                 config.keys = lease_seal::Keyring::from_env()
                     .or_else(|e| invalid(e.to_string()))?
                     .map(Arc::new);
+                if seal_results && config.keys.is_none() {
+                    return invalid(
+                        "seal_results: needs a key: set LEASE_PAYLOAD_KEY or LEASE_PAYLOAD_KEY_FILE",
+                    );
+                }
+                config.seal_results = seal_results;
                 Ok(config)
             })(),
         )?;

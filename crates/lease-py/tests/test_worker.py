@@ -349,3 +349,22 @@ def test_a_bad_payload_key_is_a_value_error_naming_the_variable_and_stores_nothi
     assert store.record("mail") is None
     with pytest.raises(ValueError, match="LEASE_PAYLOAD_KEY is 5 bytes"):
         lease.Worker(store, lambda job: "x", owner="py/bad")
+
+
+def test_with_seal_results_a_result_is_stored_sealed(db, monkeypatch):
+    store = lease.Store(db, create=True)
+    store.enqueue("report")
+    with pytest.raises(ValueError, match="seal_results: needs a key"):
+        lease.Worker(store, lambda job: "x", owner="py/seal", seal_results=True)
+    monkeypatch.setenv("LEASE_PAYLOAD_KEY", PAYLOAD_KEY)
+    summary = lease.Worker(
+        store,
+        lambda job: "revenue 42",
+        owner="py/seal",
+        seal_results=True,
+        exit_when_empty=True,
+        idle_poll=0.05,
+    ).run()
+    assert summary.completed == 1
+    result = store.record("report").result
+    assert result.startswith("lease-sealed:v1:key-") and "revenue" not in result

@@ -333,8 +333,11 @@ pub(crate) struct JobView {
     pub(crate) fence: u64,
     /// Whether the job is done.
     pub(crate) done: bool,
-    /// The stored result.
+    /// The stored result (a sealed result as its sealed text, docs/ENCRYPTION.md).
     pub(crate) result: Option<String>,
+    /// Present when the result is sealed: the name of the key it opens with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) result_encrypted: Option<crate::respond::EncryptedView>,
     /// The fence of the lease that completed the job.
     pub(crate) result_fence: Option<u64>,
     /// Higher is claimed first.
@@ -378,6 +381,13 @@ impl JobView {
             fence: job.fence.get(),
             done: job.done,
             result: job.result.clone(),
+            result_encrypted: job
+                .result
+                .as_deref()
+                .and_then(lease_domain::sealed_result)
+                .map(|sealed| crate::respond::EncryptedView {
+                    key: sealed.key.to_owned(),
+                }),
             result_fence: job.result_fence.map(lease_domain::Fence::get),
             priority: job.priority,
             run_at: job.run_at.map(Timestamp::get),

@@ -536,7 +536,7 @@ async fn enqueue_answers_201_then_200_and_a_batch_is_stored_whole_or_not_at_all(
 }
 
 #[tokio::test]
-async fn a_sealed_payload_is_shown_by_its_key_and_leased_with_its_bytes() {
+async fn a_sealed_payload_and_result_are_shown_by_their_key_and_leased_with_the_bytes() {
     use base64::Engine;
     let s = service().await;
     // A sealed payload as a producer sends it (the server never opens one, so any body will
@@ -573,6 +573,20 @@ async fn a_sealed_payload_is_shown_by_its_key_and_leased_with_its_bytes() {
         "the worker gets the bytes"
     );
     assert_eq!(lease["payload_encrypted"], json!({"key": "ops"}));
+    // A sealed result (sealed by the worker) is named by its key too.
+    let sealed_result = "lease-sealed:v1:ops:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+    let done = s
+        .post(
+            "/v1/jobs/mail/complete",
+            &s.worker,
+            lease["lease_token"].as_str(),
+            json!({"fence": lease["fence"], "result": sealed_result}),
+        )
+        .await;
+    assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+    let job = s.get("/v1/jobs/mail", &s.viewer).await;
+    assert_eq!(job.body["result_encrypted"], json!({"key": "ops"}));
+    assert_eq!(job.body["result"], sealed_result);
     // A plain payload says nothing of keys.
     s.post(
         "/v1/queues/q/jobs",

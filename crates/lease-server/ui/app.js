@@ -466,7 +466,8 @@ function renderJob(job) {
   field(list, 'Attempts', `${num(job.attempts)} of ${job.max_attempts ? num(job.max_attempts) : '1'}`);
   field(list, 'Priority', num(job.priority));
   field(list, 'Run at', time(job.run_at));
-  field(list, 'Result', text(job.result));
+  if (job.result_encrypted) field(list, 'Result', `encrypted (key ${job.result_encrypted.key})`);
+  else field(list, 'Result', text(job.result));
   field(list, 'Result fence', num(job.result_fence));
   field(list, 'Last error', text(job.error));
   field(list, 'Progress', text(job.progress));

@@ -254,6 +254,10 @@ pub struct WorkerConfig {
     /// them, a key that does not open it) fails the job with that error, and its handler does
     /// not run. A plain payload is given as it is.
     pub keys: Option<Arc<lease_seal::Keyring>>,
+    /// Seal each handler's result under `keys` before it is stored (docs/ENCRYPTION.md;
+    /// default false). Without keys, a result to be sealed fails its job instead of being
+    /// stored in the clear.
+    pub seal_results: bool,
 }
 
 impl WorkerConfig {
@@ -274,6 +278,7 @@ impl WorkerConfig {
             cancel_grace: Duration::from_secs(5),
             prefetch: 0,
             keys: None,
+            seal_results: false,
         }
     }
 }
@@ -1058,9 +1063,12 @@ async fn finish(
     joined: Result<HandlerResult, tokio::task::JoinError>,
 ) -> (Finished, Option<Held>) {
     let outcome = match joined {
-        Ok(Ok(result)) => match JobResult::new(result) {
-            Ok(result) => return report_result(shared, lease, &result).await,
-            Err(e) => format!("the handler's result cannot be stored: {e}"),
+        Ok(Ok(result)) => match stored_result(&shared.config, &lease.job, result) {
+            Ok(result) => match JobResult::new(result) {
+                Ok(result) => return report_result(shared, lease, &result).await,
+                Err(e) => format!("the handler's result cannot be stored: {e}"),
+            },
+            Err(e) => e,
         },
         Ok(Err(error)) => error,
         Err(e) if e.is_panic() => format!("the handler panicked: {}", panic_text(e)),
@@ -1070,6 +1078,22 @@ async fn finish(
         Finished::Now(report_failure(shared, lease, outcome).await),
         None,
     )
+}
+
+/// The handler's result as it is stored: sealed for its job when the worker seals results.
+fn stored_result(config: &WorkerConfig, job: &JobId, result: String) -> Result<String, String> {
+    if !config.seal_results {
+        return Ok(result);
+    }
+    let keys = config.keys.as_ref().ok_or_else(|| {
+        format!(
+            "the result of job {job} is to be sealed, and no key is given (set {} or {})",
+            lease_seal::KEY_VAR,
+            lease_seal::KEY_FILE_VAR
+        )
+    })?;
+    keys.seal_result(job.as_str(), &result)
+        .map_err(|e| e.to_string())
 }
 
 /// Fails the job with the handler's error (retried or dead by the store's rules).

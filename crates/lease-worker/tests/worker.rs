@@ -1616,3 +1616,59 @@ async fn a_sealed_payload_without_its_key_fails_the_job_naming_the_key_and_the_h
     );
     assert!(!error.contains("alice"), "{error}");
 }
+
+#[tokio::test]
+async fn with_seal_results_a_result_is_stored_sealed_for_its_job_and_opens_to_what_the_handler_returned()
+ {
+    let keys =
+        lease_seal::Keyring::parse(&format!("r1={}\n", "A".repeat(43) + "="), "test").unwrap();
+    let store = sealed_store(&keys).await;
+    let mut config = config("w", 30.0);
+    config.exit_when_empty = true;
+    config.keys = Some(Arc::new(keys));
+    config.seal_results = true;
+    let keys = Arc::clone(config.keys.as_ref().unwrap());
+    Worker::new(
+        Arc::clone(&store),
+        |ctx: JobContext| async move { Ok::<_, String>(format!("report for {}", ctx.job)) },
+        config,
+    )
+    .run(CancellationToken::new())
+    .await
+    .unwrap();
+    for id in ["sealed", "plain"] {
+        let stored = record(store.as_ref(), id).await.result.unwrap();
+        assert_eq!(lease_domain::sealed_result(&stored).unwrap().key, "r1");
+        assert!(!stored.contains("report"), "{stored}");
+        assert_eq!(
+            lease_seal::open_result(Some(&keys), id, &stored).unwrap(),
+            format!("report for {id}")
+        );
+    }
+}
+
+#[tokio::test]
+async fn with_seal_results_and_no_key_a_result_is_never_stored_in_the_clear() {
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    let spec = EnqueueSpec {
+        max_attempts: Some(1),
+        ..EnqueueSpec::default()
+    };
+    store.enqueue_with(&job("j"), &spec).await.unwrap();
+    let mut config = config("w", 30.0);
+    config.exit_when_empty = true;
+    config.seal_results = true;
+    Worker::new(
+        Arc::clone(&store),
+        |_: JobContext| async move { Ok::<_, String>("secret result".to_owned()) },
+        config,
+    )
+    .run(CancellationToken::new())
+    .await
+    .unwrap();
+    let stored = record(store.as_ref(), "j").await;
+    assert_eq!(stored.result, None);
+    let error = stored.error.unwrap();
+    assert!(error.contains("no key is given"), "{error}");
+    assert!(!error.contains("secret"), "{error}");
+}

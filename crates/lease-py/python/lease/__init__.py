@@ -270,6 +270,10 @@ class Worker:
     exception's text (retried after ``backoff`` while attempts remain), and stops a job the
     moment its lease is lost or it is cancelled.
 
+    A payload sealed with a key of the environment (``LEASE_PAYLOAD_KEY`` or
+    ``LEASE_PAYLOAD_KEY_FILE``, docs/ENCRYPTION.md) reaches the handler opened; with
+    ``seal_results`` each result is sealed with it before it is stored.
+
     ``prefetch`` leases are held beyond the running ones, ready to start (renewed while they
     wait, released at the end): a finished job's next one then starts while its result
     commits. Each is a real lease, counted by the queue's limits.
@@ -298,6 +302,7 @@ class Worker:
         ttl: float = 30.0,
         concurrency: int = 1,
         prefetch: int = 0,
+        seal_results: bool = False,
         renew_fraction: float = 1.0 / 3.0,
         idle_poll: float = 0.5,
         retry: bool = True,
@@ -321,6 +326,7 @@ class Worker:
             ttl=ttl,
             concurrency=concurrency,
             prefetch=prefetch,
+            seal_results=seal_results,
             renew_fraction=renew_fraction,
             idle_poll=idle_poll,
             retry=retry,
