@@ -621,12 +621,19 @@ fn db_holds(db: &Path, text: &str) -> bool {
     })
 }
 
-/// Enqueues job `mail` of queue `q` (one attempt) with a payload sealed under [`KEY`]; the
-/// key's name, as `state --json` shows it.
-fn enqueue_sealed(db: &Path) -> String {
-    let out = lease(db)
+/// Runs `command` as `lease enqueue mail` of queue `q` with `attempts`, its payload sealed under
+/// [`KEY`], checked to succeed.
+fn sealed_enqueue(mut command: Command, attempts: &str) -> Output {
+    let out = command
         .env("LEASE_PAYLOAD_KEY", KEY)
-        .args(["enqueue", "mail", "--queue", "q", "--max-attempts", "1"])
+        .args([
+            "enqueue",
+            "mail",
+            "--queue",
+            "q",
+            "--max-attempts",
+            attempts,
+        ])
         .args(["--payload", "to=alice@example.com"])
         .output()
         .unwrap();
@@ -635,6 +642,13 @@ fn enqueue_sealed(db: &Path) -> String {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    out
+}
+
+/// Enqueues job `mail` of queue `q` (one attempt) with a payload sealed under [`KEY`]; the
+/// key's name, as `state --json` shows it.
+fn enqueue_sealed(db: &Path) -> String {
+    sealed_enqueue(lease(db), "1");
     let state = json_of(db, &["state", "mail"]);
     state["payload_encrypted"]["key"]
         .as_str()
@@ -753,4 +767,49 @@ fn with_seal_results_a_program_s_result_is_stored_sealed_and_without_a_key_work_
         !db_holds(&db, "revenue"),
         "no plaintext result in the database or its log"
     );
+}
+
+#[test]
+fn no_log_line_or_metric_holds_a_sealed_job_s_plaintext_or_the_key() {
+    let (_dir, db) = fresh_db();
+    let mut logged = lease(&db);
+    logged.env("RUST_LOG", "trace").arg("-v");
+    let out = sealed_enqueue(logged, "2");
+    let mut seen = String::from_utf8_lossy(&out.stderr).into_owned();
+    // A run that fails (its error goes to the store and the log), then one that completes
+    // with a sealed result, both with every log line on.
+    for program in [
+        "grep -q alice && echo 'failed for alice@example.com' >&2 && exit 3",
+        "cat >/dev/null; printf 'sent to alice@example.com'",
+    ] {
+        let out = lease(&db)
+            .env("LEASE_PAYLOAD_KEY", KEY)
+            .env("RUST_LOG", "trace")
+            .args(["-v", "work", "--queue", "q", "--owner", "w", "--ttl", "5"])
+            .args([
+                "--seal-results",
+                "--max-jobs",
+                "1",
+                "--",
+                "sh",
+                "-c",
+                program,
+            ])
+            .output()
+            .unwrap();
+        seen.push_str(&String::from_utf8_lossy(&out.stdout));
+        seen.push_str(&String::from_utf8_lossy(&out.stderr));
+    }
+    assert_eq!(json_of(&db, &["state", "mail"])["status"], "done");
+    let metrics = lease(&db).args(["stats", "--prometheus"]).output().unwrap();
+    seen.push_str(&String::from_utf8_lossy(&metrics.stdout));
+    assert!(seen.contains("mail"), "the logs were on: {seen}");
+    assert!(!seen.contains(KEY), "the key is in the output");
+    // The program's own stderr is its business (it is shown as the job's error); what lease
+    // writes of the payload, the result and the store never holds the plaintext it sealed.
+    let leaked: Vec<&str> = seen
+        .lines()
+        .filter(|l| l.contains("to=alice") || l.contains("sent to alice"))
+        .collect();
+    assert!(leaked.is_empty(), "plaintext in lease's output: {leaked:?}");
 }
