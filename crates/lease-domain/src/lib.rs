@@ -26,6 +26,7 @@ mod rate;
 mod rules;
 mod schedule;
 mod sealed;
+mod trace;
 mod turns;
 mod values;
 mod workflow;
@@ -61,6 +62,7 @@ pub use sealed::{
     SealedKind, is_key_name, sealed_associated_data, sealed_label, sealed_payload,
     sealed_payload_header, sealed_result,
 };
+pub use trace::{TRACESTATE_MAX, TraceContext};
 pub use turns::Turn;
 pub use values::{
     AccessError, Fence, InputError, JobId, JobResult, LeaseTerm, MAX_NAME_BYTES, Owner, Renewal,

@@ -2303,3 +2303,40 @@ fn associated_data_binds_the_key_the_kind_and_the_job() {
         sealed_associated_data("k2", SealedKind::Payload, "job-1")
     );
 }
+
+const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+#[test]
+fn a_w3c_traceparent_is_kept_as_sent_and_read_by_field() {
+    let t = TraceContext::new(PARENT, Some(" congo=t61rcWkgMzE ")).unwrap();
+    assert_eq!(t.traceparent(), PARENT);
+    assert_eq!(t.tracestate(), Some("congo=t61rcWkgMzE"));
+    assert_eq!(t.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert_eq!(t.parent_id(), "00f067aa0ba902b7");
+    assert!(t.sampled());
+    let unsampled = TraceContext::new(&PARENT.replace("-01", "-00"), Some("")).unwrap();
+    assert!(!unsampled.sampled());
+    assert_eq!(unsampled.tracestate(), None);
+    // A later version may carry more fields.
+    let later = format!("{}-more", PARENT.replacen("00", "01", 1));
+    assert!(TraceContext::new(&later, None).is_ok());
+}
+
+#[test]
+fn a_malformed_trace_context_is_refused_naming_what_is_wrong() {
+    let told = |parent: &str, state: Option<&str>| {
+        TraceContext::new(parent, state).unwrap_err().to_string()
+    };
+    assert!(told("", None).contains("VERSION-TRACEID-PARENTID-FLAGS"));
+    assert!(told(&PARENT.replacen("00", "ff", 1), None).contains("version"));
+    assert!(told(&format!("{PARENT}-x"), None).contains("exactly four fields"));
+    assert!(told(&PARENT.to_uppercase(), None).contains("trace id"));
+    let zero_trace = format!("00-{}-00f067aa0ba902b7-01", "0".repeat(32));
+    assert!(told(&zero_trace, None).contains("trace id"));
+    let zero_parent = format!("00-4bf92f3577b34da6a3ce929d0e0e4736-{}-01", "0".repeat(16));
+    assert!(told(&zero_parent, None).contains("parent id"));
+    assert!(told(&PARENT.replace("-01", "-1"), None).contains("flags"));
+    let long = "k=".to_owned() + &"v".repeat(TRACESTATE_MAX);
+    assert!(told(PARENT, Some(&long)).contains("over the limit"));
+    assert!(told(PARENT, Some("k=\u{7}")).contains("printable ASCII"));
+}

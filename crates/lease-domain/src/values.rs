@@ -97,6 +97,9 @@ pub enum InputError {
     /// too many parents, or a bad policy or checkpoint name.
     #[error(transparent)]
     Workflow(#[from] crate::workflow::WorkflowRefused),
+    /// A W3C trace context that is not one, named with what is wrong with it.
+    #[error("{0}")]
+    TraceContext(String),
 }
 
 /// The longest job id, owner or queue name every store accepts, in bytes of UTF-8: the same
