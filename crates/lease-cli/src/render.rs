@@ -285,8 +285,37 @@ pub(crate) fn lease_json(lease: &Lease) -> Value {
             json!(lease.group.as_ref().map(lease_domain::GroupKey::as_str)),
         ),
     ]);
-    payload_json(lease.payload.as_deref(), &mut object);
+    match lease.payload.as_deref() {
+        Some(sealed) if lease_domain::sealed_payload(sealed).is_some() => {
+            leased_sealed_json(lease, sealed, &mut object);
+        }
+        payload => payload_json(payload, &mut object),
+    }
     Value::Object(object)
+}
+
+/// A leased job's sealed payload (docs/ENCRYPTION.md), for its holder: opened with the keys of
+/// the environment when it gives them (`payload` or `payload_base64` as for a plain one), else
+/// its sealed bytes in `payload_base64` and, when it does not open, `payload_error` saying why;
+/// `payload_encrypted` names its key either way.
+fn leased_sealed_json(lease: &Lease, sealed: &[u8], into: &mut serde_json::Map<String, Value>) {
+    use base64::Engine;
+    let opened = lease_seal::Keyring::from_env()
+        .and_then(|keys| lease_seal::open_payload(keys.as_ref(), lease.job.as_str(), sealed));
+    match opened {
+        Ok(plain) => payload_json(Some(&plain), into),
+        Err(e) => {
+            into.insert("payload".into(), Value::Null);
+            into.insert(
+                "payload_base64".into(),
+                json!(base64::engine::general_purpose::STANDARD.encode(sealed)),
+            );
+            into.insert("payload_error".into(), json!(e.to_string()));
+        }
+    }
+    if let Some(found) = lease_domain::sealed_payload(sealed) {
+        into.insert("payload_encrypted".into(), json!({ "key": found.key }));
+    }
 }
 
 /// `list`'s table: a header and one row per job (id, queue, group, status, fence, attempts, when it

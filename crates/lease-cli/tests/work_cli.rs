@@ -813,3 +813,48 @@ fn no_log_line_or_metric_holds_a_sealed_job_s_plaintext_or_the_key() {
         .collect();
     assert!(leaked.is_empty(), "plaintext in lease's output: {leaked:?}");
 }
+
+#[test]
+fn claim_next_gives_its_holder_a_sealed_payload_opened_with_the_key_and_sealed_without_it() {
+    let (_dir, db) = fresh_db();
+    sealed_enqueue(lease(&db), "3");
+    let key = json_of(&db, &["state", "mail"])["payload_encrypted"]["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let claim = |with_key: bool| {
+        let mut command = lease(&db);
+        if with_key {
+            command.env("LEASE_PAYLOAD_KEY", KEY);
+        }
+        let out = command
+            .args(["claim-next", "--queue", "q", "--owner", "w", "--ttl", "1"])
+            .arg("--now")
+            .arg(if with_key { "1002" } else { "1000" })
+            .arg("--json")
+            .output()
+            .unwrap();
+        let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+        answer["leases"][0].clone()
+    };
+    let without = claim(false);
+    assert_eq!(without["payload"], Value::Null);
+    assert_eq!(without["payload_encrypted"]["key"], key.as_str());
+    assert!(
+        without["payload_base64"]
+            .as_str()
+            .unwrap()
+            .starts_with("/2xlYXNl")
+    );
+    assert!(
+        without["payload_error"]
+            .as_str()
+            .unwrap()
+            .contains("no key is given")
+    );
+    // The first lease (1 s) has run out: the next claim, with the key, reads the plaintext.
+    let with = claim(true);
+    assert_eq!(with["payload"], "to=alice@example.com", "{with}");
+    assert_eq!(with["payload_encrypted"]["key"], key.as_str());
+    assert_eq!(with.get("payload_error"), None);
+}
