@@ -285,11 +285,10 @@ pub(crate) fn lease_json(lease: &Lease) -> Value {
             json!(lease.group.as_ref().map(lease_domain::GroupKey::as_str)),
         ),
     ]);
-    match lease.payload.as_deref() {
-        Some(sealed) if lease_domain::sealed_payload(sealed).is_some() => {
-            leased_sealed_json(lease, sealed, &mut object);
-        }
-        payload => payload_json(payload, &mut object),
+    let payload = lease.payload.as_deref();
+    match payload.zip(payload.and_then(lease_domain::sealed_payload)) {
+        Some((bytes, sealed)) => leased_sealed_json(lease, bytes, sealed.key, &mut object),
+        None => payload_json(payload, &mut object),
     }
     Value::Object(object)
 }
@@ -298,7 +297,12 @@ pub(crate) fn lease_json(lease: &Lease) -> Value {
 /// the environment when it gives them (`payload` or `payload_base64` as for a plain one), else
 /// its sealed bytes in `payload_base64` and, when it does not open, `payload_error` saying why;
 /// `payload_encrypted` names its key either way.
-fn leased_sealed_json(lease: &Lease, sealed: &[u8], into: &mut serde_json::Map<String, Value>) {
+fn leased_sealed_json(
+    lease: &Lease,
+    sealed: &[u8],
+    key: &str,
+    into: &mut serde_json::Map<String, Value>,
+) {
     use base64::Engine;
     let opened = lease_seal::Keyring::from_env()
         .and_then(|keys| lease_seal::open_payload(keys.as_ref(), lease.job.as_str(), sealed));
@@ -313,9 +317,7 @@ fn leased_sealed_json(lease: &Lease, sealed: &[u8], into: &mut serde_json::Map<S
             into.insert("payload_error".into(), json!(e.to_string()));
         }
     }
-    if let Some(found) = lease_domain::sealed_payload(sealed) {
-        into.insert("payload_encrypted".into(), json!({ "key": found.key }));
-    }
+    into.insert("payload_encrypted".into(), json!({ "key": key }));
 }
 
 /// `list`'s table: a header and one row per job (id, queue, group, status, fence, attempts, when it

@@ -108,11 +108,8 @@ impl PgLeaseStore {
     /// Runs each enqueue of `batch` as a lone write, each on a connection of its own.
     async fn enqueue_alone(&self, batch: Vec<Enqueue>) {
         let answers = join_all(batch.iter().map(|e| async {
-            let mut conn = self.conn().await?;
             let command = Command::EnqueueWith(e.spec.clone());
-            let outcome = self.write_on(&mut conn, &e.job, command).await?;
-            conn.clean();
-            outcome_as(outcome)
+            outcome_as(self.write_alone(&e.job, command).await?)
         }))
         .await;
         for (enqueue, answer) in batch.into_iter().zip(answers) {

@@ -439,24 +439,13 @@ impl LeaseStore for PgLeaseStore {
         let Some(claim) = then else {
             // Renewals, and plain enqueues, arriving together share a commit (group commit:
             // `renewals`, `enqueues`).
-            if let Some(batcher) = &self.batcher {
-                let outcome = match (&command, enqueues::batchable(&command)) {
-                    (Command::Renew(..), _) => {
-                        Some(self.batched_renew(batcher, job, command.clone()).await?)
-                    }
-                    (_, Some(spec)) => Some(self.batched_enqueue(batcher, job, spec).await?),
-                    _ => None,
-                };
-                if let Some(outcome) = outcome {
-                    return Ok(Applied {
-                        outcome,
-                        claimed: None,
-                    });
+            let outcome = match (&self.batcher, enqueues::batchable(&command)) {
+                (Some(batcher), _) if matches!(command, Command::Renew(..)) => {
+                    self.batched_renew(batcher, job, command).await?
                 }
-            }
-            let mut conn = self.conn().await?;
-            let outcome = self.write_on(&mut conn, job, command).await?;
-            conn.clean();
+                (Some(batcher), Some(spec)) => self.batched_enqueue(batcher, job, spec).await?,
+                _ => self.write_alone(job, command).await?,
+            };
             return Ok(Applied {
                 outcome,
                 claimed: None,

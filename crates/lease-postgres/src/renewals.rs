@@ -97,12 +97,11 @@ impl PgLeaseStore {
 
     /// Runs each renewal of `batch` as a lone write, each on a connection of its own.
     async fn renew_alone(&self, batch: Vec<Renewal>) {
-        let answers = join_all(batch.iter().map(|r| async {
-            let mut conn = self.conn().await?;
-            let outcome = self.write_on(&mut conn, &r.job, r.command.clone()).await?;
-            conn.clean();
-            Ok(outcome)
-        }))
+        let answers = join_all(
+            batch
+                .iter()
+                .map(|r| self.write_alone(&r.job, r.command.clone())),
+        )
         .await;
         for (renewal, answer) in batch.into_iter().zip(answers) {
             let _ = renewal.reply.send(answer);

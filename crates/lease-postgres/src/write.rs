@@ -202,6 +202,18 @@ impl PgLeaseStore {
         }
     }
 
+    /// One command on one job in a transaction of its own, on a pooled connection.
+    pub(crate) async fn write_alone(
+        &self,
+        id: &JobId,
+        command: Command,
+    ) -> Result<Outcome, StoreError> {
+        let mut conn = self.conn().await?;
+        let outcome = self.write_on(&mut conn, id, command).await?;
+        conn.clean();
+        Ok(outcome)
+    }
+
     /// Enqueues many jobs in one transaction, in three round trips whatever their number:
     /// BEGIN with the locking reads of every existing row and purge mark; the inserts, the
     /// removal of the purge marks they replace, and COMMIT; each decided by the domain in
