@@ -63,6 +63,11 @@ const NEEDS: &[Need] = &[
         get: Get::Apt("strace"),
     },
     Need {
+        what: "node (another language following docs/ENCRYPTION.md: crates/lease-seal/tests/seal.rs)",
+        check: Check::Program("node"),
+        get: Get::Apt("nodejs"),
+    },
+    Need {
         what: "chromium (the operator page's browser tests: crates/lease-cli/tests/operator_page.rs)",
         check: Check::Program("chromium"),
         get: Get::Apt("chromium"),
