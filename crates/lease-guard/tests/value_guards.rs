@@ -235,14 +235,20 @@ mod nats {
 
     pub(super) async fn guard_at(server: &str, bucket: &str) -> NatsGuard {
         let url = format!("nats://{server}/{bucket}");
-        // The checks run at once, each making and deleting a bucket of its own: when one
-        // deletes the server's last stream, the server removes its streams directory, and a
-        // bucket made at that moment fails with "error creating store for stream" (10049;
-        // the server logs that the directory is gone). Made again a moment later, it is made.
+        install(&url, server).await;
+        NatsGuard::connect(&url).await.unwrap()
+    }
+
+    /// Makes the bucket `url` names. The checks run at once, each making and deleting a
+    /// bucket of its own: when one deletes the server's last stream, the server removes its
+    /// streams directory, and a bucket made at that moment fails with "error creating store
+    /// for stream" (10049; the server logs that the directory is gone). Made again a moment
+    /// later, it is made.
+    async fn install(url: &str, server: &str) {
         let mut tries = 0;
         loop {
-            match NatsGuard::install(&url).await {
-                Ok(_) => break,
+            match NatsGuard::install(url).await {
+                Ok(_) => return,
                 Err(e) if tries < 5 && e.to_string().contains("10049") => {
                     tries += 1;
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -250,7 +256,6 @@ mod nats {
                 Err(e) => panic!("NATS with JetStream must run on {server}: {e}"),
             }
         }
-        NatsGuard::connect(&url).await.unwrap()
     }
 
     /// A bucket of the check's own, deleted when it is done.
@@ -275,7 +280,7 @@ mod nats {
         let bucket = unique("lease");
         let relay = Relay::start(addr(NATS)).await;
         let url = format!("nats://{}/{bucket}", relay.addr);
-        NatsGuard::install(&url).await.unwrap();
+        install(&url, NATS).await;
         let guard = NatsGuard::connect_with_timeout(&url, std::time::Duration::from_secs(1))
             .await
             .unwrap();
