@@ -6,6 +6,7 @@ mod needs;
 mod peers;
 mod python;
 mod side;
+mod typescript;
 
 use std::process::{Command, ExitCode};
 
@@ -92,7 +93,8 @@ const LIBRARY_LINTS: [&str; 14] = [
 /// The README's test command: gets what the tests need (`needs`), then runs every test of the
 /// workspace, all of them even when one fails, then the Python package's tests
 /// (`python.rs`). `cargo xtask test -- ARGS` passes ARGS on to `cargo test` and runs only that;
-/// `cargo xtask test --python [-- PYTEST ARGS]` builds the binary and runs the Python tests only.
+/// `cargo xtask test --python [-- PYTEST ARGS]` builds the binary and runs the Python tests only;
+/// `cargo xtask test --typescript` the TypeScript client's (`typescript.rs`).
 fn test(rest: &[String]) -> Result<(), String> {
     needs::ensure()?;
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -106,6 +108,10 @@ fn test(rest: &[String]) -> Result<(), String> {
             .map(String::as_str)
             .collect();
         return python::test(root, &target_dir()?, &pytest);
+    }
+    if rest.first().is_some_and(|a| a == "--typescript") {
+        cargo(&["build", "-p", "lease-cli", "--bin", "lease"], &[])?;
+        return typescript::test(root, &target_dir()?);
     }
     let passed: Vec<&str> = rest
         .iter()
@@ -132,10 +138,14 @@ fn test(rest: &[String]) -> Result<(), String> {
         &[],
     );
     let rust = rust.and(beside.finish());
-    // The Python tests run even when a Rust test failed, so one run shows every failure (the
-    // lease binary they start is built either way).
-    let python = target_dir().and_then(|target| python::test(root, &target, &[]));
-    rust.and(python)
+    // The Python and TypeScript tests run even when a Rust test failed, so one run shows every
+    // failure (the lease binary they start is built either way); the TypeScript tests, mostly
+    // waiting on their servers, run beside the Python ones.
+    let target = target_dir()?;
+    let typescript = typescript::start(root, &target);
+    let python = python::test(root, &target, &[]);
+    let typescript = typescript.and_then(typescript::Beside::finish);
+    rust.and(python).and(typescript)
 }
 
 /// The longer schemathesis search run before every stop (CI replays the fixed seed): a fresh
@@ -389,7 +399,7 @@ fn main() -> ExitCode {
         Some("mutants") => mutants(&args[1..]),
         Some("schemathesis") => schemathesis(&args[1..]),
         _ => Err(
-            "usage: cargo xtask <test [-- cargo test options | --python [-- pytest options]] | ci | schemathesis [EXAMPLES] | bench [--quick | --python | --peers] | mutants [SCOPE...] [-- cargo-mutants options]>"
+            "usage: cargo xtask <test [-- cargo test options | --python [-- pytest options] | --typescript] | ci | schemathesis [EXAMPLES] | bench [--quick | --python | --peers] | mutants [SCOPE...] [-- cargo-mutants options]>"
                 .to_owned(),
         ),
     };

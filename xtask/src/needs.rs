@@ -48,7 +48,7 @@ const NEEDS: &[Need] = &[
         get: Get::Apt("python3-venv"),
     },
     Need {
-        what: "psql (the Python package's tests make their PostgreSQL databases with it)",
+        what: "psql and pg_dump (the Python and TypeScript tests make their PostgreSQL databases with psql; the TypeScript tests search a store's pg_dump for plaintext)",
         check: Check::Program("psql"),
         get: Get::Apt("postgresql-client"),
     },
@@ -66,6 +66,11 @@ const NEEDS: &[Need] = &[
         what: "node (another language following docs/ENCRYPTION.md: crates/lease-seal/tests/seal.rs)",
         check: Check::Program("node"),
         get: Get::Apt("nodejs"),
+    },
+    Need {
+        what: "npm (the TypeScript client's tests: clients/typescript)",
+        check: Check::Program("npm"),
+        get: Get::Apt("npm"),
     },
     Need {
         what: "chromium (the operator page's browser tests: crates/lease-cli/tests/operator_page.rs)",

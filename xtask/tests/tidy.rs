@@ -510,12 +510,12 @@ fn path_exists(root: &Path, section: &Path, token: &str) -> bool {
 }
 
 /// Names the architecture may give that no file of the workspace defines: the standard
-/// library's, tokio's and Python's own.
-const NAMED_ELSEWHERE: [&str; 4] = ["Any", "Notify", "ValueError", "False"];
+/// library's, tokio's, Python's and the web platform's own.
+const NAMED_ELSEWHERE: [&str; 5] = ["Any", "Notify", "ValueError", "False", "AbortSignal"];
 
 /// The names `text` defines as Rust items (a trait, type, struct, enum, constant, static,
 /// function or module, an enum variant, a name a `use ... as` gives, or one a `pub use` hands
-/// on) or as Python classes and functions.
+/// on), as Python classes and functions, or as TypeScript classes, interfaces and types.
 fn defined_names(text: &str) -> std::collections::HashSet<String> {
     let word = |c: char| !(c.is_alphanumeric() || c == '_');
     let words: Vec<&str> = text.split(word).filter(|w| !w.is_empty()).collect();
@@ -535,6 +535,7 @@ fn defined_names(text: &str) -> std::collections::HashSet<String> {
                     | "as"
                     | "class"
                     | "def"
+                    | "interface"
             )
         })
         .map(|pair| pair[1].to_owned())
@@ -563,7 +564,7 @@ fn defined_names(text: &str) -> std::collections::HashSet<String> {
 }
 
 /// Every type, trait and path of the workspace the architecture names in backticks exists: a
-/// CamelCase name is defined somewhere in its sources (Rust or Python), and a path
+/// CamelCase name is defined somewhere in its sources (Rust, Python or TypeScript), and a path
 /// `lease_crate::module::item` has its module's file in that crate and the item defined in it.
 #[test]
 fn every_type_trait_and_module_path_the_architecture_names_exists() {
@@ -577,6 +578,14 @@ fn every_type_trait_and_module_path_the_architecture_names_exists() {
     for entry in std::fs::read_dir(&python).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "py" || e == "pyi") {
+            sources.push_str(&std::fs::read_to_string(path).unwrap());
+        }
+    }
+    // The TypeScript client's own sources (not its generated `schema.ts`).
+    let typescript = root.join("clients/typescript/src");
+    for entry in std::fs::read_dir(&typescript).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "ts") && !path.ends_with("schema.ts") {
             sources.push_str(&std::fs::read_to_string(path).unwrap());
         }
     }

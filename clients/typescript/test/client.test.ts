@@ -1,0 +1,115 @@
+/** The client against a live server: every kind of call, and refusals as errors with reasons. */
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { LeaseClient, LeaseError } from '../src/index.js';
+import { STORES, suiteServer } from './harness.js';
+
+for (const kind of STORES) {
+  describe(`the client (${kind})`, () => {
+    const s = suiteServer(kind);
+
+    test('a job goes from enqueue through its lease to its result', async () => {
+      assert.equal(await s.client.enqueue('mail', { id: 'j1', payload: 'hello', priority: 3 }), true);
+      assert.equal(await s.client.enqueue('mail', { id: 'j1', payload: 'again' }), false, 'a second enqueue of an id makes nothing');
+      const { leases } = await s.client.claimNext('mail', { ttl: 30, owner: 'ts' });
+      assert.equal(leases.length, 1);
+      const lease = leases[0]!;
+      assert.equal(lease.id, 'j1');
+      assert.equal(lease.attempt, 1);
+      assert.equal(lease.payload?.toString(), 'hello');
+      assert.ok((await s.client.renew(lease, 60)) > lease.until);
+      await s.client.progress(lease, '1 of 2');
+      await s.client.keepCheckpoint(lease, 'fetch', 'rows=3');
+      assert.deepEqual((await s.client.checkpoints('j1')).map((c) => [c.name, c.value, c.fence]), [['fetch', 'rows=3', lease.fence]]);
+      assert.equal((await s.client.job('j1')).progress, '1 of 2');
+      const done = await s.client.complete(lease, 'sent');
+      assert.equal(done.ok, true);
+      assert.equal(done.resultFence, lease.fence);
+      const job = await s.client.job('j1');
+      assert.equal(job.status, 'done');
+      assert.equal(job.result, 'sent');
+      assert.equal(job.payload, 'hello');
+    });
+
+    test('a completion carries the next claim, in the same request', async () => {
+      await s.client.enqueueMany('chain', [{ id: 'c1' }, { id: 'c2', payload: new Uint8Array([0, 255, 1]) }]);
+      const first = (await s.client.claimNext('chain', { ttl: 30 })).leases[0]!;
+      const done = await s.client.complete(first, 'one', { queue: 'chain', ttl: 30 });
+      assert.equal(done.ok, true);
+      assert.equal(done.leases.length, 1);
+      const next = done.leases[0]!;
+      assert.equal(next.id, 'c2');
+      assert.deepEqual([...next.payload!], [0, 255, 1], 'bytes that are not UTF-8 come back as they went');
+      await s.client.complete(next, 'two');
+      assert.equal((await s.client.job('c2')).status, 'done');
+    });
+
+    test('an old lease\'s writes are refused once a newer lease exists, and change nothing', async () => {
+      await s.client.enqueue('fence', { id: 'f1' });
+      const old = (await s.client.claimNext('fence', { ttl: 30, owner: 'ts/a' })).leases[0]!;
+      await s.client.release(old);
+      const current = (await s.client.claimNext('fence', { ttl: 30, owner: 'ts/b' })).leases[0]!;
+      assert.ok(current.fence > old.fence);
+      await assert.rejects(s.client.complete(old, 'stale result'), (e: unknown) => {
+        assert.ok(e instanceof LeaseError, String(e));
+        assert.ok(e.leaseLost, `a lost lease: ${e.reason}`);
+        assert.ok(e.status >= 400 && e.status < 500);
+        return true;
+      });
+      await assert.rejects(s.client.renew(old, 30), (e: unknown) => e instanceof LeaseError && e.leaseLost);
+      // The old lease's own token with the new fence is refused too: a lease is its token.
+      await assert.rejects(s.client.complete({ ...old, fence: current.fence }, 'stale result'), (e: unknown) => e instanceof LeaseError);
+      const job = await s.client.job('f1');
+      assert.equal(job.result ?? null, null);
+      assert.equal(job.fence, current.fence);
+      await s.client.complete(current, 'fresh');
+      assert.equal((await s.client.job('f1')).result, 'fresh');
+    });
+
+    test('bad input is refused with a reason naming the problem, and stores nothing', async () => {
+      const before = (await s.client.jobs({ queue: 'bad' })).jobs.length;
+      await assert.rejects(s.client.enqueue('bad', { id: '' }), (e: unknown) => {
+        assert.ok(e instanceof LeaseError);
+        assert.equal(e.status, 422);
+        assert.equal(e.reason, 'invalid');
+        assert.match(e.message, /field `id` must not be empty/);
+        return true;
+      });
+      await assert.rejects(s.client.claimNext('bad', { ttl: -1 }), (e: unknown) => e instanceof LeaseError && e.reason === 'invalid' && /ttl/.test(e.message));
+      await assert.rejects(s.client.job('no-such-job'), (e: unknown) => e instanceof LeaseError && e.reason === 'not_found');
+      assert.equal((await s.client.jobs({ queue: 'bad' })).jobs.length, before);
+    });
+
+    test('a wrong key is refused as unauthorized', async () => {
+      const stranger = new LeaseClient({ url: s.served.url, apiKey: 'lease_not-a-key', keys: null });
+      await assert.rejects(stranger.stats(), (e: unknown) => e instanceof LeaseError && e.status === 401 && e.reason === 'unauthorized');
+    });
+
+    test('the admin and overview routes answer', async () => {
+      await s.client.enqueue('admin', { id: 'a1' });
+      await s.client.enqueue('admin', { id: 'a2' });
+      await s.client.cancel('a2');
+      assert.equal((await s.client.job('a2')).status, 'cancelled');
+      await s.client.retry('a2');
+      assert.equal((await s.client.job('a2')).status, 'pending');
+      const paused = await s.client.pause('admin');
+      assert.ok(paused.paused);
+      assert.equal((await s.client.claimNext('admin', { ttl: 30 })).leases.length, 0, 'a paused queue leases nothing');
+      await s.client.resume('admin');
+      await s.client.setLimits('admin', { concurrency: 1 });
+      assert.equal((await s.client.limits('admin')).concurrency, 1);
+      const got = await s.client.claimNext('admin', { ttl: 30, limit: 2 });
+      assert.equal(got.leases.length, 1, 'the limit of 1 holds');
+      assert.ok((await s.client.queues()).queues.some((q) => q.queue === 'admin'));
+      assert.ok('admin' in (await s.client.stats()).queues);
+      assert.match(await s.client.metrics(), /lease_/);
+      assert.equal((await s.client.health()).ok, true);
+      await s.client.throttle('admin');
+      await s.client.groups('admin');
+      await s.client.activity(5);
+      await s.client.refusals({});
+      await s.client.children('a1');
+      await s.client.schedules();
+    });
+  });
+}
