@@ -146,8 +146,33 @@ impl SpecFlags {
                 .map(Ttl::new)
                 .transpose()
                 .map_err(|e| RequestError::Flag(format!("--debounce: {e}")))?,
+            trace: trace_from_env()?,
         })
     }
+}
+
+/// The W3C trace context of the producer's span, from `TRACEPARENT` (and `TRACESTATE`) in
+/// the environment, as a program run inside a trace gets it (`lease work` sets them for its
+/// programs); `None` when `TRACEPARENT` is unset or empty.
+///
+/// # Errors
+/// [`RequestError::Flag`] naming the variable and what is wrong with its value.
+pub(crate) fn trace_from_env() -> Result<Option<lease_domain::TraceContext>, RequestError> {
+    let Some(parent) = std::env::var_os("TRACEPARENT").filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let parent = parent
+        .into_string()
+        .map_err(|_| RequestError::Flag("TRACEPARENT: not UTF-8".to_owned()))?;
+    let state = std::env::var_os("TRACESTATE")
+        .map(|s| {
+            s.into_string()
+                .map_err(|_| RequestError::Flag("TRACESTATE: not UTF-8".to_owned()))
+        })
+        .transpose()?;
+    lease_domain::TraceContext::new(&parent, state.as_deref())
+        .map(Some)
+        .map_err(|e| RequestError::Flag(format!("TRACEPARENT/TRACESTATE: {e}")))
 }
 
 /// A `--group` flag's value, checked.

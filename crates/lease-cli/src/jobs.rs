@@ -427,10 +427,20 @@ pub(crate) async fn execute(
                     escape_controls(&names.join(", "))
                 ));
             }
+            let trace = if record.is_some() {
+                store.trace(id).await?
+            } else {
+                None
+            };
+            if let Some(trace) = &trace {
+                human.push_str(&format!(", trace {}", trace.traceparent()));
+            }
             let json = record.map_or(Value::Null, |r| {
                 let mut json = record_json(&r, *now);
                 json["parents"] = parents_json(&parents);
                 json["checkpoints"] = checkpoints_json(&kept);
+                json["traceparent"] = json!(trace.as_ref().map(|t| t.traceparent()));
+                json["tracestate"] = json!(trace.as_ref().and_then(|t| t.tracestate()));
                 json
             });
             Report::new(true, json, human)

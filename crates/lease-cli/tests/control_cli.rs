@@ -8,6 +8,8 @@
 mod checkpoint_cli;
 #[path = "common/stdin.rs"]
 mod stdin;
+#[path = "common/trace_cli.rs"]
+mod trace_cli;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -1537,6 +1539,12 @@ fn the_checkpoint_command_keeps_a_holders_steps_under_its_fence() {
     checkpoint_cli::the_checkpoint_command_keeps_a_holders_steps_under_its_fence(
         db.to_str().unwrap(),
     );
+}
+
+#[test]
+fn enqueue_keeps_the_trace_context_of_its_environment() {
+    let (_dir, db) = fresh_db();
+    trace_cli::enqueue_keeps_the_trace_context_of_its_environment(db.to_str().unwrap());
 }
 
 /// The files `lease work` writes for a run (its parents and checkpoints) are removed when

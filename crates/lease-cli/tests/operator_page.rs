@@ -800,7 +800,7 @@ async fn a_viewer_has_no_actions_and_a_forged_cross_site_request_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hostile_job_ids_results_and_payloads_render_as_text_and_a_sealed_payload_and_result_by_their_key()
+async fn hostile_job_ids_results_and_payloads_render_as_text_a_sealed_payload_and_result_by_their_key_and_a_trace()
  {
     use base64::Engine;
     let (_dir, db) = fresh_db();
@@ -899,6 +899,28 @@ async fn hostile_job_ids_results_and_payloads_render_as_text_and_a_sealed_payloa
     assert_eq!(
         session
             .eval("[...document.querySelectorAll('#job-fields dd')].filter(d => d.innerText === 'encrypted (key ops-2026)').length === 2 && !document.querySelector('main').innerText.includes('QUFB')")
+            .await,
+        json!(true)
+    );
+    // A job enqueued inside a trace shows the trace and the span that enqueued it.
+    let (code, body) = server.call(
+        "POST",
+        "/v1/queues/x/jobs",
+        &[
+            ("Authorization", &auth),
+            (
+                "traceparent",
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            ),
+        ],
+        &json!({"id": "traced"}).to_string(),
+    );
+    assert_eq!(code, 201, "{body}");
+    session.visit("#/job/traced").await;
+    session.job_page("traced").await;
+    assert_eq!(
+        session
+            .eval("[...document.querySelectorAll('#job-fields dd')].some(d => d.innerText === '4bf92f3577b34da6a3ce929d0e0e4736 (enqueued by span 00f067aa0ba902b7)')")
             .await,
         json!(true)
     );

@@ -7,6 +7,8 @@
 mod checkpoint_cli;
 #[path = "common/stdin.rs"]
 mod stdin;
+#[path = "common/trace_cli.rs"]
+mod trace_cli;
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -769,4 +771,11 @@ fn the_checkpoint_command_keeps_a_holders_steps_under_its_fence_on_postgres() {
     let db = ScratchDatabase::create();
     ok(&run(db.url(), &["init"]));
     checkpoint_cli::the_checkpoint_command_keeps_a_holders_steps_under_its_fence(db.url());
+}
+
+#[test]
+fn enqueue_keeps_the_trace_context_of_its_environment_on_postgres() {
+    let db = ScratchDatabase::create();
+    ok(&run(db.url(), &["init"]));
+    trace_cli::enqueue_keeps_the_trace_context_of_its_environment(db.url());
 }

@@ -512,6 +512,28 @@ pub(crate) fn backoff(backoff: &Backoff) -> Value {
     json!({ "base": base, "factor": factor, "max": max, "jitter": jitter })
 }
 
+/// A job's trace context, as `GET /v1/jobs/{id}` gives it (`traceparent` and `tracestate`,
+/// null for a job without one).
+pub(crate) fn trace(
+    answer: &Answer,
+    job: &JobId,
+) -> Result<Option<lease_domain::TraceContext>, StoreError> {
+    let Some(parent) = answer.body["traceparent"].as_str() else {
+        return Ok(None);
+    };
+    lease_domain::TraceContext::new(parent, answer.body["tracestate"].as_str())
+        .map(Some)
+        .map_err(|e| {
+            StoreError::Corrupt(
+                format!(
+                    "{} answered job {job}'s trace context wrongly: {e}",
+                    answer.server
+                )
+                .into(),
+            )
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -374,6 +374,12 @@ impl HttpLeaseStore {
             body["after"] = json!(after);
             body["on_parent_failure"] = json!(spec.on_parent_failure.as_str());
         }
+        if let Some(trace) = &spec.trace {
+            body["traceparent"] = json!(trace.traceparent());
+            if let Some(state) = trace.tracestate() {
+                body["tracestate"] = json!(state);
+            }
+        }
         if let Some(payload) = &spec.payload {
             match std::str::from_utf8(payload.as_bytes()) {
                 Ok(text) => body["payload"] = json!(text),
@@ -562,6 +568,17 @@ impl LeaseStore for HttpLeaseStore {
         match answer.status {
             200 => answers::checkpoints(&answer, job),
             404 if answer.body["reason"] == "not_found" => Ok(Vec::new()),
+            _ => Err(answer.error()),
+        }
+    }
+
+    async fn trace(&self, job: &JobId) -> Result<Option<lease_domain::TraceContext>, StoreError> {
+        let answer = self
+            .get(&format!("/v1/jobs/{}", path(job.as_str())))
+            .await?;
+        match answer.status {
+            200 => answers::trace(&answer, job),
+            404 if answer.body["reason"] == "not_found" => Ok(None),
             _ => Err(answer.error()),
         }
     }

@@ -8,6 +8,7 @@ use crate::rules::{
     decide_complete, decide_fail, decide_give_back, decide_hold_group, decide_progress,
     decide_release, decide_renew, decide_retry,
 };
+use crate::trace::TraceContext;
 use crate::values::{Fence, JobId, JobResult, LeaseTerm, Owner, Renewal, Timestamp};
 use crate::workflow::Checkpoint;
 
@@ -317,6 +318,27 @@ impl Command {
     #[must_use]
     pub fn clears_checkpoints(&self, current: Option<&Job>, next: Option<&Job>) -> bool {
         self.is_enqueue() && next.is_some() && current.is_some_and(|job| job.finished().is_some())
+    }
+
+    /// The trace context to store for the job when this command's decision `next` is stored
+    /// over `current`: `Some` for an enqueue that makes the job or runs a finished one again,
+    /// holding the enqueue's context (`Some(None)`: the job then has none, and a run again
+    /// drops its last run's); `None` for every other command and enqueue, which leave it.
+    /// An enqueue that makes a job without a context needs no write (`None` too).
+    #[must_use]
+    pub fn sets_trace(
+        &self,
+        current: Option<&Job>,
+        next: Option<&Job>,
+    ) -> Option<Option<&TraceContext>> {
+        let Command::EnqueueWith(spec) = self else {
+            return None;
+        };
+        match current {
+            None if next.is_some() => spec.trace.as_ref().map(Some),
+            Some(job) if next.is_some() && job.finished().is_some() => Some(spec.trace.as_ref()),
+            _ => None,
+        }
     }
 
     /// Whether the command can finish a job (complete, fail or cancel it, directly or through

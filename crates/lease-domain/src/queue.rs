@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use crate::trace::TraceContext;
 use crate::values::{InputError, JobId, Timestamp, Ttl};
 use crate::workflow::OnParentFailure;
 
@@ -239,6 +240,10 @@ pub struct EnqueueSpec {
     pub after: Vec<JobId>,
     /// What it does when a parent ends dead or cancelled (cancel, by default).
     pub on_parent_failure: OnParentFailure,
+    /// The W3C trace context of the enqueue (the producer's span), kept beside the job so its
+    /// attempts join the producer's trace; set when the enqueue makes the job or runs it
+    /// again ([`crate::Command::sets_trace`]).
+    pub trace: Option<TraceContext>,
 }
 
 impl EnqueueSpec {

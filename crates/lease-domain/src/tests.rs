@@ -557,6 +557,53 @@ fn only_a_run_again_of_a_finished_job_clears_its_checkpoints() {
     assert!(!again.clears_checkpoints(None, inserted.as_ref()));
 }
 
+#[test]
+fn an_enqueue_sets_the_trace_only_when_it_makes_the_job_or_runs_it_again() {
+    let j = id("j");
+    let context = TraceContext::new(
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        None,
+    )
+    .unwrap();
+    let traced = Command::EnqueueWith(EnqueueSpec {
+        replace_finished: true,
+        trace: Some(context.clone()),
+        ..EnqueueSpec::default()
+    });
+    let untraced = Command::EnqueueWith(EnqueueSpec {
+        replace_finished: true,
+        ..EnqueueSpec::default()
+    });
+    // Made with a context: stored; made without one: nothing to write.
+    let (made, _) = traced.decide(&j, None, None);
+    assert_eq!(traced.sets_trace(None, made.as_ref()), Some(Some(&context)));
+    let (bare, _) = untraced.decide(&j, None, None);
+    assert_eq!(untraced.sets_trace(None, bare.as_ref()), None);
+    // A live or waiting job keeps the context of the enqueue that made it.
+    let claimed = decide_claim(Some(&Job::new()), &owner("A"), term(100.0, 30.0)).unwrap();
+    let (kept, _) = traced.decide(&j, Some(&claimed), None);
+    assert_eq!(traced.sets_trace(Some(&claimed), kept.as_ref()), None);
+    // A run again of a finished job takes the new enqueue's, or none.
+    let result = JobResult::new("v").unwrap();
+    let done = decide_complete(Some(&claimed), &owner("A"), fence(1), at(110.0), &result).unwrap();
+    let (rerun, _) = traced.decide(&j, Some(&done), None);
+    assert_eq!(
+        traced.sets_trace(Some(&done), rerun.as_ref()),
+        Some(Some(&context))
+    );
+    let (plain_rerun, _) = untraced.decide(&j, Some(&done), None);
+    assert_eq!(
+        untraced.sets_trace(Some(&done), plain_rerun.as_ref()),
+        Some(None)
+    );
+    // No other command touches it.
+    let (retried, _) = Command::Retry(at(120.0)).decide(&j, Some(&done), None);
+    assert_eq!(
+        Command::Retry(at(120.0)).sets_trace(Some(&done), retried.as_ref()),
+        None
+    );
+}
+
 // ---- The queue rules ----
 
 fn id(name: &str) -> JobId {
@@ -1028,6 +1075,7 @@ fn queue_values_are_checked_at_the_boundary() {
         debounce: None,
         after: vec![JobId::new("parent").unwrap()],
         on_parent_failure: crate::OnParentFailure::Run,
+        trace: None,
     };
     let job = Job::enqueued(&spec, None);
     assert!(

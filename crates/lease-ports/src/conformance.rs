@@ -438,6 +438,7 @@ fn spec(queue_name: &str, priority: i64, run_at: Option<f64>, max_attempts: u32)
         replace_finished: false,
         group: None,
         debounce: None,
+        trace: None,
     }
 }
 
@@ -2253,6 +2254,130 @@ pub async fn export_and_import_carry_queue_settings_and_schedules(store: Transfe
     assert_eq!(after.schedules[0].last_tick, Some(at(172_800.0)));
 }
 
+// ---- Trace context ----
+
+/// A trace context of its own for `n`.
+fn traced(n: u8, state: Option<&str>) -> lease_domain::TraceContext {
+    lease_domain::TraceContext::new(&format!("00-{:032x}-{:016x}-01", n, n), state)
+        .expect("a valid traceparent")
+}
+
+/// A job keeps the trace context of the enqueue that made it (or ran it again), apart from
+/// its fields: a later enqueue of a live job leaves it, a run again takes the new enqueue's
+/// (or none), a batch keeps each job's, and a purge takes it with the job.
+pub async fn a_job_keeps_the_trace_context_it_was_enqueued_with(store: Store) {
+    let first = traced(1, Some("vendor=a"));
+    let with = |n: Option<&lease_domain::TraceContext>, replace: bool| EnqueueSpec {
+        trace: n.cloned(),
+        replace_finished: replace,
+        ..spec("traced", 0, None, 3)
+    };
+    let a = enqueued_with(&store, "a", &with(Some(&first), false)).await;
+    let b = enqueued_with(&store, "b", &with(None, false)).await;
+    assert_eq!(store.trace(&a).await.expect("trace"), Some(first.clone()));
+    assert_eq!(store.trace(&b).await.expect("trace"), None);
+    assert_eq!(store.trace(&job("missing")).await.expect("trace"), None);
+    // An enqueue of a job that exists changes nothing, its trace context included.
+    assert!(
+        !store
+            .enqueue_with(&a, &with(Some(&traced(2, None)), true))
+            .await
+            .expect("enqueue")
+    );
+    assert_eq!(store.trace(&a).await.expect("trace"), Some(first.clone()));
+    // The trace context is not among the job's fields: a record is the same either way.
+    let untraced = enqueued_with(&store, "c", &with(None, false)).await;
+    let (ra, rc) = (
+        store.record(&a).await.expect("record").expect("job"),
+        store.record(&untraced).await.expect("record").expect("job"),
+    );
+    assert_eq!(ra.job, rc.job);
+    // A run again takes the new enqueue's trace context, or none.
+    let lease = next(&store, "traced", "w", 1.0, 1).await;
+    assert_eq!(lease[0].job, a);
+    complete_granted(&store, &a, "w", lease[0].fence, 2.0, "v1").await;
+    let second = traced(2, None);
+    assert!(
+        store
+            .enqueue_with(&a, &with(Some(&second), true))
+            .await
+            .expect("enqueue")
+    );
+    assert_eq!(store.trace(&a).await.expect("trace"), Some(second));
+    let lease = next(&store, "traced", "w", 3.0, 1).await;
+    assert_eq!(lease[0].job, a);
+    complete_granted(&store, &a, "w", lease[0].fence, 4.0, "v2").await;
+    assert!(
+        store
+            .enqueue_with(&a, &with(None, true))
+            .await
+            .expect("enqueue")
+    );
+    assert_eq!(store.trace(&a).await.expect("trace"), None);
+    // A batch keeps each job's own.
+    let batch = [
+        (job("m1"), with(Some(&traced(3, None)), false)),
+        (job("m2"), with(None, false)),
+        (job("m3"), with(Some(&traced(4, Some("k=v"))), false)),
+    ];
+    store.enqueue_many(&batch).await.expect("enqueue_many");
+    for (id, spec) in &batch {
+        assert_eq!(store.trace(id).await.expect("trace"), spec.trace, "{id}");
+    }
+    // A purge takes it with the job; the id enqueued again has none of it.
+    let purged = job("m1");
+    let f = claimed(&store, &purged, "w", 5.0, 30.0).await;
+    complete_granted(&store, &purged, "w", f, 6.0, "done").await;
+    assert!(store.trace(&purged).await.expect("trace").is_some());
+    store
+        .purge(at(1_000.0), &[Status::Done])
+        .await
+        .expect("purge");
+    assert_eq!(store.trace(&purged).await.expect("trace"), None);
+    store
+        .enqueue_with(&purged, &with(None, false))
+        .await
+        .expect("enqueue");
+    assert_eq!(store.trace(&purged).await.expect("trace"), None);
+}
+
+/// A migration carries each job's trace context: copied jobs keep theirs, and a job replaced
+/// by a merge takes the source's.
+pub async fn export_and_import_carry_trace_contexts(store: TransferStore) {
+    let lease_store: Store = store.clone();
+    let with = |t: Option<lease_domain::TraceContext>| EnqueueSpec {
+        trace: t,
+        ..spec("traced", 0, None, 3)
+    };
+    enqueued_with(&lease_store, "t1", &with(Some(traced(7, Some("a=b"))))).await;
+    enqueued_with(&lease_store, "t2", &with(None)).await;
+    let snapshot = store.export().await.expect("export works");
+    assert_eq!(snapshot.traces, vec![(job("t1"), traced(7, Some("a=b")))]);
+    let copy = MemoryLeaseStore::new();
+    copy.import(&snapshot, false).await.expect("import works");
+    assert_eq!(copy.export().await.expect("export"), snapshot);
+    assert_eq!(
+        copy.trace(&job("t1")).await.expect("trace"),
+        Some(traced(7, Some("a=b")))
+    );
+    // Into the store: a merge replaces t2 (the source's fence is larger) with its trace.
+    let mut newer = snapshot.clone();
+    for record in &mut newer.jobs {
+        record.job.fence = fence(5);
+    }
+    newer.traces = vec![(job("t2"), traced(8, None))];
+    store.import(&newer, true).await.expect("merge works");
+    assert_eq!(
+        lease_store.trace(&job("t2")).await.expect("trace"),
+        Some(traced(8, None))
+    );
+    assert_eq!(
+        lease_store.trace(&job("t1")).await.expect("trace"),
+        None,
+        "t1 was replaced by a job without one"
+    );
+}
+
 // ---- Groups ----
 
 /// The group of each lease, by job id.
@@ -2986,6 +3111,7 @@ macro_rules! conformance_tests {
             enqueue_many_inserts_each_new_job_once_in_order,
             purge_judges_status_as_list_does,
             a_debounced_enqueue_moves_a_waiting_job_and_leaves_a_started_one,
+            a_job_keeps_the_trace_context_it_was_enqueued_with,
         );
     };
     (@transfer ($($mode:tt)?) $factory:path) => {
@@ -2996,6 +3122,7 @@ macro_rules! conformance_tests {
             a_claim_stores_its_lease_token_digest_and_the_next_claim_replaces_it,
             export_and_import_carry_queue_settings_and_schedules,
             export_and_import_carry_a_workflow,
+            export_and_import_carry_trace_contexts,
         );
     };
     (@each () $factory:path; $($check:ident),* $(,)?) => {

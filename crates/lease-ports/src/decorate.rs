@@ -55,6 +55,8 @@ pub enum Call<'a> {
     Stats(Timestamp),
     /// [`LeaseStore::checkpoints`].
     Checkpoints(&'a JobId),
+    /// [`LeaseStore::trace`].
+    Trace(&'a JobId),
     /// [`LeaseStore::children`].
     Children(&'a JobId, usize),
     /// [`Control::change_queue`].
@@ -232,6 +234,10 @@ impl<S: LeaseStore + ?Sized, H: Hooks> LeaseStore for Decorated<S, H> {
     async fn checkpoints(&self, job: &JobId) -> Result<Vec<KeptCheckpoint>, StoreError> {
         self.around(Call::Checkpoints(job), self.inner.checkpoints(job))
             .await
+    }
+
+    async fn trace(&self, job: &JobId) -> Result<Option<lease_domain::TraceContext>, StoreError> {
+        self.around(Call::Trace(job), self.inner.trace(job)).await
     }
 
     async fn children(

@@ -221,6 +221,15 @@ async fn outcome(store: &dyn Transfer, op: &Op) -> String {
                 group: (j % 4 != 0).then(|| GroupKey::new(format!("g{}", j % 3)).unwrap()),
                 // Some are debounced (those that say when they were enqueued move).
                 debounce: (j % 5 == 2).then(|| Ttl::new(3.0).unwrap()),
+                // Every third enqueue carries a trace context of its own (the store keeps it
+                // when the enqueue makes the job or runs it again).
+                trace: (priority % 3 == 0).then(|| {
+                    lease_domain::TraceContext::new(
+                        &format!("00-{:032x}-{:016x}-01", u128::from(j) + 1, u64::from(q) + 1),
+                        (q == 1).then_some("lease=1"),
+                    )
+                    .unwrap()
+                }),
             };
             format!("{:?}", store.enqueue_with(&job(j), &spec).await)
         }
@@ -372,12 +381,13 @@ async fn outcome(store: &dyn Transfer, op: &Op) -> String {
     }
 }
 
-/// Every job's record and checkpoints, the pending jobs `list` shows at 10, and the `stats` at -5, 10 and 30.
+/// Every job's record, checkpoints and trace context, the pending jobs `list` shows at 10, and the `stats` at -5, 10 and 30.
 async fn contents(store: &dyn Transfer) -> String {
     let mut states = Vec::new();
     for j in 0..3 {
         states.push(format!("{:?}", store.record(&job(j)).await));
         states.push(format!("{:?}", store.checkpoints(&job(j)).await));
+        states.push(format!("{:?}", store.trace(&job(j)).await));
     }
     let now = at(10);
     let filter = ListFilter {

@@ -70,6 +70,11 @@ pub trait Forward: Send + Sync {
         self.to().checkpoints(job).await
     }
 
+    /// [`LeaseStore::trace`].
+    async fn trace(&self, job: &JobId) -> Result<Option<lease_domain::TraceContext>, StoreError> {
+        self.to().trace(job).await
+    }
+
     /// [`LeaseStore::children`].
     async fn children(
         &self,
@@ -179,6 +184,10 @@ impl<F: Forward> LeaseStore for Forwarded<F> {
 
     async fn checkpoints(&self, job: &JobId) -> Result<Vec<KeptCheckpoint>, StoreError> {
         self.0.checkpoints(job).await
+    }
+
+    async fn trace(&self, job: &JobId) -> Result<Option<lease_domain::TraceContext>, StoreError> {
+        self.0.trace(job).await
     }
 
     async fn children(

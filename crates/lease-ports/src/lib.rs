@@ -506,6 +506,11 @@ pub trait LeaseStore: Send + Sync {
     /// The checkpoints the job keeps, in name order (none for a job that is gone).
     async fn checkpoints(&self, job: &JobId) -> Result<Vec<KeptCheckpoint>, StoreError>;
 
+    /// The W3C trace context the job was enqueued with (or run again with), if any: what its
+    /// attempts continue (`None` too for a job that is gone). Read apart from the job, so
+    /// the queue's reads and writes never carry it; a worker reads it only when it traces.
+    async fn trace(&self, job: &JobId) -> Result<Option<lease_domain::TraceContext>, StoreError>;
+
     /// Inserts the job in the default state and returns `true`; if the job exists,
     /// changes nothing (never resets a lease or a result) and returns `false`.
     async fn enqueue(&self, job: &JobId) -> Result<bool, StoreError> {

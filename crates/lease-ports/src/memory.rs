@@ -40,6 +40,8 @@ struct Jobs {
     turns: BTreeMap<QueueName, BTreeMap<GroupKey, u64>>,
     /// The checkpoints each job keeps, by name.
     checkpoints: HashMap<JobId, BTreeMap<CheckpointName, KeptCheckpoint>>,
+    /// The trace context each job was enqueued with (`Command::sets_trace`).
+    traces: HashMap<JobId, lease_domain::TraceContext>,
 }
 
 impl Jobs {
@@ -239,6 +241,15 @@ fn enqueue(jobs: &mut Jobs, batch: &[(JobId, EnqueueSpec)]) -> Result<Vec<Outcom
         if command.clears_checkpoints(current, next.as_ref()) {
             jobs.checkpoints.remove(id);
         }
+        match command.sets_trace(current, next.as_ref()) {
+            Some(Some(trace)) => {
+                jobs.traces.insert(id.clone(), trace.clone());
+            }
+            Some(None) => {
+                jobs.traces.remove(id);
+            }
+            None => {}
+        }
         if let Some(next) = next {
             if judges_parents(current, &next) {
                 judged.push(id.clone());
@@ -358,6 +369,7 @@ impl LeaseStore for MemoryLeaseStore {
         for (id, fence) in &doomed {
             jobs.jobs.remove(id);
             jobs.checkpoints.remove(id);
+            jobs.traces.remove(id);
             jobs.purged.insert(id.clone(), *fence);
         }
         Ok(u64::try_from(doomed.len()).unwrap_or(u64::MAX))
@@ -393,6 +405,10 @@ impl LeaseStore for MemoryLeaseStore {
             .get(job)
             .map(|kept| kept.values().cloned().collect())
             .unwrap_or_default())
+    }
+
+    async fn trace(&self, job: &JobId) -> Result<Option<lease_domain::TraceContext>, StoreError> {
+        Ok(self.jobs()?.traces.get(job).cloned())
     }
 }
 
@@ -604,6 +620,15 @@ impl crate::transfer::Transfer for MemoryLeaseStore {
                 all.sort_by(|a, b| (&a.0, &a.1.name).cmp(&(&b.0, &b.1.name)));
                 all
             },
+            traces: {
+                let mut all: Vec<(JobId, lease_domain::TraceContext)> = jobs
+                    .traces
+                    .iter()
+                    .map(|(id, t)| (id.clone(), t.clone()))
+                    .collect();
+                all.sort_by(|a, b| a.0.cmp(&b.0));
+                all
+            },
         })
     }
 
@@ -647,6 +672,10 @@ impl crate::transfer::Transfer for MemoryLeaseStore {
                 .or_default()
                 .insert(checkpoint.name.clone(), checkpoint);
         }
+        for id in &plan.cleared {
+            jobs.traces.remove(id);
+        }
+        jobs.traces.extend(plan.traces);
         Ok(plan.imported)
     }
 }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use lease_domain::{
     Fence, ImportDecision, Job, JobId, KeptCheckpoint, QueueName, QueueSettings, Schedule,
-    ScheduleName, decide_import, raise_fence,
+    ScheduleName, TraceContext, decide_import, raise_fence,
 };
 
 use crate::{JobRecord, StoreError};
@@ -27,6 +27,8 @@ pub struct Snapshot {
     pub schedules: Vec<Schedule>,
     /// Every job's checkpoints, in job then name order.
     pub checkpoints: Vec<(JobId, KeptCheckpoint)>,
+    /// The trace context of every job that has one, in job order.
+    pub traces: Vec<(JobId, TraceContext)>,
 }
 
 impl Snapshot {
@@ -171,6 +173,20 @@ pub async fn migrate(
             ));
         }
     }
+    // And its trace context.
+    let traced: HashMap<&JobId, &TraceContext> = after.traces.iter().map(|(i, t)| (i, t)).collect();
+    let sent: HashMap<&JobId, &TraceContext> = source.traces.iter().map(|(i, t)| (i, t)).collect();
+    for record in source.jobs.iter().filter(|r| !merged.contains(&r.id)) {
+        if traced.get(&record.id) != sent.get(&record.id) {
+            return Err(StoreError::Corrupt(
+                format!(
+                    "verification: job {}'s trace context differs between source and target",
+                    record.id
+                )
+                .into(),
+            ));
+        }
+    }
     for (id, fence) in &source.purged {
         let floor = stored
             .get(id)
@@ -290,6 +306,9 @@ pub struct ImportPlan {
     pub cleared: Vec<JobId>,
     /// The source's checkpoints of every job inserted or replaced, to write after the jobs.
     pub checkpoints: Vec<(JobId, KeptCheckpoint)>,
+    /// The source's trace contexts of every job inserted or replaced, to write after the jobs
+    /// (a replaced job's own goes with its checkpoints, [`ImportPlan::cleared`]).
+    pub traces: Vec<(JobId, TraceContext)>,
     /// The summary the import answers.
     pub imported: Imported,
 }
@@ -374,6 +393,12 @@ pub fn plan_import(
         .collect();
     plan.checkpoints = incoming
         .checkpoints
+        .iter()
+        .filter(|(id, _)| copied.contains(id))
+        .cloned()
+        .collect();
+    plan.traces = incoming
+        .traces
         .iter()
         .filter(|(id, _)| copied.contains(id))
         .cloned()

@@ -31,6 +31,7 @@ mod scratch;
 mod signal;
 mod sql;
 mod tls;
+mod trace;
 mod transfer;
 mod workflow;
 mod write;
@@ -205,6 +206,8 @@ pub struct PgLeaseStore {
     workflow: Arc<workflow::WorkflowSql>,
     /// The statements of checkpoints.
     checkpoints: Arc<checkpoint::CheckpointSql>,
+    /// The statements of trace contexts.
+    traces: Arc<trace::TraceSql>,
     clock: ClockMode,
     target: Arc<str>,
     schema: Arc<str>,
@@ -314,6 +317,7 @@ impl PgLeaseStore {
             control: Arc::new(control::ControlSql::new(&options.schema)),
             workflow: Arc::new(workflow::WorkflowSql::new(&options.schema)),
             checkpoints: Arc::new(checkpoint::CheckpointSql::new(&options.schema)),
+            traces: Arc::new(trace::TraceSql::new(&options.schema)),
             clock: options.clock,
             target: shown.into(),
             schema: options.schema.as_str().into(),
@@ -737,5 +741,12 @@ impl LeaseStore for PgLeaseStore {
         let kept = checkpoint::of(&conn, &self.checkpoints, job).await?;
         conn.clean();
         Ok(kept)
+    }
+
+    async fn trace(&self, job: &JobId) -> Result<Option<lease_domain::TraceContext>, StoreError> {
+        let mut conn = self.conn().await?;
+        let trace = trace::of(&conn, &self.traces, job).await?;
+        conn.clean();
+        Ok(trace)
     }
 }

@@ -59,12 +59,14 @@ impl Transfer for PgLeaseStore {
             .query(&self.checkpoints.select_all, &[])
             .await
             .map_err(read)?;
+        let traces = c.query(&self.traces.select_all, &[]).await.map_err(read)?;
         c.batch_execute("COMMIT").await.map_err(read)?;
         conn.clean();
         let mut snapshot = Snapshot {
             queues,
             schedules,
             checkpoints: crate::checkpoint::decode_all(&checkpoints)?,
+            traces: crate::trace::decode_all(&traces)?,
             ..Snapshot::default()
         };
         snapshot.jobs = records;
@@ -216,6 +218,13 @@ impl Transfer for PgLeaseStore {
         let cleared: Vec<&str> = plan.cleared.iter().map(JobId::as_str).collect();
         crate::checkpoint::clear(&conn, &self.checkpoints, &cleared).await?;
         crate::checkpoint::put(&conn, &self.checkpoints, &plan.checkpoints).await?;
+        let traces: Vec<(&JobId, Option<&lease_domain::TraceContext>)> = plan
+            .cleared
+            .iter()
+            .map(|id| (id, None))
+            .chain(plan.traces.iter().map(|(id, t)| (id, Some(t))))
+            .collect();
+        crate::trace::set(&conn, &self.traces, &traces).await?;
         conn.client()
             .batch_execute("COMMIT")
             .await

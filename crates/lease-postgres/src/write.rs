@@ -24,7 +24,7 @@ impl PgLeaseStore {
         // An enqueue that names parents, or may run a finished job again (whose parents it
         // replaces), is a batch of one: the batch checks and writes its workflow.
         if let Command::EnqueueWith(spec) = &command {
-            if !spec.after.is_empty() || spec.replace_finished {
+            if !spec.after.is_empty() || spec.replace_finished || spec.trace.is_some() {
                 let inserted = self
                     .enqueue_many_on(conn, &[(id.clone(), spec.clone())])
                     .await?;
@@ -246,6 +246,9 @@ impl PgLeaseStore {
         if workflow {
             crate::workflow::check(conn, &self.workflow, jobs).await?;
         }
+        // A batch with a trace context writes it after its rows, knowing which it made: the
+        // workflow's way (one more round trip before COMMIT), only for such batches.
+        let traced = jobs.iter().any(|(_, spec)| spec.trace.is_some());
         let c = conn.client();
         let mut purged = std::collections::HashMap::new();
         for mark in &marks {
@@ -260,6 +263,7 @@ impl PgLeaseStore {
         let mut writes = Vec::new();
         let mut decided = Vec::with_capacity(jobs.len());
         let mut reruns = std::collections::HashSet::new();
+        let mut traces = std::collections::HashMap::new();
         for (id, spec) in jobs {
             let command = Command::EnqueueWith(spec.clone());
             let mark = purged.get(id.as_str()).copied();
@@ -267,6 +271,9 @@ impl PgLeaseStore {
             let (next, outcome) = command.decide(id, stood, mark);
             if command.clears_checkpoints(stood, next.as_ref()) {
                 reruns.insert(id);
+            }
+            if let Some(trace) = command.sets_trace(stood, next.as_ref()) {
+                traces.insert(id, trace.cloned());
             }
             decided.push(outcome);
             if let Some(next) = next {
@@ -282,7 +289,7 @@ impl PgLeaseStore {
         }
         if writes.is_empty() {
             rollback(c, &s).await?;
-        } else if workflow {
+        } else if workflow || traced {
             // The rows first, then each started job's parents and its judgement, then COMMIT.
             let written = send_rows(c, &s, &writes)
                 .await
@@ -298,7 +305,9 @@ impl PgLeaseStore {
                     }
                 }
             }
-            crate::workflow::write_parents(conn, &self.workflow, &started).await?;
+            if workflow {
+                crate::workflow::write_parents(conn, &self.workflow, &started).await?;
+            }
             // A finished job run again starts without its checkpoints.
             let rerun: Vec<&str> = started
                 .iter()
@@ -312,6 +321,13 @@ impl PgLeaseStore {
                 .map(|(id, _)| *id)
                 .collect();
             crate::workflow::judge(conn, &s, &self.workflow, &judged).await?;
+            // Each started job's trace context, as its enqueue set it (the last word of an id
+            // given twice).
+            let set: Vec<(&JobId, Option<&lease_domain::TraceContext>)> = started
+                .iter()
+                .filter_map(|(id, _)| traces.get(*id).map(|t| (*id, t.as_ref())))
+                .collect();
+            crate::trace::set(conn, &self.traces, &set).await?;
             conn.client()
                 .execute(&s.commit, &[])
                 .await

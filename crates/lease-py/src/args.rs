@@ -92,6 +92,7 @@ impl JobArgs<'_> {
                     lease_domain::Ttl::new(d).map_err(|e| Failure::Input(format!("debounce: {e}")))
                 })
                 .transpose()?,
+            trace: None,
         };
         Ok((id, spec))
     }

@@ -12,9 +12,9 @@ use crate::respond::{
 };
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use base64::Engine as _;
-use lease_domain::{EnqueueSpec, JobId, Payload, QueueName, Status, Timestamp};
+use lease_domain::{EnqueueSpec, JobId, Payload, QueueName, Status, Timestamp, TraceContext};
 use lease_ports::{JobRecord, ListFilter};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -72,6 +72,15 @@ pub(crate) struct EnqueueBody {
     pub(crate) after: Option<Vec<Name>>,
     /// What it does when a parent ends dead or cancelled (default `cancel`).
     pub(crate) on_parent_failure: Option<ParentFailure>,
+    /// The W3C `traceparent` of the span that enqueues it (version 00; default: the request's
+    /// `traceparent` header): kept with the job, so its attempts join that trace. Ids of all
+    /// zeros are refused (422), as W3C Trace Context says they are invalid.
+    #[schema(pattern = "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")]
+    pub(crate) traceparent: Option<String>,
+    /// The W3C `tracestate` that goes with `traceparent` (printable ASCII, at most 512 bytes;
+    /// without a `traceparent` in the body it is ignored).
+    #[schema(pattern = "^[ -~]*$", max_length = 512)]
+    pub(crate) tracestate: Option<String>,
 }
 
 /// The rules of a body that tie one field to another, which utoipa cannot declare on a type:
@@ -117,12 +126,46 @@ pub(crate) fn enqueue_time(app: &App, given: Option<&Time>) -> Result<Option<Tim
     }
 }
 
-/// A job to enqueue, in `queue`.
+/// The trace context the request's `traceparent` and `tracestate` headers give, for the jobs
+/// of an enqueue that name none of their own. As W3C Trace Context has a receiver do, a
+/// header that is not a valid trace context (or not text, or empty) is ignored: the job is
+/// stored without one (a proxy or an SDK may send anything in a tracing header, and the
+/// enqueue is not refused for it). The body's fields, lease's own, are checked strictly.
+pub(crate) fn header_trace(headers: &HeaderMap) -> Option<TraceContext> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let parent = text("traceparent").filter(|p| !p.is_empty())?;
+    match TraceContext::new(parent, text("tracestate")) {
+        Ok(trace) => Some(trace),
+        Err(e) => {
+            tracing::debug!(error = %e, "an enqueue's traceparent header is ignored");
+            None
+        }
+    }
+}
+
+/// A job's own trace context from its body's fields, else the headers'.
+fn body_trace(
+    parent: Option<String>,
+    state: Option<String>,
+    headers: Option<&TraceContext>,
+) -> Result<Option<TraceContext>, Problem> {
+    match parent {
+        Some(parent) => TraceContext::new(&parent, state.as_deref())
+            .map(Some)
+            .map_err(|e| Problem::invalid(format!("field `traceparent`/`tracestate`: {e}"))),
+        // A tracestate means nothing without its traceparent (W3C Trace Context drops it).
+        None => Ok(headers.cloned()),
+    }
+}
+
+/// A job to enqueue, in `queue`; `trace` is the request headers' trace context.
 pub(crate) fn spec(
     app: &App,
     queue: &QueueName,
     body: EnqueueBody,
+    trace: Option<&TraceContext>,
 ) -> Result<(JobId, EnqueueSpec), Problem> {
+    let trace = body_trace(body.traceparent, body.tracestate, trace)?;
     let enqueued = enqueue_time(app, body.enqueued_at.as_ref())?;
     let id = body.id.job()?;
     let bytes = match (body.payload, body.payload_base64) {
@@ -166,12 +209,15 @@ pub(crate) fn spec(
             on_parent_failure: body
                 .on_parent_failure
                 .map_or_else(Default::default, ParentFailure::policy),
+            trace,
         },
     ))
 }
 
 #[utoipa::path(post, path = "/v1/queues/{queue}/jobs", tag = "queue",
-    params(("queue" = Name, Path, description = "The queue, percent-encoded")),
+    params(("queue" = Name, Path, description = "The queue, percent-encoded"),
+        ("traceparent" = Option<String>, Header, nullable = false, pattern = "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$", description = "The W3C traceparent of the span that enqueues (version 00), kept with each job that names none in the body: its attempts join that trace. One that is not valid (ids of all zeros, say) is ignored, as W3C Trace Context has a receiver do"),
+        ("tracestate" = Option<String>, Header, nullable = false, pattern = "^[ -~]*$", max_length = 512, description = "The W3C tracestate that goes with traceparent"),),
     request_body = EnqueueBody,
     responses(
         (status = 201, description = "Inserted", body = Inserted, links(
@@ -188,10 +234,12 @@ pub(crate) async fn enqueue(
     State(app): AppState,
     Worker(_): Worker,
     Param(queue): Param,
+    headers: HeaderMap,
     Checked(body): Checked<EnqueueBody>,
 ) -> Answer {
     let queue = Name(queue).queue("queue")?;
-    let (id, spec) = spec(&app, &queue, body)?;
+    let trace = header_trace(&headers);
+    let (id, spec) = spec(&app, &queue, body, trace.as_ref())?;
     let inserted = app.store.enqueue_with(&id, &spec).await?;
     if inserted {
         app.wake(queue.as_str(), 1);
@@ -243,6 +291,13 @@ pub(crate) struct BatchJob {
     pub(crate) after: Option<Vec<Name>>,
     /// What it does when a parent fails, as `POST /v1/queues/{queue}/jobs` takes it.
     pub(crate) on_parent_failure: Option<ParentFailure>,
+    /// Its trace context, as `POST /v1/queues/{queue}/jobs` takes it (default: the request's
+    /// `traceparent` header).
+    #[schema(pattern = "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")]
+    pub(crate) traceparent: Option<String>,
+    /// Its `tracestate`, as `POST /v1/queues/{queue}/jobs` takes it.
+    #[schema(pattern = "^[ -~]*$", max_length = 512)]
+    pub(crate) tracestate: Option<String>,
 }
 
 impl BatchJob {
@@ -264,6 +319,8 @@ impl BatchJob {
                 debounce: self.debounce,
                 after: self.after,
                 on_parent_failure: self.on_parent_failure,
+                traceparent: self.traceparent,
+                tracestate: self.tracestate,
             },
         )
     }
@@ -286,7 +343,9 @@ pub(crate) struct InsertedMany {
 }
 
 #[utoipa::path(post, path = "/v1/queues/{queue}/jobs/batch", tag = "queue",
-    params(("queue" = Name, Path, description = "The queue, percent-encoded")),
+    params(("queue" = Name, Path, description = "The queue, percent-encoded"),
+        ("traceparent" = Option<String>, Header, nullable = false, pattern = "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$", description = "The W3C traceparent of the span that enqueues (version 00), kept with each job that names none in the body: its attempts join that trace. One that is not valid (ids of all zeros, say) is ignored, as W3C Trace Context has a receiver do"),
+        ("tracestate" = Option<String>, Header, nullable = false, pattern = "^[ -~]*$", max_length = 512, description = "The W3C tracestate that goes with traceparent"),),
     request_body = EnqueueManyBody,
     responses(
         (status = 200, description = "Stored, all or none", body = InsertedMany),
@@ -297,15 +356,17 @@ pub(crate) async fn enqueue_many(
     State(app): AppState,
     Worker(_): Worker,
     Param(queue): Param,
+    headers: HeaderMap,
     Checked(body): Checked<EnqueueManyBody>,
 ) -> Answer {
     let queue = Name(queue).queue("queue")?;
+    let trace = header_trace(&headers);
     let mut jobs = Vec::with_capacity(body.jobs.len());
     for (n, job) in body.jobs.into_iter().enumerate() {
         let at = |p: Problem| Problem::invalid(format!("jobs[{n}]: {}", p.detail()));
         let (own, job) = job.split();
         let own = own.map(|q| q.queue("queue")).transpose().map_err(at)?;
-        jobs.push(spec(&app, own.as_ref().unwrap_or(&queue), job).map_err(at)?);
+        jobs.push(spec(&app, own.as_ref().unwrap_or(&queue), job, trace.as_ref()).map_err(at)?);
     }
     let inserted = app.store.enqueue_many(&jobs).await?;
     for ((_, spec), inserted) in jobs.iter().zip(&inserted) {
@@ -364,6 +425,11 @@ pub(crate) struct JobView {
     pub(crate) after: Vec<String>,
     /// What it does when a parent fails (`cancel` or `run`), for a job with parents.
     pub(crate) on_parent_failure: Option<String>,
+    /// The W3C `traceparent` the job was enqueued with (its attempts join that trace), in a
+    /// job's own view (`GET /v1/jobs/{id}`); lists leave it out.
+    pub(crate) traceparent: Option<String>,
+    /// The `tracestate` that came with it, in a job's own view.
+    pub(crate) tracestate: Option<String>,
     /// The job's payload, if it has one.
     #[serde(flatten)]
     pub(crate) payload: PayloadView,
@@ -402,6 +468,8 @@ impl JobView {
             after: job.after.iter().map(|p| p.as_str().to_owned()).collect(),
             on_parent_failure: (!job.after.is_empty())
                 .then(|| job.on_parent_failure.as_str().to_owned()),
+            traceparent: None,
+            tracestate: None,
             payload: PayloadView::of(job.payload.as_deref()),
         }
     }
@@ -421,10 +489,12 @@ pub(crate) async fn get_job(State(app): AppState, _: Viewer, Param(id): Param) -
         .record(&id)
         .await?
         .ok_or_else(Problem::no_such_job)?;
-    Ok(json_response(
-        StatusCode::OK,
-        JobView::of(&record, (app.config.clock)()),
-    ))
+    let mut view = JobView::of(&record, (app.config.clock)());
+    if let Some(trace) = app.store.trace(&id).await? {
+        view.traceparent = Some(trace.traceparent().to_owned());
+        view.tracestate = trace.tracestate().map(str::to_owned);
+    }
+    Ok(json_response(StatusCode::OK, view))
 }
 
 /// Which jobs to list.

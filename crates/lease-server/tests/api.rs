@@ -601,6 +601,95 @@ async fn a_sealed_payload_and_result_are_shown_by_their_key_and_leased_with_the_
 }
 
 #[tokio::test]
+async fn an_enqueue_keeps_the_trace_context_of_its_headers_or_its_body_and_a_bad_one_is_ignored_or_refused()
+ {
+    let s = service().await;
+    let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
+    let send = |path: &str, headers: &[(&str, &str)], body: Value| {
+        let mut request = Request::post(path)
+            .header("authorization", format!("Bearer {}", s.worker))
+            .header("content-type", "application/json");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.body(Body::from(body.to_string())).unwrap()
+    };
+    let headers = [("traceparent", parent), ("tracestate", "vendor=1")];
+    let one = s
+        .send(send("/v1/queues/q/jobs", &headers, json!({"id": "one"})))
+        .await;
+    assert_eq!(one.status, StatusCode::CREATED, "{}", one.body);
+    let view = s.get("/v1/jobs/one", &s.viewer).await;
+    assert_eq!(
+        (&view.body["traceparent"], &view.body["tracestate"]),
+        (&json!(parent), &json!("vendor=1"))
+    );
+    // A batch: the headers' context for each job that names none, a job's own otherwise.
+    let batch = s
+        .send(send(
+            "/v1/queues/q/jobs/batch",
+            &headers,
+            json!({"jobs": [{"id": "b1"}, {"id": "b2", "traceparent": own}]}),
+        ))
+        .await;
+    assert_eq!(batch.status, StatusCode::OK, "{}", batch.body);
+    let b1 = s.get("/v1/jobs/b1", &s.viewer).await;
+    let b2 = s.get("/v1/jobs/b2", &s.viewer).await;
+    assert_eq!(b1.body["traceparent"], parent);
+    assert_eq!(
+        (&b2.body["traceparent"], &b2.body["tracestate"]),
+        (&json!(own), &Value::Null)
+    );
+    // Without one: null. Lists leave it out.
+    s.enqueue("q", "plain").await;
+    assert_eq!(
+        s.get("/v1/jobs/plain", &s.viewer).await.body["traceparent"],
+        Value::Null
+    );
+    let page = s.get("/v1/jobs?queue=q", &s.viewer).await;
+    assert!(
+        page.body["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|j| j["traceparent"].is_null())
+    );
+    // A header that is not a valid trace context is ignored, as W3C Trace Context has a
+    // receiver do: the job is stored without one.
+    let zeros = "00-00000000000000000000000000000000-00f067aa0ba902b7-01";
+    let ignored = s
+        .send(send(
+            "/v1/queues/q/jobs",
+            &[("traceparent", zeros)],
+            json!({"id": "bad-header"}),
+        ))
+        .await;
+    assert_eq!(ignored.status, StatusCode::CREATED, "{}", ignored.body);
+    let view = s.get("/v1/jobs/bad-header", &s.viewer).await;
+    assert_eq!(view.body["traceparent"], Value::Null);
+    // A bad one in the body, lease's own field, is refused naming the job and what is
+    // wrong, and the batch stores nothing.
+    let refused = s
+        .send(send(
+            "/v1/queues/q/jobs/batch",
+            &[],
+            json!({"jobs": [{"id": "ok"}, {"id": "bad-body", "traceparent": zeros}]}),
+        ))
+        .await;
+    assert_problem(&refused, StatusCode::UNPROCESSABLE_ENTITY, "invalid");
+    let detail = refused.body["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("jobs[1]") && detail.contains("trace id"),
+        "{detail}"
+    );
+    for id in ["ok", "bad-body"] {
+        let gone = s.get(&format!("/v1/jobs/{id}"), &s.viewer).await;
+        assert_eq!(gone.status, StatusCode::NOT_FOUND, "{id} was stored");
+    }
+}
+
+#[tokio::test]
 async fn jobs_page_by_key_and_the_next_id_leads_to_the_rest() {
     let s = service().await;
     for id in ["e", "a", "c", "b", "d"] {

@@ -495,6 +495,11 @@ function renderJob(job) {
   const kept = state.checkpoints || [];
   if (kept.length > 0) field(list, 'Checkpoints', checkpointList(kept));
   field(list, 'Updated', time(job.updated));
+  // The trace it was enqueued in: the trace id, and the enqueuing span (W3C traceparent).
+  if (typeof job.traceparent === 'string') {
+    const [, traceId, spanId] = job.traceparent.split('-');
+    field(list, 'Trace', `${traceId} (enqueued by span ${spanId})`);
+  }
   if (job.payload_encrypted) field(list, 'Payload', `encrypted (key ${job.payload_encrypted.key})`);
   else if (typeof job.payload === 'string') field(list, 'Payload', text(job.payload));
   else if (typeof job.payload_base64 === 'string') {

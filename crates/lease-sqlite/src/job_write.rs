@@ -115,6 +115,9 @@ fn decide(
     if current.is_none() && purged.is_some() {
         run_with(conn, FORGET_PURGED, id.as_str())?;
     }
+    if let Some(trace) = command.sets_trace(current.as_ref(), Some(&next)) {
+        crate::trace::set(conn, id, trace)?;
+    }
     // An enqueue that inserts the job or runs it again writes its parents (a run again may
     // name others, or none).
     let started = current.as_ref().is_none_or(|c| c.finished().is_some());

@@ -26,6 +26,7 @@ mod path_api;
 mod reads;
 mod row;
 mod schema;
+mod trace;
 mod transfer;
 mod tx;
 mod workflow;
@@ -471,6 +472,12 @@ impl LeaseStore for SqliteLeaseStore {
     async fn checkpoints(&self, job: &JobId) -> Result<Vec<KeptCheckpoint>, StoreError> {
         let job = job.clone();
         self.run(move |store| store.with_conn(|conn| checkpoint::of(conn, &job)))
+            .await
+    }
+
+    async fn trace(&self, job: &JobId) -> Result<Option<lease_domain::TraceContext>, StoreError> {
+        let job = job.clone();
+        self.run(move |store| store.with_conn(|conn| trace::read(conn, &job)))
             .await
     }
 }

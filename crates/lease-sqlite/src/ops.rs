@@ -814,8 +814,8 @@ mod tests {
     fn when_the_disk_fills_mid_batch_every_answer_matches_what_is_stored() {
         let dir = tempfile::tempdir().unwrap();
         let options = SqliteOptions {
-            // The empty schema takes most of these pages (34); the batch fills the rest.
-            max_pages: Some(36),
+            // The empty schema takes most of these pages (35); the batch fills the rest.
+            max_pages: Some(37),
             ..SqliteOptions::default()
         };
         let mut conn = fresh(&dir, &options);

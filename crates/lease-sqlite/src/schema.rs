@@ -21,8 +21,8 @@ pub const APPLICATION_ID: i32 = 0x4C45_4153;
 /// version 7 queue settings, schedules, and a job's timeout and progress, version 8 a job's
 /// group and the queue's rules per group, version 9 rate limits and their log of grants, version 10 the groups' turns of
 /// fair claims, version 11 workflows (a job's parents and its policy when one fails), version 12
-/// a job's fenced checkpoints.
-pub(crate) const MIGRATIONS: [Migration; 12] = [
+/// a job's fenced checkpoints, version 13 the trace context a job was enqueued with.
+pub(crate) const MIGRATIONS: [Migration; 13] = [
     Migration {
         version: 1,
         sql: include_str!("../migrations/0001_jobs.sql"),
@@ -71,6 +71,10 @@ pub(crate) const MIGRATIONS: [Migration; 12] = [
         version: 12,
         sql: include_str!("../migrations/0012_checkpoints.sql"),
     },
+    Migration {
+        version: 13,
+        sql: include_str!("../migrations/0013_traces.sql"),
+    },
 ];
 
 /// `PRAGMA user_version`: the schema version this code writes and reads (the newest migration).
@@ -84,7 +88,7 @@ const CREATE_RECORD: &str = "CREATE TABLE IF NOT EXISTS lease_migrations(\
     version INTEGER PRIMARY KEY, checksum TEXT NOT NULL)";
 
 /// The tables each version has, beside `jobs`: a marked file missing one is corrupt.
-const TABLES: [(i32, &str); 15] = [
+const TABLES: [(i32, &str); 16] = [
     (2, "jobs_queue"),
     (2, "purged"),
     (3, "lease_audit"),
@@ -100,6 +104,7 @@ const TABLES: [(i32, &str); 15] = [
     (10, "lease_group_turns"),
     (11, "lease_parents"),
     (12, "lease_checkpoints"),
+    (13, "lease_traces"),
 ];
 
 /// One column as `PRAGMA table_info` describes it: name, declared type, NOT NULL, default, key.
@@ -457,7 +462,7 @@ mod tests {
     }
 
     /// A file at the current version as `migrate` leaves it, with `checksums` recorded.
-    fn current(checksums: [String; 12]) -> Schema {
+    fn current(checksums: [String; 13]) -> Schema {
         let mut found = schema(
             APPLICATION_ID,
             SCHEMA_VERSION,
@@ -478,6 +483,7 @@ mod tests {
                 ("lease_group_turns", "table"),
                 ("lease_parents", "table"),
                 ("lease_checkpoints", "table"),
+                ("lease_traces", "table"),
             ],
         );
         found.migrations = Some(
@@ -499,7 +505,7 @@ mod tests {
         assert_eq!(pinned, PINNED.map(str::to_owned));
     }
 
-    const PINNED: [&str; 12] = [
+    const PINNED: [&str; 13] = [
         "c878484aeb0818a54dffb888a21f5d3cd8d52a3f63db5a4214c0cc7bd9ee83cb",
         "8c0d06a026396a17df9ec1349a99ba3645ab58379280df82ccc3d7bcf0b0440a",
         "921260be82b4a9a3180ddbb59bd347469d61457937659996082d1d84db6e1646",
@@ -512,6 +518,7 @@ mod tests {
         "661733d2693cc09045e3dbabba0b1bacc83c8212f3430236fba0edb5904b4976",
         "c3302d88c4d4e7a91006209dd081ddcdd25fe3b3ddee3f6449079a4cac599165",
         "0c90c8b4e52834b3c8182c2096c0320a65b79c791ff24be77b83042ea3aa1d27",
+        "3e234e8dd9b1ce95c706fec98123486864bd4285bdd2847730886ffb76327cc4",
     ];
 
     #[test]
@@ -519,7 +526,7 @@ mod tests {
         let checksums = MIGRATIONS.map(|m| m.checksum());
         assert_eq!(
             classify(&current(checksums.clone()), "f").unwrap(),
-            Found::Lease(12)
+            Found::Lease(13)
         );
         let mut edited = checksums.clone();
         edited[1] = "0".repeat(64);

@@ -51,6 +51,7 @@ fn snapshot(conn: &Connection) -> Result<Snapshot, StoreError> {
     snapshot.queues = crate::control::queues(conn)?;
     snapshot.schedules = crate::control::schedules(conn)?;
     snapshot.checkpoints = crate::checkpoint::all(conn)?;
+    snapshot.traces = crate::trace::all(conn)?;
     Ok(snapshot)
 }
 
@@ -89,6 +90,12 @@ fn write(
         crate::checkpoint::clear(conn, id)?;
     }
     crate::checkpoint::put(conn, &plan.checkpoints)?;
+    for id in &plan.cleared {
+        crate::trace::set(conn, id, None)?;
+    }
+    for (id, trace) in &plan.traces {
+        crate::trace::set(conn, id, Some(trace))?;
+    }
     Ok(plan.imported)
 }
 

@@ -27,6 +27,19 @@ HOLDER_WRITES = tuple(
 )
 
 
+ENQUEUES = ("/v1/queues/{queue}/jobs", "/v1/queues/{queue}/jobs/batch")
+
+
+def nonzero(traceparent):
+    """A version-00 traceparent with neither id all zeros (others are left as drawn)."""
+    fields = traceparent.split("-")
+    if len(fields) == 4:
+        for i in (1, 2):
+            if set(fields[i]) == {"0"}:
+                fields[i] = fields[i][:-1] + "1"
+    return "-".join(fields)
+
+
 def number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -54,6 +67,14 @@ def map_case(context, case):
     if dropping and case.operation.path in HOLDER_WRITES:
         # Written as the lease's own owner (a drawn one is refused as not the owner).
         body.pop("owner", None)
+    if valid and case.operation.path in ENQUEUES:
+        # W3C Trace Context says a traceparent whose trace id or span id is all zeros is
+        # invalid, which a pattern cannot say, and the body's fields are refused for it: a
+        # drawn one gets a last digit of 1, staying valid. (A header's is ignored instead.)
+        jobs = body.get("jobs") if isinstance(body, dict) else None
+        for item in (jobs if isinstance(jobs, list) else [body]):
+            if isinstance(item, dict) and isinstance(item.get("traceparent"), str):
+                item["traceparent"] = nonzero(item["traceparent"])
     if dropping and case.operation.path == "/v1/queues/{queue}/jobs":
         # Due now and for as long as its lease, so that the claim the links lead to finds it
         # and the writes after the claim find the lease live: no `run_at`, no `debounce` (due
