@@ -331,20 +331,49 @@ fn print(response: &Response, json_answer: Option<&str>) -> u8 {
     }
 }
 
-/// Logs store operations on stderr when asked (`-v`, `-vv`, or `RUST_LOG`); otherwise no
-/// subscriber is installed and spans cost next to nothing.
-fn start_logging(verbose: u8) {
+/// Logs store operations on stderr when asked (`-v`, `-vv`, or `RUST_LOG`), and exports
+/// spans over OTLP to `otlp` when given; with neither, no subscriber is installed and spans
+/// cost next to nothing. The exporter returned sends what is left when it is shut down.
+fn start_logging(verbose: u8, otlp: Option<&str>) -> Result<Option<lease_otel::Exporter>, String> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = match (std::env::var("RUST_LOG"), verbose) {
-        (Ok(spec), _) if !spec.is_empty() => tracing_subscriber::EnvFilter::new(spec),
-        (_, 0) => return,
-        (_, 1) => tracing_subscriber::EnvFilter::new("lease_ports=info,lease_worker=info"),
-        (_, _) => tracing_subscriber::EnvFilter::new("lease_ports=debug,lease_worker=debug"),
+        (Ok(spec), _) if !spec.is_empty() => Some(tracing_subscriber::EnvFilter::new(spec)),
+        (_, 0) => None,
+        (_, 1) => Some(tracing_subscriber::EnvFilter::new(
+            "lease_ports=info,lease_worker=info",
+        )),
+        (_, _) => Some(tracing_subscriber::EnvFilter::new(
+            "lease_ports=debug,lease_worker=debug",
+        )),
     };
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
+    let endpoint = otlp.map(str::trim).filter(|e| !e.is_empty());
+    if filter.is_none() && endpoint.is_none() {
+        return Ok(None);
+    }
+    let logs = filter.map(|filter| {
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .with_filter(filter)
+    });
+    let (exporter, spans) = match endpoint {
+        Some(endpoint) => {
+            let (exporter, layer) =
+                lease_otel::exporter(endpoint, "lease").map_err(|e| e.to_string())?;
+            // The attempts and the store calls inside them (ids, queues, fences; never
+            // payloads, results or tokens).
+            let only = tracing_subscriber::EnvFilter::new("lease_ports=info,lease_worker=info");
+            (Some(exporter), Some(layer.with_filter(only)))
+        }
+        None => (None, None),
+    };
+    let _ = tracing_subscriber::registry()
+        .with(logs)
+        .with(spans)
         .try_init();
+    Ok(exporter)
 }
 
 fn main() -> ExitCode {
@@ -360,7 +389,17 @@ fn main() -> ExitCode {
             )
             .exit();
     }
-    start_logging(cli.verbose);
+    let otlp = match &cli.command {
+        cli::Command::Work(work) => work.otlp_endpoint.clone(),
+        _ => None,
+    };
+    let exporter = match start_logging(cli.verbose, otlp.as_deref()) {
+        Ok(exporter) => exporter,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "lease: error: {e}");
+            return ExitCode::from(render::EXIT_ERROR);
+        }
+    };
     let json = cli.json;
     // `work` runs programs and heartbeats side by side, `serve` many requests: they get a
     // multi-threaded runtime.
@@ -388,6 +427,10 @@ fn main() -> ExitCode {
         }
         Err(e) => Err(format!("cannot start the runtime: {e}")),
     };
+    // The spans not sent yet go before the process ends.
+    if let Some(exporter) = exporter {
+        exporter.shutdown();
+    }
     let json_answer = outcome.as_ref().ok().map(|r| r.json.to_string());
     let response = respond(outcome, json);
     ExitCode::from(print(&response, json_answer.as_deref()))

@@ -388,6 +388,14 @@ async fn run_program(
     if let Some(group) = &job.group {
         program_command.env("LEASE_GROUP", group.as_str());
     }
+    // The program continues the attempt's span when it is exported; otherwise it gets no
+    // trace context (never one `lease work` itself was started with).
+    program_command
+        .env_remove("TRACEPARENT")
+        .env_remove("TRACESTATE");
+    if let Some(traceparent) = lease_otel::traceparent(&job.span) {
+        program_command.env("TRACEPARENT", traceparent);
+    }
     // The run's files, removed when it ends (a worker may run jobs for months).
     let mut files = Vec::new();
     // A job with parents gets them, as `state --json` shows them, in a file beside its FIFOs
@@ -542,6 +550,9 @@ pub(crate) async fn run(
         ));
     }
     config.seal_results = request.seal_results;
+    if request.traced {
+        config.trace = Some(lease_worker::TraceJoin(Arc::new(lease_otel::join)));
+    }
     config.max_jobs = request.max_jobs;
     config.exit_when_empty = request.exit_when_empty;
     config.drain = request.drain;
@@ -692,6 +703,11 @@ pub(crate) struct WorkArgs {
     /// seen within it; due ticks are fired on time regardless).
     #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
     pub(crate) schedule_recheck: f64,
+    /// Export spans over OTLP/HTTP to this collector (a base URL such as
+    /// http://127.0.0.1:4318; spans go to its /v1/traces): each attempt is a span in the trace
+    /// its job was enqueued in, and its program gets TRACEPARENT for it
+    #[arg(long, value_name = "URL", env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub(crate) otlp_endpoint: Option<String>,
     /// The program and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "CMD")]
     pub(crate) command: Vec<String>,
@@ -717,6 +733,7 @@ impl WorkArgs {
             metrics,
             no_schedules,
             schedule_recheck,
+            otlp_endpoint,
             command,
         } = self;
         let seconds =
@@ -739,6 +756,7 @@ impl WorkArgs {
             schedules: !no_schedules,
             schedule_recheck: seconds("--schedule-recheck", schedule_recheck)?
                 .max(std::time::Duration::from_millis(10)),
+            traced: otlp_endpoint.is_some_and(|e| !e.trim().is_empty()),
             command,
         })
     }
@@ -773,6 +791,9 @@ pub(crate) struct WorkRequest {
     pub schedules: bool,
     /// The most time between two looks at the schedules.
     pub schedule_recheck: std::time::Duration,
+    /// Whether spans are exported (`main` installs the exporter): each attempt is then
+    /// joined to its job's trace and its program gets TRACEPARENT.
+    pub traced: bool,
     /// The program and its arguments.
     pub command: Vec<String>,
 }

@@ -207,7 +207,8 @@ fn every_command_prints_its_json_shape_and_exit_code() {
             "queue": "default", "priority": 0, "run_at": null, "attempts": 0, "max_attempts": 5,
             "status": "pending", "result_fence": null, "error": null, "timeout": null,
             "progress": null, "group": null, "after": [], "on_parent_failure": null,
-            "payload": null, "parents": {}, "checkpoints": {}
+            "payload": null, "parents": {}, "checkpoints": {}, "traceparent": null,
+            "tracestate": null
         })
     );
     let race = [

@@ -32,6 +32,7 @@ use lease_domain::{
 use lease_ports::{Lease, LeaseStore, StoreError, WriteOutcome};
 use tokio::task::JoinSet;
 pub use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 pub use clock::{Clock, ManualClock, SystemClock, unix_seconds};
 
@@ -55,6 +56,9 @@ pub struct JobContext {
     pub group: Option<lease_domain::GroupKey>,
     /// Reports this attempt's progress.
     pub progress: Progress,
+    /// The attempt's span (`lease.attempt`: job, queue, fence, attempt), which the handler
+    /// runs in; joined to the job's trace when the worker has a [`WorkerConfig::trace`].
+    pub span: tracing::Span,
 }
 
 impl JobContext {
@@ -258,6 +262,26 @@ pub struct WorkerConfig {
     /// default false). Without keys, a result to be sealed fails its job instead of being
     /// stored in the clear.
     pub seal_results: bool,
+    /// Joins each attempt's span to the trace its job was enqueued in (default none). Given,
+    /// the worker reads the job's trace context ([`LeaseStore::trace`]) as it starts an
+    /// attempt, and calls this with the attempt's span, the context and the attempt; without
+    /// it the worker reads nothing, so tracing off costs nothing.
+    pub trace: Option<TraceJoin>,
+}
+
+/// How a worker joins an attempt's span (`lease.attempt`) to the trace its job was enqueued
+/// in: `lease-otel`'s `join` in a process that exports its spans (a child of the enqueuing
+/// span on the first attempt, a link on later ones).
+#[derive(Clone)]
+pub struct TraceJoin(pub Arc<JoinFn>);
+
+/// What a [`TraceJoin`] calls: the attempt's span, the job's trace context, the attempt.
+pub type JoinFn = dyn Fn(&tracing::Span, &lease_domain::TraceContext, u32) + Send + Sync;
+
+impl std::fmt::Debug for TraceJoin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TraceJoin(..)")
+    }
 }
 
 impl WorkerConfig {
@@ -279,6 +303,7 @@ impl WorkerConfig {
             prefetch: 0,
             keys: None,
             seal_results: false,
+            trace: None,
         }
     }
 }
@@ -869,24 +894,47 @@ async fn run_job(
         }
         None => None,
     };
+    let span = tracing::info_span!(
+        "lease.attempt",
+        job = %lease.job,
+        queue = %config.queue,
+        fence = lease.fence.get(),
+        attempt = lease.attempt,
+    );
+    if let Some(join) = &config.trace {
+        // Tracing never fails a job: a context that cannot be read leaves the span unjoined.
+        match shared.store.trace(&lease.job).await {
+            Ok(Some(trace)) => (join.0)(&span, &trace, lease.attempt),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::debug!(job = %lease.job, error = %e, "the job's trace context was not read")
+            }
+        }
+    }
     let token = CancellationToken::new();
-    let mut handle = tokio::spawn(shared.handler.handle(JobContext {
-        job: lease.job.clone(),
-        fence: lease.fence,
-        attempt: lease.attempt,
-        payload,
-        cancel: token.clone(),
-        timeout: lease.timeout,
-        group: lease.group.clone(),
-        progress: Progress {
-            store: Arc::clone(&shared.store),
-            clock: Arc::clone(&shared.clock),
-            job: lease.job.clone(),
-            owner: config.owner.clone(),
-            fence: lease.fence,
-            ttl: config.ttl,
-        },
-    }));
+    let mut handle = tokio::spawn(
+        shared
+            .handler
+            .handle(JobContext {
+                job: lease.job.clone(),
+                fence: lease.fence,
+                attempt: lease.attempt,
+                payload,
+                cancel: token.clone(),
+                timeout: lease.timeout,
+                group: lease.group.clone(),
+                progress: Progress {
+                    store: Arc::clone(&shared.store),
+                    clock: Arc::clone(&shared.clock),
+                    job: lease.job.clone(),
+                    owner: config.owner.clone(),
+                    fence: lease.fence,
+                    ttl: config.ttl,
+                },
+                span: span.clone(),
+            })
+            .instrument(span),
+    );
     // When the attempt runs out of time, by the worker's clock.
     let deadline = lease.timeout.map(|t| started + t.get());
     let interval = renew_interval(config.ttl, config.renew_fraction);

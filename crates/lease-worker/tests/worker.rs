@@ -1672,3 +1672,59 @@ async fn with_seal_results_and_no_key_a_result_is_never_stored_in_the_clear() {
     assert!(error.contains("no key is given"), "{error}");
     assert!(!error.contains("secret"), "{error}");
 }
+
+/// With a trace join, each attempt of a job enqueued in a trace is joined with the job's
+/// context and its attempt number (child, then links, as `lease-otel` does with them), and a
+/// job without one is not joined.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_attempt_is_joined_to_the_trace_its_job_was_enqueued_in() {
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    let trace = lease_domain::TraceContext::new(
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        None,
+    )
+    .unwrap();
+    let traced = EnqueueSpec {
+        max_attempts: Some(2),
+        trace: Some(trace.clone()),
+        ..EnqueueSpec::default()
+    };
+    store.enqueue_with(&job("traced"), &traced).await.unwrap();
+    store.enqueue(&job("plain")).await.unwrap();
+    let joined = Arc::new(Mutex::new(Vec::new()));
+    let mut config = config("w", 5.0);
+    config.max_jobs = Some(3);
+    config.retry = Retry::Backoff(Backoff::new(0.01, 1.0, 0.01, 0.0).unwrap());
+    let seen = Arc::clone(&joined);
+    config.trace = Some(lease_worker::TraceJoin(Arc::new(
+        move |_: &tracing::Span, trace: &lease_domain::TraceContext, attempt: u32| {
+            seen.lock()
+                .unwrap()
+                .push((trace.traceparent().to_owned(), attempt));
+        },
+    )));
+    let summary = Worker::new(
+        Arc::clone(&store),
+        |ctx: JobContext| async move {
+            if ctx.job.as_str() == "traced" && ctx.attempt == 1 {
+                Err::<String, _>("first attempt fails".to_owned())
+            } else {
+                Ok(String::new())
+            }
+        },
+        config,
+    )
+    .run(CancellationToken::new())
+    .await
+    .unwrap();
+    assert_eq!((summary.completed, summary.failed), (2, 1));
+    let joined = joined.lock().unwrap().clone();
+    // Exactly the traced job's two attempts were joined, in order, with its context.
+    assert_eq!(
+        joined,
+        [
+            (trace.traceparent().to_owned(), 1),
+            (trace.traceparent().to_owned(), 2)
+        ]
+    );
+}

@@ -1,0 +1,253 @@
+//! Traces across the queue, as an operator sees them in a collector: a job enqueued inside
+//! a trace (`TRACEPARENT`, or an HTTP enqueue's `traceparent` header) runs under `lease work
+//! --otlp-endpoint`, and a real OTLP/HTTP receiver in the test decodes the spans it exports
+//! (protobuf): the first attempt is a child of the enqueuing span, a retry starts a trace of
+//! its own linked to it, the program's `TRACEPARENT` is its attempt's span, and no span holds
+//! the job's payload or result.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::{Arc, Mutex};
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message;
+
+const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PRODUCER: &str = "00f067aa0ba902b7";
+const SECRET: &str = "payload-that-must-not-be-traced";
+
+/// An OTLP/HTTP receiver: every `POST /v1/traces` body decoded, its spans kept.
+struct Receiver {
+    url: String,
+    spans: Arc<Mutex<Vec<Span>>>,
+    raw: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Receiver {
+    fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let spans = Arc::new(Mutex::new(Vec::new()));
+        let raw = Arc::new(Mutex::new(Vec::new()));
+        let (kept, bytes) = (Arc::clone(&spans), Arc::clone(&raw));
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut length = 0usize;
+                let mut path = String::new();
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        break;
+                    }
+                    if path.is_empty() {
+                        path = line.split_whitespace().nth(1).unwrap_or("").to_owned();
+                    }
+                    let lower = line.to_ascii_lowercase();
+                    if let Some(n) = lower.strip_prefix("content-length:") {
+                        length = n.trim().parse().unwrap_or(0);
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                }
+                let mut body = vec![0; length];
+                reader.read_exact(&mut body).unwrap();
+                assert_eq!(path, "/v1/traces", "spans go to the endpoint's /v1/traces");
+                bytes.lock().unwrap().extend_from_slice(&body);
+                let request = ExportTraceServiceRequest::decode(body.as_slice()).unwrap();
+                for resource in request.resource_spans {
+                    for scope in resource.scope_spans {
+                        kept.lock().unwrap().extend(scope.spans);
+                    }
+                }
+                let _ = stream.write_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n",
+                );
+            }
+        });
+        Self { url, spans, raw }
+    }
+
+    fn attempts(&self) -> Vec<Span> {
+        let mut attempts: Vec<Span> = self
+            .spans
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.name == "lease.attempt")
+            .cloned()
+            .collect();
+        attempts.sort_by_key(|s| s.start_time_unix_nano);
+        attempts
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn lease(db: &str) -> Command {
+    let mut command = bare();
+    command.arg("--db").arg(db);
+    command
+}
+
+/// `lease` without a database (a worker of a server), and none of the trace variables of
+/// the test's own environment.
+fn bare() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_lease"));
+    command
+        .env_remove("LEASE_DB")
+        .env_remove("TRACEPARENT")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
+    command
+}
+
+fn ok(out: &Output) -> String {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs `lease work` (`command`, with its store) exporting to `receiver` until it has run two
+/// attempts of one job that fails its first, each attempt's program writing its TRACEPARENT to
+/// `seen`.
+fn work_two_attempts(mut command: Command, receiver: &Receiver, seen: &Path) -> String {
+    let script = format!(
+        "echo \"$TRACEPARENT\" >> {}; cat >/dev/null; [ \"$LEASE_ATTEMPT\" -gt 1 ] && echo done-{SECRET}",
+        seen.display()
+    );
+    command
+        .args(["work", "--owner", "w", "--ttl", "30", "--max-jobs", "2"])
+        .args(["--otlp-endpoint", &receiver.url, "--", "sh", "-c", &script]);
+    ok(&command.output().unwrap())
+}
+
+/// What both ways of enqueueing must show in the collector.
+fn check_the_trace(receiver: &Receiver, seen: &Path) {
+    let attempts = receiver.attempts();
+    assert_eq!(attempts.len(), 2, "one span per attempt: {attempts:?}");
+    let (first, retry) = (&attempts[0], &attempts[1]);
+    // The first attempt continues the enqueuing trace, as a child of the producer's span.
+    assert_eq!(hex(&first.trace_id), TRACE);
+    assert_eq!(hex(&first.parent_span_id), PRODUCER);
+    // A retry starts a trace of its own, linked to the enqueuing span.
+    assert_ne!(hex(&retry.trace_id), TRACE);
+    assert!(retry.parent_span_id.is_empty(), "a retry is a root span");
+    assert!(
+        retry
+            .links
+            .iter()
+            .any(|l| hex(&l.trace_id) == TRACE && hex(&l.span_id) == PRODUCER),
+        "the retry links to the enqueuing span: {:?}",
+        retry.links
+    );
+    // Each program got its attempt's span as TRACEPARENT.
+    let given = std::fs::read_to_string(seen).unwrap();
+    let given: Vec<&str> = given.lines().collect();
+    assert_eq!(
+        given,
+        [
+            format!("00-{}-{}-01", hex(&first.trace_id), hex(&first.span_id)),
+            format!("00-{}-{}-01", hex(&retry.trace_id), hex(&retry.span_id)),
+        ]
+    );
+    // The store calls of an attempt are its children.
+    let spans = receiver.spans.lock().unwrap().clone();
+    assert!(
+        spans
+            .iter()
+            .any(|s| s.name == "lease" && s.parent_span_id == first.span_id),
+        "the attempt's store calls are in its trace"
+    );
+    // No span holds the payload or the result (attributes carry ids, queues, fences).
+    let raw = receiver.raw.lock().unwrap().clone();
+    assert!(
+        !String::from_utf8_lossy(&raw).contains(SECRET),
+        "an exported span holds the job's payload or result"
+    );
+}
+
+#[test]
+fn a_job_enqueued_in_a_trace_runs_in_it_and_a_retry_links_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("traced.db");
+    let db = db.to_str().unwrap();
+    ok(&lease(db).arg("init").output().unwrap());
+    let traceparent = format!("00-{TRACE}-{PRODUCER}-01");
+    ok(&lease(db)
+        .args([
+            "enqueue",
+            "report",
+            "--max-attempts",
+            "2",
+            "--payload",
+            SECRET,
+        ])
+        .env("TRACEPARENT", &traceparent)
+        .output()
+        .unwrap());
+    let receiver = Receiver::start();
+    let seen = dir.path().join("seen");
+    work_two_attempts(lease(db), &receiver, &seen);
+    check_the_trace(&receiver, &seen);
+}
+
+#[test]
+fn an_http_enqueue_s_trace_reaches_a_worker_of_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("served.db");
+    let db = db.to_str().unwrap();
+    ok(&lease(db).arg("init").output().unwrap());
+    let made = ok(&lease(db)
+        .args(["keys", "create", "ops", "--scope", "admin", "--json"])
+        .output()
+        .unwrap());
+    let key: serde_json::Value = serde_json::from_str(&made).unwrap();
+    let key = key["key"].as_str().unwrap().to_owned();
+    let mut server = lease(db)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = BufReader::new(server.stderr.take().unwrap());
+    let url = loop {
+        let mut line = String::new();
+        assert!(said.read_line(&mut line).unwrap() > 0, "lease serve ended");
+        if let Some(rest) = line.strip_prefix("lease: serving ") {
+            break rest.split_whitespace().next().unwrap().to_owned();
+        }
+    };
+    // A producer's HTTP enqueue inside its trace: the W3C header.
+    let address = url.trim_start_matches("http://").trim_end_matches('/');
+    let body = format!("{{\"id\": \"report\", \"max_attempts\": 2, \"payload\": \"{SECRET}\"}}");
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "POST /v1/queues/default/jobs HTTP/1.1\r\nhost: {address}\r\nauthorization: Bearer {key}\r\n\
+         content-type: application/json\r\ntraceparent: 00-{TRACE}-{PRODUCER}-01\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+    let receiver = Receiver::start();
+    let seen = dir.path().join("seen");
+    let mut worker = bare();
+    worker.args(["--server", &url]).env("LEASE_API_KEY", &key);
+    work_two_attempts(worker, &receiver, &seen);
+    check_the_trace(&receiver, &seen);
+    server.kill().unwrap();
+    let _ = server.wait();
+}
