@@ -139,6 +139,15 @@ mod tests {
                 at: Timestamp::new(0.5).unwrap(),
             }])
         });
+        store.expect_trace().returning(|_| {
+            Ok(Some(
+                lease_domain::TraceContext::new(
+                    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                    Some("k=v"),
+                )
+                .unwrap(),
+            ))
+        });
         let request = Request::Jobs(JobsRequest::State(
             JobId::new("j\nfake line\u{1b}[2J").unwrap(),
             Timestamp::new(0.0).unwrap(),
