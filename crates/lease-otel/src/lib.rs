@@ -153,6 +153,22 @@ pub fn traceparent(span: &tracing::Span) -> Option<String> {
     })
 }
 
+/// The trace context of the current `tracing` span, to enqueue a job with
+/// (`EnqueueSpec::trace`) so that its attempts join the producer's trace; `None` outside an
+/// exported span.
+#[must_use]
+pub fn current() -> Option<TraceContext> {
+    let span = tracing::Span::current();
+    let parent = traceparent(&span)?;
+    let context = span.context();
+    let state = context.span().span_context().trace_state().header();
+    TraceContext::new(
+        &parent,
+        Some(&state).filter(|s| !s.is_empty()).map(String::as_str),
+    )
+    .ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,6 +187,22 @@ mod tests {
             traces_url("localhost:4318"),
             Err(OtelError::Endpoint(_))
         ));
+    }
+
+    #[test]
+    fn a_producer_s_current_span_is_the_context_its_job_is_enqueued_with() {
+        use tracing_subscriber::layer::SubscriberExt as _;
+        let provider = SdkTracerProvider::builder().build();
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+        tracing::subscriber::with_default(subscriber, || {
+            assert_eq!(current(), None, "no span, no context");
+            let span = tracing::info_span!("produce");
+            let _in = span.enter();
+            let context = current().expect("an exported span has a context");
+            assert_eq!(Some(context.traceparent().to_owned()), traceparent(&span));
+            assert!(context.sampled());
+        });
     }
 
     #[test]
