@@ -47,6 +47,20 @@ pub fn checkpoint(
     })
 }
 
+/// A job's stored trace context read back (SQLite's `lease_traces`, PostgreSQL's `traces`):
+/// checked again, so a row another program wrote wrongly is corrupt, not a context.
+///
+/// # Errors
+/// [`StoreError::Corrupt`] naming the job and what is wrong with the row.
+pub fn trace(
+    job: &str,
+    traceparent: &str,
+    tracestate: Option<&str>,
+) -> Result<lease_domain::TraceContext, StoreError> {
+    lease_domain::TraceContext::new(traceparent, tracestate)
+        .map_err(|e| StoreError::Corrupt(format!("job {job}'s stored trace context: {e}").into()))
+}
+
 /// The stored text of how a job ended: `None` (or `done`, which the SQLite store writes for a
 /// completed job beside its `done` flag) is no end, `dead` and `cancelled` are [`Ended`] ([`Ended::as_str`]).
 ///
@@ -248,6 +262,21 @@ impl StoredAudit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stored_trace_context_is_checked_again_and_a_bad_one_is_corrupt_naming_the_job() {
+        let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let read = trace("j", parent, Some("k=v")).unwrap();
+        assert_eq!(
+            (read.traceparent(), read.tracestate()),
+            (parent, Some("k=v"))
+        );
+        let zeros = "00-00000000000000000000000000000000-00f067aa0ba902b7-01";
+        match trace("j", zeros, None) {
+            Err(StoreError::Corrupt(why)) => assert!(why.to_string().contains("job j"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
 
     fn group(ended: Option<&str>, count: i64) -> StoredGroup {
         StoredGroup {

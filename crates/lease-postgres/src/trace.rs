@@ -77,12 +77,6 @@ pub(crate) async fn set(
     Ok(())
 }
 
-/// A stored row read back: checked again, so a row another program wrote wrongly is corrupt.
-fn decode(job: &str, parent: &str, state: Option<&str>) -> Result<TraceContext, StoreError> {
-    TraceContext::new(parent, state)
-        .map_err(|e| StoreError::Corrupt(format!("job {job}'s stored trace context: {e}").into()))
-}
-
 /// `job`'s trace context, if it has one.
 pub(crate) async fn of(
     conn: &Conn,
@@ -95,7 +89,7 @@ pub(crate) async fn of(
         .query_opt(&select, &[&job.as_str()])
         .await
         .map_err(before)?;
-    row.map(|r| decode(job.as_str(), r.get(0), r.get(1)))
+    row.map(|r| lease_ports::codec::trace(job.as_str(), r.get(0), r.get(1)))
         .transpose()
 }
 
@@ -106,7 +100,7 @@ pub(crate) fn decode_all(
     rows.iter()
         .map(|r| {
             let job: &str = r.get(0);
-            let trace = decode(job, r.get(1), r.get(2))?;
+            let trace = lease_ports::codec::trace(job, r.get(1), r.get(2))?;
             let id = JobId::stored(job)
                 .map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))?;
             Ok((id, trace))

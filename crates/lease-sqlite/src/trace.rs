@@ -34,12 +34,6 @@ pub(crate) fn set(
     done.map(drop).map_err(error::sql(conn))
 }
 
-/// A stored row read back: checked again, so a row another program wrote wrongly is corrupt.
-fn decode(job: &str, parent: &str, state: Option<&str>) -> Result<TraceContext, StoreError> {
-    TraceContext::new(parent, state)
-        .map_err(|e| StoreError::Corrupt(format!("job {job}'s stored trace context: {e}").into()))
-}
-
 /// `job`'s trace context, if it has one.
 pub(crate) fn read(conn: &Connection, job: &JobId) -> Result<Option<TraceContext>, StoreError> {
     let row: Option<(String, Option<String>)> = conn
@@ -49,7 +43,7 @@ pub(crate) fn read(conn: &Connection, job: &JobId) -> Result<Option<TraceContext
                 .optional()
         })
         .map_err(error::sql(conn))?;
-    row.map(|(parent, state)| decode(job.as_str(), &parent, state.as_deref()))
+    row.map(|(parent, state)| lease_ports::codec::trace(job.as_str(), &parent, state.as_deref()))
         .transpose()
 }
 
@@ -64,7 +58,7 @@ pub(crate) fn all(conn: &Connection) -> Result<Vec<(JobId, TraceContext)>, Store
         .map_err(error::sql(conn))?;
     rows.into_iter()
         .map(|(job, parent, state)| {
-            let trace = decode(&job, &parent, state.as_deref())?;
+            let trace = lease_ports::codec::trace(&job, &parent, state.as_deref())?;
             let id = JobId::stored(job)
                 .map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))?;
             Ok((id, trace))
