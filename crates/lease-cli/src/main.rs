@@ -150,8 +150,14 @@ fn remote(cli: &Cli) -> Result<Option<lease_client::HttpLeaseStore>, String> {
                 .map_err(|e| format!("--ca-cert {}: cannot read it: {e}", path.display()))
         })
         .transpose()?;
+    // A worker that exports its spans sends each request's context, so the server's span of
+    // the request is in the attempt's trace.
+    let traced = matches!(&cli.command, cli::Command::Work(work)
+        if work.otlp_endpoint.as_deref().is_some_and(|e| !e.trim().is_empty()));
     let options = lease_client::ClientOptions {
         ca_cert,
+        traceparent: traced
+            .then(|| lease_client::Traceparent(std::sync::Arc::new(lease_otel::traceparent))),
         ..lease_client::ClientOptions::default()
     };
     lease_client::HttpLeaseStore::new(&url, &key, options)
@@ -362,9 +368,11 @@ fn start_logging(verbose: u8, otlp: Option<&str>) -> Result<Option<lease_otel::E
         Some(endpoint) => {
             let (exporter, layer) =
                 lease_otel::exporter(endpoint, "lease").map_err(|e| e.to_string())?;
-            // The attempts and the store calls inside them (ids, queues, fences; never
-            // payloads, results or tokens).
-            let only = tracing_subscriber::EnvFilter::new("lease_ports=info,lease_worker=info");
+            // The attempts and the requests, and the store calls inside them (ids, queues,
+            // fences, routes; never payloads, results, queries, headers or tokens).
+            let only = tracing_subscriber::EnvFilter::new(
+                "lease_ports=info,lease_worker=info,lease_server=info",
+            );
             (Some(exporter), Some(layer.with_filter(only)))
         }
         None => (None, None),
@@ -391,6 +399,7 @@ fn main() -> ExitCode {
     }
     let otlp = match &cli.command {
         cli::Command::Work(work) => work.otlp_endpoint.clone(),
+        cli::Command::Serve(serve) => serve.otlp_endpoint.clone(),
         _ => None,
     };
     let exporter = match start_logging(cli.verbose, otlp.as_deref()) {

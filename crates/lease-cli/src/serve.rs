@@ -143,6 +143,9 @@ pub(crate) async fn serve(
         secure_cookies: request.tls.is_some(),
         session_ttl: request.session_ttl,
         events_lifetime: request.events_lifetime,
+        trace: request
+            .traced
+            .then(|| lease_ports::observe::TraceJoin(Arc::new(lease_otel::join))),
         ..ServiceConfig::new(Arc::clone(&clock))
     };
     let app = lease_server::router(opened.service(), config);
@@ -294,6 +297,11 @@ pub(crate) struct ServeArgs {
     /// seen within it; due ticks are fired on time regardless).
     #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
     pub(crate) schedule_recheck: f64,
+    /// Export spans over OTLP/HTTP to this collector (e.g. http://127.0.0.1:4318; spans go
+    /// to its /v1/traces): each request is a span, a child of its caller's traceparent
+    /// header, with the store calls it made inside it
+    #[arg(long, value_name = "URL", env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub(crate) otlp_endpoint: Option<String>,
 }
 
 impl ServeArgs {
@@ -318,6 +326,7 @@ impl ServeArgs {
             client_clock,
             no_schedules,
             schedule_recheck,
+            otlp_endpoint,
         } = self;
         if !(rate_limit.is_finite() && rate_limit >= 0.0) {
             return Err(RequestError::Flag(format!(
@@ -358,6 +367,7 @@ impl ServeArgs {
             schedule_recheck: duration_flag("--schedule-recheck", schedule_recheck)
                 .map_err(RequestError::Flag)?
                 .max(std::time::Duration::from_millis(10)),
+            traced: otlp_endpoint.is_some_and(|e| !e.trim().is_empty()),
         })
     }
 }
@@ -448,6 +458,9 @@ pub(crate) struct ServeRequest {
     pub schedules: bool,
     /// The most time between two looks at the schedules.
     pub schedule_recheck: std::time::Duration,
+    /// Whether spans are exported (`main` starts the exporter): requests join their
+    /// callers' traces.
+    pub traced: bool,
 }
 
 /// What `lease keys` does, checked.

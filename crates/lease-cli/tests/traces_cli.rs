@@ -3,7 +3,9 @@
 //! --otlp-endpoint`, and a real OTLP/HTTP receiver in the test decodes the spans it exports
 //! (protobuf): the first attempt is a child of the enqueuing span, a retry starts a trace of
 //! its own linked to it, the program's `TRACEPARENT` is its attempt's span, and no span holds
-//! the job's payload or result.
+//! the job's payload or result. Through the API, `lease serve --otlp-endpoint` exports its
+//! requests too: the enqueue's request span is a child of the caller's span, and the store
+//! calls it made are its children.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -214,8 +216,10 @@ fn an_http_enqueue_s_trace_reaches_a_worker_of_the_server() {
         .unwrap());
     let key: serde_json::Value = serde_json::from_str(&made).unwrap();
     let key = key["key"].as_str().unwrap().to_owned();
+    let receiver = Receiver::start();
     let mut server = lease(db)
         .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(["--otlp-endpoint", &receiver.url])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -242,12 +246,66 @@ fn an_http_enqueue_s_trace_reaches_a_worker_of_the_server() {
     let mut answer = String::new();
     stream.read_to_string(&mut answer).unwrap();
     assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
-    let receiver = Receiver::start();
     let seen = dir.path().join("seen");
     let mut worker = bare();
     worker.args(["--server", &url]).env("LEASE_API_KEY", &key);
     work_two_attempts(worker, &receiver, &seen);
+    // A clean stop sends the server's spans that are left.
+    let stopped = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    assert!(server.wait().unwrap().success());
     check_the_trace(&receiver, &seen);
-    server.kill().unwrap();
-    let _ = server.wait();
+    // The server's span of the enqueue continues the caller's trace, with its store call in it.
+    let spans = receiver.spans.lock().unwrap().clone();
+    let enqueue = spans
+        .iter()
+        .find(|s| s.name == "POST /v1/queues/{queue}/jobs")
+        .unwrap_or_else(|| panic!("no span of the enqueue request: {spans:?}"));
+    assert_eq!(hex(&enqueue.trace_id), TRACE);
+    assert_eq!(hex(&enqueue.parent_span_id), PRODUCER);
+    let attribute = |span: &Span, key: &str| {
+        span.attributes
+            .iter()
+            .find(|a| a.key == key)
+            .and_then(|a| a.value.clone())
+            .and_then(|v| v.value)
+    };
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    assert_eq!(
+        attribute(enqueue, "http.response.status_code"),
+        Some(Value::IntValue(201))
+    );
+    assert!(
+        spans
+            .iter()
+            .any(|s| s.name == "lease" && s.parent_span_id == enqueue.span_id),
+        "the enqueue's store call is in the request's span"
+    );
+    // The worker's requests carry its store calls' contexts: the server's span of the second
+    // attempt's completion is in the retry's trace, under the worker's store call.
+    let retry = &receiver.attempts()[1];
+    let complete = spans
+        .iter()
+        .find(|s| s.name == "POST /v1/jobs/{id}/complete")
+        .expect("a span of the completion");
+    assert_eq!(complete.trace_id, retry.trace_id);
+    let call = spans
+        .iter()
+        .find(|s| s.span_id == complete.parent_span_id)
+        .expect("the completion's parent is exported");
+    assert_eq!(
+        call.parent_span_id, retry.span_id,
+        "a store call of the retry"
+    );
+    // A request with no traceparent is a trace of its own.
+    assert!(
+        spans
+            .iter()
+            .any(|s| s.name == "POST /v1/queues/{queue}/claims"),
+        "the worker's claims are spans of the server: {:?}",
+        spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+    );
 }

@@ -48,6 +48,24 @@ pub struct ClientOptions {
     pub timeout: Duration,
     /// A CA certificate (PEM) to trust for an `https://` server besides the system's.
     pub ca_cert: Option<Vec<u8>>,
+    /// The W3C `traceparent` to send with each request: given the current `tracing` span (a
+    /// worker's store call inside its attempt), the context the server's span of the request
+    /// joins; `lease-otel`'s `traceparent` in a process that exports its spans (default none:
+    /// no header).
+    pub traceparent: Option<Traceparent>,
+}
+
+/// How a request learns the trace it is sent in ([`ClientOptions::traceparent`]).
+#[derive(Clone)]
+pub struct Traceparent(pub std::sync::Arc<TraceparentFn>);
+
+/// What a [`Traceparent`] calls: the current span's `traceparent`, if it is exported.
+pub type TraceparentFn = dyn Fn(&tracing::Span) -> Option<String> + Send + Sync;
+
+impl std::fmt::Debug for Traceparent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Traceparent(..)")
+    }
 }
 
 impl Default for ClientOptions {
@@ -56,6 +74,7 @@ impl Default for ClientOptions {
             send_caller_time: false,
             timeout: Duration::from_secs(30),
             ca_cert: None,
+            traceparent: None,
         }
     }
 }
@@ -186,6 +205,14 @@ impl HttpLeaseStore {
             .header("authorization", &self.authorization);
         if let Some(token) = token {
             request = request.header("lease-token", token);
+        }
+        if let Some(parent) = self
+            .options
+            .traceparent
+            .as_ref()
+            .and_then(|traced| (traced.0)(&tracing::Span::current()))
+        {
+            request = request.header("traceparent", parent);
         }
         if let Some(body) = body {
             request = request

@@ -22,6 +22,24 @@ use lease_domain::{
 };
 
 use crate::decorate::{Call, Decorated, Hooks};
+
+/// How a span is joined to a trace that began elsewhere: `lease-otel`'s `join` in a process
+/// that exports its spans. A worker joins each attempt's span (`lease.attempt`) to the trace
+/// its job was enqueued in (a child of the enqueuing span on the first attempt, a link on
+/// later ones); the server joins each request's span (`lease.request`) to its caller's
+/// `traceparent` (as a first attempt: a child).
+#[derive(Clone)]
+pub struct TraceJoin(pub std::sync::Arc<JoinFn>);
+
+/// What a [`TraceJoin`] calls: the span, the trace context it joins, and the attempt (1 for a
+/// request, a child).
+pub type JoinFn = dyn Fn(&tracing::Span, &lease_domain::TraceContext, u32) + Send + Sync;
+
+impl std::fmt::Debug for TraceJoin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TraceJoin(..)")
+    }
+}
 use crate::{Applied, Lease, StatsRow, StoreError};
 
 /// The metric names (Prometheus style).

@@ -109,6 +109,10 @@ pub struct ServiceConfig {
     /// Set to `true` when the server starts to shut down: open event streams end then, so a
     /// graceful shutdown does not wait for them (default: never).
     pub closing: Option<tokio::sync::watch::Receiver<bool>>,
+    /// Joins each request's span (`lease.request`, target `lease_server`) to the trace its
+    /// `traceparent` header names (default none: the span has no parent of its own). The
+    /// binary passes `lease-otel`'s `join` when it exports spans.
+    pub trace: Option<lease_ports::observe::TraceJoin>,
 }
 
 impl std::fmt::Debug for ServiceConfig {
@@ -152,6 +156,7 @@ impl ServiceConfig {
             events_interval: Duration::from_secs(1),
             events_lifetime: Duration::from_secs(300),
             closing: None,
+            trace: None,
         }
     }
 }
@@ -517,6 +522,44 @@ async fn guard(
     response
 }
 
+/// Each routed request's span, `lease.request`, named by its method and route (`POST
+/// /v1/queues/{queue}/jobs`): its path (ids, never a query, a header or a body) and its
+/// status; a child of the caller's `traceparent` when the service joins traces
+/// (`ServiceConfig::trace`). Its handler's store calls are its children.
+async fn request_span(
+    State(app): State<Arc<App>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use tracing::Instrument as _;
+    let method = request.method().as_str();
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or("", axum::extract::MatchedPath::as_str);
+    let span = tracing::info_span!(
+        target: "lease_server",
+        "lease.request",
+        otel.name = format!("{method} {route}"),
+        otel.kind = "server",
+        http.request.method = method,
+        http.route = route,
+        url.path = request.uri().path(),
+        http.response.status_code = tracing::field::Empty,
+    );
+    if let (Some(join), false) = (&app.config.trace, span.is_disabled())
+        && let Some(caller) = jobs::header_trace(request.headers())
+    {
+        (join.0)(&span, &caller, 1);
+    }
+    let response = next.run(request).instrument(span.clone()).await;
+    span.record(
+        "http.response.status_code",
+        i64::from(response.status().as_u16()),
+    );
+    response
+}
+
 /// Bounds the time a request may take: `request_timeout`, and a claim's long poll (up to
 /// `leases::MAX_WAIT`) on top for the claims route. It runs after routing, so the route is known,
 /// and races the handler in the request's own task: every store call awaits, never blocks, so a
@@ -588,6 +631,10 @@ pub fn router(store: Arc<dyn ServiceStore>, config: ServiceConfig) -> axum::Rout
     let timeout = config.request_timeout + Duration::from_secs_f64(leases::MAX_WAIT + 1.0);
     let routes = routes
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), deadline))
+        .route_layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            request_span,
+        ))
         .fallback(not_found)
         .with_state(app.clone())
         .layer(DefaultBodyLimit::max(config.body_limit));

@@ -270,19 +270,8 @@ pub struct WorkerConfig {
 }
 
 /// How a worker joins an attempt's span (`lease.attempt`) to the trace its job was enqueued
-/// in: `lease-otel`'s `join` in a process that exports its spans (a child of the enqueuing
-/// span on the first attempt, a link on later ones).
-#[derive(Clone)]
-pub struct TraceJoin(pub Arc<JoinFn>);
-
-/// What a [`TraceJoin`] calls: the attempt's span, the job's trace context, the attempt.
-pub type JoinFn = dyn Fn(&tracing::Span, &lease_domain::TraceContext, u32) + Send + Sync;
-
-impl std::fmt::Debug for TraceJoin {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TraceJoin(..)")
-    }
-}
+/// in (defined in `lease-ports`, where the server's request spans use it too).
+pub use lease_ports::observe::{JoinFn, TraceJoin};
 
 impl WorkerConfig {
     /// One job at a time, renewing every third of `ttl`, the store's default backoff.
@@ -933,7 +922,7 @@ async fn run_job(
                 },
                 span: span.clone(),
             })
-            .instrument(span),
+            .instrument(span.clone()),
     );
     // When the attempt runs out of time, by the worker's clock.
     let deadline = lease.timeout.map(|t| started + t.get());
@@ -942,7 +931,8 @@ async fn run_job(
     // When the lease ends by the worker's clock (see `Held`).
     let mut until = until;
     let mut next = None;
-    let finished = loop {
+    // The attempt's renewals, its report and its release are in its span too.
+    let finished = async { loop {
         tokio::select! {
             joined = &mut handle => {
                 let (finished, following) = finish(shared, &lease, joined).await;
@@ -995,7 +985,9 @@ async fn run_job(
                 });
             }
         }
-    };
+    } }
+    .instrument(span.clone())
+    .await;
     let reported = match finished {
         Finished::Now(outcome) => Reported::Now(report(outcome)),
         Finished::Later(completion) => Reported::Later(report(JobOutcome::Completed), completion),
