@@ -5,6 +5,7 @@
  * Answers 503 (overloaded, unavailable) and 429 (rate limited) applied nothing, so they are
  * sent again after their `Retry-After`, a few times.
  */
+import { context, propagation } from '@opentelemetry/api';
 import createClient from 'openapi-fetch';
 import type { components, paths } from './schema.js';
 import { LeaseError } from './errors.js';
@@ -132,6 +133,12 @@ export class LeaseClient {
     const retries = options.retries ?? 4;
     const send = options.fetch ?? ((r: Request) => globalThis.fetch(r));
     const fetchWithRetry = async (request: Request): Promise<Response> => {
+      // The active OpenTelemetry context's `traceparent` and `tracestate` (nothing unless an
+      // SDK is registered): an enqueue's jobs keep it, and the server's span of the request
+      // joins it.
+      propagation.inject(context.active(), request.headers, {
+        set: (headers, key, value) => headers.set(key, value),
+      });
       for (let attempt = 0; ; attempt++) {
         const response = await send(attempt < retries ? request.clone() : request);
         if ((response.status !== 503 && response.status !== 429) || attempt >= retries || request.signal.aborted) {

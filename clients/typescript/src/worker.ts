@@ -13,6 +13,10 @@
  * {@link Job.guardHeaders}) is refused once another lease exists.
  */
 import { hostname } from 'node:os';
+import {
+  ROOT_CONTEXT, SpanKind, SpanStatusCode, context, createTraceState, trace,
+  type Link, type Span, type SpanContext, type Tracer,
+} from '@opentelemetry/api';
 import { LeaseError } from './errors.js';
 import { LeaseClient, type Lease } from './client.js';
 import type { components } from './schema.js';
@@ -80,6 +84,14 @@ export interface WorkerOptions {
   sealResults?: boolean;
   /** Stop on SIGTERM and SIGINT (default true). */
   handleSignals?: boolean;
+  /**
+   * Each attempt is a span `lease.attempt` of this tracer, joined to the trace its job was
+   * enqueued in: a child of the enqueuing span on the first attempt, a link to it on later ones
+   * (a retry starts a trace of its own). The handler runs in the span's context, so its own
+   * spans and enqueues join it, and so do the worker's renewals and report. Reading the job's
+   * trace context is one more request an attempt; without a tracer none is made.
+   */
+  tracer?: Tracer;
   /** Called with each error the loop survives (a claim that got no answer, a refused write). */
   onError?: (error: unknown) => void;
 }
@@ -233,8 +245,55 @@ export class Worker {
     }
   }
 
-  /** Runs one lease to its end; the next lease its completion claimed, if any. */
+  /** Runs one lease to its end, in its attempt's span when the worker traces. */
   private async attempt(lease: Lease): Promise<Lease | undefined> {
+    const tracer = this.options.tracer;
+    if (tracer === undefined) return this.attemptUntraced(lease);
+    const span = await this.attemptSpan(tracer, lease);
+    return context.with(trace.setSpan(ROOT_CONTEXT, span), async () => {
+      try {
+        return await this.attemptUntraced(lease);
+      } finally {
+        span.end();
+      }
+    });
+  }
+
+  /**
+   * The attempt's span, joined to the job's trace context (a child on the first attempt, a
+   * link after). Tracing never fails a job: a context that cannot be read leaves it unjoined.
+   * Attributes carry ids, the queue, the fence and the attempt, never the payload or result.
+   */
+  private async attemptSpan(tracer: Tracer, lease: Lease): Promise<Span> {
+    let enqueued: SpanContext | undefined;
+    try {
+      const view = await this.client.job(lease.id);
+      const parts = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/.exec(view.traceparent ?? '');
+      if (parts !== null) {
+        enqueued = {
+          traceId: parts[1] as string,
+          spanId: parts[2] as string,
+          traceFlags: Number.parseInt(parts[3] as string, 16) & 1,
+          isRemote: true,
+          ...(view.tracestate ? { traceState: createTraceState(view.tracestate) } : {}),
+        };
+      }
+    } catch (e) {
+      this.report(e);
+    }
+    const first = lease.attempt <= 1;
+    const parent = enqueued !== undefined && first ? trace.setSpanContext(ROOT_CONTEXT, enqueued) : ROOT_CONTEXT;
+    const links: Link[] = enqueued !== undefined && !first ? [{ context: enqueued }] : [];
+    return tracer.startSpan('lease.attempt', {
+      kind: SpanKind.CONSUMER,
+      root: parent === ROOT_CONTEXT,
+      links,
+      attributes: { job: lease.id, queue: this.queue, fence: lease.fence, attempt: lease.attempt },
+    }, parent);
+  }
+
+  /** Runs one lease to its end; the next lease its completion claimed, if any. */
+  private async attemptUntraced(lease: Lease): Promise<Lease | undefined> {
     const stop = new AbortController();
     this.jobs.set(lease.id, stop);
     const halt = (why: StopReason['why'], message: string) => {
@@ -309,6 +368,8 @@ export class Worker {
   }
 
   private async failJob(lease: Lease, error: string): Promise<void> {
+    // The attempt's span says it failed, never why: an error's text may quote the payload.
+    trace.getActiveSpan()?.setStatus({ code: SpanStatusCode.ERROR });
     try {
       const options: { retry?: boolean; backoff?: components['schemas']['BackoffBody'] } = {};
       if (this.options.retry !== undefined) options.retry = this.options.retry;
