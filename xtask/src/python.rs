@@ -9,9 +9,16 @@
 use std::path::Path;
 use std::process::Command;
 
-/// What the suite runs with: pytest, and mypy for `tests/test_types.py` (stubtest checks the
-/// native module's stubs against the built module; mypy checks the package strictly).
-const TOOLS: [&str; 2] = ["pytest==8.3.5", "mypy==1.15.0"];
+/// What the suite runs with: pytest, mypy for `tests/test_types.py` (stubtest checks the
+/// native module's stubs against the built module; mypy checks the package strictly), and
+/// OpenTelemetry's API and SDK for `tests/test_trace.py` (the traced enqueue and
+/// `Worker(tracer=...)`).
+const TOOLS: [&str; 4] = [
+    "pytest==8.3.5",
+    "mypy==1.15.0",
+    "opentelemetry-api==1.39.1",
+    "opentelemetry-sdk==1.39.1",
+];
 
 fn run(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
     eprintln!("$ {} {}", program.display(), args.join(" "));

@@ -11,6 +11,7 @@ mod open;
 mod path_api;
 mod run;
 mod store;
+mod trace;
 mod values;
 mod worker;
 

@@ -153,7 +153,9 @@ impl StoreCore {
     /// (status ``waiting``) until those jobs have finished: it becomes due when the last of
     /// them completes; if one ends dead or cancelled it is cancelled, naming that parent,
     /// unless ``on_parent_failure`` is ``"run"`` (then it runs once every parent finished).
-    #[pyo3(signature = (job_id, *, queue = "default", priority = 0, run_at = None, max_attempts = None, payload = None, timeout = None, replace_finished = false, group = None, debounce = None, after = None, on_parent_failure = None))]
+    /// ``traceparent`` and ``tracestate`` (W3C) name the trace the job's attempts join; by
+    /// default, when the ``opentelemetry`` package is installed, the current span's.
+    #[pyo3(signature = (job_id, *, queue = "default", priority = 0, run_at = None, max_attempts = None, payload = None, timeout = None, replace_finished = false, group = None, debounce = None, after = None, on_parent_failure = None, traceparent = None, tracestate = None))]
     #[allow(clippy::too_many_arguments)] // A job's fields, as the caller names them.
     fn enqueue(
         &self,
@@ -170,8 +172,14 @@ impl StoreCore {
         debounce: Option<f64>,
         after: Option<Vec<String>>,
         on_parent_failure: Option<&str>,
+        traceparent: Option<&str>,
+        tracestate: Option<&str>,
     ) -> PyResult<Pending> {
         let payload = to_py(py, args::payload(payload)?)?;
+        let trace = to_py(
+            py,
+            crate::trace::enqueue_trace(py, traceparent, tracestate)?,
+        )?;
         let job = args::JobArgs {
             id: job_id,
             queue,
@@ -187,6 +195,7 @@ impl StoreCore {
             on_parent_failure,
         };
         let (id, mut spec) = to_py(py, job.check())?;
+        spec.trace = trace;
         to_py(py, sealed([(&id, &mut spec.payload)]))?;
         let store = self.store(py)?;
         self.call(
@@ -201,16 +210,25 @@ impl StoreCore {
     /// ``priority``, ``run_at``, ``max_attempts``, ``payload``, ``timeout``, ``replace``
     /// (``"finished"``: as ``replace_finished``), ``group``, ``debounce``, ``after`` and
     /// ``on_parent_failure``; a job's parents may be named before or after it in the batch.
-    #[pyo3(signature = (jobs, *, queue = "default"))]
+    /// ``traceparent`` and ``tracestate`` are every job's trace context, as in :meth:`enqueue`.
+    #[pyo3(signature = (jobs, *, queue = "default", traceparent = None, tracestate = None))]
     fn enqueue_many(
         &self,
         py: Python<'_>,
         jobs: &Bound<'_, PyAny>,
         queue: &str,
+        traceparent: Option<&str>,
+        tracestate: Option<&str>,
     ) -> PyResult<Pending> {
+        let trace = to_py(
+            py,
+            crate::trace::enqueue_trace(py, traceparent, tracestate)?,
+        )?;
         let mut specs = Vec::new();
         for (n, item) in jobs.try_iter()?.enumerate() {
-            specs.push(to_py(py, batch_job(n, &item?, queue)?)?);
+            let (id, mut spec) = to_py(py, batch_job(n, &item?, queue)?)?;
+            spec.trace = trace.clone();
+            specs.push((id, spec));
         }
         to_py(
             py,

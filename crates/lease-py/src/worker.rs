@@ -33,6 +33,8 @@ pub(crate) struct Job {
     cancel: CancellationToken,
     timeout: Option<f64>,
     group: Option<String>,
+    /// The trace context the job was enqueued with, read when the worker traces.
+    trace: Option<lease_domain::TraceContext>,
     /// The lease's context: its holder's writes (progress, a hold of the group) go through it.
     context: JobContext,
 }
@@ -110,6 +112,23 @@ impl Job {
     #[getter]
     fn group(&self) -> Option<String> {
         self.group.clone()
+    }
+
+    /// The W3C ``traceparent`` the job was enqueued with, when the worker traces (``tracer``)
+    /// and the job has one.
+    #[getter]
+    fn traceparent(&self) -> Option<&str> {
+        self.trace
+            .as_ref()
+            .map(lease_domain::TraceContext::traceparent)
+    }
+
+    /// The W3C ``tracestate`` that came with :attr:`traceparent`, if any.
+    #[getter]
+    fn tracestate(&self) -> Option<&str> {
+        self.trace
+            .as_ref()
+            .and_then(lease_domain::TraceContext::tracestate)
     }
 
     /// Stores `text` (up to 1,024 bytes) as the job's progress under this lease's fence, and
@@ -269,6 +288,7 @@ fn call_handler(handler: &Py<PyAny>, context: JobContext) -> HandlerResult {
             cancel: context.cancel.clone(),
             timeout: context.timeout.map(Ttl::get),
             group: context.group.as_ref().map(|g| g.as_str().to_owned()),
+            trace: context.trace.clone(),
             context: context.clone(),
         };
         let answer = handler.call1(py, (job,)).map_err(|e| error_text(py, &e))?;
@@ -329,6 +349,7 @@ impl WorkerCore {
         let exit_when_empty: bool = options.need(py, "exit_when_empty")?;
         let drain: f64 = options.need(py, "drain")?;
         let cancel_grace: f64 = options.need(py, "cancel_grace")?;
+        let traced: bool = options.need(py, "trace")?;
         to_py(py, options.finish("a worker")?)?;
         let config = to_py(
             py,
@@ -364,6 +385,11 @@ impl WorkerCore {
                     );
                 }
                 config.seal_results = seal_results;
+                // The job's trace context is read for the handler's own span (the Python
+                // `Worker`'s, in its tracer); the runtime's span is not exported from here.
+                if traced {
+                    config.trace = Some(lease_worker::TraceJoin(Arc::new(|_, _, _| {})));
+                }
                 Ok(config)
             })(),
         )?;

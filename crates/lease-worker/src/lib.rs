@@ -59,6 +59,10 @@ pub struct JobContext {
     /// The attempt's span (`lease.attempt`: job, queue, fence, attempt), which the handler
     /// runs in; joined to the job's trace when the worker has a [`WorkerConfig::trace`].
     pub span: tracing::Span,
+    /// The trace context the job was enqueued with (W3C), read when the worker joins traces
+    /// ([`WorkerConfig::trace`]); `None` without it, or when the job has none. For a handler
+    /// that makes its attempt's span in a tracer of its own (Python's `Worker(tracer=...)`).
+    pub trace: Option<lease_domain::TraceContext>,
 }
 
 impl JobContext {
@@ -890,10 +894,14 @@ async fn run_job(
         fence = lease.fence.get(),
         attempt = lease.attempt,
     );
+    let mut enqueued = None;
     if let Some(join) = &config.trace {
         // Tracing never fails a job: a context that cannot be read leaves the span unjoined.
         match shared.store.trace(&lease.job).await {
-            Ok(Some(trace)) => (join.0)(&span, &trace, lease.attempt),
+            Ok(Some(trace)) => {
+                (join.0)(&span, &trace, lease.attempt);
+                enqueued = Some(trace);
+            }
             Ok(None) => {}
             Err(e) => {
                 tracing::debug!(job = %lease.job, error = %e, "the job's trace context was not read")
@@ -921,6 +929,7 @@ async fn run_job(
                     ttl: config.ttl,
                 },
                 span: span.clone(),
+                trace: enqueued,
             })
             .instrument(span.clone()),
     );

@@ -286,6 +286,14 @@ class Worker:
     for real belongs under ``lease work -- CMD``, which stops the program's whole process
     group.
 
+    With ``tracer`` (an OpenTelemetry ``Tracer``; needs the ``opentelemetry`` package), each
+    attempt is a span ``lease.attempt`` (kind consumer; attributes ``job``, ``queue``,
+    ``fence``, ``attempt``) joined to the trace its job was enqueued in: a child of the
+    enqueuing span on the first attempt, on a retry a trace of its own linked to it. The
+    handler runs inside it, so its own spans and enqueues join it. A failed attempt's span has
+    status error, without the exception's text (which may quote the payload). Reading the job's
+    trace context is one more store read an attempt, made only with a ``tracer``.
+
     :meth:`run` returns a :class:`Summary` when ``max_jobs`` are done or, with
     ``exit_when_empty``, the queue is empty. Ctrl-C stops claiming and lets running jobs finish
     within ``drain`` seconds (a second Ctrl-C releases them at once), then the
@@ -311,6 +319,7 @@ class Worker:
         exit_when_empty: bool = False,
         drain: float = 30.0,
         cancel_grace: float = 5.0,
+        tracer: Optional[Any] = None,
     ) -> None:
         if not isinstance(store, _Opened):
             raise InvalidInput(
@@ -318,6 +327,8 @@ class Worker:
             )
         self.store = store
         self.owner = owner if owner is not None else _default_owner()
+        if tracer is not None:
+            handler = _traced(handler, tracer, queue)
         self._core = _WorkerCore(
             store._core,
             handler,
@@ -335,8 +346,53 @@ class Worker:
             exit_when_empty=exit_when_empty,
             drain=drain,
             cancel_grace=cancel_grace,
+            trace=tracer is not None,
         )
 
     def run(self) -> Summary:
         """Runs the worker until it stops (see the class); what it did."""
         return self._core.run()
+
+
+def _traced(
+    handler: Callable[[Job], Optional[str]], tracer: Any, queue: str
+) -> Callable[[Job], Optional[str]]:
+    """``handler`` run in a span ``lease.attempt`` of ``tracer``, joined to the trace the job
+    was enqueued in (:class:`Worker`'s ``tracer``)."""
+    try:
+        from opentelemetry import context as otel_context
+        from opentelemetry import trace as otel_trace
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+    except ImportError as e:
+        raise InvalidInput("tracer: needs the opentelemetry package") from e
+    propagator = TraceContextTextMapPropagator()
+
+    def run(job: Job) -> Optional[str]:
+        parent = otel_context.Context()
+        links: list[Any] = []
+        if job.traceparent is not None:
+            carrier = {"traceparent": job.traceparent}
+            if job.tracestate is not None:
+                carrier["tracestate"] = job.tracestate
+            enqueued = propagator.extract(carrier)
+            if job.attempt <= 1:
+                parent = enqueued
+            else:
+                linked = otel_trace.get_current_span(enqueued).get_span_context()
+                links.append(otel_trace.Link(linked))
+        with tracer.start_as_current_span(
+            "lease.attempt",
+            context=parent,
+            kind=otel_trace.SpanKind.CONSUMER,
+            links=links,
+            attributes={"job": job.id, "queue": queue, "fence": job.fence, "attempt": job.attempt},
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            try:
+                return handler(job)
+            except BaseException:
+                span.set_status(otel_trace.Status(otel_trace.StatusCode.ERROR))
+                raise
+
+    return run
