@@ -989,6 +989,101 @@ fn enqueue_rows(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
     ));
 }
 
+/// Enqueues with and without a W3C trace context, alternated round by round on fresh stores:
+/// one job per call (one commit each) and 1,000 per call. The traced row's ratio is to the
+/// untraced median of the same run: what keeping a trace context costs an enqueue (a row in
+/// `lease_traces` in the same transaction); tracing off is the untraced row, whose path reads
+/// and writes no trace at all.
+fn trace_rows(plan: &Plan, dir: &Path, rows: &mut Vec<Row>) {
+    let (single, batched): (u64, u64) = if queue_jobs(plan) < 1_000 {
+        (200, 2_000)
+    } else {
+        (3_000, 40_000)
+    };
+    let trace = lease_domain::TraceContext::new(
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        Some("vendor=1"),
+    )
+    .expect("a valid traceparent");
+    let mut runs: [[Vec<Run>; 2]; 2] = Default::default();
+    for round in 0..plan.runs.max(3) {
+        for (traced, slot) in [(false, 0), (true, 1)] {
+            let spec = lease_domain::EnqueueSpec {
+                trace: traced.then(|| trace.clone()),
+                ..lease_domain::EnqueueSpec::default()
+            };
+            let path = dir.join(format!("trace-{round}-{traced}.db"));
+            let store = SqliteLeaseStore::open(&path).expect("open store");
+            let b = store.blocking();
+            let mut caller = Caller::default();
+            let start = Instant::now();
+            for k in 0..single {
+                let id = JobId::new(format!("t-{k}")).expect("id");
+                let began = Instant::now();
+                assert!(b.enqueue_with(&id, &spec).expect("enqueue"), "a new job");
+                caller.latencies.push(began.elapsed());
+            }
+            runs[0][slot].push(Run {
+                callers: vec![caller],
+                wall: start.elapsed(),
+            });
+            let all: Vec<(JobId, lease_domain::EnqueueSpec)> = (0..batched)
+                .map(|k| (JobId::new(format!("b-{k}")).expect("id"), spec.clone()))
+                .collect();
+            let mut caller = Caller::default();
+            let start = Instant::now();
+            for batch in all.chunks(1_000) {
+                let began = Instant::now();
+                let inserted = b.enqueue_many(batch).expect("enqueue_many");
+                assert!(inserted.iter().all(|&new| new), "new jobs");
+                caller.latencies.push(began.elapsed());
+            }
+            runs[1][slot].push(Run {
+                callers: vec![caller],
+                wall: start.elapsed(),
+            });
+            drop(store);
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+    for (shape, jobs, label) in [
+        (0, single, "enqueue, one job per call, FULL"),
+        (1, batched, "enqueue_many, 1,000 jobs per call, FULL"),
+    ] {
+        let median = |slot: usize| {
+            let mut these: Vec<&Run> = runs[shape][slot].iter().collect();
+            these.sort_by_key(|r| r.wall);
+            let run = these[these.len() / 2];
+            Run {
+                callers: run.callers.clone(),
+                wall: run.wall,
+            }
+        };
+        let (plain, traced) = (median(0), median(1));
+        let plain = jobs_row(
+            format!("{label}, no trace context, jobs/s"),
+            1,
+            jobs,
+            &plain,
+            None,
+        );
+        let traced = jobs_row(
+            format!("{label}, with a traceparent, jobs/s"),
+            1,
+            jobs,
+            &traced,
+            None,
+        );
+        let ratio = traced.ops_per_sec / plain.ops_per_sec.max(1e-9);
+        rows.push(plain);
+        rows.push(Row {
+            ratio: Some(ratio),
+            baseline: Some("no trace context"),
+            ..traced
+        });
+    }
+}
+
 /// Runs of `claim_next(limit 1)` on the default queue at a clock that ticks once per call;
 /// each lease lasts one tick, so the queue never runs dry.
 fn claim_next_each_tick(plan: &Plan, store: &SqliteLeaseStore) -> Vec<Run> {
@@ -1135,8 +1230,12 @@ fn main() {
     let workflow_only = args.iter().any(|a| a == "--workflow-only");
     // `-- --statement-only` runs the problem statement's functions' rows alone.
     let statement_only = args.iter().any(|a| a == "--statement-only");
+    // `-- --trace-only` runs the rows with and without a trace context alone.
+    let trace_only = args.iter().any(|a| a == "--trace-only");
     let mut signal_note = None;
-    if guards_only {
+    if trace_only {
+        trace_rows(&plan, dir.path(), &mut rows);
+    } else if guards_only {
         signal_note = guards::rows(&plan, dir.path(), &mut rows);
     } else if groups_only {
         claim_next_groups(&plan, dir.path(), &mut rows);
@@ -1172,6 +1271,7 @@ fn main() {
             api::rows(&plan, dir.path(), queue_jobs(&plan), queue_store, &mut rows);
             overview::rows(&plan, dir.path(), &mut rows);
             enqueue_rows(&plan, dir.path(), &mut rows);
+            trace_rows(&plan, dir.path(), &mut rows);
             claim_next_sizes(&plan, dir.path(), &mut rows);
             claim_next_live_leases(&plan, dir.path(), &mut rows);
             claim_next_groups(&plan, dir.path(), &mut rows);
@@ -1192,6 +1292,7 @@ fn main() {
         || api_only
         || overview_only
         || journal_only
+        || trace_only
     {
         None
     } else {
