@@ -27,5 +27,8 @@ const worker = new Worker(
   { queue, concurrency: 4, onError: (e) => console.error(`lease worker: ${String(e)}`) },
 );
 
-const summary = await worker.run();
+const running = worker.run();
+// Heard after the worker's own handler (registered as `run` began), which stopped its claiming.
+process.once('SIGTERM', () => console.error('lease worker: stopping (SIGTERM): running jobs finish, nothing new starts'));
+const summary = await running;
 console.log(JSON.stringify(summary));

@@ -199,14 +199,19 @@ for (const kind of STORES) {
       await s.client.enqueue('drain', { id: 'd1', payload: 'finish me' });
       const child = spawn(process.execPath, [join(PACKAGE, 'dist/examples/worker.js'), 'drain'], {
         env: { ...process.env, LEASE_SERVER: s.served.url, LEASE_API_KEY: s.served.key, LEASE_EXAMPLE_WORK_MS: '1500' },
-        stdio: ['ignore', 'pipe', 'inherit'],
+        stdio: ['ignore', 'pipe', 'pipe'],
       });
       let out = '';
+      let said = '';
       child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
+      child.stderr.on('data', (d: Buffer) => { said += d.toString(); });
       const exited = new Promise<number | null>((ok) => child.on('exit', ok));
       await eventually('the job runs', async () => ((await s.client.job('d1')).progress === 'started' ? true : undefined));
       const stopped = Date.now();
       child.kill('SIGTERM');
+      // A job enqueued once the worker has heard the signal (not before: the claim in flight
+      // could take it first, as it may any job that was due when the worker stopped).
+      await eventually('the worker hears SIGTERM', async () => (said.includes('stopping (SIGTERM)') ? true : undefined));
       await s.client.enqueue('drain', { id: 'd2', payload: 'not started' });
       assert.equal(await exited, 0);
       // The job's 1.5 s and the claim in flight's wait (5 s), not the 30 s drain: a drain ends
