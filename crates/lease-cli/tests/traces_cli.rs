@@ -300,12 +300,28 @@ fn an_http_enqueue_s_trace_reaches_a_worker_of_the_server() {
         call.parent_span_id, retry.span_id,
         "a store call of the retry"
     );
-    // A request with no traceparent is a trace of its own.
+    // The claims that granted the job link to the enqueuing span: the first attempt's claim,
+    // and the retry's (the completion that carried it, or a claim of its own).
+    let linking: Vec<&Span> = spans
+        .iter()
+        .filter(|s| {
+            s.links
+                .iter()
+                .any(|l| hex(&l.trace_id) == TRACE && hex(&l.span_id) == PRODUCER)
+        })
+        .filter(|s| s.name != "lease.attempt")
+        .collect();
     assert!(
-        spans
+        linking
             .iter()
             .any(|s| s.name == "POST /v1/queues/{queue}/claims"),
-        "the worker's claims are spans of the server: {:?}",
+        "a claim that granted the job links to its enqueue: {:?}",
         spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        linking.len(),
+        2,
+        "one claim per attempt links to the enqueue: {:?}",
+        linking.iter().map(|s| &s.name).collect::<Vec<_>>()
     );
 }

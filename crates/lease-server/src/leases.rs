@@ -201,6 +201,7 @@ pub(crate) async fn claim_next(
             None
         };
         if !leases.is_empty() || left.is_zero() {
+            link_claimed(&app, &leases).await;
             let leases = LeaseView::all(&leases, &tokens);
             let wait = throttled.map(|at| (at.get() - claim.term.now().get()).max(0.0));
             let mut response = no_store(json_response(
@@ -239,6 +240,26 @@ pub(crate) async fn claim_next(
             waiting
                 .wait(left.min(app.config.poll_interval).min(opens))
                 .await;
+        }
+    }
+}
+
+/// With traces joined, links the request's span to the trace each job it granted was
+/// enqueued in: a claim serves jobs it cannot know beforehand, of any number of traces, so they
+/// are links (as OpenTelemetry's messaging conventions have a receive span do). One read of
+/// each granted job's context, made only when the server exports its spans; tracing never fails
+/// a claim.
+async fn link_claimed(app: &crate::App, leases: &[Lease]) {
+    let Some(join) = &app.config.trace else {
+        return;
+    };
+    let span = tracing::Span::current();
+    if span.is_disabled() {
+        return;
+    }
+    for lease in leases {
+        if let Ok(Some(trace)) = app.store.trace(&lease.job).await {
+            (join.0)(&span, &trace, lease_ports::observe::LINKED);
         }
     }
 }
@@ -504,6 +525,7 @@ pub(crate) async fn complete(
     let applied = app.store.apply(&id, complete, Some(claim)).await?;
     let completed: WriteOutcome = lease_ports::outcome_as(applied.outcome)?;
     let leases = applied.claimed.unwrap_or_else(|| Ok(Vec::new()))?;
+    link_claimed(&app, &leases).await;
     let leases = LeaseView::all(&leases, &tokens);
     let answer = match completed {
         Ok(()) => Completed::stored(fence, Some(leases)),
