@@ -62,7 +62,7 @@ pub use sealed::{
     SealedKind, is_key_name, sealed_associated_data, sealed_label, sealed_payload,
     sealed_payload_header, sealed_result,
 };
-pub use trace::{TRACESTATE_MAX, TraceContext};
+pub use trace::{Join, TRACESTATE_MAX, TraceContext};
 pub use turns::Turn;
 pub use values::{
     AccessError, Fence, InputError, JobId, JobResult, LeaseTerm, MAX_NAME_BYTES, Owner, Renewal,

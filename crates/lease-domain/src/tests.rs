@@ -2371,6 +2371,15 @@ fn a_w3c_traceparent_is_kept_as_sent_and_read_by_field() {
 }
 
 #[test]
+fn a_job_s_first_attempt_continues_its_trace_and_a_retry_links_to_it() {
+    use crate::Join;
+    assert_eq!(Join::attempt(0), Join::Child, "a claim by id");
+    assert_eq!(Join::attempt(1), Join::Child);
+    assert_eq!(Join::attempt(2), Join::Link);
+    assert_eq!(Join::attempt(u32::MAX), Join::Link);
+}
+
+#[test]
 fn a_malformed_trace_context_is_refused_naming_what_is_wrong() {
     let told = |parent: &str, state: Option<&str>| {
         TraceContext::new(parent, state).unwrap_err().to_string()

@@ -106,3 +106,28 @@ impl TraceContext {
             .is_some_and(|f| f & 1 == 1)
     }
 }
+
+/// How a span joins a trace that began elsewhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Join {
+    /// It continues the trace: a child of the span that began it (a job's first attempt, a
+    /// request's span under its caller's `traceparent`).
+    Child,
+    /// It starts a trace of its own, linked to that span (a retry; a claim, which serves jobs
+    /// of many traces).
+    Link,
+}
+
+impl Join {
+    /// How attempt `attempt` of a job joins the trace it was enqueued in: the first (or a claim
+    /// by id, attempt 0) continues it; a retry starts a trace of its own linked to it, as awa
+    /// does.
+    #[must_use]
+    pub fn attempt(attempt: u32) -> Self {
+        if attempt <= 1 {
+            Self::Child
+        } else {
+            Self::Link
+        }
+    }
+}

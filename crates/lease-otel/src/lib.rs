@@ -8,7 +8,7 @@
 
 use std::str::FromStr;
 
-use lease_domain::TraceContext;
+use lease_domain::{Join, TraceContext};
 use opentelemetry::trace::{
     SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState, TracerProvider,
 };
@@ -123,16 +123,18 @@ fn remote(trace: &TraceContext) -> Option<SpanContext> {
     Some(SpanContext::new(trace_id, span_id, flags, true, state))
 }
 
-/// Joins `span`, attempt `attempt` of a job, to the trace the job was enqueued in: its
-/// parent on the first attempt (or a claim by id, attempt 0), a link on later ones.
-pub fn join(span: &tracing::Span, trace: &TraceContext, attempt: u32) {
+/// Joins `span` to the trace `trace` names, as `how` says: a child of its span, or a link to
+/// it (a job's attempts: [`Join::attempt`]).
+pub fn join(span: &tracing::Span, trace: &TraceContext, how: Join) {
     let Some(enqueued) = remote(trace) else {
         return;
     };
-    if attempt <= 1 {
-        let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(enqueued));
-    } else {
-        span.add_link(enqueued);
+    match how {
+        Join::Child => {
+            let _ =
+                span.set_parent(opentelemetry::Context::new().with_remote_span_context(enqueued));
+        }
+        Join::Link => span.add_link(enqueued),
     }
 }
 

@@ -31,13 +31,10 @@ use crate::decorate::{Call, Decorated, Hooks};
 #[derive(Clone)]
 pub struct TraceJoin(pub std::sync::Arc<JoinFn>);
 
-/// What a [`TraceJoin`] calls: the span, the trace context it joins, and the attempt (1, or 0
-/// for a claim by id: a child; [`LINKED`] or any later one: a link).
-pub type JoinFn = dyn Fn(&tracing::Span, &lease_domain::TraceContext, u32) + Send + Sync;
+/// What a [`TraceJoin`] calls: the span, the trace context it joins, and how.
+pub type JoinFn = dyn Fn(&tracing::Span, &lease_domain::TraceContext, Join) + Send + Sync;
 
-/// The attempt a [`TraceJoin`] is given to link its span to a trace rather than continue it:
-/// a retry's attempt, and a claim's request, which serves jobs of many traces.
-pub const LINKED: u32 = 2;
+pub use lease_domain::Join;
 
 impl std::fmt::Debug for TraceJoin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

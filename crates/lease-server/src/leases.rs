@@ -259,7 +259,7 @@ async fn link_claimed(app: &crate::App, leases: &[Lease]) {
     }
     for lease in leases {
         if let Ok(Some(trace)) = app.store.trace(&lease.job).await {
-            (join.0)(&span, &trace, lease_ports::observe::LINKED);
+            (join.0)(&span, &trace, lease_ports::observe::Join::Link);
         }
     }
 }

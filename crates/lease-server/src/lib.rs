@@ -550,7 +550,7 @@ async fn request_span(
     if let (Some(join), false) = (&app.config.trace, span.is_disabled())
         && let Some(caller) = jobs::header_trace(request.headers())
     {
-        (join.0)(&span, &caller, 1);
+        (join.0)(&span, &caller, lease_ports::observe::Join::Child);
     }
     let response = next.run(request).instrument(span.clone()).await;
     span.record(

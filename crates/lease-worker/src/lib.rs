@@ -275,7 +275,7 @@ pub struct WorkerConfig {
 
 /// How a worker joins an attempt's span (`lease.attempt`) to the trace its job was enqueued
 /// in (defined in `lease-ports`, where the server's request spans use it too).
-pub use lease_ports::observe::{JoinFn, TraceJoin};
+pub use lease_ports::observe::{Join, JoinFn, TraceJoin};
 
 impl WorkerConfig {
     /// One job at a time, renewing every third of `ttl`, the store's default backoff.
@@ -899,7 +899,7 @@ async fn run_job(
         // Tracing never fails a job: a context that cannot be read leaves the span unjoined.
         match shared.store.trace(&lease.job).await {
             Ok(Some(trace)) => {
-                (join.0)(&span, &trace, lease.attempt);
+                (join.0)(&span, &trace, Join::attempt(lease.attempt));
                 enqueued = Some(trace);
             }
             Ok(None) => {}

@@ -1697,10 +1697,10 @@ async fn each_attempt_is_joined_to_the_trace_its_job_was_enqueued_in() {
     config.retry = Retry::Backoff(Backoff::new(0.01, 1.0, 0.01, 0.0).unwrap());
     let seen = Arc::clone(&joined);
     config.trace = Some(lease_worker::TraceJoin(Arc::new(
-        move |_: &tracing::Span, trace: &lease_domain::TraceContext, attempt: u32| {
+        move |_: &tracing::Span, trace: &lease_domain::TraceContext, how: lease_worker::Join| {
             seen.lock()
                 .unwrap()
-                .push((trace.traceparent().to_owned(), attempt));
+                .push((trace.traceparent().to_owned(), how));
         },
     )));
     let summary = Worker::new(
@@ -1719,12 +1719,13 @@ async fn each_attempt_is_joined_to_the_trace_its_job_was_enqueued_in() {
     .unwrap();
     assert_eq!((summary.completed, summary.failed), (2, 1));
     let joined = joined.lock().unwrap().clone();
-    // Exactly the traced job's two attempts were joined, in order, with its context.
+    // Exactly the traced job's two attempts were joined, in order, with its context: the
+    // first as its child, the retry as a link.
     assert_eq!(
         joined,
         [
-            (trace.traceparent().to_owned(), 1),
-            (trace.traceparent().to_owned(), 2)
+            (trace.traceparent().to_owned(), lease_worker::Join::Child),
+            (trace.traceparent().to_owned(), lease_worker::Join::Link)
         ]
     );
 }
