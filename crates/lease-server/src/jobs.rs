@@ -216,8 +216,8 @@ pub(crate) fn spec(
 
 #[utoipa::path(post, path = "/v1/queues/{queue}/jobs", tag = "queue",
     params(("queue" = Name, Path, description = "The queue, percent-encoded"),
-        ("traceparent" = Option<String>, Header, nullable = false, pattern = "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$", description = "The W3C traceparent of the span that enqueues (version 00), kept with each job that names none in the body: its attempts join that trace. One that is not valid (ids of all zeros, say) is ignored, as W3C Trace Context has a receiver do"),
-        ("tracestate" = Option<String>, Header, nullable = false, pattern = "^[ -~]*$", max_length = 512, description = "The W3C tracestate that goes with traceparent"),),
+        ("traceparent" = Option<String>, Header, nullable = false, description = "The W3C traceparent of the span that enqueues (version 00: `00-` 32 hex digits `-` 16 hex digits `-` 2 hex digits), kept with each job that names none in the body: its attempts join that trace. Any value is taken: one that is not a valid trace context (another form, ids of all zeros) is ignored and the job stored without one, as W3C Trace Context has a receiver do"),
+        ("tracestate" = Option<String>, Header, nullable = false, description = "The W3C tracestate that goes with traceparent (printable ASCII, at most 512 bytes); with a traceparent that is not valid, or one that is not, it is ignored the same way"),),
     request_body = EnqueueBody,
     responses(
         (status = 201, description = "Inserted", body = Inserted, links(
@@ -344,8 +344,8 @@ pub(crate) struct InsertedMany {
 
 #[utoipa::path(post, path = "/v1/queues/{queue}/jobs/batch", tag = "queue",
     params(("queue" = Name, Path, description = "The queue, percent-encoded"),
-        ("traceparent" = Option<String>, Header, nullable = false, pattern = "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$", description = "The W3C traceparent of the span that enqueues (version 00), kept with each job that names none in the body: its attempts join that trace. One that is not valid (ids of all zeros, say) is ignored, as W3C Trace Context has a receiver do"),
-        ("tracestate" = Option<String>, Header, nullable = false, pattern = "^[ -~]*$", max_length = 512, description = "The W3C tracestate that goes with traceparent"),),
+        ("traceparent" = Option<String>, Header, nullable = false, description = "The W3C traceparent of the span that enqueues (version 00: `00-` 32 hex digits `-` 16 hex digits `-` 2 hex digits), kept with each job that names none in the body: its attempts join that trace. Any value is taken: one that is not a valid trace context (another form, ids of all zeros) is ignored and the job stored without one, as W3C Trace Context has a receiver do"),
+        ("tracestate" = Option<String>, Header, nullable = false, description = "The W3C tracestate that goes with traceparent (printable ASCII, at most 512 bytes); with a traceparent that is not valid, or one that is not, it is ignored the same way"),),
     request_body = EnqueueManyBody,
     responses(
         (status = 200, description = "Stored, all or none", body = InsertedMany),
