@@ -3,7 +3,7 @@
 //! store could have written (an unknown status, a negative fence or count) is
 //! [`StoreError::Corrupt`], never read as 0 or dropped.
 
-use lease_domain::{AuditReason, Ended, Fence, HolderWrite, QueueName, Status, Timestamp};
+use lease_domain::{AuditReason, Ended, Fence, HolderWrite, JobId, QueueName, Status, Timestamp};
 
 use crate::StatusGroup;
 use crate::StoreError;
@@ -16,6 +16,15 @@ use crate::overview::DueRow;
 /// [`StoreError::Corrupt`] naming `what` for a negative value.
 pub fn count(n: i64, what: &str) -> Result<u64, StoreError> {
     u64::try_from(n).map_err(|_| StoreError::Corrupt(format!("{what} is {n}, below 0").into()))
+}
+
+/// A stored job id (a row's id, a parent, a purged id) read back: checked again, so an id no
+/// store could have written (empty, or with a NUL) is corrupt, never a job.
+///
+/// # Errors
+/// [`StoreError::Corrupt`] saying what is wrong with the id.
+pub fn job_id(id: impl Into<String>) -> Result<JobId, StoreError> {
+    JobId::stored(id).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))
 }
 
 /// A stored fence, `0..=i64::MAX`.
@@ -262,6 +271,19 @@ impl StoredAudit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stored_job_id_is_checked_again_and_a_bad_one_is_corrupt() {
+        assert_eq!(job_id("inv-1").unwrap().as_str(), "inv-1");
+        for bad in ["", "a\0b"] {
+            match job_id(bad) {
+                Err(StoreError::Corrupt(why)) => {
+                    assert!(why.to_string().starts_with("stored job id"), "{why}");
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn a_stored_trace_context_is_checked_again_and_a_bad_one_is_corrupt_naming_the_job() {

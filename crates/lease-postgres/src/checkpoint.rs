@@ -131,8 +131,7 @@ pub(crate) fn decode_all(
         .map(|r| {
             let job: &str = r.get(0);
             let kept = lease_ports::codec::checkpoint(job, r.get(1), r.get(2), r.get(3), r.get(4))?;
-            let id = JobId::stored(job)
-                .map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))?;
+            let id = lease_ports::codec::job_id(job)?;
             Ok((id, kept))
         })
         .collect()

@@ -729,10 +729,7 @@ impl LeaseStore for PgLeaseStore {
             .map_err(|e| error::map(e, Stage::BeforeCommit))?;
         conn.clean();
         rows.iter()
-            .map(|r| {
-                JobId::stored(r.get::<_, String>(0))
-                    .map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))
-            })
+            .map(|r| lease_ports::codec::job_id(r.get::<_, String>(0)))
             .collect()
     }
 

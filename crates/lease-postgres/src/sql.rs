@@ -589,8 +589,7 @@ pub(crate) fn decode_with_id(row: &Row, at: usize) -> Result<(JobId, Job), Store
     let id: String = row
         .try_get(at)
         .map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))?;
-    let id =
-        JobId::stored(id).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))?;
+    let id = lease_ports::codec::job_id(id)?;
     let job = decode(&id, row, at + 1)?;
     Ok((id, job))
 }

@@ -101,8 +101,7 @@ pub(crate) fn decode_all(
         .map(|r| {
             let job: &str = r.get(0);
             let trace = lease_ports::codec::trace(job, r.get(1), r.get(2))?;
-            let id = JobId::stored(job)
-                .map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))?;
+            let id = lease_ports::codec::job_id(job)?;
             Ok((id, trace))
         })
         .collect()

@@ -13,11 +13,8 @@ use crate::sql::{self, Encoded, Standing};
 use crate::write::update;
 
 fn mark_fence(id: &str, fence: i64) -> Result<(JobId, Fence), StoreError> {
-    let id = JobId::stored(id)
-        .map_err(|e| StoreError::Corrupt(format!("stored purged id: {e}").into()))?;
-    let fence = Fence::try_from(fence).map_err(|f| {
-        StoreError::Corrupt(format!("purged job {id}: fence {f} is negative").into())
-    })?;
+    let id = lease_ports::codec::job_id(id)?;
+    let fence = lease_ports::codec::fence(fence, &format!("purged job {id}: fence"))?;
     Ok((id, fence))
 }
 

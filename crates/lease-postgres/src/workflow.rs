@@ -113,7 +113,7 @@ fn before(e: tokio_postgres::Error) -> StoreError {
 }
 
 fn stored_id(id: String) -> Result<JobId, StoreError> {
-    JobId::stored(id).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))
+    lease_ports::codec::job_id(id)
 }
 
 /// Fills the parents of each job of `jobs` whose row named any (`named`), in one request.

@@ -93,8 +93,7 @@ pub(crate) fn all(conn: &Connection) -> Result<Vec<(JobId, KeptCheckpoint)>, Sto
     rows.into_iter()
         .map(|(job, name, value, fence, at)| {
             let kept = lease_ports::codec::checkpoint(&job, name, value, fence, at)?;
-            let id = JobId::stored(job)
-                .map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))?;
+            let id = lease_ports::codec::job_id(job)?;
             Ok((id, kept))
         })
         .collect()

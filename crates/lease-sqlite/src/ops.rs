@@ -194,11 +194,7 @@ pub(crate) fn candidates(
 
 /// Job ids read back from the store, each checked.
 fn stored_ids(ids: Vec<String>) -> Result<Vec<JobId>, StoreError> {
-    ids.into_iter()
-        .map(|id| {
-            JobId::stored(id).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))
-        })
-        .collect()
+    ids.into_iter().map(lease_ports::codec::job_id).collect()
 }
 
 /// A page of candidates of a queue that limits its groups, leaving out the groups the loop
@@ -494,8 +490,7 @@ pub(crate) fn purge(
         .map_err(error::sql(conn))?;
     let mut purged = 0_u64;
     for id in ids {
-        let id = JobId::stored(id)
-            .map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))?;
+        let id = lease_ports::codec::job_id(id)?;
         let Some(job) = load(conn, &id)? else {
             continue;
         };

@@ -127,8 +127,7 @@ pub(crate) fn list(conn: &Connection, filter: &ListFilter) -> Result<Vec<JobReco
                     break;
                 };
                 let id: String = row.get(0).map_err(error::sql(conn))?;
-                let id = JobId::stored(id)
-                    .map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))?;
+                let id = lease_ports::codec::job_id(id)?;
                 let Some(job) = load(conn, &id)? else {
                     continue;
                 };

@@ -59,8 +59,7 @@ pub(crate) fn all(conn: &Connection) -> Result<Vec<(JobId, TraceContext)>, Store
     rows.into_iter()
         .map(|(job, parent, state)| {
             let trace = lease_ports::codec::trace(&job, &parent, state.as_deref())?;
-            let id = JobId::stored(job)
-                .map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))?;
+            let id = lease_ports::codec::job_id(job)?;
             Ok((id, trace))
         })
         .collect()

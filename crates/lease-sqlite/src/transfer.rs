@@ -1,7 +1,7 @@
 //! Export and import of every job, purge mark, queue setting and schedule, for `lease migrate`.
 
 use async_trait::async_trait;
-use lease_domain::{Fence, JobId};
+use lease_domain::JobId;
 use lease_ports::transfer::{Imported, Snapshot, TargetView, Transfer, plan_import};
 use lease_ports::{JobRecord, StoreError};
 use rusqlite::Connection;
@@ -18,12 +18,7 @@ fn ids(conn: &Connection) -> Result<Vec<JobId>, StoreError> {
         .prepare_cached(SELECT_ORDER)
         .and_then(|mut stmt| stmt.query_map([], |r| r.get(0))?.collect())
         .map_err(error::sql(conn))?;
-    texts
-        .into_iter()
-        .map(|t| {
-            JobId::stored(t).map_err(|e| StoreError::Corrupt(format!("stored job id: {e}").into()))
-        })
-        .collect()
+    texts.into_iter().map(lease_ports::codec::job_id).collect()
 }
 
 fn snapshot(conn: &Connection) -> Result<Snapshot, StoreError> {
@@ -41,11 +36,8 @@ fn snapshot(conn: &Connection) -> Result<Snapshot, StoreError> {
         })
         .map_err(error::sql(conn))?;
     for (id, fence) in marks {
-        let id =
-            JobId::stored(id).map_err(|e| StoreError::Corrupt(format!("purged id: {e}").into()))?;
-        let fence = Fence::try_from(fence).map_err(|f| {
-            StoreError::Corrupt(format!("purged job {id}: fence {f} is negative").into())
-        })?;
+        let id = lease_ports::codec::job_id(id)?;
+        let fence = lease_ports::codec::fence(fence, &format!("purged job {id}: fence"))?;
         snapshot.purged.push((id, fence));
     }
     snapshot.queues = crate::control::queues(conn)?;

@@ -37,10 +37,6 @@ const INSERT_PARENT: &str = "INSERT INTO lease_parents(child, parent, ord) VALUE
 
 const EXISTS: &str = "SELECT 1 FROM jobs WHERE id = ?1";
 
-fn corrupt_id(e: InputError) -> StoreError {
-    StoreError::Corrupt(format!("stored job id: {e}").into())
-}
-
 /// The parents of `child`, in the order first named.
 pub(crate) fn parents(conn: &Connection, child: &JobId) -> Result<Vec<JobId>, StoreError> {
     let mut stmt = conn
@@ -50,9 +46,7 @@ pub(crate) fn parents(conn: &Connection, child: &JobId) -> Result<Vec<JobId>, St
         .query_map([child.as_str()], |r| r.get(0))
         .and_then(Iterator::collect)
         .map_err(error::sql(conn))?;
-    ids.into_iter()
-        .map(|id| JobId::stored(id).map_err(corrupt_id))
-        .collect()
+    ids.into_iter().map(lease_ports::codec::job_id).collect()
 }
 
 /// The jobs that name `parent`, in id order after `after`, at most `limit`.
@@ -73,9 +67,7 @@ pub(crate) fn children(
         )
         .and_then(Iterator::collect)
         .map_err(error::sql(conn))?;
-    ids.into_iter()
-        .map(|id| JobId::stored(id).map_err(corrupt_id))
-        .collect()
+    ids.into_iter().map(lease_ports::codec::job_id).collect()
 }
 
 /// Refuses a batch whose workflow the domain refuses (a missing parent, a job naming
@@ -130,7 +122,7 @@ fn stands(conn: &Connection, child: &JobId) -> Result<Vec<(JobId, Option<Status>
         .map_err(error::sql(conn))?;
     rows.into_iter()
         .map(|(parent, done, finished)| {
-            let parent = JobId::stored(parent).map_err(corrupt_id)?;
+            let parent = lease_ports::codec::job_id(parent)?;
             let stands = lease_ports::codec::parent_end(&parent, done, finished.as_deref())?;
             Ok((parent, stands))
         })
@@ -191,7 +183,7 @@ fn waiting_on(conn: &Connection, parent: &JobId) -> Result<Vec<Waiting>, StoreEr
         .map_err(error::sql(conn))?;
     let mut waiting = Vec::with_capacity(ids.len());
     for id in ids {
-        let id = JobId::stored(id).map_err(corrupt_id)?;
+        let id = lease_ports::codec::job_id(id)?;
         let Some(job) = load(conn, &id)? else {
             continue;
         };
