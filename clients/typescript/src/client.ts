@@ -325,6 +325,7 @@ export class LeaseClient {
 
   // ----- admin -----
 
+  /** Cancels a waiting, pending, running or dead job (a dead one keeps its record and error, and frees its ordered group). */
   async cancel(id: string): Promise<void> {
     await this.ok(this.api.POST('/v1/jobs/{id}/cancel', { params: { path: { id } }, body: {} }));
   }

@@ -43,6 +43,18 @@ export interface Job {
   checkpoints(): Promise<Map<string, string>>;
   /** `Lease-Job` and `Lease-Fence`, for a write to an HTTP resource guarded by the fence. */
   guardHeaders(): Record<'Lease-Job' | 'Lease-Fence', string>;
+  /**
+   * The W3C trace context the job was enqueued with, or null: read with the attempt when the
+   * worker has a `tracer`, else from the server the first time it is asked (propagation does
+   * not depend on export, so a handler with an SDK of its own can continue the job's trace).
+   */
+  traceContext(): Promise<TraceContext | null>;
+}
+
+/** A job's stored W3C trace context. */
+export interface TraceContext {
+  readonly traceparent: string;
+  readonly tracestate: string | null;
 }
 
 /** Why a job's signal fired. */
@@ -122,6 +134,8 @@ export class Worker {
   private readonly stopping = new AbortController();
   private readonly draining = new AbortController();
   private readonly jobs = new Map<string, AbortController>();
+  /** The trace context a traced attempt read, by job, while the attempt runs. */
+  private readonly traces = new Map<string, TraceContext | null>();
   private started = 0;
   private readonly summary: Summary = { completed: 0, failed: 0, lost: 0 };
 
@@ -268,6 +282,7 @@ export class Worker {
     let enqueued: SpanContext | undefined;
     try {
       const view = await this.client.job(lease.id);
+      this.traces.set(lease.id, view.traceparent ? { traceparent: view.traceparent, tracestate: view.tracestate ?? null } : null);
       const parts = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/.exec(view.traceparent ?? '');
       if (parts !== null) {
         enqueued = {
@@ -364,6 +379,7 @@ export class Worker {
       clearInterval(heartbeat);
       if (timer !== undefined) clearTimeout(timer);
       this.jobs.delete(lease.id);
+      this.traces.delete(lease.id);
     }
   }
 

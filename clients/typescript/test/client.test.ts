@@ -2,7 +2,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { LeaseClient, LeaseError } from '../src/index.js';
-import { STORES, suiteServer } from './harness.js';
+import { STORES, suiteServer, unique } from './harness.js';
 
 for (const kind of STORES) {
   describe(`the client (${kind})`, () => {
@@ -83,6 +83,24 @@ for (const kind of STORES) {
     test('a wrong key is refused as unauthorized', async () => {
       const stranger = new LeaseClient({ url: s.served.url, apiKey: 'lease_not-a-key', keys: null });
       await assert.rejects(stranger.stats(), (e: unknown) => e instanceof LeaseError && e.status === 401 && e.reason === 'unauthorized');
+    });
+
+    test('a dead job is cancelled, keeping its error, and frees its ordered group', async () => {
+      const queue = unique('dead');
+      await s.client.enqueue(queue, { id: 'd1', extra: { group: 'acct' } });
+      await s.client.enqueue(queue, { id: 'd2', extra: { group: 'acct' } });
+      await s.client.setLimits(queue, { ordered: true });
+      const [held] = (await s.client.claimNext(queue, { ttl: 30 })).leases;
+      assert.ok(held);
+      await s.client.fail(held, 'bad invoice', { retry: false });
+      assert.equal((await s.client.job('d1')).status, 'dead');
+      assert.equal((await s.client.claimNext(queue, { ttl: 30 })).leases.length, 0, 'the dead job holds its group');
+      await s.client.cancel('d1');
+      const ended = await s.client.job('d1');
+      assert.equal(ended.status, 'cancelled');
+      assert.equal(ended.error, 'bad invoice');
+      await assert.rejects(s.client.cancel('d1'), (e: unknown) => e instanceof LeaseError && e.reason === 'cancelled');
+      assert.deepEqual((await s.client.claimNext(queue, { ttl: 30 })).leases.map((l) => l.id), ['d2']);
     });
 
     test('the admin and overview routes answer', async () => {

@@ -205,6 +205,30 @@ describe('traces', () => {
     });
   }
 
+  for (const kind of STORES) {
+    test(`${kind}: a worker without a tracer still gives its handler the job's trace context`, async () => {
+      const served = await Served.start(kind);
+      try {
+        const client = new LeaseClient({ url: served.url, apiKey: served.key, keys: null });
+        const queue = unique('untraced');
+        const parent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+        await client.enqueue(queue, { id: 'traced', extra: { traceparent: parent } });
+        await client.enqueue(queue, { id: 'plain' });
+        const seen = new Map<string, unknown>();
+        const worker = new Worker(client, async (job) => {
+          seen.set(job.id, await job.traceContext());
+          // Asked twice, read once: the same answer.
+          assert.deepEqual(await job.traceContext(), seen.get(job.id));
+        }, { queue, owner: 'w', maxJobs: 2, handleSignals: false });
+        assert.deepEqual(await worker.run(), { completed: 2, failed: 0, lost: 0 });
+        assert.deepEqual(seen.get('traced'), { traceparent: parent, tracestate: null });
+        assert.equal(seen.get('plain'), null);
+      } finally {
+        await served.stop();
+      }
+    });
+  }
+
   test('a retry is a trace of its own, linked to the enqueuing span', async () => {
     const served = await Served.start('sqlite');
     try {

@@ -146,7 +146,7 @@ impl SpecFlags {
                 .map(Ttl::new)
                 .transpose()
                 .map_err(|e| RequestError::Flag(format!("--debounce: {e}")))?,
-            trace: trace_from_env()?,
+            trace: trace_from_env(),
         })
     }
 }
@@ -155,24 +155,96 @@ impl SpecFlags {
 /// the environment, as a program run inside a trace gets it (`lease work` sets them for its
 /// programs); `None` when `TRACEPARENT` is unset or empty.
 ///
-/// # Errors
-/// [`RequestError::Flag`] naming the variable and what is wrong with its value.
-pub(crate) fn trace_from_env() -> Result<Option<lease_domain::TraceContext>, RequestError> {
-    let Some(parent) = std::env::var_os("TRACEPARENT").filter(|v| !v.is_empty()) else {
-        return Ok(None);
+/// The environment is not the caller's explicit word: as W3C Trace Context has a receiver do,
+/// a malformed `TRACEPARENT` is ignored (with one warning on stderr) and the job is enqueued
+/// without a context, and a malformed `TRACESTATE` beside a good `TRACEPARENT` is dropped
+/// alone. A broken tracer upstream never stops work.
+pub(crate) fn trace_from_env() -> Option<lease_domain::TraceContext> {
+    let parent = std::env::var_os("TRACEPARENT").filter(|v| !v.is_empty())?;
+    let state = std::env::var_os("TRACESTATE").filter(|v| !v.is_empty());
+    let (trace, ignored) = read_trace(&parent, state.as_deref());
+    if let Some(why) = ignored {
+        eprintln!("lease: warning: {why}");
+    }
+    trace
+}
+
+/// The context `TRACEPARENT` and `TRACESTATE` give, and what was ignored of them and why.
+fn read_trace(
+    parent: &std::ffi::OsStr,
+    state: Option<&std::ffi::OsStr>,
+) -> (Option<lease_domain::TraceContext>, Option<String>) {
+    let ignored = |why: String| {
+        format!(
+            "TRACEPARENT from the environment ignored ({why}); enqueued without a trace context"
+        )
     };
-    let parent = parent
-        .into_string()
-        .map_err(|_| RequestError::Flag("TRACEPARENT: not UTF-8".to_owned()))?;
-    let state = std::env::var_os("TRACESTATE")
-        .map(|s| {
-            s.into_string()
-                .map_err(|_| RequestError::Flag("TRACESTATE: not UTF-8".to_owned()))
-        })
-        .transpose()?;
-    lease_domain::TraceContext::new(&parent, state.as_deref())
-        .map(Some)
-        .map_err(|e| RequestError::Flag(format!("TRACEPARENT/TRACESTATE: {e}")))
+    let Some(parent) = parent.to_str() else {
+        return (None, Some(ignored("not UTF-8".to_owned())));
+    };
+    let alone = match lease_domain::TraceContext::new(parent, None) {
+        Ok(alone) => alone,
+        Err(e) => return (None, Some(ignored(e.to_string()))),
+    };
+    let Some(state) = state else {
+        return (Some(alone), None);
+    };
+    let with_state = state
+        .to_str()
+        .ok_or_else(|| "not UTF-8".to_owned())
+        .and_then(|s| lease_domain::TraceContext::new(parent, Some(s)).map_err(|e| e.to_string()));
+    match with_state {
+        Ok(both) => (Some(both), None),
+        Err(why) => (
+            Some(alone),
+            Some(format!(
+                "TRACESTATE from the environment ignored ({why}); enqueued with TRACEPARENT alone"
+            )),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod trace_env_tests {
+    use super::read_trace;
+    use std::ffi::OsStr;
+
+    const GOOD: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn a_malformed_traceparent_is_ignored_with_a_warning_naming_it() {
+        for bad in [
+            "garbage",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+        ] {
+            let (trace, why) = read_trace(OsStr::new(bad), Some(OsStr::new("a=b")));
+            assert_eq!(trace, None, "{bad}");
+            let why = why.expect("a warning");
+            assert!(
+                why.starts_with("TRACEPARENT from the environment ignored"),
+                "{why}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_malformed_tracestate_is_dropped_alone() {
+        let (trace, why) = read_trace(OsStr::new(GOOD), Some(OsStr::new("\u{7f}bad")));
+        let trace = trace.expect("the traceparent is kept");
+        assert_eq!((trace.traceparent(), trace.tracestate()), (GOOD, None));
+        assert!(why.expect("a warning").starts_with("TRACESTATE"));
+    }
+
+    #[test]
+    fn a_good_context_is_kept_whole_without_a_warning() {
+        let (trace, why) = read_trace(OsStr::new(GOOD), Some(OsStr::new("k=v")));
+        let trace = trace.expect("kept");
+        assert_eq!(
+            (trace.traceparent(), trace.tracestate()),
+            (GOOD, Some("k=v"))
+        );
+        assert_eq!(why, None);
+    }
 }
 
 /// A `--group` flag's value, checked.

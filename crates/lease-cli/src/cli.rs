@@ -106,7 +106,8 @@ pub(crate) enum Command {
     /// Report a failure of the live current lease: retried after a backoff while attempts
     /// remain, else dead.
     Fail(crate::leases::FailArgs),
-    /// Cancel a pending or running job; its holder's later writes are refused.
+    /// Cancel a waiting, pending, running or dead job (a dead one keeps its record and error,
+    /// and frees its ordered group); its holder's later writes are refused.
     Cancel(crate::jobs::CancelArgs),
     /// Put a dead or cancelled job back to pending with fresh attempts (its fence goes on).
     Retry(crate::jobs::RetryArgs),

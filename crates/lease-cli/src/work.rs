@@ -380,7 +380,7 @@ async fn run_program(
     let marker = processes::next_marker();
     let pipe = ProgressPipe::open(fifos.path(), &marker, &job, say.clone())?;
     let mut hold = ProgressPipe::hold(fifos.path(), &marker, &job, say.clone())?;
-    let mut steps = ProgressPipe::checkpoint(fifos.path(), &marker, &job, say)?;
+    let mut steps = ProgressPipe::checkpoint(fifos.path(), &marker, &job, say.clone())?;
     let mut program_command = Command::new(program);
     if let Some(timeout) = job.timeout {
         program_command.env("LEASE_TIMEOUT", timeout.get().to_string());

@@ -6,6 +6,8 @@
 
 #[path = "common/checkpoint_cli.rs"]
 mod checkpoint_cli;
+#[path = "common/ordered_cli.rs"]
+mod ordered_cli;
 #[path = "common/stdin.rs"]
 mod stdin;
 #[path = "common/trace_cli.rs"]
@@ -1545,6 +1547,20 @@ fn the_checkpoint_command_keeps_a_holders_steps_under_its_fence() {
 fn enqueue_keeps_the_trace_context_of_its_environment() {
     let (_dir, db) = fresh_db();
     trace_cli::enqueue_keeps_the_trace_context_of_its_environment(db.to_str().unwrap());
+}
+
+#[test]
+fn a_program_gets_its_jobs_trace_context_without_an_exporter() {
+    let (_dir, db) = fresh_db();
+    trace_cli::a_program_gets_its_jobs_trace_context_without_an_exporter(db.to_str().unwrap());
+}
+
+#[test]
+fn a_dead_job_is_cancelled_keeping_its_error_and_frees_its_ordered_group() {
+    let (_dir, db) = fresh_db();
+    ordered_cli::a_dead_job_is_cancelled_keeping_its_error_and_frees_its_ordered_group(
+        db.to_str().unwrap(),
+    );
 }
 
 /// The files `lease work` writes for a run (its parents and checkpoints) are removed when

@@ -924,6 +924,41 @@ async fn hostile_job_ids_results_and_payloads_render_as_text_a_sealed_payload_an
             .await,
         json!(true)
     );
+    // A dead job can be cancelled from its page (it keeps its record, and frees its group).
+    let (code, body) = server.call(
+        "POST",
+        "/v1/queues/dead/jobs",
+        &[("Authorization", &auth)],
+        &json!({"id": "buried"}).to_string(),
+    );
+    assert_eq!(code, 201, "{body}");
+    let (code, body) = server.call(
+        "POST",
+        "/v1/queues/dead/claims",
+        &[("Authorization", &auth)],
+        &json!({"ttl": 60, "owner": "ops"}).to_string(),
+    );
+    assert_eq!(code, 200, "{body}");
+    let lease = &body["leases"][0];
+    let (code, body) = server.call(
+        "POST",
+        "/v1/jobs/buried/fail",
+        &[
+            ("Authorization", &auth),
+            ("Lease-Token", lease["lease_token"].as_str().unwrap()),
+        ],
+        &json!({"fence": lease["fence"], "error": "bad invoice", "retry": false}).to_string(),
+    );
+    assert_eq!(code, 200, "{body}");
+    session.visit("#/job/buried").await;
+    session.job_page("buried").await;
+    assert_eq!(
+        session
+            .eval("!document.getElementById('cancel-job').disabled && !document.getElementById('retry-job').disabled")
+            .await,
+        json!(true),
+        "a dead job's cancel and retry buttons are enabled"
+    );
     session.close().await;
 }
 

@@ -5,6 +5,8 @@
 
 #[path = "common/checkpoint_cli.rs"]
 mod checkpoint_cli;
+#[path = "common/ordered_cli.rs"]
+mod ordered_cli;
 #[path = "common/stdin.rs"]
 mod stdin;
 #[path = "common/trace_cli.rs"]
@@ -778,4 +780,18 @@ fn enqueue_keeps_the_trace_context_of_its_environment_on_postgres() {
     let db = ScratchDatabase::create();
     ok(&run(db.url(), &["init"]));
     trace_cli::enqueue_keeps_the_trace_context_of_its_environment(db.url());
+}
+
+#[test]
+fn a_program_gets_its_jobs_trace_context_without_an_exporter_on_postgres() {
+    let db = ScratchDatabase::create();
+    ok(&run(db.url(), &["init"]));
+    trace_cli::a_program_gets_its_jobs_trace_context_without_an_exporter(db.url());
+}
+
+#[test]
+fn a_dead_job_is_cancelled_keeping_its_error_and_frees_its_ordered_group_on_postgres() {
+    let db = ScratchDatabase::create();
+    ok(&run(db.url(), &["init"]));
+    ordered_cli::a_dead_job_is_cancelled_keeping_its_error_and_frees_its_ordered_group(db.url());
 }

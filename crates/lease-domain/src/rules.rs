@@ -732,7 +732,9 @@ pub fn decide_fail(
 }
 
 /// Decides a cancel: a waiting, pending or running job becomes cancelled at once (its holder's later
-/// writes are refused as `Cancelled`); done, dead and cancelled jobs are refused.
+/// writes are refused as `Cancelled`); so does a dead one, keeping its record and last error, so
+/// an operator can end a job that must not run again without purging it (a cancelled job frees
+/// its ordered group, where a dead one holds it). Done and cancelled jobs are refused.
 ///
 /// # Errors
 /// The [`WriteRefused`] reason; the stored job must then be left as it is.
@@ -742,9 +744,8 @@ pub fn decide_cancel(current: Option<&Job>, now: Timestamp) -> Result<Job, Write
         Status::Done => Err(WriteRefused::Done {
             result_fence: job.result_fence,
         }),
-        Status::Dead => Err(WriteRefused::Dead),
         Status::Cancelled => Err(WriteRefused::Cancelled),
-        Status::Waiting | Status::Pending | Status::Running => Ok(Job {
+        Status::Waiting | Status::Pending | Status::Running | Status::Dead => Ok(Job {
             ended: Some(Ended::Cancelled),
             waiting: false,
             updated: Some(now),

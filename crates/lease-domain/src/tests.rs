@@ -919,12 +919,45 @@ fn cancel_stops_pending_and_running_jobs_and_refuses_finished_ones() {
         decide_cancel(Some(&cancelled), at(1.0)),
         Err(WriteRefused::Cancelled)
     );
-    let dead = Job {
-        ended: Some(Ended::Dead),
-        ..Job::new()
-    };
-    assert_eq!(decide_cancel(Some(&dead), at(1.0)), Err(WriteRefused::Dead));
     assert_eq!(decide_cancel(None, at(1.0)), Err(WriteRefused::Missing));
+}
+
+#[test]
+fn cancelling_a_dead_job_ends_it_cancelled_keeping_its_record_and_error() {
+    let buried = Job {
+        ended: Some(Ended::Dead),
+        attempts: 3,
+        error: Some("smtp timeout".into()),
+        ..held("w", 3, 100.0)
+    };
+    // A job whose last allowed lease expired is dead before any claim buries it.
+    let expired = Job {
+        attempts: 3,
+        max_attempts: 3,
+        ..held("w", 3, 10.0)
+    };
+    assert_eq!(expired.status_at(at(20.0)), Status::Dead);
+    for dead in [buried, expired] {
+        let cancelled = decide_cancel(Some(&dead), at(20.0)).unwrap();
+        assert_eq!(cancelled.status_at(at(20.0)), Status::Cancelled);
+        assert_eq!(cancelled.ended, Some(Ended::Cancelled));
+        assert_eq!(
+            (cancelled.fence, cancelled.attempts, cancelled.error.clone()),
+            (dead.fence, dead.attempts, dead.error.clone()),
+            "the record and its last error are kept"
+        );
+        assert_eq!(cancelled.updated, Some(at(20.0)));
+        assert!(
+            !cancelled.bears_on_group(at(20.0)),
+            "a cancelled job frees its group"
+        );
+        assert!(dead.bears_on_group(at(20.0)), "a dead job holds its group");
+        assert_eq!(
+            decide_cancel(Some(&cancelled), at(21.0)),
+            Err(WriteRefused::Cancelled),
+            "cancelled once"
+        );
+    }
 }
 
 #[test]

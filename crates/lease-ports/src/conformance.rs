@@ -2751,6 +2751,86 @@ pub async fn an_ordered_group_runs_one_job_at_a_time_in_claim_order(store: Contr
     assert_eq!(ids(&next(&lease_store, "q", "w", 21.0, 10).await), ["g4"]);
 }
 
+/// A dead job holds its ordered group; cancelling it ends it as cancelled, keeping its record,
+/// attempts and last error, and frees the group for its next job (the operator's way to skip a
+/// job that must not run again without purging it). A job buried by an expired last lease is
+/// dead before any claim writes it so, and is cancelled the same way.
+pub async fn cancelling_a_dead_job_keeps_its_record_and_frees_its_ordered_group(
+    store: ControlStore,
+) {
+    let lease_store: Store = store.clone();
+    for id in ["g1", "g2", "g3"] {
+        enqueued_with(&lease_store, id, &grouped("q", "g")).await;
+    }
+    let once = EnqueueSpec {
+        max_attempts: Some(1),
+        ..grouped("q", "h")
+    };
+    for id in ["h1", "h2"] {
+        enqueued_with(&lease_store, id, &once).await;
+    }
+    limit(
+        &store,
+        "q",
+        Limits {
+            ordered: Some(true),
+            ..Limits::default()
+        },
+    )
+    .await;
+    let first = next(&lease_store, "q", "w", 1.0, 10).await;
+    assert_eq!(ids(&first), ["g1", "h1"]);
+    let boom = ErrorText::new("boom").expect("valid error");
+    store
+        .fail(
+            &job("g1"),
+            &owner("w"),
+            first[0].fence,
+            at(2.0),
+            &boom,
+            Retry::No,
+        )
+        .await
+        .expect("fail reaches the store")
+        .expect("fail is granted");
+    // h1's only lease ends at 11 without a report: dead from then on, buried or not.
+    assert_eq!(status(&lease_store, &job("g1"), 12.0).await, Status::Dead);
+    assert_eq!(status(&lease_store, &job("h1"), 12.0).await, Status::Dead);
+    assert!(next(&lease_store, "q", "w", 12.0, 10).await.is_empty());
+    cancel_granted(&lease_store, &job("g1"), 13.0).await;
+    cancel_granted(&lease_store, &job("h1"), 13.0).await;
+    let record = lease_store
+        .record(&job("g1"))
+        .await
+        .expect("record reads")
+        .expect("a cancelled job keeps its record");
+    assert_eq!(record.job.status_at(at(14.0)), Status::Cancelled);
+    assert_eq!(record.job.error.as_deref(), Some("boom"));
+    assert_eq!((record.job.fence, record.job.attempts), (first[0].fence, 1));
+    assert_eq!(
+        lease_store
+            .cancel(&job("g1"), at(14.0))
+            .await
+            .expect("cancel reaches the store"),
+        Err(WriteRefused::Cancelled),
+        "a job is cancelled once"
+    );
+    let then = next(&lease_store, "q", "w", 15.0, 10).await;
+    assert_eq!(ids(&then), ["g2", "h2"], "both groups are free again");
+    // A late write of the dead run's holder stays refused.
+    let late = lease_store
+        .complete(
+            &job("h1"),
+            &owner("w"),
+            first[1].fence,
+            at(16.0),
+            &result("late"),
+        )
+        .await
+        .expect("complete reaches the store");
+    assert_eq!(late, Err(WriteRefused::Cancelled));
+}
+
 /// Fair claims serve the groups in turn, the group served least recently first, whatever
 /// their backlog and priority: the jobs without a group first, then one lease a group per
 /// turn, round the groups; a group enqueued later is served by the next claim; the group
@@ -3057,6 +3137,7 @@ macro_rules! conformance_tests {
             a_job_keeps_its_group_and_its_lease_carries_it,
             a_per_group_limit_bounds_each_groups_live_leases_under_racing_claims,
             an_ordered_group_runs_one_job_at_a_time_in_claim_order,
+            cancelling_a_dead_job_keeps_its_record_and_frees_its_ordered_group,
             a_paused_group_leases_nothing_while_the_queues_other_groups_run,
             fair_claims_serve_the_groups_in_turn_whatever_their_backlog,
             group_loads_show_the_busiest_groups_running_and_waiting,

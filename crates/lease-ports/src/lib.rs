@@ -695,7 +695,7 @@ pub trait LeaseStore: Send + Sync {
         outcome_as(self.apply(job, command, None).await?.outcome)
     }
 
-    /// Cancels a pending or running job, as decided by [`lease_domain::decide_cancel`].
+    /// Cancels a waiting, pending, running or dead job, as decided by [`lease_domain::decide_cancel`].
     async fn cancel(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
         outcome_as(self.apply(job, Command::Cancel(now), None).await?.outcome)
     }

@@ -414,6 +414,23 @@ impl StoreCore {
         )
     }
 
+    /// The W3C trace context the job was enqueued with: ``{"traceparent": ..., "tracestate":
+    /// ...}`` (``tracestate`` None when it came without one), or None for a job enqueued
+    /// outside a trace or gone. Read apart from the job, as every store keeps it.
+    #[pyo3(signature = (job_id))]
+    fn trace(&self, py: Python<'_>, job_id: &str) -> PyResult<Pending> {
+        let id = to_py(py, values::job_id(job_id))?;
+        let store = self.store(py)?;
+        self.call(
+            py,
+            async move { Ok(store.trace(&id).await?) },
+            |py, trace| match trace {
+                Some(trace) => values::trace_dict(py, &trace)?.into_py_any(py),
+                None => Ok(py.None()),
+            },
+        )
+    }
+
     /// Stores ``text`` (up to 1,024 bytes) as the job's progress, only for the live current
     /// lease; with ``ttl`` the lease is renewed to ``now + ttl``, without it the lease keeps
     /// its end.
@@ -550,7 +567,8 @@ impl StoreCore {
         )
     }
 
-    /// Cancels a pending or running job; its holder's later writes are refused.
+    /// Cancels a waiting, pending, running or dead job (a dead one keeps its record and
+    /// error, and frees its ordered group); its holder's later writes are refused.
     #[pyo3(signature = (job_id, *, now = None))]
     fn cancel(&self, py: Python<'_>, job_id: &str, now: Option<f64>) -> PyResult<Pending> {
         let (id, now) = to_py(py, job_at(job_id, now))?;

@@ -793,6 +793,17 @@ pub(crate) fn checkpoint(name: &str, value: &str) -> Outcome<lease_domain::Check
     })
 }
 
+/// A job's trace context as Python sees it: ``{"traceparent": ..., "tracestate": ...}``.
+pub(crate) fn trace_dict<'py>(
+    py: Python<'py>,
+    trace: &lease_domain::TraceContext,
+) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    let shown = pyo3::types::PyDict::new(py);
+    shown.set_item("traceparent", trace.traceparent())?;
+    shown.set_item("tracestate", trace.tracestate())?;
+    Ok(shown)
+}
+
 /// A job's checkpoints as Python sees them: ``{name: value}`` in name order.
 pub(crate) fn checkpoints_dict<'py>(
     py: Python<'py>,

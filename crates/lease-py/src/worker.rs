@@ -33,10 +33,25 @@ pub(crate) struct Job {
     cancel: CancellationToken,
     timeout: Option<f64>,
     group: Option<String>,
-    /// The trace context the job was enqueued with, read when the worker traces.
-    trace: Option<lease_domain::TraceContext>,
+    /// The trace context the job was enqueued with: read as the attempt starts when the
+    /// worker traces, else from the store the first time the handler asks.
+    trace: std::sync::OnceLock<Option<lease_domain::TraceContext>>,
     /// The lease's context: its holder's writes (progress, a hold of the group) go through it.
     context: JobContext,
+}
+
+impl Job {
+    /// The job's trace context, read from the store once, when first asked.
+    fn enqueued_trace(&self, py: Python<'_>) -> PyResult<Option<&lease_domain::TraceContext>> {
+        if let Some(known) = self.trace.get() {
+            return Ok(known.as_ref());
+        }
+        let runtime = to_py(py, runtime())?;
+        let context = self.context.clone();
+        let read = py.detach(|| runtime.block_on(context.enqueued_trace()));
+        let read = to_py(py, read.map_err(Into::into))?;
+        Ok(self.trace.get_or_init(|| read).as_ref())
+    }
 }
 
 #[pymethods]
@@ -114,21 +129,21 @@ impl Job {
         self.group.clone()
     }
 
-    /// The W3C ``traceparent`` the job was enqueued with, when the worker traces (``tracer``)
-    /// and the job has one.
+    /// The W3C ``traceparent`` the job was enqueued with, if it has one, with or without a
+    /// ``tracer`` (propagation does not depend on export): read with the attempt when the
+    /// worker traces, else from the store the first time it is asked (with the interpreter
+    /// released; a handler that never asks pays nothing).
     #[getter]
-    fn traceparent(&self) -> Option<&str> {
-        self.trace
-            .as_ref()
-            .map(lease_domain::TraceContext::traceparent)
+    fn traceparent(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        Ok(self.enqueued_trace(py)?.map(|t| t.traceparent().to_owned()))
     }
 
     /// The W3C ``tracestate`` that came with :attr:`traceparent`, if any.
     #[getter]
-    fn tracestate(&self) -> Option<&str> {
-        self.trace
-            .as_ref()
-            .and_then(lease_domain::TraceContext::tracestate)
+    fn tracestate(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        Ok(self
+            .enqueued_trace(py)?
+            .and_then(|t| t.tracestate().map(str::to_owned)))
     }
 
     /// Stores `text` (up to 1,024 bytes) as the job's progress under this lease's fence, and
@@ -288,7 +303,11 @@ fn call_handler(handler: &Py<PyAny>, context: JobContext) -> HandlerResult {
             cancel: context.cancel.clone(),
             timeout: context.timeout.map(Ttl::get),
             group: context.group.as_ref().map(|g| g.as_str().to_owned()),
-            trace: context.trace.clone(),
+            trace: context
+                .trace
+                .clone()
+                .map(|known| std::sync::OnceLock::from(Some(known)))
+                .unwrap_or_default(),
             context: context.clone(),
         };
         let answer = handler.call1(py, (job,)).map_err(|e| error_text(py, &e))?;

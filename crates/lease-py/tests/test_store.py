@@ -55,6 +55,10 @@ def test_a_failure_is_retried_then_dead_and_cancel_and_retry_work(store):
     dead = store.fail("j", A, two.fence, "boom again")
     assert dead.status == "dead"
     assert store.record("j").error == "boom again"
+    # A dead job can be cancelled: it keeps its record and last error; retry revives it.
+    assert store.cancel("j")
+    ended = store.record("j")
+    assert (ended.status, ended.error, ended.attempts) == ("cancelled", "boom again", 2)
     assert store.retry("j")
     assert store.record("j").status == "pending"
     assert store.cancel("j")

@@ -109,22 +109,30 @@ def test_a_traceparent_given_is_kept_and_a_bad_one_is_refused_with_nothing_store
     assert seen == {"given": (PARENT, "vendor=1"), "batch": (PARENT, None)}
 
 
-def test_outside_a_span_no_trace_is_kept_and_without_a_tracer_none_is_read(store, spans):
+def test_outside_a_span_no_trace_is_kept_and_without_a_tracer_the_handler_still_reads_it(
+    store, spans
+):
     tracer, exporter = spans
     assert store.enqueue("plain", queue="a")
-    with tracer.start_as_current_span("produce"):
+    with tracer.start_as_current_span("produce") as produce:
         assert store.enqueue("traced", queue="b")
+    producer = produce.get_span_context()
+    enqueued = f"00-{producer.trace_id:032x}-{producer.span_id:016x}-01"
+    # The store shows what it keeps, and None for a job without one or no job at all.
+    assert store.trace("traced") == {"traceparent": enqueued, "tracestate": None}
+    assert store.trace("plain") is None and store.trace("nobody") is None
     seen = {}
 
     def handler(job):
-        seen[job.id] = job.traceparent
+        seen[job.id] = (job.traceparent, job.tracestate)
 
-    # Without a tracer the worker reads no job's context (and makes no span).
+    # Without a tracer the worker makes no span, but propagation does not depend on export:
+    # the handler reads its job's context when it asks, to continue the trace in its own SDK.
     lease.Worker(store, handler, queue="b", max_jobs=1, idle_poll=0.01).run()
-    assert seen == {"traced": None}
+    assert seen == {"traced": (enqueued, None)}
     assert exporter.get_finished_spans()[-1].name == "produce"
     # A job enqueued outside any span has no context: its attempt is a trace of its own.
     run(store, handler, tracer, 1, queue="a")
-    assert seen["plain"] is None
+    assert seen["plain"] == (None, None)
     (attempt,) = [s for s in exporter.get_finished_spans() if s.name == "lease.attempt"]
     assert attempt.parent is None and not attempt.links

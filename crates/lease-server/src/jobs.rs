@@ -83,6 +83,16 @@ pub(crate) struct EnqueueBody {
     pub(crate) tracestate: Option<String>,
 }
 
+/// What W3C Trace Context forbids in a `traceparent` that a pattern without look-ahead cannot
+/// say: a trace id or a parent id of all zeros. Each body field that takes a `traceparent` has
+/// it as the `not` of its schema in the document, so a client generated from the document never
+/// sends one, and the handler refuses the same (422).
+pub(crate) const ZERO_TRACE_IDS: &str = r#"{"type": "string", "pattern": "^00-(0{32}-[0-9a-f]{16}|[0-9a-f]{32}-0{16})-", "description": "a trace id or a parent id of all zeros, which W3C Trace Context says is invalid"}"#;
+
+/// The body fields that take a `traceparent`: (component, field).
+pub(crate) const TRACEPARENT_FIELDS: [(&str, &str); 2] =
+    [("EnqueueBody", "traceparent"), ("BatchJob", "traceparent")];
+
 /// The rules of a body that tie one field to another, which utoipa cannot declare on a type:
 /// each is the `not` of its component's schema in the document (so it is both documented and
 /// checked), and the handler refuses the same with a message of its own.
@@ -598,7 +608,7 @@ pub(crate) async fn admin_write(app: &App, id: String, body: AdminBody, retry: b
         (status = 200, description = "Cancelled: its holder's writes are refused from now on", body = OkBody, links(
             ("retry" = (operation_id = "retry", parameters(("path.id" = "$request.path.id")))),
         )),
-        (status = "4XX", description = "Refused: 404, 409 done/cancelled/dead", body = ProblemBody, content_type = "application/problem+json"),
+        (status = "4XX", description = "Refused: 404, 409 done/cancelled (a dead job is cancelled, keeping its record and error)", body = ProblemBody, content_type = "application/problem+json"),
     ),
 )]
 pub(crate) async fn cancel(

@@ -322,6 +322,18 @@ fn served_document(client_clock: bool) -> serde_json::Value {
             schema.insert("not".to_owned(), rule);
         }
     }
+    for (component, field) in jobs::TRACEPARENT_FIELDS {
+        if let (Some(schema), Ok(rule)) = (
+            document
+                .pointer_mut(&format!(
+                    "/components/schemas/{component}/properties/{field}"
+                ))
+                .and_then(serde_json::Value::as_object_mut),
+            serde_json::from_str::<serde_json::Value>(jobs::ZERO_TRACE_IDS),
+        ) {
+            schema.insert("not".to_owned(), rule);
+        }
+    }
     if !client_clock {
         strip_caller_clock(&mut document);
     }

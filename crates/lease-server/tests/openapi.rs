@@ -134,3 +134,31 @@ fn a_standard_validator_accepts_the_document() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A body's `traceparent` is exact in the document: the server refuses a trace id or a parent
+/// id of all zeros (W3C says they are invalid), so the document refuses them too, and a client
+/// or a generator that follows the document never sends one; a valid one and none are taken.
+#[test]
+fn the_document_refuses_the_all_zero_trace_ids_the_server_refuses() {
+    let doc: Value = serde_json::from_str(&lease_server::openapi_json()).unwrap();
+    let zero_trace = format!("00-{}-00f067aa0ba902b7-01", "0".repeat(32));
+    let zero_parent = format!("00-4bf92f3577b34da6a3ce929d0e0e4736-{}-01", "0".repeat(16));
+    let all_zero = format!("00-{}-{}-00", "0".repeat(32), "0".repeat(16));
+    let valid = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    // Zeros elsewhere are fine: only an id that is all zeros is not.
+    let mostly_zero = format!("00-{}1-{}1-00", "0".repeat(31), "0".repeat(15));
+    for component in ["EnqueueBody", "BatchJob"] {
+        let field = &doc["components"]["schemas"][component]["properties"]["traceparent"];
+        let schema = jsonschema::validator_for(field).unwrap();
+        for bad in [&zero_trace, &zero_parent, &all_zero] {
+            assert!(
+                !schema.is_valid(&Value::from(bad.as_str())),
+                "{component}: {bad}"
+            );
+        }
+        for good in [valid, mostly_zero.as_str()] {
+            assert!(schema.is_valid(&Value::from(good)), "{component}: {good}");
+        }
+        assert!(schema.is_valid(&Value::Null), "{component}: none given");
+    }
+}

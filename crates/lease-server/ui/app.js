@@ -505,8 +505,9 @@ function renderJob(job) {
   else if (typeof job.payload_base64 === 'string') {
     field(list, 'Payload', `${num(base64Size(job.payload_base64))} bytes (not UTF-8 text)`);
   } else field(list, 'Payload', null);
-  const open = job.status === 'waiting' || job.status === 'pending' || job.status === 'running';
-  $('cancel-job').disabled = !open;
+  // A dead job can be cancelled too: it keeps its record and error, and frees its ordered group.
+  const cancellable = ['waiting', 'pending', 'running', 'dead'].includes(job.status);
+  $('cancel-job').disabled = !cancellable;
   $('retry-job').disabled = !(job.status === 'dead' || job.status === 'cancelled');
 }
 

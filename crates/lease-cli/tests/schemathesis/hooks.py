@@ -8,14 +8,18 @@ as drawn, so the server's refusal of it is still checked. Long polls themselves 
 crates/lease-server/tests/api.rs.
 
 In the stateful phase, which follows the document's links from an enqueue to a claim and from
-a claim to its lease's writes (renew, progress, complete, fail, release, with the lease's
-token), a claim asks for a lease long enough for the next steps to find it live (300 s, within
+a claim to its lease's writes (renew, progress, hold-group, checkpoints, complete, fail,
+release, with the lease's token), a claim asks for a lease long enough for the next steps to find it live (300 s, within
 the document): a lease drawn at a millisecond has expired before its holder's next write, so
 every write the links lead to would be refused and none of them would be tested as accepted.
 For the same reason an enqueue in the stateful phase is due at once (no `run_at`), and a
-holder's write names no `owner` of its own (it writes as the lease's owner).
+holder's write names no `owner` of its own (it writes as the lease's owner). A job enqueued
+there is in a group (a hold of a job's group is refused for a job without one), and a hold
+lasts a moment, so that one scenario's hold does not keep the next one's claims empty.
 The other phases keep the drawn `ttl`, bounds included.
 """
+
+import time
 
 import schemathesis
 
@@ -23,21 +27,10 @@ import schemathesis
 CLAIMS = ("/v1/queues/{queue}/claims", "/v1/jobs/{id}/claim")
 HOLDER_WRITES = tuple(
     f"/v1/jobs/{{id}}/{write}"
-    for write in ("renew", "progress", "hold-group", "complete", "fail", "release")
+    for write in ("renew", "progress", "hold-group", "checkpoints", "complete", "fail", "release")
 )
 
 
-ENQUEUES = ("/v1/queues/{queue}/jobs", "/v1/queues/{queue}/jobs/batch")
-
-
-def nonzero(traceparent):
-    """A version-00 traceparent with neither id all zeros (others are left as drawn)."""
-    fields = traceparent.split("-")
-    if len(fields) == 4:
-        for i in (1, 2):
-            if set(fields[i]) == {"0"}:
-                fields[i] = fields[i][:-1] + "1"
-    return "-".join(fields)
 
 
 def number(value):
@@ -67,18 +60,18 @@ def map_case(context, case):
     if dropping and case.operation.path in HOLDER_WRITES:
         # Written as the lease's own owner (a drawn one is refused as not the owner).
         body.pop("owner", None)
-    if valid and case.operation.path in ENQUEUES:
-        # W3C Trace Context says a traceparent whose trace id or span id is all zeros is
-        # invalid, which a pattern cannot say, and the body's fields are refused for it: a
-        # drawn one gets a last digit of 1, staying valid. (A header's is ignored instead.)
-        jobs = body.get("jobs") if isinstance(body, dict) else None
-        for item in (jobs if isinstance(jobs, list) else [body]):
-            if isinstance(item, dict) and isinstance(item.get("traceparent"), str):
-                item["traceparent"] = nonzero(item["traceparent"])
     if dropping and case.operation.path == "/v1/queues/{queue}/jobs":
         # Due now and for as long as its lease, so that the claim the links lead to finds it
         # and the writes after the claim find the lease live: no `run_at`, no `debounce` (due
         # later), no parents to wait for (`after`), no `timeout` that ends the lease early.
         for field in ("run_at", "debounce", "after", "on_parent_failure", "timeout"):
             body.pop(field, None)
+        # In a group, so that a hold of its group (which a job without one is refused) can
+        # be accepted too.
+        body.setdefault("group", "schemathesis")
+    if dropping and case.operation.path == "/v1/jobs/{id}/hold-group":
+        # Held for a moment only: a group held far into the future would keep the next
+        # scenarios' jobs of it from being claimed, and their writes from being reached.
+        if number(body.get("until")):
+            body["until"] = time.time() + 0.2
     return case

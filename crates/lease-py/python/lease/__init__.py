@@ -211,6 +211,7 @@ class Store(_Opened):
     hold_group = _blocking(_StoreCore.hold_group)
     checkpoint = _blocking(_StoreCore.checkpoint)
     checkpoints = _blocking(_StoreCore.checkpoints)
+    trace = _blocking(_StoreCore.trace)
     throttle = _blocking(_StoreCore.throttle)
     groups = _blocking(_StoreCore.groups)
     queues = _blocking(_StoreCore.queues)
@@ -250,6 +251,7 @@ class AsyncStore(_Opened):
     hold_group = _asyncio(_StoreCore.hold_group)
     checkpoint = _asyncio(_StoreCore.checkpoint)
     checkpoints = _asyncio(_StoreCore.checkpoints)
+    trace = _asyncio(_StoreCore.trace)
     throttle = _asyncio(_StoreCore.throttle)
     groups = _asyncio(_StoreCore.groups)
     queues = _asyncio(_StoreCore.queues)
@@ -291,8 +293,9 @@ class Worker:
     ``fence``, ``attempt``) joined to the trace its job was enqueued in: a child of the
     enqueuing span on the first attempt, on a retry a trace of its own linked to it. The
     handler runs inside it, so its own spans and enqueues join it. A failed attempt's span has
-    status error, without the exception's text (which may quote the payload). Reading the job's
-    trace context is one more store read an attempt, made only with a ``tracer``.
+    status error, without the exception's text (which may quote the payload). Without a
+    ``tracer`` the handler still reads its job's context as ``job.traceparent`` (one store
+    read, made when it is first asked).
 
     :meth:`run` returns a :class:`Summary` when ``max_jobs`` are done or, with
     ``exit_when_empty``, the queue is empty. Ctrl-C stops claiming and lets running jobs finish
