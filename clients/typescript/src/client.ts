@@ -9,7 +9,7 @@ import { context, propagation } from '@opentelemetry/api';
 import createClient from 'openapi-fetch';
 import type { components, paths } from './schema.js';
 import { LeaseError } from './errors.js';
-import { Keyring, SealError, openPayload, sealedPayloadKey } from './seal.js';
+import { KEY_FILE_VAR, KEY_VAR, Keyring, REQUIRE_VAR, SealError, openPayload, requireSealedFromEnv, sealedPayloadKey } from './seal.js';
 
 export type Schemas = components['schemas'];
 export type JobView = Schemas['JobView'];
@@ -26,6 +26,12 @@ export interface ClientOptions {
    * Default: the environment's (`LEASE_PAYLOAD_KEY` or `LEASE_PAYLOAD_KEY_FILE`); `null`: none.
    */
   keys?: Keyring | null;
+  /**
+   * Require sealed values (default: `LEASE_REQUIRE_SEALED` in the environment): a payload this
+   * client cannot seal (no keys) is refused before anything is sent, a plain payload it leases
+   * does not open, and a `Worker` over it seals every result.
+   */
+  requireSealed?: boolean;
   /** How many times an answer that applied nothing (503, 429) is sent again (default 4). */
   retries?: number;
   /** A fetch to send with (tests, proxies); default the global one. */
@@ -127,9 +133,12 @@ export class LeaseClient {
   readonly api: ReturnType<typeof createClient<paths>>;
   /** The keys payloads are sealed and opened with, if any. */
   readonly keys: Keyring | undefined;
+  /** Whether sealed values are required (see {@link ClientOptions.requireSealed}). */
+  readonly requireSealed: boolean;
 
   constructor(options: ClientOptions) {
     this.keys = options.keys === null ? undefined : (options.keys ?? Keyring.fromEnv());
+    this.requireSealed = options.requireSealed ?? requireSealedFromEnv();
     const retries = options.retries ?? 4;
     const send = options.fetch ?? ((r: Request) => globalThis.fetch(r));
     const fetchWithRetry = async (request: Request): Promise<Response> => {
@@ -178,6 +187,9 @@ export class LeaseClient {
     if (payload === undefined || payload === null) return {};
     if (this.keys !== undefined) {
       return { payload_base64: this.keys.sealPayload(id, payload).toString('base64') };
+    }
+    if (this.requireSealed) {
+      throw new SealError(`the payload of job ${id} cannot be sealed: sealed values are required (${REQUIRE_VAR}) and no key is given (${KEY_VAR} or ${KEY_FILE_VAR})`);
     }
     if (typeof payload === 'string') return { payload };
     return { payload_base64: Buffer.from(payload).toString('base64') };
@@ -234,7 +246,7 @@ export class LeaseClient {
   /** A lease's payload opened with the client's keys (a plain payload as it is). */
   openPayload(lease: Pick<Lease, 'id' | 'payload'>): Buffer | null {
     if (lease.payload === null) return null;
-    return openPayload(this.keys, lease.id, lease.payload);
+    return openPayload(this.keys, lease.id, lease.payload, this.requireSealed);
   }
 
   // ----- a holder's writes -----

@@ -27,7 +27,15 @@ export class SealError extends Error {
   }
 }
 
-type Kind = 'payload' | 'result';
+type Kind = 'payload' | 'result' | 'checkpoint' | 'progress';
+
+/** What a checkpoint's value is bound to: its job and its name, with a NUL between (neither holds one). */
+function checkpointBinding(job: string, name: string): string {
+  return `${job}\u0000${name}`;
+}
+
+/** The longest sealed progress text (as Rust's `SEALED_PROGRESS_MAX`): the API's bound for any progress. */
+const PROGRESS_MAX = 256;
 
 function associated(name: string, kind: Kind, job: string): Buffer {
   return Buffer.from(`lease-sealed:v1:${name}:${kind}:${job}`, 'utf8');
@@ -133,7 +141,34 @@ export class Keyring {
 
   /** Job `job`'s result sealed with the sealing key, as text. */
   sealResult(job: string, plain: string): string {
-    const { nonce, body } = this.seal('result', job, Buffer.from(plain, 'utf8'));
+    return this.sealText('result', job, Buffer.from(plain, 'utf8'));
+  }
+
+  /** Job `job`'s checkpoint `name` sealed (bound to the job and the step), as text. */
+  sealCheckpoint(job: string, name: string, value: string): string {
+    return this.sealText('checkpoint', checkpointBinding(job, name), Buffer.from(value, 'utf8'));
+  }
+
+  /** Job `job`'s progress sealed, cut (at a character's end) to what fits a report once sealed. */
+  sealProgress(job: string, text: string): string {
+    let bytes = Buffer.from(text, 'utf8');
+    if (bytes.length > this.progressRoom) {
+      let end = this.progressRoom;
+      // Back to the start of a character: UTF-8 continuation bytes are 0b10xxxxxx.
+      while (end > 0 && ((bytes[end] as number) & 0xc0) === 0x80) end--;
+      bytes = bytes.subarray(0, end);
+    }
+    return this.sealText('progress', job, bytes);
+  }
+
+  /** How many bytes of progress text fit a report once sealed under the sealing key. */
+  get progressRoom(): number {
+    const envelope = RESULT_PREFIX.length + this.sealing.length + 1;
+    return Math.max(0, Math.floor((PROGRESS_MAX - envelope) / 4) * 3 - NONCE - TAG);
+  }
+
+  private sealText(kind: Kind, binding: string, plain: Uint8Array): string {
+    const { nonce, body } = this.seal(kind, binding, plain);
     return `${RESULT_PREFIX}${this.sealing}:${Buffer.concat([nonce, body]).toString('base64')}`;
   }
 
@@ -156,45 +191,120 @@ export class Keyring {
   }
 }
 
-/** The name of the key a sealed payload names, or `undefined` for a plain payload. */
-export function sealedPayloadKey(bytes: Uint8Array): string | undefined {
+/** The variable that, set to `1` (or `true`, `yes`), requires sealed values. */
+export const REQUIRE_VAR = 'LEASE_REQUIRE_SEALED';
+
+/** Whether the environment requires sealed values; a value other than 1/true/yes/0/false/no is refused. */
+export function requireSealedFromEnv(env: NodeJS.ProcessEnv = process.env): boolean {
+  const value = (env[REQUIRE_VAR] ?? '').toLowerCase();
+  if (['1', 'true', 'yes'].includes(value)) return true;
+  if (['', '0', 'false', 'no'].includes(value)) return false;
+  throw new SealError(`${REQUIRE_VAR} must be 1, true or yes (or 0, false, no) to say whether sealed values are required`);
+}
+
+/** The reserved start of a payload (0xFF "lease"): only a sealed payload may begin with it. */
+const PAYLOAD_RESERVED = MAGIC.subarray(0, 6);
+/** The reserved start of a result: only a sealed result may begin with it. */
+const RESULT_RESERVED = 'lease-sealed:';
+
+/** What a payload or result is, read by its envelope (docs/ENCRYPTION.md), as Rust reads it. */
+export type Envelope =
+  | { kind: 'plain' }
+  | { kind: 'sealed'; key: string; body: Buffer }
+  | { kind: 'malformed'; why: string };
+
+/** The envelope a payload's bytes are in. */
+export function payloadEnvelope(bytes: Uint8Array): Envelope {
   const b = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  if (b.length < MAGIC.length + 1 || !b.subarray(0, MAGIC.length).equals(MAGIC)) return undefined;
+  if (b.length < PAYLOAD_RESERVED.length || !b.subarray(0, PAYLOAD_RESERVED.length).equals(PAYLOAD_RESERVED)) {
+    return { kind: 'plain' };
+  }
+  if (b.length < MAGIC.length) return { kind: 'malformed', why: 'it has no version' };
+  if (b[MAGIC.length - 1] !== MAGIC[MAGIC.length - 1]) {
+    return { kind: 'malformed', why: 'its version is not 1, the only one this version reads' };
+  }
+  if (b.length < MAGIC.length + 1) return { kind: 'malformed', why: 'it has no key name' };
   const n = b[MAGIC.length] as number;
-  const name = b.subarray(MAGIC.length + 1, MAGIC.length + 1 + n).toString('latin1');
-  if (n < 1 || !NAME.test(name) || b.length < MAGIC.length + 1 + n + NONCE + TAG) return undefined;
-  return name;
+  if (b.length < MAGIC.length + 1 + n) return { kind: 'malformed', why: 'it is cut short in its key name' };
+  const key = b.subarray(MAGIC.length + 1, MAGIC.length + 1 + n).toString('latin1');
+  if (!NAME.test(key)) return { kind: 'malformed', why: 'its key name is not one (1 to 64 of A-Z a-z 0-9 - _ .)' };
+  const body = b.subarray(MAGIC.length + 1 + n);
+  if (body.length < NONCE + TAG) return { kind: 'malformed', why: 'it is shorter than a nonce and a tag' };
+  return { kind: 'sealed', key, body };
 }
 
-/** Job `job`'s payload opened: a plain payload as it is, a sealed one with its key. */
-export function openPayload(keys: Keyring | undefined, job: string, bytes: Uint8Array): Buffer {
-  const b = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const name = sealedPayloadKey(b);
-  if (name === undefined) return b;
-  if (keys === undefined) {
-    throw new SealError(`job ${job}: its payload is sealed with key ${name}, and no key was given (${KEY_VAR} or ${KEY_FILE_VAR})`);
+/** The envelope a result's text is in (a sealed one's body decoded). */
+export function resultEnvelope(text: string): Envelope {
+  if (!text.startsWith(RESULT_RESERVED)) return { kind: 'plain' };
+  const rest = text.slice(RESULT_RESERVED.length);
+  if (!rest.startsWith('v1:')) return { kind: 'malformed', why: 'its version is not v1, the only one this version reads' };
+  const colon = rest.indexOf(':', 3);
+  if (colon < 0) return { kind: 'malformed', why: 'it has no key name' };
+  const key = rest.slice(3, colon);
+  if (!NAME.test(key)) return { kind: 'malformed', why: 'its key name is not one (1 to 64 of A-Z a-z 0-9 - _ .)' };
+  const b64 = rest.slice(colon + 1);
+  if (b64.length === 0 || b64.length % 4 !== 0 || !/^[A-Za-z0-9+/]+={0,2}$/.test(b64)) {
+    return { kind: 'malformed', why: 'its body is not standard base64' };
   }
-  return keys.open('payload', job, name, b.subarray(MAGIC.length + 1 + name.length));
+  const body = Buffer.from(b64, 'base64');
+  if (body.length < NONCE + TAG) return { kind: 'malformed', why: 'it is shorter than a nonce and a tag' };
+  return { kind: 'sealed', key, body };
 }
 
-/** The name of the key a sealed result names, or `undefined` for a plain result. */
+/** The name of the key a sealed payload names, or `undefined` for one that is not well formed. */
+export function sealedPayloadKey(bytes: Uint8Array): string | undefined {
+  const envelope = payloadEnvelope(bytes);
+  return envelope.kind === 'sealed' ? envelope.key : undefined;
+}
+
+/** The name of the key a sealed result names, or `undefined` for one that is not well formed. */
 export function sealedResultKey(text: string): string | undefined {
-  if (!text.startsWith(RESULT_PREFIX)) return undefined;
-  const name = text.slice(RESULT_PREFIX.length).split(':', 1)[0] ?? '';
-  return NAME.test(name) ? name : undefined;
+  const envelope = resultEnvelope(text);
+  return envelope.kind === 'sealed' ? envelope.key : undefined;
 }
 
-/** Job `job`'s result opened: a plain result as it is, a sealed one with its key. */
-export function openResult(keys: Keyring | undefined, job: string, text: string): string {
-  const name = sealedResultKey(text);
-  if (name === undefined) return text;
+function opened(keys: Keyring | undefined, requireSealed: boolean, kind: Kind, job: string, envelope: Envelope, binding = job): Buffer | undefined {
+  if (envelope.kind === 'plain') {
+    if (requireSealed) {
+      throw new SealError(`the ${kind} of job ${job} is not sealed, and sealed values are required (${REQUIRE_VAR}): it is refused`);
+    }
+    return undefined;
+  }
+  if (envelope.kind === 'malformed') {
+    throw new SealError(`the ${kind} of job ${job} is not a well-formed sealed ${kind}: ${envelope.why}`);
+  }
   if (keys === undefined) {
-    throw new SealError(`job ${job}: its result is sealed with key ${name}, and no key was given (${KEY_VAR} or ${KEY_FILE_VAR})`);
+    throw new SealError(`job ${job}: its ${kind} is sealed with key ${envelope.key}, and no key was given (${KEY_VAR} or ${KEY_FILE_VAR})`);
   }
-  const b64 = text.slice(RESULT_PREFIX.length + name.length + 1);
-  const sealed = Buffer.from(b64, 'base64');
-  if (sealed.length < NONCE + TAG || sealed.toString('base64') !== b64) {
-    throw new SealError(`job ${job}: its result is not a well-formed sealed value`);
+  try {
+    return keys.open(kind, binding, envelope.key, envelope.body);
+  } catch (e) {
+    // Named by its job, never by what it was bound to.
+    if (e instanceof SealError && binding !== job) throw new SealError(`job ${job}: its ${kind} did not open with key ${envelope.key}`);
+    throw e;
   }
-  return keys.open('result', job, name, sealed).toString('utf8');
+}
+
+/**
+ * Job `job`'s payload opened: a plain payload as it is (refused when `requireSealed`), a sealed
+ * one with its key; one that begins with the reserved start but is not well formed is refused.
+ */
+export function openPayload(keys: Keyring | undefined, job: string, bytes: Uint8Array, requireSealed = false): Buffer {
+  const b = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  return opened(keys, requireSealed, 'payload', job, payloadEnvelope(b)) ?? b;
+}
+
+/** Job `job`'s result opened: a plain result as it is (refused when `requireSealed`), a sealed one with its key. */
+export function openResult(keys: Keyring | undefined, job: string, text: string, requireSealed = false): string {
+  return opened(keys, requireSealed, 'result', job, resultEnvelope(text))?.toString('utf8') ?? text;
+}
+
+/** Job `job`'s checkpoint `name` opened, as {@link openResult} opens a result. */
+export function openCheckpoint(keys: Keyring | undefined, job: string, name: string, value: string, requireSealed = false): string {
+  return opened(keys, requireSealed, 'checkpoint', job, resultEnvelope(value), checkpointBinding(job, name))?.toString('utf8') ?? value;
+}
+
+/** Job `job`'s progress opened, as {@link openResult} opens a result. */
+export function openProgress(keys: Keyring | undefined, job: string, text: string, requireSealed = false): string {
+  return opened(keys, requireSealed, 'progress', job, resultEnvelope(text))?.toString('utf8') ?? text;
 }

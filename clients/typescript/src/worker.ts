@@ -19,6 +19,7 @@ import {
 } from '@opentelemetry/api';
 import { LeaseError } from './errors.js';
 import { LeaseClient, type Lease } from './client.js';
+import { openCheckpoint } from './seal.js';
 import type { components } from './schema.js';
 
 /** What a handler gets. */
@@ -160,6 +161,9 @@ export class Worker {
     }
     if (options.sealResults && client.keys === undefined) {
       throw new RangeError('sealResults: needs a key (LEASE_PAYLOAD_KEY or LEASE_PAYLOAD_KEY_FILE, or the client\'s keys)');
+    }
+    if (client.requireSealed && client.keys === undefined) {
+      throw new RangeError('requireSealed: needs a key (LEASE_PAYLOAD_KEY or LEASE_PAYLOAD_KEY_FILE, or the client\'s keys)');
     }
   }
 
@@ -360,7 +364,9 @@ export class Worker {
         return undefined;
       }
       let text = typeof result === 'string' ? result : '';
-      if (this.options.sealResults && this.client.keys !== undefined) text = this.client.keys.sealResult(lease.id, text);
+      if ((this.options.sealResults || this.client.requireSealed) && this.client.keys !== undefined) {
+        text = this.client.keys.sealResult(lease.id, text);
+      }
       const more = !this.stopping.signal.aborted && (this.options.maxJobs === undefined || this.started < this.options.maxJobs);
       try {
         const done = await this.client.complete(lease, text, more ? { queue: this.queue, ttl: this.ttl, limit: 1 } : undefined);
@@ -401,6 +407,10 @@ export class Worker {
   private jobFor(lease: Lease, payload: Buffer | null, signal: AbortSignal): Job {
     const client = this.client;
     const ttl = this.ttl;
+    // A worker that seals results seals its progress and checkpoints too (docs/ENCRYPTION.md).
+    const sealing = (this.options.sealResults || client.requireSealed) ? client.keys : undefined;
+    const known = this.traces.get(lease.id);
+    let read: Promise<TraceContext | null> | undefined = known === undefined ? undefined : Promise.resolve(known);
     return {
       id: lease.id,
       fence: lease.fence,
@@ -411,16 +421,28 @@ export class Worker {
       signal,
       lease,
       async progress(text: string) {
-        await client.progress(lease, text, ttl);
+        await client.progress(lease, sealing === undefined ? text : sealing.sealProgress(lease.id, text), ttl);
       },
       async checkpoint(name: string, value: string) {
-        await client.keepCheckpoint(lease, name, value);
+        await client.keepCheckpoint(lease, name, sealing === undefined ? value : sealing.sealCheckpoint(lease.id, name, value));
       },
       async checkpoints() {
-        return new Map((await client.checkpoints(lease.id)).map((c) => [c.name, c.value]));
+        const kept = await client.checkpoints(lease.id);
+        return new Map(kept.map((c) => [c.name, openCheckpoint(client.keys, lease.id, c.name, c.value, client.requireSealed)]));
       },
       guardHeaders() {
         return { 'Lease-Job': lease.id, 'Lease-Fence': String(lease.fence) };
+      },
+      traceContext() {
+        // A read that failed is tried again when asked again.
+        read ??= client.job(lease.id).then(
+          (view) => (view.traceparent ? { traceparent: view.traceparent, tracestate: view.tracestate ?? null } : null),
+          (e: unknown) => {
+            read = undefined;
+            throw e;
+          },
+        );
+        return read;
       },
     };
   }

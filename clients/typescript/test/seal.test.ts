@@ -5,7 +5,11 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Keyring, LeaseClient, SealError, Worker, openPayload, openResult, sealedPayloadKey, sealedResultKey } from '../src/index.js';
+import {
+  Keyring, LeaseClient, SealError, Worker, openCheckpoint, openPayload, openProgress, openResult, payloadEnvelope, requireSealedFromEnv,
+  resultEnvelope, sealedPayloadKey,
+  sealedResultKey,
+} from '../src/index.js';
 import { Served, STORES, lease } from './harness.js';
 
 const SECRET = 'card 4111-1111-1111-1111 for ada@example.com';
@@ -35,6 +39,41 @@ describe('sealing (no server)', () => {
     const asPayload = Buffer.concat([Buffer.from([0xff, 0x6c, 0x65, 0x61, 0x73, 0x65, 0x01, keys.sealingKey.length]), Buffer.from(keys.sealingKey), body]);
     assert.throws(() => openPayload(keys, 'job-1', asPayload), SealError);
     assert.equal(openResult(keys, 'job-1', 'plain text'), 'plain text', 'a plain result passes through');
+  });
+
+  test('the envelopes\' starts are reserved: a crafted one of an unknown version or cut short fails clearly, as in Rust', () => {
+    const sealed = keys.sealPayload('j', SECRET);
+    const later = Buffer.from(sealed);
+    later[6] = 2;
+    const name = keys.sealingKey.length;
+    const cut = sealed.subarray(0, 8 + name + 20);
+    const bare = Buffer.from([0xff, 0x6c, 0x65, 0x61, 0x73, 0x65]);
+    for (const [crafted, why] of [[later, /version/], [cut, /shorter than a nonce and a tag/], [bare, /no version/]] as const) {
+      assert.equal(payloadEnvelope(crafted).kind, 'malformed');
+      for (const given of [undefined, keys]) {
+        assert.throws(() => openPayload(given, 'j', crafted), (e: unknown) => e instanceof SealError && /not a well-formed sealed payload/.test(e.message) && why.test(e.message));
+      }
+    }
+    assert.equal(payloadEnvelope(Buffer.from([0xff, 0x6c, 0x61])).kind, 'plain', 'bytes that merely start with 0xFF are plain');
+    const result = keys.sealResult('j', 'done');
+    for (const crafted of [result.replace('lease-sealed:v1:', 'lease-sealed:v2:'), 'lease-sealed:', 'lease-sealed:v1:k:AAAA']) {
+      assert.equal(resultEnvelope(crafted).kind, 'malformed', crafted);
+      assert.throws(() => openResult(keys, 'j', crafted), /not a well-formed sealed result/);
+    }
+  });
+
+  test('where sealed values are required a plain value is refused, and a client without a key enqueues nothing', async () => {
+    assert.throws(() => openPayload(keys, 'swapped', Buffer.from('to=mallory'), true), /job swapped is not sealed.*LEASE_REQUIRE_SEALED/);
+    assert.throws(() => openResult(keys, 'swapped', 'forged', true), /not sealed/);
+    assert.equal(openPayload(keys, 'j', keys.sealPayload('j', SECRET), true).toString(), SECRET);
+    assert.equal(requireSealedFromEnv({ LEASE_REQUIRE_SEALED: 'yes' }), true);
+    assert.equal(requireSealedFromEnv({}), false);
+    assert.throws(() => requireSealedFromEnv({ LEASE_REQUIRE_SEALED: 'ture' }), /LEASE_REQUIRE_SEALED must be/);
+    let sent = 0;
+    const client = new LeaseClient({ url: 'http://127.0.0.1:9', keys: null, requireSealed: true, fetch: async () => { sent++; throw new Error('not sent'); } });
+    await assert.rejects(client.enqueue('q', { id: 'clear', payload: SECRET }), (e: unknown) => e instanceof SealError && /LEASE_REQUIRE_SEALED/.test(e.message));
+    assert.equal(sent, 0, 'nothing was sent');
+    assert.throws(() => new Worker(client, () => 'x', { handleSignals: false }), /requireSealed: needs a key/);
   });
 
   test('a key file rotates: the last line seals, any line opens; bad files are named, never their keys', () => {
@@ -83,6 +122,31 @@ for (const kind of STORES) {
       assert.ok(!served.dump().includes('4111-1111'), 'the store holds no plaintext');
       const state = lease(['state', 'secret-1', '--json'], env());
       assert.ok(!state.includes('4111-1111'), 'lease state shows no plaintext');
+    });
+
+    test('with sealResults, progress and checkpoints are stored sealed, and a lease work retry reads the checkpoint opened', async () => {
+      const client = new LeaseClient({ url: served.url, apiKey: served.key, keys });
+      await client.enqueue('steps', { id: 'steps-1', payload: 'p', maxAttempts: 2 });
+      let progress: string | null | undefined;
+      const worker = new Worker(client, async (job) => {
+        await job.checkpoint('fetch', `${SECRET} rows`);
+        await job.progress(`${SECRET} halfway ${'x'.repeat(2000)}`);
+        progress = (await client.job(job.id)).progress;
+        assert.equal((await job.checkpoints()).get('fetch'), `${SECRET} rows`, 'read back opened');
+        throw new Error('first attempt fails');
+      }, { queue: 'steps', maxJobs: 1, sealResults: true, handleSignals: false, backoff: { base: 0.01, factor: 1, max: 0.01, jitter: 0 } });
+      assert.deepEqual(await worker.run(), { completed: 0, failed: 1, lost: 0 });
+      assert.ok(progress?.startsWith(`lease-sealed:v1:${keys.sealingKey}:`), progress ?? `no progress: ${(await client.job('steps-1')).error}`);
+      assert.ok(Buffer.byteLength(progress!) <= 256);
+      assert.ok(openProgress(keys, 'steps-1', progress!).startsWith(`${SECRET} halfway xxx`));
+      const [kept] = await client.checkpoints('steps-1');
+      assert.equal(openCheckpoint(keys, 'steps-1', 'fetch', kept!.value), `${SECRET} rows`);
+      assert.throws(() => openCheckpoint(keys, 'steps-1', 'parse', kept!.value), SealError);
+      assert.ok(!served.dump().includes('4111-1111'), 'the store holds no plaintext');
+      // Rust reads what TypeScript sealed: lease work's retry gets the step opened.
+      lease(['work', '--queue', 'steps', '--owner', 'sh', '--ttl', '30', '--max-jobs', '1', '--', 'sh', '-c', 'cat "$LEASE_CHECKPOINTS_FILE"'], env());
+      const done = await client.job('steps-1');
+      assert.deepEqual(JSON.parse(done.result ?? ''), { fetch: `${SECRET} rows` });
     });
 
     test('a payload sealed by the lease CLI opens in a TypeScript worker, and one sealed in TypeScript opens for the CLI', async () => {

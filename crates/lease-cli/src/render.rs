@@ -286,8 +286,24 @@ pub(crate) fn lease_json(lease: &Lease) -> Value {
         ),
     ]);
     let payload = lease.payload.as_deref();
-    match payload.zip(payload.and_then(lease_domain::sealed_payload)) {
-        Some((bytes, sealed)) => leased_sealed_json(lease, bytes, sealed.key, &mut object),
+    match payload.map(|bytes| (bytes, lease_domain::payload_envelope(bytes))) {
+        Some((bytes, lease_domain::Envelope::Sealed(sealed))) => {
+            leased_sealed_json(lease, bytes, sealed.key, &mut object);
+        }
+        // A plain payload where the environment requires sealed ones, or a malformed envelope:
+        // not handed to the holder as its payload, and `payload_error` says why.
+        Some((bytes, envelope)) => match lease_seal::require_sealed_from_env()
+            .and_then(|require| lease_seal::open_payload(None, require, lease.job.as_str(), bytes))
+        {
+            Ok(_) if matches!(envelope, lease_domain::Envelope::Plain) => {
+                payload_json(payload, &mut object);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                object.insert("payload".into(), Value::Null);
+                object.insert("payload_error".into(), json!(e.to_string()));
+            }
+        },
         None => payload_json(payload, &mut object),
     }
     Value::Object(object)
@@ -304,8 +320,9 @@ fn leased_sealed_json(
     into: &mut serde_json::Map<String, Value>,
 ) {
     use base64::Engine;
-    let opened = lease_seal::Keyring::from_env()
-        .and_then(|keys| lease_seal::open_payload(keys.as_ref(), lease.job.as_str(), sealed));
+    let opened = lease_seal::Keyring::from_env().and_then(|keys| {
+        lease_seal::open_payload(keys.as_ref(), false, lease.job.as_str(), sealed)
+    });
     match opened {
         Ok(plain) => payload_json(Some(&plain), into),
         Err(e) => {

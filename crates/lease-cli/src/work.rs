@@ -388,13 +388,34 @@ async fn run_program(
     if let Some(group) = &job.group {
         program_command.env("LEASE_GROUP", group.as_str());
     }
-    // The program continues the attempt's span when it is exported; otherwise it gets no
-    // trace context (never one `lease work` itself was started with).
+    // The program gets its payload opened and never the keys that open it: with them, any
+    // handler (and anything it starts) could read every job and forge sealed values.
+    program_command
+        .env_remove(lease_seal::KEY_VAR)
+        .env_remove(lease_seal::KEY_FILE_VAR);
+    // The program continues the job's trace: the attempt's span when it is exported, else
+    // the context the job was enqueued with, passed through as an OpenTelemetry SDK without an
+    // exporter propagates it; never a context `lease work` itself was started with. A context
+    // that cannot be read leaves the program without one (tracing never fails a job).
     program_command
         .env_remove("TRACEPARENT")
         .env_remove("TRACESTATE");
     if let Some(traceparent) = lease_otel::traceparent(&job.span) {
         program_command.env("TRACEPARENT", traceparent);
+    } else {
+        match job.enqueued_trace().await {
+            Ok(Some(trace)) => {
+                program_command.env("TRACEPARENT", trace.traceparent());
+                if let Some(state) = trace.tracestate() {
+                    program_command.env("TRACESTATE", state);
+                }
+            }
+            Ok(None) => {}
+            Err(e) => say(&format!(
+                "job {}: its trace context was not read, so its program runs without one: {e}",
+                job.job
+            )),
+        }
     }
     // The run's files, removed when it ends (a worker may run jobs for months).
     let mut files = Vec::new();
@@ -542,14 +563,22 @@ pub(crate) async fn run(
     config.keys = lease_seal::Keyring::from_env()
         .map_err(|e| e.to_string())?
         .map(Arc::new);
-    if request.seal_results && config.keys.is_none() {
+    let require_sealed = request.require_sealed
+        || lease_seal::require_sealed_from_env().map_err(|e| e.to_string())?;
+    if (request.seal_results || require_sealed) && config.keys.is_none() {
+        let flag = if request.seal_results {
+            "--seal-results"
+        } else {
+            "requiring sealed values (--require-sealed or LEASE_REQUIRE_SEALED)"
+        };
         return Err(format!(
-            "--seal-results needs a key: set {} or {}",
+            "{flag} needs a key: set {} or {}",
             lease_seal::KEY_VAR,
             lease_seal::KEY_FILE_VAR
         ));
     }
     config.seal_results = request.seal_results;
+    config.require_sealed = require_sealed;
     if request.traced {
         config.trace = Some(lease_worker::TraceJoin(Arc::new(lease_otel::join)));
     }
@@ -680,6 +709,11 @@ pub(crate) struct WorkArgs {
     /// LEASE_PAYLOAD_KEY or the last of LEASE_PAYLOAD_KEY_FILE.
     #[arg(long)]
     pub(crate) seal_results: bool,
+    /// Refuse a plain payload (its job fails naming it, and the program never runs) and seal
+    /// every result, so a plaintext payload swapped into the queue is never run
+    /// (docs/ENCRYPTION.md); also set by LEASE_REQUIRE_SEALED=1. Needs a key.
+    #[arg(long)]
+    pub(crate) require_sealed: bool,
     /// Stop after this many jobs.
     #[arg(long)]
     pub(crate) max_jobs: Option<usize>,
@@ -705,7 +739,8 @@ pub(crate) struct WorkArgs {
     pub(crate) schedule_recheck: f64,
     /// Export spans over OTLP/HTTP to this collector (a base URL such as
     /// http://127.0.0.1:4318; spans go to its /v1/traces): each attempt is a span in the trace
-    /// its job was enqueued in, and its program gets TRACEPARENT for it
+    /// its job was enqueued in, and its program gets TRACEPARENT for it (without it, the
+    /// program gets the job's own TRACEPARENT and TRACESTATE, so its spans still join)
     #[arg(long, value_name = "URL", env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     pub(crate) otlp_endpoint: Option<String>,
     /// The program and its arguments (after `--`).
@@ -726,6 +761,7 @@ impl WorkArgs {
             concurrency,
             prefetch,
             seal_results,
+            require_sealed,
             max_jobs,
             exit_when_empty,
             grace,
@@ -748,6 +784,7 @@ impl WorkArgs {
             concurrency,
             prefetch,
             seal_results,
+            require_sealed,
             max_jobs,
             exit_when_empty,
             grace: seconds("--grace", grace)?,
@@ -777,6 +814,8 @@ pub(crate) struct WorkRequest {
     pub prefetch: usize,
     /// Whether results are sealed before they are stored.
     pub seal_results: bool,
+    /// Whether a plain payload is refused (the flag; the environment may require it too).
+    pub require_sealed: bool,
     /// Stop after this many jobs.
     pub max_jobs: Option<usize>,
     /// Stop when the queue is empty.

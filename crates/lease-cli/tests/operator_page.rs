@@ -884,6 +884,29 @@ async fn hostile_job_ids_results_and_payloads_render_as_text_a_sealed_payload_an
     assert_eq!(code, 200, "{body}");
     let lease = &body["leases"][0];
     assert_eq!(lease["id"], "sealed");
+    // ... and, sealing results, its progress and a checkpoint sealed too.
+    let sealed_text = "lease-sealed:v1:ops-2026:QUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQQ==";
+    for (route, body) in [
+        (
+            "progress",
+            json!({"fence": lease["fence"], "progress": sealed_text}),
+        ),
+        (
+            "checkpoints",
+            json!({"fence": lease["fence"], "name": "fetch", "value": sealed_text}),
+        ),
+    ] {
+        let (code, answer) = server.call(
+            "POST",
+            &format!("/v1/jobs/sealed/{route}"),
+            &[
+                ("Authorization", &auth),
+                ("Lease-Token", lease["lease_token"].as_str().unwrap()),
+            ],
+            &body.to_string(),
+        );
+        assert_eq!(code, 200, "{route}: {answer}");
+    }
     let (code, body) = server.call(
         "POST",
         "/v1/jobs/sealed/complete",
@@ -898,7 +921,7 @@ async fn hostile_job_ids_results_and_payloads_render_as_text_a_sealed_payload_an
     session.job_page("sealed").await;
     assert_eq!(
         session
-            .eval("[...document.querySelectorAll('#job-fields dd')].filter(d => d.innerText === 'encrypted (key ops-2026)').length === 2 && !document.querySelector('main').innerText.includes('QUFB')")
+            .eval("[...document.querySelectorAll('#job-fields dd')].filter(d => d.innerText === 'encrypted (key ops-2026)').length === 3 && document.querySelector('#job-fields .checkpoints pre').innerText === 'encrypted (key ops-2026)' && !document.querySelector('main').innerText.includes('QUFB')")
             .await,
         json!(true)
     );

@@ -683,6 +683,182 @@ fn an_encrypted_payload_is_stored_sealed_shown_by_its_key_and_opened_only_for_th
     assert_eq!(json_of(&db, &["state", "mail"])["result"], "read-it");
 }
 
+/// The program gets its payload opened, never the keys: neither `LEASE_PAYLOAD_KEY` nor
+/// `LEASE_PAYLOAD_KEY_FILE` is in its environment (with them, a handler could read every job
+/// and forge sealed values), whichever of the two `lease work` was given.
+#[test]
+fn a_program_finds_no_payload_key_in_its_environment() {
+    let (dir, db) = fresh_db();
+    let file = dir.path().join("keys");
+    std::fs::write(
+        &file,
+        format!("old=q83vEjRWeJCrze8SNFZ4kKvN7xI0VniQq83vEjRWeJE=\nnew={KEY}\n"),
+    )
+    .unwrap();
+    let program = r#"cat >/dev/null; echo "key=${LEASE_PAYLOAD_KEY-unset} file=${LEASE_PAYLOAD_KEY_FILE-unset}""#;
+    for (variable, value) in [
+        ("LEASE_PAYLOAD_KEY", KEY.to_owned()),
+        ("LEASE_PAYLOAD_KEY_FILE", file.display().to_string()),
+    ] {
+        let mut producer = lease(&db);
+        producer.env(variable, &value);
+        let out = producer
+            .args([
+                "enqueue",
+                variable,
+                "--queue",
+                "keys",
+                "--payload",
+                "secret",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let out = lease(&db)
+            .env(variable, &value)
+            .args([
+                "work", "--queue", "keys", "--owner", "w", "--ttl", "5", "--json",
+            ])
+            .args(["--exit-when-empty", "--", "sh", "-c", program])
+            .output()
+            .unwrap();
+        assert_eq!(succeeded(&out)["completed"], 1, "{variable}");
+        assert_eq!(
+            json_of(&db, &["state", variable])["result"],
+            "key=unset file=unset\n",
+            "given {variable}"
+        );
+    }
+}
+
+/// Sealing fails closed where sealed values are required: a plaintext payload swapped into a
+/// sealed queue (by whoever can enqueue or write the store) fails its job naming it, and the
+/// program never runs; a producer without a key is refused with nothing stored; and `lease
+/// work --require-sealed` without a key refuses to start.
+#[test]
+fn a_plaintext_payload_swapped_into_a_sealed_queue_is_refused() {
+    let (dir, db) = fresh_db();
+    // Whoever can enqueue without the key puts a plaintext job beside a sealed one.
+    enqueue_sealed(&db);
+    let swapped = lease(&db)
+        .args(["enqueue", "swapped", "--queue", "q", "--max-attempts", "1"])
+        .args(["--payload", "to=mallory@example.com"])
+        .output()
+        .unwrap();
+    assert!(swapped.status.success(), "{swapped:?}");
+    let ran = dir.path().join("ran.txt");
+    let program = format!(r#"cat >> '{}'; printf ran"#, ran.display());
+    let out = lease(&db)
+        .env("LEASE_PAYLOAD_KEY", KEY)
+        .args([
+            "work", "--queue", "q", "--owner", "w", "--ttl", "5", "--json",
+        ])
+        .args([
+            "--require-sealed",
+            "--exit-when-empty",
+            "--",
+            "sh",
+            "-c",
+            &program,
+        ])
+        .output()
+        .unwrap();
+    let summary = succeeded(&out);
+    assert_eq!(
+        (&summary["completed"], &summary["failed"]),
+        (&json!(1), &json!(1))
+    );
+    let refused = json_of(&db, &["state", "swapped"]);
+    assert_eq!(refused["status"], "dead");
+    let error = refused["error"].as_str().unwrap();
+    assert!(
+        error.contains("swapped") && error.contains("not sealed"),
+        "{error}"
+    );
+    let seen = std::fs::read_to_string(&ran).unwrap();
+    assert!(
+        !seen.contains("mallory"),
+        "the program ran the swapped payload"
+    );
+    // The sealed job ran, and its result was sealed (a worker requiring sealed values seals).
+    let mail = json_of(&db, &["state", "mail"]);
+    assert!(mail["result_encrypted"]["key"].is_string(), "{mail}");
+    // A producer that must seal and has no key is refused, and nothing is stored.
+    let out = lease(&db)
+        .env("LEASE_REQUIRE_SEALED", "1")
+        .args(["enqueue", "clear", "--payload", "to=alice@example.com"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("LEASE_REQUIRE_SEALED"));
+    assert_eq!(json_of(&db, &["state", "clear"]), Value::Null);
+    // A value of the setting that cannot be read is refused, never taken for "no".
+    let out = lease(&db)
+        .env("LEASE_REQUIRE_SEALED", "ture")
+        .env("LEASE_PAYLOAD_KEY", KEY)
+        .args(["enqueue", "typo", "--payload", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(json_of(&db, &["state", "typo"]), Value::Null);
+    // A worker that requires sealed values and has no key does not start.
+    let out = lease(&db)
+        .env("LEASE_REQUIRE_SEALED", "yes")
+        .args(["work", "--queue", "q", "--owner", "w", "--ttl", "5"])
+        .args(["--exit-when-empty", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs a key"));
+}
+
+/// A payload key that is not text is refused naming the variable (it never counts as unset,
+/// which would enqueue the payload in the clear), and nothing is stored.
+#[test]
+fn a_payload_key_that_is_not_text_is_refused_not_taken_for_no_key() {
+    use std::os::unix::ffi::OsStrExt;
+    let (_dir, db) = fresh_db();
+    let out = lease(&db)
+        .env(
+            "LEASE_PAYLOAD_KEY",
+            std::ffi::OsStr::from_bytes(b"q83v\xff\xfe"),
+        )
+        .args(["enqueue", "mail", "--payload", "to=alice@example.com"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("LEASE_PAYLOAD_KEY is not valid text"),
+        "{stderr}"
+    );
+    assert_eq!(json_of(&db, &["state", "mail"]), Value::Null);
+}
+
+/// A payload that begins with the sealed envelope's reserved start but is not a well-formed
+/// envelope (a crafted one of an unknown version) is refused at enqueue, saying why, with
+/// nothing stored: it can be neither opened nor handed to a program as plain bytes.
+#[test]
+fn a_crafted_envelope_of_an_unknown_version_is_refused_clearly() {
+    let (dir, db) = fresh_db();
+    let crafted = dir.path().join("crafted.bin");
+    let mut bytes = b"\xFFlease\x02\x01k".to_vec();
+    bytes.extend([7u8; 40]);
+    std::fs::write(&crafted, &bytes).unwrap();
+    let out = lease(&db)
+        .args(["enqueue", "crafted", "--payload-file"])
+        .arg(&crafted)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("reserved start") && stderr.contains("version"),
+        "{stderr}"
+    );
+    assert_eq!(json_of(&db, &["state", "crafted"]), Value::Null);
+}
+
 #[test]
 fn an_encrypted_payload_without_its_key_fails_the_job_naming_the_key() {
     let (_dir, db) = fresh_db();

@@ -235,10 +235,7 @@ pub(crate) fn schedule(value: &Value) -> Result<lease_domain::Schedule, StoreErr
             Value::Null => None,
             _ => Some(count(&value["max_attempts"], "max_attempts")?),
         },
-        payload: payload(value)?
-            .map(|p| lease_domain::Payload::new(p, usize::MAX))
-            .transpose()
-            .map_err(|_| bad("payload"))?,
+        payload: payload(value)?.map(lease_domain::Payload::stored),
         timeout: seconds(&value["timeout"], "timeout")?,
         ..lease_domain::EnqueueSpec::default()
     };

@@ -58,8 +58,9 @@ pub use schedule::{
     decide_put_schedule, decide_ticks, run_job_id, tick_job_id, utc_text,
 };
 pub use sealed::{
-    KEY_NAME_MAX, SEALED_MAGIC, SEALED_NONCE_LEN, SEALED_TAG_LEN, SEALED_TEXT_PREFIX, Sealed,
-    SealedKind, is_key_name, sealed_associated_data, sealed_label, sealed_payload,
+    Envelope, KEY_NAME_MAX, SEALED_MAGIC, SEALED_NONCE_LEN, SEALED_PAYLOAD_RESERVED,
+    SEALED_TAG_LEN, SEALED_TEXT_PREFIX, SEALED_TEXT_RESERVED, Sealed, SealedKind, is_key_name,
+    payload_envelope, result_envelope, sealed_associated_data, sealed_label, sealed_payload,
     sealed_payload_header, sealed_result,
 };
 pub use trace::{Join, TRACESTATE_MAX, TraceContext};

@@ -123,10 +123,13 @@ impl Payload {
     /// The default size limit: 1 MiB.
     pub const DEFAULT_LIMIT: usize = 1 << 20;
 
-    /// Checks the size of a payload against `limit` bytes.
+    /// Checks a payload as a producer gives it: its size against `limit` bytes, and that one
+    /// beginning with `0xFF "lease"` is a well-formed sealed payload
+    /// ([`crate::payload_envelope`]): the start is reserved, so plain bytes are never taken for
+    /// a sealed value, nor a cut or unknown envelope for plain bytes.
     ///
     /// # Errors
-    /// [`InputError::PayloadTooLarge`].
+    /// [`InputError::PayloadTooLarge`], or [`InputError::Envelope`] saying what is wrong.
     pub fn new(bytes: Vec<u8>, limit: usize) -> Result<Self, InputError> {
         if bytes.len() > limit {
             return Err(InputError::PayloadTooLarge {
@@ -134,7 +137,21 @@ impl Payload {
                 limit,
             });
         }
+        if let crate::Envelope::Malformed(why) = crate::payload_envelope(&bytes) {
+            return Err(InputError::Envelope {
+                what: "payload",
+                start: "0xFF \"lease\"",
+                why,
+            });
+        }
         Ok(Self(bytes))
+    }
+
+    /// A payload read back from where it was kept (a schedule's job): taken as it is, since it
+    /// was checked when it was given.
+    #[must_use]
+    pub fn stored(bytes: Vec<u8>) -> Self {
+        Self(bytes)
     }
 
     /// The bytes.

@@ -2356,13 +2356,60 @@ fn a_plain_or_cut_payload_is_not_sealed() {
 
 #[test]
 fn a_sealed_result_is_known_by_its_prefix_and_names_its_key() {
-    let sealed = sealed_result("lease-sealed:v1:ops.1:AAAA+/==").expect("sealed");
+    let body = "A".repeat(40);
+    let text = format!("lease-sealed:v1:ops.1:{body}");
+    let sealed = sealed_result(&text).expect("sealed");
     assert_eq!(sealed.key, "ops.1");
-    assert_eq!(sealed.body, b"AAAA+/==");
+    assert_eq!(sealed.body, body.as_bytes());
     assert_eq!(sealed_result("lease-sealed:v1:ops.1:"), None);
     assert_eq!(sealed_result("lease-sealed:v1:bad name:AAAA"), None);
     assert_eq!(sealed_result("lease-sealed:v1:k:not base64!"), None);
     assert_eq!(sealed_result("done"), None);
+}
+
+/// The envelopes' starts are reserved: what begins with one is sealed or malformed, never
+/// plain; and the boundary (`Payload::new`, `JobResult::new`) refuses a malformed one, so no
+/// plain value can be stored that a reader would take for a sealed one, and no crafted one
+/// that a worker would hand on as plain bytes.
+#[test]
+fn the_envelopes_starts_are_reserved_and_a_malformed_one_is_refused_at_the_boundary() {
+    let mut later = sealed_bytes("k", 40);
+    later[6] = 2;
+    let short = sealed_bytes("k", SEALED_NONCE_LEN + SEALED_TAG_LEN - 1);
+    let mut odd = sealed_bytes("k", 40);
+    odd[8] = b' ';
+    for bad in [later, short, odd, SEALED_PAYLOAD_RESERVED.to_vec()] {
+        assert!(
+            matches!(payload_envelope(&bad), Envelope::Malformed(_)),
+            "{bad:?}"
+        );
+        assert!(matches!(
+            Payload::new(bad, Payload::DEFAULT_LIMIT),
+            Err(InputError::Envelope {
+                what: "payload",
+                ..
+            })
+        ));
+    }
+    let good = sealed_bytes("k", 40);
+    assert!(matches!(payload_envelope(&good), Envelope::Sealed(_)));
+    assert!(Payload::new(good, Payload::DEFAULT_LIMIT).is_ok());
+    // Binary plaintext that merely starts with 0xFF is plain.
+    assert_eq!(payload_envelope(&[0xFF, b'l', b'a']), Envelope::Plain);
+    for bad in [
+        "lease-sealed:v2:k:AAAA",
+        "lease-sealed:v1:k:AAAA",
+        "lease-sealed:v1:k",
+        "lease-sealed:",
+    ] {
+        assert!(
+            matches!(result_envelope(bad), Envelope::Malformed(_)),
+            "{bad}"
+        );
+        let refused = JobResult::new(bad).unwrap_err();
+        assert!(refused.to_string().contains("reserved"), "{refused}");
+    }
+    assert!(JobResult::new("lease-sealed is a fine word").is_ok());
 }
 
 #[test]

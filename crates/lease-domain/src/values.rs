@@ -100,6 +100,23 @@ pub enum InputError {
     /// A W3C trace context that is not one, named with what is wrong with it.
     #[error("{0}")]
     TraceContext(String),
+    /// A value a worker could not seal or open (docs/ENCRYPTION.md), in `lease-seal`'s words
+    /// (which never hold a key or a plaintext).
+    #[error("{0}")]
+    Sealing(String),
+    /// A payload or result that begins with a sealed envelope's reserved start but is not a
+    /// sealed value this version reads (docs/ENCRYPTION.md).
+    #[error(
+        "{what} begins with the sealed envelope's reserved start ({start}) but is not a sealed {what}: {why}"
+    )]
+    Envelope {
+        /// `payload` or `result`.
+        what: &'static str,
+        /// The reserved start, as text.
+        start: &'static str,
+        /// What is wrong with it.
+        why: &'static str,
+    },
 }
 
 /// The longest job id, owner or queue name every store accepts, in bytes of UTF-8: the same
@@ -220,12 +237,21 @@ impl fmt::Display for Owner {
 pub struct JobResult(String);
 
 impl JobResult {
-    /// Checks and wraps a result.
+    /// Checks and wraps a result. A result that begins with `lease-sealed:` must be a
+    /// well-formed sealed result ([`crate::result_envelope`]): the start is reserved.
     ///
     /// # Errors
-    /// [`InputError::NulInText`].
+    /// [`InputError::NulInText`], or [`InputError::Envelope`] saying what is wrong.
     pub fn new(result: impl Into<String>) -> Result<Self, InputError> {
-        checked_text(result.into(), "result").map(Self)
+        let result = checked_text(result.into(), "result")?;
+        if let crate::Envelope::Malformed(why) = crate::result_envelope(&result) {
+            return Err(InputError::Envelope {
+                what: "result",
+                start: "lease-sealed:",
+                why,
+            });
+        }
+        Ok(Self(result))
     }
 
     /// The result as text.

@@ -580,12 +580,7 @@ impl StoredSchedule {
             .max_attempts
             .map(|n| u32::try_from(n).map_err(|_| bad(format!("max_attempts {n}"))))
             .transpose()?;
-        let payload = self
-            .payload
-            .map(|p| {
-                lease_domain::Payload::new(p, usize::MAX).map_err(|e| bad(format!("payload: {e}")))
-            })
-            .transpose()?;
+        let payload = self.payload.map(lease_domain::Payload::stored);
         let job = lease_domain::EnqueueSpec {
             queue: queue(self.queue)?,
             priority: self.priority,

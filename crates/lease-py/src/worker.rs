@@ -360,6 +360,7 @@ impl WorkerCore {
         let concurrency: usize = options.need(py, "concurrency")?;
         let prefetch: i64 = options.need(py, "prefetch")?;
         let seal_results: bool = options.need(py, "seal_results")?;
+        let require_sealed: Option<bool> = options.take("require_sealed")?;
         let renew_fraction: f64 = options.need(py, "renew_fraction")?;
         let idle_poll: f64 = options.need(py, "idle_poll")?;
         let retry: bool = options.need(py, "retry")?;
@@ -398,12 +399,24 @@ impl WorkerCore {
                 config.keys = lease_seal::Keyring::from_env()
                     .or_else(|e| invalid(e.to_string()))?
                     .map(Arc::new);
-                if seal_results && config.keys.is_none() {
-                    return invalid(
-                        "seal_results: needs a key: set LEASE_PAYLOAD_KEY or LEASE_PAYLOAD_KEY_FILE",
-                    );
+                let require_sealed = match require_sealed {
+                    Some(given) => given,
+                    None => {
+                        lease_seal::require_sealed_from_env().or_else(|e| invalid(e.to_string()))?
+                    }
+                };
+                for (asked, what) in [
+                    (seal_results, "seal_results"),
+                    (require_sealed, "require_sealed"),
+                ] {
+                    if asked && config.keys.is_none() {
+                        return invalid(format!(
+                            "{what}: needs a key: set LEASE_PAYLOAD_KEY or LEASE_PAYLOAD_KEY_FILE"
+                        ));
+                    }
                 }
                 config.seal_results = seal_results;
+                config.require_sealed = require_sealed;
                 // The job's trace context is read for the handler's own span (the Python
                 // `Worker`'s, in its tracer); the runtime's span is not exported from here.
                 if traced {

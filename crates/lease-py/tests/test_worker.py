@@ -368,3 +368,41 @@ def test_with_seal_results_a_result_is_stored_sealed(db, monkeypatch):
     assert summary.completed == 1
     result = store.record("report").result
     assert result.startswith("lease-sealed:v1:key-") and "revenue" not in result
+
+
+def test_a_plaintext_payload_swapped_into_a_sealed_queue_is_refused(opening, monkeypatch):
+    target, how = opening
+    monkeypatch.setenv("LEASE_PAYLOAD_KEY", PAYLOAD_KEY)
+    store = lease.Store(target, **how)
+    store.enqueue("mail", payload="to=alice@example.com", max_attempts=1)
+    # Whoever can enqueue without the key puts a plaintext job beside it.
+    monkeypatch.delenv("LEASE_PAYLOAD_KEY")
+    store.enqueue("swapped", payload="to=mallory@example.com", max_attempts=1)
+    # A producer that must seal and has no key is refused, with nothing stored.
+    monkeypatch.setenv("LEASE_REQUIRE_SEALED", "1")
+    with pytest.raises(ValueError, match="LEASE_REQUIRE_SEALED"):
+        store.enqueue("clear", payload="to=bob@example.com")
+    assert store.record("clear") is None
+    with pytest.raises(ValueError, match="require_sealed: needs a key"):
+        lease.Worker(store, lambda job: "x", owner="py/nokey")
+    monkeypatch.setenv("LEASE_PAYLOAD_KEY", PAYLOAD_KEY)
+    seen = {}
+
+    def handle(job):
+        seen[job.id] = job.payload
+        return "sent"
+
+    # The environment requires sealed values: the worker refuses the plain one and seals.
+    summary = lease.Worker(
+        store, handle, owner="py/strict", exit_when_empty=True, idle_poll=0.05
+    ).run()
+    assert (summary.completed, summary.failed) == (1, 1)
+    assert seen == {"mail": b"to=alice@example.com"}
+    refused = store.record("swapped")
+    assert refused.status == "dead" and "not sealed" in refused.error
+    assert store.record("mail").result.startswith("lease-sealed:v1:")
+    # Said explicitly, it overrides the environment.
+    monkeypatch.setenv("LEASE_REQUIRE_SEALED", "maybe")
+    with pytest.raises(ValueError, match="LEASE_REQUIRE_SEALED"):
+        lease.Worker(store, lambda job: "x", owner="py/typo")
+    lease.Worker(store, lambda job: "x", owner="py/explicit", require_sealed=False)

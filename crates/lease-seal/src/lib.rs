@@ -20,16 +20,27 @@ use aes_gcm::{Aes256Gcm, Nonce};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use lease_domain::{
-    JobId, Payload, SEALED_NONCE_LEN, SEALED_TEXT_PREFIX, SealedKind, is_key_name,
-    sealed_associated_data, sealed_payload, sealed_payload_header, sealed_result,
+    Envelope, JobId, Payload, SEALED_NONCE_LEN, SEALED_TAG_LEN, SEALED_TEXT_PREFIX, SealedKind,
+    is_key_name, payload_envelope, result_envelope, sealed_associated_data, sealed_payload_header,
 };
 use sha2::{Digest, Sha256};
+use zeroize::Zeroizing;
 
 /// The environment variable holding one key, in standard base64.
 pub const KEY_VAR: &str = "LEASE_PAYLOAD_KEY";
 
 /// The environment variable naming a file of `NAME=BASE64` lines.
 pub const KEY_FILE_VAR: &str = "LEASE_PAYLOAD_KEY_FILE";
+
+/// The longest sealed progress text: the API's bound for any progress (256 characters, which is
+/// what 1,024 bytes of any UTF-8 can be), which a sealed one, all ASCII, meets through every
+/// door. About 140 bytes of text fit under a `key-xxxxxxxx` name, 100 under a 64-character one.
+pub const SEALED_PROGRESS_MAX: usize = 256;
+
+/// The environment variable that, set to `1` (or `true`, `yes`), requires sealed values:
+/// producers refuse to enqueue a payload they cannot seal, and workers and readers refuse a
+/// plain payload or result (a value swapped in by whoever can write the store or enqueue).
+pub const REQUIRE_VAR: &str = "LEASE_REQUIRE_SEALED";
 
 /// Why a value could not be sealed or opened, or keys not read. Never holds a key or a
 /// plaintext.
@@ -93,15 +104,39 @@ pub enum SealError {
         /// The key's name.
         key: String,
     },
-    /// A sealed result whose body is not base64.
-    #[error("the {kind} of job {job} is marked sealed with key {key} but its body is not base64")]
+    /// A value that begins with a sealed envelope's reserved start but is not one this
+    /// version reads (another version, a cut body, a bad key name, a body that is not base64).
+    #[error("the {kind} of job {job} is not a well-formed sealed {kind}: {why}")]
     Malformed {
         /// The job.
         job: String,
         /// `payload` or `result`.
         kind: &'static str,
-        /// The key's name.
-        key: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A plain value where sealed values are required ([`REQUIRE_VAR`]).
+    #[error(
+        "the {kind} of job {job} is not sealed, and sealed values are required ({REQUIRE_VAR}): it is refused"
+    )]
+    NotSealed {
+        /// The job.
+        job: String,
+        /// `payload` or `result`.
+        kind: &'static str,
+    },
+    /// Sealed values are required and no key is given to seal with.
+    #[error(
+        "sealed values are required ({REQUIRE_VAR}) and no key is given: set {KEY_VAR} or {KEY_FILE_VAR}"
+    )]
+    NoSealingKey,
+    /// A setting of the environment that cannot be read.
+    #[error("{var} {reason}")]
+    BadSetting {
+        /// The variable.
+        var: &'static str,
+        /// What is wrong with it.
+        reason: String,
     },
     /// The OS's random source failed, so no nonce could be made.
     #[error("no random nonce: the OS's random source failed: {0}")]
@@ -136,22 +171,32 @@ impl fmt::Debug for Keyring {
     }
 }
 
-/// A key from its base64 text; `source` says where it came from in errors.
-fn decode_key(text: &str, source: &str) -> Result<[u8; 32], SealError> {
-    let bytes = STANDARD
-        .decode(text.trim())
+/// A key from its base64 text; `source` says where it came from in errors. The decoded bytes
+/// are cleared when dropped (here, and in the caller once the cipher holds the key).
+fn decode_key(text: &str, source: &str) -> Result<Zeroizing<[u8; 32]>, SealError> {
+    let bytes =
+        Zeroizing::new(STANDARD.decode(text.trim()).map_err(|_| {
+            SealError::BadKey {
+                origin: source.to_owned(),
+                reason:
+                    "is not standard base64 (a key is 32 random bytes in base64, 44 characters)"
+                        .to_owned(),
+            }
+        })?);
+    <[u8; 32]>::try_from(bytes.as_slice())
+        .map(Zeroizing::new)
         .map_err(|_| SealError::BadKey {
             origin: source.to_owned(),
-            reason: "is not standard base64 (a key is 32 random bytes in base64, 44 characters)"
-                .to_owned(),
-        })?;
-    <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| SealError::BadKey {
-        origin: source.to_owned(),
-        reason: format!(
-            "is {} bytes, not 32 (a key is 32 random bytes in base64, 44 characters)",
-            bytes.len()
-        ),
-    })
+            reason: format!(
+                "is {} bytes, not 32 (a key is 32 random bytes in base64, 44 characters)",
+                bytes.len()
+            ),
+        })
+}
+
+/// A cipher holding `key` (its expanded key is cleared when the cipher is dropped).
+fn cipher(key: &[u8; 32]) -> Aes256Gcm {
+    Aes256Gcm::new(key.into())
 }
 
 impl Keyring {
@@ -161,11 +206,22 @@ impl Keyring {
     /// # Errors
     /// Both set, an unreadable file, or a key that is not 32 bytes in base64.
     pub fn from_env() -> Result<Option<Self>, SealError> {
-        let key = std::env::var(KEY_VAR).ok().filter(|k| !k.is_empty());
+        // A key that is not text is refused, never taken for no key (which would seal nothing).
+        let key = std::env::var_os(KEY_VAR).filter(|k| !k.is_empty());
         let file = std::env::var_os(KEY_FILE_VAR).filter(|f| !f.is_empty());
         match (key, file) {
             (Some(_), Some(_)) => Err(SealError::BothSet),
-            (Some(key), None) => Self::single(&key).map(Some),
+            (Some(key), None) => {
+                let key = Zeroizing::new(key.into_string().map_err(|_| {
+                    SealError::BadKey {
+                        origin: KEY_VAR.to_owned(),
+                        reason:
+                            "is not valid text (a key is 32 random bytes in base64, 44 characters)"
+                                .to_owned(),
+                    }
+                })?);
+                Self::single(&key).map(Some)
+            }
             (None, Some(file)) => Self::from_file(Path::new(&file)).map(Some),
             (None, None) => Ok(None),
         }
@@ -178,7 +234,7 @@ impl Keyring {
     /// A key that is not 32 bytes in base64.
     pub fn single(base64: &str) -> Result<Self, SealError> {
         let key = decode_key(base64, KEY_VAR)?;
-        let digest = Sha256::digest(key);
+        let digest = Sha256::digest(key.as_slice());
         let name = format!(
             "key-{}",
             digest[..4]
@@ -189,7 +245,7 @@ impl Keyring {
         Ok(Self {
             keys: vec![NamedKey {
                 name,
-                cipher: Aes256Gcm::new(&key.into()),
+                cipher: cipher(&key),
             }],
         })
     }
@@ -199,10 +255,13 @@ impl Keyring {
     /// # Errors
     /// An unreadable file, or a line [`Keyring::parse`] refuses.
     pub fn from_file(path: &Path) -> Result<Self, SealError> {
-        let text = std::fs::read_to_string(path).map_err(|e| SealError::KeyFile {
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        })?;
+        let text =
+            Zeroizing::new(
+                std::fs::read_to_string(path).map_err(|e| SealError::KeyFile {
+                    path: path.display().to_string(),
+                    reason: e.to_string(),
+                })?,
+            );
         Self::parse(&text, &path.display().to_string())
     }
 
@@ -239,7 +298,7 @@ impl Keyring {
             let key = decode_key(key, &source)?;
             keys.push(NamedKey {
                 name: name.to_owned(),
-                cipher: Aes256Gcm::new(&key.into()),
+                cipher: cipher(&key),
             });
         }
         if keys.is_empty() {
@@ -353,7 +412,52 @@ impl Keyring {
     /// # Errors
     /// [`SealError::Random`] when no nonce could be made.
     pub fn seal_result(&self, job: &str, plain: &str) -> Result<String, SealError> {
-        let (name, body) = self.seal(SealedKind::Result, job, plain.as_bytes())?;
+        self.seal_text(SealedKind::Result, job, plain.as_bytes())
+    }
+
+    /// `value` sealed as job `job`'s checkpoint `name` (text): bound to the job and the name,
+    /// so it opens for no other step.
+    ///
+    /// # Errors
+    /// [`SealError::Random`] when no nonce could be made.
+    pub fn seal_checkpoint(&self, job: &str, name: &str, value: &str) -> Result<String, SealError> {
+        self.seal_text(
+            SealedKind::Checkpoint,
+            &checkpoint_binding(job, name),
+            value.as_bytes(),
+        )
+    }
+
+    /// `text` sealed as job `job`'s progress, cut (at a character's end) to what fits a
+    /// progress report once sealed under this keyring's sealing key ([`Self::progress_room`]).
+    ///
+    /// # Errors
+    /// [`SealError::Random`] when no nonce could be made.
+    pub fn seal_progress(&self, job: &str, text: &str) -> Result<String, SealError> {
+        let mut end = text.len().min(self.progress_room());
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.seal_text(SealedKind::Progress, job, &text.as_bytes()[..end])
+    }
+
+    /// How many bytes of progress text fit a progress report once sealed under the sealing
+    /// key ([`SEALED_PROGRESS_MAX`] characters, so that it passes every door): the envelope
+    /// takes its prefix, the key's name, a nonce and a tag, and base64 a third.
+    #[must_use]
+    pub fn progress_room(&self) -> usize {
+        let envelope = SEALED_TEXT_PREFIX.len() + self.sealing_key().len() + 1;
+        let groups = SEALED_PROGRESS_MAX.saturating_sub(envelope) / 4;
+        (groups * 3).saturating_sub(SEALED_NONCE_LEN + SEALED_TAG_LEN)
+    }
+
+    fn seal_text(
+        &self,
+        kind: SealedKind,
+        binding: &str,
+        plain: &[u8],
+    ) -> Result<String, SealError> {
+        let (name, body) = self.seal(kind, binding, plain)?;
         Ok(format!(
             "{SEALED_TEXT_PREFIX}{name}:{}",
             STANDARD.encode(body)
@@ -361,46 +465,162 @@ impl Keyring {
     }
 }
 
-/// Job `job`'s payload as its worker reads it: a plain payload as it is, a sealed one opened
-/// with `keys`.
-///
-/// # Errors
-/// A sealed payload with no keys, under a key not given, or that does not open.
-pub fn open_payload(keys: Option<&Keyring>, job: &str, bytes: &[u8]) -> Result<Vec<u8>, SealError> {
-    let Some(sealed) = sealed_payload(bytes) else {
-        return Ok(bytes.to_vec());
-    };
-    let kind = SealedKind::Payload;
-    let keys = keys.ok_or_else(|| SealError::NoKey {
-        job: job.to_owned(),
-        kind: kind.as_str(),
-        key: sealed.key.to_owned(),
-    })?;
-    keys.open(kind, job, sealed.key, sealed.body)
+/// What a checkpoint's value is bound to besides its kind: its job and its name (neither holds
+/// a NUL, so the pair is read one way only).
+fn checkpoint_binding(job: &str, name: &str) -> String {
+    format!("{job}\0{name}")
 }
 
-/// Job `job`'s result as its reader reads it: a plain result as it is, a sealed one opened with
-/// `keys` (its plaintext must be UTF-8, as a result is).
+/// Whether the environment requires sealed values ([`REQUIRE_VAR`]): `1`, `true` or `yes`
+/// require them; unset, empty, `0`, `false` or `no` do not.
 ///
 /// # Errors
-/// A sealed result with no keys, under a key not given, malformed, or that does not open.
-pub fn open_result(keys: Option<&Keyring>, job: &str, text: &str) -> Result<String, SealError> {
-    let Some(sealed) = sealed_result(text) else {
-        return Ok(text.to_owned());
+/// [`SealError::BadSetting`] for any other value, so a typo never turns the requirement off.
+pub fn require_sealed_from_env() -> Result<bool, SealError> {
+    let Some(value) = std::env::var_os(REQUIRE_VAR) else {
+        return Ok(false);
     };
-    let kind = SealedKind::Result;
+    match value.to_str().map(str::to_ascii_lowercase).as_deref() {
+        Some("1" | "true" | "yes") => Ok(true),
+        Some("" | "0" | "false" | "no") => Ok(false),
+        _ => Err(SealError::BadSetting {
+            var: REQUIRE_VAR,
+            reason:
+                "must be 1, true or yes (or 0, false, no) to say whether sealed values are required"
+                    .to_owned(),
+        }),
+    }
+}
+
+/// Job `job`'s payload as its worker reads it: a plain payload as it is (refused when
+/// `require_sealed`), a sealed one opened with `keys`; one that begins with the reserved start
+/// but is not a well-formed envelope is refused, never handed on as plain bytes.
+///
+/// # Errors
+/// A sealed payload with no keys, under a key not given, or that does not open; a malformed
+/// envelope; a plain payload where sealed ones are required.
+pub fn open_payload(
+    keys: Option<&Keyring>,
+    require_sealed: bool,
+    job: &str,
+    bytes: &[u8],
+) -> Result<Vec<u8>, SealError> {
+    let kind = SealedKind::Payload;
+    match to_open(keys, require_sealed, kind, job, payload_envelope(bytes))? {
+        Some((keys, sealed)) => keys.open(kind, job, sealed.key, sealed.body),
+        None => Ok(bytes.to_vec()),
+    }
+}
+
+/// What reading a value in `envelope` comes to: `None` for a plain value that may be read as
+/// it is; the keys and the sealed value to open; or why it is refused (a plain value where
+/// sealed ones are required, a malformed envelope, no keys).
+fn to_open<'k, 'v>(
+    keys: Option<&'k Keyring>,
+    require_sealed: bool,
+    kind: SealedKind,
+    job: &str,
+    envelope: Envelope<'v>,
+) -> Result<Option<(&'k Keyring, lease_domain::Sealed<'v>)>, SealError> {
+    let sealed = match envelope {
+        Envelope::Plain if require_sealed => return Err(not_sealed(job, kind)),
+        Envelope::Plain => return Ok(None),
+        Envelope::Malformed(why) => return Err(malformed(job, kind, why)),
+        Envelope::Sealed(sealed) => sealed,
+    };
     let keys = keys.ok_or_else(|| SealError::NoKey {
         job: job.to_owned(),
         kind: kind.as_str(),
         key: sealed.key.to_owned(),
     })?;
-    let malformed = || SealError::Malformed {
+    Ok(Some((keys, sealed)))
+}
+
+fn not_sealed(job: &str, kind: SealedKind) -> SealError {
+    SealError::NotSealed {
         job: job.to_owned(),
         kind: kind.as_str(),
-        key: sealed.key.to_owned(),
+    }
+}
+
+fn malformed(job: &str, kind: SealedKind, why: &str) -> SealError {
+    SealError::Malformed {
+        job: job.to_owned(),
+        kind: kind.as_str(),
+        why: why.to_owned(),
+    }
+}
+
+/// Job `job`'s result as its reader reads it: a plain result as it is (refused when
+/// `require_sealed`), a sealed one opened with `keys` (its plaintext must be UTF-8, as a
+/// result is); a malformed envelope is refused.
+///
+/// # Errors
+/// A sealed result with no keys, under a key not given, malformed, or that does not open; a
+/// plain result where sealed ones are required.
+pub fn open_result(
+    keys: Option<&Keyring>,
+    require_sealed: bool,
+    job: &str,
+    text: &str,
+) -> Result<String, SealError> {
+    open_text(keys, require_sealed, SealedKind::Result, job, job, text)
+}
+
+/// Job `job`'s checkpoint `name` as its worker reads it, as [`open_result`] reads a result.
+///
+/// # Errors
+/// As [`open_result`].
+pub fn open_checkpoint(
+    keys: Option<&Keyring>,
+    require_sealed: bool,
+    job: &str,
+    name: &str,
+    value: &str,
+) -> Result<String, SealError> {
+    let binding = checkpoint_binding(job, name);
+    open_text(
+        keys,
+        require_sealed,
+        SealedKind::Checkpoint,
+        job,
+        &binding,
+        value,
+    )
+}
+
+/// Job `job`'s progress text opened, as [`open_result`] reads a result.
+///
+/// # Errors
+/// As [`open_result`].
+pub fn open_progress(
+    keys: Option<&Keyring>,
+    require_sealed: bool,
+    job: &str,
+    text: &str,
+) -> Result<String, SealError> {
+    open_text(keys, require_sealed, SealedKind::Progress, job, job, text)
+}
+
+/// A text value of `kind` of job `job` (bound to `binding`) opened.
+fn open_text(
+    keys: Option<&Keyring>,
+    require_sealed: bool,
+    kind: SealedKind,
+    job: &str,
+    binding: &str,
+    text: &str,
+) -> Result<String, SealError> {
+    let Some((keys, sealed)) = to_open(keys, require_sealed, kind, job, result_envelope(text))?
+    else {
+        return Ok(text.to_owned());
     };
-    let body = STANDARD.decode(sealed.body).map_err(|_| malformed())?;
-    let plain = keys.open(kind, job, sealed.key, &body)?;
+    let body = STANDARD
+        .decode(sealed.body)
+        .map_err(|_| malformed(job, kind, "its body is not standard base64"))?;
+    let plain = keys
+        .open(kind, binding, sealed.key, &body)
+        .map_err(|e| in_job(e, job))?;
     String::from_utf8(plain).map_err(|_| SealError::WontOpen {
         job: job.to_owned(),
         kind: kind.as_str(),
@@ -408,15 +628,41 @@ pub fn open_result(keys: Option<&Keyring>, job: &str, text: &str) -> Result<Stri
     })
 }
 
+/// `e` naming job `job` where it named what the value was bound to (a checkpoint's job and
+/// name).
+fn in_job(e: SealError, job: &str) -> SealError {
+    match e {
+        SealError::UnknownKey {
+            kind, key, known, ..
+        } => SealError::UnknownKey {
+            job: job.to_owned(),
+            kind,
+            key,
+            known,
+        },
+        SealError::WontOpen { kind, key, .. } => SealError::WontOpen {
+            job: job.to_owned(),
+            kind,
+            key,
+        },
+        other => other,
+    }
+}
+
 /// Seals each of `payloads` for its job with the keys the environment gives
 /// ([`Keyring::from_env`]), when it gives any; the keys are read only when there is a payload
 /// to seal. What producers (the command line, Python) do before a job leaves the process.
+/// Where the environment requires sealed values ([`REQUIRE_VAR`]) and gives no key, nothing
+/// is enqueued in the clear: the producer is refused.
 ///
 /// # Errors
-/// Bad keys in the environment, or a payload over [`Payload::DEFAULT_LIMIT`] once sealed.
+/// Bad keys or a bad [`REQUIRE_VAR`] in the environment, no key where sealed values are
+/// required, or a payload over [`Payload::DEFAULT_LIMIT`] once sealed.
 pub fn seal_payloads_from_env<'a>(
     payloads: impl IntoIterator<Item = (&'a JobId, &'a mut Option<Payload>)>,
 ) -> Result<(), SealError> {
+    // Read first, so that a setting that cannot be read is refused whatever else is given.
+    let require = require_sealed_from_env()?;
     let mut keys = None;
     for (job, payload) in payloads {
         let Some(plain) = payload.as_ref() else {
@@ -426,6 +672,7 @@ pub fn seal_payloads_from_env<'a>(
             Some(keys) => keys,
             None => match Keyring::from_env()? {
                 Some(found) => keys.insert(found),
+                None if require => return Err(SealError::NoSealingKey),
                 None => return Ok(()),
             },
         };

@@ -42,7 +42,10 @@ fn a_payload_sealed_under_one_key_opens_with_it_and_shows_no_plaintext() {
         "no plaintext in the sealed bytes"
     );
     assert_eq!(sealed_payload(&sealed).unwrap().key, keys.sealing_key());
-    assert_eq!(open_payload(Some(&keys), "job-1", &sealed).unwrap(), SECRET);
+    assert_eq!(
+        open_payload(Some(&keys), false, "job-1", &sealed).unwrap(),
+        SECRET
+    );
     // Two seals of one value differ (a fresh nonce each).
     assert_ne!(sealed, keys.seal_payload("job-1", SECRET).unwrap());
 }
@@ -50,9 +53,12 @@ fn a_payload_sealed_under_one_key_opens_with_it_and_shows_no_plaintext() {
 #[test]
 fn a_plain_payload_or_result_passes_through_with_or_without_keys() {
     let keys = Keyring::single(&key(1)).unwrap();
-    assert_eq!(open_payload(None, "j", b"plain").unwrap(), b"plain");
-    assert_eq!(open_payload(Some(&keys), "j", b"plain").unwrap(), b"plain");
-    assert_eq!(open_result(None, "j", "done").unwrap(), "done");
+    assert_eq!(open_payload(None, false, "j", b"plain").unwrap(), b"plain");
+    assert_eq!(
+        open_payload(Some(&keys), false, "j", b"plain").unwrap(),
+        b"plain"
+    );
+    assert_eq!(open_result(None, false, "j", "done").unwrap(), "done");
 }
 
 #[test]
@@ -63,7 +69,7 @@ fn a_result_sealed_is_text_and_opens_with_its_key() {
     assert!(!sealed.contains("alice"));
     assert_eq!(sealed_result(&sealed).unwrap().key, "ops");
     assert_eq!(
-        open_result(Some(&keys), "job-1", &sealed).unwrap(),
+        open_result(Some(&keys), false, "job-1", &sealed).unwrap(),
         "alice's report"
     );
 }
@@ -78,11 +84,11 @@ fn rotation_seals_with_the_last_key_and_opens_with_any() {
     let sealed_after = rotated.seal_payload("j", SECRET).unwrap();
     assert_eq!(sealed_payload(&sealed_after).unwrap().key, "2026");
     assert_eq!(
-        open_payload(Some(&rotated), "j", &sealed_before).unwrap(),
+        open_payload(Some(&rotated), false, "j", &sealed_before).unwrap(),
         SECRET
     );
     assert_eq!(
-        open_payload(Some(&rotated), "j", &sealed_after).unwrap(),
+        open_payload(Some(&rotated), false, "j", &sealed_after).unwrap(),
         SECRET
     );
 }
@@ -91,7 +97,7 @@ fn rotation_seals_with_the_last_key_and_opens_with_any() {
 fn a_ciphertext_moved_to_another_job_or_kind_does_not_open() {
     let keys = keyring(&[("k", 1)]);
     let sealed = keys.seal_payload("job-1", SECRET).unwrap();
-    let moved = open_payload(Some(&keys), "job-2", &sealed).unwrap_err();
+    let moved = open_payload(Some(&keys), false, "job-2", &sealed).unwrap_err();
     assert!(matches!(moved, SealError::WontOpen { .. }), "{moved:?}");
     assert!(told(&moved).contains("job job-2"));
     // A result's body put in a payload's envelope.
@@ -101,7 +107,7 @@ fn a_ciphertext_moved_to_another_job_or_kind_does_not_open() {
         .unwrap();
     let mut as_payload = lease_domain::sealed_payload_header("k");
     as_payload.extend_from_slice(&body);
-    let e = open_payload(Some(&keys), "job-1", &as_payload).unwrap_err();
+    let e = open_payload(Some(&keys), false, "job-1", &as_payload).unwrap_err();
     assert!(matches!(e, SealError::WontOpen { .. }), "{e:?}");
 }
 
@@ -111,7 +117,7 @@ fn a_changed_byte_does_not_open() {
     let mut sealed = keys.seal_payload("j", SECRET).unwrap();
     let last = sealed.len() - 1;
     sealed[last] ^= 1;
-    let e = open_payload(Some(&keys), "j", &sealed).unwrap_err();
+    let e = open_payload(Some(&keys), false, "j", &sealed).unwrap_err();
     assert!(matches!(e, SealError::WontOpen { .. }), "{e:?}");
 }
 
@@ -119,16 +125,16 @@ fn a_changed_byte_does_not_open() {
 fn a_sealed_value_without_its_key_is_an_error_naming_the_key() {
     let keys = keyring(&[("k2026", 1)]);
     let sealed = keys.seal_payload("j", SECRET).unwrap();
-    let none = open_payload(None, "j", &sealed).unwrap_err();
+    let none = open_payload(None, false, "j", &sealed).unwrap_err();
     assert!(told(&none).contains("key k2026"), "{none}");
     assert!(told(&none).contains("LEASE_PAYLOAD_KEY"), "{none}");
     let other = keyring(&[("other", 2)]);
-    let unknown = open_payload(Some(&other), "j", &sealed).unwrap_err();
+    let unknown = open_payload(Some(&other), false, "j", &sealed).unwrap_err();
     assert!(matches!(unknown, SealError::UnknownKey { .. }));
     assert!(told(&unknown).contains("k2026") && told(&unknown).contains("other"));
     // Another key under the same name.
     let impostor = keyring(&[("k2026", 3)]);
-    let wrong = open_payload(Some(&impostor), "j", &sealed).unwrap_err();
+    let wrong = open_payload(Some(&impostor), false, "j", &sealed).unwrap_err();
     assert!(matches!(wrong, SealError::WontOpen { .. }), "{wrong:?}");
     told(&wrong);
 }
@@ -161,8 +167,67 @@ fn bad_keys_are_refused_by_where_they_came_from_without_showing_them() {
 #[test]
 fn a_malformed_sealed_result_is_told_so() {
     let keys = keyring(&[("k", 1)]);
-    let e = open_result(Some(&keys), "j", "lease-sealed:v1:k:AAA").unwrap_err();
+    let e = open_result(Some(&keys), false, "j", "lease-sealed:v1:k:AAA").unwrap_err();
     assert!(matches!(e, SealError::Malformed { .. }), "{e:?}");
+}
+
+/// The envelopes' starts are reserved: a payload that begins with `0xFF "lease"` or a result
+/// that begins with `lease-sealed:` but is not a well-formed envelope of version 1 is refused
+/// saying why, never handed on as plain data (with or without keys).
+#[test]
+fn a_crafted_envelope_of_an_unknown_version_or_cut_short_fails_clearly() {
+    let keys = keyring(&[("k", 1)]);
+    let sealed = keys.seal_payload("j", SECRET).unwrap();
+    let mut later = sealed.clone();
+    later[6] = 2;
+    // The header (magic, length, the one-letter name) and 20 bytes: less than a nonce and a tag.
+    let cut = &sealed[..9 + 20];
+    let bare = b"\xFFlease".to_vec();
+    for (crafted, why) in [
+        (later.as_slice(), "version"),
+        (cut, "shorter than a nonce and a tag"),
+        (bare.as_slice(), "no version"),
+    ] {
+        for given in [None, Some(&keys)] {
+            let e = open_payload(given, false, "j", crafted).unwrap_err();
+            assert!(
+                matches!(e, SealError::Malformed { .. }) && told(&e).contains(why),
+                "{e}"
+            );
+        }
+    }
+    let result = keys.seal_result("j", "done").unwrap();
+    let v2 = result.replacen("lease-sealed:v1:", "lease-sealed:v2:", 1);
+    for crafted in [v2.as_str(), "lease-sealed:", "lease-sealed:v1:k:AAAA"] {
+        let e = open_result(Some(&keys), false, "j", crafted).unwrap_err();
+        assert!(matches!(e, SealError::Malformed { .. }), "{crafted}: {e:?}");
+    }
+}
+
+/// Where sealed values are required, a plain payload or result (one swapped in by whoever can
+/// enqueue or write the store) is refused naming the job, and sealed ones still open.
+#[test]
+fn a_plain_value_is_refused_where_sealed_values_are_required() {
+    let keys = keyring(&[("k", 1)]);
+    let e = open_payload(Some(&keys), true, "swapped", b"to=mallory").unwrap_err();
+    assert!(matches!(e, SealError::NotSealed { .. }), "{e:?}");
+    let said = told(&e);
+    assert!(
+        said.contains("swapped") && said.contains("LEASE_REQUIRE_SEALED"),
+        "{said}"
+    );
+    let e = open_result(Some(&keys), true, "swapped", "forged").unwrap_err();
+    assert!(matches!(e, SealError::NotSealed { .. }), "{e:?}");
+    let sealed = keys.seal_payload("j", SECRET).unwrap();
+    assert_eq!(
+        open_payload(Some(&keys), true, "j", &sealed).unwrap(),
+        SECRET
+    );
+    let result = keys.seal_result("j", "done").unwrap();
+    assert_eq!(
+        open_result(Some(&keys), true, "j", &result).unwrap(),
+        "done"
+    );
 }
 
 /// Node's own `crypto`, following docs/ENCRYPTION.md and nothing of this crate: opens
@@ -220,7 +285,7 @@ fn the_documented_format_is_followed_by_another_language() {
     );
     let from_node = STANDARD.decode(lines.next().unwrap()).unwrap();
     assert_eq!(
-        open_payload(Some(&keys), "job-7", &from_node).unwrap(),
+        open_payload(Some(&keys), false, "job-7", &from_node).unwrap(),
         b"sealed by node",
         "Rust opened node's seal"
     );

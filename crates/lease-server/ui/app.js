@@ -470,7 +470,7 @@ function renderJob(job) {
   else field(list, 'Result', text(job.result));
   field(list, 'Result fence', num(job.result_fence));
   field(list, 'Last error', text(job.error));
-  field(list, 'Progress', text(job.progress));
+  field(list, 'Progress', sealedLabel(job.progress) ?? text(job.progress));
   field(list, 'Timeout', job.timeout === null || job.timeout === undefined ? null : duration(job.timeout));
   field(list, 'Ended', job.ended);
   if (job.after && job.after.length > 0) {
@@ -536,6 +536,13 @@ function parentList(after, parents) {
   return list;
 }
 
+// A text a worker sealed (its progress, a checkpoint: docs/ENCRYPTION.md) is shown by its key,
+// never as its sealed text; null for any other text.
+function sealedLabel(value) {
+  const sealed = /^lease-sealed:v1:([A-Za-z0-9._-]{1,64}):/.exec(typeof value === 'string' ? value : '');
+  return sealed ? `encrypted (key ${sealed[1]})` : null;
+}
+
 // A job's checkpoints: each step's name, what it kept (its start, for a long value) and the
 // fence of the attempt that wrote it.
 const CHECKPOINT_CHARS = 200;
@@ -544,7 +551,8 @@ function checkpointList(kept) {
   const list = el('ul', null, 'checkpoints');
   for (const c of kept) {
     const item = el('li');
-    const value = c.value.length > CHECKPOINT_CHARS ? `${c.value.slice(0, CHECKPOINT_CHARS)}…` : c.value;
+    const sealed = sealedLabel(c.value);
+    const value = sealed ?? (c.value.length > CHECKPOINT_CHARS ? `${c.value.slice(0, CHECKPOINT_CHARS)}…` : c.value);
     item.append(el('strong', c.name), el('span', ` fence ${num(c.fence)} `, 'muted'), el('pre', value, 'value-text'));
     list.append(item);
   }

@@ -104,30 +104,67 @@ impl JobContext {
     /// value over the limit, or a new name when the job keeps 1,000 already (nothing is
     /// kept); or the store's error. A refusal (the lease was lost) is the `Err` inside.
     pub async fn checkpoint(&self, name: &str, value: &str) -> Result<WriteOutcome, StoreError> {
+        let p = &self.progress;
+        let name = lease_domain::CheckpointName::new(name).map_err(InputError::Workflow)?;
+        lease_domain::CheckpointValue::new(value)?;
+        // Sealed for this job and step when results are (docs/ENCRYPTION.md).
+        let value = match p.sealing.sealer("checkpoint", &self.job)? {
+            Some(keys) => keys
+                .seal_checkpoint(self.job.as_str(), name.as_str(), value)
+                .map_err(sealing)?,
+            None => value.to_owned(),
+        };
         let checkpoint = lease_domain::Checkpoint {
-            name: lease_domain::CheckpointName::new(name).map_err(InputError::Workflow)?,
+            name,
             value: lease_domain::CheckpointValue::new(value)?,
         };
-        let p = &self.progress;
         let now = Timestamp::new(p.clock.now())?;
         p.store
             .checkpoint(&self.job, &p.owner, self.fence, now, &checkpoint)
             .await
     }
 
-    /// The checkpoints this job keeps, by name (read from the store when asked).
+    /// The checkpoints this job keeps, by name (read from the store when asked), a sealed
+    /// value opened with the worker's keys.
     ///
     /// # Errors
-    /// The store's.
+    /// The store's; or a sealed value that does not open (no key, another key, changed or
+    /// moved from another step), or a plain one where sealed values are required.
     pub async fn checkpoints(&self) -> Result<BTreeMap<String, String>, StoreError> {
-        Ok(self
-            .progress
+        let opening = &self.progress.sealing;
+        self.progress
             .store
             .checkpoints(&self.job)
             .await?
             .into_iter()
-            .map(|c| (c.name.as_str().to_owned(), c.value.as_str().to_owned()))
-            .collect())
+            .map(|c| {
+                let name = c.name.as_str();
+                let value = lease_seal::open_checkpoint(
+                    opening.keys.as_deref(),
+                    opening.require,
+                    self.job.as_str(),
+                    name,
+                    c.value.as_str(),
+                )
+                .map_err(sealing)?;
+                Ok((name.to_owned(), value))
+            })
+            .collect()
+    }
+
+    /// The W3C trace context the job was enqueued with, if it has one: [`Self::trace`] when
+    /// the worker already read it to join the attempt's span, else read from the store when
+    /// asked (a handler that does not ask pays nothing). Propagation does not depend on
+    /// export: a handler, or a program it starts, continues the job's trace with it whether or
+    /// not this worker exports spans.
+    ///
+    /// # Errors
+    /// The store's.
+    pub async fn enqueued_trace(&self) -> Result<Option<lease_domain::TraceContext>, StoreError> {
+        match &self.trace {
+            Some(trace) => Ok(Some(trace.clone())),
+            None => self.progress.store.trace(&self.job).await,
+        }
     }
 
     /// A durable step: the value kept under `name` if an attempt of this job kept one, else
@@ -178,6 +215,46 @@ pub struct Progress {
     owner: Owner,
     fence: Fence,
     ttl: Ttl,
+    sealing: Sealing,
+}
+
+/// How an attempt's own writes are sealed and read back: with the worker's keys, sealing its
+/// progress and checkpoints when it seals results (docs/ENCRYPTION.md).
+#[derive(Clone, Default)]
+struct Sealing {
+    keys: Option<Arc<lease_seal::Keyring>>,
+    seal: bool,
+    require: bool,
+}
+
+impl Sealing {
+    fn of(config: &WorkerConfig) -> Self {
+        Self {
+            keys: config.keys.clone(),
+            seal: config.seal_results || config.require_sealed,
+            require: config.require_sealed,
+        }
+    }
+
+    /// The keyring that seals this attempt's writes, if they are sealed.
+    ///
+    /// # Errors
+    /// Sealing asked for and no key given.
+    fn sealer(&self, what: &str, job: &JobId) -> Result<Option<&lease_seal::Keyring>, StoreError> {
+        match (&self.keys, self.seal) {
+            (_, false) => Ok(None),
+            (Some(keys), true) => Ok(Some(keys)),
+            (None, true) => Err(sealing(format!(
+                "the {what} of job {job} is to be sealed, and no key is given (set {} or {})",
+                lease_seal::KEY_VAR,
+                lease_seal::KEY_FILE_VAR
+            ))),
+        }
+    }
+}
+
+fn sealing(e: impl std::fmt::Display) -> StoreError {
+    StoreError::InvalidInput(InputError::Sealing(e.to_string()))
 }
 
 impl std::fmt::Debug for Progress {
@@ -196,7 +273,17 @@ impl Progress {
     /// [`StoreError::InvalidInput`] for a text over [`ProgressText::MAX_BYTES`] bytes (nothing
     /// is stored), or the store's error. A refusal (the lease was lost) is the `Err` inside.
     pub async fn report(&self, text: &str) -> Result<WriteOutcome, StoreError> {
-        let text = ProgressText::new(text)?;
+        // Checked as given, then sealed (cut to what fits once sealed) when results are.
+        ProgressText::new(text)?;
+        let text = match self.sealing.sealer("progress", &self.job)? {
+            Some(keys) => {
+                let sealed = keys
+                    .seal_progress(self.job.as_str(), text)
+                    .map_err(sealing)?;
+                ProgressText::new(sealed)?
+            }
+            None => ProgressText::new(text)?,
+        };
         let term = LeaseTerm::from_parts(Timestamp::new(self.clock.now())?, self.ttl)?;
         self.store
             .progress(&self.job, &self.owner, self.fence, term.into(), &text)
@@ -266,6 +353,11 @@ pub struct WorkerConfig {
     /// default false). Without keys, a result to be sealed fails its job instead of being
     /// stored in the clear.
     pub seal_results: bool,
+    /// Refuse a plain payload (default false): a job whose payload is not sealed fails naming
+    /// it, and its handler does not run, so a plaintext payload swapped into a sealed queue by
+    /// whoever can enqueue or write the store is never run. A worker that requires sealed
+    /// values also seals its results ([`Self::seal_results`] is implied).
+    pub require_sealed: bool,
     /// Joins each attempt's span to the trace its job was enqueued in (default none). Given,
     /// the worker reads the job's trace context ([`LeaseStore::trace`]) as it starts an
     /// attempt, and calls this with the attempt's span, the context and the attempt; without
@@ -296,6 +388,7 @@ impl WorkerConfig {
             prefetch: 0,
             keys: None,
             seal_results: false,
+            require_sealed: false,
             trace: None,
         }
     }
@@ -877,7 +970,8 @@ async fn run_job(
     // job with the reason, naming the job and the key, and the handler never sees it.
     let payload = match &lease.payload {
         Some(bytes) => {
-            match lease_seal::open_payload(config.keys.as_deref(), lease.job.as_str(), bytes) {
+            let keys = config.keys.as_deref();
+            match lease_seal::open_payload(keys, config.require_sealed, lease.job.as_str(), bytes) {
                 Ok(payload) => Some(payload),
                 Err(e) => {
                     let outcome = report_failure(shared, &lease, e.to_string()).await;
@@ -927,6 +1021,7 @@ async fn run_job(
                     owner: config.owner.clone(),
                     fence: lease.fence,
                     ttl: config.ttl,
+                    sealing: Sealing::of(config),
                 },
                 span: span.clone(),
                 trace: enqueued,
@@ -1131,7 +1226,7 @@ async fn finish(
 
 /// The handler's result as it is stored: sealed for its job when the worker seals results.
 fn stored_result(config: &WorkerConfig, job: &JobId, result: String) -> Result<String, String> {
-    if !config.seal_results {
+    if !(config.seal_results || config.require_sealed) {
         return Ok(result);
     }
     let keys = config.keys.as_ref().ok_or_else(|| {

@@ -1641,10 +1641,85 @@ async fn with_seal_results_a_result_is_stored_sealed_for_its_job_and_opens_to_wh
         assert_eq!(lease_domain::sealed_result(&stored).unwrap().key, "r1");
         assert!(!stored.contains("report"), "{stored}");
         assert_eq!(
-            lease_seal::open_result(Some(&keys), id, &stored).unwrap(),
+            lease_seal::open_result(Some(&keys), true, id, &stored).unwrap(),
             format!("report for {id}")
         );
     }
+}
+
+/// A worker that seals results seals its attempts' progress and checkpoints too, each bound
+/// to its job (and a checkpoint to its step): none is stored in the clear, a later attempt
+/// reads its checkpoints opened (so `step` resumes), and a long progress text is cut to what
+/// fits once sealed instead of being refused.
+#[tokio::test]
+async fn with_seal_results_progress_and_checkpoints_are_stored_sealed_and_read_back_opened() {
+    let keys =
+        lease_seal::Keyring::parse(&format!("r1={}\n", "A".repeat(43) + "="), "test").unwrap();
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    let spec = EnqueueSpec {
+        max_attempts: Some(2),
+        ..EnqueueSpec::default()
+    };
+    store.enqueue_with(&job("s"), &spec).await.unwrap();
+    let mut config = config("w", 30.0);
+    config.max_jobs = Some(2);
+    config.idle_poll = Duration::from_millis(10);
+    config.keys = Some(Arc::new(keys));
+    config.seal_results = true;
+    config.retry = Retry::Backoff(Backoff::new(0.01, 1.0, 0.01, 0.0).unwrap());
+    let keys = Arc::clone(config.keys.as_ref().unwrap());
+    let ran = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&ran);
+    Worker::new(
+        Arc::clone(&store),
+        move |ctx: JobContext| {
+            let seen = Arc::clone(&seen);
+            async move {
+                let fetched = ctx
+                    .step("fetch", || async {
+                        Ok(format!("secret rows of attempt {}", ctx.attempt))
+                    })
+                    .await?;
+                seen.lock().unwrap().push(fetched);
+                ctx.progress
+                    .report(&format!("secret progress {}", "x".repeat(1000)))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| format!("{e:?}"))?;
+                if ctx.attempt == 1 {
+                    return Err("first attempt fails".to_owned());
+                }
+                Ok("done".to_owned())
+            }
+        },
+        config,
+    )
+    .run(CancellationToken::new())
+    .await
+    .unwrap();
+    // The second attempt resumed from the first one's step, read back opened.
+    assert_eq!(
+        *ran.lock().unwrap(),
+        ["secret rows of attempt 1", "secret rows of attempt 1"]
+    );
+    let kept = store.checkpoints(&job("s")).await.unwrap();
+    let value = kept[0].value.as_str();
+    assert!(
+        value.starts_with("lease-sealed:v1:r1:") && !value.contains("secret"),
+        "{value}"
+    );
+    assert_eq!(
+        lease_seal::open_checkpoint(Some(&keys), true, "s", "fetch", value).unwrap(),
+        "secret rows of attempt 1"
+    );
+    // Bound to its step: it does not open as another one.
+    assert!(lease_seal::open_checkpoint(Some(&keys), true, "s", "parse", value).is_err());
+    let progress = record(store.as_ref(), "s").await.progress.unwrap();
+    assert!(progress.len() <= lease_seal::SEALED_PROGRESS_MAX);
+    assert!(!progress.contains("secret"), "{progress}");
+    let opened = lease_seal::open_progress(Some(&keys), true, "s", &progress).unwrap();
+    assert!(opened.starts_with("secret progress xxx"), "{opened}");
+    assert_eq!(opened.len(), keys.progress_room());
 }
 
 #[tokio::test]

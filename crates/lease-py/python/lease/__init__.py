@@ -274,7 +274,10 @@ class Worker:
 
     A payload sealed with a key of the environment (``LEASE_PAYLOAD_KEY`` or
     ``LEASE_PAYLOAD_KEY_FILE``, docs/ENCRYPTION.md) reaches the handler opened; with
-    ``seal_results`` each result is sealed with it before it is stored.
+    ``seal_results`` each result is sealed with it before it is stored. With
+    ``require_sealed`` (default: ``LEASE_REQUIRE_SEALED`` in the environment) a plain payload
+    is refused (the job fails naming it and the handler does not run) and every result is
+    sealed, so a plaintext payload swapped into a sealed queue is never run; it needs a key.
 
     ``prefetch`` leases are held beyond the running ones, ready to start (renewed while they
     wait, released at the end): a finished job's next one then starts while its result
@@ -314,6 +317,7 @@ class Worker:
         concurrency: int = 1,
         prefetch: int = 0,
         seal_results: bool = False,
+        require_sealed: Optional[bool] = None,
         renew_fraction: float = 1.0 / 3.0,
         idle_poll: float = 0.5,
         retry: bool = True,
@@ -341,6 +345,7 @@ class Worker:
             concurrency=concurrency,
             prefetch=prefetch,
             seal_results=seal_results,
+            require_sealed=require_sealed,
             renew_fraction=renew_fraction,
             idle_poll=idle_poll,
             retry=retry,
