@@ -1,5 +1,8 @@
 //! The `lease` binary as a user runs it: exit codes, JSON shapes, bad input and the demo.
 
+#[path = "common/reaped.rs"]
+mod reaped;
+use reaped::Reaped;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -513,6 +516,7 @@ fn a_result_larger_than_the_argument_limit_comes_from_a_file_or_stdin() {
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
+        .map(Reaped::new)
         .unwrap();
     use std::io::Write;
     child

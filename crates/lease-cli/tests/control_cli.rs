@@ -13,6 +13,9 @@ mod stdin;
 #[path = "common/trace_cli.rs"]
 mod trace_cli;
 
+#[path = "common/reaped.rs"]
+mod reaped;
+use reaped::Reaped;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -318,6 +321,7 @@ fn a_finished_job_runs_again_with_replace_finished_and_keeps_its_result_until_th
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
+        .map(Reaped::new)
         .unwrap();
     use std::io::Write;
     child
@@ -743,6 +747,7 @@ fn many_processes_running_one_schedule_at_once_make_one_job_per_tick() {
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
+                .map(Reaped::new)
                 .unwrap()
         })
         .collect();
@@ -811,6 +816,7 @@ fn many_workers_against_one_limit_never_hold_more_than_it() {
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
+                .map(Reaped::new)
                 .unwrap()
         })
         .collect();
@@ -891,6 +897,7 @@ fn kill_9_in_the_middle_of_a_tick_leaves_all_of_it_or_none() {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
+            .map(Reaped::new)
             .unwrap();
         std::thread::sleep(Duration::from_millis(5 + round * 7));
         let _ = pass.kill();
@@ -994,6 +1001,7 @@ fn many_workers_run_each_ordered_group_one_job_at_a_time_in_order() {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
+            .map(Reaped::new)
             .unwrap()
     };
     let workers: Vec<_> = (0..4).map(|w| work(&format!("w{w}"))).collect();

@@ -9,6 +9,7 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -412,6 +413,7 @@ fn serve_sqlite_failing(db: &Path, syscalls: &str, error: &str) -> Server {
         .env_remove("LEASE_DB")
         .stderr(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
+        .process_group(0)
         .spawn()
         .unwrap_or_else(|e| panic!("strace is needed (cargo xtask test installs it): {e}"));
     let stderr = child.stderr.take().unwrap();

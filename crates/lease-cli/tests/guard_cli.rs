@@ -3,6 +3,9 @@
 //! taken from `LEASE_FENCE` and `LEASE_JOB`, the exit codes (0 admitted, 3 refused or absent,
 //! 1 an error, 2 usage), values that are not text, and `install` twice.
 
+#[path = "common/reaped.rs"]
+mod reaped;
+use reaped::Reaped;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -400,10 +403,11 @@ fn a_value_that_is_not_text_goes_in_by_file_or_stdin_and_comes_back_byte_for_byt
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
+        .map(Reaped::new)
         .unwrap();
     std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"from stdin").unwrap();
     drop(child.stdin.take());
-    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert_eq!(child.wait_with_output().unwrap().status.code(), Some(0));
     assert_eq!(guard(&["get", &url, "piped"], &[]).stdout, b"from stdin");
 }
 

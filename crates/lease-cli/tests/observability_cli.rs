@@ -1,6 +1,9 @@
 //! Observability through the binary: `--audit` and `lease audit` (the pinned JSON shape),
 //! `stats --prometheus`, `-v` logging, and `lease work --metrics ADDR` serving /metrics.
 
+#[path = "common/reaped.rs"]
+mod reaped;
+use reaped::Reaped;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -315,6 +318,7 @@ fn lease_work_serves_its_metrics_while_it_works() {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
+        .map(Reaped::new)
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut seen = String::new();
@@ -330,7 +334,7 @@ fn lease_work_serves_its_metrics_while_it_works() {
         std::thread::sleep(Duration::from_millis(100));
     }
     worker.kill().unwrap();
-    worker.wait().unwrap();
+    worker.wait_with_output().unwrap();
     assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
     assert!(
         seen.contains(

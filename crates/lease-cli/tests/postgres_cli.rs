@@ -12,6 +12,9 @@ mod stdin;
 #[path = "common/trace_cli.rs"]
 mod trace_cli;
 
+#[path = "common/reaped.rs"]
+mod reaped;
+use reaped::Reaped;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -130,7 +133,7 @@ fn several_worker_processes_share_one_postgres_queue() {
     for i in 0..30 {
         ok(&run(url, &["enqueue", &format!("job-{i}"), "--queue", "q"]));
     }
-    let spawned: Vec<std::process::Child> = (0..3)
+    let spawned: Vec<Reaped> = (0..3)
         .map(|w| {
             lease(url)
                 .args([
@@ -153,6 +156,7 @@ fn several_worker_processes_share_one_postgres_queue() {
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::null())
                 .spawn()
+                .map(Reaped::new)
                 .unwrap()
         })
         .collect();
@@ -485,6 +489,7 @@ fn kill_9_during_a_parents_completion_on_postgres_releases_all_its_children_or_n
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
+            .map(Reaped::new)
             .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(delay_ms));
         let _ = child.kill();
@@ -555,6 +560,7 @@ fn schedules_pause_and_limits_on_postgres_hold_under_sixteen_racing_processes() 
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
                 .spawn()
+                .map(Reaped::new)
                 .unwrap()
         })
         .collect();
@@ -614,6 +620,7 @@ fn sixteen_racing_processes_never_hold_two_leases_of_a_group_on_postgres() {
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
                 .spawn()
+                .map(Reaped::new)
                 .unwrap()
         })
         .collect();
@@ -681,6 +688,7 @@ fn sixteen_racing_processes_are_granted_no_more_than_the_rate_on_postgres() {
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
                 .spawn()
+                .map(Reaped::new)
                 .unwrap()
         })
         .collect();
@@ -751,6 +759,7 @@ fn eight_racing_processes_on_a_fair_queue_serve_eight_groups_on_postgres() {
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
                 .spawn()
+                .map(Reaped::new)
                 .unwrap()
         })
         .collect();

@@ -4,6 +4,9 @@
 #[path = "common/stdin.rs"]
 mod stdin;
 
+#[path = "common/reaped.rs"]
+mod reaped;
+use reaped::Reaped;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -480,6 +483,7 @@ fn an_endless_payload_on_stdin_is_refused_after_the_limit_without_reading_on() {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
+        .map(Reaped::new)
         .unwrap();
     // Bounded: a reader that reads the whole stream never ends.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
@@ -707,6 +711,7 @@ fn enqueue_many(db: &Path, args: &[&str], input: &[u8]) -> Output {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
+        .map(Reaped::new)
         .unwrap();
     child.stdin.take().unwrap().write_all(input).unwrap();
     child.wait_with_output().unwrap()
@@ -943,6 +948,7 @@ fn kill_9_during_a_parents_completion_leaves_all_its_children_released_or_none()
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
+            .map(Reaped::new)
             .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(delay_ms));
         let _ = child.kill();

@@ -7,6 +7,9 @@
 //! requests too: the enqueue's request span is a child of the caller's span, and the store
 //! calls it made are its children.
 
+#[path = "common/reaped.rs"]
+mod reaped;
+use reaped::Reaped;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
@@ -222,6 +225,7 @@ fn an_http_enqueue_s_trace_reaches_a_worker_of_the_server() {
         .args(["--otlp-endpoint", &receiver.url])
         .stderr(std::process::Stdio::piped())
         .spawn()
+        .map(Reaped::new)
         .unwrap();
     let mut said = BufReader::new(server.stderr.take().unwrap());
     let url = loop {
@@ -256,7 +260,7 @@ fn an_http_enqueue_s_trace_reaches_a_worker_of_the_server() {
         .status()
         .unwrap();
     assert!(stopped.success());
-    assert!(server.wait().unwrap().success());
+    assert!(server.wait_with_output().unwrap().status.success());
     check_the_trace(&receiver, &seen);
     // The server's span of the enqueue continues the caller's trace, with its store call in it.
     let spans = receiver.spans.lock().unwrap().clone();

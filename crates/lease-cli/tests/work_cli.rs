@@ -1,6 +1,9 @@
 //! `lease work -- CMD`: any program can be a worker. Each test runs the real binary over a real
 //! database with `sh` programs.
 
+#[path = "common/reaped.rs"]
+mod reaped;
+use reaped::Reaped;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -246,6 +249,7 @@ fn cancelling_a_running_job_terminates_its_program_and_writes_nothing() {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
+        .map(Reaped::new)
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while json_of(&db, &["state", "j"])["status"] != "running" {
@@ -286,6 +290,7 @@ fn ctrl_c_lets_the_running_job_finish_and_stops_claiming() {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
+        .map(Reaped::new)
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while json_of(&db, &["state", "first"])["status"] != "running" {
@@ -393,6 +398,7 @@ fn a_lost_lease_stops_everything_the_program_started_in_its_group_and_out_of_it(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
+        .map(Reaped::new)
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     let started = loop {
@@ -467,7 +473,7 @@ fn interrupt_group(pgid: u32) {
     );
 }
 
-fn work_in_own_group(db: &Path, program: &str) -> std::process::Child {
+fn work_in_own_group(db: &Path, program: &str) -> Reaped {
     use std::os::unix::process::CommandExt;
     lease(db)
         .args([
@@ -478,6 +484,7 @@ fn work_in_own_group(db: &Path, program: &str) -> std::process::Child {
         .stderr(Stdio::piped())
         .process_group(0)
         .spawn()
+        .map(Reaped::new)
         .unwrap()
 }
 
@@ -587,6 +594,7 @@ fn lease_work_stops_the_program_by_its_lease_s_end_while_another_process_holds_t
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
+        .map(Reaped::new)
         .unwrap();
     wait_for_file(&started);
     let until = json_of(&db, &["state", "j"])["until"].as_f64().unwrap();

@@ -3,6 +3,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
@@ -42,7 +43,11 @@ pub fn make_key(db: &Path, principal: &str, scope: &str) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// A running `lease serve`, its stderr collected; killed on drop.
+/// A running `lease serve`, its stderr collected; killed on drop, pass or fail.
+///
+/// The server runs in a process group of its own, and every signal goes to the whole group:
+/// a server started under another program (strace, which `cut_connections` uses) would
+/// otherwise outlive its test, detached and orphaned to init when only that program is killed.
 pub struct Server {
     pub child: Child,
     pub addr: String,
@@ -60,6 +65,7 @@ impl Server {
             .envs(envs.iter().copied())
             .stderr(Stdio::piped())
             .stdout(Stdio::piped())
+            .process_group(0)
             .spawn()
             .unwrap();
         let stderr = child.stderr.take().unwrap();
@@ -67,7 +73,8 @@ impl Server {
     }
 
     /// A server started by the caller (under strace, say), once it says where it listens on
-    /// `stderr`.
+    /// `stderr`. The caller starts it in a process group of its own (`process_group(0)`), so
+    /// that stopping it stops everything it started.
     pub fn from_child(child: Child, stderr: std::process::ChildStderr) -> Server {
         let mut lines = BufReader::new(stderr).lines();
         let log = Arc::new(Mutex::new(String::new()));
@@ -112,7 +119,7 @@ impl Server {
     /// SIGTERM, then the exit code and the log if the server exits within `limit` (else it
     /// is killed on drop and `None` comes back).
     pub fn stop_within(mut self, limit: std::time::Duration) -> Option<(Option<i32>, String)> {
-        rustix::process::kill_process(
+        rustix::process::kill_process_group(
             rustix::process::Pid::from_child(&self.child),
             rustix::process::Signal::TERM,
         )
@@ -194,6 +201,10 @@ fn raw_call(
 
 impl Drop for Server {
     fn drop(&mut self) {
+        let _ = rustix::process::kill_process_group(
+            rustix::process::Pid::from_child(&self.child),
+            rustix::process::Signal::KILL,
+        );
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
