@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::control::{Concurrency, QueueSettings};
-use crate::queue::{Ended, GroupKey};
+use crate::queue::GroupKey;
 use crate::rate::Rate;
 use crate::rules::Job;
 use crate::values::{JobId, Timestamp};
@@ -145,10 +145,9 @@ impl GroupGate {
             if job.is_live_at(now) {
                 standing.live += 1;
             }
-            let closes = job.is_live_at(now)
-                || job.ended == Some(Ended::Dead)
-                || !job.has_attempts_left()
-                || !job.is_claim_candidate(now);
+            // Running, waiting for its retry, dead (none of which a claim acts on) or out of
+            // attempts (which a claim would bury): the group is closed.
+            let closes = !job.has_attempts_left() || !job.is_claim_candidate(now);
             standing.turn = match (std::mem::replace(&mut standing.turn, Turn::Closed), closes) {
                 (_, true) | (Turn::Closed, _) => Turn::Closed,
                 (Turn::Open, false) => Turn::Only(HashSet::from([id.clone()])),

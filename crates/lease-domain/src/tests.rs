@@ -1,6 +1,7 @@
 //! Unit tests of each rule at its boundaries.
 
 use super::*;
+use std::collections::BTreeMap;
 
 fn owner(name: &str) -> Owner {
     Owner::new(name).unwrap()
@@ -2004,6 +2005,340 @@ fn an_ordered_group_runs_its_started_work_first_and_one_job_at_a_time() {
     let mut gate = gate_of(&settings, &[(second.clone(), grouped("g"))], 10.0);
     gate.buried(grouped("g").group.as_ref());
     assert!(!gate.admits(&second, &grouped("g")));
+}
+
+/// A fair claim takes a group's turn (`GroupGate::turn`) by the rules `admits` applies: in an
+/// ordered queue a group whose job runs, waits for its retry, is dead or out of attempts is
+/// closed, and one whose started work is due again offers only that work; in a queue that is
+/// not ordered neither closes a group under its limit, and a full group is closed either way.
+#[test]
+fn a_groups_turn_follows_the_ordered_rules_only_in_an_ordered_queue() {
+    let g = GroupKey::new("g").unwrap();
+    let first = JobId::new("1").unwrap();
+    // Leased at fence 1 until 5, its first attempt: running before 5, due again after.
+    let started = Job {
+        attempts: 1,
+        ..Job {
+            group: Some(g.clone()),
+            ..held("w", 1, 5.0)
+        }
+    };
+    let ordered = |per_group| QueueSettings {
+        ordered: true,
+        per_group: Concurrency::new(per_group),
+        ..QueueSettings::default()
+    };
+    let unordered = |per_group| QueueSettings {
+        per_group: Concurrency::new(per_group),
+        ..QueueSettings::default()
+    };
+    let turn = |settings: &QueueSettings, job: &Job, now: f64| {
+        gate_of(settings, &[(first.clone(), job.clone())], now)
+            .turn(&g)
+            .clone_owned()
+    };
+    // Started work due again: only it, in an ordered queue; any job otherwise.
+    assert_eq!(
+        turn(&ordered(2), &started, 10.0),
+        Owned::Only(vec![first.clone()])
+    );
+    assert_eq!(turn(&unordered(2), &started, 10.0), Owned::Open);
+    // Running (one live lease of two): closed only when ordered.
+    assert_eq!(turn(&ordered(2), &started, 1.0), Owned::Closed);
+    assert_eq!(turn(&unordered(2), &started, 1.0), Owned::Open);
+    // Full: closed either way.
+    assert_eq!(turn(&unordered(1), &started, 1.0), Owned::Closed);
+    // Waiting for a retry, dead, or out of attempts: closed when ordered, open otherwise.
+    let retrying = Job {
+        run_at: Some(at(20.0)),
+        ..started.clone()
+    };
+    let dead = Job {
+        ended: Some(Ended::Dead),
+        ..started.clone()
+    };
+    let spent = Job {
+        max_attempts: 1,
+        ..started.clone()
+    };
+    for holding in [&retrying, &dead, &spent] {
+        assert_eq!(
+            turn(&ordered(2), holding, 10.0),
+            Owned::Closed,
+            "{holding:?}"
+        );
+        assert_eq!(
+            turn(&unordered(2), holding, 10.0),
+            Owned::Open,
+            "{holding:?}"
+        );
+    }
+    // The gate's view for the stores agrees: an ordered group with work due again is held
+    // back but for that work, a closed one whole, and an open one not at all.
+    let gate = gate_of(&ordered(2), &[(first.clone(), started.clone())], 10.0);
+    assert_eq!(gate.held_back(), (vec![&g], vec![&first]));
+    let gate = gate_of(&ordered(2), &[(first.clone(), dead.clone())], 10.0);
+    assert_eq!(gate.held_back(), (vec![&g], vec![]));
+    let gate = gate_of(&unordered(2), &[(first.clone(), dead)], 10.0);
+    assert_eq!(gate.held_back(), (vec![], vec![]));
+}
+
+/// A [`GroupTurn`] without its borrow, to compare.
+#[derive(Debug, PartialEq)]
+enum Owned {
+    Closed,
+    Only(Vec<JobId>),
+    Open,
+}
+
+trait CloneOwned {
+    fn clone_owned(&self) -> Owned;
+}
+
+impl CloneOwned for GroupTurn<'_> {
+    fn clone_owned(&self) -> Owned {
+        match self {
+            GroupTurn::Closed => Owned::Closed,
+            GroupTurn::Only(ids) => Owned::Only(ids.iter().map(|id| (*id).clone()).collect()),
+            GroupTurn::Open => Owned::Open,
+        }
+    }
+}
+
+/// A rate's next opening counts only the grants still counting: one that expired is not a
+/// place taken, so a rate full of live grants opens when the oldest of them expires.
+#[test]
+fn a_rate_opens_when_its_oldest_counting_grant_expires_whatever_expired_before() {
+    let rate = Rate::new(2, 10.0).unwrap();
+    let expiries = [at(5.0), at(15.0), at(12.0)];
+    assert_eq!(rate.opens_at(&expiries, at(10.0)), Some(at(12.0)));
+    // A place left: open now.
+    assert_eq!(rate.opens_at(&[at(5.0), at(15.0)], at(10.0)), None);
+    // Three live grants of a rate of 2: the second to expire leaves the place.
+    assert_eq!(
+        rate.opens_at(&[at(30.0), at(12.0), at(20.0)], at(10.0)),
+        Some(at(20.0))
+    );
+}
+
+/// A queue's throttle says when it opens (its own rate first, else its soonest group) and
+/// whether anything is throttled.
+#[test]
+fn a_throttle_says_when_it_opens_and_whether_it_is_clear() {
+    let g = |name: &str| GroupKey::new(name).unwrap();
+    let clear = Throttle::default();
+    assert!(clear.is_clear());
+    assert_eq!(clear.opens_at(), None);
+    let groups = Throttle {
+        until: None,
+        groups: BTreeMap::from([(g("a"), at(30.0)), (g("b"), at(20.0))]),
+    };
+    assert!(!groups.is_clear());
+    assert_eq!(groups.opens_at(), Some(at(20.0)));
+    let queue = Throttle {
+        until: Some(at(40.0)),
+        groups: BTreeMap::new(),
+    };
+    assert!(!queue.is_clear());
+    assert_eq!(queue.opens_at(), Some(at(40.0)));
+    // From the grants logged: a rate of 1 a minute granted at 0 opens at 60.
+    let settings = QueueSettings {
+        rate: Some(Rate::new(1, 60.0).unwrap()),
+        rate_per_group: Some(Rate::new(1, 10.0).unwrap()),
+        ..QueueSettings::default()
+    };
+    let grants = [(None, at(60.0)), (Some(g("a")), at(15.0))];
+    let of = Throttle::of(&settings, &grants, at(5.0));
+    assert_eq!(of.until, Some(at(60.0)));
+    assert_eq!(of.groups, BTreeMap::from([(g("a"), at(15.0))]));
+    assert_eq!(of.opens_at(), Some(at(60.0)));
+    assert!(Throttle::of(&settings, &grants, at(61.0)).is_clear());
+}
+
+/// A child is judged against its parents exactly when it names some, can still run, and was
+/// just stored, run again or retried; never for a job that was already stored unfinished.
+#[test]
+fn a_child_is_judged_against_its_parents_only_when_it_starts_waiting_again() {
+    let child = Job {
+        after: vec![JobId::new("p").unwrap()],
+        ..Job::new()
+    };
+    assert!(judges_parents(None, &child), "just enqueued");
+    let finished = Job {
+        ended: Some(Ended::Dead),
+        ..child.clone()
+    };
+    assert!(
+        judges_parents(Some(&finished), &child),
+        "retried or run again"
+    );
+    assert!(
+        !judges_parents(Some(&child), &child),
+        "already stored unfinished"
+    );
+    assert!(!judges_parents(None, &finished), "finished");
+    assert!(!judges_parents(None, &Job::new()), "no parents");
+}
+
+/// A child's fate changes exactly the fields it names: waiting, due (at the parent's end), or
+/// cancelled naming the parent; the rest of the job is kept.
+#[test]
+fn a_childs_fate_changes_what_it_names_and_keeps_the_rest() {
+    let waiting = Job {
+        waiting: true,
+        priority: 7,
+        updated: Some(at(1.0)),
+        after: vec![JobId::new("p").unwrap()],
+        ..Job::new()
+    };
+    let parent = JobId::new("p").unwrap();
+    assert_eq!(
+        waiting.settled(&ChildFate::Due, Some(at(9.0))),
+        Some(Job {
+            waiting: false,
+            updated: Some(at(9.0)),
+            ..waiting.clone()
+        })
+    );
+    assert_eq!(
+        waiting.settled(&ChildFate::Due, None),
+        Some(Job {
+            waiting: false,
+            ..waiting.clone()
+        })
+    );
+    assert_eq!(
+        waiting.settled(
+            &ChildFate::Cancel(parent.clone(), Status::Dead),
+            Some(at(9.0))
+        ),
+        Some(Job {
+            waiting: false,
+            ended: Some(Ended::Cancelled),
+            error: Some("cancelled: its parent p ended dead".to_owned()),
+            updated: Some(at(9.0)),
+            ..waiting.clone()
+        })
+    );
+    assert_eq!(waiting.settled(&ChildFate::Wait, Some(at(9.0))), None);
+    let pending = Job {
+        waiting: false,
+        ..waiting.clone()
+    };
+    assert_eq!(
+        pending.settled(&ChildFate::Wait, Some(at(9.0))),
+        Some(Job {
+            waiting: true,
+            ..pending.clone()
+        }),
+        "waiting again keeps its last change"
+    );
+    assert_eq!(pending.settled(&ChildFate::Due, Some(at(9.0))), None);
+}
+
+/// The gate holds back nothing in a queue without group rules and no paused group, and then
+/// asks a store to read no group's standing; with a rule it asks for each group it does not
+/// know, once.
+#[test]
+fn a_gate_asks_for_the_standing_of_each_unknown_group_once_and_only_when_it_judges_groups() {
+    let (a, b) = (GroupKey::new("a").unwrap(), GroupKey::new("b").unwrap());
+    let jobs = [grouped("a"), grouped("b"), grouped("a"), Job::new()];
+    let free = GroupGate::new(&QueueSettings::default(), at(0.0));
+    assert!(!free.is_active());
+    assert!(free.unknown(&jobs).is_empty());
+    assert!(!free.must_learn(&a));
+    let paused = QueueSettings {
+        paused_groups: BTreeMap::from([(a.clone(), None)]),
+        ..QueueSettings::default()
+    };
+    let only_paused = GroupGate::new(&paused, at(0.0));
+    assert!(only_paused.is_active());
+    assert!(
+        !only_paused.must_learn(&b),
+        "a pause alone needs no standing"
+    );
+    let limited = QueueSettings {
+        per_group: Concurrency::new(1),
+        ..QueueSettings::default()
+    };
+    let mut gate = GroupGate::new(&limited, at(0.0));
+    assert!(gate.is_active());
+    assert_eq!(gate.unknown(&jobs), [a.clone(), b.clone()], "each once");
+    assert!(gate.must_learn(&a) && gate.must_learn(&b));
+    let first = JobId::new("1").unwrap();
+    gate.learn(
+        std::slice::from_ref(&a),
+        &[(first, jobs[0].clone())],
+        &[],
+        at(0.0),
+    );
+    assert!(!gate.must_learn(&a), "known now");
+    assert!(gate.must_learn(&b));
+    assert_eq!(
+        gate.unknown(&jobs),
+        [b],
+        "a known group is not asked for again"
+    );
+}
+
+/// A job keeps its group's turn in a fair queue while it is unfinished.
+#[test]
+fn an_unfinished_job_keeps_its_groups_turn_and_a_finished_one_does_not() {
+    let pending = grouped("g");
+    assert_eq!(Turn::kept_by(&pending), pending.group.as_ref());
+    assert_eq!(Turn::kept_by(&Job::new()), None, "no group, no turn");
+    let done = Job {
+        done: true,
+        ..grouped("g")
+    };
+    assert_eq!(Turn::kept_by(&done), None);
+}
+
+/// A job that comes to an end it had not come to is what releases or cancels its children;
+/// one that was already finished, or is not, releases nothing.
+#[test]
+fn a_job_finishes_when_it_comes_to_its_end_and_only_then() {
+    let running = held("w", 1, 10.0);
+    let done = Job {
+        done: true,
+        ..running.clone()
+    };
+    let dead = Job {
+        ended: Some(Ended::Dead),
+        ..running.clone()
+    };
+    assert_eq!(finishes(Some(&running), &done), Some(Status::Done));
+    assert_eq!(finishes(Some(&running), &dead), Some(Status::Dead));
+    assert_eq!(finishes(Some(&done), &done), None, "already finished");
+    assert_eq!(finishes(Some(&running), &running), None, "not finished");
+    assert_eq!(finishes(None, &done), None, "never seen unfinished");
+}
+
+/// A job may name exactly `MAX_PARENTS` parents; one more is refused naming the count.
+#[test]
+fn a_job_may_name_max_parents_and_not_one_more() {
+    let parents: Vec<JobId> = (0..=MAX_PARENTS)
+        .map(|n| JobId::new(format!("p{n}")).unwrap())
+        .collect();
+    let child = JobId::new("child").unwrap();
+    let at_most = [(child.clone(), parents[..MAX_PARENTS].to_vec())];
+    assert!(check_workflow(&at_most, |_| true).is_ok());
+    let over = [(child.clone(), parents.clone())];
+    assert_eq!(
+        check_workflow(&over, |_| true),
+        Err(WorkflowRefused::TooManyParents {
+            child,
+            count: MAX_PARENTS + 1
+        })
+    );
+}
+
+/// A checkpoint's name and value read back as given.
+#[test]
+fn a_checkpoints_name_and_value_read_back_as_given() {
+    let name = CheckpointName::new("fetch").unwrap();
+    let value = CheckpointValue::new("rows 1-100").unwrap();
+    assert_eq!((name.as_str(), value.as_str()), ("fetch", "rows 1-100"));
 }
 
 #[test]
