@@ -14,8 +14,9 @@ the document): a lease drawn at a millisecond has expired before its holder's ne
 every write the links lead to would be refused and none of them would be tested as accepted.
 For the same reason an enqueue in the stateful phase is due at once (no `run_at`), and a
 holder's write names no `owner` of its own (it writes as the lease's owner). A job enqueued
-there is in a group (a hold of a job's group is refused for a job without one), and a hold
-lasts a moment, so that one scenario's hold does not keep the next one's claims empty.
+there is in a group (a hold of a job's group is refused for a job without one) and first in
+claim order (so that the claim of its queue takes it, not a job another phase left there), and
+a hold lasts a moment, so that one scenario's hold does not keep the next one's claims empty.
 The other phases keep the drawn `ttl`, bounds included.
 """
 
@@ -67,8 +68,10 @@ def map_case(context, case):
         for field in ("run_at", "debounce", "after", "on_parent_failure", "timeout"):
             body.pop(field, None)
         # In a group, so that a hold of its group (which a job without one is refused) can
-        # be accepted too.
+        # be accepted too; first in claim order, so that the claim of its queue the links lead
+        # to takes it, not a job without a group that another phase left in the same queue.
         body.setdefault("group", "schemathesis")
+        body["priority"] = 2**63 - 1
     if dropping and case.operation.path == "/v1/jobs/{id}/hold-group":
         # Held for a moment only: a group held far into the future would keep the next
         # scenarios' jobs of it from being claimed, and their writes from being reached.
