@@ -15,7 +15,7 @@
 //! a run that never got past the fuzzing of those routes with random data does not pass. Which
 //! links a scenario follows is drawn, so where the first run left one unreached, further
 //! stateful runs with the next seeds (each of which must find nothing too) go on until all
-//! are reached, at most six.
+//! are reached, at most twelve (a stateful pass takes about ten seconds).
 
 mod support;
 
@@ -155,7 +155,8 @@ fn nothing_found_over(db: &Path) {
     // seeds 4 and 5 of 1 to 6 left one of the five writes unreached, and stateful passes alone
     // left one unreached for none to four seeds of six from one round to the next. Further
     // stateful runs with the next seeds, each of which must also find nothing, go on until all
-    // seven have been accepted, up to six of them.
+    // seven have been accepted, up to twelve of them: on PostgreSQL, seed 1 (CI's) needs four
+    // more passes before a hold of a group is accepted, so six left too little room.
     let unreached = || {
         let (status, metrics) = server.call("GET", "/metrics", &[("Authorization", &auth)], "");
         assert_eq!(status, 200, "{metrics}");
@@ -169,7 +170,7 @@ fn nothing_found_over(db: &Path) {
     let base: u64 = seed.parse().expect("a numeric seed");
     loop {
         let missing = unreached();
-        if missing.is_empty() || seeds.len() > 6 {
+        if missing.is_empty() || seeds.len() > 12 {
             break;
         }
         let next = (base + seeds.len() as u64).to_string();
