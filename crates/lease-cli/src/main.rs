@@ -268,6 +268,9 @@ async fn run(cli: Cli) -> Result<Report, String> {
         Request::Serve(mut request) => {
             request.audit = settings.sqlite.audit.is_some();
             let opened = target.open(false).await?;
+            if let Some(note) = opened.replication_note().await {
+                say_on_stderr()(&note);
+            }
             let clock: lease_server::Clock = std::sync::Arc::new(clock_now);
             serve::serve(
                 &opened,
@@ -285,8 +288,11 @@ async fn run(cli: Cli) -> Result<Report, String> {
             serve::keys(&opened, &request, now).await
         }
         Request::Work(work) => {
-            let store = target.open(false).await?.store();
-            run_work(&work, store, true).await
+            let opened = target.open(false).await?;
+            if let Some(note) = opened.replication_note().await {
+                say_on_stderr()(&note);
+            }
+            run_work(&work, opened.store(), true).await
         }
         request => {
             let target = match &request {

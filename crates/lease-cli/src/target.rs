@@ -180,11 +180,43 @@ impl Opened {
         }
     }
 
+    /// What a failover of the store's database could lose, as `lease serve` and `lease work`
+    /// say when they start (docs/GUARANTEES.md, "Failover and restore"): on PostgreSQL, the
+    /// replication settings that decide it; `None` on SQLite, which has no replication.
+    pub(crate) async fn replication_note(&self) -> Option<String> {
+        let Opened::Postgres(store) = self else {
+            return None;
+        };
+        let commit = store.setting("synchronous_commit").await;
+        let standbys = store.setting("synchronous_standby_names").await;
+        Some(match (commit, standbys) {
+            (Ok(commit), Ok(standbys)) => replication_line(&commit, &standbys),
+            (Err(e), _) | (_, Err(e)) => format!(
+                "lease: the PostgreSQL replication settings could not be read ({e}), so what a failover could lose is not known (docs/GUARANTEES.md, Failover and restore)"
+            ),
+        })
+    }
+
     fn transfer(&self) -> &dyn Transfer {
         match self {
             Opened::Sqlite(s) => s.as_ref(),
             Opened::Postgres(s) => s.as_ref(),
         }
+    }
+}
+
+/// The line that says what a failover could lose under these settings (the store's own
+/// connections always commit with `synchronous_commit` `on`).
+fn replication_line(commit: &str, standbys: &str) -> String {
+    let settings = format!("synchronous_commit={commit}, synchronous_standby_names='{standbys}'");
+    if standbys.trim().is_empty() {
+        format!(
+            "lease: PostgreSQL replication: {settings}: no synchronous standby, so a failover to a standby (asynchronous replication) can lose the last acknowledged writes, claims included, and a lost claim's fence can be handed out again (docs/GUARANTEES.md, Failover and restore)"
+        )
+    } else {
+        format!(
+            "lease: PostgreSQL replication: {settings}: each commit waits for a synchronous standby, so a failover to one loses no acknowledged write (docs/GUARANTEES.md, Failover and restore)"
+        )
     }
 }
 
@@ -316,4 +348,25 @@ pub(crate) async fn audit_report(
         lines,
         "no refused writes recorded",
     ))
+}
+
+#[cfg(test)]
+mod replication_tests {
+    use super::replication_line;
+
+    #[test]
+    fn the_replication_line_says_what_a_failover_can_lose_under_each_setting() {
+        let none = replication_line("on", "");
+        assert!(none.contains("synchronous_standby_names=''"), "{none}");
+        assert!(
+            none.contains("can lose the last acknowledged writes"),
+            "{none}"
+        );
+        let sync = replication_line("on", "FIRST 1 (standby1)");
+        assert!(
+            sync.contains("synchronous_standby_names='FIRST 1 (standby1)'"),
+            "{sync}"
+        );
+        assert!(sync.contains("loses no acknowledged write"), "{sync}");
+    }
 }

@@ -804,3 +804,73 @@ fn a_dead_job_is_cancelled_keeping_its_error_and_frees_its_ordered_group_on_post
     ok(&run(db.url(), &["init"]));
     ordered_cli::a_dead_job_is_cancelled_keeping_its_error_and_frees_its_ordered_group(db.url());
 }
+
+/// `lease serve` and `lease work` on PostgreSQL say at start what a failover could lose: the
+/// server's `synchronous_commit` and `synchronous_standby_names` (this machine's server has no
+/// synchronous standby, so a failover could lose acknowledged writes), before anything else.
+#[test]
+fn serve_and_work_on_postgres_say_what_a_failover_could_lose() {
+    let db = ScratchDatabase::create();
+    ok(&run(db.url(), &["init"]));
+    let work = run(
+        db.url(),
+        &[
+            "work",
+            "--queue",
+            "none",
+            "--owner",
+            "w",
+            "--ttl",
+            "5",
+            "--exit-when-empty",
+            "--",
+            "true",
+        ],
+    );
+    ok(&work);
+    let said = String::from_utf8_lossy(&work.stderr);
+    let first = said.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with(
+            "lease: PostgreSQL replication: synchronous_commit=on, synchronous_standby_names=''"
+        ) && first.contains("can lose the last acknowledged writes"),
+        "{said}"
+    );
+    let mut server = lease(db.url())
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map(Reaped::new)
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(server.stderr.take().unwrap()));
+    let first = lines.next().unwrap().unwrap();
+    assert!(
+        first.starts_with("lease: PostgreSQL replication: "),
+        "{first}"
+    );
+    let second = lines.next().unwrap().unwrap();
+    assert!(second.starts_with("lease: serving "), "{second}");
+    drop(server);
+    // SQLite has no replication, and says nothing of it.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("local.db");
+    let file = file.to_str().unwrap();
+    ok(&run(file, &["init"]));
+    let local = run(
+        file,
+        &[
+            "work",
+            "--queue",
+            "none",
+            "--owner",
+            "w",
+            "--ttl",
+            "5",
+            "--exit-when-empty",
+            "--",
+            "true",
+        ],
+    );
+    ok(&local);
+    assert!(!String::from_utf8_lossy(&local.stderr).contains("replication"));
+}
