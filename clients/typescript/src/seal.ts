@@ -172,8 +172,8 @@ export class Keyring {
     return `${RESULT_PREFIX}${this.sealing}:${Buffer.concat([nonce, body]).toString('base64')}`;
   }
 
-  /** @internal */
-  open(kind: Kind, job: string, name: string, sealed: Buffer): Buffer {
+  /** @internal `binding` is what the value was sealed for (the job, or a checkpoint's job and step); errors name `job`. */
+  open(kind: Kind, job: string, name: string, sealed: Buffer, binding = job): Buffer {
     const key = this.keys.get(name);
     if (key === undefined) {
       throw new SealError(`job ${job}: its ${kind} is sealed with key ${name}, which is not among the keys given`);
@@ -181,7 +181,7 @@ export class Keyring {
     const nonce = sealed.subarray(0, NONCE);
     const tag = sealed.subarray(sealed.length - TAG);
     const decipher = createDecipheriv('aes-256-gcm', key, nonce);
-    decipher.setAAD(associated(name, kind, job));
+    decipher.setAAD(associated(name, kind, binding));
     decipher.setAuthTag(tag);
     try {
       return Buffer.concat([decipher.update(sealed.subarray(NONCE, sealed.length - TAG)), decipher.final()]);
@@ -276,13 +276,7 @@ function opened(keys: Keyring | undefined, requireSealed: boolean, kind: Kind, j
   if (keys === undefined) {
     throw new SealError(`job ${job}: its ${kind} is sealed with key ${envelope.key}, and no key was given (${KEY_VAR} or ${KEY_FILE_VAR})`);
   }
-  try {
-    return keys.open(kind, binding, envelope.key, envelope.body);
-  } catch (e) {
-    // Named by its job, never by what it was bound to.
-    if (e instanceof SealError && binding !== job) throw new SealError(`job ${job}: its ${kind} did not open with key ${envelope.key}`);
-    throw e;
-  }
+  return keys.open(kind, job, envelope.key, envelope.body, binding);
 }
 
 /**

@@ -290,15 +290,12 @@ pub(crate) fn lease_json(lease: &Lease) -> Value {
         Some((bytes, lease_domain::Envelope::Sealed(sealed))) => {
             leased_sealed_json(lease, bytes, sealed.key, &mut object);
         }
-        // A plain payload where the environment requires sealed ones, or a malformed envelope:
-        // not handed to the holder as its payload, and `payload_error` says why.
-        Some((bytes, envelope)) => match lease_seal::require_sealed_from_env()
+        // A plain payload as it is, unless the environment requires sealed ones; a malformed
+        // envelope never: then `payload_error` says why.
+        Some((bytes, _)) => match lease_seal::require_sealed_from_env()
             .and_then(|require| lease_seal::open_payload(None, require, lease.job.as_str(), bytes))
         {
-            Ok(_) if matches!(envelope, lease_domain::Envelope::Plain) => {
-                payload_json(payload, &mut object);
-            }
-            Ok(_) => {}
+            Ok(plain) => payload_json(Some(&plain), &mut object),
             Err(e) => {
                 object.insert("payload".into(), Value::Null);
                 object.insert("payload_error".into(), json!(e.to_string()));

@@ -356,11 +356,13 @@ impl Keyring {
         Ok((&key.name, body))
     }
 
-    /// The plaintext of `body` (`nonce | ciphertext | tag`) sealed under `key`.
+    /// The plaintext of `body` (`nonce | ciphertext | tag`) sealed under `key` for `binding`
+    /// (the job, or a checkpoint's job and step); errors name `job`.
     fn open(
         &self,
         kind: SealedKind,
         job: &str,
+        binding: &str,
         key: &str,
         body: &[u8],
     ) -> Result<Vec<u8>, SealError> {
@@ -383,7 +385,7 @@ impl Keyring {
             return Err(wont());
         }
         let (nonce, sealed) = body.split_at(SEALED_NONCE_LEN);
-        let aad = sealed_associated_data(key, kind, job);
+        let aad = sealed_associated_data(key, kind, binding);
         named
             .cipher
             .decrypt(
@@ -507,7 +509,7 @@ pub fn open_payload(
 ) -> Result<Vec<u8>, SealError> {
     let kind = SealedKind::Payload;
     match to_open(keys, require_sealed, kind, job, payload_envelope(bytes))? {
-        Some((keys, sealed)) => keys.open(kind, job, sealed.key, sealed.body),
+        Some((keys, sealed)) => keys.open(kind, job, job, sealed.key, sealed.body),
         None => Ok(bytes.to_vec()),
     }
 }
@@ -618,35 +620,12 @@ fn open_text(
     let body = STANDARD
         .decode(sealed.body)
         .map_err(|_| malformed(job, kind, "its body is not standard base64"))?;
-    let plain = keys
-        .open(kind, binding, sealed.key, &body)
-        .map_err(|e| in_job(e, job))?;
+    let plain = keys.open(kind, job, binding, sealed.key, &body)?;
     String::from_utf8(plain).map_err(|_| SealError::WontOpen {
         job: job.to_owned(),
         kind: kind.as_str(),
         key: sealed.key.to_owned(),
     })
-}
-
-/// `e` naming job `job` where it named what the value was bound to (a checkpoint's job and
-/// name).
-fn in_job(e: SealError, job: &str) -> SealError {
-    match e {
-        SealError::UnknownKey {
-            kind, key, known, ..
-        } => SealError::UnknownKey {
-            job: job.to_owned(),
-            kind,
-            key,
-            known,
-        },
-        SealError::WontOpen { kind, key, .. } => SealError::WontOpen {
-            job: job.to_owned(),
-            kind,
-            key,
-        },
-        other => other,
-    }
 }
 
 /// Seals each of `payloads` for its job with the keys the environment gives

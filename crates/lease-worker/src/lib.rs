@@ -106,18 +106,16 @@ impl JobContext {
     pub async fn checkpoint(&self, name: &str, value: &str) -> Result<WriteOutcome, StoreError> {
         let p = &self.progress;
         let name = lease_domain::CheckpointName::new(name).map_err(InputError::Workflow)?;
-        lease_domain::CheckpointValue::new(value)?;
+        let checked = lease_domain::CheckpointValue::new(value)?;
         // Sealed for this job and step when results are (docs/ENCRYPTION.md).
-        let value = match p.sealing.sealer("checkpoint", &self.job)? {
-            Some(keys) => keys
-                .seal_checkpoint(self.job.as_str(), name.as_str(), value)
-                .map_err(sealing)?,
-            None => value.to_owned(),
+        let value = match p.sealing.sealer("checkpoint", &self.job).map_err(sealing)? {
+            Some(keys) => lease_domain::CheckpointValue::new(
+                keys.seal_checkpoint(self.job.as_str(), name.as_str(), value)
+                    .map_err(sealing)?,
+            )?,
+            None => checked,
         };
-        let checkpoint = lease_domain::Checkpoint {
-            name,
-            value: lease_domain::CheckpointValue::new(value)?,
-        };
+        let checkpoint = lease_domain::Checkpoint { name, value };
         let now = Timestamp::new(p.clock.now())?;
         p.store
             .checkpoint(&self.job, &p.owner, self.fence, now, &checkpoint)
@@ -218,8 +216,8 @@ pub struct Progress {
     sealing: Sealing,
 }
 
-/// How an attempt's own writes are sealed and read back: with the worker's keys, sealing its
-/// progress and checkpoints when it seals results (docs/ENCRYPTION.md).
+/// How a worker seals what it writes of a job (its result, and the attempt's progress and
+/// checkpoints) and reads its checkpoints back, with its keys (docs/ENCRYPTION.md).
 #[derive(Clone, Default)]
 struct Sealing {
     keys: Option<Arc<lease_seal::Keyring>>,
@@ -236,19 +234,20 @@ impl Sealing {
         }
     }
 
-    /// The keyring that seals this attempt's writes, if they are sealed.
+    /// The keyring that seals what this worker writes of job `job` (`what`: its result, a
+    /// checkpoint, its progress), if it seals.
     ///
     /// # Errors
-    /// Sealing asked for and no key given.
-    fn sealer(&self, what: &str, job: &JobId) -> Result<Option<&lease_seal::Keyring>, StoreError> {
+    /// Sealing asked for and no key given, said naming `what` and the job.
+    fn sealer(&self, what: &str, job: &JobId) -> Result<Option<&lease_seal::Keyring>, String> {
         match (&self.keys, self.seal) {
             (_, false) => Ok(None),
             (Some(keys), true) => Ok(Some(keys)),
-            (None, true) => Err(sealing(format!(
+            (None, true) => Err(format!(
                 "the {what} of job {job} is to be sealed, and no key is given (set {} or {})",
                 lease_seal::KEY_VAR,
                 lease_seal::KEY_FILE_VAR
-            ))),
+            )),
         }
     }
 }
@@ -274,15 +273,17 @@ impl Progress {
     /// is stored), or the store's error. A refusal (the lease was lost) is the `Err` inside.
     pub async fn report(&self, text: &str) -> Result<WriteOutcome, StoreError> {
         // Checked as given, then sealed (cut to what fits once sealed) when results are.
-        ProgressText::new(text)?;
-        let text = match self.sealing.sealer("progress", &self.job)? {
-            Some(keys) => {
-                let sealed = keys
-                    .seal_progress(self.job.as_str(), text)
-                    .map_err(sealing)?;
-                ProgressText::new(sealed)?
-            }
-            None => ProgressText::new(text)?,
+        let checked = ProgressText::new(text)?;
+        let text = match self
+            .sealing
+            .sealer("progress", &self.job)
+            .map_err(sealing)?
+        {
+            Some(keys) => ProgressText::new(
+                keys.seal_progress(self.job.as_str(), text)
+                    .map_err(sealing)?,
+            )?,
+            None => checked,
         };
         let term = LeaseTerm::from_parts(Timestamp::new(self.clock.now())?, self.ttl)?;
         self.store
@@ -1226,18 +1227,12 @@ async fn finish(
 
 /// The handler's result as it is stored: sealed for its job when the worker seals results.
 fn stored_result(config: &WorkerConfig, job: &JobId, result: String) -> Result<String, String> {
-    if !(config.seal_results || config.require_sealed) {
-        return Ok(result);
+    match Sealing::of(config).sealer("result", job)? {
+        Some(keys) => keys
+            .seal_result(job.as_str(), &result)
+            .map_err(|e| e.to_string()),
+        None => Ok(result),
     }
-    let keys = config.keys.as_ref().ok_or_else(|| {
-        format!(
-            "the result of job {job} is to be sealed, and no key is given (set {} or {})",
-            lease_seal::KEY_VAR,
-            lease_seal::KEY_FILE_VAR
-        )
-    })?;
-    keys.seal_result(job.as_str(), &result)
-        .map_err(|e| e.to_string())
 }
 
 /// Fails the job with the handler's error (retried or dead by the store's rules).
