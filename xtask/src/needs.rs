@@ -15,6 +15,8 @@ enum Check {
     PythonModule(&'static str),
     /// A service answering TCP on a loopback port.
     Listening(u16),
+    /// A directory that exists.
+    Directory(&'static str),
 }
 
 /// How to meet a need that is not met.
@@ -51,6 +53,18 @@ const NEEDS: &[Need] = &[
         what: "psql and pg_dump (the Python and TypeScript tests make their PostgreSQL databases with psql; the TypeScript tests search a store's pg_dump for plaintext)",
         check: Check::Program("psql"),
         get: Get::Apt("postgresql-client"),
+    },
+    Need {
+        what: "PostgreSQL's server programs, initdb, pg_ctl and pg_basebackup (the failover and \
+               restore tests make a primary and a standby of their own: \
+               crates/lease-cli/tests/failover.rs)",
+        check: Check::Directory("/usr/lib/postgresql"),
+        get: Get::Apt("postgresql"),
+    },
+    Need {
+        what: "runuser (the failover tests run initdb and pg_ctl as the postgres user)",
+        check: Check::Program("runuser"),
+        get: Get::Apt("util-linux"),
     },
     Need {
         what: "bindfs (the FUSE test: crates/lease-cli/tests/unverified_fs.rs)",
@@ -190,6 +204,7 @@ fn met(check: &Check) -> bool {
             let addr = SocketAddr::from(([127, 0, 0, 1], *port));
             TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok()
         }
+        Check::Directory(path) => std::path::Path::new(path).is_dir(),
     }
 }
 

@@ -94,6 +94,30 @@ pub(crate) enum Command {
         #[arg(long)]
         merge: bool,
     },
+    /// Take a consistent copy of the SQLite store at --db while it goes on serving (SQLite's
+    /// online backup API), into a new file; `lease restore` installs it.
+    Backup {
+        /// The file to write (it must not exist).
+        #[arg(long, value_name = "FILE")]
+        to: std::path::PathBuf,
+    },
+    /// Install a backup (made by `lease backup`) as the SQLite store at --db, one epoch above
+    /// both the backup's and the replaced store's: every fence it hands out is above every
+    /// fence handed out after the backup was taken, which the restore loses. On PostgreSQL a
+    /// point-in-time recovery or a promotion starts a new timeline, which the epoch follows.
+    Restore {
+        /// The backup file.
+        #[arg(long, value_name = "FILE")]
+        from: std::path::PathBuf,
+    },
+    /// Show the store's epoch: the high 32 bits of every fence it hands out, raised whenever
+    /// its history may have lost writes. --raise raises it by one, after a restore the store
+    /// cannot see for itself (a file copied back by hand, a dump loaded into PostgreSQL).
+    Epoch {
+        /// Raise the epoch by one.
+        #[arg(long)]
+        raise: bool,
+    },
     /// Add a job in the default state; an existing job is left as it is.
     Enqueue(crate::jobs::EnqueueArgs),
     /// Enqueue many jobs read from standard input, in transactions of up to 1,000: one job id
@@ -196,6 +220,15 @@ pub(crate) enum Request {
         /// Merge into a non-empty target.
         merge: bool,
     },
+    /// Copy a SQLite store into a new file.
+    Backup(std::path::PathBuf),
+    /// Install a backup as the SQLite store.
+    Restore(std::path::PathBuf),
+    /// Show the store's epoch, or raise it by one.
+    Epoch {
+        /// Raise it.
+        raise: bool,
+    },
     /// Show the audit trail.
     Audit(lease_ports::audit::AuditFilter),
     /// A job's command: enqueue, read, list, count, purge, cancel, retry.
@@ -226,6 +259,9 @@ impl Request {
             Self::Control(request) => request.now(),
             Self::Init
             | Self::Migrate { .. }
+            | Self::Backup(_)
+            | Self::Restore(_)
+            | Self::Epoch { .. }
             | Self::Audit(_)
             | Self::Demo
             | Self::Serve(_)
@@ -251,6 +287,9 @@ impl Command {
         Ok(match self {
             Command::Init => Request::Init,
             Command::Migrate { from, to, merge } => Request::Migrate { from, to, merge },
+            Command::Backup { to } => Request::Backup(to),
+            Command::Restore { from } => Request::Restore(from),
+            Command::Epoch { raise } => Request::Epoch { raise },
             Command::Demo => Request::Demo,
             Command::Pause(args) => Request::Control(args.request(clock)?),
             Command::Resume(args) => Request::Control(args.request(clock)?),

@@ -29,9 +29,13 @@ pub(crate) async fn execute(
         | Request::Keys(_)
         | Request::Guard(_)
         | Request::Migrate { .. }
+        | Request::Backup(_)
+        | Request::Restore(_)
+        | Request::Epoch { .. }
         | Request::Audit(_) => {
             return Err(StoreError::Unavailable(
-                "init, demo, work, serve, keys, guard, migrate and audit are run by main"
+                "init, demo, work, serve, keys, guard, migrate, backup, restore, epoch and audit \
+                 are run by main"
                     .to_owned()
                     .into(),
             ));

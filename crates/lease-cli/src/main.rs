@@ -206,8 +206,12 @@ async fn run_remote(
         | Request::Serve(_)
         | Request::Keys(_)
         | Request::Guard(_)
-        | Request::Migrate { .. } => Err(
-            "init, demo, serve, keys and migrate open a database: give --db, not --server"
+        | Request::Migrate { .. }
+        | Request::Backup(_)
+        | Request::Restore(_)
+        | Request::Epoch { .. } => Err(
+            "init, demo, serve, keys, migrate, backup, restore and epoch open a database: give \
+             --db, not --server"
                 .to_owned(),
         ),
         Request::Audit(filter) => target::audit_report(store.as_ref(), &filter, clock_now()).await,
@@ -265,6 +269,9 @@ async fn run(cli: Cli) -> Result<Report, String> {
         Request::Migrate { from, to, merge } => {
             target::run_migrate(&settings.target(&from), &settings.target(&to), merge).await
         }
+        Request::Backup(to) => target::run_backup(&target, &to).await,
+        Request::Restore(from) => target::run_restore(&target, &from).await,
+        Request::Epoch { raise } => target::run_epoch(&target, raise).await,
         Request::Serve(mut request) => {
             request.audit = settings.sqlite.audit.is_some();
             let opened = target.open(false).await?;

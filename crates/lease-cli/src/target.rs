@@ -286,6 +286,96 @@ pub(crate) async fn run_migrate(from: &Target, to: &Target, merge: bool) -> Resu
     ))
 }
 
+/// `lease backup`: a consistent copy of a SQLite store, taken while it serves.
+pub(crate) async fn run_backup(from: &Target, to: &std::path::Path) -> Result<Report, String> {
+    let Target::Sqlite(path, options) = from else {
+        return Err(ON_POSTGRES.to_owned());
+    };
+    if to.exists() {
+        return Err(format!(
+            "{} exists: a backup never overwrites a file; name a new one",
+            to.display()
+        ));
+    }
+    let store = SqliteLeaseStore::open_with(path, options.clone()).map_err(|e| e.to_string())?;
+    let epoch = store.backup(to).await.map_err(|e| e.to_string())?;
+    Ok(Report::new(
+        true,
+        json!({"ok": true, "db": from.shown(), "backup": to.display().to_string(), "epoch": epoch.get()}),
+        format!(
+            "copied {} into {} (epoch {epoch}); `lease restore --from {}` installs it one epoch \
+             higher",
+            from.shown(),
+            to.display(),
+            to.display()
+        ),
+    ))
+}
+
+/// `lease restore`: a backup installed as the SQLite store, one epoch above both.
+pub(crate) async fn run_restore(to: &Target, from: &std::path::Path) -> Result<Report, String> {
+    let Target::Sqlite(path, _) = to else {
+        return Err(ON_POSTGRES.to_owned());
+    };
+    let done = lease_sqlite::restore(from, path)
+        .await
+        .map_err(|e| e.to_string())?;
+    let replaced = match done.replaced_epoch {
+        Some(epoch) => format!("the replaced store's {epoch}"),
+        None => "no store was there to compare with: if another copy of this store handed out \
+                 fences at a later epoch, raise it above that one with `lease epoch --raise`"
+            .to_owned(),
+    };
+    Ok(Report::new(
+        true,
+        json!({
+            "ok": true,
+            "db": to.shown(),
+            "backup": from.display().to_string(),
+            "epoch": done.epoch.get(),
+            "backup_epoch": done.backup_epoch.get(),
+            "replaced_epoch": done.replaced_epoch.map(lease_domain::Epoch::get),
+        }),
+        format!(
+            "restored {} into {} at epoch {} (the backup's epoch {}; {replaced}): every fence it \
+             hands out is above every fence handed out before",
+            from.display(),
+            to.shown(),
+            done.epoch,
+            done.backup_epoch
+        ),
+    ))
+}
+
+/// `lease epoch`: the store's epoch, raised by one with `raise`.
+pub(crate) async fn run_epoch(target: &Target, raise: bool) -> Result<Report, String> {
+    let opened = target.open(false).await?;
+    let store = opened.transfer();
+    let mut epoch = store.epoch().await.map_err(|e| e.to_string())?;
+    if raise {
+        let next = epoch
+            .next()
+            .ok_or_else(|| format!("the epoch is {epoch}, the largest there is"))?;
+        epoch = store.raise_epoch(next).await.map_err(|e| e.to_string())?;
+    }
+    let first = epoch.first_fence();
+    Ok(Report::new(
+        true,
+        json!({"ok": true, "db": target.shown(), "epoch": epoch.get(), "raised": raise, "first_fence": first.get()}),
+        format!(
+            "{} is at epoch {epoch}{}: a job claimed for the first time in it gets fence {first}",
+            target.shown(),
+            if raise { " (raised)" } else { "" }
+        ),
+    ))
+}
+
+/// Why `lease backup` and `lease restore` name a SQLite store.
+const ON_POSTGRES: &str = "lease backup and lease restore copy a SQLite store; on PostgreSQL take \
+    base backups with WAL archiving (pg_basebackup): a point-in-time recovery ends on a new \
+    timeline, which the store's epoch follows, and after a restore the timeline does not show \
+    (a dump loaded with pg_restore) run `lease epoch --raise` (docs/GUARANTEES.md)";
+
 /// Waits at most this long for the PostgreSQL pool (the CLI's busy timeout).
 #[must_use]
 pub(crate) fn pg_options(schema: Option<String>, wait: Duration, clock: ClockMode) -> PgOptions {

@@ -155,7 +155,7 @@ impl LeaseTerm {
         let length = self.until().get() - self.now().get();
         // `until > now` was checked when the term was made, so the length is positive and
         // finite unless the subtraction overflowed; either way `Ttl::new` says what is wrong.
-        let moved = LeaseTerm::from_parts(now, Ttl::new(length)?)?;
+        let moved = LeaseTerm::from_parts(now, Ttl::new(length)?)?.in_epoch(self.epoch());
         Ok(match self.token() {
             Some(token) => moved.with_token(token),
             None => moved,
@@ -164,6 +164,19 @@ impl LeaseTerm {
 }
 
 impl Command {
+    /// The same command with a claim's term in the store's `epoch` ([`LeaseTerm::in_epoch`]);
+    /// any other command is unchanged (only a claim hands out a fence).
+    #[must_use]
+    pub fn in_epoch(self, epoch: crate::values::Epoch) -> Command {
+        match self {
+            Command::Claim(owner, term) => Command::Claim(owner, term.in_epoch(epoch)),
+            Command::AsHolder(as_of, inner) => {
+                Command::AsHolder(as_of, Box::new(inner.in_epoch(epoch)))
+            }
+            other => other,
+        }
+    }
+
     /// The caller's `now` the command carries, if it carries one.
     #[must_use]
     pub fn caller_now(&self) -> Option<Timestamp> {

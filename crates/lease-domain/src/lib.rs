@@ -41,7 +41,7 @@ pub use command::{Command, HolderWrite, Outcome};
 pub use control::{Concurrency, Limits, Pause, QueueChange, QueueSettings, decide_queue_change};
 pub use groups::{GroupGate, GroupTurn};
 pub use guard::{GuardRefused, decide_guard};
-pub use migrate::{ImportDecision, decide_import, raise_fence};
+pub use migrate::{ImportDecision, carried_epoch, decide_import, raise_fence};
 pub use queue::{
     Backoff, Ended, EnqueueSpec, ErrorText, GroupKey, Payload, ProgressText, QueueName, Retry,
     Status,
@@ -66,8 +66,8 @@ pub use sealed::{
 pub use trace::{Join, TRACESTATE_MAX, TraceContext};
 pub use turns::Turn;
 pub use values::{
-    AccessError, Fence, InputError, JobId, JobResult, LeaseTerm, MAX_NAME_BYTES, Owner, Renewal,
-    Timestamp, TokenDigest, Ttl,
+    AccessError, Epoch, Fence, InputError, JobId, JobResult, LeaseTerm, MAX_NAME_BYTES, Owner,
+    Renewal, Timestamp, TokenDigest, Ttl,
 };
 pub use workflow::{
     Checkpoint, CheckpointName, CheckpointValue, ChildFate, KeptCheckpoint,

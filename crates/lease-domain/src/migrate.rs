@@ -2,7 +2,7 @@
 //! the target already holds (a job with the same id, or the fence a purged id had).
 
 use crate::rules::Job;
-use crate::values::{Fence, Timestamp};
+use crate::values::{Epoch, Fence, Timestamp};
 
 /// What to do with one incoming job.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,6 +45,18 @@ pub fn raise_fence(job: &Job, floor: Option<Fence>) -> Job {
         },
         _ => job.clone(),
     }
+}
+
+/// The epoch a target must be at, at least, once it holds a source's jobs: the source's own
+/// epoch and the epoch of every fence it brings (jobs and purge marks), so that a fence the
+/// target hands out after a loss of its own history is above every fence either side handed
+/// out before.
+#[must_use]
+pub fn carried_epoch(source: Epoch, fences: impl IntoIterator<Item = Fence>) -> Epoch {
+    fences
+        .into_iter()
+        .map(Fence::epoch)
+        .fold(source, std::cmp::max)
 }
 
 #[cfg(test)]
@@ -91,5 +103,15 @@ mod tests {
         assert_eq!(lifted.fence, Fence::new(5).unwrap());
         assert_eq!((lifted.owner, lifted.until), (None, Timestamp::ZERO));
         assert_eq!(raise_fence(&job(6), Some(Fence::new(5).unwrap())), job(6));
+    }
+
+    #[test]
+    fn the_carried_epoch_is_the_sources_or_that_of_a_later_fence_it_brings() {
+        let e = |n| Epoch::new(n).unwrap();
+        assert_eq!(carried_epoch(e(2), []), e(2));
+        assert_eq!(carried_epoch(e(2), [job(7).fence]), e(2));
+        let from_epoch_5 = e(5).first_fence();
+        assert_eq!(carried_epoch(e(2), [job(7).fence, from_epoch_5]), e(5));
+        assert_eq!(carried_epoch(Epoch::ZERO, [Fence::ZERO]), Epoch::ZERO);
     }
 }

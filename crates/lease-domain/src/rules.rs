@@ -210,7 +210,9 @@ impl Job {
     /// is left): not done, not ended, no live lease, due, and a fence that can still go up.
     /// Every store's candidate query selects exactly these jobs, and
     /// [`decide_claim_next`] skips exactly the others, so a job the query returns is never
-    /// skipped (a due job whose fence is at [`Fence::MAX`] is not a candidate).
+    /// skipped (a due job whose fence is at [`Fence::MAX`] is not a candidate), but for a job
+    /// whose fence has used every fence of the store's epoch ([`Fence::next_in`], after 2^32
+    /// claims of it in one epoch), which is skipped.
     #[must_use]
     pub fn is_claim_candidate(&self, now: Timestamp) -> bool {
         !self.done
@@ -307,8 +309,12 @@ pub enum ClaimRefused {
         /// When that lease expires.
         until: Timestamp,
     },
-    /// The fence has reached its largest value; the job can never be claimed again.
-    #[error("the job's fence is exhausted at {}", Fence::MAX)]
+    /// The fence cannot go up: it has reached its largest value, or 2^32 claims of the job in
+    /// the store's epoch used every fence of the epoch (the next would be a later epoch's).
+    #[error(
+        "the job's fence cannot go up: it is at the largest fence ({}) or at the last of its epoch",
+        Fence::MAX
+    )]
     FenceExhausted,
 }
 
@@ -419,7 +425,10 @@ pub fn decide_claim(
     if let Some(run_at) = job.run_at.filter(|_| !job.is_due_at(term.now())) {
         return Err(ClaimRefused::NotDue { run_at });
     }
-    let fence = job.fence.next().ok_or(ClaimRefused::FenceExhausted)?;
+    let fence = job
+        .fence
+        .next_in(term.epoch())
+        .ok_or(ClaimRefused::FenceExhausted)?;
     Ok(Job {
         owner: Some(owner.clone()),
         until: term.until(),
@@ -465,7 +474,7 @@ pub fn decide_claim_next(job: &Job, owner: &Owner, term: LeaseTerm) -> NextDecis
             ..job.clone()
         });
     }
-    let Some(fence) = job.fence.next() else {
+    let Some(fence) = job.fence.next_in(term.epoch()) else {
         return NextDecision::Skip;
     };
     NextDecision::Lease(Job {

@@ -2812,3 +2812,94 @@ fn a_malformed_trace_context_is_refused_naming_what_is_wrong() {
     assert!(told(PARENT, Some(&long)).contains("over the limit"));
     assert!(told(PARENT, Some("k=\u{7}")).contains("printable ASCII"));
 }
+
+fn epoch(n: u64) -> Epoch {
+    Epoch::new(n).unwrap()
+}
+
+#[test]
+fn epoch_zero_hands_out_fences_as_before_epochs() {
+    assert_eq!(Fence::ZERO.next_in(Epoch::ZERO), Some(fence(1)));
+    assert_eq!(fence(7).next_in(Epoch::ZERO), Some(fence(8)));
+    assert_eq!(fence(7).epoch(), Epoch::ZERO);
+    assert_eq!(fence(7).count(), 7);
+}
+
+#[test]
+fn a_new_epoch_hands_out_fences_above_every_fence_of_the_earlier_ones() {
+    let last_of_epoch_0 = fence(u64::from(u32::MAX));
+    let first_of_1 = epoch(1).first_fence();
+    assert_eq!(first_of_1, fence((1 << 32) | 1));
+    assert!(first_of_1 > last_of_epoch_0);
+    // Whatever the job's fence in an earlier epoch, lost or kept, the next one is the first
+    // of the store's epoch, then counts up.
+    assert_eq!(fence(1).next_in(epoch(1)), Some(first_of_1));
+    assert_eq!(fence(2).next_in(epoch(1)), Some(first_of_1));
+    assert_eq!(first_of_1.next_in(epoch(1)), Some(fence((1 << 32) | 2)));
+    assert_eq!(
+        fence((1 << 32) | 2).next_in(epoch(3)),
+        Some(epoch(3).first_fence())
+    );
+    assert_eq!(epoch(3).first_fence().epoch(), epoch(3));
+    assert_eq!(epoch(3).first_fence().count(), 1);
+}
+
+#[test]
+fn a_fence_never_runs_into_the_next_epochs_fences() {
+    let last_of_epoch_1 = fence((1 << 32) | u64::from(u32::MAX));
+    assert_eq!(last_of_epoch_1.next_in(epoch(1)), None);
+    // In a later epoch it starts that epoch's count.
+    assert_eq!(
+        last_of_epoch_1.next_in(epoch(2)),
+        Some(epoch(2).first_fence())
+    );
+    // A fence of a later epoch than the store's (a store whose epoch was not carried) still
+    // only goes up.
+    assert_eq!(
+        epoch(5).first_fence().next_in(epoch(1)),
+        Some(fence((5 << 32) | 2))
+    );
+    assert_eq!(Fence::MAX.next_in(Epoch::MAX), None);
+    assert_eq!(Fence::MAX.epoch(), Epoch::MAX);
+}
+
+#[test]
+fn an_epoch_above_the_largest_is_out_of_range() {
+    let max = u64::from(Epoch::MAX.get());
+    assert_eq!(Epoch::new(max), Ok(Epoch::MAX));
+    assert_eq!(
+        Epoch::new(max + 1),
+        Err(InputError::EpochOutOfRange(max + 1))
+    );
+    assert_eq!(Epoch::MAX.next(), None);
+    // The last fence of the largest epoch is the largest fence a store can hold.
+    assert_eq!(fence((max << 32) | u64::from(u32::MAX)), Fence::MAX);
+}
+
+#[test]
+fn a_claim_in_an_epoch_hands_out_that_epochs_next_fence() {
+    let job = held("a", 3, 10.0);
+    let in_2 = term(20.0, 5.0).in_epoch(epoch(2));
+    let claimed = decide_claim(Some(&job), &owner("b"), in_2).unwrap();
+    assert_eq!(claimed.fence, epoch(2).first_fence());
+    let NextDecision::Lease(next) = decide_claim_next(&job, &owner("b"), in_2) else {
+        panic!("a due job with attempts left is leased");
+    };
+    assert_eq!(next.fence, epoch(2).first_fence());
+    // The epoch survives the store's clock re-timing the term.
+    assert_eq!(in_2.at(at(30.0)).unwrap().epoch(), epoch(2));
+}
+
+#[test]
+fn a_claim_whose_epoch_is_used_up_is_refused_and_skipped() {
+    let job = held("a", (1 << 32) | u64::from(u32::MAX), 10.0);
+    let in_1 = term(20.0, 5.0).in_epoch(epoch(1));
+    assert_eq!(
+        decide_claim(Some(&job), &owner("b"), in_1),
+        Err(ClaimRefused::FenceExhausted)
+    );
+    assert_eq!(
+        decide_claim_next(&job, &owner("b"), in_1),
+        NextDecision::Skip
+    );
+}

@@ -81,6 +81,9 @@ pub enum InputError {
     /// A fence above `i64::MAX`, which no store can hold.
     #[error("fence {0} is out of range (the largest fence is {max})", max = Fence::MAX.get())]
     FenceOutOfRange(u64),
+    /// An epoch above [`Epoch::MAX`], whose fences would not fit a store.
+    #[error("epoch {0} is out of range (the largest epoch is {max})", max = Epoch::MAX.get())]
+    EpochOutOfRange(u64),
     /// A claim of the next jobs asked to follow a command other than a completion.
     #[error("a claim of the next jobs can follow only a completion, not {0}")]
     ClaimAfter(&'static str),
@@ -297,6 +300,87 @@ impl Fence {
     pub fn next(self) -> Option<Fence> {
         (self.0 < Self::MAX.0).then_some(Self(self.0 + 1))
     }
+
+    /// The fence a claim hands out after this one in a store at `epoch`: the first fence of
+    /// the epoch (`epoch << 32 | 1`) when this one is below it, else this one plus one.
+    /// `None` when the count of the fence's epoch would run into the next epoch's fences
+    /// (after 2^32 claims of one job in one epoch) or past [`Fence::MAX`]: those fences may
+    /// have been handed out by a history the store lost.
+    #[must_use]
+    pub fn next_in(self, epoch: Epoch) -> Option<Fence> {
+        let first = epoch.first_fence();
+        if self < first {
+            return Some(first);
+        }
+        let next = self.next()?;
+        (next.count() != 0).then_some(next)
+    }
+
+    /// The epoch this fence was handed out in (its high 32 bits).
+    #[must_use]
+    pub fn epoch(self) -> Epoch {
+        // A fence is at most i64::MAX, so its high 32 bits are at most Epoch::MAX.
+        Epoch(u32::try_from(self.0 >> Epoch::SHIFT).unwrap_or(Epoch::MAX.0))
+    }
+
+    /// The fence's count within its epoch (its low 32 bits).
+    #[must_use]
+    pub fn count(self) -> u32 {
+        u32::try_from(self.0 & u64::from(u32::MAX)).unwrap_or(u32::MAX)
+    }
+}
+
+/// A store's epoch: it grows whenever the history the store holds may have lost writes (a
+/// PostgreSQL failover or point-in-time recovery starts a new timeline; `lease restore`
+/// installs a backup), and every fence handed out in an epoch is above every fence of an
+/// earlier one, lost ones included (the high 32 bits of a fence, as in ZooKeeper's zxid).
+/// Epoch 0 hands out 1, 2, 3... as before epochs existed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Epoch(u32);
+
+impl Epoch {
+    /// The epoch of a store that never lost a write.
+    pub const ZERO: Epoch = Epoch(0);
+    /// The largest epoch: its fences still fit `i64`.
+    pub const MAX: Epoch = Epoch(i32::MAX.unsigned_abs());
+    /// Where an epoch sits in a fence.
+    const SHIFT: u32 = 32;
+
+    /// Checks and wraps an epoch.
+    ///
+    /// # Errors
+    /// [`InputError::EpochOutOfRange`] above [`Epoch::MAX`].
+    pub fn new(value: u64) -> Result<Self, InputError> {
+        u32::try_from(value)
+            .ok()
+            .filter(|v| *v <= Self::MAX.0)
+            .map(Self)
+            .ok_or(InputError::EpochOutOfRange(value))
+    }
+
+    /// The epoch as a number.
+    #[must_use]
+    pub const fn get(self) -> u32 {
+        self.0
+    }
+
+    /// The next epoch, or `None` at [`Epoch::MAX`].
+    #[must_use]
+    pub fn next(self) -> Option<Epoch> {
+        (self.0 < Self::MAX.0).then_some(Self(self.0 + 1))
+    }
+
+    /// The first fence a claim hands out in this epoch.
+    #[must_use]
+    pub fn first_fence(self) -> Fence {
+        Fence((u64::from(self.0) << Self::SHIFT) | 1)
+    }
+}
+
+impl fmt::Display for Epoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
 }
 
 impl fmt::Display for Fence {
@@ -389,6 +473,7 @@ pub struct LeaseTerm {
     now: Timestamp,
     until: Timestamp,
     token: Option<TokenDigest>,
+    epoch: Epoch,
 }
 
 impl LeaseTerm {
@@ -426,6 +511,7 @@ impl LeaseTerm {
             now,
             until: Timestamp(until),
             token: None,
+            epoch: Epoch::ZERO,
         })
     }
 
@@ -455,6 +541,20 @@ impl LeaseTerm {
     #[must_use]
     pub fn token(self) -> Option<TokenDigest> {
         self.token
+    }
+
+    /// The same term in the store's `epoch`, read where the claim is decided: a claim with it
+    /// hands out [`Fence::next_in`] that epoch. A caller's term is in [`Epoch::ZERO`] until
+    /// the store sets it.
+    #[must_use]
+    pub fn in_epoch(self, epoch: Epoch) -> Self {
+        Self { epoch, ..self }
+    }
+
+    /// The epoch a claim with this term hands out its fence in.
+    #[must_use]
+    pub fn epoch(self) -> Epoch {
+        self.epoch
     }
 }
 

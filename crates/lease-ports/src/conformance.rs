@@ -1238,6 +1238,134 @@ pub async fn export_and_import_round_trip_every_job_and_purge_mark(transfer: Tra
     );
 }
 
+/// A raised epoch puts every fence handed out after it above every fence handed out before,
+/// on every path that hands one out (a claim by id, `claim_next` in a queue with and without
+/// settings, `complete_and_claim_next`), and counts up within it; an epoch is never lowered.
+pub async fn a_raised_epoch_puts_every_later_fence_above_every_earlier_one(
+    transfer: TransferStore,
+) {
+    let store: Store = transfer.clone();
+    let control: ControlStore = transfer.clone();
+    let start = transfer.epoch().await.expect("the epoch reads");
+    for id in ["byid", "plain-1", "plain-2", "plain-3", "set-1", "set-2"] {
+        let q = if id.starts_with("set") {
+            "set"
+        } else {
+            "plain"
+        };
+        enqueued_with(&store, id, &spec(q, 0, None, 9)).await;
+    }
+    change(
+        &control,
+        "set",
+        QueueChange::Concurrency(Concurrency::new(5)),
+    )
+    .await;
+    let before = [
+        claimed(&store, &job("byid"), "w", 1.0, 10.0).await,
+        next(&store, "plain", "w", 1.0, 1).await[0].fence,
+        next(&store, "set", "w", 1.0, 1).await[0].fence,
+    ];
+    let raised = start.next().expect("an epoch to raise to");
+    assert_eq!(transfer.raise_epoch(raised).await.expect("raise"), raised);
+    assert_eq!(transfer.epoch().await.expect("the epoch reads"), raised);
+    assert_eq!(
+        transfer.raise_epoch(start).await.expect("raise"),
+        raised,
+        "an epoch is never lowered"
+    );
+    let first = raised.first_fence();
+    // Each lease taken before has expired by 20.
+    assert_eq!(claimed(&store, &job("byid"), "w", 20.0, 10.0).await, first);
+    let again = claimed(&store, &job("byid"), "w", 40.0, 10.0).await;
+    assert_eq!(
+        again,
+        first.next().expect("a fence"),
+        "it counts up in the epoch"
+    );
+    let plain = next(&store, "plain", "w", 20.0, 2).await;
+    let set = next(&store, "set", "w", 20.0, 2).await;
+    for lease in plain.iter().chain(&set) {
+        assert_eq!(lease.fence, first, "{} in the raised epoch", lease.job);
+    }
+    let (completed, leases) = store
+        .complete_and_claim_next(
+            &plain[0].job,
+            &owner("w"),
+            plain[0].fence,
+            &result("done"),
+            &queue("plain"),
+            term(21.0, 10.0),
+            1,
+        )
+        .await
+        .expect("the call reaches the store");
+    assert_eq!(completed, Ok(()));
+    let after_completion = leases.expect("the claim reaches the store");
+    assert_eq!(ids(&after_completion), ["plain-3"]);
+    assert_eq!(after_completion[0].fence, first);
+    let (completed, leases) = store
+        .complete_and_claim_next(
+            &set[0].job,
+            &owner("w"),
+            set[0].fence,
+            &result("done"),
+            &queue("set"),
+            term(21.0, 10.0),
+            1,
+        )
+        .await
+        .expect("the call reaches the store");
+    assert_eq!(completed, Ok(()));
+    // set-2 is held by the second claim above; set-1 (lease from 1.0) expired and came back.
+    for lease in leases.expect("the claim reaches the store") {
+        assert_eq!(lease.fence, first, "{} in the raised epoch", lease.job);
+    }
+    assert!(before.iter().all(|f| *f < first));
+}
+
+/// A migration carries the epoch: the target is raised to the source's epoch (and to that of
+/// any fence it brings from a later one), so it never hands out a fence the source did.
+pub async fn an_import_raises_the_target_to_the_sources_epoch(transfer: TransferStore) {
+    let source = Arc::new(MemoryLeaseStore::new());
+    let held: Store = source.clone();
+    let e = |n| lease_domain::Epoch::new(n).expect("an epoch");
+    source.raise_epoch(e(3)).await.expect("raise");
+    let id = enqueued(&held, "j").await;
+    let f = claimed(&held, &id, "w", 1.0, 10.0).await;
+    assert_eq!(f, e(3).first_fence());
+    let snapshot = source.export().await.expect("export");
+    assert_eq!(snapshot.epoch, e(3));
+    transfer.import(&snapshot, false).await.expect("import");
+    assert!(transfer.epoch().await.expect("the epoch reads") >= e(3));
+    let store: Store = transfer.clone();
+    let next_fence = claimed(&store, &id, "v", 20.0, 10.0).await;
+    assert_eq!(next_fence, f.next().expect("a fence"));
+    // A fence from a later epoch than the snapshot says raises the target to that epoch.
+    let late = JobRecord {
+        id: job("late"),
+        job: Job {
+            fence: e(6).first_fence(),
+            ..Job::new()
+        },
+    };
+    transfer
+        .import(
+            &Snapshot {
+                jobs: vec![late],
+                ..Snapshot::default()
+            },
+            true,
+        )
+        .await
+        .expect("merge");
+    assert!(transfer.epoch().await.expect("the epoch reads") >= e(6));
+    assert_eq!(
+        claimed(&store, &id, "w", 40.0, 10.0).await.epoch(),
+        transfer.epoch().await.expect("the epoch reads")
+    );
+}
+
 /// `import` with `merge` keeps the larger fence of a job on both sides, raises a target job
 /// under a larger purge mark (ending its lease), and answers what it did.
 pub async fn import_with_merge_keeps_the_larger_fence(transfer: TransferStore) {
@@ -3198,6 +3326,8 @@ macro_rules! conformance_tests {
     (@transfer ($($mode:tt)?) $factory:path) => {
         $crate::conformance_tests!(@each ($($mode)?) $factory;
             claim_next_reads_past_a_job_whose_fence_is_exhausted,
+            a_raised_epoch_puts_every_later_fence_above_every_earlier_one,
+            an_import_raises_the_target_to_the_sources_epoch,
             export_and_import_round_trip_every_job_and_purge_mark,
             import_with_merge_keeps_the_larger_fence,
             a_claim_stores_its_lease_token_digest_and_the_next_claim_replaces_it,

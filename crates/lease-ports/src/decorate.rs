@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use lease_domain::{
-    Command, EnqueueSpec, JobId, KeptCheckpoint, KeyId, KeyRefused, QueueChange, QueueName,
+    Command, EnqueueSpec, Epoch, JobId, KeptCheckpoint, KeyId, KeyRefused, QueueChange, QueueName,
     QueueSettings, Schedule, ScheduleName, ScheduleSpec, Status, Throttle, Timestamp,
 };
 use tracing::Instrument;
@@ -393,6 +393,14 @@ impl<S: Transfer + ?Sized, H: Hooks> Transfer for Decorated<S, H> {
             self.inner.import(snapshot, merge),
         )
         .await
+    }
+
+    async fn epoch(&self) -> Result<Epoch, StoreError> {
+        self.inner.epoch().await
+    }
+
+    async fn raise_epoch(&self, at_least: Epoch) -> Result<Epoch, StoreError> {
+        self.inner.raise_epoch(at_least).await
     }
 }
 

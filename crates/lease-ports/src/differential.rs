@@ -44,7 +44,7 @@ pub enum Op {
     /// Both stores moved into fresh ones, which the sequence goes on with.
     Migrate,
     /// Another program inserts a row for a job that does not exist yet, with a fence from
-    /// [`IMPORTED_FENCES`] (through [`Harness::with_foreign_writes`]; the reference imports it).
+    /// [`FOREIGN_FENCES`] (through [`Harness::with_foreign_writes`]; the reference imports it).
     Foreign(u8, u8),
     /// An enqueue that runs a finished job again (job, queue; every other one with a timeout).
     Rerun(u8, u8),
@@ -61,6 +61,12 @@ pub enum Op {
 
 /// The fences an [`Op::Import`] gives its job: a small one, and the two at the top of the range.
 pub const IMPORTED_FENCES: [u64; 3] = [3, Fence::MAX.get() - 1, Fence::MAX.get()];
+
+/// The fences an [`Op::Foreign`] row has: a small one, and the last two of epoch 0. A row
+/// written by another program raises no store's epoch, where an import raises it to that of
+/// the fences it brings, so the reference (which imports the row) agrees with the store only
+/// for fences of the epoch both are at.
+pub const FOREIGN_FENCES: [u64; 3] = [3, u32::MAX as u64 - 1, u32::MAX as u64];
 
 impl Op {
     /// The time the operation carries (its `now`), if any.
@@ -486,7 +492,7 @@ impl Harness {
         } else if let Op::Foreign(j, k) = *op {
             let (id, fence) = (
                 job(j),
-                Fence::new(IMPORTED_FENCES[usize::from(k % 3)]).unwrap(),
+                Fence::new(FOREIGN_FENCES[usize::from(k % 3)]).unwrap(),
             );
             let write = self
                 .foreign

@@ -10,8 +10,8 @@
 
 use async_trait::async_trait;
 use lease_domain::{
-    Command, EnqueueSpec, JobId, KeptCheckpoint, QueueChange, QueueName, QueueSettings, Schedule,
-    ScheduleName, ScheduleSpec, Status, Throttle, Timestamp,
+    Command, EnqueueSpec, Epoch, JobId, KeptCheckpoint, QueueChange, QueueName, QueueSettings,
+    Schedule, ScheduleName, ScheduleSpec, Status, Throttle, Timestamp,
 };
 
 use crate::control::{Control, Fire, GroupLoad};
@@ -147,6 +147,16 @@ pub trait Forward: Send + Sync {
     async fn import(&self, snapshot: &Snapshot, merge: bool) -> Result<Imported, StoreError> {
         self.to().import(snapshot, merge).await
     }
+
+    /// [`Transfer::epoch`].
+    async fn epoch(&self) -> Result<Epoch, StoreError> {
+        self.to().epoch().await
+    }
+
+    /// [`Transfer::raise_epoch`].
+    async fn raise_epoch(&self, at_least: Epoch) -> Result<Epoch, StoreError> {
+        self.to().raise_epoch(at_least).await
+    }
 }
 
 /// A [`Forward`] as a store.
@@ -248,5 +258,11 @@ impl<F: Forward> Transfer for Forwarded<F> {
     }
     async fn import(&self, snapshot: &Snapshot, merge: bool) -> Result<Imported, StoreError> {
         self.0.import(snapshot, merge).await
+    }
+    async fn epoch(&self) -> Result<Epoch, StoreError> {
+        self.0.epoch().await
+    }
+    async fn raise_epoch(&self, at_least: Epoch) -> Result<Epoch, StoreError> {
+        self.0.raise_epoch(at_least).await
     }
 }

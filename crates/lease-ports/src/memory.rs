@@ -8,10 +8,11 @@ use std::sync::{Mutex, MutexGuard};
 use async_trait::async_trait;
 use lease_domain::{CheckpointName, KeptCheckpoint, KeyId, KeyRefused, decide_new_key};
 use lease_domain::{
-    ClockMode, Command, EnqueueSpec, Fence, GroupKey, GroupTurn, InputError, Job, JobId, LeaseTerm,
-    Outcome, QueueChange, QueueName, QueueSettings, Schedule, ScheduleName, ScheduleSpec, Status,
-    Timestamp, Turn, Waiting, check_workflow, checkpoint_fits, claim_order, decide_child,
-    decide_put_schedule, decide_queue_change, finishes, is_purgeable, judges_parents, propagate,
+    ClockMode, Command, EnqueueSpec, Epoch, Fence, GroupKey, GroupTurn, InputError, Job, JobId,
+    LeaseTerm, Outcome, QueueChange, QueueName, QueueSettings, Schedule, ScheduleName,
+    ScheduleSpec, Status, Timestamp, Turn, Waiting, check_workflow, checkpoint_fits, claim_order,
+    decide_child, decide_put_schedule, decide_queue_change, finishes, is_purgeable, judges_parents,
+    propagate,
 };
 
 use crate::keys::{KeyRecord, KeyStore, live_scopes};
@@ -42,6 +43,8 @@ struct Jobs {
     checkpoints: HashMap<JobId, BTreeMap<CheckpointName, KeptCheckpoint>>,
     /// The trace context each job was enqueued with (`Command::sets_trace`).
     traces: HashMap<JobId, lease_domain::TraceContext>,
+    /// The store's epoch, in which every claim hands out its fence.
+    epoch: Epoch,
 }
 
 impl Jobs {
@@ -320,10 +323,11 @@ impl LeaseStore for MemoryLeaseStore {
         crate::claim_may_follow(&command, then.as_ref())?;
         let mut jobs = self.jobs()?;
         let (command, term) = self.timed(command, then.as_ref().map(|claim| claim.term))?;
-        let outcome = apply(&mut jobs, job, &command)?;
+        let epoch = jobs.epoch;
+        let outcome = apply(&mut jobs, job, &command.in_epoch(epoch))?;
         let claimed = then.map(|claim| {
             let claim = ClaimNext {
-                term: term.unwrap_or(claim.term),
+                term: term.unwrap_or(claim.term).in_epoch(epoch),
                 ..claim
             };
             Ok(claim_next(&mut jobs, &claim))
@@ -335,7 +339,7 @@ impl LeaseStore for MemoryLeaseStore {
         let mut jobs = self.jobs()?;
         let (_, term) = self.timed(Command::Enqueue, Some(claim.term))?;
         let claim = ClaimNext {
-            term: term.unwrap_or(claim.term),
+            term: term.unwrap_or(claim.term).in_epoch(jobs.epoch),
             ..claim.clone()
         };
         Ok(claim_next(&mut jobs, &claim))
@@ -629,7 +633,18 @@ impl crate::transfer::Transfer for MemoryLeaseStore {
                 all.sort_by(|a, b| a.0.cmp(&b.0));
                 all
             },
+            epoch: jobs.epoch,
         })
+    }
+
+    async fn epoch(&self) -> Result<Epoch, StoreError> {
+        Ok(self.jobs()?.epoch)
+    }
+
+    async fn raise_epoch(&self, at_least: Epoch) -> Result<Epoch, StoreError> {
+        let mut jobs = self.jobs()?;
+        jobs.epoch = jobs.epoch.max(at_least);
+        Ok(jobs.epoch)
     }
 
     async fn import(&self, incoming: &Snapshot, merge: bool) -> Result<Imported, StoreError> {
@@ -676,6 +691,7 @@ impl crate::transfer::Transfer for MemoryLeaseStore {
             jobs.traces.remove(id);
         }
         jobs.traces.extend(plan.traces);
+        jobs.epoch = jobs.epoch.max(plan.epoch);
         Ok(plan.imported)
     }
 }

@@ -8,8 +8,8 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use lease_domain::{
-    Fence, ImportDecision, Job, JobId, KeptCheckpoint, QueueName, QueueSettings, Schedule,
-    ScheduleName, TraceContext, decide_import, raise_fence,
+    Epoch, Fence, ImportDecision, Job, JobId, KeptCheckpoint, QueueName, QueueSettings, Schedule,
+    ScheduleName, TraceContext, carried_epoch, decide_import, raise_fence,
 };
 
 use crate::{JobRecord, StoreError};
@@ -29,6 +29,8 @@ pub struct Snapshot {
     pub checkpoints: Vec<(JobId, KeptCheckpoint)>,
     /// The trace context of every job that has one, in job order.
     pub traces: Vec<(JobId, TraceContext)>,
+    /// The store's epoch ([`Transfer::epoch`]); an import raises the target's to it.
+    pub epoch: Epoch,
 }
 
 impl Snapshot {
@@ -81,6 +83,16 @@ pub trait Transfer: crate::control::Controlled {
     /// fence (and a target job under a mark raised with [`lease_domain::raise_fence`]). Unless
     /// `merge` is set, a target that holds anything is refused and left as it is.
     async fn import(&self, snapshot: &Snapshot, merge: bool) -> Result<Imported, StoreError>;
+
+    /// The store's epoch: every fence it hands out now is in it ([`lease_domain::Epoch`]). On
+    /// PostgreSQL it follows the server's timeline; a standby in recovery answers
+    /// [`StoreError::ReadOnly`].
+    async fn epoch(&self) -> Result<Epoch, StoreError>;
+
+    /// Raises the store's epoch to `at_least` where it is below, and answers the epoch after:
+    /// an import raises it to its source's ([`ImportPlan::epoch`]), `lease restore` and
+    /// `lease epoch --raise` to one more than it was, after a restore the store cannot see.
+    async fn raise_epoch(&self, at_least: Epoch) -> Result<Epoch, StoreError>;
 }
 
 /// What [`migrate`] did.
@@ -227,6 +239,16 @@ pub async fn migrate(
             ));
         }
     }
+    if after.epoch < source.epoch {
+        return Err(StoreError::Corrupt(
+            format!(
+                "verification: the target is at epoch {} but the source at {}, so the target \
+                 could hand out a fence the source handed out",
+                after.epoch, source.epoch
+            )
+            .into(),
+        ));
+    }
     let expected = count(before.jobs.len()).saturating_add(imported.inserted);
     if count(after.jobs.len()) != expected {
         return Err(StoreError::Corrupt(
@@ -311,6 +333,9 @@ pub struct ImportPlan {
     pub traces: Vec<(JobId, TraceContext)>,
     /// The summary the import answers.
     pub imported: Imported,
+    /// The epoch the target is raised to, at least, in the import's transaction
+    /// ([`lease_domain::carried_epoch`] of the snapshot).
+    pub epoch: Epoch,
 }
 
 /// Plans an import of `incoming` into a target that holds `target`: each job as
@@ -341,7 +366,17 @@ pub fn plan_import(
         schedules,
         ..
     } = target;
-    let mut plan = ImportPlan::default();
+    let mut plan = ImportPlan {
+        epoch: carried_epoch(
+            incoming.epoch,
+            incoming
+                .jobs
+                .iter()
+                .map(|r| r.job.fence)
+                .chain(incoming.purged.iter().map(|(_, f)| *f)),
+        ),
+        ..ImportPlan::default()
+    };
     // A queue's settings: the source's, unless a merge finds the target's own.
     for (queue, settings) in &incoming.queues {
         if !queues.contains_key(queue) {

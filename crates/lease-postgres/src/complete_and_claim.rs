@@ -151,10 +151,12 @@ impl<'a> StepArgs<'a> {
     }
 }
 
-/// One row `step` answered: what it is, the clock reading it was decided at, and the job.
+/// One row `step` answered: what it is, the clock reading and the epoch it was decided at,
+/// and the job.
 struct Answered {
     role: String,
     now: f64,
+    epoch: i64,
     id: JobId,
     job: lease_domain::Job,
 }
@@ -169,8 +171,15 @@ fn read(row: &Row, at: usize) -> Result<Answered, StoreError> {
     };
     let role: String = row.try_get(at).map_err(head)?;
     let now: f64 = row.try_get(at + 1).map_err(head)?;
-    let (id, job) = sql::decode_with_id(row, at + 2)?;
-    Ok(Answered { role, now, id, job })
+    let epoch: i64 = row.try_get(at + 2).map_err(head)?;
+    let (id, job) = sql::decode_with_id(row, at + 3)?;
+    Ok(Answered {
+        role,
+        now,
+        epoch,
+        id,
+        job,
+    })
 }
 
 /// The error of a row the function wrote otherwise than the domain decides (`on`: what it is
@@ -236,6 +245,7 @@ pub(crate) fn judge(
     let mut candidates = Vec::new();
     let mut written = Vec::new();
     let mut page_now = None;
+    let mut epoch = None;
     while let Some(read) = answered.next() {
         let Some(wrote) = answered.next() else {
             return Err(disagree(
@@ -252,6 +262,7 @@ pub(crate) fn judge(
             ));
         }
         page_now = Some(read.now);
+        epoch = Some(read.epoch);
         let mut job = read.job;
         // Pre-images come without the payload, which no rule reads and none writes.
         job.payload.clone_from(&wrote.job.payload);
@@ -264,6 +275,11 @@ pub(crate) fn judge(
             .at(stored_now(now)?)
             .map_err(StoreError::InvalidInput)?,
         _ => claim.term,
+    };
+    // The function handed out its fences in the epoch it answered.
+    let term = match epoch {
+        Some(epoch) => term.in_epoch(sql::stored_epoch(epoch)?),
+        None => term,
     };
     let mut next = ClaimNextLoop::of(claim);
     let decided = next.page(term, candidates);

@@ -118,6 +118,8 @@ pub(crate) struct Statements {
     pub(crate) clock: Statement,
     /// `claim_next`'s planner settings, for its transaction only.
     pub(crate) settings: Statement,
+    /// The store's epoch, read where a claim by id hands out its fence.
+    pub(crate) epoch: Statement,
     pub(crate) candidates: Statement,
     pub(crate) insert_audit: Statement,
     pub(crate) trim_audit: Statement,
@@ -137,6 +139,7 @@ impl Statements {
             update_counted: conn.prepare(&sql.update_counted).await?,
             clock: conn.prepare(&sql.clock).await?,
             settings: conn.prepare(&sql.settings).await?,
+            epoch: conn.prepare(&sql.epoch).await?,
             candidates: conn.prepare(&sql.candidates).await?,
             insert_audit: conn.prepare(&sql.insert_audit).await?,
             trim_audit: conn.prepare(&sql.trim_audit).await?,

@@ -10,7 +10,7 @@ use lease_ports::{ClaimNext, Lease, StoreError};
 use crate::PgLeaseStore;
 use crate::connection::{Conn, Statements};
 use crate::error::{self, Stage};
-use crate::sql::{self, Encoded, Standing, stored_now};
+use crate::sql::{self, Encoded, Standing, stored_epoch, stored_now};
 use crate::write::{clock_if, update};
 
 impl PgLeaseStore {
@@ -49,7 +49,7 @@ impl PgLeaseStore {
         // The first round trip: BEGIN, the settings, the request that goes along, the clock
         // when the skew is bounded, the queue's settings (`FOR SHARE`: a change of settings
         // waits for this transaction) and the first page of candidates.
-        let (((((_, _), along), clock), queue_row), rows) = try_join(
+        let (((((_, settings), along), clock), queue_row), rows) = try_join(
             try_join(
                 try_join(
                     try_join(try_join(begun, c.query_one(&s.settings, &[])), alongside),
@@ -64,6 +64,8 @@ impl PgLeaseStore {
         )
         .await
         .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+        // Every lease of this claim hands out its fence in the epoch read here.
+        let term = term.in_epoch(stored_epoch(settings.get(3))?);
         if let Some(now) = clock {
             self.clock.resolve_term(term, stored_now(now)?)?;
         }

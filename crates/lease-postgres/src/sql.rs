@@ -1,7 +1,9 @@
 //! The statements, spelled for one schema, and the conversion of a row to a job and back.
 //! No lease rule is written here: the filters only pick candidates, and the domain decides.
 
-use lease_domain::{Fence, Job, JobId, Owner, QueueName, QueueSettings, Timestamp, TokenDigest};
+use lease_domain::{
+    Epoch, Fence, Job, JobId, Owner, QueueName, QueueSettings, Timestamp, TokenDigest,
+};
 use lease_ports::StoreError;
 use lease_ports::codec::StoredQueue;
 use tokio_postgres::Row;
@@ -45,8 +47,14 @@ pub struct Sql {
     pub update_counted: String,
     /// Reads the server's clock.
     pub clock: String,
-    /// Sets `claim_next`'s planner settings for its transaction only.
+    /// Sets `claim_next`'s planner settings for its transaction only, and reads the store's
+    /// epoch (the fourth column) that its leases' fences are handed out in.
     pub settings: String,
+    /// Reads the store's epoch (migration 15), refused on a standby in recovery.
+    pub epoch: String,
+    /// Raises the store's epoch to `$1` where it is below (adding to what is raised above the
+    /// timeline); answers the epoch after.
+    pub raise_epoch: String,
     /// The candidates of `claim_next` (`$1` queue, `$2` caller's now or NULL, `$3` limit).
     pub candidates: String,
     /// The candidates of `claim_next` in a queue that limits its groups: as `candidates`,
@@ -131,7 +139,13 @@ impl Sql {
             // Read after the statements before it in the transaction (and so after any row
             // lock they waited for).
             clock: "SELECT extract(epoch FROM clock_timestamp())::float8".to_owned(),
-            settings: settings_sql(),
+            settings: format!("{}, {s}.epoch()", settings_sql()),
+            epoch: format!("SELECT {s}.epoch()"),
+            raise_epoch: format!(
+                "WITH now AS (SELECT {s}.epoch() AS e) UPDATE {s}.epoch \
+                 SET raised = raised + greatest(0, $1::bigint - now.e) FROM now \
+                 RETURNING greatest(now.e, $1::bigint)"
+            ),
             candidates: candidates(s, ""),
             grouped_candidates: candidates(
                 s,
@@ -217,7 +231,7 @@ impl Sql {
                  $14, $15, $16)"
             ),
             steps: format!(
-                "SELECT b.i, s.o_role, s.o_now, s.o_id, s.o_owner, s.o_until, s.o_fence, \
+                "SELECT b.i, s.o_role, s.o_now, s.o_epoch, s.o_id, s.o_owner, s.o_until, s.o_fence, \
                  s.o_result, s.o_done, s.o_queue, s.o_priority, s.o_run_at, s.o_attempts, \
                  s.o_max_attempts, s.o_payload, s.o_ended, s.o_error, s.o_result_fence, \
                  s.o_updated, s.o_token, s.o_timeout, s.o_progress, s.o_grp \
@@ -778,6 +792,23 @@ pub(crate) fn settings_sql() -> String {
         })
         .collect();
     format!("SELECT {}", sets.join(", "))
+}
+
+/// The store's epoch as the server answered it; one out of range is the server's fault.
+pub(crate) fn stored_epoch(epoch: i64) -> Result<Epoch, StoreError> {
+    u64::try_from(epoch)
+        .ok()
+        .and_then(|e| Epoch::new(e).ok())
+        .ok_or_else(|| {
+            StoreError::Corrupt(
+                format!(
+                    "the store's epoch reads {epoch}, outside 0..={} (the timeline and the \
+                     raised epoch together are too large for a fence)",
+                    Epoch::MAX
+                )
+                .into(),
+            )
+        })
 }
 
 /// The server's clock as a time; a non-finite one is the server's fault.

@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 use futures::future::try_join_all;
-use lease_domain::{Fence, JobId};
+use lease_domain::{Epoch, Fence, JobId};
 use lease_ports::transfer::{Imported, Snapshot, TargetView, Transfer, plan_import};
 use lease_ports::{JobRecord, StoreError};
 
@@ -57,6 +57,7 @@ impl Transfer for PgLeaseStore {
             .await
             .map_err(read)?;
         let traces = c.query(&self.traces.select_all, &[]).await.map_err(read)?;
+        let epoch = c.query_one(&self.sql.epoch, &[]).await.map_err(read)?;
         c.batch_execute("COMMIT").await.map_err(read)?;
         conn.clean();
         let mut snapshot = Snapshot {
@@ -64,6 +65,7 @@ impl Transfer for PgLeaseStore {
             schedules,
             checkpoints: crate::checkpoint::decode_all(&checkpoints)?,
             traces: crate::trace::decode_all(&traces)?,
+            epoch: sql::stored_epoch(epoch.get(0))?,
             ..Snapshot::default()
         };
         snapshot.jobs = records;
@@ -153,6 +155,9 @@ impl Transfer for PgLeaseStore {
             .map(|(id, job)| (id.clone(), Standing::of(job)))
             .collect();
         let plan = plan_import(&self.target, view, snapshot, merge)?;
+        c.query_one(&self.sql.raise_epoch, &[&i64::from(plan.epoch.get())])
+            .await
+            .map_err(before)?;
         let inserts: Vec<Encoded> = plan
             .inserts
             .iter()
@@ -228,5 +233,26 @@ impl Transfer for PgLeaseStore {
             .map_err(commit)?;
         conn.clean();
         Ok(plan.imported)
+    }
+
+    async fn epoch(&self) -> Result<Epoch, StoreError> {
+        let conn = self.conn().await?;
+        let row = conn
+            .client()
+            .query_one(&self.sql.epoch, &[])
+            .await
+            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+        sql::stored_epoch(row.get(0))
+    }
+
+    async fn raise_epoch(&self, at_least: Epoch) -> Result<Epoch, StoreError> {
+        let conn = self.conn().await?;
+        // One statement, so one transaction: it commits or it does not.
+        let row = conn
+            .client()
+            .query_one(&self.sql.raise_epoch, &[&i64::from(at_least.get())])
+            .await
+            .map_err(|e| error::map(e, Stage::Commit))?;
+        sql::stored_epoch(row.get(0))
     }
 }

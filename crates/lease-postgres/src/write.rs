@@ -10,8 +10,8 @@ use tokio_postgres::Statement;
 use crate::PgLeaseStore;
 use crate::connection::{Conn, Statements};
 use crate::error::{self, Stage};
-use crate::sql::stored_now;
 use crate::sql::{self, Encoded, Standing};
+use crate::sql::{stored_epoch, stored_now};
 
 impl PgLeaseStore {
     /// Loads, decides and stores one command on one job, in one transaction on `conn`.
@@ -53,12 +53,13 @@ impl PgLeaseStore {
         // One round trip: BEGIN, the row lock, the clock after it, the purge mark, (for a
         // write that may finish the job) whether jobs wait on it, and (for a checkpoint) how
         // many the job keeps, each read after the lock.
-        let (((((_, row), now), purged), waited_on), kept) = try_join(
+        let claims = matches!(command, Command::Claim(..));
+        let (((((_, row), (now, epoch)), purged), waited_on), kept) = try_join(
             try_join(
                 try_join(
                     try_join(
                         try_join(c.execute(&s.begin, &[]), c.query_opt(&s.lock, &[&key])),
-                        clock_if(c, &s, needs_clock),
+                        try_join(clock_if(c, &s, needs_clock), epoch_if(c, &s, claims)),
                     ),
                     async {
                         if enqueue {
@@ -116,6 +117,11 @@ impl PgLeaseStore {
             })
             .transpose()?;
         let command = self.resolved(c, &s, command, now).await?;
+        // A claim hands out its fence in the epoch read in this transaction.
+        let command = match epoch {
+            Some(epoch) => command.in_epoch(stored_epoch(epoch)?),
+            None => command,
+        };
         let (next, outcome) = command.decide(id, current.as_ref(), purged);
         let refused = lease_ports::observe::decided(&command, current.as_ref(), &outcome);
         // A hold of the job's group changes its queue's settings in this transaction (the job
@@ -380,6 +386,20 @@ pub(crate) async fn clock_if(
         c.query_one(&s.clock, &[])
             .await
             .map(|r| Some(r.get::<_, f64>(0)))
+    } else {
+        Ok(None)
+    }
+}
+
+/// Reads the store's epoch when `needed` (a claim by id hands out a fence in it), else
+/// answers `None` without a request.
+async fn epoch_if(
+    c: &tokio_postgres::Client,
+    s: &Statements,
+    needed: bool,
+) -> Result<Option<i64>, tokio_postgres::Error> {
+    if needed {
+        c.query_one(&s.epoch, &[]).await.map(|r| Some(r.get(0)))
     } else {
         Ok(None)
     }

@@ -226,7 +226,10 @@ async fn the_steps_statements_keep_to_the_indexes_even_with_stale_statistics() {
     let lock = find("WHERE j.id = p_job FOR UPDATE");
     assert!(lock.contains("Index Scan using jobs_pkey"), "{lock}");
     for plan in &plans {
-        assert!(!plan.contains("Seq Scan"), "{plan}");
+        // The store's epoch is the one row of its table (migration 15): read whole.
+        let scans = plan.matches("Seq Scan").count();
+        let of_epoch = plan.matches("Seq Scan on epoch").count();
+        assert_eq!(scans, of_epoch, "{plan}");
         assert!(!plan.contains("Sort"), "{plan}");
         assert!(!plan.contains("JIT"), "{plan}");
     }

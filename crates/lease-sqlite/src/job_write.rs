@@ -76,6 +76,11 @@ pub(crate) fn decide_command(
     if let Command::EnqueueWith(spec) = command {
         crate::workflow::check(conn, &[(id.clone(), spec.clone())])?;
     }
+    if let Command::Claim(..) = command {
+        // A claim hands out its fence in the epoch read in its transaction.
+        let command = command.clone().in_epoch(crate::epoch::read(conn)?);
+        return decide(conn, id, &command, None);
+    }
     decide(conn, id, command, None)
 }
 

@@ -11,10 +11,12 @@
 //!   [`complete`], [`release`], [`claim_many`]), synchronous and path-based: each call opens
 //!   the file afresh, so they stay correct when the file is replaced between calls.
 
+mod backup;
 mod checkpoint;
 mod clock;
 mod connection;
 mod control;
+mod epoch;
 mod error;
 mod filesystem;
 mod group;
@@ -44,6 +46,7 @@ use ops::Op;
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::Connection;
 
+pub use backup::{Restored, restore};
 pub use clock::HostClock;
 use connection::Access;
 pub use connection::{ConnectionSettings, MIN_SQLITE_VERSION};

@@ -425,8 +425,18 @@ pub(crate) fn claim_next(
     conn: &Connection,
     claim: &ClaimNext,
 ) -> Result<(Vec<Lease>, bool), StoreError> {
-    let (queue, term, limit) = (&claim.queue, claim.term, claim.limit);
+    let (queue, limit) = (&claim.queue, claim.limit);
     let mut wrote = false;
+    // Every lease of this claim hands out its fence in the epoch read in its transaction.
+    let claim = &ClaimNext {
+        term: if limit > 0 {
+            claim.term.in_epoch(crate::epoch::read(conn)?)
+        } else {
+            claim.term
+        },
+        ..claim.clone()
+    };
+    let term = claim.term;
     if limit > 0 {
         let refiled = conn
             .prepare_cached(REFILE_ENDED_LEASES)
@@ -809,8 +819,8 @@ mod tests {
     fn when_the_disk_fills_mid_batch_every_answer_matches_what_is_stored() {
         let dir = tempfile::tempdir().unwrap();
         let options = SqliteOptions {
-            // The empty schema takes most of these pages (35); the batch fills the rest.
-            max_pages: Some(37),
+            // The empty schema takes most of these pages (36); the batch fills the rest.
+            max_pages: Some(38),
             ..SqliteOptions::default()
         };
         let mut conn = fresh(&dir, &options);

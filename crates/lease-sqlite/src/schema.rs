@@ -21,8 +21,9 @@ pub const APPLICATION_ID: i32 = 0x4C45_4153;
 /// version 7 queue settings, schedules, and a job's timeout and progress, version 8 a job's
 /// group and the queue's rules per group, version 9 rate limits and their log of grants, version 10 the groups' turns of
 /// fair claims, version 11 workflows (a job's parents and its policy when one fails), version 12
-/// a job's fenced checkpoints, version 13 the trace context a job was enqueued with.
-pub(crate) const MIGRATIONS: [Migration; 13] = [
+/// a job's fenced checkpoints, version 13 the trace context a job was enqueued with, version 14
+/// the store's epoch.
+pub(crate) const MIGRATIONS: [Migration; 14] = [
     Migration {
         version: 1,
         sql: include_str!("../migrations/0001_jobs.sql"),
@@ -75,6 +76,10 @@ pub(crate) const MIGRATIONS: [Migration; 13] = [
         version: 13,
         sql: include_str!("../migrations/0013_traces.sql"),
     },
+    Migration {
+        version: 14,
+        sql: include_str!("../migrations/0014_epochs.sql"),
+    },
 ];
 
 /// `PRAGMA user_version`: the schema version this code writes and reads (the newest migration).
@@ -88,7 +93,7 @@ const CREATE_RECORD: &str = "CREATE TABLE IF NOT EXISTS lease_migrations(\
     version INTEGER PRIMARY KEY, checksum TEXT NOT NULL)";
 
 /// The tables each version has, beside `jobs`: a marked file missing one is corrupt.
-const TABLES: [(i32, &str); 16] = [
+const TABLES: [(i32, &str); 17] = [
     (2, "jobs_queue"),
     (2, "purged"),
     (3, "lease_audit"),
@@ -105,6 +110,7 @@ const TABLES: [(i32, &str); 16] = [
     (11, "lease_parents"),
     (12, "lease_checkpoints"),
     (13, "lease_traces"),
+    (14, "lease_epoch"),
 ];
 
 /// One column as `PRAGMA table_info` describes it: name, declared type, NOT NULL, default, key.
@@ -462,7 +468,7 @@ mod tests {
     }
 
     /// A file at the current version as `migrate` leaves it, with `checksums` recorded.
-    fn current(checksums: [String; 13]) -> Schema {
+    fn current(checksums: [String; 14]) -> Schema {
         let mut found = schema(
             APPLICATION_ID,
             SCHEMA_VERSION,
@@ -484,6 +490,7 @@ mod tests {
                 ("lease_parents", "table"),
                 ("lease_checkpoints", "table"),
                 ("lease_traces", "table"),
+                ("lease_epoch", "table"),
             ],
         );
         found.migrations = Some(
@@ -505,7 +512,7 @@ mod tests {
         assert_eq!(pinned, PINNED.map(str::to_owned));
     }
 
-    const PINNED: [&str; 13] = [
+    const PINNED: [&str; 14] = [
         "c878484aeb0818a54dffb888a21f5d3cd8d52a3f63db5a4214c0cc7bd9ee83cb",
         "8c0d06a026396a17df9ec1349a99ba3645ab58379280df82ccc3d7bcf0b0440a",
         "921260be82b4a9a3180ddbb59bd347469d61457937659996082d1d84db6e1646",
@@ -519,6 +526,7 @@ mod tests {
         "c3302d88c4d4e7a91006209dd081ddcdd25fe3b3ddee3f6449079a4cac599165",
         "0c90c8b4e52834b3c8182c2096c0320a65b79c791ff24be77b83042ea3aa1d27",
         "3e234e8dd9b1ce95c706fec98123486864bd4285bdd2847730886ffb76327cc4",
+        "5c72631146f7e7304bbfdf498184542a1c5b96042157375e734f8ef31d510ec9",
     ];
 
     #[test]
@@ -526,7 +534,7 @@ mod tests {
         let checksums = MIGRATIONS.map(|m| m.checksum());
         assert_eq!(
             classify(&current(checksums.clone()), "f").unwrap(),
-            Found::Lease(13)
+            Found::Lease(SCHEMA_VERSION)
         );
         let mut edited = checksums.clone();
         edited[1] = "0".repeat(64);

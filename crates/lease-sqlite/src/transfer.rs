@@ -1,7 +1,7 @@
 //! Export and import of every job, purge mark, queue setting and schedule, for `lease migrate`.
 
 use async_trait::async_trait;
-use lease_domain::JobId;
+use lease_domain::{Epoch, JobId};
 use lease_ports::transfer::{Imported, Snapshot, TargetView, Transfer, plan_import};
 use lease_ports::{JobRecord, StoreError};
 use rusqlite::Connection;
@@ -44,6 +44,7 @@ fn snapshot(conn: &Connection) -> Result<Snapshot, StoreError> {
     snapshot.schedules = crate::control::schedules(conn)?;
     snapshot.checkpoints = crate::checkpoint::all(conn)?;
     snapshot.traces = crate::trace::all(conn)?;
+    snapshot.epoch = crate::epoch::read(conn)?;
     Ok(snapshot)
 }
 
@@ -56,6 +57,7 @@ fn write(
 ) -> Result<Imported, StoreError> {
     let held = TargetView::of(&snapshot(conn)?);
     let plan = plan_import(target, held, incoming, merge)?;
+    crate::epoch::raise(conn, plan.epoch)?;
     for (id, job) in &plan.inserts {
         row::store(conn, true, id, job)?;
         job_write::run_with(conn, job_write::FORGET_PURGED, id.as_str())?;
@@ -122,6 +124,19 @@ impl Transfer for SqliteLeaseStore {
                     }
                 }
             })
+        })
+        .await
+    }
+
+    async fn epoch(&self) -> Result<Epoch, StoreError> {
+        self.run(|store| store.with_conn(|conn| tx::reading(conn, crate::epoch::read)))
+            .await
+    }
+
+    async fn raise_epoch(&self, at_least: Epoch) -> Result<Epoch, StoreError> {
+        self.refuse_if_read_only()?;
+        self.run(move |store| {
+            store.with_conn(|conn| tx::immediate(conn, |conn| crate::epoch::raise(conn, at_least)))
         })
         .await
     }
