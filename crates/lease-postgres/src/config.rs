@@ -198,18 +198,33 @@ fn names_a_port(target: &str) -> bool {
     in_hosts || query.contains("port=")
 }
 
-/// The target as it can be shown: host, port and database, never the password.
+/// The target as it can be shown: every host with its port, and the database, never the
+/// password (`postgres://u@a:5432,b:5433/db` for a URL that names several hosts).
 #[must_use]
 pub fn describe(config: &tokio_postgres::Config) -> String {
-    let host = match config.get_hosts().first() {
-        Some(Host::Tcp(name)) => name.clone(),
-        Some(Host::Unix(path)) => path.display().to_string(),
-        None => "?".to_owned(),
+    let ports = config.get_ports();
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, host)| {
+            let name = match host {
+                Host::Tcp(name) => name.clone(),
+                Host::Unix(path) => path.display().to_string(),
+            };
+            // One port for every host, or one each.
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            format!("{name}:{port}")
+        })
+        .collect();
+    let hosts = if hosts.is_empty() {
+        "?:5432".to_owned()
+    } else {
+        hosts.join(",")
     };
-    let port = config.get_ports().first().copied().unwrap_or(5432);
     let user = config.get_user().unwrap_or("?");
     let db = config.get_dbname().unwrap_or(user);
-    format!("postgres://{user}@{host}:{port}/{db}")
+    format!("postgres://{user}@{hosts}/{db}")
 }
 
 /// A connection string with any password removed, for error messages.
@@ -234,6 +249,18 @@ mod tests {
         fn var(&self, name: &str) -> Option<String> {
             self.0.get(name).map(|v| (*v).to_owned())
         }
+    }
+
+    #[test]
+    fn a_url_of_several_hosts_is_shown_with_each_host_and_port() {
+        let config: tokio_postgres::Config =
+            "postgres://u:secret@a:5433,b:5434/db?target_session_attrs=read-write"
+                .parse()
+                .unwrap();
+        assert_eq!(describe(&config), "postgres://u@a:5433,b:5434/db");
+        let one_port: tokio_postgres::Config =
+            "host=a,b port=6000 user=u dbname=d".parse().unwrap();
+        assert_eq!(describe(&one_port), "postgres://u@a:6000,b:6000/d");
     }
 
     #[test]

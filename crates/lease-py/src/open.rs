@@ -40,6 +40,15 @@ impl Backend {
         }
     }
 
+    /// The database behind the store, or `None` over HTTP.
+    pub(crate) fn transfer(&self) -> Option<Arc<dyn lease_ports::transfer::Transfer>> {
+        match self {
+            Backend::Sqlite(s) => Some(Arc::clone(s) as Arc<dyn lease_ports::transfer::Transfer>),
+            Backend::Postgres(s) => Some(Arc::clone(s) as Arc<dyn lease_ports::transfer::Transfer>),
+            Backend::Http(_) => None,
+        }
+    }
+
     pub(crate) fn audit(&self) -> Arc<dyn AuditTrail> {
         match self {
             Backend::Sqlite(s) => Arc::clone(s) as Arc<dyn AuditTrail>,

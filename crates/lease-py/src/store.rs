@@ -431,6 +431,26 @@ impl StoreCore {
         )
     }
 
+    /// The store's epoch: the high 32 bits of every fence it hands out now, raised whenever its
+    /// history may have lost writes (on PostgreSQL the server's timeline less one, so a
+    /// promotion or a point-in-time recovery raises it; on SQLite ``lease restore``). A store
+    /// reached over HTTP cannot say: its fences carry it.
+    fn epoch(&self, py: Python<'_>) -> PyResult<Pending> {
+        self.same_process(py)?;
+        let Some(store) = self.backend.transfer() else {
+            return Err(crate::errors::raise(
+                py,
+                "InvalidInput",
+                "the epoch is read from a database: open the Store on a SQLite file or a \
+                 postgres:// URL (a fence's epoch is its high 32 bits: fence >> 32)"
+                    .to_owned(),
+            ));
+        };
+        self.call(py, async move { Ok(store.epoch().await?) }, |py, epoch| {
+            epoch.get().into_py_any(py)
+        })
+    }
+
     /// Stores ``text`` (up to 1,024 bytes) as the job's progress, only for the live current
     /// lease; with ``ttl`` the lease is renewed to ``now + ttl``, without it the lease keeps
     /// its end.

@@ -3,11 +3,14 @@ a PostgreSQL database and a live ``lease serve`` (owners are ``py/...``: the ser
 the principal ``py``, which may act as ``py`` or ``py/...``)."""
 
 import asyncio
+import json
+import subprocess
 import time
 
 import pytest
 
 import lease
+from conftest import lease_bin
 
 A, B = "py/a", "py/b"
 
@@ -536,3 +539,29 @@ def test_a_lease_released_unstarted_gives_its_attempt_back(store):
     assert (again.id, again.fence, again.attempt) == ("given", 2, 1)
     assert store.claim_next("r", B, 30) == []
     assert store.record("released").status == "dead"
+
+
+def test_the_epoch_is_in_every_fence_and_a_raise_puts_the_next_fences_above(store, opening):
+    """A database store says its epoch; after `lease epoch --raise` (a restore the store could
+    not see) every fence it hands out is in the new epoch, above every fence before it. Over
+    HTTP the epoch is not read: a fence carries it."""
+    target, _ = opening
+    if store.kind == "http":
+        with pytest.raises(lease.InvalidInput, match="the epoch is read from a database"):
+            store.epoch()
+        return
+    assert store.epoch() == 0
+    store.enqueue("e")
+    before = store.claim("e", "w", 1, now=0)
+    assert before.fence == 1
+    raised = subprocess.run(
+        [lease_bin(), "--db", target, "epoch", "--raise", "--json"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert json.loads(raised.stdout)["epoch"] == 1
+    assert store.epoch() == 1
+    after = store.claim("e", "w", 1, now=10)
+    assert after.fence == (1 << 32) | 1
+    assert after.fence >> 32 == store.epoch()
