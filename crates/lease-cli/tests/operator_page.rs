@@ -991,6 +991,8 @@ async fn hostile_job_ids_results_and_payloads_render_as_text_a_sealed_payload_an
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admin_pauses_limits_and_schedules_from_the_page_and_a_job_shows_its_progress() {
     let (_dir, db) = fresh_db();
+    // A store restored once: its fences are in epoch 1, which the job's page shows.
+    assert_eq!(lease(&db, &["epoch", "--raise"]).status.code(), Some(0));
     let admin = make_key(&db, "ops", "admin")["key"]
         .as_str()
         .unwrap()
@@ -1288,6 +1290,12 @@ async fn an_admin_pauses_limits_and_schedules_from_the_page_and_a_job_shows_its_
         .until(
             "the job's progress",
             "[...document.querySelectorAll('#job-fields dd')].some(d => d.innerText === '12 of 40 files')",
+        )
+        .await;
+    session
+        .until(
+            "the job's fence, with its epoch",
+            "[...document.querySelectorAll('#job-fields dt')].some(t => t.innerText === 'Fence' && t.nextElementSibling.innerText.endsWith('(epoch 1, #1)'))",
         )
         .await;
     session

@@ -67,6 +67,15 @@ function num(n) {
   return n === null || n === undefined ? '—' : numbers.format(n);
 }
 
+// A fence carries its store's epoch in its high 32 bits (raised by a failover or a restore:
+// docs/GUARANTEES.md, "Failover and restore"); one above epoch 0 is shown with both parts.
+const EPOCH = 2 ** 32;
+
+function fenceText(n) {
+  if (n === null || n === undefined || n < EPOCH) return num(n);
+  return `${num(n)} (epoch ${num(Math.floor(n / EPOCH))}, #${num(n % EPOCH)})`;
+}
+
 function time(seconds) {
   const node = el('time');
   if (seconds === null || seconds === undefined) {
@@ -460,7 +469,7 @@ function renderJob(job) {
   field(list, 'Queue', job.queue);
   field(list, 'Group', job.group === null || job.group === undefined ? null : text(job.group));
   field(list, 'Status', job.status);
-  field(list, 'Fence', num(job.fence));
+  field(list, 'Fence', fenceText(job.fence));
   field(list, 'Owner', job.owner);
   field(list, 'Lease until', time(job.until || null));
   field(list, 'Attempts', `${num(job.attempts)} of ${job.max_attempts ? num(job.max_attempts) : '1'}`);
@@ -468,7 +477,7 @@ function renderJob(job) {
   field(list, 'Run at', time(job.run_at));
   if (job.result_encrypted) field(list, 'Result', `encrypted (key ${job.result_encrypted.key})`);
   else field(list, 'Result', text(job.result));
-  field(list, 'Result fence', num(job.result_fence));
+  field(list, 'Result fence', fenceText(job.result_fence));
   field(list, 'Last error', text(job.error));
   field(list, 'Progress', sealedLabel(job.progress) ?? text(job.progress));
   field(list, 'Timeout', job.timeout === null || job.timeout === undefined ? null : duration(job.timeout));
