@@ -112,27 +112,8 @@ fn live_lease_rows(plan: &Plan, url: &str, rows: &mut Vec<Row>) {
                     .expect("take");
                 held += u64::try_from(taken.len()).unwrap_or(0);
             }
-            let mut tick = 1.0;
-            let mut runs = Vec::new();
-            for _ in 0..plan.runs {
-                let mut me_caller = Caller::default();
-                let start = Instant::now();
-                while start.elapsed() < plan.window {
-                    let term = LeaseTerm::new(tick, 0.5).expect("term");
-                    tick += 1.0;
-                    let began = Instant::now();
-                    let leases = store
-                        .claim_next(&q, &me, term, 1)
-                        .await
-                        .expect("claim_next");
-                    me_caller.latencies.push(began.elapsed());
-                    assert_eq!(leases.len(), 1, "a due job behind the live leases");
-                }
-                runs.push(Run {
-                    callers: vec![me_caller],
-                    wall: start.elapsed(),
-                });
-            }
+            let runs =
+                claim_each_tick(plan, &store, &q, &me, "a due job behind the live leases").await;
             store.close();
             runs
         });
@@ -246,27 +227,8 @@ fn group_rows(plan: &Plan, url: &str, rows: &mut Vec<Row>) {
                     "the backlog's group is held"
                 );
             }
-            let mut tick = 1.0;
-            let mut runs = Vec::new();
-            for _ in 0..plan.runs {
-                let mut me_caller = Caller::default();
-                let start = Instant::now();
-                while start.elapsed() < plan.window {
-                    let term = LeaseTerm::new(tick, 0.5).expect("term");
-                    tick += 1.0;
-                    let began = Instant::now();
-                    let leases = store
-                        .claim_next(&q, &me, term, 1)
-                        .await
-                        .expect("claim_next");
-                    me_caller.latencies.push(began.elapsed());
-                    assert_eq!(leases.len(), 1, "{rule}: a job of the queue is leased");
-                }
-                runs.push(Run {
-                    callers: vec![me_caller],
-                    wall: start.elapsed(),
-                });
-            }
+            let leased = format!("{rule}: a job of the queue is leased");
+            let runs = claim_each_tick(plan, &store, &q, &me, &leased).await;
             store.close();
             runs
         });
@@ -285,6 +247,37 @@ pub fn group_rows_only(plan: &Plan, rows: &mut Vec<Row>) {
     if let Some(db) = scratch_lease_database() {
         group_rows(plan, db.url(), rows);
     }
+}
+
+/// `plan.runs` windows of `claim_next(limit 1)` by `me` on `q`, one call a tick of a clock
+/// that starts at 1, each lease lasting half a tick (so it has ended by the next call); each
+/// call must lease one job (`leased` says which).
+async fn claim_each_tick(
+    plan: &Plan,
+    store: &PgLeaseStore,
+    q: &QueueName,
+    me: &Owner,
+    leased: &str,
+) -> Vec<Run> {
+    let mut tick = 1.0;
+    let mut runs = Vec::new();
+    for _ in 0..plan.runs {
+        let mut me_caller = Caller::default();
+        let start = Instant::now();
+        while start.elapsed() < plan.window {
+            let term = LeaseTerm::new(tick, 0.5).expect("term");
+            tick += 1.0;
+            let began = Instant::now();
+            let leases = store.claim_next(q, me, term, 1).await.expect("claim_next");
+            me_caller.latencies.push(began.elapsed());
+            assert_eq!(leases.len(), 1, "{leased}");
+        }
+        runs.push(Run {
+            callers: vec![me_caller],
+            wall: start.elapsed(),
+        });
+    }
+    runs
 }
 
 fn rt() -> tokio::runtime::Runtime {

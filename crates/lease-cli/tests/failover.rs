@@ -148,6 +148,25 @@ struct Claimed {
     holder: String,
 }
 
+impl Claimed {
+    /// The holder completes its job with `result`, now.
+    async fn complete(
+        &self,
+        store: &dyn Transfer,
+        result: &str,
+    ) -> Result<lease_ports::WriteOutcome, StoreError> {
+        store
+            .complete(
+                &self.job,
+                &owner(&self.holder),
+                self.fence,
+                Timestamp::new(now()).expect("a time"),
+                &JobResult::new(result).expect("a result"),
+            )
+            .await
+    }
+}
+
 /// Calls `call` until the store answers (through a failover, the multi-host URL reaches the
 /// new primary once it takes writes).
 async fn until_answered<T, F, Fut>(what: &str, mut call: F) -> T
@@ -307,14 +326,8 @@ impl Story {
                 .await;
             refused_at_sql += usize::from(!written.sql);
             refused_at_dir += usize::from(!written.dir);
-            let completed = store
-                .complete(
-                    &held.job,
-                    &owner(&held.holder),
-                    held.fence,
-                    Timestamp::new(now()).expect("a time"),
-                    &JobResult::new("stale").expect("a result"),
-                )
+            let completed = held
+                .complete(store, "stale")
                 .await
                 .expect("the store answers");
             assert!(
@@ -424,14 +437,7 @@ async fn failover(replication: Replication) {
     // The holder of a0 finishes it: an acknowledged completion (which an asynchronous
     // failover may lose; a synchronous one may not).
     let a0 = story.holders[0].clone();
-    store
-        .complete(
-            &a0.job,
-            &owner(&a0.holder),
-            a0.fence,
-            Timestamp::new(now()).expect("a time"),
-            &JobResult::new("a0 by old").expect("a result"),
-        )
+    a0.complete(store.as_ref(), "a0 by old")
         .await
         .expect("the primary answers")
         .expect("the completion is granted");

@@ -810,23 +810,27 @@ fn a_dead_job_is_cancelled_keeping_its_error_and_frees_its_ordered_group_on_post
 /// synchronous standby, so a failover could lose acknowledged writes), before anything else.
 #[test]
 fn serve_and_work_on_postgres_say_what_a_failover_could_lose() {
+    // One `lease work` on an empty queue: what it says before it exits.
+    let work_once = |target: &str| {
+        run(
+            target,
+            &[
+                "work",
+                "--queue",
+                "none",
+                "--owner",
+                "w",
+                "--ttl",
+                "5",
+                "--exit-when-empty",
+                "--",
+                "true",
+            ],
+        )
+    };
     let db = ScratchDatabase::create();
     ok(&run(db.url(), &["init"]));
-    let work = run(
-        db.url(),
-        &[
-            "work",
-            "--queue",
-            "none",
-            "--owner",
-            "w",
-            "--ttl",
-            "5",
-            "--exit-when-empty",
-            "--",
-            "true",
-        ],
-    );
+    let work = work_once(db.url());
     ok(&work);
     let said = String::from_utf8_lossy(&work.stderr);
     let first = said.lines().next().unwrap_or_default();
@@ -856,21 +860,7 @@ fn serve_and_work_on_postgres_say_what_a_failover_could_lose() {
     let file = dir.path().join("local.db");
     let file = file.to_str().unwrap();
     ok(&run(file, &["init"]));
-    let local = run(
-        file,
-        &[
-            "work",
-            "--queue",
-            "none",
-            "--owner",
-            "w",
-            "--ttl",
-            "5",
-            "--exit-when-empty",
-            "--",
-            "true",
-        ],
-    );
+    let local = work_once(file);
     ok(&local);
     assert!(!String::from_utf8_lossy(&local.stderr).contains("replication"));
 }

@@ -35,6 +35,25 @@ pub fn fence(n: i64, what: &str) -> Result<Fence, StoreError> {
     Fence::try_from(n).map_err(|_| StoreError::Corrupt(format!("{what} is {n}, below 0").into()))
 }
 
+/// A stored epoch (a store's, `0..=Epoch::MAX`).
+///
+/// # Errors
+/// [`StoreError::Corrupt`] saying what the store holds.
+pub fn epoch(n: i64) -> Result<lease_domain::Epoch, StoreError> {
+    u64::try_from(n)
+        .ok()
+        .and_then(|e| lease_domain::Epoch::new(e).ok())
+        .ok_or_else(|| {
+            StoreError::Corrupt(
+                format!(
+                    "the store's epoch reads {n}, outside 0..={}",
+                    lease_domain::Epoch::MAX
+                )
+                .into(),
+            )
+        })
+}
+
 /// A stored checkpoint of job `job`: its name, value, fence and time as columns.
 ///
 /// # Errors

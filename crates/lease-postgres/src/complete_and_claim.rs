@@ -278,7 +278,7 @@ pub(crate) fn judge(
     };
     // The function handed out its fences in the epoch it answered.
     let term = match epoch {
-        Some(epoch) => term.in_epoch(sql::stored_epoch(epoch)?),
+        Some(epoch) => term.in_epoch(lease_ports::codec::epoch(epoch)?),
         None => term,
     };
     let mut next = ClaimNextLoop::of(claim);

@@ -10,7 +10,7 @@ use lease_ports::{ClaimNext, Lease, StoreError};
 use crate::PgLeaseStore;
 use crate::connection::{Conn, Statements};
 use crate::error::{self, Stage};
-use crate::sql::{self, Encoded, Standing, stored_epoch, stored_now};
+use crate::sql::{self, Encoded, Standing, stored_now};
 use crate::write::{clock_if, update};
 
 impl PgLeaseStore {
@@ -65,7 +65,7 @@ impl PgLeaseStore {
         .await
         .map_err(|e| error::map(e, Stage::BeforeCommit))?;
         // Every lease of this claim hands out its fence in the epoch read here.
-        let term = term.in_epoch(stored_epoch(settings.get(3))?);
+        let term = term.in_epoch(lease_ports::codec::epoch(settings.get(3))?);
         if let Some(now) = clock {
             self.clock.resolve_term(term, stored_now(now)?)?;
         }

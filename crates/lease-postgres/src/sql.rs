@@ -1,9 +1,7 @@
 //! The statements, spelled for one schema, and the conversion of a row to a job and back.
 //! No lease rule is written here: the filters only pick candidates, and the domain decides.
 
-use lease_domain::{
-    Epoch, Fence, Job, JobId, Owner, QueueName, QueueSettings, Timestamp, TokenDigest,
-};
+use lease_domain::{Fence, Job, JobId, Owner, QueueName, QueueSettings, Timestamp, TokenDigest};
 use lease_ports::StoreError;
 use lease_ports::codec::StoredQueue;
 use tokio_postgres::Row;
@@ -792,23 +790,6 @@ pub(crate) fn settings_sql() -> String {
         })
         .collect();
     format!("SELECT {}", sets.join(", "))
-}
-
-/// The store's epoch as the server answered it; one out of range is the server's fault.
-pub(crate) fn stored_epoch(epoch: i64) -> Result<Epoch, StoreError> {
-    u64::try_from(epoch)
-        .ok()
-        .and_then(|e| Epoch::new(e).ok())
-        .ok_or_else(|| {
-            StoreError::Corrupt(
-                format!(
-                    "the store's epoch reads {epoch}, outside 0..={} (the timeline and the \
-                     raised epoch together are too large for a fence)",
-                    Epoch::MAX
-                )
-                .into(),
-            )
-        })
 }
 
 /// The server's clock as a time; a non-finite one is the server's fault.

@@ -65,7 +65,7 @@ impl Transfer for PgLeaseStore {
             schedules,
             checkpoints: crate::checkpoint::decode_all(&checkpoints)?,
             traces: crate::trace::decode_all(&traces)?,
-            epoch: sql::stored_epoch(epoch.get(0))?,
+            epoch: lease_ports::codec::epoch(epoch.get(0))?,
             ..Snapshot::default()
         };
         snapshot.jobs = records;
@@ -242,7 +242,7 @@ impl Transfer for PgLeaseStore {
             .query_one(&self.sql.epoch, &[])
             .await
             .map_err(|e| error::map(e, Stage::BeforeCommit))?;
-        sql::stored_epoch(row.get(0))
+        lease_ports::codec::epoch(row.get(0))
     }
 
     async fn raise_epoch(&self, at_least: Epoch) -> Result<Epoch, StoreError> {
@@ -253,6 +253,6 @@ impl Transfer for PgLeaseStore {
             .query_one(&self.sql.raise_epoch, &[&i64::from(at_least.get())])
             .await
             .map_err(|e| error::map(e, Stage::Commit))?;
-        sql::stored_epoch(row.get(0))
+        lease_ports::codec::epoch(row.get(0))
     }
 }

@@ -10,8 +10,8 @@ use tokio_postgres::Statement;
 use crate::PgLeaseStore;
 use crate::connection::{Conn, Statements};
 use crate::error::{self, Stage};
+use crate::sql::stored_now;
 use crate::sql::{self, Encoded, Standing};
-use crate::sql::{stored_epoch, stored_now};
 
 impl PgLeaseStore {
     /// Loads, decides and stores one command on one job, in one transaction on `conn`.
@@ -59,7 +59,7 @@ impl PgLeaseStore {
                 try_join(
                     try_join(
                         try_join(c.execute(&s.begin, &[]), c.query_opt(&s.lock, &[&key])),
-                        try_join(clock_if(c, &s, needs_clock), epoch_if(c, &s, claims)),
+                        try_join(clock_if(c, &s, needs_clock), one_if(c, &s.epoch, claims)),
                     ),
                     async {
                         if enqueue {
@@ -119,7 +119,7 @@ impl PgLeaseStore {
         let command = self.resolved(c, &s, command, now).await?;
         // A claim hands out its fence in the epoch read in this transaction.
         let command = match epoch {
-            Some(epoch) => command.in_epoch(stored_epoch(epoch)?),
+            Some(epoch) => command.in_epoch(lease_ports::codec::epoch(epoch)?),
             None => command,
         };
         let (next, outcome) = command.decide(id, current.as_ref(), purged);
@@ -382,24 +382,17 @@ pub(crate) async fn clock_if(
     s: &Statements,
     needed: bool,
 ) -> Result<Option<f64>, tokio_postgres::Error> {
-    if needed {
-        c.query_one(&s.clock, &[])
-            .await
-            .map(|r| Some(r.get::<_, f64>(0)))
-    } else {
-        Ok(None)
-    }
+    one_if(c, &s.clock, needed).await
 }
 
-/// Reads the store's epoch when `needed` (a claim by id hands out a fence in it), else
-/// answers `None` without a request.
-async fn epoch_if(
+/// The one value `statement` answers, read when `needed`, else `None` without a request.
+async fn one_if<T: for<'a> tokio_postgres::types::FromSql<'a>>(
     c: &tokio_postgres::Client,
-    s: &Statements,
+    statement: &tokio_postgres::Statement,
     needed: bool,
-) -> Result<Option<i64>, tokio_postgres::Error> {
+) -> Result<Option<T>, tokio_postgres::Error> {
     if needed {
-        c.query_one(&s.epoch, &[]).await.map(|r| Some(r.get(0)))
+        c.query_one(statement, &[]).await.map(|r| Some(r.get(0)))
     } else {
         Ok(None)
     }

@@ -17,12 +17,7 @@ pub(crate) fn read(conn: &Connection) -> Result<Epoch, StoreError> {
         .prepare_cached(SELECT)
         .and_then(|mut stmt| stmt.query_row([], |r| r.get(0)))
         .map_err(error::sql(conn))?;
-    u64::try_from(stored)
-        .ok()
-        .and_then(|e| Epoch::new(e).ok())
-        .ok_or_else(|| {
-            StoreError::Corrupt(format!("the store's epoch reads {stored}, not an epoch").into())
-        })
+    lease_ports::codec::epoch(stored)
 }
 
 /// Raises the store's epoch to `at_least` where it is below; the epoch after.

@@ -427,16 +427,13 @@ pub(crate) fn claim_next(
 ) -> Result<(Vec<Lease>, bool), StoreError> {
     let (queue, limit) = (&claim.queue, claim.limit);
     let mut wrote = false;
-    // Every lease of this claim hands out its fence in the epoch read in its transaction.
-    let claim = &ClaimNext {
-        term: if limit > 0 {
-            claim.term.in_epoch(crate::epoch::read(conn)?)
-        } else {
-            claim.term
-        },
-        ..claim.clone()
+    // Every lease of this claim hands out its fence in the epoch read in its transaction (the
+    // loop decides with this term; it reads only the claim's now from `claim`).
+    let term = if limit > 0 {
+        claim.term.in_epoch(crate::epoch::read(conn)?)
+    } else {
+        claim.term
     };
-    let term = claim.term;
     if limit > 0 {
         let refiled = conn
             .prepare_cached(REFILE_ENDED_LEASES)
