@@ -118,6 +118,15 @@ pub(crate) enum Command {
         #[arg(long)]
         raise: bool,
     },
+    /// Check the store's group heads (one row per queue and group with ready jobs, which a
+    /// claim walks to pass a held group in one step) against its jobs: how many there are and
+    /// any group a claim could pass by (none in a sound store; exit 3 when there is one).
+    /// --rebuild first rebuilds them from the jobs.
+    Heads {
+        /// Rebuild the heads from the jobs first.
+        #[arg(long)]
+        rebuild: bool,
+    },
     /// Add a job in the default state; an existing job is left as it is.
     Enqueue(crate::jobs::EnqueueArgs),
     /// Enqueue many jobs read from standard input, in transactions of up to 1,000: one job id
@@ -229,6 +238,11 @@ pub(crate) enum Request {
         /// Raise it.
         raise: bool,
     },
+    /// Check the group heads, after rebuilding them when set.
+    Heads {
+        /// Rebuild them first.
+        rebuild: bool,
+    },
     /// Show the audit trail.
     Audit(lease_ports::audit::AuditFilter),
     /// A job's command: enqueue, read, list, count, purge, cancel, retry.
@@ -262,6 +276,7 @@ impl Request {
             | Self::Backup(_)
             | Self::Restore(_)
             | Self::Epoch { .. }
+            | Self::Heads { .. }
             | Self::Audit(_)
             | Self::Demo
             | Self::Serve(_)
@@ -290,6 +305,7 @@ impl Command {
             Command::Backup { to } => Request::Backup(to),
             Command::Restore { from } => Request::Restore(from),
             Command::Epoch { raise } => Request::Epoch { raise },
+            Command::Heads { rebuild } => Request::Heads { rebuild },
             Command::Demo => Request::Demo,
             Command::Pause(args) => Request::Control(args.request(clock)?),
             Command::Resume(args) => Request::Control(args.request(clock)?),

@@ -32,10 +32,11 @@ pub(crate) async fn execute(
         | Request::Backup(_)
         | Request::Restore(_)
         | Request::Epoch { .. }
+        | Request::Heads { .. }
         | Request::Audit(_) => {
             return Err(StoreError::Unavailable(
-                "init, demo, work, serve, keys, guard, migrate, backup, restore, epoch and audit \
-                 are run by main"
+                "init, demo, work, serve, keys, guard, migrate, backup, restore, epoch, heads and \
+                 audit are run by main"
                     .to_owned()
                     .into(),
             ));

@@ -209,9 +209,10 @@ async fn run_remote(
         | Request::Migrate { .. }
         | Request::Backup(_)
         | Request::Restore(_)
-        | Request::Epoch { .. } => Err(
-            "init, demo, serve, keys, migrate, backup, restore and epoch open a database: give \
-             --db, not --server"
+        | Request::Epoch { .. }
+        | Request::Heads { .. } => Err(
+            "init, demo, serve, keys, migrate, backup, restore, epoch and heads open a database: \
+             give --db, not --server"
                 .to_owned(),
         ),
         Request::Audit(filter) => target::audit_report(store.as_ref(), &filter, clock_now()).await,
@@ -272,6 +273,7 @@ async fn run(cli: Cli) -> Result<Report, String> {
         Request::Backup(to) => target::run_backup(&target, &to).await,
         Request::Restore(from) => target::run_restore(&target, &from).await,
         Request::Epoch { raise } => target::run_epoch(&target, raise).await,
+        Request::Heads { rebuild } => target::run_heads(&target, rebuild).await,
         Request::Serve(mut request) => {
             request.audit = settings.sqlite.audit.is_some();
             let opened = target.open(false).await?;

@@ -370,6 +370,51 @@ pub(crate) async fn run_epoch(target: &Target, raise: bool) -> Result<Report, St
     ))
 }
 
+/// Checks the store's group heads, after rebuilding them when `rebuild` is set.
+///
+/// # Errors
+/// The store's error, as text; a report that is not ok when a group's head is astray.
+pub(crate) async fn run_heads(target: &Target, rebuild: bool) -> Result<Report, String> {
+    let opened = target.open(false).await?;
+    let check = opened
+        .transfer()
+        .check_heads(rebuild)
+        .await
+        .map_err(|e| e.to_string())?;
+    let stray: Vec<_> = check
+        .stray
+        .iter()
+        .map(|(q, g)| json!({"queue": q.as_str(), "group": g.as_str()}))
+        .collect();
+    let sound = check.stray.is_empty();
+    let text = if sound {
+        format!(
+            "{} keeps {} group heads{}, each at or before its group's first ready job",
+            target.shown(),
+            check.heads,
+            if rebuild { " (rebuilt)" } else { "" }
+        )
+    } else {
+        let named: Vec<String> = check
+            .stray
+            .iter()
+            .map(|(q, g)| format!("{q}/{g}"))
+            .collect();
+        format!(
+            "{} keeps {} group heads; these groups have a ready job before their head, so a \
+             claim could pass them by: {} (run `lease heads --rebuild`)",
+            target.shown(),
+            check.heads,
+            named.join(", ")
+        )
+    };
+    Ok(Report::new(
+        sound,
+        json!({"ok": sound, "db": target.shown(), "heads": check.heads, "rebuilt": rebuild, "stray": stray}),
+        text,
+    ))
+}
+
 /// Why `lease backup` and `lease restore` name a SQLite store.
 const ON_POSTGRES: &str = "lease backup and lease restore copy a SQLite store; on PostgreSQL take \
     base backups with WAL archiving (pg_basebackup): a point-in-time recovery ends on a new \

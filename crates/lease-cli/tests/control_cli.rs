@@ -1607,3 +1607,60 @@ fn a_work_runs_files_are_removed_when_it_ends() {
         assert_eq!(json_of(&db, &["state", id])["result"], files, "{id}");
     }
 }
+
+/// A full group's backlog ahead in claim order is passed by a claim of another group (through
+/// the group heads), and `lease heads` checks the heads, says which group a claim could pass
+/// by when one is astray (exit 3, as a check that does not pass), and `--rebuild` mends them.
+#[test]
+fn a_claim_passes_a_full_groups_backlog_and_lease_heads_checks_and_rebuilds_them() {
+    let (_dir, db) = fresh_db();
+    json_of(&db, &["limit", "q", "--per-group", "1"]);
+    for n in 0..30 {
+        json_of(
+            &db,
+            &[
+                "enqueue",
+                &format!("big-{n:02}"),
+                "--queue",
+                "q",
+                "--group",
+                "big",
+            ],
+        );
+    }
+    json_of(
+        &db,
+        &["enqueue", "small", "--queue", "q", "--group", "small"],
+    );
+    let first = json_of(&db, &claim_args("q", "w", "100", &["--now", "10"]));
+    assert_eq!(first["leases"][0]["id"], "big-00");
+    let second = json_of(&db, &claim_args("q", "w", "100", &["--now", "11"]));
+    assert_eq!(
+        second["leases"][0]["id"], "small",
+        "big is full: its backlog is passed"
+    );
+    let sound = json_of(&db, &["heads"]);
+    assert_eq!(sound["ok"], true, "{sound}");
+    assert_eq!(sound["heads"], 1, "only big has ready jobs: {sound}");
+    assert_eq!(sound["stray"], json!([]));
+
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute("DELETE FROM lease_group_heads", []).unwrap();
+    drop(conn);
+    let out = lease(&db).args(["heads", "--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "a stray head is not ok");
+    let stray: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(stray["stray"], json!([{"queue": "q", "group": "big"}]));
+    let text = run(&db, &["heads"]);
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("q/big"),
+        "{}",
+        String::from_utf8_lossy(&text.stdout)
+    );
+    let rebuilt = json_of(&db, &["heads", "--rebuild"]);
+    assert_eq!(
+        (rebuilt["ok"].clone(), rebuilt["heads"].clone()),
+        (json!(true), json!(1))
+    );
+    assert_eq!(json_of(&db, &["heads"])["stray"], json!([]));
+}

@@ -91,21 +91,6 @@ impl GroupGate {
         self.per_group.is_some() || self.ordered || self.rate.is_some()
     }
 
-    /// The groups among `jobs` whose standing the gate does not know yet (none when it is not
-    /// active), each once.
-    #[must_use]
-    pub fn unknown<'a>(&self, jobs: impl IntoIterator<Item = &'a Job>) -> Vec<GroupKey> {
-        if !self.judges_standing() {
-            return Vec::new();
-        }
-        let mut seen = HashSet::new();
-        jobs.into_iter()
-            .filter_map(|job| job.group.as_ref())
-            .filter(|g| !self.groups.contains_key(*g) && seen.insert(*g))
-            .cloned()
-            .collect()
-    }
-
     /// Learns the standing of `groups` at `now` from `jobs`: every job of those groups that
     /// [bears on the group rules](Job::bears_on_group) (others are ignored), and, under a rate
     /// per group, how many of each group's logged grants still count (`counting`; a group not
@@ -253,25 +238,5 @@ impl GroupGate {
     #[must_use]
     pub fn must_learn(&self, group: &GroupKey) -> bool {
         self.judges_standing() && !self.groups.contains_key(group)
-    }
-
-    /// The groups none of whose jobs the claim may lease now, and the jobs of those groups it
-    /// still may (an ordered group's started work): a store leaves the rest out of the
-    /// candidates it reads, so a group's backlog is not read again and again.
-    #[must_use]
-    pub fn held_back(&self) -> (Vec<&GroupKey>, Vec<&JobId>) {
-        let mut groups: Vec<&GroupKey> = self.paused.iter().collect();
-        let mut except = Vec::new();
-        for (group, standing) in &self.groups {
-            match self.standing_turn(standing) {
-                GroupTurn::Closed => groups.push(group),
-                GroupTurn::Only(ids) => {
-                    groups.push(group);
-                    except.extend(ids);
-                }
-                GroupTurn::Open => {}
-            }
-        }
-        (groups, except)
     }
 }

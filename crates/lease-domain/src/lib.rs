@@ -48,8 +48,8 @@ pub use queue::{
 };
 pub use rate::{Grant, Rate, Throttle};
 pub use rules::{
-    ClaimRefused, Failed, Job, LEASE_EXPIRED, NextDecision, RELEASED_AT_LAST_ATTEMPT, WriteRefused,
-    claim_order, decide_cancel, decide_checkpoint, decide_claim, decide_claim_next,
+    ClaimKey, ClaimRefused, Failed, Job, LEASE_EXPIRED, NextDecision, RELEASED_AT_LAST_ATTEMPT,
+    WriteRefused, claim_order, decide_cancel, decide_checkpoint, decide_claim, decide_claim_next,
     decide_complete, decide_fail, decide_give_back, decide_hold_group, decide_progress,
     decide_release, decide_renew, decide_retry, is_purgeable, judge_holder,
 };

@@ -493,11 +493,53 @@ pub fn decide_claim_next(job: &Job, owner: &Owner, term: LeaseTerm) -> NextDecis
 /// `run_at` (a job with none counts as earliest), then enqueue order (`seq`, increasing).
 #[must_use]
 pub fn claim_order(a: (&Job, u64), b: (&Job, u64)) -> std::cmp::Ordering {
-    let run_at = |job: &Job| job.run_at.map_or(f64::NEG_INFINITY, Timestamp::get);
-    b.0.priority
-        .cmp(&a.0.priority)
-        .then_with(|| run_at(a.0).total_cmp(&run_at(b.0)))
-        .then_with(|| a.1.cmp(&b.1))
+    ClaimKey::of(a.0, a.1).cmp(&ClaimKey::of(b.0, b.1))
+}
+
+/// Where a job stands in claim order ([`claim_order`]), as a value a claim can compare across
+/// reads: the job's priority, its `run_at` and its enqueue order (`seq`). A store keeps the
+/// claim key of each group's head (the first of its ready jobs in claim order), so a claim can
+/// meet the groups in the order of their heads and pass a group it may not lease from in one
+/// step, whatever its backlog. Ordered as [`claim_order`] orders jobs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClaimKey {
+    /// Higher first.
+    pub priority: i64,
+    /// Earlier first; none counts as earliest.
+    pub run_at: Option<Timestamp>,
+    /// Enqueue order, lower first.
+    pub seq: u64,
+}
+
+impl ClaimKey {
+    /// The key of `job`, enqueued `seq`th.
+    #[must_use]
+    pub fn of(job: &Job, seq: u64) -> Self {
+        Self {
+            priority: job.priority,
+            run_at: job.run_at,
+            seq,
+        }
+    }
+}
+
+impl Eq for ClaimKey {}
+
+impl PartialOrd for ClaimKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ClaimKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        let run_at = |k: &ClaimKey| k.run_at.map_or(f64::NEG_INFINITY, Timestamp::get);
+        other
+            .priority
+            .cmp(&self.priority)
+            .then_with(|| run_at(self).total_cmp(&run_at(other)))
+            .then_with(|| self.seq.cmp(&other.seq))
+    }
 }
 
 /// The error a job gets when its last allowed lease expired.

@@ -1879,7 +1879,9 @@ fn grouped(group: &str) -> Job {
 
 fn gate_of(settings: &QueueSettings, jobs: &[(JobId, Job)], now: f64) -> GroupGate {
     let mut gate = GroupGate::new(settings, at(now));
-    let groups = gate.unknown(jobs.iter().map(|(_, j)| j));
+    let mut groups: Vec<GroupKey> = jobs.iter().filter_map(|(_, j)| j.group.clone()).collect();
+    groups.sort();
+    groups.dedup();
     gate.learn(&groups, jobs, &[], at(now));
     gate
 }
@@ -1933,9 +1935,7 @@ fn per_group_admits_until_the_group_has_its_limit_of_live_leases() {
         gate.admits(&a, &Job::new()),
         "a job without a group is never held back"
     );
-    let (groups, except) = gate.held_back();
-    assert_eq!(groups, [&GroupKey::new("g").unwrap()]);
-    assert!(except.is_empty());
+    assert_eq!(gate.turn(&GroupKey::new("g").unwrap()), GroupTurn::Closed);
     // A lease that has ended no longer counts.
     let gate = gate_of(&settings, &jobs, 60.0);
     assert!(gate.admits(&a, &grouped("g")));
@@ -1943,7 +1943,7 @@ fn per_group_admits_until_the_group_has_its_limit_of_live_leases() {
     assert!(!gate.admits(&a, &grouped("h")));
     // Without group rules, everything is admitted and nothing need be read.
     let free = GroupGate::new(&QueueSettings::default(), at(0.0));
-    assert!(free.unknown([&grouped("g")]).is_empty());
+    assert!(!free.must_learn(&GroupKey::new("g").unwrap()));
     assert!(free.admits(&a, &grouped("h")));
 }
 
@@ -1965,8 +1965,10 @@ fn an_ordered_group_runs_its_started_work_first_and_one_job_at_a_time() {
     let gate = gate_of(&settings, &[(first.clone(), lapsed.clone())], 10.0);
     assert!(gate.admits(&first, &lapsed));
     assert!(!gate.admits(&second, &grouped("g")));
-    let (groups, except) = gate.held_back();
-    assert_eq!((groups.len(), except), (1, vec![&first]));
+    assert_eq!(
+        gate.turn(&GroupKey::new("g").unwrap()),
+        GroupTurn::Only(vec![&first])
+    );
     // Running, waiting for a retry, or dead: the group is closed.
     let retrying = Job {
         run_at: Some(at(20.0)),
@@ -2073,14 +2075,14 @@ fn a_groups_turn_follows_the_ordered_rules_only_in_an_ordered_queue() {
             "{holding:?}"
         );
     }
-    // The gate's view for the stores agrees: an ordered group with work due again is held
-    // back but for that work, a closed one whole, and an open one not at all.
+    // The gate's view for the claim walk agrees: an ordered group with work due again offers
+    // only that work, a closed one nothing, and an open one anything.
     let gate = gate_of(&ordered(2), &[(first.clone(), started.clone())], 10.0);
-    assert_eq!(gate.held_back(), (vec![&g], vec![&first]));
+    assert_eq!(gate.turn(&g), GroupTurn::Only(vec![&first]));
     let gate = gate_of(&ordered(2), &[(first.clone(), dead.clone())], 10.0);
-    assert_eq!(gate.held_back(), (vec![&g], vec![]));
+    assert_eq!(gate.turn(&g), GroupTurn::Closed);
     let gate = gate_of(&unordered(2), &[(first.clone(), dead)], 10.0);
-    assert_eq!(gate.held_back(), (vec![], vec![]));
+    assert_eq!(gate.turn(&g), GroupTurn::Open);
 }
 
 /// A [`GroupTurn`] without its borrow, to compare.
@@ -2245,7 +2247,6 @@ fn a_gate_asks_for_the_standing_of_each_unknown_group_once_and_only_when_it_judg
     let jobs = [grouped("a"), grouped("b"), grouped("a"), Job::new()];
     let free = GroupGate::new(&QueueSettings::default(), at(0.0));
     assert!(!free.is_active());
-    assert!(free.unknown(&jobs).is_empty());
     assert!(!free.must_learn(&a));
     let paused = QueueSettings {
         paused_groups: BTreeMap::from([(a.clone(), None)]),
@@ -2263,7 +2264,6 @@ fn a_gate_asks_for_the_standing_of_each_unknown_group_once_and_only_when_it_judg
     };
     let mut gate = GroupGate::new(&limited, at(0.0));
     assert!(gate.is_active());
-    assert_eq!(gate.unknown(&jobs), [a.clone(), b.clone()], "each once");
     assert!(gate.must_learn(&a) && gate.must_learn(&b));
     let first = JobId::new("1").unwrap();
     gate.learn(
@@ -2273,11 +2273,9 @@ fn a_gate_asks_for_the_standing_of_each_unknown_group_once_and_only_when_it_judg
         at(0.0),
     );
     assert!(!gate.must_learn(&a), "known now");
-    assert!(gate.must_learn(&b));
-    assert_eq!(
-        gate.unknown(&jobs),
-        [b],
-        "a known group is not asked for again"
+    assert!(
+        gate.must_learn(&b),
+        "a group not learned is still asked for"
     );
 }
 
@@ -2448,11 +2446,8 @@ fn a_paused_group_is_held_back_until_resumed_or_its_time_and_other_groups_run() 
     assert!(gate.is_active() && !gate.admits(&id, &job));
     assert!(gate.admits(&id, &grouped("acct-1")), "another group runs");
     assert!(gate.admits(&id, &Job::new()), "a job without a group runs");
-    assert!(
-        gate.unknown([&job]).is_empty(),
-        "a pause alone reads no group's jobs"
-    );
-    assert_eq!(gate.held_back().0, [&g]);
+    assert!(!gate.must_learn(&g), "a pause alone reads no group's jobs");
+    assert_eq!(gate.turn(&g), GroupTurn::Closed);
     assert!(GroupGate::new(&paused, at(60.0)).admits(&id, &job));
     let resumed = decide_queue_change(&paused, QueueChange::ResumeGroup(g));
     assert!(resumed.is_default());
@@ -2563,10 +2558,8 @@ fn a_rate_per_group_holds_back_a_group_whose_window_is_full() {
         !gate.admits(&id, &job_of(&b)),
         "b's lease filled its window"
     );
-    let (held, _) = gate.held_back();
-    let mut held: Vec<&str> = held.iter().map(|g| g.as_str()).collect();
-    held.sort_unstable();
-    assert_eq!(held, ["a", "b"]);
+    assert_eq!(gate.turn(&a), GroupTurn::Closed);
+    assert_eq!(gate.turn(&b), GroupTurn::Closed);
 }
 
 #[test]

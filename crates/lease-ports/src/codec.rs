@@ -18,6 +18,41 @@ pub fn count(n: i64, what: &str) -> Result<u64, StoreError> {
     u64::try_from(n).map_err(|_| StoreError::Corrupt(format!("{what} is {n}, below 0").into()))
 }
 
+/// A stored enqueue order (`seq`): never negative.
+///
+/// # Errors
+/// `Corrupt` for a negative one.
+pub fn seq(n: i64) -> Result<u64, StoreError> {
+    u64::try_from(n).map_err(|_| StoreError::Corrupt(format!("a stored seq {n}").into()))
+}
+
+/// A group's head as a store keeps it (group, priority, `run_at`, `seq`).
+///
+/// # Errors
+/// `Corrupt` for a group no store could have written, a `run_at` that is not a time or a
+/// negative `seq`.
+pub fn head(
+    group: String,
+    priority: i64,
+    run_at: Option<f64>,
+    seq: i64,
+) -> Result<crate::next::Head, StoreError> {
+    let group = lease_domain::GroupKey::stored(group)
+        .map_err(|e| StoreError::Corrupt(format!("a head's stored group: {e}").into()))?;
+    let run_at = run_at
+        .map(lease_domain::Timestamp::new)
+        .transpose()
+        .map_err(|e| StoreError::Corrupt(format!("a head's stored run_at: {e}").into()))?;
+    Ok(crate::next::Head {
+        group,
+        key: lease_domain::ClaimKey {
+            priority,
+            run_at,
+            seq: self::seq(seq)?,
+        },
+    })
+}
+
 /// A stored job id (a row's id, a parent, a purged id) read back: checked again, so an id no
 /// store could have written (empty, or with a NUL) is corrupt, never a job.
 ///

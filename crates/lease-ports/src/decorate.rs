@@ -402,6 +402,10 @@ impl<S: Transfer + ?Sized, H: Hooks> Transfer for Decorated<S, H> {
     async fn raise_epoch(&self, at_least: Epoch) -> Result<Epoch, StoreError> {
         self.inner.raise_epoch(at_least).await
     }
+
+    async fn check_heads(&self, rebuild: bool) -> Result<crate::transfer::HeadCheck, StoreError> {
+        self.inner.check_heads(rebuild).await
+    }
 }
 
 /// Hooks that change nothing: a store passed through, as a base to test against.

@@ -523,11 +523,20 @@ impl Harness {
                 run(&*self.subject, op).await,
             )
         };
-        if expected == actual {
-            Ok(())
-        } else {
-            Err(format!("expected {expected}\n  actual {actual}"))
+        if expected != actual {
+            return Err(format!("expected {expected}\n  actual {actual}"));
         }
+        // Every group with a ready job has a head at or before it, in each store that keeps
+        // heads: a claim walking by heads meets every group in time.
+        for store in [&self.reference, &self.subject] {
+            let check = store.check_heads(false).await.map_err(|e| e.to_string())?;
+            if !check.stray.is_empty() {
+                return Err(format!(
+                    "heads behind their group's first ready job: {check:?}"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Runs every op in order, stopping at the first disagreement.

@@ -157,6 +157,11 @@ pub trait Forward: Send + Sync {
     async fn raise_epoch(&self, at_least: Epoch) -> Result<Epoch, StoreError> {
         self.to().raise_epoch(at_least).await
     }
+
+    /// [`Transfer::check_heads`].
+    async fn check_heads(&self, rebuild: bool) -> Result<crate::transfer::HeadCheck, StoreError> {
+        self.to().check_heads(rebuild).await
+    }
 }
 
 /// A [`Forward`] as a store.
@@ -264,5 +269,8 @@ impl<F: Forward> Transfer for Forwarded<F> {
     }
     async fn raise_epoch(&self, at_least: Epoch) -> Result<Epoch, StoreError> {
         self.0.raise_epoch(at_least).await
+    }
+    async fn check_heads(&self, rebuild: bool) -> Result<crate::transfer::HeadCheck, StoreError> {
+        self.0.check_heads(rebuild).await
     }
 }

@@ -8,15 +8,14 @@ use std::sync::{Mutex, MutexGuard};
 use async_trait::async_trait;
 use lease_domain::{CheckpointName, KeptCheckpoint, KeyId, KeyRefused, decide_new_key};
 use lease_domain::{
-    ClockMode, Command, EnqueueSpec, Epoch, Fence, GroupKey, GroupTurn, InputError, Job, JobId,
+    ClaimKey, ClockMode, Command, EnqueueSpec, Epoch, Fence, GroupKey, InputError, Job, JobId,
     LeaseTerm, Outcome, QueueChange, QueueName, QueueSettings, Schedule, ScheduleName,
-    ScheduleSpec, Status, Timestamp, Turn, Waiting, check_workflow, checkpoint_fits, claim_order,
-    decide_child, decide_put_schedule, decide_queue_change, finishes, is_purgeable, judges_parents,
-    propagate,
+    ScheduleSpec, Status, Timestamp, Turn, Waiting, check_workflow, checkpoint_fits, decide_child,
+    decide_put_schedule, decide_queue_change, finishes, is_purgeable, judges_parents, propagate,
 };
 
 use crate::keys::{KeyRecord, KeyStore, live_scopes};
-use crate::next::ClaimNextLoop;
+use crate::next::{Answer, Candidate, ClaimWalk, Effect, Head, Read};
 use crate::transfer::{Imported, Snapshot, TargetView, plan_import};
 use crate::{
     Applied, ClaimNext, JobRecord, Lease, LeaseStore, ListFilter, StatsRow, StoreError, outcome_as,
@@ -330,7 +329,7 @@ impl LeaseStore for MemoryLeaseStore {
                 term: term.unwrap_or(claim.term).in_epoch(epoch),
                 ..claim
             };
-            Ok(claim_next(&mut jobs, &claim))
+            claim_next(&mut jobs, &claim)
         });
         Ok(Applied { outcome, claimed })
     }
@@ -342,7 +341,7 @@ impl LeaseStore for MemoryLeaseStore {
             term: term.unwrap_or(claim.term).in_epoch(jobs.epoch),
             ..claim.clone()
         };
-        Ok(claim_next(&mut jobs, &claim))
+        claim_next(&mut jobs, &claim)
     }
 
     async fn enqueue_many(&self, jobs: &[(JobId, EnqueueSpec)]) -> Result<Vec<bool>, StoreError> {
@@ -416,112 +415,149 @@ impl LeaseStore for MemoryLeaseStore {
     }
 }
 
-/// The due jobs of `queue` at `now` in `group` (`None`: those without a group), in claim
-/// order.
-fn due_in(
+/// The candidates of `queue` at `now` in claim order: of one group when `group` is given
+/// (`Some(None)`: the jobs without a group).
+fn candidates_in(
     jobs: &Jobs,
     queue: &QueueName,
-    group: Option<&GroupKey>,
+    group: Option<Option<&GroupKey>>,
     now: Timestamp,
-) -> Vec<(JobId, Job)> {
-    let mut due: Vec<(&JobId, &Job, u64)> = jobs
+) -> Vec<Candidate> {
+    let mut due: Vec<Candidate> = jobs
         .jobs
         .iter()
         .filter(|(_, (job, _))| {
-            job.queue == *queue && job.group.as_ref() == group && job.is_claim_candidate(now)
+            job.queue == *queue
+                && group.is_none_or(|g| job.group.as_ref() == g)
+                && job.is_claim_candidate(now)
         })
-        .map(|(id, (job, seq))| (id, job, *seq))
+        .map(|(id, (job, seq))| Candidate {
+            id: id.clone(),
+            job: job.clone(),
+            seq: *seq,
+        })
         .collect();
-    due.sort_by(|a, b| claim_order((a.1, a.2), (b.1, b.2)));
-    due.into_iter()
-        .map(|(id, job, _)| (id.clone(), job.clone()))
-        .collect()
+    due.sort_by_key(|c| ClaimKey::of(&c.job, c.seq));
+    due
 }
 
-/// A fair claim (`lease_domain::Turn`): the due jobs without a group first, then each group's
-/// on its turn, the group served least recently first; each lease moves its group behind
-/// every other, and a group left with no unfinished job loses its turn.
-fn fair_claim(
-    jobs: &mut Jobs,
-    next: &mut ClaimNextLoop,
-    claim: &ClaimNext,
+/// Answers one read of the claim walk from the locked jobs: the memory store keeps no index,
+/// so it reads exact heads (each group's first candidate).
+fn answer(
+    jobs: &Jobs,
+    queue: &QueueName,
+    read: Read,
+    term: LeaseTerm,
     counting: &dyn Fn(Option<&GroupKey>) -> u64,
-) {
-    let (queue, term) = (&claim.queue, claim.term);
+) -> Answer {
     let now = term.now();
-    let (writes, _) = next.offer(term, due_in(jobs, queue, None, now));
-    for (id, job) in writes {
-        jobs.write(&id, job);
-    }
-    let mut cursor: Option<Turn> = None;
-    while !next.is_full() {
-        let turns = jobs.turns.get(queue);
-        let Some(turn) = turns.and_then(|turns| {
-            turns
-                .iter()
-                .map(|(group, served)| Turn {
-                    served: *served,
-                    group: group.clone(),
+    match read {
+        Read::Page { want } => Answer::Page(
+            term,
+            candidates_in(jobs, queue, None, now)
+                .into_iter()
+                .take(want)
+                .map(|c| (c.id, c.job))
+                .collect(),
+        ),
+        Read::Due { group, want } => {
+            let mut due = candidates_in(jobs, queue, Some(group.as_ref()), now);
+            due.truncate(want);
+            Answer::Candidates(term, due)
+        }
+        Read::Jobs(ids) => Answer::Candidates(
+            term,
+            ids.into_iter()
+                .filter_map(|id| {
+                    let (job, seq) = jobs.jobs.get(&id)?;
+                    let job = job.clone();
+                    Some(Candidate { id, job, seq: *seq })
                 })
-                .filter(|turn| cursor.as_ref().is_none_or(|c| turn > c))
-                .min()
-        }) else {
-            break;
-        };
-        cursor = Some(turn.clone());
-        let group = &turn.group;
-        if next.must_learn(group) {
-            let bearing: Vec<(JobId, Job)> = jobs
+                .collect(),
+        ),
+        Read::Heads { want, skip } => {
+            let mut heads: BTreeMap<&GroupKey, ClaimKey> = BTreeMap::new();
+            for (job, seq) in jobs.jobs.values() {
+                let Some(group) = &job.group else { continue };
+                if job.queue != *queue || !job.is_claim_candidate(now) || skip.contains(group) {
+                    continue;
+                }
+                let key = ClaimKey::of(job, *seq);
+                let head = heads.entry(group).or_insert(key);
+                *head = (*head).min(key);
+            }
+            let mut heads: Vec<Head> = heads
+                .into_iter()
+                .map(|(group, key)| Head {
+                    group: group.clone(),
+                    key,
+                })
+                .collect();
+            heads.sort_by_key(|h| h.key);
+            heads.truncate(want);
+            Answer::Heads(heads)
+        }
+        Read::Standing(groups) => Answer::Standing {
+            bearing: jobs
                 .jobs
                 .iter()
                 .filter(|(_, (job, _))| {
                     job.queue == *queue
-                        && job.group.as_ref() == Some(group)
+                        && job.group.as_ref().is_some_and(|g| groups.contains(g))
                         && job.bears_on_group(now)
                 })
                 .map(|(id, (job, _))| (id.clone(), job.clone()))
-                .collect();
-            let counted = [(group.clone(), counting(Some(group)))];
-            next.learn(std::slice::from_ref(group), &bearing, &counted, now);
-        }
-        let due = due_in(jobs, queue, Some(group), now);
-        let offered = match next.group_turn(group) {
-            GroupTurn::Closed => continue,
-            GroupTurn::Only(ids) => due
-                .into_iter()
-                .filter(|(id, _)| ids.contains(&id))
                 .collect(),
-            GroupTurn::Open => due,
-        };
-        // One lease a turn: the group goes behind every other once it is served.
-        let mut leased = 0;
-        for candidate in offered {
-            let (writes, n) = next.offer(term, vec![candidate]);
-            for (id, job) in writes {
-                jobs.write(&id, job);
-            }
-            leased += n;
-            if leased > 0 || next.is_full() {
-                break;
-            }
-        }
-        let turns = jobs.turns.entry(queue.clone()).or_default();
-        let open = jobs
-            .jobs
-            .values()
-            .any(|(job, _)| job.queue == *queue && Turn::kept_by(job) == Some(group));
-        if leased > 0 {
-            let last = turns.values().copied().max().unwrap_or(0);
-            turns.insert(group.clone(), Turn::next_served(last));
-        } else if !open {
-            turns.remove(group);
+            counting: groups
+                .iter()
+                .map(|g| (g.clone(), counting(Some(g))))
+                .collect(),
+        },
+        Read::Turn { after } => {
+            let after = after.map(|(served, group)| Turn { served, group });
+            let turn = jobs.turns.get(queue).and_then(|turns| {
+                turns
+                    .iter()
+                    .map(|(group, served)| Turn {
+                        served: *served,
+                        group: group.clone(),
+                    })
+                    .filter(|turn| after.as_ref().is_none_or(|a| turn > a))
+                    .min()
+            });
+            Answer::Turn(turn.map(|t| (t.served, t.group)))
         }
     }
 }
 
-/// `claim_next` over the locked jobs: the shared loop under the queue's settings, fed with the
-/// candidates in claim order.
-fn claim_next(jobs: &mut Jobs, claim: &ClaimNext) -> Vec<Lease> {
+/// Writes one effect of the claim walk.
+fn write_effect(jobs: &mut Jobs, queue: &QueueName, effect: Effect) {
+    match effect {
+        Effect::Job(id, job) => jobs.write(&id, job),
+        Effect::ServeTurn(group) => {
+            let turns = jobs.turns.entry(queue.clone()).or_default();
+            let last = turns.values().copied().max().unwrap_or(0);
+            turns.insert(group, Turn::next_served(last));
+        }
+        // The memory store keeps no heads: it reads each group's first candidate.
+        Effect::RepairHeads(_) => {}
+        Effect::DropTurn(group) => {
+            let open = jobs
+                .jobs
+                .values()
+                .any(|(job, _)| job.queue == *queue && Turn::kept_by(job) == Some(&group));
+            if !open {
+                if let Some(turns) = jobs.turns.get_mut(queue) {
+                    turns.remove(&group);
+                }
+            }
+        }
+    }
+}
+
+/// `claim_next` over the locked jobs: the claim walk under the queue's settings, its reads
+/// answered from the jobs and its effects written to them.
+fn claim_next(jobs: &mut Jobs, claim: &ClaimNext) -> Result<Vec<Lease>, StoreError> {
     let (queue, term) = (&claim.queue, claim.term);
     let settings = jobs.queues.get(queue).cloned().unwrap_or_default();
     let held = if settings.counts_leases() {
@@ -546,53 +582,25 @@ fn claim_next(jobs: &mut Jobs, claim: &ClaimNext) -> Vec<Lease> {
         let n = grants.iter().filter(|(g, _)| g.as_ref() == group).count();
         u64::try_from(n).unwrap_or(u64::MAX)
     };
-    let mut next = ClaimNextLoop::in_queue(claim, &settings, held, counting(None));
-    if next.is_fair() {
-        fair_claim(jobs, &mut next, claim, &counting);
-    }
-    while let Some(want) = next.want().filter(|_| !next.is_fair()) {
-        let mut candidates: Vec<(&JobId, &Job, u64)> = jobs
-            .jobs
-            .iter()
-            .filter(|(_, (job, _))| job.queue == *queue && job.is_claim_candidate(term.now()))
-            .map(|(id, (job, seq))| (id, job, *seq))
-            .collect();
-        candidates.sort_by(|a, b| claim_order((a.1, a.2), (b.1, b.2)));
-        let page: Vec<(JobId, Job)> = candidates
-            .into_iter()
-            .take(want)
-            .map(|(id, job, _)| (id.clone(), job.clone()))
-            .collect();
-        let groups = next.unknown_groups(&page);
-        if !groups.is_empty() {
-            let bearing: Vec<(JobId, Job)> = jobs
-                .jobs
-                .iter()
-                .filter(|(_, (job, _))| {
-                    job.queue == *queue
-                        && job.group.as_ref().is_some_and(|g| groups.contains(g))
-                        && job.bears_on_group(term.now())
-                })
-                .map(|(id, (job, _))| (id.clone(), job.clone()))
-                .collect();
-            let counted: Vec<(GroupKey, u64)> = groups
-                .iter()
-                .map(|g| (g.clone(), counting(Some(g))))
-                .collect();
-            next.learn(&groups, &bearing, &counted, term.now());
+    let mut walk = ClaimWalk::in_queue(claim, &settings, held, counting(None));
+    while let Some(read) = walk.next_read() {
+        for effect in walk.take_effects() {
+            write_effect(jobs, queue, effect);
         }
-        for (id, job) in next.page(term, page) {
-            jobs.write(&id, job);
-        }
+        let answered = answer(jobs, queue, read, term, &counting);
+        walk.answer(answered)?;
     }
-    let granted = next.grants();
+    for effect in walk.take_effects() {
+        write_effect(jobs, queue, effect);
+    }
+    let granted = walk.grants();
     if !granted.is_empty() {
         jobs.grants
             .entry(queue.clone())
             .or_default()
             .extend(granted);
     }
-    next.into_leases()
+    Ok(walk.into_leases())
 }
 
 #[async_trait]
@@ -645,6 +653,12 @@ impl crate::transfer::Transfer for MemoryLeaseStore {
         let mut jobs = self.jobs()?;
         jobs.epoch = jobs.epoch.max(at_least);
         Ok(jobs.epoch)
+    }
+
+    async fn check_heads(&self, _rebuild: bool) -> Result<crate::transfer::HeadCheck, StoreError> {
+        // No heads are kept: a claim reads each group's first candidate.
+        drop(self.jobs()?);
+        Ok(crate::transfer::HeadCheck::default())
     }
 
     async fn import(&self, incoming: &Snapshot, merge: bool) -> Result<Imported, StoreError> {

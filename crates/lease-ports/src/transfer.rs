@@ -93,6 +93,22 @@ pub trait Transfer: crate::control::Controlled {
     /// an import raises it to its source's ([`ImportPlan::epoch`]), `lease restore` and
     /// `lease epoch --raise` to one more than it was, after a restore the store cannot see.
     async fn raise_epoch(&self, at_least: Epoch) -> Result<Epoch, StoreError>;
+
+    /// Checks the store's group heads (the ready set a claim walks by, one row per queue and
+    /// group with ready jobs: [`crate::next::Head`]) against its jobs, after rebuilding them
+    /// from the jobs when `rebuild` is set. A store that keeps no heads (the memory store
+    /// reads each group's first job) answers an empty check.
+    async fn check_heads(&self, rebuild: bool) -> Result<HeadCheck, StoreError>;
+}
+
+/// What [`Transfer::check_heads`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeadCheck {
+    /// How many heads the store keeps.
+    pub heads: u64,
+    /// The groups (queue, group) with a ready job whose head is missing or after that job in
+    /// claim order: a claim could pass them by. None in a sound store.
+    pub stray: Vec<(lease_domain::QueueName, lease_domain::GroupKey)>,
 }
 
 /// What [`migrate`] did.

@@ -2,11 +2,11 @@
 //! leases the next ones in the transaction of the one statement that calls it (one round trip,
 //! one commit). The function restates two of the domain's rules in SQL, so it answers every row
 //! it read and every row it wrote, and [`judge`] decides each read row again with
-//! `lease_domain` (through the same `Command::decide` and `ClaimNextLoop` the statements' way
+//! `lease_domain` (through the same `Command::decide` and `ClaimWalk` the statements' way
 //! uses) and compares: the caller gets the domain's answer, and any difference is an error.
 
 use lease_domain::{ClockMode, Command, JobId, LEASE_EXPIRED, Outcome, RELEASED_AT_LAST_ATTEMPT};
-use lease_ports::next::ClaimNextLoop;
+use lease_ports::next::ClaimWalk;
 use lease_ports::{ClaimNext, Lease, StoreError};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
@@ -281,7 +281,7 @@ pub(crate) fn judge(
         Some(epoch) => term.in_epoch(lease_ports::codec::epoch(epoch)?),
         None => term,
     };
-    let mut next = ClaimNextLoop::of(claim);
+    let mut next = ClaimWalk::of(claim);
     let decided = next.page(term, candidates);
     if decided != written {
         let on = format!("the claim of queue {}", claim.queue);

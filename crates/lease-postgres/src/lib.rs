@@ -21,6 +21,7 @@ mod control;
 mod enqueues;
 mod error;
 pub mod guard;
+mod heads;
 mod keys;
 mod list;
 mod next;

@@ -1,10 +1,11 @@
-//! `claim_next` inside a transaction: pages of candidates from the ready index
-//! (`FOR UPDATE SKIP LOCKED`, in claim order), decided by the shared loop
-//! (`lease_ports::next::ClaimNextLoop`); each page's decided rows go with the next page's read.
+//! `claim_next` inside a transaction: the claim walk (`lease_ports::next::ClaimWalk`) decides,
+//! its reads answered by this store's statements (candidates from the ready index or one
+//! group's, `FOR UPDATE SKIP LOCKED`, in claim order; the group heads of migration 16; a
+//! group's standing; the next fair turn), and the rows it decides go with its next read.
 
 use futures::future::{try_join, try_join_all};
-use lease_domain::{ClockMode, GroupKey, GroupTurn, LeaseTerm, QueueName};
-use lease_ports::next::ClaimNextLoop;
+use lease_domain::{ClockMode, GroupKey, JobId, LeaseTerm, QueueName};
+use lease_ports::next::{Answer, Candidate, ClaimWalk, Effect, Head, Read};
 use lease_ports::{ClaimNext, Lease, StoreError};
 
 use crate::PgLeaseStore;
@@ -139,59 +140,38 @@ impl PgLeaseStore {
         } else {
             0
         };
-        let mut next = ClaimNextLoop::in_queue(&at_first, &settings, held, counting);
-        let mut wrote = forgot;
-        let mut written = if next.is_fair() {
-            if !rows.is_empty() {
-                wrote |= self
-                    .fair_claim(c, s, &mut next, queue, term, caller_now)
-                    .await?;
-            }
-            Vec::new()
-        } else {
-            self.decide_page(c, &mut next, term, &rows).await?
+        let mut walk = ClaimWalk::in_queue(&at_first, &settings, held, counting);
+        let mut driver = Driver {
+            store: self,
+            conn,
+            s,
+            queue,
+            caller_now,
+            read: std::collections::HashMap::new(),
+            pending: Vec::new(),
+            wrote: forgot,
         };
-        // Further pages (when candidates were skipped): each page's decided rows go with the
-        // next page's read.
-        while let Some(want) = next.want().filter(|_| !next.is_fair()) {
-            let (groups, except) = next.held_back();
-            let groups: Vec<&str> = groups.iter().map(|g| g.as_str()).collect();
-            let except: Vec<&str> = except.iter().map(|id| id.as_str()).collect();
-            let page = async {
-                if next.limits_groups() {
-                    c.query(
-                        &self.sql.grouped_candidates,
-                        &[
-                            &queue.as_str(),
-                            &caller_now,
-                            &want_of(Some(want)),
-                            &groups,
-                            &except,
-                        ],
-                    )
-                    .await
-                } else {
-                    c.query(
-                        &s.candidates,
-                        &[&queue.as_str(), &caller_now, &want_of(Some(want))],
-                    )
-                    .await
+        // The page read ahead in the first round trip answers a plain walk's first read. When
+        // it found no candidate there is nothing to claim, and no walk runs (nor took the
+        // queue's turn above).
+        let none = rows.is_empty();
+        let mut first = Some(rows);
+        while let Some(read) = walk.next_read() {
+            if none && !matches!(read, Read::Page { .. }) {
+                break;
+            }
+            driver.stage(walk.take_effects()).await?;
+            let answer = match (read, first.take()) {
+                (Read::Page { .. }, Some(rows)) => {
+                    let (term, page) = driver.decoded(term, &rows)?;
+                    Answer::Page(term, page)
                 }
+                (read, _) => driver.answer(&walk, term, read).await?,
             };
-            let (_, rows) = try_join(
-                try_join_all(
-                    written
-                        .iter()
-                        .map(|w| update(c, &s.update, &s.update_counted, w)),
-                ),
-                page,
-            )
-            .await
-            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
-            wrote |= !written.is_empty();
-            written = self.decide_page(c, &mut next, term, &rows).await?;
+            walk.answer(answer)?;
         }
-        let grants = next.grants();
+        driver.stage(walk.take_effects()).await?;
+        let grants = walk.grants();
         if !grants.is_empty() {
             let (groups, ends): (Vec<Option<&str>>, Vec<f64>) = grants
                 .iter()
@@ -200,221 +180,309 @@ impl PgLeaseStore {
             c.execute(&self.control.log_grants, &[&queue.as_str(), &groups, &ends])
                 .await
                 .map_err(|e| error::map(e, Stage::BeforeCommit))?;
-            wrote = true;
+            driver.wrote = true;
         }
-        let buried = next.buried().to_vec();
+        let buried = walk.buried().to_vec();
         Ok((
             Claimed {
-                leases: next.into_leases(),
-                writes: written,
-                wrote,
+                leases: walk.into_leases(),
+                writes: driver.pending,
+                wrote: driver.wrote,
                 buried,
             },
             along,
         ))
     }
-
-    /// Decides one page of candidates (each row carries the statement's clock reading), first
-    /// reading the standing of the groups the loop meets for the first time.
-    async fn decide_page(
-        &self,
-        c: &tokio_postgres::Client,
-        next: &mut ClaimNextLoop,
-        term: LeaseTerm,
-        rows: &[tokio_postgres::Row],
-    ) -> Result<Vec<Encoded>, StoreError> {
-        let (page_term, page) = self.decoded(term, rows)?;
-        let groups = next.unknown_groups(&page);
-        if !groups.is_empty() {
-            self.learn(c, next, &page[0].1.queue, &groups, page_term.now())
-                .await?;
-        }
-        // Where each candidate stood, for the counts a write moves (a job buried as dead).
-        let read: std::collections::HashMap<lease_domain::JobId, Standing> = page
-            .iter()
-            .map(|(id, job)| (id.clone(), Standing::of(job)))
-            .collect();
-        Ok(next
-            .page(page_term, page)
-            .iter()
-            .map(|(id, job)| Encoded::from_to(id, read.get(id).cloned(), job))
-            .collect())
-    }
 }
 
-impl PgLeaseStore {
-    /// Reads the standing of `groups` of `queue` (their jobs that bear on the group rules and,
-    /// under a rate per group, the grants that still count) for the claim.
-    async fn learn(
-        &self,
-        c: &tokio_postgres::Client,
-        next: &mut ClaimNextLoop,
-        queue: &QueueName,
-        groups: &[GroupKey],
-        now: lease_domain::Timestamp,
-    ) -> Result<(), StoreError> {
-        let keys: Vec<&str> = groups.iter().map(GroupKey::as_str).collect();
-        let rows = c
-            .query(&self.control.group_bearing, &[&queue.as_str(), &keys])
-            .await
-            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
-        let bearing = rows
-            .iter()
-            .map(|row| sql::decode_with_id(row, 0))
-            .collect::<Result<Vec<_>, _>>()?;
-        let counted = if next.rates_groups() {
-            let counted = crate::control::counting(c, &self.control, queue, &keys).await?;
-            counted
-                .into_iter()
-                .map(|(g, n)| {
-                    GroupKey::stored(g).map(|g| (g, n)).map_err(|e| {
-                        StoreError::Corrupt(format!("a rate's stored group: {e}").into())
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?
-        } else {
-            Vec::new()
-        };
-        next.learn(groups, &bearing, &counted, now);
+/// Answers the claim walk's reads inside one `claim_next` transaction and writes its effects:
+/// the decided rows go with the next read (or with COMMIT), in one round trip.
+struct Driver<'a> {
+    store: &'a PgLeaseStore,
+    conn: &'a Conn,
+    s: &'a Statements,
+    queue: &'a QueueName,
+    caller_now: Option<f64>,
+    /// Where each candidate read stood, for the counts a write moves (a job buried as dead).
+    read: std::collections::HashMap<JobId, Standing>,
+    /// Rows decided and not yet sent.
+    pending: Vec<Encoded>,
+    /// Whether rows were already written in the transaction (so it must commit).
+    wrote: bool,
+}
+
+impl Driver<'_> {
+    fn db(e: tokio_postgres::Error) -> StoreError {
+        error::map(e, Stage::BeforeCommit)
+    }
+
+    /// Takes the walk's effects: rows wait to go with the next read; a turn or a head is
+    /// written at once, after the rows before it.
+    async fn stage(&mut self, effects: Vec<Effect>) -> Result<(), StoreError> {
+        for effect in effects {
+            match effect {
+                Effect::Job(id, job) => {
+                    let before = self.read.get(&id).cloned();
+                    self.pending.push(Encoded::from_to(&id, before, &job));
+                }
+                // Sent with the rows decided before it, in one round trip.
+                repair @ Effect::RepairHeads(_) => self.write(repair).await?,
+                other => {
+                    self.flush().await?;
+                    self.write(other).await?;
+                }
+            }
+        }
         Ok(())
     }
 
-    /// A fair claim (`lease_domain::Turn`), after the queue's advisory lock: the due jobs
-    /// without a group first, then each group's on its turn (`group_turns`, the group served
-    /// least recently first), one lease a turn, each decided row written at once; each lease
-    /// moves its group behind every other, and a group found with no unfinished job loses
-    /// its turn (once no writer of the group holds its lock). Says whether it wrote.
-    async fn fair_claim(
-        &self,
-        c: &tokio_postgres::Client,
-        s: &Statements,
-        next: &mut ClaimNextLoop,
-        queue: &QueueName,
-        term: LeaseTerm,
-        caller_now: Option<f64>,
-    ) -> Result<bool, StoreError> {
-        let db = |e| error::map(e, Stage::BeforeCommit);
-        let q = queue.as_str();
-        let none: Option<&str> = None;
-        let mut wrote = false;
-        while let Some(want) = next.want().filter(|_| !next.is_full()) {
-            let rows = c
-                .query(
-                    &self.control.ungrouped_candidates,
-                    &[&q, &caller_now, &want_of(Some(want)), &none],
-                )
-                .await
-                .map_err(db)?;
-            let (writes, _) = self.offer(c, s, next, term, &rows).await?;
-            if writes == 0 {
-                break;
-            }
-            wrote = true;
-        }
-        let mut cursor: (i64, String) = (-1, String::new());
-        while !next.is_full() {
-            let Some(row) = c
-                .query_opt(&self.control.next_turn, &[&q, &cursor.0, &cursor.1])
-                .await
-                .map_err(db)?
-            else {
-                break;
-            };
-            let turn: (i64, String) = (row.try_get(0).map_err(db)?, row.try_get(1).map_err(db)?);
-            let group = GroupKey::stored(turn.1.clone())
-                .map_err(|e| StoreError::Corrupt(format!("a turn's stored group: {e}").into()))?;
-            cursor = turn;
-            if next.must_learn(&group) {
-                self.learn(c, next, queue, std::slice::from_ref(&group), term.now())
-                    .await?;
-            }
-            let only: Option<Vec<String>> = match next.group_turn(&group) {
-                GroupTurn::Closed => continue,
-                GroupTurn::Only(ids) => Some(ids.iter().map(|id| id.as_str().to_owned()).collect()),
-                GroupTurn::Open => None,
-            };
-            let (mut leased, mut found) = (0, false);
-            while leased == 0 && !next.is_full() {
-                let rows = match &only {
-                    Some(ids) => {
-                        c.query(
-                            &self.control.only_candidates,
-                            &[&q, &caller_now, &want_of(Some(ids.len())), ids],
-                        )
-                        .await
-                    }
-                    None => {
-                        c.query(
-                            &self.control.turn_candidates,
-                            &[&q, &caller_now, &1_i64, &group.as_str()],
-                        )
-                        .await
-                    }
-                }
-                .map_err(db)?;
-                found |= !rows.is_empty();
-                let (writes, n) = self.offer(c, s, next, term, &rows).await?;
-                if writes == 0 {
-                    break;
-                }
-                wrote = true;
-                leased += n;
-            }
-            if leased > 0 {
-                c.execute(&self.control.serve_turn, &[&q, &group.as_str()])
+    async fn flush(&mut self) -> Result<(), StoreError> {
+        let (c, s) = (self.conn.client(), self.s);
+        try_join_all(
+            self.pending
+                .iter()
+                .map(|w| update(c, &s.update, &s.update_counted, w)),
+        )
+        .await
+        .map_err(Self::db)?;
+        self.wrote |= !self.pending.is_empty();
+        self.pending.clear();
+        Ok(())
+    }
+
+    async fn write(&mut self, effect: Effect) -> Result<(), StoreError> {
+        let control = &self.store.control;
+        let c = self.conn.client();
+        let q = self.queue.as_str();
+        match effect {
+            Effect::Job(..) => {}
+            Effect::ServeTurn(group) => {
+                let stmt = self.conn.prepare(&control.serve_turn).await?;
+                c.execute(&stmt, &[&q, &group.as_str()])
                     .await
-                    .map_err(db)?;
-            } else if !found {
+                    .map_err(Self::db)?;
+                self.wrote = true;
+            }
+            Effect::DropTurn(group) => {
+                // Only once no writer of the group holds its lock, in a new statement's snapshot.
+                let stmt = self.conn.prepare(&control.try_lock_turn).await?;
                 let locked: bool = c
-                    .query_one(&self.control.try_lock_turn, &[&q, &group.as_str()])
+                    .query_one(&stmt, &[&q, &group.as_str()])
                     .await
                     .and_then(|row| row.try_get(0))
-                    .map_err(db)?;
+                    .map_err(Self::db)?;
                 if locked {
-                    wrote |= c
-                        .execute(&self.control.drop_turn, &[&q, &group.as_str()])
+                    let stmt = self.conn.prepare(&control.drop_turn).await?;
+                    self.wrote |= c
+                        .execute(&stmt, &[&q, &group.as_str()])
                         .await
-                        .map_err(db)?
+                        .map_err(Self::db)?
                         > 0;
                 }
             }
+            Effect::RepairHeads(groups) => {
+                let groups: Vec<&str> = groups.iter().map(GroupKey::as_str).collect();
+                let text = &self.store.control.repair_heads;
+                self.query(text, &[&q, &groups]).await?;
+                self.wrote = true;
+            }
         }
-        Ok(wrote)
+        Ok(())
     }
 
-    /// Offers the candidate rows (each with the statement's clock reading) to a fair claim
-    /// and writes what it decided: how many rows it wrote and how many leases it took.
-    async fn offer(
-        &self,
-        c: &tokio_postgres::Client,
-        s: &Statements,
-        next: &mut ClaimNextLoop,
+    /// Answers one read (sent with the rows decided before it).
+    async fn answer(
+        &mut self,
+        walk: &ClaimWalk,
+        term: LeaseTerm,
+        read: Read,
+    ) -> Result<Answer, StoreError> {
+        let control = &self.store.control;
+        let q = self.queue.as_str();
+        let now = self.caller_now;
+        let want = |n: usize| want_of(Some(n));
+        Ok(match read {
+            Read::Page { want: n } => {
+                let rows = self
+                    .query(&self.store.sql.candidates, &[&q, &now, &want(n)])
+                    .await?;
+                let (term, page) = self.decoded(term, &rows)?;
+                Answer::Page(term, page)
+            }
+            Read::Due {
+                group: None,
+                want: n,
+            } => {
+                let none: Option<&str> = None;
+                let rows = self
+                    .query(&control.ungrouped_candidates, &[&q, &now, &want(n), &none])
+                    .await?;
+                self.candidates(term, &rows)?
+            }
+            Read::Due {
+                group: Some(group),
+                want: n,
+            } => {
+                let rows = self
+                    .query(
+                        &control.turn_candidates,
+                        &[&q, &now, &want(n), &group.as_str()],
+                    )
+                    .await?;
+                self.candidates(term, &rows)?
+            }
+            Read::Jobs(ids) => {
+                let ids: Vec<&str> = ids.iter().map(JobId::as_str).collect();
+                let rows = self
+                    .query(
+                        &control.only_candidates,
+                        &[&q, &now, &want(ids.len()), &ids],
+                    )
+                    .await?;
+                self.candidates(term, &rows)?
+            }
+            Read::Heads { want: n, skip } => {
+                let skip: Vec<&str> = skip.iter().map(GroupKey::as_str).collect();
+                let rows = self.query(&control.heads, &[&q, &want(n), &skip]).await?;
+                Answer::Heads(rows.iter().map(decode_head).collect::<Result<_, _>>()?)
+            }
+            Read::Standing(groups) => {
+                let keys: Vec<&str> = groups.iter().map(GroupKey::as_str).collect();
+                let rows = self.query(&control.group_bearing, &[&q, &keys]).await?;
+                let bearing = rows
+                    .iter()
+                    .map(|row| sql::decode_with_id(row, 0))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let counting = if walk.rates_groups() {
+                    crate::control::counting(self.conn.client(), control, self.queue, &keys)
+                        .await?
+                        .into_iter()
+                        .map(|(g, n)| {
+                            GroupKey::stored(g).map(|g| (g, n)).map_err(|e| {
+                                StoreError::Corrupt(format!("a rate's stored group: {e}").into())
+                            })
+                        })
+                        .collect::<Result<Vec<_>, _>>()?
+                } else {
+                    Vec::new()
+                };
+                Answer::Standing { bearing, counting }
+            }
+            Read::Turn { after } => {
+                let (served, group) = match &after {
+                    Some((served, group)) => {
+                        (i64::try_from(*served).unwrap_or(i64::MAX), group.as_str())
+                    }
+                    None => (-1, ""),
+                };
+                let rows = self
+                    .query(&control.next_turn, &[&q, &served, &group])
+                    .await?;
+                let turn = match rows.first() {
+                    None => None,
+                    Some(row) => {
+                        let served: i64 = row.try_get(0).map_err(Self::db)?;
+                        let group: String = row.try_get(1).map_err(Self::db)?;
+                        let group = GroupKey::stored(group).map_err(|e| {
+                            StoreError::Corrupt(format!("a turn's stored group: {e}").into())
+                        })?;
+                        Some((lease_ports::codec::seq(served)?, group))
+                    }
+                };
+                Answer::Turn(turn)
+            }
+        })
+    }
+
+    /// Runs one read of the walk, after the rows decided before it (in the same round trip).
+    async fn query(
+        &mut self,
+        text: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+        let stmt = self.conn.prepare(text).await?;
+        let (c, s) = (self.conn.client(), self.s);
+        let (_, rows) = try_join(
+            try_join_all(
+                self.pending
+                    .iter()
+                    .map(|w| update(c, &s.update, &s.update_counted, w)),
+            ),
+            c.query(&stmt, params),
+        )
+        .await
+        .map_err(Self::db)?;
+        self.wrote |= !self.pending.is_empty();
+        self.pending.clear();
+        Ok(rows)
+    }
+
+    /// Candidate rows read back (each with the statement's clock first, then its `seq`).
+    fn candidates(
+        &mut self,
         term: LeaseTerm,
         rows: &[tokio_postgres::Row],
-    ) -> Result<(usize, usize), StoreError> {
-        let (page_term, page) = self.decoded(term, rows)?;
-        let read: std::collections::HashMap<lease_domain::JobId, Standing> = page
-            .iter()
-            .map(|(id, job)| (id.clone(), Standing::of(job)))
-            .collect();
-        let (writes, leased) = next.offer(page_term, page);
-        for (id, job) in &writes {
-            let encoded = Encoded::from_to(id, read.get(id).cloned(), job);
-            update(c, &s.update, &s.update_counted, &encoded)
-                .await
-                .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+    ) -> Result<Answer, StoreError> {
+        let mut seqs = Vec::with_capacity(rows.len());
+        for row in rows {
+            let seq: i64 = row.try_get(1).map_err(Self::db)?;
+            seqs.push(lease_ports::codec::seq(seq)?);
         }
-        Ok((writes.len(), leased))
+        let (term, page) = self.decoded_at(term, rows, 2)?;
+        Ok(Answer::Candidates(
+            term,
+            page.into_iter()
+                .zip(seqs)
+                .map(|((id, job), seq)| Candidate { id, job, seq })
+                .collect(),
+        ))
     }
+
+    /// Candidate rows read back, with the term at the clock reading their statement made
+    /// (every row of a statement carries the same one); remembers where each stood.
+    fn decoded(
+        &mut self,
+        term: LeaseTerm,
+        rows: &[tokio_postgres::Row],
+    ) -> Result<(LeaseTerm, Vec<(JobId, lease_domain::Job)>), StoreError> {
+        self.decoded_at(term, rows, 1)
+    }
+
+    /// As [`Driver::decoded`], the job's id in column `at`.
+    fn decoded_at(
+        &mut self,
+        term: LeaseTerm,
+        rows: &[tokio_postgres::Row],
+        at: usize,
+    ) -> Result<(LeaseTerm, Vec<(JobId, lease_domain::Job)>), StoreError> {
+        let (term, page) = self.store.decoded(term, rows, at)?;
+        for (id, job) in &page {
+            self.read.insert(id.clone(), Standing::of(job));
+        }
+        Ok((term, page))
+    }
+}
+
+/// A head row (`grp`, `priority`, `run_at`, `seq`) read back.
+fn decode_head(row: &tokio_postgres::Row) -> Result<Head, StoreError> {
+    let db = |e| error::map(e, Stage::BeforeCommit);
+    lease_ports::codec::head(
+        row.try_get(0).map_err(db)?,
+        row.try_get(1).map_err(db)?,
+        row.try_get(2).map_err(db)?,
+        row.try_get(3).map_err(db)?,
+    )
 }
 
 impl PgLeaseStore {
     /// Candidate rows read back, with the term at the clock reading their statement made
     /// (every row of a statement carries the same one).
+    /// The job's id is column `at`, its columns after it.
     fn decoded(
         &self,
         term: LeaseTerm,
         rows: &[tokio_postgres::Row],
+        at: usize,
     ) -> Result<(LeaseTerm, Vec<(lease_domain::JobId, lease_domain::Job)>), StoreError> {
         let mut page_term = term;
         let mut page = Vec::with_capacity(rows.len());
@@ -422,7 +490,7 @@ impl PgLeaseStore {
             page_term = self
                 .clock
                 .resolve_term(term, stored_now(row_clock(row)?)?)?;
-            page.push(sql::decode_with_id(row, 1)?);
+            page.push(sql::decode_with_id(row, at)?);
         }
         Ok((page_term, page))
     }

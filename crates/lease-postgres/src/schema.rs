@@ -13,8 +13,9 @@ use crate::error::{self, Stage};
 pub const CURRENT_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].version;
 
 /// The tables (and their sequences) lease makes; anything else in the schema is foreign.
-const OURS: [&str; 20] = [
+const OURS: [&str; 21] = [
     "jobs",
+    "group_heads",
     "epoch",
     "parents",
     "checkpoints",
@@ -37,7 +38,7 @@ const OURS: [&str; 20] = [
 ];
 
 /// The released migrations, frozen (`migrations/*.sql`; `{s}` stands for the schema name).
-const MIGRATIONS: [Migration; 15] = [
+const MIGRATIONS: [Migration; 16] = [
     Migration {
         version: 1,
         sql: include_str!("../migrations/0001_jobs.sql"),
@@ -98,6 +99,10 @@ const MIGRATIONS: [Migration; 15] = [
         version: 15,
         sql: include_str!("../migrations/0015_epochs.sql"),
     },
+    Migration {
+        version: 16,
+        sql: include_str!("../migrations/0016_group_heads.sql"),
+    },
 ];
 
 /// What a schema holds, read in one snapshot.
@@ -139,7 +144,7 @@ pub fn check_schema_name(schema: &str) -> Result<(), StoreError> {
 }
 
 /// The functions lease makes in its schema (by migrations 2, 6, 7, 11, 12, 13, 14 and 15).
-const OUR_FUNCTIONS: [&str; 9] = [
+const OUR_FUNCTIONS: [&str; 11] = [
     "admit_fence",
     "count_finished",
     "epoch",
@@ -147,7 +152,9 @@ const OUR_FUNCTIONS: [&str; 9] = [
     "forget_parents",
     "forget_traces",
     "keep_group_turn",
+    "lower_group_head",
     "next_fence",
+    "repair_group_heads",
     "step",
 ];
 
@@ -347,7 +354,7 @@ mod tests {
         // A released migration is never edited: these are the checksums databases record.
         let pinned = MIGRATIONS.map(|m| m.checksum());
         assert_eq!(pinned, PINNED.map(str::to_owned));
-        assert_eq!(CURRENT_VERSION, 15);
+        assert_eq!(CURRENT_VERSION, 16);
     }
 
     #[test]
@@ -375,7 +382,7 @@ mod tests {
         }
     }
 
-    const PINNED: [&str; 15] = [
+    const PINNED: [&str; 16] = [
         "21ac859f099c73a2cfd49e089bf85213014d3ff3143f88a78d480d1e86bb59bd",
         "8505302d5ab97431700ce91b427106b910ee3c01618c1d65f4da182c61b8f06a",
         "0bf2cb357e23e48a89126c5ec138cd9473c954eb54b191211dd84d9dfa99a49f",
@@ -391,5 +398,6 @@ mod tests {
         "27a58f28444307bed554b6b77d299837e117691a04a1f19d90c6224d3c5b1efc",
         "d9e1f2f6027f7a8da79b63db867a3b6132adb6d498436eebaf1c9d46f81c9d84",
         "ad981da9336d7bbfd61a26930fd2233892b96270aac2d9b8b808cb9cbdcb821c",
+        "1ece80ff8b685b3736b436b72d358e0c214f4b4edb92e443a41a2b511e25cd1f",
     ];
 }

@@ -55,9 +55,6 @@ pub struct Sql {
     pub raise_epoch: String,
     /// The candidates of `claim_next` (`$1` queue, `$2` caller's now or NULL, `$3` limit).
     pub candidates: String,
-    /// The candidates of `claim_next` in a queue that limits its groups: as `candidates`,
-    /// leaving out the groups `$4` but for the jobs `$5` (`ClaimNextLoop::held_back`).
-    pub grouped_candidates: String,
     /// Finished jobs changed before `$1`, locked (`SKIP LOCKED`).
     pub purgeable: String,
     /// Records purge marks (`$1` ids, `$2` fences), keeping the larger fence.
@@ -144,11 +141,7 @@ impl Sql {
                  SET raised = raised + greatest(0, $1::bigint - now.e) FROM now \
                  RETURNING greatest(now.e, $1::bigint)"
             ),
-            candidates: candidates(s, ""),
-            grouped_candidates: candidates(
-                s,
-                "AND (grp IS NULL OR NOT (grp = ANY($4::text[])) OR id = ANY($5::text[])) ",
-            ),
+            candidates: candidates(s),
             purgeable: format!(
                 "SELECT id, {COLUMNS} FROM {s}.jobs WHERE (done OR ended IS NOT NULL \
                  OR (attempts >= greatest(max_attempts, 1) AND until <= $1)) \
@@ -255,7 +248,7 @@ impl Sql {
 /// index in claim order, so live leases are never read. The two meet in one small sort. The
 /// ended leases are gathered into an array first, so that the update finds them by primary key:
 /// as `IN (subquery)` the generic plan was a hash join over a scan of the whole table.
-fn candidates(s: &str, held_back: &str) -> String {
+fn candidates(s: &str) -> String {
     format!(
         "WITH clock AS MATERIALIZED \
          (SELECT coalesce($2, extract(epoch FROM clock_timestamp())::float8) AS now), \
@@ -267,14 +260,14 @@ fn candidates(s: &str, held_back: &str) -> String {
          WHERE queue = $1 AND NOT done AND ended IS NULL AND leased_until IS NULL \
          AND until <= (SELECT now FROM clock) \
          AND (run_at IS NULL OR run_at <= (SELECT now FROM clock)) \
-         AND fence < 9223372036854775807 {held_back}\
+         AND fence < 9223372036854775807 \
          ORDER BY priority DESC, run_at ASC NULLS FIRST, seq LIMIT $3 \
          FOR UPDATE SKIP LOCKED) \
          SELECT (SELECT now FROM clock), id, {COLUMNS} FROM \
          (SELECT * FROM unheld UNION ALL SELECT * FROM refiled \
          WHERE until <= (SELECT now FROM clock) \
          AND (run_at IS NULL OR run_at <= (SELECT now FROM clock)) \
-         AND fence < 9223372036854775807 {held_back}) c \
+         AND fence < 9223372036854775807) c \
          ORDER BY priority DESC, run_at ASC NULLS FIRST, seq LIMIT $3"
     )
 }

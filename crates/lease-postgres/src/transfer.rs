@@ -255,4 +255,11 @@ impl Transfer for PgLeaseStore {
             .map_err(|e| error::map(e, Stage::Commit))?;
         lease_ports::codec::epoch(row.get(0))
     }
+
+    async fn check_heads(
+        &self,
+        rebuild: bool,
+    ) -> Result<lease_ports::transfer::HeadCheck, StoreError> {
+        self.heads_checked(rebuild).await
+    }
 }

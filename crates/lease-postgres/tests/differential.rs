@@ -58,7 +58,7 @@ proptest! {
                  IF to_regclass('lease.jobs') IS NOT NULL THEN \
                  TRUNCATE lease.jobs, lease.purged, lease.queues, lease.schedules, \
                  lease.group_pauses, lease.grants, lease.grant_counts, lease.group_turns, \
-                 lease.parents, lease.finished, lease.completions RESTART IDENTITY; \
+                 lease.parents, lease.finished, lease.completions, lease.group_heads RESTART IDENTITY; \
                  UPDATE lease.epoch SET raised = 0; END IF; \
                  FOR s IN SELECT nspname FROM pg_namespace WHERE nspname ~ '^m[0-9]+$' LOOP \
                  EXECUTE format('DROP SCHEMA %I CASCADE', s); END LOOP; END $$",

@@ -305,11 +305,13 @@ async fn a_schema_at_version_5_is_counted_when_it_is_brought_up_to_date() {
     let store = worked(&db).await;
     drop(store);
     // Back to version 5, as a database made before migration 6 is (without what migrations 7,
-    // 8, 9, 10, 11, 12, 13, 14 and 15 made too).
+    // 8, 9, 10, 11, 12, 13, 14, 15 and 16 made too).
     db.execute(
         "DROP TABLE lease.finished, lease.completions, lease.queues, lease.schedules, \
          lease.group_pauses, lease.grants, lease.grant_counts, lease.group_turns, \
-         lease.parents, lease.checkpoints, lease.traces, lease.epoch; \
+         lease.parents, lease.checkpoints, lease.traces, lease.epoch, lease.group_heads; \
+         DROP FUNCTION lease.lower_group_head() CASCADE; \
+         DROP FUNCTION lease.repair_group_heads(text, text[]); \
          DROP FUNCTION lease.epoch(); DROP FUNCTION lease.next_fence(bigint, bigint); \
          DROP FUNCTION lease.keep_group_turn() CASCADE; \
          DROP FUNCTION lease.forget_parents() CASCADE; \

@@ -20,6 +20,7 @@ mod epoch;
 mod error;
 mod filesystem;
 mod group;
+mod heads;
 mod job_write;
 mod keys;
 mod ops;

@@ -22,8 +22,8 @@ pub const APPLICATION_ID: i32 = 0x4C45_4153;
 /// group and the queue's rules per group, version 9 rate limits and their log of grants, version 10 the groups' turns of
 /// fair claims, version 11 workflows (a job's parents and its policy when one fails), version 12
 /// a job's fenced checkpoints, version 13 the trace context a job was enqueued with, version 14
-/// the store's epoch.
-pub(crate) const MIGRATIONS: [Migration; 14] = [
+/// the store's epoch, version 15 the groups' heads.
+pub(crate) const MIGRATIONS: [Migration; 15] = [
     Migration {
         version: 1,
         sql: include_str!("../migrations/0001_jobs.sql"),
@@ -80,6 +80,10 @@ pub(crate) const MIGRATIONS: [Migration; 14] = [
         version: 14,
         sql: include_str!("../migrations/0014_epochs.sql"),
     },
+    Migration {
+        version: 15,
+        sql: include_str!("../migrations/0015_group_heads.sql"),
+    },
 ];
 
 /// `PRAGMA user_version`: the schema version this code writes and reads (the newest migration).
@@ -93,7 +97,7 @@ const CREATE_RECORD: &str = "CREATE TABLE IF NOT EXISTS lease_migrations(\
     version INTEGER PRIMARY KEY, checksum TEXT NOT NULL)";
 
 /// The tables each version has, beside `jobs`: a marked file missing one is corrupt.
-const TABLES: [(i32, &str); 17] = [
+const TABLES: [(i32, &str); 18] = [
     (2, "jobs_queue"),
     (2, "purged"),
     (3, "lease_audit"),
@@ -111,6 +115,7 @@ const TABLES: [(i32, &str); 17] = [
     (12, "lease_checkpoints"),
     (13, "lease_traces"),
     (14, "lease_epoch"),
+    (15, "lease_group_heads"),
 ];
 
 /// One column as `PRAGMA table_info` describes it: name, declared type, NOT NULL, default, key.
@@ -468,7 +473,7 @@ mod tests {
     }
 
     /// A file at the current version as `migrate` leaves it, with `checksums` recorded.
-    fn current(checksums: [String; 14]) -> Schema {
+    fn current(checksums: [String; 15]) -> Schema {
         let mut found = schema(
             APPLICATION_ID,
             SCHEMA_VERSION,
@@ -491,6 +496,7 @@ mod tests {
                 ("lease_checkpoints", "table"),
                 ("lease_traces", "table"),
                 ("lease_epoch", "table"),
+                ("lease_group_heads", "table"),
             ],
         );
         found.migrations = Some(
@@ -512,7 +518,7 @@ mod tests {
         assert_eq!(pinned, PINNED.map(str::to_owned));
     }
 
-    const PINNED: [&str; 14] = [
+    const PINNED: [&str; 15] = [
         "c878484aeb0818a54dffb888a21f5d3cd8d52a3f63db5a4214c0cc7bd9ee83cb",
         "8c0d06a026396a17df9ec1349a99ba3645ab58379280df82ccc3d7bcf0b0440a",
         "921260be82b4a9a3180ddbb59bd347469d61457937659996082d1d84db6e1646",
@@ -527,6 +533,7 @@ mod tests {
         "0c90c8b4e52834b3c8182c2096c0320a65b79c791ff24be77b83042ea3aa1d27",
         "3e234e8dd9b1ce95c706fec98123486864bd4285bdd2847730886ffb76327cc4",
         "5c72631146f7e7304bbfdf498184542a1c5b96042157375e734f8ef31d510ec9",
+        "cef5dfd33013d63600456a9ccfb2f8f5b5259231cdfd24484ea0900e799f1be2",
     ];
 
     #[test]

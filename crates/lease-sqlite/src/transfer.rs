@@ -140,4 +140,26 @@ impl Transfer for SqliteLeaseStore {
         })
         .await
     }
+
+    async fn check_heads(
+        &self,
+        rebuild: bool,
+    ) -> Result<lease_ports::transfer::HeadCheck, StoreError> {
+        if rebuild {
+            self.refuse_if_read_only()?;
+        }
+        self.run(move |store| {
+            store.with_conn(|conn| {
+                if rebuild {
+                    tx::immediate(conn, |conn| {
+                        crate::heads::rebuild(conn)?;
+                        crate::heads::check(conn)
+                    })
+                } else {
+                    tx::reading(conn, crate::heads::check)
+                }
+            })
+        })
+        .await
+    }
 }
