@@ -452,6 +452,12 @@ fn answer(
 ) -> Answer {
     let now = term.now();
     match read {
+        Read::Many(reads) => Answer::Many(
+            reads
+                .into_iter()
+                .map(|read| answer(jobs, queue, read, term, counting))
+                .collect(),
+        ),
         Read::Page { want } => Answer::Page(
             term,
             candidates_in(jobs, queue, None, now)

@@ -96,6 +96,10 @@ pub enum Read {
         /// The turn visited last, or none.
         after: Option<(u64, GroupKey)>,
     },
+    /// Reads that do not depend on each other (only [`Read::Due`], [`Read::Jobs`] and
+    /// [`Read::Heads`]), which a store may send together: answered with [`Answer::Many`], one
+    /// answer per read, in order.
+    Many(Vec<Read>),
 }
 
 /// A store's answer to a [`Read`].
@@ -116,6 +120,8 @@ pub enum Answer {
     },
     /// To [`Read::Turn`]: the turn (served, group), if one is left.
     Turn(Option<(u64, GroupKey)>),
+    /// To [`Read::Many`]: one answer per read, in order.
+    Many(Vec<Answer>),
 }
 
 /// What the walk decided to write, in order.
@@ -299,6 +305,7 @@ enum Asked {
     Group(GroupKey, usize),
     Heads,
     Standing(Vec<GroupKey>),
+    Many(Vec<Asked>),
 }
 
 /// Where the next candidate of a [`Merge`] comes from.
@@ -615,19 +622,29 @@ impl ClaimWalk {
                 return None;
             }
             let remaining = self.limit - self.leases.len();
-            if m.ungrouped.needs_read() {
-                m.asked = Some(Asked::Ungrouped(remaining));
-                return Some(m.ungrouped.read(None, remaining));
-            }
             while m.heads.front().is_some_and(|h| m.met.contains(&h.group)) {
                 m.heads.pop_front();
             }
-            if let Some((group, stream)) = m.groups.iter().find(|(_, s)| s.needs_read()) {
-                m.asked = Some(Asked::Group(group.clone(), remaining));
-                return Some(stream.read(Some(group), remaining));
+            // Every read the next decision needs, asked together.
+            let mut asked = Vec::new();
+            let mut reads = Vec::new();
+            if m.ungrouped.needs_read() {
+                asked.push(Asked::Ungrouped(remaining));
+                reads.push(m.ungrouped.read(None, remaining));
+            }
+            let mut waiting: Vec<&GroupKey> = m
+                .groups
+                .iter()
+                .filter(|(_, s)| s.needs_read())
+                .map(|(g, _)| g)
+                .collect();
+            waiting.sort();
+            for group in waiting {
+                asked.push(Asked::Group(group.clone(), remaining));
+                reads.push(m.groups[group].read(Some(group), remaining));
             }
             // More heads are read only when one could come first: every head not read yet is
-            // after the last one read (`heads_floor`).
+            // after the last one read (`heads_floor`); with other reads out, they go along.
             let first_read = m
                 .groups
                 .values()
@@ -636,15 +653,24 @@ impl ClaimWalk {
                 .min();
             if m.heads.is_empty()
                 && !m.heads_done
-                && first_read.is_none_or(|k| m.heads_floor.is_none_or(|floor| k > floor))
+                && (!reads.is_empty()
+                    || first_read.is_none_or(|k| m.heads_floor.is_none_or(|floor| k > floor)))
             {
-                m.asked = Some(Asked::Heads);
+                asked.push(Asked::Heads);
                 let mut skip: Vec<GroupKey> = m.met.iter().cloned().collect();
                 skip.sort();
-                return Some(Read::Heads {
+                reads.push(Read::Heads {
                     want: m.heads_want,
                     skip,
                 });
+            }
+            if reads.len() == 1 {
+                m.asked = asked.pop();
+                return reads.pop();
+            }
+            if !reads.is_empty() {
+                m.asked = Some(Asked::Many(asked));
+                return Some(Read::Many(reads));
             }
             let mut best: Option<(ClaimKey, Front)> = None;
             let mut consider = |key: Option<ClaimKey>, front: Front| {
@@ -714,6 +740,12 @@ impl ClaimWalk {
 
     fn merge_answer(&mut self, m: &mut Merge, answer: Answer) -> Result<(), crate::StoreError> {
         match (m.asked.take(), answer) {
+            (Some(Asked::Many(asked)), Answer::Many(answers)) if asked.len() == answers.len() => {
+                for (asked, answer) in asked.into_iter().zip(answers) {
+                    m.asked = Some(asked);
+                    self.merge_answer(m, answer)?;
+                }
+            }
             (Some(Asked::Ungrouped(remaining)), Answer::Candidates(term, read)) => {
                 self.term = term;
                 m.ungrouped.answered(remaining, term, read);
@@ -963,6 +995,7 @@ fn wrong_answer(asked: &str, answer: &Answer) -> crate::StoreError {
         Answer::Heads(_) => "heads",
         Answer::Standing { .. } => "a standing",
         Answer::Turn(_) => "a turn",
+        Answer::Many(_) => "several answers",
     };
     crate::StoreError::Corrupt(
         format!("the claim walk asked for {asked} and was answered with {kind}").into(),
@@ -1058,6 +1091,8 @@ mod tests {
         jobs: Vec<(JobId, Job, u64)>,
         now: Timestamp,
         rows_read: usize,
+        /// Reads the walk asked for, reads sent together counted once.
+        round_trips: usize,
     }
 
     impl Toy {
@@ -1131,6 +1166,9 @@ mod tests {
                     counting: Vec::new(),
                 },
                 Read::Turn { .. } => Answer::Turn(None),
+                Read::Many(reads) => {
+                    Answer::Many(reads.into_iter().map(|read| self.answer(read)).collect())
+                }
             }
         }
 
@@ -1143,6 +1181,7 @@ mod tests {
             );
             let mut walk = ClaimWalk::in_queue(&claim, settings, 0, 0);
             while let Some(read) = walk.next_read() {
+                self.round_trips += 1;
                 self.write(walk.take_effects());
                 let answer = self.answer(read);
                 walk.answer(answer).unwrap();
@@ -1237,6 +1276,7 @@ mod tests {
             jobs,
             now: Timestamp::new(100.0).unwrap(),
             rows_read: 0,
+            round_trips: 0,
         };
         let settings = QueueSettings {
             per_group: Concurrency::new(1),
@@ -1244,6 +1284,8 @@ mod tests {
         };
         assert_eq!(toy.claim(&settings, 1), ["small-1"]);
         assert!(toy.rows_read <= 2, "read {} job rows", toy.rows_read);
+        // The jobs without a group and the heads together, the groups' standing, small's jobs.
+        assert_eq!(toy.round_trips, 3);
     }
 
     fn job_strategy() -> impl Strategy<Value = (Option<u8>, i64, u8, u8, bool)> {
@@ -1292,6 +1334,7 @@ mod tests {
             jobs,
             now,
             rows_read: 0,
+            round_trips: 0,
         }
     }
 

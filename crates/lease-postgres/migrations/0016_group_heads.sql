@@ -58,17 +58,27 @@ CREATE FUNCTION {s}.repair_group_heads(p_queue text, p_groups text[]) RETURNS in
 LANGUAGE plpgsql AS $fn$
 DECLARE
     g text;
+    h record;
     n integer := 0;
 BEGIN
     FOREACH g IN ARRAY p_groups LOOP
         IF pg_try_advisory_xact_lock(
             hashtextextended('{s}.group_turns/' || p_queue || '/' || g, 0)) THEN
-            DELETE FROM {s}.group_heads WHERE queue = p_queue AND grp = g;
-            INSERT INTO {s}.group_heads (queue, grp, priority, run_at, seq)
-                SELECT queue, grp, priority, run_at, seq FROM {s}.jobs
+            SELECT priority, run_at, seq INTO h FROM {s}.jobs
                 WHERE queue = p_queue AND grp = g AND NOT done AND ended IS NULL
                 AND (leased_until IS NULL) IS TRUE
                 ORDER BY queue, grp, priority DESC, run_at ASC NULLS FIRST, seq LIMIT 1;
+            IF NOT FOUND THEN
+                DELETE FROM {s}.group_heads WHERE queue = p_queue AND grp = g;
+            ELSE
+                -- Written only when it moves: a head left where it is costs no dead row.
+                UPDATE {s}.group_heads SET priority = h.priority, run_at = h.run_at, seq = h.seq
+                    WHERE queue = p_queue AND grp = g
+                    AND (priority, run_at, seq) IS DISTINCT FROM (h.priority, h.run_at, h.seq);
+                INSERT INTO {s}.group_heads (queue, grp, priority, run_at, seq)
+                    VALUES (p_queue, g, h.priority, h.run_at, h.seq)
+                    ON CONFLICT (queue, grp) DO NOTHING;
+            END IF;
             n := n + 1;
         END IF;
     END LOOP;

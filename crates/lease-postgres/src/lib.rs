@@ -64,7 +64,7 @@ pub use sql::CLAIM_NEXT_SETTINGS;
 use config::connection_settings;
 use connection::{Conn, Statements, setup};
 use sql::stored_now;
-use write::{commit, rollback};
+use write::rollback;
 
 use error::Stage;
 use sql::{Encoded, Sql, Standing};
@@ -486,7 +486,7 @@ impl LeaseStore for PgLeaseStore {
             ),
             async { c.query_one(&probe, &key).await.map(|r| r.get::<_, bool>(0)) },
         );
-        let (claimed, ((row, now), waited_on)) =
+        let (mut claimed, ((row, now), waited_on)) =
             self.claim_next_on(&conn, &s, &claim, true, lock).await?;
         let current = row.map(|r| sql::decode(job, &r, 0)).transpose()?;
         let command = self.resolved(c, &s, command, now).await?;
@@ -497,7 +497,7 @@ impl LeaseStore for PgLeaseStore {
             .and_then(|next| lease_domain::finishes(current.as_ref(), next))
             .filter(|_| waited_on)
             .zip(next.as_ref().map(|next| next.updated));
-        let mut writes = claimed.writes;
+        let mut writes = std::mem::take(&mut claimed.writes);
         let completion =
             next.map(|next| Encoded::from_to(job, current.as_ref().map(Standing::of), &next));
         let mut wrote = claimed.wrote || completion.is_some();
@@ -525,11 +525,15 @@ impl LeaseStore for PgLeaseStore {
             (Some(entry), Some(retention)) => {
                 try_join(
                     self.audit_rows(c, &s, job, entry, retention),
-                    commit(c, &s, &writes, true),
+                    claimed.commit(&conn, &s, &self.control, &claim.queue, &writes, true),
                 )
                 .await?;
             }
-            _ => commit(c, &s, &writes, wrote).await?,
+            _ => {
+                claimed
+                    .commit(&conn, &s, &self.control, &claim.queue, &writes, wrote)
+                    .await?;
+            }
         }
 
         conn.clean();
@@ -555,7 +559,16 @@ impl LeaseStore for PgLeaseStore {
             .claim_next_on(&conn, &s, claim, true, async { Ok(()) })
             .await?;
         claimed.settle(&conn, &s, &self.workflow).await?;
-        commit(conn.client(), &s, &claimed.writes, claimed.wrote).await?;
+        claimed
+            .commit(
+                &conn,
+                &s,
+                &self.control,
+                &claim.queue,
+                &claimed.writes,
+                claimed.wrote,
+            )
+            .await?;
         conn.clean();
         Ok(claimed.leases)
     }

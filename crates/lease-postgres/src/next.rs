@@ -85,7 +85,14 @@ impl PgLeaseStore {
         // Under a limit or group rules, claims of the queue take turns (an advisory lock for
         // the transaction) and count its live leases and read its groups after their turn
         // comes, so no two decide on one count.
-        let held = if settings.serializes_claims() && !rows.is_empty() {
+        // Without a count or a rate to read after it, the queue's turn is taken in the
+        // round trip of the walk's first read instead (`Driver::lock`): the statements of
+        // one connection run in order, so the read still runs after the turn came.
+        let lock_later = settings.serializes_claims()
+            && !rows.is_empty()
+            && !settings.counts_leases()
+            && !settings.limits_rate();
+        let held = if settings.serializes_claims() && !rows.is_empty() && !lock_later {
             let ((), count) = try_join(
                 async {
                     c.query_one(&self.control.lock_queue, &[&queue.as_str()])
@@ -141,6 +148,11 @@ impl PgLeaseStore {
             0
         };
         let mut walk = ClaimWalk::in_queue(&at_first, &settings, held, counting);
+        let lock = if lock_later {
+            Some(conn.prepare(&self.control.lock_queue).await?)
+        } else {
+            None
+        };
         let mut driver = Driver {
             store: self,
             conn,
@@ -150,6 +162,8 @@ impl PgLeaseStore {
             read: std::collections::HashMap::new(),
             pending: Vec::new(),
             wrote: forgot,
+            lock,
+            repair: Vec::new(),
         };
         // The page read ahead in the first round trip answers a plain walk's first read. When
         // it found no candidate there is nothing to claim, and no walk runs (nor took the
@@ -189,6 +203,7 @@ impl PgLeaseStore {
                 writes: driver.pending,
                 wrote: driver.wrote,
                 buried,
+                repair: driver.repair,
             },
             along,
         ))
@@ -209,6 +224,10 @@ struct Driver<'a> {
     pending: Vec<Encoded>,
     /// Whether rows were already written in the transaction (so it must commit).
     wrote: bool,
+    /// The queue's advisory lock, prepared, when it goes with the walk's first read.
+    lock: Option<tokio_postgres::Statement>,
+    /// The groups whose heads go with COMMIT (`Effect::RepairHeads`).
+    repair: Vec<String>,
 }
 
 impl Driver<'_> {
@@ -281,9 +300,8 @@ impl Driver<'_> {
                 }
             }
             Effect::RepairHeads(groups) => {
-                let groups: Vec<&str> = groups.iter().map(GroupKey::as_str).collect();
-                let text = &self.store.control.repair_heads;
-                self.query(text, &[&q, &groups]).await?;
+                // The walk's last effect: sent with COMMIT, after every row (`Claimed::commit`).
+                self.repair = groups.iter().map(|g| g.as_str().to_owned()).collect();
                 self.wrote = true;
             }
         }
@@ -302,6 +320,7 @@ impl Driver<'_> {
         let now = self.caller_now;
         let want = |n: usize| want_of(Some(n));
         Ok(match read {
+            Read::Many(reads) => self.many(term, reads).await?,
             Read::Page { want: n } => {
                 let rows = self
                     .query(&self.store.sql.candidates, &[&q, &now, &want(n)])
@@ -394,6 +413,96 @@ impl Driver<'_> {
         })
     }
 
+    /// Answers reads that do not depend on each other in one round trip, with the rows
+    /// decided before them.
+    async fn many(&mut self, term: LeaseTerm, reads: Vec<Read>) -> Result<Answer, StoreError> {
+        type Param = Box<dyn tokio_postgres::types::ToSql + Sync + Send>;
+        let control = &self.store.control;
+        let q = || -> Param { Box::new(self.queue.as_str().to_owned()) };
+        let mut planned: Vec<(&str, Vec<Param>, bool)> = Vec::with_capacity(reads.len());
+        for read in &reads {
+            let now: Param = Box::new(self.caller_now);
+            planned.push(match read {
+                Read::Due { group: None, want } => {
+                    let none: Option<String> = None;
+                    let p: Vec<Param> =
+                        vec![q(), now, Box::new(want_of(Some(*want))), Box::new(none)];
+                    (control.ungrouped_candidates.as_str(), p, false)
+                }
+                Read::Due {
+                    group: Some(group),
+                    want,
+                } => {
+                    let g = group.as_str().to_owned();
+                    let p: Vec<Param> = vec![q(), now, Box::new(want_of(Some(*want))), Box::new(g)];
+                    (control.turn_candidates.as_str(), p, false)
+                }
+                Read::Jobs(ids) => {
+                    let ids: Vec<String> = ids.iter().map(|id| id.as_str().to_owned()).collect();
+                    let n = want_of(Some(ids.len()));
+                    let p: Vec<Param> = vec![q(), now, Box::new(n), Box::new(ids)];
+                    (control.only_candidates.as_str(), p, false)
+                }
+                Read::Heads { want, skip } => {
+                    let skip: Vec<String> = skip.iter().map(|g| g.as_str().to_owned()).collect();
+                    let p: Vec<Param> = vec![q(), Box::new(want_of(Some(*want))), Box::new(skip)];
+                    (control.heads.as_str(), p, true)
+                }
+                other => {
+                    return Err(StoreError::Corrupt(
+                        format!("the claim walk asked for {other:?} among reads sent together")
+                            .into(),
+                    ));
+                }
+            });
+        }
+        let mut statements = Vec::with_capacity(planned.len());
+        for (text, _, _) in &planned {
+            statements.push(self.conn.prepare(text).await?);
+        }
+        let (c, s) = (self.conn.client(), self.s);
+        let lock = self.lock.take();
+        let queue = self.queue.as_str();
+        let params: Vec<Vec<&(dyn tokio_postgres::types::ToSql + Sync)>> = planned
+            .iter()
+            .map(|(_, p, _)| {
+                p.iter()
+                    .map(|b| b.as_ref() as &(dyn tokio_postgres::types::ToSql + Sync))
+                    .collect()
+            })
+            .collect();
+        let (_, answered) = try_join(
+            try_join(
+                locked(c, lock.as_ref(), queue),
+                try_join_all(
+                    self.pending
+                        .iter()
+                        .map(|w| update(c, &s.update, &s.update_counted, w)),
+                ),
+            ),
+            try_join_all(
+                statements
+                    .iter()
+                    .zip(&params)
+                    .map(|(stmt, p)| c.query(stmt, p)),
+            ),
+        )
+        .await
+        .map_err(Self::db)?;
+        self.wrote |= !self.pending.is_empty();
+        self.pending.clear();
+        let heads: Vec<bool> = planned.iter().map(|(_, _, heads)| *heads).collect();
+        let mut answers = Vec::with_capacity(answered.len());
+        for (rows, heads) in answered.iter().zip(heads) {
+            answers.push(if heads {
+                Answer::Heads(rows.iter().map(decode_head).collect::<Result<_, _>>()?)
+            } else {
+                self.candidates(term, rows)?
+            });
+        }
+        Ok(Answer::Many(answers))
+    }
+
     /// Runs one read of the walk, after the rows decided before it (in the same round trip).
     async fn query(
         &mut self,
@@ -402,11 +511,16 @@ impl Driver<'_> {
     ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
         let stmt = self.conn.prepare(text).await?;
         let (c, s) = (self.conn.client(), self.s);
+        let lock = self.lock.take();
+        let q = self.queue.as_str();
         let (_, rows) = try_join(
-            try_join_all(
-                self.pending
-                    .iter()
-                    .map(|w| update(c, &s.update, &s.update_counted, w)),
+            try_join(
+                locked(c, lock.as_ref(), q),
+                try_join_all(
+                    self.pending
+                        .iter()
+                        .map(|w| update(c, &s.update, &s.update_counted, w)),
+                ),
             ),
             c.query(&stmt, params),
         )
@@ -460,6 +574,18 @@ impl Driver<'_> {
             self.read.insert(id.clone(), Standing::of(job));
         }
         Ok((term, page))
+    }
+}
+
+/// Takes the queue's advisory lock when `lock` is the prepared statement (else nothing).
+async fn locked(
+    c: &tokio_postgres::Client,
+    lock: Option<&tokio_postgres::Statement>,
+    queue: &str,
+) -> Result<(), tokio_postgres::Error> {
+    match lock {
+        Some(stmt) => c.query_one(stmt, &[&queue]).await.map(drop),
+        None => Ok(()),
     }
 }
 
@@ -522,9 +648,44 @@ pub(crate) struct Claimed {
     /// The jobs the claim buried, with when: the jobs waiting on each are settled before
     /// COMMIT ([`Claimed::settle`]).
     pub(crate) buried: Vec<(lease_domain::JobId, Option<lease_domain::Timestamp>)>,
+    /// The groups whose heads are set to their first ready job before COMMIT
+    /// (`repair_group_heads`), after every row.
+    pub(crate) repair: Vec<String>,
 }
 
 impl Claimed {
+    /// Writes `writes` (the claim's rows and whatever the caller adds), moves the heads the
+    /// walk met on, and commits, in one round trip (rolls back when nothing was written).
+    pub(crate) async fn commit(
+        &self,
+        conn: &Conn,
+        s: &Statements,
+        control: &crate::control::ControlSql,
+        queue: &QueueName,
+        writes: &[Encoded],
+        wrote: bool,
+    ) -> Result<(), StoreError> {
+        if self.repair.is_empty() {
+            return crate::write::commit(conn.client(), s, writes, wrote).await;
+        }
+        let repair = conn.prepare(&control.repair_heads).await?;
+        let c = conn.client();
+        try_join(
+            try_join(
+                try_join_all(
+                    writes
+                        .iter()
+                        .map(|w| update(c, &s.update, &s.update_counted, w)),
+                ),
+                c.query_one(&repair, &[&queue.as_str(), &self.repair]),
+            ),
+            c.execute(&s.commit, &[]),
+        )
+        .await
+        .map(drop)
+        .map_err(|e| error::map(e, Stage::Commit))
+    }
+
     /// Writes the rows still to write, then settles the jobs waiting on each job the claim
     /// buried (a burial is rare: only then are the waiting children looked for).
     pub(crate) async fn settle(

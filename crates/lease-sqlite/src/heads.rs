@@ -17,15 +17,21 @@ pub(crate) const SELECT_HEADS: &str = "SELECT grp, priority, run_at, seq FROM le
     WHERE queue = ?1 AND grp NOT IN (SELECT value FROM json_each(?3)) \
     ORDER BY priority DESC, run_at, seq LIMIT +?2";
 
-/// Removes a group's head, before [`SET_HEAD`] puts it back at its first ready job.
-const DROP_HEAD: &str = "DELETE FROM lease_group_heads WHERE queue = ?1 AND grp = ?2";
-
 /// A group's head at its first ready job (unfinished, held by no one) in claim order, if it
-/// has one.
+/// has one; written only when it moves.
 pub(crate) const SET_HEAD: &str = "INSERT INTO lease_group_heads(queue, grp, priority, run_at, seq) \
     SELECT queue, grp, priority, run_at, seq FROM jobs_queue INDEXED BY jobs_queue_turn \
     WHERE queue = ?1 AND grp = ?2 AND finished IS NULL AND leased_until IS NULL \
-    ORDER BY priority DESC, run_at, seq LIMIT 1";
+    ORDER BY priority DESC, run_at, seq LIMIT 1 \
+    ON CONFLICT (queue, grp) DO UPDATE SET priority = excluded.priority, \
+    run_at = excluded.run_at, seq = excluded.seq \
+    WHERE priority IS NOT excluded.priority OR run_at IS NOT excluded.run_at \
+    OR seq IS NOT excluded.seq";
+
+/// Removes the head of a group with no ready job.
+const DROP_HEAD: &str = "DELETE FROM lease_group_heads WHERE queue = ?1 AND grp = ?2 \
+    AND NOT EXISTS (SELECT 1 FROM jobs_queue INDEXED BY jobs_queue_turn \
+    WHERE queue = ?1 AND grp = ?2 AND finished IS NULL AND leased_until IS NULL)";
 
 /// Every head at its group's first ready job, from the jobs.
 const REBUILD: &str = "DELETE FROM lease_group_heads; \
@@ -86,7 +92,7 @@ pub(crate) fn repair(
 ) -> Result<bool, StoreError> {
     let mut wrote = false;
     for group in groups {
-        for statement in [DROP_HEAD, SET_HEAD] {
+        for statement in [SET_HEAD, DROP_HEAD] {
             wrote |= conn
                 .prepare_cached(statement)
                 .and_then(|mut stmt| stmt.execute([queue.as_str(), group.as_str()]))

@@ -341,6 +341,12 @@ fn answer(
     let term = walk.term();
     let now = term.now();
     Ok(match read {
+        Read::Many(reads) => Answer::Many(
+            reads
+                .into_iter()
+                .map(|read| answer(conn, queue, walk, read))
+                .collect::<Result<_, _>>()?,
+        ),
         Read::Page { want } => {
             Answer::Page(term, loaded(conn, candidates(conn, queue, now, want)?)?)
         }
