@@ -60,7 +60,7 @@ pub(crate) fn first(
     want: usize,
     skip: &[GroupKey],
 ) -> Result<Vec<Head>, StoreError> {
-    let skip = crate::ops::json_strings(skip.iter().map(GroupKey::as_str));
+    let skip = json_strings(skip.iter().map(GroupKey::as_str));
     let want = i64::try_from(want).unwrap_or(i64::MAX);
     let rows = conn
         .prepare_cached(SELECT_HEADS)
@@ -81,6 +81,28 @@ pub(crate) fn first(
             lease_ports::codec::head(group, priority, run_at, seq)
         })
         .collect()
+}
+
+/// Texts as a JSON array of strings (for `json_each`).
+fn json_strings<'a>(texts: impl Iterator<Item = &'a str>) -> String {
+    let mut out = String::from("[");
+    for (i, text) in texts.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push('"');
+        for c in text.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
+    out.push(']');
+    out
 }
 
 /// Sets the head of each of `groups` of `queue` to its first ready job (removing it when it

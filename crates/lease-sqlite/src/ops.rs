@@ -378,28 +378,6 @@ fn write_effect(conn: &Connection, queue: &QueueName, effect: Effect) -> Result<
     }
 }
 
-/// Texts as a JSON array of strings (for `json_each`).
-pub(crate) fn json_strings<'a>(texts: impl Iterator<Item = &'a str>) -> String {
-    let mut out = String::from("[");
-    for (i, text) in texts.enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push('"');
-        for c in text.chars() {
-            match c {
-                '"' => out.push_str("\\\""),
-                '\\' => out.push_str("\\\\"),
-                c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
-                c => out.push(c),
-            }
-        }
-        out.push('"');
-    }
-    out.push(']');
-    out
-}
-
 /// Stores a job a claim decided on (leased, or buried out of attempts); a buried job releases
 /// or cancels the jobs waiting on it in the same transaction.
 fn store_claimed(conn: &Connection, id: &JobId, job: &Job) -> Result<(), StoreError> {
