@@ -336,6 +336,8 @@ enum Phase {
         only: Option<Vec<JobId>>,
         leased: usize,
         found: bool,
+        /// The last read left nothing to decide: the turn ends.
+        over: bool,
     },
     Over,
 }
@@ -808,8 +810,9 @@ impl ClaimWalk {
                     only,
                     leased,
                     found,
+                    over,
                 } => {
-                    if *leased == 0 && !self.is_full() {
+                    if !*over && *leased == 0 && !self.is_full() {
                         return Some(match only {
                             Some(ids) => Read::Jobs(ids.clone()),
                             None => Read::Due {
@@ -833,8 +836,7 @@ impl ClaimWalk {
         match (&mut fair.phase, answer) {
             (Phase::Ungrouped, Answer::Candidates(term, read)) => {
                 self.term = term;
-                let (wrote, _) = self.offer(term, read);
-                if !wrote {
+                if !self.offer(term, read, usize::MAX) {
                     fair.phase = Phase::Turns;
                 }
             }
@@ -862,10 +864,11 @@ impl ClaimWalk {
             }
             (
                 Phase::Group {
-                    group,
                     only,
                     leased,
                     found,
+                    over,
+                    ..
                 },
                 Answer::Candidates(term, mut read),
             ) => {
@@ -876,18 +879,9 @@ impl ClaimWalk {
                 }
                 *found |= !read.is_empty();
                 let before = self.leases.len();
-                let (wrote, _) = self.offer_one_lease(term, read);
+                // One lease a turn.
+                *over = !self.offer(term, read, 1);
                 *leased += self.leases.len() - before;
-                if !wrote {
-                    // Nothing left to decide on this turn: end it.
-                    let (group, leased, found) = (group.clone(), *leased, *found);
-                    if leased > 0 {
-                        self.effects.push(Effect::ServeTurn(group));
-                    } else if !found {
-                        self.effects.push(Effect::DropTurn(group));
-                    }
-                    fair.phase = Phase::Turns;
-                }
             }
             (phase, other) => {
                 return Err(wrong_answer(&format!("the answer in {phase:?}"), &other));
@@ -908,33 +902,22 @@ impl ClaimWalk {
             only,
             leased: 0,
             found: false,
+            over: false,
         }
     }
 
-    /// Decides candidates in order while the claim wants leases; says whether it wrote.
-    fn offer(&mut self, term: LeaseTerm, candidates: Vec<Candidate>) -> (bool, usize) {
+    /// Decides candidates in order while the claim wants leases, taking at most `most` of
+    /// them; says whether it wrote (a lease or a burial).
+    fn offer(&mut self, term: LeaseTerm, candidates: Vec<Candidate>, most: usize) -> bool {
         let mut wrote = false;
-        let before = self.leases.len();
+        let until = self.leases.len().saturating_add(most);
         for candidate in candidates {
-            if self.is_full() {
+            if self.is_full() || self.leases.len() >= until {
                 break;
             }
             wrote |= self.decide_into(term, candidate).is_none();
         }
-        (wrote, self.leases.len() - before)
-    }
-
-    /// As [`ClaimWalk::offer`], stopping at the first lease (a fair turn takes one).
-    fn offer_one_lease(&mut self, term: LeaseTerm, candidates: Vec<Candidate>) -> (bool, usize) {
-        let mut wrote = false;
-        let before = self.leases.len();
-        for candidate in candidates {
-            if self.is_full() || self.leases.len() > before {
-                break;
-            }
-            wrote |= self.decide_into(term, candidate).is_none();
-        }
-        (wrote, self.leases.len() - before)
+        wrote
     }
 
     /// Decides one candidate, keeping what it wrote as an effect; the id back when it was

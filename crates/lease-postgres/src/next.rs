@@ -244,8 +244,11 @@ impl Driver<'_> {
                     let before = self.read.get(&id).cloned();
                     self.pending.push(Encoded::from_to(&id, before, &job));
                 }
-                // Sent with the rows decided before it, in one round trip.
-                repair @ Effect::RepairHeads(_) => self.write(repair).await?,
+                // The walk's last effect: sent with COMMIT, after every row (`Claimed::commit`).
+                Effect::RepairHeads(groups) => {
+                    self.repair = groups.iter().map(|g| g.as_str().to_owned()).collect();
+                    self.wrote = true;
+                }
                 other => {
                     self.flush().await?;
                     self.write(other).await?;
@@ -255,18 +258,42 @@ impl Driver<'_> {
         Ok(())
     }
 
+    /// Sends the rows decided so far (after the queue's lock when it goes with this round
+    /// trip).
     async fn flush(&mut self) -> Result<(), StoreError> {
+        self.send(&[], &[]).await.map(drop)
+    }
+
+    /// One round trip: the queue's lock when it goes with this one, the rows decided so far,
+    /// then `statements` with `params`, in order; answers each statement's rows.
+    async fn send(
+        &mut self,
+        statements: &[tokio_postgres::Statement],
+        params: &[Vec<&(dyn tokio_postgres::types::ToSql + Sync)>],
+    ) -> Result<Vec<Vec<tokio_postgres::Row>>, StoreError> {
         let (c, s) = (self.conn.client(), self.s);
-        try_join_all(
-            self.pending
-                .iter()
-                .map(|w| update(c, &s.update, &s.update_counted, w)),
+        let lock = self.lock.take();
+        let (_, rows) = try_join(
+            try_join(
+                locked(c, lock.as_ref(), self.queue.as_str()),
+                try_join_all(
+                    self.pending
+                        .iter()
+                        .map(|w| update(c, &s.update, &s.update_counted, w)),
+                ),
+            ),
+            try_join_all(
+                statements
+                    .iter()
+                    .zip(params)
+                    .map(|(stmt, p)| c.query(stmt, p)),
+            ),
         )
         .await
         .map_err(Self::db)?;
         self.wrote |= !self.pending.is_empty();
         self.pending.clear();
-        Ok(())
+        Ok(rows)
     }
 
     async fn write(&mut self, effect: Effect) -> Result<(), StoreError> {
@@ -274,7 +301,8 @@ impl Driver<'_> {
         let c = self.conn.client();
         let q = self.queue.as_str();
         match effect {
-            Effect::Job(..) => {}
+            // Staged by `stage`.
+            Effect::Job(..) | Effect::RepairHeads(_) => {}
             Effect::ServeTurn(group) => {
                 let stmt = self.conn.prepare(&control.serve_turn).await?;
                 c.execute(&stmt, &[&q, &group.as_str()])
@@ -298,11 +326,6 @@ impl Driver<'_> {
                         .map_err(Self::db)?
                         > 0;
                 }
-            }
-            Effect::RepairHeads(groups) => {
-                // The walk's last effect: sent with COMMIT, after every row (`Claimed::commit`).
-                self.repair = groups.iter().map(|g| g.as_str().to_owned()).collect();
-                self.wrote = true;
             }
         }
         Ok(())
@@ -460,9 +483,6 @@ impl Driver<'_> {
         for (text, _, _) in &planned {
             statements.push(self.conn.prepare(text).await?);
         }
-        let (c, s) = (self.conn.client(), self.s);
-        let lock = self.lock.take();
-        let queue = self.queue.as_str();
         let params: Vec<Vec<&(dyn tokio_postgres::types::ToSql + Sync)>> = planned
             .iter()
             .map(|(_, p, _)| {
@@ -471,26 +491,7 @@ impl Driver<'_> {
                     .collect()
             })
             .collect();
-        let (_, answered) = try_join(
-            try_join(
-                locked(c, lock.as_ref(), queue),
-                try_join_all(
-                    self.pending
-                        .iter()
-                        .map(|w| update(c, &s.update, &s.update_counted, w)),
-                ),
-            ),
-            try_join_all(
-                statements
-                    .iter()
-                    .zip(&params)
-                    .map(|(stmt, p)| c.query(stmt, p)),
-            ),
-        )
-        .await
-        .map_err(Self::db)?;
-        self.wrote |= !self.pending.is_empty();
-        self.pending.clear();
+        let answered = self.send(&statements, &params).await?;
         let heads: Vec<bool> = planned.iter().map(|(_, _, heads)| *heads).collect();
         let mut answers = Vec::with_capacity(answered.len());
         for (rows, heads) in answered.iter().zip(heads) {
@@ -510,25 +511,8 @@ impl Driver<'_> {
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
         let stmt = self.conn.prepare(text).await?;
-        let (c, s) = (self.conn.client(), self.s);
-        let lock = self.lock.take();
-        let q = self.queue.as_str();
-        let (_, rows) = try_join(
-            try_join(
-                locked(c, lock.as_ref(), q),
-                try_join_all(
-                    self.pending
-                        .iter()
-                        .map(|w| update(c, &s.update, &s.update_counted, w)),
-                ),
-            ),
-            c.query(&stmt, params),
-        )
-        .await
-        .map_err(Self::db)?;
-        self.wrote |= !self.pending.is_empty();
-        self.pending.clear();
-        Ok(rows)
+        let mut rows = self.send(&[stmt], &[params.to_vec()]).await?;
+        Ok(rows.pop().unwrap_or_default())
     }
 
     /// Candidate rows read back (each with the statement's clock first, then its `seq`).
