@@ -18,6 +18,7 @@ mod audit;
 mod clock;
 mod command;
 mod control;
+mod effects;
 mod groups;
 mod guard;
 mod migrate;
@@ -39,6 +40,7 @@ pub use audit::{AuditReason, Refusal, holder_refusal, reclaim_delay, reclaim_del
 pub use clock::{ClockMode, ClockRefused, ClockSkew};
 pub use command::{Command, HolderWrite, Outcome};
 pub use control::{Concurrency, Limits, Pause, QueueChange, QueueSettings, decide_queue_change};
+pub use effects::{Change, Decided};
 pub use groups::{GroupGate, GroupTurn};
 pub use guard::{GuardRefused, decide_guard};
 pub use migrate::{ImportDecision, carried_epoch, decide_import, raise_fence};

@@ -2896,3 +2896,166 @@ fn a_claim_whose_epoch_is_used_up_is_refused_and_skipped() {
         NextDecision::Skip
     );
 }
+
+// ---- What a decision changes ----
+
+/// The kinds of a decision's changes, in order.
+fn kinds(decided: &Decided) -> Vec<u8> {
+    decided.changes.iter().map(Change::kind).collect()
+}
+
+#[test]
+fn an_enqueue_of_a_purged_id_inserts_its_row_and_forgets_the_mark() {
+    let j = id("j");
+    let decided = Command::Enqueue.decided(&j, None, Some(fence(7)));
+    let Some(row) = decided.row().cloned() else {
+        panic!("no row: {decided:?}");
+    };
+    assert_eq!(row.fence, fence(7), "the fence carries on from the mark");
+    assert_eq!(
+        decided.changes,
+        vec![
+            Change::Row {
+                job: row,
+                insert: true
+            },
+            Change::ForgetPurged
+        ]
+    );
+    // Without a mark there is none to forget; over a stored job nothing is written.
+    assert_eq!(kinds(&Command::Enqueue.decided(&j, None, None)), vec![3]);
+    let stored = Job::new();
+    let again = Command::Enqueue.decided(&j, Some(&stored), None);
+    assert_eq!(again.changes, vec![]);
+    assert_eq!(again.outcome, Outcome::Enqueued(false));
+}
+
+#[test]
+fn running_a_finished_child_again_clears_writes_traces_names_parents_and_judges_in_that_order() {
+    let j = id("j");
+    let context = TraceContext::new(
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        None,
+    )
+    .unwrap();
+    let again = Command::EnqueueWith(EnqueueSpec {
+        replace_finished: true,
+        trace: Some(context.clone()),
+        after: vec![id("parent")],
+        ..EnqueueSpec::default()
+    });
+    let claimed = decide_claim(Some(&Job::new()), &owner("A"), term(100.0, 30.0)).unwrap();
+    let result = JobResult::new("v").unwrap();
+    let done = decide_complete(Some(&claimed), &owner("A"), fence(1), at(110.0), &result).unwrap();
+    let decided = again.decided(&j, Some(&done), None);
+    let Some(row) = decided.row().cloned() else {
+        panic!("no row: {decided:?}");
+    };
+    assert_eq!(
+        decided.changes,
+        vec![
+            Change::ClearCheckpoints,
+            Change::Row {
+                job: row,
+                insert: false
+            },
+            Change::Trace(Some(context)),
+            Change::Parents,
+            Change::Judge,
+        ]
+    );
+    // A live job is left as it is: nothing of it changes.
+    assert_eq!(again.decided(&j, Some(&claimed), None).changes, vec![]);
+}
+
+#[test]
+fn a_completion_writes_the_row_then_settles_the_jobs_waiting_on_it() {
+    let j = id("j");
+    let claimed = decide_claim(Some(&Job::new()), &owner("A"), term(100.0, 30.0)).unwrap();
+    let result = JobResult::new("v").unwrap();
+    let complete = Command::Complete(owner("A"), fence(1), at(110.0), result);
+    let decided = complete.decided(&j, Some(&claimed), None);
+    let Some(row) = decided.row().cloned() else {
+        panic!("no row: {decided:?}");
+    };
+    assert_eq!(
+        decided.changes,
+        vec![
+            Change::Row {
+                job: row,
+                insert: false
+            },
+            Change::Release(Status::Done, Some(at(110.0))),
+        ]
+    );
+    // A renewal writes its row alone.
+    let renew = Command::Renew(owner("A"), fence(1), term(110.0, 30.0));
+    assert_eq!(kinds(&renew.decided(&j, Some(&claimed), None)), vec![3]);
+}
+
+#[test]
+fn a_refused_holder_write_changes_nothing_but_the_audit_trail() {
+    let j = id("j");
+    let claimed = decide_claim(Some(&Job::new()), &owner("A"), term(100.0, 30.0)).unwrap();
+    let stale = Command::Renew(owner("A"), fence(9), term(110.0, 30.0));
+    let decided = stale.decided(&j, Some(&claimed), None);
+    assert!(!decided.writes());
+    let Some(entry) = decided.refused() else {
+        panic!("no refusal: {decided:?}");
+    };
+    assert_eq!(entry.reason, AuditReason::Stale);
+    assert_eq!(decided.changes, vec![Change::Refused(entry.clone())]);
+    // A refusal that is not a holder's (a retry of a live job) leaves no trail either.
+    let retry = Command::Retry(at(110.0)).decided(&j, Some(&claimed), None);
+    assert!(matches!(retry.outcome, Outcome::Wrote(Err(_))));
+    assert_eq!(retry.changes, vec![]);
+}
+
+#[test]
+fn a_hold_changes_only_its_queue_and_a_checkpoint_only_its_own_row() {
+    let j = id("j");
+    let grouped = Job {
+        group: Some(GroupKey::new("g").unwrap()),
+        ..held("A", 1, 200.0)
+    };
+    let hold = Command::HoldGroup(owner("A"), fence(1), at(100.0), at(150.0));
+    assert_eq!(
+        hold.decided(&j, Some(&grouped), None).changes,
+        vec![Change::Queue(
+            grouped.queue.clone(),
+            QueueChange::HoldGroup(GroupKey::new("g").unwrap(), at(150.0))
+        )]
+    );
+    let step = checkpoint("fetch", "rows=3");
+    let keep = Command::Checkpoint(owner("A"), fence(1), at(100.0), step.clone());
+    assert_eq!(
+        keep.decided(&j, Some(&grouped), None).changes,
+        vec![Change::Checkpoint(step, fence(1), at(100.0))]
+    );
+}
+
+#[test]
+fn a_claimed_row_settles_the_jobs_waiting_only_when_the_claim_buried_it() {
+    let leased = decide_claim(Some(&Job::new()), &owner("A"), term(100.0, 30.0)).unwrap();
+    assert_eq!(
+        Change::of_claim(leased.clone()),
+        vec![Change::Row {
+            job: leased,
+            insert: false
+        }]
+    );
+    let buried = Job {
+        ended: Some(Ended::Dead),
+        updated: Some(at(100.0)),
+        ..Job::new()
+    };
+    let changes = Change::of_claim(buried.clone());
+    assert_eq!(
+        kinds(&Decided {
+            outcome: Outcome::Enqueued(false),
+            changes: changes.clone()
+        }),
+        vec![3, 8]
+    );
+    assert_eq!(changes[1], Change::Release(Status::Dead, Some(at(100.0))));
+}

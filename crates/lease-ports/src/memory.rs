@@ -6,12 +6,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use lease_domain::{CheckpointName, KeptCheckpoint, KeyId, KeyRefused, decide_new_key};
+use lease_domain::{Change, CheckpointName, KeptCheckpoint, KeyId, KeyRefused, decide_new_key};
 use lease_domain::{
     ClaimKey, ClockMode, Command, EnqueueSpec, Epoch, Fence, GroupKey, InputError, Job, JobId,
     LeaseTerm, Outcome, QueueChange, QueueName, QueueSettings, Schedule, ScheduleName,
     ScheduleSpec, Status, Timestamp, Turn, Waiting, check_workflow, checkpoint_fits, decide_child,
-    decide_put_schedule, decide_queue_change, finishes, is_purgeable, judges_parents, propagate,
+    decide_put_schedule, decide_queue_change, is_purgeable, propagate,
 };
 
 use crate::keys::{KeyRecord, KeyStore, live_scopes};
@@ -52,21 +52,71 @@ impl Jobs {
         self.queues.iter().map(|(q, s)| (q.clone(), s.clone()))
     }
 
-    /// Stores `next` as a command decided it, then settles the workflow around it in the same
-    /// critical section: a job just enqueued again or retried with parents is judged against
-    /// them, and a job that has just finished releases (or cancels) the jobs waiting on it.
-    fn write(&mut self, id: &JobId, next: Job) {
-        let before = self.jobs.get(id).map(|(job, _)| job);
-        let judge = judges_parents(before, &next);
-        let end = finishes(before, &next);
-        let at = next.updated;
-        self.store(id, next);
-        if judge {
-            self.judge(id);
+    /// Writes the changes of one decision on job `id`, in their order, judging the job (if
+    /// it is) at the end.
+    fn write_all(&mut self, id: &JobId, changes: Vec<Change>) -> Result<(), StoreError> {
+        let mut judged = Vec::new();
+        for change in changes {
+            self.write_change(id, change, &mut judged)?;
         }
-        if let Some(end) = end {
-            self.release(id, end, at);
+        for id in judged {
+            self.judge(&id);
         }
+        Ok(())
+    }
+
+    /// Writes one change of a decision on job `id` (the memory store's arm of every
+    /// [`Change`]); a job to judge goes to `judged`, judged once its batch is written. A
+    /// checkpoint that does not fit is refused before anything is written.
+    fn write_change(
+        &mut self,
+        id: &JobId,
+        change: Change,
+        judged: &mut Vec<JobId>,
+    ) -> Result<(), StoreError> {
+        match change {
+            Change::Queue(queue, change) => {
+                let settings = self.queues.get(&queue).cloned().unwrap_or_default();
+                let next = decide_queue_change(&settings, change);
+                if next.is_default() {
+                    self.queues.remove(&queue);
+                } else {
+                    self.queues.insert(queue, next);
+                }
+            }
+            Change::Checkpoint(checkpoint, fence, at) => {
+                let kept = self.checkpoints.entry(id.clone()).or_default();
+                checkpoint_fits(id, kept.len(), kept.contains_key(&checkpoint.name))
+                    .map_err(|refused| StoreError::InvalidInput(refused.into()))?;
+                kept.insert(
+                    checkpoint.name.clone(),
+                    KeptCheckpoint {
+                        name: checkpoint.name,
+                        value: checkpoint.value,
+                        fence,
+                        at,
+                    },
+                );
+            }
+            Change::ClearCheckpoints => {
+                self.checkpoints.remove(id);
+            }
+            Change::Row { job, .. } => self.store(id, job),
+            Change::ForgetPurged => {
+                self.purged.remove(id);
+            }
+            Change::Trace(Some(trace)) => {
+                self.traces.insert(id.clone(), trace);
+            }
+            Change::Trace(None) => {
+                self.traces.remove(id);
+            }
+            // The parents are in the job's row; the memory store keeps no audit trail.
+            Change::Parents | Change::Refused(_) => {}
+            Change::Judge => judged.push(id.clone()),
+            Change::Release(end, at) => self.release(id, end, at),
+        }
+        Ok(())
     }
 
     /// How each of `parents` stands: its finished status, `None` while it can still run (a
@@ -232,33 +282,20 @@ fn enqueue(jobs: &mut Jobs, batch: &[(JobId, EnqueueSpec)]) -> Result<Vec<Outcom
             .collect();
         check_workflow(&named, |p| jobs.jobs.contains_key(p)).map_err(InputError::from)?;
     }
+    // Each job is decided and written in order (an id given twice sees its first entry's
+    // row); the jobs to judge are judged once the batch is written (a parent may come later).
     let mut judged = Vec::new();
     let mut outcomes = Vec::with_capacity(batch.len());
     for (id, spec) in batch {
         let current = jobs.jobs.get(id).map(|(j, _)| j);
         let purged = current.map_or_else(|| jobs.purged.get(id).copied(), |_| None);
         let command = Command::EnqueueWith(spec.clone());
-        let (next, outcome) = command.decide(id, current, purged);
-        crate::observe::decided(&command, current, &outcome);
-        if command.clears_checkpoints(current, next.as_ref()) {
-            jobs.checkpoints.remove(id);
+        let decided = command.decided(id, current, purged);
+        crate::observe::decided(&command, current, &decided);
+        for change in decided.changes {
+            jobs.write_change(id, change, &mut judged)?;
         }
-        match command.sets_trace(current, next.as_ref()) {
-            Some(Some(trace)) => {
-                jobs.traces.insert(id.clone(), trace.clone());
-            }
-            Some(None) => {
-                jobs.traces.remove(id);
-            }
-            None => {}
-        }
-        if let Some(next) = next {
-            if judges_parents(current, &next) {
-                judged.push(id.clone());
-            }
-            jobs.store(id, next);
-        }
-        outcomes.push(outcome);
+        outcomes.push(decided.outcome);
     }
     for id in judged {
         jobs.judge(&id);
@@ -279,36 +316,10 @@ fn apply(jobs: &mut Jobs, job: &JobId, command: &Command) -> Result<Outcome, Sto
         None if command.is_enqueue() => jobs.purged.get(job).copied(),
         _ => None,
     };
-    let (next, outcome) = command.decide(job, current, purged);
-    crate::observe::decided(command, current, &outcome);
-    let change = command.queue_change(current, &outcome);
-    if let Some((checkpoint, fence, at)) = command.checkpoint(&outcome) {
-        let kept = jobs.checkpoints.entry(job.clone()).or_default();
-        checkpoint_fits(job, kept.len(), kept.contains_key(&checkpoint.name))
-            .map_err(|refused| StoreError::InvalidInput(refused.into()))?;
-        kept.insert(
-            checkpoint.name.clone(),
-            KeptCheckpoint {
-                name: checkpoint.name.clone(),
-                value: checkpoint.value.clone(),
-                fence,
-                at,
-            },
-        );
-    }
-    if let Some(next) = next {
-        jobs.write(job, next);
-    }
-    if let Some((queue, change)) = change {
-        let settings = jobs.queues.get(&queue).cloned().unwrap_or_default();
-        let next = decide_queue_change(&settings, change);
-        if next.is_default() {
-            jobs.queues.remove(&queue);
-        } else {
-            jobs.queues.insert(queue, next);
-        }
-    }
-    Ok(outcome)
+    let decided = command.decided(job, current, purged);
+    crate::observe::decided(command, current, &decided);
+    jobs.write_all(job, decided.changes)?;
+    Ok(decided.outcome)
 }
 
 #[async_trait]
@@ -537,9 +548,9 @@ fn answer(
 }
 
 /// Writes one effect of the claim walk.
-fn write_effect(jobs: &mut Jobs, queue: &QueueName, effect: Effect) {
+fn write_effect(jobs: &mut Jobs, queue: &QueueName, effect: Effect) -> Result<(), StoreError> {
     match effect {
-        Effect::Job(id, job) => jobs.write(&id, job),
+        Effect::Job(id, job) => jobs.write_all(&id, Change::of_claim(job))?,
         Effect::ServeTurn(group) => {
             let turns = jobs.turns.entry(queue.clone()).or_default();
             let last = turns.values().copied().max().unwrap_or(0);
@@ -559,6 +570,7 @@ fn write_effect(jobs: &mut Jobs, queue: &QueueName, effect: Effect) {
             }
         }
     }
+    Ok(())
 }
 
 /// `claim_next` over the locked jobs: the claim walk under the queue's settings, its reads
@@ -591,13 +603,13 @@ fn claim_next(jobs: &mut Jobs, claim: &ClaimNext) -> Result<Vec<Lease>, StoreErr
     let mut walk = ClaimWalk::in_queue(claim, &settings, held, counting(None));
     while let Some(read) = walk.next_read() {
         for effect in walk.take_effects() {
-            write_effect(jobs, queue, effect);
+            write_effect(jobs, queue, effect)?;
         }
         let answered = answer(jobs, queue, read, term, &counting);
         walk.answer(answered)?;
     }
     for effect in walk.take_effects() {
-        write_effect(jobs, queue, effect);
+        write_effect(jobs, queue, effect)?;
     }
     let granted = walk.grants();
     if !granted.is_empty() {

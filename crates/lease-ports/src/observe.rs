@@ -4,8 +4,8 @@
 //!
 //! - [`decided`] is called by every adapter where a command is decided, with the stored job it
 //!   was decided against: it counts refusals by reason and records how late an expired write
-//!   came and how long an expired lease waited to be claimed again; it returns the
-//!   [`Refusal`] an audit trail stores.
+//!   came and how long an expired lease waited to be claimed again (the [`lease_domain::Refusal`] an
+//!   audit trail stores is one of the decision's changes).
 //! - [`Observed`] wraps any store ([`Observe`]'s hooks on a [`Decorated`] store): one span per
 //!   operation of the queue and its control (job, owner, fence, outcome, refusal reason), an
 //!   operation counter by kind and outcome, and a latency histogram; `stats` also sets the
@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lease_domain::{
-    Command, Fence, Job, JobId, Outcome, Owner, QueueName, Refusal, Status, Timestamp,
-    WriteRefused, reclaim_delay, reclaim_delay_at, refusal,
+    Command, Decided, Fence, Job, JobId, Outcome, Owner, QueueName, Status, Timestamp,
+    reclaim_delay, reclaim_delay_at,
 };
 
 use crate::decorate::{Call, Decorated, Hooks};
@@ -83,20 +83,18 @@ pub mod names {
     pub const GUARD_REFUSALS: &str = "lease_guard_refusals_total";
 }
 
-/// Records what a decision says (see the module documentation) and returns the refusal an
-/// audit trail stores, if the command was a holder's write that was refused.
-pub fn decided(command: &Command, current: Option<&Job>, outcome: &Outcome) -> Option<Refusal> {
-    let refused: Option<&WriteRefused> = match outcome {
-        Outcome::Wrote(Err(refused)) | Outcome::Failed(Err(refused)) => Some(refused),
-        Outcome::Claimed(Ok(_)) => {
-            if let Some(delay) = reclaim_delay(command, current) {
-                metrics::histogram!(names::RECLAIM_DELAY_SECONDS).record(delay);
-            }
-            None
+/// Records what a decision says (see the module documentation): the delay before an expired
+/// lease was claimed again, and the refusal of a holder's write (which the decision's
+/// [`lease_domain::Change::Refused`] hands to an audit trail).
+pub fn decided(command: &Command, current: Option<&Job>, decided: &Decided) {
+    if let Outcome::Claimed(Ok(_)) = decided.outcome {
+        if let Some(delay) = reclaim_delay(command, current) {
+            metrics::histogram!(names::RECLAIM_DELAY_SECONDS).record(delay);
         }
-        _ => None,
+    }
+    let Some(entry) = decided.refused() else {
+        return;
     };
-    let entry = refusal(command, current, refused?)?;
     metrics::counter!(names::REFUSALS, "operation" => entry.operation.as_str(), "reason" => entry.reason.as_str())
         .increment(1);
     if let Some(late) = entry.late_by {
@@ -111,7 +109,6 @@ pub fn decided(command: &Command, current: Option<&Job>, outcome: &Outcome) -> O
         late_by = ?entry.late_by,
         "refused a holder's write"
     );
-    Some(entry)
 }
 
 /// Records how long `job`'s lease had been expired when `claim_next` leased it at `now`.

@@ -12,24 +12,6 @@ use crate::connection::Statements;
 use crate::error::{self, Stage};
 
 impl PgLeaseStore {
-    /// Records a refused holder write in the audit trail and commits (one round trip).
-    pub(crate) async fn commit_refusal(
-        &self,
-        c: &tokio_postgres::Client,
-        s: &Statements,
-        id: &JobId,
-        entry: &lease_domain::Refusal,
-        retention: u64,
-    ) -> Result<(), StoreError> {
-        try_join(self.audit_rows(c, s, id, entry, retention), async {
-            c.execute(&s.commit, &[])
-                .await
-                .map_err(|e| error::map(e, Stage::Commit))
-        })
-        .await
-        .map(drop)
-    }
-
     /// Adds a refused holder write to the audit trail in the open transaction and trims the
     /// trail to `retention` rows (sent at once; the caller commits).
     pub(crate) async fn audit_rows(

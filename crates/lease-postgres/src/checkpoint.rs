@@ -18,7 +18,7 @@ pub(crate) struct CheckpointSql {
     /// Writes checkpoints as they are (arrays of job, name, value, fence, time).
     put: String,
     /// Deletes the checkpoints of the jobs `$1`.
-    clear: String,
+    pub(crate) clear: String,
     /// The checkpoints of `$1`, in name order.
     select: String,
     /// Every checkpoint, in job then name order.

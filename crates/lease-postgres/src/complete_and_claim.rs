@@ -233,14 +233,14 @@ pub(crate) fn judge(
             ));
         }
         let current = before.map(|b| b.job);
-        let (next, decided) = command.decide(id, current.as_ref(), None);
-        match (&next, after) {
+        let decided = command.decided(id, current.as_ref(), None);
+        match (decided.row(), after) {
             (None, None) => {}
             (Some(next), Some(wrote)) if wrote.id == *id && *next == wrote.job => {}
-            (next, wrote) => return Err(disagree(&job_of(id), next, &wrote.map(|w| w.job))),
+            (next, wrote) => return Err(disagree(&job_of(id), &next, &wrote.map(|w| w.job))),
         }
         lease_ports::observe::decided(&command, current.as_ref(), &decided);
-        outcome = Some(decided);
+        outcome = Some(decided.outcome);
     }
     let mut candidates = Vec::new();
     let mut written = Vec::new();

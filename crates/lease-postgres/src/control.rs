@@ -18,10 +18,11 @@ use lease_ports::control::{Control, Fire};
 use tokio_postgres::Row;
 
 use crate::PgLeaseStore;
+use crate::changes::Changes;
 use crate::connection::{Conn, Statements};
 use crate::error::{self, Stage};
-use crate::sql::{self, Encoded, Standing};
-use crate::write::{rollback, update};
+use crate::sql;
+use crate::write::rollback;
 
 const QUEUE_COLUMNS: &str = "queue, paused, paused_until, concurrency, timeout, per_group, ordered, \
     rate_count, rate_period, group_rate_count, group_rate_period, fair";
@@ -609,11 +610,19 @@ impl Control for PgLeaseStore {
                 Self::end(conn, s, false).await?;
                 return Ok(None);
             };
-            let mut inserted = Vec::with_capacity(fire.jobs.len());
-            for (id, spec) in &fire.jobs {
+            // Each job decided in order (after its row lock), its changes written set by set
+            // with the schedule's row.
+            let mut changes = Changes::default();
+            let mut decided = Vec::with_capacity(fire.jobs.len());
+            let mut current_of = std::collections::HashMap::new();
+            for (at, (id, spec)) in fire.jobs.iter().enumerate() {
                 let key = id.as_str();
                 let row = c.query_opt(&s.lock, &[&key]).await.map_err(before)?;
-                let current = row.map(|r| sql::decode(id, &r, 0)).transpose()?;
+                let stored = row.map(|r| sql::decode(id, &r, 0)).transpose()?;
+                let current = match current_of.get(id) {
+                    Some(decided) => Some(Clone::clone(decided)),
+                    None => stored,
+                };
                 let purged = match &current {
                     None => c
                         .query_opt(&s.lock_purged, &[&key])
@@ -631,27 +640,28 @@ impl Control for PgLeaseStore {
                     Some(_) => None,
                 };
                 let command = Command::EnqueueWith(spec.clone());
-                let (next, outcome) = command.decide(id, current.as_ref(), purged);
-                if let Some(next) = next {
-                    let encoded = Encoded::from_to(id, current.as_ref().map(Standing::of), &next);
-                    if current.is_none() {
-                        c.execute(&s.insert, &encoded.params())
-                            .await
-                            .map_err(before)?;
-                        if purged.is_some() {
-                            c.execute(&s.forget_purged, &[&key]).await.map_err(before)?;
-                        }
-                    } else {
-                        update(c, &s.update, &s.update_counted, &encoded)
-                            .await
-                            .map_err(before)?;
-                    }
+                let decision = command.decided(id, current.as_ref(), purged);
+                if let Some(next) = decision.row() {
+                    current_of.insert(id.clone(), next.clone());
                 }
-                inserted.push(lease_ports::outcome_as(outcome)?);
+                changes.add(at, id, current.as_ref(), decision.changes)?;
+                decided.push(decision.outcome);
             }
             write_schedule(c, sql, &fired).await.map_err(before)?;
-            Self::end(conn, s, true).await?;
-            Ok(Some(inserted))
+            changes.wrote();
+            let written = changes.commit(self, &conn, s, None).await?;
+            for at in written.lost {
+                if let Some(outcome @ lease_domain::Outcome::Enqueued(true)) = decided.get_mut(at) {
+                    *outcome = lease_domain::Outcome::Enqueued(false);
+                }
+            }
+            let mut conn = conn;
+            conn.clean();
+            decided
+                .into_iter()
+                .map(lease_ports::outcome_as)
+                .collect::<Result<Vec<bool>, _>>()
+                .map(Some)
         }
     }
 }

@@ -13,6 +13,7 @@
 
 mod audit;
 mod batch;
+mod changes;
 mod checkpoint;
 mod complete_and_claim;
 mod config;
@@ -44,7 +45,8 @@ use async_trait::async_trait;
 use deadpool_postgres::{Hook, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use futures::future::try_join;
 use lease_domain::{
-    ClockMode, Command, EnqueueSpec, JobId, KeptCheckpoint, Status, Timestamp, Ttl, is_purgeable,
+    Change, ClockMode, Command, EnqueueSpec, JobId, KeptCheckpoint, Status, Timestamp, Ttl,
+    is_purgeable,
 };
 use lease_ports::codec::{StoredDue, StoredGroup, StoredMinute};
 use lease_ports::{
@@ -490,16 +492,33 @@ impl LeaseStore for PgLeaseStore {
             self.claim_next_on(&conn, &s, &claim, true, lock).await?;
         let current = row.map(|r| sql::decode(job, &r, 0)).transpose()?;
         let command = self.resolved(c, &s, command, now).await?;
-        let (next, outcome) = command.decide(job, current.as_ref(), None);
-        let refused = lease_ports::observe::decided(&command, current.as_ref(), &outcome);
-        let released = next
-            .as_ref()
-            .and_then(|next| lease_domain::finishes(current.as_ref(), next))
-            .filter(|_| waited_on)
-            .zip(next.as_ref().map(|next| next.updated));
+        let decided = command.decided(job, current.as_ref(), None);
+        lease_ports::observe::decided(&command, current.as_ref(), &decided);
+        // A completion changes its job's row and settles the jobs waiting on it (when any
+        // do, as read after its lock), or is refused (recorded in the audit trail when the
+        // store keeps one); nothing else.
+        let (mut completion, mut released, mut refused) = (None, None, None);
+        for change in decided.changes {
+            match change {
+                Change::Row { job: next, .. } => {
+                    completion = Some(Encoded::from_to(
+                        job,
+                        current.as_ref().map(Standing::of),
+                        &next,
+                    ));
+                }
+                Change::Release(end, at) => released = Some((end, at)).filter(|_| waited_on),
+                Change::Refused(entry) => refused = Some(entry),
+                other => {
+                    rollback(c, &s).await?;
+                    return Err(StoreError::Corrupt(
+                        format!("job {job}: a completion decided {other:?}").into(),
+                    ));
+                }
+            }
+        }
+        let outcome = decided.outcome;
         let mut writes = std::mem::take(&mut claimed.writes);
-        let completion =
-            next.map(|next| Encoded::from_to(job, current.as_ref().map(Standing::of), &next));
         let mut wrote = claimed.wrote || completion.is_some();
         writes.extend(completion);
         // A workflow's jobs settle after the rows that finished their parents are written.

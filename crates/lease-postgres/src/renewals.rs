@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 
 use futures::future::{join_all, try_join, try_join_all};
-use lease_domain::{Command, Job, JobId, Outcome};
+use lease_domain::{Change, Command, Job, JobId, Outcome};
 use lease_ports::StoreError;
 use tokio::sync::oneshot;
 
@@ -170,33 +170,37 @@ impl PgLeaseStore {
                 },
                 None => r.command.clone(),
             };
-            let (next, outcome) = command.decide(&r.job, current.as_ref(), None);
-            let refused = lease_ports::observe::decided(&command, current.as_ref(), &outcome);
-            match (next, &current) {
-                (Some(next), Some(before)) => {
-                    writes.push((
-                        Encoded::from_to(&r.job, Some(Standing::of(before)), &next),
-                        answers.len(),
-                    ));
-                    jobs.insert(&r.job, Some(next));
-                }
-                (Some(_), None) => {
-                    answers.push(Err(StoreError::Corrupt(
-                        format!(
-                            "job {}: a renewal decided a row for a job not stored",
-                            r.job
-                        )
-                        .into(),
-                    )));
-                    continue;
-                }
-                (None, _) => {
-                    if let (Some(entry), Some(retention)) = (refused, self.audit) {
-                        refusals.push((&r.job, entry, retention));
+            let decided = command.decided(&r.job, current.as_ref(), None);
+            lease_ports::observe::decided(&command, current.as_ref(), &decided);
+            // A renewal changes its job's row, or is refused (and recorded in the audit trail
+            // when the store keeps one); nothing else.
+            let mut next = None;
+            let mut strange = None;
+            for change in decided.changes {
+                match (change, &current) {
+                    (Change::Row { job, insert: false }, Some(before)) => {
+                        writes.push((
+                            Encoded::from_to(&r.job, Some(Standing::of(before)), &job),
+                            answers.len(),
+                        ));
+                        next = Some(job);
                     }
-                    jobs.insert(&r.job, current);
+                    (Change::Refused(entry), _) => {
+                        if let Some(retention) = self.audit {
+                            refusals.push((&r.job, entry, retention));
+                        }
+                    }
+                    (other, _) => strange = Some(other),
                 }
             }
+            if let Some(change) = strange {
+                answers.push(Err(StoreError::Corrupt(
+                    format!("job {}: a renewal decided {change:?}", r.job).into(),
+                )));
+                continue;
+            }
+            let outcome = decided.outcome;
+            jobs.insert(&r.job, next.or(current));
             answers.push(Ok(outcome));
         }
         if writes.is_empty() && refusals.is_empty() {

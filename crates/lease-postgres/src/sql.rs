@@ -680,6 +680,11 @@ impl Encoded {
         encoded
     }
 
+    /// The job's id.
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
     /// Whether the write moves a count, and so takes the counting statement.
     pub(crate) fn counts(&self) -> bool {
         self.counted.is_some()

@@ -3,15 +3,16 @@
 //! trips.
 
 use futures::future::{try_join, try_join_all};
-use lease_domain::{Command, Fence, JobId, Outcome, finishes, judges_parents};
+use lease_domain::{Change, Command, Fence, JobId, Outcome};
 use lease_ports::{StoreError, outcome_as};
 use tokio_postgres::Statement;
 
 use crate::PgLeaseStore;
+use crate::changes::Changes;
 use crate::connection::{Conn, Statements};
 use crate::error::{self, Stage};
 use crate::sql::stored_now;
-use crate::sql::{self, Encoded, Standing};
+use crate::sql::{self, Encoded};
 
 impl PgLeaseStore {
     /// Loads, decides and stores one command on one job, in one transaction on `conn`.
@@ -122,89 +123,21 @@ impl PgLeaseStore {
             Some(epoch) => command.in_epoch(lease_ports::codec::epoch(epoch)?),
             None => command,
         };
-        let (next, outcome) = command.decide(id, current.as_ref(), purged);
-        let refused = lease_ports::observe::decided(&command, current.as_ref(), &outcome);
-        // A hold of the job's group changes its queue's settings in this transaction (the job
-        // row stays locked until COMMIT, so its lease cannot change meanwhile).
-        if let Some((queue, change)) = command.queue_change(current.as_ref(), &outcome) {
-            crate::control::change_in(c, &self.control, &queue, change).await?;
-            c.execute(&s.commit, &[])
-                .await
-                .map_err(|e| error::map(e, Stage::Commit))?;
-            return Ok(outcome);
+        let mut decided = command.decided(id, current.as_ref(), purged);
+        lease_ports::observe::decided(&command, current.as_ref(), &decided);
+        // Nothing waits on the job (read after its lock): no job to settle.
+        if !waited_on {
+            decided
+                .changes
+                .retain(|change| !matches!(change, Change::Release(..)));
         }
-        // A checkpoint is kept beside the job, which it leaves as it is (its row stays locked
-        // until COMMIT), its upsert and COMMIT in one round trip. A refusal of the limit rolls
-        // back.
-        if let Some((checkpoint, fence, at)) = command.checkpoint(&outcome) {
-            let (kept, named) = kept.unwrap_or((0, false));
-            let kept = usize::try_from(kept).unwrap_or(usize::MAX);
-            if let Err(refused) = lease_domain::checkpoint_fits(id, kept, named) {
-                rollback(c, &s).await?;
-                return Err(StoreError::InvalidInput(refused.into()));
-            }
-            crate::checkpoint::keep(conn, &self.checkpoints, &s, id, checkpoint, fence, at).await?;
-            return Ok(outcome);
-        }
-        let Some(next) = next else {
-            match (refused, self.audit) {
-                (Some(entry), Some(retention)) => {
-                    self.commit_refusal(c, &s, id, &entry, retention).await?;
-                }
-                _ => rollback(c, &s).await?,
-            }
-            return Ok(outcome);
-        };
-        let encoded = Encoded::from_to(id, current.as_ref().map(Standing::of), &next);
-        let inserting = current.is_none();
-        let judged = judges_parents(current.as_ref(), &next);
-        let released = finishes(current.as_ref(), &next).filter(|_| waited_on);
-        if judged || released.is_some() {
-            // A workflow's write: the row first, then the jobs it decides, then COMMIT.
-            update(c, &s.update, &s.update_counted, &encoded)
-                .await
-                .map_err(|e| error::map(e, Stage::BeforeCommit))?;
-            if judged {
-                crate::workflow::judge(conn, &s, &self.workflow, &[id]).await?;
-            }
-            if let Some(end) = released {
-                crate::workflow::release(conn, &s, &self.workflow, id, end, next.updated).await?;
-            }
-            conn.client()
-                .execute(&s.commit, &[])
-                .await
-                .map_err(|e| error::map(e, Stage::Commit))?;
-            return Ok(outcome);
-        }
-        // One round trip: the write, the purge mark's removal, COMMIT.
-        let ((written, _), _) = try_join(
-            try_join(
-                async {
-                    if inserting {
-                        c.execute(&s.insert, &encoded.params()).await
-                    } else {
-                        update(c, &s.update, &s.update_counted, &encoded).await
-                    }
-                },
-                async {
-                    if inserting && purged.is_some() {
-                        c.execute(&s.forget_purged, &[&key]).await
-                    } else {
-                        Ok(0)
-                    }
-                },
-            ),
-            c.execute(&s.commit, &[]),
-        )
-        .await
-        .map_err(|e| error::map(e, Stage::Commit))?;
-        match (written, outcome) {
-            (1, outcome) => Ok(outcome),
+        let mut changes = Changes::default();
+        changes.add(0, id, current.as_ref(), decided.changes)?;
+        let written = changes.commit(self, conn, &s, kept).await?;
+        match decided.outcome {
             // Another enqueue of the same new id committed first: this one changed nothing.
-            (0, Outcome::Enqueued(_)) => Ok(Outcome::Enqueued(false)),
-            (n, _) => Err(StoreError::Corrupt(
-                format!("job {id}: a locked write changed {n} rows").into(),
-            )),
+            Outcome::Enqueued(true) if !written.lost.is_empty() => Ok(Outcome::Enqueued(false)),
+            outcome => Ok(outcome),
         }
     }
 
@@ -252,10 +185,6 @@ impl PgLeaseStore {
         if workflow {
             crate::workflow::check(conn, &self.workflow, jobs).await?;
         }
-        // A batch with a trace context writes it after its rows, knowing which it made: the
-        // workflow's way (one more round trip before COMMIT), only for such batches.
-        let traced = jobs.iter().any(|(_, spec)| spec.trace.is_some());
-        let c = conn.client();
         let mut purged = std::collections::HashMap::new();
         for mark in &marks {
             let (id, fence): (String, i64) = (mark.get(0), mark.get(1));
@@ -264,90 +193,28 @@ impl PgLeaseStore {
             })?;
             purged.insert(id, fence);
         }
-        // Each write: the row, whether it is new (else a finished job run again or a waiting
-        // one debounced), its mark, and the index of its outcome.
-        let mut writes = Vec::new();
+        // Each job decided in order (an id given twice sees its first entry's row), its
+        // changes written set by set once all are decided.
+        let mut changes = Changes::default();
         let mut decided = Vec::with_capacity(jobs.len());
-        let mut reruns = std::collections::HashSet::new();
-        let mut traces = std::collections::HashMap::new();
-        for (id, spec) in jobs {
+        for (at, (id, spec)) in jobs.iter().enumerate() {
             let command = Command::EnqueueWith(spec.clone());
-            let mark = purged.get(id.as_str()).copied();
             let stood = current.get(id);
-            let (next, outcome) = command.decide(id, stood, mark);
-            if command.clears_checkpoints(stood, next.as_ref()) {
-                reruns.insert(id);
-            }
-            if let Some(trace) = command.sets_trace(stood, next.as_ref()) {
-                traces.insert(id, trace.cloned());
-            }
-            decided.push(outcome);
+            let decision = command.decided(id, stood, purged.get(id.as_str()).copied());
+            lease_ports::observe::decided(&command, stood, &decision);
+            let next = decision.row().cloned();
+            changes.add(at, id, stood, decision.changes)?;
+            decided.push(decision.outcome);
             if let Some(next) = next {
-                let encoded = Encoded::from_to(id, stood.map(Standing::of), &next);
-                writes.push((
-                    encoded,
-                    stood.is_none(),
-                    mark.map(|_| id.as_str()),
-                    decided.len() - 1,
-                ));
                 current.insert(id.clone(), next);
             }
         }
-        if writes.is_empty() {
-            rollback(c, &s).await?;
-        } else if workflow || traced {
-            // The rows first, then each started job's parents and its judgement, then COMMIT.
-            let written = send_rows(c, &s, &writes)
-                .await
-                .map_err(|e| error::map(e, Stage::BeforeCommit))?;
-            let mut started = Vec::new();
-            for ((_, _, _, at), n) in writes.iter().zip(written) {
-                if n == 0 && matches!(decided[*at], Outcome::Enqueued(true)) {
-                    decided[*at] = Outcome::Enqueued(false);
-                } else if matches!(decided[*at], Outcome::Enqueued(true)) {
-                    let id = &jobs[*at].0;
-                    if let Some(job) = current.get(id) {
-                        started.push((id, job));
-                    }
-                }
-            }
-            if workflow {
-                crate::workflow::write_parents(conn, &self.workflow, &started).await?;
-            }
-            // A finished job run again starts without its checkpoints.
-            let rerun: Vec<&str> = started
-                .iter()
-                .filter(|(id, _)| reruns.contains(id))
-                .map(|(id, _)| id.as_str())
-                .collect();
-            crate::checkpoint::clear(conn, &self.checkpoints, &rerun).await?;
-            let judged: Vec<&JobId> = started
-                .iter()
-                .filter(|(_, job)| judges_parents(None, job))
-                .map(|(id, _)| *id)
-                .collect();
-            crate::workflow::judge(conn, &s, &self.workflow, &judged).await?;
-            // Each started job's trace context, as its enqueue set it (the last word of an id
-            // given twice).
-            let set: Vec<(&JobId, Option<&lease_domain::TraceContext>)> = started
-                .iter()
-                .filter_map(|(id, _)| traces.get(*id).map(|t| (*id, t.as_ref())))
-                .collect();
-            crate::trace::set(conn, &self.traces, &set).await?;
-            conn.client()
-                .execute(&s.commit, &[])
-                .await
-                .map_err(|e| error::map(e, Stage::Commit))?;
-        } else {
-            let (written, _) = try_join(send_rows(c, &s, &writes), c.execute(&s.commit, &[]))
-                .await
-                .map_err(|e| error::map(e, Stage::Commit))?;
-            // An insert that found the id taken by an enqueue that committed first changed
-            // nothing: that job was not inserted by this batch.
-            for ((_, _, _, at), n) in writes.iter().zip(written) {
-                if n == 0 && matches!(decided[*at], Outcome::Enqueued(true)) {
-                    decided[*at] = Outcome::Enqueued(false);
-                }
+        let written = changes.commit(self, conn, &s, None).await?;
+        // An insert that found the id taken by an enqueue that committed first changed
+        // nothing: that job was not inserted by this batch.
+        for at in written.lost {
+            if let Some(outcome @ Outcome::Enqueued(true)) = decided.get_mut(at) {
+                *outcome = Outcome::Enqueued(false);
             }
         }
         decided.into_iter().map(outcome_as).collect()
@@ -396,33 +263,6 @@ async fn one_if<T: for<'a> tokio_postgres::types::FromSql<'a>>(
     } else {
         Ok(None)
     }
-}
-
-/// A row an enqueue writes: the row, whether it is new (else an update), the purge mark it
-/// replaces, and the index of its outcome.
-type RowWrite<'a> = (Encoded, bool, Option<&'a str>, usize);
-
-/// Sends an enqueue's rows (inserts or updates, each with the removal of the purge mark it
-/// replaces), pipelined; answers how many rows each wrote.
-async fn send_rows(
-    c: &tokio_postgres::Client,
-    s: &Statements,
-    writes: &[RowWrite<'_>],
-) -> Result<Vec<u64>, tokio_postgres::Error> {
-    let (insert, forget) = (&s.insert, &s.forget_purged);
-    let (plain, counted) = (&s.update, &s.update_counted);
-    try_join_all(writes.iter().map(|(row, new, marked, _)| async move {
-        let n = if *new {
-            c.execute(insert, &row.params()).await?
-        } else {
-            update(c, plain, counted, row).await?
-        };
-        if let Some(key) = marked {
-            c.execute(forget, &[key]).await?;
-        }
-        Ok(n)
-    }))
-    .await
 }
 
 /// Inserts one job's row; the parameters live as long as the request.

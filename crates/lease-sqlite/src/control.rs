@@ -466,7 +466,7 @@ pub(crate) fn fire(conn: &Connection, fire: &Fire) -> Result<Option<Vec<bool>>, 
     let mut inserted = Vec::with_capacity(fire.jobs.len());
     for (id, spec) in &fire.jobs {
         let command = lease_domain::Command::EnqueueWith(spec.clone());
-        let (outcome, _) = crate::job_write::apply_command(conn, id, &command)?;
+        let (outcome, _) = crate::job_write::apply_command(conn, id, &command, None)?;
         inserted.push(lease_ports::outcome_as(outcome)?);
     }
     write_schedule(conn, &fired)?;

@@ -2,7 +2,7 @@
 //! store what it decided (and the purge mark of an id enqueued again). The queue's ops and its
 //! control (a schedule's fire enqueues through it) both write jobs this way.
 
-use lease_domain::{Command, Fence, JobId, Outcome, finishes, judges_parents};
+use lease_domain::{Change, Command, Fence, Job, JobId, Outcome};
 use lease_ports::StoreError;
 use rusqlite::Connection;
 
@@ -35,13 +35,23 @@ pub(crate) fn purged_fence(conn: &Connection, id: &JobId) -> Result<Option<Fence
     stored.map(|f| fence_of(id, f, "purged fence")).transpose()
 }
 
-/// Loads, decides and stores one command inside the open transaction; says whether it wrote.
+/// Loads, decides and stores one command inside the open transaction, recording a refused
+/// holder's write in the audit trail when `audit` gives its retention; says whether it wrote.
 pub(crate) fn apply_command(
     conn: &Connection,
     id: &JobId,
     command: &Command,
+    audit: Option<u64>,
 ) -> Result<(Outcome, bool), StoreError> {
-    decide_command(conn, id, command).map(|(outcome, wrote, _)| (outcome, wrote))
+    if let Command::EnqueueWith(spec) = command {
+        crate::workflow::check(conn, &[(id.clone(), spec.clone())])?;
+    }
+    if let Command::Claim(..) = command {
+        // A claim hands out its fence in the epoch read in its transaction.
+        let command = command.clone().in_epoch(crate::epoch::read(conn)?);
+        return decide(conn, id, &command, audit, None);
+    }
+    decide(conn, id, command, audit, None)
 }
 
 /// Enqueues a batch inside the open transaction, all or nothing: its workflow is checked
@@ -57,7 +67,7 @@ pub(crate) fn enqueue_batch(
     let mut wrote = false;
     for (id, spec) in jobs {
         let command = Command::EnqueueWith(spec.clone());
-        let (outcome, inserted, _) = decide(conn, id, &command, Some(&mut judged))?;
+        let (outcome, inserted) = decide(conn, id, &command, None, Some(&mut judged))?;
         wrote |= inserted;
         outcomes.push(outcome);
     }
@@ -67,76 +77,106 @@ pub(crate) fn enqueue_batch(
     Ok((outcomes, wrote))
 }
 
-/// [`apply_command`], also giving the refusal of a holder's write (for the audit trail).
-pub(crate) fn decide_command(
-    conn: &Connection,
-    id: &JobId,
-    command: &Command,
-) -> Result<(Outcome, bool, Option<lease_domain::Refusal>), StoreError> {
-    if let Command::EnqueueWith(spec) = command {
-        crate::workflow::check(conn, &[(id.clone(), spec.clone())])?;
-    }
-    if let Command::Claim(..) = command {
-        // A claim hands out its fence in the epoch read in its transaction.
-        let command = command.clone().in_epoch(crate::epoch::read(conn)?);
-        return decide(conn, id, &command, None);
-    }
-    decide(conn, id, command, None)
-}
-
-/// [`decide_command`] after any check of its workflow; with `judged`, a job to be judged
+/// [`apply_command`] after any check of its workflow; with `judged`, a job to be judged
 /// against its parents is added there instead of judged now (a batch judges after it is
 /// all written).
 fn decide(
     conn: &Connection,
     id: &JobId,
     command: &Command,
+    audit: Option<u64>,
     judged: Option<&mut Vec<JobId>>,
-) -> Result<(Outcome, bool, Option<lease_domain::Refusal>), StoreError> {
+) -> Result<(Outcome, bool), StoreError> {
     let current = load(conn, id)?;
     let purged = match current {
         None if command.is_enqueue() => purged_fence(conn, id)?,
         _ => None,
     };
-    let (next, outcome) = command.decide(id, current.as_ref(), purged);
-    let refused = lease_ports::observe::decided(command, current.as_ref(), &outcome);
-    // A hold of the job's group changes its queue's settings in this transaction.
-    if let Some((queue, change)) = command.queue_change(current.as_ref(), &outcome) {
-        crate::control::change_queue(conn, &queue, change)?;
-        return Ok((outcome, true, refused));
+    let decided = command.decided(id, current.as_ref(), purged);
+    lease_ports::observe::decided(command, current.as_ref(), &decided);
+    let wrote = decided.writes() || (audit.is_some() && decided.refused().is_some());
+    match judged {
+        Some(judged) => write_changes(conn, id, decided.changes, audit, judged)?,
+        None => write_all(conn, id, decided.changes, audit)?,
     }
-    // A checkpoint is kept beside the job, which it leaves as it is.
-    if let Some((checkpoint, fence, at)) = command.checkpoint(&outcome) {
-        crate::checkpoint::keep(conn, id, checkpoint, fence, at)?;
-        return Ok((outcome, true, refused));
+    Ok((decided.outcome, wrote))
+}
+
+/// Writes the changes of one decision on job `id`, in their order, judging the job (if it
+/// is) at the end; a refusal goes to the audit trail when `audit` gives its retention.
+pub(crate) fn write_all(
+    conn: &Connection,
+    id: &JobId,
+    changes: Vec<Change>,
+    audit: Option<u64>,
+) -> Result<(), StoreError> {
+    let mut judged = Vec::new();
+    write_changes(conn, id, changes, audit, &mut judged)?;
+    for id in judged {
+        crate::workflow::judge(conn, &id)?;
     }
-    if command.clears_checkpoints(current.as_ref(), next.as_ref()) {
-        crate::checkpoint::clear(conn, id)?;
+    Ok(())
+}
+
+/// Writes the changes of one decision on job `id`, in their order; a job to judge goes to
+/// `judged` (a batch judges once it is all written).
+fn write_changes(
+    conn: &Connection,
+    id: &JobId,
+    changes: Vec<Change>,
+    audit: Option<u64>,
+    judged: &mut Vec<JobId>,
+) -> Result<(), StoreError> {
+    let mut row = None;
+    for change in changes {
+        write_change(conn, id, change, &mut row, audit, judged)?;
     }
-    let Some(next) = next else {
-        return Ok((outcome, false, refused));
-    };
-    store(conn, current.is_none(), id, &next)?;
-    if current.is_none() && purged.is_some() {
-        run_with(conn, FORGET_PURGED, id.as_str())?;
-    }
-    if let Some(trace) = command.sets_trace(current.as_ref(), Some(&next)) {
-        crate::trace::set(conn, id, trace)?;
-    }
-    // An enqueue that inserts the job or runs it again writes its parents (a run again may
-    // name others, or none).
-    let started = current.as_ref().is_none_or(|c| c.finished().is_some());
-    if command.is_enqueue() && started && (current.is_some() || !next.after.is_empty()) {
-        crate::workflow::write_parents(conn, id, &next)?;
-    }
-    if judges_parents(current.as_ref(), &next) {
-        match judged {
-            Some(later) => later.push(id.clone()),
-            None => crate::workflow::judge(conn, id)?,
+    Ok(())
+}
+
+/// Writes one change of a decision on job `id` (SQLite's arm of every [`Change`]): `row` keeps
+/// the row written, for the changes that follow it; a job to judge goes to `judged`; a refusal
+/// goes to the audit trail when `audit` gives its retention.
+fn write_change(
+    conn: &Connection,
+    id: &JobId,
+    change: Change,
+    row: &mut Option<Job>,
+    audit: Option<u64>,
+    judged: &mut Vec<JobId>,
+) -> Result<(), StoreError> {
+    match change {
+        Change::Queue(queue, change) => {
+            crate::control::change_queue(conn, &queue, change).map(drop)
         }
+        Change::Checkpoint(checkpoint, fence, at) => {
+            crate::checkpoint::keep(conn, id, &checkpoint, fence, at)
+        }
+        Change::ClearCheckpoints => crate::checkpoint::clear(conn, id),
+        Change::Row { job, insert } => {
+            store(conn, insert, id, &job)?;
+            *row = Some(job);
+            Ok(())
+        }
+        Change::ForgetPurged => run_with(conn, FORGET_PURGED, id.as_str()),
+        Change::Trace(trace) => crate::trace::set(conn, id, trace.as_ref()),
+        Change::Parents => match row {
+            Some(job) => crate::workflow::write_parents(conn, id, job),
+            None => Err(no_row(id, "parents")),
+        },
+        Change::Judge => {
+            judged.push(id.clone());
+            Ok(())
+        }
+        Change::Release(end, at) => crate::workflow::release(conn, id, end, at),
+        Change::Refused(entry) => match audit {
+            Some(retention) => crate::ops::record_refusal(conn, retention, id, &entry),
+            None => Ok(()),
+        },
     }
-    if let Some(end) = finishes(current.as_ref(), &next) {
-        crate::workflow::release(conn, id, end, next.updated)?;
-    }
-    Ok((outcome, true, None))
+}
+
+/// A change that follows a job's row came without one: the domain gave them out of order.
+fn no_row(id: &JobId, what: &str) -> StoreError {
+    StoreError::Corrupt(format!("job {id}: its {what} were to be written before its row").into())
 }

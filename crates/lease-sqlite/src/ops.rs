@@ -11,8 +11,8 @@ use lease_ports::{ClaimNext, Lease, StoreError};
 use rusqlite::{Connection, OptionalExtension};
 
 use crate::error;
-use crate::job_write::{REMEMBER_PURGED, apply_command, decide_command, run_with};
-use crate::row::{load, store};
+use crate::job_write::{REMEMBER_PURGED, apply_command, run_with};
+use crate::row::load;
 
 /// The candidates of `claim_next`, in the domain's claim order, from the ready index of the
 /// jobs no one holds (after [`REFILE_ENDED_LEASES`]): exactly the jobs
@@ -369,23 +369,13 @@ fn write_effect(conn: &Connection, queue: &QueueName, effect: Effect) -> Result<
     };
     match effect {
         Effect::Job(id, job) => {
-            store_claimed(conn, &id, &job)?;
+            crate::job_write::write_all(conn, &id, lease_domain::Change::of_claim(job), None)?;
             Ok(true)
         }
         Effect::ServeTurn(group) => Ok(run(SERVE_TURN, &group)? > 0),
         Effect::DropTurn(group) => Ok(run(DROP_TURN, &group)? > 0),
         Effect::RepairHeads(groups) => crate::heads::repair(conn, queue, &groups),
     }
-}
-
-/// Stores a job a claim decided on (leased, or buried out of attempts); a buried job releases
-/// or cancels the jobs waiting on it in the same transaction.
-fn store_claimed(conn: &Connection, id: &JobId, job: &Job) -> Result<(), StoreError> {
-    store(conn, false, id, job)?;
-    if let Some(end) = job.finished() {
-        crate::workflow::release(conn, id, end, job.updated)?;
-    }
-    Ok(())
 }
 
 /// Leases up to `claim.limit` jobs: the claim walk (`lease_ports::next`) decides, its reads
@@ -480,9 +470,8 @@ pub(crate) fn purge(
 /// Runs one op inside the open transaction; says whether it wrote.
 pub(crate) fn apply(conn: &Connection, op: &Op) -> Result<(Reply, bool), StoreError> {
     match op {
-        Op::Job(id, command) => {
-            apply_command(conn, id, command).map(|(outcome, wrote)| (Reply::Job(outcome), wrote))
-        }
+        Op::Job(id, command) => apply_command(conn, id, command, None)
+            .map(|(outcome, wrote)| (Reply::Job(outcome), wrote)),
         Op::ClaimNext(claim) => {
             claim_next(conn, claim).map(|(leases, wrote)| (Reply::Leases(leases), wrote))
         }
@@ -562,13 +551,8 @@ pub(crate) fn audited(
     let Op::Job(id, command) = &op else {
         return apply(conn, &op);
     };
-    let (outcome, wrote, refused) = decide_command(conn, id, command)?;
-    let reply = Reply::Job(outcome);
-    let Some(entry) = refused else {
-        return Ok((reply, wrote));
-    };
-    record_refusal(conn, retention, id, &entry)?;
-    Ok((reply, true))
+    apply_command(conn, id, command, Some(retention))
+        .map(|(outcome, wrote)| (Reply::Job(outcome), wrote))
 }
 
 /// The op to decide under `mode` when the store's clock reads `now`; a skewed caller is
