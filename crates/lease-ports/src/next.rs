@@ -111,6 +111,24 @@ pub enum Answer {
     Candidates(LeaseTerm, Vec<Candidate>),
     /// To [`Read::Heads`].
     Heads(Vec<Head>),
+    /// To [`Read::Heads`], from a store that reads the standing of the heads' groups in the
+    /// same statement: the heads, every job of their groups that bears on the group rules
+    /// ([`Job::bears_on_group`]) and, when [`ClaimWalk::rates_groups`], how many of each
+    /// one's logged grants still count. The walk learns the groups it had yet to learn from
+    /// it and asks no [`Read::Standing`] for them.
+    HeadsWithStanding {
+        /// The heads.
+        heads: Vec<Head>,
+        /// The heads' groups' jobs that bear on the group rules.
+        bearing: Vec<(JobId, Job)>,
+        /// How many logged grants of each of the heads' groups still count.
+        counting: Vec<(GroupKey, u64)>,
+        /// The first due jobs of each of the heads' groups, read as [`Read::Due`] reads them,
+        /// when the store read them too: the term of its clock reading, how many it read at
+        /// most of each group, and the jobs. The walk takes them as a group's first read
+        /// when it opens the group.
+        due: Option<(LeaseTerm, usize, Vec<Candidate>)>,
+    },
     /// To [`Read::Standing`].
     Standing {
         /// The groups' jobs that bear on the group rules.
@@ -138,11 +156,12 @@ pub enum Effect {
     /// A fair queue found no candidate of this group on its turn: it loses its turn if it has
     /// no unfinished job left.
     DropTurn(GroupKey),
-    /// The walk by heads met these groups and cannot tell their heads are where they belong
-    /// (it passed them, or took their first job, or found their head before their first
-    /// candidate): a store that keeps heads sets each one's head to the group's first ready
-    /// job (removing it when there is none), so a head a lease left behind moves on. The last
-    /// effect of a walk by heads.
+    /// The walk by heads read from these groups and cannot tell their heads are where they
+    /// belong (it took their first job, or found their head before their first candidate): a
+    /// store that keeps heads sets each one's head to the group's first ready job (removing
+    /// it when there is none), so a head a lease left behind moves on. A group the walk passed
+    /// (held back) keeps its head, which is never after its first ready job. The last effect
+    /// of a walk by heads.
     RepairHeads(Vec<GroupKey>),
 }
 
@@ -293,6 +312,10 @@ struct Merge {
     heads_floor: Option<ClaimKey>,
     /// Every group met (the walk reads its jobs, or passed it).
     met: HashSet<GroupKey>,
+    /// The groups met and passed (held back when met).
+    passed: HashSet<GroupKey>,
+    /// The first due jobs of groups not met yet, read with their heads.
+    due: HashMap<GroupKey, (LeaseTerm, usize, Vec<Candidate>)>,
     asked: Option<Asked>,
     /// Whether the walk handed out [`Effect::RepairHeads`].
     repaired: bool,
@@ -389,6 +412,8 @@ impl ClaimWalk {
                 heads_want: limit.saturating_add(1),
                 heads_floor: None,
                 met: HashSet::new(),
+                passed: HashSet::new(),
+                due: HashMap::new(),
                 asked: None,
                 repaired: false,
             }))
@@ -467,11 +492,15 @@ impl ClaimWalk {
                 let read = self.merge_step(&mut merge);
                 if read.is_none() && !merge.repaired {
                     merge.repaired = true;
-                    // Every group met but those whose head is at their first candidate and
-                    // stays there (a group passed, or one whose head a lease moved, is set).
+                    // Every group the walk read from but those whose head is at their first
+                    // candidate and stays there (one whose head a lease moved, or was not at
+                    // its first candidate, is set). A group passed keeps its head: passing it
+                    // changed none of its jobs, and a head is never after its group's first
+                    // ready job.
                     let mut moved: Vec<GroupKey> = merge
                         .met
                         .iter()
+                        .filter(|g| !merge.passed.contains(*g))
                         .filter(|g| !merge.groups.get(*g).is_some_and(Stream::head_stays))
                         .cloned()
                         .collect();
@@ -706,13 +735,30 @@ impl ClaimWalk {
                     let head = m.heads.pop_front()?;
                     m.met.insert(group.clone());
                     match self.gate.turn(&group) {
-                        GroupTurn::Closed => {}
+                        GroupTurn::Closed => {
+                            m.passed.insert(group);
+                        }
                         GroupTurn::Only(ids) => {
-                            let ids = ids.into_iter().cloned().collect();
-                            m.groups.insert(group, Stream::only(ids));
+                            let ids: Vec<JobId> = ids.into_iter().cloned().collect();
+                            let mut stream = Stream::only(ids.clone());
+                            // Its started work, when every job of it came with the heads as
+                            // one of the group's first due jobs (else it is read).
+                            if let Some((term, _, read)) = m.due.remove(&group) {
+                                if ids.iter().all(|id| read.iter().any(|c| c.id == *id)) {
+                                    let read = read.into_iter().filter(|c| ids.contains(&c.id));
+                                    stream.answered(0, term, read.collect());
+                                }
+                            }
+                            m.groups.insert(group, stream);
                         }
                         GroupTurn::Open => {
-                            m.groups.insert(group, Stream::at(head.key));
+                            let mut stream = Stream::at(head.key);
+                            // Its first due jobs, when they came with the heads.
+                            if let Some((term, each, mut read)) = m.due.remove(&group) {
+                                read.sort_by_key(Candidate::key);
+                                stream.answered(each, term, read);
+                            }
+                            m.groups.insert(group, stream);
                         }
                     }
                 }
@@ -757,6 +803,50 @@ impl ClaimWalk {
                 if let Some(stream) = m.groups.get_mut(&group) {
                     stream.answered(remaining, term, read);
                 }
+            }
+            (
+                Some(Asked::Heads),
+                Answer::HeadsWithStanding {
+                    heads,
+                    bearing,
+                    counting,
+                    due,
+                },
+            ) => {
+                if let Some((term, each, found)) = due {
+                    for head in heads.iter().filter(|h| !m.met.contains(&h.group)) {
+                        m.due.insert(head.group.clone(), (term, each, Vec::new()));
+                    }
+                    for candidate in found {
+                        let group = candidate.job.group.as_ref();
+                        if let Some((_, _, read)) = group.and_then(|g| m.due.get_mut(g)) {
+                            read.push(candidate);
+                        }
+                    }
+                }
+                // Only the groups still to learn: a group learned before may have leases
+                // of this claim counted in its standing.
+                let mut groups: Vec<GroupKey> = heads
+                    .iter()
+                    .map(|h| &h.group)
+                    .filter(|g| !m.met.contains(*g) && self.gate.must_learn(g))
+                    .cloned()
+                    .collect();
+                groups.sort();
+                groups.dedup();
+                if !groups.is_empty() {
+                    let of = |g: Option<&GroupKey>| g.is_some_and(|g| groups.contains(g));
+                    let bearing: Vec<(JobId, Job)> = bearing
+                        .into_iter()
+                        .filter(|(_, job)| of(job.group.as_ref()))
+                        .collect();
+                    let counting: Vec<(GroupKey, u64)> =
+                        counting.into_iter().filter(|(g, _)| of(Some(g))).collect();
+                    self.gate
+                        .learn(&groups, &bearing, &counting, self.term.now());
+                }
+                m.asked = Some(Asked::Heads);
+                return self.merge_answer(m, Answer::Heads(heads));
             }
             (Some(Asked::Heads), Answer::Heads(heads)) => {
                 let fresh: Vec<Head> = heads
@@ -975,7 +1065,7 @@ fn wrong_answer(asked: &str, answer: &Answer) -> crate::StoreError {
     let kind = match answer {
         Answer::Page(..) => "a page",
         Answer::Candidates(..) => "candidates",
-        Answer::Heads(_) => "heads",
+        Answer::Heads(_) | Answer::HeadsWithStanding { .. } => "heads",
         Answer::Standing { .. } => "a standing",
         Answer::Turn(_) => "a turn",
         Answer::Many(_) => "several answers",
@@ -1076,6 +1166,8 @@ mod tests {
         rows_read: usize,
         /// Reads the walk asked for, reads sent together counted once.
         round_trips: usize,
+        /// Whether heads come with their groups' standing ([`Answer::HeadsWithStanding`]).
+        heads_with_standing: bool,
     }
 
     impl Toy {
@@ -1093,6 +1185,17 @@ mod tests {
                 .collect();
             found.sort_by_key(Candidate::key);
             found
+        }
+
+        fn bearing(&self, groups: &[GroupKey]) -> Vec<(JobId, Job)> {
+            self.jobs
+                .iter()
+                .filter(|(_, job, _)| {
+                    job.group.as_ref().is_some_and(|g| groups.contains(g))
+                        && job.bears_on_group(self.now)
+                })
+                .map(|(id, job, _)| (id.clone(), job.clone()))
+                .collect()
         }
 
         fn answer(&mut self, read: Read) -> Answer {
@@ -1134,18 +1237,26 @@ mod tests {
                         });
                     }
                     heads.truncate(want);
-                    Answer::Heads(heads)
+                    if self.heads_with_standing {
+                        let groups: Vec<GroupKey> = heads.iter().map(|h| h.group.clone()).collect();
+                        // The first due job of each, as a store that reads them with the heads.
+                        let due: Vec<Candidate> = groups
+                            .iter()
+                            .filter_map(|g| self.candidates(Some(Some(g))).into_iter().next())
+                            .collect();
+                        self.rows_read += due.len();
+                        Answer::HeadsWithStanding {
+                            heads,
+                            bearing: self.bearing(&groups),
+                            counting: Vec::new(),
+                            due: Some((t, 1, due)),
+                        }
+                    } else {
+                        Answer::Heads(heads)
+                    }
                 }
                 Read::Standing(groups) => Answer::Standing {
-                    bearing: self
-                        .jobs
-                        .iter()
-                        .filter(|(_, job, _)| {
-                            job.group.as_ref().is_some_and(|g| groups.contains(g))
-                                && job.bears_on_group(self.now)
-                        })
-                        .map(|(id, job, _)| (id.clone(), job.clone()))
-                        .collect(),
+                    bearing: self.bearing(&groups),
                     counting: Vec::new(),
                 },
                 Read::Turn { .. } => Answer::Turn(None),
@@ -1255,20 +1366,28 @@ mod tests {
             ..Job::new()
         };
         jobs.push((JobId::new("small-1").unwrap(), small, 20_000));
-        let mut toy = Toy {
-            jobs,
-            now: Timestamp::new(100.0).unwrap(),
-            rows_read: 0,
-            round_trips: 0,
-        };
         let settings = QueueSettings {
             per_group: Concurrency::new(1),
             ..QueueSettings::default()
         };
-        assert_eq!(toy.claim(&settings, 1), ["small-1"]);
-        assert!(toy.rows_read <= 2, "read {} job rows", toy.rows_read);
-        // The jobs without a group and the heads together, the groups' standing, small's jobs.
-        assert_eq!(toy.round_trips, 3);
+        for heads_with_standing in [false, true] {
+            let mut toy = Toy {
+                jobs: jobs.clone(),
+                now: Timestamp::new(100.0).unwrap(),
+                rows_read: 0,
+                round_trips: 0,
+                heads_with_standing,
+            };
+            assert_eq!(toy.claim(&settings, 1), ["small-1"]);
+            assert!(toy.rows_read <= 2, "read {} job rows", toy.rows_read);
+            // The jobs without a group and the heads together, the groups' standing and
+            // small's jobs (unless they came with the heads).
+            let expected = if heads_with_standing { 1 } else { 3 };
+            assert_eq!(
+                toy.round_trips, expected,
+                "heads with standing: {heads_with_standing}"
+            );
+        }
     }
 
     fn job_strategy() -> impl Strategy<Value = (Option<u8>, i64, u8, u8, bool)> {
@@ -1318,6 +1437,7 @@ mod tests {
             now,
             rows_read: 0,
             round_trips: 0,
+            heads_with_standing: false,
         }
     }
 
@@ -1341,6 +1461,10 @@ mod tests {
             }
             let mut toy = toy_of(&specs);
             let expected = reference(&toy, &settings, limit);
+            prop_assert_eq!(toy.claim(&settings, limit), expected.clone());
+            // The same when the heads come with their groups' standing.
+            let mut toy = toy_of(&specs);
+            toy.heads_with_standing = true;
             prop_assert_eq!(toy.claim(&settings, limit), expected);
         }
     }

@@ -31,17 +31,22 @@ pub(crate) struct Stepped {
 }
 
 impl PgLeaseStore {
-    /// Whether `step` can decide `command` (then `claim`): a plain completion or none, under
-    /// the caller's unchecked clock or the store's (a skew bound is checked before anything is
-    /// written, which one statement cannot do), unless the store was opened to use statements
+    /// Whether `step` can decide `command` (then a claim of `queue`): a plain completion or
+    /// none, under the caller's unchecked clock or the store's (a skew bound is checked before
+    /// anything is written, which one statement cannot do), in a queue that had no settings
+    /// when a claim last read them (`step` declines a queue with settings: trying it would
+    /// cost every such claim a round trip), unless the store was opened to use statements
     /// only.
-    pub(crate) fn steps(&self, command: Option<&Command>) -> bool {
+    pub(crate) fn steps(&self, command: Option<&Command>, queue: &lease_domain::QueueName) -> bool {
         self.step_enabled
             && matches!(
                 self.clock,
                 ClockMode::Caller { max_skew: None } | ClockMode::Store
             )
             && command.is_none_or(|c| matches!(c, Command::Complete(..)))
+            && self
+                .seen(queue)
+                .is_none_or(|settings| settings.is_default())
     }
 
     /// Completes `completion` (when given) and then claims as `claim` says, in one statement on

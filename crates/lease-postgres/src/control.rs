@@ -67,19 +67,60 @@ fn decode_schedule(row: &Row) -> Result<Schedule, StoreError> {
     .decode()
 }
 
-/// The due jobs of one group of a queue (`held` picks the group), ordered by `order`, each with
-/// the clock reading and its `seq` first, locked.
-fn turn_candidates(s: &str, held: &str, order: &str) -> String {
+/// The jobs of queue `$1` in the groups `which` says that bear on the group rules (`id` and
+/// the job's columns): started and not finished, or dead (`Job::bears_on_group`), found by
+/// the index of migration 9, whose condition this is.
+fn bearing(s: &str, which: &str) -> String {
     format!(
-        "WITH clock AS MATERIALIZED \
-         (SELECT coalesce($2, extract(epoch FROM clock_timestamp())::float8) AS now) \
-         SELECT (SELECT now FROM clock), seq, id, {columns} FROM {s}.jobs \
+        "SELECT id, {columns} FROM {s}.jobs WHERE queue = $1 AND {which} \
+         AND grp IS NOT NULL AND (ended = 'dead' OR (NOT done AND ended IS NULL \
+         AND (attempts > 0 OR leased_until IS NOT NULL)))",
+        columns = sql::COLUMNS
+    )
+}
+
+/// The due jobs of queue `$1` that `held` picks (`seq`, `id` and the job's columns), at the
+/// clock of the statement's `clock`, ordered by `order`, at most `limit`, locked.
+fn due(s: &str, held: &str, order: &str, limit: &str) -> String {
+    format!(
+        "SELECT seq, id, {columns} FROM {s}.jobs \
          WHERE queue = $1 AND {held} AND NOT done AND ended IS NULL \
          AND (leased_until IS NULL) IS TRUE \
          AND until <= (SELECT now FROM clock) \
          AND (run_at IS NULL OR run_at <= (SELECT now FROM clock)) \
-         AND fence < 9223372036854775807 {order} LIMIT $3 FOR UPDATE SKIP LOCKED",
+         AND fence < 9223372036854775807 {order} LIMIT {limit} FOR UPDATE SKIP LOCKED",
         columns = sql::COLUMNS
+    )
+}
+
+/// The due jobs of one group of a queue (`held` picks the group), ordered by `order`, each with
+/// the clock reading (`$2`, else the store's) and its `seq` first, at most `$3`, locked.
+fn turn_candidates(s: &str, held: &str, order: &str) -> String {
+    format!(
+        "WITH clock AS MATERIALIZED \
+         (SELECT coalesce($2, extract(epoch FROM clock_timestamp())::float8) AS now) \
+         SELECT (SELECT now FROM clock), d.* FROM ({due}) d",
+        due = due(s, held, order, "$3")
+    )
+}
+
+/// The first `$2` heads of queue `$1`'s groups in claim order, leaving out the groups `$3`,
+/// each with its standing and its first due jobs (at most `$5`, at the clock `$4`, else the
+/// store's): see `ControlSql::heads`.
+fn heads(s: &str) -> String {
+    format!(
+        "WITH clock AS MATERIALIZED \
+         (SELECT coalesce($4::float8, extract(epoch FROM clock_timestamp())::float8) AS now), \
+         h AS MATERIALIZED (SELECT grp, priority, run_at, seq FROM {s}.group_heads \
+         WHERE queue = $1 AND NOT (grp = ANY($3::text[])) \
+         ORDER BY priority DESC, run_at ASC NULLS FIRST, seq LIMIT $2) \
+         SELECT h.grp, h.priority, h.run_at, h.seq, c.n, (SELECT now FROM clock), x.* FROM h \
+         LEFT JOIN {s}.grant_counts c ON c.queue = $1 AND c.grp = h.grp \
+         LEFT JOIN LATERAL (SELECT 'b'::text AS kind, 0::bigint AS seq, b.* FROM ({bearing}) b \
+         UNION ALL SELECT 'd'::text, d.* FROM ({due}) d) x ON true \
+         ORDER BY h.priority DESC, h.run_at ASC NULLS FIRST, h.seq",
+        bearing = bearing(s, "grp = h.grp"),
+        due = due(s, "grp = h.grp", IN_GROUP_ORDER, "$5"),
     )
 }
 
@@ -97,7 +138,7 @@ pub(crate) struct ControlSql {
     pub(crate) settings: String,
     /// Serializes the claims of one limited queue (`$1` queue).
     pub(crate) lock_queue: String,
-    /// The live leases of a queue at a time (`$1` queue, `$2` now).
+    /// The live leases of a queue at a time (`$1` queue, `$2` now, NULL: the store's clock).
     pub(crate) held: String,
     /// The jobs of some groups of a queue that bear on the group rules (`$1` queue, `$2` the
     /// groups): started and not finished, or dead (`Job::bears_on_group`), found by the index
@@ -122,7 +163,12 @@ pub(crate) struct ControlSql {
     /// Takes its turn from a group (`$2` of queue `$1`) left with no unfinished job.
     pub(crate) drop_turn: String,
     /// The first `$2` heads of queue `$1`'s groups (migration 16) in claim order, leaving out
-    /// the groups `$3`: `grp`, `priority`, `run_at`, `seq`.
+    /// the groups `$3`, with each group's standing and first due jobs: `grp`, `priority`,
+    /// `run_at`, `seq`, the grants of the group that count (`n`, NULL for none), the clock
+    /// reading (`$4`, else the store's), then one of its jobs, a row per job (NULL for none):
+    /// `kind` (`b` for a job that bears on the group rules, `d` for one of its first `$5`
+    /// due jobs, locked as `turn_candidates` locks them), the job's `seq` (0 for `b`), `id`
+    /// and its columns.
     pub(crate) heads: String,
     /// Sets the heads of the groups `$2` of queue `$1` to each one's first ready job
     /// (migration 16's `repair_group_heads`).
@@ -130,7 +176,8 @@ pub(crate) struct ControlSql {
     /// Each group of queue `$1` with unfinished jobs at `$2`: `grp`, how many are running (a
     /// live lease), how many wait (no live lease, attempts left), through `jobs_turn`.
     group_loads: String,
-    /// Forgets a queue's grants expired by `$2` and uncounts them (`$1` queue).
+    /// Forgets a queue's grants expired by `$2` (NULL: the store's clock) and uncounts them
+    /// (`$1` queue).
     pub(crate) forget_expired_grants: String,
     /// How many grants count against the rates `$2` of a queue (`$1`; '' for its own, else
     /// groups): `grp`, `n` for each that has any.
@@ -165,14 +212,9 @@ impl ControlSql {
             ),
             held: format!(
                 "SELECT count(*) FROM {s}.jobs WHERE queue = $1 AND NOT done AND ended IS NULL \
-                 AND leased_until > $2"
+                 AND leased_until > (SELECT coalesce($2::float8, extract(epoch FROM clock_timestamp())::float8))"
             ),
-            group_bearing: format!(
-                "SELECT id, {columns} FROM {s}.jobs WHERE queue = $1 AND grp = ANY($2::text[]) \
-                 AND grp IS NOT NULL AND (ended = 'dead' OR (NOT done AND ended IS NULL \
-                 AND (attempts > 0 OR leased_until IS NOT NULL)))",
-                columns = sql::COLUMNS
-            ),
+            group_bearing: bearing(s, "grp = ANY($2::text[])"),
             turn_candidates: turn_candidates(s, "grp = $4", IN_GROUP_ORDER),
             ungrouped_candidates: turn_candidates(
                 s,
@@ -200,11 +242,7 @@ impl ControlSql {
                  AND NOT EXISTS (SELECT 1 FROM {s}.jobs WHERE queue = $1 AND grp = $2 \
                  AND NOT done AND ended IS NULL)"
             ),
-            heads: format!(
-                "SELECT grp, priority, run_at, seq FROM {s}.group_heads WHERE queue = $1 \
-                 AND NOT (grp = ANY($3::text[])) \
-                 ORDER BY priority DESC, run_at ASC NULLS FIRST, seq LIMIT $2"
-            ),
+            heads: heads(s),
             repair_heads: format!("SELECT {s}.repair_group_heads($1, $2::text[])"),
             group_loads: format!(
                 "SELECT grp, count(*) FILTER (WHERE until > $2), \
@@ -213,7 +251,8 @@ impl ControlSql {
                  AND ended IS NULL GROUP BY grp"
             ),
             forget_expired_grants: format!(
-                "WITH gone AS (DELETE FROM {s}.grants WHERE queue = $1 AND expires <= $2 \
+                "WITH gone AS (DELETE FROM {s}.grants WHERE queue = $1 \
+                 AND expires <= (SELECT coalesce($2::float8, extract(epoch FROM clock_timestamp())::float8)) \
                  RETURNING coalesce(grp, '') AS g), \
                  per AS (SELECT g, count(*) AS k FROM gone GROUP BY g) \
                  UPDATE {s}.grant_counts c SET n = greatest(c.n - per.k, 0) FROM per \

@@ -219,6 +219,13 @@ pub struct PgLeaseStore {
     step_enabled: bool,
     /// Group commit of the queue loop's writes ([`PgOptions::max_batch`]); `None` when off.
     batcher: Option<Arc<batch::Batcher>>,
+    /// The settings a claim last read for each queue: a claim reads ahead by them
+    /// (`next.rs`), and uses what it read only if the settings it reads are the same.
+    seen: Arc<
+        std::sync::Mutex<
+            std::collections::HashMap<lease_domain::QueueName, lease_domain::QueueSettings>,
+        >,
+    >,
 }
 
 impl std::fmt::Debug for PgLeaseStore {
@@ -326,6 +333,7 @@ impl PgLeaseStore {
             schema: options.schema.as_str().into(),
             audit: options.audit,
             step_enabled: options.step,
+            seen: Arc::default(),
             batcher: (options.step && options.max_batch > 1)
                 .then(|| Arc::new(batch::Batcher::new(options.max_batch, alone_in_batch))),
         };
@@ -458,7 +466,7 @@ impl LeaseStore for PgLeaseStore {
                 claimed: None,
             });
         };
-        if self.steps(Some(&command)) {
+        if self.steps(Some(&command), &claim.queue) {
             let stepped = self.stepped(Some((job, &command)), &claim).await?;
             if let Some(stepped) = stepped {
                 let outcome = stepped.outcome.ok_or_else(|| {
@@ -566,7 +574,7 @@ impl LeaseStore for PgLeaseStore {
         if claim.limit == 0 {
             return Ok(Vec::new());
         }
-        if self.steps(None) {
+        if self.steps(None, &claim.queue) {
             if let Some(stepped) = self.stepped(None, claim).await? {
                 return Ok(stepped.leases);
             }

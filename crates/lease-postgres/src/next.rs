@@ -47,21 +47,84 @@ impl PgLeaseStore {
             ClockMode::Caller { .. } => Some(term.now().get()),
         };
         let check_skew = matches!(self.clock, ClockMode::Caller { max_skew: Some(_) });
+        let mut driver = Driver {
+            store: self,
+            conn,
+            s,
+            queue,
+            caller_now,
+            read: std::collections::HashMap::new(),
+            pending: Vec::new(),
+            wrote: false,
+            lock: None,
+            repair: Vec::new(),
+        };
+        // When the settings this store last read for the queue make a walk by heads, the
+        // first round trip takes the queue's turn, reads its counts and sends the walk's first
+        // reads in place of a page: used if the settings read in that round trip are the same.
+        let ahead = match self.seen(queue) {
+            Some(seen) => Ahead::plan(&driver, claim, seen).await?,
+            None => None,
+        };
+        let settings_stmt = conn.prepare(&self.control.settings).await?;
+        let before = match &ahead {
+            Some(_) => Some(Before::prepare(conn, &self.control).await?),
+            None => None,
+        };
         // The first round trip: BEGIN, the settings, the request that goes along, the clock
-        // when the skew is bounded, the queue's settings (`FOR SHARE`: a change of settings
-        // waits for this transaction) and the first page of candidates.
-        let (((((_, settings), along), clock), queue_row), rows) = try_join(
+        // (when the skew is bounded, or the walk's reads go ahead in store-clock mode), the queue's settings
+        // (`FOR SHARE`: a change of settings waits for this transaction), then the first page
+        // of candidates, or the queue's turn, its counts and the walk's first reads.
+        let first = async {
+            match (&ahead, &before) {
+                (Some(ahead), Some(before)) => {
+                    let params: Vec<Vec<&(dyn tokio_postgres::types::ToSql + Sync)>> =
+                        ahead.planned.iter().map(Planned::params).collect();
+                    // The held jobs whose lease has ended are filed with the unheld ones
+                    // first, by the page's statement asked for no row.
+                    let q = queue.as_str();
+                    let none_wanted = 0_i64;
+                    let refile_params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+                        [&q, &caller_now, &none_wanted];
+                    let refile = c.query(&s.candidates, &refile_params);
+                    let ((_, found), rows) = try_join(
+                        try_join(
+                            refile,
+                            before.send(c, queue.as_str(), caller_now, ahead.needs),
+                        ),
+                        try_join_all(
+                            ahead
+                                .planned
+                                .iter()
+                                .zip(&params)
+                                .map(|(p, v)| c.query(&p.statement, v)),
+                        ),
+                    )
+                    .await?;
+                    Ok(First::Ahead(found, rows))
+                }
+                _ => c
+                    .query(
+                        &s.candidates,
+                        &[&queue.as_str(), &caller_now, &want_of(Some(limit))],
+                    )
+                    .await
+                    .map(First::Page),
+            }
+        };
+        let (((((_, settings), along), clock), queue_row), first) = try_join(
             try_join(
                 try_join(
                     try_join(try_join(begun, c.query_one(&s.settings, &[])), alongside),
-                    clock_if(c, s, check_skew),
+                    clock_if(
+                        c,
+                        s,
+                        check_skew || (ahead.is_some() && caller_now.is_none()),
+                    ),
                 ),
-                c.query_opt(&self.control.settings, &[&queue.as_str()]),
+                c.query_opt(&settings_stmt, &[&queue.as_str()]),
             ),
-            c.query(
-                &s.candidates,
-                &[&queue.as_str(), &caller_now, &want_of(Some(limit))],
-            ),
+            first,
         )
         .await
         .map_err(|e| error::map(e, Stage::BeforeCommit))?;
@@ -74,128 +137,103 @@ impl PgLeaseStore {
             Some(row) => crate::sql::decode_queue(row)?.1,
             None => lease_domain::QueueSettings::default(),
         };
-        // The term of the first page (the store's clock, read by its statement, in store-clock
-        // mode), at which the pause and the live leases are judged.
-        let first_term = match rows.first() {
-            Some(row) => self
+        self.saw(queue, &settings);
+        // What was read ahead stands only under the settings it was read for.
+        let (rows, mut done, mut ahead_read) = match (first, ahead) {
+            (First::Page(rows), _) => (Some(rows), Found::default(), None),
+            (First::Ahead(found, rows), Some(ahead)) => {
+                let same = ahead.seen == settings;
+                (
+                    None,
+                    found,
+                    same.then_some((ahead.read, ahead.planned, rows)),
+                )
+            }
+            (First::Ahead(found, _), None) => (None, found, None),
+        };
+        // The term at which the pause and the live leases are judged: the store's clock, read
+        // by the first page's statement or in the first round trip, in store-clock mode.
+        let first_term = match (rows.as_ref().and_then(|rows| rows.first()), clock) {
+            (Some(row), _) => self
                 .clock
                 .resolve_term(term, stored_now(row_clock(row)?)?)?,
-            None => term,
-        };
-        // Under a limit or group rules, claims of the queue take turns (an advisory lock for
-        // the transaction) and count its live leases and read its groups after their turn
-        // comes, so no two decide on one count.
-        // Without a count or a rate to read after it, the queue's turn is taken in the
-        // round trip of the walk's first read instead (`Driver::lock`): the statements of
-        // one connection run in order, so the read still runs after the turn came.
-        let lock_later = settings.serializes_claims()
-            && !rows.is_empty()
-            && !settings.counts_leases()
-            && !settings.limits_rate();
-        let held = if settings.serializes_claims() && !rows.is_empty() && !lock_later {
-            let ((), count) = try_join(
-                async {
-                    c.query_one(&self.control.lock_queue, &[&queue.as_str()])
-                        .await
-                        .map(drop)
-                },
-                async {
-                    if settings.counts_leases() {
-                        c.query_one(
-                            &self.control.held,
-                            &[&queue.as_str(), &first_term.now().get()],
-                        )
-                        .await
-                        .map(Some)
-                    } else {
-                        Ok(None)
-                    }
-                },
-            )
-            .await
-            .map_err(|e| error::map(e, Stage::BeforeCommit))?;
-            match count {
-                Some(row) => lease_ports::codec::count(row.get(0), "a queue's live leases")?,
-                None => 0,
+            (None, Some(now)) if ahead_read.is_some() => {
+                self.clock.resolve_term(term, stored_now(now)?)?
             }
-        } else {
-            0
+            (None, _) => term,
         };
+        // A page read and found empty: nothing to claim, and no walk runs (nor takes the
+        // queue's turn).
+        let none = rows.as_ref().is_some_and(Vec::is_empty);
+        // Under a limit or group rules, claims of the queue take turns (an advisory lock for
+        // the transaction) and count its live leases (and, under a rate, forget the grants
+        // expired by this claim's clock and count those of its own rate) after their turn
+        // comes, so no two decide on one count; whatever of it the first round trip did not
+        // do goes in one more. Without a count or a rate to read after it, the queue's turn
+        // is taken in the round trip of the walk's first read instead (`Driver::lock`): the
+        // statements of one connection run in order, so the read still runs after the turn.
+        let mut needs = Needs::of(&settings).without(done.did);
+        if none {
+            // Nothing to claim: only the grants expired by now are forgotten.
+            needs = Needs {
+                forget: needs.forget,
+                ..Needs::default()
+            };
+        }
+        if needs.any() {
+            if needs.lock && !needs.held && !needs.forget && !needs.counting {
+                driver.lock = Some(conn.prepare(&self.control.lock_queue).await?);
+            } else {
+                let before = Before::prepare(conn, &self.control).await?;
+                let now = Some(first_term.now().get());
+                let found = before
+                    .send(c, queue.as_str(), now, needs)
+                    .await
+                    .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+                done.merge(found);
+            }
+        }
+        driver.wrote = done.forgot;
+        let held = lease_ports::codec::count(done.held, "a queue's live leases")?;
+        let counting = lease_ports::codec::count(done.counting, "a queue's grants")?;
         let at_first = ClaimNext {
             term: first_term,
             ..claim.clone()
         };
-        // Under a rate, forget the grants expired by this claim's clock (after the queue's
-        // turn came, when it has candidates), then count those of the queue's own rate (its
-        // groups' are counted as the loop meets them).
-        let mut forgot = false;
-        let counting = if settings.limits_rate() && claim.limit > 0 {
-            forgot = c
-                .execute(
-                    &self.control.forget_expired_grants,
-                    &[&queue.as_str(), &first_term.now().get()],
-                )
-                .await
-                .map_err(|e| error::map(e, Stage::BeforeCommit))?
-                > 0;
-            if settings.rate.is_some() && !rows.is_empty() {
-                let counted = crate::control::counting(c, &self.control, queue, &[""]).await?;
-                counted.first().map_or(0, |(_, n)| *n)
-            } else {
-                0
-            }
-        } else {
-            0
-        };
         let mut walk = ClaimWalk::in_queue(&at_first, &settings, held, counting);
-        let lock = if lock_later {
-            Some(conn.prepare(&self.control.lock_queue).await?)
-        } else {
-            None
-        };
-        let mut driver = Driver {
-            store: self,
-            conn,
-            s,
-            queue,
-            caller_now,
-            read: std::collections::HashMap::new(),
-            pending: Vec::new(),
-            wrote: forgot,
-            lock,
-            repair: Vec::new(),
-        };
-        // The page read ahead in the first round trip answers a plain walk's first read. When
-        // it found no candidate there is nothing to claim, and no walk runs (nor took the
-        // queue's turn above).
-        let none = rows.is_empty();
-        let mut first = Some(rows);
+        // The page read in the first round trip answers a plain walk's first read; the reads
+        // sent ahead answer the walk's first read when it is theirs.
+        let mut page = rows;
         while let Some(read) = walk.next_read() {
             if none && !matches!(read, Read::Page { .. }) {
                 break;
             }
             driver.stage(walk.take_effects()).await?;
-            let answer = match (read, first.take()) {
-                (Read::Page { .. }, Some(rows)) => {
+            let answer = match (read, page.take(), ahead_read.take()) {
+                (Read::Page { .. }, Some(rows), _) => {
                     let (term, page) = driver.decoded(term, &rows)?;
                     Answer::Page(term, page)
                 }
-                (read, _) => driver.answer(&walk, term, read).await?,
+                (read, _, Some((asked, planned, rows))) if read == asked => {
+                    let answers = driver.decode_planned(term, &planned, &rows)?;
+                    match <[Answer; 1]>::try_from(answers) {
+                        Ok([answer]) if !matches!(read, Read::Many(_)) => answer,
+                        Ok(answers) => Answer::Many(answers.into()),
+                        Err(answers) => Answer::Many(answers),
+                    }
+                }
+                (read, _, _) => driver.answer(&walk, term, read).await?,
             };
             walk.answer(answer)?;
         }
         driver.stage(walk.take_effects()).await?;
-        let grants = walk.grants();
-        if !grants.is_empty() {
-            let (groups, ends): (Vec<Option<&str>>, Vec<f64>) = grants
-                .iter()
-                .map(|(g, at)| (g.as_ref().map(lease_domain::GroupKey::as_str), at.get()))
-                .unzip();
-            c.execute(&self.control.log_grants, &[&queue.as_str(), &groups, &ends])
-                .await
-                .map_err(|e| error::map(e, Stage::BeforeCommit))?;
-            driver.wrote = true;
-        }
+        // The grants of the leases under a rate are logged with COMMIT (`Claimed::commit`).
+        let grants: Vec<(Option<String>, f64)> = walk
+            .grants()
+            .iter()
+            .map(|(g, at)| (g.as_ref().map(|g| g.as_str().to_owned()), at.get()))
+            .collect();
+        driver.wrote |= !grants.is_empty();
         let buried = walk.buried().to_vec();
         Ok((
             Claimed {
@@ -204,9 +242,221 @@ impl PgLeaseStore {
                 wrote: driver.wrote,
                 buried,
                 repair: driver.repair,
+                grants,
             },
             along,
         ))
+    }
+
+    /// The settings this store last read for `queue`, if any.
+    pub(crate) fn seen(&self, queue: &QueueName) -> Option<lease_domain::QueueSettings> {
+        self.seen
+            .lock()
+            .ok()
+            .and_then(|seen| seen.get(queue).cloned())
+    }
+
+    /// Keeps the settings just read for `queue` (for the next claim's reads ahead).
+    fn saw(&self, queue: &QueueName, settings: &lease_domain::QueueSettings) {
+        if let Ok(mut seen) = self.seen.lock() {
+            if seen.get(queue) != Some(settings) {
+                seen.insert(queue.clone(), settings.clone());
+            }
+        }
+    }
+}
+
+/// The first round trip's last answer: the first page, or what was read ahead.
+enum First {
+    Page(Vec<tokio_postgres::Row>),
+    Ahead(Found, Vec<Vec<tokio_postgres::Row>>),
+}
+
+/// The walk's first reads, planned from the settings a claim of the queue last read.
+struct Ahead {
+    seen: lease_domain::QueueSettings,
+    needs: Needs,
+    read: Read,
+    planned: Vec<Planned>,
+}
+
+impl Ahead {
+    /// The reads ahead of `claim` under `seen`: `None` unless they make a walk by heads whose
+    /// first read can be sent without waiting for anything.
+    async fn plan(
+        driver: &Driver<'_>,
+        claim: &ClaimNext,
+        seen: lease_domain::QueueSettings,
+    ) -> Result<Option<Self>, StoreError> {
+        let mut probe = ClaimWalk::in_queue(claim, &seen, 0, 0);
+        if !probe.by_heads() {
+            return Ok(None);
+        }
+        let reads = match probe.next_read() {
+            Some(Read::Many(reads)) => reads,
+            Some(read @ (Read::Due { .. } | Read::Heads { .. } | Read::Jobs(_))) => vec![read],
+            _ => return Ok(None),
+        };
+        let planned = driver.plan(&reads).await?;
+        let read = match <[Read; 1]>::try_from(reads) {
+            Ok([one]) => one,
+            Err(reads) => Read::Many(reads),
+        };
+        Ok(Some(Self {
+            needs: Needs::of(&seen),
+            seen,
+            read,
+            planned,
+        }))
+    }
+}
+
+/// What a claim takes or reads before its walk, as its queue's settings ask.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Needs {
+    /// The queue's turn (its advisory lock).
+    lock: bool,
+    /// Its live leases.
+    held: bool,
+    /// Its expired grants forgotten.
+    forget: bool,
+    /// The grants that count against its own rate.
+    counting: bool,
+}
+
+impl Needs {
+    fn of(settings: &lease_domain::QueueSettings) -> Self {
+        Self {
+            lock: settings.serializes_claims(),
+            held: settings.counts_leases(),
+            forget: settings.limits_rate(),
+            counting: settings.rate.is_some(),
+        }
+    }
+
+    /// What `self` asks that `done` has not done.
+    fn without(self, done: Needs) -> Self {
+        Self {
+            lock: self.lock && !done.lock,
+            held: self.held && !done.held,
+            forget: self.forget && !done.forget,
+            counting: self.counting && !done.counting,
+        }
+    }
+
+    fn any(self) -> bool {
+        self.lock || self.held || self.forget || self.counting
+    }
+}
+
+/// What was done and found before the walk.
+#[derive(Debug, Default)]
+struct Found {
+    did: Needs,
+    held: i64,
+    forgot: bool,
+    counting: i64,
+}
+
+impl Found {
+    fn merge(&mut self, other: Found) {
+        if other.did.held {
+            self.held = other.held;
+        }
+        if other.did.counting {
+            self.counting = other.counting;
+        }
+        self.forgot |= other.forgot;
+        self.did = Needs {
+            lock: self.did.lock || other.did.lock,
+            held: self.did.held || other.did.held,
+            forget: self.did.forget || other.did.forget,
+            counting: self.did.counting || other.did.counting,
+        };
+    }
+}
+
+/// The statements a claim sends before its walk, prepared.
+struct Before {
+    lock: tokio_postgres::Statement,
+    held: tokio_postgres::Statement,
+    forget: tokio_postgres::Statement,
+    counting: tokio_postgres::Statement,
+}
+
+impl Before {
+    async fn prepare(
+        conn: &Conn,
+        control: &crate::control::ControlSql,
+    ) -> Result<Self, StoreError> {
+        Ok(Self {
+            lock: conn.prepare(&control.lock_queue).await?,
+            held: conn.prepare(&control.held).await?,
+            forget: conn.prepare(&control.forget_expired_grants).await?,
+            counting: conn.prepare(&control.counting).await?,
+        })
+    }
+
+    /// Sends what `needs` asks, in this order, in one round trip: the queue's turn, its live
+    /// leases at `now` (else the store's clock), its grants expired by then forgotten, the
+    /// grants counting against its own rate.
+    async fn send(
+        &self,
+        c: &tokio_postgres::Client,
+        queue: &str,
+        now: Option<f64>,
+        needs: Needs,
+    ) -> Result<Found, tokio_postgres::Error> {
+        let own: [&str; 1] = [""];
+        let (((), held), (forgot, counting)) = try_join(
+            try_join(
+                async {
+                    if needs.lock {
+                        c.query_one(&self.lock, &[&queue]).await.map(drop)
+                    } else {
+                        Ok(())
+                    }
+                },
+                async {
+                    if needs.held {
+                        c.query_one(&self.held, &[&queue, &now])
+                            .await
+                            .and_then(|row| row.try_get::<_, i64>(0))
+                    } else {
+                        Ok(0)
+                    }
+                },
+            ),
+            try_join(
+                async {
+                    if needs.forget {
+                        c.execute(&self.forget, &[&queue, &now])
+                            .await
+                            .map(|n| n > 0)
+                    } else {
+                        Ok(false)
+                    }
+                },
+                async {
+                    if needs.counting {
+                        let rows = c.query(&self.counting, &[&queue, &own.as_slice()]).await?;
+                        match rows.first() {
+                            Some(row) => row.try_get::<_, i64>(1),
+                            None => Ok(0),
+                        }
+                    } else {
+                        Ok(0)
+                    }
+                },
+            ),
+        )
+        .await?;
+        Ok(Found {
+            did: needs,
+            held,
+            forgot,
+            counting,
+        })
     }
 }
 
@@ -228,6 +478,26 @@ struct Driver<'a> {
     lock: Option<tokio_postgres::Statement>,
     /// The groups whose heads go with COMMIT (`Effect::RepairHeads`).
     repair: Vec<String>,
+}
+
+/// A parameter of a planned read, owned.
+type Param = Box<dyn tokio_postgres::types::ToSql + Sync + Send>;
+
+/// One read of the walk as a prepared statement and its parameters.
+struct Planned {
+    statement: tokio_postgres::Statement,
+    values: Vec<Param>,
+    /// Whether it reads heads (else candidates).
+    heads: bool,
+}
+
+impl Planned {
+    fn params(&self) -> Vec<&(dyn tokio_postgres::types::ToSql + Sync)> {
+        self.values
+            .iter()
+            .map(|b| b.as_ref() as &(dyn tokio_postgres::types::ToSql + Sync))
+            .collect()
+    }
 }
 
 impl Driver<'_> {
@@ -385,8 +655,13 @@ impl Driver<'_> {
             }
             Read::Heads { want: n, skip } => {
                 let skip: Vec<&str> = skip.iter().map(GroupKey::as_str).collect();
-                let rows = self.query(&control.heads, &[&q, &want(n), &skip]).await?;
-                Answer::Heads(rows.iter().map(decode_head).collect::<Result<_, _>>()?)
+                let rows = self
+                    .query(
+                        &control.heads,
+                        &[&q, &want(n), &skip, &now, &DUE_WITH_HEADS],
+                    )
+                    .await?;
+                self.heads_answer(term, &rows)?
             }
             Read::Standing(groups) => {
                 let keys: Vec<&str> = groups.iter().map(GroupKey::as_str).collect();
@@ -439,13 +714,26 @@ impl Driver<'_> {
     /// Answers reads that do not depend on each other in one round trip, with the rows
     /// decided before them.
     async fn many(&mut self, term: LeaseTerm, reads: Vec<Read>) -> Result<Answer, StoreError> {
-        type Param = Box<dyn tokio_postgres::types::ToSql + Sync + Send>;
+        let planned = self.plan(&reads).await?;
+        let statements: Vec<tokio_postgres::Statement> =
+            planned.iter().map(|p| p.statement.clone()).collect();
+        let params: Vec<Vec<&(dyn tokio_postgres::types::ToSql + Sync)>> =
+            planned.iter().map(Planned::params).collect();
+        let answered = self.send(&statements, &params).await?;
+        self.decode_planned(term, &planned, &answered)
+            .map(Answer::Many)
+    }
+
+    /// The statements that answer `reads` (only [`Read::Due`], [`Read::Jobs`] and
+    /// [`Read::Heads`]: reads that do not depend on each other), prepared, with their
+    /// parameters.
+    async fn plan(&self, reads: &[Read]) -> Result<Vec<Planned>, StoreError> {
         let control = &self.store.control;
         let q = || -> Param { Box::new(self.queue.as_str().to_owned()) };
-        let mut planned: Vec<(&str, Vec<Param>, bool)> = Vec::with_capacity(reads.len());
-        for read in &reads {
+        let mut planned = Vec::with_capacity(reads.len());
+        for read in reads {
             let now: Param = Box::new(self.caller_now);
-            planned.push(match read {
+            let (text, params, heads): (&str, Vec<Param>, bool) = match read {
                 Read::Due { group: None, want } => {
                     let none: Option<String> = None;
                     let p: Vec<Param> =
@@ -468,7 +756,13 @@ impl Driver<'_> {
                 }
                 Read::Heads { want, skip } => {
                     let skip: Vec<String> = skip.iter().map(|g| g.as_str().to_owned()).collect();
-                    let p: Vec<Param> = vec![q(), Box::new(want_of(Some(*want))), Box::new(skip)];
+                    let p: Vec<Param> = vec![
+                        q(),
+                        Box::new(want_of(Some(*want))),
+                        Box::new(skip),
+                        now,
+                        Box::new(DUE_WITH_HEADS),
+                    ];
                     (control.heads.as_str(), p, true)
                 }
                 other => {
@@ -477,31 +771,32 @@ impl Driver<'_> {
                             .into(),
                     ));
                 }
+            };
+            planned.push(Planned {
+                statement: self.conn.prepare(text).await?,
+                values: params,
+                heads,
             });
         }
-        let mut statements = Vec::with_capacity(planned.len());
-        for (text, _, _) in &planned {
-            statements.push(self.conn.prepare(text).await?);
-        }
-        let params: Vec<Vec<&(dyn tokio_postgres::types::ToSql + Sync)>> = planned
-            .iter()
-            .map(|(_, p, _)| {
-                p.iter()
-                    .map(|b| b.as_ref() as &(dyn tokio_postgres::types::ToSql + Sync))
-                    .collect()
-            })
-            .collect();
-        let answered = self.send(&statements, &params).await?;
-        let heads: Vec<bool> = planned.iter().map(|(_, _, heads)| *heads).collect();
+        Ok(planned)
+    }
+
+    /// The answers of planned reads, from the rows their statements answered.
+    fn decode_planned(
+        &mut self,
+        term: LeaseTerm,
+        planned: &[Planned],
+        answered: &[Vec<tokio_postgres::Row>],
+    ) -> Result<Vec<Answer>, StoreError> {
         let mut answers = Vec::with_capacity(answered.len());
-        for (rows, heads) in answered.iter().zip(heads) {
-            answers.push(if heads {
-                Answer::Heads(rows.iter().map(decode_head).collect::<Result<_, _>>()?)
+        for (rows, planned) in answered.iter().zip(planned) {
+            answers.push(if planned.heads {
+                self.heads_answer(term, rows)?
             } else {
                 self.candidates(term, rows)?
             });
         }
-        Ok(Answer::Many(answers))
+        Ok(answers)
     }
 
     /// Runs one read of the walk, after the rows decided before it (in the same round trip).
@@ -534,6 +829,62 @@ impl Driver<'_> {
                 .map(|((id, job), seq)| Candidate { id, job, seq })
                 .collect(),
         ))
+    }
+
+    /// The rows of `ControlSql::heads` read back: each head once (its rows come together), its
+    /// grants that count, its jobs that bear on the group rules and its first due jobs (whose
+    /// standing is remembered, as a candidate's).
+    fn heads_answer(
+        &mut self,
+        term: LeaseTerm,
+        rows: &[tokio_postgres::Row],
+    ) -> Result<Answer, StoreError> {
+        let (mut heads, mut bearing, mut counting) = (Vec::<Head>::new(), Vec::new(), Vec::new());
+        let (mut due, mut due_term) = (Vec::new(), term);
+        for row in rows {
+            let head = lease_ports::codec::head(
+                row.try_get(0).map_err(Self::db)?,
+                row.try_get(1).map_err(Self::db)?,
+                row.try_get(2).map_err(Self::db)?,
+                row.try_get(3).map_err(Self::db)?,
+            )?;
+            if heads.last() != Some(&head) {
+                if let Some(n) = row.try_get::<_, Option<i64>>(4).map_err(Self::db)? {
+                    let n = lease_ports::codec::count(n, "a group's grants")?;
+                    counting.push((head.group.clone(), n));
+                }
+                heads.push(head);
+            }
+            due_term = self
+                .store
+                .clock
+                .resolve_term(term, stored_now(row_clock_at(row, 5)?)?)?;
+            match row
+                .try_get::<_, Option<String>>(6)
+                .map_err(Self::db)?
+                .as_deref()
+            {
+                None => {}
+                Some("b") => bearing.push(sql::decode_with_id(row, 8)?),
+                Some("d") => {
+                    let seq = lease_ports::codec::seq(row.try_get(7).map_err(Self::db)?)?;
+                    let (id, job) = sql::decode_with_id(row, 8)?;
+                    self.read.insert(id.clone(), Standing::of(&job));
+                    due.push(Candidate { id, job, seq });
+                }
+                Some(other) => {
+                    return Err(StoreError::Corrupt(
+                        format!("a head's row of an unknown kind {other:?}").into(),
+                    ));
+                }
+            }
+        }
+        Ok(Answer::HeadsWithStanding {
+            heads,
+            bearing,
+            counting,
+            due: Some((due_term, 1, due)),
+        })
     }
 
     /// Candidate rows read back, with the term at the clock reading their statement made
@@ -573,17 +924,6 @@ async fn locked(
     }
 }
 
-/// A head row (`grp`, `priority`, `run_at`, `seq`) read back.
-fn decode_head(row: &tokio_postgres::Row) -> Result<Head, StoreError> {
-    let db = |e| error::map(e, Stage::BeforeCommit);
-    lease_ports::codec::head(
-        row.try_get(0).map_err(db)?,
-        row.try_get(1).map_err(db)?,
-        row.try_get(2).map_err(db)?,
-        row.try_get(3).map_err(db)?,
-    )
-}
-
 impl PgLeaseStore {
     /// Candidate rows read back, with the term at the clock reading their statement made
     /// (every row of a statement carries the same one).
@@ -606,9 +946,19 @@ impl PgLeaseStore {
     }
 }
 
+/// How many of each head's group's first due jobs are read with the heads (`$5` of
+/// `ControlSql::heads`, answered as the `1` of `Answer::HeadsWithStanding::due`): one, what
+/// a claim of one job needs; a claim of more reads on.
+const DUE_WITH_HEADS: i64 = 1;
+
 /// The clock reading a candidate row carries (its first column).
 fn row_clock(row: &tokio_postgres::Row) -> Result<f64, StoreError> {
-    row.try_get(0).map_err(|e| {
+    row_clock_at(row, 0)
+}
+
+/// The clock reading a row carries in column `at`.
+fn row_clock_at(row: &tokio_postgres::Row, at: usize) -> Result<f64, StoreError> {
+    row.try_get(at).map_err(|e| {
         StoreError::Corrupt(lease_ports::Detail::caused_by(
             format!("the clock column: {e}"),
             e,
@@ -635,11 +985,15 @@ pub(crate) struct Claimed {
     /// The groups whose heads are set to their first ready job before COMMIT
     /// (`repair_group_heads`), after every row.
     pub(crate) repair: Vec<String>,
+    /// The grants to log under the queue's rates (the group, `None` for the queue's own, and
+    /// when each expires), with COMMIT.
+    pub(crate) grants: Vec<(Option<String>, f64)>,
 }
 
 impl Claimed {
     /// Writes `writes` (the claim's rows and whatever the caller adds), moves the heads the
-    /// walk met on, and commits, in one round trip (rolls back when nothing was written).
+    /// walk read from on, logs the grants of its leases, and commits, in one round trip (rolls
+    /// back when nothing was written).
     pub(crate) async fn commit(
         &self,
         conn: &Conn,
@@ -649,11 +1003,24 @@ impl Claimed {
         writes: &[Encoded],
         wrote: bool,
     ) -> Result<(), StoreError> {
-        if self.repair.is_empty() {
+        if self.repair.is_empty() && self.grants.is_empty() {
             return crate::write::commit(conn.client(), s, writes, wrote).await;
         }
-        let repair = conn.prepare(&control.repair_heads).await?;
+        let repair = match self.repair.is_empty() {
+            true => None,
+            false => Some(conn.prepare(&control.repair_heads).await?),
+        };
+        let log = match self.grants.is_empty() {
+            true => None,
+            false => Some(conn.prepare(&control.log_grants).await?),
+        };
+        let (groups, ends): (Vec<Option<&str>>, Vec<f64>) = self
+            .grants
+            .iter()
+            .map(|(g, at)| (g.as_deref(), *at))
+            .unzip();
         let c = conn.client();
+        let q = queue.as_str();
         try_join(
             try_join(
                 try_join_all(
@@ -661,7 +1028,22 @@ impl Claimed {
                         .iter()
                         .map(|w| update(c, &s.update, &s.update_counted, w)),
                 ),
-                c.query_one(&repair, &[&queue.as_str(), &self.repair]),
+                try_join(
+                    async {
+                        match &repair {
+                            Some(repair) => {
+                                c.query_one(repair, &[&q, &self.repair]).await.map(drop)
+                            }
+                            None => Ok(()),
+                        }
+                    },
+                    async {
+                        match &log {
+                            Some(log) => c.execute(log, &[&q, &groups, &ends]).await.map(drop),
+                            None => Ok(()),
+                        }
+                    },
+                ),
             ),
             c.execute(&s.commit, &[]),
         )
