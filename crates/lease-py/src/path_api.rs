@@ -1,5 +1,6 @@
 //! The problem statement's functions, exactly: `init_db`, `enqueue`, `state`, `claim`,
-//! `renew`, `complete`, `release` and `claim_many`, each opening the file afresh, over
+//! `renew`, `complete`, `release` and `claim_many`, each acting on the file its path names at the
+//! call (through the connection the process keeps for it while it names the same file), over
 //! `lease_sqlite`'s path API. Invalid input (a `ttl` not above 0, an empty id, a fence out of
 //! range, a time that is not finite) is `lease.errors.InvalidInput`, a `ValueError`, raised
 //! before the file is touched; a refusal by the lease rules is `None` or `False`.

@@ -196,3 +196,23 @@ def test_the_functions_open_the_file_afresh_each_time(db):
         lease.state(db, "j")
     lease.init_db(db)
     assert lease.state(db, "j") is None
+
+
+def test_a_forked_child_calls_the_functions_on_its_own_connection(db):
+    lease.init_db(db)
+    lease.enqueue(db, "j")
+    # The parent has called with the path, so it keeps a connection to it.
+    fence = lease.claim(db, "j", "a", 100.0, 10.0)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = 0 if lease.complete(db, "j", "a", fence, 101.0, "from the child") else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert lease.state(db, "j")["result"] == "from the child"
+    # The parent's own connection goes on.
+    assert lease.enqueue(db, "k") is True
+    assert lease.state(db, "k")["fence"] == 0

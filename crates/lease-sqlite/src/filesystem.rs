@@ -33,12 +33,21 @@ pub(crate) enum Target {
 }
 
 pub(crate) fn check_path(path: &Path, shown: &str) -> Result<Target, StoreError> {
+    Ok(match identity(path, shown)? {
+        Some(_) => Target::File,
+        None => Target::Missing,
+    })
+}
+
+/// The file at the target path (its device and inode), `None` when there is none, with the
+/// checks of [`check_path`].
+pub(crate) fn identity(path: &Path, shown: &str) -> Result<Option<(u64, u64)>, StoreError> {
     match std::fs::metadata(path) {
         Ok(meta) if meta.is_dir() => Err(incompatible(shown, "it is a directory")),
         Ok(meta) if !meta.is_file() => Err(incompatible(shown, "it is not a regular file")),
         Ok(meta) if meta.nlink() > 1 => Err(incompatible(shown, hard_link_reason(meta.nlink()))),
-        Ok(_) => Ok(Target::File),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Target::Missing),
+        Ok(meta) => Ok(Some((meta.dev(), meta.ino()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(StoreError::Unavailable(
             format!("cannot inspect {shown}: {e}").into(),
         )),

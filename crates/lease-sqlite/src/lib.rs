@@ -54,7 +54,9 @@ pub use connection::{ConnectionSettings, MIN_SQLITE_VERSION};
 pub use group::GroupCommitStats;
 pub use lease_ports::{JobState, StoreError};
 pub use options::{ConnectFn, ConnectHook, SqliteOptions, Synchronous};
-pub use path_api::{claim, claim_many, complete, enqueue, init_db, release, renew, state};
+pub use path_api::{
+    KEPT_PATHS, claim, claim_many, complete, enqueue, init_db, release, renew, state,
+};
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 
 /// The SQL the store runs for every operation, for benchmarks that compare it with raw SQLite
@@ -129,6 +131,9 @@ impl SqliteLeaseStore {
     /// As [`SqliteLeaseStore::open`].
     pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
+        // The connection the statement's functions keep for the path goes: the store's
+        // connections are then the file's last in this process, and its close checkpoints.
+        path_api::let_go_of(&path);
         // Check, create and migrate with one connection first, so that problems surface here
         // with a clear error instead of as pool time-outs later.
         let access = connection::open(&path, &options)?.access;

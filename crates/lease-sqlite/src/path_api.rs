@@ -1,8 +1,12 @@
 //! The seed-contract API: synchronous, path-based functions over the store's operations.
 //!
-//! Inputs are checked before the file is touched, so bad input changes nothing. Each call
-//! opens the file afresh (no process cache), which keeps it correct when the file is deleted
-//! and re-created between calls; long-lived callers should use [`SqliteLeaseStore`](crate::SqliteLeaseStore).
+//! Inputs are checked before the file is touched, so bad input changes nothing. A process
+//! keeps the connection it opened for a path (for the last [`KEPT_PATHS`] paths it called
+//! with) and checks, on every call, that the path still names the file it was opened on (its
+//! device and inode) in the process that opened it: a file deleted or replaced since is opened
+//! afresh, and a forked child opens its own. Each call then does only its statement's work
+//! (a new connection parses the lease schema and rebuilds the log's index: more than half of
+//! a call). Long-lived callers should still use [`SqliteLeaseStore`](crate::SqliteLeaseStore).
 //!
 //! A call leaves the write-ahead log in place when it closes (SQLite would otherwise checkpoint
 //! it into the main file and delete it, and the next call would make it again: five syncs a
@@ -10,8 +14,8 @@
 //! acknowledged write is as durable in the log as in the main file; a copy of the database
 //! must take its `-wal` file with it (as with any SQLite file in WAL mode).
 
-use std::path::Path;
-use std::sync::Barrier;
+use std::path::{Path, PathBuf};
+use std::sync::{Barrier, Mutex};
 use std::thread;
 
 use lease_domain::{Command, Fence, JobId, JobResult, LeaseTerm, Owner, Timestamp};
@@ -33,27 +37,166 @@ const MAX_CLAIM_THREADS: usize = 64;
 /// 128 pages measured alike (docs/PERFORMANCE.md).
 const KEPT_LOG_BYTES: u64 = 32 * 4096;
 
-/// Opens the file afresh and runs one write in its own transaction.
+/// The most paths a process keeps a connection for; the one used longest ago goes first.
+pub const KEPT_PATHS: usize = 16;
+
+/// A connection a process keeps for a path: the file it was opened on (device, inode) and the
+/// process that opened it.
+struct Kept {
+    path: PathBuf,
+    file: (u64, u64),
+    pid: u32,
+    opened: connection::Opened,
+}
+
+/// The connections this process keeps, the one used last at the end.
+static KEPT: Mutex<Vec<Kept>> = Mutex::new(Vec::new());
+
+fn kept() -> std::sync::MutexGuard<'static, Vec<Kept>> {
+    KEPT.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The file `path` names now (device, inode), if any (and one that can be opened: the checks
+/// every open makes of the path, a hard link made since above all, are made on every call).
+fn file_of(path: &Path) -> Result<Option<(u64, u64)>, StoreError> {
+    crate::filesystem::identity(path, &path.display().to_string())
+}
+
+/// Takes the connection this process keeps for `path` when it was opened on `file` by this
+/// process, on storage that could be written as now (`read_only`); any other kept for `path`
+/// is let go ([`let_go`]).
+fn take(path: &Path, file: (u64, u64), read_only: bool) -> Option<connection::Opened> {
+    let mut kept = kept();
+    // In a child made by `fork`, every connection inherited from the parent goes first (see
+    // [`let_go`]), before this process opens its own to any of their files.
+    let pid = std::process::id();
+    if kept.iter().any(|k| k.pid != pid) {
+        let (inherited, own): (Vec<Kept>, Vec<Kept>) = std::mem::take(&mut *kept)
+            .into_iter()
+            .partition(|k| k.pid != pid);
+        *kept = own;
+        drop(kept);
+        inherited.into_iter().for_each(let_go);
+        kept = self::kept();
+    }
+    let at = kept.iter().position(|k| k.path == path)?;
+    let found = kept.remove(at);
+    drop(kept);
+    let was_read_only = matches!(found.opened.access, Access::ReadOnly { .. });
+    if found.pid == std::process::id() && found.file == file && was_read_only == read_only {
+        return Some(found.opened);
+    }
+    let_go(found);
+    None
+}
+
+/// Keeps `opened` for `path` (opened on `file`) for the next call, letting go of the one used
+/// longest ago past [`KEPT_PATHS`].
+fn keep(path: &Path, file: (u64, u64), opened: connection::Opened) {
+    let mut kept = kept();
+    let mut gone = Vec::new();
+    if let Some(at) = kept.iter().position(|k| k.path == path) {
+        gone.push(kept.remove(at));
+    }
+    if kept.len() >= KEPT_PATHS {
+        gone.push(kept.remove(0));
+    }
+    kept.push(Kept {
+        path: path.to_owned(),
+        file,
+        pid: std::process::id(),
+        opened,
+    });
+    drop(kept);
+    gone.into_iter().for_each(let_go);
+}
+
+/// Lets go of a kept connection: closed, unless this process opened it on a file its path no
+/// longer names, when it is left open and forgotten. A connection on a file since deleted or
+/// replaced shares the path's `-wal` and `-shm` with the file now there, and closing it would
+/// release this process's locks on them (POSIX locks belong to the process, and go with any
+/// of its descriptors of the file). One inherited through `fork` is closed in the child: the
+/// child holds none of the parent's locks, so closing its copies releases none of them, and
+/// SQLite's record of the file in the child (inherited with it) must go before the child
+/// opens the file itself. A closing connection never checkpoints or deletes the log
+/// ([`connection::keep_log_on_close`]).
+fn let_go(kept: Kept) {
+    let inherited = std::process::id() != kept.pid;
+    if inherited || file_of(&kept.path).is_ok_and(|file| file == Some(kept.file)) {
+        drop(kept.opened);
+    } else {
+        std::mem::forget(kept.opened);
+    }
+}
+
+/// Lets go of the connection this process keeps for `path`, if any (a store opened on the
+/// path takes over: see [`let_go`]).
+pub(crate) fn let_go_of(path: &Path) {
+    let mut kept = kept();
+    let found = kept
+        .iter()
+        .position(|k| k.path == path)
+        .map(|at| kept.remove(at));
+    drop(kept);
+    found.into_iter().for_each(let_go);
+}
+
+/// Runs `call` on a connection to the existing database at `path`: the one this process keeps
+/// for it while the path names the same file, else one opened afresh (never creating a file).
+/// A `write` on storage that can only be read is refused before any statement runs. The
+/// connection is kept for the next call unless the call failed (a connection that saw an
+/// error is not trusted again) or says not to (`call` answers with whether it may be kept).
+fn with_connection<T>(
+    path: &Path,
+    write: bool,
+    call: impl FnOnce(&mut Connection) -> Result<(T, bool), StoreError>,
+) -> Result<T, StoreError> {
+    // A kept connection is used only while the storage can be written as it could be when it
+    // was opened (a mount made read-only since, or writable again, is opened afresh).
+    let read_only = crate::filesystem::read_only_reason(path, "").is_some();
+    let kept = file_of(path)?.and_then(|file| take(path, file, read_only));
+    let mut opened = match kept {
+        Some(opened) => opened,
+        None => opened(path)?,
+    };
+    if let (true, Access::ReadOnly { reason, .. }) = (write, &opened.access) {
+        return Err(connection::can_only_be_read(path, reason));
+    }
+    let (answer, keeps) = call(&mut opened.conn)?;
+    if let (true, Ok(Some(file))) = (keeps, file_of(path)) {
+        keep(path, file, opened);
+    }
+    Ok(answer)
+}
+
+/// Runs one write in its own transaction, on the connection [`with_connection`] gives.
 fn execute<T: FromOutcome>(path: &Path, id: &JobId, command: Command) -> Result<T, StoreError> {
     let op = Op::Job(id.clone(), command);
-    let mut conn = open_for_writing(path)?;
-    let reply = tx::execute(&mut conn, &op)?;
-    keep_log_small(path, &conn);
+    let reply = with_connection(path, true, |conn| {
+        let reply = tx::execute(conn, &op)?;
+        Ok((reply, keep_log_small(path, conn)))
+    })?;
     outcome_as(reply.into_outcome()?)
 }
 
 /// After a commit: moves the log into the main file and empties it once it holds more than
 /// [`KEPT_LOG_BYTES`]. Housekeeping, after the write committed: a checkpoint that cannot run
 /// now (another connection reads an older snapshot) is left to a later call, without waiting
-/// and without failing this one.
-fn keep_log_small(path: &Path, conn: &Connection) {
+/// and without failing this one. Says whether the connection waits for locks as long as
+/// before (only then is it kept for the next call).
+fn keep_log_small(path: &Path, conn: &Connection) -> bool {
     let mut log = path.as_os_str().to_owned();
     log.push("-wal");
     if std::fs::metadata(&log).map_or(0, |m| m.len()) > KEPT_LOG_BYTES
         && conn.busy_timeout(std::time::Duration::ZERO).is_ok()
     {
         let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+        return conn
+            .busy_timeout(SqliteOptions::default().busy_timeout)
+            .is_ok();
     }
+    true
 }
 
 /// Opens an existing database afresh (never creates one), keeping the log past the close.
@@ -67,10 +210,6 @@ fn opened(path: &Path) -> Result<connection::Opened, StoreError> {
     )?;
     connection::keep_log_on_close(&opened.conn, true)?;
     Ok(opened)
-}
-
-fn open_existing(path: &Path) -> Result<Connection, StoreError> {
-    Ok(opened(path)?.conn)
 }
 
 /// Opens an existing database for a write; storage that can only be read is refused here,
@@ -113,7 +252,9 @@ pub fn enqueue(path: impl AsRef<Path>, job_id: &str) -> Result<bool, StoreError>
 /// As [`enqueue`].
 pub fn state(path: impl AsRef<Path>, job_id: &str) -> Result<Option<JobState>, StoreError> {
     let id = JobId::new(job_id)?;
-    reads::state(&open_existing(path.as_ref())?, &id)
+    with_connection(path.as_ref(), false, |conn| {
+        Ok((reads::state(conn, &id)?, true))
+    })
 }
 
 /// Claims `job_id` for `owner` until `now + ttl` and returns the new fence, or `None` when the

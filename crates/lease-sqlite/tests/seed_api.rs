@@ -547,3 +547,60 @@ fn deleting_only_the_main_file_brings_no_commit_of_its_log_back() {
     assert_eq!(claim(&path, "j", "a", 0.0, 5.0).unwrap(), Some(1));
     assert_eq!(row(&path, "j").fence, 1);
 }
+
+/// A process keeps its connection for a path only while the path names the file it opened:
+/// a file put in its place (renamed over it) is read as it is, and so is the first file again.
+#[test]
+fn a_file_renamed_over_the_path_is_read_afresh() {
+    let (dir, path) = fresh_db();
+    assert!(enqueue(&path, "j").unwrap());
+    assert_eq!(claim(&path, "j", "a", 0.0, 5.0).unwrap(), Some(1));
+    // Another database, with another job, takes the path's place.
+    let other = dir.path().join("other.db");
+    init_db(&other).unwrap();
+    assert!(enqueue(&other, "k").unwrap());
+    let kept = dir.path().join("kept.db");
+    for suffix in ["", "-wal", "-shm"] {
+        let from = PathBuf::from(format!("{}{suffix}", path.display()));
+        if from.exists() {
+            std::fs::rename(from, format!("{}{suffix}", kept.display())).unwrap();
+        }
+    }
+    // The other file (with its log, which holds its last commits) is renamed to the path.
+    for suffix in ["", "-wal", "-shm"] {
+        let from = PathBuf::from(format!("{}{suffix}", other.display()));
+        if from.exists() {
+            std::fs::rename(from, format!("{}{suffix}", path.display())).unwrap();
+        }
+    }
+    assert_eq!(
+        state(&path, "j").unwrap(),
+        None,
+        "the old file's job was read"
+    );
+    assert_eq!(row(&path, "k").fence, 0);
+    assert_eq!(claim(&path, "k", "b", 0.0, 5.0).unwrap(), Some(1));
+    // The first file, under its new name, is as it was.
+    assert_eq!(row(&kept, "j").fence, 1);
+}
+
+/// More paths than a process keeps connections for are each read correctly, in any order.
+#[test]
+fn many_paths_each_keep_their_own_jobs() {
+    let dir = TempDir::new().unwrap();
+    let paths: Vec<PathBuf> = (0..lease_sqlite::KEPT_PATHS + 4)
+        .map(|n| dir.path().join(format!("db{n}.db")))
+        .collect();
+    for (n, path) in paths.iter().enumerate() {
+        init_db(path).unwrap();
+        assert!(enqueue(path, &format!("j{n}")).unwrap());
+    }
+    for round in 0..2 {
+        for (n, path) in paths.iter().enumerate().rev() {
+            let now = f64::from(u32::try_from(round * 10).unwrap());
+            let fence = claim(path, &format!("j{n}"), "a", now, 5.0).unwrap();
+            assert_eq!(fence, Some(round + 1), "{}", path.display());
+            assert_eq!(state(path, &format!("j{}", n + 1)).unwrap(), None);
+        }
+    }
+}

@@ -2,7 +2,8 @@
 
 Three ways in, over the same Rust stores the ``lease`` command uses:
 
-- The problem statement's functions, each opening the SQLite file afresh:
+- The problem statement's functions, each acting on the SQLite file its path names at the call
+  (a process keeps its connection to a path while the path names the same file):
   :func:`init_db`, :func:`enqueue`, :func:`state`, :func:`claim`, :func:`renew`,
   :func:`complete`, :func:`release`, :func:`claim_many`.
 - The queue: :class:`Store` (blocking) and :class:`AsyncStore` (asyncio) on a SQLite path, a
