@@ -88,10 +88,7 @@ impl PgLeaseStore {
                         [&q, &caller_now, &none_wanted];
                     let refile = c.query(&s.candidates, &refile_params);
                     let ((_, found), rows) = try_join(
-                        try_join(
-                            refile,
-                            before.send(c, queue.as_str(), caller_now, ahead.needs),
-                        ),
+                        try_join(refile, before.send(c, q, caller_now, ahead.needs)),
                         try_join_all(
                             ahead
                                 .planned
@@ -1006,13 +1003,15 @@ impl Claimed {
         if self.repair.is_empty() && self.grants.is_empty() {
             return crate::write::commit(conn.client(), s, writes, wrote).await;
         }
-        let repair = match self.repair.is_empty() {
-            true => None,
-            false => Some(conn.prepare(&control.repair_heads).await?),
+        let repair = if self.repair.is_empty() {
+            None
+        } else {
+            Some(conn.prepare(&control.repair_heads).await?)
         };
-        let log = match self.grants.is_empty() {
-            true => None,
-            false => Some(conn.prepare(&control.log_grants).await?),
+        let log = if self.grants.is_empty() {
+            None
+        } else {
+            Some(conn.prepare(&control.log_grants).await?)
         };
         let (groups, ends): (Vec<Option<&str>>, Vec<f64>) = self
             .grants

@@ -57,6 +57,12 @@ fn kept() -> std::sync::MutexGuard<'static, Vec<Kept>> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Takes the entry for `path` out of `kept`, if there is one.
+fn remove(kept: &mut Vec<Kept>, path: &Path) -> Option<Kept> {
+    let at = kept.iter().position(|k| k.path == path)?;
+    Some(kept.remove(at))
+}
+
 /// The file `path` names now (device, inode), if any (and one that can be opened: the checks
 /// every open makes of the path, a hard link made since above all, are made on every call).
 fn file_of(path: &Path) -> Result<Option<(u64, u64)>, StoreError> {
@@ -80,11 +86,10 @@ fn take(path: &Path, file: (u64, u64), read_only: bool) -> Option<connection::Op
         inherited.into_iter().for_each(let_go);
         kept = self::kept();
     }
-    let at = kept.iter().position(|k| k.path == path)?;
-    let found = kept.remove(at);
+    let found = remove(&mut kept, path)?;
     drop(kept);
     let was_read_only = matches!(found.opened.access, Access::ReadOnly { .. });
-    if found.pid == std::process::id() && found.file == file && was_read_only == read_only {
+    if found.file == file && was_read_only == read_only {
         return Some(found.opened);
     }
     let_go(found);
@@ -95,10 +100,7 @@ fn take(path: &Path, file: (u64, u64), read_only: bool) -> Option<connection::Op
 /// longest ago past [`KEPT_PATHS`].
 fn keep(path: &Path, file: (u64, u64), opened: connection::Opened) {
     let mut kept = kept();
-    let mut gone = Vec::new();
-    if let Some(at) = kept.iter().position(|k| k.path == path) {
-        gone.push(kept.remove(at));
-    }
+    let mut gone: Vec<Kept> = remove(&mut kept, path).into_iter().collect();
     if kept.len() >= KEPT_PATHS {
         gone.push(kept.remove(0));
     }
@@ -133,12 +135,7 @@ fn let_go(kept: Kept) {
 /// Lets go of the connection this process keeps for `path`, if any (a store opened on the
 /// path takes over: see [`let_go`]).
 pub(crate) fn let_go_of(path: &Path) {
-    let mut kept = kept();
-    let found = kept
-        .iter()
-        .position(|k| k.path == path)
-        .map(|at| kept.remove(at));
-    drop(kept);
+    let found = remove(&mut kept(), path);
     found.into_iter().for_each(let_go);
 }
 
@@ -155,7 +152,10 @@ fn with_connection<T>(
     // A kept connection is used only while the storage can be written as it could be when it
     // was opened (a mount made read-only since, or writable again, is opened afresh).
     let read_only = crate::filesystem::read_only_reason(path, "").is_some();
-    let kept = file_of(path)?.and_then(|file| take(path, file, read_only));
+    // The file the path names now: the connection is kept as opened on it (one opened on a
+    // file that replaced it in between is let go at the next call, as any other).
+    let file = file_of(path)?;
+    let kept = file.and_then(|file| take(path, file, read_only));
     let mut opened = match kept {
         Some(opened) => opened,
         None => opened(path)?,
@@ -164,7 +164,7 @@ fn with_connection<T>(
         return Err(connection::can_only_be_read(path, reason));
     }
     let (answer, keeps) = call(&mut opened.conn)?;
-    if let (true, Ok(Some(file))) = (keeps, file_of(path)) {
+    if let (true, Some(file)) = (keeps, file) {
         keep(path, file, opened);
     }
     Ok(answer)
