@@ -963,7 +963,7 @@ fn queue_loop_rows(plan: &Plan, url: &str, rows: &mut Vec<Row>) {
             None,
         ),
         (
-            "pg queue loop, claim_next + complete_and_claim_next, group commit (step calls batched), jobs/s",
+            "pg queue loop, claim_next + complete_and_claim_next, group commit (batches settled set by set), jobs/s",
             true,
             true,
             None,
@@ -981,7 +981,7 @@ fn queue_loop_rows(plan: &Plan, url: &str, rows: &mut Vec<Row>) {
             Some(false),
         ),
         (
-            "pg queue loop, Worker runtime, group commit (step calls batched), jobs/s",
+            "pg queue loop, Worker runtime, group commit (batches settled set by set), jobs/s",
             true,
             true,
             Some(false),

@@ -471,6 +471,12 @@ impl ClaimWalk {
         self.leases.len() >= self.limit
     }
 
+    /// How many leases the walk has handed out so far.
+    #[must_use]
+    pub fn leased(&self) -> usize {
+        self.leases.len()
+    }
+
     /// The term the walk decides at now: the last answer's (the claim's before any).
     #[must_use]
     pub fn term(&self) -> LeaseTerm {

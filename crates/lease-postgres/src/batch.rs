@@ -1,42 +1,43 @@
 //! Group commit on PostgreSQL: the queue loop's writes of one store (a claim, and a completion
-//! with the claim that follows it) that arrive together share one statement and one commit.
+//! with the claim that follows it) that arrive together share one transaction and one commit.
 //! Renewals and enqueues queue here too, each kind sharing a transaction of its own
 //! (`crate::renewals`, `crate::enqueues`).
 //!
 //! A caller queues its write and awaits its answer. A runner (at most [`RUNNERS`] per store,
 //! each with a pooled connection while it runs a batch) takes every queued write, up to
-//! [`PgOptions::max_batch`](crate::PgOptions::max_batch), and sends them as one statement: a
-//! call of migration 7's `step` function per write, in one lateral join over arrays, so one
-//! transaction and one WAL flush carry them all. Nothing waits on a timer: a batch is whatever
-//! queued while the previous one ran, so a lone caller's write goes at once, alone, as a plain
-//! call of `step`.
+//! [`PgOptions::max_batch`](crate::PgOptions::max_batch), and settles them together
+//! (`crate::settle`): one locking read of the rows the completions touch and of the candidates
+//! the claims may take, every decision made in Rust by the domain and the claim engine, and one
+//! statement writing every row, sent with COMMIT, so one transaction and one WAL flush carry
+//! them all. Nothing waits on a timer: a batch is whatever queued while the previous one ran,
+//! so a lone caller's write goes at once, alone, as a plain call of migration 7's `step`
+//! function (one round trip against two: faster for one write, measured in
+//! docs/PERFORMANCE.md).
 //!
-//! Each write's rows are decided again by the domain (`complete_and_claim::judge`) as a lone
-//! call's are, and each caller gets its own answer, only after the commit. Completions run in
-//! job order, so two batches lock the rows they complete in the same order; claims skip locked
+//! Each caller gets its own answer, only after the commit. Completions are locked in job
+//! order, so two batches lock the rows they complete in the same order; claims skip locked
 //! rows and wait on nothing.
 //!
-//! When the statement fails with an answer from the server, it rolled back and nothing was
-//! written: a write `step` declines (a refusal to audit, a queue with settings, a job with
-//! children waiting), or any other error. Then each write runs alone, as a lone caller's would,
-//! and a queue whose write was declined leaves batching for [`DECLINED_FOR`], so a queue that
-//! always declines costs one failed batch per period. When the connection fails instead, the
-//! batch may have committed: every caller gets `Indeterminate`, never an acceptance.
+//! What a batch cannot decide it declines before writing anything (a refusal to audit, a
+//! queue with settings, a job with children waiting), as does a batch the server answers with
+//! an error (it rolled back): each write then runs alone, as a lone caller's would, and a
+//! queue whose lone write `step` declined leaves batching for [`DECLINED_FOR`], so a queue
+//! that always declines costs one declined batch per period. When the connection fails
+//! instead, the batch may have committed: every caller gets `Indeterminate`, never an
+//! acceptance.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use lease_domain::{Command, JobId, LEASE_EXPIRED, QueueName, RELEASED_AT_LAST_ATTEMPT};
+use lease_domain::{Command, JobId, QueueName};
 use lease_ports::{ClaimNext, GroupCommitStats, StoreError};
 use tokio::sync::{mpsc, oneshot};
-use tokio_postgres::Row;
-use tokio_postgres::types::ToSql;
 
 use crate::PgLeaseStore;
-use crate::complete_and_claim::{StepArgs, Stepped, judge};
+use crate::complete_and_claim::Stepped;
 use crate::connection::Conn;
-use crate::error::{self, Stage};
+use crate::settle::{Settled, Write};
 
 /// How many batches of one store run at once, each on its own connection. The measurement
 /// before this was built (docs/PERFORMANCE.md) found one to four batching connections about
@@ -80,7 +81,7 @@ pub(crate) struct Batcher {
 /// What a store's batcher and its runners share.
 pub(crate) struct Shared {
     max_batch: usize,
-    /// Whether a batch of one write runs as the batch's statement too (for tests).
+    /// Whether a batch of one write is settled as a batch too (for tests).
     alone_in_batch: bool,
     /// Queues whose write `step` declined, with when.
     declined: Mutex<HashMap<QueueName, Instant>>,
@@ -149,7 +150,7 @@ impl Batcher {
 }
 
 impl Shared {
-    /// Whether a batch of one write runs as the batch's statement too (for tests).
+    /// Whether a batch of one write is settled as a batch too (for tests).
     pub(crate) fn alone_in_batch(&self) -> bool {
         self.alone_in_batch
     }
@@ -205,47 +206,30 @@ impl PgLeaseStore {
             Err(e) => return answer_all(batch, &e),
         };
         batcher.count(batch.len());
-        // A lone write is a plain call of `step`: the batch's statement costs a lone caller
-        // about a sixth more time (docs/PERFORMANCE.md).
+        // A lone write is a plain call of `step`: settling it costs a lone caller more
+        // (two round trips and nine statements against one; docs/PERFORMANCE.md).
         if batch.len() == 1 && !batcher.alone_in_batch {
             return self.run_alone(&mut conn, batcher, batch).await;
         }
-        // Completions in job order (claims first: they lock nothing another batch waits on).
-        batch.sort_by(|a, b| {
-            let key = |r: &Request| r.completion.as_ref().map(|(id, _)| id.clone());
-            key(a).cmp(&key(b))
-        });
-        let stmt = match conn.prepare(&self.sql.steps).await {
-            Ok(stmt) => stmt,
-            Err(e) => return answer_all(batch, &e),
-        };
-        match self.steps_in_one(&conn, &stmt, &batch).await {
-            Ok(rows) => {
+        let writes: Vec<Write<'_>> = batch
+            .iter()
+            .map(|r| Write {
+                completion: r.completion.as_ref().map(|(id, c)| (id, c)),
+                claim: &r.claim,
+            })
+            .collect();
+        let settled = self.settle(&conn, &writes).await;
+        drop(writes);
+        match settled {
+            Ok(Settled::Answers(answers)) => {
                 conn.clean();
-                let mut rows = rows.into_iter();
-                for request in batch {
-                    let answer = match rows.next() {
-                        Some(rows) => judge(
-                            self.clock,
-                            &rows,
-                            1,
-                            request.completion.as_ref().map(|(id, c)| (id, c.clone())),
-                            &request.claim,
-                        )
-                        .map(Some),
-                        None => Err(StoreError::Corrupt(
-                            "the batch's statement answered fewer writes than it was sent".into(),
-                        )),
-                    };
-                    let _ = request.reply.send(answer);
+                for (request, answer) in batch.into_iter().zip(answers) {
+                    let _ = request.reply.send(Ok(Some(answer)));
                 }
             }
-            // The server answered with an error: the statement rolled back, nothing was
-            // written, so each write runs alone.
-            Err(e) if !error::is_connection_loss(&e) => {
-                self.run_alone(&mut conn, batcher, batch).await;
-            }
-            Err(e) => answer_all(batch, &error::map(e, Stage::Commit)),
+            // Rolled back with nothing written: each write runs alone.
+            Ok(Settled::Declined) => self.run_alone(&mut conn, batcher, batch).await,
+            Err(e) => answer_all(batch, &e),
         }
     }
 
@@ -265,77 +249,6 @@ impl PgLeaseStore {
             }
             let _ = request.reply.send(answer);
         }
-    }
-
-    /// The batch as one statement; its rows, one list per write in the batch's order.
-    async fn steps_in_one(
-        &self,
-        conn: &Conn,
-        stmt: &tokio_postgres::Statement,
-        batch: &[Request],
-    ) -> Result<Vec<Vec<Row>>, tokio_postgres::Error> {
-        let args: Vec<StepArgs<'_>> = batch
-            .iter()
-            .map(|r| {
-                let completion = r.completion.as_ref().map(|(id, c)| (id, c));
-                StepArgs::of(self.clock, completion, &r.claim)
-            })
-            .collect();
-        let column = |f: &dyn Fn(&StepArgs<'_>) -> Option<f64>| -> Vec<Option<f64>> {
-            args.iter().map(f).collect()
-        };
-        let job: Vec<_> = args.iter().map(|a| a.job).collect();
-        let owner: Vec<_> = args.iter().map(|a| a.owner).collect();
-        let fence: Vec<_> = args.iter().map(|a| a.fence).collect();
-        let result: Vec<_> = args.iter().map(|a| a.result).collect();
-        let done_at = column(&|a| a.done_at);
-        let queue: Vec<_> = args.iter().map(|a| a.queue).collect();
-        let claimer: Vec<_> = args.iter().map(|a| a.claimer).collect();
-        let limit: Vec<_> = args.iter().map(|a| a.limit).collect();
-        let token: Vec<_> = args.iter().map(StepArgs::token_bytes).collect();
-        let now = column(&|a| a.now);
-        let until = column(&|a| Some(a.until));
-        let length = column(&|a| Some(a.length));
-        // Every write's lease tokens in one array, each write's as a slice of it.
-        let mut tokens: Vec<&[u8]> = Vec::new();
-        let mut from = Vec::with_capacity(batch.len());
-        let mut to = Vec::with_capacity(batch.len());
-        for r in batch {
-            from.push(i32::try_from(tokens.len() + 1).unwrap_or(i32::MAX));
-            tokens.extend(r.claim.tokens.iter().map(|t| t.as_bytes().as_slice()));
-            to.push(i32::try_from(tokens.len()).unwrap_or(i32::MAX));
-        }
-        let audit = self.audit.is_some();
-        let params: [&(dyn ToSql + Sync); 18] = [
-            &job,
-            &owner,
-            &fence,
-            &result,
-            &done_at,
-            &queue,
-            &claimer,
-            &limit,
-            &from,
-            &to,
-            &token,
-            &now,
-            &until,
-            &length,
-            &tokens,
-            &audit,
-            &LEASE_EXPIRED,
-            &RELEASED_AT_LAST_ATTEMPT,
-        ];
-        let rows = conn.client().query(stmt, &params).await?;
-        // Rows come in write order (the first column is the write's place, from 1).
-        let mut split: Vec<Vec<Row>> = (0..batch.len()).map(|_| Vec::new()).collect();
-        for row in rows {
-            let at: i64 = row.try_get(0)?;
-            if let Some(rows) = usize::try_from(at - 1).ok().and_then(|i| split.get_mut(i)) {
-                rows.push(row);
-            }
-        }
-        Ok(split)
     }
 }
 

@@ -30,6 +30,7 @@ mod renewals;
 mod schema;
 #[cfg(feature = "test-support")]
 mod scratch;
+mod settle;
 mod signal;
 mod sql;
 mod tls;
@@ -101,12 +102,13 @@ pub struct PgOptions {
     /// is refused, takes the statements either way.
     pub step: bool,
     /// Group commit: the most queue-loop writes (claims, and completions with the claim that
-    /// follows) of concurrent callers that share one statement and one commit (default 128).
-    /// A write is still answered only after its commit, and judged alone by the domain. `1`
-    /// turns it off: each write is its own call of `step`. Without `step`, nothing is batched.
+    /// follows) of concurrent callers that share one transaction and one commit (default 128),
+    /// decided set by set in this process over one locking read. A write is still answered
+    /// only after its commit, and decided by the domain as a lone write is. `1` turns it off:
+    /// each write is its own call of `step`. Without `step`, nothing is batched.
     pub max_batch: usize,
-    /// Whether a lone write also goes through group commit's batch statement (by default it is
-    /// a plain call of `step`): for tests that check that statement with one caller.
+    /// Whether a lone write is also settled as a batch is (by default it is a plain call of
+    /// `step`): for tests that check the batch's way with one caller.
     #[cfg(feature = "test-support")]
     pub alone_in_batch: bool,
 }

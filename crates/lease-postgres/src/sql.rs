@@ -93,10 +93,17 @@ pub struct Sql {
     pub trim_audit: String,
     /// Completes a job and claims the next ones in one statement (migration 7's `step`).
     pub step: String,
-    /// A batch of `step` calls in one statement (group commit): one call per element of the
-    /// arrays, in their order; each call's tokens are `$15[$9[i]:$10[i]]`. Rows are the call's
-    /// place in the batch (from 1), then `step`'s columns, in the calls' order and each call's.
-    pub steps: String,
+    /// How many of the queues `$1` have settings, their rows read `FOR SHARE` (a change of
+    /// settings waits for the batch that read them).
+    pub settle_queues: String,
+    /// Reads and locks the jobs of many ids (`$1`), in id order, their payloads left out
+    /// (no completion reads or writes one).
+    pub settle_lock: String,
+    /// The jobs among `$1` that jobs are waiting on (a workflow's parents). Each child is read
+    /// by its key: as a join, the generic plan scanned every job for the waiting ones.
+    pub settle_waiting: String,
+    /// [`update_many`] leaving every job's payload as it is (no batched write changes one).
+    pub settle_update: String,
 }
 
 // Public only through `StatementTexts` (feature `test-support`).
@@ -221,21 +228,21 @@ impl Sql {
                 "SELECT * FROM {s}.step($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
                  $14, $15, $16)"
             ),
-            steps: format!(
-                "SELECT b.i, s.o_role, s.o_now, s.o_epoch, s.o_id, s.o_owner, s.o_until, s.o_fence, \
-                 s.o_result, s.o_done, s.o_queue, s.o_priority, s.o_run_at, s.o_attempts, \
-                 s.o_max_attempts, s.o_payload, s.o_ended, s.o_error, s.o_result_fence, \
-                 s.o_updated, s.o_token, s.o_timeout, s.o_progress, s.o_grp \
-                 FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], \
-                 $5::float8[], $6::text[], $7::text[], $8::int4[], $9::int4[], $10::int4[], \
-                 $11::bytea[], $12::float8[], $13::float8[], $14::float8[]) WITH ORDINALITY \
-                 AS b(job, owner, fence, result, done_at, queue, claimer, lim, tokens_from, \
-                 tokens_to, token, now, until, length, i) \
-                 CROSS JOIN LATERAL {s}.step(b.job, b.owner, b.fence, b.result, b.done_at, \
-                 b.queue, b.claimer, b.lim, ($15::bytea[])[b.tokens_from:b.tokens_to], b.token, \
-                 b.now, b.until, b.length, $16, $17, $18) WITH ORDINALITY AS s \
-                 ORDER BY b.i, s.ordinality"
+            settle_queues: format!(
+                "SELECT count(*) FROM (SELECT 1 FROM {s}.queues WHERE queue = ANY($1::text[]) \
+                 FOR SHARE) q"
             ),
+            settle_lock: format!(
+                "SELECT id, owner, until, fence, result, done, queue, priority, run_at, \
+                 attempts, max_attempts, NULL::bytea, ended, error, result_fence, updated, \
+                 token, timeout, progress, grp, on_parent_failure FROM {s}.jobs \
+                 WHERE id = ANY($1::text[]) ORDER BY id COLLATE \"C\" FOR UPDATE"
+            ),
+            settle_waiting: format!(
+                "SELECT DISTINCT p.parent FROM {s}.parents p WHERE p.parent = ANY($1::text[]) \
+                 AND (SELECT c.ended FROM {s}.jobs c WHERE c.id = p.child) = 'waiting'"
+            ),
+            settle_update: update_many_with(s, false),
         }
     }
 }
@@ -298,6 +305,12 @@ fn update_counted(s: &str) -> String {
 /// and end; answers how many rows it wrote. For rows already locked (a generation of a
 /// workflow's children).
 pub(crate) fn update_many(s: &str) -> String {
+    update_many_with(s, true)
+}
+
+/// [`update_many`], writing each job's payload (`$12`) when `payload`, else leaving it.
+fn update_many_with(s: &str, payload: bool) -> String {
+    let payload = if payload { "payload = v.payload, " } else { "" };
     format!(
         "WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::float8[], $4::int8[], \
          $5::text[], $6::bool[], $7::text[], $8::int8[], $9::float8[], $10::int8[], \
@@ -310,7 +323,7 @@ pub(crate) fn update_many(s: &str) -> String {
          u AS (UPDATE {s}.jobs j SET owner = v.owner, until = v.until, fence = v.fence, \
          result = v.result, done = v.done, queue = v.queue, priority = v.priority, \
          run_at = v.run_at, attempts = v.attempts, max_attempts = v.max_attempts, \
-         payload = v.payload, ended = v.ended, error = v.error, result_fence = v.result_fence, \
+         {payload}ended = v.ended, error = v.error, result_fence = v.result_fence, \
          updated = v.updated, token = v.token, timeout = v.timeout, progress = v.progress, \
          grp = v.grp, leased_until = v.leased_until FROM v WHERE j.id = v.id \
          RETURNING v.queue, v.old_queue, v.old_end, v.new_end, v.completed), \

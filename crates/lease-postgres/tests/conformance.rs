@@ -1,7 +1,8 @@
 //! The PostgreSQL store passes the shared conformance suite, each check in its own fresh
-//! database (dropped afterwards): with the queue loop's writes as calls of the `step` function
-//! batched by group commit (the default), as one call each (`one_step_per_call::`), and as
-//! separate statements (`statements::`).
+//! database (dropped afterwards): with the queue loop's writes batched by group commit (the
+//! default: a batch decided set by set, a lone write one call of the `step` function), with
+//! every write decided as a batch is (`settled::`), as one call of `step` each
+//! (`one_step_per_call::`), and as separate statements (`statements::`).
 
 use std::sync::Arc;
 
@@ -9,13 +10,17 @@ use lease_ports::transfer::Transfer;
 use lease_postgres::{PgLeaseStore, PgOptions, ScratchDatabase};
 
 async fn store_with(step: bool, max_batch: usize) -> (Arc<dyn Transfer>, ScratchDatabase) {
-    let db = ScratchDatabase::create();
-    let options = PgOptions {
+    store_of(PgOptions {
         pool_size: 8,
         step,
         max_batch,
         ..PgOptions::default()
-    };
+    })
+    .await
+}
+
+async fn store_of(options: PgOptions) -> (Arc<dyn Transfer>, ScratchDatabase) {
+    let db = ScratchDatabase::create();
     let store = PgLeaseStore::init(db.url(), options)
         .await
         .expect("init store");
@@ -28,6 +33,24 @@ async fn fresh_store() -> (Arc<dyn Transfer>, ScratchDatabase) {
 
 lease_ports::conformance_tests!(async fresh_store);
 lease_ports::workflow_conformance_tests!(async fresh_store);
+
+/// The same checks with every queue-loop write, even one alone, decided as a batch is: set by
+/// set in Rust over one locking read (`settle.rs`).
+mod settled {
+    use super::*;
+
+    async fn fresh_store() -> (Arc<dyn Transfer>, ScratchDatabase) {
+        store_of(PgOptions {
+            pool_size: 8,
+            alone_in_batch: true,
+            ..PgOptions::default()
+        })
+        .await
+    }
+
+    lease_ports::conformance_tests!(async fresh_store);
+    lease_ports::workflow_conformance_tests!(small async fresh_store);
+}
 
 /// The same checks with group commit off: each queue-loop write its own call of `step`.
 mod one_step_per_call {

@@ -4,9 +4,9 @@
 //! identical outcomes, stored jobs, `list` and `stats` answers (the harness is
 //! `lease_ports::differential`). One database; each case starts from empty tables
 //! (`TRUNCATE ... RESTART IDENTITY`, so enqueue order restarts too, and epoch 0) and drops the schemas its
-//! migrations made. A third of the cases run the queue loop's writes as calls of the `step`
-//! function batched by group commit (each, though alone, in the batch statement), a
-//! third as one call each, a third as separate statements. The store-clock mode is not compared here: the server's clock cannot be
+//! migrations made. A third of the cases run the queue loop's writes through group commit
+//! (each, though alone, settled as a batch is: decided set by set in Rust), a third as one
+//! call of the `step` function each, a third as separate statements. The store-clock mode is not compared here: the server's clock cannot be
 //! set, and the SQLite differential test covers the mode against the same reference.
 
 use std::sync::Arc;

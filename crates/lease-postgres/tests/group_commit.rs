@@ -605,3 +605,139 @@ async fn an_enqueue_failing_in_a_batch_fails_alone() {
             .is_none()
     );
 }
+
+/// A store whose every queue-loop write, even one alone, is decided as a batch is.
+async fn settling_store(db: &ScratchDatabase) -> Arc<PgLeaseStore> {
+    store(
+        db,
+        PgOptions {
+            alone_in_batch: true,
+            ..PgOptions::default()
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_page_is_all_buried_reads_on_to_the_first_live_job() {
+    let db = ScratchDatabase::create();
+    let store = settling_store(&db).await;
+    // Five jobs out of attempts, first in claim order, then two that may run.
+    db.execute(
+        "INSERT INTO lease.jobs(id, queue, attempts, max_attempts, priority) \
+         SELECT 'spent-' || g, 'q', 3, 3, 1 FROM generate_series(0, 4) g",
+    )
+    .unwrap();
+    fill(&db, "q", 2);
+    let queue = QueueName::new("q").unwrap();
+    let leases = store
+        .claim_next(&queue, &owner("w"), term(1.0, 60.0), 1)
+        .await
+        .unwrap();
+    assert_eq!(leases.len(), 1, "the claim reads past the spent jobs");
+    assert!(
+        leases[0].job.as_str().starts_with("q-"),
+        "it leases a job that may run, not {}",
+        leases[0].job
+    );
+    let dead: i64 = db
+        .client()
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT count(*) FROM lease.jobs WHERE id LIKE 'spent-%' AND ended = 'dead'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(dead, 5, "every spent job it met is buried");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn claims_of_one_batch_at_different_clocks_each_take_only_what_is_due_by_their_own() {
+    let db = ScratchDatabase::create();
+    let store = store(&db, PgOptions::default()).await;
+    let queue = QueueName::new("q").unwrap();
+    for round in 0..20 {
+        // One job due at 5: an early claim (at 1) must pass it, a late one (at 10) takes it.
+        db.execute(&format!(
+            "INSERT INTO lease.jobs(id, queue, run_at) VALUES ('r{round}', 'q', 5)"
+        ))
+        .unwrap();
+        let tasks: Vec<_> = [1.0, 10.0, 1.0, 1.0]
+            .into_iter()
+            .enumerate()
+            .map(|(w, now)| {
+                let (store, queue) = (Arc::clone(&store), queue.clone());
+                tokio::spawn(async move {
+                    let leases = store
+                        .claim_next(&queue, &owner(&format!("w{w}")), term(now, 600.0), 1)
+                        .await
+                        .unwrap();
+                    (now, leases)
+                })
+            })
+            .collect();
+        let mut taken = 0;
+        for task in tasks {
+            let (now, leases) = task.await.unwrap();
+            for lease in leases {
+                assert!(now >= 5.0, "a claim at {now} took {} due at 5", lease.job);
+                taken += 1;
+            }
+        }
+        assert_eq!(taken, 1, "round {round}: the claim at 10 takes the job");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stale_completions_of_one_job_in_one_batch_apply_at_most_once() {
+    let db = ScratchDatabase::create();
+    let store = store(&db, PgOptions::default()).await;
+    fill(&db, "q", 1);
+    let queue = QueueName::new("q").unwrap();
+    let lease = store
+        .claim_next(&queue, &owner("a"), term(1.0, 600.0), 1)
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    // The holder's completion and seven others of the same job under wrong fences or owners,
+    // all at once.
+    let tasks: Vec<_> = (0..8_u64)
+        .map(|w| {
+            let (store, queue, job) = (Arc::clone(&store), queue.clone(), lease.job.clone());
+            let (me, fence) = match w {
+                0 => (owner("a"), lease.fence),
+                1..=3 => (owner("b"), lease.fence),
+                _ => (
+                    owner("a"),
+                    lease_domain::Fence::try_from(
+                        i64::from(lease.fence) + i64::try_from(w).unwrap(),
+                    )
+                    .unwrap(),
+                ),
+            };
+            tokio::spawn(async move {
+                let result = JobResult::new(format!("by {w}")).unwrap();
+                let (outcome, _) = store
+                    .complete_and_claim_next(&job, &me, fence, &result, &queue, term(2.0, 600.0), 1)
+                    .await
+                    .unwrap();
+                (w, outcome.is_ok())
+            })
+        })
+        .collect();
+    let mut applied = Vec::new();
+    for task in tasks {
+        let (w, ok) = task.await.unwrap();
+        if ok {
+            applied.push(w);
+        }
+    }
+    assert_eq!(applied, vec![0], "only the holder's completion applies");
+    let record = store.record(&lease.job).await.unwrap().unwrap();
+    assert!(record.job.done);
+    assert_eq!(record.job.result.as_deref(), Some("by 0"));
+}
