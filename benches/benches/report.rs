@@ -443,13 +443,12 @@ fn async_workers(store: &SqliteLeaseStore, workers: usize) -> Run {
     }
 }
 
-/// The SQLite worker-runtime rows' prefetch: `LEASE_BENCH_PREFETCH`, else 0 (the default of
-/// `WorkerConfig`).
-fn bench_prefetch() -> usize {
+/// The SQLite worker-runtime rows' prefetch: `LEASE_BENCH_PREFETCH`, else `None` (the
+/// default of `WorkerConfig`: a lease ahead per slot while the jobs are short).
+fn bench_prefetch() -> Option<usize> {
     std::env::var("LEASE_BENCH_PREFETCH")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
 }
 
 /// The worker runtime with `workers` slots and an immediate handler, until the queue is empty.

@@ -349,14 +349,16 @@ pub(crate) async fn worker_run(
     store: Arc<dyn LeaseStore>,
     queue: QueueName,
     workers: usize,
-    prefetch: usize,
+    prefetch: Option<usize>,
 ) -> Run {
     use lease_worker::{CancellationToken, JobContext, Worker, WorkerConfig};
     let start = Instant::now();
     let owner = Owner::new("worker-0").expect("owner");
     let mut config = WorkerConfig::new(queue, owner, lease_domain::Ttl::new(60.0).expect("ttl"));
     config.concurrency = workers;
-    config.prefetch = prefetch;
+    if prefetch.is_some() {
+        config.prefetch = prefetch;
+    }
     config.exit_when_empty = true;
     let latencies = Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = Arc::clone(&latencies);

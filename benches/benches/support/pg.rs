@@ -917,13 +917,10 @@ async fn joined(tasks: Vec<tokio::task::JoinHandle<Caller>>, start: Instant) -> 
     }
 }
 
-/// The worker runtime's prefetch in the rows that prefetch: of 2, 4, 16 and as many as slots,
-/// 2 gained as much as any at 1 and 16 workers and lost least at 64 (docs/PERFORMANCE.md).
-const PREFETCH: usize = 2;
-
 /// The store's queue loop (`claim_next`, then `complete_and_claim_next`) with `workers` tasks,
-/// or the worker runtime with as many slots (`runtime`: whether it prefetches [`PREFETCH`]
-/// leases), on `queue` until it is empty.
+/// or the worker runtime with as many slots (`runtime`: with `WorkerConfig`'s defaults, which
+/// hold a lease ahead per slot while the jobs are short, or with no prefetch), on `queue` until
+/// it is empty.
 async fn store_loop(
     store: Arc<PgLeaseStore>,
     queue: &str,
@@ -932,7 +929,7 @@ async fn store_loop(
 ) -> Run {
     let q = QueueName::new(queue).expect("queue");
     let run = if let Some(prefetch) = runtime {
-        let prefetch = if prefetch { PREFETCH } else { 0 };
+        let prefetch = (!prefetch).then_some(0);
         crate::harness::worker_run(store.clone(), q, workers, prefetch).await
     } else {
         let start = Instant::now();
@@ -954,7 +951,7 @@ async fn store_loop(
 /// statements) and the worker runtime, run in turn, medians of the runs; ratios to the
 /// hand-written loop of the same run.
 fn queue_loop_rows(plan: &Plan, url: &str, rows: &mut Vec<Row>) {
-    // (row, step function, group commit, worker runtime: whether it prefetches `PREFETCH`)
+    // (row, step function, group commit, worker runtime: with its defaults, or no prefetch)
     const STORE_ROWS: [(&str, bool, bool, Option<bool>); 6] = [
         (
             "pg queue loop, claim_next + complete_and_claim_next, one step call per job (group commit off), jobs/s",
@@ -975,19 +972,19 @@ fn queue_loop_rows(plan: &Plan, url: &str, rows: &mut Vec<Row>) {
             None,
         ),
         (
-            "pg queue loop, Worker runtime, one step call per job (group commit off), jobs/s",
+            "pg queue loop, Worker runtime, one step call per job (group commit off), no prefetch, jobs/s",
             true,
             false,
             Some(false),
         ),
         (
-            "pg queue loop, Worker runtime, group commit (batches settled set by set), jobs/s",
+            "pg queue loop, Worker runtime, group commit (batches settled set by set), no prefetch, jobs/s",
             true,
             true,
             Some(false),
         ),
         (
-            "pg queue loop, Worker runtime, group commit, prefetch 2, jobs/s",
+            "pg queue loop, Worker runtime, its defaults (group commit, a lease ahead per slot while jobs are short), jobs/s",
             true,
             true,
             Some(true),

@@ -701,10 +701,11 @@ pub(crate) struct WorkArgs {
     #[arg(long, default_value_t = 1)]
     pub(crate) concurrency: usize,
     /// How many leases to hold beyond the running programs, ready to start (renewed while
-    /// they wait, released at exit); a finished program's next job then starts while its
-    /// result commits.
-    #[arg(long, default_value_t = 0)]
-    pub(crate) prefetch: usize,
+    /// they wait, released at exit), while the programs run shorter than 50 ms on average; a
+    /// finished program's next job then starts while its result commits. Default: one per
+    /// program (`--concurrency`); 0 holds none.
+    #[arg(long)]
+    pub(crate) prefetch: Option<usize>,
     /// Seal each program's result before it is stored (docs/ENCRYPTION.md), with the key of
     /// LEASE_PAYLOAD_KEY or the last of LEASE_PAYLOAD_KEY_FILE.
     #[arg(long)]
@@ -810,8 +811,8 @@ pub(crate) struct WorkRequest {
     pub ttl: lease_domain::Ttl,
     /// Programs at once.
     pub concurrency: usize,
-    /// Leases held ahead of the running programs.
-    pub prefetch: usize,
+    /// Leases held ahead of the running programs (`None`: one per program).
+    pub prefetch: Option<usize>,
     /// Whether results are sealed before they are stored.
     pub seal_results: bool,
     /// Whether a plain payload is refused (the flag; the environment may require it too).

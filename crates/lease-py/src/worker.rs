@@ -358,7 +358,7 @@ impl WorkerCore {
         let owner: String = options.need(py, "owner")?;
         let ttl: f64 = options.need(py, "ttl")?;
         let concurrency: usize = options.need(py, "concurrency")?;
-        let prefetch: i64 = options.need(py, "prefetch")?;
+        let prefetch: Option<i64> = options.take("prefetch")?;
         let seal_results: bool = options.need(py, "seal_results")?;
         let require_sealed: Option<bool> = options.take("require_sealed")?;
         let renew_fraction: f64 = options.need(py, "renew_fraction")?;
@@ -386,8 +386,13 @@ impl WorkerCore {
                 let mut config =
                     WorkerConfig::new(values::queue(&queue)?, values::owner(&owner)?, ttl);
                 config.concurrency = concurrency;
-                config.prefetch = usize::try_from(prefetch)
-                    .or_else(|_| invalid(format!("prefetch: must be 0 or more, got {prefetch}")))?;
+                config.prefetch =
+                    match prefetch {
+                        Some(n) => Some(usize::try_from(n).or_else(|_| {
+                            invalid(format!("prefetch: must be 0 or more, got {n}"))
+                        })?),
+                        None => None,
+                    };
                 config.renew_fraction = renew_fraction;
                 config.idle_poll = duration("idle_poll", idle_poll)?;
                 config.retry = values::retry(retry, backoff.as_deref())?;

@@ -340,11 +340,22 @@ pub struct WorkerConfig {
     pub drain: Duration,
     /// After a job's token is cancelled, how long its handler may run before it is dropped.
     pub cancel_grace: Duration,
-    /// How many leases the worker holds beyond its busy slots, ready to run (default 0). A
-    /// prefetched lease is a real lease: it counts against the queue's limits, is renewed
-    /// while it waits, and is released at shutdown. With any, a slot whose job finished starts
-    /// the next prefetched one while the finished job's completion commits.
-    pub prefetch: usize,
+    /// How many leases the worker holds beyond its busy slots, ready to run, while its jobs
+    /// are short ([`Self::prefetch_while_under`]); `None` (the default) holds one per slot (as
+    /// many as [`Self::concurrency`]), `Some(0)` none. A prefetched lease is a real lease: it
+    /// counts against the queue's limits, is renewed while it waits, and is given back
+    /// unstarted at shutdown. With any, a slot whose job finished starts the next prefetched
+    /// one while the finished job's completion commits, so completions share commits even at
+    /// one slot.
+    pub prefetch: Option<usize>,
+    /// Leases are held ahead only while the worker's recent jobs ran shorter than this on
+    /// average (the handler's run time, averaged with more weight on the last ones; default
+    /// [`DEFAULT_PREFETCH_WHILE_UNDER`]), and not before a job has finished. A lease held
+    /// ahead of long jobs would only keep it from other workers; of short ones it saves the
+    /// wait for a commit between jobs. When jobs grow long, the leases already held ahead run
+    /// as slots free and no more are taken. [`Duration::MAX`] holds them ahead whatever the
+    /// jobs take, from the first claim on.
+    pub prefetch_while_under: Duration,
     /// The keys that open sealed payloads (docs/ENCRYPTION.md; default none). A handler is
     /// given a sealed payload opened; a payload that does not open (no keys, a key not among
     /// them, a key that does not open it) fails the job with that error, and its handler does
@@ -386,7 +397,8 @@ impl WorkerConfig {
             exit_when_empty: false,
             drain: Duration::from_secs(30),
             cancel_grace: Duration::from_secs(5),
-            prefetch: 0,
+            prefetch: None,
+            prefetch_while_under: DEFAULT_PREFETCH_WHILE_UNDER,
             keys: None,
             seal_results: false,
             require_sealed: false,
@@ -394,6 +406,13 @@ impl WorkerConfig {
         }
     }
 }
+
+/// The average run time under which a worker holds leases ahead by default
+/// ([`WorkerConfig::prefetch_while_under`]).
+pub const DEFAULT_PREFETCH_WHILE_UNDER: Duration = Duration::from_millis(50);
+
+/// The weight of the last job in the average of run times that decides prefetching.
+const RECENT_WEIGHT: f64 = 0.25;
 
 /// The shortest time between two renewals of one lease, whatever the ttl: a tiny ttl does not
 /// turn the heartbeat into a busy loop of commits.
@@ -516,6 +535,27 @@ struct Shared {
     reports: tokio::sync::mpsc::UnboundedSender<JobReport>,
     /// Leases claimed ahead of a free slot ([`WorkerConfig::prefetch`]), oldest first.
     waiting: std::sync::Mutex<std::collections::VecDeque<Held>>,
+    /// The recent jobs' average run time in seconds, none before a job has finished
+    /// ([`WorkerConfig::prefetch_while_under`]).
+    recent: std::sync::Mutex<Option<f64>>,
+    /// Completions under way that claim a lease to hold ahead.
+    refilling: AtomicUsize,
+}
+
+/// A completion that claims a lease to hold ahead, counted while it is under way.
+struct Refill(Arc<Shared>);
+
+impl Refill {
+    fn new(shared: &Arc<Shared>) -> Self {
+        shared.refilling.fetch_add(1, Ordering::SeqCst);
+        Self(Arc::clone(shared))
+    }
+}
+
+impl Drop for Refill {
+    fn drop(&mut self) {
+        self.0.refilling.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A lease this worker holds, with when it ends by the worker's clock (the store's `until`
@@ -568,6 +608,38 @@ impl Shared {
         self.waiting
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Counts a job that ran `seconds` in the recent jobs' average.
+    fn ran(&self, seconds: f64) {
+        let mut recent = self
+            .recent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let seconds = seconds.max(0.0);
+        *recent = Some(match *recent {
+            Some(avg) => avg + RECENT_WEIGHT * (seconds - avg),
+            None => seconds,
+        });
+    }
+
+    /// How many leases to hold ahead now: the configured number while the recent jobs are
+    /// short, else none.
+    fn ahead_wanted(&self) -> usize {
+        let config = &self.config;
+        let prefetch = config.prefetch.unwrap_or(config.concurrency.max(1));
+        if prefetch == 0 {
+            return 0;
+        }
+        if config.prefetch_while_under == Duration::MAX {
+            return prefetch;
+        }
+        let recent = *self
+            .recent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let short = recent.is_some_and(|avg| avg < config.prefetch_while_under.as_secs_f64());
+        if short { prefetch } else { 0 }
     }
 
     /// The oldest prefetched lease, unless the worker is stopping.
@@ -731,6 +803,8 @@ impl Worker {
             stopping: CancellationToken::new(),
             reports,
             waiting: std::sync::Mutex::default(),
+            recent: std::sync::Mutex::default(),
+            refilling: AtomicUsize::new(0),
         });
         let config = &shared.config;
         let abort = CancellationToken::new();
@@ -759,7 +833,8 @@ impl Worker {
             if shared.budget.load(Ordering::SeqCst) == 0 && slots.is_empty() {
                 break;
             }
-            let ahead = config.prefetch.saturating_sub(shared.waiting().len());
+            let held_ahead = shared.waiting().len() + shared.refilling.load(Ordering::SeqCst);
+            let ahead = shared.ahead_wanted().saturating_sub(held_ahead);
             let taken = shared.take(free + ahead);
             let mut idle = false;
             if taken > 0 {
@@ -1040,6 +1115,7 @@ async fn run_job(
     let finished = async { loop {
         tokio::select! {
             joined = &mut handle => {
+                shared.ran(shared.clock.now() - started);
                 let (finished, following) = finish(shared, &lease, joined).await;
                 next = following;
                 break finished;
@@ -1134,10 +1210,17 @@ async fn report_result(
         }
     };
     let ahead = shared.next_waiting();
+    // The completion claims the slot's next job, or, when a lease held ahead runs next, one to
+    // hold ahead in its place: none while the jobs are not short, so those held drain.
+    let limit = usize::from(ahead.is_none() || shared.ahead_wanted() > 0);
+    let pipelined = ahead.is_some();
+    // A lease this completion claims to hold ahead counts as held while it is claimed, so the
+    // claims ahead never hold more than `prefetch`.
+    let refill = (pipelined && limit == 1).then(|| Refill::new(shared));
     let completion = {
         let (shared, lease, result) = (Arc::clone(shared), lease.clone(), result.clone());
-        let pipelined = ahead.is_some();
         async move {
+            let refill = refill;
             let config = &shared.config;
             let answer = shared
                 .store
@@ -1148,7 +1231,7 @@ async fn report_result(
                     &result,
                     &config.queue,
                     term,
-                    1,
+                    limit,
                 )
                 .await;
             let (completed, next) = match answer {
@@ -1168,6 +1251,7 @@ async fn report_result(
             if pipelined && let Some(held) = next.take() {
                 shared.keep_waiting(held).await;
             }
+            drop(refill);
             let outcome = match completed {
                 Ok(()) => JobOutcome::Completed,
                 Err(refused) => JobOutcome::Lost(format!("completion refused: {refused}")),

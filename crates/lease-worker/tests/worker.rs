@@ -583,6 +583,8 @@ async fn a_completion_and_the_next_claim_share_one_commit() {
     let before = sqlite.group_commit_stats().unwrap();
     let mut config = config("w", 30.0);
     config.exit_when_empty = true;
+    // No lease held ahead: each completion claims the slot's own next job.
+    config.prefetch = Some(0);
     let summary = Worker::new(
         Arc::new(sqlite.clone()),
         |ctx: JobContext| async move { Ok::<_, String>(ctx.job.to_string()) },
@@ -1276,7 +1278,8 @@ async fn prefetching_workers_killed_at_random_leave_every_job_completed_exactly_
     let spawn_worker = |n: usize| {
         let mut config = config(&format!("w{n}"), 0.4);
         config.concurrency = 2;
-        config.prefetch = 4;
+        config.prefetch = Some(4);
+        config.prefetch_while_under = Duration::MAX;
         config.exit_when_empty = true;
         let worker = Worker::new(
             store.clone(),
@@ -1301,7 +1304,8 @@ async fn prefetching_workers_killed_at_random_leave_every_job_completed_exactly_
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mut last = config("finisher", 0.4);
     last.concurrency = 3;
-    last.prefetch = 3;
+    last.prefetch = Some(3);
+    last.prefetch_while_under = Duration::MAX;
     last.exit_when_empty = true;
     Worker::new(
         store.clone(),
@@ -1323,7 +1327,8 @@ async fn a_lease_claimed_ahead_is_renewed_while_it_waits_and_runs_under_its_fenc
         store.enqueue(&job(id)).await.unwrap();
     }
     let mut config = config("w", 0.3);
-    config.prefetch = 1;
+    config.prefetch = Some(1);
+    config.prefetch_while_under = Duration::MAX;
     config.exit_when_empty = true;
     let reports = Arc::new(Mutex::new(Vec::new()));
     let summary = Worker::new(
@@ -1359,7 +1364,8 @@ async fn a_held_lease_whose_renewal_fails_is_retried_after_a_pause_not_in_a_loop
     }
     *store.hooks().cut_off.lock().unwrap() = Some(owner("w"));
     let mut config = config("w", 1.0);
-    config.prefetch = 1;
+    config.prefetch = Some(1);
+    config.prefetch_while_under = Duration::MAX;
     config.exit_when_empty = true;
     let summary = Worker::new(
         store.clone(),
@@ -1392,7 +1398,8 @@ async fn a_renewal_of_a_held_lease_that_never_returns_cannot_hold_up_the_shutdow
     }
     store.hooks().hang_renewals.store(true, Ordering::SeqCst);
     let mut config = config("w", 0.6);
-    config.prefetch = 1;
+    config.prefetch = Some(1);
+    config.prefetch_while_under = Duration::MAX;
     config.drain = Duration::from_millis(100);
     let (running, shutdown) = run_until_shutdown(store.clone(), config, &Arc::default());
     // The held lease's renewal is due after a third of the ttl, and never answered.
@@ -1419,7 +1426,8 @@ async fn a_give_back_that_never_returns_holds_up_the_shutdown_for_the_drain_at_m
     }
     store.hooks().hang_give_backs.store(true, Ordering::SeqCst);
     let mut config = config("w", 30.0);
-    config.prefetch = 2;
+    config.prefetch = Some(2);
+    config.prefetch_while_under = Duration::MAX;
     config.drain = Duration::from_millis(200);
     let (running, shutdown) = run_until_shutdown(store.clone(), config, &Arc::default());
     assert_eq!(until_held(store.as_ref(), &["a", "b", "c"]).await, 3);
@@ -1440,7 +1448,8 @@ async fn leases_claimed_ahead_are_released_at_shutdown() {
         store.enqueue(&job(id)).await.unwrap();
     }
     let mut config = config("w", 30.0);
-    config.prefetch = 3;
+    config.prefetch = Some(3);
+    config.prefetch_while_under = Duration::MAX;
     config.drain = Duration::from_millis(200);
     let started = Arc::new(AtomicUsize::new(0));
     let (running, shutdown) = run_until_shutdown(Arc::clone(&store), config, &started);
@@ -1479,7 +1488,8 @@ async fn a_job_held_ahead_on_its_last_attempt_runs_after_its_worker_stops() {
         store.enqueue_with(&job(id), &once).await.unwrap();
     }
     let mut first = config("w1", 30.0);
-    first.prefetch = 1;
+    first.prefetch = Some(1);
+    first.prefetch_while_under = Duration::MAX;
     first.drain = Duration::from_millis(100);
     let (running, shutdown) = run_until_shutdown(Arc::clone(&store), first, &Arc::default());
     assert_eq!(until_held(store.as_ref(), &["a", "b"]).await, 2);
@@ -1515,7 +1525,8 @@ async fn a_slot_runs_its_next_job_while_the_last_completion_commits() {
     }
     store.hooks().slow_completions.store(true, Ordering::SeqCst);
     let mut config = config("w", 30.0);
-    config.prefetch = 2;
+    config.prefetch = Some(2);
+    config.prefetch_while_under = Duration::MAX;
     config.exit_when_empty = true;
     let starts = Arc::new(Mutex::new(Vec::new()));
     let summary = {
@@ -1802,5 +1813,76 @@ async fn each_attempt_is_joined_to_the_trace_its_job_was_enqueued_in() {
             (trace.traceparent().to_owned(), lease_worker::Join::Child),
             (trace.traceparent().to_owned(), lease_worker::Join::Link)
         ]
+    );
+}
+
+/// How many jobs of `ids` are leased and not finished.
+async fn open_leases(store: &dyn LeaseStore, ids: &[String]) -> usize {
+    let mut open = 0;
+    for id in ids {
+        let job = record(store, id).await;
+        open += usize::from(job.owner.is_some() && job.finished().is_none());
+    }
+    open
+}
+
+/// A worker with its defaults over jobs that each take `each`: at every job's start, how many
+/// of the queue's jobs were leased and unfinished.
+async fn leases_seen_at_each_start(n: usize, each: Duration) -> Vec<usize> {
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    let ids: Arc<Vec<String>> = Arc::new((0..n).map(|i| format!("j{i:02}")).collect());
+    for id in ids.iter() {
+        store.enqueue(&job(id)).await.unwrap();
+    }
+    let mut config = config("w", 30.0);
+    config.exit_when_empty = true;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (noted, watched, all) = (Arc::clone(&seen), Arc::clone(&store), Arc::clone(&ids));
+    let summary = Worker::new(
+        Arc::clone(&store),
+        move |_ctx: JobContext| {
+            let (noted, watched, all) =
+                (Arc::clone(&noted), Arc::clone(&watched), Arc::clone(&all));
+            async move {
+                let open = open_leases(watched.as_ref(), &all).await;
+                noted.lock().unwrap().push(open);
+                tokio::time::sleep(each).await;
+                Ok::<_, String>("r".into())
+            }
+        },
+        config,
+    )
+    .run(CancellationToken::new())
+    .await
+    .unwrap();
+    assert_eq!(summary.completed, n, "every job is completed");
+    seen.lock().unwrap().clone()
+}
+
+/// By default a worker holds no lease ahead of jobs that run longer than
+/// `DEFAULT_PREFETCH_WHILE_UNDER`: each job starts with its own lease the only one held, so a
+/// second worker could take the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_a_worker_holds_no_lease_ahead_of_long_jobs() {
+    let long = lease_worker::DEFAULT_PREFETCH_WHILE_UNDER * 2;
+    let seen = leases_seen_at_each_start(4, long).await;
+    assert_eq!(seen, vec![1, 1, 1, 1], "leases held at each job's start");
+}
+
+/// By default a worker whose jobs are short holds leases ahead, one per slot at most, so a
+/// slot starts its next job without waiting for a commit. At a job's start the worker (one
+/// slot) holds its lease, the one held ahead, and the last job's lease while its completion
+/// commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_a_worker_holds_leases_ahead_of_short_jobs() {
+    let seen = leases_seen_at_each_start(30, Duration::from_millis(2)).await;
+    assert_eq!(
+        seen[0], 1,
+        "nothing is held ahead before a job has finished"
+    );
+    let most = seen.iter().copied().max().unwrap_or(0);
+    assert!(
+        most > 1 && most <= 3,
+        "leases held ahead of short jobs: {seen:?}"
     );
 }
