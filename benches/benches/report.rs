@@ -468,7 +468,13 @@ fn runtime_worker(store: &SqliteLeaseStore, workers: usize) -> Run {
 /// The CPU time this process has used, user and system, in seconds (`/proc/self/stat`, in
 /// ticks of 10 ms; 0 where it cannot be read).
 fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    cpu_seconds_of("/proc/self/stat")
+}
+
+/// The CPU time, user and system, in seconds, of the process whose `stat` file is at `path`
+/// (0 where it cannot be read).
+fn cpu_seconds_of(path: &str) -> f64 {
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
     // The fields after the command name, which is in parentheses and may hold spaces.
     let fields: Vec<&str> = stat
         .rsplit_once(')')

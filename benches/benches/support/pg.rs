@@ -996,6 +996,8 @@ fn queue_loop_rows(plan: &Plan, url: &str, rows: &mut Vec<Row>) {
         let mut hands = Vec::new();
         let mut stores: [Vec<Run>; 6] = Default::default();
         let mut ratios: [Vec<f64>; 6] = Default::default();
+        // Each run's CPU per job, in µs: the server's processes', and this process's.
+        let mut cpu: [Vec<(f64, f64)>; 6] = Default::default();
         for _ in 0..plan.runs.max(1) {
             round += 1;
             let table = format!("public.hand_{round}");
@@ -1015,10 +1017,17 @@ fn queue_loop_rows(plan: &Plan, url: &str, rows: &mut Vec<Row>) {
             for (k, (_, step, batch, runtime)) in STORE_ROWS.into_iter().enumerate() {
                 let queue = format!("loop-{round}-{k}");
                 loop_queue(url, &queue);
-                let store = rt().block_on(async {
+                let (store, server, own) = rt().block_on(async {
                     let store = warm_store(url, workers, step, batch).await;
-                    store_loop(store, &queue, workers, runtime).await
+                    let (server, own) = (server_cpu(), crate::cpu_seconds());
+                    // The store outlives the loop, so its server processes are read after it.
+                    let run = store_loop(Arc::clone(&store), &queue, workers, runtime).await;
+                    let server = cpu_used(&server, &server_cpu());
+                    drop(store);
+                    (run, server, crate::cpu_seconds() - own)
                 });
+                let per_job = |seconds: f64| seconds * 1e6 / store.ops().max(1) as f64;
+                cpu[k].push((per_job(server), per_job(own)));
                 assert_eq!(hand.ops(), store.ops(), "both loops finish every job");
                 ratios[k].push(store.rate(false) / hand.rate(false));
                 stores[k].push(store);
@@ -1033,13 +1042,45 @@ fn queue_loop_rows(plan: &Plan, url: &str, rows: &mut Vec<Row>) {
             false,
         ));
         for (k, (name, _, _, _)) in STORE_ROWS.into_iter().enumerate() {
+            let server = median(cpu[k].iter().map(|c| c.0).collect());
+            let own = median(cpu[k].iter().map(|c| c.1).collect());
+            let name = format!("{name} [CPU per job: server {server:.0} µs, lease {own:.0} µs]");
             rows.push(Row {
                 ratio: Some(median(std::mem::take(&mut ratios[k]))),
                 baseline: Some("hand-written loop"),
-                ..summarize(name, workers, jobs, &stores[k], false)
+                ..summarize(&name, workers, jobs, &stores[k], false)
             });
         }
     }
+}
+
+/// The CPU seconds each PostgreSQL server process on this machine has used so far, by pid
+/// (`/proc/<pid>/stat` of every process named `postgres`: the backends, the WAL writer, the
+/// checkpointer). The report runs alone on the machine, so this is the server's cost of the run.
+fn server_cpu() -> std::collections::HashMap<u32, f64> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return std::collections::HashMap::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|comm| comm.trim() == "postgres")
+        })
+        .map(|pid| (pid, crate::cpu_seconds_of(&format!("/proc/{pid}/stat"))))
+        .collect()
+}
+
+/// The CPU seconds the server's processes used between two readings (a process that started
+/// between them counts whole).
+fn cpu_used(
+    before: &std::collections::HashMap<u32, f64>,
+    after: &std::collections::HashMap<u32, f64>,
+) -> f64 {
+    after
+        .iter()
+        .map(|(pid, now)| now - before.get(pid).copied().unwrap_or(0.0))
+        .sum()
 }
 
 /// Round trips and statements sent per job, one worker, counted by the relay over 200 jobs
