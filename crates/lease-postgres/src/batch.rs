@@ -218,9 +218,7 @@ impl PgLeaseStore {
                 claim: &r.claim,
             })
             .collect();
-        let settled = self.settle(&conn, &writes).await;
-        drop(writes);
-        match settled {
+        match self.settle(&conn, &writes).await {
             Ok(Settled::Answers(answers)) => {
                 conn.clean();
                 for (request, answer) in batch.into_iter().zip(answers) {

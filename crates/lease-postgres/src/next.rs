@@ -949,7 +949,7 @@ impl PgLeaseStore {
 const DUE_WITH_HEADS: i64 = 1;
 
 /// The clock reading a candidate row carries (its first column).
-fn row_clock(row: &tokio_postgres::Row) -> Result<f64, StoreError> {
+pub(crate) fn row_clock(row: &tokio_postgres::Row) -> Result<f64, StoreError> {
     row_clock_at(row, 0)
 }
 

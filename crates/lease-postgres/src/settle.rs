@@ -176,40 +176,34 @@ impl PgLeaseStore {
         let no_ids = ids.is_empty();
         let names_param: [&(dyn ToSql + Sync); 1] = [&names];
         // Every statement of the first round trip is sent before any answer is awaited.
-        let (((((_, settings), with_settings), locked), clock), waiting, pages) =
-            futures::try_join!(
-                async {
-                    futures::try_join!(
-                        c.execute(&p.s.begin, &[]),
-                        c.query_one(&p.s.settings, &[]),
-                        c.query_one(&p.queues, &names_param),
-                        async {
-                            if no_ids {
-                                Ok(Vec::new())
-                            } else {
-                                c.query(&p.lock, &[&ids]).await
-                            }
-                        },
-                        async {
-                            if no_ids || !store_clock {
-                                Ok(None)
-                            } else {
-                                c.query_one(&p.s.clock, &[]).await.map(Some)
-                            }
-                        },
-                    )
-                    .map(|(a, b, c, d, e)| ((((a, b), c), d), e))
-                },
-                async {
-                    if no_ids {
-                        Ok(Vec::new())
-                    } else {
-                        c.query(&p.waiting, &[&ids]).await
-                    }
-                },
-                pages,
-            )
-            .map_err(self.declines(Stage::BeforeCommit))?;
+        let (_, settings, with_settings, locked, clock, waiting, pages) = futures::try_join!(
+            c.execute(&p.s.begin, &[]),
+            c.query_one(&p.s.settings, &[]),
+            c.query_one(&p.queues, &names_param),
+            async {
+                if no_ids {
+                    Ok(Vec::new())
+                } else {
+                    c.query(&p.lock, &[&ids]).await
+                }
+            },
+            async {
+                if no_ids || !store_clock {
+                    Ok(None)
+                } else {
+                    c.query_one(&p.s.clock, &[]).await.map(Some)
+                }
+            },
+            async {
+                if no_ids {
+                    Ok(Vec::new())
+                } else {
+                    c.query(&p.waiting, &[&ids]).await
+                }
+            },
+            pages,
+        )
+        .map_err(self.declines(Stage::BeforeCommit))?;
         let epoch = lease_ports::codec::epoch(settings.get(3))?;
         if with_settings.get::<_, i64>(0) > 0 {
             return Err(Stop::Decline);
@@ -458,15 +452,7 @@ fn take_page(
     rows: &Rows,
 ) -> Result<(Page, bool), Stop> {
     let full = i64::try_from(page.len()).unwrap_or(i64::MAX) >= asked;
-    let clock = match page.first() {
-        Some(row) => Some(row.try_get::<_, f64>(0).map_err(|e| {
-            Stop::Fail(StoreError::Corrupt(lease_ports::Detail::caused_by(
-                format!("the clock column: {e}"),
-                e,
-            )))
-        })?),
-        None => None,
-    };
+    let clock = page.first().map(crate::next::row_clock).transpose()?;
     let mut read = Vec::with_capacity(page.len());
     for row in page {
         let (id, mut job) = sql::decode_with_id(row, 1)?;
