@@ -123,7 +123,7 @@ pub(crate) fn rows(
         rows.push(Row {
             baseline: Some("the library"),
             ..jobs_row(
-                "api: claim-next + complete through lease serve (HTTP keep-alive, one request a job: complete carrying the next claim), FULL, jobs/s"
+                "api: claim-next + complete through lease serve (HTTP keep-alive, writes gathered into settle requests, each completion carrying the next claim), FULL, jobs/s"
                     .to_owned(),
                 workers,
                 jobs,

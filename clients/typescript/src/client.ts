@@ -5,7 +5,7 @@
  * Answers 503 (overloaded, unavailable) and 429 (rate limited) applied nothing, so they are
  * sent again after their `Retry-After`, a few times.
  */
-import { context, propagation } from '@opentelemetry/api';
+import { ROOT_CONTEXT, context, propagation, type Context } from '@opentelemetry/api';
 import createClient from 'openapi-fetch';
 import type { components, paths } from './schema.js';
 import { LeaseError } from './errors.js';
@@ -127,6 +127,27 @@ async function errorBody(response: Response): Promise<unknown> {
 
 type Answer<D> = { data?: D; error?: unknown; response: Response };
 
+/** The most writes one request carries (the server takes 100). */
+const MAX_WRITES = 100;
+/** How many requests of gathered writes may be out at once. */
+const IN_FLIGHT = 2;
+
+/** A write waiting to be sent, and where its answer goes. */
+interface Waiting {
+  write: Schemas['LeaseWrite'];
+  resolve: (answer: Schemas['WriteAnswer']) => void;
+  reject: (error: unknown) => void;
+  context: Context;
+}
+
+/** The statuses of a refusal a completion that carried a claim answers as `ok: false`. */
+const SETTLED_REFUSALS = new Set([404, 409]);
+
+/** A write's refusal, as the error its own endpoint would have thrown. */
+function refusalOf(problem: Schemas['ProblemBody']): LeaseError {
+  return new LeaseError(problem.status, problem.reason, `${problem.status} ${problem.reason}: ${problem.detail}`, problem);
+}
+
 /** The client. */
 export class LeaseClient {
   /** The typed openapi-fetch client underneath, for anything the methods do not cover. */
@@ -135,6 +156,10 @@ export class LeaseClient {
   readonly keys: Keyring | undefined;
   /** Whether sealed values are required (see {@link ClientOptions.requireSealed}). */
   readonly requireSealed: boolean;
+  /** Holders' writes waiting to be sent, many to a request. */
+  private readonly waiting: Waiting[] = [];
+  /** Requests of gathered writes out now. */
+  private sending = 0;
 
   constructor(options: ClientOptions) {
     this.keys = options.keys === null ? undefined : (options.keys ?? Keyring.fromEnv());
@@ -267,31 +292,79 @@ export class LeaseClient {
    * `ok: false` with the refusal, and the claim's leases stand either way.
    */
   async complete(lease: Lease, result: string, claim?: { queue: string; ttl: number; limit?: number }): Promise<Completion> {
-    const body: Schemas['CompleteBody'] = { fence: lease.fence, result };
-    if (claim !== undefined) body.claim = { queue: claim.queue, ttl: claim.ttl, ...(claim.limit !== undefined ? { limit: claim.limit } : {}) };
-    const r = await this.ok(this.api.POST('/v1/jobs/{id}/complete', { params: this.token(lease), body }));
-    const refusal = r.ok
-      ? null
-      : new LeaseError(r.status ?? 409, r.reason ?? 'refused', `${r.status ?? 409} ${r.reason ?? 'refused'}: ${r.detail ?? 'the completion was refused'}`, {
-          reason: r.reason ?? 'refused', detail: r.detail ?? '', status: r.status ?? 409,
-          presented_fence: r.presented_fence ?? null, current_fence: r.current_fence ?? null,
-        });
+    const write: Schemas['LeaseWrite'] = { op: 'complete', ...this.held(lease), result };
+    if (claim !== undefined) write.claim = { queue: claim.queue, ttl: claim.ttl, ...(claim.limit !== undefined ? { limit: claim.limit } : {}) };
+    const r = await this.settleOne(write);
+    if (r.claim_refused) throw refusalOf(r.claim_refused);
+    const refusal = r.refused ? refusalOf(r.refused) : null;
+    if (refusal !== null && (claim === undefined || !SETTLED_REFUSALS.has(refusal.status))) throw refusal;
     return { ok: r.ok, resultFence: r.result_fence ?? null, leases: (r.leases ?? []).map(leaseOf), refusal };
   }
 
   /** Reports a failure: the job is retried after a backoff while attempts remain (`retry` false: dead at once). */
   async fail(lease: Lease, error: string, options: { retry?: boolean; backoff?: Schemas['BackoffBody'] } = {}): Promise<Schemas['FailedView']> {
-    const body: Schemas['FailBody'] = { fence: lease.fence, error };
-    if (options.retry !== undefined) body.retry = options.retry;
-    if (options.backoff !== undefined) body.backoff = options.backoff;
-    return this.ok(this.api.POST('/v1/jobs/{id}/fail', { params: this.token(lease), body }));
+    const write: Schemas['LeaseWrite'] = { op: 'fail', ...this.held(lease), error };
+    if (options.retry !== undefined) write.retry = options.retry;
+    if (options.backoff !== undefined) write.backoff = options.backoff;
+    const r = await this.settleOne(write);
+    if (r.refused) throw refusalOf(r.refused);
+    return { state: r.state ?? 'pending', run_at: r.run_at ?? null };
   }
 
   /** Gives a lease back (`unstarted`: the attempt its claim counted is given back too). */
   async release(lease: Lease, options: { unstarted?: boolean } = {}): Promise<void> {
-    const body: Schemas['ReleaseBody'] = { fence: lease.fence };
-    if (options.unstarted !== undefined) body.unstarted = options.unstarted;
-    await this.ok(this.api.POST('/v1/jobs/{id}/release', { params: this.token(lease), body }));
+    const write: Schemas['LeaseWrite'] = { op: 'release', ...this.held(lease) };
+    if (options.unstarted !== undefined) write.unstarted = options.unstarted;
+    const r = await this.settleOne(write);
+    if (r.refused) throw refusalOf(r.refused);
+  }
+
+  /**
+   * Completes, fails and releases several leases in one request, each with its own token and
+   * fence and each answered on its own, then (with `claim`) leases the queue's next jobs.
+   * `complete`, `fail` and `release` send through this, many at once when made together.
+   */
+  async settle(writes: Schemas['LeaseWrite'][], claim?: Schemas['SettleClaim']): Promise<Schemas['Settled']> {
+    const body: Schemas['SettleBody'] = { writes };
+    if (claim !== undefined) body.claim = claim;
+    return this.ok(this.api.POST('/v1/leases/settle', { body }));
+  }
+
+  private held(lease: Lease): Pick<Schemas['LeaseWrite'], 'id' | 'fence' | 'lease_token'> {
+    return { id: lease.id, fence: lease.fence, lease_token: lease.token };
+  }
+
+  /**
+   * Sends `write` with the others made meanwhile: at once when fewer than {@link IN_FLIGHT}
+   * requests are out, else in the next request, with every write that waits (up to 100).
+   * Its own answer; a request that failed as a whole throws for each of its writes.
+   */
+  private settleOne(write: Schemas['LeaseWrite']): Promise<Schemas['WriteAnswer']> {
+    return new Promise((resolve, reject) => {
+      this.waiting.push({ write, resolve, reject, context: context.active() });
+      if (this.sending < IN_FLIGHT) {
+        this.sending++;
+        void this.flush();
+      }
+    });
+  }
+
+  private async flush(): Promise<void> {
+    while (this.waiting.length > 0) {
+      const batch = this.waiting.splice(0, MAX_WRITES);
+      // A write alone is sent in its caller's trace; writes of many traces in none.
+      const within = batch.length === 1 ? batch[0]!.context : ROOT_CONTEXT;
+      try {
+        const settled = await context.with(within, () => this.settle(batch.map((w) => w.write)));
+        if (settled.writes.length !== batch.length) {
+          throw new LeaseError(0, 'malformed', `the server answered ${settled.writes.length} writes for ${batch.length}`);
+        }
+        batch.forEach((w, n) => w.resolve(settled.writes[n]!));
+      } catch (e) {
+        for (const w of batch) w.reject(e);
+      }
+    }
+    this.sending--;
   }
 
   /** Reports progress (and renews for `ttl` seconds when given); when the lease now ends, if renewed. */

@@ -44,6 +44,39 @@ for (const kind of STORES) {
       assert.equal((await s.client.job('c2')).status, 'done');
     });
 
+    test('writes made together go to the server together, each answered on its own', async () => {
+      const sizes: number[] = [];
+      const counting = new LeaseClient({
+        url: s.served.url,
+        apiKey: s.served.key,
+        keys: null,
+        fetch: async (request: Request) => {
+          if (new URL(request.url).pathname === '/v1/leases/settle') {
+            sizes.push(((await request.clone().json()) as { writes: unknown[] }).writes.length);
+          }
+          return globalThis.fetch(request);
+        },
+      });
+      await counting.enqueueMany('together', [1, 2, 3, 4, 5, 6].map((n) => ({ id: `t${n}` })));
+      const { leases } = await counting.claimNext('together', { ttl: 30, limit: 6 });
+      assert.equal(leases.length, 6);
+      const stale = { ...leases[5]!, fence: 0 };
+      const answers = await Promise.allSettled([
+        ...leases.slice(0, 4).map((lease) => counting.complete(lease, `r-${lease.id}`)),
+        counting.fail(leases[4]!, 'upstream down', { retry: false }),
+        counting.complete(stale, 'late'),
+      ]);
+      // The first two went at once, alone; the four made while they were out, in one request.
+      assert.deepEqual(sizes, [1, 1, 4]);
+      for (const answer of answers.slice(0, 4)) assert.equal(answer.status, 'fulfilled');
+      assert.deepEqual((answers[4] as PromiseFulfilledResult<unknown>).value, { state: 'dead', run_at: null });
+      const refused = answers[5] as PromiseRejectedResult;
+      assert.ok(refused.reason instanceof LeaseError && refused.reason.reason === 'stale', String(refused.reason));
+      assert.equal((await counting.job('t1')).result, 'r-t1');
+      assert.equal((await counting.job('t5')).status, 'dead');
+      assert.equal((await counting.job('t6')).status, 'running');
+    });
+
     test('an old lease\'s writes are refused once a newer lease exists, and change nothing', async () => {
       await s.client.enqueue('fence', { id: 'f1' });
       const old = (await s.client.claimNext('fence', { ttl: 30, owner: 'ts/a' })).leases[0]!;

@@ -190,7 +190,7 @@ describe('traces', () => {
         assert.equal(ts.kind, 5, 'a consumer span');
         assert.equal(ts.attributes.get('fence'), 1);
         // Its report is a request in its trace: the server's span of the completion is its child.
-        one('the completion', spans.find((s) => s.name === 'POST /v1/jobs/{id}/complete' && s.parentSpanId === ts.spanId));
+        one('the completion', spans.find((s) => s.name === 'POST /v1/leases/settle' && s.parentSpanId === ts.spanId));
         // The job its handler enqueued runs under `lease work` as a child of that attempt ...
         const rust = one('the lease work attempt', spans.find((s) => s.name === 'lease.attempt' && s.attributes.get('job') === b));
         assert.equal(rust.parentSpanId, ts.spanId);

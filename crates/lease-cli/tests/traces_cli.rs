@@ -291,11 +291,12 @@ fn an_http_enqueue_s_trace_reaches_a_worker_of_the_server() {
     // The worker's requests carry its store calls' contexts: the server's span of the second
     // attempt's completion is in the retry's trace, under the worker's store call.
     let retry = &receiver.attempts()[1];
+    // (The first attempt's failure is a request of the same route, in the first attempt's
+    // trace.)
     let complete = spans
         .iter()
-        .find(|s| s.name == "POST /v1/jobs/{id}/complete")
-        .expect("a span of the completion");
-    assert_eq!(complete.trace_id, retry.trace_id);
+        .find(|s| s.name == "POST /v1/leases/settle" && s.trace_id == retry.trace_id)
+        .expect("a span of the completion, in the retry's trace");
     let call = spans
         .iter()
         .find(|s| s.span_id == complete.parent_span_id)

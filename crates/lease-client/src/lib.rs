@@ -7,10 +7,11 @@
 //! process has no token here, and its writes are refused by the server.
 
 mod answers;
+mod gather;
 mod queues;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -81,10 +82,9 @@ impl Default for ClientOptions {
 
 /// A lease store reached through `lease serve`.
 pub struct HttpLeaseStore {
-    base: String,
-    authorization: String,
-    http: reqwest::Client,
-    options: ClientOptions,
+    link: Arc<Link>,
+    /// The holders' writes on their way, many to a request.
+    gather: Arc<gather::Gather>,
     /// The token of each lease this client holds: per job, its newest fence's (an older
     /// fence's token can never be used again), until that lease is completed, failed or
     /// released through this client.
@@ -94,8 +94,8 @@ pub struct HttpLeaseStore {
 impl std::fmt::Debug for HttpLeaseStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpLeaseStore")
-            .field("base", &self.base)
-            .field("options", &self.options)
+            .field("base", &self.link.base)
+            .field("options", &self.link.options)
             .finish_non_exhaustive()
     }
 }
@@ -145,16 +145,19 @@ impl HttpLeaseStore {
             ))
         })?;
         Ok(Self {
-            base,
-            authorization: format!("Bearer {key}"),
-            http,
-            options,
+            link: Arc::new(Link {
+                base,
+                authorization: format!("Bearer {key}"),
+                http,
+                options,
+            }),
+            gather: Arc::default(),
             tokens: Mutex::default(),
         })
     }
 
     fn now(&self, now: Timestamp) -> Option<f64> {
-        self.options.send_caller_time.then(|| now.get())
+        self.link.options.send_caller_time.then(|| now.get())
     }
 
     fn token(&self, job: &JobId, fence: Fence) -> Option<String> {
@@ -189,8 +192,7 @@ impl HttpLeaseStore {
         }
     }
 
-    /// Sends one request. `writes` says whether a request that may have reached the server
-    /// but lost its answer is `Indeterminate` (a write) or `Unavailable` (a read).
+    /// Sends one request, in the trace of the current span (see [`Link::send`]).
     async fn send(
         &self,
         method: reqwest::Method,
@@ -199,52 +201,19 @@ impl HttpLeaseStore {
         token: Option<&str>,
         writes: bool,
     ) -> Result<Answer, StoreError> {
-        let mut request = self
-            .http
-            .request(method, format!("{}{path}", self.base))
-            .header("authorization", &self.authorization);
-        if let Some(token) = token {
-            request = request.header("lease-token", token);
-        }
-        if let Some(parent) = self
+        let traceparent = self.traceparent();
+        self.link
+            .send(method, path, body, token, writes, traceparent.as_deref())
+            .await
+    }
+
+    /// The `traceparent` of the current span, when the options say how to read it.
+    fn traceparent(&self) -> Option<String> {
+        self.link
             .options
             .traceparent
             .as_ref()
             .and_then(|traced| (traced.0)(&tracing::Span::current()))
-        {
-            request = request.header("traceparent", parent);
-        }
-        if let Some(body) = body {
-            request = request
-                .header("content-type", "application/json")
-                .body(body.to_string());
-        }
-        let response = request.send().await.map_err(|e| {
-            let lost = writes && !e.is_connect();
-            let detail = format!("{} did not answer: {}", self.base, chain(&e));
-            let detail = lease_ports::Detail::caused_by(detail, e);
-            if lost {
-                StoreError::Indeterminate(detail)
-            } else {
-                StoreError::Unavailable(detail)
-            }
-        })?;
-        let status = response.status().as_u16();
-        let bytes = response.bytes().await.map_err(|e| {
-            let detail = format!("{} broke off its answer: {e}", self.base);
-            let detail = lease_ports::Detail::caused_by(detail, e);
-            if writes {
-                StoreError::Indeterminate(detail)
-            } else {
-                StoreError::Unavailable(detail)
-            }
-        })?;
-        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Ok(Answer {
-            status,
-            body,
-            server: self.base.clone(),
-        })
     }
 
     async fn post(
@@ -359,13 +328,7 @@ impl HttpLeaseStore {
             )
             .await?;
         match answer.status {
-            200 => {
-                // A completion, failure or release ends the lease: its token is spent.
-                if matches!(op, "complete" | "fail" | "release") {
-                    self.forget_token(job, fence);
-                }
-                Ok(Ok(answer))
-            }
+            200 => Ok(Ok(answer)),
             404 | 409 => Ok(Err(write_refused(&answer, owner, fence, now)?)),
             _ => Err(answer.error()),
         }
@@ -418,6 +381,72 @@ impl HttpLeaseStore {
             }
         }
         body
+    }
+}
+
+/// The server and how to reach it: what every request needs, shared with the task that sends
+/// gathered writes.
+struct Link {
+    base: String,
+    authorization: String,
+    http: reqwest::Client,
+    options: ClientOptions,
+}
+
+impl Link {
+    /// Sends one request, with `traceparent` as its W3C header. `writes` says whether a
+    /// request that may have reached the server but lost its answer is `Indeterminate` (a
+    /// write) or `Unavailable` (a read).
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+        token: Option<&str>,
+        writes: bool,
+        traceparent: Option<&str>,
+    ) -> Result<Answer, StoreError> {
+        let mut request = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .header("authorization", &self.authorization);
+        if let Some(token) = token {
+            request = request.header("lease-token", token);
+        }
+        if let Some(parent) = traceparent {
+            request = request.header("traceparent", parent);
+        }
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body.to_string());
+        }
+        let response = request.send().await.map_err(|e| {
+            let lost = writes && !e.is_connect();
+            let detail = format!("{} did not answer: {}", self.base, chain(&e));
+            let detail = lease_ports::Detail::caused_by(detail, e);
+            if lost {
+                StoreError::Indeterminate(detail)
+            } else {
+                StoreError::Unavailable(detail)
+            }
+        })?;
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await.map_err(|e| {
+            let detail = format!("{} broke off its answer: {e}", self.base);
+            let detail = lease_ports::Detail::caused_by(detail, e);
+            if writes {
+                StoreError::Indeterminate(detail)
+            } else {
+                StoreError::Unavailable(detail)
+            }
+        })?;
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Ok(Answer {
+            status,
+            body,
+            server: self.base.clone(),
+        })
     }
 }
 
@@ -498,7 +527,7 @@ impl LeaseStore for HttpLeaseStore {
             // token with the plain write instead.
             Command::AsHolder(..) => {
                 return Err(StoreError::Incompatible {
-                    path: self.base.clone(),
+                    path: self.link.base.clone(),
                     reason: "a holder's credential is judged by the server; send the write \
                              itself, with the lease's token"
                         .into(),
@@ -731,11 +760,11 @@ impl HttpLeaseStore {
         now: Timestamp,
         result: &JobResult,
     ) -> Result<WriteOutcome, StoreError> {
-        let body = json!({ "result": result.as_str() });
-        Ok(self
-            .holder_write("complete", job, owner, fence, body, Some(now))
-            .await?
-            .map(drop))
+        let write = json!({ "result": result.as_str() });
+        let (written, _) = self
+            .settle_write("complete", job, owner, fence, write, Some(now))
+            .await?;
+        Ok(written)
     }
 
     /// A release; `unstarted`: of a lease whose job never started, giving its attempt back.
@@ -746,15 +775,15 @@ impl HttpLeaseStore {
         fence: Fence,
         unstarted: bool,
     ) -> Result<WriteOutcome, StoreError> {
-        let body = if unstarted {
+        let write = if unstarted {
             json!({"unstarted": true})
         } else {
             json!({})
         };
-        Ok(self
-            .holder_write("release", job, owner, fence, body, None)
-            .await?
-            .map(drop))
+        let (written, _) = self
+            .settle_write("release", job, owner, fence, write, None)
+            .await?;
+        Ok(written)
     }
 
     async fn http_enqueue_with(&self, job: &JobId, spec: &EnqueueSpec) -> Result<bool, StoreError> {
@@ -816,19 +845,19 @@ impl HttpLeaseStore {
         error: &ErrorText,
         retry: Retry,
     ) -> Result<FailOutcome, StoreError> {
-        let mut body = json!({ "error": error.as_str() });
+        let mut write = json!({ "error": error.as_str() });
         match retry {
-            Retry::No => body["retry"] = json!(false),
-            Retry::Backoff(backoff) => body["backoff"] = answers::backoff(&backoff),
+            Retry::No => write["retry"] = json!(false),
+            Retry::Backoff(backoff) => write["backoff"] = answers::backoff(&backoff),
         }
-        match self
-            .holder_write("fail", job, owner, fence, body, Some(now))
-            .await?
-        {
-            Ok(failed) => Ok(Ok(Failed {
-                status: Status::parse(failed.body["state"].as_str().unwrap_or_default())
+        let (written, failed) = self
+            .settle_write("fail", job, owner, fence, write, Some(now))
+            .await?;
+        match written {
+            Ok(()) => Ok(Ok(Failed {
+                status: Status::parse(failed["state"].as_str().unwrap_or_default())
                     .map_err(|_| StoreError::Corrupt("the server named no state".into()))?,
-                run_at: failed.body["run_at"]
+                run_at: failed["run_at"]
                     .as_f64()
                     .map(Timestamp::new)
                     .transpose()
@@ -855,45 +884,82 @@ impl HttpLeaseStore {
         claim: &ClaimNext,
     ) -> Result<CompleteAndClaim, StoreError> {
         let (queue, term, limit) = (&claim.queue, claim.term, claim.limit);
-        // One request, one transaction: the completion carries the next claim.
-        let body = json!({
-            "result": result.as_str(),
-            "claim": {
+        // One transaction: the completion carries the next claim (none when none is asked).
+        let mut write = json!({ "result": result.as_str() });
+        if limit > 0 {
+            write["claim"] = json!({
                 "queue": queue.as_str(),
                 "ttl": term.until().get() - term.now().get(),
-                "limit": limit.clamp(1, 100),
-            },
-        });
-        match self
-            .holder_write("complete", job, owner, fence, body, Some(term.now()))
-            .await?
-        {
-            Ok(answer) => {
-                let leases = answer.body["leases"]
-                    .as_array()
-                    .ok_or_else(|| answers::corrupt(&answer, "leases"))?
-                    .iter()
-                    .map(|lease| self.lease_of(lease, term.now()))
-                    .collect::<Result<Vec<_>, _>>();
-                let completed = if answer.body["ok"] == json!(true) {
-                    Ok(())
-                } else {
-                    // Refused by the store: the refusal's own status travels in the body.
-                    let refused = Answer {
-                        status: u16::try_from(answer.body["status"].as_u64().unwrap_or(409))
-                            .unwrap_or(409),
-                        ..answer
-                    };
-                    Err(write_refused(&refused, owner, fence, Some(term.now()))?)
-                };
-                Ok((completed, leases))
-            }
-            // Refused before the store (stale, not the owner): nothing was written, and the
-            // claim is still made, as the port promises.
-            Err(refused) => {
-                let claimed = self.http_claim_next(queue, owner, term, limit).await;
-                Ok((Err(refused), claimed))
-            }
+                "limit": limit.min(100),
+            });
+        }
+        let (completed, answer) = self
+            .settle_write("complete", job, owner, fence, write, Some(term.now()))
+            .await?;
+        if limit == 0 {
+            return Ok((completed, Ok(Vec::new())));
+        }
+        let claimed = if answer["claim_refused"].is_object() {
+            Err(self.answer_of(&answer["claim_refused"]).error())
+        } else {
+            answer["leases"]
+                .as_array()
+                .ok_or_else(|| StoreError::Corrupt("the server's `leases` is missing".into()))?
+                .iter()
+                .map(|lease| self.lease_of(lease, term.now()))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        Ok((completed, claimed))
+    }
+
+    /// A problem the server answered inside a body (a write's refusal), as an answer of its own.
+    fn answer_of(&self, problem: &Value) -> Answer {
+        Answer {
+            status: problem["status"]
+                .as_u64()
+                .and_then(|s| u16::try_from(s).ok())
+                .unwrap_or(0),
+            body: problem.clone(),
+            server: self.link.base.clone(),
+        }
+    }
+
+    /// A holder's write (`op` and its fields in `write`) on the lease `job` at `fence`, sent
+    /// with the other writes of this client made meanwhile (`POST /v1/leases/settle`), with the
+    /// lease's token when this client holds it: whether it was applied or why it was refused,
+    /// and the server's whole answer to it.
+    async fn settle_write(
+        &self,
+        op: &str,
+        job: &JobId,
+        owner: &Owner,
+        fence: Fence,
+        mut write: Value,
+        now: Option<Timestamp>,
+    ) -> Result<(WriteOutcome, Value), StoreError> {
+        write["op"] = json!(op);
+        write["id"] = json!(job.as_str());
+        write["fence"] = json!(fence.get());
+        write["owner"] = json!(owner.as_str());
+        if let Some(token) = self.token(job, fence) {
+            write["lease_token"] = json!(token);
+        }
+        if let Some(now) = now.and_then(|n| self.now(n)) {
+            write["now"] = json!(now);
+        }
+        let answer = self
+            .gather
+            .send(&self.link, write, self.traceparent())
+            .await?;
+        if answer["ok"] == json!(true) {
+            // A completion, failure or release ends the lease: its token is spent.
+            self.forget_token(job, fence);
+            return Ok((Ok(()), answer));
+        }
+        let refused = self.answer_of(&answer["refused"]);
+        match refused.status {
+            404 | 409 => Ok((Err(write_refused(&refused, owner, fence, now)?), answer)),
+            _ => Err(refused.error()),
         }
     }
 }

@@ -1,6 +1,7 @@
 """Python workers on the Rust runtime: results stored, failures retried, a lost lease stops the
 handler and its late result is not stored, Ctrl-C drains."""
 
+import json
 import os
 import signal
 import subprocess
@@ -406,3 +407,79 @@ def test_a_plaintext_payload_swapped_into_a_sealed_queue_is_refused(opening, mon
     with pytest.raises(ValueError, match="LEASE_REQUIRE_SEALED"):
         lease.Worker(store, lambda job: "x", owner="py/typo")
     lease.Worker(store, lambda job: "x", owner="py/explicit", require_sealed=False)
+
+
+class CountingProxy:
+    """An HTTP proxy in front of ``lease serve`` that keeps, per path, the bodies sent."""
+
+    def __init__(self, upstream):
+        import http.client
+        import http.server
+        import threading
+        import urllib.parse
+
+        target = urllib.parse.urlparse(upstream)
+        self.seen = []
+        seen = self.seen
+
+        class Relay(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                self.relay("POST")
+
+            def do_GET(self):
+                self.relay("GET")
+
+            def relay(self, method):
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                seen.append((self.path, body))
+                conn = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+                conn.request(method, self.path, body=body or None, headers=headers)
+                answer = conn.getresponse()
+                data = answer.read()
+                self.send_response(answer.status)
+                for key, value in answer.getheaders():
+                    if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(key, value)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                conn.close()
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Relay)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.httpd.shutdown()
+
+
+def test_a_worker_over_http_sends_its_writes_as_settle_requests(server):
+    proxy = CountingProxy(server.url)
+    try:
+        store = lease.Store(proxy.url, api_key=server.key)
+        store.enqueue_many([{"id": f"h{i}"} for i in range(24)] + [{"id": "bad", "max_attempts": 1}])
+
+        def handle(job):
+            if job.id == "bad":
+                raise RuntimeError("broke")
+            return "ok"
+
+        summary = lease.Worker(
+            store, handle, owner="py/h", concurrency=4, exit_when_empty=True, idle_poll=0.05
+        ).run()
+        assert summary.completed == 24 and summary.failed == 1
+        settles = [json.loads(body) for path, body in proxy.seen if path == "/v1/leases/settle"]
+        ops = [(w["op"], w["id"]) for s in settles for w in s["writes"]]
+        # Every completion and the failure went through the request of many writes, none
+        # through the one-lease routes.
+        assert sorted(i for op, i in ops if op == "complete") == sorted(f"h{i}" for i in range(24))
+        assert [i for op, i in ops if op == "fail"] == ["bad"]
+        assert not [p for p, _ in proxy.seen if p.endswith(("/complete", "/fail"))]
+    finally:
+        proxy.stop()

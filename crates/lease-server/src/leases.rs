@@ -85,7 +85,7 @@ impl LeaseView {
     }
 
     /// The views of `leases`, each with its own token.
-    fn all(leases: &[Lease], tokens: &[String]) -> Vec<Self> {
+    pub(crate) fn all(leases: &[Lease], tokens: &[String]) -> Vec<Self> {
         leases
             .iter()
             .zip(tokens)
@@ -251,7 +251,7 @@ pub(crate) async fn claim_next(
 /// are links (as OpenTelemetry's messaging conventions have a receive span do). One read of
 /// each granted job's context, made only when the server exports its spans; tracing never fails
 /// a claim.
-async fn link_claimed(app: &crate::App, leases: &[Lease]) {
+pub(crate) async fn link_claimed(app: &crate::App, leases: &[Lease]) {
     let Some(join) = &app.config.trace else {
         return;
     };
@@ -578,6 +578,26 @@ pub(crate) struct BackoffBody {
     pub(crate) jitter: f64,
 }
 
+/// What a failure's `retry` and `backoff` ask for.
+pub(crate) fn retry_of(
+    retry: Option<bool>,
+    backoff: Option<BackoffBody>,
+) -> Result<Retry, Problem> {
+    Ok(match (retry, backoff) {
+        (Some(false), Some(_)) => {
+            return Err(Problem::invalid(
+                "field `backoff` has no meaning with `retry` false",
+            ));
+        }
+        (Some(false), None) => Retry::No,
+        (_, None) => Retry::default(),
+        (_, Some(b)) => Retry::Backoff(
+            lease_domain::Backoff::new(b.base, b.factor, b.max, b.jitter)
+                .map_err(|e| bad_value("backoff", &e))?,
+        ),
+    })
+}
+
 /// Where the job went.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct FailedView {
@@ -605,19 +625,7 @@ pub(crate) async fn fail(
     let id = Name(id).job()?;
     let now = now(&app, body.now.as_ref())?;
     let error = ErrorText::new(body.error.0).map_err(|e| bad_value("error", &e))?;
-    let retry = match (body.retry, body.backoff) {
-        (Some(false), Some(_)) => {
-            return Err(Problem::invalid(
-                "field `backoff` has no meaning with `retry` false",
-            ));
-        }
-        (Some(false), None) => Retry::No,
-        (_, None) => Retry::default(),
-        (_, Some(b)) => Retry::Backoff(
-            lease_domain::Backoff::new(b.base, b.factor, b.max, b.jitter)
-                .map_err(|e| bad_value("backoff", &e))?,
-        ),
-    };
+    let retry = retry_of(body.retry, body.backoff)?;
     let fence = body.fence.fence()?;
     let credential = credential(holder, body.owner)?;
     let fail = as_holder(credential, |owner| {

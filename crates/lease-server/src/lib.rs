@@ -24,6 +24,7 @@ mod schedules;
 pub mod secrets;
 mod service;
 pub mod session;
+mod settle;
 pub mod tls;
 mod ui;
 mod validate;
@@ -244,6 +245,7 @@ fn routes() -> (axum::Router<Arc<App>>, utoipa::openapi::OpenApi) {
         .routes(routes!(leases::complete))
         .routes(routes!(leases::fail))
         .routes(routes!(leases::release))
+        .routes(routes!(settle::settle))
         .routes(routes!(jobs::get_job))
         .routes(routes!(jobs::list_jobs))
         .routes(routes!(jobs::cancel))

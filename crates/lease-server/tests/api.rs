@@ -1075,3 +1075,304 @@ async fn a_limit_and_a_timeout_in_one_request_are_one_change_of_the_store() {
     );
     assert_eq!(answer.body["concurrency"], 2, "{}", answer.body);
 }
+
+/// Claims `limit` leases of `queue` with the worker key: (id, fence, token) each.
+async fn claim_many(s: &Service, queue: &str, limit: u64) -> Vec<(String, u64, String)> {
+    let claimed = s
+        .post(
+            &format!("/v1/queues/{queue}/claims"),
+            &s.worker,
+            None,
+            json!({"ttl": 30, "limit": limit}),
+        )
+        .await;
+    assert_eq!(claimed.status, StatusCode::OK, "{}", claimed.body);
+    claimed.body["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["id"].as_str().unwrap().to_owned(),
+                l["fence"].as_u64().unwrap(),
+                l["lease_token"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+async fn status_of(s: &Service, id: &str) -> Value {
+    s.get(&format!("/v1/jobs/{id}"), &s.viewer).await.body["status"].clone()
+}
+
+/// One request completes, fails and releases several leases, each with its own token and
+/// fence and each answered on its own, and claims the next jobs after them.
+#[tokio::test]
+async fn one_request_settles_many_leases_each_answered_on_its_own_and_claims_the_next() {
+    let s = service().await;
+    for id in ["a", "b", "c", "d", "e", "f", "g"] {
+        s.enqueue("q", id).await;
+    }
+    let held = claim_many(&s, "q", 5).await;
+    let ids: Vec<&str> = held.iter().map(|l| l.0.as_str()).collect();
+    assert_eq!(ids, ["a", "b", "c", "d", "e"]);
+    let write = |n: usize, op: &str| json!({"op": op, "id": held[n].0, "fence": held[n].1, "lease_token": held[n].2});
+    let mut stale = write(1, "complete");
+    stale["fence"] = json!(0);
+    stale["result"] = json!("late");
+    let mut complete = write(0, "complete");
+    complete["result"] = json!("stored");
+    complete["claim"] = json!({"queue": "q", "ttl": 30});
+    let mut fail = write(2, "fail");
+    fail["error"] = json!("upstream down");
+    let mut release = write(3, "release");
+    release["unstarted"] = json!(true);
+    // e's write with d's token: this write's refusal alone.
+    let mut wrong_token = write(4, "complete");
+    wrong_token["lease_token"] = json!(held[3].2);
+    wrong_token["result"] = json!("x");
+    let answer = s
+        .post(
+            "/v1/leases/settle",
+            &s.worker,
+            None,
+            json!({
+                "writes": [complete, stale, fail, release, wrong_token],
+                "claim": {"queue": "q", "ttl": 30, "limit": 2},
+            }),
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(answer.headers["cache-control"], "no-store");
+    let writes = answer.body["writes"].as_array().unwrap();
+    assert_eq!(writes.len(), 5);
+    // The completion stored, and the claim it carried leased the next due job, f.
+    assert_eq!(
+        (&writes[0]["ok"], &writes[0]["result_fence"]),
+        (&json!(true), &json!(1))
+    );
+    assert_eq!(writes[0]["leases"][0]["id"], "f", "{}", answer.body);
+    // The stale completion refused with both fences, as its own endpoint would say.
+    assert_eq!(writes[1]["ok"], false);
+    let refused = &writes[1]["refused"];
+    assert_eq!(
+        (
+            &refused["status"],
+            &refused["reason"],
+            &refused["presented_fence"],
+            &refused["current_fence"]
+        ),
+        (&json!(409), &json!("stale"), &json!(0), &json!(1)),
+        "{}",
+        answer.body
+    );
+    // The failure recorded, to be retried after its backoff.
+    assert_eq!(
+        (&writes[2]["ok"], &writes[2]["state"]),
+        (&json!(true), &json!("pending"))
+    );
+    assert!(writes[2]["run_at"].as_f64().unwrap() > 1000.0);
+    assert_eq!(writes[3]["ok"], true);
+    assert_eq!(
+        (
+            &writes[4]["ok"],
+            &writes[4]["refused"]["status"],
+            &writes[4]["refused"]["reason"]
+        ),
+        (&json!(false), &json!(403), &json!("bad_token"))
+    );
+    // The claim came after the writes: d, given back unstarted, then g.
+    let leased: Vec<&str> = answer.body["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(leased, ["d", "g"], "{}", answer.body);
+    assert_eq!(status_of(&s, "a").await, "done");
+    assert_eq!(status_of(&s, "b").await, "running");
+    assert_eq!(status_of(&s, "c").await, "pending");
+    assert_eq!(status_of(&s, "e").await, "running");
+    // Every lease granted has a token of its own that its writes take.
+    let f = &writes[0]["leases"][0];
+    let again = s
+        .post(
+            "/v1/leases/settle",
+            &s.worker,
+            None,
+            json!({"writes": [{"op": "complete", "id": "f", "fence": f["fence"],
+                "lease_token": f["lease_token"], "result": "ok"}]}),
+        )
+        .await;
+    assert_eq!(again.body["writes"][0]["ok"], true, "{}", again.body);
+    assert!(again.body.get("leases").is_none(), "{}", again.body);
+    assert_eq!(status_of(&s, "f").await, "done");
+}
+
+/// A request with one write that cannot be read is refused whole, naming the write, and
+/// stores nothing of the others.
+#[tokio::test]
+async fn a_settle_request_with_one_bad_write_is_refused_whole_naming_it_and_changes_nothing() {
+    let s = service().await;
+    for id in ["a", "b"] {
+        s.enqueue("q", id).await;
+    }
+    let held = claim_many(&s, "q", 2).await;
+    let good = json!({"op": "complete", "id": held[0].0, "fence": held[0].1,
+        "lease_token": held[0].2, "result": "ok"});
+    let cases = [
+        (
+            json!({"op": "complete", "id": held[1].0, "fence": held[1].1, "lease_token": held[1].2}),
+            "writes[1]: op `complete` needs field `result`",
+        ),
+        (
+            json!({"op": "complete", "id": held[1].0, "fence": held[1].1, "result": "x", "error": "y"}),
+            "writes[1]: field `error` has no meaning with op `complete`",
+        ),
+        (
+            json!({"op": "release", "id": held[1].0, "fence": held[1].1, "claim": {"queue": "q", "ttl": 5}}),
+            "writes[1]: field `claim` has no meaning with op `release`",
+        ),
+        (
+            json!({"op": "fail", "id": held[1].0, "fence": held[1].1, "error": "x", "retry": false,
+                "backoff": {"base": 1, "factor": 2, "max": 10, "jitter": 0}}),
+            "writes[1]: field `backoff` has no meaning with `retry` false",
+        ),
+    ];
+    for (bad, says) in cases {
+        let answer = s
+            .post(
+                "/v1/leases/settle",
+                &s.worker,
+                None,
+                json!({"writes": [good, bad]}),
+            )
+            .await;
+        assert_problem(&answer, StatusCode::UNPROCESSABLE_ENTITY, "invalid");
+        assert!(
+            answer.body["detail"].as_str().unwrap().starts_with(says),
+            "{}",
+            answer.body
+        );
+        assert_eq!(status_of(&s, "a").await, "running", "{bad}");
+    }
+    // The document's own limits: an op it does not name, more than 100 writes.
+    let unknown = json!({"op": "renew", "id": "a", "fence": 1});
+    let answer = s
+        .post(
+            "/v1/leases/settle",
+            &s.worker,
+            None,
+            json!({"writes": [good, unknown]}),
+        )
+        .await;
+    assert_problem(&answer, StatusCode::UNPROCESSABLE_ENTITY, "invalid");
+    let many: Vec<Value> = (0..101).map(|_| good.clone()).collect();
+    let answer = s
+        .post(
+            "/v1/leases/settle",
+            &s.worker,
+            None,
+            json!({"writes": many}),
+        )
+        .await;
+    assert_problem(&answer, StatusCode::UNPROCESSABLE_ENTITY, "invalid");
+    // A token sent as the header would say nothing of which write it is for.
+    let answer = s
+        .post(
+            "/v1/leases/settle",
+            &s.worker,
+            Some(&held[0].2),
+            json!({"writes": [good]}),
+        )
+        .await;
+    assert_problem(&answer, StatusCode::UNPROCESSABLE_ENTITY, "invalid");
+    // A viewer key may not write at all.
+    let answer = s
+        .post(
+            "/v1/leases/settle",
+            &s.viewer,
+            None,
+            json!({"writes": [good]}),
+        )
+        .await;
+    assert_problem(&answer, StatusCode::FORBIDDEN, "forbidden");
+    assert_eq!(status_of(&s, "a").await, "running");
+    // With the bad write gone the same request goes through.
+    let answer = s
+        .post(
+            "/v1/leases/settle",
+            &s.worker,
+            None,
+            json!({"writes": [good]}),
+        )
+        .await;
+    assert_eq!(answer.body["writes"][0]["ok"], true, "{}", answer.body);
+    assert_eq!(status_of(&s, "a").await, "done");
+}
+
+/// Loses the store's answer to any holder's write of the job `lost`.
+struct LoseAnswers;
+
+#[async_trait::async_trait]
+impl Hooks for LoseAnswers {
+    type Ticket = ();
+
+    async fn before(&self, call: &Call<'_>) -> Result<(), lease_ports::StoreError> {
+        match call {
+            Call::Apply { job, command, .. }
+                if job.as_str() == "lost"
+                    && matches!(command, lease_domain::Command::AsHolder(..)) =>
+            {
+                Err(lease_ports::StoreError::Indeterminate(
+                    "the connection broke".into(),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A write of a request whose outcome the store could not tell is answered as such, on its
+/// own (`500 outcome_unknown` in its answer, never a plain refusal), and the request's other
+/// writes stand.
+#[tokio::test]
+async fn a_write_whose_outcome_is_unknown_is_told_so_on_its_own_and_the_others_stand() {
+    let store = Arc::new(Decorated::with(
+        Arc::new(MemoryLeaseStore::new()),
+        LoseAnswers,
+    ));
+    let s = service_over(store).await;
+    for id in ["a", "lost"] {
+        s.enqueue("q", id).await;
+    }
+    let held = claim_many(&s, "q", 2).await;
+    let writes: Vec<Value> = held
+        .iter()
+        .map(|(id, fence, token)| {
+            json!({"op": "complete", "id": id, "fence": fence, "lease_token": token, "result": "r"})
+        })
+        .collect();
+    let answer = s
+        .post(
+            "/v1/leases/settle",
+            &s.worker,
+            None,
+            json!({ "writes": writes }),
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(answer.body["writes"][0]["ok"], true, "{}", answer.body);
+    let lost = &answer.body["writes"][1];
+    assert_eq!(
+        (
+            &lost["ok"],
+            &lost["refused"]["status"],
+            &lost["refused"]["reason"]
+        ),
+        (&json!(false), &json!(500), &json!("outcome_unknown")),
+        "{}",
+        answer.body
+    );
+    assert_eq!(status_of(&s, "a").await, "done");
+}

@@ -11,7 +11,7 @@ use lease_server::{ServiceConfig, ServiceStore, router, secrets};
 use proptest::prelude::*;
 use tower::ServiceExt as _;
 
-const PATHS: [&str; 14] = [
+const PATHS: [&str; 15] = [
     "/v1/queues/{s}/jobs",
     "/v1/queues/{s}/jobs/batch",
     "/v1/queues/{s}/claims",
@@ -26,6 +26,7 @@ const PATHS: [&str; 14] = [
     "/v1/jobs?{s}",
     "/v1/refusals?{s}",
     "/v1/purge",
+    "/v1/leases/settle",
 ];
 
 /// Bodies near the shapes the routes take, and noise.
@@ -46,6 +47,8 @@ fn body() -> impl Strategy<Value = String> {
         Just("[]".to_owned()),
         Just("{}".to_owned()),
         Just("[{\"id\": \"\"}]".to_owned()),
+        Just("[{\"op\": \"complete\", \"id\": \"j\", \"fence\": 1, \"result\": \"x\"}]".to_owned()),
+        Just("[{\"op\": \"fail\", \"id\": \"j\", \"fence\": 0, \"error\": \"x\", \"lease_token\": \"lst_x\"}]".to_owned()),
         Just("{\"base\": 0, \"factor\": 0, \"max\": 0, \"jitter\": 2}".to_owned()),
         "[a-z0-9 \\\\\"]{0,12}".prop_map(|s| format!("\"{s}\"")),
     ];
@@ -70,6 +73,8 @@ fn body() -> impl Strategy<Value = String> {
         Just("before"),
         Just("statuses"),
         Just("queue"),
+        Just("writes"),
+        Just("claim"),
     ];
     prop_oneof![
         proptest::collection::vec((field, scalar), 0..6).prop_map(|fields| {

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const ROUTES: [(&str, &str); 44] = [
+const ROUTES: [(&str, &str); 45] = [
     ("post", "/v1/queues/{queue}/jobs"),
     ("post", "/v1/queues/{queue}/jobs/batch"),
     ("post", "/v1/queues/{queue}/claims"),
@@ -15,6 +15,7 @@ const ROUTES: [(&str, &str); 44] = [
     ("post", "/v1/jobs/{id}/complete"),
     ("post", "/v1/jobs/{id}/fail"),
     ("post", "/v1/jobs/{id}/release"),
+    ("post", "/v1/leases/settle"),
     ("get", "/v1/jobs/{id}"),
     ("get", "/v1/jobs"),
     ("post", "/v1/jobs/{id}/cancel"),
