@@ -96,7 +96,7 @@ pub(crate) const TRACEPARENT_FIELDS: [(&str, &str); 2] =
 /// The rules of a body that tie one field to another, which utoipa cannot declare on a type:
 /// each is the `not` of its component's schema in the document (so it is both documented and
 /// checked), and the handler refuses the same with a message of its own.
-pub(crate) const ACROSS_FIELDS: [(&str, &str); 5] = [
+pub(crate) const ACROSS_FIELDS: [(&str, &str); 6] = [
     (
         "EnqueueBody",
         r#"{"required": ["payload", "payload_base64"], "description": "a payload is given as `payload` or as `payload_base64`, not both"}"#,
@@ -116,6 +116,10 @@ pub(crate) const ACROSS_FIELDS: [(&str, &str); 5] = [
     (
         "ScheduleBody",
         r#"{"required": ["catch_up_max"], "properties": {"catch_up_max": {"not": {"type": "null"}}, "catch_up": {"not": {"const": "all"}}}, "description": "`catch_up_max` goes with `catch_up` `all` only"}"#,
+    ),
+    (
+        "LeaseWrite",
+        r#"{"anyOf": [{"allOf": [{"required": ["op"], "properties": {"op": {"const": "complete"}}}, {"not": {"required": ["result"], "properties": {"result": {"not": {"type": "null"}}}}}]}, {"allOf": [{"required": ["op"], "properties": {"op": {"const": "complete"}}}, {"anyOf": [{"required": ["error"], "properties": {"error": {"not": {"type": "null"}}}}, {"required": ["retry"], "properties": {"retry": {"not": {"type": "null"}}}}, {"required": ["backoff"], "properties": {"backoff": {"not": {"type": "null"}}}}, {"required": ["unstarted"], "properties": {"unstarted": {"not": {"type": "null"}}}}]}]}, {"allOf": [{"required": ["op"], "properties": {"op": {"const": "fail"}}}, {"not": {"required": ["error"], "properties": {"error": {"not": {"type": "null"}}}}}]}, {"allOf": [{"required": ["op"], "properties": {"op": {"const": "fail"}}}, {"anyOf": [{"required": ["result"], "properties": {"result": {"not": {"type": "null"}}}}, {"required": ["claim"], "properties": {"claim": {"not": {"type": "null"}}}}, {"required": ["unstarted"], "properties": {"unstarted": {"not": {"type": "null"}}}}]}]}, {"allOf": [{"required": ["op"], "properties": {"op": {"const": "release"}}}, {"anyOf": [{"required": ["result"], "properties": {"result": {"not": {"type": "null"}}}}, {"required": ["claim"], "properties": {"claim": {"not": {"type": "null"}}}}, {"required": ["error"], "properties": {"error": {"not": {"type": "null"}}}}, {"required": ["retry"], "properties": {"retry": {"not": {"type": "null"}}}}, {"required": ["backoff"], "properties": {"backoff": {"not": {"type": "null"}}}}]}]}, {"required": ["retry", "backoff"], "properties": {"retry": {"const": false}, "backoff": {"not": {"type": "null"}}}}], "description": "`complete` needs `result` and may carry `claim`; `fail` needs `error` and may carry `retry` and `backoff` (no `backoff` with `retry` false); `release` may carry `unstarted`; no write takes another's fields"}"#,
     ),
 ];
 
