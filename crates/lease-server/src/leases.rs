@@ -138,6 +138,23 @@ pub(crate) fn new_tokens(
         .map(|pairs| pairs.into_iter().unzip())
 }
 
+/// A claim of up to `limit` leases of `queue` as `owner` over `term`, with a fresh token for
+/// each lease it may grant: the claim as the store takes it (the tokens' digests), and the
+/// tokens, which the answer shows once.
+pub(crate) fn tokened_claim(
+    queue: &lease_domain::QueueName,
+    owner: &Owner,
+    term: lease_domain::LeaseTerm,
+    limit: usize,
+) -> Result<(ClaimNext, Vec<String>), Problem> {
+    let (tokens, digests) = new_tokens(limit)?;
+    let claim = ClaimNext {
+        tokens: digests,
+        ..ClaimNext::new(queue, owner, term, limit)
+    };
+    Ok((claim, tokens))
+}
+
 pub(crate) fn new_token() -> Result<(String, lease_domain::TokenDigest), Problem> {
     secrets::new_lease_token().map_err(|e| {
         tracing::error!(error = %e, "no lease token could be made");
@@ -405,6 +422,18 @@ pub(crate) struct NextClaim {
     pub(crate) limit: Option<u64>,
 }
 
+impl NextClaim {
+    /// Its queue, its leases' term from `now`, and its limit (default 1).
+    pub(crate) fn read(
+        self,
+        now: Timestamp,
+    ) -> Result<(lease_domain::QueueName, lease_domain::LeaseTerm, usize), Problem> {
+        let queue = self.queue.queue("claim.queue")?;
+        let limit = usize::try_from(self.limit.unwrap_or(1)).unwrap_or(1);
+        Ok((queue, term(now, &self.ttl)?, limit))
+    }
+}
+
 /// Complete a job.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -519,13 +548,8 @@ pub(crate) async fn complete(
     };
     // The completion and the next claim in one transaction, the claim as the owner that
     // completes (the one the request named, else the key's principal); a token per lease.
-    let queue = next.queue.queue("claim.queue")?;
-    let limit = usize::try_from(next.limit.unwrap_or(1)).unwrap_or(1);
-    let (tokens, digests) = new_tokens(limit)?;
-    let claim = ClaimNext {
-        tokens: digests,
-        ..ClaimNext::new(&queue, &claimant, term(now, &next.ttl)?, limit)
-    };
+    let (queue, term, limit) = next.read(now)?;
+    let (claim, tokens) = tokened_claim(&queue, &claimant, term, limit)?;
     let applied = app.store.apply(&id, complete, Some(claim)).await?;
     let completed: WriteOutcome = lease_ports::outcome_as(applied.outcome)?;
     let leases = applied.claimed.unwrap_or_else(|| Ok(Vec::new()))?;

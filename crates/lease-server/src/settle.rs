@@ -10,7 +10,7 @@ use crate::extract::{Checked, Holder, Params};
 use crate::fields::{FenceNo, Name, Text, Time, Ttl};
 use crate::input::bad_value;
 use crate::leases::{
-    BackoffBody, LeaseView, NextClaim, claimant, link_claimed, new_tokens, retry_of,
+    BackoffBody, LeaseView, NextClaim, claimant, link_claimed, retry_of, tokened_claim,
 };
 use crate::problem::{Problem, ProblemBody};
 use crate::respond::{Answer, AppState, as_holder, credential, json_response, no_store, now, term};
@@ -221,30 +221,13 @@ fn at(index: usize, problem: &Problem) -> Problem {
     )
 }
 
-/// Refuses a field given to an operation it has no meaning for.
-fn only_for(given: bool, field: &str, op: WriteOp, meant: WriteOp) -> Result<(), Problem> {
-    if given && op != meant {
-        return Err(Problem::invalid(format!(
-            "field `{field}` has no meaning with op `{}` (only with `{}`)",
-            op.name(),
-            meant.name()
-        )));
-    }
-    Ok(())
-}
-
 /// Reads and checks one write: every error of the request's input is found before anything is
-/// sent to the store. A credential this key may not use is this write's refusal, not the
+/// sent to the store (which fields each op takes, the document's rule for `LeaseWrite`, was
+/// checked before this). A credential this key may not use is this write's refusal, not the
 /// request's.
 fn ready(app: &crate::App, caller: &Caller, write: LeaseWrite) -> Result<Ready, Problem> {
     let op = write.op;
-    only_for(write.result.is_some(), "result", op, WriteOp::Complete)?;
-    only_for(write.claim.is_some(), "claim", op, WriteOp::Complete)?;
-    only_for(write.error.is_some(), "error", op, WriteOp::Fail)?;
-    only_for(write.retry.is_some(), "retry", op, WriteOp::Fail)?;
-    only_for(write.backoff.is_some(), "backoff", op, WriteOp::Fail)?;
-    only_for(write.unstarted.is_some(), "unstarted", op, WriteOp::Release)?;
-    let id = Name(write.id.0).job()?;
+    let id = write.id.job()?;
     let fence = write.fence.fence()?;
     let now = now(app, write.now.as_ref())?;
     let (kind, claim) = match op {
@@ -253,14 +236,7 @@ fn ready(app: &crate::App, caller: &Caller, write: LeaseWrite) -> Result<Ready, 
                 .result
                 .ok_or_else(|| Problem::invalid("op `complete` needs field `result`"))?;
             let result = JobResult::new(text.0).map_err(|e| bad_value("result", &e))?;
-            let claim = match write.claim {
-                Some(next) => {
-                    let queue = next.queue.queue("claim.queue")?;
-                    let limit = usize::try_from(next.limit.unwrap_or(1)).unwrap_or(1);
-                    Some((queue, term(now, &next.ttl)?, limit))
-                }
-                None => None,
-            };
+            let claim = write.claim.map(|next| next.read(now)).transpose()?;
             (Kind::Complete(result), claim)
         }
         WriteOp::Fail => {
@@ -285,12 +261,7 @@ fn ready(app: &crate::App, caller: &Caller, write: LeaseWrite) -> Result<Ready, 
     let claim = match (claim, &credential) {
         // The claim is made as the owner that completes, a token per lease.
         (Some((queue, term, limit)), Ok(credential)) => {
-            let (tokens, digests) = new_tokens(limit)?;
-            let claim = ClaimNext {
-                tokens: digests,
-                ..ClaimNext::new(&queue, &credential.writer(), term, limit)
-            };
-            Some((claim, tokens))
+            Some(tokened_claim(&queue, &credential.writer(), term, limit)?)
         }
         _ => None,
     };
@@ -383,20 +354,15 @@ pub(crate) async fn settle(
         .collect::<Result<Vec<_>, _>>()?;
     let claim = match body.claim {
         Some(asked) => {
-            let queue = Name(asked.queue.0).queue("claim.queue")?;
+            let queue = asked.queue.queue("claim.queue")?;
             let limit = usize::try_from(asked.limit.unwrap_or(1)).unwrap_or(1);
             let owner = claimant(&caller, asked.owner)?;
-            let now = now(&app, asked.now.as_ref())?;
-            let (tokens, digests) = new_tokens(limit)?;
-            let claim = ClaimNext {
-                tokens: digests,
-                ..ClaimNext::new(&queue, &owner, term(now, &asked.ttl)?, limit)
-            };
-            Some((claim, tokens))
+            let term = term(now(&app, asked.now.as_ref())?, &asked.ttl)?;
+            Some(tokened_claim(&queue, &owner, term, limit)?)
         }
         None => None,
     };
-    // Sent together: a store with group commit settles them in one transaction.
+    // Sent together: a store with group commit settles them in as few transactions as it can.
     let answers = futures::future::join_all(writes.into_iter().map(|write| run(&app, write))).await;
     // The claim after the writes, so that it sees what they freed (a group's next job).
     // Its failure is answered beside the writes': they stand, whatever the claim met.
