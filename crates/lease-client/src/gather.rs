@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use lease_ports::StoreError;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::oneshot;
 
 use crate::Link;
@@ -30,8 +30,8 @@ pub(crate) const IN_FLIGHT: usize = 4;
 
 /// One write waiting to be sent, and where its answer goes.
 struct Waiting {
-    write: Value,
-    bytes: usize,
+    /// The write as JSON text, serialized once: its size decides the request it goes in.
+    write: String,
     traceparent: Option<String>,
     reply: oneshot::Sender<Result<Value, StoreError>>,
 }
@@ -64,12 +64,11 @@ impl Gather {
         traceparent: Option<String>,
     ) -> Result<Value, StoreError> {
         let (reply, answer) = oneshot::channel();
-        let bytes = write.to_string().len();
+        let write = write.to_string();
         let start = {
             let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
             state.waiting.push_back(Waiting {
                 write,
-                bytes,
                 traceparent,
                 reply,
             });
@@ -104,11 +103,11 @@ impl Gather {
         let mut batch = Vec::new();
         let mut bytes = 0;
         while let Some(next) = state.waiting.front() {
-            let full = batch.len() == MAX_WRITES || bytes + next.bytes > MAX_BYTES;
+            let full = batch.len() == MAX_WRITES || bytes + next.write.len() > MAX_BYTES;
             if !batch.is_empty() && full {
                 break;
             }
-            bytes += next.bytes;
+            bytes += next.write.len();
             batch.extend(state.waiting.pop_front());
         }
         if batch.is_empty() {
@@ -131,14 +130,15 @@ impl Gather {
                 [only] => only.traceparent.clone(),
                 _ => None,
             };
-            let (writes, replies): (Vec<Value>, Vec<_>) =
+            let (writes, replies): (Vec<String>, Vec<_>) =
                 batch.into_iter().map(|w| (w.write, w.reply)).unzip();
             let count = writes.len();
+            let body = format!("{{\"writes\": [{}]}}", writes.join(","));
             let sent = link
                 .send(
                     reqwest::Method::POST,
                     "/v1/leases/settle",
-                    Some(json!({ "writes": writes })),
+                    Some(body),
                     None,
                     true,
                     traceparent.as_deref(),
@@ -188,6 +188,7 @@ mod tests {
     use crate::{ClientOptions, HttpLeaseStore};
     use lease_domain::{Fence, JobId, JobResult, Owner, Timestamp};
     use lease_ports::LeaseStore;
+    use serde_json::json;
 
     /// A stand-in server: answers every write of a settle request as applied, holds the
     /// requests back until `open` is notified, and keeps how many writes each request carried.

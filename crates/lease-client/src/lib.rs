@@ -202,6 +202,7 @@ impl HttpLeaseStore {
         writes: bool,
     ) -> Result<Answer, StoreError> {
         let traceparent = self.traceparent();
+        let body = body.map(|body| body.to_string());
         self.link
             .send(method, path, body, token, writes, traceparent.as_deref())
             .await
@@ -394,14 +395,14 @@ struct Link {
 }
 
 impl Link {
-    /// Sends one request, with `traceparent` as its W3C header. `writes` says whether a
+    /// Sends one request (its JSON `body` as text), with `traceparent` as its W3C header. `writes` says whether a
     /// request that may have reached the server but lost its answer is `Indeterminate` (a
     /// write) or `Unavailable` (a read).
     async fn send(
         &self,
         method: reqwest::Method,
         path: &str,
-        body: Option<Value>,
+        body: Option<String>,
         token: Option<&str>,
         writes: bool,
         traceparent: Option<&str>,
@@ -419,7 +420,7 @@ impl Link {
         if let Some(body) = body {
             request = request
                 .header("content-type", "application/json")
-                .body(body.to_string());
+                .body(body);
         }
         let response = request.send().await.map_err(|e| {
             let lost = writes && !e.is_connect();
