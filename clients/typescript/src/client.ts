@@ -308,7 +308,8 @@ export class LeaseClient {
     if (options.backoff !== undefined) write.backoff = options.backoff;
     const r = await this.settleOne(write);
     if (r.refused) throw refusalOf(r.refused);
-    return { state: r.state ?? 'pending', run_at: r.run_at ?? null };
+    if (r.state === undefined || r.state === null) throw new LeaseError(0, 'malformed', 'the server recorded the failure without naming its state');
+    return { state: r.state, run_at: r.run_at ?? null };
   }
 
   /** Gives a lease back (`unstarted`: the attempt its claim counted is given back too). */
