@@ -1,5 +1,6 @@
-//! Group commit on PostgreSQL: the queue loop's writes of one store (a claim, and a completion
-//! with the claim that follows it) that arrive together share one transaction and one commit.
+//! Group commit on PostgreSQL: the queue loop's writes of one store (a claim, a completion
+//! with the claim that follows it, and a holder's completion, failure or release with none)
+//! that arrive together share one transaction and one commit.
 //! Renewals and enqueues queue here too, each kind sharing a transaction of its own
 //! (`crate::renewals`, `crate::enqueues`).
 //!
@@ -12,7 +13,8 @@
 //! them all. Nothing waits on a timer: a batch is whatever queued while the previous one ran,
 //! so a lone caller's write goes at once, alone, as a plain call of migration 7's `step`
 //! function (one round trip against two: faster for one write, measured in
-//! docs/PERFORMANCE.md).
+//! docs/PERFORMANCE.md), or, for a write with no claim (which `step` does not take), through
+//! the write path.
 //!
 //! Each caller gets its own answer, only after the commit. Completions are locked in job
 //! order, so two batches lock the rows they complete in the same order; claims skip locked
@@ -62,10 +64,11 @@ pub(crate) enum Queued {
     Enqueue(crate::enqueues::Enqueue),
 }
 
-/// One queued step.
+/// One queued step: a holder's write, a claim, or a completion with the claim that follows
+/// it (at least one of the two).
 pub(crate) struct Request {
     completion: Option<(JobId, Command)>,
-    claim: ClaimNext,
+    claim: Option<ClaimNext>,
     reply: oneshot::Sender<Answer>,
 }
 
@@ -187,11 +190,30 @@ impl PgLeaseStore {
         let (reply, answer) = oneshot::channel();
         let request = Request {
             completion: completion.map(|(id, c)| (id.clone(), c.clone())),
-            claim: claim.clone(),
+            claim: Some(claim.clone()),
             reply,
         };
         batcher.send(self, Queued::Step(request));
         answered(answer).await
+    }
+
+    /// Queues a holder's write that carries no claim (a completion, a failure, a release) for
+    /// the next batch, and awaits its outcome after the batch's commit. `None`: not decided
+    /// in a batch (it ran alone, or the batch declined), so the caller writes it alone.
+    pub(crate) async fn batched_write(
+        &self,
+        batcher: &Arc<Batcher>,
+        id: &JobId,
+        command: Command,
+    ) -> Result<Option<lease_domain::Outcome>, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let request = Request {
+            completion: Some((id.clone(), command)),
+            claim: None,
+            reply,
+        };
+        batcher.send(self, Queued::Step(request));
+        Ok(answered(answer).await?.and_then(|stepped| stepped.outcome))
     }
 
     /// Runs one batch on a pooled connection and answers each caller.
@@ -215,7 +237,7 @@ impl PgLeaseStore {
             .iter()
             .map(|r| Write {
                 completion: r.completion.as_ref().map(|(id, c)| (id, c)),
-                claim: &r.claim,
+                claim: r.claim.as_ref(),
             })
             .collect();
         match self.settle(&conn, &writes).await {
@@ -231,19 +253,24 @@ impl PgLeaseStore {
         }
     }
 
-    /// Runs each write of `batch` as a lone call of `step`, pipelined on `conn`.
+    /// Runs each write of `batch` that carries a claim as a lone call of `step`, pipelined on
+    /// `conn`; a write without one is answered `None`, so its caller writes it alone (`step`
+    /// claims).
     async fn run_alone(&self, conn: &mut Conn, batcher: &Shared, batch: Vec<Request>) {
-        let answers = futures::future::join_all(batch.iter().map(|r| {
+        let answers = futures::future::join_all(batch.iter().map(|r| async {
             let completion = r.completion.as_ref().map(|(id, c)| (id, c));
-            self.step(conn, completion, &r.claim)
+            match &r.claim {
+                Some(claim) => self.step(conn, completion, claim).await,
+                None => Ok(None),
+            }
         }))
         .await;
         if answers.iter().all(Result::is_ok) {
             conn.clean();
         }
         for (request, answer) in batch.into_iter().zip(answers) {
-            if matches!(answer, Ok(None)) {
-                batcher.remember_declined(&request.claim.queue);
+            if let (Ok(None), Some(claim)) = (&answer, &request.claim) {
+                batcher.remember_declined(&claim.queue);
             }
             let _ = request.reply.send(answer);
         }

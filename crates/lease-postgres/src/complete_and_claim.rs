@@ -49,6 +49,21 @@ impl PgLeaseStore {
                 .is_none_or(|settings| settings.is_default())
     }
 
+    /// Whether a holder's write without a claim (a completion, a failure, a release) joins
+    /// group commit's batches: under the caller's unchecked clock or the store's, as
+    /// [`PgLeaseStore::steps`] says.
+    pub(crate) fn settles(&self, command: &Command) -> bool {
+        self.step_enabled
+            && matches!(
+                self.clock,
+                ClockMode::Caller { max_skew: None } | ClockMode::Store
+            )
+            && matches!(
+                command,
+                Command::Complete(..) | Command::Fail(..) | Command::Release(..)
+            )
+    }
+
     /// Completes `completion` (when given) and then claims as `claim` says, in one statement on
     /// `conn`. `None`: the function declined (its transaction rolled back, nothing written), so
     /// the caller decides the write through statements.

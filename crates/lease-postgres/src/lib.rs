@@ -456,11 +456,18 @@ impl LeaseStore for PgLeaseStore {
         let Some(claim) = then else {
             // Renewals, and plain enqueues, arriving together share a commit (group commit:
             // `renewals`, `enqueues`).
+            // A holder's completion, failure or release shares the queue loop's batches.
             let outcome = match (&self.batcher, enqueues::batchable(&command)) {
                 (Some(batcher), _) if matches!(command, Command::Renew(..)) => {
                     self.batched_renew(batcher, job, command).await?
                 }
                 (Some(batcher), Some(spec)) => self.batched_enqueue(batcher, job, spec).await?,
+                (Some(batcher), None) if self.settles(&command) => {
+                    match self.batched_write(batcher, job, command.clone()).await? {
+                        Some(outcome) => outcome,
+                        None => self.write_alone(job, command).await?,
+                    }
+                }
                 _ => self.write_alone(job, command).await?,
             };
             return Ok(Applied {

@@ -1,6 +1,6 @@
-//! A batch of the queue loop's writes (claims, and completions with the claims that follow
-//! them) decided set by set in Rust (issue 55): one locking read of the rows the completions
-//! touch and of the candidates the claims may take, every decision made by the domain
+//! A batch of the queue loop's writes (claims, completions with the claims that follow them,
+//! and holders' completions, failures and releases with none) decided set by set in Rust
+//! (issue 55): one locking read of the rows the holders' writes touch and of the candidates the claims may take, every decision made by the domain
 //! (`Command::decided`) and the claim engine (`ClaimWalk`), and one statement writing every
 //! row with the counts they move, sent with COMMIT. Two round trips a batch, however many
 //! writes it carries, and no per-job PL/pgSQL.
@@ -14,7 +14,7 @@
 //! COMMIT.
 //!
 //! What this path does not decide it declines, rolling back before anything is written, and
-//! the batch runs each write alone, as before: a queue with settings, a refused completion
+//! the batch runs each write alone, as before: a claim's queue with settings, a refused write
 //! the audit trail records, a job finished while others wait on it (a workflow's release), a
 //! decision with any other change, a request the domain refuses on its own (each caller gets
 //! its own answer then). Claims share a queue's page in the batch's order; a candidate one
@@ -36,10 +36,10 @@ use crate::connection::{Conn, Statements};
 use crate::error::{self, Stage};
 use crate::sql::{self, Encoded, Standing, stored_now};
 
-/// One write of a batch: the completion (if any), then the claim.
+/// One write of a batch: a holder's write (if any), then the claim (if any).
 pub(crate) struct Write<'a> {
     pub(crate) completion: Option<(&'a JobId, &'a Command)>,
-    pub(crate) claim: &'a ClaimNext,
+    pub(crate) claim: Option<&'a ClaimNext>,
 }
 
 /// What a batch came to.
@@ -148,10 +148,10 @@ impl PgLeaseStore {
             .collect();
         // The queues in the order their claims first come, each with what its claims want.
         let mut queues: Vec<(&str, i64, Option<f64>)> = Vec::new();
-        for w in batch {
-            let q = w.claim.queue.as_str();
-            let want = i64::try_from(w.claim.limit).unwrap_or(i64::MAX);
-            let now = (!store_clock).then(|| w.claim.term.now().get());
+        for claim in batch.iter().filter_map(|w| w.claim) {
+            let q = claim.queue.as_str();
+            let want = i64::try_from(claim.limit).unwrap_or(i64::MAX);
+            let now = (!store_clock).then(|| claim.term.now().get());
             match queues.iter_mut().find(|(name, ..)| *name == q) {
                 Some((_, total, at)) => {
                     *total = total.saturating_add(want);
@@ -336,16 +336,16 @@ impl PgLeaseStore {
     ) -> Result<Shared, Stop> {
         let mut shared = Shared::default();
         for (w, slot) in batch.iter().zip(walks.iter_mut()) {
-            if w.claim.queue.as_str() != queue || w.claim.limit == 0 {
+            let Some(claim) = w.claim.filter(|c| c.queue.as_str() == queue && c.limit > 0) else {
                 continue;
-            }
+            };
             let walk = match slot {
                 Some(walk) => walk,
                 None => {
-                    let term = self.term_of(w.claim, clock, epoch)?;
+                    let term = self.term_of(claim, clock, epoch)?;
                     slot.insert(
-                        ClaimWalk::new(&w.claim.owner, w.claim.limit, term)
-                            .with_tokens(w.claim.tokens.clone()),
+                        ClaimWalk::new(&claim.owner, claim.limit, term)
+                            .with_tokens(claim.tokens.clone()),
                     )
                 }
             };
@@ -368,7 +368,7 @@ impl PgLeaseStore {
                     shared.wrote = true;
                 }
             }
-            let short = w.claim.limit.saturating_sub(walk.leased());
+            let short = claim.limit.saturating_sub(walk.leased());
             shared.short = shared
                 .short
                 .saturating_add(i64::try_from(short).unwrap_or(i64::MAX));

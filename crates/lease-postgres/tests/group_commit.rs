@@ -3,7 +3,8 @@
 //! done once, under the fence it was leased with; a batch's writes with tokens keep each
 //! lease's own; a write `step` declines inside a batch is decided alone and the queue's limit
 //! holds; a batch whose connection is lost while it runs tells every caller the write may have
-//! committed, never that it was accepted (and nothing of it is stored). Concurrent renewals
+//! committed, never that it was accepted (and nothing of it is stored); so do holders'
+//! completions, failures and releases without a claim. Concurrent renewals
 //! share a transaction too, each decided alone (a refusal recorded in the audit trail), and a
 //! lost batch of them is told so. Concurrent enqueues share a transaction, each caller told
 //! whether its job was new, and one the server refuses fails alone.
@@ -12,7 +13,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_domain::{JobId, JobResult, LeaseTerm, Owner, QueueName, TokenDigest};
+use lease_domain::{
+    ErrorText, Fence, JobId, JobResult, LeaseTerm, Owner, QueueName, Retry, TokenDigest,
+};
 use lease_ports::{ClaimNext, LeaseStore, StoreError};
 use lease_postgres::{PgLeaseStore, PgOptions, ScratchDatabase};
 
@@ -128,6 +131,120 @@ async fn concurrent_queue_loops_share_commits_and_every_job_is_done_once_under_i
     );
 }
 
+/// Holds every job of `queue` ({queue}-0..{n}) as `me`, one lease each; answers their fences.
+async fn hold_all(store: &PgLeaseStore, queue: &str, me: &Owner, n: usize) -> Vec<(JobId, Fence)> {
+    let leases = store
+        .claim_next(&QueueName::new(queue).unwrap(), me, term(1.0, 600.0), n)
+        .await
+        .unwrap();
+    assert_eq!(leases.len(), n);
+    leases.into_iter().map(|l| (l.job, l.fence)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_failures_releases_and_completions_share_commits_and_each_is_decided_alone() {
+    let db = ScratchDatabase::create();
+    let store = store(&db, PgOptions::default()).await;
+    fill(&db, "q", 60);
+    let me = owner("w");
+    let held = hold_all(&store, "q", &me, 60).await;
+    let before = store.group_commit_stats().unwrap();
+    let at = lease_domain::Timestamp::new(2.0).unwrap();
+    let tasks: Vec<_> = held
+        .iter()
+        .cloned()
+        .enumerate()
+        .map(|(i, (job, fence))| {
+            let (store, me) = (Arc::clone(&store), me.clone());
+            tokio::spawn(async move {
+                let error = ErrorText::new("boom").unwrap();
+                let result = JobResult::new("ok").unwrap();
+                match i % 4 {
+                    0 => store
+                        .fail(&job, &me, fence, at, &error, Retry::default())
+                        .await
+                        .map(|o| o.map(|_| ())),
+                    1 => store.release(&job, &me, fence).await,
+                    2 => store.complete(&job, &me, fence, at, &result).await,
+                    // A write under a fence the job never had is refused, alone.
+                    _ => {
+                        let stale = Fence::new(fence.get() + 7).unwrap();
+                        store.complete(&job, &me, stale, at, &result).await
+                    }
+                }
+            })
+        })
+        .collect();
+    for (i, task) in tasks.into_iter().enumerate() {
+        let outcome = task.await.unwrap().unwrap();
+        assert_eq!(outcome.is_ok(), i % 4 != 3, "write {i}: {outcome:?}");
+    }
+    assert_shared(&store, before, 60);
+    for (i, (job, fence)) in held.iter().enumerate() {
+        let stored = store.record(job).await.unwrap().unwrap().job;
+        match i % 4 {
+            0 => assert!(
+                !stored.done && stored.owner.is_none() && stored.error.is_some(),
+                "{job} failed back to pending: {stored:?}"
+            ),
+            1 => assert!(
+                !stored.done && stored.owner.is_none() && stored.error.is_none(),
+                "{job} released: {stored:?}"
+            ),
+            2 => assert_eq!(stored.result_fence, Some(*fence), "{job} done"),
+            _ => assert!(
+                !stored.done && stored.owner.as_ref() == Some(&me),
+                "{job} still held after the refused write: {stored:?}"
+            ),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_failures_whose_connection_is_lost_tells_its_callers_the_write_may_have_committed()
+ {
+    let db = ScratchDatabase::create();
+    let store = store(&db, PgOptions::default()).await;
+    fill(&db, "q", 24);
+    let me = owner("w");
+    let held = hold_all(&store, "q", &me, 24).await;
+    // Every failed row takes a while, so the batch is still running when its backend ends.
+    slow_updates(&db, "NEW.error IS NOT NULL");
+    let at = lease_domain::Timestamp::new(2.0).unwrap();
+    let tasks: Vec<_> = held
+        .iter()
+        .cloned()
+        .map(|(job, fence)| {
+            let (store, me) = (Arc::clone(&store), me.clone());
+            tokio::spawn(async move {
+                let error = ErrorText::new("boom").unwrap();
+                store.fail(&job, &me, fence, at, &error, Retry::No).await
+            })
+        })
+        .collect();
+    let killer = kill_a_batch(&db).await;
+    let mut failed = 0;
+    for outcome in acknowledged(tasks).await {
+        assert!(outcome.is_ok(), "{outcome:?}");
+        failed += 1;
+    }
+    db.execute("DROP TRIGGER slow ON lease.jobs").unwrap();
+    // Nothing of the lost batch committed: only the failures acknowledged are stored.
+    let dead: i64 = killer
+        .query_one(
+            "SELECT count(*) FROM lease.jobs WHERE error IS NOT NULL",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        usize::try_from(dead).unwrap(),
+        failed,
+        "only acknowledged failures are stored"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn off_it_runs_each_write_alone() {
     let db = ScratchDatabase::create();
@@ -237,13 +354,7 @@ async fn a_batch_whose_connection_is_lost_tells_every_caller_the_write_may_have_
     let store = store(&db, PgOptions::default()).await;
     fill(&db, "q", 64);
     // Every leased row takes a while, so the batch is still running when its backend ends.
-    db.execute(
-        "CREATE FUNCTION public.slow() RETURNS trigger LANGUAGE plpgsql AS \
-         $$ BEGIN PERFORM pg_sleep(0.2); RETURN NULL; END $$; \
-         CREATE TRIGGER slow AFTER UPDATE ON lease.jobs FOR EACH ROW \
-         WHEN (NEW.owner IS NOT NULL) EXECUTE FUNCTION public.slow()",
-    )
-    .unwrap();
+    slow_updates(&db, "NEW.owner IS NOT NULL");
     let queue = QueueName::new("q").unwrap();
     let tasks: Vec<_> = (0..12)
         .map(|w| {
@@ -255,35 +366,8 @@ async fn a_batch_whose_connection_is_lost_tells_every_caller_the_write_may_have_
             })
         })
         .collect();
-    let killer = db.client().await.unwrap();
-    let mut killed = 0;
-    for _ in 0..200 {
-        killed = terminate_sleeping(&killer, "%unnest%").await;
-        if killed > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(killed > 0, "a batch of many ran");
-    let (mut unknown, mut leased) = (0, 0);
-    for task in tasks {
-        match task.await.unwrap() {
-            Ok(leases) => leased += leases.len(),
-            Err(StoreError::Indeterminate(detail)) => {
-                assert_may_have_committed(&detail.to_string());
-                unknown += 1;
-            }
-            // A later batch that took a pooled connection whose backend was being terminated
-            // fails before its statement is sent: nothing applied, and said so.
-            Err(StoreError::Unavailable(detail))
-                if detail.to_string().contains("nothing was applied") => {}
-            Err(other) => panic!("a caller of the lost batch got {other}"),
-        }
-    }
-    assert!(
-        unknown >= 1,
-        "the callers of the lost batch are told the outcome is unknown ({unknown})"
-    );
+    let killer = kill_a_batch(&db).await;
+    let leased: usize = acknowledged(tasks).await.iter().map(Vec::len).sum();
     db.execute("DROP TRIGGER slow ON lease.jobs").unwrap();
     // Nothing of the lost batch committed: only the leases acknowledged are held.
     let held: i64 = killer
@@ -305,6 +389,56 @@ async fn a_batch_whose_connection_is_lost_tells_every_caller_the_write_may_have_
         .await
         .unwrap();
     assert_eq!(next.len(), 1);
+}
+
+/// Makes every update of a job's row matching `when` take a while, so that a batch is still
+/// running when its backend ends.
+fn slow_updates(db: &ScratchDatabase, when: &str) {
+    db.execute(&format!(
+        "CREATE FUNCTION public.slow() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN PERFORM pg_sleep(0.2); RETURN NULL; END $$; \
+         CREATE TRIGGER slow AFTER UPDATE ON lease.jobs FOR EACH ROW \
+         WHEN ({when}) EXECUTE FUNCTION public.slow()"
+    ))
+    .unwrap();
+}
+
+/// Ends the backend of a settled batch while it sleeps in the slow trigger (waiting up to two
+/// seconds for one); answers the client that ended it.
+async fn kill_a_batch(db: &ScratchDatabase) -> tokio_postgres::Client {
+    let killer = db.client().await.unwrap();
+    for _ in 0..200 {
+        if terminate_sleeping(&killer, "%unnest%").await > 0 {
+            return killer;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no batch of many ran");
+}
+
+/// The answers of the callers of a lost batch that were acknowledged; at least one caller was
+/// told its write may have committed, and none was answered anything else.
+async fn acknowledged<T>(tasks: Vec<tokio::task::JoinHandle<Result<T, StoreError>>>) -> Vec<T> {
+    let (mut unknown, mut answered) = (0, Vec::new());
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(answer) => answered.push(answer),
+            Err(StoreError::Indeterminate(detail)) => {
+                assert_may_have_committed(&detail.to_string());
+                unknown += 1;
+            }
+            // A later batch that took a pooled connection whose backend was being terminated
+            // fails before its statement is sent: nothing applied, and said so.
+            Err(StoreError::Unavailable(detail))
+                if detail.to_string().contains("nothing was applied") => {}
+            Err(other) => panic!("a caller of the lost batch got {other}"),
+        }
+    }
+    assert!(
+        unknown >= 1,
+        "the callers of the lost batch are told the outcome is unknown ({unknown})"
+    );
+    answered
 }
 
 /// Ends every backend of the test's database that runs a statement `like` this and is inside
@@ -441,13 +575,7 @@ async fn a_batch_of_renewals_whose_connection_is_lost_tells_its_callers_the_writ
         .unwrap();
     // Every renewed row takes a while, so a batch is still writing (its COMMIT sent behind
     // its rows) when its backend ends.
-    db.execute(
-        "CREATE FUNCTION public.slow() RETURNS trigger LANGUAGE plpgsql AS \
-         $$ BEGIN PERFORM pg_sleep(0.2); RETURN NULL; END $$; \
-         CREATE TRIGGER slow AFTER UPDATE ON lease.jobs FOR EACH ROW \
-         WHEN (NEW.until > 605) EXECUTE FUNCTION public.slow()",
-    )
-    .unwrap();
+    slow_updates(&db, "NEW.until > 605");
     let before = store.group_commit_stats().unwrap();
     let renewals: Vec<_> = leases
         .iter()
