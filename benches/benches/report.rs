@@ -444,7 +444,7 @@ fn async_workers(store: &SqliteLeaseStore, workers: usize) -> Run {
 }
 
 /// The SQLite worker-runtime rows' prefetch: `LEASE_BENCH_PREFETCH`, else `None` (the
-/// default of `WorkerConfig`: a lease ahead per slot while the jobs are short).
+/// default of `WorkerConfig`: 20 ms of work held ahead while the jobs are short).
 fn bench_prefetch() -> Option<usize> {
     std::env::var("LEASE_BENCH_PREFETCH")
         .ok()

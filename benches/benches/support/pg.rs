@@ -919,7 +919,7 @@ async fn joined(tasks: Vec<tokio::task::JoinHandle<Caller>>, start: Instant) -> 
 
 /// The store's queue loop (`claim_next`, then `complete_and_claim_next`) with `workers` tasks,
 /// or the worker runtime with as many slots (`runtime`: with `WorkerConfig`'s defaults, which
-/// hold a lease ahead per slot while the jobs are short, or with no prefetch), on `queue` until
+/// hold 20 ms of work ahead while the jobs are short, or with no prefetch), on `queue` until
 /// it is empty.
 async fn store_loop(
     store: Arc<PgLeaseStore>,
@@ -929,7 +929,14 @@ async fn store_loop(
 ) -> Run {
     let q = QueueName::new(queue).expect("queue");
     let run = if let Some(prefetch) = runtime {
-        let prefetch = (!prefetch).then_some(0);
+        // `LEASE_BENCH_PREFETCH` sets the defaults row's prefetch, to try other numbers.
+        let prefetch = if prefetch {
+            std::env::var("LEASE_BENCH_PREFETCH")
+                .ok()
+                .and_then(|v| v.parse().ok())
+        } else {
+            Some(0)
+        };
         crate::harness::worker_run(store.clone(), q, workers, prefetch).await
     } else {
         let start = Instant::now();
@@ -984,7 +991,7 @@ fn queue_loop_rows(plan: &Plan, url: &str, rows: &mut Vec<Row>) {
             Some(false),
         ),
         (
-            "pg queue loop, Worker runtime, its defaults (group commit, a lease ahead per slot while jobs are short), jobs/s",
+            "pg queue loop, Worker runtime, its defaults (group commit, 20 ms of work held ahead while jobs are short), jobs/s",
             true,
             true,
             Some(true),

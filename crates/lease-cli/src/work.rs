@@ -702,8 +702,9 @@ pub(crate) struct WorkArgs {
     pub(crate) concurrency: usize,
     /// How many leases to hold beyond the running programs, ready to start (renewed while
     /// they wait, released at exit), while the programs run shorter than 50 ms on average; a
-    /// finished program's next job then starts while its result commits. Default: one per
-    /// program (`--concurrency`); 0 holds none.
+    /// finished program's next job then starts while its result commits. Default: as many as
+    /// the programs run in 20 ms at their recent average, at least one per program
+    /// (`--concurrency`), at most 128 beyond that; 0 holds none.
     #[arg(long)]
     pub(crate) prefetch: Option<usize>,
     /// Seal each program's result before it is stored (docs/ENCRYPTION.md), with the key of
@@ -811,7 +812,7 @@ pub(crate) struct WorkRequest {
     pub ttl: lease_domain::Ttl,
     /// Programs at once.
     pub concurrency: usize,
-    /// Leases held ahead of the running programs (`None`: one per program).
+    /// Leases held ahead of the running programs (`None`: the worker's default).
     pub prefetch: Option<usize>,
     /// Whether results are sealed before they are stored.
     pub seal_results: bool,

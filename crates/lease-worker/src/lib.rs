@@ -341,12 +341,17 @@ pub struct WorkerConfig {
     /// After a job's token is cancelled, how long its handler may run before it is dropped.
     pub cancel_grace: Duration,
     /// How many leases the worker holds beyond its busy slots, ready to run, while its jobs
-    /// are short ([`Self::prefetch_while_under`]); `None` (the default) holds one per slot (as
-    /// many as [`Self::concurrency`]), `Some(0)` none. A prefetched lease is a real lease: it
-    /// counts against the queue's limits, is renewed while it waits, and is given back
-    /// unstarted at shutdown. With any, a slot whose job finished starts the next prefetched
-    /// one while the finished job's completion commits, so completions share commits even at
-    /// one slot.
+    /// are short ([`Self::prefetch_while_under`]); `Some(0)` none. `None` (the default) holds
+    /// as many as the slots run in [`DEFAULT_AHEAD_WINDOW`] at the recent jobs' average run
+    /// time, at least one per slot (as many as [`Self::concurrency`]) and at most
+    /// [`DEFAULT_AHEAD_MOST`] beyond that, so no lease waits ahead much longer than that
+    /// window while the jobs keep their pace.
+    /// A prefetched lease is a real lease: it counts against the queue's limits, is renewed
+    /// while it waits, and is given back unstarted at shutdown. With any, a slot whose job
+    /// finished starts the next prefetched one while the finished job's completion commits
+    /// (as many completions of a slot committing at once as leases are held ahead), so
+    /// completions share commits even at one slot; each is reported once it has committed,
+    /// in the order its slot ran them.
     pub prefetch: Option<usize>,
     /// Leases are held ahead only while the worker's recent jobs ran shorter than this on
     /// average (the handler's run time, averaged with more weight on the last ones; default
@@ -410,6 +415,32 @@ impl WorkerConfig {
 /// The average run time under which a worker holds leases ahead by default
 /// ([`WorkerConfig::prefetch_while_under`]).
 pub const DEFAULT_PREFETCH_WHILE_UNDER: Duration = Duration::from_millis(50);
+
+/// How much of its slots' work a worker holds ahead by default ([`WorkerConfig::prefetch`]):
+/// the leases its slots would run in this time at the recent jobs' average run time.
+pub const DEFAULT_AHEAD_WINDOW: Duration = Duration::from_millis(20);
+
+/// The most leases a worker holds ahead by default beyond one per slot, however short its jobs
+/// ([`WorkerConfig::prefetch`]).
+pub const DEFAULT_AHEAD_MOST: usize = 128;
+
+/// How many leases to hold ahead by default, for `slots` slots whose recent jobs ran `recent`
+/// seconds on average: as many as they run in [`DEFAULT_AHEAD_WINDOW`], at least one per slot
+/// and at most [`DEFAULT_AHEAD_MOST`] (or one per slot, when there are more slots).
+fn default_ahead(slots: usize, recent: f64) -> usize {
+    // Jobs of no measurable time count as a microsecond each (the cap decides then); a time
+    // too long to be a `Duration` as one window.
+    let each = Duration::try_from_secs_f64(recent)
+        .unwrap_or(DEFAULT_AHEAD_WINDOW)
+        .as_nanos()
+        .max(1_000);
+    let per_slot = DEFAULT_AHEAD_WINDOW.as_nanos().div_ceil(each);
+    let per_slot = usize::try_from(per_slot).unwrap_or(DEFAULT_AHEAD_MOST);
+    per_slot
+        .saturating_mul(slots)
+        .min(DEFAULT_AHEAD_MOST)
+        .max(slots)
+}
 
 /// The weight of the last job in the average of run times that decides prefetching.
 const RECENT_WEIGHT: f64 = 0.25;
@@ -627,19 +658,22 @@ impl Shared {
     /// short, else none.
     fn ahead_wanted(&self) -> usize {
         let config = &self.config;
-        let prefetch = config.prefetch.unwrap_or(config.concurrency.max(1));
-        if prefetch == 0 {
+        if config.prefetch == Some(0) {
             return 0;
-        }
-        if config.prefetch_while_under == Duration::MAX {
-            return prefetch;
         }
         let recent = *self
             .recent
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let short = recent.is_some_and(|avg| avg < config.prefetch_while_under.as_secs_f64());
-        if short { prefetch } else { 0 }
+        let short = config.prefetch_while_under == Duration::MAX
+            || recent.is_some_and(|avg| avg < config.prefetch_while_under.as_secs_f64());
+        if !short {
+            return 0;
+        }
+        let slots = config.concurrency.max(1);
+        config
+            .prefetch
+            .unwrap_or_else(|| recent.map_or(slots, |avg| default_ahead(slots, avg)))
     }
 
     /// The oldest prefetched lease, unless the worker is stopping.
@@ -995,22 +1029,32 @@ async fn committed(
 
 /// One busy slot: runs its lease, then each lease the completion claimed for the slot (or, with
 /// prefetch, the oldest lease claimed ahead), until there is none (or the worker stops: a lease
-/// claimed as it stopped is given back unrun). At most one completion of the slot commits while
-/// its next job runs; it is awaited before the next one's report, and before the slot ends.
+/// claimed as it stopped is given back unrun). As many completions of the slot commit while
+/// its next jobs run as leases are held ahead (at least one); each is reported once it has
+/// committed, in the order the slot ran its jobs, and all before the slot ends.
 async fn run_slot(shared: Arc<Shared>, first: Held, abort: CancellationToken) {
     let mut held = first;
-    let mut committing = None;
+    let mut committing = std::collections::VecDeque::new();
     loop {
         let (report, next) = run_job(&shared, held, &abort).await;
-        if let Some((report, completion)) = committing.take() {
-            // The receiver lives as long as the worker's run.
-            let _ = shared.reports.send(committed(report, completion).await);
-        }
         match report {
             Reported::Now(report) => {
+                // Reported after the completions the slot made before it.
+                while let Some((report, completion)) = committing.pop_front() {
+                    // The receiver lives as long as the worker's run.
+                    let _ = shared.reports.send(committed(report, completion).await);
+                }
                 let _ = shared.reports.send(report);
             }
-            Reported::Later(report, completion) => committing = Some((report, completion)),
+            Reported::Later(report, completion) => {
+                committing.push_back((report, completion));
+                let depth = shared.ahead_wanted().max(1);
+                while committing.len() > depth {
+                    if let Some((report, completion)) = committing.pop_front() {
+                        let _ = shared.reports.send(committed(report, completion).await);
+                    }
+                }
+            }
         }
         match next.or_else(|| shared.next_waiting()) {
             Some(next) if !shared.stopping.is_cancelled() => held = next,
@@ -1021,7 +1065,7 @@ async fn run_slot(shared: Arc<Shared>, first: Held, abort: CancellationToken) {
             None => break,
         }
     }
-    if let Some((report, completion)) = committing.take() {
+    while let Some((report, completion)) = committing.pop_front() {
         let _ = shared.reports.send(committed(report, completion).await);
     }
 }
@@ -1377,4 +1421,23 @@ pub fn serve_metrics(addr: std::net::SocketAddr) -> Result<(), String> {
         .with_http_listener(addr)
         .install()
         .map_err(|e| format!("cannot serve metrics at {addr}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DEFAULT_AHEAD_MOST, default_ahead};
+
+    #[test]
+    fn the_default_holds_ahead_what_the_slots_run_in_the_window_within_its_bounds() {
+        // 20 ms of 1 ms jobs at one slot; of 10 ms jobs at four slots.
+        assert_eq!(default_ahead(1, 0.001), 20);
+        assert_eq!(default_ahead(4, 0.010), 8);
+        // Jobs as long as the window or longer: one per slot.
+        assert_eq!(default_ahead(4, 0.040), 4);
+        // Jobs of no measurable time: the most, however few the slots.
+        assert_eq!(default_ahead(1, 0.0), DEFAULT_AHEAD_MOST);
+        assert_eq!(default_ahead(16, 1e-5), DEFAULT_AHEAD_MOST);
+        // More slots than the most: one per slot still.
+        assert_eq!(default_ahead(300, 1e-5), 300);
+    }
 }

@@ -282,10 +282,12 @@ class Worker:
     is refused (the job fails naming it and the handler does not run) and every result is
     sealed, so a plaintext payload swapped into a sealed queue is never run; it needs a key.
 
-    ``prefetch`` leases (default ``None``: one per ``concurrency``) are held beyond the running
-    ones, ready to start (renewed while they wait, released at the end), while the recent jobs
-    ran shorter than 50 ms on average: a finished job's next one then starts while its result
-    commits. Each is a real lease, counted by the queue's limits; ``prefetch=0`` holds none.
+    ``prefetch`` leases are held beyond the running ones, ready to start (renewed while they
+    wait, released at the end), while the recent jobs ran shorter than 50 ms on average: a
+    finished job's next one then starts while its result commits. The default (``None``)
+    holds as many as the handlers run in 20 ms at their recent average, at least one per
+    ``concurrency`` and at most 128 beyond that. Each is a real lease, counted by the queue's
+    limits; ``prefetch=0`` holds none.
 
     ``handler`` runs on threads of its own (``concurrency`` at once) and gets a
     :class:`Job`: its ``id``, ``fence``, ``attempt`` and ``payload``, and ``cancelled`` /
