@@ -1559,6 +1559,122 @@ pub async fn complete_and_claim_next_hands_back_one_job_and_takes_the_next(store
     );
 }
 
+/// `apply_many` decides each write as `apply` would and answers each on its own, in order: a
+/// completion with the claim that follows it gets its leases, a stale completion is refused
+/// while the others stand, a failure and a release apply, and a claim after a command that
+/// cannot carry one is refused alone, changing nothing.
+pub async fn apply_many_answers_each_write_on_its_own_in_order(store: Store) {
+    for id in ["a", "b", "c", "d", "e"] {
+        enqueued_with(&store, id, &spec("m", 0, None, 5)).await;
+    }
+    let mut held = next(&store, "m", "w", 0.0, 4).await;
+    assert_eq!(ids(&held), ["a", "b", "c", "d"]);
+    let d = held.pop().expect("d is held");
+    let c = held.pop().expect("c is held");
+    let b = held.pop().expect("b is held");
+    let a = held.pop().expect("a is held");
+    let w = owner("w");
+    let claim = crate::ClaimNext::new(&queue("m"), &w, term(1.0, 10.0), 1);
+    let complete =
+        |f: Fence, text: &str| crate::Command::Complete(w.clone(), f, at(1.0), result(text));
+    let stale = Fence::new(a.fence.get() + 9).expect("fence in range");
+    let answers = store
+        .apply_many(vec![
+            (
+                a.job.clone(),
+                complete(a.fence, "a done"),
+                Some(claim.clone()),
+            ),
+            (b.job.clone(), complete(stale, "b stale"), None),
+            (
+                c.job.clone(),
+                crate::Command::Fail(
+                    w.clone(),
+                    c.fence,
+                    at(1.0),
+                    ErrorText::new("boom").expect("error"),
+                    Retry::No,
+                ),
+                None,
+            ),
+            (
+                d.job.clone(),
+                crate::Command::Release(w.clone(), d.fence),
+                Some(claim),
+            ),
+            (
+                d.job.clone(),
+                crate::Command::Release(w.clone(), d.fence),
+                None,
+            ),
+        ])
+        .await;
+    assert_eq!(answers.len(), 5, "one answer per write");
+    let mut answers = answers.into_iter();
+    let first = answers
+        .next()
+        .expect("a's answer")
+        .expect("a reaches the store");
+    assert_eq!(first.outcome, crate::Outcome::Wrote(Ok(())));
+    let leases = first
+        .claimed
+        .expect("a claim was asked")
+        .expect("the claim reaches the store");
+    assert_eq!(
+        ids(&leases),
+        ["e"],
+        "the completion's claim takes the next due job"
+    );
+    let second = answers
+        .next()
+        .expect("b's answer")
+        .expect("b reaches the store");
+    assert!(
+        matches!(second.outcome, crate::Outcome::Wrote(Err(_))),
+        "{:?}",
+        second.outcome
+    );
+    let third = answers
+        .next()
+        .expect("c's answer")
+        .expect("c reaches the store");
+    assert!(
+        matches!(third.outcome, crate::Outcome::Failed(Ok(_))),
+        "{:?}",
+        third.outcome
+    );
+    assert!(
+        matches!(
+            answers.next(),
+            Some(Err(crate::StoreError::InvalidInput(_)))
+        ),
+        "a claim after a release is refused"
+    );
+    let fifth = answers
+        .next()
+        .expect("d's answer")
+        .expect("d reaches the store");
+    assert_eq!(
+        fifth.outcome,
+        crate::Outcome::Wrote(Ok(())),
+        "the release after the refused write applies"
+    );
+    assert_eq!(
+        state(&store, &a.job).await.result.as_deref(),
+        Some("a done")
+    );
+    assert_eq!(
+        state(&store, &b.job).await.owner.as_deref(),
+        Some("w"),
+        "b is still held"
+    );
+    assert_eq!(
+        state(&store, &d.job).await.owner,
+        None,
+        "d was released once"
+    );
+}
+
 /// A claim given a lease token's digest stores it with the lease, by id and by `claim_next`;
 /// a renewal keeps it, the next claim replaces it (one without a token clears it), and a
 /// migration carries it.
@@ -3313,6 +3429,7 @@ macro_rules! conformance_tests {
             complete_stores_the_result_fence,
             concurrent_claim_next_gives_each_job_to_exactly_one_caller,
             complete_and_claim_next_hands_back_one_job_and_takes_the_next,
+            apply_many_answers_each_write_on_its_own_in_order,
             list_pages_by_the_last_id_of_the_page_before,
             stats_count_every_status,
             claim_next_counts_only_leases_against_its_limit,

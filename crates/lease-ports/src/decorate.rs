@@ -26,7 +26,9 @@ use crate::keys::{KeyRecord, KeyStore};
 use crate::overview::{DueRow, MinuteRow, Overview};
 use crate::signal::{EnqueueSignal, Wake};
 use crate::transfer::{Imported, Snapshot, Transfer};
-use crate::{Applied, ClaimNext, JobRecord, Lease, LeaseStore, ListFilter, StatsRow, StoreError};
+use crate::{
+    Applied, ClaimNext, JobRecord, Lease, LeaseStore, ListFilter, ManyWrite, StatsRow, StoreError,
+};
 
 /// One call to a store's surface, with its arguments, as a decorator's hooks see it.
 #[derive(Debug, Clone, Copy)]
@@ -203,6 +205,45 @@ impl<S: LeaseStore + ?Sized, H: Hooks> LeaseStore for Decorated<S, H> {
     async fn claim_next_with(&self, claim: &ClaimNext) -> Result<Vec<Lease>, StoreError> {
         self.around(Call::ClaimNext(claim), self.inner.claim_next_with(claim))
             .await
+    }
+
+    /// Each write goes through the hooks as an `apply` would, and those they let through go to
+    /// the wrapped store together, so it can take them together (their work runs in no one
+    /// write's span; each write's span still gets its answer).
+    async fn apply_many(&self, writes: Vec<ManyWrite>) -> Vec<Result<Applied, StoreError>> {
+        let mut tickets = Vec::with_capacity(writes.len());
+        let mut passed = Vec::with_capacity(writes.len());
+        for (job, command, then) in writes {
+            let call = Call::Apply {
+                job: &job,
+                command: &command,
+                then: then.as_ref(),
+            };
+            match self.hooks.before(&call).await {
+                Ok(ticket) => {
+                    tickets.push(Ok(ticket));
+                    passed.push((job, command, then));
+                }
+                Err(e) => tickets.push(Err(e)),
+            }
+        }
+        let started = Instant::now();
+        let mut answers = self.inner.apply_many(passed).await.into_iter();
+        let took = started.elapsed();
+        tickets
+            .into_iter()
+            .map(|ticket| {
+                let ticket = ticket?;
+                let answer = answers.next().unwrap_or_else(|| {
+                    Err(StoreError::Corrupt(
+                        "the store answered fewer writes than it was sent".into(),
+                    ))
+                });
+                let shown = answer.as_ref().map(|value| value as &dyn Any);
+                self.hooks.after(ticket, shown, took);
+                answer
+            })
+            .collect()
     }
 
     async fn enqueue_many(&self, jobs: &[(JobId, EnqueueSpec)]) -> Result<Vec<bool>, StoreError> {
@@ -438,6 +479,9 @@ mod tests {
         async fn before(&self, call: &Call<'_>) -> Result<String, StoreError> {
             match call {
                 Call::Stats(_) => Err(StoreError::Unavailable("stats are off".into())),
+                Call::Apply { job, .. } if job.as_str() == "faulty" => {
+                    Err(StoreError::Unavailable("this job is off".into()))
+                }
                 Call::Apply { command, .. } => Ok(command.name().to_owned()),
                 other => Ok(format!("{other:?}").chars().take(6).collect()),
             }
@@ -473,5 +517,30 @@ mod tests {
         // A provided method goes through the required one, and so through the hooks.
         assert_eq!(store.state(&job).await.unwrap().unwrap().fence, 0);
         assert_eq!(store.hooks().0.lock().unwrap().len(), 3);
+    }
+
+    #[tokio::test]
+    async fn many_writes_each_go_through_the_hooks_and_a_faulted_one_alone_never_reaches_the_store()
+    {
+        let store = Decorated::with(Arc::new(MemoryLeaseStore::new()), Noting::default());
+        let (a, faulty) = (JobId::new("a").unwrap(), JobId::new("faulty").unwrap());
+        let answers = store
+            .apply_many(vec![
+                (a.clone(), Command::Enqueue, None),
+                (faulty.clone(), Command::Enqueue, None),
+            ])
+            .await;
+        assert!(answers[0].is_ok(), "{:?}", answers[0]);
+        assert!(
+            matches!(answers[1], Err(StoreError::Unavailable(_))),
+            "{:?}",
+            answers[1]
+        );
+        assert!(store.inner().record(&a).await.unwrap().is_some());
+        assert!(
+            store.inner().record(&faulty).await.unwrap().is_none(),
+            "the faulted write never reached the store"
+        );
+        assert_eq!(*store.hooks().0.lock().unwrap(), ["enqueue Enqueued(true)"]);
     }
 }

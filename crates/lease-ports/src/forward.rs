@@ -16,7 +16,9 @@ use lease_domain::{
 
 use crate::control::{Control, Fire, GroupLoad};
 use crate::transfer::{Imported, Snapshot, Transfer};
-use crate::{Applied, ClaimNext, JobRecord, Lease, LeaseStore, ListFilter, StatsRow, StoreError};
+use crate::{
+    Applied, ClaimNext, JobRecord, Lease, LeaseStore, ListFilter, ManyWrite, StatsRow, StoreError,
+};
 
 /// The required methods of [`LeaseStore`], [`Control`] and [`Transfer`], each passing its
 /// call to [`Forward::to`] unless overridden.
@@ -33,6 +35,15 @@ pub trait Forward: Send + Sync {
         then: Option<ClaimNext>,
     ) -> Result<Applied, StoreError> {
         self.to().apply(job, command, then).await
+    }
+
+    /// [`LeaseStore::apply_many`]: each write through [`Forward::apply`], at once (so a
+    /// forwarder that changes `apply` changes every write).
+    async fn apply_many(&self, writes: Vec<ManyWrite>) -> Vec<Result<Applied, StoreError>> {
+        crate::apply_each(writes, |(job, command, then)| async move {
+            self.apply(&job, command, then).await
+        })
+        .await
     }
 
     /// [`LeaseStore::claim_next_with`].
@@ -177,6 +188,9 @@ impl<F: Forward> LeaseStore for Forwarded<F> {
         then: Option<ClaimNext>,
     ) -> Result<Applied, StoreError> {
         self.0.apply(job, command, then).await
+    }
+    async fn apply_many(&self, writes: Vec<ManyWrite>) -> Vec<Result<Applied, StoreError>> {
+        self.0.apply_many(writes).await
     }
     async fn claim_next_with(&self, claim: &ClaimNext) -> Result<Vec<Lease>, StoreError> {
         self.0.claim_next_with(claim).await

@@ -429,6 +429,22 @@ pub struct Applied {
     pub claimed: Option<Result<Vec<Lease>, StoreError>>,
 }
 
+/// One write of [`LeaseStore::apply_many`]: the job, the command, and the claim that follows it.
+pub type ManyWrite = (JobId, Command, Option<ClaimNext>);
+
+/// Runs `apply` on each of `writes` at once and answers each in order: how
+/// [`LeaseStore::apply_many`] is made of calls of `apply`.
+pub async fn apply_each<F, Fut>(
+    writes: Vec<ManyWrite>,
+    apply: F,
+) -> Vec<Result<Applied, StoreError>>
+where
+    F: Fn(ManyWrite) -> Fut,
+    Fut: Future<Output = Result<Applied, StoreError>>,
+{
+    futures::future::join_all(writes.into_iter().map(apply)).await
+}
+
 /// A durable store of fenced job leases.
 ///
 /// The required part is small: [`apply`](LeaseStore::apply) (one [`Command`] on one job, and
@@ -481,6 +497,20 @@ pub trait LeaseStore: Send + Sync {
     /// (which may also bury a job out of attempts), the `n`th with [`ClaimNext::term_of`]`(n)`.
     /// Returns the leases, possibly none.
     async fn claim_next_with(&self, claim: &ClaimNext) -> Result<Vec<Lease>, StoreError>;
+
+    /// Applies each of `writes` as [`LeaseStore::apply`] would (the job, the command, the claim
+    /// that follows it) and answers each on its own, in order: one write's refusal or error
+    /// says nothing of another's. A store may take them together (SQLite's group commit as one
+    /// caller's writes, each in a savepoint of its own, so one batch and one commit for all of
+    /// them); by default they run at once, as many calls of `apply`. Nothing makes them one
+    /// transaction: a crash may keep some of them and not others, each caller's error then
+    /// saying so.
+    async fn apply_many(&self, writes: Vec<ManyWrite>) -> Vec<Result<Applied, StoreError>> {
+        apply_each(writes, |(job, command, then)| async move {
+            self.apply(&job, command, then).await
+        })
+        .await
+    }
 
     /// Enqueues many jobs in one transaction (one commit): each as [`enqueue_with`] would, in
     /// order, answering `true` for each job it inserted and `false` for each that already

@@ -275,24 +275,57 @@ fn ready(app: &crate::App, caller: &Caller, write: LeaseWrite) -> Result<Ready, 
     })
 }
 
-/// One write in the store, and its answer.
-async fn run(app: &crate::App, write: Ready) -> WriteAnswer {
-    let command = match write.command {
-        Ok(command) => command,
-        Err(problem) => return WriteAnswer::refused(&problem),
-    };
-    let (then, tokens) = match write.claim {
-        Some((claim, tokens)) => (Some(claim), tokens),
-        None => (None, Vec::new()),
-    };
-    let applied = match app.store.apply(&write.id, command, then).await {
+/// Sends the writes whose credential this key may use to the store in one call (so a store
+/// with group commit takes them as one batch), and answers each, in order.
+async fn run(app: &crate::App, writes: Vec<Ready>) -> Vec<WriteAnswer> {
+    // What each write is answered from: its refusal, or its place among the writes sent.
+    let mut sent = Vec::with_capacity(writes.len());
+    let mut answers_of = Vec::with_capacity(writes.len());
+    for write in writes {
+        match write.command {
+            Ok(command) => {
+                let (then, tokens) = match write.claim {
+                    Some((claim, tokens)) => (Some(claim), tokens),
+                    None => (None, Vec::new()),
+                };
+                sent.push((write.id, command, then));
+                answers_of.push(Ok((write.op, write.fence, tokens)));
+            }
+            Err(problem) => answers_of.push(Err(problem)),
+        }
+    }
+    let mut applied = app.store.apply_many(sent).await.into_iter();
+    let mut answers = Vec::with_capacity(answers_of.len());
+    for of in answers_of {
+        answers.push(match (of, applied.next()) {
+            (Err(problem), _) => WriteAnswer::refused(&problem),
+            (Ok(_), None) => WriteAnswer::refused(&Problem::store(&StoreError::Corrupt(
+                "the store answered fewer writes than it was sent".into(),
+            ))),
+            (Ok((op, fence, tokens)), Some(applied)) => {
+                answer(app, op, fence, &tokens, applied).await
+            }
+        });
+    }
+    answers
+}
+
+/// One write's answer, from what the store answered it.
+async fn answer(
+    app: &crate::App,
+    op: WriteOp,
+    fence: lease_domain::Fence,
+    tokens: &[String],
+    applied: Result<Applied, StoreError>,
+) -> WriteAnswer {
+    let applied = match applied {
         Ok(applied) => applied,
         Err(err) => return WriteAnswer::refused(&Problem::store(&err)),
     };
     let Applied { outcome, claimed } = applied;
-    let mut answer = match (write.op, outcome) {
+    let mut answer = match (op, outcome) {
         (WriteOp::Complete, Outcome::Wrote(Ok(()))) => WriteAnswer {
-            result_fence: Some(write.fence.get()),
+            result_fence: Some(fence.get()),
             ..WriteAnswer::applied()
         },
         (WriteOp::Fail, Outcome::Failed(Ok(failed))) => WriteAnswer {
@@ -305,13 +338,13 @@ async fn run(app: &crate::App, write: Ready) -> WriteAnswer {
             WriteAnswer::refused(&Problem::refused_write(&refused))
         }
         (_, other) => WriteAnswer::refused(&Problem::store(&StoreError::Corrupt(
-            format!("the store answered a {} with {other:?}", write.op.name()).into(),
+            format!("the store answered a {} with {other:?}", op.name()).into(),
         ))),
     };
     match claimed {
         Some(Ok(leases)) => {
             link_claimed(app, &leases).await;
-            answer.leases = Some(LeaseView::all(&leases, &tokens));
+            answer.leases = Some(LeaseView::all(&leases, tokens));
         }
         Some(Err(err)) => {
             answer.leases = Some(Vec::new());
@@ -362,8 +395,8 @@ pub(crate) async fn settle(
         }
         None => None,
     };
-    // Sent together: a store with group commit settles them in as few transactions as it can.
-    let answers = futures::future::join_all(writes.into_iter().map(|write| run(&app, write))).await;
+    // Sent together: a store with group commit settles them as one batch.
+    let answers = run(&app, writes).await;
     // The claim after the writes, so that it sees what they freed (a group's next job).
     // Its failure is answered beside the writes': they stand, whatever the claim met.
     let (leases, claim_refused) = match claim {

@@ -421,6 +421,58 @@ impl LeaseStore for SqliteLeaseStore {
         applied(self.write_async(ops).await?, claims)
     }
 
+    /// The writes' ops go to group commit as one caller's: one batch and one commit for all
+    /// of them, each op in a savepoint of its own (so each is decided and answered alone).
+    async fn apply_many(
+        &self,
+        writes: Vec<lease_ports::ManyWrite>,
+    ) -> Vec<Result<Applied, StoreError>> {
+        // A write refused before it reaches the store keeps its place in the answers.
+        let mut ops = Vec::with_capacity(writes.len() * 2);
+        let mut shapes = Vec::with_capacity(writes.len());
+        for (job, command, then) in writes {
+            match lease_ports::claim_may_follow(&command, then.as_ref()) {
+                Ok(()) => {
+                    shapes.push(Ok(then.is_some()));
+                    ops.push(Op::Job(job, command));
+                    ops.extend(then.map(Op::ClaimNext));
+                }
+                Err(e) => shapes.push(Err(e)),
+            }
+        }
+        if ops.is_empty() {
+            // Every write was refused before reaching the store.
+            return shapes
+                .into_iter()
+                .filter_map(Result::err)
+                .map(Err)
+                .collect();
+        }
+        let answers = match self.write_async(ops).await {
+            Ok(answers) => answers,
+            Err(e) => {
+                // Refused before anything ran (a read-only store): every write is told so.
+                let told = || {
+                    e.retold(Clone::clone)
+                        .unwrap_or_else(|| StoreError::Unavailable(e.to_string().into()))
+                };
+                return shapes
+                    .into_iter()
+                    .map(|shape| Err(shape.err().unwrap_or_else(told)))
+                    .collect();
+            }
+        };
+        let mut answers = answers.into_iter();
+        shapes
+            .into_iter()
+            .map(|shape| {
+                let claims = shape?;
+                let mine: Vec<_> = answers.by_ref().take(1 + usize::from(claims)).collect();
+                applied(mine, claims)
+            })
+            .collect()
+    }
+
     async fn claim_next_with(&self, claim: &ClaimNext) -> Result<Vec<Lease>, StoreError> {
         if claim.limit == 0 {
             return Ok(Vec::new());

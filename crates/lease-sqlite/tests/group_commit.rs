@@ -185,3 +185,81 @@ fn a_batch_takes_queued_writes_up_to_max_batch_and_no_more() {
     assert_eq!(stats.writes, 16);
     assert_eq!(stats.largest_batch, 4, "{stats:?}");
 }
+
+/// `apply_many` hands group commit its writes as one caller's: they share one batch (one
+/// commit), and each is still decided on its own (a stale completion refused among accepted
+/// ones, each completion's claim taking a job of its own). Six rounds: sent as separate calls
+/// at once, the writes of a round fell into one batch only some of the time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_many_takes_a_requests_writes_into_one_batch_each_decided_alone() {
+    use lease_ports::{ClaimNext, Command, LeaseStore, Outcome};
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteLeaseStore::open(dir.path().join("many.db")).unwrap();
+    let me = Owner::new("w").unwrap();
+    let queue = lease_domain::QueueName::default();
+    for i in 0..70 {
+        store
+            .enqueue(&JobId::new(format!("j{i:02}")).unwrap())
+            .await
+            .unwrap();
+    }
+    let at = lease_domain::Timestamp::new(1.0).unwrap();
+    let done = lease_domain::JobResult::new("ok").unwrap();
+    let mut held = store
+        .claim_next(&queue, &me, LeaseTerm::new(0.0, 60.0).unwrap(), 10)
+        .await
+        .unwrap();
+    for round in 0..6 {
+        let before = store.group_commit_stats().unwrap();
+        let writes = held
+            .iter()
+            .enumerate()
+            .map(|(i, lease)| {
+                // Every third under a fence the job never had; each with a claim of one job.
+                let fence = if i % 3 == 2 {
+                    lease_domain::Fence::new(lease.fence.get() + 5).unwrap()
+                } else {
+                    lease.fence
+                };
+                let claim = ClaimNext::new(&queue, &me, LeaseTerm::new(1.0, 60.0).unwrap(), 1);
+                (
+                    lease.job.clone(),
+                    Command::Complete(me.clone(), fence, at, done.clone()),
+                    Some(claim),
+                )
+            })
+            .collect();
+        let answers = store.apply_many(writes).await;
+        let after = store.group_commit_stats().unwrap();
+        assert_eq!(
+            after.batches - before.batches,
+            1,
+            "round {round}: one batch ({after:?})"
+        );
+        assert_eq!(
+            after.writes - before.writes,
+            20,
+            "ten completions and ten claims"
+        );
+        let mut next = Vec::new();
+        for (i, answer) in answers.into_iter().enumerate() {
+            let applied = answer.unwrap();
+            assert_eq!(
+                matches!(applied.outcome, Outcome::Wrote(Ok(()))),
+                i % 3 != 2,
+                "round {round}, write {i}: {:?}",
+                applied.outcome
+            );
+            next.extend(applied.claimed.unwrap().unwrap());
+        }
+        let mut ids: Vec<&str> = next.iter().map(|l| l.job.as_str()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(
+            ids.len(),
+            10,
+            "round {round}: each claim took a job of its own"
+        );
+        held = next;
+    }
+}
