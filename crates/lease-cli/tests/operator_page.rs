@@ -1374,3 +1374,85 @@ async fn an_admin_pauses_limits_and_schedules_from_the_page_and_a_job_shows_its_
     let (code, log) = server.stop();
     assert_eq!(code, Some(0), "{log}");
 }
+
+/// The job list shows each job's group, and every time as RFC 3339 (UTC, to the second) with
+/// its age beside it; the limit form is one labelled field per setting, which fits a 1280-px
+/// window and a 390-px phone without scrolling sideways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_job_list_shows_groups_and_rfc_3339_times_with_their_age_and_the_limit_form_fits() {
+    let (_dir, db) = fresh_db();
+    let admin = make_key(&db, "ops", "admin")["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let server = Server::start(&db, &[], &[]);
+    let auth = bearer(&admin);
+    let headers = [("Authorization", auth.as_str())];
+    for (id, group) in [("inv-1", Some("acme")), ("inv-2", None)] {
+        let body = match group {
+            Some(g) => json!({"id": id, "group": g}),
+            None => json!({"id": id}),
+        };
+        let (code, body) = server.call(
+            "POST",
+            "/v1/queues/billing/jobs",
+            &headers,
+            &body.to_string(),
+        );
+        assert_eq!(code, 201, "{body}");
+    }
+    let session = Session::open(&server.addr).await;
+    session.sign_in(&admin).await;
+    session.visit("#/jobs?queue=billing").await;
+    session
+        .until(
+            "both jobs listed",
+            "document.querySelectorAll('#job-table tbody tr').length === 2",
+        )
+        .await;
+    let rows = session
+        .eval("[...document.querySelectorAll('#job-table tbody tr')].map(r => [r.cells[0].innerText, r.cells[2].innerText, r.cells[7].innerText])")
+        .await;
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows[0][1], json!("acme"), "inv-1's group: {rows:?}");
+    assert_eq!(rows[1][1], json!("—"), "inv-2 has no group: {rows:?}");
+    // Checked by the page's own regular expressions (the test crate has none).
+    let rfc3339_with_age = r"[...document.querySelectorAll('#job-table tbody tr')].every(r => /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \((now|[0-9.,]+ (ms|s|min|h|d) ago)\)$/.test(r.cells[7].innerText))";
+    assert_eq!(
+        session.eval(rfc3339_with_age).await,
+        json!(true),
+        "every time is RFC 3339 with its age: {rows:?}"
+    );
+    // The limit form: every input and select has its own label, and nothing is cut off.
+    session.visit("#/").await;
+    session
+        .until(
+            "the limit form",
+            "!document.getElementById('limit-form').hidden",
+        )
+        .await;
+    let unlabelled = "[...document.querySelectorAll('#limit-form input, #limit-form select')].filter(i => !i.closest('label') || i.closest('label').querySelector('span').innerText.trim() === '').length";
+    assert_eq!(session.eval(unlabelled).await, json!(0));
+    let fits = "(() => { const f = document.getElementById('limit-form'); return f.scrollWidth <= f.clientWidth && [...f.querySelectorAll('input, select')].every(i => i.getBoundingClientRect().right <= f.getBoundingClientRect().right + 1) && document.documentElement.scrollWidth <= window.innerWidth; })()";
+    assert_eq!(
+        session.eval(fits).await,
+        json!(true),
+        "the limit form at 1280 px"
+    );
+    session.screenshot("9-limit-form-desktop").await;
+    session
+        .page
+        .execute(SetDeviceMetricsOverrideParams::new(390, 844, 2.0, true))
+        .await
+        .unwrap();
+    session
+        .until("the phone's width", "window.innerWidth <= 390")
+        .await;
+    assert_eq!(
+        session.eval(fits).await,
+        json!(true),
+        "the limit form on a phone"
+    );
+    session.screenshot("9b-limit-form-phone").await;
+    session.close().await;
+}

@@ -76,6 +76,24 @@ function fenceText(n) {
   return `${num(n)} (epoch ${num(Math.floor(n / EPOCH))}, #${num(n % EPOCH)})`;
 }
 
+// A time as RFC 3339 in UTC to the second (2026-12-05T02:40:27Z), the same for every viewer
+// and sortable as text.
+function rfc3339(seconds) {
+  return new Date(Math.floor(seconds) * 1000).toISOString().replace('.000Z', 'Z');
+}
+
+// How long ago (or how far ahead) a time is from now, in the page's units: "3 min ago", "in 2 h".
+function age(seconds) {
+  const from = Date.now() / 1000 - seconds;
+  if (Math.abs(from) < 1) return 'now';
+  return from > 0 ? `${duration(from)} ago` : `in ${duration(-from)}`;
+}
+
+// A time as text: RFC 3339 with its age beside it.
+function when(seconds) {
+  return `${rfc3339(seconds)} (${age(seconds)})`;
+}
+
 function time(seconds) {
   const node = el('time');
   if (seconds === null || seconds === undefined) {
@@ -83,9 +101,9 @@ function time(seconds) {
     return node;
   }
   const date = new Date(seconds * 1000);
-  node.textContent = date.toLocaleString();
+  node.textContent = when(seconds);
   node.dateTime = date.toISOString();
-  node.title = `Unix ${seconds}`;
+  node.title = `${date.toLocaleString()} here; Unix ${seconds}`;
   return node;
 }
 
@@ -201,7 +219,7 @@ function flow(settings) {
   if (!settings) return '—';
   const words = [];
   if (settings.paused) {
-    words.push(settings.paused_until ? `paused until ${new Date(settings.paused_until * 1000).toLocaleString()}` : 'paused');
+    words.push(settings.paused_until ? `paused until ${when(settings.paused_until)}` : 'paused');
   }
   if (settings.concurrency !== null && settings.concurrency !== undefined) words.push(`≤ ${num(settings.concurrency)} at once`);
   if (settings.timeout !== null && settings.timeout !== undefined) words.push(`timeout ${duration(settings.timeout)}`);
@@ -320,8 +338,8 @@ function renderGroups() {
       cell(row, num(g.backlog), 'num');
       cell(row, num(g.running), 'num');
       const words = [];
-      if (g.paused) words.push(g.paused_until ? `paused until ${new Date(g.paused_until * 1000).toLocaleString()}` : 'paused');
-      if (g.throttled_until) words.push(`throttled until ${new Date(g.throttled_until * 1000).toLocaleString()}`);
+      if (g.paused) words.push(g.paused_until ? `paused until ${when(g.paused_until)}` : 'paused');
+      if (g.throttled_until) words.push(`throttled until ${when(g.throttled_until)}`);
       cell(row, words.length ? words.join(', ') : '—', g.paused ? 'flow paused' : 'flow');
       if (isAdmin()) {
         const button = el('button', g.paused ? 'Resume…' : 'Pause…', g.paused ? undefined : 'danger');
@@ -429,6 +447,7 @@ async function loadJobs() {
     const row = el('tr');
     cell(row, jobLink(job.id), 'id');
     cell(row, job.queue, 'id');
+    cell(row, job.group, 'id');
     cell(row, job.status);
     cell(row, num(job.fence), 'num');
     cell(row, job.owner, 'id');
@@ -709,7 +728,7 @@ async function saveSchedule(event) {
   if (!(await confirmed(`Save schedule “${name}”: ${body.cron} in ${body.zone}, into queue “${body.queue}”?`))) return;
   try {
     const answer = await api('PUT', `/v1/schedules/${encodeURIComponent(name)}`, body);
-    say(`Schedule ${name} saved; next tick ${answer.next_tick ? new Date(answer.next_tick * 1000).toLocaleString() : 'none'}.`);
+    say(`Schedule ${name} saved; next tick ${answer.next_tick ? when(answer.next_tick) : 'none'}.`);
   } catch (e) {
     say(`Schedule ${name}: ${e.message}`);
   }
@@ -748,7 +767,7 @@ async function purge(event) {
     return;
   }
   const before = Date.now() / 1000 - age;
-  const text = `Purge every ${statuses.join(', ')} job last changed before ${new Date(before * 1000).toLocaleString()}?`;
+  const text = `Purge every ${statuses.join(', ')} job last changed before ${when(before)}?`;
   if (!(await confirmed(text))) return;
   try {
     const answer = await api('POST', '/v1/purge', { before, statuses });
