@@ -299,6 +299,8 @@ pub(crate) fn pg_rows(plan: &Plan, rows: &mut Vec<Row>) -> Option<String> {
         limit: 50,
         after: None,
         now: at,
+        group: None,
+        prefix: None,
     };
     let page = rounds(&runtime, n, || async {
         drop(store.list(&filter).await.expect("list"));
@@ -316,6 +318,8 @@ pub(crate) fn pg_rows(plan: &Plan, rows: &mut Vec<Row>) -> Option<String> {
         limit: 50,
         after: Some(JobId::new(format!("job-{:08}", total / 2)).expect("id")),
         now: at,
+        group: None,
+        prefix: None,
     };
     let later = rounds(&runtime, n, || async {
         let page = store.list(&done).await.expect("list");

@@ -99,6 +99,20 @@ for (const kind of STORES) {
       assert.equal((await s.client.job('f1')).result, 'fresh');
     });
 
+    test('jobs are listed by group and by the start of their id', async () => {
+      await s.client.enqueueMany('grouped', [
+        { id: 'g-inv-1', extra: { group: 'acme' } },
+        { id: 'g-inv-2', extra: { group: 'zeta' } },
+        { id: 'g-pay-1', extra: { group: 'acme' } },
+      ]);
+      const ids = async (query: { group?: string; prefix?: string }) =>
+        (await s.client.jobs({ queue: 'grouped', ...query })).jobs.map((job) => job.id);
+      assert.deepEqual(await ids({ group: 'acme' }), ['g-inv-1', 'g-pay-1']);
+      assert.deepEqual(await ids({ prefix: 'g-inv' }), ['g-inv-1', 'g-inv-2']);
+      assert.deepEqual(await ids({ group: 'acme', prefix: 'g-inv' }), ['g-inv-1']);
+      await assert.rejects(s.client.jobs({ group: '' }), (e: unknown) => e instanceof LeaseError && e.status === 422 && /group/.test(e.message));
+    });
+
     test('bad input is refused with a reason naming the problem, and stores nothing', async () => {
       const before = (await s.client.jobs({ queue: 'bad' })).jobs.length;
       await assert.rejects(s.client.enqueue('bad', { id: '' }), (e: unknown) => {

@@ -191,6 +191,12 @@ pub(crate) struct ListArgs {
     /// The time statuses are judged at (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z); default: the system clock.
     #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
     pub(crate) now: Option<f64>,
+    /// Only jobs of this group.
+    #[arg(long, allow_hyphen_values = true)]
+    pub(crate) group: Option<String>,
+    /// Only jobs whose id starts with this text.
+    #[arg(long, allow_hyphen_values = true)]
+    pub(crate) prefix: Option<String>,
 }
 
 impl ListArgs {
@@ -205,6 +211,8 @@ impl ListArgs {
             limit,
             after,
             now,
+            group,
+            prefix,
         } = self;
         Ok(JobsRequest::List(lease_ports::ListFilter {
             queue: queue.map(QueueName::new).transpose()?,
@@ -212,6 +220,8 @@ impl ListArgs {
             limit,
             after: after.map(JobId::new).transpose()?,
             now: Timestamp::new(now.unwrap_or_else(clock))?,
+            group: group.map(lease_domain::GroupKey::new).transpose()?,
+            prefix,
         }))
     }
 }

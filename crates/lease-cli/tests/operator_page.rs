@@ -1375,8 +1375,8 @@ async fn an_admin_pauses_limits_and_schedules_from_the_page_and_a_job_shows_its_
     assert_eq!(code, Some(0), "{log}");
 }
 
-/// The job list shows each job's group, and every time as RFC 3339 (UTC, to the second) with
-/// its age beside it; the limit form is one labelled field per setting, which fits a 1280-px
+/// The job list shows each job's group and filters by group and by the id's start, and shows
+/// every time as RFC 3339 (UTC, to the second) with its age beside it; the limit form is one labelled field per setting, which fits a 1280-px
 /// window and a 390-px phone without scrolling sideways.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_job_list_shows_groups_and_rfc_3339_times_with_their_age_and_the_limit_form_fits() {
@@ -1388,7 +1388,11 @@ async fn the_job_list_shows_groups_and_rfc_3339_times_with_their_age_and_the_lim
     let server = Server::start(&db, &[], &[]);
     let auth = bearer(&admin);
     let headers = [("Authorization", auth.as_str())];
-    for (id, group) in [("inv-1", Some("acme")), ("inv-2", None)] {
+    for (id, group) in [
+        ("inv-1", Some("acme")),
+        ("inv-2", None),
+        ("pay-1", Some("acme")),
+    ] {
         let body = match group {
             Some(g) => json!({"id": id, "group": g}),
             None => json!({"id": id}),
@@ -1406,8 +1410,8 @@ async fn the_job_list_shows_groups_and_rfc_3339_times_with_their_age_and_the_lim
     session.visit("#/jobs?queue=billing").await;
     session
         .until(
-            "both jobs listed",
-            "document.querySelectorAll('#job-table tbody tr').length === 2",
+            "the three jobs listed",
+            "document.querySelectorAll('#job-table tbody tr').length === 3",
         )
         .await;
     let rows = session
@@ -1423,6 +1427,26 @@ async fn the_job_list_shows_groups_and_rfc_3339_times_with_their_age_and_the_lim
         json!(true),
         "every time is RFC 3339 with its age: {rows:?}"
     );
+    // The filters by group and by the id's start, alone and together, through the form.
+    let shown =
+        "[...document.querySelectorAll('#job-table tbody tr a')].map(a => a.innerText).join(' ')";
+    for (group, prefix, expected) in [
+        ("acme", "", "inv-1 pay-1"),
+        ("", "inv", "inv-1 inv-2"),
+        ("acme", "inv", "inv-1"),
+    ] {
+        session
+            .eval(&format!(
+                "document.getElementById('filter-group').value = '{group}'; document.getElementById('filter-prefix').value = '{prefix}'; document.getElementById('job-filter').requestSubmit()"
+            ))
+            .await;
+        session
+            .until(
+                &format!("the jobs of group '{group}' whose id starts with '{prefix}'"),
+                &format!("{shown} === '{expected}' && location.hash.includes('queue=billing')"),
+            )
+            .await;
+    }
     // The limit form: every input and select has its own label, and nothing is cut off.
     session.visit("#/").await;
     session

@@ -967,3 +967,31 @@ fn kill_9_during_a_parents_completion_leaves_all_its_children_released_or_none()
     }
     assert!(completed, "no completion committed within 5 s");
 }
+
+#[test]
+fn list_takes_a_group_and_an_id_prefix_and_refuses_an_empty_group_naming_it() {
+    let (_dir, db) = fresh_db();
+    for (id, group) in [("inv-1", "acme"), ("inv-2", "zeta"), ("pay-1", "acme")] {
+        json_of(&db, &["enqueue", id, "--group", group], 0);
+    }
+    let ids = |args: &[&str]| -> Vec<String> {
+        let mut all = vec!["list"];
+        all.extend_from_slice(args);
+        json_of(&db, &all, 0)["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| j["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(ids(&["--group", "acme"]), ["inv-1", "pay-1"]);
+    assert_eq!(ids(&["--prefix", "inv-"]), ["inv-1", "inv-2"]);
+    assert_eq!(ids(&["--group", "acme", "--prefix", "inv"]), ["inv-1"]);
+    let out = lease(&db, &["list", "--group", ""]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("group"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -675,6 +675,12 @@ impl LeaseStore for HttpLeaseStore {
             if let Some(now) = self.now(filter.now) {
                 query.push(format!("now={now}"));
             }
+            if let Some(group) = &filter.group {
+                query.push(format!("group={}", path(group.as_str())));
+            }
+            if let Some(prefix) = &filter.prefix {
+                query.push(format!("prefix={}", path(prefix)));
+            }
             let answer = self.get(&format!("/v1/jobs?{}", query.join("&"))).await?;
             if answer.status != 200 {
                 return Err(answer.error());

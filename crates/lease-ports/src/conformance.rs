@@ -918,6 +918,81 @@ pub async fn purge_deletes_finished_jobs_and_a_purged_id_never_reuses_a_fence(st
     assert_eq!(claimed(&store, &done, "b", 100.0, 5.0).await, fence(4));
 }
 
+/// `list` takes only a group's jobs, or only those whose id starts with a prefix, or both,
+/// with a status and page by page, in id order; ids past the prefix's range are never listed.
+pub async fn list_filters_by_group_and_id_prefix(store: Store) {
+    for (id, group) in [
+        ("inv-1", Some("acme")),
+        ("inv-10", None),
+        ("inv-2", Some("acme")),
+        ("inv-3", Some("zeta")),
+        ("invoice", Some("acme")),
+        ("inw-1", Some("acme")),
+        ("mail-1", Some("acme")),
+    ] {
+        let spec = match group {
+            Some(g) => grouped("q", g),
+            None => spec("q", 0, None, 5),
+        };
+        enqueued_with(&store, id, &spec).await;
+    }
+    claimed(&store, &job("inv-2"), "w", 0.0, 100.0).await;
+    let list =
+        async |group: Option<&str>, prefix: Option<&str>, status, limit, after: Option<&str>| {
+            let filter = ListFilter {
+                queue: None,
+                status,
+                limit,
+                after: after.map(job),
+                now: at(1.0),
+                group: group.map(|g| GroupKey::new(g).expect("valid group")),
+                prefix: prefix.map(str::to_owned),
+            };
+            store
+                .list(&filter)
+                .await
+                .expect("list works")
+                .into_iter()
+                .map(|r| r.id.as_str().to_owned())
+                .collect::<Vec<_>>()
+        };
+    assert_eq!(
+        list(Some("acme"), None, None, 10, None).await,
+        ["inv-1", "inv-2", "invoice", "inw-1", "mail-1"]
+    );
+    assert_eq!(
+        list(None, Some("inv-"), None, 10, None).await,
+        ["inv-1", "inv-10", "inv-2", "inv-3"]
+    );
+    assert_eq!(
+        list(Some("acme"), Some("inv"), None, 10, None).await,
+        ["inv-1", "inv-2", "invoice"]
+    );
+    assert_eq!(
+        list(Some("acme"), Some("inv"), Some(Status::Pending), 10, None).await,
+        ["inv-1", "invoice"]
+    );
+    assert_eq!(
+        list(Some("acme"), Some("inv"), Some(Status::Running), 10, None).await,
+        ["inv-2"]
+    );
+    // Page by page.
+    assert_eq!(
+        list(None, Some("inv-"), None, 2, None).await,
+        ["inv-1", "inv-10"]
+    );
+    assert_eq!(
+        list(None, Some("inv-"), None, 2, Some("inv-10")).await,
+        ["inv-2", "inv-3"]
+    );
+    assert!(
+        list(None, Some("inv-"), None, 2, Some("inv-3"))
+            .await
+            .is_empty()
+    );
+    assert!(list(Some("none"), None, None, 10, None).await.is_empty());
+}
+
 /// `list` and `stats` judge each job's status at the given time.
 pub async fn list_and_stats_judge_status_at_now(store: Store) {
     let running = enqueued_with(&store, "running", &spec("q", 0, None, 5)).await;
@@ -930,6 +1005,8 @@ pub async fn list_and_stats_judge_status_at_now(store: Store) {
         limit: 10,
         now: at(now),
         after: None,
+        group: None,
+        prefix: None,
     };
     let names = |records: Vec<crate::JobRecord>| -> Vec<String> {
         records
@@ -1015,6 +1092,8 @@ pub async fn stats_count_every_status(store: Store) {
         limit: 10,
         now: at(20.0),
         after: None,
+        group: None,
+        prefix: None,
     };
     let names: Vec<String> = store
         .list(&dead_now)
@@ -1431,6 +1510,8 @@ pub async fn purge_judges_status_as_list_does(store: Store) {
         limit: 10,
         now: at(200.0),
         after: None,
+        group: None,
+        prefix: None,
     };
     let listed = store.list(&dead).await.expect("list works");
     assert_eq!(listed.len(), 1, "list shows the job dead");
@@ -1973,6 +2054,8 @@ pub async fn list_pages_by_the_last_id_of_the_page_before(store: Store) {
         limit: 2,
         now: at(1.0),
         after: after.map(job),
+        group: None,
+        prefix: None,
     };
     let mut seen = Vec::new();
     let mut after: Option<String> = None;
@@ -3426,6 +3509,7 @@ macro_rules! conformance_tests {
             retry_revives_dead_and_cancelled_jobs_and_the_fence_continues,
             purge_deletes_finished_jobs_and_a_purged_id_never_reuses_a_fence,
             list_and_stats_judge_status_at_now,
+            list_filters_by_group_and_id_prefix,
             complete_stores_the_result_fence,
             concurrent_claim_next_gives_each_job_to_exactly_one_caller,
             complete_and_claim_next_hands_back_one_job_and_takes_the_next,

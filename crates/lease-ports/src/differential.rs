@@ -402,6 +402,8 @@ async fn contents(store: &dyn Transfer) -> String {
         limit: 10,
         now,
         after: None,
+        group: None,
+        prefix: None,
     };
     let listed = store.list(&filter).await.map(|records| {
         records

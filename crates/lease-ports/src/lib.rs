@@ -276,6 +276,37 @@ pub struct ListFilter {
     pub after: Option<JobId>,
     /// The time statuses are judged at.
     pub now: Timestamp,
+    /// Only jobs of this group, if given.
+    pub group: Option<GroupKey>,
+    /// Only jobs whose id starts with this text, if given.
+    pub prefix: Option<String>,
+}
+
+impl ListFilter {
+    /// Whether the job `id`, stored as `job`, is one this filter lists, but for its queue and
+    /// its place after `after` (which a store reads by): its status at `now`, its group and
+    /// its id's prefix.
+    #[must_use]
+    pub fn admits(&self, id: &JobId, job: &Job) -> bool {
+        self.status.is_none_or(|s| job.status_at(self.now) == s)
+            && self
+                .group
+                .as_ref()
+                .is_none_or(|g| job.group.as_ref() == Some(g))
+            && self
+                .prefix
+                .as_deref()
+                .is_none_or(|p| id.as_str().starts_with(p))
+    }
+
+    /// Whether no id at or after `id` in byte order can match the prefix, so a store reading
+    /// ids in order may stop.
+    #[must_use]
+    pub fn past_prefix(&self, id: &JobId) -> bool {
+        self.prefix
+            .as_deref()
+            .is_some_and(|p| id.as_str() > p && !id.as_str().starts_with(p))
+    }
 }
 
 /// How many jobs of one queue have one status, judged at a given time.
@@ -563,6 +594,8 @@ pub trait LeaseStore: Send + Sync {
             limit: 1000,
             after: after.cloned(),
             now: Timestamp::ZERO,
+            group: None,
+            prefix: None,
         };
         while found.len() < limit {
             let page = self.list(&filter).await?;

@@ -396,7 +396,7 @@ impl LeaseStore for MemoryLeaseStore {
             .iter()
             .filter(|(id, _)| filter.after.as_ref().is_none_or(|after| *id > after))
             .filter(|(_, (job, _))| filter.queue.as_ref().is_none_or(|q| job.queue == *q))
-            .filter(|(_, (job, _))| filter.status.is_none_or(|s| job.status_at(filter.now) == s))
+            .filter(|(id, (job, _))| filter.admits(id, job))
             .map(|(id, (job, _))| JobRecord {
                 id: id.clone(),
                 job: job.clone(),

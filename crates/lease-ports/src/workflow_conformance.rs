@@ -271,6 +271,8 @@ pub async fn a_fan_out_is_released_by_its_parents_completion(store: Store, child
             limit: 3,
             after: None,
             now: at(3.0),
+            group: None,
+            prefix: None,
         })
         .await
         .expect("list");
@@ -472,6 +474,8 @@ pub async fn waiting_jobs_are_listed_and_never_purged(store: Store) {
             limit: 10,
             after: None,
             now: at(1.0),
+            group: None,
+            prefix: None,
         })
         .await
         .expect("list");

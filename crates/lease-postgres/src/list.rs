@@ -79,6 +79,7 @@ impl PgLeaseStore {
             .map(|id| id.as_str().to_owned())
             .unwrap_or_default();
         let mut found = Vec::new();
+        let bytewise = !matches!(source, Source::All(_));
         while found.len() < filter.limit {
             let rows = match source {
                 Source::All(queue) => {
@@ -99,16 +100,21 @@ impl PgLeaseStore {
                 }
             }
             .map_err(|e| error::map(e, Stage::BeforeCommit))?;
+            let mut past = false;
             for row in &rows {
                 let (id, job) = sql::decode_with_id(row, 0)?;
+                // Ids in byte order (every source but the whole table's, which comes in the
+                // database's order): past the prefix, none of this source's can match.
+                if bytewise && filter.past_prefix(&id) {
+                    past = true;
+                    break;
+                }
                 after = id.as_str().to_owned();
-                if found.len() < filter.limit
-                    && filter.status.is_none_or(|s| job.status_at(filter.now) == s)
-                {
+                if found.len() < filter.limit && filter.admits(&id, &job) {
                     found.push(JobRecord { id, job });
                 }
             }
-            if i64::try_from(rows.len()).unwrap_or(i64::MAX) < PAGE {
+            if past || i64::try_from(rows.len()).unwrap_or(i64::MAX) < PAGE {
                 break;
             }
         }

@@ -37,6 +37,8 @@ async fn every_job(store: &PgLeaseStore) -> Vec<JobRecord> {
                 limit: 100,
                 after: all.last().map(|r: &JobRecord| r.id.clone()),
                 now: at(NOW),
+                group: None,
+                prefix: None,
             })
             .await
             .unwrap();
@@ -58,6 +60,8 @@ async fn listed(store: &PgLeaseStore, q: Option<&str>, status: Status) -> Vec<St
                 limit: 7,
                 after: ids.last().map(|i| JobId::new(i.clone()).unwrap()),
                 now: at(NOW),
+                group: None,
+                prefix: None,
             })
             .await
             .unwrap();

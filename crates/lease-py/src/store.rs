@@ -663,9 +663,10 @@ impl StoreCore {
         )
     }
 
-    /// Jobs in id order, as :class:`Record`: of ``queue``, with ``status``, after the id
-    /// ``after`` (the last of the previous page).
-    #[pyo3(signature = (*, queue = None, status = None, limit = 100, after = None, now = None))]
+    /// Jobs in id order, as :class:`Record`: of ``queue``, with ``status``, of ``group``, whose
+    /// id starts with ``prefix``, after the id ``after`` (the last of the previous page).
+    #[pyo3(signature = (*, queue = None, status = None, limit = 100, after = None, now = None, group = None, prefix = None))]
+    #[allow(clippy::too_many_arguments)] // The Python method's own arguments, one each.
     fn list(
         &self,
         py: Python<'_>,
@@ -674,6 +675,8 @@ impl StoreCore {
         limit: usize,
         after: Option<&str>,
         now: Option<f64>,
+        group: Option<&str>,
+        prefix: Option<&str>,
     ) -> PyResult<Pending> {
         let filter = to_py(
             py,
@@ -684,6 +687,8 @@ impl StoreCore {
                     limit,
                     after: after.map(values::job_id).transpose()?,
                     now: now_or_clock(now)?,
+                    group: group.map(crate::args::group).transpose()?,
+                    prefix: prefix.map(str::to_owned),
                 })
             })(),
         )?;

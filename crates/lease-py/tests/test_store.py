@@ -89,6 +89,24 @@ def test_batches_lists_stats_and_purge(store):
     assert store.record("b4") is None
 
 
+def test_list_takes_a_group_and_an_id_prefix(store):
+    store.enqueue_many(
+        [
+            {"id": "inv-1", "group": "acme"},
+            {"id": "inv-2", "group": "zeta"},
+            {"id": "invoice", "group": "acme"},
+            {"id": "mail-1", "group": "acme"},
+        ]
+    )
+    assert [r.id for r in store.list(group="acme")] == ["inv-1", "invoice", "mail-1"]
+    assert [r.id for r in store.list(prefix="inv-")] == ["inv-1", "inv-2"]
+    assert [r.id for r in store.list(group="acme", prefix="inv")] == ["inv-1", "invoice"]
+    assert [r.group for r in store.list(group="zeta")] == ["zeta"]
+    with pytest.raises(lease.InvalidInput) as raised:
+        store.list(group="")
+    assert "group" in str(raised.value)
+
+
 def test_bad_input_raises_a_value_error_naming_it_and_changes_nothing(store):
     store.enqueue("j")
     for call, named in [

@@ -45,6 +45,8 @@ async fn ids(store: &SqliteLeaseStore) -> Vec<String> {
         limit: 10_000,
         after: None,
         now: at(NEW_YEAR),
+        group: None,
+        prefix: None,
     };
     store
         .list(&filter)

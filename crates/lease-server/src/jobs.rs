@@ -530,6 +530,12 @@ pub(crate) struct ListQuery {
     /// The time statuses are judged at, taken only by a server that trusts caller clocks.
     #[param(value_type = Option<Time>)]
     pub(crate) now: Option<String>,
+    /// Only jobs of this group.
+    #[param(value_type = Option<Name>)]
+    pub(crate) group: Option<String>,
+    /// Only jobs whose id starts with this text.
+    #[param(value_type = Option<Name>)]
+    pub(crate) prefix: Option<String>,
 }
 
 /// A page of jobs, in id order.
@@ -567,6 +573,8 @@ pub(crate) async fn list_jobs(
         limit,
         after: listed.after.map(|a| Name(a).job()).transpose()?,
         now: query_now(&app, listed.now.as_deref())?,
+        group: listed.group.map(|g| Name(g).group()).transpose()?,
+        prefix: listed.prefix,
     };
     let records = app.store.list(&filter).await?;
     let next = if records.len() == limit {

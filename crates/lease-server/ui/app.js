@@ -428,18 +428,21 @@ function startEvents() {
 
 // ---- jobs -------------------------------------------------------------------------------
 
+// The job list's filters, as the page's address holds them.
+const JOB_FILTERS = ['queue', 'status', 'group', 'prefix'];
+
 function jobsQuery() {
   const params = new URLSearchParams(location.hash.split('?')[1] || '');
-  return { queue: params.get('queue') || '', status: params.get('status') || '' };
+  return Object.fromEntries(JOB_FILTERS.map((name) => [name, params.get(name) || '']));
 }
 
 async function loadJobs() {
-  const { queue, status } = jobsQuery();
-  $('filter-queue').value = queue;
-  $('filter-status').value = status;
+  const filters = jobsQuery();
   const params = new URLSearchParams({ limit: String(PAGE) });
-  if (queue) params.set('queue', queue);
-  if (status) params.set('status', status);
+  for (const name of JOB_FILTERS) {
+    $(`filter-${name}`).value = filters[name];
+    if (filters[name]) params.set(name, filters[name]);
+  }
   const after = state.pageAfter[state.pageAfter.length - 1];
   if (after !== undefined) params.set('after', after);
   const page = await api('GET', `/v1/jobs?${params}`);
@@ -827,8 +830,10 @@ async function start() {
   $('job-filter').addEventListener('submit', (event) => {
     event.preventDefault();
     const params = new URLSearchParams();
-    if ($('filter-queue').value) params.set('queue', $('filter-queue').value);
-    if ($('filter-status').value) params.set('status', $('filter-status').value);
+    for (const name of JOB_FILTERS) {
+      const value = $(`filter-${name}`).value.trim();
+      if (value) params.set(name, value);
+    }
     state.pageAfter = [];
     const target = `#/jobs${params.toString() ? `?${params}` : ''}`;
     if (location.hash === target) route(); else location.hash = target;

@@ -128,10 +128,14 @@ pub(crate) fn list(conn: &Connection, filter: &ListFilter) -> Result<Vec<JobReco
                 };
                 let id: String = row.get(0).map_err(error::sql(conn))?;
                 let id = lease_ports::codec::job_id(id)?;
+                // Ids come in byte order: past the prefix, none of this source's can match.
+                if filter.past_prefix(&id) {
+                    break;
+                }
                 let Some(job) = load(conn, &id)? else {
                     continue;
                 };
-                if filter.status.is_none_or(|s| job.status_at(filter.now) == s) {
+                if filter.admits(&id, &job) {
                     found.push(JobRecord { id, job });
                     taken += 1;
                 }

@@ -412,6 +412,8 @@ class StoreCore:
         limit: int = 100,
         after: Optional[str] = None,
         now: Optional[float] = None,
+        group: Optional[str] = None,
+        prefix: Optional[str] = None,
     ) -> Pending[_List[Record]]: ...
     def stats(self, *, now: Optional[float] = None) -> Pending[_List[StatsRow]]: ...
     def audit(
