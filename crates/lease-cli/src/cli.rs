@@ -324,8 +324,12 @@ impl Command {
             Command::State(args) => Request::Jobs(args.request(clock)?),
             Command::ClaimNext(args) => Request::Leases(args.request(clock)?),
             Command::Fail(args) => Request::Leases(args.request(clock)?),
-            Command::Cancel(args) => Request::Jobs(args.request(clock)?),
-            Command::Retry(args) => Request::Jobs(args.request(clock)?),
+            Command::Cancel(args) => {
+                Request::Jobs(args.request(lease_ports::bulk::BulkAction::Cancel, clock)?)
+            }
+            Command::Retry(args) => {
+                Request::Jobs(args.request(lease_ports::bulk::BulkAction::Retry, clock)?)
+            }
             Command::List(args) => Request::Jobs(args.request(clock)?),
             Command::Stats(args) => Request::Jobs(args.request(clock)?),
             Command::Audit(args) => Request::Audit(args.request()?),

@@ -30,6 +30,8 @@ pub(crate) enum JobsRequest {
     Cancel(JobId, Timestamp),
     /// Retry a job.
     Retry(JobId, Timestamp),
+    /// Retry or cancel every job a filter matches (or, when `true`, only count them).
+    Bulk(lease_ports::ListFilter, lease_ports::bulk::BulkAction, bool),
     /// List jobs.
     List(lease_ports::ListFilter),
     /// Count jobs.
@@ -46,7 +48,7 @@ impl JobsRequest {
             | Self::Cancel(_, now)
             | Self::Retry(_, now)
             | Self::Stats(now, _) => Some(*now),
-            Self::List(filter) => Some(filter.now),
+            Self::List(filter) | Self::Bulk(filter, ..) => Some(filter.now),
             Self::Enqueue(..) | Self::EnqueueMany(_) | Self::Purge(..) => None,
         }
     }
@@ -125,51 +127,73 @@ impl EnqueueManyArgs {
     }
 }
 
-/// The arguments of `lease cancel`.
+/// The arguments of `lease cancel` and `lease retry`: one job, or every job a filter matches.
 #[derive(Debug, clap::Args)]
-pub(crate) struct CancelArgs {
-    /// The job id.
-    pub(crate) job: String,
+pub(crate) struct AdminArgs {
+    /// The job id; without one, every job the filter (`--queue`, `--group`, `--prefix`,
+    /// `--status`) matches, in batches of at most 500.
+    #[arg(required_unless_present_any = ["queue", "group", "prefix"], conflicts_with_all = ["queue", "group", "prefix", "status", "dry_run"])]
+    pub(crate) job: Option<String>,
+    /// Every job of this queue.
+    #[arg(long)]
+    pub(crate) queue: Option<String>,
+    /// Every job of this group.
+    #[arg(long, allow_hyphen_values = true)]
+    pub(crate) group: Option<String>,
+    /// Every job whose id starts with this text.
+    #[arg(long, allow_hyphen_values = true)]
+    pub(crate) prefix: Option<String>,
+    /// Only jobs of this status (default: dead for retry, pending for cancel).
+    #[arg(long)]
+    pub(crate) status: Option<String>,
+    /// Only count the jobs the filter matches, changing nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
     /// The current time (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z); default: the system clock.
     #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
     pub(crate) now: Option<f64>,
 }
 
-impl CancelArgs {
-    /// The checked request.
-    ///
-    /// # Errors
-    /// The first bad value, named.
-    pub(crate) fn request(self, clock: impl FnOnce() -> f64) -> Result<JobsRequest, RequestError> {
-        let CancelArgs { job, now } = self;
-        Ok(JobsRequest::Cancel(
-            JobId::new(job)?,
-            Timestamp::new(now.unwrap_or_else(clock))?,
-        ))
-    }
-}
+/// The arguments of `lease cancel`.
+pub(crate) type CancelArgs = AdminArgs;
 
 /// The arguments of `lease retry`.
-#[derive(Debug, clap::Args)]
-pub(crate) struct RetryArgs {
-    /// The job id.
-    pub(crate) job: String,
-    /// The current time (Unix seconds or RFC 3339, such as 2026-12-01T14:43:21Z); default: the system clock.
-    #[arg(long, allow_hyphen_values = true, value_parser = crate::when::parse)]
-    pub(crate) now: Option<f64>,
-}
+pub(crate) type RetryArgs = AdminArgs;
 
-impl RetryArgs {
-    /// The checked request.
+impl AdminArgs {
+    /// The checked request of `action`.
     ///
     /// # Errors
     /// The first bad value, named.
-    pub(crate) fn request(self, clock: impl FnOnce() -> f64) -> Result<JobsRequest, RequestError> {
-        let RetryArgs { job, now } = self;
-        Ok(JobsRequest::Retry(
-            JobId::new(job)?,
-            Timestamp::new(now.unwrap_or_else(clock))?,
-        ))
+    pub(crate) fn request(
+        self,
+        action: lease_ports::bulk::BulkAction,
+        clock: impl FnOnce() -> f64,
+    ) -> Result<JobsRequest, RequestError> {
+        use lease_ports::bulk::BulkAction;
+        let now = Timestamp::new(self.now.unwrap_or_else(clock))?;
+        if let Some(job) = self.job {
+            let job = JobId::new(job)?;
+            return Ok(match action {
+                BulkAction::Retry => JobsRequest::Retry(job, now),
+                BulkAction::Cancel => JobsRequest::Cancel(job, now),
+            });
+        }
+        let status = match self.status {
+            Some(status) => Status::parse(&status)?,
+            None if action == BulkAction::Retry => Status::Dead,
+            None => Status::Pending,
+        };
+        let filter = lease_ports::ListFilter {
+            queue: self.queue.map(QueueName::new).transpose()?,
+            status: Some(status),
+            limit: lease_ports::bulk::BULK_BATCH,
+            after: None,
+            now,
+            group: self.group.map(lease_domain::GroupKey::new).transpose()?,
+            prefix: self.prefix,
+        };
+        Ok(JobsRequest::Bulk(filter, action, self.dry_run))
     }
 }
 
@@ -460,6 +484,23 @@ pub(crate) async fn execute(
         }
         JobsRequest::Retry(id, now) => {
             queue_write_report(store.retry(id, *now).await?, "retried", id)
+        }
+        JobsRequest::Bulk(filter, action, dry_run) => {
+            let done = lease_ports::bulk::bulk(store, filter, *action, *dry_run).await?;
+            let human = if *dry_run {
+                format!("{} jobs match; nothing changed (dry run)", done.matched)
+            } else {
+                let did = match action {
+                    lease_ports::bulk::BulkAction::Retry => "retried",
+                    lease_ports::bulk::BulkAction::Cancel => "cancelled",
+                };
+                format!("{did} {} of {} matching jobs", done.changed, done.matched)
+            };
+            Report::new(
+                true,
+                json!({"action": action.name(), "matched": done.matched, "changed": done.changed, "dry_run": dry_run}),
+                human,
+            )
         }
         JobsRequest::List(filter) => {
             let records = store.list(filter).await?;

@@ -995,3 +995,41 @@ fn list_takes_a_group_and_an_id_prefix_and_refuses_an_empty_group_naming_it() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn retry_and_cancel_take_every_job_a_filter_matches_after_a_dry_run_counts_them() {
+    let (_dir, db) = fresh_db();
+    for (id, group) in [("a1", "acme"), ("a2", "acme"), ("z1", "zeta")] {
+        json_of(&db, &["enqueue", id, "--group", group], 0);
+    }
+    let counted = json_of(&db, &["cancel", "--group", "acme", "--dry-run"], 0);
+    assert_eq!(
+        counted,
+        serde_json::json!({"action": "cancel", "matched": 2, "changed": 0, "dry_run": true})
+    );
+    let cancelled = json_of(&db, &["cancel", "--group", "acme"], 0);
+    assert_eq!(
+        (&cancelled["matched"], &cancelled["changed"]),
+        (&serde_json::json!(2), &serde_json::json!(2))
+    );
+    let retried = json_of(
+        &db,
+        &["retry", "--queue", "default", "--status", "cancelled"],
+        0,
+    );
+    assert_eq!(
+        (&retried["matched"], &retried["changed"]),
+        (&serde_json::json!(2), &serde_json::json!(2))
+    );
+    let listed = json_of(&db, &["list", "--status", "pending"], 0);
+    assert_eq!(
+        listed["jobs"].as_array().unwrap().len(),
+        3,
+        "all pending again"
+    );
+    // A job id and a filter together are refused, changing nothing.
+    let out = lease(&db, &["cancel", "a1", "--queue", "default"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let listed = json_of(&db, &["list", "--status", "pending"], 0);
+    assert_eq!(listed["jobs"].as_array().unwrap().len(), 3);
+}

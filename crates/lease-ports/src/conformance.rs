@@ -993,6 +993,116 @@ pub async fn list_filters_by_group_and_id_prefix(store: Store) {
     assert!(list(Some("none"), None, None, 10, None).await.is_empty());
 }
 
+/// The status of job `id` at `now`.
+async fn status_at(store: &Store, id: &str, now: f64) -> Status {
+    store
+        .record(&job(id))
+        .await
+        .expect("record reads")
+        .expect("job exists")
+        .job
+        .status_at(at(now))
+}
+
+/// A bulk retry takes every dead job a filter matches (a group's, of a queue), more than one
+/// batch of them, and only those; a dry run counts them and changes nothing; a bulk cancel
+/// takes a status's jobs.
+pub async fn bulk_actions_take_every_job_the_filter_matches_and_no_other(store: Store) {
+    use crate::bulk::{BULK_BATCH, BulkAction, bulk};
+    let n = BULK_BATCH + 20;
+    let mut jobs: Vec<(JobId, EnqueueSpec)> = (0..n)
+        .map(|i| (job(&format!("d-{i:04}")), grouped("b", "acme")))
+        .collect();
+    jobs.push((job("other"), grouped("b", "zeta")));
+    store.enqueue_many(&jobs).await.expect("enqueue works");
+    // Every job held (a store may grant fewer a claim than asked: the API, 100).
+    let mut held = Vec::new();
+    loop {
+        let leases = store
+            .claim_next(&queue("b"), &owner("w"), term(0.0, 100.0), n + 1)
+            .await
+            .expect("claim works");
+        if leases.is_empty() {
+            break;
+        }
+        held.extend(leases);
+    }
+    assert_eq!(held.len(), n + 1);
+    for lease in &held {
+        store
+            .fail(
+                &lease.job,
+                &owner("w"),
+                lease.fence,
+                at(1.0),
+                &ErrorText::new("boom").expect("error"),
+                Retry::No,
+            )
+            .await
+            .expect("fail works")
+            .expect("fail is granted");
+    }
+    let filter = |status| ListFilter {
+        queue: Some(queue("b")),
+        status: Some(status),
+        limit: 1,
+        after: None,
+        now: at(2.0),
+        group: Some(GroupKey::new("acme").expect("valid group")),
+        prefix: None,
+    };
+    let counted = bulk(
+        store.as_ref(),
+        &filter(Status::Dead),
+        BulkAction::Retry,
+        true,
+    )
+    .await
+    .expect("a dry run works");
+    assert_eq!((counted.matched, counted.changed), (n as u64, 0));
+    assert_eq!(
+        status_at(&store, "d-0000", 2.0).await,
+        Status::Dead,
+        "a dry run changes nothing"
+    );
+    let retried = bulk(
+        store.as_ref(),
+        &filter(Status::Dead),
+        BulkAction::Retry,
+        false,
+    )
+    .await
+    .expect("a bulk retry works");
+    assert_eq!((retried.matched, retried.changed), (n as u64, n as u64));
+    let pending = store
+        .list(&ListFilter {
+            limit: n + 10,
+            ..filter(Status::Pending)
+        })
+        .await
+        .expect("list works");
+    assert_eq!(
+        pending.len(),
+        n,
+        "every dead job of the group is pending again"
+    );
+    assert_eq!(
+        status_at(&store, "other", 2.0).await,
+        Status::Dead,
+        "another group's job is left alone"
+    );
+    let cancelled = bulk(
+        store.as_ref(),
+        &filter(Status::Pending),
+        BulkAction::Cancel,
+        false,
+    )
+    .await
+    .expect("a bulk cancel works");
+    assert_eq!((cancelled.matched, cancelled.changed), (n as u64, n as u64));
+    assert_eq!(status_at(&store, "d-0519", 2.0).await, Status::Cancelled);
+}
+
 /// `list` and `stats` judge each job's status at the given time.
 pub async fn list_and_stats_judge_status_at_now(store: Store) {
     let running = enqueued_with(&store, "running", &spec("q", 0, None, 5)).await;
@@ -3510,6 +3620,7 @@ macro_rules! conformance_tests {
             purge_deletes_finished_jobs_and_a_purged_id_never_reuses_a_fence,
             list_and_stats_judge_status_at_now,
             list_filters_by_group_and_id_prefix,
+            bulk_actions_take_every_job_the_filter_matches_and_no_other,
             complete_stores_the_result_fence,
             concurrent_claim_next_gives_each_job_to_exactly_one_caller,
             complete_and_claim_next_hands_back_one_job_and_takes_the_next,

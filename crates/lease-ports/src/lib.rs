@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod blocking;
+pub mod bulk;
 pub mod codec;
 pub mod control;
 pub mod decorate;

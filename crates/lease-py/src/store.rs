@@ -612,6 +612,69 @@ impl StoreCore {
         )
     }
 
+    /// Retries (``action="retry"``) or cancels (``action="cancel"``) every job of ``queue``,
+    /// ``group`` and ``prefix`` with ``status`` (default ``dead`` for a retry, ``pending`` for
+    /// a cancel), in batches of at most 500, each decided as its own retry or cancel would be;
+    /// with ``dry_run`` only counts them. Answers ``{"matched": n, "changed": n}``.
+    #[pyo3(signature = (action, *, queue = None, group = None, status = None, prefix = None, dry_run = false, now = None))]
+    #[allow(clippy::too_many_arguments)] // The Python method's own arguments, one each.
+    fn bulk(
+        &self,
+        py: Python<'_>,
+        action: &str,
+        queue: Option<&str>,
+        group: Option<&str>,
+        status: Option<&str>,
+        prefix: Option<&str>,
+        dry_run: bool,
+        now: Option<f64>,
+    ) -> PyResult<Pending> {
+        use lease_ports::bulk::BulkAction;
+        let filter = to_py(
+            py,
+            (|| {
+                let action = match action {
+                    "retry" => BulkAction::Retry,
+                    "cancel" => BulkAction::Cancel,
+                    other => {
+                        return invalid(format!("action: must be retry or cancel, got {other:?}"));
+                    }
+                };
+                let status = match status {
+                    Some(status) => values::status(status)?,
+                    None if action == BulkAction::Retry => lease_domain::Status::Dead,
+                    None => lease_domain::Status::Pending,
+                };
+                Ok((
+                    ListFilter {
+                        queue: queue.map(values::queue).transpose()?,
+                        status: Some(status),
+                        limit: lease_ports::bulk::BULK_BATCH,
+                        after: None,
+                        now: now_or_clock(now)?,
+                        group: group.map(args::group).transpose()?,
+                        prefix: prefix.map(str::to_owned),
+                    },
+                    action,
+                ))
+            })(),
+        )?;
+        let store = self.store(py)?;
+        self.call(
+            py,
+            async move {
+                let (filter, action) = filter;
+                Ok(lease_ports::bulk::bulk(store.as_ref(), &filter, action, dry_run).await?)
+            },
+            |py, done| {
+                let answer = PyDict::new(py);
+                answer.set_item("matched", done.matched)?;
+                answer.set_item("changed", done.changed)?;
+                answer.into_py_any(py)
+            },
+        )
+    }
+
     /// Deletes finished jobs last changed before ``before``, of the ``statuses`` named
     /// (``done``, ``dead``, ``cancelled``; by default ``done``); how many. A purged id
     /// enqueued again goes on from its old fence.

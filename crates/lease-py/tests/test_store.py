@@ -107,6 +107,20 @@ def test_list_takes_a_group_and_an_id_prefix(store):
     assert "group" in str(raised.value)
 
 
+def test_bulk_retries_every_dead_job_of_a_group_after_a_dry_run_counts_them(store):
+    store.enqueue_many([{"id": i, "group": g} for i, g in [("a1", "acme"), ("a2", "acme"), ("z1", "zeta")]])
+    for held in store.claim_next("default", A, 30.0, limit=3):
+        store.fail(held.id, A, held.fence, "boom", retry=False)
+    assert store.bulk("retry", group="acme", dry_run=True) == {"matched": 2, "changed": 0}
+    assert store.record("a1").status == "dead"
+    assert store.bulk("retry", group="acme") == {"matched": 2, "changed": 2}
+    assert [r.status for r in store.list(group="acme")] == ["pending", "pending"]
+    assert store.record("z1").status == "dead"
+    with pytest.raises(lease.InvalidInput) as raised:
+        store.bulk("delete")
+    assert "action" in str(raised.value)
+
+
 def test_bad_input_raises_a_value_error_naming_it_and_changes_nothing(store):
     store.enqueue("j")
     for call, named in [

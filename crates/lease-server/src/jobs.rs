@@ -687,3 +687,101 @@ pub(crate) async fn purge(
     let purged = app.store.purge(before, &statuses).await?;
     Ok(json_response(StatusCode::OK, Purged { purged }))
 }
+
+/// What a bulk action does to each job it matches.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum BulkActionName {
+    /// Back to pending (a dead or cancelled job), as `POST /v1/jobs/{id}/retry`.
+    Retry,
+    /// Cancelled, as `POST /v1/jobs/{id}/cancel`.
+    Cancel,
+}
+
+/// Retry or cancel every job a filter matches.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"action": "retry", "queue": "mail", "status": "dead", "dry_run": true}))]
+pub(crate) struct BulkBody {
+    /// What to do to each job.
+    pub(crate) action: BulkActionName,
+    /// Only this queue's jobs.
+    pub(crate) queue: Option<Name>,
+    /// Only this group's jobs.
+    pub(crate) group: Option<Name>,
+    /// Only jobs of this status (default: `dead` for `retry`, `pending` for `cancel`).
+    pub(crate) status: Option<StatusName>,
+    /// Only jobs whose id starts with this text.
+    pub(crate) prefix: Option<Name>,
+    /// Only count the jobs the filter matches, changing nothing (default false).
+    pub(crate) dry_run: Option<bool>,
+    /// The caller's time, taken only by a server started to trust caller clocks.
+    pub(crate) now: Option<Time>,
+}
+
+/// What a bulk action came to.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct BulkAnswer {
+    /// The action.
+    pub(crate) action: BulkActionName,
+    /// The jobs the filter matched.
+    pub(crate) matched: u64,
+    /// The jobs the action changed (0 in a dry run; a job that changed since it was read is
+    /// left as it is).
+    pub(crate) changed: u64,
+    /// Whether nothing was changed, only counted.
+    pub(crate) dry_run: bool,
+}
+
+#[utoipa::path(post, path = "/v1/bulk", tag = "admin", request_body = BulkBody,
+    responses(
+        (status = 200, description = "Done in batches of at most 500 jobs, each job decided as its own retry or cancel would be; how many matched and how many changed", body = BulkAnswer),
+        (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn bulk(
+    State(app): AppState,
+    _: Admin,
+    Checked(body): Checked<BulkBody>,
+) -> Answer {
+    use lease_ports::bulk::BulkAction;
+    let action = match body.action {
+        BulkActionName::Retry => BulkAction::Retry,
+        BulkActionName::Cancel => BulkAction::Cancel,
+    };
+    let status = body.status.map_or(
+        match action {
+            BulkAction::Retry => Status::Dead,
+            BulkAction::Cancel => Status::Pending,
+        },
+        StatusName::status,
+    );
+    let filter = ListFilter {
+        queue: body.queue.map(|q| q.queue("queue")).transpose()?,
+        status: Some(status),
+        limit: lease_ports::bulk::BULK_BATCH,
+        after: None,
+        now: now(&app, body.now.as_ref())?,
+        group: body.group.map(Name::group).transpose()?,
+        prefix: body.prefix.map(|p| p.0),
+    };
+    let dry_run = body.dry_run.unwrap_or(false);
+    let done = lease_ports::bulk::bulk(app.store.as_ref(), &filter, action, dry_run).await?;
+    if action == BulkAction::Retry && done.changed > 0 {
+        if let Some(queue) = &filter.queue {
+            app.wake(
+                queue.as_str(),
+                usize::try_from(done.changed).unwrap_or(usize::MAX),
+            );
+        }
+    }
+    Ok(json_response(
+        StatusCode::OK,
+        BulkAnswer {
+            action: body.action,
+            matched: done.matched,
+            changed: done.changed,
+            dry_run,
+        },
+    ))
+}

@@ -251,6 +251,7 @@ fn routes() -> (axum::Router<Arc<App>>, utoipa::openapi::OpenApi) {
         .routes(routes!(jobs::cancel))
         .routes(routes!(jobs::retry))
         .routes(routes!(jobs::purge))
+        .routes(routes!(jobs::bulk))
         .routes(routes!(overview::stats))
         .routes(routes!(overview::activity))
         .routes(routes!(overview::refusals))

@@ -1377,3 +1377,75 @@ async fn a_write_whose_outcome_is_unknown_is_told_so_on_its_own_and_the_others_s
     );
     assert_eq!(status_of(&s, "a").await, "done");
 }
+
+/// An admin retries every dead job of a queue's group in one request: a dry run counts them
+/// first, the action answers how many matched and changed, and only they are pending again; a
+/// worker key is refused, a bad filter is refused naming it, and neither changes anything.
+#[tokio::test]
+async fn a_bulk_retry_takes_every_dead_job_of_a_group_and_answers_the_count() {
+    let s = service().await;
+    for (id, group) in [("a1", "acme"), ("a2", "acme"), ("z1", "zeta")] {
+        let answer = s
+            .post(
+                "/v1/queues/q/jobs",
+                &s.worker,
+                None,
+                json!({"id": id, "group": group}),
+            )
+            .await;
+        assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    }
+    for (id, fence, token) in claim_many(&s, "q", 3).await {
+        let answer = s
+            .post(
+                &format!("/v1/jobs/{id}/fail"),
+                &s.worker,
+                Some(&token),
+                json!({"fence": fence, "error": "boom", "retry": false}),
+            )
+            .await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    }
+    let filter = json!({"action": "retry", "queue": "q", "group": "acme", "dry_run": true});
+    let counted = s.post("/v1/bulk", &s.admin, None, filter.clone()).await;
+    assert_eq!(counted.status, StatusCode::OK, "{}", counted.body);
+    assert_eq!(
+        counted.body,
+        json!({"action": "retry", "matched": 2, "changed": 0, "dry_run": true})
+    );
+    assert_eq!(
+        status_of(&s, "a1").await,
+        "dead",
+        "a dry run changes nothing"
+    );
+    let refused = s.post("/v1/bulk", &s.worker, None, filter.clone()).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.body);
+    let bad = s
+        .post(
+            "/v1/bulk",
+            &s.admin,
+            None,
+            json!({"action": "retry", "status": "gone"}),
+        )
+        .await;
+    assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", bad.body);
+    assert!(
+        bad.body["detail"].as_str().unwrap().contains("status"),
+        "{}",
+        bad.body
+    );
+    let mut act = filter;
+    act["dry_run"] = json!(false);
+    let done = s.post("/v1/bulk", &s.admin, None, act).await;
+    assert_eq!(
+        done.body,
+        json!({"action": "retry", "matched": 2, "changed": 2, "dry_run": false})
+    );
+    assert_eq!(status_of(&s, "a1").await, "pending");
+    assert_eq!(status_of(&s, "a2").await, "pending");
+    assert_eq!(
+        status_of(&s, "z1").await,
+        "dead",
+        "another group's job is left alone"
+    );
+}

@@ -11,7 +11,7 @@ use lease_server::{ServiceConfig, ServiceStore, router, secrets};
 use proptest::prelude::*;
 use tower::ServiceExt as _;
 
-const PATHS: [&str; 15] = [
+const PATHS: [&str; 16] = [
     "/v1/queues/{s}/jobs",
     "/v1/queues/{s}/jobs/batch",
     "/v1/queues/{s}/claims",
@@ -26,6 +26,7 @@ const PATHS: [&str; 15] = [
     "/v1/jobs?{s}",
     "/v1/refusals?{s}",
     "/v1/purge",
+    "/v1/bulk",
     "/v1/leases/settle",
 ];
 

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const ROUTES: [(&str, &str); 45] = [
+const ROUTES: [(&str, &str); 46] = [
     ("post", "/v1/queues/{queue}/jobs"),
     ("post", "/v1/queues/{queue}/jobs/batch"),
     ("post", "/v1/queues/{queue}/claims"),
@@ -21,6 +21,7 @@ const ROUTES: [(&str, &str); 45] = [
     ("post", "/v1/jobs/{id}/cancel"),
     ("post", "/v1/jobs/{id}/retry"),
     ("post", "/v1/purge"),
+    ("post", "/v1/bulk"),
     ("get", "/v1/stats"),
     ("get", "/v1/activity"),
     ("get", "/v1/refusals"),

@@ -402,6 +402,17 @@ class StoreCore:
     def purge(
         self, before: float, statuses: Optional[Iterable[str]] = None
     ) -> Pending[int]: ...
+    def bulk(
+        self,
+        action: str,
+        *,
+        queue: Optional[str] = None,
+        group: Optional[str] = None,
+        status: Optional[str] = None,
+        prefix: Optional[str] = None,
+        dry_run: bool = False,
+        now: Optional[float] = None,
+    ) -> Pending[dict[str, int]]: ...
     def record(self, job_id: str) -> Pending[Optional[Record]]: ...
     def state(self, job_id: str) -> Pending[Optional[dict[str, Any]]]: ...
     def list(
