@@ -424,6 +424,14 @@ export class LeaseClient {
     return this.ok(this.api.POST('/v1/purge', { body }));
   }
 
+  /**
+   * Retries or cancels every job a filter matches (an admin's; `status` by default `dead` for a
+   * retry, `pending` for a cancel), in batches of at most 500; with `dry_run` only counts them.
+   */
+  async bulk(body: Schemas['BulkBody']): Promise<Schemas['BulkAnswer']> {
+    return this.ok(this.api.POST('/v1/bulk', { body }));
+  }
+
   async queues(): Promise<Schemas['Queues']> {
     return this.ok(this.api.GET('/v1/queues'));
   }

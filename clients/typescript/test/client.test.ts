@@ -113,6 +113,21 @@ for (const kind of STORES) {
       await assert.rejects(s.client.jobs({ group: '' }), (e: unknown) => e instanceof LeaseError && e.status === 422 && /group/.test(e.message));
     });
 
+    test('an admin retries every dead job of a group in one call, after a dry run counts them', async () => {
+      await s.client.enqueueMany('bulk', [
+        { id: 'b-1', extra: { group: 'acme' } },
+        { id: 'b-2', extra: { group: 'acme' } },
+        { id: 'b-3', extra: { group: 'zeta' } },
+      ]);
+      const { leases } = await s.client.claimNext('bulk', { ttl: 30, limit: 3 });
+      for (const lease of leases) await s.client.fail(lease, 'boom', { retry: false });
+      const filter = { action: 'retry' as const, queue: 'bulk', group: 'acme' };
+      assert.deepEqual(await s.client.bulk({ ...filter, dry_run: true }), { action: 'retry', matched: 2, changed: 0, dry_run: true });
+      assert.deepEqual(await s.client.bulk(filter), { action: 'retry', matched: 2, changed: 2, dry_run: false });
+      assert.equal((await s.client.job('b-1')).status, 'pending');
+      assert.equal((await s.client.job('b-3')).status, 'dead');
+    });
+
     test('bad input is refused with a reason naming the problem, and stores nothing', async () => {
       const before = (await s.client.jobs({ queue: 'bad' })).jobs.length;
       await assert.rejects(s.client.enqueue('bad', { id: '' }), (e: unknown) => {
