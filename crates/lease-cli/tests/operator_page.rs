@@ -1480,3 +1480,93 @@ async fn the_job_list_shows_groups_and_rfc_3339_times_with_their_age_and_the_lim
     session.screenshot("9b-limit-form-phone").await;
     session.close().await;
 }
+
+/// An admin retries a queue's 1,000 dead jobs from the job list in one action: the
+/// confirmation says how many, the page answers the count, and every one of them is pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_retries_a_thousand_dead_jobs_in_one_action_after_a_confirmation_with_the_count() {
+    let (_dir, db) = fresh_db();
+    let admin = make_key(&db, "ops", "admin")["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let server = Server::start(&db, &[], &[]);
+    let auth = bearer(&admin);
+    let headers = [("Authorization", auth.as_str())];
+    // 1,000 jobs of one attempt each, leased for a second: dead once their leases end.
+    let jobs: Vec<Value> = (0..1000)
+        .map(|i| json!({"id": format!("m-{i:04}"), "max_attempts": 1}))
+        .collect();
+    let (code, body) = server.call(
+        "POST",
+        "/v1/queues/mass/jobs/batch",
+        &headers,
+        &json!({ "jobs": jobs }).to_string(),
+    );
+    assert_eq!(code, 200, "{body}");
+    let mut leased = 0;
+    while leased < 1000 {
+        let (code, body) = server.call(
+            "POST",
+            "/v1/queues/mass/claims",
+            &headers,
+            r#"{"ttl": 1, "limit": 100}"#,
+        );
+        assert_eq!(code, 200, "{body}");
+        let n = body["leases"].as_array().unwrap().len();
+        assert!(n > 0, "every job is leased");
+        leased += n;
+    }
+    std::thread::sleep(Duration::from_millis(1100));
+    let session = Session::open(&server.addr).await;
+    session.sign_in(&admin).await;
+    session.visit("#/jobs?queue=mass&status=dead").await;
+    session
+        .until(
+            "a page of dead jobs",
+            "document.querySelectorAll('#job-table tbody tr').length === 50",
+        )
+        .await;
+    session
+        .confirm("#bulk-retry", Some("10-bulk-retry-confirm"))
+        .await;
+    assert_eq!(
+        session
+            .eval("document.getElementById('confirm-text').innerText")
+            .await,
+        json!(format!(
+            "Retry {} dead jobs of queue “mass”?",
+            session
+                .eval("(1000).toLocaleString()")
+                .await
+                .as_str()
+                .unwrap()
+        ))
+    );
+    session
+        .until(
+            "the count retried",
+            "document.getElementById('status-line').innerText === `Retried ${(1000).toLocaleString()} of ${(1000).toLocaleString()} dead jobs.`",
+        )
+        .await;
+    session
+        .until(
+            "no dead job left in the list",
+            "!document.getElementById('no-jobs').hidden",
+        )
+        .await;
+    let (code, body) = server.call(
+        "GET",
+        "/v1/jobs?queue=mass&status=pending&limit=1000",
+        &headers,
+        "",
+    );
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        body["jobs"].as_array().unwrap().len(),
+        1000,
+        "every job is pending"
+    );
+    session.screenshot("10b-bulk-retried").await;
+    session.close().await;
+}

@@ -631,6 +631,39 @@ function confirmed(message) {
   });
 }
 
+// The words of a bulk action's filter, as its confirmation says them.
+function filterWords(filter) {
+  const words = [];
+  if (filter.queue) words.push(`of queue “${filter.queue}”`);
+  if (filter.group) words.push(`of group “${filter.group}”`);
+  if (filter.prefix) words.push(`whose id starts with “${filter.prefix}”`);
+  return words.join(', ');
+}
+
+// Retries or cancels every job the list's filters match (a status by default: dead for a
+// retry, pending for a cancel), after a confirmation that says how many.
+async function bulk(action) {
+  const shown = jobsQuery();
+  const filter = { action };
+  for (const name of ['queue', 'group', 'prefix', 'status']) if (shown[name]) filter[name] = shown[name];
+  const status = shown.status || (action === 'retry' ? 'dead' : 'pending');
+  try {
+    const counted = await api('POST', '/v1/bulk', { ...filter, dry_run: true });
+    if (counted.matched === 0) {
+      say(`No ${status} jobs ${filterWords(filter)} to ${action}.`);
+      return;
+    }
+    const verb = action === 'retry' ? 'Retry' : 'Cancel';
+    if (!(await confirmed(`${verb} ${num(counted.matched)} ${status} jobs ${filterWords(filter)}?`))) return;
+    const done = await api('POST', '/v1/bulk', filter);
+    say(`${action === 'retry' ? 'Retried' : 'Cancelled'} ${num(done.changed)} of ${num(done.matched)} ${status} jobs.`);
+  } catch (e) {
+    say(`${action}: ${e.message}`);
+  }
+  state.pageAfter = [];
+  await loadJobs();
+}
+
 async function act(verb, id) {
   if (!(await confirmed(`${verb === 'cancel' ? 'Cancel' : 'Retry'} job “${id}”?`))) return;
   try {
@@ -838,6 +871,8 @@ async function start() {
     const target = `#/jobs${params.toString() ? `?${params}` : ''}`;
     if (location.hash === target) route(); else location.hash = target;
   });
+  $('bulk-retry').addEventListener('click', () => bulk('retry'));
+  $('bulk-cancel').addEventListener('click', () => bulk('cancel'));
   $('next-page').addEventListener('click', () => {
     if (state.next === null || state.next === undefined) return;
     state.pageAfter.push(state.next);
