@@ -1447,6 +1447,52 @@ async fn the_job_list_shows_groups_and_rfc_3339_times_with_their_age_and_the_lim
             )
             .await;
     }
+    // The last hour: a queue with nothing finished says so; one with a completion is drawn
+    // with its axes.
+    session.visit("#/").await;
+    let last_hour = |queue: &str| {
+        format!(
+            "[...document.querySelectorAll('#queues tbody tr')].find(r => r.cells[0].innerText === '{queue}')?.cells[8]"
+        )
+    };
+    session
+        .until(
+            "the quiet queue's last hour",
+            &format!(
+                "{}?.innerText === 'none in the last hour'",
+                last_hour("billing")
+            ),
+        )
+        .await;
+    let (code, body) = server.call(
+        "POST",
+        "/v1/queues/busy/jobs",
+        &headers,
+        r#"{"id": "busy-1"}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    let (code, body) = server.call("POST", "/v1/queues/busy/claims", &headers, r#"{"ttl": 30}"#);
+    assert_eq!(code, 200, "{body}");
+    let lease = &body["leases"][0];
+    let token = lease["lease_token"].as_str().unwrap();
+    let (code, body) = server.call(
+        "POST",
+        "/v1/jobs/busy-1/complete",
+        &[("Authorization", auth.as_str()), ("Lease-Token", token)],
+        &json!({"fence": lease["fence"], "result": "ok"}).to_string(),
+    );
+    assert_eq!(code, 200, "{body}");
+    session.visit("#/jobs").await;
+    session.visit("#/").await;
+    session
+        .until(
+            "the busy queue's last hour, drawn with its axes",
+            &format!(
+                "(() => {{ const c = {}; return !!c && c.querySelectorAll('svg rect.done').length === 1 && [...c.querySelectorAll('svg text.axis')].map(t => t.textContent).join(' ') === '1/min −60 min now'; }})()",
+                last_hour("busy")
+            ),
+        )
+        .await;
     // The limit form: every input and select has its own label, and nothing is cut off.
     session.visit("#/").await;
     session

@@ -172,15 +172,23 @@ function showSignIn(message) {
 
 // ---- overview ---------------------------------------------------------------------------
 
+// The last hour of a queue, a bar per minute (completions, then refusals), with its axes: the
+// busiest minute's count at the top, the hour's two ends below. A quiet hour says so.
 function chart(series) {
   const ns = 'http://www.w3.org/2000/svg';
+  const sum = (a) => a.reduce((x, y) => x + y, 0);
+  if (sum((series && series.completed) || []) + sum((series && series.refused) || []) === 0) {
+    return el('span', 'none in the last hour', 'quiet');
+  }
   const width = 120;
   const height = 24;
+  const axis = 11;
+  const pad = 9;
   const svg = document.createElementNS(ns, 'svg');
   svg.setAttribute('class', 'chart');
   svg.setAttribute('width', String(width));
-  svg.setAttribute('height', String(height));
-  svg.setAttribute('viewBox', `0 0 ${width} ${height}`);
+  svg.setAttribute('height', String(pad + height + axis));
+  svg.setAttribute('viewBox', `0 0 ${width} ${pad + height + axis}`);
   const completed = (series && series.completed) || [];
   const refused = (series && series.refused) || [];
   const minutes = Math.max(completed.length, refused.length, 1);
@@ -192,7 +200,7 @@ function chart(series) {
     const rect = document.createElementNS(ns, 'rect');
     rect.setAttribute('class', className);
     rect.setAttribute('x', String(i * step + offset));
-    rect.setAttribute('y', String(height - 1 - h));
+    rect.setAttribute('y', String(pad + height - 1 - h));
     rect.setAttribute('width', String(Math.max(0.5, step / 2 - 0.2)));
     rect.setAttribute('height', String(h));
     svg.append(rect);
@@ -203,10 +211,21 @@ function chart(series) {
   base.setAttribute('class', 'base');
   base.setAttribute('x1', '0');
   base.setAttribute('x2', String(width));
-  base.setAttribute('y1', String(height - 0.5));
-  base.setAttribute('y2', String(height - 0.5));
+  base.setAttribute('y1', String(pad + height - 0.5));
+  base.setAttribute('y2', String(pad + height - 0.5));
   svg.append(base);
-  const sum = (a) => a.reduce((x, y) => x + y, 0);
+  const label = (text, x, y, anchor) => {
+    const node = document.createElementNS(ns, 'text');
+    node.setAttribute('class', 'axis');
+    node.setAttribute('x', String(x));
+    node.setAttribute('y', String(y));
+    node.setAttribute('text-anchor', anchor);
+    node.textContent = text;
+    svg.append(node);
+  };
+  label(`${num(top)}/min`, width, 7, 'end');
+  label('−60 min', 0, pad + height + axis - 1, 'start');
+  label('now', width, pad + height + axis - 1, 'end');
   const title = document.createElementNS(ns, 'title');
   title.textContent = `last hour: ${num(sum(completed))} completed, ${num(sum(refused))} refused`;
   svg.append(title);
