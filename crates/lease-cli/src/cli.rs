@@ -141,9 +141,9 @@ pub(crate) enum Command {
     Fail(crate::leases::FailArgs),
     /// Cancel a waiting, pending, running or dead job (a dead one keeps its record and error,
     /// and frees its ordered group); its holder's later writes are refused.
-    Cancel(crate::jobs::CancelArgs),
+    Cancel(crate::jobs::AdminArgs),
     /// Put a dead or cancelled job back to pending with fresh attempts (its fence goes on).
-    Retry(crate::jobs::RetryArgs),
+    Retry(crate::jobs::AdminArgs),
     /// List jobs, in id order.
     List(crate::jobs::ListArgs),
     /// Count jobs per queue and status.

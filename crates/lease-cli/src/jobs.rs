@@ -154,12 +154,6 @@ pub(crate) struct AdminArgs {
     pub(crate) now: Option<f64>,
 }
 
-/// The arguments of `lease cancel`.
-pub(crate) type CancelArgs = AdminArgs;
-
-/// The arguments of `lease retry`.
-pub(crate) type RetryArgs = AdminArgs;
-
 impl AdminArgs {
     /// The checked request of `action`.
     ///
@@ -181,8 +175,7 @@ impl AdminArgs {
         }
         let status = match self.status {
             Some(status) => Status::parse(&status)?,
-            None if action == BulkAction::Retry => Status::Dead,
-            None => Status::Pending,
+            None => action.default_status(),
         };
         let filter = lease_ports::ListFilter {
             queue: self.queue.map(QueueName::new).transpose()?,

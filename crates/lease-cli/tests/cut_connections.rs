@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use support::{Server, fresh_db, lease, make_key};
+use support::{Server, fresh_db, key_secret, lease};
 
 /// Where the proxy cuts a connection: at the first statement (prepared or simple) whose SQL
 /// contains `at`, on a connection whose transaction ran a statement containing `within`
@@ -234,10 +234,7 @@ fn relay(mut client: TcpStream, armed: &Mutex<Option<Cut>>, fired: &AtomicBool) 
 fn served_through(proxy: &PgProxy, scratch: &lease_postgres::ScratchDatabase) -> (Server, String) {
     let direct = Path::new(scratch.url());
     assert_eq!(lease(direct, &["init"]).status.code(), Some(0));
-    let key = make_key(direct, "ci", "worker")["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let key = key_secret(direct, "ci", "worker");
     let url = format!(
         "postgres://postgres@127.0.0.1:{}/{}?sslmode=disable",
         proxy.port,
@@ -426,10 +423,7 @@ fn serve_sqlite_failing(db: &Path, syscalls: &str, error: &str) -> Server {
 #[test]
 fn a_failed_sqlite_commit_is_answered_outcome_unknown_and_a_full_disk_503() {
     let (_dir, db) = fresh_db();
-    let key = make_key(&db, "ci", "worker")["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let key = key_secret(&db, "ci", "worker");
     let auth = format!("Bearer {key}");
     let server = serve_sqlite_failing(&db, "fsync,fdatasync", "EIO");
     let (status, body, _) = post(&server, &auth, "/v1/queues/q/jobs", json!({"id": "j"}));

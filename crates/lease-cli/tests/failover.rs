@@ -651,10 +651,7 @@ async fn lease_serve_and_lease_work_carry_on_through_a_failover_on_a_multi_host_
     for job in ["w1", "w2", "w3"] {
         ok(cli(&["enqueue", job, "--queue", "q"]));
     }
-    let key = support::make_key(db, "ci", "worker")["key"]
-        .as_str()
-        .expect("a key")
-        .to_owned();
+    let key = support::key_secret(db, "ci", "worker");
     let server = support::Server::start(db, &[], &[]);
     let worker = Command::new(env!("CARGO_BIN_EXE_lease"))
         .args([

@@ -23,7 +23,7 @@ use chromiumoxide::{Browser, BrowserConfig, Page};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-use support::{Server, fresh_db, lease, make_key};
+use support::{Server, fresh_db, key_secret, lease};
 
 fn chromium() -> PathBuf {
     [
@@ -404,14 +404,8 @@ fn now() -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admin_sees_counts_and_a_refused_stale_write_live_pages_the_jobs_and_cancels_one() {
     let (_dir, db) = fresh_db();
-    let admin = make_key(&db, "ops", "admin")["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let worker = make_key(&db, "w", "worker")["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let admin = key_secret(&db, "ops", "admin");
+    let worker = key_secret(&db, "w", "worker");
     let server = Server::start(&db, &["--client-clock"], &[("LEASE_AUDIT", "1")]);
     let auth = bearer(&worker);
     let headers = [("Authorization", auth.as_str())];
@@ -646,14 +640,8 @@ fn urlencode(text: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_viewer_has_no_actions_and_a_forged_cross_site_request_is_refused() {
     let (_dir, db) = fresh_db();
-    let admin = make_key(&db, "ops", "admin")["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let viewer = make_key(&db, "look", "viewer")["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let admin = key_secret(&db, "ops", "admin");
+    let viewer = key_secret(&db, "look", "viewer");
     assert_eq!(
         lease(&db, &["enqueue", "target", "--queue", "mail"])
             .status
@@ -804,10 +792,7 @@ async fn hostile_job_ids_results_and_payloads_render_as_text_a_sealed_payload_an
  {
     use base64::Engine;
     let (_dir, db) = fresh_db();
-    let admin = make_key(&db, "ops", "admin")["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let admin = key_secret(&db, "ops", "admin");
     let hostile = [
         "<img src=x onerror=alert(1)>",
         "\"><script>alert(2)</script>",
@@ -993,14 +978,8 @@ async fn an_admin_pauses_limits_and_schedules_from_the_page_and_a_job_shows_its_
     let (_dir, db) = fresh_db();
     // A store restored once: its fences are in epoch 1, which the job's page shows.
     assert_eq!(lease(&db, &["epoch", "--raise"]).status.code(), Some(0));
-    let admin = make_key(&db, "ops", "admin")["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let worker = make_key(&db, "w", "worker")["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let admin = key_secret(&db, "ops", "admin");
+    let worker = key_secret(&db, "w", "worker");
     for id in ["m1", "m2", "m3"] {
         let group = format!("acct-{id}");
         assert_eq!(
@@ -1376,15 +1355,13 @@ async fn an_admin_pauses_limits_and_schedules_from_the_page_and_a_job_shows_its_
 }
 
 /// The job list shows each job's group and filters by group and by the id's start, and shows
-/// every time as RFC 3339 (UTC, to the second) with its age beside it; the limit form is one labelled field per setting, which fits a 1280-px
-/// window and a 390-px phone without scrolling sideways.
+/// every time as RFC 3339 (UTC, to the second) with its age beside it; the overview's last
+/// hour is drawn with its axes, or says a queue was quiet; the limit form is one labelled field
+/// per setting, which fits a 1280-px window and a 390-px phone without scrolling sideways.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_job_list_shows_groups_and_rfc_3339_times_with_their_age_and_the_limit_form_fits() {
     let (_dir, db) = fresh_db();
-    let admin = make_key(&db, "ops", "admin")["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let admin = key_secret(&db, "ops", "admin");
     let server = Server::start(&db, &[], &[]);
     let auth = bearer(&admin);
     let headers = [("Authorization", auth.as_str())];
@@ -1532,10 +1509,7 @@ async fn the_job_list_shows_groups_and_rfc_3339_times_with_their_age_and_the_lim
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admin_retries_a_thousand_dead_jobs_in_one_action_after_a_confirmation_with_the_count() {
     let (_dir, db) = fresh_db();
-    let admin = make_key(&db, "ops", "admin")["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let admin = key_secret(&db, "ops", "admin");
     let server = Server::start(&db, &[], &[]);
     let auth = bearer(&admin);
     let headers = [("Authorization", auth.as_str())];

@@ -23,7 +23,7 @@ use std::path::Path;
 use std::process::Command;
 
 use lease_postgres::ScratchDatabase;
-use support::{Server, fresh_db, lease, make_key};
+use support::{Server, fresh_db, key_secret, lease};
 
 /// The schemathesis every run uses (`xtask/src/needs.rs` installs it).
 const PINNED: &str = "4.32.5";
@@ -86,10 +86,7 @@ fn nothing_found_over(db: &Path) {
         version.contains(PINNED),
         "schemathesis {PINNED} is pinned, this is {version}"
     );
-    let key = make_key(db, "schemathesis", "admin")["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let key = key_secret(db, "schemathesis", "admin");
     // An event stream ends after half a second (the page would reconnect), so that each
     // request schemathesis makes to `GET /v1/events` is answered whole, not cut by its timeout.
     // With the audit trail on, so that the refusals the run provokes (every kind of holder

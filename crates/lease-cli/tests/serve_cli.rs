@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use lease_sqlite::testing::WriteLockHolder;
 use serde_json::{Value, json};
 
-use support::{Server, fresh_db, lease, make_key, try_call};
+use support::{Server, fresh_db, key_secret, lease, make_key, try_call};
 
 #[test]
 fn a_key_is_printed_once_listed_without_its_secret_and_refused_once_revoked() {
@@ -102,14 +102,8 @@ fn without_a_key_the_server_listens_on_loopback_only_and_says_so() {
 fn the_stale_worker_story_over_http_keeps_the_new_result_and_no_secret_reaches_the_logs_or_the_file()
  {
     let (_dir, db) = fresh_db();
-    let worker = make_key(&db, "ci", "worker")["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let viewer = make_key(&db, "eye", "viewer")["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let worker = key_secret(&db, "ci", "worker");
+    let viewer = key_secret(&db, "eye", "viewer");
     let server = Server::start(&db, &["--client-clock"], &[("RUST_LOG", "trace")]);
     let w = format!("Bearer {worker}");
     let auth = [("Authorization", w.as_str())];
@@ -217,10 +211,7 @@ fn the_stale_worker_story_over_http_keeps_the_new_result_and_no_secret_reaches_t
 #[test]
 fn metrics_show_each_queue_s_pause_limit_and_timeout_and_a_queue_set_free_again_reads_free() {
     let (_dir, db) = fresh_db();
-    let admin = make_key(&db, "ops", "admin")["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let admin = key_secret(&db, "ops", "admin");
     let server = Server::start(&db, &[], &[]);
     let a = format!("Bearer {admin}");
     let auth = [("Authorization", a.as_str())];
@@ -277,10 +268,7 @@ fn metrics_show_each_queue_s_pause_limit_and_timeout_and_a_queue_set_free_again_
 #[test]
 fn a_worker_machine_needs_only_the_binary_a_url_and_a_key() {
     let (dir, db) = fresh_db();
-    let key = make_key(&db, "ci", "worker")["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let key = key_secret(&db, "ci", "worker");
     let server = Server::start(&db, &["--audit"], &[]);
     let url = format!("http://{}", server.addr);
     // No --db anywhere below, and the working directory holds no database.
@@ -404,10 +392,7 @@ fn a_worker_machine_needs_only_the_binary_a_url_and_a_key() {
 #[test]
 fn after_kill_9_under_load_every_acknowledged_lease_survives_and_its_token_still_works() {
     let (_dir, db) = fresh_db();
-    let key = make_key(&db, "ci", "worker")["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let key = key_secret(&db, "ci", "worker");
     let auth = format!("Bearer {key}");
     let server = Server::start(&db, &[], &[]);
     let addr = server.addr.clone();
@@ -489,10 +474,7 @@ fn two_servers_over_one_postgres_database_are_one_service() {
     let pg = lease_postgres::ScratchDatabase::create();
     let db = Path::new(pg.url());
     assert_eq!(lease(db, &["init"]).status.code(), Some(0));
-    let key = make_key(db, "ci", "worker")["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let key = key_secret(db, "ci", "worker");
     let auth = format!("Bearer {key}");
     // Waiting claims look again only once a minute here: only the store's signal can
     // answer them within their wait.
@@ -620,10 +602,7 @@ fn two_servers_over_one_postgres_database_are_one_service() {
 #[test]
 fn over_https_a_worker_trusts_the_servers_ca_and_nothing_else() {
     let (dir, db) = fresh_db();
-    let key = make_key(&db, "ci", "worker")["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let key = key_secret(&db, "ci", "worker");
     let made =
         rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
             .unwrap();
@@ -685,10 +664,7 @@ fn over_https_a_worker_trusts_the_servers_ca_and_nothing_else() {
 #[test]
 fn lease_serve_answers_a_write_stuck_behind_another_process_s_lock_at_its_timeout_and_drains() {
     let (_dir, db) = fresh_db();
-    let key = make_key(&db, "ops", "admin")["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let key = key_secret(&db, "ops", "admin");
     let server = Server::start(&db, &["--request-timeout", "1"], &[]);
     let auth = format!("Bearer {key}");
     let headers = [("Authorization", auth.as_str())];
@@ -806,14 +782,8 @@ fn first_refusals_event(server: &Server, auth: &str) -> Value {
 /// the current fence with a wrong token) is recorded, and every reader reads the trail back
 /// whole: `GET /v1/refusals`, the page's event stream, and `lease audit` through the server.
 fn every_refused_holder_write_over_http_is_read_back_by_every_reader(db: &Path) {
-    let worker = make_key(db, "ci", "worker")["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let viewer = make_key(db, "eye", "viewer")["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let worker = key_secret(db, "ci", "worker");
+    let viewer = key_secret(db, "eye", "viewer");
     let server = Server::start(db, &["--audit"], &[]);
     let w = format!("Bearer {worker}");
     let v = format!("Bearer {viewer}");
@@ -1058,10 +1028,7 @@ fn sixteen_keep_alive_clients(server: &Server, key: &str, per_client: usize) -> 
 /// is answered on its connection (a 429 or 503 with `Retry-After`, a 413 and a 422 alike), and
 /// no connection breaks under an answer.
 fn overload_keeps_every_connection_and_answers_every_request(db: &Path) {
-    let key = make_key(db, "ci", "worker")["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let key = key_secret(db, "ci", "worker");
     let per_client = 60;
     for (flags, overloaded) in [
         (["--rate-limit", "20", "--max-in-flight", "1024"], 429),
@@ -1124,10 +1091,7 @@ fn overload_keeps_every_connection_and_answers_every_request_on_postgres() {
 #[test]
 fn a_request_past_its_timeout_is_answered_and_its_connection_kept() {
     let (_dir, db) = fresh_db();
-    let key = make_key(&db, "ci", "worker")["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let key = key_secret(&db, "ci", "worker");
     let server = Server::start(
         &db,
         &["--request-timeout", "0.3", "--busy-timeout", "30"],

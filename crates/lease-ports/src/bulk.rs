@@ -1,7 +1,7 @@
 //! Bulk actions: an admin's retry or cancel of every job a [`ListFilter`] matches, done page by
 //! page in bounded batches, each job decided on its own as its own retry or cancel would be.
 
-use lease_domain::{Command, Outcome, Timestamp};
+use lease_domain::{Command, Outcome, Status, Timestamp};
 
 use crate::{LeaseStore, ListFilter, StoreError};
 
@@ -25,6 +25,16 @@ impl BulkAction {
         match self {
             BulkAction::Retry => "retry",
             BulkAction::Cancel => "cancel",
+        }
+    }
+
+    /// The status a filter takes when it names none: `dead` for a retry, `pending` for a
+    /// cancel.
+    #[must_use]
+    pub fn default_status(self) -> Status {
+        match self {
+            BulkAction::Retry => Status::Dead,
+            BulkAction::Cancel => Status::Pending,
         }
     }
 

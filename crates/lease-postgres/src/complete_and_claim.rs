@@ -38,26 +38,29 @@ impl PgLeaseStore {
     /// cost every such claim a round trip), unless the store was opened to use statements
     /// only.
     pub(crate) fn steps(&self, command: Option<&Command>, queue: &lease_domain::QueueName) -> bool {
-        self.step_enabled
-            && matches!(
-                self.clock,
-                ClockMode::Caller { max_skew: None } | ClockMode::Store
-            )
+        self.batches_under_its_clock()
             && command.is_none_or(|c| matches!(c, Command::Complete(..)))
             && self
                 .seen(queue)
                 .is_none_or(|settings| settings.is_default())
     }
 
-    /// Whether a holder's write without a claim (a completion, a failure, a release) joins
-    /// group commit's batches: under the caller's unchecked clock or the store's, as
-    /// [`PgLeaseStore::steps`] says.
-    pub(crate) fn settles(&self, command: &Command) -> bool {
+    /// Whether the queue loop's writes may be decided in one statement or a settled batch at
+    /// all: not when the store was opened to use statements only, nor with a skew bound (which
+    /// is checked before anything is written).
+    fn batches_under_its_clock(&self) -> bool {
         self.step_enabled
             && matches!(
                 self.clock,
                 ClockMode::Caller { max_skew: None } | ClockMode::Store
             )
+    }
+
+    /// Whether a holder's write without a claim (a completion, a failure, a release) joins
+    /// group commit's batches: under the caller's unchecked clock or the store's, as
+    /// [`PgLeaseStore::steps`] says.
+    pub(crate) fn settles(&self, command: &Command) -> bool {
+        self.batches_under_its_clock()
             && matches!(
                 command,
                 Command::Complete(..) | Command::Fail(..) | Command::Release(..)

@@ -642,8 +642,7 @@ impl StoreCore {
                 };
                 let status = match status {
                     Some(status) => values::status(status)?,
-                    None if action == BulkAction::Retry => lease_domain::Status::Dead,
-                    None => lease_domain::Status::Pending,
+                    None => action.default_status(),
                 };
                 Ok((
                     ListFilter {

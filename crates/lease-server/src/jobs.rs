@@ -749,13 +749,9 @@ pub(crate) async fn bulk(
         BulkActionName::Retry => BulkAction::Retry,
         BulkActionName::Cancel => BulkAction::Cancel,
     };
-    let status = body.status.map_or(
-        match action {
-            BulkAction::Retry => Status::Dead,
-            BulkAction::Cancel => Status::Pending,
-        },
-        StatusName::status,
-    );
+    let status = body
+        .status
+        .map_or(action.default_status(), StatusName::status);
     let filter = ListFilter {
         queue: body.queue.map(|q| q.queue("queue")).transpose()?,
         status: Some(status),

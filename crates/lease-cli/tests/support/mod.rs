@@ -43,6 +43,14 @@ pub fn make_key(db: &Path, principal: &str, scope: &str) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// A new key of `principal` with `scope`: its secret.
+pub fn key_secret(db: &Path, principal: &str, scope: &str) -> String {
+    make_key(db, principal, scope)["key"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 /// A running `lease serve`, its stderr collected; killed on drop, pass or fail.
 ///
 /// The server runs in a process group of its own, and every signal goes to the whole group:
