@@ -392,6 +392,12 @@ export class LeaseClient {
     return r.checkpoints;
   }
 
+  /** A job's attempts by fence (the ended ones kept, then the one under way), each with the
+   * writes refused with its fence; `older` counts the earlier attempts no longer kept. */
+  async attempts(id: string): Promise<Schemas['AttemptsBody']> {
+    return this.ok(this.api.GET('/v1/jobs/{id}/attempts', { params: { path: { id } } }));
+  }
+
   // ----- reading jobs -----
 
   /** A job as it stands (404 is a LeaseError with reason `not_found`). */

@@ -29,6 +29,9 @@ for (const kind of STORES) {
       assert.equal(job.status, 'done');
       assert.equal(job.result, 'sent');
       assert.equal(job.payload, 'hello');
+      const { attempts, older } = await s.client.attempts('j1');
+      assert.deepEqual(attempts.map((a) => [a.fence, a.owner, a.outcome]), [[lease.fence, 'ts', 'done']]);
+      assert.equal(older, 0);
     });
 
     test('a completion carries the next claim, in the same request', async () => {

@@ -89,6 +89,7 @@ mod tests {
             async fn list(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError>;
             async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError>;
             async fn checkpoints(&self, job: &JobId) -> Result<Vec<lease_domain::KeptCheckpoint>, StoreError>;
+            async fn attempts(&self, job: &JobId) -> Result<lease_domain::Attempts, StoreError>;
             async fn trace(&self, job: &JobId) -> Result<Option<lease_domain::TraceContext>, StoreError>;
             async fn complete_and_claim_next(&self, job: &JobId, owner: &Owner, fence: Fence, result: &JobResult, queue: &QueueName, term: LeaseTerm, limit: usize) -> Result<CompleteAndClaim, StoreError>;
         }

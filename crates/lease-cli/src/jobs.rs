@@ -462,8 +462,15 @@ pub(crate) async fn execute(
             if let Some(trace) = &trace {
                 human.push_str(&format!(", trace {}", trace.traceparent()));
             }
+            let attempts = match &record {
+                Some(_) => store.attempts(id).await?,
+                None => lease_domain::Attempts::default(),
+            };
             let json = record.map_or(Value::Null, |r| {
                 let mut json = record_json(&r, *now);
+                let shown = lease_server::views::attempts_json(Some(&r.job), &attempts, None, *now);
+                json["attempts"] = shown["attempts"].clone();
+                json["older_attempts"] = shown["older"].clone();
                 json["parents"] = parents_json(&parents);
                 json["checkpoints"] = checkpoints_json(&kept);
                 json["traceparent"] = json!(trace.as_ref().map(|t| t.traceparent()));

@@ -406,6 +406,39 @@ pub(crate) fn checkpoints(
         .collect()
 }
 
+/// The ended attempts of `job`, as `GET /v1/jobs/{id}/attempts` gives them (the attempt under
+/// way, `running` or `expired`, is the job's row, not kept).
+pub(crate) fn attempts(answer: &Answer, job: &JobId) -> Result<lease_domain::Attempts, StoreError> {
+    let list = answer.body["attempts"]
+        .as_array()
+        .ok_or_else(|| corrupt(answer, "attempts"))?;
+    let kept = list
+        .iter()
+        .filter(|a| !matches!(a["outcome"].as_str(), Some("running" | "expired")))
+        .map(|a| {
+            let row = lease_ports::codec::StoredAttempt {
+                fence: a["fence"].as_i64().ok_or_else(|| bad("attempts.fence"))?,
+                owner: a["owner"]
+                    .as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| bad("attempts.owner"))?,
+                started: a["started"].as_f64(),
+                ended: a["ended"].as_f64().ok_or_else(|| bad("attempts.ended"))?,
+                outcome: a["outcome"]
+                    .as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| bad("attempts.outcome"))?,
+                error: a["error"].as_str().map(str::to_owned),
+            };
+            lease_ports::codec::attempt(job.as_str(), row)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let older = answer.body["older"]
+        .as_u64()
+        .ok_or_else(|| bad("attempts.older"))?;
+    Ok(lease_domain::Attempts { kept, older })
+}
+
 /// The children of a job, as `GET /v1/jobs/{id}/children` gives them.
 pub(crate) fn children(answer: &Answer) -> Result<Vec<JobId>, StoreError> {
     answer.body["children"]

@@ -618,6 +618,17 @@ impl LeaseStore for HttpLeaseStore {
         Ok(found)
     }
 
+    async fn attempts(&self, job: &JobId) -> Result<lease_domain::Attempts, StoreError> {
+        let answer = self
+            .get(&format!("/v1/jobs/{}/attempts", path(job.as_str())))
+            .await?;
+        match answer.status {
+            200 => answers::attempts(&answer, job),
+            404 if answer.body["reason"] == "not_found" => Ok(lease_domain::Attempts::default()),
+            _ => Err(answer.error()),
+        }
+    }
+
     async fn checkpoints(&self, job: &JobId) -> Result<Vec<KeptCheckpoint>, StoreError> {
         let answer = self
             .get(&format!("/v1/jobs/{}/checkpoints", path(job.as_str())))

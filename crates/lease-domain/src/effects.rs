@@ -8,6 +8,7 @@
 //! depends only on changes of earlier kinds (a job is judged against parents written before
 //! it, the jobs waiting on a job settle after its row).
 
+use crate::attempt::Attempt;
 use crate::audit::{Refusal, refusal};
 use crate::command::{Command, Outcome};
 use crate::control::QueueChange;
@@ -91,6 +92,9 @@ pub enum Change {
     Release(Status, Option<Timestamp>),
     /// A holder's write was refused: the audit trail records it, when the store keeps one.
     Refused(Refusal),
+    /// The attempt the job's row held has ended: the store keeps it (and drops the oldest
+    /// beyond [`crate::ATTEMPTS_KEPT`] when [`crate::trims_attempts`] says it may have to).
+    Attempt(Attempt),
 }
 
 impl Change {
@@ -108,6 +112,7 @@ impl Change {
             Change::Judge => 7,
             Change::Release(..) => 8,
             Change::Refused(_) => 9,
+            Change::Attempt(_) => 10,
         }
     }
 }
@@ -131,9 +136,10 @@ impl Change {
 impl Change {
     /// The changes of a row the claim walk decided over a stored job that had not finished (a
     /// job leased, or buried out of attempts): its row, then the settling of the jobs waiting
-    /// on it when it was buried.
+    /// on it when it was buried, and the attempt its expired lease held (`ended`) when one
+    /// ended with it.
     #[must_use]
-    pub fn of_claim(next: Job) -> Vec<Change> {
+    pub fn of_claim(next: Job, ended: Option<Attempt>) -> Vec<Change> {
         let release = next
             .finished()
             .map(|end| Change::Release(end, next.updated));
@@ -141,7 +147,10 @@ impl Change {
             job: next,
             insert: false,
         };
-        std::iter::once(row).chain(release).collect()
+        std::iter::once(row)
+            .chain(release)
+            .chain(ended.map(Change::Attempt))
+            .collect()
     }
 }
 
@@ -187,7 +196,11 @@ impl Command {
                 changes.push(Change::ForgetPurged);
             }
             changes.extend(trace.map(Change::Trace));
+            let ended = current
+                .and_then(Job::open_attempt)
+                .and_then(|open| open.closed_by(Some(self), &next));
             changes.extend(Change::of_row(current, next));
+            changes.extend(ended.map(Change::Attempt));
         }
         if let Some(entry) = refused(outcome).and_then(|why| refusal(self, current, why)) {
             changes.push(Change::Refused(entry));

@@ -14,6 +14,7 @@
 //!   `claim_next` never leases a job more than its `max_attempts` times.
 
 mod access;
+mod attempt;
 mod audit;
 mod clock;
 mod command;
@@ -35,6 +36,9 @@ mod workflow;
 pub use access::{
     Credential, KeyId, KeyRefused, MAX_LIVE_KEYS, Principal, Scope, decide_new_key,
     judge_credential, may_act_as, owner_within,
+};
+pub use attempt::{
+    ATTEMPTS_KEPT, Attempt, AttemptEnd, Attempts, OpenAttempt, TIMED_OUT, trims_attempts,
 };
 pub use audit::{AuditReason, Refusal, holder_refusal, reclaim_delay, reclaim_delay_at, refusal};
 pub use clock::{ClockMode, ClockRefused, ClockSkew};

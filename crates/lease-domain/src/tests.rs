@@ -3038,7 +3038,7 @@ fn a_hold_changes_only_its_queue_and_a_checkpoint_only_its_own_row() {
 fn a_claimed_row_settles_the_jobs_waiting_only_when_the_claim_buried_it() {
     let leased = decide_claim(Some(&Job::new()), &owner("A"), term(100.0, 30.0)).unwrap();
     assert_eq!(
-        Change::of_claim(leased.clone()),
+        Change::of_claim(leased.clone(), None),
         vec![Change::Row {
             job: leased,
             insert: false
@@ -3049,7 +3049,7 @@ fn a_claimed_row_settles_the_jobs_waiting_only_when_the_claim_buried_it() {
         updated: Some(at(100.0)),
         ..Job::new()
     };
-    let changes = Change::of_claim(buried.clone());
+    let changes = Change::of_claim(buried.clone(), None);
     assert_eq!(
         kinds(&Decided {
             outcome: Outcome::Enqueued(false),

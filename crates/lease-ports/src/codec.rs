@@ -110,6 +110,43 @@ pub fn checkpoint(
     })
 }
 
+/// One stored attempt of a job, as a store's row gives it (SQLite's `lease_attempts`,
+/// PostgreSQL's `attempts`): its fence, owner, start, end, outcome and error.
+///
+/// # Errors
+/// [`StoreError::Corrupt`] naming the job and what no store could have written.
+pub fn attempt(job: &str, row: StoredAttempt) -> Result<lease_domain::Attempt, StoreError> {
+    let corrupt = |what: String| StoreError::Corrupt(format!("job {job}: attempt {what}").into());
+    let fence = fence(row.fence, &format!("job {job}: attempt fence"))?;
+    Ok(lease_domain::Attempt {
+        fence,
+        owner: lease_domain::Owner::stored(row.owner)
+            .map_err(|e| corrupt(format!("owner: {e}")))?,
+        started: maybe_time(row.started, "an attempt's start")?,
+        ended: Some(time(row.ended, "an attempt's end")?),
+        end: lease_domain::AttemptEnd::parse(&row.outcome)
+            .ok_or_else(|| corrupt(format!("{fence} ended as {:?}", row.outcome)))?,
+        error: row.error,
+    })
+}
+
+/// The columns of one stored attempt ([`attempt`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredAttempt {
+    /// Its fence.
+    pub fence: i64,
+    /// Who held it.
+    pub owner: String,
+    /// When it was claimed.
+    pub started: Option<f64>,
+    /// When it ended.
+    pub ended: f64,
+    /// How it ended ([`lease_domain::AttemptEnd::as_str`]).
+    pub outcome: String,
+    /// Its error.
+    pub error: Option<String>,
+}
+
 /// A job's stored trace context read back (SQLite's `lease_traces`, PostgreSQL's `traces`):
 /// checked again, so a row another program wrote wrongly is corrupt, not a context.
 ///

@@ -717,6 +717,110 @@ pub async fn claim_by_id_refuses_dead_cancelled_and_scheduled_jobs_but_ignores_a
     );
 }
 
+/// Every attempt is kept when it ends, with its fence, owner, start, end and how it ended: an
+/// expired lease another claim took is lost at its deadline (and a late write of it changes
+/// nothing), a failure keeps its error, a release its holder, a completion (with the next
+/// claim, the queue loop's way) its time; the attempt under way is the job's row, not kept.
+pub async fn each_ended_attempt_is_kept_with_its_fence_owner_times_and_end(store: Store) {
+    use lease_domain::AttemptEnd;
+    let id = enqueued_with(&store, "j", &spec("q", 0, None, 5)).await;
+    let never = enqueued_with(&store, "never", &spec("other", 0, None, 5)).await;
+    let first = next(&store, "q", "a", 0.0, 1).await.remove(0);
+    assert!(
+        store
+            .attempts(&id)
+            .await
+            .expect("attempts read")
+            .kept
+            .is_empty()
+    );
+    let second = next(&store, "q", "b", 20.0, 1).await.remove(0);
+    let late = store
+        .complete(&id, &owner("a"), first.fence, at(21.0), &result("late"))
+        .await
+        .expect("complete reaches the store");
+    assert!(late.is_err(), "a's late completion is refused");
+    let boom = ErrorText::new("boom").expect("valid error");
+    store
+        .fail(
+            &id,
+            &owner("b"),
+            second.fence,
+            at(22.0),
+            &boom,
+            no_jitter(1.0),
+        )
+        .await
+        .expect("fail reaches the store")
+        .expect("fail is granted");
+    let third = store
+        .claim(&id, &owner("c"), term(24.0, 10.0))
+        .await
+        .expect("claim reaches the store")
+        .expect("claim is granted");
+    store
+        .release(&id, &owner("c"), third)
+        .await
+        .expect("release reaches the store")
+        .expect("release is granted");
+    let fourth = next(&store, "q", "d", 25.0, 1).await.remove(0);
+    let (done, _) = store
+        .complete_and_claim_next(
+            &id,
+            &owner("d"),
+            fourth.fence,
+            &result("ok"),
+            &queue("q"),
+            term(26.0, 10.0),
+            1,
+        )
+        .await
+        .expect("complete_and_claim_next reaches the store");
+    done.expect("the completion is granted");
+    let kept = store.attempts(&id).await.expect("attempts read");
+    assert_eq!(kept.older, 0);
+    let seen: Vec<_> = kept
+        .kept
+        .iter()
+        .map(|a| {
+            (
+                a.fence.get(),
+                a.owner.as_str(),
+                a.started.map(Timestamp::get),
+                a.end,
+                a.error.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (1, "a", Some(0.0), AttemptEnd::LeaseLost, None),
+            (2, "b", Some(20.0), AttemptEnd::Failed, Some("boom")),
+            (3, "c", Some(24.0), AttemptEnd::Released, None),
+            (4, "d", Some(25.0), AttemptEnd::Done, None),
+        ]
+    );
+    let ends: Vec<Option<f64>> = kept
+        .kept
+        .iter()
+        .map(|a| a.ended.map(Timestamp::get))
+        .collect();
+    assert_eq!(
+        (ends[0], ends[1], ends[3]),
+        (Some(10.0), Some(22.0), Some(26.0))
+    );
+    // A release carries no time: a store with a clock ends it by its own (the memory store
+    // reads none).
+    let untouched = store.attempts(&never).await.expect("attempts read");
+    assert_eq!(untouched, lease_domain::Attempts::default());
+    let missing = store
+        .attempts(&job("missing"))
+        .await
+        .expect("attempts read");
+    assert_eq!(missing, lease_domain::Attempts::default());
+}
+
 /// `fail` puts the job back after the backoff while attempts remain, then dead-letters it; the
 /// error is kept and the failed holder's later writes stay refused.
 pub async fn fail_retries_with_backoff_then_dead_letters(store: Store) {
@@ -3617,6 +3721,7 @@ macro_rules! conformance_tests {
             a_lease_given_back_unstarted_hands_back_its_attempt,
             claim_by_id_refuses_dead_cancelled_and_scheduled_jobs_but_ignores_attempts,
             fail_retries_with_backoff_then_dead_letters,
+            each_ended_attempt_is_kept_with_its_fence_owner_times_and_end,
             fail_is_refused_unless_current_and_live,
             cancel_of_a_running_job_refuses_its_holder,
             retry_revives_dead_and_cancelled_jobs_and_the_fence_continues,

@@ -57,6 +57,8 @@ pub enum Call<'a> {
     Stats(Timestamp),
     /// [`LeaseStore::checkpoints`].
     Checkpoints(&'a JobId),
+    /// [`LeaseStore::attempts`].
+    Attempts(&'a JobId),
     /// [`LeaseStore::trace`].
     Trace(&'a JobId),
     /// [`LeaseStore::children`].
@@ -274,6 +276,11 @@ impl<S: LeaseStore + ?Sized, H: Hooks> LeaseStore for Decorated<S, H> {
 
     async fn checkpoints(&self, job: &JobId) -> Result<Vec<KeptCheckpoint>, StoreError> {
         self.around(Call::Checkpoints(job), self.inner.checkpoints(job))
+            .await
+    }
+
+    async fn attempts(&self, job: &JobId) -> Result<lease_domain::Attempts, StoreError> {
+        self.around(Call::Attempts(job), self.inner.attempts(job))
             .await
     }
 

@@ -81,6 +81,11 @@ pub trait Forward: Send + Sync {
         self.to().checkpoints(job).await
     }
 
+    /// [`LeaseStore::attempts`].
+    async fn attempts(&self, job: &JobId) -> Result<lease_domain::Attempts, StoreError> {
+        self.to().attempts(job).await
+    }
+
     /// [`LeaseStore::trace`].
     async fn trace(&self, job: &JobId) -> Result<Option<lease_domain::TraceContext>, StoreError> {
         self.to().trace(job).await
@@ -213,6 +218,10 @@ impl<F: Forward> LeaseStore for Forwarded<F> {
 
     async fn checkpoints(&self, job: &JobId) -> Result<Vec<KeptCheckpoint>, StoreError> {
         self.0.checkpoints(job).await
+    }
+
+    async fn attempts(&self, job: &JobId) -> Result<lease_domain::Attempts, StoreError> {
+        self.0.attempts(job).await
     }
 
     async fn trace(&self, job: &JobId) -> Result<Option<lease_domain::TraceContext>, StoreError> {

@@ -568,6 +568,11 @@ pub trait LeaseStore: Send + Sync {
     /// The checkpoints the job keeps, in name order (none for a job that is gone).
     async fn checkpoints(&self, job: &JobId) -> Result<Vec<KeptCheckpoint>, StoreError>;
 
+    /// The job's ended attempts the store keeps (the latest [`lease_domain::ATTEMPTS_KEPT`], by
+    /// fence) and how many earlier ones it no longer keeps; the attempt under way is in the
+    /// job's row ([`lease_domain::Job::open_attempt`]). None for a job that is gone.
+    async fn attempts(&self, job: &JobId) -> Result<lease_domain::Attempts, StoreError>;
+
     /// The W3C trace context the job was enqueued with (or run again with), if any: what its
     /// attempts continue (`None` too for a job that is gone). Read apart from the job, so
     /// the queue's reads and writes never carry it; a worker reads it only when it traces.

@@ -40,6 +40,8 @@ struct Jobs {
     turns: BTreeMap<QueueName, BTreeMap<GroupKey, u64>>,
     /// The checkpoints each job keeps, by name.
     checkpoints: HashMap<JobId, BTreeMap<CheckpointName, KeptCheckpoint>>,
+    /// The ended attempts each job keeps, by fence.
+    attempts: HashMap<JobId, BTreeMap<Fence, lease_domain::Attempt>>,
     /// The trace context each job was enqueued with (`Command::sets_trace`).
     traces: HashMap<JobId, lease_domain::TraceContext>,
     /// The store's epoch, in which every claim hands out its fence.
@@ -115,8 +117,21 @@ impl Jobs {
             Change::Parents | Change::Refused(_) => {}
             Change::Judge => judged.push(id.clone()),
             Change::Release(end, at) => self.release(id, end, at),
+            Change::Attempt(attempt) => self.keep_attempt(id, attempt),
         }
         Ok(())
+    }
+
+    /// Keeps an ended attempt of job `id` (a release's without its end: this store reads no
+    /// clock), and drops the oldest beyond [`lease_domain::ATTEMPTS_KEPT`].
+    fn keep_attempt(&mut self, id: &JobId, attempt: lease_domain::Attempt) {
+        let kept = self.attempts.entry(id.clone()).or_default();
+        let trims = lease_domain::trims_attempts(attempt.fence);
+        kept.insert(attempt.fence, attempt);
+        let bound = usize::try_from(lease_domain::ATTEMPTS_KEPT).unwrap_or(usize::MAX);
+        while trims && kept.len() > bound {
+            kept.pop_first();
+        }
     }
 
     /// How each of `parents` stands: its finished status, `None` while it can still run (a
@@ -384,6 +399,7 @@ impl LeaseStore for MemoryLeaseStore {
             jobs.jobs.remove(id);
             jobs.checkpoints.remove(id);
             jobs.traces.remove(id);
+            jobs.attempts.remove(id);
             jobs.purged.insert(id.clone(), *fence);
         }
         Ok(u64::try_from(doomed.len()).unwrap_or(u64::MAX))
@@ -419,6 +435,16 @@ impl LeaseStore for MemoryLeaseStore {
             .get(job)
             .map(|kept| kept.values().cloned().collect())
             .unwrap_or_default())
+    }
+
+    async fn attempts(&self, job: &JobId) -> Result<lease_domain::Attempts, StoreError> {
+        let jobs = self.jobs()?;
+        let kept = jobs
+            .attempts
+            .get(job)
+            .map(|kept| kept.values().cloned().collect())
+            .unwrap_or_default();
+        Ok(lease_domain::Attempts::of(kept))
     }
 
     async fn trace(&self, job: &JobId) -> Result<Option<lease_domain::TraceContext>, StoreError> {
@@ -550,7 +576,7 @@ fn answer(
 /// Writes one effect of the claim walk.
 fn write_effect(jobs: &mut Jobs, queue: &QueueName, effect: Effect) -> Result<(), StoreError> {
     match effect {
-        Effect::Job(id, job) => jobs.write_all(&id, Change::of_claim(job))?,
+        Effect::Job(id, job, ended) => jobs.write_all(&id, Change::of_claim(job, ended))?,
         Effect::ServeTurn(group) => {
             let turns = jobs.turns.entry(queue.clone()).or_default();
             let last = turns.values().copied().max().unwrap_or(0);

@@ -148,9 +148,10 @@ pub enum Answer {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
-    /// A job leased or buried (out of attempts): its row as decided. A buried job's waiting
-    /// children are settled by the store before it commits ([`ClaimWalk::buried`]).
-    Job(JobId, Job),
+    /// A job leased or buried (out of attempts): its row as decided, and the attempt that
+    /// ended when it did (an expired lease's). A buried job's waiting children are settled by
+    /// the store before it commits ([`ClaimWalk::buried`]).
+    Job(JobId, Job, Option<lease_domain::Attempt>),
     /// A fair queue served this group: it goes behind every other ([`lease_domain::Turn`]).
     ServeTurn(GroupKey),
     /// A fair queue found no candidate of this group on its turn: it loses its turn if it has
@@ -209,7 +210,7 @@ struct Plain {
 #[allow(clippy::large_enum_variant)]
 enum Decided {
     /// Leased or buried: the row to write.
-    Wrote((JobId, Job)),
+    Wrote((JobId, Job, Option<lease_domain::Attempt>)),
     /// Left alone (it stays a candidate).
     Skipped(JobId),
 }
@@ -536,8 +537,11 @@ impl ClaimWalk {
                 let result = match answer {
                     Answer::Page(term, page) => {
                         let writes = self.plain_page(&mut plain, term, page);
-                        self.effects
-                            .extend(writes.into_iter().map(|(id, job)| Effect::Job(id, job)));
+                        self.effects.extend(
+                            writes
+                                .into_iter()
+                                .map(|(id, job, ended)| Effect::Job(id, job, ended)),
+                        );
                         Ok(())
                     }
                     other => Err(wrong_answer("a page", &other)),
@@ -607,6 +611,9 @@ impl ClaimWalk {
     pub fn page(&mut self, term: LeaseTerm, candidates: Vec<(JobId, Job)>) -> Vec<(JobId, Job)> {
         let mut plain = Plain::default();
         self.plain_page(&mut plain, term, candidates)
+            .into_iter()
+            .map(|(id, job, _)| (id, job))
+            .collect()
     }
 
     fn plain_want(&self, plain: &Plain) -> usize {
@@ -627,7 +634,7 @@ impl ClaimWalk {
         plain: &mut Plain,
         term: LeaseTerm,
         candidates: Vec<(JobId, Job)>,
-    ) -> Vec<(JobId, Job)> {
+    ) -> Vec<(JobId, Job, Option<lease_domain::Attempt>)> {
         self.term = term;
         let asked = self.plain_want(plain);
         let read = candidates.len();
@@ -1020,8 +1027,8 @@ impl ClaimWalk {
     /// skipped.
     fn decide_into(&mut self, term: LeaseTerm, candidate: Candidate) -> Option<JobId> {
         match self.decide(term, candidate.id, &candidate.job) {
-            Decided::Wrote((id, job)) => {
-                self.effects.push(Effect::Job(id, job));
+            Decided::Wrote((id, job, ended)) => {
+                self.effects.push(Effect::Job(id, job, ended));
                 None
             }
             Decided::Skipped(id) => Some(id),
@@ -1052,16 +1059,23 @@ impl ClaimWalk {
                     timeout: next.timeout.or(self.timeout),
                     group: next.group.clone(),
                 });
-                Decided::Wrote((id, next))
+                let ended = ended(job, &next);
+                Decided::Wrote((id, next, ended))
             }
             NextDecision::Bury(next) => {
                 self.gate.buried(job.group.as_ref());
                 self.buried.push((id.clone(), next.updated));
-                Decided::Wrote((id, next))
+                let ended = ended(job, &next);
+                Decided::Wrote((id, next, ended))
             }
             NextDecision::Skip => Decided::Skipped(id),
         }
     }
+}
+
+/// The attempt a candidate's expired lease held, ended by the claim walk's write of `next`.
+fn ended(before: &Job, next: &Job) -> Option<lease_domain::Attempt> {
+    before.open_attempt()?.closed_by(None, next)
 }
 
 /// The most heads one read asks for.
@@ -1117,7 +1131,7 @@ mod tests {
             let page: Vec<_> = jobs.iter().take(want).cloned().collect();
             walk.answer(Answer::Page(term(100.0), page)).unwrap();
             for effect in walk.take_effects() {
-                let Effect::Job(id, _) = effect else {
+                let Effect::Job(id, ..) = effect else {
                     panic!("a plain walk wrote {effect:?}")
                 };
                 jobs.retain(|(j, _)| *j != id);
@@ -1295,7 +1309,7 @@ mod tests {
 
         fn write(&mut self, effects: Vec<Effect>) {
             for effect in effects {
-                if let Effect::Job(id, job) = effect {
+                if let Effect::Job(id, job, _) = effect {
                     let row = self.jobs.iter_mut().find(|(j, _, _)| *j == id).unwrap();
                     row.1 = job;
                 }

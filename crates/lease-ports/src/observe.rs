@@ -162,6 +162,7 @@ impl Hooks for Observe {
             Call::EnqueueMany(_) => ("enqueue_many", None, None, None),
             Call::Record(job) => ("record", Some(job), None, None),
             Call::Checkpoints(job) => ("checkpoints", Some(job), None, None),
+            Call::Attempts(job) => ("attempts", Some(job), None, None),
             Call::Trace(job) => ("trace", Some(job), None, None),
             Call::Children(job, _) => ("children", Some(job), None, None),
             Call::Purge(..) => ("purge", None, None, None),

@@ -101,6 +101,12 @@ impl Changes {
                 Change::Judge => self.judged.push((decision, id.clone())),
                 Change::Release(end, at) => self.released.push((decision, id.clone(), end, at)),
                 Change::Refused(entry) => self.refused.push((id.clone(), entry)),
+                // Kept by the statement that writes the row it ended with.
+                Change::Attempt(attempt) => {
+                    if let Some(last) = self.rows.last_mut() {
+                        last.encoded.set_ended(Some(&attempt));
+                    }
+                }
             }
         }
         Ok(())

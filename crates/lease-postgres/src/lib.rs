@@ -515,8 +515,10 @@ impl LeaseStore for PgLeaseStore {
         // do, as read after its lock), or is refused (recorded in the audit trail when the
         // store keeps one); nothing else.
         let (mut completion, mut released, mut refused) = (None, None, None);
+        let mut ended = None;
         for change in decided.changes {
             match change {
+                Change::Attempt(attempt) => ended = Some(attempt),
                 Change::Row { job: next, .. } => {
                     completion = Some(Encoded::from_to(
                         job,
@@ -535,6 +537,7 @@ impl LeaseStore for PgLeaseStore {
             }
         }
         let outcome = decided.outcome;
+        let completion = completion.map(|w: Encoded| w.ending(ended.as_ref()));
         let mut writes = std::mem::take(&mut claimed.writes);
         let mut wrote = claimed.wrote || completion.is_some();
         writes.extend(completion);
@@ -788,6 +791,35 @@ impl LeaseStore for PgLeaseStore {
         let kept = checkpoint::of(&conn, &self.checkpoints, job).await?;
         conn.clean();
         Ok(kept)
+    }
+
+    async fn attempts(&self, job: &JobId) -> Result<lease_domain::Attempts, StoreError> {
+        let mut conn = self.conn().await?;
+        let stmt = conn.prepare(&self.sql.attempts).await?;
+        let rows = conn
+            .client()
+            .query(&stmt, &[&job.as_str()])
+            .await
+            .map_err(|e| error::map(e, error::Stage::BeforeCommit))?;
+        conn.clean();
+        let read = |e: tokio_postgres::Error| {
+            StoreError::Corrupt(format!("job {job}: an attempt cannot be read: {e}").into())
+        };
+        let kept = rows
+            .iter()
+            .map(|r| {
+                let row = lease_ports::codec::StoredAttempt {
+                    fence: r.try_get(0).map_err(read)?,
+                    owner: r.try_get(1).map_err(read)?,
+                    started: r.try_get(2).map_err(read)?,
+                    ended: r.try_get(3).map_err(read)?,
+                    outcome: r.try_get(4).map_err(read)?,
+                    error: r.try_get(5).map_err(read)?,
+                };
+                lease_ports::codec::attempt(job.as_str(), row)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(lease_domain::Attempts::of(kept))
     }
 
     async fn trace(&self, job: &JobId) -> Result<Option<lease_domain::TraceContext>, StoreError> {

@@ -507,9 +507,10 @@ impl Driver<'_> {
     async fn stage(&mut self, effects: Vec<Effect>) -> Result<(), StoreError> {
         for effect in effects {
             match effect {
-                Effect::Job(id, job) => {
+                Effect::Job(id, job, ended) => {
                     let before = self.read.get(&id).cloned();
-                    self.pending.push(Encoded::from_to(&id, before, &job));
+                    self.pending
+                        .push(Encoded::from_to(&id, before, &job).ending(ended.as_ref()));
                 }
                 // The walk's last effect: sent with COMMIT, after every row (`Claimed::commit`).
                 Effect::RepairHeads(groups) => {

@@ -13,8 +13,9 @@ use crate::error::{self, Stage};
 pub const CURRENT_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].version;
 
 /// The tables (and their sequences) lease makes; anything else in the schema is foreign.
-const OURS: [&str; 21] = [
+const OURS: [&str; 22] = [
     "jobs",
+    "attempts",
     "group_heads",
     "epoch",
     "parents",
@@ -38,7 +39,7 @@ const OURS: [&str; 21] = [
 ];
 
 /// The released migrations, frozen (`migrations/*.sql`; `{s}` stands for the schema name).
-const MIGRATIONS: [Migration; 16] = [
+const MIGRATIONS: [Migration; 17] = [
     Migration {
         version: 1,
         sql: include_str!("../migrations/0001_jobs.sql"),
@@ -103,6 +104,10 @@ const MIGRATIONS: [Migration; 16] = [
         version: 16,
         sql: include_str!("../migrations/0016_group_heads.sql"),
     },
+    Migration {
+        version: 17,
+        sql: include_str!("../migrations/0017_attempts.sql"),
+    },
 ];
 
 /// What a schema holds, read in one snapshot.
@@ -143,14 +148,16 @@ pub fn check_schema_name(schema: &str) -> Result<(), StoreError> {
     }
 }
 
-/// The functions lease makes in its schema (by migrations 2, 6, 7, 11, 12, 13, 14 and 15).
-const OUR_FUNCTIONS: [&str; 11] = [
+/// The functions lease makes in its schema (by migrations 2, 6, 7, 11, 12, 13, 14, 15 and 17).
+const OUR_FUNCTIONS: [&str; 13] = [
     "admit_fence",
     "count_finished",
     "epoch",
+    "forget_attempts",
     "forget_checkpoints",
     "forget_parents",
     "forget_traces",
+    "keep_attempt",
     "keep_group_turn",
     "lower_group_head",
     "next_fence",
@@ -382,7 +389,7 @@ mod tests {
         }
     }
 
-    const PINNED: [&str; 16] = [
+    const PINNED: [&str; 17] = [
         "21ac859f099c73a2cfd49e089bf85213014d3ff3143f88a78d480d1e86bb59bd",
         "8505302d5ab97431700ce91b427106b910ee3c01618c1d65f4da182c61b8f06a",
         "0bf2cb357e23e48a89126c5ec138cd9473c954eb54b191211dd84d9dfa99a49f",
@@ -399,5 +406,6 @@ mod tests {
         "d9e1f2f6027f7a8da79b63db867a3b6132adb6d498436eebaf1c9d46f81c9d84",
         "ad981da9336d7bbfd61a26930fd2233892b96270aac2d9b8b808cb9cbdcb821c",
         "0ae6a74c813d1b61f2a4b713b8b01f09c8c89790c8b62441372412a25218bdab",
+        "bb228da53a1325514de6f44188dd227c27004cbabc53da666cf8904231cf8790",
     ];
 }

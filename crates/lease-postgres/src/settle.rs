@@ -78,18 +78,38 @@ struct Prepared {
 #[derive(Default)]
 struct Rows {
     at: HashMap<JobId, usize>,
-    rows: Vec<(JobId, Standing, Job)>,
+    rows: Vec<(JobId, Standing, Job, Option<lease_domain::Attempt>)>,
 }
 
 impl Rows {
-    fn put(&mut self, id: &JobId, before: &Job, next: Job) {
+    /// Puts the row of `id` as decided last over `before`, with the attempt the decision
+    /// ended, if any. A second attempt ended in one batch declines it (the statement keeps one
+    /// a row; a job's lease ends once a batch but for a caller's race no batch needs).
+    fn put(
+        &mut self,
+        id: &JobId,
+        before: &Job,
+        next: Job,
+        ended: Option<lease_domain::Attempt>,
+    ) -> Result<(), Stop> {
         match self.at.get(id) {
-            Some(&i) => self.rows[i].2 = next,
+            Some(&i) => {
+                let row = &mut self.rows[i];
+                row.2 = next;
+                if ended.is_some() {
+                    if row.3.is_some() {
+                        return Err(Stop::Decline);
+                    }
+                    row.3 = ended;
+                }
+            }
             None => {
                 self.at.insert(id.clone(), self.rows.len());
-                self.rows.push((id.clone(), Standing::of(before), next));
+                self.rows
+                    .push((id.clone(), Standing::of(before), next, ended));
             }
         }
+        Ok(())
     }
 
     fn has(&self, id: &JobId) -> bool {
@@ -102,7 +122,9 @@ impl Rows {
         self.at.clear();
         std::mem::take(&mut self.rows)
             .into_iter()
-            .map(|(id, before, next)| Encoded::from_to(&id, Some(before), &next))
+            .map(|(id, before, next, ended)| {
+                Encoded::from_to(&id, Some(before), &next).ending(ended.as_ref())
+            })
             .collect()
     }
 }
@@ -234,7 +256,8 @@ impl PgLeaseStore {
             let decided = command.decided(id, stored.as_ref(), None);
             for change in &decided.changes {
                 match change {
-                    lease_domain::Change::Row { insert: false, .. } => {}
+                    lease_domain::Change::Row { insert: false, .. }
+                    | lease_domain::Change::Attempt(_) => {}
                     lease_domain::Change::Release(..)
                         if !waited_on.iter().any(|w| w == id.as_str()) => {}
                     lease_domain::Change::Refused(_) if self.audit.is_none() => {}
@@ -242,7 +265,11 @@ impl PgLeaseStore {
                 }
             }
             if let (Some(before), Some(next)) = (&stored, decided.row()) {
-                rows.put(id, before, next.clone());
+                let ended = decided.changes.iter().find_map(|c| match c {
+                    lease_domain::Change::Attempt(a) => Some(a.clone()),
+                    _ => None,
+                });
+                rows.put(id, before, next.clone(), ended)?;
                 current.insert(id.clone(), next.clone());
             }
             outcomes.push(Some(decided.outcome.clone()));
@@ -364,7 +391,8 @@ impl PgLeaseStore {
                     if next.finished().is_some() {
                         shared.buried.push(id.clone());
                     }
-                    rows.put(&id, &before, next);
+                    let ended = before.open_attempt().and_then(|o| o.closed_by(None, &next));
+                    rows.put(&id, &before, next, ended)?;
                     shared.wrote = true;
                 }
             }

@@ -41,8 +41,11 @@ pub struct Sql {
     /// Writes every column of a job.
     pub update: String,
     /// Writes every column of a job and, in the same statement, the counts of migration 6 it
-    /// moves (`$22`..`$25`, see `Encoded::counted_params`); answers how many rows it wrote.
+    /// moves (`$22`..`$25`) and the attempt it ends (`$26`..`$32`, see
+    /// `Encoded::counted_params`); answers how many rows it wrote.
     pub update_counted: String,
+    /// A job's kept attempts (`$1`), by fence.
+    pub attempts: String,
     /// Reads the server's clock.
     pub clock: String,
     /// Sets `claim_next`'s planner settings for its transaction only, and reads the store's
@@ -138,6 +141,10 @@ impl Sql {
                  WHERE id = $1"
             ),
             update_counted: update_counted(s),
+            attempts: format!(
+                "SELECT fence, owner, started, ended, outcome, error FROM {s}.attempts \
+                 WHERE job = $1 ORDER BY fence"
+            ),
             // Read after the statements before it in the transaction (and so after any row
             // lock they waited for).
             clock: "SELECT extract(epoch FROM clock_timestamp())::float8".to_owned(),
@@ -279,8 +286,9 @@ fn candidates(s: &str) -> String {
     )
 }
 
-/// A job's update that also counts what it finished and completed (migration 6's counts),
-/// in one statement.
+/// A job's update that also counts what it finished and completed (migration 6's counts) and
+/// keeps the attempt it ended (`$26`..`$31`, trimming the job's when `$32`), in one
+/// statement.
 fn update_counted(s: &str) -> String {
     format!(
         "WITH u AS (UPDATE {s}.jobs SET owner = $2, until = $3, fence = $4, result = $5, \
@@ -294,15 +302,27 @@ fn update_counted(s: &str) -> String {
          ON CONFLICT (queue, finished, shard) DO UPDATE SET n = {s}.finished.n + excluded.n), \
          c AS (INSERT INTO {s}.completions (minute, queue, shard, n) \
          SELECT $25::float8, $7, pg_backend_pid(), 1 FROM u WHERE $25::float8 IS NOT NULL \
-         ON CONFLICT (minute, queue, shard) DO UPDATE SET n = {s}.completions.n + 1) \
-         SELECT count(*) FROM u"
+         ON CONFLICT (minute, queue, shard) DO UPDATE SET n = {s}.completions.n + 1), \
+         a AS (INSERT INTO {s}.attempts (job, fence, owner, started, ended, outcome, error) \
+         SELECT $1, $26::int8, $27::text, $28::float8, \
+         coalesce($29::float8, extract(epoch FROM clock_timestamp())::float8), $30::text, \
+         $31::text FROM u WHERE $26::int8 IS NOT NULL ON CONFLICT DO NOTHING), \
+         t AS (DELETE FROM {s}.attempts d WHERE $32::bool AND d.job = $1 AND d.fence < \
+         (SELECT x.fence FROM {s}.attempts x WHERE x.job = $1 ORDER BY x.fence DESC \
+         OFFSET {kept_before} LIMIT 1)) \
+         SELECT count(*) FROM u",
+        kept_before = KEPT_BEFORE,
     )
 }
 
+/// How many of a job's kept attempts a write that keeps one more leaves beside it when it
+/// trims: the statement does not see the row it inserts.
+const KEPT_BEFORE: u64 = lease_domain::ATTEMPTS_KEPT - 1;
+
 /// Writes many jobs in one statement, each column an array (`$1`..`$21` as
-/// [`Encoded::params`], `$22`..`$25` the counts each moves as [`Encoded::counted_params`],
-/// NULL for a write that moves none), with the counts of migration 6 they move summed by queue
-/// and end; answers how many rows it wrote. For rows already locked (a generation of a
+/// [`Encoded::params`], `$22`..`$25` the counts each moves and `$26`..`$32` the attempt it
+/// ends as [`Encoded::counted_params`], NULL for a write that moves none), with the counts of
+/// migration 6 they move summed by queue and end; answers how many rows it wrote. For rows already locked (a generation of a
 /// workflow's children).
 pub(crate) fn update_many(s: &str) -> String {
     update_many_with(s, true)
@@ -316,17 +336,20 @@ fn update_many_with(s: &str, payload: bool) -> String {
          $5::text[], $6::bool[], $7::text[], $8::int8[], $9::float8[], $10::int8[], \
          $11::int8[], $12::bytea[], $13::text[], $14::text[], $15::int8[], $16::float8[], \
          $17::bytea[], $18::float8[], $19::text[], $20::text[], $21::float8[], $22::text[], \
-         $23::text[], $24::text[], $25::float8[]) AS v(id, owner, until, fence, result, done, \
-         queue, priority, run_at, attempts, max_attempts, payload, ended, error, result_fence, \
-         updated, token, timeout, progress, grp, leased_until, old_queue, old_end, new_end, \
-         completed)), \
+         $23::text[], $24::text[], $25::float8[], $26::int8[], $27::text[], $28::float8[], \
+         $29::float8[], $30::text[], $31::text[], $32::bool[]) AS v(id, owner, until, fence, \
+         result, done, queue, priority, run_at, attempts, max_attempts, payload, ended, error, \
+         result_fence, updated, token, timeout, progress, grp, leased_until, old_queue, \
+         old_end, new_end, completed, a_fence, a_owner, a_started, a_ended, a_outcome, \
+         a_error, a_trim)), \
          u AS (UPDATE {s}.jobs j SET owner = v.owner, until = v.until, fence = v.fence, \
          result = v.result, done = v.done, queue = v.queue, priority = v.priority, \
          run_at = v.run_at, attempts = v.attempts, max_attempts = v.max_attempts, \
          {payload}ended = v.ended, error = v.error, result_fence = v.result_fence, \
          updated = v.updated, token = v.token, timeout = v.timeout, progress = v.progress, \
          grp = v.grp, leased_until = v.leased_until FROM v WHERE j.id = v.id \
-         RETURNING v.queue, v.old_queue, v.old_end, v.new_end, v.completed), \
+         RETURNING v.id, v.queue, v.old_queue, v.old_end, v.new_end, v.completed, v.a_fence, \
+         v.a_owner, v.a_started, v.a_ended, v.a_outcome, v.a_error, v.a_trim), \
          f AS (INSERT INTO {s}.finished (queue, finished, shard, n) \
          SELECT q, e, pg_backend_pid(), sum(d) FROM (\
          SELECT old_queue AS q, old_end AS e, -1 AS d FROM u WHERE old_end IS NOT NULL \
@@ -336,8 +359,16 @@ fn update_many_with(s: &str, payload: bool) -> String {
          c AS (INSERT INTO {s}.completions (minute, queue, shard, n) \
          SELECT completed, queue, pg_backend_pid(), count(*) FROM u \
          WHERE completed IS NOT NULL GROUP BY completed, queue \
-         ON CONFLICT (minute, queue, shard) DO UPDATE SET n = {s}.completions.n + excluded.n) \
-         SELECT count(*) FROM u"
+         ON CONFLICT (minute, queue, shard) DO UPDATE SET n = {s}.completions.n + excluded.n), \
+         a AS (INSERT INTO {s}.attempts (job, fence, owner, started, ended, outcome, error) \
+         SELECT id, a_fence, a_owner, a_started, \
+         coalesce(a_ended, extract(epoch FROM clock_timestamp())::float8), a_outcome, a_error \
+         FROM u WHERE a_fence IS NOT NULL ON CONFLICT DO NOTHING), \
+         t AS (DELETE FROM {s}.attempts d USING u WHERE u.a_trim AND d.job = u.id \
+         AND d.fence < (SELECT x.fence FROM {s}.attempts x WHERE x.job = u.id \
+         ORDER BY x.fence DESC OFFSET {kept_before} LIMIT 1)) \
+         SELECT count(*) FROM u",
+        kept_before = KEPT_BEFORE,
     )
 }
 
@@ -368,6 +399,13 @@ pub(crate) struct Columns {
     old_end: Vec<Option<&'static str>>,
     new_end: Vec<Option<&'static str>>,
     completed: Vec<Option<f64>>,
+    a_fence: Vec<Option<i64>>,
+    a_owner: Vec<Option<String>>,
+    a_started: Vec<Option<f64>>,
+    a_ended: Vec<Option<f64>>,
+    a_outcome: Vec<Option<&'static str>>,
+    a_error: Vec<Option<String>>,
+    a_trim: Vec<bool>,
 }
 
 impl Columns {
@@ -400,6 +438,13 @@ impl Columns {
             old_end: Vec::with_capacity(n),
             new_end: Vec::with_capacity(n),
             completed: Vec::with_capacity(n),
+            a_fence: Vec::with_capacity(n),
+            a_owner: Vec::with_capacity(n),
+            a_started: Vec::with_capacity(n),
+            a_ended: Vec::with_capacity(n),
+            a_outcome: Vec::with_capacity(n),
+            a_error: Vec::with_capacity(n),
+            a_trim: Vec::with_capacity(n),
         };
         for w in writes {
             c.id.push(w.id.clone());
@@ -428,12 +473,20 @@ impl Columns {
             c.old_end.push(counted.and_then(|k| k.old_end));
             c.new_end.push(counted.and_then(|k| k.new_end));
             c.completed.push(counted.and_then(|k| k.completed));
+            let ended = w.ended_attempt.as_ref();
+            c.a_fence.push(ended.map(|a| a.fence));
+            c.a_owner.push(ended.map(|a| a.owner.clone()));
+            c.a_started.push(ended.and_then(|a| a.started));
+            c.a_ended.push(ended.and_then(|a| a.ended));
+            c.a_outcome.push(ended.map(|a| a.outcome));
+            c.a_error.push(ended.and_then(|a| a.error.clone()));
+            c.a_trim.push(ended.is_some_and(|a| a.trim));
         }
         c
     }
 
     /// The parameters of [`update_many`].
-    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 25] {
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 32] {
         [
             &self.id,
             &self.owner,
@@ -460,6 +513,13 @@ impl Columns {
             &self.old_end,
             &self.new_end,
             &self.completed,
+            &self.a_fence,
+            &self.a_owner,
+            &self.a_started,
+            &self.a_ended,
+            &self.a_outcome,
+            &self.a_error,
+            &self.a_trim,
         ]
     }
 }
@@ -638,7 +698,26 @@ pub(crate) struct Encoded {
     /// The counts the write moves (migration 6), when it changes a job's end or the queue of
     /// a finished job: written by the same statement as the row.
     counted: Option<Counted>,
+    /// The attempt the write ends (migration 17), kept by the same statement as the row.
+    ended_attempt: Option<EndedAttempt>,
 }
+
+/// An ended attempt as the statements' parameters (`$26`..`$32`).
+struct EndedAttempt {
+    fence: i64,
+    owner: String,
+    started: Option<f64>,
+    ended: Option<f64>,
+    outcome: &'static str,
+    error: Option<String>,
+    trim: bool,
+}
+
+/// What a write that moves no count sends for them, and one that ends no attempt for it.
+static NO_TEXT: Option<&str> = None;
+static NO_TIME: Option<f64> = None;
+static NO_NUMBER: Option<i64> = None;
+static NO_TRIM: bool = false;
 
 /// What a write moves in migration 6's counts: the end (and queue) the job leaves, the end
 /// it enters, and the minute of its completion.
@@ -698,22 +777,68 @@ impl Encoded {
         &self.id
     }
 
-    /// Whether the write moves a count, and so takes the counting statement.
+    /// Whether the write moves a count or ends an attempt, and so takes the counting
+    /// statement.
     pub(crate) fn counts(&self) -> bool {
-        self.counted.is_some()
+        self.counted.is_some() || self.ended_attempt.is_some()
+    }
+
+    /// The write, keeping `ended` (the attempt its decision ended, if any) with its row.
+    pub(crate) fn ending(mut self, ended: Option<&lease_domain::Attempt>) -> Self {
+        self.set_ended(ended);
+        self
+    }
+
+    /// Keeps `ended` (the attempt the write's decision ended, if any) with the row.
+    pub(crate) fn set_ended(&mut self, ended: Option<&lease_domain::Attempt>) {
+        self.ended_attempt = ended.map(|a| EndedAttempt {
+            fence: i64::try_from(a.fence.get()).unwrap_or(i64::MAX),
+            owner: a.owner.as_str().to_owned(),
+            started: a.started.map(Timestamp::get),
+            ended: a.ended.map(Timestamp::get),
+            outcome: a.end.as_str(),
+            error: a.error.clone(),
+            trim: lease_domain::trims_attempts(a.fence),
+        });
     }
 
     /// [`Encoded::params`] and the counts the write moves (`$22` the queue and `$23` the end
     /// it leaves, `$24` the end it enters, `$25` the minute of its completion).
     pub(crate) fn counted_params(&self) -> Vec<&(dyn ToSql + Sync)> {
         let mut params = self.params().to_vec();
-        if let Some(c) = &self.counted {
-            params.extend([
+        match &self.counted {
+            Some(c) => params.extend([
                 &c.old_queue as &(dyn ToSql + Sync),
                 &c.old_end,
                 &c.new_end,
                 &c.completed,
-            ]);
+            ]),
+            None => params.extend([
+                &NO_TEXT as &(dyn ToSql + Sync),
+                &NO_TEXT,
+                &NO_TEXT,
+                &NO_TIME,
+            ]),
+        }
+        match &self.ended_attempt {
+            Some(a) => params.extend([
+                &a.fence as &(dyn ToSql + Sync),
+                &a.owner,
+                &a.started,
+                &a.ended,
+                &a.outcome,
+                &a.error,
+                &a.trim,
+            ]),
+            None => params.extend([
+                &NO_NUMBER as &(dyn ToSql + Sync),
+                &NO_TEXT,
+                &NO_TIME,
+                &NO_TIME,
+                &NO_TEXT,
+                &NO_TEXT,
+                &NO_TRIM,
+            ]),
         }
         params
     }
@@ -742,6 +867,7 @@ impl Encoded {
             group: job.group.as_ref().map(|g| g.as_str().to_owned()),
             leased_until: job.leased_until().map(Timestamp::get),
             counted: None,
+            ended_attempt: None,
         }
     }
 

@@ -414,6 +414,30 @@ impl StoreCore {
         )
     }
 
+    /// The job's attempts, ``{"attempts": [...], "older": n}``: each ended attempt the store
+    /// keeps (the latest 100) then the one under way, by fence, as a dict of ``fence``,
+    /// ``owner``, ``started``, ``ended``, ``outcome`` (done, failed, timed_out, lease_lost,
+    /// released, cancelled; running or expired for the one under way), ``error`` and
+    /// ``until`` (the lease's end, for the one under way); ``older`` counts the earlier
+    /// attempts no longer kept. Empty for a job never leased, or gone.
+    #[pyo3(signature = (job_id))]
+    fn attempts(&self, py: Python<'_>, job_id: &str) -> PyResult<Pending> {
+        let id = to_py(py, values::job_id(job_id))?;
+        let store = self.store(py)?;
+        self.call(
+            py,
+            async move {
+                let record = store.record(&id).await?;
+                let kept = store.attempts(&id).await?;
+                Ok((record, kept, values::clock_now()?))
+            },
+            |py, (record, kept, now)| {
+                values::attempts_dict(py, record.as_ref().map(|r| &r.job), &kept, now)
+                    .map(|d| d.into_any().unbind())
+            },
+        )
+    }
+
     /// The W3C trace context the job was enqueued with: ``{"traceparent": ..., "tracestate":
     /// ...}`` (``tracestate`` None when it came without one), or None for a job enqueued
     /// outside a trace or gone. Read apart from the job, as every store keeps it.

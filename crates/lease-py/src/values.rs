@@ -804,6 +804,67 @@ pub(crate) fn trace_dict<'py>(
     Ok(shown)
 }
 
+/// A job's attempts as Python sees them (`Store.attempts`): the kept ones, then the one under
+/// way at `now`, each a dict; with the count of older ones.
+pub(crate) fn attempts_dict<'py>(
+    py: Python<'py>,
+    job: Option<&lease_domain::Job>,
+    kept: &lease_domain::Attempts,
+    now: lease_domain::Timestamp,
+) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    let time = |t: Option<lease_domain::Timestamp>| t.map(lease_domain::Timestamp::get);
+    let list = pyo3::types::PyList::empty(py);
+    let one = |fence: u64,
+               owner: &str,
+               started: Option<f64>,
+               ended: Option<f64>,
+               outcome: &str,
+               error: Option<&str>,
+               until: Option<f64>|
+     -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let d = pyo3::types::PyDict::new(py);
+        d.set_item("fence", fence)?;
+        d.set_item("owner", owner)?;
+        d.set_item("started", started)?;
+        d.set_item("ended", ended)?;
+        d.set_item("outcome", outcome)?;
+        d.set_item("error", error)?;
+        d.set_item("until", until)?;
+        Ok(d)
+    };
+    for a in &kept.kept {
+        list.append(one(
+            a.fence.get(),
+            a.owner.as_str(),
+            time(a.started),
+            time(a.ended),
+            a.end.as_str(),
+            a.error.as_deref(),
+            None,
+        )?)?;
+    }
+    if let Some(open) = job.and_then(lease_domain::Job::open_attempt) {
+        let outcome = if open.until > now {
+            "running"
+        } else {
+            "expired"
+        };
+        list.append(one(
+            open.fence.get(),
+            open.owner.as_str(),
+            time(open.started),
+            None,
+            outcome,
+            None,
+            Some(open.until.get()),
+        )?)?;
+    }
+    let shown = pyo3::types::PyDict::new(py);
+    shown.set_item("attempts", list)?;
+    shown.set_item("older", kept.older)?;
+    Ok(shown)
+}
+
 /// A job's checkpoints as Python sees them: ``{name: value}`` in name order.
 pub(crate) fn checkpoints_dict<'py>(
     py: Python<'py>,

@@ -436,6 +436,24 @@ def test_every_refused_holder_write_is_audited_and_read_back(store):
     assert (record.progress, record.until) == ("1 of 4", until)
 
 
+def test_attempts_show_a_lost_lease_the_attempt_that_took_it_and_the_one_under_way(store):
+    store.enqueue("story")
+    (first,) = store.claim_next("default", A, 0.3)
+    assert [a["outcome"] for a in store.attempts("story")["attempts"]] == ["running"]
+    time.sleep(0.4)
+    (second,) = store.claim_next("default", B, 30.0)
+    assert not store.complete("story", A, first.fence, "late")
+    shown = store.attempts("story")
+    assert shown["older"] == 0
+    lost, running = shown["attempts"]
+    assert (lost["fence"], lost["owner"], lost["outcome"]) == (first.fence, A, "lease_lost")
+    assert lost["ended"] == pytest.approx(first.until)
+    assert (running["fence"], running["owner"], running["outcome"]) == (second.fence, B, "running")
+    assert store.complete("story", B, second.fence, "ok")
+    assert [a["outcome"] for a in store.attempts("story")["attempts"]] == ["lease_lost", "done"]
+    assert store.attempts("nobody") == {"attempts": [], "older": 0}
+
+
 def test_checkpoints_are_kept_under_the_fence_and_outlive_an_expired_lease(store):
     store.enqueue("etl")
     (first,) = store.claim_next("default", A, 0.3)

@@ -271,6 +271,7 @@ fn routes() -> (axum::Router<Arc<App>>, utoipa::openapi::OpenApi) {
         .routes(routes!(leases::hold_group))
         .routes(routes!(workflow::keep, workflow::read))
         .routes(routes!(workflow::children))
+        .routes(routes!(workflow::attempts))
         .routes(routes!(service::healthz))
         .routes(routes!(service::metrics))
         .routes(routes!(service::openapi))

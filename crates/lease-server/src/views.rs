@@ -108,3 +108,69 @@ pub fn groups_json(
 pub fn schedule_json(schedule: &lease_domain::Schedule, now: lease_domain::Timestamp) -> Value {
     serde_json::to_value(crate::schedules::ScheduleView::of(schedule, now)).unwrap_or_default()
 }
+
+/// A job's attempts as `GET /v1/jobs/{id}/attempts` and `lease state --json` show them: each
+/// ended one the store keeps (fence, owner, started, ended, outcome, error), then the one
+/// under way in the job's row (`running` while its lease is live at `now`, `expired` after,
+/// with its `until`); with `refusals`, each attempt's refused writes (those that presented
+/// its fence) as `refused`. `older` counts the earlier attempts no longer kept.
+#[must_use]
+pub fn attempts_json(
+    job: Option<&lease_domain::Job>,
+    attempts: &lease_domain::Attempts,
+    refusals: Option<&[AuditRow]>,
+    now: lease_domain::Timestamp,
+) -> Value {
+    let time = |t: Option<lease_domain::Timestamp>| t.map(lease_domain::Timestamp::get);
+    let mut all: Vec<Value> = attempts
+        .kept
+        .iter()
+        .map(|a| {
+            json!({
+                "fence": a.fence.get(),
+                "owner": a.owner.as_str(),
+                "started": time(a.started),
+                "ended": time(a.ended),
+                "outcome": a.end.as_str(),
+                "error": a.error,
+                "until": Value::Null,
+            })
+        })
+        .collect();
+    if let Some(open) = job.and_then(lease_domain::Job::open_attempt) {
+        let outcome = if open.until > now {
+            "running"
+        } else {
+            "expired"
+        };
+        all.push(json!({
+            "fence": open.fence.get(),
+            "owner": open.owner.as_str(),
+            "started": time(open.started),
+            "ended": Value::Null,
+            "outcome": outcome,
+            "error": Value::Null,
+            "until": open.until.get(),
+        }));
+    }
+    if let Some(refusals) = refusals {
+        for attempt in &mut all {
+            let fence = attempt["fence"].as_u64();
+            let refused: Vec<Value> = refusals
+                .iter()
+                .filter(|r| Some(r.presented_fence) == fence)
+                .map(|r| {
+                    json!({
+                        "time": r.time,
+                        "owner": r.owner,
+                        "operation": r.operation,
+                        "reason": r.reason,
+                        "late_by": r.late_by,
+                    })
+                })
+                .collect();
+            attempt["refused"] = Value::Array(refused);
+        }
+    }
+    json!({ "attempts": all, "older": attempts.older })
+}

@@ -161,3 +161,80 @@ pub(crate) async fn children(
     let children = found.into_iter().map(|c| c.as_str().to_owned()).collect();
     Ok(json_response(StatusCode::OK, Children { children, more }))
 }
+
+/// The most refused writes of a job shown with its attempts (the newest).
+const REFUSALS_SHOWN: usize = 1000;
+
+/// A refused write of an attempt (its fence), from the audit trail.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct AttemptRefusal {
+    /// When, by the store's clock (Unix seconds).
+    pub(crate) time: f64,
+    /// Who wrote.
+    pub(crate) owner: String,
+    /// renew, progress, complete, release or fail.
+    pub(crate) operation: String,
+    /// stale, expired, not_owner, done, cancelled, dead, missing or bad_token.
+    pub(crate) reason: String,
+    /// For an expired lease, how late the write came.
+    pub(crate) late_by: Option<f64>,
+}
+
+/// One attempt of a job: a lease, from its claim to its end.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct AttemptView {
+    /// The fence its claim took.
+    pub(crate) fence: u64,
+    /// Who held it.
+    pub(crate) owner: String,
+    /// When it was claimed (null for a lease granted before attempts were kept).
+    pub(crate) started: Option<f64>,
+    /// When it ended (null while under way).
+    pub(crate) ended: Option<f64>,
+    /// done, failed, timed_out, lease_lost, released or cancelled; running or expired for the
+    /// attempt under way.
+    pub(crate) outcome: String,
+    /// The error it failed with.
+    pub(crate) error: Option<String>,
+    /// When the lease of the attempt under way ends (null for an ended one).
+    pub(crate) until: Option<f64>,
+    /// The writes refused with its fence, oldest first (empty when the audit trail is off).
+    pub(crate) refused: Vec<AttemptRefusal>,
+}
+
+/// A job's attempts.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct AttemptsBody {
+    /// The ended attempts kept (the latest 100), then the one under way, by fence.
+    pub(crate) attempts: Vec<AttemptView>,
+    /// Earlier attempts no longer kept.
+    pub(crate) older: u64,
+}
+
+#[utoipa::path(get, path = "/v1/jobs/{id}/attempts", tag = "jobs",
+    params(("id" = Name, Path, description = "The job id, percent-encoded")),
+    responses(
+        (status = 200, description = "The job's attempts, by fence, each with its refused writes", body = AttemptsBody),
+        (status = "4XX", description = "404 no such job", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn attempts(State(app): AppState, _: Viewer, Param(id): Param) -> Answer {
+    let id = Name(id).job()?;
+    let Some(record) = app.store.record(&id).await? else {
+        return Err(Problem::no_such_job());
+    };
+    let kept = app.store.attempts(&id).await?;
+    let refusals = app
+        .store
+        .refusals(&lease_ports::audit::AuditFilter {
+            job: Some(id.clone()),
+            since: None,
+            limit: REFUSALS_SHOWN,
+        })
+        .await?;
+    let now = now(&app, None)?;
+    Ok(json_response(
+        StatusCode::OK,
+        crate::views::attempts_json(Some(&record.job), &kept, Some(&refusals), now),
+    ))
+}

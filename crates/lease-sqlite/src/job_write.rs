@@ -169,6 +169,9 @@ fn write_change(
             Ok(())
         }
         Change::Release(end, at) => crate::workflow::release(conn, id, end, at),
+        Change::Attempt(attempt) => {
+            crate::attempts::keep(conn, id, &attempt, crate::clock::host_now)
+        }
         Change::Refused(entry) => match audit {
             Some(retention) => crate::ops::record_refusal(conn, retention, id, &entry),
             None => Ok(()),

@@ -11,6 +11,7 @@
 //!   [`complete`], [`release`], [`claim_many`]), synchronous and path-based: each call opens
 //!   the file afresh, so they stay correct when the file is replaced between calls.
 
+mod attempts;
 mod backup;
 mod checkpoint;
 mod clock;
@@ -533,6 +534,12 @@ impl LeaseStore for SqliteLeaseStore {
     async fn checkpoints(&self, job: &JobId) -> Result<Vec<KeptCheckpoint>, StoreError> {
         let job = job.clone();
         self.run(move |store| store.with_conn(|conn| checkpoint::of(conn, &job)))
+            .await
+    }
+
+    async fn attempts(&self, job: &JobId) -> Result<lease_domain::Attempts, StoreError> {
+        let job = job.clone();
+        self.run(move |store| store.with_conn(|conn| attempts::read(conn, &job)))
             .await
     }
 

@@ -368,8 +368,9 @@ fn write_effect(conn: &Connection, queue: &QueueName, effect: Effect) -> Result<
             .map_err(error::sql(conn))
     };
     match effect {
-        Effect::Job(id, job) => {
-            crate::job_write::write_all(conn, &id, lease_domain::Change::of_claim(job), None)?;
+        Effect::Job(id, job, ended) => {
+            let changes = lease_domain::Change::of_claim(job, ended);
+            crate::job_write::write_all(conn, &id, changes, None)?;
             Ok(true)
         }
         Effect::ServeTurn(group) => Ok(run(SERVE_TURN, &group)? > 0),

@@ -23,7 +23,7 @@ pub const APPLICATION_ID: i32 = 0x4C45_4153;
 /// fair claims, version 11 workflows (a job's parents and its policy when one fails), version 12
 /// a job's fenced checkpoints, version 13 the trace context a job was enqueued with, version 14
 /// the store's epoch, version 15 the groups' heads.
-pub(crate) const MIGRATIONS: [Migration; 15] = [
+pub(crate) const MIGRATIONS: [Migration; 16] = [
     Migration {
         version: 1,
         sql: include_str!("../migrations/0001_jobs.sql"),
@@ -84,6 +84,10 @@ pub(crate) const MIGRATIONS: [Migration; 15] = [
         version: 15,
         sql: include_str!("../migrations/0015_group_heads.sql"),
     },
+    Migration {
+        version: 16,
+        sql: include_str!("../migrations/0016_attempts.sql"),
+    },
 ];
 
 /// `PRAGMA user_version`: the schema version this code writes and reads (the newest migration).
@@ -97,7 +101,7 @@ const CREATE_RECORD: &str = "CREATE TABLE IF NOT EXISTS lease_migrations(\
     version INTEGER PRIMARY KEY, checksum TEXT NOT NULL)";
 
 /// The tables each version has, beside `jobs`: a marked file missing one is corrupt.
-const TABLES: [(i32, &str); 18] = [
+const TABLES: [(i32, &str); 19] = [
     (2, "jobs_queue"),
     (2, "purged"),
     (3, "lease_audit"),
@@ -116,6 +120,7 @@ const TABLES: [(i32, &str); 18] = [
     (13, "lease_traces"),
     (14, "lease_epoch"),
     (15, "lease_group_heads"),
+    (16, "lease_attempts"),
 ];
 
 /// One column as `PRAGMA table_info` describes it: name, declared type, NOT NULL, default, key.
@@ -473,7 +478,7 @@ mod tests {
     }
 
     /// A file at the current version as `migrate` leaves it, with `checksums` recorded.
-    fn current(checksums: [String; 15]) -> Schema {
+    fn current(checksums: [String; 16]) -> Schema {
         let mut found = schema(
             APPLICATION_ID,
             SCHEMA_VERSION,
@@ -497,6 +502,7 @@ mod tests {
                 ("lease_traces", "table"),
                 ("lease_epoch", "table"),
                 ("lease_group_heads", "table"),
+                ("lease_attempts", "table"),
             ],
         );
         found.migrations = Some(
@@ -518,7 +524,7 @@ mod tests {
         assert_eq!(pinned, PINNED.map(str::to_owned));
     }
 
-    const PINNED: [&str; 15] = [
+    const PINNED: [&str; 16] = [
         "c878484aeb0818a54dffb888a21f5d3cd8d52a3f63db5a4214c0cc7bd9ee83cb",
         "8c0d06a026396a17df9ec1349a99ba3645ab58379280df82ccc3d7bcf0b0440a",
         "921260be82b4a9a3180ddbb59bd347469d61457937659996082d1d84db6e1646",
@@ -534,6 +540,7 @@ mod tests {
         "3e234e8dd9b1ce95c706fec98123486864bd4285bdd2847730886ffb76327cc4",
         "5c72631146f7e7304bbfdf498184542a1c5b96042157375e734f8ef31d510ec9",
         "cef5dfd33013d63600456a9ccfb2f8f5b5259231cdfd24484ea0900e799f1be2",
+        "be15ea4e79a991349cdf8222b5758cc610c7eb32a2512786bedc41b61ed5735b",
     ];
 
     #[test]

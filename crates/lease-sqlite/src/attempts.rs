@@ -1,0 +1,77 @@
+//! A job's ended attempts inside the open transaction: kept by the decision that ends one
+//! (`lease_domain::Change::Attempt`), read apart from the job.
+
+use lease_domain::{Attempt, Attempts, JobId};
+use lease_ports::StoreError;
+use lease_ports::codec::StoredAttempt;
+use rusqlite::{Connection, params};
+
+use crate::error;
+
+const INSERT: &str = "INSERT INTO lease_attempts(job, fence, owner, started, ended, outcome, \
+    error) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT(job, fence) DO NOTHING";
+
+/// Drops all but the latest kept attempts of a job (`?2` of them, by fence).
+const TRIM: &str = "DELETE FROM lease_attempts WHERE job = ?1 AND fence < \
+    (SELECT fence FROM lease_attempts WHERE job = ?1 ORDER BY fence DESC LIMIT 1 OFFSET ?2 - 1)";
+
+const SELECT: &str = "SELECT fence, owner, started, ended, outcome, error FROM lease_attempts \
+    WHERE job = ?1 ORDER BY fence";
+
+/// Keeps an ended attempt of `job`: ended by `now` when its decision carried no time.
+pub(crate) fn keep(
+    conn: &Connection,
+    job: &JobId,
+    attempt: &Attempt,
+    now: impl FnOnce() -> Result<lease_domain::Timestamp, StoreError>,
+) -> Result<(), StoreError> {
+    let ended = match attempt.ended {
+        Some(at) => at,
+        None => now()?,
+    };
+    conn.prepare_cached(INSERT)
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                job.as_str(),
+                i64::try_from(attempt.fence.get()).unwrap_or(i64::MAX),
+                attempt.owner.as_str(),
+                attempt.started.map(lease_domain::Timestamp::get),
+                ended.get(),
+                attempt.end.as_str(),
+                attempt.error.as_deref(),
+            ])
+        })
+        .map_err(error::sql(conn))?;
+    if lease_domain::trims_attempts(attempt.fence) {
+        let kept = i64::try_from(lease_domain::ATTEMPTS_KEPT).unwrap_or(i64::MAX);
+        conn.prepare_cached(TRIM)
+            .and_then(|mut stmt| stmt.execute(params![job.as_str(), kept]))
+            .map_err(error::sql(conn))?;
+    }
+    Ok(())
+}
+
+/// `job`'s kept attempts, by fence.
+pub(crate) fn read(conn: &Connection, job: &JobId) -> Result<Attempts, StoreError> {
+    let rows: Vec<StoredAttempt> = conn
+        .prepare_cached(SELECT)
+        .and_then(|mut stmt| {
+            stmt.query_map([job.as_str()], |r| {
+                Ok(StoredAttempt {
+                    fence: r.get(0)?,
+                    owner: r.get(1)?,
+                    started: r.get(2)?,
+                    ended: r.get(3)?,
+                    outcome: r.get(4)?,
+                    error: r.get(5)?,
+                })
+            })
+            .and_then(Iterator::collect)
+        })
+        .map_err(error::sql(conn))?;
+    let kept = rows
+        .into_iter()
+        .map(|row| lease_ports::codec::attempt(job.as_str(), row))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Attempts::of(kept))
+}
