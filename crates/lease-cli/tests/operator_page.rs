@@ -295,6 +295,25 @@ impl Session {
         self.until(&format!("the {status} status"), &script).await;
     }
 
+    /// Makes the window `width` by `height` CSS pixels (a phone's, touch and twice as dense,
+    /// when at most 390 wide) in the `scheme` colour scheme (`light` or `dark`).
+    async fn looks_like(&self, width: i64, height: i64, scheme: &str) {
+        let phone = width <= 390;
+        self.page
+            .execute(SetDeviceMetricsOverrideParams::new(
+                width,
+                height,
+                if phone { 2.0 } else { 1.0 },
+                phone,
+            ))
+            .await
+            .unwrap();
+        self.page
+            .emulate_media_features(vec![MediaFeature::new("prefers-color-scheme", scheme)])
+            .await
+            .unwrap();
+    }
+
     async fn click(&self, selector: &str) {
         self.page
             .find_element(selector)
@@ -586,13 +605,74 @@ async fn an_admin_sees_counts_and_a_refused_stale_write_live_pages_the_jobs_and_
     session
         .until("the stored result and the job's refusals", "[...document.querySelectorAll('#job-fields dd')].some(d => d.innerText === \"B's result\") && document.querySelectorAll('#job-refusals tbody tr').length === 1")
         .await;
+    // Its attempts on one timeline: A's (fence 1) lost its lease, B's (fence 2) completed,
+    // and A's late completion is a mark on A's attempt, after its end.
+    session
+        .until(
+            "the timeline's two attempts",
+            "document.querySelectorAll('#job-timeline svg rect.bar').length === 2 && document.querySelectorAll('#job-timeline ol.attempts li').length === 2",
+        )
+        .await;
+    let attempts = session
+        .eval("[...document.querySelectorAll('#job-timeline ol.attempts li')].map(li => li.innerText)")
+        .await;
+    let attempts: Vec<String> = serde_json::from_value(attempts).unwrap();
+    assert!(
+        attempts[0].starts_with("Fence 1 · w/a · lease lost"),
+        "{attempts:?}"
+    );
+    assert!(
+        attempts[0].contains("complete by w/a refused (stale)"),
+        "{attempts:?}"
+    );
+    assert!(
+        attempts[1].starts_with("Fence 2 · w/b · done"),
+        "{attempts:?}"
+    );
+    assert_eq!(
+        session
+            .eval("[...document.querySelectorAll('#job-timeline svg .mark')].map(m => m.dataset.fence)")
+            .await,
+        json!(["1"]),
+        "one refused write, on fence 1's attempt"
+    );
+    assert_eq!(
+        session
+            .eval("[...document.querySelectorAll('#job-timeline svg text.label')].map(t => t.textContent)")
+            .await,
+        json!(["fence 1 · w/a · lease lost", "fence 2 · w/b · done"])
+    );
+    // The mark comes after fence 1's bar ends (its lease's deadline).
+    assert_eq!(
+        session
+            .eval("(() => { const bar = document.querySelector('#job-timeline rect.bar[data-fence=\"1\"]').getBBox(); const mark = document.querySelector('#job-timeline .mark').getBBox(); return mark.x > bar.x + bar.width; })()")
+            .await,
+        json!(true)
+    );
     session.screenshot("6-job-with-refusal").await;
+    assert_eq!(
+        session
+            .eval("document.documentElement.scrollWidth <= window.innerWidth")
+            .await,
+        json!(true),
+        "the job page scrolls sideways on a 1280-pixel desktop"
+    );
+    // On a phone, dark: the timeline fits the screen.
+    session.looks_like(390, 844, "dark").await;
+    session
+        .until(
+            "the job page on a phone, without sideways scrolling",
+            "window.innerWidth <= 390 && getComputedStyle(document.body).backgroundColor === 'rgb(17, 19, 21)' && document.documentElement.scrollWidth <= window.innerWidth && document.querySelector('#job-timeline svg').getBoundingClientRect().right <= window.innerWidth",
+        )
+        .await;
+    session.screenshot("6a-timeline-phone-dark").await;
+    session.looks_like(1280, 900, "light").await;
     // Back on the overview, the mail queue's chart counts B's completion and A's refusal.
     session.click("nav a[href='#/']").await;
     session
         .until(
             "the mail queue's chart",
-            "[...document.querySelectorAll('#queues tbody tr')].some(r => r.cells[0].innerText === 'mail' && r.cells[8].querySelector('svg title').textContent === 'last hour: 1 completed, 1 refused' && r.cells[8].querySelectorAll('rect').length === 2)",
+            "[...document.querySelectorAll('#queues tbody tr')].some(r => r.cells[0].innerText === 'mail' && r.cells[8].querySelector('svg title').textContent === 'last hour: 1 completed, 0 failed, 0 dead, 0 cancelled, 1 refused' && r.cells[8].querySelectorAll('rect').length === 2)",
         )
         .await;
     session.screenshot("6b-overview-with-activity").await;
@@ -1459,17 +1539,60 @@ async fn the_job_list_shows_groups_and_rfc_3339_times_with_their_age_and_the_lim
         &json!({"fence": lease["fence"], "result": "ok"}).to_string(),
     );
     assert_eq!(code, 200, "{body}");
+    // A failure at the last attempt (a failed attempt and a dead job) and a cancel, in the
+    // same queue: each in its colour, stacked in this minute.
+    for id in ["busy-2", "busy-3"] {
+        let (code, body) = server.call(
+            "POST",
+            "/v1/queues/busy/jobs",
+            &headers,
+            &json!({ "id": id }).to_string(),
+        );
+        assert_eq!(code, 201, "{body}");
+    }
+    let (code, body) = server.call("POST", "/v1/queues/busy/claims", &headers, r#"{"ttl": 30}"#);
+    assert_eq!(code, 200, "{body}");
+    let lease = &body["leases"][0];
+    assert_eq!(lease["id"], json!("busy-2"));
+    let token = lease["lease_token"].as_str().unwrap();
+    let (code, body) = server.call(
+        "POST",
+        "/v1/jobs/busy-2/fail",
+        &[("Authorization", auth.as_str()), ("Lease-Token", token)],
+        &json!({"fence": lease["fence"], "error": "boom", "retry": false}).to_string(),
+    );
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = server.call("POST", "/v1/jobs/busy-3/cancel", &headers, "{}");
+    assert_eq!(code, 200, "{body}");
     session.visit("#/jobs").await;
     session.visit("#/").await;
     session
         .until(
             "the busy queue's last hour, drawn with its axes",
             &format!(
-                "(() => {{ const c = {}; return !!c && c.querySelectorAll('svg rect.done').length === 1 && [...c.querySelectorAll('svg text.axis')].map(t => t.textContent).join(' ') === '1/min −60 min now'; }})()",
+                "(() => {{ const c = {}; return !!c && ['done', 'failed', 'dead', 'cancelled'].every(k => c.querySelectorAll('svg rect.' + k).length === 1) && c.querySelectorAll('svg rect.refused').length === 0 && [...c.querySelectorAll('svg text.axis')].map(t => t.textContent).join(' ') === '4/min −60 min now'; }})()",
                 last_hour("busy")
             ),
         )
         .await;
+    assert_eq!(
+        session
+            .eval(&format!(
+                "{}.querySelector('svg title').textContent",
+                last_hour("busy")
+            ))
+            .await,
+        json!("last hour: 1 completed, 1 failed, 1 dead, 1 cancelled, 0 refused")
+    );
+    assert_eq!(
+        session
+            .eval(
+                "[...document.querySelectorAll('#queues thead .legend .key')].map(k => k.innerText)"
+            )
+            .await,
+        json!(["done", "failed", "dead", "cancelled", "refused"]),
+        "the chart's legend names each colour"
+    );
     // The limit form: every input and select has its own label, and nothing is cut off.
     session.visit("#/").await;
     session

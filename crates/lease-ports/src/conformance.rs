@@ -2043,6 +2043,7 @@ async fn overview_scenario<S: LeaseStore + ?Sized>(store: &S) {
         ("f", with("done", Some(1.0), None)),
         ("g", with("stale", Some(1.0), None)),
         ("h", with("mail", Some(3.0), None)),
+        ("i", with("other", Some(2.0), None)),
     ] {
         assert!(store.enqueue_with(&job(id), &spec).await.expect("enqueue"));
     }
@@ -2083,6 +2084,24 @@ async fn overview_scenario<S: LeaseStore + ?Sized>(store: &S) {
         .await
         .expect("complete reads");
     assert!(late.is_err(), "the stale completion is refused");
+    // A failure at the last attempt: a failed attempt, and a dead job, in minute 60.
+    let f = store
+        .claim(&job("i"), &owner("w"), term(62.0, 10.0))
+        .await
+        .expect("claim reads")
+        .expect("claimed");
+    store
+        .fail(
+            &job("i"),
+            &owner("w"),
+            f,
+            at(65.0),
+            &ErrorText::new("boom").expect("valid error"),
+            Retry::No,
+        )
+        .await
+        .expect("fail reads")
+        .expect("failed");
 }
 
 /// The overview reports what the domain's rules make of the jobs, as the memory store does:
@@ -2128,6 +2147,26 @@ where
             completed(&want),
             "completions from {since}"
         );
+        let ends = |rows: &[crate::overview::MinuteRow]| {
+            rows.iter()
+                .filter(|r| r.failed + r.dead + r.cancelled > 0)
+                .map(|r| {
+                    (
+                        r.queue.as_str().to_owned(),
+                        r.minute.get(),
+                        (r.failed, r.dead, r.cancelled),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ends(&got), ends(&want), "failures and ends from {since}");
+        if since <= 60.0 {
+            assert!(
+                ends(&want).contains(&("other".to_owned(), 60.0, (1, 1, 0))),
+                "the failed attempt and the dead job count in their minute: {:?}",
+                ends(&want)
+            );
+        }
         // A refusal is recorded at the store's own time (the wall clock), after every
         // `since` here.
         let refused: Vec<(String, u64)> = got
@@ -2919,6 +2958,45 @@ pub async fn export_and_import_carry_trace_contexts(store: TransferStore) {
         lease_store.trace(&job("t1")).await.expect("trace"),
         None,
         "t1 was replaced by a job without one"
+    );
+}
+
+/// A migration carries each job's kept attempts: a copy has them as the source kept them, and
+/// a job replaced by a merge takes the source's (here none).
+pub async fn export_and_import_carry_attempts(store: TransferStore) {
+    let lease_store: Store = store.clone();
+    let id = enqueued_with(&lease_store, "a1", &spec("tried", 0, None, 3)).await;
+    let first = claimed(&lease_store, &id, "w", 0.0, 10.0).await;
+    let second = claimed(&lease_store, &id, "v", 20.0, 10.0).await;
+    complete_granted(&lease_store, &id, "v", second, 21.0, "done").await;
+    let kept = lease_store.attempts(&id).await.expect("attempts read");
+    assert_eq!(
+        kept.kept.iter().map(|a| a.fence).collect::<Vec<_>>(),
+        vec![first, second]
+    );
+    let snapshot = store.export().await.expect("export works");
+    assert_eq!(
+        snapshot.attempts,
+        kept.kept
+            .iter()
+            .map(|a| (id.clone(), a.clone()))
+            .collect::<Vec<_>>()
+    );
+    let copy = MemoryLeaseStore::new();
+    copy.import(&snapshot, false).await.expect("import works");
+    assert_eq!(copy.attempts(&id).await.expect("attempts read"), kept);
+    // Into the store: a merge replaces a1 (the source's fence is larger), and its attempts
+    // with the source's.
+    let mut newer = snapshot.clone();
+    for record in &mut newer.jobs {
+        record.job.fence = fence(9);
+    }
+    newer.attempts = Vec::new();
+    store.import(&newer, true).await.expect("merge works");
+    assert_eq!(
+        lease_store.attempts(&id).await.expect("attempts read"),
+        lease_domain::Attempts::default(),
+        "a1 was replaced by a job without any"
     );
 }
 
@@ -3754,6 +3832,7 @@ macro_rules! conformance_tests {
             export_and_import_carry_queue_settings_and_schedules,
             export_and_import_carry_a_workflow,
             export_and_import_carry_trace_contexts,
+            export_and_import_carry_attempts,
         );
     };
     (@each () $factory:path; $($check:ident),* $(,)?) => {

@@ -685,6 +685,15 @@ impl crate::transfer::Transfer for MemoryLeaseStore {
                 all.sort_by(|a, b| a.0.cmp(&b.0));
                 all
             },
+            attempts: {
+                let mut all: Vec<(JobId, lease_domain::Attempt)> = jobs
+                    .attempts
+                    .iter()
+                    .flat_map(|(id, kept)| kept.values().map(|a| (id.clone(), a.clone())))
+                    .collect();
+                all.sort_by(|a, b| (&a.0, a.1.fence).cmp(&(&b.0, b.1.fence)));
+                all
+            },
             epoch: jobs.epoch,
         })
     }
@@ -749,6 +758,15 @@ impl crate::transfer::Transfer for MemoryLeaseStore {
             jobs.traces.remove(id);
         }
         jobs.traces.extend(plan.traces);
+        for id in &plan.cleared {
+            jobs.attempts.remove(id);
+        }
+        for (id, attempt) in plan.attempts {
+            jobs.attempts
+                .entry(id)
+                .or_default()
+                .insert(attempt.fence, attempt);
+        }
         jobs.epoch = jobs.epoch.max(plan.epoch);
         Ok(plan.imported)
     }
@@ -799,8 +817,20 @@ impl crate::overview::Overview for MemoryLeaseStore {
         since: Timestamp,
     ) -> Result<Vec<crate::overview::MinuteRow>, StoreError> {
         let jobs = self.jobs()?;
+        let failed = jobs.attempts.iter().flat_map(|(id, kept)| {
+            let queue = jobs.jobs.get(id).map(|(job, _)| job.queue.clone());
+            kept.values()
+                .filter(|a| {
+                    matches!(
+                        a.end,
+                        lease_domain::AttemptEnd::Failed | lease_domain::AttemptEnd::TimedOut
+                    )
+                })
+                .filter_map(move |a| Some((queue.clone()?, a.ended?)))
+        });
         Ok(crate::overview::tally_activity(
             jobs.jobs.values().map(|(job, _)| job),
+            failed,
             [],
             since,
         ))

@@ -21,7 +21,7 @@ pub struct DueRow {
 }
 
 /// What happened in one queue in one minute.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct MinuteRow {
     /// The queue.
     pub queue: QueueName,
@@ -29,8 +29,30 @@ pub struct MinuteRow {
     pub minute: Timestamp,
     /// Jobs completed in it (a done job's last change).
     pub completed: u64,
+    /// Attempts that failed in it (their holder's failure, a timeout's included), as the
+    /// attempts kept say.
+    pub failed: u64,
+    /// Jobs dead now whose last change (their death) fell in it.
+    pub dead: u64,
+    /// Jobs cancelled now whose last change (their cancel) fell in it.
+    pub cancelled: u64,
     /// Holder writes refused in it, as the audit trail recorded them (0 without one).
     pub refused: u64,
+}
+
+/// What one count of [`MinuteRow`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counted {
+    /// [`MinuteRow::completed`].
+    Completed,
+    /// [`MinuteRow::failed`].
+    Failed,
+    /// [`MinuteRow::dead`].
+    Dead,
+    /// [`MinuteRow::cancelled`].
+    Cancelled,
+    /// [`MinuteRow::refused`].
+    Refused,
 }
 
 /// A store that can summarise itself for an operator.
@@ -39,9 +61,10 @@ pub trait Overview: Send + Sync {
     /// Each queue with jobs waiting at `now`, in queue order.
     async fn due(&self, now: Timestamp) -> Result<Vec<DueRow>, StoreError>;
 
-    /// Each queue and minute at or after `since`'s minute with a completion or a recorded
-    /// refusal, in queue then minute order. A refusal counts in the queue of its job (a
-    /// refusal for a job that no longer exists is left out).
+    /// Each queue and minute at or after `since`'s minute with a completion, a failed
+    /// attempt, a job now dead or cancelled, or a recorded refusal, in queue then minute
+    /// order. A failure or a refusal counts in the queue of its job (one for a job that no
+    /// longer exists is left out).
     async fn activity(&self, since: Timestamp) -> Result<Vec<MinuteRow>, StoreError>;
 }
 
@@ -74,36 +97,48 @@ pub fn tally_due<'a>(jobs: impl IntoIterator<Item = &'a Job>, now: Timestamp) ->
         .collect()
 }
 
-/// Counts completions (done jobs by their last change) and refusals (by their time, in their
-/// job's queue) per minute from `since`'s minute.
+/// Counts completions (done jobs by their last change), jobs dead or cancelled (by their last
+/// change), failed attempts (by their end, in their job's queue) and refusals (by their time,
+/// in their job's queue) per minute from `since`'s minute.
 #[must_use]
 pub fn tally_activity<'a>(
     jobs: impl IntoIterator<Item = &'a Job>,
+    failed: impl IntoIterator<Item = (QueueName, Timestamp)>,
     refusals: impl IntoIterator<Item = (QueueName, Timestamp)>,
     since: Timestamp,
 ) -> Vec<MinuteRow> {
     let from = minute_of(since);
-    let completions = jobs
+    let ends = jobs.into_iter().filter_map(|job| {
+        let counted = match (job.done, job.ended) {
+            (true, _) => Counted::Completed,
+            (false, Some(lease_domain::Ended::Dead)) => Counted::Dead,
+            (false, Some(lease_domain::Ended::Cancelled)) => Counted::Cancelled,
+            (false, None) => return None,
+        };
+        Some((job.queue.clone(), job.updated?, counted))
+    });
+    let failed = failed
         .into_iter()
-        .filter(|job| job.done)
-        .filter_map(|job| Some((job.queue.clone(), job.updated?, 1, 0)));
-    let refused = refusals.into_iter().map(|(queue, at)| (queue, at, 0, 1));
+        .map(|(queue, at)| (queue, at, Counted::Failed));
+    let refused = refusals
+        .into_iter()
+        .map(|(queue, at)| (queue, at, Counted::Refused));
     minute_rows(
-        completions
+        ends.chain(failed)
             .chain(refused)
-            .filter(|(_, at, _, _)| minute_of(*at) >= from)
-            .map(|(queue, at, c, r)| (queue, minute_of(at), c, r)),
+            .filter(|(_, at, _)| minute_of(*at) >= from)
+            .map(|(queue, at, counted)| (queue, minute_of(at), counted, 1)),
     )
 }
 
-/// [`MinuteRow`]s from counts of (queue, minute start, completed, refused), summed where a
-/// queue and minute repeat, in queue then minute order.
+/// [`MinuteRow`]s from counts of (queue, minute start, what, how many), summed where a queue
+/// and minute repeat, in queue then minute order.
 #[must_use]
 pub fn minute_rows(
-    counts: impl IntoIterator<Item = (QueueName, Timestamp, u64, u64)>,
+    counts: impl IntoIterator<Item = (QueueName, Timestamp, Counted, u64)>,
 ) -> Vec<MinuteRow> {
     let mut rows: BTreeMap<(QueueName, u64), MinuteRow> = BTreeMap::new();
-    for (queue, minute, completed, refused) in counts {
+    for (queue, minute, counted, n) in counts {
         // Minutes are whole multiples of 60: their order is the order of their bits' keys
         // only for one sign, so the sort below decides; the key only merges equal minutes.
         let row = rows
@@ -111,11 +146,16 @@ pub fn minute_rows(
             .or_insert(MinuteRow {
                 queue,
                 minute,
-                completed: 0,
-                refused: 0,
+                ..MinuteRow::default()
             });
-        row.completed += completed;
-        row.refused += refused;
+        let count = match counted {
+            Counted::Completed => &mut row.completed,
+            Counted::Failed => &mut row.failed,
+            Counted::Dead => &mut row.dead,
+            Counted::Cancelled => &mut row.cancelled,
+            Counted::Refused => &mut row.refused,
+        };
+        *count += n;
     }
     let mut out: Vec<MinuteRow> = rows.into_values().collect();
     out.sort_by(|a, b| {
@@ -187,6 +227,7 @@ mod tests {
         let jobs = [done(59.0), done(61.0), done(65.0), Job::new()];
         let rows = tally_activity(
             &jobs,
+            [],
             [(q.clone(), at(62.0)), (q.clone(), at(130.0))],
             at(60.5),
         );
@@ -195,5 +236,32 @@ mod tests {
             .map(|r| (r.minute.get(), r.completed, r.refused))
             .collect();
         assert_eq!(got, [(60.0, 2, 1), (120.0, 0, 1)]);
+    }
+
+    #[test]
+    fn dead_and_cancelled_jobs_and_failed_attempts_fall_in_their_minutes() {
+        let q = QueueName::new("q").unwrap();
+        let ended = |end: lease_domain::Ended, t: f64| Job {
+            ended: Some(end),
+            updated: Some(at(t)),
+            queue: q.clone(),
+            ..Job::new()
+        };
+        let jobs = [
+            ended(lease_domain::Ended::Dead, 61.0),
+            ended(lease_domain::Ended::Cancelled, 62.0),
+            ended(lease_domain::Ended::Cancelled, 125.0),
+        ];
+        let rows = tally_activity(
+            &jobs,
+            [(q.clone(), at(63.0)), (q.clone(), at(10.0))],
+            [],
+            at(60.0),
+        );
+        let got: Vec<(f64, u64, u64, u64, u64)> = rows
+            .iter()
+            .map(|r| (r.minute.get(), r.completed, r.failed, r.dead, r.cancelled))
+            .collect();
+        assert_eq!(got, [(60.0, 0, 1, 1, 1), (120.0, 0, 0, 0, 1)]);
     }
 }

@@ -29,6 +29,8 @@ pub struct Snapshot {
     pub checkpoints: Vec<(JobId, KeptCheckpoint)>,
     /// The trace context of every job that has one, in job order.
     pub traces: Vec<(JobId, TraceContext)>,
+    /// Every job's kept attempts, in job then fence order.
+    pub attempts: Vec<(JobId, lease_domain::Attempt)>,
     /// The store's epoch ([`Transfer::epoch`]); an import raises the target's to it.
     pub epoch: Epoch,
 }
@@ -347,6 +349,9 @@ pub struct ImportPlan {
     /// The source's trace contexts of every job inserted or replaced, to write after the jobs
     /// (a replaced job's own goes with its checkpoints, [`ImportPlan::cleared`]).
     pub traces: Vec<(JobId, TraceContext)>,
+    /// The source's attempts of every job inserted or replaced, to write after the jobs (a
+    /// replaced job's own go with its checkpoints, [`ImportPlan::cleared`]).
+    pub attempts: Vec<(JobId, lease_domain::Attempt)>,
     /// The summary the import answers.
     pub imported: Imported,
     /// The epoch the target is raised to, at least, in the import's transaction
@@ -450,6 +455,12 @@ pub fn plan_import(
         .collect();
     plan.traces = incoming
         .traces
+        .iter()
+        .filter(|(id, _)| copied.contains(id))
+        .cloned()
+        .collect();
+    plan.attempts = incoming
+        .attempts
         .iter()
         .filter(|(id, _)| copied.contains(id))
         .cloned()

@@ -18,6 +18,10 @@ CREATE TABLE {s}.attempts (
     error text,
     PRIMARY KEY (job, fence)
 );
+-- The failed attempts by their end, for the overview's failures per minute (`activity`).
+CREATE INDEX attempts_failed ON {s}.attempts (ended) WHERE outcome IN ('failed', 'timed_out');
+-- The jobs dead or cancelled by their last change, for the overview's ends per minute.
+CREATE INDEX jobs_ends ON {s}.jobs (updated) WHERE ended IN ('dead', 'cancelled');
 CREATE FUNCTION {s}.forget_attempts() RETURNS trigger LANGUAGE plpgsql AS $fn$
 BEGIN
     IF TG_OP = 'TRUNCATE' THEN

@@ -171,7 +171,14 @@ impl lease_ports::overview::Overview for PgLeaseStore {
     ) -> Result<Vec<lease_ports::overview::MinuteRow>, StoreError> {
         let from = lease_ports::overview::minute_of(since).get();
         let mut counts = Vec::new();
-        for (sql, completed) in [(&self.sql.completions, true), (&self.sql.refused, false)] {
+        use lease_ports::overview::Counted;
+        for (sql, counted) in [
+            (&self.sql.completions, Counted::Completed),
+            (&self.sql.failed, Counted::Failed),
+            (&self.sql.dead, Counted::Dead),
+            (&self.sql.cancelled, Counted::Cancelled),
+            (&self.sql.refused, Counted::Refused),
+        ] {
             for row in self.read_rows(sql, from).await? {
                 let (queue, minute, n) = StoredMinute {
                     queue: row.try_get(0).map_err(overview_read)?,
@@ -179,11 +186,7 @@ impl lease_ports::overview::Overview for PgLeaseStore {
                     count: row.try_get(2).map_err(overview_read)?,
                 }
                 .decode()?;
-                counts.push(if completed {
-                    (queue, minute, n, 0)
-                } else {
-                    (queue, minute, 0, n)
-                });
+                counts.push((queue, minute, counted, n));
             }
         }
         Ok(lease_ports::overview::minute_rows(counts))
@@ -808,14 +811,7 @@ impl LeaseStore for PgLeaseStore {
         let kept = rows
             .iter()
             .map(|r| {
-                let row = lease_ports::codec::StoredAttempt {
-                    fence: r.try_get(0).map_err(read)?,
-                    owner: r.try_get(1).map_err(read)?,
-                    started: r.try_get(2).map_err(read)?,
-                    ended: r.try_get(3).map_err(read)?,
-                    outcome: r.try_get(4).map_err(read)?,
-                    error: r.try_get(5).map_err(read)?,
-                };
+                let row = sql::stored_attempt(r, 0).map_err(read)?;
                 lease_ports::codec::attempt(job.as_str(), row)
             })
             .collect::<Result<Vec<_>, _>>()?;

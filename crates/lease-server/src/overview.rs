@@ -69,21 +69,23 @@ pub(crate) struct ActivityQuery {
     pub(crate) now: Option<String>,
 }
 
-/// Completions and refused writes per queue and minute.
+/// Completions, failed attempts, jobs dead and cancelled, and refused writes per queue and
+/// minute.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Activity {
     /// The first minute's start (Unix seconds, a multiple of 60).
     pub(crate) since: f64,
     /// How many minutes each array holds.
     pub(crate) minutes: u64,
-    /// Per queue with any: `{"completed": [...], "refused": [...]}`, one number per minute.
+    /// Per queue with any: `{"completed": [...], "failed": [...], "dead": [...],
+    /// "cancelled": [...], "refused": [...]}`, one number per minute.
     #[schema(value_type = Object)]
     pub(crate) queues: Value,
 }
 
 #[utoipa::path(get, path = "/v1/activity", tag = "queue", params(ActivityQuery),
     responses(
-        (status = 200, description = "Completions (done jobs by their completion time) and refused writes (from the audit trail, in their job's queue) per minute", body = Activity),
+        (status = 200, description = "Completions (done jobs by their completion time), failed attempts (by their end), jobs now dead or cancelled (by their last change) and refused writes (from the audit trail, in their job's queue) per minute", body = Activity),
         (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
     ),
 )]

@@ -42,9 +42,10 @@ pub fn with_due(queues: &mut Map<String, Value>, due: &[lease_ports::overview::D
     }
 }
 
-/// Completions and refusals per minute for `minutes` minutes from the minute `from`, one
-/// array of each per queue with any: `{"since", "minutes", "queues": {q: {"completed": [..],
-/// "refused": [..]}}}`.
+/// Completions, failed attempts, jobs dead and cancelled, and refusals per minute for
+/// `minutes` minutes from the minute `from`, one array of each per queue with any:
+/// `{"since", "minutes", "queues": {q: {"completed": [..], "failed": [..], "dead": [..],
+/// "cancelled": [..], "refused": [..]}}}`.
 #[must_use]
 pub fn activity_json(
     rows: &[lease_ports::overview::MinuteRow],
@@ -59,10 +60,21 @@ pub fn activity_json(
         else {
             continue;
         };
-        let entry = queues.entry(row.queue.as_str().to_owned()).or_insert_with(
-            || json!({ "completed": vec![0; minutes], "refused": vec![0; minutes] }),
-        );
+        let entry = queues
+            .entry(row.queue.as_str().to_owned())
+            .or_insert_with(|| {
+                json!({
+                    "completed": vec![0; minutes],
+                    "failed": vec![0; minutes],
+                    "dead": vec![0; minutes],
+                    "cancelled": vec![0; minutes],
+                    "refused": vec![0; minutes],
+                })
+            });
         entry["completed"][index] = json!(row.completed);
+        entry["failed"][index] = json!(row.failed);
+        entry["dead"][index] = json!(row.dead);
+        entry["cancelled"][index] = json!(row.cancelled);
         entry["refused"][index] = json!(row.refused);
     }
     json!({ "since": from.get(), "minutes": minutes, "queues": queues })

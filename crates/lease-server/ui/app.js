@@ -172,12 +172,18 @@ function showSignIn(message) {
 
 // ---- overview ---------------------------------------------------------------------------
 
-// The last hour of a queue, a bar per minute (completions, then refusals), with its axes: the
-// busiest minute's count at the top, the hour's two ends below. A quiet hour says so.
+// The last hour of a queue, a stacked bar per minute (jobs done, attempts failed, jobs dead
+// and cancelled, refused writes, in the legend's colours), with its axes: the busiest
+// minute's count at the top, the hour's two ends below. A quiet hour says so.
+const SERIES = ['completed', 'failed', 'dead', 'cancelled', 'refused'];
+const SERIES_CLASS = { completed: 'done', failed: 'failed', dead: 'dead', cancelled: 'cancelled', refused: 'refused' };
+
 function chart(series) {
   const ns = 'http://www.w3.org/2000/svg';
   const sum = (a) => a.reduce((x, y) => x + y, 0);
-  if (sum((series && series.completed) || []) + sum((series && series.refused) || []) === 0) {
+  const of = (name) => (series && series[name]) || [];
+  const totals = SERIES.map((name) => sum(of(name)));
+  if (sum(totals) === 0) {
     return el('span', 'none in the last hour', 'quiet');
   }
   const width = 120;
@@ -189,31 +195,33 @@ function chart(series) {
   svg.setAttribute('width', String(width));
   svg.setAttribute('height', String(pad + height + axis));
   svg.setAttribute('viewBox', `0 0 ${width} ${pad + height + axis}`);
-  const completed = (series && series.completed) || [];
-  const refused = (series && series.refused) || [];
-  const minutes = Math.max(completed.length, refused.length, 1);
-  const top = Math.max(1, ...completed, ...refused);
+  const minutes = Math.max(1, ...SERIES.map((name) => of(name).length));
+  const stacked = Array.from({ length: minutes }, (_, i) => sum(SERIES.map((name) => of(name)[i] || 0)));
+  const top = Math.max(1, ...stacked);
   const step = width / minutes;
-  const bar = (value, i, className, offset) => {
-    if (!value) return;
-    const h = Math.max(1, (value / top) * (height - 2));
-    const rect = document.createElementNS(ns, 'rect');
-    rect.setAttribute('class', className);
-    rect.setAttribute('x', String(i * step + offset));
-    rect.setAttribute('y', String(pad + height - 1 - h));
-    rect.setAttribute('width', String(Math.max(0.5, step / 2 - 0.2)));
-    rect.setAttribute('height', String(h));
-    svg.append(rect);
-  };
-  completed.forEach((v, i) => bar(v, i, 'done', 0));
-  refused.forEach((v, i) => bar(v, i, 'refused', step / 2));
-  const base = document.createElementNS(ns, 'line');
-  base.setAttribute('class', 'base');
-  base.setAttribute('x1', '0');
-  base.setAttribute('x2', String(width));
-  base.setAttribute('y1', String(pad + height - 0.5));
-  base.setAttribute('y2', String(pad + height - 0.5));
-  svg.append(base);
+  for (let i = 0; i < minutes; i += 1) {
+    let base = pad + height - 1;
+    for (const name of SERIES) {
+      const value = of(name)[i] || 0;
+      if (!value) continue;
+      const h = Math.max(1, (value / top) * (height - 2));
+      const rect = document.createElementNS(ns, 'rect');
+      rect.setAttribute('class', SERIES_CLASS[name]);
+      rect.setAttribute('x', String(i * step));
+      rect.setAttribute('y', String(base - h));
+      rect.setAttribute('width', String(Math.max(0.5, step - 0.3)));
+      rect.setAttribute('height', String(h));
+      svg.append(rect);
+      base -= h;
+    }
+  }
+  const line = document.createElementNS(ns, 'line');
+  line.setAttribute('class', 'base');
+  line.setAttribute('x1', '0');
+  line.setAttribute('x2', String(width));
+  line.setAttribute('y1', String(pad + height - 0.5));
+  line.setAttribute('y2', String(pad + height - 0.5));
+  svg.append(line);
   const label = (text, x, y, anchor) => {
     const node = document.createElementNS(ns, 'text');
     node.setAttribute('class', 'axis');
@@ -227,7 +235,8 @@ function chart(series) {
   label('−60 min', 0, pad + height + axis - 1, 'start');
   label('now', width, pad + height + axis - 1, 'end');
   const title = document.createElementNS(ns, 'title');
-  title.textContent = `last hour: ${num(sum(completed))} completed, ${num(sum(refused))} refused`;
+  const [done, failed, dead, cancelled, refused] = totals;
+  title.textContent = `last hour: ${num(done)} completed, ${num(failed)} failed, ${num(dead)} dead, ${num(cancelled)} cancelled, ${num(refused)} refused`;
   svg.append(title);
   return svg;
 }
@@ -561,6 +570,95 @@ function renderJob(job) {
   $('retry-job').disabled = !(job.status === 'dead' || job.status === 'cancelled');
 }
 
+// A job's attempts along time: one bar per attempt from its claim to its end (the one under
+// way to its lease's end), its fence, owner and outcome on it, and the writes refused with
+// its fence as marks where they came; the same in words below, one item per attempt.
+const OUTCOME_WORDS = {
+  done: 'done', failed: 'failed', timed_out: 'timed out', lease_lost: 'lease lost',
+  released: 'released', cancelled: 'cancelled', running: 'running', expired: 'lease expired',
+};
+
+function timeline(shown) {
+  const box = el('div');
+  const attempts = (shown && shown.attempts) || [];
+  if (attempts.length === 0) {
+    box.append(el('p', 'Never leased.', 'hint'));
+    return box;
+  }
+  const ns = 'http://www.w3.org/2000/svg';
+  const times = [];
+  for (const a of attempts) {
+    for (const t of [a.started, a.ended, a.until]) if (typeof t === 'number') times.push(t);
+    for (const r of a.refused || []) times.push(r.time);
+  }
+  const from = Math.min(...times);
+  const to = Math.max(from + 1, ...times);
+  const width = 600;
+  const left = 4;
+  const right = 60;
+  const row = 22;
+  const height = attempts.length * row + 16;
+  const x = (t) => left + ((t - from) / (to - from)) * (width - left - right);
+  const svg = document.createElementNS(ns, 'svg');
+  svg.setAttribute('class', 'timeline');
+  svg.setAttribute('viewBox', `0 0 ${width} ${height}`);
+  svg.setAttribute('role', 'img');
+  const add = (tag, attrs, textContent) => {
+    const node = document.createElementNS(ns, tag);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+    if (textContent !== undefined) node.textContent = textContent;
+    svg.append(node);
+    return node;
+  };
+  attempts.forEach((a, i) => {
+    const start = typeof a.started === 'number' ? a.started : from;
+    const end = typeof a.ended === 'number' ? a.ended : (typeof a.until === 'number' ? a.until : to);
+    const y = i * row + 2;
+    const bar = add('rect', {
+      class: `bar ${a.outcome}`, 'data-fence': a.fence, x: x(start), y,
+      width: Math.max(2, x(end) - x(start)), height: row - 6,
+    });
+    const title = document.createElementNS(ns, 'title');
+    title.textContent = `fence ${a.fence}, ${a.owner}: ${OUTCOME_WORDS[a.outcome] || a.outcome}`;
+    bar.append(title);
+    add('text', { class: 'label', x: x(start) + 3, y: y + row - 10 },
+      `fence ${a.fence} · ${a.owner} · ${OUTCOME_WORDS[a.outcome] || a.outcome}`);
+    for (const r of a.refused || []) {
+      const mx = x(r.time);
+      const mark = add('path', {
+        class: 'mark', 'data-fence': a.fence,
+        d: `M ${mx} ${y} l 5 ${(row - 6) / 2} l -5 ${(row - 6) / 2} l -5 ${-(row - 6) / 2} z`,
+      });
+      const why = document.createElementNS(ns, 'title');
+      why.textContent = `${r.operation} refused (${r.reason}) at ${rfc3339(r.time)}`;
+      mark.append(why);
+    }
+  });
+  add('text', { class: 'axis', x: left, y: height - 3 }, rfc3339(from));
+  add('text', { class: 'axis', x: width - 2, y: height - 3, 'text-anchor': 'end' }, rfc3339(to));
+  box.append(svg);
+  const list = el('ol', null, 'attempts');
+  for (const a of attempts) {
+    const item = el('li');
+    item.dataset.fence = String(a.fence);
+    const span = typeof a.started === 'number' && typeof a.ended === 'number'
+      ? ` (${duration(Math.max(0, a.ended - a.started))})` : '';
+    const ends = typeof a.ended === 'number' ? rfc3339(a.ended)
+      : typeof a.until === 'number' ? `lease until ${rfc3339(a.until)}` : '…';
+    const start = typeof a.started === 'number' ? rfc3339(a.started) : 'unknown';
+    item.append(el('strong', `Fence ${num(a.fence)}`),
+      ` · ${a.owner} · ${OUTCOME_WORDS[a.outcome] || a.outcome} · ${start} → ${ends}${span}`);
+    if (a.error) item.append(el('pre', a.error, 'value-text'));
+    for (const r of a.refused || []) {
+      item.append(el('div', `${r.operation} by ${r.owner} refused (${r.reason}) at ${rfc3339(r.time)}`, 'refused'));
+    }
+    list.append(item);
+  }
+  box.append(list);
+  if (shown.older > 0) box.append(el('p', `and ${num(shown.older)} earlier attempts not kept`, 'hint'));
+  return box;
+}
+
 function renderJobRefusals() {
   const list = (state.jobRefusals || []).slice().reverse();
   $('job-refusals').tBodies[0].replaceChildren(...list.map((r) => refusalRow(r, false)));
@@ -622,12 +720,14 @@ async function loadParents(after) {
 async function loadJob(id) {
   state.job = id;
   const path = `/v1/jobs/${encodeURIComponent(id)}`;
-  const [job, refusals, kept, children] = await Promise.all([
+  const [job, refusals, kept, children, attempts] = await Promise.all([
     api('GET', path),
     api('GET', `/v1/refusals?limit=100&job=${encodeURIComponent(id)}`),
     api('GET', `${path}/checkpoints`),
     api('GET', `${path}/children?limit=${PARENTS_SHOWN}`),
+    api('GET', `${path}/attempts`),
   ]);
+  $('job-timeline').replaceChildren(timeline(attempts));
   [state.parents, state.childJobs] = await Promise.all([
     loadParents(job.after),
     loadParents(children.children),

@@ -18,6 +18,11 @@ const TRIM: &str = "DELETE FROM lease_attempts WHERE job = ?1 AND fence < \
 const SELECT: &str = "SELECT fence, owner, started, ended, outcome, error FROM lease_attempts \
     WHERE job = ?1 ORDER BY fence";
 
+const SELECT_ALL: &str = "SELECT job, fence, owner, started, ended, outcome, error \
+    FROM lease_attempts ORDER BY job, fence";
+
+const CLEAR: &str = "DELETE FROM lease_attempts WHERE job = ?1";
+
 /// Keeps an ended attempt of `job`: ended by `now` when its decision carried no time.
 pub(crate) fn keep(
     conn: &Connection,
@@ -56,17 +61,8 @@ pub(crate) fn read(conn: &Connection, job: &JobId) -> Result<Attempts, StoreErro
     let rows: Vec<StoredAttempt> = conn
         .prepare_cached(SELECT)
         .and_then(|mut stmt| {
-            stmt.query_map([job.as_str()], |r| {
-                Ok(StoredAttempt {
-                    fence: r.get(0)?,
-                    owner: r.get(1)?,
-                    started: r.get(2)?,
-                    ended: r.get(3)?,
-                    outcome: r.get(4)?,
-                    error: r.get(5)?,
-                })
-            })
-            .and_then(Iterator::collect)
+            stmt.query_map([job.as_str()], |r| stored(r, 0))
+                .and_then(Iterator::collect)
         })
         .map_err(error::sql(conn))?;
     let kept = rows
@@ -74,4 +70,41 @@ pub(crate) fn read(conn: &Connection, job: &JobId) -> Result<Attempts, StoreErro
         .map(|row| lease_ports::codec::attempt(job.as_str(), row))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Attempts::of(kept))
+}
+
+/// Deletes every kept attempt of `job` (a migration replacing it with the source's).
+pub(crate) fn clear(conn: &Connection, job: &JobId) -> Result<(), StoreError> {
+    conn.prepare_cached(CLEAR)
+        .and_then(|mut stmt| stmt.execute([job.as_str()]))
+        .map(drop)
+        .map_err(error::sql(conn))
+}
+
+/// Every job's kept attempts, in job then fence order.
+pub(crate) fn all(conn: &Connection) -> Result<Vec<(JobId, Attempt)>, StoreError> {
+    let rows: Vec<(String, StoredAttempt)> = conn
+        .prepare_cached(SELECT_ALL)
+        .and_then(|mut stmt| {
+            stmt.query_map([], |r| Ok((r.get(0)?, stored(r, 1)?)))
+                .and_then(Iterator::collect)
+        })
+        .map_err(error::sql(conn))?;
+    rows.into_iter()
+        .map(|(job, row)| {
+            let attempt = lease_ports::codec::attempt(&job, row)?;
+            Ok((lease_ports::codec::job_id(job)?, attempt))
+        })
+        .collect()
+}
+
+/// The columns of one kept attempt from `at` (fence, owner, started, ended, outcome, error).
+fn stored(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<StoredAttempt> {
+    Ok(StoredAttempt {
+        fence: r.get(at)?,
+        owner: r.get(at + 1)?,
+        started: r.get(at + 2)?,
+        ended: r.get(at + 3)?,
+        outcome: r.get(at + 4)?,
+        error: r.get(at + 5)?,
+    })
 }

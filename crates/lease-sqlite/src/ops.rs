@@ -773,8 +773,8 @@ mod tests {
     fn when_the_disk_fills_mid_batch_every_answer_matches_what_is_stored() {
         let dir = tempfile::tempdir().unwrap();
         let options = SqliteOptions {
-            // The empty schema takes most of these pages (39); the batch fills the rest.
-            max_pages: Some(41),
+            // The empty schema takes most of these pages (42); the batch fills the rest.
+            max_pages: Some(44),
             ..SqliteOptions::default()
         };
         let mut conn = fresh(&dir, &options);

@@ -3,6 +3,7 @@
 
 use lease_domain::{JobId, Status, Timestamp};
 use lease_ports::codec::{StoredAudit, StoredDue, StoredGroup, StoredMinute};
+use lease_ports::overview::Counted;
 use lease_ports::{JobRecord, JobState, ListFilter, StatsRow, StoreError};
 use rusqlite::Connection;
 
@@ -290,6 +291,34 @@ macro_rules! minute {
 const SELECT_COMPLETIONS: &str =
     "SELECT queue, minute, n FROM lease_completions WHERE minute >= ?1";
 
+const SELECT_FAILED: &str = concat!(
+    "SELECT q.queue, ",
+    minute!("a.ended"),
+    ", count(*) FROM lease_attempts a INDEXED BY lease_attempts_failed \
+     JOIN jobs_queue q ON q.id = a.job \
+     WHERE a.outcome IN ('failed', 'timed_out') AND a.ended >= ?1 GROUP BY 1, 2"
+);
+
+/// The jobs that ended `$end` (and stand so) per queue and minute of their last change,
+/// through the partial index of dead and cancelled jobs (its condition spelled out, so the
+/// planner may take it).
+macro_rules! ended_per_minute {
+    ($end:literal) => {
+        concat!(
+            "SELECT queue, ",
+            minute!("updated"),
+            ", count(*) FROM jobs_queue INDEXED BY jobs_queue_ends \
+             WHERE finished IN ('dead', 'cancelled') AND finished = '",
+            $end,
+            "' AND updated >= ?1 GROUP BY 1, 2"
+        )
+    };
+}
+
+const SELECT_DEAD: &str = ended_per_minute!("dead");
+
+const SELECT_CANCELLED: &str = ended_per_minute!("cancelled");
+
 const SELECT_REFUSED: &str = concat!(
     "SELECT q.queue, ",
     minute!("a.time"),
@@ -325,8 +354,14 @@ pub(crate) fn activity(
     reading(conn, |conn| {
         let audited = has_audit_table(conn)?;
         let mut counts = Vec::new();
-        for (sql, completed) in [(SELECT_COMPLETIONS, true), (SELECT_REFUSED, false)] {
-            if !completed && !audited {
+        for (sql, counted) in [
+            (SELECT_COMPLETIONS, Counted::Completed),
+            (SELECT_FAILED, Counted::Failed),
+            (SELECT_DEAD, Counted::Dead),
+            (SELECT_CANCELLED, Counted::Cancelled),
+            (SELECT_REFUSED, Counted::Refused),
+        ] {
+            if counted == Counted::Refused && !audited {
                 continue;
             }
             let mut stmt = conn.prepare_cached(sql).map_err(error::sql(conn))?;
@@ -342,11 +377,7 @@ pub(crate) fn activity(
                 .map_err(error::sql(conn))?;
             for row in rows {
                 let (queue, minute, n) = row.decode()?;
-                counts.push(if completed {
-                    (queue, minute, n, 0)
-                } else {
-                    (queue, minute, 0, n)
-                });
+                counts.push((queue, minute, counted, n));
             }
         }
         Ok(lease_ports::overview::minute_rows(counts))

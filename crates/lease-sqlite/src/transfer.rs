@@ -44,6 +44,7 @@ fn snapshot(conn: &Connection) -> Result<Snapshot, StoreError> {
     snapshot.schedules = crate::control::schedules(conn)?;
     snapshot.checkpoints = crate::checkpoint::all(conn)?;
     snapshot.traces = crate::trace::all(conn)?;
+    snapshot.attempts = crate::attempts::all(conn)?;
     snapshot.epoch = crate::epoch::read(conn)?;
     Ok(snapshot)
 }
@@ -89,6 +90,12 @@ fn write(
     }
     for (id, trace) in &plan.traces {
         crate::trace::set(conn, id, Some(trace))?;
+    }
+    for id in &plan.cleared {
+        crate::attempts::clear(conn, id)?;
+    }
+    for (id, attempt) in &plan.attempts {
+        crate::attempts::keep(conn, id, attempt, crate::clock::host_now)?;
     }
     Ok(plan.imported)
 }
