@@ -415,6 +415,13 @@ export class LeaseClient {
     return this.ok(this.api.GET('/v1/jobs/{id}/children', { params: { path: { id }, query } }));
   }
 
+  /** A job's workflow around it: its ancestors and descendants (breadth first, at most
+   * `limit` jobs, the job counted), every dependency between them, and how many jobs were met
+   * beyond the bound. */
+  async graph(id: string, query: NonNullable<paths['/v1/jobs/{id}/graph']['get']['parameters']['query']> = {}): Promise<Schemas['GraphBody']> {
+    return this.ok(this.api.GET('/v1/jobs/{id}/graph', { params: { path: { id }, query } }));
+  }
+
   // ----- admin -----
 
   /** Cancels a waiting, pending, running or dead job (a dead one keeps its record and error, and frees its ordered group). */

@@ -193,6 +193,12 @@ for (const kind of STORES) {
       await s.client.refusals({});
       await s.client.children('a1');
       await s.client.schedules();
+      await s.client.enqueue('flow', { id: 'g1' });
+      await s.client.enqueue('flow', { id: 'g2', extra: { after: ['g1'] } });
+      const graph = await s.client.graph('g2', { limit: 10 });
+      assert.deepEqual(graph.nodes.map((n) => [n.id, n.status]), [['g2', 'waiting'], ['g1', 'pending']]);
+      assert.deepEqual(graph.edges, [{ parent: 'g1', child: 'g2' }]);
+      assert.equal(graph.more, 0);
     });
   });
 }

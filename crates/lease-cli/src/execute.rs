@@ -145,6 +145,9 @@ mod tests {
                 at: Timestamp::new(0.5).unwrap(),
             }])
         });
+        store
+            .expect_attempts()
+            .returning(|_| Ok(lease_domain::Attempts::default()));
         store.expect_trace().returning(|_| {
             Ok(Some(
                 lease_domain::TraceContext::new(

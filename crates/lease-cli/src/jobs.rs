@@ -469,7 +469,7 @@ pub(crate) async fn execute(
             let json = record.map_or(Value::Null, |r| {
                 let mut json = record_json(&r, *now);
                 let shown = lease_server::views::attempts_json(Some(&r.job), &attempts, None, *now);
-                json["attempts"] = shown["attempts"].clone();
+                json["attempt_history"] = shown["attempts"].clone();
                 json["older_attempts"] = shown["older"].clone();
                 json["parents"] = parents_json(&parents);
                 json["checkpoints"] = checkpoints_json(&kept);

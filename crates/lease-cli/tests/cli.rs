@@ -203,15 +203,41 @@ fn every_command_prints_its_json_shape_and_exit_code() {
         json_of(&db, &["release", "j", "--owner", "a", "--fence", "1"], 0),
         json!({"ok": true})
     );
+    let mut state = json_of(&db, &["state", "j", "--now", "100"], 0);
+    // The released attempt ends by the store's clock: its end is a time, not pinned here.
+    let history = state
+        .as_object_mut()
+        .unwrap()
+        .remove("attempt_history")
+        .unwrap();
+    let released = &history[0];
     assert_eq!(
-        json_of(&db, &["state", "j", "--now", "100"], 0),
+        (
+            history.as_array().map(Vec::len),
+            &released["fence"],
+            &released["owner"],
+            &released["outcome"],
+            &released["started"],
+        ),
+        (
+            Some(1),
+            &json!(1),
+            &json!("a"),
+            &json!("released"),
+            &json!(0.0)
+        ),
+        "{history}"
+    );
+    assert!(released["ended"].is_f64(), "{history}");
+    assert_eq!(
+        state,
         json!({
             "id": "j", "owner": null, "until": 0.0, "fence": 1, "result": null, "done": false,
             "queue": "default", "priority": 0, "run_at": null, "attempts": 0, "max_attempts": 5,
             "status": "pending", "result_fence": null, "error": null, "timeout": null,
             "progress": null, "group": null, "after": [], "on_parent_failure": null,
-            "payload": null, "parents": {}, "checkpoints": {}, "traceparent": null,
-            "tracestate": null
+            "payload": null, "older_attempts": 0, "parents": {}, "checkpoints": {},
+            "traceparent": null, "tracestate": null
         })
     );
     let race = [

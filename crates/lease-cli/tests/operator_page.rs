@@ -1713,3 +1713,101 @@ async fn an_admin_retries_a_thousand_dead_jobs_in_one_action_after_a_confirmatio
     session.screenshot("10b-bulk-retried").await;
     session.close().await;
 }
+
+/// A workflow of 20 jobs drawn whole on its root's page: every job a box that links to its
+/// page, every dependency a line; on a phone in the dark theme it fits the screen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workflow_of_twenty_jobs_is_drawn_whole_with_every_job_a_link() {
+    let (_dir, db) = fresh_db();
+    let admin = key_secret(&db, "ops", "admin");
+    let server = Server::start(&db, &[], &[]);
+    let auth = bearer(&admin);
+    let headers = [("Authorization", auth.as_str())];
+    // r; a1..a4 after r; b1..b8 after two a's each; c1..c6 after two b's each; z after c1..c6.
+    let mut jobs: Vec<(String, Vec<String>)> = vec![("r".to_owned(), vec![])];
+    jobs.extend((1..=4).map(|i| (format!("a{i}"), vec!["r".to_owned()])));
+    jobs.extend((1..=8).map(|i| {
+        let first = (i - 1) % 4 + 1;
+        let second = i % 4 + 1;
+        (
+            format!("b{i}"),
+            vec![format!("a{first}"), format!("a{second}")],
+        )
+    }));
+    jobs.extend((1..=6).map(|i| {
+        (
+            format!("c{i}"),
+            vec![format!("b{i}"), format!("b{}", i + 2)],
+        )
+    }));
+    jobs.push(("z".to_owned(), (1..=6).map(|i| format!("c{i}")).collect()));
+    assert_eq!(jobs.len(), 20);
+    let dependencies: usize = jobs.iter().map(|(_, after)| after.len()).sum();
+    for (id, after) in &jobs {
+        let (code, body) = server.call(
+            "POST",
+            "/v1/queues/flow/jobs",
+            &headers,
+            &json!({ "id": id, "after": after }).to_string(),
+        );
+        assert_eq!(code, 201, "{body}");
+    }
+    let session = Session::open(&server.addr).await;
+    session.sign_in(&admin).await;
+    session.visit("#/job/r").await;
+    session.job_page("r").await;
+    session
+        .until(
+            "the workflow's twenty jobs",
+            "!document.getElementById('job-workflow').hidden && document.querySelectorAll('#job-graph svg a.node').length === 20",
+        )
+        .await;
+    let links = session
+        .eval("[...document.querySelectorAll('#job-graph svg a.node')].map(a => a.getAttribute('href')).sort()")
+        .await;
+    let mut expected: Vec<String> = jobs.iter().map(|(id, _)| format!("#/job/{id}")).collect();
+    expected.sort();
+    assert_eq!(links, json!(expected), "every job is a link to its page");
+    assert_eq!(
+        session
+            .eval("document.querySelectorAll('#job-graph svg path.edge').length")
+            .await,
+        json!(dependencies),
+        "every dependency is drawn"
+    );
+    // Parents above their children: every line runs down the page.
+    assert_eq!(
+        session
+            .eval("[...document.querySelectorAll('#job-graph svg path.edge')].every(p => { const b = p.getBBox(); return b.height > 0; }) && (() => { const y = (id) => document.querySelector(`#job-graph a.node[href='#/job/${id}'] rect`).getBBox().y; return y('r') < y('a1') && y('a1') < y('b1') && y('b1') < y('c1') && y('c1') < y('z'); })()")
+            .await,
+        json!(true)
+    );
+    assert_eq!(
+        session
+            .eval("document.querySelector('#job-graph a.node.current').getAttribute('href')")
+            .await,
+        json!("#/job/r"),
+        "the job shown is marked"
+    );
+    session.screenshot("13-workflow-graph").await;
+    // A node leads to its job's page, which draws the workflow around that job.
+    session
+        .eval("document.querySelector(\"#job-graph a.node[href='#/job/z']\").dispatchEvent(new MouseEvent('click', {bubbles: true})); true")
+        .await;
+    session.job_page("z").await;
+    session
+        .until(
+            "z's ancestors, all 20 jobs",
+            "document.querySelectorAll('#job-graph svg a.node').length === 20 && document.querySelector('#job-graph a.node.current').getAttribute('href') === '#/job/z'",
+        )
+        .await;
+    session.looks_like(390, 844, "dark").await;
+    session
+        .until(
+            "the workflow on a phone, without sideways scrolling",
+            "window.innerWidth <= 390 && document.documentElement.scrollWidth <= window.innerWidth && document.querySelector('#job-graph svg').getBoundingClientRect().right <= window.innerWidth",
+        )
+        .await;
+    session.screenshot("13b-workflow-graph-phone-dark").await;
+    session.close().await;
+}

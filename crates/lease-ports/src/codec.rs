@@ -123,7 +123,7 @@ pub fn attempt(job: &str, row: StoredAttempt) -> Result<lease_domain::Attempt, S
         owner: lease_domain::Owner::stored(row.owner)
             .map_err(|e| corrupt(format!("owner: {e}")))?,
         started: maybe_time(row.started, "an attempt's start")?,
-        ended: Some(time(row.ended, "an attempt's end")?),
+        ended: maybe_time(row.ended, "an attempt's end")?,
         end: lease_domain::AttemptEnd::parse(&row.outcome)
             .ok_or_else(|| corrupt(format!("{fence} ended as {:?}", row.outcome)))?,
         error: row.error,
@@ -139,8 +139,8 @@ pub struct StoredAttempt {
     pub owner: String,
     /// When it was claimed.
     pub started: Option<f64>,
-    /// When it ended.
-    pub ended: f64,
+    /// When it ended (`None` from a store without a clock: the memory store's release).
+    pub ended: Option<f64>,
     /// How it ended ([`lease_domain::AttemptEnd::as_str`]).
     pub outcome: String,
     /// Its error.

@@ -14,6 +14,7 @@ pub mod control;
 pub mod decorate;
 mod error;
 pub mod forward;
+pub mod graph;
 #[cfg(feature = "conformance")]
 pub mod history;
 pub mod keys;

@@ -438,6 +438,31 @@ impl StoreCore {
         )
     }
 
+    /// The job's workflow around it: ``{"nodes": [{"id", "status", "queue"}, ...], "edges":
+    /// [(parent, child), ...], "more": n}``, its ancestors and descendants breadth first (the
+    /// job first), at most ``limit`` jobs (1 to 500), every dependency between them, and how
+    /// many jobs were met beyond the bound; None for a job that is gone. A parent purged since
+    /// it finished has the status ``purged``.
+    #[pyo3(signature = (job_id, limit = 50))]
+    fn graph(&self, py: Python<'_>, job_id: &str, limit: usize) -> PyResult<Pending> {
+        let id = to_py(py, values::job_id(job_id))?;
+        if !(1..=lease_ports::graph::GRAPH_MOST).contains(&limit) {
+            return to_py(py, crate::errors::invalid("limit must be from 1 to 500"));
+        }
+        let store = self.store(py)?;
+        self.call(
+            py,
+            async move {
+                let now = values::clock_now()?;
+                Ok(lease_ports::graph::workflow_graph(store.as_ref(), &id, limit, now).await?)
+            },
+            |py, graph| match graph {
+                Some(graph) => values::graph_dict(py, &graph).map(|d| d.into_any().unbind()),
+                None => Ok(py.None()),
+            },
+        )
+    }
+
     /// The W3C trace context the job was enqueued with: ``{"traceparent": ..., "tracestate":
     /// ...}`` (``tracestate`` None when it came without one), or None for a job enqueued
     /// outside a trace or gone. Read apart from the job, as every store keeps it.

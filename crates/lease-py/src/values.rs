@@ -865,6 +865,30 @@ pub(crate) fn attempts_dict<'py>(
     Ok(shown)
 }
 
+/// A job's workflow as Python sees it (`Store.graph`).
+pub(crate) fn graph_dict<'py>(
+    py: Python<'py>,
+    graph: &lease_ports::graph::Graph,
+) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    let nodes = pyo3::types::PyList::empty(py);
+    for n in &graph.nodes {
+        let d = pyo3::types::PyDict::new(py);
+        d.set_item("id", n.id.as_str())?;
+        d.set_item("status", n.status.map_or("purged", |s| s.as_str()))?;
+        d.set_item("queue", n.queue.as_ref().map(|q| q.as_str()))?;
+        nodes.append(d)?;
+    }
+    let edges = pyo3::types::PyList::empty(py);
+    for (parent, child) in &graph.edges {
+        edges.append((parent.as_str(), child.as_str()))?;
+    }
+    let shown = pyo3::types::PyDict::new(py);
+    shown.set_item("nodes", nodes)?;
+    shown.set_item("edges", edges)?;
+    shown.set_item("more", graph.more)?;
+    Ok(shown)
+}
+
 /// A job's checkpoints as Python sees them: ``{name: value}`` in name order.
 pub(crate) fn checkpoints_dict<'py>(
     py: Python<'py>,

@@ -454,6 +454,24 @@ def test_attempts_show_a_lost_lease_the_attempt_that_took_it_and_the_one_under_w
     assert store.attempts("nobody") == {"attempts": [], "older": 0}
 
 
+def test_graph_shows_a_jobs_ancestors_and_descendants_with_every_dependency(store):
+    store.enqueue("g-root")
+    store.enqueue("g-mid", after=["g-root"])
+    store.enqueue("g-leaf", after=["g-mid"])
+    graph = store.graph("g-mid")
+    assert [(n["id"], n["status"]) for n in graph["nodes"]] == [
+        ("g-mid", "waiting"),
+        ("g-root", "pending"),
+        ("g-leaf", "waiting"),
+    ]
+    assert sorted(graph["edges"]) == [("g-mid", "g-leaf"), ("g-root", "g-mid")]
+    assert graph["more"] == 0
+    assert store.graph("g-root", limit=2)["more"] == 1
+    assert store.graph("nobody") is None
+    with pytest.raises(lease.InvalidInput, match="limit"):
+        store.graph("g-root", limit=0)
+
+
 def test_checkpoints_are_kept_under_the_fence_and_outlive_an_expired_lease(store):
     store.enqueue("etl")
     (first,) = store.claim_next("default", A, 0.3)

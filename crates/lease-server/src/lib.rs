@@ -272,6 +272,7 @@ fn routes() -> (axum::Router<Arc<App>>, utoipa::openapi::OpenApi) {
         .routes(routes!(workflow::keep, workflow::read))
         .routes(routes!(workflow::children))
         .routes(routes!(workflow::attempts))
+        .routes(routes!(workflow::graph))
         .routes(routes!(service::healthz))
         .routes(routes!(service::metrics))
         .routes(routes!(service::openapi))

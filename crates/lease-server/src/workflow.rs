@@ -238,3 +238,94 @@ pub(crate) async fn attempts(State(app): AppState, _: Viewer, Param(id): Param) 
         crate::views::attempts_json(Some(&record.job), &kept, Some(&refusals), now),
     ))
 }
+
+/// How much of a workflow to read.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct GraphQuery {
+    /// At most this many jobs, the job itself counted (default 50).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 500)]
+    pub(crate) limit: Option<String>,
+}
+
+/// A job of a workflow's graph.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct GraphNode {
+    /// The job id.
+    pub(crate) id: String,
+    /// Its status now; `purged` for a parent purged since it finished.
+    pub(crate) status: String,
+    /// Its queue (null when purged).
+    pub(crate) queue: Option<String>,
+}
+
+/// One dependency of a workflow's graph: the child runs after the parent.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct GraphEdge {
+    /// The job run first.
+    pub(crate) parent: String,
+    /// The job that runs after it.
+    pub(crate) child: String,
+}
+
+/// A job's workflow around it: its ancestors and descendants.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct GraphBody {
+    /// The job first, then its ancestors and its descendants, nearest first.
+    pub(crate) nodes: Vec<GraphNode>,
+    /// Every dependency between two of the nodes.
+    pub(crate) edges: Vec<GraphEdge>,
+    /// Jobs met beyond the limit and left out: the workflow goes on past them.
+    pub(crate) more: u64,
+}
+
+#[utoipa::path(get, path = "/v1/jobs/{id}/graph", tag = "jobs",
+    params(("id" = Name, Path, description = "The job id, percent-encoded"), GraphQuery),
+    responses(
+        (status = 200, description = "The job's ancestors and descendants, breadth first and bounded, with every dependency between them", body = GraphBody),
+        (status = "4XX", description = "404 no such job, 400 a limit out of bounds", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn graph(
+    State(app): AppState,
+    _: Viewer,
+    Param(id): Param,
+    asked: Result<Query<GraphQuery>, QueryRejection>,
+) -> Answer {
+    let asked = crate::respond::query(asked)?;
+    let limit = crate::respond::count(asked.limit.as_deref(), "limit", 50)?;
+    if !(1..=lease_ports::graph::GRAPH_MOST).contains(&limit) {
+        return Err(Problem::invalid("parameter `limit` must be from 1 to 500"));
+    }
+    let id = Name(id).job()?;
+    let now = now(&app, None)?;
+    let Some(graph) =
+        lease_ports::graph::workflow_graph(app.store.as_ref(), &id, limit, now).await?
+    else {
+        return Err(Problem::no_such_job());
+    };
+    let body = GraphBody {
+        nodes: graph
+            .nodes
+            .into_iter()
+            .map(|n| GraphNode {
+                id: n.id.as_str().to_owned(),
+                status: n
+                    .status
+                    .map_or("purged", lease_domain::Status::as_str)
+                    .to_owned(),
+                queue: n.queue.map(|q| q.as_str().to_owned()),
+            })
+            .collect(),
+        edges: graph
+            .edges
+            .into_iter()
+            .map(|(parent, child)| GraphEdge {
+                parent: parent.as_str().to_owned(),
+                child: child.as_str().to_owned(),
+            })
+            .collect(),
+        more: graph.more,
+    };
+    Ok(json_response(StatusCode::OK, body))
+}

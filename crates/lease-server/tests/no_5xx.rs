@@ -11,7 +11,7 @@ use lease_server::{ServiceConfig, ServiceStore, router, secrets};
 use proptest::prelude::*;
 use tower::ServiceExt as _;
 
-const PATHS: [&str; 17] = [
+const PATHS: [&str; 18] = [
     "/v1/queues/{s}/jobs",
     "/v1/queues/{s}/jobs/batch",
     "/v1/queues/{s}/claims",
@@ -24,6 +24,7 @@ const PATHS: [&str; 17] = [
     "/v1/jobs/{s}/retry",
     "/v1/jobs/{s}",
     "/v1/jobs/{s}/attempts",
+    "/v1/jobs/{s}/graph?{s}",
     "/v1/jobs?{s}",
     "/v1/refusals?{s}",
     "/v1/purge",

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const ROUTES: [(&str, &str); 47] = [
+const ROUTES: [(&str, &str); 48] = [
     ("post", "/v1/queues/{queue}/jobs"),
     ("post", "/v1/queues/{queue}/jobs/batch"),
     ("post", "/v1/queues/{queue}/claims"),
@@ -40,6 +40,7 @@ const ROUTES: [(&str, &str); 47] = [
     ("get", "/v1/jobs/{id}/checkpoints"),
     ("get", "/v1/jobs/{id}/children"),
     ("get", "/v1/jobs/{id}/attempts"),
+    ("get", "/v1/jobs/{id}/graph"),
     ("get", "/v1/queues"),
     ("post", "/v1/queues/{queue}/pause"),
     ("post", "/v1/queues/{queue}/resume"),

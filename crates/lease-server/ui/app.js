@@ -659,6 +659,108 @@ function timeline(shown) {
   return box;
 }
 
+// A workflow around a job: parents above their children, one row per depth (the longest path
+// from a job with no parent drawn), each job a box linking to its page with its status, each
+// dependency a line with an arrow to the child. Jobs left out beyond the bound are counted.
+const GRAPH_SHOWN = 50;
+
+function graphLayers(nodes, edges) {
+  const ids = nodes.map((n) => n.id);
+  const parents = new Map(ids.map((id) => [id, []]));
+  const children = new Map(ids.map((id) => [id, []]));
+  for (const e of edges) {
+    parents.get(e.child).push(e.parent);
+    children.get(e.parent).push(e.child);
+  }
+  const depth = new Map();
+  const pending = new Map(ids.map((id) => [id, parents.get(id).length]));
+  const ready = ids.filter((id) => pending.get(id) === 0);
+  for (const id of ready) depth.set(id, 0);
+  while (ready.length > 0) {
+    const id = ready.shift();
+    for (const child of children.get(id)) {
+      depth.set(child, Math.max(depth.get(child) || 0, depth.get(id) + 1));
+      pending.set(child, pending.get(child) - 1);
+      if (pending.get(child) === 0) ready.push(child);
+    }
+  }
+  const layers = [];
+  for (const id of ids) {
+    const d = depth.has(id) ? depth.get(id) : 0;
+    (layers[d] = layers[d] || []).push(id);
+  }
+  // Each row ordered by where its parents stand in the row above (fewer crossings).
+  for (let d = 1; d < layers.length; d += 1) {
+    const above = new Map((layers[d - 1] || []).map((id, i) => [id, i]));
+    const place = (id) => {
+      const at = parents.get(id).filter((p) => above.has(p)).map((p) => above.get(p));
+      return at.length ? at.reduce((a, b) => a + b, 0) / at.length : Infinity;
+    };
+    layers[d] = (layers[d] || []).map((id, i) => [place(id), i, id])
+      .sort((a, b) => a[0] - b[0] || a[1] - b[1]).map((x) => x[2]);
+  }
+  return layers.filter((layer) => layer && layer.length > 0);
+}
+
+function workflowGraph(graph, current) {
+  const ns = 'http://www.w3.org/2000/svg';
+  const box = el('div');
+  const layers = graphLayers(graph.nodes, graph.edges);
+  const byId = new Map(graph.nodes.map((n) => [n.id, n]));
+  const w = 112;
+  const h = 30;
+  const gapX = 12;
+  const gapY = 34;
+  const widest = Math.max(...layers.map((l) => l.length));
+  const width = widest * (w + gapX) + gapX;
+  const height = layers.length * (h + gapY) - gapY + 16;
+  const at = new Map();
+  layers.forEach((layer, row) => {
+    const offset = (width - layer.length * (w + gapX) + gapX) / 2;
+    layer.forEach((id, i) => at.set(id, { x: offset + i * (w + gapX), y: 8 + row * (h + gapY) }));
+  });
+  const svg = document.createElementNS(ns, 'svg');
+  svg.setAttribute('class', 'graph');
+  svg.setAttribute('viewBox', `0 0 ${width} ${height}`);
+  svg.style.maxWidth = `${width}px`;
+  const make = (tag, attrs, parent, text) => {
+    const node = document.createElementNS(ns, tag);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+    if (text !== undefined) node.textContent = text;
+    (parent || svg).append(node);
+    return node;
+  };
+  const defs = make('defs', {});
+  const marker = make('marker', { id: 'arrow', viewBox: '0 0 8 8', refX: 8, refY: 4, markerWidth: 7, markerHeight: 7, orient: 'auto' }, defs);
+  make('path', { class: 'arrow', d: 'M0,0 L8,4 L0,8 z' }, marker);
+  for (const e of graph.edges) {
+    const from = at.get(e.parent);
+    const to = at.get(e.child);
+    if (!from || !to) continue;
+    const x1 = from.x + w / 2;
+    const y1 = from.y + h;
+    const x2 = to.x + w / 2;
+    const y2 = to.y;
+    const mid = (y1 + y2) / 2;
+    make('path', {
+      class: 'edge', 'data-parent': e.parent, 'data-child': e.child, 'marker-end': 'url(#arrow)',
+      d: `M ${x1} ${y1} C ${x1} ${mid}, ${x2} ${mid}, ${x2} ${y2}`,
+    });
+  }
+  for (const [id, p] of at) {
+    const n = byId.get(id);
+    const link = make('a', { class: `node ${n.status}${id === current ? ' current' : ''}`, href: `#/job/${encodeURIComponent(id)}` });
+    make('title', {}, link, `${id}: ${n.status}${n.queue ? ` in ${n.queue}` : ''}`);
+    make('rect', { x: p.x, y: p.y, width: w, height: h }, link);
+    const shown = id.length > 16 ? `${id.slice(0, 15)}…` : id;
+    make('text', { x: p.x + 6, y: p.y + 13 }, link, shown);
+    make('text', { class: 'state', x: p.x + 6, y: p.y + 25 }, link, n.status);
+  }
+  box.append(svg);
+  if (graph.more > 0) box.append(el('p', `and ${num(graph.more)} more jobs not drawn`, 'hint'));
+  return box;
+}
+
 function renderJobRefusals() {
   const list = (state.jobRefusals || []).slice().reverse();
   $('job-refusals').tBodies[0].replaceChildren(...list.map((r) => refusalRow(r, false)));
@@ -720,14 +822,17 @@ async function loadParents(after) {
 async function loadJob(id) {
   state.job = id;
   const path = `/v1/jobs/${encodeURIComponent(id)}`;
-  const [job, refusals, kept, children, attempts] = await Promise.all([
+  const [job, refusals, kept, children, attempts, graph] = await Promise.all([
     api('GET', path),
     api('GET', `/v1/refusals?limit=100&job=${encodeURIComponent(id)}`),
     api('GET', `${path}/checkpoints`),
     api('GET', `${path}/children?limit=${PARENTS_SHOWN}`),
     api('GET', `${path}/attempts`),
+    api('GET', `${path}/graph?limit=${GRAPH_SHOWN}`),
   ]);
   $('job-timeline').replaceChildren(timeline(attempts));
+  $('job-workflow').hidden = graph.nodes.length < 2;
+  $('job-graph').replaceChildren(graph.nodes.length < 2 ? '' : workflowGraph(graph, id));
   [state.parents, state.childJobs] = await Promise.all([
     loadParents(job.after),
     loadParents(children.children),
