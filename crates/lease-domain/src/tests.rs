@@ -2986,6 +2986,14 @@ fn a_completion_writes_the_row_then_settles_the_jobs_waiting_on_it() {
                 insert: false
             },
             Change::Release(Status::Done, Some(at(110.0))),
+            Change::Attempt(crate::Attempt {
+                fence: fence(1),
+                owner: owner("A"),
+                started: Some(at(100.0)),
+                ended: Some(at(110.0)),
+                end: crate::AttemptEnd::Done,
+                error: None,
+            }),
         ]
     );
     // A renewal writes its row alone.
@@ -3058,4 +3066,85 @@ fn a_claimed_row_settles_the_jobs_waiting_only_when_the_claim_buried_it() {
         vec![3, 8]
     );
     assert_eq!(changes[1], Change::Release(Status::Dead, Some(at(100.0))));
+}
+
+/// How each command ends the attempt a claim at 100 (lease until 130) started.
+fn ended_by(command: &Command) -> Option<crate::Attempt> {
+    let j = id("j");
+    let claimed = decide_claim(Some(&Job::new()), &owner("A"), term(100.0, 30.0)).unwrap();
+    command
+        .decided(&j, Some(&claimed), None)
+        .changes
+        .into_iter()
+        .find_map(|c| match c {
+            Change::Attempt(a) => Some(a),
+            _ => None,
+        })
+}
+
+#[test]
+fn each_way_an_attempt_ends_is_told_apart_with_its_time() {
+    use crate::AttemptEnd;
+    let boom = ErrorText::new("boom").unwrap();
+    let timed_out = ErrorText::new(crate::TIMED_OUT).unwrap();
+    let end = |c: Command| ended_by(&c).map(|a| (a.end, a.ended.map(Timestamp::get), a.error));
+    assert_eq!(
+        end(Command::Fail(
+            owner("A"),
+            fence(1),
+            at(110.0),
+            boom,
+            Retry::No
+        )),
+        Some((AttemptEnd::Failed, Some(110.0), Some("boom".to_owned())))
+    );
+    assert_eq!(
+        end(Command::Fail(
+            owner("A"),
+            fence(1),
+            at(111.0),
+            timed_out,
+            Retry::No
+        )),
+        Some((
+            AttemptEnd::TimedOut,
+            Some(111.0),
+            Some(crate::TIMED_OUT.to_owned())
+        ))
+    );
+    assert_eq!(
+        end(Command::Release(owner("A"), fence(1))),
+        Some((AttemptEnd::Released, None, None)),
+        "a release carries no time: the store stamps it"
+    );
+    assert_eq!(
+        end(Command::Cancel(at(120.0))),
+        Some((AttemptEnd::Cancelled, Some(120.0), None)),
+        "cancelled while its lease was live"
+    );
+    assert_eq!(
+        end(Command::Cancel(at(140.0))),
+        Some((AttemptEnd::LeaseLost, Some(130.0), None)),
+        "a cancel after the lease ended finds it lost at its deadline"
+    );
+    assert_eq!(
+        end(Command::Claim(owner("B"), term(135.0, 30.0))),
+        Some((AttemptEnd::LeaseLost, Some(130.0), None)),
+        "another claim takes the job: the attempt was lost at its deadline"
+    );
+    assert_eq!(
+        end(Command::Renew(owner("A"), fence(1), term(110.0, 30.0))),
+        None,
+        "a renewal keeps the attempt under way"
+    );
+    assert_eq!(
+        end(Command::Complete(
+            owner("A"),
+            fence(9),
+            at(110.0),
+            JobResult::new("x").unwrap()
+        )),
+        None,
+        "a refused write ends nothing"
+    );
 }

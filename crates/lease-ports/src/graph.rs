@@ -34,6 +34,44 @@ pub struct Graph {
     pub more: u64,
 }
 
+/// A graph being read: the jobs drawn (with the parents each names), the ones met beyond
+/// the bound, the dependencies met.
+struct Reading {
+    graph: Graph,
+    drawn: HashMap<JobId, Vec<JobId>>,
+    missed: BTreeSet<JobId>,
+    edges: BTreeSet<(JobId, JobId)>,
+    limit: usize,
+    now: Timestamp,
+}
+
+impl Reading {
+    /// Meets `id`: draws it (reading its record) when it is new and the bound leaves room,
+    /// else counts it as met beyond the bound. Whether it is drawn.
+    async fn meet(
+        &mut self,
+        store: &(impl LeaseStore + ?Sized),
+        id: &JobId,
+    ) -> Result<bool, StoreError> {
+        if self.drawn.contains_key(id) {
+            return Ok(true);
+        }
+        if self.graph.nodes.len() >= self.limit {
+            self.missed.insert(id.clone());
+            return Ok(false);
+        }
+        let found = store.record(id).await?;
+        self.graph.nodes.push(Node {
+            id: id.clone(),
+            status: found.as_ref().map(|r| r.job.status_at(self.now)),
+            queue: found.as_ref().map(|r| r.job.queue.clone()),
+        });
+        self.drawn
+            .insert(id.clone(), found.map(|r| r.job.after).unwrap_or_default());
+        Ok(true)
+    }
+}
+
 /// The graph of `job`'s ancestors and descendants, at most `limit` nodes (`job` counted), read
 /// breadth first (ancestors first), with each job's status at `now`. `None` when the job is not
 /// stored.
@@ -46,73 +84,48 @@ pub async fn workflow_graph(
     limit: usize,
     now: Timestamp,
 ) -> Result<Option<Graph>, StoreError> {
-    let Some(record) = store.record(job).await? else {
+    if store.record(job).await?.is_none() {
         return Ok(None);
+    }
+    let mut reading = Reading {
+        graph: Graph::default(),
+        drawn: HashMap::new(),
+        missed: BTreeSet::new(),
+        edges: BTreeSet::new(),
+        limit: limit.clamp(1, GRAPH_MOST),
+        now,
     };
-    let limit = limit.clamp(1, GRAPH_MOST);
-    let mut graph = Graph::default();
-    let mut drawn: HashMap<JobId, Vec<JobId>> = HashMap::new();
-    let mut missed: BTreeSet<JobId> = BTreeSet::new();
-    let mut edges: BTreeSet<(JobId, JobId)> = BTreeSet::new();
-    graph.nodes.push(Node {
-        id: job.clone(),
-        status: Some(record.job.status_at(now)),
-        queue: Some(record.job.queue.clone()),
-    });
-    drawn.insert(job.clone(), record.job.after.clone());
+    reading.meet(store, job).await?;
     // Up: each drawn job's parents, nearest first.
     let mut up = VecDeque::from([job.clone()]);
     while let Some(child) = up.pop_front() {
-        let parents = drawn.get(&child).cloned().unwrap_or_default();
+        let parents = reading.drawn.get(&child).cloned().unwrap_or_default();
         for parent in parents {
-            if !drawn.contains_key(&parent) {
-                if graph.nodes.len() >= limit {
-                    missed.insert(parent);
-                    continue;
-                }
-                let found = store.record(&parent).await?;
-                graph.nodes.push(Node {
-                    id: parent.clone(),
-                    status: found.as_ref().map(|r| r.job.status_at(now)),
-                    queue: found.as_ref().map(|r| r.job.queue.clone()),
-                });
-                drawn.insert(
-                    parent.clone(),
-                    found.map(|r| r.job.after).unwrap_or_default(),
-                );
+            let new = !reading.drawn.contains_key(&parent);
+            if reading.meet(store, &parent).await? && new {
                 up.push_back(parent.clone());
             }
-            edges.insert((parent, child.clone()));
+            reading.edges.insert((parent, child.clone()));
         }
     }
     // Down: each drawn descendant's children, nearest first.
     let mut down = VecDeque::from([job.clone()]);
     let mut descended: BTreeSet<JobId> = BTreeSet::from([job.clone()]);
     while let Some(parent) = down.pop_front() {
-        let children = store.children(&parent, None, limit + 1).await?;
-        for child in children {
-            if !drawn.contains_key(&child) {
-                if graph.nodes.len() >= limit {
-                    missed.insert(child);
-                    continue;
-                }
-                let found = store.record(&child).await?;
-                graph.nodes.push(Node {
-                    id: child.clone(),
-                    status: found.as_ref().map(|r| r.job.status_at(now)),
-                    queue: found.as_ref().map(|r| r.job.queue.clone()),
-                });
-                drawn.insert(
-                    child.clone(),
-                    found.map(|r| r.job.after).unwrap_or_default(),
-                );
-            }
-            if drawn.contains_key(&child) && descended.insert(child.clone()) {
+        for child in store.children(&parent, None, reading.limit + 1).await? {
+            if reading.meet(store, &child).await? && descended.insert(child.clone()) {
                 down.push_back(child.clone());
             }
-            edges.insert((parent.clone(), child));
+            reading.edges.insert((parent.clone(), child));
         }
     }
+    let Reading {
+        mut graph,
+        drawn,
+        missed,
+        edges,
+        ..
+    } = reading;
     graph.edges = edges
         .into_iter()
         .filter(|(p, c)| drawn.contains_key(p) && drawn.contains_key(c))
