@@ -291,7 +291,7 @@ const SCOPES: [Scope; 5] = [
             "crates/lease-sqlite/src/tx.rs",
             "crates/lease-sqlite/src/row.rs",
             "crates/lease-sqlite/src/reads.rs",
-            "crates/lease-sqlite/src/group.rs",
+            "crates/lease-sqlite/src/group_commit.rs",
             "crates/lease-sqlite/src/schema.rs",
             "crates/lease-sqlite/src/error.rs",
             "crates/lease-sqlite/src/connection.rs",

@@ -20,7 +20,7 @@ mod control;
 mod epoch;
 mod error;
 mod filesystem;
-mod group;
+mod group_commit;
 mod heads;
 mod job_write;
 mod keys;
@@ -52,7 +52,7 @@ pub use backup::{Restored, restore};
 pub use clock::HostClock;
 use connection::Access;
 pub use connection::{ConnectionSettings, MIN_SQLITE_VERSION};
-pub use group::GroupCommitStats;
+pub use group_commit::GroupCommitStats;
 pub use lease_ports::{JobState, StoreError};
 pub use options::{ConnectFn, ConnectHook, SqliteOptions, Synchronous};
 pub use path_api::{
@@ -82,7 +82,7 @@ pub struct SqliteLeaseStore {
     pool: r2d2::Pool<SqliteConnectionManager>,
     path: Arc<PathBuf>,
     /// The write queue, when group commit is on.
-    group: Option<Arc<group::GroupCommit>>,
+    group: Option<Arc<group_commit::GroupCommit>>,
     /// Why the store can only read, when its storage cannot be written.
     read_only: Option<Arc<String>>,
     /// Whose clock decides `now`.
@@ -161,8 +161,8 @@ impl SqliteLeaseStore {
             .test_on_check_out(false)
             .build(manager)
             .map_err(error::pool)?;
-        let group =
-            (options.max_batch > 1).then(|| Arc::new(group::GroupCommit::new(options.max_batch)));
+        let group = (options.max_batch > 1)
+            .then(|| Arc::new(group_commit::GroupCommit::new(options.max_batch)));
         let read_only = match access {
             Access::ReadWrite => None,
             Access::ReadOnly { reason, .. } => Some(Arc::new(reason)),
@@ -311,7 +311,7 @@ impl SqliteLeaseStore {
                 }
             });
         }
-        Ok(answers.await.unwrap_or_else(|_| group::lost(count)))
+        Ok(answers.await.unwrap_or_else(|_| group_commit::lost(count)))
     }
 
     /// Runs `body` with a pooled connection on a blocking thread when called inside a Tokio
