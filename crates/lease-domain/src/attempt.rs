@@ -55,6 +55,13 @@ impl AttemptEnd {
         }
     }
 
+    /// Whether the attempt failed (its holder's failure, a timeout's included): what the
+    /// overview counts as a failure.
+    #[must_use]
+    pub fn is_failure(self) -> bool {
+        matches!(self, AttemptEnd::Failed | AttemptEnd::TimedOut)
+    }
+
     /// The end named `text` ([`AttemptEnd::as_str`]).
     #[must_use]
     pub fn parse(text: &str) -> Option<Self> {
@@ -109,7 +116,28 @@ impl Job {
     }
 }
 
+impl Job {
+    /// The attempt this job's row held that ends when the job becomes `next` through `command`
+    /// (`None`: a claim by `claim_next`), as [`OpenAttempt::closed_by`] says; `None` when the
+    /// row held none or `next` still holds it.
+    #[must_use]
+    pub fn ended_attempt(&self, command: Option<&Command>, next: &Job) -> Option<Attempt> {
+        self.open_attempt()?.closed_by(command, next)
+    }
+}
+
 impl OpenAttempt {
+    /// How readers name the attempt under way at `now`: `running` while its lease is live,
+    /// `expired` after (not yet taken by another claim).
+    #[must_use]
+    pub fn outcome_at(&self, now: Timestamp) -> &'static str {
+        if self.until > now {
+            "running"
+        } else {
+            "expired"
+        }
+    }
+
     /// How this attempt ends when its job becomes `next` through `command` (`None`: a claim
     /// by `claim_next`, which only takes or buries a job whose lease expired): `None` while
     /// `next` still holds it. A write made while the lease was live ends it as the write

@@ -46,6 +46,15 @@ impl Decided {
         })
     }
 
+    /// The attempt the decision ends, if it ends one.
+    #[must_use]
+    pub fn attempt(&self) -> Option<&Attempt> {
+        self.changes.iter().find_map(|change| match change {
+            Change::Attempt(attempt) => Some(attempt),
+            _ => None,
+        })
+    }
+
     /// Whether the decision writes anything but the audit trail (a refusal alone leaves the
     /// store as it was).
     #[must_use]
@@ -196,9 +205,7 @@ impl Command {
                 changes.push(Change::ForgetPurged);
             }
             changes.extend(trace.map(Change::Trace));
-            let ended = current
-                .and_then(Job::open_attempt)
-                .and_then(|open| open.closed_by(Some(self), &next));
+            let ended = current.and_then(|job| job.ended_attempt(Some(self), &next));
             changes.extend(Change::of_row(current, next));
             changes.extend(ended.map(Change::Attempt));
         }

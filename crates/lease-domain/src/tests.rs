@@ -3072,14 +3072,7 @@ fn a_claimed_row_settles_the_jobs_waiting_only_when_the_claim_buried_it() {
 fn ended_by(command: &Command) -> Option<crate::Attempt> {
     let j = id("j");
     let claimed = decide_claim(Some(&Job::new()), &owner("A"), term(100.0, 30.0)).unwrap();
-    command
-        .decided(&j, Some(&claimed), None)
-        .changes
-        .into_iter()
-        .find_map(|c| match c {
-            Change::Attempt(a) => Some(a),
-            _ => None,
-        })
+    command.decided(&j, Some(&claimed), None).attempt().cloned()
 }
 
 #[test]

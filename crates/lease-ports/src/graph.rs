@@ -84,9 +84,6 @@ pub async fn workflow_graph(
     limit: usize,
     now: Timestamp,
 ) -> Result<Option<Graph>, StoreError> {
-    if store.record(job).await?.is_none() {
-        return Ok(None);
-    }
     let mut reading = Reading {
         graph: Graph::default(),
         drawn: HashMap::new(),
@@ -96,6 +93,15 @@ pub async fn workflow_graph(
         now,
     };
     reading.meet(store, job).await?;
+    // A job that is not stored reads as a node with no status.
+    if reading
+        .graph
+        .nodes
+        .first()
+        .is_none_or(|n| n.status.is_none())
+    {
+        return Ok(None);
+    }
     // Up: each drawn job's parents, nearest first.
     let mut up = VecDeque::from([job.clone()]);
     while let Some(child) = up.pop_front() {

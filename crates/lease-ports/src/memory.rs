@@ -820,12 +820,7 @@ impl crate::overview::Overview for MemoryLeaseStore {
         let failed = jobs.attempts.iter().flat_map(|(id, kept)| {
             let queue = jobs.jobs.get(id).map(|(job, _)| job.queue.clone());
             kept.values()
-                .filter(|a| {
-                    matches!(
-                        a.end,
-                        lease_domain::AttemptEnd::Failed | lease_domain::AttemptEnd::TimedOut
-                    )
-                })
+                .filter(|a| a.end.is_failure())
                 .filter_map(move |a| Some((queue.clone()?, a.ended?)))
         });
         Ok(crate::overview::tally_activity(

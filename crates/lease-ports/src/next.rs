@@ -1059,23 +1059,18 @@ impl ClaimWalk {
                     timeout: next.timeout.or(self.timeout),
                     group: next.group.clone(),
                 });
-                let ended = ended(job, &next);
+                let ended = job.ended_attempt(None, &next);
                 Decided::Wrote((id, next, ended))
             }
             NextDecision::Bury(next) => {
                 self.gate.buried(job.group.as_ref());
                 self.buried.push((id.clone(), next.updated));
-                let ended = ended(job, &next);
+                let ended = job.ended_attempt(None, &next);
                 Decided::Wrote((id, next, ended))
             }
             NextDecision::Skip => Decided::Skipped(id),
         }
     }
-}
-
-/// The attempt a candidate's expired lease held, ended by the claim walk's write of `next`.
-fn ended(before: &Job, next: &Job) -> Option<lease_domain::Attempt> {
-    before.open_attempt()?.closed_by(None, next)
 }
 
 /// The most heads one read asks for.

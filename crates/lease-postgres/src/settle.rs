@@ -265,11 +265,7 @@ impl PgLeaseStore {
                 }
             }
             if let (Some(before), Some(next)) = (&stored, decided.row()) {
-                let ended = decided.changes.iter().find_map(|c| match c {
-                    lease_domain::Change::Attempt(a) => Some(a.clone()),
-                    _ => None,
-                });
-                rows.put(id, before, next.clone(), ended)?;
+                rows.put(id, before, next.clone(), decided.attempt().cloned())?;
                 current.insert(id.clone(), next.clone());
             }
             outcomes.push(Some(decided.outcome.clone()));
@@ -391,7 +387,7 @@ impl PgLeaseStore {
                     if next.finished().is_some() {
                         shared.buried.push(id.clone());
                     }
-                    let ended = before.open_attempt().and_then(|o| o.closed_by(None, &next));
+                    let ended = before.ended_attempt(None, &next);
                     rows.put(&id, &before, next, ended)?;
                     shared.wrote = true;
                 }

@@ -103,10 +103,7 @@ async fn agree_with_a_recount(store: &PgLeaseStore, jobs: &[JobRecord], complete
     let mut failed = Vec::new();
     for r in jobs {
         for a in store.attempts(&r.id).await.unwrap().kept {
-            if matches!(
-                a.end,
-                lease_domain::AttemptEnd::Failed | lease_domain::AttemptEnd::TimedOut
-            ) {
+            if a.end.is_failure() {
                 failed.push((r.job.queue.clone(), a.ended.unwrap()));
             }
         }

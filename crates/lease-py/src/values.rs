@@ -844,11 +844,7 @@ pub(crate) fn attempts_dict<'py>(
         )?)?;
     }
     if let Some(open) = job.and_then(lease_domain::Job::open_attempt) {
-        let outcome = if open.until > now {
-            "running"
-        } else {
-            "expired"
-        };
+        let outcome = open.outcome_at(now);
         list.append(one(
             open.fence.get(),
             open.owner.as_str(),

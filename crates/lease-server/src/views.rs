@@ -150,11 +150,7 @@ pub fn attempts_json(
         })
         .collect();
     if let Some(open) = job.and_then(lease_domain::Job::open_attempt) {
-        let outcome = if open.until > now {
-            "running"
-        } else {
-            "expired"
-        };
+        let outcome = open.outcome_at(now);
         all.push(json!({
             "fence": open.fence.get(),
             "owner": open.owner.as_str(),

@@ -23,16 +23,12 @@ const SELECT_ALL: &str = "SELECT job, fence, owner, started, ended, outcome, err
 
 const CLEAR: &str = "DELETE FROM lease_attempts WHERE job = ?1";
 
-/// Keeps an ended attempt of `job`: ended by `now` when its decision carried no time.
-pub(crate) fn keep(
-    conn: &Connection,
-    job: &JobId,
-    attempt: &Attempt,
-    now: impl FnOnce() -> Result<lease_domain::Timestamp, StoreError>,
-) -> Result<(), StoreError> {
+/// Keeps an ended attempt of `job`: ended by this host's clock when its decision carried no
+/// time (a release).
+pub(crate) fn keep(conn: &Connection, job: &JobId, attempt: &Attempt) -> Result<(), StoreError> {
     let ended = match attempt.ended {
         Some(at) => at,
-        None => now()?,
+        None => crate::clock::host_now()?,
     };
     conn.prepare_cached(INSERT)
         .and_then(|mut stmt| {

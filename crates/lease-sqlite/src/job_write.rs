@@ -169,9 +169,7 @@ fn write_change(
             Ok(())
         }
         Change::Release(end, at) => crate::workflow::release(conn, id, end, at),
-        Change::Attempt(attempt) => {
-            crate::attempts::keep(conn, id, &attempt, crate::clock::host_now)
-        }
+        Change::Attempt(attempt) => crate::attempts::keep(conn, id, &attempt),
         Change::Refused(entry) => match audit {
             Some(retention) => crate::ops::record_refusal(conn, retention, id, &entry),
             None => Ok(()),

@@ -95,7 +95,7 @@ fn write(
         crate::attempts::clear(conn, id)?;
     }
     for (id, attempt) in &plan.attempts {
-        crate::attempts::keep(conn, id, attempt, crate::clock::host_now)?;
+        crate::attempts::keep(conn, id, attempt)?;
     }
     Ok(plan.imported)
 }
