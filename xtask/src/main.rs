@@ -287,7 +287,8 @@ const SCOPES: [Scope; 5] = [
         package: "lease-sqlite",
         files: &[
             "crates/lease-sqlite/src/ops.rs",
-            "crates/lease-sqlite/src/job_write.rs",
+            "crates/lease-sqlite/src/claim.rs",
+            "crates/lease-sqlite/src/write.rs",
             "crates/lease-sqlite/src/tx.rs",
             "crates/lease-sqlite/src/row.rs",
             "crates/lease-sqlite/src/reads.rs",
@@ -320,7 +321,8 @@ const SCOPES: [Scope; 5] = [
         package: "lease-postgres",
         files: &[
             "crates/lease-postgres/src/write.rs",
-            "crates/lease-postgres/src/next.rs",
+            "crates/lease-postgres/src/claim.rs",
+            "crates/lease-postgres/src/tx.rs",
             "crates/lease-postgres/src/schema.rs",
             "crates/lease-postgres/src/error.rs",
             "crates/lease-postgres/src/sql.rs",

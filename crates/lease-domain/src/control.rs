@@ -304,3 +304,66 @@ pub fn decide_queue_change(current: &QueueSettings, change: QueueChange) -> Queu
     }
     next
 }
+
+/// One logged grant of a rate-limited queue: the group whose rate it counts against (`None`:
+/// the queue's own rate) and when it stops counting.
+pub type Grant = (Option<GroupKey>, Timestamp);
+
+/// Where a queue's rates stand at a time: when the queue's rate lets a claim take a lease
+/// again, if it lets none now, and the same for each group whose rate lets none now.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Throttle {
+    /// When the queue's own rate opens again (`None`: it is not throttled).
+    pub until: Option<Timestamp>,
+    /// The throttled groups, each with when its rate opens again.
+    pub groups: BTreeMap<GroupKey, Timestamp>,
+}
+
+impl Throttle {
+    /// The standing of a queue with `settings` at `now`, from its logged `grants`.
+    #[must_use]
+    pub fn of(settings: &QueueSettings, grants: &[Grant], now: Timestamp) -> Self {
+        let until = settings.rate.and_then(|rate| {
+            let queue: Vec<Timestamp> = grants
+                .iter()
+                .filter(|(g, _)| g.is_none())
+                .map(|(_, at)| *at)
+                .collect();
+            rate.opens_at(&queue, now)
+        });
+        let mut groups = BTreeMap::new();
+        if let Some(rate) = settings.rate_per_group {
+            let mut by_group: BTreeMap<&GroupKey, Vec<Timestamp>> = BTreeMap::new();
+            for (group, at) in grants {
+                if let Some(group) = group {
+                    by_group.entry(group).or_default().push(*at);
+                }
+            }
+            for (group, expiries) in by_group {
+                if let Some(at) = rate.opens_at(&expiries, now) {
+                    groups.insert(group.clone(), at);
+                }
+            }
+        }
+        Self { until, groups }
+    }
+
+    /// When a claim that got nothing because of the rates may get something again: when the
+    /// queue's rate opens, else when the first of its throttled groups does (`None`: nothing
+    /// is throttled).
+    #[must_use]
+    pub fn opens_at(&self) -> Option<Timestamp> {
+        self.until.or_else(|| {
+            self.groups
+                .values()
+                .copied()
+                .min_by(|a, b| a.get().total_cmp(&b.get()))
+        })
+    }
+
+    /// Whether nothing is throttled.
+    #[must_use]
+    pub fn is_clear(&self) -> bool {
+        self.until.is_none() && self.groups.is_empty()
+    }
+}

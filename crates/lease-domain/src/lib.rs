@@ -43,16 +43,18 @@ pub use attempt::{
 pub use audit::{AuditReason, Refusal, holder_refusal, reclaim_delay, reclaim_delay_at, refusal};
 pub use clock::{ClockMode, ClockRefused, ClockSkew};
 pub use command::{Command, HolderWrite, Outcome};
-pub use control::{Concurrency, Limits, Pause, QueueChange, QueueSettings, decide_queue_change};
+pub use control::{
+    Concurrency, Grant, Limits, Pause, QueueChange, QueueSettings, Throttle, decide_queue_change,
+};
 pub use effects::{Change, Decided};
 pub use groups::{GroupGate, GroupTurn};
 pub use guard::{GuardRefused, decide_guard};
 pub use migrate::{ImportDecision, carried_epoch, decide_import, raise_fence};
 pub use queue::{
-    Backoff, Ended, EnqueueSpec, ErrorText, GroupKey, Payload, ProgressText, QueueName, Retry,
-    Status,
+    Backoff, Ended, EnqueueSpec, ErrorText, GroupKey, OnParentFailure, Payload, ProgressText,
+    QueueName, Retry, Status,
 };
-pub use rate::{Grant, Rate, Throttle};
+pub use rate::Rate;
 pub use rules::{
     ClaimKey, ClaimRefused, Failed, Job, LEASE_EXPIRED, NextDecision, RELEASED_AT_LAST_ATTEMPT,
     WriteRefused, claim_order, decide_cancel, decide_checkpoint, decide_claim, decide_claim_next,
@@ -72,14 +74,14 @@ pub use sealed::{
 pub use trace::{Join, TRACESTATE_MAX, TraceContext};
 pub use turns::Turn;
 pub use values::{
-    AccessError, Epoch, Fence, InputError, JobId, JobResult, LeaseTerm, MAX_NAME_BYTES, Owner,
-    Renewal, Timestamp, TokenDigest, Ttl,
+    AccessError, Epoch, Fence, InputError, JobId, JobResult, LeaseTerm, MAX_CHECKPOINT_NAME_BYTES,
+    MAX_CHECKPOINT_VALUE_BYTES, MAX_CHECKPOINTS, MAX_NAME_BYTES, MAX_PARENTS, Owner, Renewal,
+    Timestamp, TokenDigest, Ttl, WorkflowRefused,
 };
 pub use workflow::{
-    Checkpoint, CheckpointName, CheckpointValue, ChildFate, KeptCheckpoint,
-    MAX_CHECKPOINT_NAME_BYTES, MAX_CHECKPOINT_VALUE_BYTES, MAX_CHECKPOINTS, MAX_PARENTS,
-    OnParentFailure, Propagation, Waiting, WorkflowRefused, cancelled_by, check_workflow,
-    checkpoint_fits, decide_child, finishes, judges_parents, propagate,
+    Checkpoint, CheckpointName, CheckpointValue, ChildFate, KeptCheckpoint, Propagation, Waiting,
+    cancelled_by, check_workflow, checkpoint_fits, decide_child, finishes, judges_parents,
+    propagate,
 };
 
 #[cfg(test)]

@@ -4,8 +4,7 @@
 use std::fmt;
 
 use crate::trace::TraceContext;
-use crate::values::{InputError, JobId, Timestamp, Ttl};
-use crate::workflow::OnParentFailure;
+use crate::values::{InputError, JobId, Timestamp, Ttl, WorkflowRefused};
 
 /// The queue a job waits in: any non-empty text without NUL characters; `default` by default.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -494,5 +493,39 @@ pub enum Retry {
 impl Default for Retry {
     fn default() -> Self {
         Retry::Backoff(Backoff::default())
+    }
+}
+
+/// What a child does when a parent ends dead or cancelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnParentFailure {
+    /// It is cancelled, with an error naming the parent (a batch's "success" callback).
+    #[default]
+    Cancel,
+    /// It runs once every parent has finished, however each ended (a batch's "complete"
+    /// callback).
+    Run,
+}
+
+impl OnParentFailure {
+    /// Reads `cancel` or `run`.
+    ///
+    /// # Errors
+    /// [`WorkflowRefused::Policy`] for anything else.
+    pub fn parse(text: &str) -> Result<Self, WorkflowRefused> {
+        match text {
+            "cancel" => Ok(Self::Cancel),
+            "run" => Ok(Self::Run),
+            other => Err(WorkflowRefused::Policy(other.to_owned())),
+        }
+    }
+
+    /// `cancel` or `run`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cancel => "cancel",
+            Self::Run => "run",
+        }
     }
 }

@@ -6,12 +6,12 @@
 
 use crate::control::QueueSettings;
 use crate::queue::{
-    Ended, EnqueueSpec, ErrorText, GroupKey, ProgressText, QueueName, Retry, Status,
+    Ended, EnqueueSpec, ErrorText, GroupKey, OnParentFailure, ProgressText, QueueName, Retry,
+    Status,
 };
 use crate::values::{
     Fence, JobId, JobResult, LeaseTerm, Owner, Renewal, Timestamp, TokenDigest, Ttl,
 };
-use crate::workflow::OnParentFailure;
 
 /// The stored state of one job, without its id: the seed's six columns and the queue's fields.
 #[derive(Debug, Clone, PartialEq)]

@@ -99,7 +99,7 @@ pub enum InputError {
     /// A workflow that cannot be stored: a missing parent, a job that names itself, a cycle,
     /// too many parents, or a bad policy or checkpoint name.
     #[error(transparent)]
-    Workflow(#[from] crate::workflow::WorkflowRefused),
+    Workflow(#[from] WorkflowRefused),
     /// A W3C trace context that is not one, named with what is wrong with it.
     #[error("{0}")]
     TraceContext(String),
@@ -669,4 +669,60 @@ impl fmt::Debug for TokenDigest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("TokenDigest(..)")
     }
+}
+
+/// The most parents one job may name (the issue asks for at least 1,000).
+pub const MAX_PARENTS: usize = 10_000;
+
+/// The most checkpoints one job may keep.
+pub const MAX_CHECKPOINTS: usize = 1_000;
+
+/// The longest checkpoint name, in bytes.
+pub const MAX_CHECKPOINT_NAME_BYTES: usize = 256;
+
+/// The longest checkpoint value, in bytes: the CLI's limit on a result (a checkpoint is a
+/// step's result).
+pub const MAX_CHECKPOINT_VALUE_BYTES: usize = 64 << 20;
+
+/// Why a workflow (or a checkpoint name) is refused; each names what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorkflowRefused {
+    /// A job names itself as its parent.
+    #[error("job {0} names itself as its parent (--after)")]
+    SelfParent(JobId),
+    /// A job names a parent that is neither stored nor in the same batch.
+    #[error("job {child} names parent {parent}, which does not exist (--after)")]
+    MissingParent {
+        /// The job.
+        child: JobId,
+        /// Its parent.
+        parent: JobId,
+    },
+    /// The jobs of a batch name each other in a cycle; `0` is one of them.
+    #[error("job {0} is in a cycle of parents (--after): a workflow runs each job once")]
+    Cycle(JobId),
+    /// A job names more parents than a job may have.
+    #[error("job {child} names {count} parents (--after); at most {MAX_PARENTS}")]
+    TooManyParents {
+        /// The job.
+        child: JobId,
+        /// How many it named.
+        count: usize,
+    },
+    /// A policy other than `cancel` or `run`.
+    #[error("--on-parent-failure {0:?} is not cancel or run")]
+    Policy(String),
+    /// A checkpoint name that is empty, too long or holds a NUL.
+    #[error("checkpoint name {0:?} is not 1 to 256 bytes without NUL (name)")]
+    CheckpointName(String),
+    /// A checkpoint value over [`MAX_CHECKPOINT_VALUE_BYTES`].
+    #[error(
+        "checkpoint value is {0} bytes long, over the limit of {MAX_CHECKPOINT_VALUE_BYTES} bytes (value)"
+    )]
+    CheckpointValue(usize),
+    /// A new checkpoint for a job that keeps [`MAX_CHECKPOINTS`] already.
+    #[error(
+        "job {0} keeps {MAX_CHECKPOINTS} checkpoints, the most a job may keep: a new name is refused (name); write one of its names again instead"
+    )]
+    TooManyCheckpoints(JobId),
 }

@@ -6,99 +6,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::queue::{Ended, ErrorText, Status};
+use crate::queue::{Ended, ErrorText, OnParentFailure, Status};
 use crate::rules::Job;
-use crate::values::{JobId, Timestamp};
-
-/// The most parents one job may name (the issue asks for at least 1,000).
-pub const MAX_PARENTS: usize = 10_000;
-
-/// The most checkpoints one job may keep.
-pub const MAX_CHECKPOINTS: usize = 1_000;
-
-/// The longest checkpoint name, in bytes.
-pub const MAX_CHECKPOINT_NAME_BYTES: usize = 256;
-
-/// The longest checkpoint value, in bytes: the CLI's limit on a result (a checkpoint is a
-/// step's result).
-pub const MAX_CHECKPOINT_VALUE_BYTES: usize = 64 << 20;
-
-/// Why a workflow (or a checkpoint name) is refused; each names what is wrong.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum WorkflowRefused {
-    /// A job names itself as its parent.
-    #[error("job {0} names itself as its parent (--after)")]
-    SelfParent(JobId),
-    /// A job names a parent that is neither stored nor in the same batch.
-    #[error("job {child} names parent {parent}, which does not exist (--after)")]
-    MissingParent {
-        /// The job.
-        child: JobId,
-        /// Its parent.
-        parent: JobId,
-    },
-    /// The jobs of a batch name each other in a cycle; `0` is one of them.
-    #[error("job {0} is in a cycle of parents (--after): a workflow runs each job once")]
-    Cycle(JobId),
-    /// A job names more parents than a job may have.
-    #[error("job {child} names {count} parents (--after); at most {MAX_PARENTS}")]
-    TooManyParents {
-        /// The job.
-        child: JobId,
-        /// How many it named.
-        count: usize,
-    },
-    /// A policy other than `cancel` or `run`.
-    #[error("--on-parent-failure {0:?} is not cancel or run")]
-    Policy(String),
-    /// A checkpoint name that is empty, too long or holds a NUL.
-    #[error("checkpoint name {0:?} is not 1 to 256 bytes without NUL (name)")]
-    CheckpointName(String),
-    /// A checkpoint value over [`MAX_CHECKPOINT_VALUE_BYTES`].
-    #[error(
-        "checkpoint value is {0} bytes long, over the limit of {MAX_CHECKPOINT_VALUE_BYTES} bytes (value)"
-    )]
-    CheckpointValue(usize),
-    /// A new checkpoint for a job that keeps [`MAX_CHECKPOINTS`] already.
-    #[error(
-        "job {0} keeps {MAX_CHECKPOINTS} checkpoints, the most a job may keep: a new name is refused (name); write one of its names again instead"
-    )]
-    TooManyCheckpoints(JobId),
-}
-
-/// What a child does when a parent ends dead or cancelled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnParentFailure {
-    /// It is cancelled, with an error naming the parent (a batch's "success" callback).
-    #[default]
-    Cancel,
-    /// It runs once every parent has finished, however each ended (a batch's "complete"
-    /// callback).
-    Run,
-}
-
-impl OnParentFailure {
-    /// Reads `cancel` or `run`.
-    ///
-    /// # Errors
-    /// [`WorkflowRefused::Policy`] for anything else.
-    pub fn parse(text: &str) -> Result<Self, WorkflowRefused> {
-        match text {
-            "cancel" => Ok(Self::Cancel),
-            "run" => Ok(Self::Run),
-            other => Err(WorkflowRefused::Policy(other.to_owned())),
-        }
-    }
-
-    /// `cancel` or `run`.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Cancel => "cancel",
-            Self::Run => "run",
-        }
-    }
-}
+use crate::values::{
+    JobId, MAX_CHECKPOINT_NAME_BYTES, MAX_CHECKPOINT_VALUE_BYTES, MAX_CHECKPOINTS, MAX_PARENTS,
+    Timestamp, WorkflowRefused,
+};
 
 /// What a waiting child becomes, judged from how its parents stand.
 #[derive(Debug, Clone, PartialEq, Eq)]

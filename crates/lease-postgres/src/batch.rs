@@ -23,34 +23,29 @@
 //! What a batch cannot decide it declines before writing anything (a refusal to audit, a
 //! queue with settings, a job with children waiting), as does a batch the server answers with
 //! an error (it rolled back): each write then runs alone, as a lone caller's would, and a
-//! queue whose lone write `step` declined leaves batching for [`DECLINED_FOR`], so a queue
+//! queue whose lone write `step` declined leaves batching for [`DECLINED_FOR`](crate::batch_share::DECLINED_FOR), so a queue
 //! that always declines costs one declined batch per period. When the connection fails
 //! instead, the batch may have committed: every caller gets `Indeterminate`, never an
 //! acceptance.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
 
-use lease_domain::{Command, JobId, QueueName};
+use lease_domain::{Command, EnqueueSpec, JobId, Outcome, QueueName};
 use lease_ports::{ClaimNext, GroupCommitStats, StoreError};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::PgLeaseStore;
+use crate::batch_share::{Shared, answered, lock, tell_all};
 use crate::complete_and_claim::Stepped;
 use crate::connection::Conn;
+use crate::enqueues::Enqueue;
+use crate::renewals::Renewal;
 use crate::settle::{Settled, Write};
 
 /// How many batches of one store run at once, each on its own connection. The measurement
 /// before this was built (docs/PERFORMANCE.md) found one to four batching connections about
 /// equal; two keep one batch filling while the other commits.
 pub(crate) const RUNNERS: usize = 2;
-
-/// How long a queue whose write `step` declined goes around batching.
-pub(crate) const DECLINED_FOR: Duration = Duration::from_secs(10);
-
-/// The most queues remembered as declining; past it the memory starts over.
-const DECLINED_KEPT: usize = 1024;
 
 /// What a caller is answered: the step's answer (`None`: declined, decide it through
 /// statements), or the error.
@@ -60,8 +55,8 @@ type Answer = Result<Option<Stepped>, StoreError>;
 /// enqueue.
 pub(crate) enum Queued {
     Step(Request),
-    Renew(crate::renewals::Renewal),
-    Enqueue(crate::enqueues::Enqueue),
+    Renew(Renewal),
+    Enqueue(Enqueue),
 }
 
 /// One queued step: a holder's write, a claim, or a completion with the claim that follows
@@ -81,48 +76,21 @@ pub(crate) struct Batcher {
     shared: Arc<Shared>,
 }
 
-/// What a store's batcher and its runners share.
-pub(crate) struct Shared {
-    max_batch: usize,
-    /// Whether a batch of one write is settled as a batch too (for tests).
-    alone_in_batch: bool,
-    /// Queues whose write `step` declined, with when.
-    declined: Mutex<HashMap<QueueName, Instant>>,
-    stats: Mutex<GroupCommitStats>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 impl Batcher {
     pub(crate) fn new(max_batch: usize, alone_in_batch: bool) -> Self {
         Self {
             sender: Mutex::new(None),
-            shared: Arc::new(Shared {
-                max_batch,
-                alone_in_batch,
-                declined: Mutex::new(HashMap::new()),
-                stats: Mutex::new(GroupCommitStats::default()),
-            }),
+            shared: Arc::new(Shared::new(max_batch, alone_in_batch)),
         }
     }
 
     pub(crate) fn stats(&self) -> GroupCommitStats {
-        *lock(&self.shared.stats)
+        self.shared.stats()
     }
 
     /// Whether writes to `queue` go into batches: not while it is remembered as declining.
     pub(crate) fn takes(&self, queue: &QueueName) -> bool {
-        let mut declined = lock(&self.shared.declined);
-        match declined.get(queue) {
-            Some(at) if at.elapsed() < DECLINED_FOR => false,
-            Some(_) => {
-                declined.remove(queue);
-                true
-            }
-            None => true,
-        }
+        self.shared.takes(queue)
     }
 }
 
@@ -149,32 +117,6 @@ impl Batcher {
         // it not, the request's reply is dropped and its caller told the write is unknown.
         let _ = s.send(request);
         *sender = Some(s);
-    }
-}
-
-impl Shared {
-    /// Whether a batch of one write is settled as a batch too (for tests).
-    pub(crate) fn alone_in_batch(&self) -> bool {
-        self.alone_in_batch
-    }
-
-    fn remember_declined(&self, queue: &QueueName) {
-        let mut declined = lock(&self.declined);
-        if declined.len() >= DECLINED_KEPT {
-            declined.clear();
-        }
-        declined.insert(queue.clone(), Instant::now());
-    }
-
-    pub(crate) fn count(&self, writes: usize) {
-        let mut stats = lock(&self.stats);
-        let writes = writes as u64;
-        stats.batches += 1;
-        stats.writes += writes;
-        if writes > 1 {
-            stats.batches_of_many += 1;
-        }
-        stats.largest_batch = stats.largest_batch.max(writes);
     }
 }
 
@@ -216,6 +158,37 @@ impl PgLeaseStore {
         Ok(answered(answer).await?.and_then(|stepped| stepped.outcome))
     }
 
+    /// Queues a renewal (`command` is a [`Command::Renew`]) for the next batch and awaits its
+    /// outcome, after the batch's commit.
+    pub(crate) async fn batched_renew(
+        &self,
+        batcher: &Batcher,
+        job: &JobId,
+        command: Command,
+    ) -> Result<lease_domain::Outcome, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        batcher.send(
+            self,
+            Queued::Renew(Renewal::new(job.clone(), command, reply)),
+        );
+        answered(answer).await
+    }
+
+    /// Queues an enqueue for the next batch and awaits its outcome, after the batch's commit.
+    pub(crate) async fn batched_enqueue(
+        &self,
+        batcher: &Batcher,
+        job: &JobId,
+        spec: EnqueueSpec,
+    ) -> Result<Outcome, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        batcher.send(
+            self,
+            Queued::Enqueue(Enqueue::new(job.clone(), spec, reply)),
+        );
+        answered(answer).await.map(Outcome::Enqueued)
+    }
+
     /// Runs one batch on a pooled connection and answers each caller.
     async fn run_batch(&self, batcher: &Shared, mut batch: Vec<Request>) {
         // A caller that stopped waiting is not written for.
@@ -230,7 +203,7 @@ impl PgLeaseStore {
         batcher.count(batch.len());
         // A lone write is a plain call of `step`: settling it costs a lone caller more
         // (two round trips and nine statements against one; docs/PERFORMANCE.md).
-        if batch.len() == 1 && !batcher.alone_in_batch {
+        if batch.len() == 1 && !batcher.alone_in_batch() {
             return self.run_alone(&mut conn, batcher, batch).await;
         }
         let writes: Vec<Write<'_>> = batch
@@ -277,45 +250,9 @@ impl PgLeaseStore {
     }
 }
 
-/// A caller's answer, or, when the batch carrying its write stopped before answering, an
-/// error saying the write may have committed.
-pub(crate) async fn answered<T>(
-    answer: oneshot::Receiver<Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    answer.await.unwrap_or_else(|_| {
-        Err(StoreError::Indeterminate(
-            "the batch carrying this write stopped before it answered (its runtime shut \
-             down), so it may have committed"
-                .into(),
-        ))
-    })
-}
-
 /// Answers every caller of `batch` with `error`, each told in its own words.
 fn answer_all(batch: Vec<Request>, error: &StoreError) {
     tell_all(batch.into_iter().map(|r| r.reply), error);
-}
-
-/// Answers every one of `replies` with `error`, each told in its own words.
-pub(crate) fn tell_all<T>(
-    replies: impl IntoIterator<Item = oneshot::Sender<Result<T, StoreError>>>,
-    error: &StoreError,
-) {
-    for reply in replies {
-        let _ = reply.send(Err(retold(error)));
-    }
-}
-
-/// The same failure for another caller of the batch.
-pub(crate) fn retold(error: &StoreError) -> StoreError {
-    error
-        .retold(|d| {
-            d.retold(format!(
-                "{} (this write was one of a batch sharing one commit)",
-                d.message()
-            ))
-        })
-        .unwrap_or_else(|| StoreError::Unavailable(error.to_string().into()))
 }
 
 /// A runner: takes every queued write (up to the batch bound) and runs them as one batch,
@@ -333,7 +270,7 @@ async fn run(
                 Some(request) => batch.push(request),
                 None => return,
             }
-            while batch.len() < batcher.max_batch {
+            while batch.len() < batcher.max_batch() {
                 match queue.try_recv() {
                     Ok(request) => batch.push(request),
                     Err(_) => break,

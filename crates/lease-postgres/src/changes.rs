@@ -20,7 +20,7 @@ use crate::PgLeaseStore;
 use crate::connection::{Conn, Statements};
 use crate::error::{self, Stage};
 use crate::sql::{Encoded, Standing};
-use crate::write::{rollback, update};
+use crate::tx::{rollback, update};
 
 /// One row to write: the row, whether it is inserted, whether its purge mark goes, and the
 /// decision it belongs to.
@@ -141,7 +141,7 @@ impl Changes {
         // A hold of a group changes its queue's settings (the job's row stays locked until
         // COMMIT, so its lease cannot change meanwhile).
         if let Some((queue, change)) = self.queue.take() {
-            crate::control::change_in(c, &store.control, &queue, change).await?;
+            crate::control_sql::change_in(c, &store.control, &queue, change).await?;
             c.execute(&s.commit, &[])
                 .await
                 .map_err(|e| error::map(e, Stage::Commit))?;

@@ -15,21 +15,27 @@
 //! [`LeaseStore::enqueue_many`]: lease_ports::LeaseStore::enqueue_many
 
 use futures::future::join_all;
-use lease_domain::{Command, EnqueueSpec, JobId, Outcome};
+use lease_domain::{Command, EnqueueSpec, JobId};
 use lease_ports::{StoreError, outcome_as};
 use tokio::sync::oneshot;
 
 use crate::PgLeaseStore;
-use crate::batch::{Batcher, Queued, Shared, answered, tell_all};
+use crate::batch_share::{Shared, tell_all};
 
 /// A caller's answer: whether the job was inserted, or the error.
-type Answer = Result<bool, StoreError>;
+pub(crate) type Answer = Result<bool, StoreError>;
 
 /// One queued enqueue.
 pub(crate) struct Enqueue {
     job: JobId,
     spec: EnqueueSpec,
     reply: oneshot::Sender<Answer>,
+}
+
+impl Enqueue {
+    pub(crate) fn new(job: JobId, spec: EnqueueSpec, reply: oneshot::Sender<Answer>) -> Self {
+        Self { job, spec, reply }
+    }
 }
 
 /// The spec of an enqueue that may share a batch: a plain one, naming no parents and running
@@ -45,25 +51,6 @@ pub(crate) fn batchable(command: &Command) -> Option<EnqueueSpec> {
 }
 
 impl PgLeaseStore {
-    /// Queues an enqueue for the next batch and awaits its outcome, after the batch's commit.
-    pub(crate) async fn batched_enqueue(
-        &self,
-        batcher: &Batcher,
-        job: &JobId,
-        spec: EnqueueSpec,
-    ) -> Result<Outcome, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        batcher.send(
-            self,
-            Queued::Enqueue(Enqueue {
-                job: job.clone(),
-                spec,
-                reply,
-            }),
-        );
-        answered(answer).await.map(Outcome::Enqueued)
-    }
-
     /// Runs one batch of enqueues on a pooled connection and answers each caller.
     pub(crate) async fn run_enqueues(&self, batcher: &Shared, mut batch: Vec<Enqueue>) {
         // A caller that stopped waiting is not written for.

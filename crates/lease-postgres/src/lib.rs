@@ -13,19 +13,21 @@
 
 mod audit;
 mod batch;
+mod batch_share;
 mod changes;
 mod checkpoint;
+mod claim;
 mod complete_and_claim;
 mod config;
 mod connection;
 mod control;
+mod control_sql;
 mod enqueues;
 mod error;
 pub mod guard;
 mod heads;
 mod keys;
 mod list;
-mod next;
 mod renewals;
 mod schema;
 #[cfg(feature = "test-support")]
@@ -36,6 +38,7 @@ mod sql;
 mod tls;
 mod trace;
 mod transfer;
+mod tx;
 mod workflow;
 mod write;
 
@@ -67,7 +70,7 @@ pub use sql::CLAIM_NEXT_SETTINGS;
 use config::connection_settings;
 use connection::{Conn, Statements, setup};
 use sql::stored_now;
-use write::rollback;
+use tx::rollback;
 
 use error::Stage;
 use sql::{Encoded, Sql, Standing};
@@ -209,7 +212,7 @@ pub struct PgLeaseStore {
     outbox: Arc<signal::Outbox>,
     sql: Arc<Sql>,
     /// The statements of queue settings and schedules.
-    control: Arc<control::ControlSql>,
+    control: Arc<control_sql::ControlSql>,
     /// The statements of workflows.
     workflow: Arc<workflow::WorkflowSql>,
     /// The statements of checkpoints.
@@ -225,7 +228,7 @@ pub struct PgLeaseStore {
     /// Group commit of the queue loop's writes ([`PgOptions::max_batch`]); `None` when off.
     batcher: Option<Arc<batch::Batcher>>,
     /// The settings a claim last read for each queue: a claim reads ahead by them
-    /// (`next.rs`), and uses what it read only if the settings it reads are the same.
+    /// (`claim.rs`), and uses what it read only if the settings it reads are the same.
     seen: Arc<
         std::sync::Mutex<
             std::collections::HashMap<lease_domain::QueueName, lease_domain::QueueSettings>,
@@ -329,7 +332,7 @@ impl PgLeaseStore {
             tls,
             outbox: Arc::default(),
             sql: Arc::new(Sql::new(&options.schema)),
-            control: Arc::new(control::ControlSql::new(&options.schema)),
+            control: Arc::new(control_sql::ControlSql::new(&options.schema)),
             workflow: Arc::new(workflow::WorkflowSql::new(&options.schema)),
             checkpoints: Arc::new(checkpoint::CheckpointSql::new(&options.schema)),
             traces: Arc::new(trace::TraceSql::new(&options.schema)),
@@ -502,10 +505,7 @@ impl LeaseStore for PgLeaseStore {
         let probe = conn.prepare(&self.workflow.has_waiting).await?;
         // With the lock: whether jobs wait on the completed job (read after the lock).
         let lock = try_join(
-            try_join(
-                c.query_opt(&s.lock, &key),
-                write::clock_if(c, &s, needs_clock),
-            ),
+            try_join(c.query_opt(&s.lock, &key), tx::clock_if(c, &s, needs_clock)),
             async { c.query_one(&probe, &key).await.map(|r| r.get::<_, bool>(0)) },
         );
         let (mut claimed, ((row, now), waited_on)) =
@@ -547,7 +547,7 @@ impl LeaseStore for PgLeaseStore {
         // A workflow's jobs settle after the rows that finished their parents are written.
         if released.is_some() || !claimed.buried.is_empty() {
             for write in writes.drain(..) {
-                write::update(c, &s.update, &s.update_counted, &write)
+                tx::update(c, &s.update, &s.update_counted, &write)
                     .await
                     .map_err(|e| error::map(e, Stage::BeforeCommit))?;
                 wrote = true;

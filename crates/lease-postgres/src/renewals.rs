@@ -19,11 +19,11 @@ use lease_ports::StoreError;
 use tokio::sync::oneshot;
 
 use crate::PgLeaseStore;
-use crate::batch::{Batcher, Queued, Shared, answered, retold, tell_all};
+use crate::batch_share::{Shared, retold, tell_all};
 use crate::connection::{Conn, Statements};
 use crate::error::{self, Stage};
 use crate::sql::{self, Encoded, Standing, stored_now};
-use crate::write::{clock_if, update};
+use crate::tx::{clock_if, update};
 
 /// A caller's answer: the renewal's outcome, or the error.
 type Answer = Result<Outcome, StoreError>;
@@ -35,30 +35,20 @@ pub(crate) struct Renewal {
     reply: oneshot::Sender<Answer>,
 }
 
+impl Renewal {
+    pub(crate) fn new(job: JobId, command: Command, reply: oneshot::Sender<Answer>) -> Self {
+        Self {
+            job,
+            command,
+            reply,
+        }
+    }
+}
+
 /// Why a batch of renewals failed as a whole, and whether COMMIT had been sent.
 type Failed = (tokio_postgres::Error, Stage);
 
 impl PgLeaseStore {
-    /// Queues a renewal (`command` is a [`Command::Renew`]) for the next batch and awaits its
-    /// outcome, after the batch's commit.
-    pub(crate) async fn batched_renew(
-        &self,
-        batcher: &Batcher,
-        job: &JobId,
-        command: Command,
-    ) -> Answer {
-        let (reply, answer) = oneshot::channel();
-        batcher.send(
-            self,
-            Queued::Renew(Renewal {
-                job: job.clone(),
-                command,
-                reply,
-            }),
-        );
-        answered(answer).await
-    }
-
     /// Runs one batch of renewals on a pooled connection and answers each caller.
     pub(crate) async fn run_renewals(&self, batcher: &Shared, mut batch: Vec<Renewal>) {
         // A caller that stopped waiting is not written for.

@@ -476,7 +476,7 @@ fn take_page(
     rows: &Rows,
 ) -> Result<(Page, bool), Stop> {
     let full = i64::try_from(page.len()).unwrap_or(i64::MAX) >= asked;
-    let clock = page.first().map(crate::next::row_clock).transpose()?;
+    let clock = page.first().map(crate::claim::row_clock).transpose()?;
     let mut read = Vec::with_capacity(page.len());
     for row in page {
         let (id, mut job) = sql::decode_with_id(row, 1)?;

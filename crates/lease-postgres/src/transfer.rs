@@ -10,7 +10,7 @@ use lease_ports::{JobRecord, StoreError};
 use crate::PgLeaseStore;
 use crate::error::{self, Stage};
 use crate::sql::{self, Encoded, Standing};
-use crate::write::update;
+use crate::tx::update;
 
 fn mark_fence(id: &str, fence: i64) -> Result<(JobId, Fence), StoreError> {
     let id = lease_ports::codec::job_id(id)?;
@@ -51,7 +51,7 @@ impl Transfer for PgLeaseStore {
             )
             .await
             .map_err(read)?;
-        let (queues, schedules) = crate::control::read_all(c, &self.control).await?;
+        let (queues, schedules) = crate::control_sql::read_all(c, &self.control).await?;
         let checkpoints = c
             .query(&self.checkpoints.select_all, &[])
             .await
@@ -101,7 +101,7 @@ impl Transfer for PgLeaseStore {
             .await
             .map_err(before)?;
         let (jobs, marks): (i64, i64) = (counts.get(0), counts.get(1));
-        let (queues, schedules) = crate::control::read_all(c, &self.control).await?;
+        let (queues, schedules) = crate::control_sql::read_all(c, &self.control).await?;
         let mut view = TargetView {
             total_jobs: lease_ports::codec::count(jobs, "the target's job count")?,
             total_marks: lease_ports::codec::count(marks, "the target's purge mark count")?,
@@ -182,13 +182,9 @@ impl Transfer for PgLeaseStore {
         let forget = format!("DELETE FROM {s}.purged WHERE id = ANY($1::text[])");
         let commit = |e: tokio_postgres::Error| error::map(e, Stage::Commit);
         // In order: inserts keep the source's enqueue order.
-        try_join_all(
-            inserts
-                .iter()
-                .map(|job| crate::write::insert(c, &insert, job)),
-        )
-        .await
-        .map_err(before)?;
+        try_join_all(inserts.iter().map(|job| crate::tx::insert(c, &insert, job)))
+            .await
+            .map_err(before)?;
         try_join_all(
             updates
                 .iter()
@@ -201,12 +197,12 @@ impl Transfer for PgLeaseStore {
             .await
             .map_err(before)?;
         for (queue, settings) in &plan.queues {
-            crate::control::write_settings(c, &self.control, queue, settings)
+            crate::control_sql::write_settings(c, &self.control, queue, settings)
                 .await
                 .map_err(before)?;
         }
         for schedule in &plan.schedules {
-            crate::control::write_schedule(c, &self.control, schedule)
+            crate::control_sql::write_schedule(c, &self.control, schedule)
                 .await
                 .map_err(before)?;
         }

@@ -282,7 +282,7 @@ async fn update_all(
         futures::future::try_join_all(
             writes
                 .iter()
-                .map(|row| crate::write::update(c, &s.update, &s.update_counted, row)),
+                .map(|row| crate::tx::update(c, &s.update, &s.update_counted, row)),
         )
         .await
         .map_err(before)?;

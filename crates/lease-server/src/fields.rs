@@ -321,3 +321,12 @@ impl StatusName {
         }
     }
 }
+
+/// When to judge statuses.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct StatsQuery {
+    /// The time to judge at, taken only by a server that trusts caller clocks.
+    #[param(value_type = Option<Time>)]
+    pub(crate) now: Option<String>,
+}

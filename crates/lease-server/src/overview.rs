@@ -3,7 +3,7 @@
 
 use crate::App;
 use crate::extract::{Params, Viewer};
-use crate::fields::{Name, Time};
+use crate::fields::{Name, StatsQuery, Time};
 use crate::problem::{Problem, ProblemBody};
 use crate::respond::{Answer, AppState, count, json_response, query, query_now};
 use axum::extract::rejection::QueryRejection;
@@ -21,15 +21,6 @@ pub(crate) struct Stats {
     /// For each queue, the number of jobs in each status (pending, running, done, dead,
     /// cancelled), now.
     pub(crate) queues: serde_json::Map<String, Value>,
-}
-
-/// When to judge statuses.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub(crate) struct StatsQuery {
-    /// The time to judge at, taken only by a server that trusts caller clocks.
-    #[param(value_type = Option<Time>)]
-    pub(crate) now: Option<String>,
 }
 
 #[utoipa::path(get, path = "/v1/stats", tag = "queue", params(StatsQuery),

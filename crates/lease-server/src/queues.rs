@@ -92,7 +92,7 @@ impl QueueView {
 }
 
 #[utoipa::path(get, path = "/v1/queues/{queue}/throttle", tag = "queue",
-    params(("queue" = Name, Path, description = "The queue, percent-encoded"), crate::overview::StatsQuery),
+    params(("queue" = Name, Path, description = "The queue, percent-encoded"), crate::fields::StatsQuery),
     responses(
         (status = 200, description = "Where the queue's rates stand now (nothing throttled for a queue without a rate)", body = ThrottleView),
         (status = "4XX", description = "Refused", body = ProblemBody, content_type = "application/problem+json"),
@@ -103,7 +103,7 @@ pub(crate) async fn throttle(
     _: Viewer,
     Param(queue): Param,
     asked: Result<
-        axum::extract::Query<crate::overview::StatsQuery>,
+        axum::extract::Query<crate::fields::StatsQuery>,
         axum::extract::rejection::QueryRejection,
     >,
 ) -> Answer {

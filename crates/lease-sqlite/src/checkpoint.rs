@@ -51,7 +51,7 @@ pub(crate) fn keep(
 
 /// Deletes every checkpoint of `job`.
 pub(crate) fn clear(conn: &Connection, job: &JobId) -> Result<(), StoreError> {
-    crate::job_write::run_with(conn, CLEAR, job.as_str())
+    crate::row::run_with(conn, CLEAR, job.as_str())
 }
 
 type Row = (String, String, String, i64, f64);

@@ -8,7 +8,6 @@ use lease_domain::{
 };
 use lease_ports::StoreError;
 use lease_ports::codec::{StoredQueue, StoredSchedule};
-use lease_ports::control::Fire;
 use rusqlite::{Connection, OptionalExtension};
 
 use crate::error;
@@ -389,7 +388,10 @@ pub(crate) fn queues(conn: &Connection) -> Result<Vec<(QueueName, QueueSettings)
 }
 
 /// One schedule, by name.
-fn schedule(conn: &Connection, name: &ScheduleName) -> Result<Option<Schedule>, StoreError> {
+pub(crate) fn schedule(
+    conn: &Connection,
+    name: &ScheduleName,
+) -> Result<Option<Schedule>, StoreError> {
     conn.prepare_cached(&format!(
         "SELECT {SCHEDULE_COLUMNS} FROM lease_schedules WHERE name = ?1"
     ))
@@ -455,20 +457,4 @@ pub(crate) fn remove_schedule(conn: &Connection, name: &ScheduleName) -> Result<
         .and_then(|mut stmt| stmt.execute([name.as_str()]))
         .map(|n| n > 0)
         .map_err(error::sql(conn))
-}
-
-/// Fires a schedule when it is as the pass read it: its jobs enqueued and its last tick
-/// recorded in the open transaction; `None` (nothing written) otherwise.
-pub(crate) fn fire(conn: &Connection, fire: &Fire) -> Result<Option<Vec<bool>>, StoreError> {
-    let Some(fired) = fire.decide(schedule(conn, &fire.name)?.as_ref()) else {
-        return Ok(None);
-    };
-    let mut inserted = Vec::with_capacity(fire.jobs.len());
-    for (id, spec) in &fire.jobs {
-        let command = lease_domain::Command::EnqueueWith(spec.clone());
-        let (outcome, _) = crate::job_write::apply_command(conn, id, &command, None)?;
-        inserted.push(lease_ports::outcome_as(outcome)?);
-    }
-    write_schedule(conn, &fired)?;
-    Ok(Some(inserted))
 }

@@ -12,8 +12,10 @@
 //!   the file afresh, so they stay correct when the file is replaced between calls.
 
 mod attempts;
+mod audit;
 mod backup;
 mod checkpoint;
+mod claim;
 mod clock;
 mod connection;
 mod control;
@@ -22,7 +24,6 @@ mod error;
 mod filesystem;
 mod group_commit;
 mod heads;
-mod job_write;
 mod keys;
 mod ops;
 mod options;
@@ -34,6 +35,7 @@ mod trace;
 mod transfer;
 mod tx;
 mod workflow;
+mod write;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -64,7 +66,7 @@ pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 /// (feature `test-support`).
 #[cfg(feature = "test-support")]
 pub mod sql {
-    pub use crate::ops::{REFILE_ENDED_LEASES, SELECT_CANDIDATES};
+    pub use crate::claim::{REFILE_ENDED_LEASES, SELECT_CANDIDATES};
     pub use crate::row::{INSERT_JOB, SELECT_JOB, UPDATE_JOB, UPDATE_QUEUE, UPSERT_QUEUE};
 }
 

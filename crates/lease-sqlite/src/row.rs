@@ -57,6 +57,28 @@ pub const UPDATE_QUEUE: &str = "UPDATE jobs_queue SET queue = ?2, priority = ?3,
     result_fence = ?10, updated = ?11, leased_until = ?12, token = ?13, timeout = ?14, \
     progress = ?15, grp = ?16, on_parent_failure = ?17 WHERE id = ?1";
 
+const SELECT_PARENTS: &str = "SELECT parent FROM lease_parents WHERE child = ?1 ORDER BY ord";
+
+/// Runs `sql`, a statement with the one parameter `id`.
+pub(crate) fn run_with(conn: &Connection, sql: &str, id: &str) -> Result<(), StoreError> {
+    conn.prepare_cached(sql)
+        .and_then(|mut stmt| stmt.execute([id]))
+        .map(drop)
+        .map_err(error::sql(conn))
+}
+
+/// The parents of `child`, in the order first named.
+pub(crate) fn parents(conn: &Connection, child: &JobId) -> Result<Vec<JobId>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(SELECT_PARENTS)
+        .map_err(error::sql(conn))?;
+    let ids: Vec<String> = stmt
+        .query_map([child.as_str()], |r| r.get(0))
+        .and_then(Iterator::collect)
+        .map_err(error::sql(conn))?;
+    ids.into_iter().map(lease_ports::codec::job_id).collect()
+}
+
 pub(crate) fn corrupt(id: &JobId, what: String) -> StoreError {
     StoreError::Corrupt(format!("job {id}: {what}").into())
 }
@@ -262,7 +284,7 @@ pub(crate) fn load(conn: &Connection, id: &JobId) -> Result<Option<Job>, StoreEr
     };
     let mut job = decode(id, row)?;
     if has_parents(row) {
-        job.after = crate::workflow::parents(conn, id)?;
+        job.after = parents(conn, id)?;
     }
     Ok(Some(job))
 }

@@ -6,7 +6,7 @@ use lease_ports::transfer::{Imported, Snapshot, TargetView, Transfer, plan_impor
 use lease_ports::{JobRecord, StoreError};
 use rusqlite::Connection;
 
-use crate::{SqliteLeaseStore, error, job_write, row, tx};
+use crate::{SqliteLeaseStore, error, row, tx, write};
 
 /// Every job id in enqueue order (a job without a queue row last, in id order).
 const SELECT_ORDER: &str = "SELECT j.id FROM jobs j LEFT JOIN jobs_queue q ON q.id = j.id \
@@ -61,7 +61,7 @@ fn write(
     crate::epoch::raise(conn, plan.epoch)?;
     for (id, job) in &plan.inserts {
         row::store(conn, true, id, job)?;
-        job_write::run_with(conn, job_write::FORGET_PURGED, id.as_str())?;
+        row::run_with(conn, write::FORGET_PURGED, id.as_str())?;
         if !job.after.is_empty() {
             crate::workflow::write_parents(conn, id, job)?;
         }
@@ -71,7 +71,7 @@ fn write(
         crate::workflow::write_parents(conn, id, job)?;
     }
     for (id, fence) in &plan.marks {
-        conn.prepare_cached(job_write::REMEMBER_PURGED)
+        conn.prepare_cached(write::REMEMBER_PURGED)
             .and_then(|mut stmt| stmt.execute(rusqlite::params![id.as_str(), i64::from(*fence)]))
             .map_err(error::sql(conn))?;
     }

@@ -15,8 +15,6 @@ use rusqlite::Connection;
 use crate::error;
 use crate::row::{load, store};
 
-const SELECT_PARENTS: &str = "SELECT parent FROM lease_parents WHERE child = ?1 ORDER BY ord";
-
 /// Each parent of `?1` with the columns its status is read from (NULL `done` for a parent
 /// that is gone: purged after it finished).
 const SELECT_STANDS: &str = "SELECT p.parent, j.done, q.finished FROM lease_parents p \
@@ -36,18 +34,6 @@ const DELETE_PARENTS: &str = "DELETE FROM lease_parents WHERE child = ?1";
 const INSERT_PARENT: &str = "INSERT INTO lease_parents(child, parent, ord) VALUES (?1, ?2, ?3)";
 
 const EXISTS: &str = "SELECT 1 FROM jobs WHERE id = ?1";
-
-/// The parents of `child`, in the order first named.
-pub(crate) fn parents(conn: &Connection, child: &JobId) -> Result<Vec<JobId>, StoreError> {
-    let mut stmt = conn
-        .prepare_cached(SELECT_PARENTS)
-        .map_err(error::sql(conn))?;
-    let ids: Vec<String> = stmt
-        .query_map([child.as_str()], |r| r.get(0))
-        .and_then(Iterator::collect)
-        .map_err(error::sql(conn))?;
-    ids.into_iter().map(lease_ports::codec::job_id).collect()
-}
 
 /// The jobs that name `parent`, in id order after `after`, at most `limit`.
 pub(crate) fn children(
@@ -98,7 +84,7 @@ pub(crate) fn check(conn: &Connection, batch: &[(JobId, EnqueueSpec)]) -> Result
 
 /// Writes the parent rows of `child` as `job` names them (replacing any it had).
 pub(crate) fn write_parents(conn: &Connection, child: &JobId, job: &Job) -> Result<(), StoreError> {
-    crate::job_write::run_with(conn, DELETE_PARENTS, child.as_str())?;
+    crate::row::run_with(conn, DELETE_PARENTS, child.as_str())?;
     let mut stmt = conn
         .prepare_cached(INSERT_PARENT)
         .map_err(error::sql(conn))?;

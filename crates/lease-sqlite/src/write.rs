@@ -7,7 +7,7 @@ use lease_ports::StoreError;
 use rusqlite::Connection;
 
 use crate::error;
-use crate::row::{fence_of, load, store};
+use crate::row::{fence_of, load, run_with, store};
 
 pub(crate) const SELECT_PURGED: &str = "SELECT fence FROM purged WHERE id = ?1";
 
@@ -15,13 +15,6 @@ pub(crate) const FORGET_PURGED: &str = "DELETE FROM purged WHERE id = ?1";
 
 pub(crate) const REMEMBER_PURGED: &str = "INSERT INTO purged(id, fence) VALUES (?1, ?2) \
     ON CONFLICT(id) DO UPDATE SET fence = max(fence, excluded.fence)";
-
-pub(crate) fn run_with(conn: &Connection, sql: &str, id: &str) -> Result<(), StoreError> {
-    conn.prepare_cached(sql)
-        .and_then(|mut stmt| stmt.execute([id]))
-        .map(drop)
-        .map_err(error::sql(conn))
-}
 
 /// The fence a purged id had, when it was purged and not enqueued since.
 pub(crate) fn purged_fence(conn: &Connection, id: &JobId) -> Result<Option<Fence>, StoreError> {
@@ -171,7 +164,7 @@ fn write_change(
         Change::Release(end, at) => crate::workflow::release(conn, id, end, at),
         Change::Attempt(attempt) => crate::attempts::keep(conn, id, &attempt),
         Change::Refused(entry) => match audit {
-            Some(retention) => crate::ops::record_refusal(conn, retention, id, &entry),
+            Some(retention) => crate::audit::record_refusal(conn, retention, id, &entry),
             None => Ok(()),
         },
     }

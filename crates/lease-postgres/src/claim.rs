@@ -12,7 +12,7 @@ use crate::PgLeaseStore;
 use crate::connection::{Conn, Statements};
 use crate::error::{self, Stage};
 use crate::sql::{self, Encoded, Standing, stored_now};
-use crate::write::{clock_if, update};
+use crate::tx::{clock_if, update};
 
 impl PgLeaseStore {
     /// Leases up to `claim.limit` candidates inside the open transaction (BEGIN pipelined
@@ -384,7 +384,7 @@ struct Before {
 impl Before {
     async fn prepare(
         conn: &Conn,
-        control: &crate::control::ControlSql,
+        control: &crate::control_sql::ControlSql,
     ) -> Result<Self, StoreError> {
         Ok(Self {
             lock: conn.prepare(&control.lock_queue).await?,
@@ -669,7 +669,7 @@ impl Driver<'_> {
                     .map(|row| sql::decode_with_id(row, 0))
                     .collect::<Result<Vec<_>, _>>()?;
                 let counting = if walk.rates_groups() {
-                    crate::control::counting(self.conn.client(), control, self.queue, &keys)
+                    crate::control_sql::counting(self.conn.client(), control, self.queue, &keys)
                         .await?
                         .into_iter()
                         .map(|(g, n)| {
@@ -996,13 +996,13 @@ impl Claimed {
         &self,
         conn: &Conn,
         s: &Statements,
-        control: &crate::control::ControlSql,
+        control: &crate::control_sql::ControlSql,
         queue: &QueueName,
         writes: &[Encoded],
         wrote: bool,
     ) -> Result<(), StoreError> {
         if self.repair.is_empty() && self.grants.is_empty() {
-            return crate::write::commit(conn.client(), s, writes, wrote).await;
+            return crate::tx::commit(conn.client(), s, writes, wrote).await;
         }
         let repair = if self.repair.is_empty() {
             None
@@ -1064,7 +1064,7 @@ impl Claimed {
             return Ok(());
         }
         for write in self.writes.drain(..) {
-            crate::write::update(conn.client(), &s.update, &s.update_counted, &write)
+            crate::tx::update(conn.client(), &s.update, &s.update_counted, &write)
                 .await
                 .map_err(|e| error::map(e, Stage::BeforeCommit))?;
             self.wrote = true;
