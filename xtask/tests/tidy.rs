@@ -650,3 +650,429 @@ fn every_type_trait_and_module_path_the_architecture_names_exists() {
         "only {names} names and {paths} paths found"
     );
 }
+
+/// The most lines a production file may have (issue 57): past it, a file is split by what its
+/// parts do.
+const MOST_FILE_LINES: usize = 1_000;
+
+/// The most lines a production function may have.
+const MOST_FUNCTION_LINES: usize = 150;
+
+/// Where `{`, `}` and `;` stand in Rust source outside strings, characters and comments: one
+/// `(line, char)` for each, lines counted from 0.
+fn structure(text: &str) -> Vec<(usize, char)> {
+    let chars: Vec<char> = text.chars().collect();
+    let (mut out, mut line, mut i) = (Vec::new(), 0, 0);
+    let mut block_comments = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        if c == '\n' {
+            line += 1;
+            i += 1;
+            continue;
+        }
+        if block_comments > 0 {
+            if c == '*' && next == Some('/') {
+                block_comments -= 1;
+                i += 2;
+            } else if c == '/' && next == Some('*') {
+                block_comments += 1;
+                i += 2;
+            } else {
+                i += 1;
+            }
+            continue;
+        }
+        match c {
+            '/' if next == Some('/') => {
+                while i < chars.len() && chars[i] != '\n' {
+                    i += 1;
+                }
+            }
+            '/' if next == Some('*') => {
+                block_comments = 1;
+                i += 2;
+            }
+            // A raw string: r"...", r#"..."#, br#"..."#.
+            'r' if matches!(next, Some('"' | '#'))
+                && !chars
+                    .get(i.wrapping_sub(1))
+                    .is_some_and(|p| p.is_alphanumeric() || *p == '_') =>
+            {
+                let mut j = i + 1;
+                let mut hashes = 0;
+                while chars.get(j) == Some(&'#') {
+                    hashes += 1;
+                    j += 1;
+                }
+                if chars.get(j) != Some(&'"') {
+                    i += 1;
+                    continue;
+                }
+                j += 1;
+                loop {
+                    match chars.get(j) {
+                        None => break,
+                        Some('\n') => line += 1,
+                        Some('"') if (1..=hashes).all(|k| chars.get(j + k) == Some(&'#')) => {
+                            j += hashes;
+                            break;
+                        }
+                        _ => {}
+                    }
+                    j += 1;
+                }
+                i = j + 1;
+            }
+            '"' => {
+                let mut j = i + 1;
+                while let Some(&d) = chars.get(j) {
+                    match d {
+                        '\\' => {
+                            j += 1;
+                            if chars.get(j) == Some(&'\n') {
+                                line += 1;
+                            }
+                        }
+                        '\n' => line += 1,
+                        '"' => break,
+                        _ => {}
+                    }
+                    j += 1;
+                }
+                i = j + 1;
+            }
+            // A character ('x', '\n', '{') and not a lifetime ('a).
+            '\'' if chars.get(i + 2) == Some(&'\'') || next == Some('\\') => {
+                let mut j = i + 1;
+                if chars.get(j) == Some(&'\\') {
+                    j += 1;
+                }
+                j += 1;
+                while chars.get(j).is_some_and(|d| *d != '\'') {
+                    j += 1;
+                }
+                i = j + 1;
+            }
+            '{' | '}' | ';' => {
+                out.push((line, c));
+                i += 1;
+            }
+            _ => i += 1,
+        }
+    }
+    out
+}
+
+/// The functions of `text` (its lines) longer than `most` lines, with their lengths: from
+/// the line that names a function to the line that closes its body.
+fn long_functions(text: &str, most: usize) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let marks = structure(text);
+    let mut long = Vec::new();
+    for (n, line) in lines.iter().enumerate() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let Some(at) = words.iter().position(|w| *w == "fn") else {
+            continue;
+        };
+        let before_ok = words[..at].iter().all(|w| {
+            w.starts_with("pub")
+                || matches!(
+                    *w,
+                    "async" | "const" | "unsafe" | "extern" | "\"C\"" | "default"
+                )
+        });
+        if !before_ok || line.trim_start().starts_with("//") {
+            continue;
+        }
+        let name: String = words
+            .get(at + 1)
+            .map(|w| {
+                w.chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect()
+            })
+            .unwrap_or_default();
+        // The first `{` or `;` from this line on at the line's depth opens the body (or ends a
+        // declaration); the body ends where that depth comes back.
+        let depth_at = |k: usize| -> i64 {
+            marks[..k]
+                .iter()
+                .map(|(_, c)| match c {
+                    '{' => 1,
+                    '}' => -1,
+                    _ => 0,
+                })
+                .sum()
+        };
+        let Some(first) = marks.iter().position(|(l, _)| *l >= n) else {
+            continue;
+        };
+        let base = depth_at(first);
+        let mut depth = base;
+        let mut end = None;
+        for (l, c) in &marks[first..] {
+            match c {
+                ';' if depth == base => break,
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == base {
+                        end = Some(*l);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(end) = end {
+            let length = end - n + 1;
+            if length > most {
+                long.push((name, length));
+            }
+        }
+    }
+    long
+}
+
+/// The modules a crate builds only for tests or test support (`#[cfg(test)]`, the features
+/// `conformance` and `test-support`): the file stems of the `mod` lines after such a `cfg`.
+fn test_only_modules(text: &str) -> Vec<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut stems = Vec::new();
+    for pair in lines.windows(2) {
+        let cfg = pair[0].trim();
+        let test_only = cfg.starts_with("#[cfg(")
+            && (cfg.contains("test") || cfg.contains("conformance"))
+            && !cfg.contains("not(");
+        let declared = pair[1]
+            .trim()
+            .trim_start_matches("pub ")
+            .strip_prefix("mod ")
+            .and_then(|rest| rest.strip_suffix(';'));
+        if let (true, Some(stem)) = (test_only, declared) {
+            stems.push(stem.to_owned());
+        }
+    }
+    stems
+}
+
+/// A crate's production Rust files: its `src/` without the modules it builds only for tests.
+fn production_rust_files(src: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut test_only: Vec<PathBuf> = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let dir = match file.file_stem().unwrap().to_string_lossy().as_ref() {
+            "lib" | "main" | "mod" => file.parent().unwrap().to_path_buf(),
+            stem => file.parent().unwrap().join(stem),
+        };
+        for stem in test_only_modules(&text) {
+            test_only.push(dir.join(format!("{stem}.rs")));
+            test_only.push(dir.join(&stem));
+        }
+    }
+    files
+        .into_iter()
+        .filter(|f| !test_only.iter().any(|t| f == t || f.starts_with(t)))
+        .collect()
+}
+
+/// The lines of a Rust file before its inline unit tests.
+fn before_inline_tests(text: &str) -> &str {
+    text.find("#[cfg(test)]\nmod tests {")
+        .map_or(text, |at| &text[..at])
+}
+
+#[test]
+fn the_size_check_finds_a_long_function_and_skips_braces_in_strings_and_comments() {
+    let body = "    let x = \"{\\\n       \";\n    // }\n    let y = '{';\n".repeat(45);
+    let text =
+        format!("fn long() {{\n{body}}}\n\nfn short() -> &'static str {{\n    r#\"}}\"#\n}}\n");
+    assert_eq!(long_functions(&text, 150), vec![("long".to_owned(), 182)]);
+    assert!(long_functions(&text, 200).is_empty());
+}
+
+/// No production file over [`MOST_FILE_LINES`] and no production function over
+/// [`MOST_FUNCTION_LINES`] (issue 57): Rust in every crate's `src/` (less what only tests
+/// build, and inline unit tests), the page's scripts, the TypeScript client and the Python
+/// package.
+#[test]
+fn no_production_file_or_function_is_over_its_limit() {
+    let root = workspace_root();
+    let mut over = Vec::new();
+    let mut checked = 0;
+    for entry in std::fs::read_dir(root.join("crates")).unwrap() {
+        let src = entry.unwrap().path().join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        for file in production_rust_files(&src) {
+            let text = std::fs::read_to_string(&file).unwrap();
+            let text = before_inline_tests(&text);
+            let shown = file.strip_prefix(&root).unwrap().display().to_string();
+            let lines = text.lines().count();
+            if lines > MOST_FILE_LINES {
+                over.push(format!("{shown}: {lines} lines"));
+            }
+            for (name, length) in long_functions(text, MOST_FUNCTION_LINES) {
+                over.push(format!("{shown}: fn {name}, {length} lines"));
+            }
+            checked += 1;
+        }
+    }
+    for (dir, ending) in [
+        ("crates/lease-server/ui", ".js"),
+        ("clients/typescript/src", ".ts"),
+        ("crates/lease-py/python/lease", ".py"),
+    ] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            // The TypeScript types generated from the API document are not checked in.
+            if !name.ends_with(ending) || name == "schema.ts" {
+                continue;
+            }
+            let lines = std::fs::read_to_string(&path).unwrap().lines().count();
+            if lines > MOST_FILE_LINES {
+                over.push(format!("{dir}/{name}: {lines} lines"));
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 100, "only {checked} files checked");
+    assert!(
+        over.is_empty(),
+        "over the limits ({MOST_FILE_LINES} lines a file, {MOST_FUNCTION_LINES} a function):\n{}",
+        over.join("\n")
+    );
+}
+
+/// The methods of trait `name` in `text`: (required, provided), each in the order written.
+fn trait_methods(text: &str, name: &str) -> (Vec<String>, Vec<String>) {
+    let lines: Vec<&str> = text.lines().collect();
+    let marks = structure(text);
+    let declared = format!("pub trait {name}");
+    let at = lines
+        .iter()
+        .position(|l| {
+            l.starts_with(&declared) && l[declared.len()..].starts_with([' ', ':', '<', '{'])
+        })
+        .unwrap_or_else(|| panic!("no trait {name}"));
+    let depth_before = |k: usize| -> i64 {
+        marks[..k]
+            .iter()
+            .map(|(_, c)| match c {
+                '{' => 1,
+                '}' => -1,
+                _ => 0,
+            })
+            .sum()
+    };
+    let open = marks
+        .iter()
+        .position(|(l, c)| *l >= at && *c == '{')
+        .unwrap();
+    let inside = depth_before(open) + 1;
+    let close = (open + 1..marks.len())
+        .find(|&k| marks[k].1 == '}' && depth_before(k) == inside)
+        .unwrap();
+    let (mut required, mut provided) = (Vec::new(), Vec::new());
+    let body = marks[open].0 + 1..marks[close].0;
+    for (n, line) in lines.iter().enumerate().take(body.end).skip(body.start) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let Some(f) = words.iter().position(|w| *w == "fn") else {
+            continue;
+        };
+        if line.trim_start().starts_with("//") {
+            continue;
+        }
+        let Some(first) = marks.iter().position(|(l, _)| *l >= n) else {
+            continue;
+        };
+        if depth_before(first) != inside {
+            continue;
+        }
+        let method: String = words[f + 1]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        match marks[first..].iter().find(|(_, c)| *c != '}') {
+            Some((_, ';')) => required.push(method),
+            _ => provided.push(method),
+        }
+    }
+    (required, provided)
+}
+
+/// docs/ARCHITECTURE.md's table of the store's surface names every method of every trait of
+/// the port, each in the column it is in (required or provided), and no other.
+#[test]
+fn the_architecture_s_table_of_the_store_s_methods_matches_the_traits() {
+    let root = workspace_root();
+    let text = std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).unwrap();
+    let section = text
+        .split("## The store's surface")
+        .nth(1)
+        .expect("ARCHITECTURE.md has a section \"The store's surface\"");
+    let names = |cell: &str| -> Vec<String> {
+        let mut names: Vec<String> = cell
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect();
+        names.sort();
+        names
+    };
+    let mut rows = std::collections::BTreeMap::new();
+    for line in section.lines().take_while(|l| !l.starts_with("## ")) {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        if cells.len() == 5 && cells[1].starts_with('`') {
+            let trait_name = cells[1].trim_matches('`').to_owned();
+            rows.insert(trait_name, (names(cells[2]), names(cells[3])));
+        }
+    }
+    let src = root.join("crates/lease-ports/src");
+    let traits = [
+        ("lib.rs", "LeaseStore"),
+        ("control.rs", "Control"),
+        ("audit.rs", "AuditTrail"),
+        ("overview.rs", "Overview"),
+        ("keys.rs", "KeyStore"),
+        ("signal.rs", "EnqueueSignal"),
+        ("transfer.rs", "Transfer"),
+    ];
+    let mut required_total = 0;
+    for (file, name) in traits {
+        let source = std::fs::read_to_string(src.join(file)).unwrap();
+        let (mut required, mut provided) = trait_methods(&source, name);
+        required_total += required.len();
+        required.sort();
+        provided.sort();
+        assert_eq!(
+            rows.remove(name),
+            Some((required, provided)),
+            "ARCHITECTURE.md's row for {name} (required, provided) differs from the trait"
+        );
+    }
+    assert!(
+        rows.is_empty(),
+        "ARCHITECTURE.md's table names traits the port does not have: {rows:?}"
+    );
+    assert!(
+        required_total > 20,
+        "only {required_total} required methods found"
+    );
+}
+
+#[test]
+fn trait_methods_tells_required_from_provided() {
+    let text = "pub trait T: Send {\n    /// A {\n    fn a(&self) -> u8;\n    fn b(&self)\n    where\n        Self: Sized,\n    {\n        let f = |x: u8| { x };\n        fn inner() {}\n    }\n    async fn c(\n        &self,\n    ) -> Result<(), ()>;\n}\n";
+    assert_eq!(
+        trait_methods(text, "T"),
+        (vec!["a".to_owned(), "c".to_owned()], vec!["b".to_owned()])
+    );
+}

@@ -375,110 +375,8 @@ pub(crate) async fn execute(
             };
             Report::new(true, json!({"inserted": inserted}), human)
         }
-        JobsRequest::EnqueueMany(jobs) => {
-            let mut inserted = 0_usize;
-            let mut done = 0_usize;
-            // A workflow (a job that names parents) is stored whole, in one transaction: a
-            // parent may come later in the input, and a refusal must leave nothing of it.
-            let per_transaction = if jobs.iter().any(|(_, spec)| !spec.after.is_empty()) {
-                jobs.len().max(1)
-            } else {
-                crate::args::BATCH_JOBS
-            };
-            for chunk in jobs.chunks(per_transaction) {
-                let answers = store.enqueue_many(chunk).await.map_err(|e| {
-                    e.in_context(&format!(
-                        "{done} of {} jobs were stored before this failure (each transaction \
-                         holds up to {per_transaction} jobs; the rest were not)",
-                        jobs.len(),
-                    ))
-                })?;
-                inserted += answers.iter().filter(|&&new| new).count();
-                done += chunk.len();
-            }
-            let existed = jobs.len() - inserted;
-            Report::new(
-                true,
-                json!({"inserted": inserted, "existed": existed}),
-                format!(
-                    "enqueued {inserted} job(s); {existed} already existed and were left as they were"
-                ),
-            )
-        }
-        JobsRequest::State(id, now) => {
-            let record = store.record(id).await?;
-            let state = record.as_ref().map(JobRecord::state);
-            let mut human = state_sentence(id, state.as_ref(), *now);
-            if let Some(record) = &record {
-                let j = &record.job;
-                human.push_str(&format!(
-                    "; {} in queue {}, attempts {}/{}",
-                    j.status_at(*now),
-                    j.queue,
-                    j.attempts,
-                    j.max_attempts.max(1)
-                ));
-                if let Some(group) = &j.group {
-                    human.push_str(&format!(", group {:?}", group.as_str()));
-                }
-                if let Some(error) = &j.error {
-                    human.push_str(&format!(", last error {error:?}"));
-                }
-                if let Some(progress) = &j.progress {
-                    human.push_str(&format!(", progress {progress:?}"));
-                }
-                if let Some(timeout) = j.timeout {
-                    human.push_str(&format!(", timeout {} s an attempt", timeout.get()));
-                }
-            }
-            let parents = lease_ports::parents_of(store, id, *now).await?;
-            if !parents.is_empty() {
-                let open = parents.iter().filter(|p| !p.status.is_finished()).count();
-                let named = |n: usize| if n == 1 { "job" } else { "jobs" };
-                human.push_str(&format!(
-                    ", after {} {} ({open} not finished)",
-                    parents.len(),
-                    named(parents.len())
-                ));
-            }
-            let kept = if record.is_some() {
-                store.checkpoints(id).await?
-            } else {
-                Vec::new()
-            };
-            if !kept.is_empty() {
-                let names: Vec<&str> = kept.iter().map(|c| c.name.as_str()).collect();
-                human.push_str(&format!(
-                    ", {} checkpoint(s): {}",
-                    kept.len(),
-                    escape_controls(&names.join(", "))
-                ));
-            }
-            let trace = if record.is_some() {
-                store.trace(id).await?
-            } else {
-                None
-            };
-            if let Some(trace) = &trace {
-                human.push_str(&format!(", trace {}", trace.traceparent()));
-            }
-            let attempts = match &record {
-                Some(_) => store.attempts(id).await?,
-                None => lease_domain::Attempts::default(),
-            };
-            let json = record.map_or(Value::Null, |r| {
-                let mut json = record_json(&r, *now);
-                let shown = lease_server::views::attempts_json(Some(&r.job), &attempts, None, *now);
-                json["attempt_history"] = shown["attempts"].clone();
-                json["older_attempts"] = shown["older"].clone();
-                json["parents"] = parents_json(&parents);
-                json["checkpoints"] = checkpoints_json(&kept);
-                json["traceparent"] = json!(trace.as_ref().map(|t| t.traceparent()));
-                json["tracestate"] = json!(trace.as_ref().and_then(|t| t.tracestate()));
-                json
-            });
-            Report::new(true, json, human)
-        }
+        JobsRequest::EnqueueMany(jobs) => enqueue_many(store, jobs).await?,
+        JobsRequest::State(id, now) => state(store, id, now).await?,
         JobsRequest::Cancel(id, now) => {
             queue_write_report(store.cancel(id, *now).await?, "cancelled", id)
         }
@@ -517,51 +415,7 @@ pub(crate) async fn execute(
             let settings = lease_ports::control::queues_and_throttles(store, *now).await?;
             Report::verbatim(json!({}), prometheus(&rows, &settings, *now))
         }
-        JobsRequest::Stats(now, false) => {
-            let rows = store.stats(*now).await?;
-            let settings = store.queues().await?;
-            let queues = lease_server::views::stats_json(&rows);
-            let mut lines = Vec::new();
-            for (queue, counts) in &queues {
-                // Waiting jobs (those with parents) are named only when a queue has some.
-                let shown: Vec<String> = Status::ALL
-                    .iter()
-                    .filter(|s| **s != Status::Waiting || counts[s.as_str()] != 0)
-                    .map(|s| format!("{} {}", counts[s.as_str()], s.as_str()))
-                    .collect();
-                let set = settings
-                    .iter()
-                    .find(|(q, _)| q.as_str() == queue)
-                    .map(|(_, s)| format!(" ({})", crate::control::settings_words(s, *now)))
-                    .unwrap_or_default();
-                lines.push(format!("{queue}: {}{set}", shown.join(", ")));
-            }
-            // A queue with settings and no jobs yet is shown too.
-            for (queue, set) in settings
-                .iter()
-                .filter(|(q, _)| !queues.contains_key(q.as_str()))
-            {
-                lines.push(format!(
-                    "{queue}: no jobs ({})",
-                    crate::control::settings_words(set, *now)
-                ));
-            }
-            let settings: serde_json::Map<String, Value> = settings
-                .iter()
-                .map(|(queue, set)| {
-                    (
-                        queue.as_str().to_owned(),
-                        lease_server::views::queue_json(queue, set, *now),
-                    )
-                })
-                .collect();
-            Report::lines(
-                true,
-                json!({"queues": queues, "settings": settings}),
-                lines,
-                "no jobs",
-            )
-        }
+        JobsRequest::Stats(now, false) => stats(store, now).await?,
         JobsRequest::Purge(before, statuses) => {
             let purged = store.purge(*before, statuses).await?;
             Report::new(
@@ -574,4 +428,165 @@ pub(crate) async fn execute(
             )
         }
     })
+}
+
+/// Stores `jobs` in transactions of up to `BATCH_JOBS` (a workflow whole, in one), saying how
+/// many were new.
+async fn enqueue_many(
+    store: &dyn Controlled,
+    jobs: &[(lease_domain::JobId, lease_domain::EnqueueSpec)],
+) -> Result<Report, StoreError> {
+    let mut inserted = 0_usize;
+    let mut done = 0_usize;
+    // A workflow (a job that names parents) is stored whole, in one transaction: a
+    // parent may come later in the input, and a refusal must leave nothing of it.
+    let per_transaction = if jobs.iter().any(|(_, spec)| !spec.after.is_empty()) {
+        jobs.len().max(1)
+    } else {
+        crate::args::BATCH_JOBS
+    };
+    for chunk in jobs.chunks(per_transaction) {
+        let answers = store.enqueue_many(chunk).await.map_err(|e| {
+            e.in_context(&format!(
+                "{done} of {} jobs were stored before this failure (each transaction \
+                 holds up to {per_transaction} jobs; the rest were not)",
+                jobs.len(),
+            ))
+        })?;
+        inserted += answers.iter().filter(|&&new| new).count();
+        done += chunk.len();
+    }
+    let existed = jobs.len() - inserted;
+    Ok(Report::new(
+        true,
+        json!({"inserted": inserted, "existed": existed}),
+        format!("enqueued {inserted} job(s); {existed} already existed and were left as they were"),
+    ))
+}
+
+/// A job's state and record, with its parents, checkpoints, trace and attempt history.
+async fn state(
+    store: &dyn Controlled,
+    id: &lease_domain::JobId,
+    now: &Timestamp,
+) -> Result<Report, StoreError> {
+    let record = store.record(id).await?;
+    let state = record.as_ref().map(JobRecord::state);
+    let mut human = state_sentence(id, state.as_ref(), *now);
+    if let Some(record) = &record {
+        let j = &record.job;
+        human.push_str(&format!(
+            "; {} in queue {}, attempts {}/{}",
+            j.status_at(*now),
+            j.queue,
+            j.attempts,
+            j.max_attempts.max(1)
+        ));
+        if let Some(group) = &j.group {
+            human.push_str(&format!(", group {:?}", group.as_str()));
+        }
+        if let Some(error) = &j.error {
+            human.push_str(&format!(", last error {error:?}"));
+        }
+        if let Some(progress) = &j.progress {
+            human.push_str(&format!(", progress {progress:?}"));
+        }
+        if let Some(timeout) = j.timeout {
+            human.push_str(&format!(", timeout {} s an attempt", timeout.get()));
+        }
+    }
+    let parents = lease_ports::parents_of(store, id, *now).await?;
+    if !parents.is_empty() {
+        let open = parents.iter().filter(|p| !p.status.is_finished()).count();
+        let named = |n: usize| if n == 1 { "job" } else { "jobs" };
+        human.push_str(&format!(
+            ", after {} {} ({open} not finished)",
+            parents.len(),
+            named(parents.len())
+        ));
+    }
+    let kept = if record.is_some() {
+        store.checkpoints(id).await?
+    } else {
+        Vec::new()
+    };
+    if !kept.is_empty() {
+        let names: Vec<&str> = kept.iter().map(|c| c.name.as_str()).collect();
+        human.push_str(&format!(
+            ", {} checkpoint(s): {}",
+            kept.len(),
+            escape_controls(&names.join(", "))
+        ));
+    }
+    let trace = if record.is_some() {
+        store.trace(id).await?
+    } else {
+        None
+    };
+    if let Some(trace) = &trace {
+        human.push_str(&format!(", trace {}", trace.traceparent()));
+    }
+    let attempts = match &record {
+        Some(_) => store.attempts(id).await?,
+        None => lease_domain::Attempts::default(),
+    };
+    let json = record.map_or(Value::Null, |r| {
+        let mut json = record_json(&r, *now);
+        let shown = lease_server::views::attempts_json(Some(&r.job), &attempts, None, *now);
+        json["attempt_history"] = shown["attempts"].clone();
+        json["older_attempts"] = shown["older"].clone();
+        json["parents"] = parents_json(&parents);
+        json["checkpoints"] = checkpoints_json(&kept);
+        json["traceparent"] = json!(trace.as_ref().map(|t| t.traceparent()));
+        json["tracestate"] = json!(trace.as_ref().and_then(|t| t.tracestate()));
+        json
+    });
+    Ok(Report::new(true, json, human))
+}
+
+/// Every queue's counts by status, with the settings of each queue that has any.
+async fn stats(store: &dyn Controlled, now: &Timestamp) -> Result<Report, StoreError> {
+    let rows = store.stats(*now).await?;
+    let settings = store.queues().await?;
+    let queues = lease_server::views::stats_json(&rows);
+    let mut lines = Vec::new();
+    for (queue, counts) in &queues {
+        // Waiting jobs (those with parents) are named only when a queue has some.
+        let shown: Vec<String> = Status::ALL
+            .iter()
+            .filter(|s| **s != Status::Waiting || counts[s.as_str()] != 0)
+            .map(|s| format!("{} {}", counts[s.as_str()], s.as_str()))
+            .collect();
+        let set = settings
+            .iter()
+            .find(|(q, _)| q.as_str() == queue)
+            .map(|(_, s)| format!(" ({})", crate::control::settings_words(s, *now)))
+            .unwrap_or_default();
+        lines.push(format!("{queue}: {}{set}", shown.join(", ")));
+    }
+    // A queue with settings and no jobs yet is shown too.
+    for (queue, set) in settings
+        .iter()
+        .filter(|(q, _)| !queues.contains_key(q.as_str()))
+    {
+        lines.push(format!(
+            "{queue}: no jobs ({})",
+            crate::control::settings_words(set, *now)
+        ));
+    }
+    let settings: serde_json::Map<String, Value> = settings
+        .iter()
+        .map(|(queue, set)| {
+            (
+                queue.as_str().to_owned(),
+                lease_server::views::queue_json(queue, set, *now),
+            )
+        })
+        .collect();
+    Ok(Report::lines(
+        true,
+        json!({"queues": queues, "settings": settings}),
+        lines,
+        "no jobs",
+    ))
 }

@@ -524,69 +524,10 @@ pub(crate) async fn execute(
 ) -> Result<Report, StoreError> {
     Ok(match request {
         LeasesRequest::ClaimNext(queue, owner, term, limit) => {
-            let leases = store.claim_next(queue, owner, *term, *limit).await?;
-            // Nothing granted: a rate may be why, and says until when.
-            let throttled = if leases.is_empty() {
-                store.throttle(queue, term.now()).await?.opens_at()
-            } else {
-                None
-            };
-            let human = if let Some(at) = throttled {
-                format!(
-                    "nothing leased from queue {queue}: its rate lets the next lease at {}",
-                    when::shown(at.get(), term.now().get())
-                )
-            } else if leases.is_empty() {
-                format!("no due job in queue {queue}")
-            } else {
-                let taken: Vec<String> = leases
-                    .iter()
-                    .map(|l| format!("{} (fence {}, attempt {})", l.job, l.fence, l.attempt))
-                    .collect();
-                // The stored until, by the clock that decided (the store's in store-clock
-                // mode), not the caller's now + ttl.
-                format!(
-                    "leased to {owner} until {}: {}",
-                    when::shown(leases[0].until.get(), leases[0].now.get()),
-                    taken.join(", ")
-                )
-            };
-            let mut json = json!({"leases": leases.iter().map(lease_json).collect::<Vec<_>>()});
-            if let Some(at) = throttled {
-                json["throttled_until"] = json!(at.get());
-            }
-            Report::new(!leases.is_empty(), json, human)
+            claim_next(store, queue, owner, *term, *limit).await?
         }
         LeasesRequest::Fail(id, owner, fence, failed_at, error, retry) => {
-            match store
-                .fail(id, owner, *fence, *failed_at, error, *retry)
-                .await?
-            {
-                Ok(failed) => {
-                    let run_at = failed.run_at.map(Timestamp::get);
-                    let human = match failed.run_at {
-                        Some(at) => format!(
-                            "job {id} failed; it will be retried at {}",
-                            when::shown(at.get(), failed_at.get())
-                        ),
-                        None => format!("job {id} failed and is dead"),
-                    };
-                    Report::new(
-                        true,
-                        json!({"ok": true, "state": failed.status.as_str(), "run_at": run_at}),
-                        human,
-                    )
-                }
-                Err(refused) => {
-                    let why = crate::render::write_refusal(&refused);
-                    Report::new(
-                        false,
-                        json!({"ok": false, "state": null, "run_at": null}),
-                        format!("not failed: {why}"),
-                    )
-                    .refused_with(Some(why))
-                }
-            }
+            fail(store, id, owner, *fence, *failed_at, error, *retry).await?
         }
         LeasesRequest::Claim(id, owner, term) => match store.claim(id, owner, *term).await? {
             Ok(fence) => Report::new(
@@ -782,6 +723,91 @@ async fn progress(
                     false,
                     json!({"ok": false}),
                     format!("progress not stored: {why}"),
+                )
+                .refused_with(Some(why))
+            }
+        },
+    )
+}
+
+/// Leases the next due jobs of `queue`, saying until when a rate holds it back when none is.
+async fn claim_next(
+    store: &dyn Controlled,
+    queue: &lease_domain::QueueName,
+    owner: &lease_domain::Owner,
+    term: lease_domain::LeaseTerm,
+    limit: usize,
+) -> Result<Report, StoreError> {
+    let leases = store.claim_next(queue, owner, term, limit).await?;
+    // Nothing granted: a rate may be why, and says until when.
+    let throttled = if leases.is_empty() {
+        store.throttle(queue, term.now()).await?.opens_at()
+    } else {
+        None
+    };
+    let human = if let Some(at) = throttled {
+        format!(
+            "nothing leased from queue {queue}: its rate lets the next lease at {}",
+            when::shown(at.get(), term.now().get())
+        )
+    } else if leases.is_empty() {
+        format!("no due job in queue {queue}")
+    } else {
+        let taken: Vec<String> = leases
+            .iter()
+            .map(|l| format!("{} (fence {}, attempt {})", l.job, l.fence, l.attempt))
+            .collect();
+        // The stored until, by the clock that decided (the store's in store-clock
+        // mode), not the caller's now + ttl.
+        format!(
+            "leased to {owner} until {}: {}",
+            when::shown(leases[0].until.get(), leases[0].now.get()),
+            taken.join(", ")
+        )
+    };
+    let mut json = json!({"leases": leases.iter().map(lease_json).collect::<Vec<_>>()});
+    if let Some(at) = throttled {
+        json["throttled_until"] = json!(at.get());
+    }
+    Ok(Report::new(!leases.is_empty(), json, human))
+}
+
+/// A holder's failure of its attempt, saying when the job is retried or that it is dead.
+async fn fail(
+    store: &dyn Controlled,
+    id: &lease_domain::JobId,
+    owner: &lease_domain::Owner,
+    fence: lease_domain::Fence,
+    failed_at: Timestamp,
+    error: &lease_domain::ErrorText,
+    retry: lease_domain::Retry,
+) -> Result<Report, StoreError> {
+    Ok(
+        match store
+            .fail(id, owner, fence, failed_at, error, retry)
+            .await?
+        {
+            Ok(failed) => {
+                let run_at = failed.run_at.map(Timestamp::get);
+                let human = match failed.run_at {
+                    Some(at) => format!(
+                        "job {id} failed; it will be retried at {}",
+                        when::shown(at.get(), failed_at.get())
+                    ),
+                    None => format!("job {id} failed and is dead"),
+                };
+                Report::new(
+                    true,
+                    json!({"ok": true, "state": failed.status.as_str(), "run_at": run_at}),
+                    human,
+                )
+            }
+            Err(refused) => {
+                let why = crate::render::write_refusal(&refused);
+                Report::new(
+                    false,
+                    json!({"ok": false, "state": null, "run_at": null}),
+                    format!("not failed: {why}"),
                 )
                 .refused_with(Some(why))
             }

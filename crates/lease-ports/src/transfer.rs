@@ -179,44 +179,7 @@ pub async fn migrate(
             ));
         }
     }
-    // A job copied as it was (not merged with a larger fence) has the source's checkpoints.
-    let mut kept: HashMap<&JobId, Vec<&KeptCheckpoint>> = HashMap::new();
-    for (id, checkpoint) in &after.checkpoints {
-        kept.entry(id).or_default().push(checkpoint);
-    }
-    let mut wanted: HashMap<&JobId, Vec<&KeptCheckpoint>> = HashMap::new();
-    for (id, checkpoint) in &source.checkpoints {
-        wanted.entry(id).or_default().push(checkpoint);
-    }
-    for record in &source.jobs {
-        if merged.contains(&record.id) {
-            continue;
-        }
-        let (copy, want) = (kept.get(&record.id), wanted.get(&record.id));
-        if copy.map_or(0, Vec::len) != want.map_or(0, Vec::len) || copy != want {
-            return Err(StoreError::Corrupt(
-                format!(
-                    "verification: job {}'s checkpoints differ between source and target",
-                    record.id
-                )
-                .into(),
-            ));
-        }
-    }
-    // And its trace context.
-    let traced: HashMap<&JobId, &TraceContext> = after.traces.iter().map(|(i, t)| (i, t)).collect();
-    let sent: HashMap<&JobId, &TraceContext> = source.traces.iter().map(|(i, t)| (i, t)).collect();
-    for record in source.jobs.iter().filter(|r| !merged.contains(&r.id)) {
-        if traced.get(&record.id) != sent.get(&record.id) {
-            return Err(StoreError::Corrupt(
-                format!(
-                    "verification: job {}'s trace context differs between source and target",
-                    record.id
-                )
-                .into(),
-            ));
-        }
-    }
+    verify_beside(&source, &after, &merged)?;
     for (id, fence) in &source.purged {
         let floor = stored
             .get(id)
@@ -283,6 +246,54 @@ pub async fn migrate(
         imported,
         target_jobs: count(after.jobs.len()),
     })
+}
+
+/// Verifies what a job copied as it was (not merged with a larger fence) keeps beside its
+/// row: the source's checkpoints and its trace context.
+fn verify_beside(
+    source: &Snapshot,
+    after: &Snapshot,
+    merged: &std::collections::HashSet<&JobId>,
+) -> Result<(), StoreError> {
+    // A job copied as it was (not merged with a larger fence) has the source's checkpoints.
+    let mut kept: HashMap<&JobId, Vec<&KeptCheckpoint>> = HashMap::new();
+    for (id, checkpoint) in &after.checkpoints {
+        kept.entry(id).or_default().push(checkpoint);
+    }
+    let mut wanted: HashMap<&JobId, Vec<&KeptCheckpoint>> = HashMap::new();
+    for (id, checkpoint) in &source.checkpoints {
+        wanted.entry(id).or_default().push(checkpoint);
+    }
+    for record in &source.jobs {
+        if merged.contains(&record.id) {
+            continue;
+        }
+        let (copy, want) = (kept.get(&record.id), wanted.get(&record.id));
+        if copy.map_or(0, Vec::len) != want.map_or(0, Vec::len) || copy != want {
+            return Err(StoreError::Corrupt(
+                format!(
+                    "verification: job {}'s checkpoints differ between source and target",
+                    record.id
+                )
+                .into(),
+            ));
+        }
+    }
+    // And its trace context.
+    let traced: HashMap<&JobId, &TraceContext> = after.traces.iter().map(|(i, t)| (i, t)).collect();
+    let sent: HashMap<&JobId, &TraceContext> = source.traces.iter().map(|(i, t)| (i, t)).collect();
+    for record in source.jobs.iter().filter(|r| !merged.contains(&r.id)) {
+        if traced.get(&record.id) != sent.get(&record.id) {
+            return Err(StoreError::Corrupt(
+                format!(
+                    "verification: job {}'s trace context differs between source and target",
+                    record.id
+                )
+                .into(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// What the target of an import holds of the ids a snapshot names, read inside the import's

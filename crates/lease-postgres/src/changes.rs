@@ -19,7 +19,7 @@ use lease_ports::StoreError;
 use crate::PgLeaseStore;
 use crate::connection::{Conn, Statements};
 use crate::error::{self, Stage};
-use crate::sql::{Encoded, Standing};
+use crate::row::{Encoded, Standing};
 use crate::tx::{rollback, update};
 
 /// One row to write: the row, whether it is inserted, whether its purge mark goes, and the

@@ -14,8 +14,8 @@ use tokio_postgres::types::ToSql;
 use crate::PgLeaseStore;
 use crate::connection::Conn;
 use crate::error::{self, Stage};
-use crate::sql;
-use crate::sql::stored_now;
+use crate::row;
+use crate::row::stored_now;
 
 /// SQLSTATEs with which `step` declines a write the store must decide itself (it rolls back):
 /// a refused completion to audit, a lease the server's clock cannot time, a queue with settings,
@@ -195,7 +195,7 @@ fn read(row: &Row, at: usize) -> Result<Answered, StoreError> {
     let role: String = row.try_get(at).map_err(head)?;
     let now: f64 = row.try_get(at + 1).map_err(head)?;
     let epoch: i64 = row.try_get(at + 2).map_err(head)?;
-    let (id, job) = sql::decode_with_id(row, at + 3)?;
+    let (id, job) = row::decode_with_id(row, at + 3)?;
     Ok(Answered {
         role,
         now,

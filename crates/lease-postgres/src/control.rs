@@ -20,7 +20,7 @@ use crate::changes::Changes;
 use crate::connection::{Conn, Statements};
 use crate::control_sql::{change_in, decode_grants, decode_schedule, write_schedule};
 use crate::error::{self, Stage};
-use crate::sql;
+use crate::row;
 use crate::tx::rollback;
 
 impl PgLeaseStore {
@@ -73,7 +73,7 @@ impl Control for PgLeaseStore {
             .map_err(|e| error::map(e, Stage::BeforeCommit))?;
         let mut conn = conn;
         conn.clean();
-        rows.iter().map(crate::sql::decode_queue).collect()
+        rows.iter().map(crate::row::decode_queue).collect()
     }
 
     async fn throttle(
@@ -207,7 +207,7 @@ impl Control for PgLeaseStore {
             for (at, (id, spec)) in fire.jobs.iter().enumerate() {
                 let key = id.as_str();
                 let row = c.query_opt(&s.lock, &[&key]).await.map_err(before)?;
-                let stored = row.map(|r| sql::decode(id, &r, 0)).transpose()?;
+                let stored = row.map(|r| row::decode(id, &r, 0)).transpose()?;
                 let current = match current_of.get(id) {
                     Some(decided) => Some(Clone::clone(decided)),
                     None => stored,

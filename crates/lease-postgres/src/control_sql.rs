@@ -360,7 +360,7 @@ pub(crate) async fn change_in(
         .await
         .map_err(before)?;
     let current = match row {
-        Some(row) => crate::sql::decode_queue(&row)?.1,
+        Some(row) => crate::row::decode_queue(&row)?.1,
         None => QueueSettings::default(),
     };
     let next = decide_queue_change(&current, change);
@@ -451,7 +451,7 @@ pub(crate) async fn read_all(
     Ok((
         queues
             .iter()
-            .map(crate::sql::decode_queue)
+            .map(crate::row::decode_queue)
             .collect::<Result<_, _>>()?,
         schedules
             .iter()

@@ -29,6 +29,7 @@ mod heads;
 mod keys;
 mod list;
 mod renewals;
+mod row;
 mod schema;
 #[cfg(feature = "test-support")]
 mod scratch;
@@ -69,11 +70,12 @@ pub use sql::CLAIM_NEXT_SETTINGS;
 
 use config::connection_settings;
 use connection::{Conn, Statements, setup};
-use sql::stored_now;
+use row::stored_now;
 use tx::rollback;
 
 use error::Stage;
-use sql::{Encoded, Sql, Standing};
+use row::{Encoded, Standing};
+use sql::Sql;
 
 /// How long making a connection may take when neither the target (`connect_timeout`) nor
 /// `PGCONNECT_TIMEOUT` says.
@@ -510,7 +512,7 @@ impl LeaseStore for PgLeaseStore {
         );
         let (mut claimed, ((row, now), waited_on)) =
             self.claim_next_on(&conn, &s, &claim, true, lock).await?;
-        let current = row.map(|r| sql::decode(job, &r, 0)).transpose()?;
+        let current = row.map(|r| row::decode(job, &r, 0)).transpose()?;
         let command = self.resolved(c, &s, command, now).await?;
         let decided = command.decided(job, current.as_ref(), None);
         lease_ports::observe::decided(&command, current.as_ref(), &decided);
@@ -639,13 +641,13 @@ impl LeaseStore for PgLeaseStore {
         };
         let mut found = [JobRecord {
             id: job.clone(),
-            job: sql::decode(job, &row, 0)?,
+            job: row::decode(job, &row, 0)?,
         }];
         workflow::with_parents(
             &conn,
             &self.workflow,
             &mut found,
-            &[sql::names_parents(&row, 0)],
+            &[row::names_parents(&row, 0)],
         )
         .await?;
         conn.clean();
@@ -669,7 +671,7 @@ impl LeaseStore for PgLeaseStore {
         let mut ids = Vec::new();
         let mut fences = Vec::new();
         for row in &rows {
-            let (id, job) = sql::decode_with_id(row, 0)?;
+            let (id, job) = row::decode_with_id(row, 0)?;
             if is_purgeable(&job, before, statuses) {
                 ids.push(id.as_str().to_owned());
                 fences.push(i64::from(job.fence));
@@ -811,7 +813,7 @@ impl LeaseStore for PgLeaseStore {
         let kept = rows
             .iter()
             .map(|r| {
-                let row = sql::stored_attempt(r, 0).map_err(read)?;
+                let row = row::stored_attempt(r, 0).map_err(read)?;
                 lease_ports::codec::attempt(job.as_str(), row)
             })
             .collect::<Result<Vec<_>, _>>()?;

@@ -9,7 +9,7 @@ use lease_ports::{JobRecord, ListFilter, StoreError};
 use crate::PgLeaseStore;
 use crate::connection::Conn;
 use crate::error::{self, Stage};
-use crate::sql;
+use crate::row;
 
 /// Rows read per statement while a source looks for its matches.
 const PAGE: i64 = 512;
@@ -102,7 +102,7 @@ impl PgLeaseStore {
             .map_err(|e| error::map(e, Stage::BeforeCommit))?;
             let mut past = false;
             for row in &rows {
-                let (id, job) = sql::decode_with_id(row, 0)?;
+                let (id, job) = row::decode_with_id(row, 0)?;
                 // Ids in byte order (every source but the whole table's, which comes in the
                 // database's order): past the prefix, none of this source's can match.
                 if bytewise && filter.past_prefix(&id) {

@@ -22,7 +22,8 @@ use crate::PgLeaseStore;
 use crate::batch_share::{Shared, retold, tell_all};
 use crate::connection::{Conn, Statements};
 use crate::error::{self, Stage};
-use crate::sql::{self, Encoded, Standing, stored_now};
+use crate::row;
+use crate::row::{Encoded, Standing, stored_now};
 use crate::tx::{clock_if, update};
 
 /// A caller's answer: the renewal's outcome, or the error.
@@ -140,7 +141,7 @@ impl PgLeaseStore {
                 Some(job) => job.clone(),
                 None => match row
                     .as_ref()
-                    .map(|row| sql::decode(&r.job, row, 0))
+                    .map(|row| row::decode(&r.job, row, 0))
                     .transpose()
                 {
                     Ok(job) => job,

@@ -38,7 +38,27 @@ const OURS: [&str; 22] = [
     "audit_seq_seq",
 ];
 
-/// The released migrations, frozen (`migrations/*.sql`; `{s}` stands for the schema name).
+/// The released migrations, frozen (`migrations/*.sql`, each checked against its pinned
+/// checksum; `{s}` stands for the schema name), the schema's history:
+/// 1. every job in one row, `jobs` (its fence a column, never a sequence), the ready index of
+///    claims, and `purged`, the last fence of a purged id;
+/// 2. `admit_fence`, the resource-side guard's function, and its `fences` table;
+/// 3. the audit trail, `audit`;
+/// 4. the ready set: `leased_until` and the partial indexes of unheld jobs and lease ends;
+/// 5. the service's lease token digests and `keys`;
+/// 6. the overview's counters (`finished`, `completions`, sharded) kept by the writes;
+/// 7. `step`, the queue loop's one statement (complete, then claim), every decision of which
+///    the domain makes again;
+/// 8. queue settings and schedules, a job's timeout and progress;
+/// 9. a job's group, the queue's rules per group and `group_pauses`;
+/// 10. rate limits and their log of grants, `grants`;
+/// 11. fair claims: `group_turns` and `jobs_turn`;
+/// 12. workflows: `parents` and a job's policy when a parent fails;
+/// 13. fenced checkpoints, `checkpoints`;
+/// 14. the trace context a job was enqueued with, `traces`;
+/// 15. the store's epoch: `epoch` and `epoch()`, from the timeline and the raises;
+/// 16. the groups' heads, `group_heads`, kept by a trigger;
+/// 17. attempt history, `attempts`, `keep_attempt`, and the indexes the activity counts read.
 const MIGRATIONS: [Migration; 17] = [
     Migration {
         version: 1,

@@ -24,7 +24,7 @@
 
 use std::collections::HashMap;
 
-use lease_domain::{ClockMode, Command, Job, JobId, LeaseTerm};
+use lease_domain::{ClockMode, Command, Decided, Job, JobId, LeaseTerm, Outcome, Timestamp};
 use lease_ports::next::ClaimWalk;
 use lease_ports::{ClaimNext, StoreError};
 use tokio_postgres::Row;
@@ -34,7 +34,8 @@ use crate::PgLeaseStore;
 use crate::complete_and_claim::Stepped;
 use crate::connection::{Conn, Statements};
 use crate::error::{self, Stage};
-use crate::sql::{self, Encoded, Standing, stored_now};
+use crate::row;
+use crate::row::{Encoded, Standing, stored_now};
 
 /// One write of a batch: a holder's write (if any), then the claim (if any).
 pub(crate) struct Write<'a> {
@@ -129,6 +130,10 @@ impl Rows {
     }
 }
 
+/// A decision of the batch to observe once it commits: the command, the row it met, and what
+/// the domain decided.
+type Observed = (Command, Option<Job>, Decided);
+
 impl PgLeaseStore {
     /// Decides and writes `batch` in one transaction on `conn` (see the module's text).
     pub(crate) async fn settle(
@@ -168,25 +173,7 @@ impl PgLeaseStore {
             .iter()
             .filter_map(|w| w.completion.map(|(id, _)| id.as_str()))
             .collect();
-        // The queues in the order their claims first come, each with what its claims want.
-        let mut queues: Vec<(&str, i64, Option<f64>)> = Vec::new();
-        for claim in batch.iter().filter_map(|w| w.claim) {
-            let q = claim.queue.as_str();
-            let want = i64::try_from(claim.limit).unwrap_or(i64::MAX);
-            let now = (!store_clock).then(|| claim.term.now().get());
-            match queues.iter_mut().find(|(name, ..)| *name == q) {
-                Some((_, total, at)) => {
-                    *total = total.saturating_add(want);
-                    // Caller's clocks: the page is read at the latest; a claim whose clock
-                    // is earlier passes the candidates not yet due by it.
-                    *at = match (*at, now) {
-                        (Some(a), Some(b)) => Some(a.max(b)),
-                        (a, b) => a.or(b),
-                    };
-                }
-                None => queues.push((q, want, now)),
-            }
-        }
+        let queues = wanted_by_queue(batch, store_clock);
         let names: Vec<&str> = queues.iter().map(|(q, ..)| *q).collect();
         let pages =
             futures::future::try_join_all(queues.iter().filter(|(_, want, _)| *want > 0).map(
@@ -232,7 +219,7 @@ impl PgLeaseStore {
         }
         let mut current: HashMap<JobId, Job> = locked
             .iter()
-            .map(|row| sql::decode_with_id(row, 0))
+            .map(|row| row::decode_with_id(row, 0))
             .collect::<Result<_, _>>()?;
         let waited_on: Vec<String> = waiting.iter().map(|row| row.get(0)).collect();
         let clock = match clock {
@@ -240,37 +227,8 @@ impl PgLeaseStore {
             None => None,
         };
         let mut rows = Rows::default();
-        // The completions, in the batch's order (an id twice sees its first's decision).
-        let mut outcomes = Vec::with_capacity(batch.len());
-        let mut observed = Vec::new();
-        for w in batch {
-            let Some((id, command)) = w.completion else {
-                outcomes.push(None);
-                continue;
-            };
-            let command = match clock {
-                Some(now) => command.at(now).map_err(|_| Stop::Decline)?,
-                None => command.clone(),
-            };
-            let stored = current.get(id).cloned();
-            let decided = command.decided(id, stored.as_ref(), None);
-            for change in &decided.changes {
-                match change {
-                    lease_domain::Change::Row { insert: false, .. }
-                    | lease_domain::Change::Attempt(_) => {}
-                    lease_domain::Change::Release(..)
-                        if !waited_on.iter().any(|w| w == id.as_str()) => {}
-                    lease_domain::Change::Refused(_) if self.audit.is_none() => {}
-                    _ => return Err(Stop::Decline),
-                }
-            }
-            if let (Some(before), Some(next)) = (&stored, decided.row()) {
-                rows.put(id, before, next.clone(), decided.attempt().cloned())?;
-                current.insert(id.clone(), next.clone());
-            }
-            outcomes.push(Some(decided.outcome.clone()));
-            observed.push((command, stored, decided));
-        }
+        let (outcomes, observed) =
+            self.decide_completions(batch, clock, &waited_on, &mut current, &mut rows)?;
         // The claims, queue by queue, each taking from its queue's page in the batch's order.
         let mut walks: Vec<Option<ClaimWalk>> = batch.iter().map(|_| None).collect();
         let mut buried = Vec::new();
@@ -320,7 +278,7 @@ impl PgLeaseStore {
             }
         }
         let written = rows.take();
-        let columns = sql::Columns::of(&written);
+        let columns = row::Columns::of(&written);
         let params = columns.params();
         let (count, _) = futures::try_join!(
             async {
@@ -345,6 +303,51 @@ impl PgLeaseStore {
                 leases: walk.map(ClaimWalk::into_leases).unwrap_or_default(),
             })
             .collect())
+    }
+
+    /// Decides the completions of `batch` in its order (an id twice sees its first's decision)
+    /// against the `current` rows, putting each decided row in `rows`; declines a completion
+    /// whose changes a batch cannot write. Answers each write's outcome (`None` without a
+    /// completion) and what to observe once the batch commits.
+    fn decide_completions(
+        &self,
+        batch: &[Write<'_>],
+        clock: Option<Timestamp>,
+        waited_on: &[String],
+        current: &mut HashMap<JobId, Job>,
+        rows: &mut Rows,
+    ) -> Result<(Vec<Option<Outcome>>, Vec<Observed>), Stop> {
+        let mut outcomes = Vec::with_capacity(batch.len());
+        let mut observed = Vec::new();
+        for w in batch {
+            let Some((id, command)) = w.completion else {
+                outcomes.push(None);
+                continue;
+            };
+            let command = match clock {
+                Some(now) => command.at(now).map_err(|_| Stop::Decline)?,
+                None => command.clone(),
+            };
+            let stored = current.get(id).cloned();
+            let decided = command.decided(id, stored.as_ref(), None);
+            for change in &decided.changes {
+                match change {
+                    lease_domain::Change::Row { insert: false, .. }
+                    | lease_domain::Change::Attempt(_) => {}
+                    lease_domain::Change::Release(..)
+                        if !waited_on.iter().any(|w| w == id.as_str()) => {}
+                    lease_domain::Change::Refused(_) if self.audit.is_none() => {}
+                    _ => return Err(Stop::Decline),
+                }
+            }
+            if let (Some(before), Some(next)) = (&stored, decided.row()) {
+                rows.put(id, before, next.clone(), decided.attempt().cloned())?;
+                current.insert(id.clone(), next.clone());
+            }
+            outcomes.push(Some(decided.outcome.clone()));
+            observed.push((command, stored, decided));
+        }
+        Ok((outcomes, observed))
     }
 
     /// Shares one page of `queue`'s candidates among the batch's claims of it, in order.
@@ -439,7 +442,7 @@ impl PgLeaseStore {
         if written.is_empty() {
             return Ok(());
         }
-        let columns = sql::Columns::of(written);
+        let columns = row::Columns::of(written);
         let row = c
             .query_one(&p.update, &columns.params())
             .await
@@ -479,7 +482,7 @@ fn take_page(
     let clock = page.first().map(crate::claim::row_clock).transpose()?;
     let mut read = Vec::with_capacity(page.len());
     for row in page {
-        let (id, mut job) = sql::decode_with_id(row, 1)?;
+        let (id, mut job) = row::decode_with_id(row, 1)?;
         // A job the batch's completions read is decided as they left it.
         if let Some(decided) = current.get(&id) {
             let payload = job.payload.take();
@@ -503,4 +506,29 @@ fn check_written(count: Option<Row>, sent: usize) -> Result<(), Stop> {
             format!("a batch's update wrote {wrote} of the {sent} rows it had locked").into(),
         )))
     }
+}
+
+/// The queues of `batch`'s claims in the order their claims first come, each with what its
+/// claims want and (caller's clocks) the latest of their clocks, at which its page is read: a
+/// claim whose clock is earlier passes the candidates not yet due by it.
+fn wanted_by_queue<'a>(batch: &[Write<'a>], store_clock: bool) -> Vec<(&'a str, i64, Option<f64>)> {
+    let mut queues: Vec<(&str, i64, Option<f64>)> = Vec::new();
+    for claim in batch.iter().filter_map(|w| w.claim) {
+        let q = claim.queue.as_str();
+        let want = i64::try_from(claim.limit).unwrap_or(i64::MAX);
+        let now = (!store_clock).then(|| claim.term.now().get());
+        match queues.iter_mut().find(|(name, ..)| *name == q) {
+            Some((_, total, at)) => {
+                *total = total.saturating_add(want);
+                // Caller's clocks: the page is read at the latest; a claim whose clock
+                // is earlier passes the candidates not yet due by it.
+                *at = match (*at, now) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (a, b) => a.or(b),
+                };
+            }
+            None => queues.push((q, want, now)),
+        }
+    }
+    queues
 }

@@ -9,7 +9,9 @@ use lease_ports::{JobRecord, StoreError};
 
 use crate::PgLeaseStore;
 use crate::error::{self, Stage};
-use crate::sql::{self, Encoded, Standing};
+use crate::row;
+use crate::row::{Encoded, Standing};
+use crate::sql;
 use crate::tx::update;
 
 fn mark_fence(id: &str, fence: i64) -> Result<(JobId, Fence), StoreError> {
@@ -40,9 +42,9 @@ impl Transfer for PgLeaseStore {
             .map_err(read)?;
         let mut records = jobs
             .iter()
-            .map(|row| sql::decode_with_id(row, 0).map(|(id, job)| JobRecord { id, job }))
+            .map(|row| row::decode_with_id(row, 0).map(|(id, job)| JobRecord { id, job }))
             .collect::<Result<Vec<_>, _>>()?;
-        let named: Vec<bool> = jobs.iter().map(|row| sql::names_parents(row, 1)).collect();
+        let named: Vec<bool> = jobs.iter().map(|row| row::names_parents(row, 1)).collect();
         crate::workflow::with_parents(&conn, &self.workflow, &mut records, &named).await?;
         let marks = c
             .query(
@@ -113,43 +115,7 @@ impl Transfer for PgLeaseStore {
             ..TargetView::default()
         };
         // The target's jobs that name parents (an update replaces them).
-        let mut named = std::collections::HashSet::new();
-        if view.total_jobs > 0 || view.total_marks > 0 {
-            let ids: Vec<&str> = snapshot
-                .jobs
-                .iter()
-                .map(|r| r.id.as_str())
-                .chain(snapshot.purged.iter().map(|(id, _)| id.as_str()))
-                .collect();
-            let rows = c
-                .query(
-                    &format!(
-                        "SELECT id, {} FROM {s}.jobs WHERE id = ANY($1)",
-                        sql::READ_COLUMNS
-                    ),
-                    &[&ids],
-                )
-                .await
-                .map_err(before)?;
-            for row in &rows {
-                let (id, job) = sql::decode_with_id(row, 0)?;
-                if sql::names_parents(row, 1) {
-                    named.insert(id.clone());
-                }
-                view.jobs.insert(id, job);
-            }
-            let rows = c
-                .query(
-                    &format!("SELECT id, fence FROM {s}.purged WHERE id = ANY($1)"),
-                    &[&ids],
-                )
-                .await
-                .map_err(before)?;
-            for row in &rows {
-                let (id, fence) = mark_fence(row.get::<_, &str>(0), row.get(1))?;
-                view.marks.insert(id, fence);
-            }
-        }
+        let named = read_met(c, s, snapshot, &mut view).await?;
         // Where the target's jobs stood, for the counts an update moves.
         let current: std::collections::HashMap<JobId, Standing> = view
             .jobs
@@ -273,7 +239,7 @@ fn decode_attempts(
     rows.iter()
         .map(|r| {
             let job: String = r.try_get(0).map_err(bad)?;
-            let row = sql::stored_attempt(r, 1).map_err(bad)?;
+            let row = row::stored_attempt(r, 1).map_err(bad)?;
             let attempt = lease_ports::codec::attempt(&job, row)?;
             Ok((lease_ports::codec::job_id(job)?, attempt))
         })
@@ -323,4 +289,53 @@ async fn put_attempts(
     .await
     .map_err(before)?;
     Ok(())
+}
+
+/// Reads into `view` the target's jobs and purge marks that `snapshot` names (none when the
+/// target is empty), answering which of those jobs name parents.
+async fn read_met(
+    c: &tokio_postgres::Client,
+    s: &str,
+    snapshot: &Snapshot,
+    view: &mut TargetView,
+) -> Result<std::collections::HashSet<JobId>, StoreError> {
+    let before = |e: tokio_postgres::Error| error::map(e, Stage::BeforeCommit);
+    let mut named = std::collections::HashSet::new();
+    if view.total_jobs > 0 || view.total_marks > 0 {
+        let ids: Vec<&str> = snapshot
+            .jobs
+            .iter()
+            .map(|r| r.id.as_str())
+            .chain(snapshot.purged.iter().map(|(id, _)| id.as_str()))
+            .collect();
+        let rows = c
+            .query(
+                &format!(
+                    "SELECT id, {} FROM {s}.jobs WHERE id = ANY($1)",
+                    sql::READ_COLUMNS
+                ),
+                &[&ids],
+            )
+            .await
+            .map_err(before)?;
+        for row in &rows {
+            let (id, job) = row::decode_with_id(row, 0)?;
+            if row::names_parents(row, 1) {
+                named.insert(id.clone());
+            }
+            view.jobs.insert(id, job);
+        }
+        let rows = c
+            .query(
+                &format!("SELECT id, fence FROM {s}.purged WHERE id = ANY($1)"),
+                &[&ids],
+            )
+            .await
+            .map_err(before)?;
+        for row in &rows {
+            let (id, fence) = mark_fence(row.get::<_, &str>(0), row.get(1))?;
+            view.marks.insert(id, fence);
+        }
+    }
+    Ok(named)
 }

@@ -8,7 +8,7 @@ use tokio_postgres::Statement;
 
 use crate::connection::Statements;
 use crate::error::{self, Stage};
-use crate::sql::Encoded;
+use crate::row::Encoded;
 
 /// Reads the server's clock when `needed` (sent when first polled, so it can be pipelined
 /// after the requests before it), else answers `None` without a request.

@@ -17,7 +17,9 @@ use lease_ports::{JobRecord, StoreError};
 
 use crate::connection::Conn;
 use crate::error::{self, Stage};
-use crate::sql::{self, Encoded, Standing};
+use crate::row;
+use crate::row::{Encoded, Standing};
+use crate::sql;
 
 /// The statements of workflows, spelled for one schema.
 #[derive(Debug)]
@@ -252,7 +254,7 @@ pub(crate) async fn judge(
     let mut writes = Vec::new();
     let mut cancelled = Vec::new();
     for row in &locked {
-        let (id, job) = sql::decode_with_id(row, 0)?;
+        let (id, job) = row::decode_with_id(row, 0)?;
         let stands = parents.remove(id.as_str()).unwrap_or_default();
         let fate = decide_child(job.on_parent_failure, &stands);
         if let Some(next) = job.settled(&fate, job.updated) {
@@ -290,7 +292,7 @@ async fn update_all(
     }
     // Many: one statement, its columns arrays, its counts summed.
     let update_many = conn.prepare(&w.update_many).await?;
-    let columns = sql::Columns::of(writes);
+    let columns = row::Columns::of(writes);
     let row = c
         .query_one(&update_many, &columns.params())
         .await
@@ -357,7 +359,7 @@ pub(crate) async fn release(
         let mut waiting = Vec::with_capacity(locked.len());
         let mut read = HashMap::new();
         for row in &locked {
-            let (id, job) = sql::decode_with_id(row, 0)?;
+            let (id, job) = row::decode_with_id(row, 0)?;
             // Made due or cancelled by a transaction that held it before this one.
             if !job.waiting {
                 continue;

@@ -10,8 +10,8 @@ use crate::PgLeaseStore;
 use crate::changes::Changes;
 use crate::connection::{Conn, Statements};
 use crate::error::{self, Stage};
-use crate::sql::stored_now;
-use crate::sql::{self};
+use crate::row;
+use crate::row::stored_now;
 use crate::tx::{clock_if, one_if, rollback};
 
 impl PgLeaseStore {
@@ -94,10 +94,10 @@ impl PgLeaseStore {
         )
         .await
         .map_err(|e| error::map(e, Stage::BeforeCommit))?;
-        let mut current = row.as_ref().map(|r| sql::decode(id, r, 0)).transpose()?;
+        let mut current = row.as_ref().map(|r| row::decode(id, r, 0)).transpose()?;
         // A retried job is judged against its parents again: read them.
         if let (Some(row), Some(job), Command::Retry(_)) = (&row, &mut current, &command) {
-            if sql::names_parents(row, 0) {
+            if row::names_parents(row, 0) {
                 let mut jobs = [lease_ports::JobRecord {
                     id: id.clone(),
                     job: job.clone(),
@@ -175,7 +175,7 @@ impl PgLeaseStore {
         .map_err(|e| error::map(e, Stage::BeforeCommit))?;
         let mut current: std::collections::HashMap<JobId, lease_domain::Job> = rows
             .iter()
-            .map(|row| sql::decode_with_id(row, 0))
+            .map(|row| row::decode_with_id(row, 0))
             .collect::<Result<_, _>>()?;
         // A batch that names parents, or may run a finished job again, is a workflow's: its
         // parents are checked (and locked) before anything is decided.

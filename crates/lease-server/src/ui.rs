@@ -31,6 +31,7 @@ type AppState = State<Arc<App>>;
 
 const INDEX: &str = include_str!("../ui/index.html");
 const SCRIPT: &str = include_str!("../ui/app.js");
+const DRAWINGS: &str = include_str!("../ui/draw.js");
 const STYLE: &str = include_str!("../ui/app.css");
 const ICON: &str = include_str!("../ui/icon.svg");
 
@@ -55,7 +56,7 @@ pub(crate) async fn index() -> Response {
 }
 
 #[utoipa::path(get, path = "/ui/{file}", tag = "page",
-    params(("file" = String, Path, description = "app.js, app.css or icon.svg")),
+    params(("file" = String, Path, description = "app.js, draw.js, app.css or icon.svg")),
     responses(
         (status = 200, description = "The page's script or style sheet", content_type = "text/plain", body = String),
         (status = 404, description = "No such file", body = ProblemBody, content_type = "application/problem+json"),
@@ -63,6 +64,7 @@ pub(crate) async fn index() -> Response {
 pub(crate) async fn file(file: Result<Path<String>, PathRejection>) -> Response {
     match file.as_ref().map(|Path(name)| name.as_str()) {
         Ok("app.js") => asset("text/javascript; charset=utf-8", SCRIPT),
+        Ok("draw.js") => asset("text/javascript; charset=utf-8", DRAWINGS),
         Ok("app.css") => asset("text/css; charset=utf-8", STYLE),
         Ok("icon.svg") => asset("image/svg+xml", ICON),
         _ => Problem::new(StatusCode::NOT_FOUND, "not_found", "no such file").into_response(),

@@ -14,15 +14,25 @@ use crate::filesystem::incompatible;
 /// `PRAGMA application_id` of a lease database ("LEAS").
 pub const APPLICATION_ID: i32 = 0x4C45_4153;
 
-/// The released migrations, frozen (`migrations/*.sql`). Version 1 is the contract's `jobs`
-/// table, version 2 the work queue beside it, version 3 the audit trail's table, version 4 the
-/// ready set that leaves held jobs out of claim order, version 5 the network service's lease
-/// tokens and API keys, version 6 the overview's counters and the index of finished jobs,
-/// version 7 queue settings, schedules, and a job's timeout and progress, version 8 a job's
-/// group and the queue's rules per group, version 9 rate limits and their log of grants, version 10 the groups' turns of
-/// fair claims, version 11 workflows (a job's parents and its policy when one fails), version 12
-/// a job's fenced checkpoints, version 13 the trace context a job was enqueued with, version 14
-/// the store's epoch, version 15 the groups' heads.
+/// The released migrations, frozen (`migrations/*.sql`, each checked against its pinned
+/// checksum), the schema's history:
+/// 1. the contract's `jobs` table;
+/// 2. the work queue in the side table `jobs_queue` (kept in step by triggers for other
+///    programs' rows), its claim-order index, and `purged`, the last fence of a purged id;
+/// 3. the audit trail, `lease_audit`;
+/// 4. the ready set: `leased_until` files held jobs apart, so claim order reads no live lease;
+/// 5. the service's lease token digests and `lease_keys`;
+/// 6. the overview's counters (`lease_finished`, `lease_completions`) and the ended index;
+/// 7. queue settings, schedules, a job's timeout and progress;
+/// 8. a job's group and the queue's rules per group, with the index of jobs that bear on them;
+/// 9. rate limits and their log of grants, `lease_grants`;
+/// 10. fair claims: `lease_group_turns` and the index of a group's claim order;
+/// 11. workflows: `lease_parents` and a job's policy when a parent fails;
+/// 12. fenced checkpoints, `lease_checkpoints`;
+/// 13. the trace context a job was enqueued with, `lease_traces`;
+/// 14. the store's epoch, `lease_epoch` (the high 32 bits of every fence);
+/// 15. the groups' heads, `lease_group_heads`, kept by triggers;
+/// 16. attempt history, `lease_attempts`, and the indexes the activity counts read.
 pub(crate) const MIGRATIONS: [Migration; 16] = [
     Migration {
         version: 1,
