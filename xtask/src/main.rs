@@ -2,6 +2,18 @@
 //! runs every check CI runs; `cargo xtask schemathesis` is the longer API search on a fresh
 //! seed; `cargo xtask bench` runs the benchmarks; `cargo xtask mutants` runs mutation testing.
 
+// Library and binary code may not unwrap, expect or panic on what it meets, nor export what is
+// unreachable (each exception allowed in place with its reason); tests may.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        unreachable_pub
+    )
+)]
+
 mod needs;
 mod peers;
 mod python;
@@ -69,26 +81,6 @@ fn json_string(json: &str, key: &str) -> Option<String> {
         }
     }
 }
-
-/// Library and binary code (not tests, not test support) may not unwrap, expect or panic on
-/// what it meets, and exports nothing unreachable; each exception is allowed in place with
-/// its reason (the tidy test checks that).
-const LIBRARY_LINTS: [&str; 14] = [
-    "clippy",
-    "--workspace",
-    "--lib",
-    "--bins",
-    "--",
-    "-D",
-    "warnings",
-    "-D",
-    "clippy::unwrap_used",
-    "-D",
-    "clippy::expect_used",
-    "-D",
-    "clippy::panic",
-    "-Dunreachable_pub",
-];
 
 /// The README's test command: gets what the tests need (`needs`), then runs every test of the
 /// workspace, all of them even when one fails, then the Python package's tests
@@ -165,8 +157,9 @@ fn schemathesis(rest: &[String]) -> Result<(), String> {
             "-p",
             "lease-cli",
             "--test",
-            "schemathesis",
+            "integration",
             "--",
+            "schemathesis::",
             "--nocapture",
             "--test-threads",
             "1",
@@ -192,13 +185,12 @@ fn ci() -> Result<(), String> {
         ],
         &[],
     )?;
-    cargo(&LIBRARY_LINTS, &[])?;
     test(&[])?;
     cargo(
         &["doc", "--workspace", "--no-deps"],
         &[("RUSTDOCFLAGS", "-D warnings")],
     )?;
-    cargo(&["test", "-p", "lease-benches", "--benches"], &[])
+    cargo(&["test", "--workspace", "--benches"], &[])
 }
 
 /// Runs the benchmark report (one table, also written to target/bench-report.md); without
@@ -381,11 +373,12 @@ fn mutants(rest: &[String]) -> Result<(), String> {
             args.extend(["--file", file]);
         }
         args.extend(&extra);
+        // The listed files' tests, by name in the crate's one integration binary (a test is
+        // `file::name`), and the crate's unit tests (each in a module `tests`).
+        let filters: Vec<String> = scope.tests.iter().map(|t| format!("{t}::")).collect();
         if !scope.tests.is_empty() {
-            args.extend(["--", "--lib"]);
-            for test in scope.tests {
-                args.extend(["--test", test]);
-            }
+            args.extend(["--", "--lib", "--test", "integration", "--", "tests::"]);
+            args.extend(filters.iter().map(String::as_str));
         }
         result = result.and(cargo(&args, &[]));
     }

@@ -1,17 +1,21 @@
-//! One test binary run beside `cargo test`: the PostgreSQL differential test, about 100 s of
-//! mostly waiting on the server, which cargo would otherwise run alone after the others. It
-//! is built with everything else (`cargo test --no-run`), started on its own in its
-//! package's directory (as cargo starts a test binary), and its output is shown whole when it
-//! ends; the main run skips it by name.
+//! One test run beside `cargo test`: the PostgreSQL differential test, about 100 s of mostly
+//! waiting on the server, which cargo would otherwise run after the rest of its binary. Its
+//! binary (lease-postgres's integration tests) is built with everything else (`cargo test
+//! --no-run`), started on its own in its package's directory (as cargo starts a test binary)
+//! for that one test, and its output is shown whole when it ends; the main run skips it by
+//! name.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-/// The package and test target run beside the rest.
+/// The package and test target of the test run beside the rest.
 const PACKAGE: &str = "lease-postgres";
-const TARGET: &str = "differential";
+const TARGET: &str = "integration";
 
-/// The name the main run skips (the one test of that binary).
+/// The test run beside the rest, by its full name in that binary.
+const TEST: &str = "differential::memory_and_postgres_agree_on_every_step";
+
+/// The name the main run skips.
 pub(crate) const SKIPPED: &str = "memory_and_postgres_agree_on_every_step";
 
 /// The test binary running beside the rest.
@@ -49,6 +53,7 @@ pub(crate) fn start(root: &Path) -> Result<Beside, String> {
     let dir = root.join("crates").join(PACKAGE);
     eprintln!("$ {executable} (beside the rest, in {})", dir.display());
     let child = Command::new(&executable)
+        .args([TEST, "--exact"])
         .current_dir(&dir)
         .env("CARGO_MANIFEST_DIR", &dir)
         .stdout(Stdio::piped())
@@ -68,16 +73,13 @@ impl Beside {
             .child
             .wait_with_output()
             .map_err(|e| format!("cannot wait for {PACKAGE}/{TARGET}: {e}"))?;
-        eprintln!("     Ran beside the rest: {PACKAGE} tests/{TARGET}.rs");
+        eprintln!("     Ran beside the rest: {PACKAGE} {TEST}");
         eprint!("{}", String::from_utf8_lossy(&out.stdout));
         eprint!("{}", String::from_utf8_lossy(&out.stderr));
         if out.status.success() {
             Ok(())
         } else {
-            Err(format!(
-                "{PACKAGE} tests/{TARGET}.rs failed ({})",
-                out.status
-            ))
+            Err(format!("{PACKAGE} {TEST} failed ({})", out.status))
         }
     }
 }

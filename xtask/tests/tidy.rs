@@ -318,8 +318,8 @@ fn no_test_is_ignored_or_expects_a_panic() {
 }
 
 /// The lints an `allow` may name: those the workspace enables (its lint table, clippy's
-/// default groups that the code has met, and the library-only run of `.ci/run`), so that an
-/// `allow` never silences a lint that could not fire.
+/// default groups that the code has met, and what each crate's root denies outside tests),
+/// so that an `allow` never silences a lint that could not fire.
 const ENABLED: [&str; 13] = [
     "unsafe_code",
     "missing_docs",
@@ -839,19 +839,25 @@ fn long_functions(text: &str, most: usize) -> Vec<(String, usize)> {
 /// The modules a crate builds only for tests or test support (`#[cfg(test)]`, the features
 /// `conformance` and `test-support`): the file stems of the `mod` lines after such a `cfg`.
 fn test_only_modules(text: &str) -> Vec<String> {
-    let lines: Vec<&str> = text.lines().collect();
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
     let mut stems = Vec::new();
-    for pair in lines.windows(2) {
-        let cfg = pair[0].trim();
+    for (n, cfg) in lines.iter().enumerate() {
         let test_only = cfg.starts_with("#[cfg(")
             && (cfg.contains("test") || cfg.contains("conformance"))
             && !cfg.contains("not(");
-        let declared = pair[1]
-            .trim()
-            .trim_start_matches("pub ")
-            .strip_prefix("mod ")
-            .and_then(|rest| rest.strip_suffix(';'));
-        if let (true, Some(stem)) = (test_only, declared) {
+        if !test_only {
+            continue;
+        }
+        // The item the `cfg` stands on, past the comments and attributes between them.
+        let item = lines[n + 1..]
+            .iter()
+            .find(|l| !l.starts_with("//") && !l.starts_with("#["));
+        let declared = item.and_then(|l| {
+            l.trim_start_matches("pub ")
+                .strip_prefix("mod ")
+                .and_then(|rest| rest.strip_suffix(';'))
+        });
+        if let Some(stem) = declared {
             stems.push(stem.to_owned());
         }
     }
@@ -1075,4 +1081,42 @@ fn trait_methods_tells_required_from_provided() {
         trait_methods(text, "T"),
         (vec!["a".to_owned(), "c".to_owned()], vec!["b".to_owned()])
     );
+}
+
+/// Every crate root denies, outside tests, what library and binary code may not do (unwrap,
+/// expect, panic, export what is unreachable), so the one clippy run of `.ci/run` checks it.
+#[test]
+fn every_crate_root_denies_unwrap_expect_panic_and_unreachable_pub_outside_tests() {
+    let root = workspace_root();
+    let mut roots = vec![root.join("xtask/src/main.rs")];
+    for entry in std::fs::read_dir(root.join("crates")).unwrap() {
+        let src = entry.unwrap().path().join("src");
+        for name in ["lib.rs", "main.rs"] {
+            if src.join(name).exists() {
+                roots.push(src.join(name));
+            }
+        }
+    }
+    assert!(roots.len() > 10, "only {roots:?}");
+    for file in roots {
+        let text: String = std::fs::read_to_string(&file)
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        let denied = text.contains("#![cfg_attr(not(test),deny(")
+            && [
+                "clippy::unwrap_used",
+                "clippy::expect_used",
+                "clippy::panic",
+                "unreachable_pub",
+            ]
+            .iter()
+            .all(|lint| text.contains(lint));
+        assert!(
+            denied,
+            "{} must deny clippy::unwrap_used, expect_used, panic and unreachable_pub outside \
+             tests (#![cfg_attr(not(test), deny(...))])",
+            file.display()
+        );
+    }
 }

@@ -1,6 +1,18 @@
 //! The `lease` binary: parses arguments, reads the clock and the environment, opens the store
 //! and prints the answer.
 
+// Library and binary code may not unwrap, expect or panic on what it meets, nor export what is
+// unreachable (each exception allowed in place with its reason); tests may.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        unreachable_pub
+    )
+)]
+
 mod args;
 mod batch;
 mod cli;

@@ -1,7 +1,6 @@
 //! The `lease` binary as a user runs it: exit codes, JSON shapes, bad input and the demo.
 
-#[path = "common/reaped.rs"]
-mod reaped;
+use crate::reaped;
 use reaped::Reaped;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

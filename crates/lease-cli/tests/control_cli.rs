@@ -4,17 +4,11 @@
 //! running the same schedule at once, many workers against one concurrency limit, and
 //! `kill -9` in the middle of a tick.
 
-#[path = "common/checkpoint_cli.rs"]
-mod checkpoint_cli;
-#[path = "common/ordered_cli.rs"]
-mod ordered_cli;
-#[path = "common/stdin.rs"]
-mod stdin;
-#[path = "common/trace_cli.rs"]
-mod trace_cli;
+use crate::checkpoint_cli;
+use crate::ordered_cli;
+use crate::trace_cli;
 
-#[path = "common/reaped.rs"]
-mod reaped;
+use crate::reaped;
 use reaped::Reaped;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

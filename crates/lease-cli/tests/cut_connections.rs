@@ -5,7 +5,7 @@
 //! undocumented answer. PostgreSQL is reached through a proxy that reads the protocol and cuts
 //! the connection at a chosen statement; SQLite's commit is failed by strace's fault injection.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};

@@ -8,11 +8,9 @@
 //! before it; with synchronous replication, no acknowledged completion lost. The same for a
 //! point-in-time restore.
 
-#[path = "common/cluster.rs"]
-mod cluster;
-mod support;
-#[path = "common/reaped.rs"]
-mod support_reaped;
+use crate::cluster;
+use crate::reaped as support_reaped;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -3,8 +3,7 @@
 //! taken from `LEASE_FENCE` and `LEASE_JOB`, the exit codes (0 admitted, 3 refused or absent,
 //! 1 an error, 2 usage), values that are not text, and `install` twice.
 
-#[path = "common/reaped.rs"]
-mod reaped;
+use crate::reaped;
 use reaped::Reaped;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

@@ -1,8 +1,7 @@
 //! Observability through the binary: `--audit` and `lease audit` (the pinned JSON shape),
 //! `stats --prometheus`, `-v` logging, and `lease work --metrics ADDR` serving /metrics.
 
-#[path = "common/reaped.rs"]
-mod reaped;
+use crate::reaped;
 use reaped::Reaped;
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -4,7 +4,7 @@
 //! and browser log errors (CSP violations, failed loads) and asserts there are none, and keeps a
 //! screenshot of each screen under `target/operator-page/`.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

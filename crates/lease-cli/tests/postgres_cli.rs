@@ -3,17 +3,12 @@
 //! SQLite and PostgreSQL, which never lets a fence be handed out twice. Each test makes its own
 //! database and drops it.
 
-#[path = "common/checkpoint_cli.rs"]
-mod checkpoint_cli;
-#[path = "common/ordered_cli.rs"]
-mod ordered_cli;
-#[path = "common/stdin.rs"]
-mod stdin;
-#[path = "common/trace_cli.rs"]
-mod trace_cli;
+use crate::checkpoint_cli;
+use crate::ordered_cli;
+use crate::stdin;
+use crate::trace_cli;
 
-#[path = "common/reaped.rs"]
-mod reaped;
+use crate::reaped;
 use reaped::Reaped;
 use std::path::Path;
 use std::process::{Command, Output};

@@ -1,11 +1,9 @@
 //! The queue commands of the `lease` binary, as a user (or a held-out test) drives them: their
 //! JSON shapes, exit codes, refusals on stderr, and bad input.
 
-#[path = "common/stdin.rs"]
-mod stdin;
+use crate::stdin;
 
-#[path = "common/reaped.rs"]
-mod reaped;
+use crate::reaped;
 use reaped::Reaped;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -17,7 +17,7 @@
 //! stateful runs with the next seeds (each of which must find nothing too) go on until all
 //! are reached, at most twelve (a stateful pass takes about ten seconds).
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! digests, a server that will not listen publicly without a key, the API over a real socket,
 //! secrets kept out of the logs and the database file, and a clean stop on SIGTERM.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -7,8 +7,7 @@
 //! requests too: the enqueue's request span is a child of the caller's span, and the store
 //! calls it made are its children.
 
-#[path = "common/reaped.rs"]
-mod reaped;
+use crate::reaped;
 use reaped::Reaped;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;

@@ -1,8 +1,7 @@
 //! `lease work -- CMD`: any program can be a worker. Each test runs the real binary over a real
 //! database with `sh` programs.
 
-#[path = "common/reaped.rs"]
-mod reaped;
+use crate::reaped;
 use reaped::Reaped;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

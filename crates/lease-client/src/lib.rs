@@ -6,6 +6,18 @@
 //! (by job and fence) and sends it with that lease's writes. A lease granted to another
 //! process has no token here, and its writes are refused by the server.
 
+// Library and binary code may not unwrap, expect or panic on what it meets, nor export what is
+// unreachable (each exception allowed in place with its reason); tests may.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        unreachable_pub
+    )
+)]
+
 mod answers;
 mod gather;
 mod queues;

@@ -13,6 +13,18 @@
 //! - no job is leased before its `run_at`, a cancelled or dead job is never leased, and
 //!   `claim_next` never leases a job more than its `max_attempts` times.
 
+// Library and binary code may not unwrap, expect or panic on what it meets, nor export what is
+// unreachable (each exception allowed in place with its reason); tests may.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        unreachable_pub
+    )
+)]
+
 mod access;
 mod attempt;
 mod audit;

@@ -19,7 +19,22 @@
 //! key-value: a revision check), `mysql` (a table). Each backend is behind a feature of its
 //! name; `contract` is the suite every one of them passes.
 
+// Library and binary code may not unwrap, expect or panic on what it meets, nor export what is
+// unreachable (each exception allowed in place with its reason); tests may.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        unreachable_pub
+    )
+)]
+
 #[cfg(feature = "contract")]
+// The guards' shared contract suite (built only with the feature), where a failed step is a
+// failed test: it may unwrap, expect and panic.
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 pub mod contract;
 #[cfg(feature = "dir")]
 pub mod dir;

@@ -5,7 +5,7 @@
 //! resource is also cut off mid-test (a TCP relay) to show that a write it cannot finish is an
 //! error, never an admission.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -6,6 +6,18 @@
 //!
 //! Attributes carry ids, queues, fences and attempts, never payloads, results or tokens.
 
+// Library and binary code may not unwrap, expect or panic on what it meets, nor export what is
+// unreachable (each exception allowed in place with its reason); tests may.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        unreachable_pub
+    )
+)]
+
 use std::str::FromStr;
 
 use lease_domain::{Join, TraceContext};

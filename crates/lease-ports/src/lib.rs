@@ -6,6 +6,18 @@
 //! [`LeaseStore`] by loading a job, calling one `lease_domain::decide_*` function and storing
 //! its answer atomically; they never restate a lease rule.
 
+// Library and binary code may not unwrap, expect or panic on what it meets, nor export what is
+// unreachable (each exception allowed in place with its reason); tests may.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        unreachable_pub
+    )
+)]
+
 pub mod audit;
 pub mod blocking;
 pub mod bulk;
@@ -16,6 +28,9 @@ mod error;
 pub mod forward;
 pub mod graph;
 #[cfg(feature = "conformance")]
+// Test support (built only with the feature), where a failed setup is a failed test: it may
+// unwrap, expect and panic.
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 pub mod history;
 pub mod keys;
 pub mod memory;
@@ -27,12 +42,24 @@ pub mod signal;
 pub mod transfer;
 
 #[cfg(feature = "conformance")]
+// Test support (built only with the feature), where a failed setup is a failed test: it may
+// unwrap, expect and panic.
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 pub mod conformance;
 #[cfg(feature = "conformance")]
+// Test support (built only with the feature), where a failed setup is a failed test: it may
+// unwrap, expect and panic.
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 pub mod differential;
 #[cfg(feature = "conformance")]
+// Test support (built only with the feature), where a failed setup is a failed test: it may
+// unwrap, expect and panic.
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 pub mod observed_story;
 #[cfg(feature = "conformance")]
+// Test support (built only with the feature), where a failed setup is a failed test: it may
+// unwrap, expect and panic.
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 pub mod workflow_conformance;
 
 use async_trait::async_trait;

@@ -11,6 +11,18 @@
 //! again by the domain here (`complete_and_claim.rs`). See docs/ARCHITECTURE.md for why READ COMMITTED is
 //! enough.
 
+// Library and binary code may not unwrap, expect or panic on what it meets, nor export what is
+// unreachable (each exception allowed in place with its reason); tests may.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        unreachable_pub
+    )
+)]
+
 mod audit;
 mod batch;
 mod batch_share;
@@ -32,6 +44,9 @@ mod renewals;
 mod row;
 mod schema;
 #[cfg(feature = "test-support")]
+// Test support (built only with the feature), where a failed setup is a failed test: it may
+// unwrap, expect and panic.
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod scratch;
 mod settle;
 mod signal;

@@ -4,6 +4,18 @@
 //! guards are `lease_guard`'s. Every call that waits releases the interpreter (`py.detach`).
 //! The typed Python face (`Store`, `AsyncStore`, `Worker`, the exceptions) is in `python/lease`.
 
+// Library and binary code may not unwrap, expect or panic on what it meets, nor export what is
+// unreachable (each exception allowed in place with its reason); tests may.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        unreachable_pub
+    )
+)]
+
 mod args;
 mod errors;
 mod guard;

@@ -9,6 +9,18 @@
 //! it. A pass that lost the race writes nothing; a tick's job id is its schedule's name and the
 //! tick's time, so even a job enqueued twice would be one job.
 
+// Library and binary code may not unwrap, expect or panic on what it meets, nor export what is
+// unreachable (each exception allowed in place with its reason); tests may.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        unreachable_pub
+    )
+)]
+
 mod calendar;
 
 use std::sync::Arc;

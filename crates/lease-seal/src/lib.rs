@@ -12,6 +12,18 @@
 //! `LEASE_PAYLOAD_KEY_FILE`, a file of `NAME=BASE64` lines for rotation: the last line's key
 //! seals, any line's key opens. No error message ever holds a key or a plaintext.
 
+// Library and binary code may not unwrap, expect or panic on what it meets, nor export what is
+// unreachable (each exception allowed in place with its reason); tests may.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        unreachable_pub
+    )
+)]
+
 use std::fmt;
 use std::path::Path;
 

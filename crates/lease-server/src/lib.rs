@@ -8,6 +8,18 @@
 //! This crate depends on `lease-ports` and `lease-domain` only: `lease-cli` picks the store
 //! and hands it over. The OpenAPI document is generated from the handlers (utoipa).
 
+// Library and binary code may not unwrap, expect or panic on what it meets, nor export what is
+// unreachable (each exception allowed in place with its reason); tests may.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        unreachable_pub
+    )
+)]
+
 mod auth;
 mod body;
 mod extract;

@@ -13,7 +13,7 @@ use lease_ports::memory::MemoryLeaseStore;
 use lease_server::{ServiceConfig, ServiceStore, router, secrets};
 use serde_json::{Value, json};
 
-mod support;
+use crate::support;
 use support::{Answer, TestClock, send};
 
 /// A service with a clock the test sets, and three keys.

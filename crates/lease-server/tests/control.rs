@@ -12,7 +12,7 @@ use lease_ports::memory::MemoryLeaseStore;
 use lease_server::{ServiceConfig, ServiceStore, router, secrets};
 use serde_json::{Value, json};
 
-mod support;
+use crate::support;
 use support::{Answer, TestClock, send};
 
 struct Service {

@@ -14,7 +14,7 @@ use lease_ports::memory::MemoryLeaseStore;
 use lease_server::{ServiceConfig, router, secrets};
 use serde_json::json;
 
-mod support;
+use crate::support;
 use support::{Answer, TestClock, send};
 
 /// Sessions last this long here.

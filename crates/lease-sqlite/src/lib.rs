@@ -11,6 +11,18 @@
 //!   [`complete`], [`release`], [`claim_many`]), synchronous and path-based: each call opens
 //!   the file afresh, so they stay correct when the file is replaced between calls.
 
+// Library and binary code may not unwrap, expect or panic on what it meets, nor export what is
+// unreachable (each exception allowed in place with its reason); tests may.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        unreachable_pub
+    )
+)]
+
 mod attempts;
 mod audit;
 mod backup;
@@ -71,6 +83,9 @@ pub mod sql {
 }
 
 #[cfg(feature = "test-support")]
+// Test support (built only with the feature), where a failed setup is a failed test: it may
+// unwrap, expect and panic.
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 pub mod testing;
 
 /// The error type of this crate: the port's [`StoreError`].

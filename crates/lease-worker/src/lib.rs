@@ -16,6 +16,18 @@
 //! Shutdown has three steps: stop claiming, let running jobs finish until the drain deadline,
 //! then cancel what is left and release its leases.
 
+// Library and binary code may not unwrap, expect or panic on what it meets, nor export what is
+// unreachable (each exception allowed in place with its reason); tests may.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        unreachable_pub
+    )
+)]
+
 mod ahead;
 mod clock;
 mod config;

@@ -37,7 +37,7 @@ fn checkpoint(db: &str, owner: &str, fence: &str, now: &str, step: &[&str]) -> O
 
 /// `lease checkpoint s` as `a` with fence 1 at `now`, its value `input` on standard input.
 fn checkpoint_fed(db: &str, now: &str, name: &str, input: &[u8]) -> Output {
-    super::stdin::fed(
+    crate::stdin::fed(
         lease(db).args([
             "checkpoint",
             "s",
