@@ -115,21 +115,8 @@ fn test(rest: &[String]) -> Result<(), String> {
         args.extend(&passed);
         return cargo(&args, &[]);
     }
-    // The slowest test binary, which mostly waits on PostgreSQL, runs beside the others (cargo
-    // runs test binaries one after another): built with them, then started on its own.
-    let beside = side::start(root)?;
-    let rust = cargo(
-        &[
-            "test",
-            "--workspace",
-            "--no-fail-fast",
-            "--",
-            "--skip",
-            side::SKIPPED,
-        ],
-        &[],
-    );
-    let rust = rust.and(beside.finish());
+    // The Rust tests, from one build, the longest binaries beside the rest (`side.rs`).
+    let rust = side::test(root);
     // The Python and TypeScript tests run even when a Rust test failed, so one run shows every
     // failure (the lease binary they start is built either way); the TypeScript tests, mostly
     // waiting on their servers, run beside the Python ones.

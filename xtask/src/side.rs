@@ -1,34 +1,85 @@
-//! One test run beside `cargo test`: the PostgreSQL differential test, about 100 s of mostly
-//! waiting on the server, which cargo would otherwise run after the rest of its binary. Its
-//! binary (lease-postgres's integration tests) is built with everything else (`cargo test
-//! --no-run`), started on its own in its package's directory (as cargo starts a test binary)
-//! for that one test, and its output is shown whole when it ends; the main run skips it by
-//! name.
+//! The Rust tests of `cargo xtask test`, from one build, in three lanes at once: cargo runs
+//! test binaries one after another, and the longest of them mostly wait (on PostgreSQL, on
+//! the processes and servers they start), so two of them run beside the rest:
+//! - the PostgreSQL differential test (about 190 s of waiting on the server), the one test of
+//!   lease-postgres's binary that the main lane skips;
+//! - lease-cli's binary (the `lease` command, its servers and the page, about 230 s);
+//! - every other test binary in the main lane, in cargo's order, then the doc tests; the one
+//!   that restarts PostgreSQL runs last, once the side lanes have ended.
+//!
+//! Everything is built first by one `cargo test --workspace --no-run`; each binary is then
+//! started as cargo starts it (in its package's directory, with `CARGO_MANIFEST_DIR`). The
+//! main lane's output streams; a side lane's is shown whole when it ends. Every binary runs
+//! even when one fails, and each failure is named at the end.
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
-/// The package and test target of the test run beside the rest.
-const PACKAGE: &str = "lease-postgres";
-const TARGET: &str = "integration";
+/// A test binary that restarts the machine's PostgreSQL: it runs last, alone, once the side
+/// lanes (which use the server) have ended.
+const RESTARTS_THE_SERVER: (&str, &str) = ("lease-postgres", "restart");
 
-/// The test run beside the rest, by its full name in that binary.
-const TEST: &str = "differential::memory_and_postgres_agree_on_every_step";
+/// The test of lease-postgres's binary run in a lane of its own, and the name the main lane
+/// skips.
+const DIFFERENTIAL: &str = "differential::memory_and_postgres_agree_on_every_step";
+const DIFFERENTIAL_NAME: &str = "memory_and_postgres_agree_on_every_step";
 
-/// The name the main run skips.
-pub(crate) const SKIPPED: &str = "memory_and_postgres_agree_on_every_step";
-
-/// The test binary running beside the rest.
-pub(crate) struct Beside {
-    child: Child,
+/// One test binary cargo built.
+struct Binary {
+    /// Its package's directory.
+    dir: PathBuf,
+    /// Its target's name (`integration`, a crate's name for unit tests, ...).
+    target: String,
+    executable: String,
 }
 
-/// Builds every test (as the main run will) and starts the side binary.
-///
-/// # Errors
-/// When the build fails or the binary cannot be found or started.
-pub(crate) fn start(root: &Path) -> Result<Beside, String> {
-    eprintln!("$ cargo test --workspace --no-run (then {PACKAGE}'s {TARGET} beside the rest)");
+impl Binary {
+    fn package(&self) -> String {
+        self.dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    fn is(&self, package: &str, target: &str) -> bool {
+        self.package() == package && self.target == target
+    }
+
+    /// Runs it with `args` as cargo would; `capture`: its output is kept and returned.
+    fn run(&self, args: &[&str], capture: bool) -> (Result<(), String>, String) {
+        let shown = format!("{} {} {}", self.package(), self.target, args.join(" "));
+        eprintln!("     Running {} ({})", shown.trim_end(), self.executable);
+        let mut command = Command::new(&self.executable);
+        command
+            .args(args)
+            .current_dir(&self.dir)
+            .env("CARGO_MANIFEST_DIR", &self.dir)
+            .env("CARGO", env!("CARGO"));
+        let (status, output) = if capture {
+            match command.stdin(Stdio::null()).output() {
+                Ok(out) => {
+                    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+                    text.push_str(&String::from_utf8_lossy(&out.stderr));
+                    (Ok(out.status), text)
+                }
+                Err(e) => (Err(e), String::new()),
+            }
+        } else {
+            (command.status(), String::new())
+        };
+        let result = match status {
+            Ok(status) if status.success() => Ok(()),
+            Ok(status) => Err(format!("{} failed ({status})", shown.trim_end())),
+            Err(e) => Err(format!("cannot run {}: {e}", self.executable)),
+        };
+        (result, output)
+    }
+}
+
+/// Builds every test binary of the workspace (as `cargo test --workspace` would) and names
+/// them in cargo's order.
+fn build(root: &Path) -> Result<Vec<Binary>, String> {
+    eprintln!("$ cargo test --workspace --no-run");
     let out = Command::new(env!("CARGO"))
         .args([
             "test",
@@ -44,42 +95,91 @@ pub(crate) fn start(root: &Path) -> Result<Beside, String> {
         return Err("cargo test --no-run failed".to_owned());
     }
     let text = String::from_utf8_lossy(&out.stdout);
-    let executable = text
+    let mut binaries: Vec<Binary> = text
         .lines()
-        .filter(|l| l.contains(&format!("/{PACKAGE}#")) || l.contains(&format!("#{PACKAGE}@")))
-        .filter(|l| l.contains(&format!("\"name\":\"{TARGET}\"")) && l.contains("\"test\""))
-        .find_map(|l| crate::json_string(l, "executable"))
-        .ok_or_else(|| format!("cargo built no test binary {PACKAGE}/{TARGET}"))?;
-    let dir = root.join("crates").join(PACKAGE);
-    eprintln!("$ {executable} (beside the rest, in {})", dir.display());
-    let child = Command::new(&executable)
-        .args([TEST, "--exact"])
-        .current_dir(&dir)
-        .env("CARGO_MANIFEST_DIR", &dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start {executable}: {e}"))?;
-    Ok(Beside { child })
+        .filter(|l| l.contains("\"reason\":\"compiler-artifact\""))
+        // A test build's profile says so (a target's own `"test":true` only says it may be).
+        .filter(|l| {
+            l.find("\"profile\":")
+                .and_then(|at| l[at..].split('}').next())
+                .is_some_and(|profile| profile.contains("\"test\":true"))
+        })
+        .filter_map(|l| {
+            let executable = crate::json_string(l, "executable")?;
+            let manifest = crate::json_string(l, "manifest_path")?;
+            let target = l
+                .find("\"target\":")
+                .and_then(|at| crate::json_string(&l[at..], "name"))?;
+            Some(Binary {
+                dir: Path::new(&manifest).parent()?.to_path_buf(),
+                target,
+                executable,
+            })
+        })
+        .collect();
+    binaries.sort_by_key(|b| (b.package(), b.target.clone()));
+    Ok(binaries)
 }
 
-impl Beside {
-    /// Waits for it, shows its output, and says whether it passed.
-    ///
-    /// # Errors
-    /// When it failed (or could not be waited for).
-    pub(crate) fn finish(self) -> Result<(), String> {
-        let out = self
-            .child
-            .wait_with_output()
-            .map_err(|e| format!("cannot wait for {PACKAGE}/{TARGET}: {e}"))?;
-        eprintln!("     Ran beside the rest: {PACKAGE} {TEST}");
-        eprint!("{}", String::from_utf8_lossy(&out.stdout));
-        eprint!("{}", String::from_utf8_lossy(&out.stderr));
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!("{PACKAGE} {TEST} failed ({})", out.status))
+/// Runs the workspace's Rust tests in three lanes (the module's doc) and says whether all
+/// passed, naming each binary that failed.
+///
+/// # Errors
+/// When the build fails, or any test binary or the doc tests fail.
+pub(crate) fn test(root: &Path) -> Result<(), String> {
+    let binaries = build(root)?;
+    let postgres = binaries
+        .iter()
+        .position(|b| b.is("lease-postgres", "integration"))
+        .ok_or("cargo built no test binary lease-postgres/integration")?;
+    let cli = binaries
+        .iter()
+        .position(|b| b.is("lease-cli", "integration"))
+        .ok_or("cargo built no test binary lease-cli/integration")?;
+    let failures = std::thread::scope(|lanes| {
+        let differential = lanes.spawn(|| binaries[postgres].run(&[DIFFERENTIAL, "--exact"], true));
+        let commands = lanes.spawn(|| binaries[cli].run(&[], true));
+        let mut failures = Vec::new();
+        for (n, binary) in binaries.iter().enumerate() {
+            let args: &[&str] = if n == postgres {
+                &["--skip", DIFFERENTIAL_NAME]
+            } else {
+                &[]
+            };
+            if n != cli && !binary.is(RESTARTS_THE_SERVER.0, RESTARTS_THE_SERVER.1) {
+                failures.extend(binary.run(args, false).0.err());
+            }
         }
+        eprintln!("$ cargo test --workspace --doc");
+        let doc = Command::new(env!("CARGO"))
+            .args(["test", "--workspace", "--doc", "--no-fail-fast"])
+            .current_dir(root)
+            .status();
+        if !doc.is_ok_and(|s| s.success()) {
+            failures.push("the doc tests failed".to_owned());
+        }
+        for (lane, name) in [
+            (differential, DIFFERENTIAL),
+            (commands, "lease-cli integration"),
+        ] {
+            let (result, output) = lane
+                .join()
+                .unwrap_or_else(|_| (Err(format!("the lane of {name} panicked")), String::new()));
+            eprintln!("     Ran beside the rest: {name}");
+            eprint!("{output}");
+            failures.extend(result.err());
+        }
+        for binary in binaries
+            .iter()
+            .filter(|b| b.is(RESTARTS_THE_SERVER.0, RESTARTS_THE_SERVER.1))
+        {
+            failures.extend(binary.run(&[], false).0.err());
+        }
+        failures
+    });
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("Rust tests failed:\n  {}", failures.join("\n  ")))
     }
 }
