@@ -176,8 +176,7 @@ fn ci() -> Result<(), String> {
     cargo(
         &["doc", "--workspace", "--no-deps"],
         &[("RUSTDOCFLAGS", "-D warnings")],
-    )?;
-    cargo(&["test", "--workspace", "--benches"], &[])
+    )
 }
 
 /// Runs the benchmark report (one table, also written to target/bench-report.md); without

@@ -4,8 +4,9 @@
 //! - the PostgreSQL differential test (about 190 s of waiting on the server), the one test of
 //!   lease-postgres's binary that the main lane skips;
 //! - lease-cli's binary (the `lease` command, its servers and the page, about 230 s);
-//! - every other test binary in the main lane, in cargo's order, then the doc tests; the one
-//!   that restarts PostgreSQL runs last, once the side lanes have ended.
+//! - every other test binary in the main lane, in cargo's order, the benchmarks once each in
+//!   their smoke mode, then the doc tests; the one that restarts PostgreSQL runs last, once
+//!   the side lanes have ended.
 //!
 //! Everything is built first by one `cargo test --workspace --no-run`; each binary is then
 //! started as cargo starts it (in its package's directory, with `CARGO_MANIFEST_DIR`). The
@@ -76,14 +77,17 @@ impl Binary {
     }
 }
 
-/// Builds every test binary of the workspace (as `cargo test --workspace` would) and names
-/// them in cargo's order.
+/// Builds every test binary of the workspace (as `cargo test --workspace` would) and each
+/// benchmark in its smoke mode (as `cargo test --benches` would: run once, so bench code that
+/// panics is caught; in the same build, so nothing is compiled twice), and names them in
+/// cargo's order.
 fn build(root: &Path) -> Result<Vec<Binary>, String> {
-    eprintln!("$ cargo test --workspace --no-run");
+    eprintln!("$ cargo test --workspace --all-targets --no-run");
     let out = Command::new(env!("CARGO"))
         .args([
             "test",
             "--workspace",
+            "--all-targets",
             "--no-run",
             "--message-format=json-render-diagnostics",
         ])
