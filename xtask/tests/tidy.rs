@@ -659,11 +659,17 @@ const MOST_FILE_LINES: usize = 1_000;
 const MOST_FUNCTION_LINES: usize = 150;
 
 /// Where `{`, `}` and `;` stand in Rust source outside strings, characters and comments: one
-/// `(line, char)` for each, lines counted from 0.
-fn structure(text: &str) -> Vec<(usize, char)> {
+/// `Mark` for each, lines counted from 0, with the depth of the braces open before it.
+struct Mark {
+    line: usize,
+    c: char,
+    depth: i64,
+}
+
+fn structure(text: &str) -> Vec<Mark> {
     let chars: Vec<char> = text.chars().collect();
     let (mut out, mut line, mut i) = (Vec::new(), 0, 0);
-    let mut block_comments = 0;
+    let (mut block_comments, mut depth) = (0, 0);
     while i < chars.len() {
         let c = chars[i];
         let next = chars.get(i + 1).copied();
@@ -756,7 +762,12 @@ fn structure(text: &str) -> Vec<(usize, char)> {
                 i = j + 1;
             }
             '{' | '}' | ';' => {
-                out.push((line, c));
+                out.push(Mark { line, c, depth });
+                depth += match c {
+                    '{' => 1,
+                    '}' => -1,
+                    _ => 0,
+                };
                 i += 1;
             }
             _ => i += 1,
@@ -796,23 +807,13 @@ fn long_functions(text: &str, most: usize) -> Vec<(String, usize)> {
             .unwrap_or_default();
         // The first `{` or `;` from this line on at the line's depth opens the body (or ends a
         // declaration); the body ends where that depth comes back.
-        let depth_at = |k: usize| -> i64 {
-            marks[..k]
-                .iter()
-                .map(|(_, c)| match c {
-                    '{' => 1,
-                    '}' => -1,
-                    _ => 0,
-                })
-                .sum()
-        };
-        let Some(first) = marks.iter().position(|(l, _)| *l >= n) else {
+        let Some(first) = marks.iter().position(|m| m.line >= n) else {
             continue;
         };
-        let base = depth_at(first);
+        let base = marks[first].depth;
         let mut depth = base;
         let mut end = None;
-        for (l, c) in &marks[first..] {
+        for Mark { line: l, c, .. } in &marks[first..] {
             match c {
                 ';' if depth == base => break,
                 '{' => depth += 1,
@@ -967,26 +968,16 @@ fn trait_methods(text: &str, name: &str) -> (Vec<String>, Vec<String>) {
             l.starts_with(&declared) && l[declared.len()..].starts_with([' ', ':', '<', '{'])
         })
         .unwrap_or_else(|| panic!("no trait {name}"));
-    let depth_before = |k: usize| -> i64 {
-        marks[..k]
-            .iter()
-            .map(|(_, c)| match c {
-                '{' => 1,
-                '}' => -1,
-                _ => 0,
-            })
-            .sum()
-    };
     let open = marks
         .iter()
-        .position(|(l, c)| *l >= at && *c == '{')
+        .position(|m| m.line >= at && m.c == '{')
         .unwrap();
-    let inside = depth_before(open) + 1;
+    let inside = marks[open].depth + 1;
     let close = (open + 1..marks.len())
-        .find(|&k| marks[k].1 == '}' && depth_before(k) == inside)
+        .find(|&k| marks[k].c == '}' && marks[k].depth == inside)
         .unwrap();
     let (mut required, mut provided) = (Vec::new(), Vec::new());
-    let body = marks[open].0 + 1..marks[close].0;
+    let body = marks[open].line + 1..marks[close].line;
     for (n, line) in lines.iter().enumerate().take(body.end).skip(body.start) {
         let words: Vec<&str> = line.split_whitespace().collect();
         let Some(f) = words.iter().position(|w| *w == "fn") else {
@@ -995,18 +986,18 @@ fn trait_methods(text: &str, name: &str) -> (Vec<String>, Vec<String>) {
         if line.trim_start().starts_with("//") {
             continue;
         }
-        let Some(first) = marks.iter().position(|(l, _)| *l >= n) else {
+        let Some(first) = marks.iter().position(|m| m.line >= n) else {
             continue;
         };
-        if depth_before(first) != inside {
+        if marks[first].depth != inside {
             continue;
         }
         let method: String = words[f + 1]
             .chars()
             .take_while(|c| c.is_alphanumeric() || *c == '_')
             .collect();
-        match marks[first..].iter().find(|(_, c)| *c != '}') {
-            Some((_, ';')) => required.push(method),
+        match marks[first..].iter().find(|m| m.c != '}') {
+            Some(Mark { c: ';', .. }) => required.push(method),
             _ => provided.push(method),
         }
     }
