@@ -1,82 +1,84 @@
 //! The synchronous face of a store, for callers that have no async runtime and must not pay
 //! for one per call (the problem statement's path functions, benchmarks of the raw loop, the
-//! tests of synchronous callers). It is written once, here: a store that can answer on the
-//! caller's thread implements the small [`BlockingCore`], and [`Blocking`] provides every
-//! other operation on top of it, as [`LeaseStore`] provides its conveniences on top of its
-//! required core, each with the contract of the [`LeaseStore`] method of the same name.
+//! tests of synchronous callers). It is written once, here, from the one list of the store's
+//! methods (`surface.rs`): a store that can answer on the caller's thread implements the small
+//! [`BlockingCore`], and [`Blocking`] provides every other operation on top of it, as
+//! [`LeaseStore`] provides its conveniences on top of its required core, each with the contract of
+//! the [`LeaseStore`] method of the same name.
 
 use lease_domain::{
     Command, EnqueueSpec, ErrorText, Fence, JobId, JobResult, LeaseTerm, Owner, ProgressText,
-    QueueName, Renewal, Retry, Status, Timestamp,
+    QueueName, Renewal, Retry, Timestamp,
 };
 
+use crate::surface::surface;
 use crate::{
-    Applied, ClaimNext, ClaimOutcome, CompleteAndClaim, FailOutcome, JobRecord, JobState, Lease,
-    ListFilter, StatsRow, StoreError, WriteOutcome, outcome_as,
+    Applied, ClaimNext, ClaimOutcome, CompleteAndClaim, FailOutcome, JobState, Lease, StoreError,
+    WriteOutcome, outcome_as,
 };
 
 #[cfg(doc)]
 use crate::LeaseStore;
 
-/// The required part of a store's synchronous face: what [`LeaseStore`] requires, answered on
-/// the caller's thread.
-pub trait BlockingCore: Send + Sync {
-    /// As [`LeaseStore::apply`].
-    ///
-    /// # Errors
-    /// As [`LeaseStore::apply`].
-    fn apply_now(
-        &self,
-        job: &JobId,
-        command: Command,
-        then: Option<ClaimNext>,
-    ) -> Result<Applied, StoreError>;
+/// Makes [`BlockingCore`] and [`Blocking`]'s passing on from the list of the store's methods:
+/// each [`LeaseStore`] method listed with a synchronous name (`now`) is required of the core
+/// and passed on by the face.
+macro_rules! blocking_face {
+    ({ LeaseStore [$($listed:tt)*] [] $($others:tt)* } $watched:tt) => {
+        blocking_face!(@face [$($listed)*]);
+    };
+    (@face [$(
+        fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty
+            $(=> $variant:ident $(($($hook:expr),*))?)? $(, now $now:ident)?;
+    )*]) => {
+        /// The required part of a store's synchronous face: what [`LeaseStore`] requires,
+        /// answered on the caller's thread.
+        pub trait BlockingCore: Send + Sync {
+            /// As [`LeaseStore::apply`].
+            ///
+            /// # Errors
+            /// As [`LeaseStore::apply`].
+            fn apply_now(
+                &self,
+                job: &JobId,
+                command: Command,
+                then: Option<ClaimNext>,
+            ) -> Result<Applied, StoreError>;
 
-    /// As [`LeaseStore::claim_next_with`].
-    ///
-    /// # Errors
-    /// As [`LeaseStore::claim_next_with`].
-    fn claim_next_now(&self, claim: &ClaimNext) -> Result<Vec<Lease>, StoreError>;
+            /// As [`LeaseStore::state`]: provided through [`BlockingCore::record_now`]; a store
+            /// that reads the contract's row alone more cheaply says so.
+            ///
+            /// # Errors
+            /// As [`LeaseStore::state`].
+            fn state_now(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
+                Ok(self.record_now(job)?.map(|record| record.state()))
+            }
 
-    /// As [`LeaseStore::enqueue_many`].
-    ///
-    /// # Errors
-    /// As [`LeaseStore::enqueue_many`].
-    fn enqueue_many_now(&self, jobs: &[(JobId, EnqueueSpec)]) -> Result<Vec<bool>, StoreError>;
+            $(blocking_face!(@core $name($($arg: $ty),*) -> $ret $(, $now)?);)*
+        }
 
-    /// As [`LeaseStore::record`].
-    ///
-    /// # Errors
-    /// As [`LeaseStore::record`].
-    fn record_now(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError>;
-
-    /// As [`LeaseStore::state`]: provided through [`BlockingCore::record_now`]; a store that
-    /// reads the contract's row alone more cheaply says so.
-    ///
-    /// # Errors
-    /// As [`LeaseStore::state`].
-    fn state_now(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
-        Ok(self.record_now(job)?.map(|record| record.state()))
-    }
-
-    /// As [`LeaseStore::purge`].
-    ///
-    /// # Errors
-    /// As [`LeaseStore::purge`].
-    fn purge_now(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError>;
-
-    /// As [`LeaseStore::list`].
-    ///
-    /// # Errors
-    /// As [`LeaseStore::list`].
-    fn list_now(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError>;
-
-    /// As [`LeaseStore::stats`].
-    ///
-    /// # Errors
-    /// As [`LeaseStore::stats`].
-    fn stats_now(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError>;
+        impl<S: BlockingCore + ?Sized> Blocking<'_, S> {
+            $(blocking_face!(@face $name($($arg: $ty),*) -> $ret $(, $now)?);)*
+        }
+    };
+    (@core $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty) => {};
+    (@core $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty, $now:ident) => {
+        #[doc = concat!(
+            "As [`LeaseStore::", stringify!($name), "`].\n\n",
+            "# Errors\nAs [`LeaseStore::", stringify!($name), "`]."
+        )]
+        fn $now(&self, $($arg: $ty),*) -> Result<$ret, StoreError>;
+    };
+    (@face $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty) => {};
+    (@face $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty, $now:ident) => {
+        #[doc = concat!("See [`LeaseStore::", stringify!($name), "`].")]
+        pub fn $name(&self, $($arg: $ty),*) -> Result<$ret, StoreError> {
+            self.0.$now($($arg),*)
+        }
+    };
 }
+
+surface!(blocking_face);
 
 /// A store's synchronous face (see the module documentation): every method has the contract
 /// of the [`LeaseStore`] method of the same name, and its errors.
@@ -110,19 +112,9 @@ impl<S: BlockingCore + ?Sized> Blocking<'_, S> {
         self.command(job, Command::EnqueueWith(spec.clone()))
     }
 
-    /// See [`LeaseStore::enqueue_many`].
-    pub fn enqueue_many(&self, jobs: &[(JobId, EnqueueSpec)]) -> Result<Vec<bool>, StoreError> {
-        self.0.enqueue_many_now(jobs)
-    }
-
     /// See [`LeaseStore::state`].
     pub fn state(&self, job: &JobId) -> Result<Option<JobState>, StoreError> {
         self.0.state_now(job)
-    }
-
-    /// See [`LeaseStore::record`].
-    pub fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError> {
-        self.0.record_now(job)
     }
 
     /// See [`LeaseStore::claim`].
@@ -234,21 +226,6 @@ impl<S: BlockingCore + ?Sized> Blocking<'_, S> {
     /// See [`LeaseStore::retry`].
     pub fn retry(&self, job: &JobId, now: Timestamp) -> Result<WriteOutcome, StoreError> {
         self.command(job, Command::Retry(now))
-    }
-
-    /// See [`LeaseStore::purge`].
-    pub fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError> {
-        self.0.purge_now(before, statuses)
-    }
-
-    /// See [`LeaseStore::list`].
-    pub fn list(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError> {
-        self.0.list_now(filter)
-    }
-
-    /// See [`LeaseStore::stats`].
-    pub fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
-        self.0.stats_now(now)
     }
 
     /// See [`LeaseStore::complete_and_claim_next`].

@@ -1,6 +1,7 @@
 //! Decorators: a store wrapped by another that sees every call on its way in and its answer on
 //! its way out. [`Decorated`] implements the whole surface ([`crate::Store`] and
-//! [`Transfer`]) once, passing each call to the wrapped store; what a decorator adds is its
+//! [`Transfer`]) once, from the one list of the store's methods (`surface.rs`), passing
+//! each call to the wrapped store; what a decorator adds is its
 //! [`Hooks`]: [`crate::observe::Observed`] (spans and metrics), the server tests' counting
 //! store and the worker tests' faulty store are each a few lines of hooks, not a restatement
 //! of every method.
@@ -15,20 +16,19 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use lease_domain::{
-    Command, EnqueueSpec, Epoch, JobId, KeptCheckpoint, KeyId, KeyRefused, QueueChange, QueueName,
-    QueueSettings, Schedule, ScheduleName, ScheduleSpec, Status, Throttle, Timestamp,
+    Command, EnqueueSpec, JobId, KeyId, QueueChange, QueueName, ScheduleName, ScheduleSpec, Status,
+    Timestamp,
 };
 use tracing::Instrument;
 
-use crate::audit::{AuditFilter, AuditRow, AuditTrail};
+use crate::audit::{AuditFilter, AuditTrail};
 use crate::control::{Control, Fire};
 use crate::keys::{KeyRecord, KeyStore};
-use crate::overview::{DueRow, MinuteRow, Overview};
+use crate::overview::Overview;
 use crate::signal::{EnqueueSignal, Wake};
-use crate::transfer::{Imported, Snapshot, Transfer};
-use crate::{
-    Applied, ClaimNext, JobRecord, Lease, LeaseStore, ListFilter, ManyWrite, StatsRow, StoreError,
-};
+use crate::surface::surface;
+use crate::transfer::{Snapshot, Transfer};
+use crate::{Applied, ClaimNext, LeaseStore, ListFilter, ManyWrite, StoreError};
 
 /// One call to a store's surface, with its arguments, as a decorator's hooks see it.
 #[derive(Debug, Clone, Copy)]
@@ -162,13 +162,13 @@ impl<S: ?Sized, H> Decorated<S, H> {
 }
 
 impl<S: ?Sized, H: Hooks> Decorated<S, H> {
-    /// Runs `run` (the wrapped store's answer to `call`) between the hooks.
-    async fn around<T: Any + Send>(
+    /// Runs `run` (the wrapped store's answer to the call [`Hooks::before`] let through with
+    /// `ticket`) in the hooks' span, and gives [`Hooks::after`] its answer.
+    async fn finish<T: Any + Send>(
         &self,
-        call: Call<'_>,
+        ticket: H::Ticket,
         run: impl Future<Output = Result<T, StoreError>> + Send,
     ) -> Result<T, StoreError> {
-        let ticket = self.hooks.before(&call).await?;
         let span = self.hooks.span(&ticket);
         let started = Instant::now();
         let answer = run.instrument(span).await;
@@ -178,41 +178,77 @@ impl<S: ?Sized, H: Hooks> Decorated<S, H> {
     }
 }
 
-#[async_trait]
-impl<S: LeaseStore + ?Sized, H: Hooks> LeaseStore for Decorated<S, H> {
-    async fn apply(
-        &self,
-        job: &JobId,
-        command: Command,
-        then: Option<ClaimNext>,
-    ) -> Result<Applied, StoreError> {
-        let ticket = self
-            .hooks
-            .before(&Call::Apply {
-                job,
-                command: &command,
-                then: then.as_ref(),
-            })
-            .await?;
-        // The command and the claim are moved into the wrapped store, not copied: the call
-        // the hooks saw ends before the work starts.
-        let span = self.hooks.span(&ticket);
-        let started = Instant::now();
-        let answer = self.inner.apply(job, command, then).instrument(span).await;
-        let shown = answer.as_ref().map(|value| value as &dyn Any);
-        self.hooks.after(ticket, shown, started.elapsed());
-        answer
-    }
+/// Makes [`Decorated`]'s impls from the list of the store's methods: each method with a
+/// [`Call`] goes through the hooks (what it is given is moved into the wrapped store, not
+/// copied: the call the hooks saw ends before the work starts), each without one passes
+/// straight through.
+macro_rules! decorating {
+    ({ $($trait:ident [$($required:tt)*] [$($provided:tt)*])* }
+     { $($watched:ident [$($only:tt)*] [])* }) => {
+        $(decorating!(@impl $trait [$($required)* $($provided)*]);)*
+        $(decorating!(@impl $watched [$($only)*]);)*
+    };
+    (@impl LeaseStore [$($listed:tt)*]) => {
+        decorating!(@methods LeaseStore [$($listed)*] [
+            async fn apply(
+                &self,
+                job: &JobId,
+                command: Command,
+                then: Option<ClaimNext>,
+            ) -> Result<Applied, StoreError> {
+                let ticket = self
+                    .hooks
+                    .before(&Call::Apply {
+                        job,
+                        command: &command,
+                        then: then.as_ref(),
+                    })
+                    .await?;
+                self.finish(ticket, self.inner.apply(job, command, then)).await
+            }
 
-    async fn claim_next_with(&self, claim: &ClaimNext) -> Result<Vec<Lease>, StoreError> {
-        self.around(Call::ClaimNext(claim), self.inner.claim_next_with(claim))
-            .await
-    }
+            /// Each write goes through the hooks as an `apply` would, and those they let
+            /// through go to the wrapped store together, so it can take them together (their
+            /// work runs in no one write's span; each write's span still gets its answer).
+            async fn apply_many(
+                &self,
+                writes: Vec<ManyWrite>,
+            ) -> Vec<Result<Applied, StoreError>> {
+                self.apply_together(writes).await
+            }
+        ]);
+    };
+    (@impl $trait:ident [$($listed:tt)*]) => {
+        decorating!(@methods $trait [$($listed)*] []);
+    };
+    (@methods $trait:ident [$(
+        fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty
+            $(=> $variant:ident $(($($hook:expr),*))?)? $(, now $now:ident)?;
+    )*] [$($written:tt)*]) => {
+        #[async_trait]
+        impl<S: $trait + ?Sized, H: Hooks> $trait for Decorated<S, H> {
+            $($written)*
+            $(
+                async fn $name(&self, $($arg: $ty),*) -> Result<$ret, StoreError> {
+                    decorating!(@call self $name($($arg),*) [$($variant $(($($hook),*))?)?])
+                }
+            )*
+        }
+    };
+    (@call $self:ident $name:ident($($arg:ident),*) []) => {
+        $self.inner.$name($($arg),*).await
+    };
+    (@call $self:ident $name:ident($($arg:ident),*) [$variant:ident $(($($hook:expr),*))?]) => {{
+        let ticket = $self.hooks.before(&Call::$variant $(($($hook),*))?).await?;
+        $self.finish(ticket, $self.inner.$name($($arg),*)).await
+    }};
+}
 
-    /// Each write goes through the hooks as an `apply` would, and those they let through go to
-    /// the wrapped store together, so it can take them together (their work runs in no one
-    /// write's span; each write's span still gets its answer).
-    async fn apply_many(&self, writes: Vec<ManyWrite>) -> Vec<Result<Applied, StoreError>> {
+surface!(decorating);
+
+impl<S: LeaseStore + ?Sized, H: Hooks> Decorated<S, H> {
+    /// [`LeaseStore::apply_many`] through the hooks (see the impl).
+    async fn apply_together(&self, writes: Vec<ManyWrite>) -> Vec<Result<Applied, StoreError>> {
         let mut tickets = Vec::with_capacity(writes.len());
         let mut passed = Vec::with_capacity(writes.len());
         for (job, command, then) in writes {
@@ -247,175 +283,6 @@ impl<S: LeaseStore + ?Sized, H: Hooks> LeaseStore for Decorated<S, H> {
             })
             .collect()
     }
-
-    async fn enqueue_many(&self, jobs: &[(JobId, EnqueueSpec)]) -> Result<Vec<bool>, StoreError> {
-        self.around(Call::EnqueueMany(jobs), self.inner.enqueue_many(jobs))
-            .await
-    }
-
-    async fn record(&self, job: &JobId) -> Result<Option<JobRecord>, StoreError> {
-        self.around(Call::Record(job), self.inner.record(job)).await
-    }
-
-    async fn purge(&self, before: Timestamp, statuses: &[Status]) -> Result<u64, StoreError> {
-        self.around(
-            Call::Purge(before, statuses),
-            self.inner.purge(before, statuses),
-        )
-        .await
-    }
-
-    async fn list(&self, filter: &ListFilter) -> Result<Vec<JobRecord>, StoreError> {
-        self.around(Call::List(filter), self.inner.list(filter))
-            .await
-    }
-
-    async fn stats(&self, now: Timestamp) -> Result<Vec<StatsRow>, StoreError> {
-        self.around(Call::Stats(now), self.inner.stats(now)).await
-    }
-
-    async fn checkpoints(&self, job: &JobId) -> Result<Vec<KeptCheckpoint>, StoreError> {
-        self.around(Call::Checkpoints(job), self.inner.checkpoints(job))
-            .await
-    }
-
-    async fn attempts(&self, job: &JobId) -> Result<lease_domain::Attempts, StoreError> {
-        self.around(Call::Attempts(job), self.inner.attempts(job))
-            .await
-    }
-
-    async fn trace(&self, job: &JobId) -> Result<Option<lease_domain::TraceContext>, StoreError> {
-        self.around(Call::Trace(job), self.inner.trace(job)).await
-    }
-
-    async fn children(
-        &self,
-        job: &JobId,
-        after: Option<&JobId>,
-        limit: usize,
-    ) -> Result<Vec<JobId>, StoreError> {
-        self.around(
-            Call::Children(job, limit),
-            self.inner.children(job, after, limit),
-        )
-        .await
-    }
-}
-
-#[async_trait]
-impl<S: Control + ?Sized, H: Hooks> Control for Decorated<S, H> {
-    async fn change_queue(
-        &self,
-        queue: &QueueName,
-        change: QueueChange,
-    ) -> Result<QueueSettings, StoreError> {
-        self.around(
-            Call::ChangeQueue(queue, &change),
-            self.inner.change_queue(queue, change.clone()),
-        )
-        .await
-    }
-
-    async fn queues(&self) -> Result<Vec<(QueueName, QueueSettings)>, StoreError> {
-        self.around(Call::Queues, self.inner.queues()).await
-    }
-
-    // Provided, but a store may answer it without reading every queue: passed on as such.
-    async fn settings_of(&self, queue: &QueueName) -> Result<QueueSettings, StoreError> {
-        self.around(Call::SettingsOf(queue), self.inner.settings_of(queue))
-            .await
-    }
-
-    async fn throttle(&self, queue: &QueueName, now: Timestamp) -> Result<Throttle, StoreError> {
-        self.around(Call::Throttle(queue, now), self.inner.throttle(queue, now))
-            .await
-    }
-
-    async fn group_loads(
-        &self,
-        queue: &QueueName,
-        now: Timestamp,
-        limit: usize,
-    ) -> Result<Vec<crate::control::GroupLoad>, StoreError> {
-        self.around(
-            Call::GroupLoads(queue, now, limit),
-            self.inner.group_loads(queue, now, limit),
-        )
-        .await
-    }
-
-    async fn put_schedule(
-        &self,
-        spec: &ScheduleSpec,
-        now: Timestamp,
-    ) -> Result<Schedule, StoreError> {
-        self.around(
-            Call::PutSchedule(spec, now),
-            self.inner.put_schedule(spec, now),
-        )
-        .await
-    }
-
-    async fn remove_schedule(&self, name: &ScheduleName) -> Result<bool, StoreError> {
-        self.around(Call::RemoveSchedule(name), self.inner.remove_schedule(name))
-            .await
-    }
-
-    async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
-        self.around(Call::Schedules, self.inner.schedules()).await
-    }
-
-    // Provided, and passed on like `settings_of`.
-    async fn schedule(&self, name: &ScheduleName) -> Result<Option<Schedule>, StoreError> {
-        self.around(Call::Schedule(name), self.inner.schedule(name))
-            .await
-    }
-
-    async fn fire_schedule(&self, fire: &Fire) -> Result<Option<Vec<bool>>, StoreError> {
-        self.around(Call::FireSchedule(fire), self.inner.fire_schedule(fire))
-            .await
-    }
-}
-
-#[async_trait]
-impl<S: AuditTrail + ?Sized, H: Hooks> AuditTrail for Decorated<S, H> {
-    async fn refusals(&self, filter: &AuditFilter) -> Result<Vec<AuditRow>, StoreError> {
-        self.around(Call::Refusals(filter), self.inner.refusals(filter))
-            .await
-    }
-}
-
-#[async_trait]
-impl<S: Overview + ?Sized, H: Hooks> Overview for Decorated<S, H> {
-    async fn due(&self, now: Timestamp) -> Result<Vec<DueRow>, StoreError> {
-        self.around(Call::Due(now), self.inner.due(now)).await
-    }
-
-    async fn activity(&self, since: Timestamp) -> Result<Vec<MinuteRow>, StoreError> {
-        self.around(Call::Activity(since), self.inner.activity(since))
-            .await
-    }
-}
-
-#[async_trait]
-impl<S: KeyStore + ?Sized, H: Hooks> KeyStore for Decorated<S, H> {
-    async fn add_key(&self, key: &KeyRecord) -> Result<Result<(), KeyRefused>, StoreError> {
-        self.around(Call::AddKey(key), self.inner.add_key(key))
-            .await
-    }
-
-    async fn key(&self, id: &KeyId) -> Result<Option<KeyRecord>, StoreError> {
-        self.around(Call::Key(id), self.inner.key(id)).await
-    }
-
-    async fn keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
-        self.around(Call::Keys, self.inner.keys()).await
-    }
-
-    async fn revoke_key(&self, id: &KeyId, now: Timestamp) -> Result<bool, StoreError> {
-        self.around(Call::RevokeKey(id, now), self.inner.revoke_key(id, now))
-            .await
-    }
 }
 
 /// Signals are hints sent outside any transaction: passed on as they are, without hooks.
@@ -426,33 +293,6 @@ impl<S: EnqueueSignal + ?Sized, H: Send + Sync> EnqueueSignal for Decorated<S, H
 
     fn signal(&self, queue: &str, jobs: usize) {
         self.inner.signal(queue, jobs);
-    }
-}
-
-#[async_trait]
-impl<S: Transfer + ?Sized, H: Hooks> Transfer for Decorated<S, H> {
-    async fn export(&self) -> Result<Snapshot, StoreError> {
-        self.around(Call::Export, self.inner.export()).await
-    }
-
-    async fn import(&self, snapshot: &Snapshot, merge: bool) -> Result<Imported, StoreError> {
-        self.around(
-            Call::Import(snapshot, merge),
-            self.inner.import(snapshot, merge),
-        )
-        .await
-    }
-
-    async fn epoch(&self) -> Result<Epoch, StoreError> {
-        self.inner.epoch().await
-    }
-
-    async fn raise_epoch(&self, at_least: Epoch) -> Result<Epoch, StoreError> {
-        self.inner.raise_epoch(at_least).await
-    }
-
-    async fn check_heads(&self, rebuild: bool) -> Result<crate::transfer::HeadCheck, StoreError> {
-        self.inner.check_heads(rebuild).await
     }
 }
 

@@ -39,6 +39,7 @@ pub mod next;
 pub mod observe;
 pub mod overview;
 pub mod signal;
+mod surface;
 pub mod transfer;
 
 #[cfg(feature = "conformance")]
