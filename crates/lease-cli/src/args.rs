@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use lease_domain::{
-    EnqueueSpec, Fence, InputError, LeaseTerm, Owner, Payload, QueueName, Timestamp, Ttl,
+    EnqueueSpec, Fence, InputError, LeaseTerm, Owner, Payload, QueueName, Timestamp,
 };
 
 /// The lease-holder's identity and token, shared by renew, complete and release.
@@ -105,49 +105,41 @@ pub(crate) struct SpecFlags {
 }
 
 impl SpecFlags {
-    /// The checked spec, with `payload`, enqueued at `now`.
+    /// The checked spec, with `payload`, enqueued at `now`: the flags as the domain's one
+    /// enqueue check reads a job's fields (a refused one is named as its flag).
     pub(crate) fn into_spec(
         self,
         payload: Option<Payload>,
         now: f64,
     ) -> Result<EnqueueSpec, RequestError> {
-        let after = self
-            .after
-            .into_iter()
-            .map(|p| {
-                lease_domain::JobId::new(p).map_err(|e| RequestError::Flag(format!("--after: {e}")))
-            })
-            .collect::<Result<_, _>>()?;
-        let on_parent_failure = self
-            .on_parent_failure
-            .as_deref()
-            .map(lease_domain::OnParentFailure::parse)
-            .transpose()
-            .map_err(|e| RequestError::Flag(e.to_string()))?
-            .unwrap_or_default();
-        Ok(EnqueueSpec {
-            after,
-            on_parent_failure,
-            enqueued_at: Timestamp::new(now).ok(),
-            queue: QueueName::new(self.queue)?,
-            priority: self.priority,
-            run_at: self.run_at.map(|t| time_flag("--run-at", t)).transpose()?,
-            max_attempts: Some(self.max_attempts),
+        if let Some(at) = self.run_at {
+            time_flag("--run-at", at)?;
+        }
+        let defaults = EnqueueSpec {
             payload,
-            timeout: self
-                .timeout
-                .map(Ttl::new)
-                .transpose()
-                .map_err(|e| RequestError::Flag(format!("--timeout: {e}")))?,
-            replace_finished: self.replace_finished,
-            group: group_flag(self.group)?,
-            debounce: self
-                .debounce
-                .map(Ttl::new)
-                .transpose()
-                .map_err(|e| RequestError::Flag(format!("--debounce: {e}")))?,
+            enqueued_at: Timestamp::new(now).ok(),
             trace: trace_from_env(),
-        })
+            ..EnqueueSpec::default()
+        };
+        lease_domain::EnqueueFields {
+            id: String::new(),
+            queue: Some(self.queue),
+            priority: Some(self.priority),
+            run_at: self.run_at,
+            max_attempts: Some(self.max_attempts),
+            payload: None,
+            enqueued_at: None,
+            timeout: self.timeout,
+            replace: self.replace_finished.then(|| "finished".to_owned()),
+            group: self.group,
+            debounce: self.debounce,
+            after: Some(self.after),
+            on_parent_failure: self.on_parent_failure,
+            traceparent: None,
+            tracestate: None,
+        }
+        .spec(&defaults)
+        .map_err(|e| RequestError::Flag(format!("--{}: {}", e.field.replace('_', "-"), e.error)))
     }
 }
 

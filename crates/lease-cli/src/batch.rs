@@ -1,13 +1,10 @@
-//! The input of `enqueue-many`: one job id per line, or one JSON object per line. Every line
+//! The input of `enqueue-many`: one job id per line, or one JSON object per line (a job as
+//! `POST /v1/queues/{queue}/jobs/batch` takes one). Every line
 //! is checked before anything is stored; an error names the line and what is wrong with it.
 
-use lease_domain::{EnqueueSpec, JobId, Payload, QueueName, Timestamp, Ttl};
-use serde_json::Value;
+use lease_domain::{EnqueueSpec, JobId};
 
 use crate::args::RequestError;
-
-/// The fields a JSON line may have.
-const FIELDS: [&str; 12] = EnqueueSpec::FIELDS;
 
 /// The jobs `input` lists, each with `defaults` where its line says nothing. Empty lines are
 /// skipped; a line's final carriage return (a file written on Windows) is not part of it.
@@ -49,107 +46,19 @@ pub(crate) fn parse(
     Ok(jobs)
 }
 
-/// One JSON line: an object with `id` and any of the other [`FIELDS`].
+/// One JSON line: an object with `id` and any other field of a job as the network service's
+/// batch enqueue takes one (`lease_server::batch_job_fields`), checked by the domain's one
+/// enqueue check over `defaults`.
 fn json_line(line: &str, defaults: &EnqueueSpec) -> Result<(JobId, EnqueueSpec), String> {
-    let value: Value =
-        serde_json::from_str(line).map_err(|e| format!("not a JSON object ({e})"))?;
-    let Value::Object(fields) = value else {
-        return Err("not a JSON object".to_owned());
-    };
-    if let Some(unknown) = fields.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(format!(
-            "unknown field {unknown:?} (the fields are {})",
-            FIELDS.join(", ")
-        ));
-    }
-    let text = |name: &str| match fields.get(name) {
-        None => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(other) => Err(format!("{name} must be a string, not {other}")),
-    };
-    let id = text("id")?.ok_or("the field id is missing")?;
-    let id = JobId::new(id).map_err(|e| e.to_string())?;
-    let mut spec = defaults.clone();
-    if let Some(queue) = text("queue")? {
-        spec.queue = QueueName::new(queue).map_err(|e| e.to_string())?;
-    }
-    if let Some(value) = fields.get("priority") {
-        spec.priority = value.as_i64().ok_or_else(|| {
-            format!("priority must be a whole number that fits 64 bits, not {value}")
-        })?;
-    }
-    if let Some(value) = fields.get("run_at") {
-        let seconds = value
-            .as_f64()
-            .ok_or_else(|| format!("run_at must be a number of seconds, not {value}"))?;
-        spec.run_at = Some(Timestamp::new(seconds).map_err(|e| format!("run_at: {e}"))?);
-    }
-    if let Some(value) = fields.get("max_attempts") {
-        let n = value
-            .as_u64()
-            .and_then(|n| u32::try_from(n).ok())
-            .ok_or_else(|| {
-                format!(
-                    "max_attempts must be a whole number from 0 to {}, not {value}",
-                    u32::MAX
-                )
-            })?;
-        spec.max_attempts = Some(n);
-    }
-    if let Some(value) = fields.get("timeout") {
-        let seconds = value
-            .as_f64()
-            .ok_or_else(|| format!("timeout must be a number of seconds, not {value}"))?;
-        spec.timeout = Some(Ttl::new(seconds).map_err(|e| format!("timeout: {e}"))?);
-    }
-    if let Some(value) = fields.get("debounce") {
-        let seconds = value
-            .as_f64()
-            .ok_or_else(|| format!("debounce must be a number of seconds, not {value}"))?;
-        spec.debounce = Some(Ttl::new(seconds).map_err(|e| format!("debounce: {e}"))?);
-    }
-    if let Some(group) = text("group")? {
-        spec.group = Some(lease_domain::GroupKey::new(group).map_err(|e| format!("group: {e}"))?);
-    }
-    if let Some(value) = fields.get("after") {
-        let parents = value
-            .as_array()
-            .ok_or_else(|| format!("after must be a list of job ids, not {value}"))?;
-        spec.after = parents
-            .iter()
-            .map(|p| match p {
-                Value::String(id) => JobId::new(id.clone()).map_err(|e| format!("after: {e}")),
-                other => Err(format!(
-                    "after must be a list of job ids, not one of {other}"
-                )),
-            })
-            .collect::<Result<_, _>>()?;
-    }
-    if let Some(policy) = text("on_parent_failure")? {
-        spec.on_parent_failure = lease_domain::OnParentFailure::parse(&policy)
-            .map_err(|e| format!("on_parent_failure: {e}"))?;
-    }
-    match text("replace")?.as_deref() {
-        None => {}
-        Some("finished") => spec.replace_finished = true,
-        Some(other) => {
-            return Err(format!(
-                "replace is {other:?}; the one value is \"finished\""
-            ));
-        }
-    }
-    if let Some(payload) = text("payload")? {
-        spec.payload = Some(
-            Payload::new(payload.into_bytes(), Payload::DEFAULT_LIMIT)
-                .map_err(|e| e.to_string())?,
-        );
-    }
-    Ok((id, spec))
+    lease_server::batch_job_fields(line)?
+        .check(defaults)
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lease_domain::{Payload, QueueName, Timestamp};
 
     fn defaults() -> EnqueueSpec {
         EnqueueSpec {
@@ -199,31 +108,26 @@ mod tests {
             (
                 "{\"id\": \"a\", \"colour\": 1}",
                 true,
-                "line 1: unknown field \"colour\"",
+                "line 1: unknown field `colour`",
                 "",
             ),
-            (
-                "{\"queue\": \"q\"}",
-                true,
-                "line 1: the field id is missing",
-                "",
-            ),
+            ("{\"queue\": \"q\"}", true, "line 1: missing field `id`", ""),
             (
                 "{\"id\": 7}",
                 true,
-                "line 1: id must be a string, not 7",
+                "line 1: id: invalid type: integer `7`, expected a string",
                 "",
             ),
             (
                 "{\"id\": \"a\", \"priority\": 1.5}",
                 true,
-                "priority must be a whole number",
+                "line 1: priority: invalid type: floating point `1.5`, expected i64",
                 "",
             ),
             (
                 "{\"id\": \"a\", \"max_attempts\": -1}",
                 true,
-                "max_attempts must be a whole number",
+                "line 1: max_attempts: invalid value: integer `-1`, expected u32",
                 "",
             ),
             (

@@ -130,8 +130,10 @@ pub(crate) enum Command {
     /// Add a job in the default state; an existing job is left as it is.
     Enqueue(crate::jobs::EnqueueArgs),
     /// Enqueue many jobs read from standard input, in transactions of up to 1,000: one job id
-    /// per line, or with --json-lines one JSON object per line (`id`, and any of `queue`,
-    /// `priority`, `run_at`, `max_attempts`, `payload`; the flags give what a line leaves out).
+    /// per line, or with --json-lines one JSON object per line, a job as the API's batch
+    /// enqueue takes one (`id`, and any of `queue`, `priority`, `run_at`, `max_attempts`,
+    /// `payload`, `payload_base64`, `timeout`, `group`, `after`, ...; the flags give what a line
+    /// leaves out).
     /// Every line is checked before anything is stored.
     EnqueueMany(crate::jobs::EnqueueManyArgs),
     /// Lease up to --limit due jobs of a queue: highest priority, then earliest run-at, then FIFO.

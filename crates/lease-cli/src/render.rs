@@ -198,48 +198,10 @@ pub(crate) fn payload_json(payload: Option<&[u8]>, into: &mut serde_json::Map<St
     }
 }
 
-/// A job as JSON: the seed's six keys, then the queue's, with the status judged at `now`.
+/// A job as JSON: as the API shows it (`lease_server::views::job_json`), with the status
+/// judged at `now`.
 pub(crate) fn record_json(record: &JobRecord, now: Timestamp) -> Value {
-    let j = &record.job;
-    let mut object = serde_json::Map::new();
-    if let Value::Object(seed) = state_json(Some(&record.state())) {
-        object.extend(seed);
-    }
-    object.extend([
-        ("queue".to_owned(), json!(j.queue.as_str())),
-        ("priority".to_owned(), json!(j.priority)),
-        ("run_at".to_owned(), json!(j.run_at.map(Timestamp::get))),
-        ("attempts".to_owned(), json!(j.attempts)),
-        ("max_attempts".to_owned(), json!(j.max_attempts)),
-        ("status".to_owned(), json!(j.status_at(now).as_str())),
-        (
-            "result_fence".to_owned(),
-            json!(j.result_fence.map(Fence::get)),
-        ),
-        ("error".to_owned(), json!(j.error)),
-        (
-            "timeout".to_owned(),
-            json!(j.timeout.map(lease_domain::Ttl::get)),
-        ),
-        ("progress".to_owned(), json!(j.progress)),
-        (
-            "group".to_owned(),
-            json!(j.group.as_ref().map(lease_domain::GroupKey::as_str)),
-        ),
-        (
-            "after".to_owned(),
-            json!(j.after.iter().map(JobId::as_str).collect::<Vec<_>>()),
-        ),
-        (
-            "on_parent_failure".to_owned(),
-            json!((!j.after.is_empty()).then(|| j.on_parent_failure.as_str())),
-        ),
-    ]);
-    payload_json(j.payload.as_deref(), &mut object);
-    if let Some(sealed) = j.result.as_deref().and_then(lease_domain::sealed_result) {
-        object.insert("result_encrypted".into(), json!({ "key": sealed.key }));
-    }
-    Value::Object(object)
+    lease_server::views::job_json(record, now)
 }
 
 /// How each parent of a job stands, as `state --json` shows it: `{id: {"status", "result",
@@ -406,19 +368,6 @@ pub(crate) fn table<const N: usize>(rows: Vec<[String; N]>) -> Vec<String> {
             line.trim_end().to_owned()
         })
         .collect()
-}
-
-pub(crate) fn state_json(state: Option<&JobState>) -> Value {
-    state.map_or(Value::Null, |s| {
-        json!({
-            "id": s.id,
-            "owner": s.owner,
-            "until": s.until,
-            "fence": s.fence,
-            "result": s.result,
-            "done": s.done,
-        })
-    })
 }
 
 /// A job's stored row as a sentence; times as a person reads them, seen from `now`.

@@ -228,6 +228,9 @@ fn every_command_prints_its_json_shape_and_exit_code() {
         "{history}"
     );
     assert!(released["ended"].is_f64(), "{history}");
+    // Enqueued by the store's clock too: `updated` is a time, not pinned here.
+    let updated = state.as_object_mut().unwrap().remove("updated").unwrap();
+    assert!(updated.is_f64(), "{updated}");
     assert_eq!(
         state,
         json!({
@@ -235,7 +238,7 @@ fn every_command_prints_its_json_shape_and_exit_code() {
             "queue": "default", "priority": 0, "run_at": null, "attempts": 0, "max_attempts": 5,
             "status": "pending", "result_fence": null, "error": null, "timeout": null,
             "progress": null, "group": null, "after": [], "on_parent_failure": null,
-            "payload": null, "older_attempts": 0, "parents": {}, "checkpoints": {},
+            "ended": null, "older_attempts": 0, "parents": {}, "checkpoints": {},
             "traceparent": null, "tracestate": null
         })
     );

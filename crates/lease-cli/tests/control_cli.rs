@@ -325,7 +325,7 @@ fn a_finished_job_runs_again_with_replace_finished_and_keeps_its_result_until_th
         .write_all(b"{\"id\": \"x\", \"timeout\": 5}\n{\"id\": \"y\", \"replace\": \"all\"}\n")
         .unwrap();
     let out = child.wait_with_output().unwrap();
-    refused(&out, "line 2: replace is \"all\"");
+    refused(&out, "line 2: replace: unknown variant `all`");
     assert_eq!(
         json_of(&db, &["state", "x"]),
         Value::Null,

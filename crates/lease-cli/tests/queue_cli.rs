@@ -748,7 +748,9 @@ fn enqueue_many_with_one_bad_line_stores_nothing_and_names_the_line() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let message = stderr(&out);
     assert!(
-        message.contains("standard input, line 2: priority must be a whole number"),
+        message.contains(
+            "standard input, line 2: priority: invalid type: string \"high\", expected i64"
+        ),
         "{message}"
     );
     assert_eq!(json_of(&db, &["state", "a"], 0), Value::Null);
@@ -875,7 +877,7 @@ fn a_missing_parent_a_self_parent_and_a_cycle_are_refused_naming_the_job_and_sto
         "{\"id\": \"bad\", \"after\": \"p\"}\n",
     );
     assert!(
-        stderr(&out).contains("line 1: after must be a list"),
+        stderr(&out).contains("line 1: after: invalid type: string \"p\", expected a sequence"),
         "{}",
         stderr(&out)
     );
@@ -934,7 +936,17 @@ fn kill_9_during_a_parents_completion_leaves_all_its_children_released_or_none()
         )
     };
     let mut completed = false;
-    for delay_ms in [0, 30, 80, 150, 300, 600, 1_200, 5_000] {
+    // Killed ever later, then (`None`) left to finish: a completion is checked for its
+    // all-or-none effect, never against a time (a loaded machine may take seconds to start it).
+    for delay_ms in [
+        Some(0),
+        Some(30),
+        Some(80),
+        Some(150),
+        Some(300),
+        Some(600),
+        None,
+    ] {
         let mut child = Command::new(env!("CARGO_BIN_EXE_lease"))
             .arg("--db")
             .arg(&db)
@@ -948,22 +960,26 @@ fn kill_9_during_a_parents_completion_leaves_all_its_children_released_or_none()
             .spawn()
             .map(Reaped::new)
             .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
-        let _ = child.kill();
+        if let Some(delay_ms) = delay_ms {
+            std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+            let _ = child.kill();
+        }
         let _ = child.wait();
         let (running, done, waiting, pending) = counts(&db);
         let all = Some(children);
         match (running, done) {
-            (Some(1), Some(0)) => assert_eq!((waiting, pending), (all, Some(0)), "{delay_ms} ms"),
+            (Some(1), Some(0)) => {
+                assert_eq!((waiting, pending), (all, Some(0)), "{delay_ms:?} ms");
+            }
             (Some(0), Some(1)) => {
-                assert_eq!((waiting, pending), (Some(0), all), "{delay_ms} ms");
+                assert_eq!((waiting, pending), (Some(0), all), "{delay_ms:?} ms");
                 completed = true;
                 break;
             }
             other => panic!("the parent is neither running nor done: {other:?}"),
         }
     }
-    assert!(completed, "no completion committed within 5 s");
+    assert!(completed, "the completion left to finish did not commit");
 }
 
 #[test]

@@ -32,6 +32,7 @@ mod clock;
 mod command;
 mod control;
 mod effects;
+mod enqueue;
 mod groups;
 mod guard;
 mod migrate;
@@ -59,6 +60,7 @@ pub use control::{
     Concurrency, Grant, Limits, Pause, QueueChange, QueueSettings, Throttle, decide_queue_change,
 };
 pub use effects::{Change, Decided};
+pub use enqueue::{EnqueueFields, FieldRefused};
 pub use groups::{GroupGate, GroupTurn};
 pub use guard::{GuardRefused, decide_guard};
 pub use migrate::{ImportDecision, carried_epoch, decide_import, raise_fence};

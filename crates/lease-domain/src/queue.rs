@@ -266,9 +266,9 @@ impl EnqueueSpec {
     /// The attempts a job gets when `enqueue` names none.
     pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 
-    /// The fields of a job as a caller names them, its id first (the CLI's JSON lines, the
-    /// Python package's dicts): the spec's own, but `enqueued_at`, which the enqueuer's clock
-    /// gives.
+    /// The fields of a job as the Python package's dicts name them, its id first: the spec's
+    /// own ([`crate::EnqueueFields`]), but `enqueued_at`, which the enqueuer's clock gives, and
+    /// the trace context, which the current span gives.
     pub const FIELDS: [&'static str; 12] = [
         "id",
         "queue",

@@ -1,7 +1,7 @@
 //! The arguments of the store's methods, checked into the domain's types before a call exists:
 //! a bad one raises `InvalidInput` naming it, and nothing is sent.
 
-use lease_domain::{EnqueueSpec, JobId, LeaseTerm, Payload, Status, Timestamp};
+use lease_domain::{EnqueueFields, EnqueueSpec, JobId, LeaseTerm, Payload, Status, Timestamp};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
@@ -18,84 +18,50 @@ pub(crate) fn group(group: &str) -> Outcome<lease_domain::GroupKey> {
     lease_domain::GroupKey::new(group).or_else(|e| invalid(format!("group: {e}")))
 }
 
-/// A payload given as bytes or as text (UTF-8).
-pub(crate) fn payload(value: Option<&Bound<'_, PyAny>>) -> PyResult<Outcome<Option<Payload>>> {
+/// A payload's bytes, given as bytes or as text (UTF-8); its size is checked with the job.
+pub(crate) fn payload_bytes(
+    value: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Outcome<Option<Vec<u8>>>> {
     let Some(value) = value.filter(|v| !v.is_none()) else {
         return Ok(Ok(None));
     };
-    let bytes = if let Ok(bytes) = value.cast::<PyBytes>() {
-        bytes.as_bytes().to_vec()
+    if let Ok(bytes) = value.cast::<PyBytes>() {
+        Ok(Ok(Some(bytes.as_bytes().to_vec())))
     } else if let Ok(text) = value.cast::<PyString>() {
-        text.extract::<String>()?.into_bytes()
+        Ok(Ok(Some(text.extract::<String>()?.into_bytes())))
     } else {
-        return Ok(invalid(format!(
+        Ok(invalid(format!(
             "payload: must be bytes or str, got {}",
             value.get_type().name()?
-        )));
-    };
-    Ok(Payload::new(bytes, Payload::DEFAULT_LIMIT)
-        .map(Some)
-        .or_else(|e| invalid(format!("payload: {e}"))))
-}
-
-/// One job as `enqueue` (or one dict of `enqueue_many`) gives it.
-pub(crate) struct JobArgs<'a> {
-    pub(crate) id: &'a str,
-    pub(crate) queue: &'a str,
-    pub(crate) priority: i64,
-    pub(crate) run_at: Option<f64>,
-    pub(crate) max_attempts: Option<u32>,
-    pub(crate) payload: Option<Payload>,
-    pub(crate) timeout: Option<f64>,
-    pub(crate) replace_finished: bool,
-    pub(crate) group: Option<&'a str>,
-    pub(crate) debounce: Option<f64>,
-    pub(crate) after: Vec<String>,
-    pub(crate) on_parent_failure: Option<&'a str>,
-}
-
-impl JobArgs<'_> {
-    /// The job's id and queue fields, enqueued now.
-    pub(crate) fn check(self) -> Outcome<(JobId, EnqueueSpec)> {
-        let id = values::job_id(self.id)?;
-        let after = self
-            .after
-            .into_iter()
-            .map(|p| JobId::new(p).map_err(|e| Failure::Input(format!("after: {e}"))))
-            .collect::<Result<Vec<_>, _>>()?;
-        let on_parent_failure = self
-            .on_parent_failure
-            .map(lease_domain::OnParentFailure::parse)
-            .transpose()
-            .map_err(|e| Failure::Input(format!("on_parent_failure: {e}")))?
-            .unwrap_or_default();
-        let spec = EnqueueSpec {
-            after,
-            on_parent_failure,
-            queue: values::queue(self.queue)?,
-            priority: self.priority,
-            run_at: self.run_at.map(|t| values::time("run_at", t)).transpose()?,
-            max_attempts: self.max_attempts,
-            payload: self.payload,
-            enqueued_at: Some(values::clock_now()?),
-            timeout: self
-                .timeout
-                .map(|t| {
-                    lease_domain::Ttl::new(t).map_err(|e| Failure::Input(format!("timeout: {e}")))
-                })
-                .transpose()?,
-            replace_finished: self.replace_finished,
-            group: self.group.map(group).transpose()?,
-            debounce: self
-                .debounce
-                .map(|d| {
-                    lease_domain::Ttl::new(d).map_err(|e| Failure::Input(format!("debounce: {e}")))
-                })
-                .transpose()?,
-            trace: None,
-        };
-        Ok((id, spec))
+        )))
     }
+}
+
+/// A payload given as bytes or as text (UTF-8), checked.
+pub(crate) fn payload(value: Option<&Bound<'_, PyAny>>) -> PyResult<Outcome<Option<Payload>>> {
+    Ok(payload_bytes(value)?.and_then(|bytes| {
+        bytes
+            .map(|b| Payload::new(b, Payload::DEFAULT_LIMIT))
+            .transpose()
+            .or_else(|e| invalid(format!("payload: {e}")))
+    }))
+}
+
+/// One job's fields checked by the domain's one enqueue check, enqueued now (by this host's
+/// clock) with `trace`, if the fields name none.
+pub(crate) fn check_job(
+    fields: EnqueueFields,
+    trace: Option<lease_domain::TraceContext>,
+) -> Outcome<(JobId, EnqueueSpec)> {
+    let defaults = EnqueueSpec {
+        enqueued_at: Some(values::clock_now()?),
+        trace,
+        ..EnqueueSpec::default()
+    };
+    fields.check(&defaults).map_err(|e| {
+        let field = if e.field == "id" { "job id" } else { e.field };
+        Failure::Input(format!("{field}: {}", e.error))
+    })
 }
 
 /// The fields a job of `enqueue_many` may give.
@@ -123,58 +89,31 @@ pub(crate) fn batch_job(
     let Some(id) = fields.get_item("id")? else {
         return Ok(at("has no \"id\"".to_owned()));
     };
-    let id: String = id.extract()?;
-    let queue: String = match fields.get_item("queue")? {
-        Some(q) if !q.is_none() => q.extract()?,
-        _ => default_queue.to_owned(),
-    };
     let get = |name: &str| -> PyResult<Option<Bound<'_, PyAny>>> {
         Ok(fields.get_item(name)?.filter(|v| !v.is_none()))
     };
-    let priority: i64 = get("priority")?
-        .map(|p| p.extract())
-        .transpose()?
-        .unwrap_or(0);
-    let run_at: Option<f64> = get("run_at")?.map(|t| t.extract()).transpose()?;
-    let max_attempts: Option<u32> = get("max_attempts")?.map(|m| m.extract()).transpose()?;
-    let timeout: Option<f64> = get("timeout")?.map(|t| t.extract()).transpose()?;
-    let replace: Option<String> = get("replace")?.map(|r| r.extract()).transpose()?;
-    let group: Option<String> = get("group")?.map(|g| g.extract()).transpose()?;
-    let debounce: Option<f64> = get("debounce")?.map(|d| d.extract()).transpose()?;
-    let after: Vec<String> = get("after")?
-        .map(|a| a.extract())
-        .transpose()?
-        .unwrap_or_default();
-    let on_parent_failure: Option<String> =
-        get("on_parent_failure")?.map(|p| p.extract()).transpose()?;
-    let replace_finished = match replace.as_deref() {
-        None => false,
-        Some("finished") => true,
-        Some(other) => {
-            return Ok(at(format!(
-                "replace is {other:?}; the one value is \"finished\""
-            )));
-        }
-    };
-    let payload = match payload(get("payload")?.as_ref())? {
+    let payload = match payload_bytes(get("payload")?.as_ref())? {
         Ok(p) => p,
         Err(e) => return Ok(Err(e)),
     };
-    let job = JobArgs {
-        id: &id,
-        queue: &queue,
-        priority,
-        run_at,
-        max_attempts,
+    let fields = EnqueueFields {
+        id: id.extract()?,
+        queue: Some(get("queue")?.map_or_else(|| Ok(default_queue.to_owned()), |q| q.extract())?),
+        priority: get("priority")?.map(|p| p.extract()).transpose()?,
+        run_at: get("run_at")?.map(|t| t.extract()).transpose()?,
+        max_attempts: get("max_attempts")?.map(|m| m.extract()).transpose()?,
         payload,
-        timeout,
-        replace_finished,
-        group: group.as_deref(),
-        debounce,
-        after,
-        on_parent_failure: on_parent_failure.as_deref(),
+        enqueued_at: None,
+        timeout: get("timeout")?.map(|t| t.extract()).transpose()?,
+        replace: get("replace")?.map(|r| r.extract()).transpose()?,
+        group: get("group")?.map(|g| g.extract()).transpose()?,
+        debounce: get("debounce")?.map(|d| d.extract()).transpose()?,
+        after: get("after")?.map(|a| a.extract()).transpose()?,
+        on_parent_failure: get("on_parent_failure")?.map(|p| p.extract()).transpose()?,
+        traceparent: None,
+        tracestate: None,
     };
-    Ok(job.check().or_else(|e| match e {
+    Ok(check_job(fields, None).or_else(|e| match e {
         Failure::Input(why) => at(why),
         other => Err(other),
     }))

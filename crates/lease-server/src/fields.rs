@@ -228,11 +228,6 @@ impl Name {
         lease_domain::JobId::new(self.0).map_err(|e| crate::input::bad_value("id", &e))
     }
 
-    /// The name as a parent's job id (`after`).
-    pub(crate) fn parent(self) -> Result<lease_domain::JobId, crate::problem::Problem> {
-        lease_domain::JobId::new(self.0).map_err(|e| crate::input::bad_value("after", &e))
-    }
-
     /// The name as a queue's.
     pub(crate) fn queue(
         self,

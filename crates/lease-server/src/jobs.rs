@@ -14,7 +14,9 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use base64::Engine as _;
-use lease_domain::{EnqueueSpec, JobId, Payload, QueueName, Status, Timestamp, TraceContext};
+use lease_domain::{
+    EnqueueFields, EnqueueSpec, FieldRefused, JobId, QueueName, Status, Timestamp, TraceContext,
+};
 use lease_ports::{JobRecord, ListFilter};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -27,60 +29,88 @@ pub(crate) const LENIENT_BASE64: base64::engine::GeneralPurpose =
         base64::engine::GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
     );
 
-/// Enqueue one job.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(example = json!({"id": "report-42", "payload": "{\"user\": 7}"}))]
-pub(crate) struct EnqueueBody {
+/// Declares the two bodies that carry one job's fields from one list of the fields:
+/// [`EnqueueBody`], and [`BatchJob`], which also names its queue (the network's half of the
+/// one enqueue spec, `lease_domain::EnqueueFields`).
+macro_rules! enqueue_bodies {
+    ($($(#[$attr:meta])* $field:ident: $ty:ty,)*) => {
+        /// Enqueue one job.
+        #[derive(Debug, Deserialize, ToSchema)]
+        #[serde(deny_unknown_fields)]
+        #[schema(example = json!({"id": "report-42", "payload": "{\"user\": 7}"}))]
+        pub(crate) struct EnqueueBody {
+            $($(#[$attr])* pub(crate) $field: $ty,)*
+        }
+
+        #[doc = "One job of a batch: as `POST /v1/queues/{queue}/jobs` takes one, and a queue of its own."]
+        #[derive(Debug, Deserialize, ToSchema)]
+        #[serde(deny_unknown_fields)]
+        #[schema(example = json!({"id": "report-43", "queue": "mail", "priority": 1}))]
+        pub(crate) struct BatchJob {
+            /// The job's queue (default: the path's).
+            pub(crate) queue: Option<Name>,
+            $($(#[$attr])* pub(crate) $field: $ty,)*
+        }
+
+        impl BatchJob {
+            /// Its own queue, if any, and the job as one enqueue takes it.
+            fn split(self) -> (Option<Name>, EnqueueBody) {
+                (self.queue, EnqueueBody { $($field: self.$field,)* })
+            }
+        }
+    };
+}
+
+enqueue_bodies! {
     /// The job's id.
-    pub(crate) id: Name,
+    id: Name,
     /// Higher is claimed first (default 0).
     #[schema(minimum = -9_223_372_036_854_775_808_i64, maximum = 9_223_372_036_854_775_807_i64)]
-    pub(crate) priority: Option<i64>,
+    priority: Option<i64>,
     /// Not claimable before this time (Unix seconds).
-    pub(crate) run_at: Option<Time>,
+    run_at: Option<Time>,
     /// How many leases `claims` may hand out (default 5).
     #[schema(value_type = Option<i64>, minimum = 0, maximum = 4_294_967_295_i64)]
-    pub(crate) max_attempts: Option<u32>,
+    max_attempts: Option<u32>,
     /// The payload as UTF-8 text: up to 1 MiB (1,048,576 bytes of UTF-8); one of `payload` and
     /// `payload_base64`.
-    pub(crate) payload: Option<String>,
+    payload: Option<String>,
     /// The payload as base64 (for bytes that are not UTF-8): up to 1 MiB once decoded.
     #[schema(pattern = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$")]
-    pub(crate) payload_base64: Option<String>,
+    payload_base64: Option<String>,
     /// When it was enqueued (Unix seconds), taken only by a server started to trust caller
     /// clocks; otherwise the server's clock says.
-    pub(crate) enqueued_at: Option<Time>,
+    enqueued_at: Option<Time>,
     /// How long one attempt may run before its worker stops it and fails it as "timed out"
     /// (default: the queue's, if it has one).
-    pub(crate) timeout: Option<Seconds>,
+    timeout: Option<Seconds>,
     /// `finished`: a job of this id that is done, dead or cancelled runs again (a pending or
     /// running one is never touched); absent, an existing job is left as it is.
-    pub(crate) replace: Option<Replace>,
+    replace: Option<Replace>,
     /// The job's group in its queue (a customer, an account): the key the queue's group rules
     /// (`per_group`, `ordered`) count by. 1 to 1,024 bytes; absent, no group rule limits it.
-    pub(crate) group: Option<Name>,
+    group: Option<Name>,
     /// Debounce, in seconds: the job is due this long from now (and not before `run_at`);
     /// an enqueue of its id while it still waits to start takes this payload and pushes its
     /// due time to this long from then (answered `inserted: false`); a started or finished
     /// job is left alone.
-    pub(crate) debounce: Option<Seconds>,
+    debounce: Option<Seconds>,
     /// The jobs it runs after (its parents): it waits (status `waiting`) until they have
     /// finished, as `on_parent_failure` says. Each must exist or be in the same batch; at
     /// most 10,000, no repeats counted.
     #[schema(max_items = 10_000)]
-    pub(crate) after: Option<Vec<Name>>,
+    after: Option<Vec<Name>>,
     /// What it does when a parent ends dead or cancelled (default `cancel`).
-    pub(crate) on_parent_failure: Option<ParentFailure>,
+    on_parent_failure: Option<ParentFailure>,
     /// The W3C `traceparent` of the span that enqueues it (version 00; default: the request's
     /// `traceparent` header): kept with the job, so its attempts join that trace. Ids of all
     /// zeros are refused (422), as W3C Trace Context says they are invalid.
     #[schema(pattern = "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")]
-    pub(crate) traceparent: Option<String>,
+    traceparent: Option<String>,
     /// The W3C `tracestate` that goes with `traceparent` (printable ASCII, at most 512 bytes;
     /// without a `traceparent` in the body it is ignored).
     #[schema(pattern = "^[ -~]*$", max_length = 512)]
-    pub(crate) tracestate: Option<String>,
+    tracestate: Option<String>,
 }
 
 /// What W3C Trace Context forbids in a `traceparent` that a pattern without look-ahead cannot
@@ -130,16 +160,6 @@ pub(crate) struct Inserted {
     pub(crate) inserted: bool,
 }
 
-/// When a job is enqueued: the server's clock, or (on a server that trusts caller clocks)
-/// the body's `enqueued_at`, if any.
-pub(crate) fn enqueue_time(app: &App, given: Option<&Time>) -> Result<Option<Timestamp>, Problem> {
-    if app.config.client_clock {
-        given.map(|t| t.at("enqueued_at")).transpose()
-    } else {
-        now(app, None).map(Some)
-    }
-}
-
 /// The trace context the request's `traceparent` and `tracestate` headers give, for the jobs
 /// of an enqueue that name none of their own. As W3C Trace Context has a receiver do, a
 /// header that is not a valid trace context (or not text, or empty) is ignored: the job is
@@ -157,75 +177,109 @@ pub(crate) fn header_trace(headers: &HeaderMap) -> Option<TraceContext> {
     }
 }
 
-/// A job's own trace context from its body's fields, else the headers'.
-fn body_trace(
-    parent: Option<String>,
-    state: Option<String>,
-    headers: Option<&TraceContext>,
-) -> Result<Option<TraceContext>, Problem> {
-    match parent {
-        Some(parent) => TraceContext::new(&parent, state.as_deref())
-            .map(Some)
-            .map_err(|e| Problem::invalid(format!("field `traceparent`/`tracestate`: {e}"))),
-        // A tracestate means nothing without its traceparent (W3C Trace Context drops it).
-        None => Ok(headers.cloned()),
+impl EnqueueBody {
+    /// The job's fields as the domain checks them, its payload decoded; `enqueued_at` only
+    /// when `trusted` (a server that trusts caller clocks; otherwise its clock says).
+    fn fields(self, trusted: bool) -> Result<EnqueueFields, Problem> {
+        let payload = match (self.payload, self.payload_base64) {
+            (Some(_), Some(_)) => {
+                return Err(Problem::invalid(
+                    "give the payload as `payload` or as `payload_base64`, not both",
+                ));
+            }
+            (Some(text), None) => Some(text.into_bytes()),
+            (None, Some(encoded)) => Some(
+                LENIENT_BASE64
+                    .decode(encoded.as_bytes())
+                    .map_err(|_| Problem::invalid("field `payload_base64` is not valid base64"))?,
+            ),
+            (None, None) => None,
+        };
+        Ok(EnqueueFields {
+            id: self.id.0,
+            queue: None,
+            priority: self.priority,
+            run_at: self.run_at.map(|t| t.0),
+            max_attempts: self.max_attempts,
+            payload,
+            enqueued_at: self.enqueued_at.filter(|_| trusted).map(|t| t.0),
+            timeout: self.timeout.map(|t| t.0),
+            replace: self.replace.map(|_| "finished".to_owned()),
+            group: self.group.map(|g| g.0),
+            debounce: self.debounce.map(|d| d.0),
+            after: self
+                .after
+                .map(|ids| ids.into_iter().map(|id| id.0).collect()),
+            on_parent_failure: self
+                .on_parent_failure
+                .map(|p| p.policy().as_str().to_owned()),
+            traceparent: self.traceparent,
+            tracestate: self.tracestate,
+        })
     }
 }
 
-/// A job to enqueue, in `queue`; `trace` is the request headers' trace context.
+/// A field the domain refused, as a `422` naming it.
+fn field_refused(refused: FieldRefused) -> Problem {
+    match refused.field {
+        "traceparent" => Problem::invalid(format!(
+            "field `traceparent`/`tracestate`: {}",
+            refused.error
+        )),
+        "replace" | "on_parent_failure" => {
+            Problem::invalid(format!("field `{}`: {}", refused.field, refused.error))
+        }
+        field => bad_value(field, &refused.error),
+    }
+}
+
+/// A job to enqueue, in `queue` unless it names its own; `trace` is the request headers'
+/// trace context.
 pub(crate) fn spec(
     app: &App,
     queue: &QueueName,
     body: EnqueueBody,
     trace: Option<&TraceContext>,
 ) -> Result<(JobId, EnqueueSpec), Problem> {
-    let trace = body_trace(body.traceparent, body.tracestate, trace)?;
-    let enqueued = enqueue_time(app, body.enqueued_at.as_ref())?;
-    let id = body.id.job()?;
-    let bytes = match (body.payload, body.payload_base64) {
-        (Some(_), Some(_)) => {
-            return Err(Problem::invalid(
-                "give the payload as `payload` or as `payload_base64`, not both",
-            ));
-        }
-        (Some(text), None) => Some(text.into_bytes()),
-        (None, Some(encoded)) => Some(
-            LENIENT_BASE64
-                .decode(encoded.as_bytes())
-                .map_err(|_| Problem::invalid("field `payload_base64` is not valid base64"))?,
-        ),
-        (None, None) => None,
+    let trusted = app.config.client_clock;
+    let defaults = EnqueueSpec {
+        queue: queue.clone(),
+        enqueued_at: if trusted { None } else { Some(now(app, None)?) },
+        trace: trace.cloned(),
+        ..EnqueueSpec::default()
     };
-    let payload = bytes
-        .map(|b| Payload::new(b, Payload::DEFAULT_LIMIT))
-        .transpose()
-        .map_err(|e| bad_value("payload", &e))?;
-    let run_at = body.run_at.map(|t| t.at("run_at")).transpose()?;
-    Ok((
-        id,
-        EnqueueSpec {
-            queue: queue.clone(),
-            priority: body.priority.unwrap_or(0),
-            run_at,
-            max_attempts: body.max_attempts,
-            payload,
-            enqueued_at: enqueued,
-            timeout: body.timeout.map(|t| t.ttl("timeout")).transpose()?,
-            replace_finished: body.replace.is_some(),
-            group: body.group.map(Name::group).transpose()?,
-            debounce: body.debounce.map(|d| d.ttl("debounce")).transpose()?,
-            after: body
-                .after
-                .unwrap_or_default()
-                .into_iter()
-                .map(Name::parent)
-                .collect::<Result<_, _>>()?,
-            on_parent_failure: body
-                .on_parent_failure
-                .map_or_else(Default::default, ParentFailure::policy),
-            trace,
-        },
-    ))
+    body.fields(trusted)?
+        .check(&defaults)
+        .map_err(field_refused)
+}
+
+/// One job as a JSON object, as `POST /v1/queues/{queue}/jobs/batch` takes each of its `jobs`
+/// (the CLI's `enqueue-many --json` lines): its fields, for `EnqueueFields::check`, with its
+/// `enqueued_at` taken (the caller's clock is the one there is).
+///
+/// # Errors
+/// Text that is not a JSON object, or a field that is unknown, of the wrong type or out of
+/// what the document allows, named.
+pub fn batch_job_fields(line: &str) -> Result<EnqueueFields, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(line).map_err(|e| format!("not a JSON object ({e})"))?;
+    if !value.is_object() {
+        return Err("not a JSON object".to_owned());
+    }
+    let job: BatchJob = serde_path_to_error::deserialize(value).map_err(|e| {
+        let at = e.path().to_string();
+        let why = e.into_inner().to_string();
+        // An unknown or missing field names itself.
+        if at == "." || why.starts_with("unknown field") {
+            why
+        } else {
+            format!("{at}: {why}")
+        }
+    })?;
+    let (queue, body) = job.split();
+    let mut fields = body.fields(true).map_err(|p| p.detail().to_owned())?;
+    fields.queue = queue.map(|q| q.0);
+    Ok(fields)
 }
 
 #[utoipa::path(post, path = "/v1/queues/{queue}/jobs", tag = "queue",
@@ -264,80 +318,6 @@ pub(crate) async fn enqueue(
         StatusCode::OK
     };
     Ok(json_response(status, Inserted { inserted }))
-}
-
-/// One job of a batch: as `POST /v1/queues/{queue}/jobs` takes one, and a queue of its own.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(example = json!({"id": "report-43", "queue": "mail", "priority": 1}))]
-pub(crate) struct BatchJob {
-    /// The job's queue (default: the path's).
-    pub(crate) queue: Option<Name>,
-    /// The job's id.
-    pub(crate) id: Name,
-    /// Higher is claimed first (default 0).
-    #[schema(minimum = -9_223_372_036_854_775_808_i64, maximum = 9_223_372_036_854_775_807_i64)]
-    pub(crate) priority: Option<i64>,
-    /// Not claimable before this time (Unix seconds).
-    pub(crate) run_at: Option<Time>,
-    /// How many leases `claims` may hand out (default 5).
-    #[schema(value_type = Option<i64>, minimum = 0, maximum = 4_294_967_295_i64)]
-    pub(crate) max_attempts: Option<u32>,
-    /// The payload as UTF-8 text: up to 1 MiB (1,048,576 bytes of UTF-8); one of `payload` and
-    /// `payload_base64`.
-    pub(crate) payload: Option<String>,
-    /// The payload as base64 (for bytes that are not UTF-8): up to 1 MiB once decoded.
-    #[schema(pattern = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$")]
-    pub(crate) payload_base64: Option<String>,
-    /// When it was enqueued, as `POST /v1/queues/{queue}/jobs` takes it.
-    pub(crate) enqueued_at: Option<Time>,
-    /// How long one attempt may run, as `POST /v1/queues/{queue}/jobs` takes it.
-    pub(crate) timeout: Option<Seconds>,
-    /// `finished`: rerun a finished job of this id, as `POST /v1/queues/{queue}/jobs` takes it.
-    pub(crate) replace: Option<Replace>,
-    /// The job's group, as `POST /v1/queues/{queue}/jobs` takes it.
-    pub(crate) group: Option<Name>,
-    /// Debounce in seconds, as `POST /v1/queues/{queue}/jobs` takes it.
-    pub(crate) debounce: Option<Seconds>,
-    /// The jobs it runs after, as `POST /v1/queues/{queue}/jobs` takes them (a parent may be
-    /// another job of the batch, named before or after it).
-    #[schema(max_items = 10_000)]
-    pub(crate) after: Option<Vec<Name>>,
-    /// What it does when a parent fails, as `POST /v1/queues/{queue}/jobs` takes it.
-    pub(crate) on_parent_failure: Option<ParentFailure>,
-    /// Its trace context, as `POST /v1/queues/{queue}/jobs` takes it (default: the request's
-    /// `traceparent` header).
-    #[schema(pattern = "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")]
-    pub(crate) traceparent: Option<String>,
-    /// Its `tracestate`, as `POST /v1/queues/{queue}/jobs` takes it.
-    #[schema(pattern = "^[ -~]*$", max_length = 512)]
-    pub(crate) tracestate: Option<String>,
-}
-
-impl BatchJob {
-    /// Its own queue, if any, and the job as one enqueue takes it.
-    fn split(self) -> (Option<Name>, EnqueueBody) {
-        (
-            self.queue,
-            EnqueueBody {
-                id: self.id,
-                priority: self.priority,
-                run_at: self.run_at,
-                max_attempts: self.max_attempts,
-                payload: self.payload,
-                payload_base64: self.payload_base64,
-                enqueued_at: self.enqueued_at,
-                timeout: self.timeout,
-                replace: self.replace,
-                group: self.group,
-                debounce: self.debounce,
-                after: self.after,
-                on_parent_failure: self.on_parent_failure,
-                traceparent: self.traceparent,
-                tracestate: self.tracestate,
-            },
-        )
-    }
 }
 
 /// Enqueue many jobs in one transaction.
@@ -450,7 +430,7 @@ pub(crate) struct JobView {
 }
 
 impl JobView {
-    fn of(record: &JobRecord, now: Timestamp) -> Self {
+    pub(crate) fn of(record: &JobRecord, now: Timestamp) -> Self {
         let job = &record.job;
         Self {
             id: record.id.as_str().to_owned(),

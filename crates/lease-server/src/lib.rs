@@ -69,6 +69,7 @@ use crate::problem::Problem;
 use crate::waiters::Waiters;
 
 pub use auth::LEASE_TOKEN;
+pub use jobs::batch_job_fields;
 
 /// What the service needs of a store: the whole surface but migration ([`lease_ports::Store`]).
 pub use lease_ports::Store as ServiceStore;

@@ -1,5 +1,5 @@
 //! JSON shapes the service shares with the `lease` command's `--json` output, written once:
-//! the counts of `stats`, a row of the audit trail, a queue's settings and a schedule.
+//! the counts of `stats`, a row of the audit trail, a queue's settings, a schedule and a job.
 
 use lease_domain::Status;
 use lease_ports::StatsRow;
@@ -119,6 +119,13 @@ pub fn groups_json(
 #[must_use]
 pub fn schedule_json(schedule: &lease_domain::Schedule, now: lease_domain::Timestamp) -> Value {
     serde_json::to_value(crate::schedules::ScheduleView::of(schedule, now)).unwrap_or_default()
+}
+
+/// A job as `GET /v1/jobs/{id}` and `lease state --json` show it (the API's `JobView`), its
+/// status judged at `now`; the trace context is the caller's to fill (`null` here).
+#[must_use]
+pub fn job_json(record: &lease_ports::JobRecord, now: lease_domain::Timestamp) -> Value {
+    serde_json::to_value(crate::jobs::JobView::of(record, now)).unwrap_or_default()
 }
 
 /// A job's attempts as `GET /v1/jobs/{id}/attempts` and `lease state --json` show them: each

@@ -55,27 +55,29 @@ impl StoreCore {
         traceparent: Option<&str>,
         tracestate: Option<&str>,
     ) -> PyResult<Pending> {
-        let payload = to_py(py, args::payload(payload)?)?;
+        let payload = to_py(py, args::payload_bytes(payload)?)?;
         let trace = to_py(
             py,
             crate::trace::enqueue_trace(py, traceparent, tracestate)?,
         )?;
-        let job = args::JobArgs {
-            id: job_id,
-            queue,
-            priority,
+        let fields = lease_domain::EnqueueFields {
+            id: job_id.to_owned(),
+            queue: Some(queue.to_owned()),
+            priority: Some(priority),
             run_at,
             max_attempts,
             payload,
+            enqueued_at: None,
             timeout,
-            replace_finished,
-            group,
+            replace: replace_finished.then(|| "finished".to_owned()),
+            group: group.map(str::to_owned),
             debounce,
-            after: after.unwrap_or_default(),
-            on_parent_failure,
+            after,
+            on_parent_failure: on_parent_failure.map(str::to_owned),
+            traceparent: None,
+            tracestate: None,
         };
-        let (id, mut spec) = to_py(py, job.check())?;
-        spec.trace = trace;
+        let (id, mut spec) = to_py(py, args::check_job(fields, trace))?;
         to_py(py, sealed([(&id, &mut spec.payload)]))?;
         let store = self.store(py)?;
         self.call(
