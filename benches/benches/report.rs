@@ -1234,6 +1234,14 @@ fn report_path() -> PathBuf {
     target.join("bench-report.md")
 }
 
+/// Runs one family of rows, saying on stderr how long it took (where a run's time goes).
+fn family<T>(name: &str, run: impl FnOnce() -> T) -> T {
+    let started = Instant::now();
+    let out = run();
+    eprintln!("{name} rows: {:.1} s", started.elapsed().as_secs_f64());
+    out
+}
+
 fn main() {
     if pg::child() {
         return;
@@ -1247,16 +1255,19 @@ fn main() {
             window: Duration::from_millis(50),
             runs: 1,
             big_table: 2_000,
+            loop_jobs: 200,
         },
         (false, true) => Plan {
             window: Duration::from_millis(750),
             runs: 3,
             big_table: 1_000_000,
+            loop_jobs: 3_000,
         },
         (false, false) => Plan {
             window: Duration::from_secs(3),
             runs: 5,
             big_table: 1_000_000,
+            loop_jobs: 3_000,
         },
     };
     let dir = tempfile::tempdir().expect("temp dir");
@@ -1317,24 +1328,29 @@ fn main() {
         claim_next_live_leases(&plan, dir.path(), &mut rows);
         pg::live_rows_only(&plan, &mut rows);
     } else if !args.iter().any(|a| a == "--pg-only") {
+        let p = dir.path();
         if !queue_only {
-            domain(&plan, &mut rows);
-            single_caller(&plan, dir.path(), &mut rows);
-            concurrent(&plan, dir.path(), &mut rows);
-            table_sizes(&plan, dir.path(), &mut rows);
+            family("domain", || domain(&plan, &mut rows));
+            family("single caller", || single_caller(&plan, p, &mut rows));
+            family("concurrent", || concurrent(&plan, p, &mut rows));
+            family("table sizes", || table_sizes(&plan, p, &mut rows));
         }
-        queue(&plan, dir.path(), &mut rows);
+        family("queue", || queue(&plan, p, &mut rows));
         if one_row().is_none() {
-            api::rows(&plan, dir.path(), queue_jobs(&plan), queue_store, &mut rows);
-            overview::rows(&plan, dir.path(), &mut rows);
-            enqueue_rows(&plan, dir.path(), &mut rows);
-            trace_rows(&plan, dir.path(), &mut rows);
-            claim_next_sizes(&plan, dir.path(), &mut rows);
-            claim_next_live_leases(&plan, dir.path(), &mut rows);
-            claim_next_groups(&plan, dir.path(), &mut rows);
-            workflow_rows(&plan, dir.path(), &mut rows);
-            statement::rows(&plan, dir.path(), &mut rows);
-            rollback_journal(&plan, dir.path(), &mut rows);
+            family("api", || {
+                api::rows(&plan, p, queue_jobs(&plan), queue_store, &mut rows);
+            });
+            family("overview", || overview::rows(&plan, p, &mut rows));
+            family("enqueue", || enqueue_rows(&plan, p, &mut rows));
+            family("trace", || trace_rows(&plan, p, &mut rows));
+            family("claim_next sizes", || claim_next_sizes(&plan, p, &mut rows));
+            family("live leases", || {
+                claim_next_live_leases(&plan, p, &mut rows)
+            });
+            family("groups", || claim_next_groups(&plan, p, &mut rows));
+            family("workflow", || workflow_rows(&plan, p, &mut rows));
+            family("statement", || statement::rows(&plan, p, &mut rows));
+            family("rollback journal", || rollback_journal(&plan, p, &mut rows));
         }
     }
     let pg_note = if pg_signal_only || overview_only || guards_only {
@@ -1353,7 +1369,7 @@ fn main() {
     {
         None
     } else {
-        pg::rows(&plan, &mut rows)
+        family("postgres", || pg::rows(&plan, &mut rows))
     };
     let mut table = render(&rows);
     if let Some(note) = pg_note {

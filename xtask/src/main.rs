@@ -99,7 +99,7 @@ fn test(rest: &[String]) -> Result<(), String> {
             .skip_while(|a| *a == "--")
             .map(String::as_str)
             .collect();
-        return python::test(root, &target_dir()?, &pytest);
+        return python::test(root, &target_dir()?, &pytest, python::Out::Terminal);
     }
     if rest.first().is_some_and(|a| a == "--typescript") {
         cargo(&["build", "-p", "lease-cli", "--bin", "lease"], &[])?;
@@ -115,16 +115,8 @@ fn test(rest: &[String]) -> Result<(), String> {
         args.extend(&passed);
         return cargo(&args, &[]);
     }
-    // The Rust tests, from one build, the longest binaries beside the rest (`side.rs`).
-    let rust = side::test(root);
-    // The Python and TypeScript tests run even when a Rust test failed, so one run shows every
-    // failure (the lease binary they start is built either way); the TypeScript tests, mostly
-    // waiting on their servers, run beside the Python ones.
-    let target = target_dir()?;
-    let typescript = typescript::start(root, &target);
-    let python = python::test(root, &target, &[]);
-    let typescript = typescript.and_then(typescript::Beside::finish);
-    rust.and(python).and(typescript)
+    // Every suite from one build, the longest beside the rest (`side.rs`).
+    side::test(root, &target_dir()?)
 }
 
 /// The longer schemathesis search run before every stop (CI replays the fixed seed): a fresh

@@ -20,11 +20,37 @@ const TOOLS: [&str; 4] = [
     "opentelemetry-sdk==1.39.1",
 ];
 
-fn run(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
-    eprintln!("$ {} {}", program.display(), args.join(" "));
-    let status = Command::new(program)
-        .args(args)
-        .envs(env.iter().copied())
+/// Where the steps' output goes: the terminal, or (for a lane beside others) a log file shown
+/// whole when the lane ends.
+#[derive(Clone, Copy)]
+pub(crate) enum Out<'a> {
+    Terminal,
+    Log(&'a Path),
+}
+
+fn run(out: Out<'_>, program: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
+    let line = format!("$ {} {}", program.display(), args.join(" "));
+    let mut command = Command::new(program);
+    command.args(args).envs(env.iter().copied());
+    if let Out::Log(path) = out {
+        let mut log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        std::io::Write::write_all(&mut log, format!("{line}\n").as_bytes())
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        let err = log
+            .try_clone()
+            .map_err(|e| format!("cannot share {}: {e}", path.display()))?;
+        command
+            .stdin(std::process::Stdio::null())
+            .stdout(log)
+            .stderr(err);
+    } else {
+        eprintln!("{line}");
+    }
+    let status = command
         .status()
         .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
     if status.success() {
@@ -42,21 +68,27 @@ fn run(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<(), String
 ///
 /// # Errors
 /// The step that failed.
-pub(crate) fn test(root: &Path, target: &Path, pytest: &[&str]) -> Result<(), String> {
+pub(crate) fn test(
+    root: &Path,
+    target: &Path,
+    pytest: &[&str],
+    out: Out<'_>,
+) -> Result<(), String> {
     let venv = target.join("python-test-venv");
     if venv.exists() {
         std::fs::remove_dir_all(&venv)
             .map_err(|e| format!("cannot remove {}: {e}", venv.display()))?;
     }
     let venv_arg = venv.display().to_string();
-    run(Path::new("python3"), &["-m", "venv", &venv_arg], &[])?;
+    run(out, Path::new("python3"), &["-m", "venv", &venv_arg], &[])?;
     let pip = venv.join("bin/pip");
     let mut install = vec!["install", "--quiet"];
     install.extend(TOOLS);
-    run(&pip, &install, &[])?;
+    run(out, &pip, &install, &[])?;
     let target_dir = target.display().to_string();
     let package = root.join("crates/lease-py").display().to_string();
     run(
+        out,
         &pip,
         &["install", "--quiet", &package],
         &[
@@ -68,7 +100,12 @@ pub(crate) fn test(root: &Path, target: &Path, pytest: &[&str]) -> Result<(), St
     let tests = root.join("crates/lease-py/tests").display().to_string();
     let mut args = vec!["-m", "pytest", "-q", "-p", "no:cacheprovider", &tests];
     args.extend(pytest);
-    run(&venv.join("bin/python"), &args, &[("LEASE_BIN", &lease)])
+    run(
+        out,
+        &venv.join("bin/python"),
+        &args,
+        &[("LEASE_BIN", &lease)],
+    )
 }
 
 /// The Python rows of the benchmark (`benches/python/bench.py`): the package built as the README
@@ -86,11 +123,17 @@ pub(crate) fn bench(
     let venv = target.join("python-bench-venv");
     let venv_arg = venv.display().to_string();
     if !venv.join("bin/python").exists() {
-        run(Path::new("python3"), &["-m", "venv", &venv_arg], &[])?;
+        run(
+            Out::Terminal,
+            Path::new("python3"),
+            &["-m", "venv", &venv_arg],
+            &[],
+        )?;
     }
     let target_dir = target.display().to_string();
     let package = root.join("crates/lease-py").display().to_string();
     run(
+        Out::Terminal,
         &venv.join("bin/pip"),
         &[
             "install",
@@ -107,5 +150,5 @@ pub(crate) fn bench(
     if statement_only {
         args.push("--statement-only");
     }
-    run(&venv.join("bin/python"), &args, &[])
+    run(Out::Terminal, &venv.join("bin/python"), &args, &[])
 }

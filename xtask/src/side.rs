@@ -1,17 +1,20 @@
-//! The Rust tests of `cargo xtask test`, from one build, in three lanes at once: cargo runs
-//! test binaries one after another, and the longest of them mostly wait (on PostgreSQL, on
-//! the processes and servers they start), so two of them run beside the rest:
+//! The tests of `cargo xtask test`, from one build, in lanes at once: cargo runs test binaries
+//! one after another, and the longest of them mostly wait (on PostgreSQL, on the processes and
+//! servers they start), so they run beside the rest:
 //! - the PostgreSQL differential test (about 190 s of waiting on the server), the one test of
 //!   lease-postgres's binary that the main lane skips;
 //! - lease-cli's binary (the `lease` command, its servers and the page, about 230 s);
+//! - the Python package, built into a fresh virtual environment and tested (`python.rs`);
+//! - the TypeScript client's tests against live servers (`typescript.rs`);
 //! - every other test binary in the main lane, in cargo's order, the benchmarks once each in
 //!   their smoke mode, then the doc tests; the one that restarts PostgreSQL runs last, once
-//!   the side lanes have ended.
+//!   every other lane (each of which uses the server) has ended.
 //!
-//! Everything is built first by one `cargo test --workspace --no-run`; each binary is then
+//! Everything Rust is built first by one `cargo test --workspace --no-run`; each binary is then
 //! started as cargo starts it (in its package's directory, with `CARGO_MANIFEST_DIR`). The
-//! main lane's output streams; a side lane's is shown whole when it ends. Every binary runs
-//! even when one fails, and each failure is named at the end.
+//! Python and TypeScript lanes use the `lease` binary of that build. The main lane's output
+//! streams; a side lane's is shown whole when it ends. Every lane runs to its end even when
+//! one fails, and each failure is named at the end.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -125,13 +128,16 @@ fn build(root: &Path) -> Result<Vec<Binary>, String> {
     Ok(binaries)
 }
 
-/// Runs the workspace's Rust tests in three lanes (the module's doc) and says whether all
-/// passed, naming each binary that failed.
+/// Runs the workspace's tests in lanes (the module's doc) and says whether all passed, naming
+/// each binary or suite that failed.
 ///
 /// # Errors
 /// When the build fails, or any test binary or the doc tests fail.
-pub(crate) fn test(root: &Path) -> Result<(), String> {
+pub(crate) fn test(root: &Path, target: &Path) -> Result<(), String> {
     let binaries = build(root)?;
+    let python_log = target.join("python-test.log");
+    // A log left by an earlier run is not this run's.
+    let _ = std::fs::remove_file(&python_log);
     let postgres = binaries
         .iter()
         .position(|b| b.is("lease-postgres", "integration"))
@@ -143,6 +149,15 @@ pub(crate) fn test(root: &Path) -> Result<(), String> {
     let failures = std::thread::scope(|lanes| {
         let differential = lanes.spawn(|| binaries[postgres].run(&[DIFFERENTIAL, "--exact"], true));
         let commands = lanes.spawn(|| binaries[cli].run(&[], true));
+        let typescript = crate::typescript::start(root, target);
+        let python = lanes.spawn(|| {
+            let result =
+                crate::python::test(root, target, &[], crate::python::Out::Log(&python_log));
+            (
+                result,
+                std::fs::read_to_string(&python_log).unwrap_or_default(),
+            )
+        });
         let mut failures = Vec::new();
         for (n, binary) in binaries.iter().enumerate() {
             let args: &[&str] = if n == postgres {
@@ -165,6 +180,7 @@ pub(crate) fn test(root: &Path) -> Result<(), String> {
         for (lane, name) in [
             (differential, DIFFERENTIAL),
             (commands, "lease-cli integration"),
+            (python, "the Python package (crates/lease-py)"),
         ] {
             let (result, output) = lane
                 .join()
@@ -173,6 +189,7 @@ pub(crate) fn test(root: &Path) -> Result<(), String> {
             eprint!("{output}");
             failures.extend(result.err());
         }
+        failures.extend(typescript.and_then(crate::typescript::Beside::finish).err());
         for binary in binaries
             .iter()
             .filter(|b| b.is(RESTARTS_THE_SERVER.0, RESTARTS_THE_SERVER.1))

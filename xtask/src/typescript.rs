@@ -2,7 +2,7 @@
 //! `clients/typescript` (the registry's packages at the lock file's versions), then `npm test`
 //! (the types generated from the checked-in `openapi.json`, compiled, and node's test runner
 //! against live `lease serve`s on SQLite and PostgreSQL started with the `lease` binary the
-//! Rust tests just built). It runs beside the Python tests, its output kept and shown whole
+//! Rust tests just built). It runs beside the other suites, its output kept and shown whole
 //! when it ends.
 
 use std::path::{Path, PathBuf};
@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 /// The package's directory under the workspace.
 const PACKAGE: &str = "clients/typescript";
 
-/// The TypeScript tests running beside the Python ones.
+/// The TypeScript tests running beside the other suites.
 pub(crate) struct Beside {
     child: Child,
     log: PathBuf,
@@ -38,7 +38,7 @@ pub(crate) fn start(root: &Path, target: &Path) -> Result<Beside, String> {
     let err = out
         .try_clone()
         .map_err(|e| format!("cannot share {}: {e}", log.display()))?;
-    eprintln!("$ npm test (in {}, beside the Python tests)", dir.display());
+    eprintln!("$ npm test (in {}, beside the other suites)", dir.display());
     let child = Command::new("npm")
         .arg("test")
         .current_dir(&dir)
@@ -61,7 +61,7 @@ impl Beside {
             .wait()
             .map_err(|e| format!("cannot wait for npm test: {e}"))?;
         let output = std::fs::read_to_string(&self.log).unwrap_or_default();
-        eprintln!("     Ran beside the Python tests: {PACKAGE} (npm test)\n{output}");
+        eprintln!("     Ran beside the rest: {PACKAGE} (npm test)\n{output}");
         if status.success() {
             Ok(())
         } else {

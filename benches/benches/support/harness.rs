@@ -13,6 +13,8 @@ pub(crate) struct Plan {
     pub(crate) window: Duration,
     pub(crate) runs: usize,
     pub(crate) big_table: u64,
+    /// Jobs of each PostgreSQL queue-loop run (`LEASE_BENCH_PG_LOOP_JOBS` overrides it).
+    pub(crate) loop_jobs: u64,
 }
 
 /// The width of the slots in which each caller's progress is counted, in milliseconds.

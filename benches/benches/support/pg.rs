@@ -759,14 +759,15 @@ fn round_trips(db: &ScratchDatabase, op: Op, raw: bool, prefix: &str) -> f64 {
     exchanges as f64 / OPS as f64
 }
 
-/// Jobs of each PostgreSQL queue-loop run: `LEASE_BENCH_PG_LOOP_JOBS`, else 3,000 (issue 28's
-/// figures). With 64 workers that is 47 jobs a connection, so a larger number shows more of the
-/// steady state and less of each new server process's first statements.
-fn loop_jobs() -> u64 {
+/// Jobs of each PostgreSQL queue-loop run: `LEASE_BENCH_PG_LOOP_JOBS`, else the plan's (3,000,
+/// issue 28's figures; 200 in the smoke pass, which only runs the code). With 64 workers 3,000
+/// is 47 jobs a connection, so a larger number shows more of the steady state and less of each
+/// new server process's first statements.
+fn loop_jobs(plan: &Plan) -> u64 {
     std::env::var("LEASE_BENCH_PG_LOOP_JOBS")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(3_000)
+        .unwrap_or(plan.loop_jobs)
 }
 
 /// The queue anyone would write by hand, in a table of its own: a claim is one autocommit
@@ -857,14 +858,13 @@ async fn hand_worker(hand: Hand, start: Instant) -> Caller {
     me
 }
 
-/// Makes [`loop_jobs`] pending jobs in `queue` of the lease schema.
-fn loop_queue(url: &str, queue: &str) {
+/// Makes `jobs` pending jobs in `queue` of the lease schema.
+fn loop_queue(url: &str, queue: &str, jobs: u64) {
     execute(
         url,
         &format!(
             "INSERT INTO lease.jobs(id, queue) SELECT '{queue}-' || g, '{queue}' \
-             FROM generate_series(1, {}) g; ANALYZE lease.jobs",
-            loop_jobs()
+             FROM generate_series(1, {jobs}) g; ANALYZE lease.jobs"
         ),
     );
 }
@@ -997,7 +997,7 @@ fn queue_loop_rows(plan: &Plan, url: &str, rows: &mut Vec<Row>) {
             Some(true),
         ),
     ];
-    let jobs = loop_jobs();
+    let jobs = loop_jobs(plan);
     let mut round = 0_u32;
     for workers in [1_usize, 16, 64] {
         let mut hands = Vec::new();
@@ -1023,7 +1023,7 @@ fn queue_loop_rows(plan: &Plan, url: &str, rows: &mut Vec<Row>) {
             });
             for (k, (_, step, batch, runtime)) in STORE_ROWS.into_iter().enumerate() {
                 let queue = format!("loop-{round}-{k}");
-                loop_queue(url, &queue);
+                loop_queue(url, &queue, jobs);
                 let (store, server, own) = rt().block_on(async {
                     let store = warm_store(url, workers, step, batch).await;
                     let (server, own) = (server_cpu(), crate::cpu_seconds());
