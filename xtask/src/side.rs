@@ -10,11 +10,11 @@
 //!   their smoke mode, then the doc tests; the one that restarts PostgreSQL runs last, once
 //!   every other lane (each of which uses the server) has ended.
 //!
-//! Everything Rust is built first by one `cargo test --workspace --no-run`; each binary is then
-//! started as cargo starts it (in its package's directory, with `CARGO_MANIFEST_DIR`). The
-//! Python and TypeScript lanes use the `lease` binary of that build. The main lane's output
-//! streams; a side lane's is shown whole when it ends. Every lane runs to its end even when
-//! one fails, and each failure is named at the end.
+//! Everything Rust is built first by one `cargo test --workspace --no-run` (and the examples linked
+//! as programs); each binary is then started as cargo starts it (in its package's directory, with
+//! `CARGO_MANIFEST_DIR`). The Python and TypeScript lanes use the `lease` binary of that build. The
+//! main lane's output streams; a side lane's is shown whole when it ends. Every lane runs to its
+//! end even when one fails, and each failure is named at the end.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -100,6 +100,19 @@ fn build(root: &Path) -> Result<Vec<Binary>, String> {
         .map_err(|e| format!("cannot run cargo: {e}"))?;
     if !out.status.success() {
         return Err("cargo test --no-run failed".to_owned());
+    }
+    // The examples as programs (the build above makes them test binaries): tests start the
+    // HTTP ledger example as a server. Built here with the workspace's features, this only
+    // links them; a test that built one itself would compile its dependencies again with its
+    // own package's features (about a minute of both cores).
+    eprintln!("$ cargo build --workspace --examples");
+    let examples = Command::new(env!("CARGO"))
+        .args(["build", "--workspace", "--examples"])
+        .current_dir(root)
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !examples.success() {
+        return Err("cargo build --examples failed".to_owned());
     }
     let text = String::from_utf8_lossy(&out.stdout);
     let mut binaries: Vec<Binary> = text

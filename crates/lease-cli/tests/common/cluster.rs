@@ -117,8 +117,10 @@ impl Server {
             place.path("").display()
         ));
         if let Some(archive) = archive {
+            // Copied under a temporary name and renamed, so a segment appears in the archive
+            // only whole: a restore (or `archive_all`) that sees it never reads half a copy.
             conf.push_str(&format!(
-                "archive_mode = on\narchive_command = 'cp %p {}/%f'\n",
+                "archive_mode = on\narchive_command = 'cp %p {0}/%f.part && mv {0}/%f.part {0}/%f'\n",
                 archive.display()
             ));
         }
