@@ -58,7 +58,7 @@ macro_rules! blocking_face {
         }
 
         impl<S: BlockingCore + ?Sized> Blocking<'_, S> {
-            $(blocking_face!(@face $name($($arg: $ty),*) -> $ret $(, $now)?);)*
+            $(blocking_face!(@pass $name($($arg: $ty),*) -> $ret $(, $now)?);)*
         }
     };
     (@core $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty) => {};
@@ -69,8 +69,8 @@ macro_rules! blocking_face {
         )]
         fn $now(&self, $($arg: $ty),*) -> Result<$ret, StoreError>;
     };
-    (@face $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty) => {};
-    (@face $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty, $now:ident) => {
+    (@pass $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty) => {};
+    (@pass $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty, $now:ident) => {
         #[doc = concat!("See [`LeaseStore::", stringify!($name), "`].")]
         pub fn $name(&self, $($arg: $ty),*) -> Result<$ret, StoreError> {
             self.0.$now($($arg),*)
